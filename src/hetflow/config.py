@@ -1,0 +1,54 @@
+"""Where hetflow keeps its things, and how it talks to the container engine.
+
+Everything here reads the environment once per call, so tests can point
+``HETFLOW_HOME`` at a temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+
+from hetflow.errors import EngineError
+
+SHARE = Path(__file__).parent / "share"
+
+
+def hetflow_home(env: Mapping[str, str] | None = None) -> Path:
+    """The state directory: ``$HETFLOW_HOME``, else ``$XDG_DATA_HOME/hetflow``,
+    else ``~/.local/share/hetflow`` (the XDG base-directory default)."""
+    env = os.environ if env is None else env
+    if env.get("HETFLOW_HOME"):
+        return Path(env["HETFLOW_HOME"]).expanduser()
+    data = env.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(data) / "hetflow"
+
+
+def containers_conf(env: Mapping[str, str] | None = None) -> Path:
+    """hetflow's own containers.conf (``HETFLOW_CONTAINERS_CONF`` overrides it)."""
+    env = os.environ if env is None else env
+    return Path(env.get("HETFLOW_CONTAINERS_CONF") or SHARE / "containers.conf")
+
+
+def find_engine(env: Mapping[str, str] | None = None) -> str:
+    """The container engine binary: ``$HETFLOW_ENGINE``, else podman, else docker."""
+    env = os.environ if env is None else env
+    wanted = env.get("HETFLOW_ENGINE")
+    for name in [wanted] if wanted else ["podman", "docker"]:
+        path = shutil.which(name)
+        if path:
+            return path
+    raise EngineError(
+        f"no container engine found (looked for {wanted or 'podman, docker'} on PATH); "
+        "install podman: apt-get install -y podman runc"
+    )
+
+
+def engine_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment for engine commands: the caller's, with ``CONTAINERS_CONF``
+    pointing at hetflow's own file so a user's settings are not fought over."""
+    base = dict(os.environ if env is None else env)
+    base["CONTAINERS_CONF"] = str(containers_conf(base))
+    return base

@@ -1,0 +1,5 @@
+"""What we have: nodes, their CPUs and GPUs, and the probes that discover them."""
+
+from hetflow.inventory.models import Cpu, Gpu, Node
+
+__all__ = ["Cpu", "Gpu", "Node"]
