@@ -52,3 +52,15 @@ def engine_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
     base = dict(os.environ if env is None else env)
     base["CONTAINERS_CONF"] = str(containers_conf(base))
     return base
+
+
+def submitter(env: Mapping[str, str] | None = None) -> tuple[int, int]:
+    """The UID:GID containers run as: the caller's, or under sudo the invoking user's
+    (SUDO_UID/SUDO_GID), so files on a shared work directory belong to the person who
+    submitted, as Slurm does for its jobs."""
+    env = os.environ if env is None else env
+    if os.getuid() == 0 and env.get("SUDO_UID", "").isdigit():
+        uid = int(env["SUDO_UID"])
+        gid = int(env["SUDO_GID"]) if env.get("SUDO_GID", "").isdigit() else uid
+        return uid, gid
+    return os.getuid(), os.getgid()

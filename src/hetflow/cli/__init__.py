@@ -1,0 +1,1 @@
+"""Thin typer commands that call the stages."""

@@ -1,0 +1,41 @@
+"""What the commands share: consoles, the store, parsing -p, printing problems."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+from rich.console import Console
+
+from hetflow.config import hetflow_home
+from hetflow.errors import Problem, UsageError
+from hetflow.state.store import Store
+
+console = Console()
+err = Console(stderr=True)
+
+
+def open_store() -> Store:
+    return Store(hetflow_home() / "state.db")
+
+
+def parse_params(items: Iterable[str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"-p {item!r}: write -p NAME=VALUE, e.g. -p size=1024")
+        out[key.strip()] = value
+    return out
+
+
+def print_problems(problems: Iterable[Problem]) -> None:
+    for p in problems:
+        style = "red" if p.severity == "error" else "yellow"
+        err.print(f"[{style}]{p.file}:{p.line}: {p.severity}:[/] {p.message}", highlight=False)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")

@@ -1,0 +1,94 @@
+"""The ``hetflow`` command.  Each command parses, calls a stage, prints; no logic here.
+
+Errors a user can cause are HetflowErrors: printed as one clear message, non-zero exit,
+no traceback."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from hetflow.cli import runs
+from hetflow.cli.common import console, err, parse_params, print_json, print_problems
+from hetflow.config import hetflow_home
+from hetflow.errors import HetflowError, SpecError
+from hetflow.inventory import discover
+from hetflow.plan.choose import feasibility_problems
+from hetflow.report.nodes import node_to_json, render_node
+from hetflow.spec.loader import load_workflow
+
+app = typer.Typer(
+    name="hetflow",
+    help="Containerized CPU/GPU workflows on heterogeneous machines.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+examples_app = typer.Typer(help="Build the example images.", no_args_is_help=True)
+app.add_typer(examples_app, name="examples")
+runs.register(app)
+
+PARAM_OPT = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE (repeatable).")
+
+
+@app.command()
+def validate(
+    file: Path = typer.Argument(..., help="Workflow YAML."),
+    param: list[str] = PARAM_OPT,
+    json_out: bool = typer.Option(False, "--json", help="Problems as JSON."),
+) -> None:
+    """Check a workflow: format, DAG, data paths, and whether this machine can run it."""
+    try:
+        loaded = load_workflow(file, parse_params(param))
+        problems = list(loaded.notes) + feasibility_problems(loaded, discover(hetflow_home()))
+    except SpecError as exc:
+        problems = exc.problems
+    errors = [p for p in problems if p.severity == "error"]
+    if json_out:
+        print_json({"file": str(file), "valid": not errors, "problems": [p.__dict__ for p in problems]})
+    else:
+        print_problems(problems)
+        if not errors:
+            console.print(f"[green]{file}: valid[/]" + (f" ({len(problems)} note(s))" if problems else ""))
+    raise typer.Exit(1 if errors else 0)
+
+
+@app.command()
+def nodes(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """Describe this machine's hardware, like `docker info` plus `nvidia-smi`."""
+    node = discover(hetflow_home())
+    if json_out:
+        print_json([node_to_json(node)])
+    else:
+        console.print(render_node(node))
+
+
+@examples_app.command("build")
+def examples_build(
+    directory: Path = typer.Option(Path("examples"), "--dir", help="The examples directory."),
+    force: bool = typer.Option(False, "--force", help="Rebuild even when the images exist."),
+    gpu: bool = typer.Option(True, "--gpu/--no-gpu", help="Also build the CuPy (GPU) image."),
+) -> None:
+    """Build the example images on this machine, with no registry (cached)."""
+    from hetflow.examples import build_examples
+
+    built = build_examples(directory, force=force, gpu=gpu, log=lambda m: err.print(m, highlight=False))
+    for image in built:
+        console.print(image)
+
+
+def main() -> None:
+    try:
+        app()
+    except SpecError as exc:
+        print_problems(exc.problems)
+        sys.exit(exc.exit_code)
+    except HetflowError as exc:
+        err.print(f"[red]error:[/] {exc}", highlight=False)
+        sys.exit(exc.exit_code)
+
+
+if __name__ == "__main__":
+    main()

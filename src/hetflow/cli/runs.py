@@ -1,0 +1,234 @@
+"""Run commands: run, resume, ps, show, logs, stop (and the hidden executor entry)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import typer
+from rich.console import Console
+
+from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
+from hetflow.config import hetflow_home, submitter
+from hetflow.errors import SpecError, UsageError
+from hetflow.execute.engine import CliEngine
+from hetflow.execute.logs import read_lines
+from hetflow.execute.outputs import damaged_outputs
+from hetflow.execute.paths import RunPaths
+from hetflow.execute.runner import Runner, RunnerConfig, reset_for_resume, stop_run
+from hetflow.execute.submit import create_run, preflight
+from hetflow.inventory import discover
+from hetflow.report.progress import make_reporter
+from hetflow.report.runs import ps_table, run_json, steps_table
+from hetflow.spec.checks import edges_of
+from hetflow.spec.loader import LoadedWorkflow, load_workflow
+from hetflow.state.models import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL
+from hetflow.state.store import Store
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(run)
+    app.command()(resume)
+    app.command()(ps)
+    app.command()(show)
+    app.command()(logs)
+    app.command()(stop)
+    app.command("_execute", hidden=True)(execute_detached)
+
+
+def run(
+    file: Path = typer.Argument(..., help="Workflow YAML."),
+    param: list[str] = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Print the run id and run in the background."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+) -> None:
+    """Run a workflow on this machine."""
+    loaded = load_workflow(file, parse_params(param))
+    store, engine, node = open_store(), CliEngine(), discover(hetflow_home())
+    problems = list(loaded.notes) + preflight(loaded, node, engine)
+    if any(p.severity == "error" for p in problems):
+        raise SpecError(problems)
+    print_problems(problems)
+    uid, gid = submitter()
+    record = create_run(store, loaded, hetflow_home(), uid, gid)
+    _go(store, record.id, loaded, detach=detach, quiet=quiet)
+
+
+def resume(
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    detach: bool = typer.Option(False, "--detach", "-d", help="Resume in the background."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+) -> None:
+    """Resume a stopped, failed or crashed run: keep intact outputs, adopt running containers."""
+    store = open_store()
+    record = store.run(store.resolve_run_id(run_id))
+    if record.state == RUN_SUCCEEDED:
+        console.print(f"run {record.id} already succeeded; nothing to resume")
+        return
+    loaded = _load_recorded(store, record.id)
+    reset = reset_for_resume(
+        store,
+        record.id,
+        lambda step: damaged_outputs(store.outputs(record.id, step)),
+        edges_of(loaded.workflow),
+    )
+    if reset:
+        err.print(f"resuming {record.id}: re-running {', '.join(reset)}", highlight=False)
+    _go(store, record.id, loaded, detach=detach, quiet=quiet)
+
+
+def _load_recorded(store: Store, run_id: str) -> LoadedWorkflow:
+    record = store.run(run_id)
+    paths = RunPaths(Path(record.workdir))
+    return load_workflow(paths.workflow, json.loads(record.params_json))
+
+
+def _go(store: Store, run_id: str, loaded: LoadedWorkflow, *, detach: bool, quiet: bool) -> None:
+    if detach:
+        paths = RunPaths(Path(store.run(run_id).workdir))
+        with paths.executor_log.open("ab") as log:
+            subprocess.Popen(
+                [sys.executable, "-m", "hetflow.cli.main", "_execute", run_id],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                env=os.environ.copy(),
+            )
+        print(run_id)
+        return
+    state = _execute(store, run_id, loaded, quiet=quiet, out=console)
+    raise typer.Exit(0 if state == RUN_SUCCEEDED else 1)
+
+
+def _execute(store: Store, run_id: str, loaded: LoadedWorkflow, *, quiet: bool, out: Console) -> str:
+    engine, node = CliEngine(), discover(hetflow_home())
+    runner = Runner(
+        store=store,
+        engine=engine,
+        node=node,
+        workflow=loaded.workflow,
+        run=store.run(run_id),
+        reporter=make_reporter(out, quiet),
+        config=RunnerConfig.from_env(),
+    )
+    runner.install_signal_handlers()
+    if not quiet:
+        err.print(
+            f"run {run_id} of {loaded.workflow.name} on {node.name} "
+            f"({node.cpu.cores} CPUs, {len(node.gpus)} GPU(s){', fake' if node.gpu_source == 'fake' else ''})",
+            highlight=False,
+        )
+    try:
+        state = runner.execute()
+    except KeyboardInterrupt:
+        stop_run(store, engine, run_id)
+        err.print(f"run {run_id} stopped; 'hetflow resume {run_id}' continues it", highlight=False)
+        return "stopped"
+    _summary(store, run_id, out)
+    return state
+
+
+def _summary(store: Store, run_id: str, out: Console) -> None:
+    record = store.run(run_id)
+    steps = store.steps(run_id)
+    out.print(steps_table(steps))
+    took = (record.ended or time.time()) - (record.started or record.created)
+    color = "green" if record.state == RUN_SUCCEEDED else "red"
+    out.print(f"run {record.id} [{color}]{record.state}[/] in {took:.1f}s: {record.message}")
+    if record.state != RUN_SUCCEEDED:
+        out.print(
+            f"  'hetflow logs {record.id} STEP' shows a step's output; 'hetflow resume {record.id}' retries what failed"
+        )
+
+
+def execute_detached(run_id: str) -> None:
+    """(internal) The executor of a detached run."""
+    store = open_store()
+    loaded = _load_recorded(store, run_id)
+    state = _execute(store, run_id, loaded, quiet=False, out=Console(force_terminal=False))
+    raise typer.Exit(0 if state == RUN_SUCCEEDED else 1)
+
+
+def ps(
+    all_runs: bool = typer.Option(False, "--all", "-a", help="Also runs that ended."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """List runs (running ones; --all for every run)."""
+    store = open_store()
+    records = store.runs(include_ended=all_runs)
+    rows = [(r, store.steps(r.id)) for r in records]
+    if json_out:
+        print_json([run_json(r, s) for r, s in rows])
+    elif rows:
+        console.print(ps_table(rows))
+    else:
+        console.print("no runs" + ("" if all_runs else " running; 'hetflow ps --all' lists every run"))
+
+
+def show(
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Every step of a run: state, variant, node, GPUs, attempts, exit code, times, why."""
+    store = open_store()
+    rid = store.resolve_run_id(run_id)
+    record, steps = store.run(rid), store.steps(rid)
+    if json_out:
+        data = run_json(record, steps, store.attempts(rid))
+        data["outputs"] = [o.__dict__ for o in store.outputs(rid)]
+        print_json(data)
+        return
+    console.print(
+        f"run {record.id}  {record.name}  [bold]{record.state}[/]  user {record.uid}:{record.gid}",
+        highlight=False,
+    )
+    console.print(f"workflow {record.workflow_file}\nworkdir  {record.workdir}", highlight=False)
+    if record.message:
+        console.print(record.message, highlight=False)
+    console.print(steps_table(steps))
+
+
+def logs(
+    run_id: str = typer.Argument(..., help="Run id."),
+    step: str | None = typer.Argument(None, help="One step (default: all)."),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
+    attempt: int | None = typer.Option(None, "--attempt", help="One attempt (default: all)."),
+) -> None:
+    """Print the output of a run's containers."""
+    store = open_store()
+    rid = store.resolve_run_id(run_id)
+    record = store.run(rid)
+    names = [s.step for s in store.steps(rid)]
+    if step is not None and step not in names:
+        raise UsageError(f"run {rid} has no step {step!r}; its steps: {', '.join(names)}")
+    paths = RunPaths(Path(record.workdir))
+    offsets: dict[Path, int] = {}
+    while True:
+        for a in store.attempts(rid, step):
+            if attempt is not None and a.attempt != attempt:
+                continue
+            path = paths.log(a.step, a.attempt)
+            lines, offsets[path] = read_lines(path, offsets.get(path, 0))
+            prefix = f"{a.step}.{a.attempt} | " if step is None or attempt is None else ""
+            for stream, text in lines:
+                print(prefix + text, file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)
+        if not follow or store.run(rid).state in RUN_TERMINAL:
+            break
+        time.sleep(0.5)
+
+
+def stop(run_id: str = typer.Argument(..., help="Run id.")) -> None:
+    """Stop a run: end its executor, stop its containers, mark it stopped."""
+    store = open_store()
+    rid = store.resolve_run_id(run_id)
+    record = store.run(rid)
+    if record.state in RUN_TERMINAL and record.state != RUN_RUNNING:
+        console.print(f"run {rid} is already {record.state}")
+        return
+    names = stop_run(store, CliEngine(), rid)
+    console.print(f"run {rid} stopped ({len(names)} container(s)); 'hetflow resume {rid}' continues it")

@@ -1,0 +1,1 @@
+"""Running steps: the container engine seam, container specs, and the runner."""

@@ -1,0 +1,69 @@
+"""Build the ContainerSpec of one step attempt: a pure function of its inputs."""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping, Sequence
+
+from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP, ContainerSpec, Mount
+from hetflow.execute.gpu import GpuAccess
+from hetflow.execute.paths import RunPaths, container_name
+from hetflow.spec.checks import RESERVED_ENV
+from hetflow.spec.models import Step, Variant
+
+
+def build_spec(
+    *,
+    run_id: str,
+    step_name: str,
+    step: Step,
+    variant: Variant,
+    attempt: int,
+    uid: int,
+    gid: int,
+    paths: RunPaths,
+    access: GpuAccess,
+) -> ContainerSpec:
+    name = container_name(run_id, step_name, attempt)
+    mounts = [Mount(str(paths.staging(step_name, attempt)), "/out", read_only=False)]
+    mounts += input_mounts(step, paths)
+    mounts += list(access.mounts)
+    return ContainerSpec(
+        name=name,
+        image=variant.image,
+        command=variant.command,
+        user=f"{uid}:{gid}",
+        labels={LABEL_RUN: run_id, LABEL_STEP: step_name, LABEL_ATTEMPT: str(attempt)},
+        env=container_env(variant.env, access.env),
+        mounts=tuple(mounts),
+        devices=access.devices,
+        cdi_devices=access.cdi_devices,
+        cpus=variant.resources.cpus,
+        memory=variant.resources.memory,
+        network=step.network,
+        log_path=str(paths.log(step_name, attempt)),
+    )
+
+
+def input_mounts(step: Step, paths: RunPaths) -> list[Mount]:
+    """``inputs: {matrix: generate/matrix.npy}`` -> generate's accepted output, read-only,
+    at /in/matrix/matrix.npy."""
+    mounts = []
+    for key, ref in sorted(step.inputs.items()):
+        parent, _, rel = ref.partition("/")
+        rel = posixpath.normpath(rel)
+        source = paths.step_out(parent) / rel
+        mounts.append(Mount(str(source), f"/in/{key}/{posixpath.basename(rel)}", read_only=True))
+    return mounts
+
+
+def container_env(user_env: Mapping[str, str], gpu_env: Mapping[str, str]) -> dict[str, str]:
+    """The user's variables minus the reserved ones, then hetflow's, which always win."""
+    env = {k: v for k, v in user_env.items() if k not in RESERVED_ENV}
+    env["HOME"] = "/tmp"  # the root file system is read-only; /tmp is the writable tmpfs
+    env.update(gpu_env)
+    return env
+
+
+def reserved_in(envs: Sequence[Mapping[str, str]]) -> list[str]:
+    return sorted({k for e in envs for k in e if k in RESERVED_ENV})

@@ -1,0 +1,249 @@
+"""The container engine seam (like httpx's Transport): one small protocol, the real
+podman/docker implementation, and a fake for unit tests.
+
+Containers are started detached (``run -d``) with deterministic names and hetflow
+labels, and are not ``--rm``: an exit code must survive a crash of hetflow so that
+``resume`` can collect it.  The runner removes a container once its result is stored.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+from hetflow.config import SHARE, engine_env, find_engine
+from hetflow.errors import EngineError
+
+LABEL_RUN = "hetflow.run"
+LABEL_STEP = "hetflow.step"
+LABEL_ATTEMPT = "hetflow.attempt"
+
+
+@dataclass(frozen=True)
+class Mount:
+    source: str
+    target: str
+    read_only: bool = True
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """Everything needed to start one step attempt; built by ``container.build_spec``."""
+
+    name: str
+    image: str
+    command: tuple[str, ...]
+    user: str  # "UID:GID"
+    labels: Mapping[str, str]
+    env: Mapping[str, str]
+    mounts: tuple[Mount, ...] = ()
+    devices: tuple[tuple[str, str], ...] = ()  # (host path, container path)
+    cdi_devices: tuple[str, ...] = ()  # e.g. "nvidia.com/gpu=GPU-..."
+    cpus: float | None = None
+    memory: int | None = None
+    network: bool = False
+    log_path: str | None = None
+    tmpfs_size: str = "256m"
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    name: str
+    running: bool
+    exit_code: int | None
+    status: str  # engine's word: created, running, exited, ...
+
+
+class ContainerEngine(Protocol):
+    name: str
+
+    def image_exists(self, image: str) -> bool: ...
+
+    def start(self, spec: ContainerSpec) -> None:
+        """Create and start the container; EngineError when the engine refuses."""
+
+    def states(self, run_id: str) -> dict[str, ContainerState]:
+        """Every container of the run, running or not, by name."""
+
+    def stop(self, names: Iterable[str], timeout: int = 10) -> None: ...
+
+    def remove(self, names: Iterable[str]) -> None: ...
+
+
+def run_args(spec: ContainerSpec) -> list[str]:
+    """The ``run -d`` arguments: the hardening that trusted runtimes apply (all
+    capabilities dropped, no-new-privileges, read-only root, tmpfs /tmp, no network
+    unless asked), the submitter's UID:GID, and only the devices given."""
+    args = [
+        "run",
+        "-d",
+        "--name",
+        spec.name,
+        "--user",
+        spec.user,
+        "--cap-drop=all",
+        "--security-opt",
+        "no-new-privileges",
+        "--read-only",
+        "--tmpfs",
+        f"/tmp:rw,nosuid,nodev,size={spec.tmpfs_size},mode=1777",
+        "--network",
+        "bridge" if spec.network else "none",
+        "--pull",
+        "never",
+    ]
+    for k, v in sorted(spec.labels.items()):
+        args += ["--label", f"{k}={v}"]
+    if spec.cpus:
+        args += ["--cpus", f"{spec.cpus:g}"]
+    if spec.memory:
+        args += ["--memory", str(spec.memory)]
+    if spec.log_path:
+        args += ["--log-driver", "k8s-file", "--log-opt", f"path={spec.log_path}"]
+    for m in spec.mounts:
+        args += ["-v", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]
+    for host, inside in spec.devices:
+        args += ["--device", f"{host}:{inside}"]
+    for cdi in spec.cdi_devices:
+        args += ["--device", cdi]
+    for k, v in sorted(spec.env.items()):
+        args += ["--env", f"{k}={v}"]
+    return [*args, spec.image, *spec.command]
+
+
+class CliEngine:
+    """podman (or docker) through its CLI, with hetflow's containers.conf.
+
+    ``--hooks-dir`` points podman at an empty directory so an installed NVIDIA OCI hook
+    cannot read NVIDIA_VISIBLE_DEVICES from an image and add GPUs behind our back."""
+
+    def __init__(self, binary: str | None = None, env: Mapping[str, str] | None = None) -> None:
+        self.binary = binary or find_engine(env)
+        self.name = Path(self.binary).name
+        self._env = engine_env(env)
+        self._global = ["--hooks-dir", str(SHARE / "hooks.d")] if self.name == "podman" else []
+
+    def _run(self, args: list[str], *, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        try:
+            proc = subprocess.run(
+                [self.binary, *self._global, *args],
+                capture_output=True,
+                text=True,
+                env=self._env,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise EngineError(f"{self.name} {args[0]} did not answer within {timeout:.0f}s") from None
+        except OSError as exc:
+            raise EngineError(f"cannot run {self.binary}: {exc}") from None
+        if check and proc.returncode != 0:
+            raise EngineError(f"{self.name} {args[0]} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        return proc
+
+    def image_exists(self, image: str) -> bool:
+        return self._run(["image", "exists", image], check=False).returncode == 0
+
+    def start(self, spec: ContainerSpec) -> None:
+        proc = self._run(run_args(spec), check=False)
+        if proc.returncode != 0:
+            # A container the runtime could not start stays "created"; remove it so the
+            # same deterministic name can be used again.
+            self._run(["rm", "-f", spec.name], check=False)
+            err = proc.stderr.strip().splitlines()
+            raise EngineError(f"{self.name} could not start {spec.name}: {err[-1] if err else proc.returncode}")
+
+    def states(self, run_id: str) -> dict[str, ContainerState]:
+        proc = self._run(["ps", "-a", "--filter", f"label={LABEL_RUN}={run_id}", "--format", "json"])
+        out: dict[str, ContainerState] = {}
+        for c in json.loads(proc.stdout or "[]") or []:
+            names = c.get("Names") or []
+            name = names[0] if isinstance(names, list) and names else str(names)
+            state = str(c.get("State", "")).lower()
+            running = state in (
+                "running",
+                "created",
+                "configured",
+                "initialized",
+                "paused",
+                "stopping",
+            )
+            code = None if running else int(c.get("ExitCode", 0))
+            out[name] = ContainerState(name, running, code, state)
+        return out
+
+    def stop(self, names: Iterable[str], timeout: int = 10) -> None:
+        names = list(names)
+        if names:
+            self._run(["stop", "--ignore", "-t", str(timeout), *names], check=False, timeout=timeout + 60)
+
+    def remove(self, names: Iterable[str]) -> None:
+        names = list(names)
+        if names:
+            self._run(["rm", "-f", "--ignore", *names], check=False)
+
+
+@dataclass
+class _FakeContainer:
+    spec: ContainerSpec
+    started: float
+    duration: float
+    exit_code: int
+    stopped: bool = False
+
+
+@dataclass
+class FakeEngine:
+    """An in-memory engine for unit tests: ``behave(spec) -> (exit_code, duration,
+    files)`` decides what a container does; files are written into its /out mount."""
+
+    clock: Callable[[], float]
+    behave: Callable[[ContainerSpec], tuple[int, float, Mapping[str, bytes]]] = lambda spec: (
+        0,
+        0.0,
+        {},
+    )
+    images: set[str] = field(default_factory=set)
+    started: list[ContainerSpec] = field(default_factory=list)
+    containers: dict[str, _FakeContainer] = field(default_factory=dict)
+    name: str = "fake"
+
+    def image_exists(self, image: str) -> bool:
+        return image in self.images
+
+    def start(self, spec: ContainerSpec) -> None:
+        if spec.name in self.containers:
+            raise EngineError(f"fake: the container name {spec.name!r} is already in use")
+        code, duration, files = self.behave(spec)
+        for m in spec.mounts:
+            if m.target == "/out":
+                for rel, data in files.items():
+                    p = Path(m.source) / rel
+                    p.parent.mkdir(parents=True, exist_ok=True)
+                    p.write_bytes(data)
+        self.started.append(spec)
+        self.containers[spec.name] = _FakeContainer(spec, self.clock(), duration, code)
+
+    def states(self, run_id: str) -> dict[str, ContainerState]:
+        now = self.clock()
+        out = {}
+        for name, c in self.containers.items():
+            if c.spec.labels.get(LABEL_RUN) != run_id:
+                continue
+            running = not c.stopped and now < c.started + c.duration
+            code = None if running else (137 if c.stopped else c.exit_code)
+            out[name] = ContainerState(name, running, code, "running" if running else "exited")
+        return out
+
+    def stop(self, names: Iterable[str], timeout: int = 10) -> None:
+        for n in names:
+            if n in self.containers:
+                self.containers[n].stopped = True
+
+    def remove(self, names: Iterable[str]) -> None:
+        for n in names:
+            self.containers.pop(n, None)

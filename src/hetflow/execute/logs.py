@@ -1,0 +1,51 @@
+"""Reading container logs written by podman's k8s-file driver.
+
+Each line is ``<RFC3339 time> <stdout|stderr> <F|P> <text>``; P marks a partial line
+that continues on the next record (CRI logging format)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def parse_line(raw: str) -> tuple[str, str, bool, str] | None:
+    parts = raw.rstrip("\n").split(" ", 3)
+    if len(parts) < 3 or parts[1] not in ("stdout", "stderr"):
+        return None
+    text = parts[3] if len(parts) == 4 else ""
+    return parts[0], parts[1], parts[2] == "P", text
+
+
+def read_lines(path: Path, offset: int = 0) -> tuple[list[tuple[str, str]], int]:
+    """Complete lines (stream, text) from byte ``offset``; returns the new offset."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    out: list[tuple[str, str]] = []
+    pending = ""
+    for raw in data[:end].decode("utf-8", "replace").splitlines():
+        parsed = parse_line(raw)
+        if parsed is None:
+            continue
+        _, stream, partial, text = parsed
+        if partial:
+            pending += text
+            continue
+        out.append((stream, pending + text))
+        pending = ""
+    return out, offset + end
+
+
+def iter_log(path: Path) -> Iterator[tuple[str, str]]:
+    lines, _ = read_lines(path)
+    yield from lines
+
+
+def log_tail(path: Path, n: int) -> list[str]:
+    lines, _ = read_lines(path)
+    return [text for _, text in lines[-n:] if text.strip()]

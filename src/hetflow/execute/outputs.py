@@ -1,0 +1,68 @@
+"""Accepting a step's outputs: check, hash, and move into place atomically."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+
+from hetflow.state.models import OutputRecord
+
+
+def sha256_of(path: Path) -> str:
+    """A file's sha256; for a directory, the sha256 of its sorted "relpath hash" lines."""
+    if path.is_dir():
+        h = hashlib.sha256()
+        for p in sorted(q for q in path.rglob("*") if q.is_file()):
+            h.update(f"{p.relative_to(path).as_posix()} {sha256_of(p)}\n".encode())
+        return h.hexdigest()
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def _size(path: Path) -> int:
+    if path.is_dir():
+        return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+    return path.stat().st_size
+
+
+def missing_outputs(out_dir: Path, declared: Sequence[str]) -> list[str]:
+    return [o for o in declared if not (out_dir / o).exists()]
+
+
+def accept_outputs(run_id: str, step: str, staging: Path, final: Path, declared: Sequence[str]) -> list[OutputRecord]:
+    """Hash the declared outputs in ``staging`` and rename the directory to ``final``.
+
+    The rename is atomic on one file system: readers see the old outputs or the new
+    ones, never half of them.  An old ``final`` is moved aside first and removed after."""
+    records = [
+        OutputRecord(run_id, step, o, sha256_of(staging / o), _size(staging / o), str(final / o)) for o in declared
+    ]
+    if staging == final:  # already in place (resume after a crash between rename and commit)
+        return records
+    final.parent.mkdir(parents=True, exist_ok=True)
+    trash = final.with_name(final.name + ".old")
+    if final.exists():
+        shutil.rmtree(trash, ignore_errors=True)
+        os.replace(final, trash)
+    os.replace(staging, final)
+    shutil.rmtree(trash, ignore_errors=True)
+    with contextlib.suppress(OSError):  # the attempt's now-empty directory
+        staging.parent.rmdir()
+    return records
+
+
+def damaged_outputs(records: Sequence[OutputRecord]) -> list[str]:
+    """Names of recorded outputs that are gone or whose content changed."""
+    bad = []
+    for r in records:
+        p = Path(r.path)
+        if not p.exists() or sha256_of(p) != r.sha256:
+            bad.append(r.name)
+    return bad

@@ -1,0 +1,40 @@
+"""Where a run's files live under its work directory.
+
+<workdir>/workflow.yaml            the workflow as submitted (resume reads this)
+<workdir>/steps/<step>/out/        accepted outputs (moved here atomically)
+<workdir>/attempts/<step>/<n>/out  an attempt's /out while it runs
+<workdir>/logs/<step>.<n>.log      the container's log (k8s-file format)
+<workdir>/executor.log             a detached executor's own output
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def container_name(run_id: str, step: str, attempt: int) -> str:
+    """Deterministic, so a resumed run finds (adopts) its containers by name."""
+    return f"hf-{run_id}-{step}-{attempt}"
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    workdir: Path
+
+    @property
+    def workflow(self) -> Path:
+        return self.workdir / "workflow.yaml"
+
+    @property
+    def executor_log(self) -> Path:
+        return self.workdir / "executor.log"
+
+    def step_out(self, step: str) -> Path:
+        return self.workdir / "steps" / step / "out"
+
+    def staging(self, step: str, attempt: int) -> Path:
+        return self.workdir / "attempts" / step / str(attempt) / "out"
+
+    def log(self, step: str, attempt: int) -> Path:
+        return self.workdir / "logs" / f"{step}.{attempt}.log"

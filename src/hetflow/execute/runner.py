@@ -1,0 +1,552 @@
+"""The local runner: dispatch ready steps, poll containers, retry, persist.
+
+One loop, one process per run.  Every decision is written to the state store before it
+is acted on (the attempt row with its deterministic container name comes before
+``podman run``), so a run killed at any instant can be resumed: ``reconcile`` adopts
+containers still running, collects exit codes of those that finished meanwhile, and
+re-launches intents that never reached the engine.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Protocol
+
+from hetflow.errors import EngineError, StateError
+from hetflow.execute.container import build_spec
+from hetflow.execute.engine import ContainerEngine
+from hetflow.execute.gpu import gpu_access
+from hetflow.execute.logs import log_tail
+from hetflow.execute.outputs import accept_outputs, missing_outputs
+from hetflow.execute.paths import RunPaths, container_name
+from hetflow.inventory.models import Gpu, Node
+from hetflow.plan.choose import GreedyChooser, VariantChooser
+from hetflow.plan.filters import Capacity
+from hetflow.spec.checks import edges_of
+from hetflow.spec.dag import topo_order
+from hetflow.spec.models import Workflow
+from hetflow.state.models import (
+    FAILED,
+    LAUNCHING,
+    PENDING,
+    RUN_FAILED,
+    RUN_STOPPED,
+    RUN_SUCCEEDED,
+    RUNNING,
+    SKIPPED,
+    STEP_TERMINAL,
+    STOPPED,
+    SUCCEEDED,
+    WAITING,
+    AttemptRecord,
+    Lease,
+    RunRecord,
+    StepRecord,
+)
+from hetflow.state.store import Store
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+class Reporter(Protocol):
+    def update(self, run: RunRecord, steps: list[StepRecord]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class NullReporter:
+    def update(self, run: RunRecord, steps: list[StepRecord]) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    poll_interval: float = 0.25
+    retry_backoff: float = 2.0  # seconds before the first retry; doubles each time
+    max_backoff: float = 300.0
+
+    @classmethod
+    def from_env(cls) -> RunnerConfig:
+        return cls(
+            poll_interval=float(os.environ.get("HETFLOW_POLL_INTERVAL", "0.25")),
+            retry_backoff=float(os.environ.get("HETFLOW_RETRY_BACKOFF", "2")),
+        )
+
+
+@dataclass
+class _Active:
+    step: str
+    attempt: int
+    container: str
+    cpus: float
+    memory: int
+    gpus: tuple[str, ...]
+
+
+class Runner:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        engine: ContainerEngine,
+        node: Node,
+        workflow: Workflow,
+        run: RunRecord,
+        chooser: VariantChooser | None = None,
+        reporter: Reporter | None = None,
+        config: RunnerConfig | None = None,
+        clock: Callable[[], float] = time.time,
+        sleep: Callable[[float], None] = time.sleep,
+        pid: int | None = None,
+        alive: Callable[[int], bool] = pid_alive,
+    ) -> None:
+        self.store, self.engine, self.node, self.wf = store, engine, node, workflow
+        self.run_id = run.id
+        self.uid, self.gid = run.uid, run.gid
+        self.paths = RunPaths(Path(run.workdir))
+        self.chooser = chooser or GreedyChooser()
+        self.reporter = reporter or NullReporter()
+        self.config = config or RunnerConfig()
+        self.clock, self.sleep, self.alive = clock, sleep, alive
+        self.pid = pid if pid is not None else os.getpid()
+        self.order = topo_order(edges_of(workflow))
+        self.active: dict[str, _Active] = {}
+        self._signalled = False
+        # Retry budget counts attempts made by this executor session, so a resumed run
+        # gets its retries again (as `snakemake --rerun-incomplete` would).
+        self.budget_start = {s.step: s.attempts for s in store.steps(run.id)}
+
+    # --- the loop ---------------------------------------------------------------------
+
+    def execute(self) -> str:
+        """Run to the end; returns the run's final state."""
+        self.store.claim_run(self.run_id, self.pid, self.alive)
+        self.store.adopt_leases(self.run_id, self.pid)
+        self.store.add_event(self.run_id, None, "executor", f"executor {self.pid} on {self.node.name}")
+        self._reconcile()
+        try:
+            while True:
+                if self._stop_requested():
+                    return RUN_STOPPED
+                self._poll()
+                self._schedule()
+                steps = self.store.steps(self.run_id)
+                self.reporter.update(self.store.run(self.run_id), steps)
+                if all(s.state in STEP_TERMINAL for s in steps) and not self.active:
+                    return self._finish(steps)
+                self.sleep(self.config.poll_interval)
+        finally:
+            self.reporter.close()
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM (from `hetflow stop`) ends the loop without touching the run: the
+        stopper owns the containers from then on."""
+
+        def on_term(signum: int, frame: FrameType | None) -> None:
+            self._signalled = True
+
+        signal.signal(signal.SIGTERM, on_term)
+
+    def _stop_requested(self) -> bool:
+        return self._signalled or self.store.run(self.run_id).state == RUN_STOPPED
+
+    def _finish(self, steps: list[StepRecord]) -> str:
+        failed = [s.step for s in steps if s.state in (FAILED, STOPPED)]
+        skipped_req = [s.step for s in steps if s.state == SKIPPED and not self.wf.steps[s.step].optional]
+        if failed or skipped_req:
+            state = RUN_FAILED
+            msg = "failed: " + ", ".join(failed + skipped_req)
+        else:
+            state, msg = RUN_SUCCEEDED, "all steps succeeded"
+        self.store.set_run(self.run_id, state=state, ended=self.clock(), message=msg, pid=None)
+        self.store.add_event(self.run_id, None, state, msg)
+        return state
+
+    # --- resume: adopt, collect, relaunch -----------------------------------------------
+
+    def _reconcile(self) -> None:
+        states = self.engine.states(self.run_id)
+        for s in self.store.steps(self.run_id):
+            if s.state not in (LAUNCHING, RUNNING):
+                continue
+            attempts = self.store.attempts(self.run_id, s.step)
+            if not attempts:
+                self.store.set_step(self.run_id, s.step, state=WAITING, not_before=None)
+                continue
+            a = attempts[-1]
+            st = states.get(a.container)
+            variant = self.wf.steps[s.step].resolved_variants()[a.variant]
+            act = _Active(
+                s.step,
+                a.attempt,
+                a.container,
+                variant.resources.cpus,
+                variant.resources.memory,
+                a.gpu_uuids,
+            )
+            if st is not None and st.running:
+                self.active[s.step] = act
+                self.store.set_step(
+                    self.run_id,
+                    s.step,
+                    state=RUNNING,
+                    event=f"adopted running container {a.container}",
+                )
+                self.store.set_attempt(self.run_id, s.step, a.attempt, state=RUNNING)
+            elif st is not None:
+                self.store.add_event(
+                    self.run_id,
+                    s.step,
+                    "collected",
+                    f"{a.container} finished while hetflow was down (exit {st.exit_code})",
+                )
+                self.active[s.step] = act
+                self._finalize(act, st.exit_code if st.exit_code is not None else 255)
+            elif s.state == LAUNCHING:
+                # The intent was written but the container never started: launch the same
+                # attempt again under the same name.
+                self.store.release_gpus(a.container)
+                self.store.set_step(
+                    self.run_id,
+                    s.step,
+                    state=WAITING,
+                    attempts=a.attempt - 1,
+                    not_before=None,
+                    event=f"{a.container} was never started; launching it again",
+                )
+            else:
+                self.active[s.step] = act
+                self._fail(act, None, f"container {a.container} disappeared while hetflow was down")
+
+    # --- polling ----------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        if not self.active:
+            return
+        states = self.engine.states(self.run_id)
+        for act in list(self.active.values()):
+            st = states.get(act.container)
+            if st is None:
+                self._fail(act, None, f"container {act.container} disappeared")
+            elif not st.running:
+                self._finalize(act, st.exit_code if st.exit_code is not None else 255)
+
+    def _finalize(self, act: _Active, exit_code: int) -> None:
+        step = self.wf.steps[act.step]
+        staging = self.paths.staging(act.step, act.attempt)
+        final = self.paths.step_out(act.step)
+        if exit_code == 0:
+            if not staging.exists() and final.exists():
+                staging = final  # crashed after the rename, before the commit
+            missing = missing_outputs(staging, step.outputs)
+            if missing:
+                self._fail(
+                    act,
+                    0,
+                    "exited 0 but did not write declared output(s) " + ", ".join(missing) + " under /out",
+                )
+                return
+            records = accept_outputs(self.run_id, act.step, staging, final, step.outputs)
+            self.store.succeed_step(self.run_id, act.step, act.attempt, records, self.clock(), 0)
+            self._release(act)
+            return
+        self._fail(act, exit_code, _exit_reason(exit_code))
+
+    def _fail(self, act: _Active, exit_code: int | None, message: str) -> None:
+        tail = log_tail(self.paths.log(act.step, act.attempt), 3)
+        detail = f"{message}" + (f"; last output: {' | '.join(tail)}" if tail else "")
+        now = self.clock()
+        self.store.set_attempt(
+            self.run_id,
+            act.step,
+            act.attempt,
+            state=FAILED,
+            exit_code=exit_code,
+            ended=now,
+            message=detail,
+        )
+        self._release(act)
+        used = act.attempt - self.budget_start.get(act.step, 0)
+        retries = self.wf.steps[act.step].retries
+        if used <= retries:
+            delay = min(self.config.retry_backoff * 2 ** (used - 1), self.config.max_backoff)
+            self.store.set_step(
+                self.run_id,
+                act.step,
+                state=WAITING,
+                not_before=now + delay,
+                exit_code=exit_code,
+                reason=f"attempt {act.attempt}: {detail}",
+                event=f"attempt {act.attempt} failed ({detail}); retry {used} of {retries} in {delay:g}s",
+            )
+        else:
+            self.store.set_step(
+                self.run_id,
+                act.step,
+                state=FAILED,
+                exit_code=exit_code,
+                ended=now,
+                reason=detail,
+                event=f"attempt {act.attempt} failed ({detail}); no retries left",
+            )
+
+    def _release(self, act: _Active) -> None:
+        self.active.pop(act.step, None)
+        if act.gpus:
+            self.store.release_gpus(act.container)
+        self.engine.remove([act.container])
+
+    # --- dispatch ---------------------------------------------------------------------
+
+    def _schedule(self) -> None:
+        steps = {s.step: s for s in self.store.steps(self.run_id)}
+        now = self.clock()
+        for name in self.order:
+            s = steps[name]
+            if s.state not in (PENDING, WAITING) or name in self.active:
+                continue
+            deps = self.wf.steps[name].dependencies()
+            broken = [d for d in deps if steps[d].state in (FAILED, SKIPPED, STOPPED)]
+            if broken:
+                self.store.set_step(
+                    self.run_id,
+                    name,
+                    state=SKIPPED,
+                    ended=now,
+                    reason=f"upstream step {broken[0]!r} {steps[broken[0]].state}",
+                    event=f"skipped: upstream step {broken[0]!r} {steps[broken[0]].state}",
+                )
+                steps[name] = self.store.step(self.run_id, name)
+                continue
+            if not all(steps[d].state == SUCCEEDED for d in deps):
+                continue
+            if s.not_before and s.not_before > now:
+                continue
+            self._try_launch(name, s)
+
+    def _free(self) -> Capacity:
+        cpus = self.node.cpu.cores - sum(a.cpus for a in self.active.values())
+        mem = self.node.memory_bytes - sum(a.memory for a in self.active.values())
+        held = {lease.gpu_uuid for lease in self.store.leases() if not self._stale(lease)}
+        return Capacity(cpus, mem, tuple(g for g in self.node.gpus if g.uuid not in held))
+
+    def _stale(self, lease: Lease) -> bool:
+        """A lease is dead when its process is gone and its container is not running."""
+        if lease.pid == self.pid or self.alive(lease.pid):
+            return False
+        st = self.engine.states(lease.run_id).get(lease.container)
+        return st is None or not st.running
+
+    def _try_launch(self, name: str, s: StepRecord) -> None:
+        step = self.wf.steps[name]
+        choice = self.chooser.choose(step, self.node, self._free())
+        if choice.variant is None:
+            if choice.wait:
+                reason = "waiting for resources: " + choice.explain()
+                if s.reason != reason:
+                    self.store.set_step(self.run_id, name, reason=reason)
+                return
+            why = "no variant can run on this machine: " + choice.explain()
+            state = SKIPPED if step.optional else FAILED
+            self.store.set_step(
+                self.run_id,
+                name,
+                state=state,
+                ended=self.clock(),
+                reason=why,
+                event=("skipped (optional step): " if step.optional else "") + why,
+            )
+            return
+        self._launch(name, s, choice.variant, choice.gpus, choice.explain())
+
+    def _launch(self, name: str, s: StepRecord, vname: str, gpus: tuple[Gpu, ...], why: str) -> None:
+        step = self.wf.steps[name]
+        variant = step.resolved_variants()[vname]
+        attempt = s.attempts + 1
+        container = container_name(self.run_id, name, attempt)
+        uuids = tuple(g.uuid for g in gpus)
+        if uuids:
+            holder = Lease("", self.run_id, name, attempt, container, self.pid)
+            stale = [lease for lease in self.store.leases() if lease.gpu_uuid in uuids and self._stale(lease)]
+            if not self.store.acquire_gpus(list(uuids), holder, stale):
+                return  # another process took them between our look and our grab
+        staging = self.paths.staging(name, attempt)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        os.chown(staging, self.uid, self.gid)
+        self.paths.log(name, attempt).parent.mkdir(parents=True, exist_ok=True)
+        spec = build_spec(
+            run_id=self.run_id,
+            step_name=name,
+            step=step,
+            variant=variant,
+            attempt=attempt,
+            uid=self.uid,
+            gid=self.gid,
+            paths=self.paths,
+            access=gpu_access(gpus, self.node),
+        )
+        now = self.clock()
+        self.store.add_attempt(
+            AttemptRecord(
+                self.run_id,
+                name,
+                attempt,
+                vname,
+                self.node.name,
+                tuple(g.index for g in gpus),
+                uuids,
+                container,
+                variant.image,
+                LAUNCHING,
+                None,
+                now,
+                None,
+                "",
+            )
+        )
+        gpu_text = ",".join(str(g.index) for g in gpus) or "none"
+        self.store.set_step(
+            self.run_id,
+            name,
+            state=LAUNCHING,
+            variant=vname,
+            node=self.node.name,
+            gpus=[g.index for g in gpus],
+            attempts=attempt,
+            started=s.started or now,
+            reason=why,
+            not_before=None,
+            event=f"attempt {attempt}: variant {vname}, GPUs {gpu_text}, container {container} ({why})",
+        )
+        act = _Active(name, attempt, container, variant.resources.cpus, variant.resources.memory, uuids)
+        self.active[name] = act
+        try:
+            self.engine.start(spec)
+        except EngineError as exc:
+            self._fail(act, None, str(exc))
+            return
+        self.store.set_step(self.run_id, name, state=RUNNING)
+        self.store.set_attempt(self.run_id, name, attempt, state=RUNNING)
+
+
+def _exit_reason(code: int) -> str:
+    hints = {
+        125: "the container engine failed to run the container",
+        126: "the command could not be executed (permission?)",
+        127: "the command was not found in the image",
+        137: "killed (SIGKILL: out of memory, or stopped)",
+        143: "terminated (SIGTERM)",
+    }
+    return f"exited with code {code}" + (f" ({hints[code]})" if code in hints else "")
+
+
+def stop_run(
+    store: Store,
+    engine: ContainerEngine,
+    run_id: str,
+    *,
+    timeout: int = 10,
+    alive: Callable[[int], bool] = pid_alive,
+) -> list[str]:
+    """`hetflow stop`: end the executor, stop the run's containers, record it all.
+
+    Returns the names of the containers stopped."""
+    run = store.run(run_id)
+    if run.pid and run.pid != os.getpid() and alive(run.pid):
+        os.kill(run.pid, signal.SIGTERM)
+        deadline = time.time() + 10
+        while alive(run.pid) and time.time() < deadline:
+            time.sleep(0.05)
+    now = time.time()
+    store.set_run(run_id, state=RUN_STOPPED, ended=now, pid=None, message="stopped by hetflow stop")
+    live = [a for a in store.attempts(run_id) if a.state in (LAUNCHING, RUNNING)]
+    names = [a.container for a in live]
+    engine.stop(names, timeout=timeout)
+    states = engine.states(run_id)
+    for a in live:
+        st = states.get(a.container)
+        store.set_attempt(
+            run_id,
+            a.step,
+            a.attempt,
+            state=STOPPED,
+            ended=now,
+            exit_code=st.exit_code if st else None,
+            message="stopped",
+        )
+        store.release_gpus(a.container)
+    for s in store.steps(run_id):
+        if s.state in (LAUNCHING, RUNNING, WAITING):
+            with contextlib.suppress(StateError):
+                store.set_step(
+                    run_id,
+                    s.step,
+                    state=STOPPED,
+                    ended=now,
+                    reason="stopped by hetflow stop",
+                    event="stopped by hetflow stop",
+                )
+    engine.remove(names)
+    store.add_event(run_id, None, RUN_STOPPED, f"stopped; {len(names)} container(s) stopped")
+    return names
+
+
+def reset_for_resume(
+    store: Store, run_id: str, damaged: Callable[[str], list[str]], edges: dict[str, list[str]]
+) -> list[str]:
+    """Make a stopped or failed run runnable again.
+
+    Failed, stopped and skipped steps go back to pending; a succeeded step whose
+    recorded outputs are gone or changed is re-run, and so is everything downstream
+    of it.  Launching/running steps are left for the runner's reconcile.  Returns
+    the steps reset."""
+    from hetflow.spec.dag import descendants
+
+    reset: set[str] = set()
+    steps = store.steps(run_id)
+    for s in steps:
+        if s.state in (FAILED, STOPPED, SKIPPED):
+            reset.add(s.step)
+        elif s.state == SUCCEEDED:
+            bad = damaged(s.step)
+            if bad:
+                store.add_event(
+                    run_id,
+                    s.step,
+                    "damaged",
+                    f"recorded output(s) {', '.join(bad)} missing or changed; the step runs again",
+                )
+                reset.add(s.step)
+                reset |= descendants(edges, s.step)
+    for s in steps:
+        if s.step in reset and s.state != PENDING:
+            store.set_step(
+                run_id,
+                s.step,
+                state=PENDING,
+                exit_code=None,
+                ended=None,
+                reason="",
+                not_before=None,
+            )
+    return sorted(reset)

@@ -1,0 +1,74 @@
+"""From a loaded workflow to a recorded run: pre-flight checks, then the run record.
+
+Everything that can be refused is refused here, before any container starts."""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+
+from hetflow.errors import Problem, SpecError
+from hetflow.execute.engine import ContainerEngine
+from hetflow.execute.paths import RunPaths
+from hetflow.inventory.models import Node
+from hetflow.plan.choose import feasibility_problems
+from hetflow.plan.filters import Capacity, check
+from hetflow.spec.loader import LoadedWorkflow
+from hetflow.state.models import RunRecord
+from hetflow.state.store import Store
+
+
+def preflight(loaded: LoadedWorkflow, node: Node, engine: ContainerEngine | None) -> list[Problem]:
+    """Feasibility on this node, then the images of every variant that could run here."""
+    problems = feasibility_problems(loaded, node)
+    if engine is None:
+        return problems
+    total = Capacity.of(node)
+    seen: dict[str, bool] = {}
+    for sname, step in loaded.workflow.steps.items():
+        for vname, v in step.resolved_variants().items():
+            if not check(v, total, where="this machine", now=False).ok:
+                continue
+            if v.image not in seen:
+                seen[v.image] = engine.image_exists(v.image)
+            if not seen[v.image]:
+                loc = ("steps", sname, "variants", vname, "image") if step.variants else ("steps", sname, "image")
+                label = f"step {sname!r}" + (f" variant {vname!r}" if step.variants else "")
+                problems.append(
+                    Problem(
+                        loaded.file,
+                        loaded.line(*loc),
+                        f"{label}: image {v.image!r} is not in {engine.name}'s image store; build it "
+                        f"('hetflow examples build' for the examples) or pull it ({engine.name} pull {v.image})",
+                    )
+                )
+    return problems
+
+
+def new_run_id() -> str:
+    """8 hex digits, like a short docker id; runs are also found by unique prefix."""
+    return secrets.token_hex(4)
+
+
+def create_run(store: Store, loaded: LoadedWorkflow, home: Path, uid: int, gid: int) -> RunRecord:
+    errors = [p for p in loaded.notes if p.severity == "error"]
+    if errors:
+        raise SpecError(errors)
+    run_id = new_run_id()
+    workdir = home / "runs" / run_id
+    paths = RunPaths(workdir)
+    workdir.mkdir(parents=True)
+    paths.workflow.write_text(loaded.text, encoding="utf-8")
+    store.create_run(
+        run_id=run_id,
+        name=loaded.workflow.name,
+        workflow_file=str(Path(loaded.file).resolve()),
+        spec_json=loaded.workflow.model_dump_json(by_alias=True),
+        params_json=json.dumps(dict(loaded.params)),
+        uid=uid,
+        gid=gid,
+        workdir=str(workdir),
+        steps=list(loaded.workflow.steps),
+    )
+    return store.run(run_id)

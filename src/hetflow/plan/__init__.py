@@ -1,0 +1,1 @@
+"""Where and when: feasibility filters and the variant chooser (the planner comes later)."""

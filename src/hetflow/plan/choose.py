@@ -1,0 +1,102 @@
+"""Variant choice for the local runner: the GPU variant when a qualifying GPU is free,
+else the CPU variant, with the reason for every variant not taken.
+
+This is a small interface (``VariantChooser``) so the planner of a later issue can
+replace the greedy rule without touching the runner.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from hetflow.errors import Problem
+from hetflow.inventory.models import Gpu, Node
+from hetflow.plan.filters import Capacity, check, qualifying_gpus
+from hetflow.spec.loader import LoadedWorkflow
+from hetflow.spec.models import Step
+
+
+@dataclass(frozen=True)
+class Choice:
+    """The answer for one ready step.
+
+    ``variant`` None with ``wait`` True: something could fit once resources free up.
+    ``variant`` None with ``wait`` False: nothing on this node can ever run the step."""
+
+    variant: str | None
+    gpus: tuple[Gpu, ...] = ()
+    wait: bool = False
+    why: str = ""
+    rejected: tuple[tuple[str, str], ...] = field(default=())  # (variant, reason)
+
+    def explain(self) -> str:
+        parts = [self.why] if self.why else []
+        parts += [f"{v}: {r}" for v, r in self.rejected]
+        return "; ".join(parts)
+
+
+class VariantChooser(Protocol):
+    def choose(self, step: Step, node: Node, free: Capacity) -> Choice: ...
+
+
+def variant_order(step: Step) -> list[str]:
+    """GPU variants first (most GPUs first), then the others in file order."""
+    variants = step.resolved_variants()
+    return sorted(variants, key=lambda v: -variants[v].resources.gpus)
+
+
+class GreedyChooser:
+    """Prefer a GPU variant whose GPUs are free now; fall back to a CPU variant."""
+
+    def choose(self, step: Step, node: Node, free: Capacity) -> Choice:
+        variants = step.resolved_variants()
+        total = Capacity.of(node)
+        rejected: list[tuple[str, str]] = []
+        could_later = False
+        for name in variant_order(step):
+            v = variants[name]
+            never = check(v, total, where="this machine", now=False)
+            if not never.ok:
+                rejected.append((name, never.reason))
+                continue
+            now = check(v, free, where="this machine", now=True)
+            if not now.ok:
+                rejected.append((name, now.reason))
+                could_later = True
+                continue
+            gpus = tuple(qualifying_gpus(v, free.gpus)[: v.resources.gpus])
+            if v.resources.gpus:
+                why = f"{name}: {len(gpus)} qualifying GPU(s) free"
+            elif any(variants[r].resources.gpus for r, _ in rejected):
+                why = f"{name}: chosen because no GPU variant can run now"
+            else:
+                why = f"{name}: fits"
+            return Choice(name, gpus, False, why, tuple(rejected))
+        return Choice(None, (), could_later, "", tuple(rejected))
+
+
+def feasibility_problems(loaded: LoadedWorkflow, node: Node) -> list[Problem]:
+    """For ``hetflow validate`` and before a run: a variant that can never run here is a
+    note when another variant of the step fits, an error when none does (unless the
+    step is optional)."""
+    workflow, file = loaded.workflow, loaded.file
+    problems: list[Problem] = []
+    total = Capacity.of(node)
+    for sname, step in workflow.steps.items():
+        variants = step.resolved_variants()
+        bad = {n: check(v, total, where="this machine", now=False) for n, v in variants.items()}
+        fitting = [n for n, s in bad.items() if s.ok]
+        for vname, status in bad.items():
+            if status.ok:
+                continue
+            label = f"step {sname!r}" + (f" variant {vname!r}" if step.variants else "")
+            loc = ("steps", sname, "variants", vname, "resources") if step.variants else ("steps", sname, "resources")
+            if fitting:
+                sev, tail = "note", f"; variant {fitting[0]!r} will be used here"
+            elif step.optional:
+                sev, tail = "note", "; the step is optional and will be skipped"
+            else:
+                sev, tail = "error", "; lower the request or run on a machine that has it"
+            problems.append(Problem(file, loaded.line(*loc), f"{label} {status.reason}{tail}", sev))
+    return problems

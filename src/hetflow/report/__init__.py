@@ -1,0 +1,1 @@
+"""Reports for people and programs: text tables, JSON, Gantt pictures, explanations."""

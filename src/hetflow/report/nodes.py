@@ -1,0 +1,106 @@
+"""``hetflow nodes``: a node as ``docker info`` plus ``nvidia-smi`` would show it, or as JSON."""
+
+from __future__ import annotations
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from hetflow.inventory.models import Gpu, Node
+
+_GIB = 1024**3
+_MIB = 1024**2
+
+
+def _gib(size: int) -> float:
+    return round(size / _GIB, 2)
+
+
+def node_to_json(node: Node) -> dict[str, object]:
+    """The node as ``model_dump`` gives it, plus sizes in GiB and a GPU count for people
+    reading the JSON; the byte fields stay the source of truth."""
+    data = node.model_dump(mode="json")
+    data["memory_gib"] = _gib(node.memory_bytes)
+    data["gpu_count"] = len(node.gpus)
+    data["gpus"] = [{**gpu.model_dump(mode="json"), "memory_gib": _gib(gpu.memory_bytes)} for gpu in node.gpus]
+    return data
+
+
+def _level(node: Node) -> str:
+    level = node.cpu.x86_64_level
+    return "n/a (not x86-64)" if level is None else f"x86-64-v{level}"
+
+
+def _summary(node: Node) -> Table:
+    grid = Table.grid(padding=(0, 1))
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column()
+    rows = [
+        ("Name", node.name),
+        ("OS/Kernel", f"{node.os} {node.kernel}".strip()),
+        ("Architecture", node.cpu.architecture),
+        ("CPU vendor", node.cpu.vendor),
+        ("CPU model", node.cpu.model),
+        ("Microarchitecture", node.cpu.microarchitecture),
+        ("x86-64 level", _level(node)),
+        ("CPUs", str(node.cpu.cores)),
+        ("Total Memory", f"{_gib(node.memory_bytes):.2f} GiB"),
+        ("Container engine", node.container_engine or "none found"),
+        ("GPU source", node.gpu_source),
+    ]
+    if node.control_devices:
+        rows.append(("Control devices", ", ".join(node.control_devices)))
+    for key, value in rows:
+        grid.add_row(f"{key}:", value)
+    return grid
+
+
+def _features(node: Node) -> Text:
+    # Flags are one long line on x86 (100+ of them); rich wraps Text at spaces.
+    text = Text("CPU features: ", style="bold")
+    text.append(" ".join(node.cpu.features) or "none reported", style="dim")
+    return text
+
+
+def _memory(gpu: Gpu) -> str:
+    # procfs cannot tell memory size and reports 0; nvidia-smi prints N/A for unknowns.
+    return f"{gpu.memory_bytes // _MIB} MiB" if gpu.memory_bytes else "N/A"
+
+
+def _gpu_table(node: Node) -> Table:
+    any_fake = any(gpu.fake for gpu in node.gpus)
+    title = "GPUs (FAKE: made up by HETFLOW_FAKE_GPUS)" if any_fake else "GPUs"
+    table = Table(title=title, title_justify="left")
+    # Short fields never wrap; the long ones (UUIDs, fake device paths under $HOME) fold
+    # instead, so a narrow terminal still shows every character of what a user copies.
+    table.add_column("Index", justify="right", no_wrap=True)
+    table.add_column("Name")
+    table.add_column("UUID", overflow="fold")
+    table.add_column("Memory", justify="right", no_wrap=True)
+    table.add_column("Compute cap.", no_wrap=True)
+    table.add_column("Driver", no_wrap=True)
+    table.add_column("Device", overflow="fold")
+    table.add_column("Fake", no_wrap=True)
+    for gpu in node.gpus:
+        table.add_row(
+            str(gpu.index),
+            gpu.model,
+            gpu.uuid,
+            _memory(gpu),
+            "N/A" if gpu.compute_capability == "0.0" else gpu.compute_capability,
+            gpu.driver_version + (f" (CUDA {gpu.cuda_version})" if gpu.cuda_version else ""),
+            gpu.device_path,
+            "FAKE" if gpu.fake else "no",
+            style="yellow" if gpu.fake else None,
+        )
+    return table
+
+
+def render_node(node: Node) -> RenderableType:
+    """A ``docker info``-like block, the CPU features, and an ``nvidia-smi``-like table."""
+    parts: list[RenderableType] = [_summary(node), _features(node), Text()]
+    if node.gpus:
+        parts.append(_gpu_table(node))
+    else:
+        parts.append(Text(f"No GPUs found (GPU source: {node.gpu_source})"))
+    return Group(*parts)

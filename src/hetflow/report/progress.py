@@ -1,0 +1,76 @@
+"""Live progress of a run: a rich display on a terminal, plain lines otherwise."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import TextIO
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from hetflow.report.runs import gpus_text, steps_table
+from hetflow.state.models import STEP_TERMINAL, RunRecord, StepRecord
+
+
+class LiveReporter:
+    """A row per step (state, variant, GPUs, elapsed) under a bar for the whole run."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.progress = Progress(
+            TextColumn("[bold]{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=console,
+        )
+        self.task = self.progress.add_task("run", total=None)
+        self.live: Live | None = None
+
+    def update(self, run: RunRecord, steps: list[StepRecord]) -> None:
+        done = sum(s.state in STEP_TERMINAL for s in steps)
+        self.progress.update(self.task, description=f"{run.name} {run.id}", total=len(steps), completed=done)
+        body = Group(self.progress, steps_table(steps, reasons=False))
+        if self.live is None:
+            self.live = Live(body, console=self.console, refresh_per_second=8, transient=False)
+            self.live.start()
+        else:
+            self.live.update(body)
+
+    def close(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+
+class PlainReporter:
+    """One line per step state change, for logs and pipes."""
+
+    def __init__(self, out: TextIO | None = None) -> None:
+        self.out = out or sys.stdout
+        self.seen: dict[str, tuple[str, int]] = {}
+
+    def update(self, run: RunRecord, steps: list[StepRecord]) -> None:
+        for s in steps:
+            key = (s.state, s.attempts)
+            if self.seen.get(s.step) == key:
+                continue
+            self.seen[s.step] = key
+            stamp = time.strftime("%H:%M:%S")
+            extra = ""
+            if s.state in ("launching", "running"):
+                extra = f" variant={s.variant} gpus={gpus_text(s.gpus)} attempt={s.attempts}"
+            elif s.reason and s.state in ("waiting", "failed", "skipped"):
+                extra = f" ({s.reason})"
+            print(f"{stamp} {run.id} {s.step}: {s.state}{extra}", file=self.out, flush=True)
+
+    def close(self) -> None:
+        pass
+
+
+def make_reporter(console: Console, quiet: bool = False) -> LiveReporter | PlainReporter | None:
+    if quiet:
+        return None
+    return LiveReporter(console) if console.is_terminal else PlainReporter()

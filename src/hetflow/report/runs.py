@@ -1,0 +1,146 @@
+"""Runs and steps as tables (people) and JSON (scripts): ps, show, the run summary."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from hetflow.spec.units import format_duration
+from hetflow.state.models import AttemptRecord, RunRecord, StepRecord
+
+STATE_STYLE = {
+    "pending": "dim",
+    "waiting": "yellow",
+    "launching": "cyan",
+    "running": "cyan bold",
+    "succeeded": "green",
+    "failed": "red bold",
+    "skipped": "magenta",
+    "stopped": "red",
+}
+
+
+def styled(state: str) -> Text:
+    return Text(state, style=STATE_STYLE.get(state, ""))
+
+
+def elapsed(start: float | None, end: float | None, now: float | None = None) -> str:
+    if start is None:
+        return "-"
+    return format_duration((end if end is not None else (now or time.time())) - start)
+
+
+def when(t: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
+
+
+def gpus_text(gpus: tuple[int, ...]) -> str:
+    return ",".join(map(str, gpus)) if gpus else "-"
+
+
+def run_json(run: RunRecord, steps: list[StepRecord], attempts: list[AttemptRecord] | None = None) -> dict[str, Any]:
+    by_step: dict[str, list[dict[str, Any]]] = {}
+    for a in attempts or []:
+        by_step.setdefault(a.step, []).append(
+            {
+                "attempt": a.attempt,
+                "variant": a.variant,
+                "node": a.node,
+                "gpus": list(a.gpus),
+                "gpu_uuids": list(a.gpu_uuids),
+                "container": a.container,
+                "image": a.image,
+                "state": a.state,
+                "exit_code": a.exit_code,
+                "started": a.started,
+                "ended": a.ended,
+                "message": a.message,
+            }
+        )
+    done = sum(s.state == "succeeded" for s in steps)
+    return {
+        "id": run.id,
+        "name": run.name,
+        "workflow": run.workflow_file,
+        "state": run.state,
+        "created": run.created,
+        "started": run.started,
+        "ended": run.ended,
+        "pid": run.pid,
+        "user": f"{run.uid}:{run.gid}",
+        "workdir": run.workdir,
+        "message": run.message,
+        "steps_done": done,
+        "steps_total": len(steps),
+        "steps": [
+            {
+                "step": s.step,
+                "state": s.state,
+                "variant": s.variant,
+                "node": s.node,
+                "gpus": list(s.gpus),
+                "attempts": s.attempts,
+                "exit_code": s.exit_code,
+                "started": s.started,
+                "ended": s.ended,
+                "reason": s.reason,
+                **({"attempt_history": by_step.get(s.step, [])} if attempts is not None else {}),
+            }
+            for s in steps
+        ],
+    }
+
+
+def ps_table(runs: list[tuple[RunRecord, list[StepRecord]]]) -> Table:
+    t = Table(box=None, header_style="bold")
+    for col in ("RUN ID", "NAME", "STATE", "STEPS", "CREATED", "DURATION", "USER"):
+        t.add_column(col)
+    for run, steps in runs:
+        done = sum(s.state == "succeeded" for s in steps)
+        t.add_row(
+            run.id,
+            run.name,
+            styled(run.state),
+            f"{done}/{len(steps)}",
+            when(run.created),
+            elapsed(run.started, run.ended),
+            f"{run.uid}:{run.gid}",
+        )
+    return t
+
+
+def steps_table(steps: list[StepRecord], *, reasons: bool = True, now: float | None = None) -> Table:
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in (
+        "STEP",
+        "STATE",
+        "VARIANT",
+        "NODE",
+        "GPUS",
+        "ATTEMPTS",
+        "EXIT",
+        "STARTED",
+        "ELAPSED",
+    ):
+        t.add_column(col, no_wrap=True)
+    if reasons:
+        t.add_column("WHY", overflow="fold")
+    for s in steps:
+        row: list[Any] = [
+            s.step,
+            styled(s.state),
+            s.variant or "-",
+            s.node or "-",
+            gpus_text(s.gpus),
+            str(s.attempts),
+            "-" if s.exit_code is None else str(s.exit_code),
+            when(s.started)[11:] if s.started else "-",
+            elapsed(s.started, s.ended, now),
+        ]
+        if reasons:
+            row.append(s.reason)
+        t.add_row(*row)
+    return t

@@ -1,0 +1,130 @@
+"""Records read from the store, and the states and transitions they may take."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Run states.  A run is "running" while an executor owns it (its pid is recorded).
+RUN_PENDING, RUN_RUNNING, RUN_SUCCEEDED, RUN_FAILED, RUN_STOPPED = (
+    "pending",
+    "running",
+    "succeeded",
+    "failed",
+    "stopped",
+)
+RUN_TERMINAL = frozenset({RUN_SUCCEEDED, RUN_FAILED, RUN_STOPPED})
+
+# Step states.  "launching" is written before the container is started (the intent),
+# so a crash between the two is found and repaired by resume.
+(PENDING, WAITING, LAUNCHING, RUNNING, SUCCEEDED, FAILED, SKIPPED, STOPPED) = (
+    "pending",
+    "waiting",
+    "launching",
+    "running",
+    "succeeded",
+    "failed",
+    "skipped",
+    "stopped",
+)
+STEP_TERMINAL = frozenset({SUCCEEDED, FAILED, SKIPPED, STOPPED})
+
+STEP_TRANSITIONS: dict[str, frozenset[str]] = {
+    PENDING: frozenset({LAUNCHING, SKIPPED, STOPPED, FAILED}),
+    WAITING: frozenset({LAUNCHING, SKIPPED, STOPPED, FAILED}),  # waiting = backoff before retry
+    LAUNCHING: frozenset({RUNNING, LAUNCHING, WAITING, FAILED, STOPPED, SUCCEEDED}),
+    RUNNING: frozenset({SUCCEEDED, WAITING, FAILED, STOPPED, RUNNING}),
+    SUCCEEDED: frozenset({PENDING}),  # resume re-runs a step whose outputs were damaged
+    FAILED: frozenset({PENDING}),  # resume retries failed steps
+    SKIPPED: frozenset({PENDING}),
+    STOPPED: frozenset({PENDING}),
+}
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    id: str
+    name: str
+    workflow_file: str
+    state: str
+    created: float
+    started: float | None
+    ended: float | None
+    pid: int | None
+    uid: int
+    gid: int
+    workdir: str
+    spec_json: str
+    params_json: str
+    message: str
+
+
+@dataclass(frozen=True)
+class StepRecord:
+    run_id: str
+    step: str
+    state: str
+    variant: str | None
+    node: str | None
+    gpus: tuple[int, ...]
+    attempts: int
+    exit_code: int | None
+    started: float | None
+    ended: float | None
+    reason: str
+    not_before: float | None
+
+
+@dataclass(frozen=True)
+class AttemptRecord:
+    run_id: str
+    step: str
+    attempt: int
+    variant: str
+    node: str
+    gpus: tuple[int, ...]
+    gpu_uuids: tuple[str, ...]
+    container: str
+    image: str
+    state: str
+    exit_code: int | None
+    started: float | None
+    ended: float | None
+    message: str
+
+
+@dataclass(frozen=True)
+class OutputRecord:
+    run_id: str
+    step: str
+    name: str
+    sha256: str
+    size: int
+    path: str
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    run_id: str
+    step: str | None
+    time: float
+    kind: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Lease:
+    gpu_uuid: str
+    run_id: str
+    step: str
+    attempt: int
+    container: str
+    pid: int
+
+
+@dataclass
+class RunView:
+    """A run with its steps, for reports."""
+
+    run: RunRecord
+    steps: list[StepRecord] = field(default_factory=list)

@@ -1,0 +1,398 @@
+"""SQLite state store (stdlib sqlite3, WAL), shared by every hetflow process on a host.
+
+WAL lets ``hetflow ps`` read while a run writes; ``busy_timeout`` makes concurrent
+writers (several ``hetflow run`` at once) wait instead of failing.  GPU leases live
+here too, so "one GPU, one running step" holds across processes.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from hetflow.errors import StateError
+from hetflow.state.models import (
+    STEP_TRANSITIONS,
+    AttemptRecord,
+    Event,
+    Lease,
+    OutputRecord,
+    RunRecord,
+    StepRecord,
+)
+
+SCHEMA_VERSION = 1
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+  id TEXT PRIMARY KEY, name TEXT NOT NULL, workflow_file TEXT NOT NULL, state TEXT NOT NULL,
+  created REAL NOT NULL, started REAL, ended REAL, pid INTEGER, uid INTEGER NOT NULL,
+  gid INTEGER NOT NULL, workdir TEXT NOT NULL, spec_json TEXT NOT NULL,
+  params_json TEXT NOT NULL, message TEXT NOT NULL DEFAULT '');
+CREATE TABLE IF NOT EXISTS steps (
+  run_id TEXT NOT NULL REFERENCES runs(id), step TEXT NOT NULL, ord INTEGER NOT NULL,
+  state TEXT NOT NULL, variant TEXT, node TEXT, gpus TEXT NOT NULL DEFAULT '[]',
+  attempts INTEGER NOT NULL DEFAULT 0, exit_code INTEGER, started REAL, ended REAL,
+  reason TEXT NOT NULL DEFAULT '', not_before REAL, PRIMARY KEY (run_id, step));
+CREATE TABLE IF NOT EXISTS attempts (
+  run_id TEXT NOT NULL, step TEXT NOT NULL, attempt INTEGER NOT NULL, variant TEXT NOT NULL,
+  node TEXT NOT NULL, gpus TEXT NOT NULL, gpu_uuids TEXT NOT NULL, container TEXT NOT NULL,
+  image TEXT NOT NULL, state TEXT NOT NULL, exit_code INTEGER, started REAL, ended REAL,
+  message TEXT NOT NULL DEFAULT '', PRIMARY KEY (run_id, step, attempt));
+CREATE TABLE IF NOT EXISTS outputs (
+  run_id TEXT NOT NULL, step TEXT NOT NULL, name TEXT NOT NULL, sha256 TEXT NOT NULL,
+  size INTEGER NOT NULL, path TEXT NOT NULL, PRIMARY KEY (run_id, step, name));
+CREATE TABLE IF NOT EXISTS events (
+  id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, step TEXT, time REAL NOT NULL,
+  kind TEXT NOT NULL, message TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id);
+CREATE TABLE IF NOT EXISTS gpu_leases (
+  gpu_uuid TEXT PRIMARY KEY, run_id TEXT NOT NULL, step TEXT NOT NULL, attempt INTEGER NOT NULL,
+  container TEXT NOT NULL, pid INTEGER NOT NULL, acquired REAL NOT NULL);
+"""
+
+
+def _now() -> float:
+    return time.time()
+
+
+class Store:
+    """One connection per process; every write is its own short transaction."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            # isolation_level=None: we issue BEGIN ourselves (BEGIN IMMEDIATE for leases).
+            self._db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._db.executescript(_SCHEMA)
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        except sqlite3.DatabaseError as exc:
+            raise StateError(
+                f"cannot open the state store {path}: {exc}; point HETFLOW_HOME elsewhere or move the damaged file away"
+            ) from None
+
+    def close(self) -> None:
+        self._db.close()
+
+    @contextmanager
+    def _tx(self, immediate: bool = False) -> Iterator[sqlite3.Connection]:
+        self._db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        try:
+            yield self._db
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        else:
+            self._db.execute("COMMIT")
+
+    # --- runs -------------------------------------------------------------------------
+
+    def create_run(
+        self,
+        *,
+        run_id: str,
+        name: str,
+        workflow_file: str,
+        spec_json: str,
+        params_json: str,
+        uid: int,
+        gid: int,
+        workdir: str,
+        steps: Iterable[str],
+    ) -> None:
+        now = _now()
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO runs (id, name, workflow_file, state, created, uid, gid, workdir,"
+                " spec_json, params_json) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
+                (run_id, name, workflow_file, now, uid, gid, workdir, spec_json, params_json),
+            )
+            db.executemany(
+                "INSERT INTO steps (run_id, step, ord, state) VALUES (?, ?, ?, 'pending')",
+                [(run_id, s, i) for i, s in enumerate(steps)],
+            )
+            db.execute(
+                "INSERT INTO events (run_id, step, time, kind, message) VALUES (?, NULL, ?, 'created', ?)",
+                (run_id, now, f"run of {name} created from {workflow_file}"),
+            )
+
+    def resolve_run_id(self, prefix: str) -> str:
+        """A full run id from a unique prefix, as docker accepts short container ids."""
+        rows = self._db.execute(
+            "SELECT id FROM runs WHERE id = ? OR id LIKE ? ORDER BY created DESC LIMIT 2",
+            (prefix, prefix.replace("%", "").replace("_", r"\_") + "%"),
+        ).fetchall()
+        exact = [r["id"] for r in rows if r["id"] == prefix]
+        if exact:
+            return str(exact[0])
+        if not rows or not prefix:
+            raise StateError(f"no run {prefix!r} in {self.path}; 'hetflow ps --all' lists runs")
+        if len(rows) > 1:
+            raise StateError(f"run id prefix {prefix!r} is ambiguous; give more characters")
+        return str(rows[0]["id"])
+
+    def run(self, run_id: str) -> RunRecord:
+        row = self._db.execute("SELECT * FROM runs WHERE id = ?", (run_id,)).fetchone()
+        if row is None:
+            raise StateError(f"no run {run_id!r} in {self.path}; 'hetflow ps --all' lists runs")
+        return RunRecord(**{k: row[k] for k in RunRecord.__dataclass_fields__})
+
+    def runs(self, *, include_ended: bool = True, limit: int = 200) -> list[RunRecord]:
+        sql = "SELECT * FROM runs"
+        if not include_ended:
+            sql += " WHERE state IN ('pending', 'running')"
+        rows = self._db.execute(sql + " ORDER BY created DESC LIMIT ?", (limit,)).fetchall()
+        return [RunRecord(**{k: r[k] for k in RunRecord.__dataclass_fields__}) for r in rows]
+
+    def set_run(self, run_id: str, **fields: Any) -> None:
+        allowed = {"state", "started", "ended", "pid", "message"}
+        bad = set(fields) - allowed
+        if bad:
+            raise ValueError(f"cannot set {bad} on a run")
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self._tx() as db:
+            db.execute(f"UPDATE runs SET {cols} WHERE id = ?", (*fields.values(), run_id))
+
+    def claim_run(self, run_id: str, pid: int, alive: Any) -> None:
+        """Make ``pid`` the run's executor; refuse while another live process holds it."""
+        with self._tx(immediate=True) as db:
+            row = db.execute("SELECT pid, state FROM runs WHERE id = ?", (run_id,)).fetchone()
+            if row is None:
+                raise StateError(f"no run {run_id!r}")
+            other = row["pid"]
+            if other and other != pid and row["state"] == "running" and alive(other):
+                raise StateError(f"run {run_id} is being executed by process {other}; 'hetflow stop {run_id}' stops it")
+            db.execute(
+                "UPDATE runs SET pid = ?, state = 'running', ended = NULL, started = COALESCE(started, ?) WHERE id = ?",
+                (pid, _now(), run_id),
+            )
+
+    # --- steps ------------------------------------------------------------------------
+
+    def steps(self, run_id: str) -> list[StepRecord]:
+        rows = self._db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY ord", (run_id,)).fetchall()
+        return [_step(r) for r in rows]
+
+    def step(self, run_id: str, step: str) -> StepRecord:
+        row = self._db.execute("SELECT * FROM steps WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
+        if row is None:
+            raise StateError(f"run {run_id} has no step {step!r}")
+        return _step(row)
+
+    def set_step(self, run_id: str, step: str, *, event: str | None = None, **fields: Any) -> None:
+        """Update a step; a state change must be an allowed transition (models.STEP_TRANSITIONS)."""
+        if "gpus" in fields:
+            fields["gpus"] = json.dumps(list(fields["gpus"]))
+        with self._tx(immediate=True) as db:
+            if "state" in fields:
+                row = db.execute("SELECT state FROM steps WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
+                old, new = row["state"], fields["state"]
+                if old != new and new not in STEP_TRANSITIONS.get(old, frozenset()):
+                    raise StateError(f"step {step!r}: illegal transition {old} -> {new}")
+            cols = ", ".join(f"{k} = ?" for k in fields)
+            db.execute(
+                f"UPDATE steps SET {cols} WHERE run_id = ? AND step = ?",
+                (*fields.values(), run_id, step),
+            )
+            if event:
+                db.execute(
+                    "INSERT INTO events (run_id, step, time, kind, message) VALUES (?, ?, ?, ?, ?)",
+                    (run_id, step, _now(), fields.get("state", "update"), event),
+                )
+
+    # --- attempts ---------------------------------------------------------------------
+
+    def add_attempt(self, a: AttemptRecord) -> None:
+        """Record the intent to launch, before the container is started."""
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    a.run_id,
+                    a.step,
+                    a.attempt,
+                    a.variant,
+                    a.node,
+                    json.dumps(list(a.gpus)),
+                    json.dumps(list(a.gpu_uuids)),
+                    a.container,
+                    a.image,
+                    a.state,
+                    a.exit_code,
+                    a.started,
+                    a.ended,
+                    a.message,
+                ),
+            )
+
+    def set_attempt(self, run_id: str, step: str, attempt: int, **fields: Any) -> None:
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self._tx() as db:
+            db.execute(
+                f"UPDATE attempts SET {cols} WHERE run_id = ? AND step = ? AND attempt = ?",
+                (*fields.values(), run_id, step, attempt),
+            )
+
+    def attempts(self, run_id: str, step: str | None = None) -> list[AttemptRecord]:
+        sql, args = "SELECT * FROM attempts WHERE run_id = ?", [run_id]
+        if step is not None:
+            sql += " AND step = ?"
+            args.append(step)
+        rows = self._db.execute(sql + " ORDER BY step, attempt", args).fetchall()
+        return [_attempt(r) for r in rows]
+
+    # --- outputs ----------------------------------------------------------------------
+
+    def succeed_step(
+        self,
+        run_id: str,
+        step: str,
+        attempt: int,
+        outputs: list[OutputRecord],
+        ended: float,
+        exit_code: int,
+    ) -> None:
+        """Outputs, attempt and step state in one transaction: a crash leaves all or none."""
+        with self._tx(immediate=True) as db:
+            db.execute("DELETE FROM outputs WHERE run_id = ? AND step = ?", (run_id, step))
+            db.executemany(
+                "INSERT INTO outputs VALUES (?, ?, ?, ?, ?, ?)",
+                [(o.run_id, o.step, o.name, o.sha256, o.size, o.path) for o in outputs],
+            )
+            db.execute(
+                "UPDATE attempts SET state = 'succeeded', exit_code = ?, ended = ?"
+                " WHERE run_id = ? AND step = ? AND attempt = ?",
+                (exit_code, ended, run_id, step, attempt),
+            )
+            db.execute(
+                "UPDATE steps SET state = 'succeeded', exit_code = ?, ended = ? WHERE run_id = ? AND step = ?",
+                (exit_code, ended, run_id, step),
+            )
+            db.execute(
+                "INSERT INTO events (run_id, step, time, kind, message) VALUES (?, ?, ?, 'succeeded', ?)",
+                (
+                    run_id,
+                    step,
+                    ended,
+                    f"attempt {attempt} succeeded; {len(outputs)} output(s) recorded",
+                ),
+            )
+
+    def outputs(self, run_id: str, step: str | None = None) -> list[OutputRecord]:
+        sql, args = "SELECT * FROM outputs WHERE run_id = ?", [run_id]
+        if step is not None:
+            sql += " AND step = ?"
+            args.append(step)
+        return [OutputRecord(**dict(r)) for r in self._db.execute(sql + " ORDER BY step, name", args)]
+
+    # --- events -----------------------------------------------------------------------
+
+    def add_event(self, run_id: str, step: str | None, kind: str, message: str) -> None:
+        with self._tx() as db:
+            db.execute(
+                "INSERT INTO events (run_id, step, time, kind, message) VALUES (?, ?, ?, ?, ?)",
+                (run_id, step, _now(), kind, message),
+            )
+
+    def events(self, run_id: str, after: int = 0) -> list[Event]:
+        rows = self._db.execute(
+            "SELECT * FROM events WHERE run_id = ? AND id > ? ORDER BY id", (run_id, after)
+        ).fetchall()
+        return [Event(**dict(r)) for r in rows]
+
+    # --- GPU leases -------------------------------------------------------------------
+
+    def leases(self) -> list[Lease]:
+        rows = self._db.execute("SELECT * FROM gpu_leases").fetchall()
+        return [Lease(r["gpu_uuid"], r["run_id"], r["step"], r["attempt"], r["container"], r["pid"]) for r in rows]
+
+    def acquire_gpus(self, uuids: list[str], holder: Lease, stale: list[Lease]) -> bool:
+        """Take every GPU in ``uuids`` for ``holder`` or none of them.
+
+        ``stale`` are leases the caller found dead (holder process gone and container not
+        running); they are dropped only if still exactly as seen, so two processes racing
+        cannot both reclaim the same GPU."""
+        with self._tx(immediate=True) as db:
+            for s in stale:
+                db.execute(
+                    "DELETE FROM gpu_leases WHERE gpu_uuid = ? AND container = ? AND pid = ?",
+                    (s.gpu_uuid, s.container, s.pid),
+                )
+            marks = ",".join("?" * len(uuids))
+            taken = db.execute(
+                f"SELECT gpu_uuid FROM gpu_leases WHERE gpu_uuid IN ({marks}) AND container != ?",
+                (*uuids, holder.container),
+            ).fetchall()
+            if taken:
+                return False
+            db.executemany(
+                "INSERT OR REPLACE INTO gpu_leases VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [
+                    (
+                        u,
+                        holder.run_id,
+                        holder.step,
+                        holder.attempt,
+                        holder.container,
+                        holder.pid,
+                        _now(),
+                    )
+                    for u in uuids
+                ],
+            )
+            return True
+
+    def release_gpus(self, container: str) -> None:
+        with self._tx() as db:
+            db.execute("DELETE FROM gpu_leases WHERE container = ?", (container,))
+
+    def adopt_leases(self, run_id: str, pid: int) -> None:
+        """A resumed executor takes over the leases of its run's still-running containers."""
+        with self._tx() as db:
+            db.execute("UPDATE gpu_leases SET pid = ? WHERE run_id = ?", (pid, run_id))
+
+
+def _step(r: sqlite3.Row) -> StepRecord:
+    return StepRecord(
+        run_id=r["run_id"],
+        step=r["step"],
+        state=r["state"],
+        variant=r["variant"],
+        node=r["node"],
+        gpus=tuple(json.loads(r["gpus"])),
+        attempts=r["attempts"],
+        exit_code=r["exit_code"],
+        started=r["started"],
+        ended=r["ended"],
+        reason=r["reason"],
+        not_before=r["not_before"],
+    )
+
+
+def _attempt(r: sqlite3.Row) -> AttemptRecord:
+    return AttemptRecord(
+        run_id=r["run_id"],
+        step=r["step"],
+        attempt=r["attempt"],
+        variant=r["variant"],
+        node=r["node"],
+        gpus=tuple(json.loads(r["gpus"])),
+        gpu_uuids=tuple(json.loads(r["gpu_uuids"])),
+        container=r["container"],
+        image=r["image"],
+        state=r["state"],
+        exit_code=r["exit_code"],
+        started=r["started"],
+        ended=r["ended"],
+        message=r["message"],
+    )

@@ -1,0 +1,169 @@
+"""Fake GPUs from HETFLOW_FAKE_GPUS: spec parsing, and real 195:N device nodes."""
+
+from __future__ import annotations
+
+import errno
+import os
+import re
+import stat
+from pathlib import Path
+
+import pytest
+
+from hetflow.errors import InventoryError
+from hetflow.inventory.fake import (
+    KNOWN_MODELS,
+    ensure_device_node,
+    fake_uuid,
+    make_fake_gpus,
+    parse_fake_spec,
+)
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod of device nodes needs root")
+
+GOOD_SPECS = [
+    pytest.param("a100:2,t4:1", [("a100", 2), ("t4", 1)], id="two-models"),
+    pytest.param(" A100 : 2 , T4 ", [("a100", 2), ("t4", 1)], id="spaces-and-case"),
+    pytest.param("h200", [("h200", 1)], id="bare-model-is-one"),
+    pytest.param("a100-80g:3,", [("a100-80g", 3)], id="trailing-comma"),
+    pytest.param("l4:1,l4:1", [("l4", 1), ("l4", 1)], id="repeated-model"),
+    pytest.param("", [], id="empty"),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), GOOD_SPECS)
+def test_parse_fake_spec_accepts(text: str, expected: list[tuple[str, int]]) -> None:
+    assert parse_fake_spec(text) == expected
+
+
+KNOWN_LIST = "a10, a100, a100-80g, h100, h200, l4, t4, v100"
+
+BAD_SPECS = [
+    pytest.param(
+        "x100:2",
+        f"HETFLOW_FAKE_GPUS: 'x100:2' names no known model; use one of {KNOWN_LIST}",
+        id="unknown-model",
+    ),
+    pytest.param(
+        "a100:1,:2",
+        f"HETFLOW_FAKE_GPUS: ':2' names no known model; use one of {KNOWN_LIST}",
+        id="missing-model",
+    ),
+    pytest.param(
+        "a100:0",
+        "HETFLOW_FAKE_GPUS: 'a100:0' has a bad count '0'; write a whole number of at least 1, e.g. 'a100:2'",
+        id="zero-count",
+    ),
+    pytest.param(
+        "t4:two",
+        "HETFLOW_FAKE_GPUS: 't4:two' has a bad count 'two'; write a whole number of at least 1, e.g. 't4:2'",
+        id="word-count",
+    ),
+    pytest.param(
+        "t4:-1",
+        "HETFLOW_FAKE_GPUS: 't4:-1' has a bad count '-1'; write a whole number of at least 1, e.g. 't4:2'",
+        id="negative-count",
+    ),
+    pytest.param(
+        "t4:200,l4:56",
+        "HETFLOW_FAKE_GPUS: 't4:200,l4:56' asks for 256 GPUs; at most 255 fit in device minors 0-254",
+        id="too-many",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), BAD_SPECS)
+def test_parse_fake_spec_rejects_with_readable_message(text: str, message: str) -> None:
+    with pytest.raises(InventoryError) as caught:
+        parse_fake_spec(text)
+
+    assert str(caught.value) == message
+
+
+def test_known_models_table_matches_the_documented_list() -> None:
+    assert ", ".join(sorted(KNOWN_MODELS)) == KNOWN_LIST
+
+
+def test_fake_uuid_is_stable_and_uuid_shaped() -> None:
+    uuid = fake_uuid("a100", 0)
+
+    assert uuid == fake_uuid("a100", 0)
+    assert uuid != fake_uuid("a100", 1)
+    assert uuid != fake_uuid("t4", 0)
+    assert re.fullmatch(r"GPU-fake-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", uuid)
+
+
+def device_numbers(path: Path) -> tuple[int, int]:
+    st = path.lstat()
+    assert stat.S_ISCHR(st.st_mode), f"{path} is not a character device"
+    return os.major(st.st_rdev), os.minor(st.st_rdev)
+
+
+@needs_root
+def test_make_fake_gpus_creates_character_devices(tmp_path: Path) -> None:
+    dev = tmp_path / "dev"
+
+    gpus, control = make_fake_gpus("a100:2,t4:1", dev)
+
+    assert [(g.index, g.minor, g.model) for g in gpus] == [
+        (0, 0, "NVIDIA A100-SXM4-40GB"),
+        (1, 1, "NVIDIA A100-SXM4-40GB"),
+        (2, 2, "Tesla T4"),
+    ]
+    assert [g.device_path for g in gpus] == [str(dev / f"nvidia{i}") for i in range(3)]
+    assert [device_numbers(dev / f"nvidia{i}") for i in range(3)] == [(195, 0), (195, 1), (195, 2)]
+    assert control == [str(dev / "nvidiactl")]
+    assert device_numbers(dev / "nvidiactl") == (195, 255)
+    assert stat.S_IMODE((dev / "nvidia0").stat().st_mode) == 0o666
+    assert all(g.fake and g.driver_version == "fake" for g in gpus)
+    assert [g.compute_capability for g in gpus] == ["8.0", "8.0", "7.5"]
+    assert gpus[2].memory_bytes == 15360 * 1024**2
+    assert gpus[0].uuid == fake_uuid("a100", 0)
+
+
+@needs_root
+def test_make_fake_gpus_is_idempotent(tmp_path: Path) -> None:
+    first, _ = make_fake_gpus("l4:2", tmp_path)
+    inodes = [(tmp_path / f"nvidia{i}").lstat().st_ino for i in range(2)]
+
+    second, _ = make_fake_gpus("l4:2", tmp_path)
+
+    assert second == first
+    assert [(tmp_path / f"nvidia{i}").lstat().st_ino for i in range(2)] == inodes
+
+
+@needs_root
+@pytest.mark.parametrize("wrong", ["plain-file", "wrong-minor", "dangling-link"])
+def test_make_fake_gpus_replaces_wrong_nodes(tmp_path: Path, wrong: str) -> None:
+    node = tmp_path / "nvidia0"
+    if wrong == "plain-file":
+        node.write_text("not a device")
+    elif wrong == "wrong-minor":
+        os.mknod(node, 0o600 | stat.S_IFCHR, os.makedev(195, 7))
+    else:
+        node.symlink_to(tmp_path / "nowhere")
+
+    make_fake_gpus("t4:1", tmp_path)
+
+    assert device_numbers(node) == (195, 0)
+
+
+def test_make_fake_gpus_with_bad_spec_creates_nothing(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError, match="x100"):
+        make_fake_gpus("x100:1", tmp_path / "dev")
+
+    assert not (tmp_path / "dev").exists()
+
+
+def refuse_mknod(path: Path, mode: int, device: int) -> None:
+    raise PermissionError(errno.EPERM, "Operation not permitted", str(path))
+
+
+def test_device_node_without_permission_says_root_is_needed(tmp_path: Path) -> None:
+    with pytest.raises(InventoryError) as caught:
+        ensure_device_node(tmp_path / "nvidia0", 0, mknod=refuse_mknod)
+
+    message = str(caught.value)
+    assert "fake GPUs need root (CAP_MKNOD)" in message
+    assert str(tmp_path / "nvidia0") in message
+    assert "unset HETFLOW_FAKE_GPUS" in message
