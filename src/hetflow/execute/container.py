@@ -34,7 +34,10 @@ def build_spec(
         command=variant.command,
         user=f"{uid}:{gid}",
         labels={LABEL_RUN: run_id, LABEL_STEP: step_name, LABEL_ATTEMPT: str(attempt)},
-        env=container_env(variant.env, access.env),
+        env=container_env(
+            variant.env,
+            {**access.env, "HETFLOW_RUN_ID": run_id, "HETFLOW_STEP": step_name, "HETFLOW_ATTEMPT": str(attempt)},
+        ),
         mounts=tuple(mounts),
         devices=access.devices,
         cdi_devices=access.cdi_devices,

@@ -22,6 +22,9 @@ RESERVED_ENV = frozenset(
         "NVIDIA_DRIVER_CAPABILITIES",
         "LD_PRELOAD",
         "HETFLOW_GPU_UUIDS",
+        "HETFLOW_RUN_ID",
+        "HETFLOW_STEP",
+        "HETFLOW_ATTEMPT",
         "HOME",
     }
 )

@@ -22,12 +22,12 @@ ParamValue = str | int | float | bool
 
 
 def _coerce_command(v: object) -> object:
-    """A command is an argv list (exec form, like a Kubernetes ``command``); YAML numbers
-    in it become strings so ``[--size, 4096]`` works."""
+    """A command is an argv list (exec form, like a Kubernetes ``command``); YAML scalars
+    in it become the strings the user typed, so ``[--size, 4096]`` and ``[true]`` work."""
     if isinstance(v, str):
         raise ValueError("command must be a list of arguments, e.g. [python3, /app/x.py]")
     if isinstance(v, list):
-        return [str(x) if isinstance(x, int | float) and not isinstance(x, bool) else x for x in v]
+        return [str(x).lower() if isinstance(x, bool) else str(x) if isinstance(x, int | float) else x for x in v]
     return v
 
 

@@ -1,0 +1,54 @@
+# hetflow: `make demo` and `make test` install what they need (as root on Debian 12),
+# and both are safe to run twice.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+HETFLOW := $(VENV)/bin/hetflow
+APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip ca-certificates
+export HETFLOW_HOME ?= $(CURDIR)/.hetflow
+
+.PHONY: deps install demo test lint unit integration bench images clean
+
+deps:  ## system packages: podman + runc (see src/hetflow/share/containers.conf), busybox, debootstrap
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  if [ "$$(id -u)" != 0 ]; then echo "run as root (or install:$$missing)"; exit 1; fi; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+$(VENV)/.installed: pyproject.toml
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test]'
+	@touch $@
+
+install: deps $(VENV)/.installed
+
+images: install
+	$(HETFLOW) examples build
+
+demo: install images
+	$(HETFLOW) nodes
+	$(HETFLOW) run examples/meanpool/workflow.yaml
+	$(HETFLOW) run examples/circuit/workflow.yaml
+
+lint: install
+	$(VENV)/bin/ruff check src tests bench
+	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/mypy
+
+unit: install
+	$(PY) -m pytest tests/unit -q
+
+integration: install
+	$(PY) -m pytest tests/integration -q
+
+test: install lint
+	$(PY) -m pytest tests -q -ra
+
+bench: install images
+	$(PY) -m bench.overhead
+
+clean:
+	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache

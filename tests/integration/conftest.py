@@ -1,0 +1,32 @@
+"""Integration tests: real podman containers, real device nodes (fake GPUs made with
+mknod: these tests prove isolation, not GPU computation), the real CLI in subprocesses."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from hetflow.examples import build_tiny_image
+from tests.integration.hfkit import BUSYBOX, HOSTILE, Hetflow
+
+
+@pytest.fixture(scope="session")
+def busybox() -> str:
+    return build_tiny_image(BUSYBOX)
+
+
+@pytest.fixture(scope="session")
+def hostile() -> str:
+    """An image whose own ENV asks for every GPU and preloads a library."""
+    return build_tiny_image(HOSTILE, env={"NVIDIA_VISIBLE_DEVICES": "all", "LD_PRELOAD": "/lib/evil.so"})
+
+
+@pytest.fixture
+def hf(tmp_path: Path, busybox: str) -> Hetflow:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HETFLOW_", "SUDO_"))}
+    env.update(
+        HETFLOW_HOME=str(tmp_path / "home"), HETFLOW_RETRY_BACKOFF="0.2", HETFLOW_POLL_INTERVAL="0.1", COLUMNS="200"
+    )
+    return Hetflow(tmp_path / "home", env)

@@ -1,0 +1,74 @@
+"""Helpers for the integration tests: real podman containers, real device nodes (fake GPUs made with
+mknod: these tests prove isolation, not GPU computation), the real CLI in subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+BUSYBOX = "localhost/hetflow-test/busybox:latest"
+HOSTILE = "localhost/hetflow-test/hostile:latest"
+
+
+@dataclass
+class Hetflow:
+    """The real `hetflow` command against a private HETFLOW_HOME."""
+
+    home: Path
+    env: dict[str, str]
+
+    def __call__(
+        self, *args: str, check: bool = True, extra_env: dict[str, str] | None = None, timeout: float = 120
+    ) -> subprocess.CompletedProcess[str]:
+        proc = subprocess.run(
+            [sys.executable, "-m", "hetflow.cli.main", *args],
+            capture_output=True,
+            text=True,
+            env={**self.env, **(extra_env or {})},
+            timeout=timeout,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise AssertionError(f"hetflow {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def popen(self, *args: str, extra_env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        return subprocess.Popen(
+            [sys.executable, "-m", "hetflow.cli.main", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**self.env, **(extra_env or {})},
+        )
+
+    def show(self, run_id: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads(self("show", run_id, "--json").stdout)
+        return data
+
+    def last_run(self) -> str:
+        runs = json.loads(self("ps", "--all", "--json").stdout)
+        return str(runs[0]["id"])
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 60) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            if predicate():
+                return
+            time.sleep(0.1)
+        raise AssertionError("condition not met in time")
+
+
+def write(tmp_path: Path, text: str, name: str = "wf.yaml") -> str:
+    p = tmp_path / name
+    p.write_text(text)
+    return str(p)
+
+
+def step_out(hf: Hetflow, run_id: str, step: str) -> Path:
+    return Path(hf.show(run_id)["workdir"]) / "steps" / step / "out"

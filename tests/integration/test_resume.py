@@ -1,0 +1,127 @@
+"""kill -9 of `hetflow run`, `hetflow stop`, then `hetflow resume`: nothing done twice."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from hetflow.config import engine_env
+from tests.integration.hfkit import BUSYBOX, Hetflow, step_out, write
+
+
+def _chain(n: int, sleep: float) -> str:
+    steps = []
+    for i in range(n):
+        needs = f"\n    needs: [s{i - 1}]" if i else ""
+        steps.append(f"""
+  s{i}:{needs}
+    image: {BUSYBOX}
+    command: [sh, -c, "sleep {sleep}; echo $HETFLOW_ATTEMPT > /out/done"]
+    outputs: [done]""")
+    return "apiVersion: hetflow/v1\nname: chain\nsteps:" + "".join(steps) + "\n"
+
+
+def _podman_names(run_id: str) -> list[str]:
+    out = subprocess.run(
+        ["podman", "ps", "-a", "--filter", f"label=hetflow.run={run_id}", "--format", "json"],
+        capture_output=True,
+        text=True,
+        env=engine_env(),
+        check=True,
+    ).stdout
+    return [c["Names"][0] for c in json.loads(out or "[]")]
+
+
+def _step_states(hf: Hetflow, run_id: str) -> dict[str, str]:
+    return {s["step"]: s["state"] for s in hf.show(run_id)["steps"]}
+
+
+def test_kill9_then_resume_adopts_running_container_and_runs_nothing_twice(hf: Hetflow, tmp_path: Path) -> None:
+    proc = hf.popen("run", write(tmp_path, _chain(4, 1.5)), "-q")
+    hf.wait_for(lambda: (hf.home / "state.db").exists() and bool(json.loads(hf("ps", "--json").stdout)))
+    run_id = hf.last_run()
+    hf.wait_for(lambda: _step_states(hf, run_id)["s1"] == "running")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    # the executor is gone; its container goes on without it
+    assert _podman_names(run_id) == [f"hf-{run_id}-s1-1"]
+    assert json.loads(hf("ps", "--json").stdout)[0]["state"] == "running"
+
+    hf("resume", run_id, "-q")
+    data = hf.show(run_id)
+    assert data["state"] == "succeeded"
+    for s in data["steps"]:
+        assert s["attempts"] == 1, f"step {s['step']} ran {s['attempts']} times"
+        assert (step_out(hf, run_id, s["step"]) / "done").read_text().strip() == "1"
+    assert _podman_names(run_id) == []
+    assert f"adopted running container hf-{run_id}-s1-1" in _events(hf, run_id)
+
+
+def test_kill9_then_container_finishes_while_down_exit_code_collected(hf: Hetflow, tmp_path: Path) -> None:
+    proc = hf.popen("run", write(tmp_path, _chain(2, 1.0)), "-q")
+    hf.wait_for(lambda: (hf.home / "state.db").exists() and bool(json.loads(hf("ps", "--json").stdout)))
+    run_id = hf.last_run()
+    hf.wait_for(lambda: _step_states(hf, run_id)["s0"] == "running")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    hf.wait_for(lambda: _podman_names(run_id) == [f"hf-{run_id}-s0-1"] and not _running(run_id), timeout=30)
+    hf("resume", run_id, "-q")
+    data = hf.show(run_id)
+    assert data["state"] == "succeeded"
+    assert [s["attempts"] for s in data["steps"]] == [1, 1]
+    events = _events(hf, run_id)
+    assert any("finished while hetflow was down (exit 0)" in e for e in events)
+
+
+def _running(run_id: str) -> bool:
+    out = subprocess.run(
+        ["podman", "ps", "--filter", f"label=hetflow.run={run_id}", "-q"],
+        capture_output=True,
+        text=True,
+        env=engine_env(),
+        check=True,
+    ).stdout
+    return bool(out.strip())
+
+
+def _events(hf: Hetflow, run_id: str) -> list[str]:
+    import sqlite3
+
+    db = sqlite3.connect(hf.home / "state.db")
+    return [row[0] for row in db.execute("SELECT message FROM events WHERE run_id = ?", (run_id,))]
+
+
+def test_stop_then_resume(hf: Hetflow, tmp_path: Path) -> None:
+    run_id = hf("run", "--detach", write(tmp_path, _chain(2, 2))).stdout.strip()
+    hf.wait_for(lambda: _step_states(hf, run_id)["s0"] == "running")
+    out = hf("stop", run_id).stdout
+    assert f"run {run_id} stopped (1 container(s))" in out
+    data = hf.show(run_id)
+    assert data["state"] == "stopped"
+    assert _step_states(hf, run_id) == {"s0": "stopped", "s1": "pending"}
+    assert _podman_names(run_id) == []
+    hf("resume", run_id, "-q")
+    data = hf.show(run_id)
+    assert data["state"] == "succeeded"
+    assert [s["attempts"] for s in data["steps"]] == [2, 1]  # s0 was stopped once, then ran again
+
+
+def test_resume_reruns_a_step_whose_output_was_damaged(hf: Hetflow, tmp_path: Path) -> None:
+    hf("run", write(tmp_path, _chain(3, 0)), "-q")
+    run_id = hf.last_run()
+    # a succeeded run is not resumed...
+    assert "already succeeded" in hf("resume", run_id).stdout
+    # ...but a failed one whose recorded outputs changed re-runs them and what follows
+    import sqlite3
+
+    db = sqlite3.connect(hf.home / "state.db")
+    db.execute("UPDATE runs SET state = 'failed' WHERE id = ?", (run_id,))
+    db.commit()
+    (step_out(hf, run_id, "s1") / "done").write_text("tampered\n")
+    proc = hf("resume", run_id, "-q")
+    assert "re-running s1, s2" in proc.stderr
+    assert [s["attempts"] for s in hf.show(run_id)["steps"]] == [1, 2, 2]
+    assert (step_out(hf, run_id, "s1") / "done").read_text().strip() == "2"
