@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -72,6 +73,10 @@ class ContainerEngine(Protocol):
     def stop(self, names: Iterable[str], timeout: int = 10) -> None: ...
 
     def remove(self, names: Iterable[str]) -> None: ...
+
+    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``wake`` whenever a container of the run exits; returns a stopper, or None
+        when the engine cannot watch (the runner then polls)."""
 
 
 def run_args(spec: ContainerSpec) -> list[str]:
@@ -186,6 +191,50 @@ class CliEngine:
         if names:
             self._run(["rm", "-f", "--ignore", *names], check=False)
 
+    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """Follow the engine's event stream (``podman events``, like ``kubectl get -w``) so
+        the runner learns of an exit at once instead of at its next poll."""
+        died = "died" if self.name == "podman" else "die"
+        try:
+            proc = subprocess.Popen(
+                [
+                    self.binary,
+                    *self._global,
+                    "events",
+                    "--filter",
+                    f"label={LABEL_RUN}={run_id}",
+                    "--filter",
+                    f"event={died}",
+                    "--format",
+                    "{{.Name}}",
+                ],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+                env=self._env,
+                text=True,
+            )
+        except OSError:
+            return None
+
+        def read() -> None:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                # "died" comes before the engine records the exit; `wait` returns once it has.
+                self._run(["wait", line.strip()], check=False, timeout=60)
+                wake()
+
+        threading.Thread(target=read, name=f"events-{run_id}", daemon=True).start()
+
+        def stop() -> None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+        return stop
+
 
 @dataclass
 class _FakeContainer:
@@ -247,3 +296,6 @@ class FakeEngine:
     def remove(self, names: Iterable[str]) -> None:
         for n in names:
             self.containers.pop(n, None)
+
+    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        return None

@@ -13,6 +13,7 @@ import contextlib
 import os
 import shutil
 import signal
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -115,7 +116,7 @@ class Runner:
         reporter: Reporter | None = None,
         config: RunnerConfig | None = None,
         clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] = time.sleep,
+        sleep: Callable[[float], None] | None = None,
         pid: int | None = None,
         alive: Callable[[int], bool] = pid_alive,
     ) -> None:
@@ -126,7 +127,10 @@ class Runner:
         self.chooser = chooser or GreedyChooser()
         self.reporter = reporter or NullReporter()
         self.config = config or RunnerConfig()
-        self.clock, self.sleep, self.alive = clock, sleep, alive
+        self.clock, self.alive = clock, alive
+        self._wake = threading.Event()
+        self.sleep = sleep or self._wait
+        self._to_remove: list[str] = []
         self.pid = pid if pid is not None else os.getpid()
         self.order = topo_order(edges_of(workflow))
         self.active: dict[str, _Active] = {}
@@ -142,6 +146,8 @@ class Runner:
         self.store.claim_run(self.run_id, self.pid, self.alive)
         self.store.adopt_leases(self.run_id, self.pid)
         self.store.add_event(self.run_id, None, "executor", f"executor {self.pid} on {self.node.name}")
+        stop_watch = self.engine.watch(self.run_id, self._wake.set)
+        interval = self.config.poll_interval if stop_watch is None else max(0.5, self.config.poll_interval)
         self._reconcile()
         try:
             while True:
@@ -149,13 +155,34 @@ class Runner:
                     return RUN_STOPPED
                 self._poll()
                 self._schedule()
+                self._flush_removals()
                 steps = self.store.steps(self.run_id)
                 self.reporter.update(self.store.run(self.run_id), steps)
                 if all(s.state in STEP_TERMINAL for s in steps) and not self.active:
                     return self._finish(steps)
-                self.sleep(self.config.poll_interval)
+                self.sleep(self._next_wait(steps, interval))
         finally:
+            if stop_watch is not None:
+                stop_watch()
+            self._flush_removals()
             self.reporter.close()
+
+    def _wait(self, timeout: float) -> None:
+        """Sleep until the engine reports an exit, or ``timeout``."""
+        if self._wake.wait(timeout):
+            self._wake.clear()
+
+    def _next_wait(self, steps: list[StepRecord], interval: float) -> float:
+        """The poll interval, shortened to the next retry's backoff deadline."""
+        now = self.clock()
+        due = [s.not_before - now for s in steps if s.state == WAITING and s.not_before]
+        return max(0.0, min([interval, *due]))
+
+    def _flush_removals(self) -> None:
+        """Remove finished containers in one engine call (their results are stored)."""
+        if self._to_remove:
+            names, self._to_remove = self._to_remove, []
+            self.engine.remove(names)
 
     def install_signal_handlers(self) -> None:
         """SIGTERM (from `hetflow stop`) ends the loop without touching the run: the
@@ -313,7 +340,7 @@ class Runner:
         self.active.pop(act.step, None)
         if act.gpus:
             self.store.release_gpus(act.container)
-        self.engine.remove([act.container])
+        self._to_remove.append(act.container)
 
     # --- dispatch ---------------------------------------------------------------------
 
