@@ -13,8 +13,9 @@ from hetflow.config import hetflow_home
 from hetflow.errors import Problem, UsageError
 from hetflow.state.store import Store
 
-console = Console()
-err = Console(stderr=True)
+# Off a terminal rich would wrap tables at 80 columns; logs and pipes read better unwrapped.
+console = Console(width=None if sys.stdout.isatty() else 200)
+err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
 
 
 def open_store() -> Store:

@@ -28,8 +28,13 @@ def read_lines(path: Path, offset: int = 0) -> tuple[list[tuple[str, str]], int]
     end = data.rfind(b"\n") + 1
     out: list[tuple[str, str]] = []
     pending = ""
-    for raw in data[:end].decode("utf-8", "replace").splitlines():
-        parsed = parse_line(raw)
+    pos = 0  # byte position in data of the next record
+    group_start = 0  # where the pending partial group began; resume from here next time
+    for raw in data[:end].splitlines(keepends=True):
+        parsed = parse_line(raw.decode("utf-8", "replace"))
+        if not pending:
+            group_start = pos
+        pos += len(raw)
         if parsed is None:
             continue
         _, stream, partial, text = parsed
@@ -38,7 +43,8 @@ def read_lines(path: Path, offset: int = 0) -> tuple[list[tuple[str, str]], int]
             continue
         out.append((stream, pending + text))
         pending = ""
-    return out, offset + end
+    # A group of P records not yet closed by its F record is read again next time.
+    return out, offset + (group_start if pending else end)
 
 
 def iter_log(path: Path) -> Iterator[tuple[str, str]]:

@@ -137,7 +137,11 @@ class Runner:
         self._signalled = False
         # Retry budget counts attempts made by this executor session, so a resumed run
         # gets its retries again (as `snakemake --rerun-incomplete` would).
-        self.budget_start = {s.step: s.attempts for s in store.steps(run.id)}
+        self.budget_start = {
+            # an attempt in flight when the last executor died belongs to this session's budget
+            s.step: s.attempts - (1 if s.state in (LAUNCHING, RUNNING) else 0)
+            for s in store.steps(run.id)
+        }
 
     # --- the loop ---------------------------------------------------------------------
 

@@ -69,7 +69,8 @@ class GreedyChooser:
             if v.resources.gpus:
                 why = f"{name}: {len(gpus)} qualifying GPU(s) free"
             elif any(variants[r].resources.gpus for r, _ in rejected):
-                why = f"{name}: chosen because no GPU variant can run now"
+                when = "now (GPUs busy)" if could_later else "on this machine"
+                why = f"{name}: chosen because no GPU variant can run {when}"
             else:
                 why = f"{name}: fits"
             return Choice(name, gpus, False, why, tuple(rejected))

@@ -133,6 +133,11 @@ def _check_paths(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
             if why:
                 problems.append(Problem(file, line_of(loc), f"input {key!r} of step {name!r}: path {path!r} {why}"))
                 continue
+            if parent == name:
+                problems.append(
+                    Problem(file, line_of(loc), f"input {key!r} of step {name!r} reads the step's own output {path!r}")
+                )
+                continue
             if parent not in wf.steps:
                 problems.append(
                     Problem(

@@ -159,8 +159,10 @@ def _apply_overrides(
                 )
             )
             continue
-        if not isinstance(raw, str):
-            params[key] = raw  # already typed (resume passes the recorded values)
+        if not isinstance(raw, str) or isinstance(params[key], str):
+            # already typed (resume passes the recorded values), or a declared string stays
+            # a string: `-p tag=1.10` must not become the float 1.1
+            params[key] = raw
             continue
         try:
             value = yaml.safe_load(raw) if raw.strip() else ""

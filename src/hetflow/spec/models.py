@@ -13,7 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_valida
 
 from hetflow.spec.units import parse_duration, parse_memory
 
-NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?$")
+NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?\Z")
 NAME_HINT = "use 1-63 lowercase letters, digits, '-' or '_', starting and ending alphanumeric"
 
 Memory = Annotated[int, BeforeValidator(parse_memory)]

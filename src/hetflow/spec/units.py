@@ -2,38 +2,39 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _MEM_UNITS = {
     "": 1,
-    "k": 1000,
-    "m": 1000**2,
-    "g": 1000**3,
-    "t": 1000**4,
-    "ki": 1024,
-    "mi": 1024**2,
-    "gi": 1024**3,
-    "ti": 1024**4,
-}
-_MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgtKMGT]i?)?[bB]?\s*$")
+    # Kubernetes quantities: decimal K/M/G/T (and k), binary Ki/Mi/Gi/Ti.
+    "k": 1000, "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4,
+    "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4,
+    # Docker's `--memory 512m`: lowercase m/g/t are binary.
+    "m": 1024**2, "g": 1024**3, "t": 1024**4,
+}  # fmt: skip
+_MEM_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kKmMgGtT][iI]?)?[bB]?\s*$")
 _DUR_RE = re.compile(r"(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)")
 _DUR_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_memory(value: object) -> int:
-    """Bytes from ``4096``, ``512Mi``, ``1Gi``, ``2G`` (Kubernetes quantity suffixes).
+    """Bytes from ``4096``, ``512Mi``, ``1Gi``, ``2G`` (Kubernetes quantities) or ``512m``
+    (Docker's binary shorthand).
 
     Raises ValueError with the accepted forms when the value is malformed."""
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a memory size; write e.g. 512Mi or 2Gi")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"memory must not be negative, got {value}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"memory must be a finite, non-negative size, got {value}")
         return int(value)
     m = _MEM_RE.match(str(value))
     if not m:
         raise ValueError(f"{value!r} is not a memory size; write e.g. 512Mi, 2Gi or 4096 (bytes)")
-    unit = (m.group(2) or "").lower()
+    unit = m.group(2) or ""
+    if len(unit) == 2:
+        unit = unit[0].upper() + "i"  # 512mi, 2GI: binary whatever the case
     return int(float(m.group(1)) * _MEM_UNITS[unit])
 
 
@@ -42,8 +43,8 @@ def parse_duration(value: object) -> float:
     if isinstance(value, bool):
         raise ValueError(f"{value!r} is not a duration; write e.g. 20s, 4m or 1h30m")
     if isinstance(value, int | float):
-        if value < 0:
-            raise ValueError(f"a duration must not be negative, got {value}")
+        if not math.isfinite(value) or value < 0:
+            raise ValueError(f"a duration must be finite and non-negative, got {value}")
         return float(value)
     text = str(value).strip()
     parts = _DUR_RE.findall(text)

@@ -74,8 +74,14 @@ class Store:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA busy_timeout=30000")
-            self._db.executescript(_SCHEMA)
-            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            # Only a new store is written to on open, so readers (ps, show) never wait on a writer.
+            if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+                self._db.executescript(_SCHEMA)
+                self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        except sqlite3.OperationalError as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise StateError(f"the state store {path} stayed locked for 30 s; is another hetflow stuck?") from None
+            raise StateError(f"cannot open the state store {path}: {exc}") from None
         except sqlite3.DatabaseError as exc:
             raise StateError(
                 f"cannot open the state store {path}: {exc}; point HETFLOW_HOME elsewhere or move the damaged file away"
@@ -128,14 +134,15 @@ class Store:
 
     def resolve_run_id(self, prefix: str) -> str:
         """A full run id from a unique prefix, as docker accepts short container ids."""
+        if not prefix:
+            raise StateError("give a run id; 'hetflow ps --all' lists runs")
+        if self._db.execute("SELECT 1 FROM runs WHERE id = ?", (prefix,)).fetchone():
+            return prefix
+        pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
         rows = self._db.execute(
-            "SELECT id FROM runs WHERE id = ? OR id LIKE ? ORDER BY created DESC LIMIT 2",
-            (prefix, prefix.replace("%", "").replace("_", r"\_") + "%"),
+            "SELECT id FROM runs WHERE id LIKE ? ESCAPE '\\' ORDER BY created DESC LIMIT 2", (pattern,)
         ).fetchall()
-        exact = [r["id"] for r in rows if r["id"] == prefix]
-        if exact:
-            return str(exact[0])
-        if not rows or not prefix:
+        if not rows:
             raise StateError(f"no run {prefix!r} in {self.path}; 'hetflow ps --all' lists runs")
         if len(rows) > 1:
             raise StateError(f"run id prefix {prefix!r} is ambiguous; give more characters")
@@ -196,6 +203,8 @@ class Store:
         with self._tx(immediate=True) as db:
             if "state" in fields:
                 row = db.execute("SELECT state FROM steps WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
+                if row is None:
+                    raise StateError(f"run {run_id} has no step {step!r}")
                 old, new = row["state"], fields["state"]
                 if old != new and new not in STEP_TRANSITIONS.get(old, frozenset()):
                     raise StateError(f"step {step!r}: illegal transition {old} -> {new}")

@@ -1,0 +1,337 @@
+"""Stop and resume: a killed executor leaves a store that a new one repairs exactly."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from hetflow.execute.engine import ContainerSpec, ContainerState, FakeEngine
+from hetflow.execute.outputs import damaged_outputs
+from hetflow.execute.paths import RunPaths, container_name
+from hetflow.execute.runner import reset_for_resume, stop_run
+from hetflow.spec.checks import edges_of
+from hetflow.state.models import FAILED, LAUNCHING, PENDING, RUNNING, SKIPPED, STOPPED, SUCCEEDED
+from tests.unit.builders import Crash, Outcome, World, gpu, node, world
+
+
+def crash_at(w: World, when: float) -> None:
+    """Run the first executor (pid 4242) until it is killed at ``when``."""
+    w.clock.crash_at = when
+    with pytest.raises(Crash):
+        w.execute(pid=4242)
+
+
+def names_started(w: World) -> list[str]:
+    return [s.spec.name for s in w.script.log]
+
+
+# --- resume after a crash ---------------------------------------------------------------
+
+
+def test_a_container_still_running_is_adopted_not_started_twice(tmp_path: Path) -> None:
+    g = gpu(0)
+    w = world(
+        tmp_path,
+        "a:\n  image: x\n  resources: {gpus: 1}\n  outputs: [m]\nb:\n  image: x\n  inputs: {m: a/m}\n",
+        node_=node(gpus=(g,)),
+        outcomes={"a": [Outcome(0, 10, files={"m": b"data"})]},
+    )
+    crash_at(w, 1003.0)
+    assert (w.store.step(w.run.id, "a").state, [x.pid for x in w.store.leases()]) == (RUNNING, [4242])
+
+    seen_pids: list[list[int]] = []
+    w.clock.at[1005.0] = lambda: seen_pids.append([x.pid for x in w.store.leases()])
+    assert w.execute(pid=4343) == "succeeded"
+
+    a = container_name(w.run.id, "a", 1)
+    assert names_started(w) == [a, container_name(w.run.id, "b", 1)]  # a started once
+    assert seen_pids == [[4343]]  # the new executor took over the GPU lease
+    assert w.store.leases() == []
+    assert f"adopted running container {a}" in [e.message for e in w.store.events(w.run.id)]
+    assert [(x.attempt, x.state, x.exit_code) for x in w.store.attempts(w.run.id, "a")] == [(1, SUCCEEDED, 0)]
+    assert w.script.starts("b")[0].inputs == {"/in/m/m": b"data"}
+    assert w.store.run(w.run.id).pid is None
+
+
+COLLECTED = [
+    pytest.param([Outcome(0, 5, files={"m": b"ok"})], [(1, SUCCEEDED, 0)], 0, id="exit-0-outputs-accepted"),
+    pytest.param(
+        [Outcome(3, 5), Outcome(0, 1, files={"m": b"ok"})],
+        [(1, FAILED, 3), (2, SUCCEEDED, 0)],
+        3,
+        id="exit-3-collected-then-retried",
+    ),
+]
+
+
+@pytest.mark.parametrize(("outcomes", "attempts", "code"), COLLECTED)
+def test_a_container_that_finished_while_down_has_its_exit_code_collected(
+    tmp_path: Path, outcomes: list[Outcome], attempts: list[tuple[int, str, int]], code: int
+) -> None:
+    w = world(tmp_path, "a:\n  image: x\n  retries: 1\n  outputs: [m]\n", outcomes={"a": outcomes})
+    crash_at(w, 1002.0)
+    w.clock.now = 1020.0  # hetflow stays down while the container ends
+
+    assert w.execute(pid=4343) == "succeeded"
+
+    assert [(x.attempt, x.state, x.exit_code) for x in w.store.attempts(w.run.id, "a")] == attempts
+    name = container_name(w.run.id, "a", 1)
+    assert f"{name} finished while hetflow was down (exit {code})" in [e.message for e in w.store.events(w.run.id)]
+    assert w.script.starts("a")[0].spec.name == name
+    assert len(w.script.starts("a")) == len(attempts)
+    assert (RunPaths(Path(w.run.workdir)).step_out("a") / "m").read_bytes() == b"ok"
+
+
+@dataclass
+class DyingEngine:
+    """Dies (the executor is killed) after the intent was stored, before the engine ran it."""
+
+    inner: FakeEngine
+    name: str = "dying"
+
+    def image_exists(self, image: str) -> bool:
+        return True
+
+    def start(self, spec: ContainerSpec) -> None:
+        raise Crash(f"killed before {spec.name} started")
+
+    def states(self, run_id: str) -> dict[str, ContainerState]:
+        return self.inner.states(run_id)
+
+    def stop(self, names: Iterable[str], timeout: int = 10) -> None:
+        self.inner.stop(names, timeout)
+
+    def remove(self, names: Iterable[str]) -> None:
+        self.inner.remove(names)
+
+    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        return None
+
+
+def test_an_intent_without_a_container_is_relaunched_under_the_same_name(tmp_path: Path) -> None:
+    g = gpu(0)
+    w = world(tmp_path, "a:\n  image: x\n  resources: {gpus: 1}\n", node_=node(gpus=(g,)))
+    with pytest.raises(Crash):
+        w.execute(pid=4242, engine=DyingEngine(w.engine))
+    name = container_name(w.run.id, "a", 1)
+    assert w.store.step(w.run.id, "a").state == LAUNCHING
+    assert [(x.attempt, x.state, x.container) for x in w.store.attempts(w.run.id, "a")] == [(1, LAUNCHING, name)]
+    assert [x.container for x in w.store.leases()] == [name]
+
+    assert w.execute(pid=4343) == "succeeded"
+
+    assert names_started(w) == [name]
+    assert [(x.attempt, x.state, x.gpu_uuids) for x in w.store.attempts(w.run.id, "a")] == [(1, SUCCEEDED, (g.uuid,))]
+    assert w.store.step(w.run.id, "a").attempts == 1
+    assert f"{name} was never started; launching it again" in [e.message for e in w.store.events(w.run.id)]
+    assert w.store.leases() == []
+
+
+def test_a_running_step_whose_container_vanished_while_down_fails_that_attempt(tmp_path: Path) -> None:
+    w = world(tmp_path, "a:\n  image: x\n  retries: 1\n", outcomes={"a": [Outcome(0, 10)]})
+    crash_at(w, 1002.0)
+    name = container_name(w.run.id, "a", 1)
+    w.engine.remove([name])
+
+    assert w.execute(pid=4343) == "succeeded"
+
+    first = w.store.attempts(w.run.id, "a")[0]
+    assert (first.state, first.exit_code, first.message) == (
+        FAILED,
+        None,
+        f"container {name} disappeared while hetflow was down",
+    )
+
+
+def _vanish(w: World) -> None:
+    w.engine.remove([container_name(w.run.id, "a", 1)])
+
+
+def _keep(w: World) -> None:
+    pass
+
+
+ADOPTED_FAILURES = [
+    pytest.param(1003.0, _keep, id="adopted-then-fails"),
+    pytest.param(1020.0, _keep, id="failed-while-down"),
+    pytest.param(1003.0, _vanish, id="vanished-while-down"),
+]
+
+
+@pytest.mark.parametrize(("resume_at", "meanwhile"), ADOPTED_FAILURES)
+def test_an_attempt_in_flight_at_a_crash_counts_against_the_retry_budget(
+    tmp_path: Path, resume_at: float, meanwhile: Callable[[World], None]
+) -> None:
+    w = world(tmp_path, "a:\n  image: x\n", outcomes={"a": [Outcome(3, 10), Outcome(0, 1)]})
+    crash_at(w, 1002.0)
+    w.clock.now = resume_at
+    meanwhile(w)
+
+    assert w.execute(pid=4343) == "failed"
+
+    assert [x.attempt for x in w.store.attempts(w.run.id, "a")] == [1]
+    assert "retry 0 of 0" not in " ".join(e.message for e in w.store.events(w.run.id))
+
+
+def test_a_relaunched_intent_counts_against_the_retry_budget(tmp_path: Path) -> None:
+    w = world(tmp_path, "a:\n  image: x\n", outcomes={"a": [Outcome(3, 1), Outcome(0, 1)]})
+    with pytest.raises(Crash):
+        w.execute(pid=4242, engine=DyingEngine(w.engine))
+
+    assert w.execute(pid=4343) == "failed"
+
+    assert [x.attempt for x in w.store.attempts(w.run.id, "a")] == [1]
+
+
+# --- stop ------------------------------------------------------------------------------
+
+STOP_WORKFLOW = """
+long:
+  image: x
+  resources: {gpus: 1}
+short:
+  image: x
+flaky:
+  image: x
+  retries: 3
+after:
+  image: x
+  needs: [long]
+"""
+
+
+def test_stop_run_stops_containers_and_marks_live_steps_stopped(tmp_path: Path) -> None:
+    w = world(
+        tmp_path,
+        STOP_WORKFLOW,
+        node_=node(gpus=(gpu(0),)),
+        outcomes={"long": [Outcome(0, 100)], "short": [Outcome(0, 1)], "flaky": [Outcome(1, 1)]},
+    )
+    stopped: list[list[str]] = []
+    w.clock.at[1005.0] = lambda: stopped.append(stop_run(w.store, w.engine, w.run.id, alive=lambda pid: False))
+
+    assert w.execute() == "stopped"
+
+    long = container_name(w.run.id, "long", 1)
+    assert stopped == [[long]]
+    steps = {s.step: s for s in w.store.steps(w.run.id)}
+    assert {k: s.state for k, s in steps.items()} == {
+        "long": STOPPED,
+        "short": SUCCEEDED,
+        "flaky": STOPPED,  # waiting for its next retry
+        "after": PENDING,  # never started: resume runs it
+    }
+    assert steps["long"].reason == "stopped by hetflow stop"
+    assert [(a.state, a.exit_code) for a in w.store.attempts(w.run.id, "long")] == [(STOPPED, 137)]
+    run = w.store.run(w.run.id)
+    assert (run.state, run.pid, run.message) == ("stopped", None, "stopped by hetflow stop")
+    assert w.store.leases() == []
+    assert long not in w.engine.containers
+
+
+def test_a_stopped_run_resumes_and_finishes(tmp_path: Path) -> None:
+    w = world(tmp_path, STOP_WORKFLOW, node_=node(gpus=(gpu(0),)), outcomes={"long": [Outcome(0, 100), Outcome(0, 2)]})
+    w.clock.at[1005.0] = lambda: stop_run(w.store, w.engine, w.run.id, alive=lambda pid: False)
+    assert w.execute() == "stopped"
+
+    reset = reset_for_resume(w.store, w.run.id, lambda step: [], edges_of(w.loaded.workflow))
+
+    assert reset == ["long"]
+    assert w.execute(pid=4343) == "succeeded"
+    assert [(s.step, s.attempt) for s in w.script.log if s.step == "long"] == [("long", 1), ("long", 2)]
+
+
+# --- reset for resume ------------------------------------------------------------------
+
+RESET_WORKFLOW = """
+a:
+  image: x
+  outputs: [m.txt]
+b:
+  image: x
+  inputs: {m: a/m.txt}
+  outputs: [r.txt]
+c:
+  image: x
+  outputs: [c.txt]
+"""
+
+
+def _modify(path: Path) -> None:
+    path.write_bytes(b"edited by hand")
+
+
+def _delete(path: Path) -> None:
+    path.unlink()
+
+
+RESETS = [
+    pytest.param("a", _modify, ["a", "b"], {"a": 2, "b": 2, "c": 1}, id="modified-output-reruns-step-and-descendants"),
+    pytest.param("b", _delete, ["b"], {"a": 1, "b": 2, "c": 1}, id="deleted-output-reruns-only-that-leaf"),
+    pytest.param("c", None, [], {"a": 1, "b": 1, "c": 1}, id="intact-outputs-rerun-nothing"),
+]
+
+
+@pytest.mark.parametrize(("step", "damage", "reset", "starts"), RESETS)
+def test_reset_for_resume_reruns_damaged_steps_and_their_descendants(
+    tmp_path: Path,
+    step: str,
+    damage: Callable[[Path], None] | None,
+    reset: list[str],
+    starts: dict[str, int],
+) -> None:
+    w = world(
+        tmp_path,
+        RESET_WORKFLOW,
+        outcomes={
+            "a": [Outcome(files={"m.txt": b"m"})],
+            "b": [Outcome(files={"r.txt": b"r"})],
+            "c": [Outcome(files={"c.txt": b"c"})],
+        },
+    )
+    assert w.execute() == "succeeded"
+    if damage:
+        damage(Path(w.store.outputs(w.run.id, step)[0].path))
+
+    got = reset_for_resume(
+        w.store, w.run.id, lambda s: damaged_outputs(w.store.outputs(w.run.id, s)), edges_of(w.loaded.workflow)
+    )
+
+    assert got == reset
+    assert {s.step: s.state for s in w.store.steps(w.run.id)} == {
+        name: PENDING if name in reset else SUCCEEDED for name in ("a", "b", "c")
+    }
+    assert w.execute(pid=4343) == "succeeded"
+    assert {name: len(w.script.starts(name)) for name in ("a", "b", "c")} == starts
+    assert damaged_outputs(w.store.outputs(w.run.id)) == []
+    if reset:
+        assert f"recorded output(s) {'m.txt' if step == 'a' else 'r.txt'} missing or changed; the step runs again" in [
+            e.message for e in w.store.events(w.run.id)
+        ]
+
+
+def test_reset_for_resume_sends_failed_and_skipped_steps_back_to_pending(tmp_path: Path) -> None:
+    w = world(
+        tmp_path,
+        "bad:\n  image: x\nafter:\n  image: x\n  needs: [bad]\nfine:\n  image: x\n",
+        outcomes={"bad": [Outcome(2, 1), Outcome(0, 1)]},
+    )
+    assert w.execute() == "failed"
+    assert [(s.step, s.state) for s in w.store.steps(w.run.id)] == [
+        ("bad", FAILED),
+        ("after", SKIPPED),
+        ("fine", SUCCEEDED),
+    ]
+
+    assert reset_for_resume(w.store, w.run.id, lambda s: [], edges_of(w.loaded.workflow)) == ["after", "bad"]
+
+    bad = w.store.step(w.run.id, "bad")
+    assert (bad.state, bad.exit_code, bad.reason, bad.ended, bad.attempts) == (PENDING, None, "", None, 1)
+    assert w.execute(pid=4343) == "succeeded"
+    assert [s.spec.name for s in w.script.starts("bad")] == [
+        container_name(w.run.id, "bad", 1),
+        container_name(w.run.id, "bad", 2),
+    ]
