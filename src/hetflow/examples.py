@@ -188,7 +188,8 @@ def cupy_containerfile(digest: str, stack: CudaStack = CUDA_STACK, base: str = N
 
 def tiny_import_changes(env: Mapping[str, str] | None = None) -> list[str]:
     """``podman import --change`` values for the busybox image: PATH, env, and a label
-    recording them, so an image of the same name built with other env is rebuilt.
+    recording them and the applets, so an image of the same name built with another env
+    (or by an older hetflow) is rebuilt.
 
     podman's --change parser takes everything after the first '=' as the value, quotes
     included, so values are passed raw (and may not hold a newline)."""
@@ -199,14 +200,14 @@ def tiny_import_changes(env: Mapping[str, str] | None = None) -> list[str]:
         if "\n" in value:
             raise ValueError(f"environment variable {key} has a newline in its value")
         changes.append(f"ENV {key}={value}")
-    digest = hashlib.sha256("\n".join(changes).encode()).hexdigest()[:16]
+    digest = hashlib.sha256("\n".join([*changes, *BUSYBOX_APPLETS]).encode()).hexdigest()[:16]
     return [*changes, f"LABEL {HASH_LABEL}={digest}"]
 
 
 def is_static_elf(head: bytes) -> bool:
     """True for a 64-bit little-endian ELF with no PT_INTERP program header (elf(5)):
     such a binary runs in an image that has no dynamic loader."""
-    if head[:4] != b"\x7fELF" or head[4] != 2 or head[5] != 1:
+    if head[:6] != b"\x7fELF\x02\x01":  # magic, ELFCLASS64, ELFDATA2LSB
         return False
     phoff = int.from_bytes(head[0x20:0x28], "little")
     size = int.from_bytes(head[0x36:0x38], "little")
@@ -305,7 +306,9 @@ class _Podman:
 
     def build(self, containerfile: Path, context: Path, name: str) -> None:
         # --pull=never: every FROM here is a localhost image; there is no registry.
-        args = ["build", "--pull=never", "-q", "-f", str(containerfile), "-t", name, str(context)]
+        # --layers=false: no intermediate images; the content hash, not the layer cache,
+        # decides what is rebuilt.
+        args = ["build", "--pull=never", "--layers=false", "-q", "-f", str(containerfile), "-t", name, str(context)]
         self.run(*args, what=f"building {name}")
 
     def import_dir(self, root: Path, name: str, changes: Sequence[str]) -> None:
@@ -377,8 +380,8 @@ def _debootstrap(target: Path, log: Log) -> Path:
     _run(
         ["debootstrap", "--variant=minbase", "--include=python3-numpy", SUITE, str(partial), mirror],
         what="debootstrap of the Debian base",
-        hint=f"Install it with `apt-get install -y debootstrap` and check that {mirror} "
-        f"is reachable; the log is {partial}/debootstrap/debootstrap.log.",
+        hint=f"It needs `apt-get install -y debootstrap` and a reachable mirror ({mirror}, from "
+        f"/etc/apt/sources.list.d); its log is {partial}/debootstrap/debootstrap.log.",
         timeout=1800,
     )
     for rel in _PRUNE:
@@ -389,15 +392,18 @@ def _debootstrap(target: Path, log: Log) -> Path:
     return target
 
 
-def _build_base(podman: ImageEngine, cache: Path, force: bool, log: Log) -> None:
+def _build_base(podman: ImageEngine, cache: Path, force: bool, log: Log) -> str:
+    """Import the base image unless it exists; returns the replaced image id."""
     if not force and podman.exists(BASE_IMAGE):
         log(f"{BASE_IMAGE}: exists")
-        return
+        return ""
     rootfs = _debootstrap(cache / f"rootfs-{SUITE}-numpy", log)
+    old = podman.image_id(BASE_IMAGE)
     started = time.monotonic()
     changes = [f"ENV PATH={DEBIAN_PATH}", "ENV LANG=C.UTF-8", 'CMD ["python3"]', f"LABEL hetflow.debian.suite={SUITE}"]
     podman.import_dir(rootfs, BASE_IMAGE, changes)
     _timed(log, f"{BASE_IMAGE}: imported", started)
+    return old
 
 
 # --- the NumPy and CuPy images -------------------------------------------------------
@@ -526,8 +532,8 @@ def build_examples(examples_dir: Path, *, force: bool = False, gpu: bool = True,
     podman = _Podman.default()
     cache = hetflow_home() / "cache"
     started = time.monotonic()
-    _build_base(podman, cache, force, log)
-    stale = [_build_numpy(podman, Path(examples_dir), force, log)]
+    stale = [_build_base(podman, cache, force, log)]
+    stale.insert(0, _build_numpy(podman, Path(examples_dir), force, log))
     names = [BASE_IMAGE, NUMPY_IMAGE]
     if gpu:
         stale.insert(0, _build_cupy(podman, cache, force, log))

@@ -341,6 +341,7 @@ def _elf(program_headers: Sequence[int], elf_class: int = 2) -> bytes:
         pytest.param(_elf([6, 3, 1]), False, id="has-interpreter"),
         pytest.param(_elf([1], elf_class=1), False, id="32-bit"),
         pytest.param(b"#!/bin/sh\n", False, id="script"),
+        pytest.param(b"\x7fELF", False, id="just-the-magic"),
         pytest.param(_elf([1, 1, 1])[:100], False, id="truncated"),
     ],
 )
