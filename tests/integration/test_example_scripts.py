@@ -6,9 +6,7 @@ NumPy image the way hetflow's runner does (that one needs podman)."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator, Mapping
