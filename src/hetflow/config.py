@@ -37,7 +37,7 @@ def find_engine(env: Mapping[str, str] | None = None) -> str:
     env = os.environ if env is None else env
     wanted = env.get("HETFLOW_ENGINE")
     for name in [wanted] if wanted else ["podman", "docker"]:
-        path = shutil.which(name)
+        path = shutil.which(name, path=env.get("PATH"))
         if path:
             return path
     raise EngineError(

@@ -15,7 +15,7 @@ from rich.console import Console
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import SpecError, UsageError
-from hetflow.execute.engine import CliEngine
+from hetflow.execute.engine import make_engine
 from hetflow.execute.logs import read_lines
 from hetflow.execute.outputs import damaged_outputs
 from hetflow.execute.paths import RunPaths
@@ -48,7 +48,7 @@ def run(
 ) -> None:
     """Run a workflow on this machine."""
     loaded = load_workflow(file, parse_params(param))
-    store, engine, node = open_store(), CliEngine(), discover(hetflow_home())
+    store, engine, node = open_store(), make_engine(), discover(hetflow_home())
     problems = list(loaded.notes) + preflight(loaded, node, engine)
     if any(p.severity == "error" for p in problems):
         raise SpecError(problems)
@@ -106,7 +106,7 @@ def _go(store: Store, run_id: str, loaded: LoadedWorkflow, *, detach: bool, quie
 
 
 def _execute(store: Store, run_id: str, loaded: LoadedWorkflow, *, quiet: bool, out: Console) -> str:
-    engine, node = CliEngine(), discover(hetflow_home())
+    engine, node = make_engine(), discover(hetflow_home())
     runner = Runner(
         store=store,
         engine=engine,
@@ -230,5 +230,5 @@ def stop(run_id: str = typer.Argument(..., help="Run id.")) -> None:
     if record.state in RUN_TERMINAL and record.state != RUN_RUNNING:
         console.print(f"run {rid} is already {record.state}")
         return
-    names = stop_run(store, CliEngine(), rid)
+    names = stop_run(store, make_engine(), rid)
     console.print(f"run {rid} stopped ({len(names)} container(s)); 'hetflow resume {rid}' continues it")

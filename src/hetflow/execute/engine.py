@@ -79,7 +79,7 @@ class ContainerEngine(Protocol):
         when the engine cannot watch (the runner then polls)."""
 
 
-def run_args(spec: ContainerSpec) -> list[str]:
+def run_args(spec: ContainerSpec, *, engine: str = "podman") -> list[str]:
     """The ``run -d`` arguments: the hardening that trusted runtimes apply (all
     capabilities dropped, no-new-privileges, read-only root, tmpfs /tmp, no network
     unless asked), the submitter's UID:GID, and only the devices given."""
@@ -107,7 +107,9 @@ def run_args(spec: ContainerSpec) -> list[str]:
         args += ["--cpus", f"{spec.cpus:g}"]
     if spec.memory:
         args += ["--memory", str(spec.memory)]
-    if spec.log_path:
+    if spec.log_path and engine == "podman":
+        # podman writes the log where hetflow keeps it (CRI format); docker keeps its own
+        # json-file log, copied out by DockerEngine.remove before the container goes.
         args += ["--log-driver", "k8s-file", "--log-opt", f"path={spec.log_path}"]
     for m in spec.mounts:
         args += ["-v", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]
@@ -154,7 +156,7 @@ class CliEngine:
         return self._run(["image", "exists", image], check=False).returncode == 0
 
     def start(self, spec: ContainerSpec) -> None:
-        proc = self._run(run_args(spec), check=False)
+        proc = self._run(run_args(spec, engine=self.name), check=False)
         if proc.returncode != 0:
             # A container the runtime could not start stays "created"; remove it so the
             # same deterministic name can be used again.
@@ -195,6 +197,7 @@ class CliEngine:
         """Follow the engine's event stream (``podman events``, like ``kubectl get -w``) so
         the runner learns of an exit at once instead of at its next poll."""
         died = "died" if self.name == "podman" else "die"
+        name_fmt = "{{.Name}}" if self.name == "podman" else "{{.Actor.Attributes.name}}"
         try:
             proc = subprocess.Popen(
                 [
@@ -206,7 +209,7 @@ class CliEngine:
                     "--filter",
                     f"event={died}",
                     "--format",
-                    "{{.Name}}",
+                    name_fmt,
                 ],
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
@@ -234,6 +237,64 @@ class CliEngine:
                 proc.kill()
 
         return stop
+
+
+class DockerEngine(CliEngine):
+    """docker where podman is absent: the same commands, minus podman's extras (no
+    ``--ignore``, ``ps`` prints one JSON object per line without exit codes, logs stay in
+    docker's json-file and are copied to hetflow's log file before removal)."""
+
+    def __init__(self, binary: str, env: Mapping[str, str] | None = None) -> None:
+        super().__init__(binary, env)
+        self._logs: dict[str, str] = {}
+
+    def start(self, spec: ContainerSpec) -> None:
+        super().start(spec)
+        if spec.log_path:
+            self._logs[spec.name] = spec.log_path
+
+    def states(self, run_id: str) -> dict[str, ContainerState]:
+        proc = self._run(["ps", "-a", "-q", "--filter", f"label={LABEL_RUN}={run_id}"])
+        ids = proc.stdout.split()
+        if not ids:
+            return {}
+        fmt = "{{.Name}} {{.State.Status}} {{.State.ExitCode}}"
+        out: dict[str, ContainerState] = {}
+        for line in self._run(["inspect", "--format", fmt, *ids], check=False).stdout.splitlines():
+            name, status, code = line.strip().lstrip("/").split(" ")
+            running = status in ("created", "running", "restarting", "paused")
+            out[name] = ContainerState(name, running, None if running else int(code), status)
+        return out
+
+    def stop(self, names: Iterable[str], timeout: int = 10) -> None:
+        names = list(names)
+        if names:
+            self._run(["stop", "-t", str(timeout), *names], check=False, timeout=timeout + 60)
+
+    def remove(self, names: Iterable[str]) -> None:
+        names = list(names)
+        for n in names:
+            path = self._logs.pop(n, None)
+            if path:
+                logs = self._run(["logs", "--timestamps", n], check=False)
+                Path(path).write_text(cri_lines(logs.stdout, "stdout") + cri_lines(logs.stderr, "stderr"))
+        if names:
+            self._run(["rm", "-f", *names], check=False)
+
+
+def cri_lines(text: str, stream: str) -> str:
+    """``docker logs --timestamps`` output as CRI (k8s-file) records."""
+    out = []
+    for line in text.splitlines():
+        stamp, _, rest = line.partition(" ")
+        out.append(f"{stamp} {stream} F {rest}\n")
+    return "".join(out)
+
+
+def make_engine(env: Mapping[str, str] | None = None) -> CliEngine:
+    """podman, or docker where podman is absent (or HETFLOW_ENGINE says so)."""
+    binary = find_engine(env)
+    return DockerEngine(binary, env) if Path(binary).name == "docker" else CliEngine(binary, env)
 
 
 @dataclass
