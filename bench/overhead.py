@@ -1,7 +1,9 @@
 """Overhead figures for the local runner, each against its anchor measured in the same run.
 
 1. 50 trivial steps (`true`) through `hetflow run` against the same 50 containers
-   started by a plain shell loop of `podman run --rm` (the anchor).
+   started by a plain shell loop of `podman run --rm` (the anchor).  Two more rows
+   separate the causes: the loop with hetflow's own flags (no network is most of the
+   difference), and hetflow with each step taking every CPU, so one runs at a time.
 2. The meanpool CPU variant (`pool.py`) in a hetflow container against the same script
    on the host.  "Host" here is the image's own root file system entered with chroot:
    the same Python, NumPy and BLAS, without namespaces, cgroups or seccomp, which is
@@ -45,8 +47,10 @@ def hetflow_cmd(*args: str) -> list[str]:
     return [sys.executable, "-m", "hetflow.cli.main", *args]
 
 
-def trivial_workflow(n: int) -> str:
-    steps = "".join(f'  t{i}:\n    image: {BUSYBOX}\n    command: ["true"]\n' for i in range(n))
+def trivial_workflow(n: int, cpus: int = 1) -> str:
+    steps = "".join(
+        f'  t{i}:\n    image: {BUSYBOX}\n    command: ["true"]\n    resources: {{cpus: {cpus}}}\n' for i in range(n)
+    )
     return f"apiVersion: hetflow/v1\nname: trivial\nsteps:\n{steps}"
 
 
@@ -55,12 +59,23 @@ def bench_trivial(n: int, repeat: int, home: Path) -> list[tuple[str, float]]:
     home.mkdir(parents=True, exist_ok=True)
     wf = home / "trivial.yaml"
     wf.write_text(trivial_workflow(n))
+    serial = home / "serial.yaml"
+    serial.write_text(trivial_workflow(n, cpus=os.cpu_count() or 1))
     env = {**os.environ, "HETFLOW_HOME": str(home)}
-    loop = f"for i in $(seq {n}); do {find_engine()} run --rm {BUSYBOX} true >/dev/null; done"
+    podman = find_engine()
+    loop = f"for i in $(seq {n}); do {podman} run --rm {BUSYBOX} true >/dev/null; done"
+    # the same flags hetflow passes (hardening, no network, limits), still one at a time
+    flags = (
+        "--cap-drop=all --security-opt no-new-privileges --read-only --tmpfs /tmp "
+        f"--network none --pull never --user {os.getuid()}:{os.getgid()} --cpus 1 --memory 512m"
+    )
+    loop_same = f"for i in $(seq {n}); do {podman} run --rm {flags} {BUSYBOX} true >/dev/null; done"
     rows: list[tuple[str, float]] = []
     for _ in range(repeat):
         rows.append(("shell loop", timed(["bash", "-c", loop], env=engine_env())))
+        rows.append(("loop, same flags", timed(["bash", "-c", loop_same], env=engine_env())))
         rows.append(("hetflow", timed(hetflow_cmd("run", "-q", str(wf)), env=env)))
+        rows.append(("hetflow, serial", timed(hetflow_cmd("run", "-q", str(serial)), env=env)))
     return rows
 
 
