@@ -97,6 +97,9 @@ class Step(_Model):
     needs: tuple[str, ...] = ()
     inputs: dict[str, str] = Field(default_factory=dict)
     outputs: tuple[str, ...] = ()
+    sizes: dict[str, Memory] = Field(
+        default_factory=dict, description="expected bytes of outputs, for the planner's transfer cost"
+    )
     retries: int = Field(default=0, ge=0, le=100)
     network: bool = False
     optional: bool = Field(default=False, description="skip (with a reason) instead of failing when nothing fits")
