@@ -195,6 +195,12 @@ V1 = "apiVersion: hetflow/v1\n"
 
 BAD = [
     pytest.param(
+        V1 + "name: wf\nsteps:\n  a:\n    image: x\n    outputs: [o]\n    sizes: {o: 1Gi, p: 2Mi}\n",
+        7,
+        "step 'a' gives a size for 'p', which is not in its outputs (declared: o)",
+        id="size-of-undeclared-output",
+    ),
+    pytest.param(
         V1 + "name: wf\ndescripton: x\nsteps:\n  a: {image: x}\n",
         3,
         "unknown key 'descripton' in the top level (did you mean 'description'?); allowed keys: apiVersion, name,",

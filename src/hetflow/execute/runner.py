@@ -15,7 +15,7 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -119,6 +119,7 @@ class Runner:
         sleep: Callable[[float], None] | None = None,
         pid: int | None = None,
         alive: Callable[[int], bool] = pid_alive,
+        priority: Mapping[str, float] | None = None,
     ) -> None:
         self.store, self.engine, self.node, self.wf = store, engine, node, workflow
         self.run_id = run.id
@@ -132,7 +133,10 @@ class Runner:
         self.sleep = sleep or self._wait
         self._to_remove: list[str] = []
         self.pid = pid if pid is not None else os.getpid()
-        self.order = topo_order(edges_of(workflow))
+        # Ready steps are dispatched in this order: the plan's start times when a plan is
+        # followed (its ranks, not its clock: a step starts as soon as it can), else file order.
+        topo = topo_order(edges_of(workflow))
+        self.order = sorted(topo, key=lambda n: (priority or {}).get(n, float("inf"))) if priority else topo
         self.active: dict[str, _Active] = {}
         self._signalled = False
         # Retry budget counts attempts made by this executor session, so a resumed run
@@ -389,7 +393,7 @@ class Runner:
 
     def _try_launch(self, name: str, s: StepRecord) -> None:
         step = self.wf.steps[name]
-        choice = self.chooser.choose(step, self.node, self._free())
+        choice = self.chooser.choose(step, self.node, self._free(), name)
         if choice.variant is None:
             if choice.wait:
                 reason = "waiting for resources: " + choice.explain()

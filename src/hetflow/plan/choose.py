@@ -7,7 +7,8 @@ replace the greedy rule without touching the runner.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from hetflow.errors import Problem
@@ -37,7 +38,7 @@ class Choice:
 
 
 class VariantChooser(Protocol):
-    def choose(self, step: Step, node: Node, free: Capacity) -> Choice: ...
+    def choose(self, step: Step, node: Node, free: Capacity, name: str = "") -> Choice: ...
 
 
 def variant_order(step: Step) -> list[str]:
@@ -49,7 +50,7 @@ def variant_order(step: Step) -> list[str]:
 class GreedyChooser:
     """Prefer a GPU variant whose GPUs are free now; fall back to a CPU variant."""
 
-    def choose(self, step: Step, node: Node, free: Capacity) -> Choice:
+    def choose(self, step: Step, node: Node, free: Capacity, name: str = "") -> Choice:
         variants = step.resolved_variants()
         total = Capacity.of(node)
         rejected: list[tuple[str, str]] = []
@@ -75,6 +76,35 @@ class GreedyChooser:
                 why = f"{name}: fits"
             return Choice(name, gpus, False, why, tuple(rejected))
         return Choice(None, (), could_later, "", tuple(rejected))
+
+
+class PlanChooser:
+    """Follow a plan's variant per step (the planner weighed run times and GPUs); wait
+    while the planned variant's resources are busy instead of switching, so the plan's
+    GPU choices hold.  Steps the plan does not cover fall back to ``GreedyChooser``."""
+
+    def __init__(self, variants: Mapping[str, str], reasons: Mapping[str, str] | None = None) -> None:
+        self.variants = dict(variants)
+        self.reasons = dict(reasons or {})
+        self.fallback = GreedyChooser()
+
+    def choose(self, step: Step, node: Node, free: Capacity, name: str = "") -> Choice:
+        wanted = self.variants.get(name)
+        variants = step.resolved_variants()
+        if wanted not in variants:
+            return self.fallback.choose(step, node, free, name)
+        v = variants[wanted]
+        never = check(v, Capacity.of(node), where="this machine", now=False)
+        if not never.ok:
+            choice = self.fallback.choose(step, node, free, name)
+            return replace(choice, why=f"planned {wanted} cannot run here ({never.reason}); {choice.why}")
+        others = tuple((o, f"the plan chose {wanted}") for o in variants if o != wanted)
+        now = check(v, free, where="this machine", now=True)
+        if not now.ok:
+            return Choice(None, (), True, "", ((wanted, now.reason), *others))
+        gpus = tuple(qualifying_gpus(v, free.gpus)[: v.resources.gpus])
+        why = f"{wanted}: planned" + (f" ({self.reasons[name]})" if name in self.reasons else "")
+        return Choice(wanted, gpus, False, why, others)
 
 
 def feasibility_problems(loaded: LoadedWorkflow, node: Node) -> list[Problem]:

@@ -304,6 +304,22 @@ class Store:
             args.append(step)
         return [OutputRecord(**dict(r)) for r in self._db.execute(sql + " ORDER BY step, name", args)]
 
+    # --- measured history (the planner's profile) ---------------------------------------
+
+    def history(self, workflow: str | None = None) -> list[tuple[str, str, str, str, float]]:
+        """Run times of succeeded attempts: (workflow, step, variant, node, seconds), newest
+        first.  The planner's profile is built from these (per step, variant, node class)."""
+        sql = (
+            "SELECT r.name, a.step, a.variant, a.node, a.ended - a.started FROM attempts a"
+            " JOIN runs r ON r.id = a.run_id WHERE a.state = 'succeeded' AND a.ended IS NOT NULL"
+        )
+        args: list[str] = []
+        if workflow is not None:
+            sql += " AND r.name = ?"
+            args.append(workflow)
+        rows = self._db.execute(sql + " ORDER BY a.ended DESC", args).fetchall()
+        return [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4])) for r in rows]
+
     # --- events -----------------------------------------------------------------------
 
     def add_event(self, run_id: str, step: str | None, kind: str, message: str) -> None:
