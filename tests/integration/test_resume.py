@@ -12,14 +12,15 @@ from hetflow.config import engine_env
 from tests.integration.hfkit import BUSYBOX, Hetflow, step_out, write
 
 
-def _chain(n: int, sleep: float) -> str:
+def _chain(n: int, sleep: float, slow: dict[int, float] | None = None) -> str:
     steps = []
     for i in range(n):
+        pause = (slow or {}).get(i, sleep)
         needs = f"\n    needs: [s{i - 1}]" if i else ""
         steps.append(f"""
   s{i}:{needs}
     image: {BUSYBOX}
-    command: [sh, -c, "sleep {sleep}; echo $HETFLOW_ATTEMPT > /out/done"]
+    command: [sh, -c, "sleep {pause}; echo $HETFLOW_ATTEMPT > /out/done"]
     outputs: [done]""")
     return "apiVersion: hetflow/v1\nname: chain\nsteps:" + "".join(steps) + "\n"
 
@@ -40,7 +41,8 @@ def _step_states(hf: Hetflow, run_id: str) -> dict[str, str]:
 
 
 def test_kill9_then_resume_adopts_running_container_and_runs_nothing_twice(hf: Hetflow, tmp_path: Path) -> None:
-    proc = hf.popen("run", write(tmp_path, _chain(4, 1.5)), "-q")
+    # s1 runs long enough to outlive the kill and the resume's start-up, even on a loaded machine
+    proc = hf.popen("run", write(tmp_path, _chain(4, 0.5, slow={1: 8.0})), "-q")
     hf.wait_for(lambda: (hf.home / "state.db").exists() and bool(json.loads(hf("ps", "--json").stdout)))
     run_id = hf.last_run()
     hf.wait_for(lambda: _step_states(hf, run_id)["s1"] == "running")
@@ -61,7 +63,7 @@ def test_kill9_then_resume_adopts_running_container_and_runs_nothing_twice(hf: H
 
 
 def test_kill9_then_container_finishes_while_down_exit_code_collected(hf: Hetflow, tmp_path: Path) -> None:
-    proc = hf.popen("run", write(tmp_path, _chain(2, 1.0)), "-q")
+    proc = hf.popen("run", write(tmp_path, _chain(2, 0.5, slow={0: 3.0})), "-q")
     hf.wait_for(lambda: (hf.home / "state.db").exists() and bool(json.loads(hf("ps", "--json").stdout)))
     run_id = hf.last_run()
     hf.wait_for(lambda: _step_states(hf, run_id)["s0"] == "running")
@@ -95,7 +97,7 @@ def _events(hf: Hetflow, run_id: str) -> list[str]:
 
 
 def test_stop_then_resume(hf: Hetflow, tmp_path: Path) -> None:
-    run_id = hf("run", "--detach", write(tmp_path, _chain(2, 2))).stdout.strip()
+    run_id = hf("run", "--detach", write(tmp_path, _chain(2, 1.0, slow={0: 8.0}))).stdout.strip()
     hf.wait_for(lambda: _step_states(hf, run_id)["s0"] == "running")
     out = hf("stop", run_id).stdout
     assert f"run {run_id} stopped (1 container(s))" in out
