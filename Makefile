@@ -48,7 +48,9 @@ test: install lint
 	$(PY) -m pytest tests -q -ra
 
 bench: install images
+	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.overhead
+	$(PY) -m bench.planner
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache

@@ -103,8 +103,9 @@ class PlanChooser:
         if not now.ok:
             return Choice(None, (), True, "", ((wanted, now.reason), *others))
         gpus = tuple(qualifying_gpus(v, free.gpus)[: v.resources.gpus])
-        why = f"{wanted}: planned" + (f" ({self.reasons[name]})" if name in self.reasons else "")
-        return Choice(wanted, gpus, False, why, others)
+        if name in self.reasons:  # the plan's own explanation already covers the other variants
+            return Choice(wanted, gpus, False, f"{wanted}: planned ({self.reasons[name]})")
+        return Choice(wanted, gpus, False, f"{wanted}: planned", others)
 
 
 def feasibility_problems(loaded: LoadedWorkflow, node: Node) -> list[Problem]:

@@ -111,12 +111,12 @@ def _check_paths(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
             seen.add(posixpath.normpath(out))
         for out in step.sizes:
             if posixpath.normpath(out) not in seen:
-                declared = ", ".join(step.outputs) or "none"
+                listed = ", ".join(step.outputs) or "none"
                 problems.append(
                     Problem(
                         file,
                         line_of(("steps", name, "sizes", out)),
-                        f"step {name!r} gives a size for {out!r}, which is not in its outputs (declared: {declared})",
+                        f"step {name!r} gives a size for {out!r}, which is not in its outputs (declared: {listed})",
                     )
                 )
         for key, ref in step.inputs.items():

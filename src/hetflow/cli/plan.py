@@ -1,0 +1,254 @@
+"""Planning commands: plan, simulate, cluster plan, profile show, import wfcommons."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import typer
+
+from hetflow.cli.common import console, err, open_store, parse_params, print_json
+from hetflow.errors import UsageError
+from hetflow.plan.instance import Instance, Plan
+from hetflow.plan.profile import learn, profile_for
+from hetflow.report.plan import explain_step, plan_json, plan_table
+from hetflow.spec.loader import LoadedWorkflow, load_workflow
+from hetflow.spec.units import parse_duration
+
+cluster_app = typer.Typer(help="Virtual clusters: which nodes to rent.", no_args_is_help=True)
+profile_app = typer.Typer(help="Run times learned from finished runs.", no_args_is_help=True)
+import_app = typer.Typer(help="Convert workflows from other formats.", no_args_is_help=True)
+
+CLUSTER_OPT = typer.Option(..., "--cluster", help="Cluster file (YAML, kind: Cluster).")
+PARAM_OPT = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan")(plan_cmd)
+    app.command("simulate")(simulate_cmd)
+    app.add_typer(cluster_app, name="cluster")
+    app.add_typer(profile_app, name="profile")
+    app.add_typer(import_app, name="import")
+
+
+def _seconds(value: str | None, what: str) -> float | None:
+    if value is None:
+        return None
+    try:
+        return parse_duration(value)
+    except ValueError as exc:
+        raise UsageError(f"--{what} {value!r}: {exc}") from None
+
+
+def _money(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        out = float(value.lstrip("$"))
+    except ValueError:
+        raise UsageError(f"--budget {value!r}: give dollars, e.g. --budget 12.50") from None
+    if out < 0:
+        raise UsageError(f"--budget {value!r} must not be negative")
+    return out
+
+
+def _instance(loaded: LoadedWorkflow, cluster_file: Path, *, saga: bool = False) -> Instance:
+    from hetflow.plan.build import build_instance
+    from hetflow.plan.cluster import load_cluster
+
+    cluster = load_cluster(cluster_file)
+    profile = profile_for(learn(open_store().history(loaded.workflow.name)), loaded.workflow.name)
+    return build_instance(
+        loaded.workflow,
+        cluster.classes(),
+        bandwidth=cluster.bandwidth_bytes,
+        profile=profile,
+        one_task_per_machine=saga,
+    )
+
+
+def _solve(
+    instance: Instance,
+    *,
+    objective: str,
+    deadline: float | None,
+    budget: float | None,
+    exact: bool,
+    time_limit: float,
+    seed: int,
+) -> Plan:
+    if objective not in ("makespan", "cost"):
+        raise UsageError(f"--objective {objective!r}: use makespan or cost")
+    if exact:
+        from hetflow.plan.exact import plan_exact
+
+        return plan_exact(instance, time_limit=time_limit, objective=objective)
+    from hetflow.plan.heuristic import plan_heuristic
+
+    return plan_heuristic(instance, objective=objective, deadline=deadline, budget=budget, seed=seed)
+
+
+def plan_cmd(
+    workflow: Path = typer.Argument(..., help="Workflow YAML."),
+    cluster: Path = CLUSTER_OPT,
+    param: list[str] = PARAM_OPT,
+    objective: str = typer.Option("makespan", "--objective", help="makespan or cost."),
+    deadline: str | None = typer.Option(None, "--deadline", help="e.g. 2h, 90m (with --objective cost)."),
+    budget: str | None = typer.Option(None, "--budget", help="dollars (with --objective makespan)."),
+    exact: bool = typer.Option(False, "--exact", help="Prove the optimum with OR-tools CP-SAT (small DAGs)."),
+    time_limit: float = typer.Option(10.0, "--time-limit", help="Seconds for --exact."),
+    seed: int = typer.Option(0, "--seed", help="Seed of the heuristic's perturbations."),
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable plan."),
+    gantt: Path | None = typer.Option(None, "--gantt", help="Draw the schedule: FILE.svg, .html or .png."),
+    explain: bool = typer.Option(False, "--explain", help="Why each other variant and node class lost."),
+) -> None:
+    """Choose variant, node and GPUs for every step of a workflow on a cluster."""
+    loaded = load_workflow(workflow, parse_params(param))
+    instance = _instance(loaded, cluster)
+    t0 = time.perf_counter()
+    plan = _solve(
+        instance,
+        objective=objective,
+        deadline=_seconds(deadline, "deadline"),
+        budget=_money(budget),
+        exact=exact,
+        time_limit=time_limit,
+        seed=seed,
+    )
+    took = time.perf_counter() - t0
+    if gantt is not None:
+        from hetflow.report.gantt import write_gantt
+
+        write_gantt(plan, instance, gantt)
+    if json_out:
+        data = plan_json(plan, instance, explain=explain)
+        data["planning_seconds"] = round(took, 4)
+        print_json(data)
+        return
+    console.print(plan_table(plan))
+    opt = " (proven optimal)" if plan.optimal else ""
+    console.print(
+        f"makespan {plan.makespan:.1f}s{opt}, cost ${plan.cost:.4f}, {plan.algorithm}, planned in {took:.2f}s"
+    )
+    for note in plan.notes:
+        err.print(f"note: {note}", highlight=False)
+    if gantt is not None:
+        console.print(f"schedule drawn to {gantt}")
+    if explain:
+        for step in sorted(plan.placements, key=lambda s: plan.placements[s].start):
+            p = plan.placements[step]
+            console.print(f"[bold]{step}[/]: {p.variant} on {p.machine_class} ({p.machine})", highlight=False)
+            for row in explain_step(plan, instance, step):
+                console.print(
+                    f"  {row['verdict']:8} {row['variant']} on {row['node_class']}: {row['reason']}", highlight=False
+                )
+
+
+def simulate_cmd(
+    workflow: Path = typer.Argument(..., help="Workflow YAML."),
+    cluster: Path = CLUSTER_OPT,
+    param: list[str] = PARAM_OPT,
+    noise: float = typer.Option(0.2, "--noise", help="Run-time spread around the estimates (0.2 = ±20%)."),
+    seed: int = typer.Option(0, "--seed"),
+    json_out: bool = typer.Option(False, "--json"),
+    gantt: Path | None = typer.Option(None, "--gantt", help="Draw the simulated schedule."),
+) -> None:
+    """Execute a plan in a discrete-event simulation: what-if for a cluster no one has yet."""
+    from hetflow.plan.simulate import simulate
+
+    if not 0 <= noise < 1:
+        raise UsageError(f"--noise {noise}: give a spread in [0, 1), e.g. 0.2 for ±20%")
+    loaded = load_workflow(workflow, parse_params(param))
+    instance = _instance(loaded, cluster)
+    plan = _solve(instance, objective="makespan", deadline=None, budget=None, exact=False, time_limit=0, seed=seed)
+    result = simulate(instance, plan, noise=noise, seed=seed)
+    if gantt is not None:
+        from hetflow.report.gantt import write_gantt
+
+        write_gantt(result.plan, instance, gantt)
+    if json_out:
+        print_json(result.to_json())
+        return
+    console.print(result.render())
+
+
+def _catalog_cmd(
+    workflow: Path = typer.Argument(..., help="Workflow YAML."),
+    catalog: Path = typer.Option(..., "--catalog", help="Catalog of node types (YAML, kind: Catalog)."),
+    param: list[str] = PARAM_OPT,
+    deadline: str | None = typer.Option(None, "--deadline", help="Finish within, e.g. 2h."),
+    budget: str | None = typer.Option(None, "--budget", help="Spend at most, in dollars."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Choose how many nodes of each type to rent: the Pareto frontier of makespan and cost."""
+    from hetflow.plan.cluster import load_catalog
+    from hetflow.plan.virtual import plan_virtual_cluster
+
+    if deadline is not None and budget is not None:
+        raise UsageError("give --deadline or --budget, not both")
+    loaded = load_workflow(workflow, parse_params(param))
+    cat = load_catalog(catalog)
+    result = plan_virtual_cluster(
+        loaded.workflow,
+        cat.classes(),
+        bandwidth=cat.bandwidth_bytes,
+        deadline=_seconds(deadline, "deadline"),
+        budget=_money(budget),
+    )
+    if json_out:
+        print_json(result.to_json())
+        return
+    console.print(result.render())
+
+
+cluster_app.command("plan")(_catalog_cmd)
+
+
+@profile_app.command("show")
+def profile_show(
+    workflow: str | None = typer.Option(None, "--workflow", help="Only this workflow (by name)."),
+    json_out: bool = typer.Option(False, "--json"),
+) -> None:
+    """Run times learned per (step, variant, node class); they win over written estimates."""
+    entries = learn(open_store().history(workflow))
+    if json_out:
+        print_json([e.__dict__ for e in entries])
+        return
+    if not entries:
+        console.print("nothing learned yet: profiles come from succeeded steps of 'hetflow run'")
+        return
+    from rich.table import Table
+
+    t = Table(box=None, header_style="bold")
+    for col in ("WORKFLOW", "STEP", "VARIANT", "NODE CLASS", "SECONDS", "SAMPLES"):
+        t.add_column(col)
+    for e in entries:
+        t.add_row(e.workflow, e.step, e.variant, e.node_class, f"{e.seconds:.2f}", str(e.samples))
+    console.print(t)
+
+
+@import_app.command("wfcommons")
+def import_wfcommons(
+    trace: Path = typer.Argument(..., help="WfFormat (WfCommons/WfInstances) JSON trace."),
+    out: Path | None = typer.Option(None, "-o", "--output", help="Write here instead of stdout."),
+    gpu_variants: bool = typer.Option(
+        True, "--gpu-variants/--no-gpu-variants", help="Add GPU variants by the benchmark rule."
+    ),
+) -> None:
+    """Convert a workflow trace to a hetflow workflow, for planning your own traces."""
+    import json
+
+    from hetflow.spec.wfcommons import convert_wfcommons
+
+    try:
+        data = json.loads(trace.read_text())
+    except FileNotFoundError:
+        raise UsageError(f"{trace}: no such file") from None
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"{trace}: not a JSON trace: {exc}") from None
+    text = convert_wfcommons(data, gpu_variants=gpu_variants, file=str(trace))
+    if out is None:
+        print(text, end="")
+    else:
+        out.write_text(text)
+        err.print(f"wrote {out}", highlight=False)

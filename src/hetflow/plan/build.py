@@ -1,0 +1,229 @@
+"""Build the planning problem: a workflow and machine classes become an ``Instance``.
+
+For every step (in topological order), every variant is checked against every machine
+class by a chain of small filters, in the style of the Kubernetes scheduler framework's
+Filter plugins and Nomad's feasibility checkers: each looks at one thing and answers with
+``None`` (fits) or a ``Rejection`` whose reason names the number asked and the number the
+class has.  A variant that passes every filter on a class is an ``Option`` with its run
+time there.  Answers are cached per (resources, GPU constraint, image, class): steps that
+ask alike are checked once (Nomad's computed node classes).
+
+Run time of an option: the measured profile when there is one (history beats guesses),
+else the variant's ``estimate`` divided by the class's CPU speed, or by its GPU speed for
+a variant that uses GPUs (estimates are A100-referenced).  A variant with no estimate is
+taken as ``DEFAULT_ESTIMATE`` seconds; ``instance_notes`` lists those.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Callable, Mapping, Sequence
+
+from hetflow.errors import NoFitError
+from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Rejection, Task
+from hetflow.spec.checks import edges_of
+from hetflow.spec.dag import topo_order
+from hetflow.spec.models import GpuConstraint, Resources, Variant, Workflow
+from hetflow.spec.units import format_bytes
+
+DEFAULT_ESTIMATE = 60.0  # seconds, for a variant with no estimate and no profile
+
+Profile = Mapping[tuple[str, str, str], float]  # (step, variant, class) -> measured seconds
+ImageCheck = Callable[[str, MachineClass], str | None]  # (image, class) -> why not, or None
+Filter = Callable[[Variant, MachineClass], tuple[str, str] | None]  # -> (code, reason) or None
+
+# --- filters: one resource each ---------------------------------------------------------
+
+
+def _plural(n: float, what: str) -> str:
+    return f"{n:g} {what}" if n == 1 else f"{n:g} {what}s"
+
+
+def fit_cpus(v: Variant, c: MachineClass) -> tuple[str, str] | None:
+    want = v.resources.cpus
+    if want > c.cores:
+        return "cpus", f"asks for {_plural(want, 'CPU')}; {c.name} has {c.cores}"
+    return None
+
+
+def fit_memory(v: Variant, c: MachineClass) -> tuple[str, str] | None:
+    want = v.resources.memory
+    if want > c.memory:
+        return "memory", f"asks for {format_bytes(want)} of memory; {c.name} has {format_bytes(c.memory)}"
+    return None
+
+
+def fit_gpus(v: Variant, c: MachineClass) -> tuple[str, str] | None:
+    want = v.resources.gpus
+    if want > c.gpus:
+        has = c.gpus if c.gpus else "none"
+        return "gpus", f"asks for {_plural(want, 'GPU')}; {c.name} has {has}"
+    return None
+
+
+def _gpu_filter(v: Variant, c: MachineClass) -> GpuConstraint | None:
+    """The GPU constraint to check, when the variant uses GPUs and the class has some
+    (a class with no GPUs is already rejected by ``fit_gpus``)."""
+    return v.gpu if v.uses_gpu and c.gpus else None
+
+
+def fit_gpu_model(v: Variant, c: MachineClass) -> tuple[str, str] | None:
+    want = _gpu_filter(v, c)
+    if want and want.models and not any(m.lower() in c.gpu_model.lower() for m in want.models):
+        return "gpu_model", f"needs a GPU model among {', '.join(want.models)}; {c.name} has {c.gpu_model}"
+    return None
+
+
+def fit_gpu_cc(v: Variant, c: MachineClass) -> tuple[str, str] | None:
+    want = _gpu_filter(v, c)
+    if want and c.gpu_cc < want.cc_tuple:
+        have = f"{c.gpu_cc[0]}.{c.gpu_cc[1]}"
+        return (
+            "gpu_cc",
+            f"needs compute capability {want.min_compute_capability}; {c.name} has {have} ({c.gpu_model})",
+        )
+    return None
+
+
+def fit_gpu_memory(v: Variant, c: MachineClass) -> tuple[str, str] | None:
+    want = _gpu_filter(v, c)
+    if want and c.gpu_memory < want.min_memory:
+        return (
+            "gpu_memory",
+            f"needs {format_bytes(want.min_memory)} of GPU memory; {c.name} has "
+            f"{format_bytes(c.gpu_memory)} ({c.gpu_model})",
+        )
+    return None
+
+
+FILTERS: tuple[Filter, ...] = (fit_cpus, fit_memory, fit_gpus, fit_gpu_model, fit_gpu_cc, fit_gpu_memory)
+
+# --- the builder ------------------------------------------------------------------------
+
+
+def build_instance(
+    workflow: Workflow,
+    classes: Sequence[MachineClass],
+    *,
+    bandwidth: float,
+    profile: Profile | None = None,
+    one_task_per_machine: bool = False,
+    image_check: ImageCheck | None = None,
+) -> Instance:
+    """The planning problem for ``workflow`` on ``classes``.
+
+    Every failing filter of a (variant, class) pair is recorded as a ``Rejection``.  A step
+    with no option at all raises ``NoFitError`` listing every such step with every reason;
+    an ``optional`` step with no option is left out (it has no dependents, see
+    ``spec.checks``) and ``instance_notes`` says so."""
+    if bandwidth <= 0:
+        raise ValueError(f"bandwidth must be positive bytes/s, got {bandwidth}")
+    profile = profile or {}
+    deps = edges_of(workflow)
+    cache: dict[tuple[Resources, GpuConstraint | None, str, str], tuple[tuple[str, str], ...]] = {}
+
+    def rejections(v: Variant, c: MachineClass) -> tuple[tuple[str, str], ...]:
+        key = (v.resources, v.gpu, v.image, c.name)
+        if key not in cache:
+            found = [r for f in FILTERS if (r := f(v, c))]
+            if image_check is not None and (why := image_check(v.image, c)):
+                found.append(("image", why))
+            cache[key] = tuple(found)
+        return cache[key]
+
+    tasks: list[Task] = []
+    unfit: list[str] = []
+    for name in topo_order(deps):
+        step = workflow.steps[name]
+        options: list[Option] = []
+        rejected: list[Rejection] = []
+        for vname, v in step.resolved_variants().items():
+            for c in classes:
+                found = rejections(v, c)
+                if found:
+                    rejected += [Rejection(vname, c.name, code, reason) for code, reason in found]
+                    continue
+                res = v.resources
+                runtime = profile.get((name, vname, c.name), _scaled_estimate(v, c))
+                options.append(Option(vname, c.name, runtime, res.cpus, res.memory, res.gpus))
+        if options:
+            tasks.append(Task(name, tuple(options), tuple(rejected)))
+        elif not step.optional:
+            unfit.append(_no_fit_message(name, rejected, classes))
+    if unfit:
+        raise NoFitError("\n".join(unfit))
+    kept = {t.name for t in tasks}
+    sizer = _EdgeSizer(workflow)
+    edges = tuple(
+        Edge(parent, child, sizer(parent, child))
+        for child in (t.name for t in tasks)
+        for parent in deps[child]
+        if parent in kept
+    )
+    return Instance(tuple(tasks), edges, tuple(classes), float(bandwidth), one_task_per_machine)
+
+
+def _scaled_estimate(v: Variant, c: MachineClass) -> float:
+    estimate = DEFAULT_ESTIMATE if v.estimate is None else v.estimate
+    return estimate / (c.gpu_speed if v.uses_gpu else c.speed)
+
+
+def _no_fit_message(step: str, rejected: Sequence[Rejection], classes: Sequence[MachineClass]) -> str:
+    if not classes:
+        return f"step {step!r} cannot be placed: the cluster has no machines"
+    reasons = "; ".join(f"{r.variant} on {r.machine_class}: {r.reason}" for r in rejected)
+    return f"step {step!r} fits no machine class ({reasons}); lower the request or add a machine that has it"
+
+
+def edge_bytes(workflow: Workflow, parent: str, child: str) -> float:
+    """Bytes ``child`` reads from ``parent``: the ``sizes`` of the parent's outputs that the
+    child's inputs name (a directory input counts every declared output under it, or its
+    own size when ``sizes`` gives one); 0 when no size is known or the edge is a bare
+    ``needs``."""
+    return _EdgeSizer(workflow)(parent, child)
+
+
+class _EdgeSizer:
+    """``edge_bytes`` with each parent's normalised sizes and outputs computed once."""
+
+    def __init__(self, workflow: Workflow) -> None:
+        self.workflow = workflow
+        self.outputs: dict[str, tuple[dict[str, int], list[str]]] = {}
+
+    def __call__(self, parent: str, child: str) -> float:
+        if parent not in self.outputs:
+            pstep = self.workflow.steps[parent]
+            sized = {posixpath.normpath(k): v for k, v in pstep.sizes.items()}
+            self.outputs[parent] = (sized, [posixpath.normpath(o) for o in pstep.outputs])
+        sizes, outputs = self.outputs[parent]
+        read: set[str] = set()
+        for ref in self.workflow.steps[child].inputs.values():
+            src, _, path = ref.partition("/")
+            if src != parent or not path:
+                continue
+            want = posixpath.normpath(path)
+            if want in sizes:
+                read.add(want)
+            else:
+                read.update(o for o in outputs if o.startswith(want + "/"))
+        return float(sum(sizes.get(p, 0) for p in read))
+
+
+def instance_notes(workflow: Workflow, instance: Instance, profile: Profile | None = None) -> tuple[str, ...]:
+    """What ``build_instance`` assumed: variants run as ``DEFAULT_ESTIMATE`` for want of an
+    estimate or a profile, and optional steps left out because nothing fits them."""
+    profile = profile or {}
+    notes: list[str] = []
+    planned = {t.name for t in instance.tasks}
+    for name, step in workflow.steps.items():
+        if name not in planned:
+            notes.append(f"step {name!r} is optional and fits no machine class; it will be skipped")
+            continue
+        for vname, v in step.resolved_variants().items():
+            measured = any((name, vname, c.name) in profile for c in instance.classes)
+            if v.estimate is None and not measured:
+                notes.append(
+                    f"step {name!r} variant {vname!r} has no estimate; {DEFAULT_ESTIMATE:g}s assumed "
+                    "(add 'estimate', or run it once so its time is measured)"
+                )
+    return tuple(notes)

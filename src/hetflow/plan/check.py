@@ -1,0 +1,210 @@
+"""Is a plan valid for its instance?  Every violation, as a sentence.
+
+``check_plan(instance, plan) == []`` means: every task is placed once, on one of its
+options, on a machine that exists; every data edge is respected, with the transfer time
+``bytes / bandwidth`` paid when parent and child are on different machines; no machine is
+ever over its cores, memory or GPU count (or, in the one-task-per-machine model, runs two
+tasks at once); no GPU index is given to two tasks at once; and the plan's makespan and
+cost are what its placements say.
+
+Times are compared with a small relative tolerance (floating-point sums).  Intervals are
+half-open: a task may start on a machine at the instant another finishes there.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from hetflow.plan.cost import plan_cost
+from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan
+
+_REL = 1e-9
+
+
+def _close(a: float, b: float) -> bool:
+    return abs(a - b) <= _REL * max(1.0, abs(a), abs(b))
+
+
+def _at_least(a: float, b: float) -> bool:
+    """``a >= b`` up to rounding."""
+    return a >= b - _REL * max(1.0, abs(a), abs(b))
+
+
+def check_plan(instance: Instance, plan: Plan) -> list[str]:
+    """Every way ``plan`` breaks ``instance``'s rules; an empty list when it is valid."""
+    problems: list[str] = []
+    valid = _check_placements(instance, plan, problems)
+    _check_edges(instance, plan, problems)
+    _check_machines(instance, valid, problems)
+    _check_totals(instance, plan, problems)
+    return problems
+
+
+def _find_option(options: tuple[Option, ...], p: Placement) -> Option | None:
+    for o in options:
+        if o.variant == p.variant and o.machine_class == p.machine_class:
+            return o
+    return None
+
+
+def _check_placements(instance: Instance, plan: Plan, problems: list[str]) -> list[tuple[Placement, MachineClass]]:
+    """Each task once, on one of its options, on a real machine.  Returns the placements
+    whose machine is known, for the capacity checks."""
+    classes = {c.name: c for c in instance.classes}
+    machines = {c.name: set(c.machine_ids()) for c in instance.classes}
+    names = {t.name for t in instance.tasks}
+    valid: list[tuple[Placement, MachineClass]] = []
+    for key in plan.placements:
+        if key not in names:
+            problems.append(f"placement for unknown task {key!r}")
+    for task in instance.tasks:
+        p = plan.placements.get(task.name)
+        if p is None:
+            problems.append(f"task {task.name!r} is not placed")
+            continue
+        where = f"task {task.name!r}"
+        if p.task != task.name:
+            problems.append(f"{where}: its placement names task {p.task!r}")
+        if p.start < 0:
+            problems.append(f"{where} starts at {p.start:g}, before time 0")
+        option = _find_option(task.options, p)
+        if option is None:
+            problems.append(f"{where}: variant {p.variant!r} on class {p.machine_class!r} is not one of its options")
+        else:
+            if not _close(p.finish - p.start, option.runtime):
+                problems.append(
+                    f"{where} runs {p.finish - p.start:g} s ({p.start:g} to {p.finish:g}); "
+                    f"its option {p.variant!r} on {p.machine_class!r} takes {option.runtime:g} s"
+                )
+            if not _close(p.cores, option.cores) or p.memory != option.memory:
+                problems.append(
+                    f"{where} holds {p.cores:g} cores and {p.memory} bytes; "
+                    f"its option asks for {option.cores:g} cores and {option.memory} bytes"
+                )
+            if len(p.gpus) != option.gpus:
+                problems.append(
+                    f"{where} was given {len(p.gpus)} GPU(s) {list(p.gpus)}; its option asks for {option.gpus}"
+                )
+        cls = classes.get(p.machine_class)
+        if cls is None:
+            problems.append(f"{where} is on class {p.machine_class!r}, which the cluster does not have")
+            continue
+        if p.machine not in machines[cls.name]:
+            problems.append(f"{where} is on machine {p.machine!r}, which is not a machine of class {cls.name!r}")
+            continue
+        bad = [g for g in p.gpus if not 0 <= g < cls.gpus]
+        if bad:
+            problems.append(f"{where} uses GPU index(es) {bad} on {p.machine!r}, which has {cls.gpus} GPU(s)")
+        if len(set(p.gpus)) != len(p.gpus):
+            problems.append(f"{where} lists a GPU index twice: {list(p.gpus)}")
+        valid.append((p, cls))
+    return valid
+
+
+def _check_edges(instance: Instance, plan: Plan, problems: list[str]) -> None:
+    for e in instance.edges:
+        parent, child = plan.placements.get(e.parent), plan.placements.get(e.child)
+        if parent is None or child is None:
+            continue  # already reported as not placed
+        delay = 0.0 if parent.machine == child.machine or e.bytes <= 0 else e.bytes / instance.bandwidth
+        if not _at_least(child.start, parent.finish + delay):
+            how = "on the same machine" if delay == 0.0 else f"plus {delay:g} s to move {e.bytes:g} bytes"
+            problems.append(
+                f"task {e.child!r} starts at {child.start:g}, before its parent {e.parent!r} "
+                f"finishes at {parent.finish:g} ({how})"
+            )
+
+
+def _check_machines(instance: Instance, valid: list[tuple[Placement, MachineClass]], problems: list[str]) -> None:
+    by_machine: dict[str, list[Placement]] = defaultdict(list)
+    classes: dict[str, MachineClass] = {}
+    for p, cls in valid:
+        if p.finish > p.start:  # a zero-length task holds nothing
+            by_machine[p.machine].append(p)
+            classes[p.machine] = cls
+    for machine, items in by_machine.items():
+        cls = classes[machine]
+        if instance.one_task_per_machine:
+            _check_one_at_a_time(machine, items, problems)
+        else:
+            _check_capacity(machine, cls, items, problems)
+        _check_gpu_indices(machine, items, problems)
+
+
+def _check_one_at_a_time(machine: str, items: list[Placement], problems: list[str]) -> None:
+    items = sorted(items, key=lambda p: (p.start, p.finish, p.task))
+    latest = items[0]
+    for p in items[1:]:
+        if p.start < latest.finish and not _close(p.start, latest.finish):
+            problems.append(
+                f"machine {machine!r} runs {latest.task!r} ({latest.start:g} to {latest.finish:g}) and "
+                f"{p.task!r} ({p.start:g} to {p.finish:g}) at once; it runs one task at a time"
+            )
+        if p.finish > latest.finish:
+            latest = p
+
+
+def _check_capacity(machine: str, cls: MachineClass, items: list[Placement], problems: list[str]) -> None:
+    """Sweep the start and finish events; at each instant compare the sums with the class."""
+    events: list[tuple[float, int, Placement]] = []
+    for p in items:
+        events.append((p.start, 1, p))
+        # 0 sorts first: a finish frees before a start at the same time (up to rounding).
+        events.append((p.finish - _REL * max(1.0, abs(p.finish)), 0, p))
+    events.sort(key=lambda e: (e[0], e[1], e[2].task))
+    cores, memory, gpus = 0.0, 0, 0
+    active: dict[str, Placement] = {}
+    reported: set[str] = set()
+    for time, kind, p in events:
+        sign = 1 if kind else -1
+        cores += sign * p.cores
+        memory += sign * p.memory
+        gpus += sign * len(p.gpus)
+        if kind:
+            active[p.task] = p
+        else:
+            del active[p.task]
+            continue
+        over = []
+        if cores > cls.cores + 1e-9:
+            over.append(f"{cores:g} of {cls.cores} cores")
+        if memory > cls.memory:
+            over.append(f"{memory} of {cls.memory} bytes of memory")
+        if gpus > cls.gpus:
+            over.append(f"{gpus} of {cls.gpus} GPUs")
+        if over and not all(name in reported for name in active):
+            reported.update(active)
+            problems.append(
+                f"machine {machine!r} is over capacity at t={time:g}: {', '.join(over)} "
+                f"(tasks {', '.join(sorted(active))})"
+            )
+
+
+def _check_gpu_indices(machine: str, items: list[Placement], problems: list[str]) -> None:
+    by_gpu: dict[int, list[Placement]] = defaultdict(list)
+    for p in items:
+        for g in set(p.gpus):
+            by_gpu[g].append(p)
+    for g, users in sorted(by_gpu.items()):
+        users.sort(key=lambda p: (p.start, p.finish, p.task))
+        latest = users[0]
+        for p in users[1:]:
+            if p.start < latest.finish and not _close(p.start, latest.finish):
+                problems.append(
+                    f"GPU {g} of machine {machine!r} is given to {latest.task!r} ({latest.start:g} to "
+                    f"{latest.finish:g}) and {p.task!r} ({p.start:g} to {p.finish:g}) at once"
+                )
+            if p.finish > latest.finish:
+                latest = p
+
+
+def _check_totals(instance: Instance, plan: Plan, problems: list[str]) -> None:
+    finishes = [p.finish for p in plan.placements.values()]
+    makespan = max(finishes, default=0.0)
+    if not _close(plan.makespan, makespan):
+        problems.append(f"the plan's makespan is {plan.makespan:g}; its last task finishes at {makespan:g}")
+    known = {c.name for c in instance.classes}
+    if all(p.machine_class in known for p in plan.placements.values()):
+        cost = plan_cost(instance, plan.placements)
+        if abs(plan.cost - cost) > 1e-6 * max(1.0, abs(cost)):
+            problems.append(f"the plan's cost is {plan.cost:g}; its placements cost {cost:g}")

@@ -1,0 +1,444 @@
+"""Cluster and catalog files: the machines a plan may use, by node type.
+
+A cluster file says what exists (``kind: Cluster``); a catalog says what could be rented
+(``kind: Catalog``, ``count`` = the most of that type one may rent).  Both list node types
+with one schema, so the planner, and later the Slurm and Ray backends, read them alike::
+
+    apiVersion: hetflow/v1
+    kind: Cluster
+    name: hetero-16
+    bandwidth: 10Gbit/s            # or 1.25GB/s, or a number of bytes/s
+    nodeTypes:
+      - {name: cpu.std, count: 8, cores: 16, speed: 1.0, memory: 64Gi, price: 0.68}
+      - name: gpu.a100
+        count: 1
+        cores: 48
+        speed: 1.2
+        memory: 384Gi
+        gpus: {model: NVIDIA A100-SXM4-40GB, count: 4, memory: 40Gi, computeCapability: "8.0"}
+        price: 16.39
+    nodes: []                       # entries of `hetflow nodes --json`: one class each
+
+Node types become ``MachineClass`` values (Nomad's computed node classes): machines of one
+type are alike for placement, so feasibility is decided once per type.  Errors are
+``SpecError`` problems with the file's line, as for workflow files.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hetflow.errors import Problem, SpecError
+from hetflow.inventory.models import Gpu, Node
+from hetflow.plan.instance import MachineClass
+from hetflow.spec.loader import Loc, _compose, _suggest, line_of
+from hetflow.spec.units import parse_memory
+
+CLASS_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
+CLASS_NAME_HINT = "use 1-63 letters, digits, '.', '-' or '_', starting and ending alphanumeric"
+
+# --- GPU speeds -------------------------------------------------------------------------
+
+# How fast a GPU step runs relative to an A100 (a GPU variant's ``estimate`` is its A100
+# time, so A100 = 1.0).  Matched as a whole word in the product name, case-insensitive.
+GPU_SPEEDS: tuple[tuple[str, float, str], ...] = (
+    ("A100", 1.0, "reference: a GPU variant's estimate is its A100 run time"),
+    # shared/bench/README.md rule 3: a GPU variant is 8.5x the CPU variant on an A100 and
+    # 3.0x on a T4, so a T4 runs GPU steps at 3.0 / 8.5 of an A100's speed.
+    ("T4", 3.0 / 8.5, "bench rule 3: 3.0x vs 8.5x over a speed-1.0 CPU"),
+    # Assumptions, not measurements: published training results (MLPerf Training, NVIDIA's
+    # H100 and A100 briefs) put an H100 SXM at roughly 1.6-2x an A100 per GPU, an A100 at
+    # roughly 1.8x a V100, and an L4 at roughly 1.4x a T4.  Measured history (a profile)
+    # overrides all of these; a cluster file may set ``gpus.speed`` instead.
+    ("H100", 1.8, "assumed: ~1.6-2x an A100"),
+    ("V100", 0.55, "assumed: an A100 is ~1.8x a V100"),
+    ("L4", 0.5, "assumed: ~1.4x a T4"),
+)
+
+
+def default_gpu_speed(model: str) -> float | None:
+    """The table's speed for a GPU product name, or None when no entry matches."""
+    for key, speed, _ in GPU_SPEEDS:
+        if re.search(rf"\b{key}\b", model, re.IGNORECASE):
+            return speed
+    return None
+
+
+# --- bandwidth --------------------------------------------------------------------------
+
+_BW_RE = re.compile(r"^\s*(\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(\S*)\s*$")
+_BIT_PREFIX = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12}
+_BYTE_PREFIX = {
+    "": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12,
+    "Ki": 1024.0, "Mi": 1024.0**2, "Gi": 1024.0**3, "Ti": 1024.0**4,
+}  # fmt: skip
+_BW_HINT = "write e.g. 10Gbit/s, 1.25GB/s, 100Mbps or a number of bytes per second"
+
+
+def parse_bandwidth(value: object) -> float:
+    """Bytes per second from ``10Gbit/s``, ``10Gbps``, ``1.25GB/s``, ``800MiB/s`` or a number.
+
+    Network rates use decimal prefixes (a 10 Gbit/s link carries 1.25e9 bytes/s); ``Ki``,
+    ``Mi``... are binary, as in memory sizes."""
+    if isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a bandwidth; {_BW_HINT}")
+    if isinstance(value, int | float):
+        rate = float(value)
+    else:
+        m = _BW_RE.match(str(value))
+        if not m:
+            raise ValueError(f"{value!r} is not a bandwidth; {_BW_HINT}")
+        number, unit = float(m.group(1)), m.group(2)
+        scale, table, prefix = 1.0, _BYTE_PREFIX, ""
+        if unit:
+            per_second = next((unit[: -len(s)] for s in ("/s", "ps") if unit.endswith(s)), None)
+            if per_second is None:
+                raise ValueError(f"{value!r}: a bandwidth is per second; {_BW_HINT}")
+            if per_second.endswith(("bit", "b")):
+                prefix, scale, table = per_second.removesuffix("bit").removesuffix("b"), 1 / 8, _BIT_PREFIX
+            elif per_second.endswith("B"):
+                prefix = per_second.removesuffix("B")
+            else:
+                raise ValueError(f"{value!r}: unknown unit {unit!r}; {_BW_HINT}")
+        if prefix not in table:
+            raise ValueError(f"{value!r}: unknown unit {unit!r}; {_BW_HINT}")
+        rate = number * table[prefix] * scale
+    if not math.isfinite(rate) or rate <= 0:
+        raise ValueError(f"a bandwidth must be positive and finite, got {value!r}")
+    return rate
+
+
+Bandwidth = Annotated[float, BeforeValidator(parse_bandwidth)]
+Memory = Annotated[int, BeforeValidator(parse_memory)]
+
+# --- the file's models ------------------------------------------------------------------
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+
+
+class GpuSpec(_Model):
+    """The GPUs of one node type (all alike), in ``nvidia-smi -q`` terms."""
+
+    model: str = Field(min_length=1, description="product name, e.g. NVIDIA A100-SXM4-40GB")
+    count: int = Field(ge=1)
+    memory: Memory = Field(description="per GPU; 40Gi")
+    compute_capability: str = Field(alias="computeCapability", description='"major.minor", e.g. "8.0"')
+    driver: str = ""
+    speed: float | None = Field(default=None, gt=0, description="GPU steps run estimate / speed; A100 = 1.0")
+
+    @field_validator("compute_capability", mode="before")
+    @classmethod
+    def _cc(cls, v: object) -> str:
+        text = str(v)
+        if not re.fullmatch(r"\d+(\.\d+)?", text):
+            raise ValueError(f'{v!r} is not a compute capability; write e.g. "7.5" or "8.0"')
+        return text if "." in text else text + ".0"
+
+    @model_validator(mode="after")
+    def _known_speed(self) -> GpuSpec:
+        if self.speed is None and default_gpu_speed(self.model) is None:
+            known = ", ".join(k for k, _, _ in GPU_SPEEDS)
+            raise ValueError(
+                f"GPU model {self.model!r} has no default speed (known: {known}); "
+                "set 'speed' (how fast it runs GPU steps relative to an A100)"
+            )
+        return self
+
+    @property
+    def cc_tuple(self) -> tuple[int, int]:
+        major, _, minor = self.compute_capability.partition(".")
+        return int(major), int(minor or 0)
+
+    @property
+    def resolved_speed(self) -> float:
+        speed = self.speed if self.speed is not None else default_gpu_speed(self.model)
+        assert speed is not None  # _known_speed
+        return speed
+
+
+class NodeType(_Model):
+    """``count`` alike machines: in a cluster, how many there are; in a catalog, the most
+    that can be rented."""
+
+    name: str
+    count: int = Field(ge=0)
+    cores: int = Field(ge=1, description="logical CPUs")
+    speed: float = Field(default=1.0, gt=0, description="CPU steps run estimate / speed")
+    memory: Memory
+    gpus: GpuSpec | None = None
+    price: float = Field(default=0.0, ge=0, description="dollars per hour")
+    microarchitecture: str = "x86_64"
+    labels: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not CLASS_NAME_RE.match(v):
+            raise ValueError(f"node type name {v!r} is not valid: {CLASS_NAME_HINT}")
+        return v
+
+    def machine_class(self, count: int | None = None) -> MachineClass:
+        g = self.gpus
+        return MachineClass(
+            name=self.name,
+            count=self.count if count is None else count,
+            cores=self.cores,
+            memory=self.memory,
+            speed=self.speed,
+            gpus=g.count if g else 0,
+            gpu_model=g.model if g else "",
+            gpu_memory=g.memory if g else 0,
+            gpu_cc=g.cc_tuple if g else (0, 0),
+            gpu_speed=g.resolved_speed if g else 1.0,
+            price_per_hour=self.price,
+            microarchitecture=self.microarchitecture,
+            labels=tuple(sorted(self.labels.items())),
+        )
+
+
+def node_class(node: Node) -> MachineClass:
+    """A probed machine as a class of one, named after the node.
+
+    A node description has no CPU speed or price: they are 1.0 and 0.  Its GPUs' speed
+    comes from ``GPU_SPEEDS`` (1.0 for a model not in the table).  A node with mixed GPUs
+    is described by its weakest: the least memory, compute capability and speed."""
+    gpus = node.gpus
+    return MachineClass(
+        name=node.name,
+        count=1,
+        cores=node.cpu.cores,
+        memory=node.memory_bytes,
+        speed=1.0,
+        gpus=len(gpus),
+        gpu_model=gpus[0].model if gpus else "",
+        gpu_memory=min((g.memory_bytes for g in gpus), default=0),
+        gpu_cc=min((g.compute_capability_tuple for g in gpus), default=(0, 0)),
+        gpu_speed=min((_gpu_speed(g) for g in gpus), default=1.0),
+        microarchitecture=node.cpu.microarchitecture,
+    )
+
+
+def _gpu_speed(gpu: Gpu) -> float:
+    speed = default_gpu_speed(gpu.model)
+    return 1.0 if speed is None else speed
+
+
+# Keys `hetflow nodes --json` adds for people (report/nodes.py node_to_json); the byte
+# fields they are derived from stay the truth, so they are dropped before validation.
+_DERIVED_NODE_KEYS = ("memory_gib", "gpu_count")
+
+
+def _strip_derived(v: object) -> object:
+    if not isinstance(v, dict):
+        return v
+    out = {k: x for k, x in v.items() if k not in _DERIVED_NODE_KEYS}
+    if isinstance(out.get("gpus"), list):
+        out["gpus"] = [
+            {k: x for k, x in g.items() if k != "memory_gib"} if isinstance(g, dict) else g for g in out["gpus"]
+        ]
+    return out
+
+
+ProbedNode = Annotated[Node, BeforeValidator(_strip_derived)]
+
+
+class _Machines(_Model):
+    api_version: Literal["hetflow/v1"] = Field(alias="apiVersion")
+    name: str = Field(min_length=1)
+    bandwidth: Bandwidth = Field(default=1.25e9, description="bytes/s between two machines")
+    node_types: tuple[NodeType, ...] = Field(default=(), alias="nodeTypes")
+
+    @field_validator("node_types")
+    @classmethod
+    def _unique(cls, v: tuple[NodeType, ...]) -> tuple[NodeType, ...]:
+        names = [t.name for t in v]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"node type name(s) {', '.join(map(repr, dup))} used twice; names must be unique")
+        return v
+
+    @property
+    def bandwidth_bytes(self) -> float:
+        """Bytes per second between two machines (data on one machine moves for free)."""
+        return self.bandwidth
+
+
+class Cluster(_Machines):
+    """The machines that exist: node types, plus probed nodes as classes of one."""
+
+    kind: Literal["Cluster"]
+    nodes: tuple[ProbedNode, ...] = ()
+
+    @model_validator(mode="after")
+    def _check(self) -> Cluster:
+        names = [t.name for t in self.node_types] + [n.name for n in self.nodes]
+        dup = sorted({n for n in names if names.count(n) > 1})
+        if dup:
+            raise ValueError(f"name(s) {', '.join(map(repr, dup))} used by a node type and a node, or by two nodes")
+        if sum(t.count for t in self.node_types) + len(self.nodes) == 0:
+            raise ValueError("the cluster has no machines; give a nodeType with count >= 1 or a node")
+        return self
+
+    def classes(self) -> tuple[MachineClass, ...]:
+        """Node types in file order (those with count 0 left out), then the probed nodes."""
+        return tuple(t.machine_class() for t in self.node_types if t.count > 0) + tuple(
+            node_class(n) for n in self.nodes
+        )
+
+
+class Catalog(_Machines):
+    """Node types that can be rented, ``count`` being the most of each one may rent."""
+
+    kind: Literal["Catalog"]
+
+    @model_validator(mode="after")
+    def _check(self) -> Catalog:
+        if not self.node_types:
+            raise ValueError("the catalog lists no node types")
+        return self
+
+    def classes(self) -> tuple[MachineClass, ...]:
+        """Every node type at its maximum count."""
+        return tuple(t.machine_class() for t in self.node_types if t.count > 0)
+
+    def cluster(self, counts: Mapping[str, int], name: str | None = None) -> Cluster:
+        """A virtual cluster renting ``counts[type]`` machines of each type (others: none).
+
+        Raises ``ValueError`` naming the type when a count is unknown or above the maximum."""
+        known = {t.name: t for t in self.node_types}
+        for tname, n in counts.items():
+            if tname not in known:
+                raise ValueError(f"the catalog has no node type {tname!r}{_suggest(tname, known)}")
+            if not 0 <= n <= known[tname].count:
+                raise ValueError(f"node type {tname!r}: {n} asked, the catalog rents 0 to {known[tname].count}")
+        return Cluster(
+            apiVersion="hetflow/v1",
+            kind="Cluster",
+            name=name or self.name,
+            bandwidth=self.bandwidth,
+            nodeTypes=tuple(t.model_copy(update={"count": counts.get(t.name, 0)}) for t in self.node_types),
+        )
+
+
+# --- loading ----------------------------------------------------------------------------
+
+
+def load_cluster(path: str | Path) -> Cluster:
+    """Read a ``kind: Cluster`` file; raise SpecError listing every problem with its line."""
+    model = _load(path, Cluster)
+    assert isinstance(model, Cluster)
+    return model
+
+
+def parse_cluster(text: str, file: str = "<cluster>") -> Cluster:
+    model = _parse(text, file, Cluster)
+    assert isinstance(model, Cluster)
+    return model
+
+
+def load_catalog(path: str | Path) -> Catalog:
+    model = _load(path, Catalog)
+    assert isinstance(model, Catalog)
+    return model
+
+
+def parse_catalog(text: str, file: str = "<catalog>") -> Catalog:
+    model = _parse(text, file, Catalog)
+    assert isinstance(model, Catalog)
+    return model
+
+
+def _load(path: str | Path, kind: type[Cluster | Catalog]) -> Cluster | Catalog:
+    p = Path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(
+            [Problem(str(p), 1, f"no such file; give the path of a {kind.__name__.lower()} YAML")]
+        ) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SpecError([Problem(str(p), 1, f"cannot read the file: {exc}")]) from None
+    return _parse(text, str(p), kind)
+
+
+def _parse(text: str, file: str, kind: type[Cluster | Catalog]) -> Cluster | Catalog:
+    want = kind.__name__
+    shape = f"a {want.lower()} file is a YAML mapping with apiVersion, kind: {want}, name and nodeTypes"
+    if not text.strip():
+        raise SpecError([Problem(file, 1, f"the file is empty; {shape}")])
+    data, lines, problems = _compose(text, file)
+    if problems:
+        raise SpecError(problems)
+    if not isinstance(data, dict):
+        raise SpecError([Problem(file, 1, shape)])
+    got = data.get("kind")
+    if got != want:
+        other = "load_catalog" if got == "Catalog" else "load_cluster" if got == "Cluster" else None
+        hint = f" (this is a {got}; read it with {other})" if other else ""
+        raise SpecError([Problem(file, line_of(lines, ("kind",)), f"kind {got!r} is not {want!r}{hint}")])
+    try:
+        return kind.model_validate(data)
+    except ValidationError as exc:
+        raise SpecError([_problem(err, file, lines, kind) for err in exc.errors()]) from None
+
+
+def _problem(err: Any, file: str, lines: Mapping[Loc, int], root: type[BaseModel]) -> Problem:
+    loc: Loc = tuple(err["loc"])
+    where = ".".join(str(x) for x in loc) or "the top level"
+    if err["type"] == "extra_forbidden":
+        key, parent = str(loc[-1]), ".".join(str(x) for x in loc[:-1]) or "the top level"
+        allowed = _allowed_keys(root, loc[:-1])
+        msg = f"unknown key {key!r} in {parent}{_suggest(key, allowed)}; allowed keys: {', '.join(allowed)}"
+    elif err["type"] == "missing":
+        parent = ".".join(str(x) for x in loc[:-1]) or "the top level"
+        msg = f"{parent}: required key {loc[-1]!r} is missing"
+    elif err["type"] == "literal_error" and loc == ("apiVersion",):
+        msg = f"apiVersion {err.get('input')!r} is not supported; write 'apiVersion: hetflow/v1'"
+    else:
+        text = str(err["msg"]).removeprefix("Value error, ")
+        got = err.get("input")
+        shown = "" if isinstance(got, dict | list) or got is None or repr(got) in text else f" (got {got!r})"
+        msg = f"{where}: {text}{shown}" if loc else text
+    return Problem(file, line_of(lines, loc), msg)
+
+
+def _allowed_keys(root: type[BaseModel], loc: Loc) -> list[str]:
+    """Walk the models along ``loc`` (through lists, tuples and dicts) to list the keys
+    allowed there, as written in the file (aliases)."""
+    tp: Any = root
+    for part in loc:
+        tp = _unwrap(tp)
+        if isinstance(tp, type) and issubclass(tp, BaseModel):
+            fields = {(f.alias or n): f for n, f in tp.model_fields.items()}
+            if str(part) not in fields:
+                return []
+            tp = fields[str(part)].annotation
+        elif typing.get_origin(tp) in (list, tuple, dict):
+            tp = typing.get_args(tp)[-1] if typing.get_origin(tp) is dict else typing.get_args(tp)[0]
+        else:
+            return []
+    tp = _unwrap(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return [(f.alias or n) for n, f in tp.model_fields.items()]
+    return []
+
+
+def _unwrap(tp: Any) -> Any:
+    """``X | None`` -> X; ``Annotated[X, ...]`` -> X."""
+    if typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return _unwrap(args[0])
+    return tp

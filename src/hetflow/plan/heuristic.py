@@ -1,0 +1,505 @@
+"""The list-scheduling planner: HEFT, then a portfolio of passes and a local search.
+
+``heft(instance)`` is the algorithm of Topcuoglu, Hariri and Wu (IEEE TPDS 13(3), 2002):
+tasks by decreasing upward rank (mean run time over the task's options, full transfer time
+on every edge), each placed where it finishes first, inserted into the earliest gap that
+holds it for its whole run time.  Here "where" is a variant *and* a machine, and a machine
+holds several tasks at once when their cores, memory and GPUs fit (``timeline.py``).
+
+``plan_heuristic`` keeps the best of:
+
+1. passes with several priority lists: upward rank; upward + downward rank (the CPOP
+   priority, Topcuoglu et al. section 5); upward rank over the fastest options; upward rank
+   with the mean transfer time over machine pairs;
+2. PEFT passes (Arabnejad and Barbosa, IEEE TPDS 25(3), 2014): earliest finish plus the
+   optimistic time the task's descendants still need from that class;
+3. a lookahead pass that scores a choice by the earliest finish of the task's most critical
+   child (small instances only: it places a child for every candidate);
+4. for a cost objective or a budget: passes that spend by sub-deadlines or budget shares;
+5. passes whose priorities are nudged, at random (from ``seed``) or by raising the tasks on
+   the critical path of the previous nudged pass;
+6. a local search: move one task to another option or machine (critical tasks first, or the
+   dearest when cost is what matters), rebuild the schedule with every assignment fixed,
+   keep the move if the plan improves; at a local optimum, kick two or three tasks at
+   random from the best plan and go on.
+
+All of it runs within ``effort`` schedule builds, never a clock, so the same instance and
+seed give the same plan (STYLE.md habit 1).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+from hetflow.errors import HetflowError
+from hetflow.plan.cost import plan_cost
+from hetflow.plan.instance import Instance, Placement, Plan
+from hetflow.plan.timeline import Choice, Compiled, ListPass, Rule, Schedule, build_fixed
+
+OBJECTIVES = ("makespan", "cost")
+GPU_POLICIES = ("avoid", "allow")
+
+# A list pass is costlier than a rebuild with fixed assignments (it tries every candidate):
+# it counts as this many schedule builds against ``effort``.
+_PASS_UNITS = 4
+_LOOKAHEAD_UNITS = 16  # a lookahead pass also places the critical child of every candidate
+_LOOKAHEAD_LIMIT = 20_000  # tasks x machines above which the lookahead pass is skipped
+_STALE_KICKS = 25  # the local search stops after this many kicks without a new best
+_NUDGE = 0.02  # a critical task's priority grows by up to this fraction of the top rank per pass
+_WORK = 60_000  # placements' worth of work by default: under a second on a laptop core
+
+
+def heft(instance: Instance) -> Plan:
+    """Plain HEFT: upward rank, insertion, earliest finish time; no improvements.
+
+    On the graph of Topcuoglu et al. (2002, Fig. 2) it gives the published makespan, 80."""
+    cp = Compiled(instance)
+    sched = ListPass(cp, Rule("eft", avoid=False), _rounded(upward_rank(cp, mean_runtime(cp)))).run()
+    return to_plan(cp, sched, algorithm="heft", objective="makespan")
+
+
+def plan_heuristic(
+    instance: Instance,
+    *,
+    objective: str = "makespan",
+    deadline: float | None = None,
+    budget: float | None = None,
+    seed: int = 0,
+    gpu_policy: str = "avoid",
+    effort: int | None = None,
+) -> Plan:
+    """The best plan found within ``effort`` schedule builds (default: scaled to the size).
+
+    ``objective="makespan"`` minimizes the makespan, keeping ``plan.cost <= budget`` if a
+    budget is given; ``objective="cost"`` minimizes the cost, keeping the makespan within
+    ``deadline`` if given.  When the limit cannot be met, the plan that comes closest is
+    returned and ``plan.notes`` says so (a deadline with the makespan objective, or a budget
+    with the cost objective, is only checked and noted).  ``gpu_policy="avoid"`` keeps a task
+    that uses no GPU off GPU nodes unless that makes it finish strictly earlier than on the
+    best node without GPUs (decided when the task is placed; the local search moves such a
+    task onto a GPU node only if it has no other class); "allow" has no such rule.
+
+    ``effort`` counts schedule builds (a list pass counts 4, a lookahead pass 16, a rebuild
+    with fixed assignments 1); by default it is set from the work of the first pass, so that
+    the whole search does about as much as placing 60,000 tasks (see ``default_effort``)."""
+    if objective not in OBJECTIVES:
+        raise HetflowError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    if gpu_policy not in GPU_POLICIES:
+        raise HetflowError(f"gpu_policy {gpu_policy!r} is not one of {', '.join(GPU_POLICIES)}")
+    cp = Compiled(instance)
+    goal = Goal(objective, deadline, budget)
+    search = Search(cp, goal, seed, gpu_policy == "avoid", effort)
+    search.portfolio()
+    search.local_search()
+    plan = to_plan(cp, search.best, algorithm="heuristic", objective=objective)
+    return _with_notes(plan, goal)
+
+
+def default_effort(tasks: int, probes: int) -> int:
+    """Schedule builds for a total work near ``_WORK`` task placements, given the work of one
+    list pass: its ``tasks`` and its ``probes`` (a timeline searched costs about a sixth of a
+    placement).  Many builds for small DAGs, a few passes for big ones, never under three."""
+    per_pass = tasks + probes / 6
+    return max(3 * _PASS_UNITS, min(2000, int(_PASS_UNITS * _WORK / max(1.0, per_pass))))
+
+
+# --- priorities -----------------------------------------------------------------------------
+
+
+def topological(cp: Compiled) -> list[int]:
+    indeg = [len(ps) for ps in cp.parents]
+    order = [t for t in range(cp.n) if indeg[t] == 0]
+    for t in order:  # the list grows while it is read
+        for c, _ in cp.children[t]:
+            indeg[c] -= 1
+            if indeg[c] == 0:
+                order.append(c)
+    if len(order) != cp.n:
+        raise HetflowError("the instance's edges form a cycle; a workflow must be a DAG")
+    return order
+
+
+def mean_runtime(cp: Compiled) -> list[float]:
+    return [sum(ch.runtime for ch in chs) / len(chs) for chs in cp.choices]
+
+
+def upward_rank(cp: Compiled, weight: list[float], comm_scale: float = 1.0) -> list[float]:
+    """rank_u(t) = w(t) + max over children c of (transfer time + rank_u(c))."""
+    rank = [0.0] * cp.n
+    for t in reversed(topological(cp)):
+        rank[t] = weight[t] + max((comm * comm_scale + rank[c] for c, comm in cp.children[t]), default=0.0)
+    return rank
+
+
+def downward_rank(cp: Compiled, weight: list[float]) -> list[float]:
+    """rank_d(t) = max over parents p of (rank_d(p) + w(p) + transfer time)."""
+    rank = [0.0] * cp.n
+    for t in topological(cp):
+        rank[t] = max((rank[p] + weight[p] + comm for p, comm in cp.parents[t]), default=0.0)
+    return rank
+
+
+def optimistic_cost(cp: Compiled) -> list[tuple[float, ...]]:
+    """PEFT's optimistic cost table, per class: OCT(t, c) = max over children s of the least,
+    over the options of s, of OCT(s, its class) + its run time + the transfer if the class
+    differs (Arabnejad and Barbosa 2014, eq. 1, with classes for processors)."""
+    k = len(cp.classes)
+    table: list[tuple[float, ...]] = [()] * cp.n
+    for t in reversed(topological(cp)):
+        row = [0.0] * k
+        for s, comm in cp.children[t]:
+            for c in range(k):
+                best = min(table[s][ch.cls] + ch.runtime + (comm if ch.cls != c else 0.0) for ch in cp.choices[s])
+                if best > row[c]:
+                    row[c] = best
+        table[t] = tuple(row)
+    return table
+
+
+def _rounded(values: list[float]) -> list[float]:
+    """Ranks equal on paper may differ in the last bit; round so that ties go by task order."""
+    return [float(f"{v:.12g}") for v in values]
+
+
+# --- objective ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Goal:
+    objective: str
+    deadline: float | None
+    budget: float | None
+
+    def key(self, s: Schedule) -> tuple[float, float, float]:
+        """Smaller is better: (how far past the limit, objective, the other measure)."""
+        makespan, cost = _tidy(s.makespan), _tidy(s.cost)
+        if self.objective == "cost":
+            late = 0.0 if self.deadline is None else max(0.0, makespan - self.deadline)
+            return (late, cost, makespan)
+        over = 0.0 if self.budget is None else max(0.0, cost - self.budget)
+        return (over, makespan, cost)
+
+    def search_key(self, s: Schedule) -> tuple[float, ...]:
+        """The local search's order: the goal's, except that for a makespan the sum of the
+        finish times breaks ties before the cost does, so the search can cross plateaus where
+        a move changes the makespan of nothing but shortens the others' chains."""
+        key = self.key(s)
+        spread = _tidy(sum(s.finish))
+        if self.objective == "cost":
+            return (*key, spread)
+        return (key[0], key[1], spread, key[2])
+
+
+def _tidy(x: float) -> float:
+    """Float sums in different orders differ in the last bits; compare 12 digits."""
+    return float(f"{x:.12g}")
+
+
+# --- the search -----------------------------------------------------------------------------
+
+
+class Search:
+    """The portfolio of passes, then the local search, within ``effort`` schedule builds."""
+
+    def __init__(self, cp: Compiled, goal: Goal, seed: int, avoid: bool, effort: int | None) -> None:
+        self.cp = cp
+        self.goal = goal
+        self.rng = random.Random(seed)
+        self.avoid = avoid
+        self.left = 0 if effort is None else effort
+        self.weight = mean_runtime(cp)
+        self.rank = _rounded(upward_rank(cp, self.weight))
+        self.tiebreak = [0] * cp.n  # topological position: orders tasks that start together
+        for i, t in enumerate(topological(cp)):
+            self.tiebreak[t] = i
+        self.best_rule = Rule("eft", avoid)
+        first = ListPass(cp, self.best_rule, self.rank)
+        self.best: Schedule = first.run()
+        self.best_key = goal.key(self.best)
+        if effort is None:
+            self.left = default_effort(cp.n, first.probes)
+        self.left -= _PASS_UNITS
+
+    def run_pass(self, rule: Rule, priority: list[float]) -> Schedule:
+        self.left -= _LOOKAHEAD_UNITS if rule.kind == "lookahead" else _PASS_UNITS
+        return ListPass(self.cp, rule, priority).run()
+
+    def offer(self, s: Schedule) -> bool:
+        key = self.goal.key(s)
+        if key < self.best_key:
+            self.best, self.best_key = s, key
+            return True
+        return False
+
+    def portfolio(self) -> None:
+        cp, goal, avoid = self.cp, self.goal, self.avoid
+        ranks = [self.rank]
+        ranks.append(_rounded([u + d for u, d in zip(self.rank, downward_rank(cp, self.weight), strict=True)]))
+        fastest = [min(ch.runtime for ch in chs) for chs in cp.choices]
+        ranks.append(_rounded(upward_rank(cp, fastest)))
+        # The mean transfer time over machine pairs rather than the full one: (M-1)/M of a
+        # pair of distinct machines; (M-1)/(M+1) over every link counting a machine's own, as
+        # SAGA's HEFT does (anrg-saga, schedulers/cpop.py, upward_rank).
+        if cp.m > 1:
+            for scale in ((cp.m - 1) / cp.m, (cp.m - 1) / (cp.m + 1)):
+                ranks.append(_rounded(upward_rank(cp, self.weight, comm_scale=scale)))
+        rules: list[tuple[Rule, list[float]]] = []
+        if goal.objective == "cost":
+            rules.append((Rule("cheapest", avoid), self.rank))
+            rules += [(rule, self.rank) for rule in self.deadline_rules() + self.spending_rules()]
+        if goal.budget is not None:
+            if goal.objective != "cost":
+                rules.append((Rule("cheapest", avoid), self.rank))
+            rules += [(rule, self.rank) for rule in self.budget_rules()]
+        rules += [(Rule("eft", avoid), r) for r in ranks[1:]]
+        table = optimistic_cost(cp)
+        oct_rank = [sum(row[ch.cls] for ch in chs) / len(chs) for row, chs in zip(table, cp.choices, strict=True)]
+        rules.append((Rule("peft", avoid, optimistic=tuple(table)), _rounded(oct_rank)))
+        rules.append((Rule("peft", avoid, optimistic=tuple(table)), self.rank))
+        if cp.n * cp.m <= _LOOKAHEAD_LIMIT:
+            rules += [(Rule("lookahead", avoid), r) for r in ranks[:2]]
+        for rule, priority in rules:
+            if self.left < (_LOOKAHEAD_UNITS if rule.kind == "lookahead" else _PASS_UNITS):
+                continue
+            if self.offer(self.run_pass(rule, priority)):
+                self.best_rule = rule
+        # Three quarters of what is left: passes whose priorities are nudged; the local search
+        # gets the rest.
+        self.nudged(3 * self.left // (4 * _PASS_UNITS))
+
+    def nudged(self, passes: int) -> None:
+        """Passes with the best pass's rule and priorities nudged, in turn at random (by up to
+        5, 15 or 30 %) and by raising the tasks on the critical path of the latest such pass
+        (so that they are placed before the tasks that delayed them)."""
+        rule = Rule("eft", self.avoid) if self.best_rule.kind == "lookahead" else self.best_rule
+        priority = list(self.rank)
+        top = max(self.rank, default=1.0) or 1.0
+        current = self.best
+        for i in range(passes):
+            if i % 2 == 0:
+                level = (0.05, 0.15, 0.3)[(i // 2) % 3]
+                trial = [r * (1.0 + level * (2.0 * self.rng.random() - 1.0)) for r in self.rank]
+            else:
+                for t in critical_path(self.cp, current):
+                    priority[t] += _NUDGE * top * self.rng.random()
+                trial = _rounded(priority)
+            s = self.run_pass(rule, trial)
+            self.offer(s)
+            if i % 2 == 1:
+                current = s
+
+    def deadline_rules(self) -> list[Rule]:
+        """Sub-deadlines, so that a cheap choice early does not make the deadline impossible
+        later.  Two sources: the rest of the task's critical path by mean run times, stretched
+        by 1/2, 1 and deadline/critical path; and the latest finish of the task in the first
+        (makespan-minded) plan, scaled by deadline/its makespan."""
+        deadline = self.goal.deadline
+        if deadline is None:
+            return []
+        critical = max(self.rank, default=0.0)
+        tail = [r - w for r, w in zip(self.rank, self.weight, strict=True)]
+        stretches = sorted({1.0, max(1.0, deadline / critical) if critical > 0 else 1.0, 0.5})
+        due = [tuple(deadline - x * s for x in tail) for s in stretches]
+        reference = self.best
+        if reference.makespan > 0:
+            scale = deadline / reference.makespan
+            due.append(tuple(f * scale for f in latest_finish(self.cp, reference)))
+        return [Rule("subdeadline", self.avoid, subdeadline=d) for d in due]
+
+    def budget_rules(self, budget: float | None = None) -> list[Rule]:
+        """Budget shares: the spare budget (over the cheapest options of the tasks left) goes to
+        the current task in proportion to its weight, doubled, or all of it."""
+        budget = self.goal.budget if budget is None else budget
+        assert budget is not None
+        weight = tuple(self.weight)
+        return [
+            Rule("budget", self.avoid, budget=budget, weight=weight),
+            Rule("budget", self.avoid, budget=budget, weight=tuple(2.0 * w for w in weight)),
+            Rule("budget", self.avoid, budget=budget),
+        ]
+
+    def spending_rules(self) -> list[Rule]:
+        """For a cost objective with a deadline: plans that spend a quarter or a half of what the
+        first plan spends beyond the cheapest, whichever of them meets the deadline."""
+        if self.goal.deadline is None:
+            return []
+        cheapest = sum(min(ch.cost for ch in chs) for chs in self.cp.choices)
+        extra = max(0.0, self.best.cost - cheapest)
+        return [rule for f in (0.25, 0.5) for rule in self.budget_rules(cheapest + f * extra)[:1]]
+
+    # --- local search -------------------------------------------------------------------
+
+    def local_search(self) -> None:
+        current, current_key = self.best, self.goal.search_key(self.best)
+        order = current.start_order(self.tiebreak)
+        stale = 0
+        while self.left > 0 and stale < _STALE_KICKS:
+            moved = self.descend(current, current_key, order)
+            if moved is not None:
+                current, current_key = moved
+                order = current.start_order(self.tiebreak)
+                if self.offer(current):
+                    stale = 0
+                continue
+            stale += 1
+            current = self.kick(self.best)
+            current_key = self.goal.search_key(current)
+            order = current.start_order(self.tiebreak)
+            self.offer(current)
+
+    def descend(
+        self, s: Schedule, key: tuple[float, ...], order: list[int]
+    ) -> tuple[Schedule, tuple[float, ...]] | None:
+        """The first move that improves ``s``, tried in a promising order; None at a local optimum."""
+        pool = self.pool(s)
+        for t in self.move_order(s, key):
+            for ch, m in self.neighbours(t, s, pool):
+                if self.left <= 0:
+                    return None
+                self.left -= 1
+                new = self.rebuild(s, order, t, ch, m)
+                new_key = self.goal.search_key(new)
+                if new_key < key:
+                    return new, new_key
+        return None
+
+    def rebuild(self, s: Schedule, order: list[int], t: int, ch: Choice, m: int) -> Schedule:
+        choice, machine = list(s.choice), list(s.machine)
+        choice[t], machine[t] = ch, m
+        return build_fixed(self.cp, order, choice, machine)
+
+    def move_order(self, s: Schedule, key: tuple[float, ...]) -> list[int]:
+        """Critical tasks first when time is what matters, dearest tasks first when cost is."""
+        rest = list(range(self.cp.n))
+        self.rng.shuffle(rest)
+        cost_first = (self.goal.objective == "cost" and key[0] == 0.0) or (
+            self.goal.objective == "makespan" and key[0] > 0.0
+        )
+        if cost_first:
+            rest.sort(key=lambda t: -s.choice[t].cost)
+            return rest
+        critical = critical_path(self.cp, s)
+        seen = set(critical)
+        return critical + [t for t in rest if t not in seen]
+
+    def pool(self, s: Schedule) -> list[tuple[list[int], int | None]]:
+        """Per class: the machines that ``s`` uses, and one it leaves untouched (or None)."""
+        used = set(s.machine)
+        out: list[tuple[list[int], int | None]] = []
+        for first, count in zip(self.cp.first, self.cp.count, strict=True):
+            machines = range(first, first + count)
+            out.append(([m for m in machines if m in used], next((m for m in machines if m not in used), None)))
+        return out
+
+    def neighbours(self, t: int, s: Schedule, pool: list[tuple[list[int], int | None]]) -> list[tuple[Choice, int]]:
+        """Other (option, machine) pairs for ``t``: each used machine of the option's class and
+        one untouched one (they are all alike); on big classes only the machines of its
+        parents and children and a few others."""
+        cp = self.cp
+        related = {s.machine[p] for p, _ in cp.parents[t]} | {s.machine[c] for c, _ in cp.children[t]}
+        has_plain = any(cp.classes[ch.cls].gpus == 0 for ch in cp.choices[t])
+        out: list[tuple[Choice, int]] = []
+        for ch in cp.choices[t]:
+            if self.avoid and ch.cpu_on_gpu and has_plain:
+                continue
+            machines, idle = pool[ch.cls]
+            if len(machines) > 8:
+                near = [m for m in machines if m in related]
+                others = [m for m in machines if m not in related]
+                machines = near + self.rng.sample(others, min(4, len(others)))
+            if idle is not None:
+                machines = [*machines, idle]
+            out += [(ch, m) for m in machines if not (m == s.machine[t] and ch is s.choice[t])]
+        self.rng.shuffle(out)
+        if self.goal.objective == "cost" or self.goal.budget is not None:
+            out.sort(key=lambda cm: cm[0].cost)
+        return out
+
+    def kick(self, s: Schedule) -> Schedule:
+        """Move two or three random tasks to random neighbours, from ``s``."""
+        choice, machine = list(s.choice), list(s.machine)
+        pool = self.pool(s)
+        for t in self.rng.sample(range(self.cp.n), min(self.cp.n, self.rng.randint(2, 3))):
+            options = self.neighbours(t, s, pool)
+            if options:
+                choice[t], machine[t] = self.rng.choice(options)
+        self.left -= 1
+        return build_fixed(self.cp, s.start_order(self.tiebreak), choice, machine)
+
+
+def latest_finish(cp: Compiled, s: Schedule) -> list[float]:
+    """How late each task could finish, its machines and run times as in ``s``, and the rest
+    of ``s`` shifted as needed, without delaying the end (contention ignored: a bound)."""
+    latest = [s.makespan] * cp.n
+    for t in reversed(topological(cp)):
+        for c, comm in cp.children[t]:
+            gap = 0.0 if s.machine[c] == s.machine[t] else comm
+            latest[t] = min(latest[t], latest[c] - s.choice[c].runtime - gap)
+    return latest
+
+
+def critical_path(cp: Compiled, s: Schedule) -> list[int]:
+    """The chain of tasks that ends with the last finish: each one waits for the previous one,
+    either for its data or for room on its machine."""
+    if cp.n == 0:
+        return []
+    ends: dict[tuple[int, float], int] = {}
+    for t in range(cp.n):
+        ends.setdefault((s.machine[t], s.finish[t]), t)
+    t = max(range(cp.n), key=lambda u: (s.finish[u], -u))
+    chain = [t]
+    while s.start[t] > 0.0 and len(chain) <= cp.n:
+        nxt = None
+        for p, comm in cp.parents[t]:
+            arrival = s.finish[p] + (0.0 if s.machine[p] == s.machine[t] else comm)
+            if arrival == s.start[t]:
+                nxt = p
+                break
+        if nxt is None:
+            nxt = ends.get((s.machine[t], s.start[t]))
+        if nxt is None:
+            break
+        t = nxt
+        chain.append(t)
+    return chain
+
+
+# --- the result -----------------------------------------------------------------------------
+
+
+def to_plan(cp: Compiled, s: Schedule, *, algorithm: str, objective: str) -> Plan:
+    placements: dict[str, Placement] = {}
+    for t, task in enumerate(cp.instance.tasks):
+        ch = s.choice[t]
+        option = task.options[ch.index]
+        placements[task.name] = Placement(
+            task=task.name,
+            variant=option.variant,
+            machine=cp.machine_name[s.machine[t]],
+            machine_class=option.machine_class,
+            start=s.start[t],
+            finish=s.finish[t],
+            cores=option.cores,
+            memory=option.memory,
+            gpus=s.gpus[t],
+        )
+    makespan = max((p.finish for p in placements.values()), default=0.0)
+    return Plan(placements, makespan, plan_cost(cp.instance, placements), algorithm, objective)
+
+
+def _with_notes(plan: Plan, goal: Goal) -> Plan:
+    notes = list(plan.notes)
+    if goal.deadline is not None and plan.makespan > goal.deadline * (1 + 1e-12):
+        notes.append(
+            f"deadline not met: the best plan found takes {plan.makespan:g} s, over the deadline of "
+            f"{goal.deadline:g} s; allow more time or add machines"
+        )
+    if goal.budget is not None and plan.cost > goal.budget * (1 + 1e-12):
+        notes.append(
+            f"budget not met: the plan found closest to it costs ${plan.cost:.4f}, over the budget of "
+            f"${goal.budget:.4f}; raise the budget or use cheaper nodes"
+        )
+    if not notes:
+        return plan
+    return Plan(plan.placements, plan.makespan, plan.cost, plan.algorithm, plan.objective, plan.optimal, tuple(notes))

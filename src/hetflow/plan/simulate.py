@@ -1,0 +1,264 @@
+"""Replay a plan in a discrete-event simulation with noisy run times.
+
+A plan is a promise made with estimates; ``simulate`` asks what happens when the estimates
+are off.  It keeps everything the plan decided (machine, variant, GPU indices, and the order
+of the steps on each machine) and lets time be decided by events: a step starts when the
+steps planned before it on its machine have started, its parents' data have arrived
+(``bytes / bandwidth`` between two machines, nothing on one), and its cores, memory and
+GPUs are free.  Each run time is its estimate times a factor drawn uniformly within
+``±noise`` from ``random.Random(seed)``, one draw per task in the instance's order, so the
+same seed gives the same run (STYLE.md habit 1: no clock, seeded randomness).
+
+With ``noise=0`` a valid plan's steps never start later than planned (the steps running at
+a planned start in the simulation are a subset of those running then in the plan), so the
+simulated makespan is at most the planned one, and equal for plans without idle gaps that
+could be closed (list-scheduling plans).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import random
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetflow.plan.cost import plan_cost
+from hetflow.plan.instance import Instance, MachineClass, Placement, Plan
+from hetflow.spec.units import format_duration
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class ClassUtilization:
+    """How busy a machine class was over the simulated makespan.
+
+    ``cpu`` is busy core-seconds / (cores x count x makespan); ``gpu`` the same for GPUs
+    (None for a class without GPUs).  Both lie in [0, 1]."""
+
+    machine_class: str
+    cpu: float
+    gpu: float | None = None
+
+
+@dataclass(frozen=True)
+class SimulationResult:
+    makespan: float
+    cost: float  # dollars, by plan.cost.plan_cost: each step's runtime x price x dominant share
+    utilization: Mapping[str, ClassUtilization]
+    plan: Plan  # the simulated placements, drawable with report.gantt
+    planned_makespan: float
+    planned_cost: float
+    noise: float
+    seed: int
+    runtime_factors: Mapping[str, float] = field(default_factory=dict, repr=False)
+
+    @property
+    def slowdown(self) -> float:
+        """Simulated makespan / planned makespan (1.0 when both are zero)."""
+        if self.planned_makespan <= 0:
+            return 1.0
+        return self.makespan / self.planned_makespan
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "makespan": self.makespan,
+            "planned_makespan": self.planned_makespan,
+            "slowdown": self.slowdown,
+            "cost": self.cost,
+            "planned_cost": self.planned_cost,
+            "noise": self.noise,
+            "seed": self.seed,
+            "utilization": {u.machine_class: {"cpu": u.cpu, "gpu": u.gpu} for u in self.utilization.values()},
+            "placements": [dataclasses.asdict(p) for p in self.plan.placements.values()],
+        }
+
+    def render(self) -> str:
+        """A few lines for people: simulated vs planned, and how busy each class was."""
+        lines = [
+            f"simulated makespan {format_duration(self.makespan)} (planned {format_duration(self.planned_makespan)}, "
+            f"x{self.slowdown:.2f}); cost ${self.cost:,.2f} (planned ${self.planned_cost:,.2f})",
+            f"run times within ±{self.noise:.0%} of the estimates, seed {self.seed}",
+            "utilization:",
+        ]
+        for u in self.utilization.values():
+            gpu = f", GPUs {u.gpu:.0%}" if u.gpu is not None else ""
+            lines.append(f"  {u.machine_class}: cores {u.cpu:.0%}{gpu}")
+        return "\n".join(lines)
+
+
+def utilization(
+    instance: Instance, placements: Mapping[str, Placement], makespan: float
+) -> dict[str, ClassUtilization]:
+    """Busy fraction per machine class over ``makespan`` (see ClassUtilization)."""
+    core_s: dict[str, float] = {c.name: 0.0 for c in instance.classes}
+    gpu_s: dict[str, float] = {c.name: 0.0 for c in instance.classes}
+    for p in placements.values():
+        cls = instance.machine_class(p.machine_class)
+        cores = float(cls.cores) if instance.one_task_per_machine else p.cores
+        core_s[cls.name] += cores * (p.finish - p.start)
+        gpu_s[cls.name] += len(p.gpus) * (p.finish - p.start)
+    out: dict[str, ClassUtilization] = {}
+    for c in instance.classes:
+        cpu_cap = c.cores * c.count * makespan
+        gpu_cap = c.gpus * c.count * makespan
+        cpu = min(1.0, core_s[c.name] / cpu_cap) if cpu_cap > 0 else 0.0
+        gpu = (min(1.0, gpu_s[c.name] / gpu_cap) if gpu_cap > 0 else 0.0) if c.gpus else None
+        out[c.name] = ClassUtilization(c.name, cpu, gpu)
+    return out
+
+
+def _runtime_factors(instance: Instance, noise: float, seed: int) -> dict[str, float]:
+    # One draw per task in the instance's (topological) order, before anything runs, so a
+    # task's factor does not depend on the order events happen in.
+    rng = random.Random(seed)
+    return {t.name: 1.0 + noise * (2.0 * rng.random() - 1.0) for t in instance.tasks}
+
+
+def _estimate(instance: Instance, p: Placement) -> float:
+    for o in instance.task(p.task).options:
+        if o.variant == p.variant and o.machine_class == p.machine_class:
+            return o.runtime
+    raise ValueError(
+        f"plan puts {p.task!r} as variant {p.variant!r} on class {p.machine_class!r}, "
+        "which is not one of its options in this instance"
+    )
+
+
+@dataclass
+class _Machine:
+    cls: MachineClass
+    queue: list[str]  # task names in planned start order
+    next: int = 0
+    cores: float = 0.0
+    memory: int = 0
+    gpus: set[int] = field(default_factory=set)
+    running: int = 0
+    wake: float = -1.0  # the wake-up already queued for the head's data, to queue it once
+
+    def fits(self, p: Placement, exclusive: bool) -> bool:
+        if exclusive:
+            return self.running == 0
+        return p.cores <= self.cores + _EPS and p.memory <= self.memory and all(g in self.gpus for g in p.gpus)
+
+    def take(self, p: Placement, sign: int) -> None:
+        self.cores -= sign * p.cores
+        self.memory -= sign * p.memory
+        if sign > 0:
+            self.gpus.difference_update(p.gpus)
+        else:
+            self.gpus.update(p.gpus)
+        self.running += sign
+
+
+def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 0) -> SimulationResult:
+    """Run ``plan`` on ``instance`` with run times drawn within ``±noise`` of the estimates.
+
+    Raises ValueError when the plan does not fit the instance (a task missing, a machine or
+    option that does not exist) or cannot be executed in its own order (a step planned
+    before its parent on one machine)."""
+    if not 0.0 <= noise < 1.0:
+        raise ValueError(f"noise must be in [0, 1), got {noise}")
+    missing = [t.name for t in instance.tasks if t.name not in plan.placements]
+    if missing:
+        raise ValueError(f"the plan places no {', '.join(missing[:5])}; simulate a complete plan")
+    factors = _runtime_factors(instance, noise, seed)
+    order = {t.name: i for i, t in enumerate(instance.tasks)}
+    planned = plan.placements
+    runtime = {name: _estimate(instance, planned[name]) * factors[name] for name in order}
+
+    machines: dict[str, _Machine] = {}
+    for name in sorted(order, key=lambda n: (planned[n].start, order[n])):
+        p = planned[name]
+        if p.machine not in machines:
+            cls = instance.machine_class(p.machine_class)
+            if p.machine not in cls.machine_ids():
+                raise ValueError(f"plan puts {name!r} on {p.machine!r}, which class {cls.name!r} does not have")
+            machines[p.machine] = _Machine(
+                cls, [], cores=float(cls.cores), memory=cls.memory, gpus=set(range(cls.gpus))
+            )
+        machines[p.machine].queue.append(name)
+
+    parents: dict[str, list[tuple[str, float]]] = {name: [] for name in order}
+    for e in instance.edges:
+        parents[e.child].append((e.parent, e.bytes))
+
+    done: dict[str, Placement] = {}
+    events: list[tuple[float, int, str]] = []  # (time, seq, finishing task or "" for a wake-up)
+    seq = 0
+    now = 0.0
+    exclusive = instance.one_task_per_machine
+
+    def arrival(name: str) -> float | None:
+        """When the last input of ``name`` is on its machine; None while a parent runs."""
+        t = 0.0
+        for parent, nbytes in parents[name]:
+            if parent not in done:
+                return None
+            comm = 0.0 if done[parent].machine == planned[name].machine else nbytes / instance.bandwidth
+            t = max(t, done[parent].finish + comm)
+        return t
+
+    started: dict[str, float] = {}
+    while True:
+        for mid in sorted(machines):
+            m = machines[mid]
+            while m.next < len(m.queue):
+                name = m.queue[m.next]
+                p = planned[name]
+                ready = arrival(name)
+                if ready is None or not m.fits(p, exclusive):
+                    break
+                if ready > now + _EPS:
+                    if m.wake != ready:
+                        m.wake = ready
+                        seq += 1
+                        heapq.heappush(events, (ready, seq, ""))
+                    break
+                m.take(p, +1)
+                m.next += 1
+                started[name] = now
+                seq += 1
+                heapq.heappush(events, (now + runtime[name], seq, name))
+        if not events:
+            break
+        now = events[0][0]
+        while events and events[0][0] <= now + _EPS:
+            _, _, name = heapq.heappop(events)
+            if name:
+                p = planned[name]
+                done[name] = Placement(
+                    name, p.variant, p.machine, p.machine_class, started[name], now, p.cores, p.memory, p.gpus
+                )
+                machines[p.machine].take(p, -1)
+
+    if len(done) < len(order):
+        stuck = sorted(set(order) - set(done), key=order.__getitem__)
+        raise ValueError(
+            f"the plan cannot run in its own order: {', '.join(stuck[:5])} never start "
+            "(a step is planned to start before its parent on the same machine)"
+        )
+    placements = {name: done[name] for name in order}
+    makespan = max((p.finish for p in placements.values()), default=0.0)
+    cost = plan_cost(instance, placements)
+    simulated = Plan(
+        placements=placements,
+        makespan=makespan,
+        cost=cost,
+        algorithm=f"simulated {plan.algorithm}",
+        objective=plan.objective,
+        notes=(f"run times within ±{noise:.0%} of the estimates, seed {seed}",),
+    )
+    return SimulationResult(
+        makespan=makespan,
+        cost=cost,
+        utilization=utilization(instance, placements, makespan),
+        plan=simulated,
+        planned_makespan=plan.makespan,
+        planned_cost=plan.cost,
+        noise=noise,
+        seed=seed,
+        runtime_factors=factors,
+    )

@@ -1,0 +1,554 @@
+"""The list scheduler's machinery: machine timelines, the indexed instance, one pass.
+
+``MachineTimeline``: one machine's resources over time.  Cores and memory in use are a step
+function, kept as sorted breakpoints: ``times[i]`` starts a segment that lasts until
+``times[i + 1]`` (the last one lasts for ever and is always empty).  GPUs are counted per
+segment and also tracked per index, each a sorted list of disjoint busy intervals, because
+counting free GPUs is not enough: two tasks may each leave one GPU free for part of a window
+without any single GPU being free for all of it.  "Insertion" (Topcuoglu et al. 2002,
+section 4.1) becomes: the earliest start at or after the data-ready time at which the task
+fits for its whole run time.  The one-task-per-machine model is the same structure with
+capacity 1 and demand 1.  Intervals are half-open: a task finishing at t and one starting
+at t do not overlap, and a zero-length task uses nothing.
+
+``Compiled``: the instance as integer-indexed arrays (tasks, options that fit, machines,
+edges with transfer times).  ``build_fixed``: a schedule from given assignments and an
+order.  ``ListPass``: one pass of list scheduling, with a ``Rule`` that picks among each
+task's candidates (see ``Rule``); ``heuristic.py`` runs the passes.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
+from hetflow.errors import HetflowError, NoFitError
+from hetflow.plan.cost import placement_cost
+from hetflow.plan.instance import Instance, Task
+
+_EPS = 1e-9  # fractional cores add up with rounding error; a hair over capacity still fits
+
+
+class MachineTimeline:
+    """Resources in use on one machine over time; ``earliest_start`` and ``reserve``."""
+
+    __slots__ = ("cores", "cores_cap", "gpu_ends", "gpu_starts", "gpus", "gpus_cap", "memory", "memory_cap", "times")
+
+    def __init__(self, cores: float, memory: int, gpus: int) -> None:
+        self.cores_cap = float(cores) + _EPS
+        self.memory_cap = memory
+        self.times: list[float] = [0.0]
+        self.cores: list[float] = [0.0]
+        self.memory: list[int] = [0]
+        # The GPU count in use, beside the per-index intervals: a quick test that rules out
+        # most windows before the indices are looked at.
+        self.gpus_cap = gpus
+        self.gpus: list[int] = [0]
+        self.gpu_starts: list[list[float]] = [[] for _ in range(gpus)]
+        self.gpu_ends: list[list[float]] = [[] for _ in range(gpus)]
+
+    @property
+    def tail(self) -> float:
+        """The time after which the machine is empty."""
+        return self.times[-1]
+
+    def earliest_start(
+        self, ready: float, duration: float, cores: float, memory: int, gpus: int, limit: float = math.inf
+    ) -> float:
+        """The earliest ``t >= ready`` at which the demand fits during ``[t, t + duration)``.
+
+        Returns ``inf`` as soon as the answer would finish after ``limit`` (the caller already
+        has something at least as good)."""
+        t = ready
+        if duration <= 0.0:
+            return t if t <= limit else math.inf
+        times, used_cores, used_memory, used_gpus = self.times, self.cores, self.memory, self.gpus
+        n = len(times)
+        cap_cores = self.cores_cap - cores
+        cap_memory = self.memory_cap - memory
+        cap_gpus = self.gpus_cap - gpus
+        i = bisect_right(times, t) - 1
+        while True:
+            end = t + duration
+            if end > limit:
+                return math.inf
+            j = i
+            while j < n and times[j] < end:
+                if used_cores[j] > cap_cores or used_memory[j] > cap_memory or used_gpus[j] > cap_gpus:
+                    break
+                j += 1
+            else:
+                if gpus == 0:
+                    return t
+                later = self._gpu_retry(t, end, gpus)
+                if later is None:
+                    return t
+                t = later
+                i = bisect_right(times, t) - 1
+                continue
+            # Segment j is too full: nothing can start before it ends.
+            i = j + 1
+            t = times[i]
+
+    def _free_gpus(self, start: float, end: float) -> tuple[list[int], float]:
+        """GPU indices free during ``[start, end)``, and the earliest end of a blocking interval."""
+        free: list[int] = []
+        retry = math.inf
+        for g, (starts, ends) in enumerate(zip(self.gpu_starts, self.gpu_ends, strict=True)):
+            k = bisect_left(starts, end) - 1
+            # Intervals on one GPU are disjoint and sorted, so only the last one starting
+            # before ``end`` can reach past ``start``.
+            if k >= 0 and ends[k] > start:
+                # The window [t, t+d) keeps hitting busy intervals of this GPU until t passes
+                # the end of the first one that blocks it.
+                first = bisect_right(ends, start)
+                retry = min(retry, ends[first])
+            else:
+                free.append(g)
+        return free, retry
+
+    def _gpu_retry(self, start: float, end: float, gpus: int) -> float | None:
+        free, retry = self._free_gpus(start, end)
+        return None if len(free) >= gpus else retry
+
+    def reserve(self, start: float, finish: float, cores: float, memory: int, gpus: int) -> tuple[int, ...]:
+        """Book the resources during ``[start, finish)``; return the GPU indices given (lowest free)."""
+        if finish <= start:
+            return tuple(range(gpus))
+        a = self._split(start)
+        b = self._split(finish)
+        used_cores, used_memory, used_gpus = self.cores, self.memory, self.gpus
+        for k in range(a, b):
+            used_cores[k] += cores
+            used_memory[k] += memory
+            used_gpus[k] += gpus
+        if gpus == 0:
+            return ()
+        free, _ = self._free_gpus(start, finish)
+        if len(free) < gpus:
+            raise ValueError("reserve: not enough free GPUs; call earliest_start first")
+        chosen = tuple(free[:gpus])
+        for g in chosen:
+            starts, ends = self.gpu_starts[g], self.gpu_ends[g]
+            k = bisect_left(starts, start)
+            starts.insert(k, start)
+            ends.insert(k, finish)
+        return chosen
+
+    def release(self, start: float, finish: float, cores: float, memory: int, gpu_ids: tuple[int, ...]) -> None:
+        """Undo ``reserve`` (breakpoints stay; they are harmless)."""
+        if finish <= start:
+            return
+        a = bisect_left(self.times, start)
+        b = bisect_left(self.times, finish)
+        for k in range(a, b):
+            self.cores[k] -= cores
+            self.memory[k] -= memory
+            self.gpus[k] -= len(gpu_ids)
+        for g in gpu_ids:
+            starts, ends = self.gpu_starts[g], self.gpu_ends[g]
+            k = bisect_left(starts, start)
+            del starts[k]
+            del ends[k]
+
+    def _split(self, x: float) -> int:
+        """Make ``x`` a breakpoint; return its segment's index."""
+        times = self.times
+        i = bisect_right(times, x) - 1
+        if times[i] == x:
+            return i
+        times.insert(i + 1, x)
+        self.cores.insert(i + 1, self.cores[i])
+        self.memory.insert(i + 1, self.memory[i])
+        self.gpus.insert(i + 1, self.gpus[i])
+        return i + 1
+
+
+# --- the instance, indexed for the scheduler ------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One option of a task, as the scheduler sees it."""
+
+    index: int  # position in ``task.options``
+    cls: int  # index into ``instance.classes``
+    runtime: float
+    cores: float  # demand on the timeline: 1 per task in the one-task-per-machine model
+    memory: int
+    gpus: int
+    cost: float  # dollars, ``plan.cost``'s model; the same on every machine of the class
+    cpu_on_gpu: bool  # no GPU used, on a class that has GPUs (``gpu_policy="avoid"``)
+
+
+class Compiled:
+    """An ``Instance`` as integer-indexed arrays: tasks, choices, machines, edges.
+
+    Machines are numbered class by class, in the order of ``instance.classes``; machine
+    ``first[c] + i`` is ``"<class>-<i>"``."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        self.one_task = instance.one_task_per_machine
+        self.names = [t.name for t in instance.tasks]
+        self.n = len(self.names)
+        index = {name: i for i, name in enumerate(self.names)}
+        if len(index) != self.n:
+            raise HetflowError("two tasks of the instance have the same name; task names must be unique")
+        self.classes = instance.classes
+        self.first: list[int] = []
+        self.count: list[int] = []
+        self.machine_class: list[int] = []
+        self.machine_name: list[str] = []
+        for c, cls in enumerate(self.classes):
+            self.first.append(len(self.machine_class))
+            self.count.append(cls.count)
+            for name in cls.machine_ids():
+                self.machine_class.append(c)
+                self.machine_name.append(name)
+        self.m = len(self.machine_class)
+        self.parents: list[list[tuple[int, float]]] = [[] for _ in range(self.n)]
+        self.children: list[list[tuple[int, float]]] = [[] for _ in range(self.n)]
+        for e in instance.edges:
+            if e.parent not in index or e.child not in index:
+                raise HetflowError(f"edge {e.parent!r} -> {e.child!r} names a task that is not in the instance")
+            comm = self.transfer_time(e.bytes)
+            self.parents[index[e.child]].append((index[e.parent], comm))
+            self.children[index[e.parent]].append((index[e.child], comm))
+        self.choices = [self._compile(task) for task in instance.tasks]
+
+    def transfer_time(self, nbytes: float) -> float:
+        if nbytes <= 0:
+            return 0.0
+        if self.instance.bandwidth <= 0:
+            raise HetflowError(f"bandwidth is {self.instance.bandwidth:g} bytes/s; it must be positive")
+        return nbytes / self.instance.bandwidth
+
+    def _compile(self, task: Task) -> list[Choice]:
+        by_name = {cls.name: c for c, cls in enumerate(self.classes)}
+        out: list[Choice] = []
+        why: list[str] = [f"{r.variant} on {r.machine_class}: {r.reason}" for r in task.rejected]
+        for k, o in enumerate(task.options):
+            c = by_name.get(o.machine_class)
+            if c is None or self.classes[c].count <= 0:
+                why.append(f"{o.variant} on {o.machine_class}: the cluster has no machine of that class")
+                continue
+            cls = self.classes[c]
+            too_big = o.gpus > cls.gpus or (not self.one_task and (o.cores > cls.cores or o.memory > cls.memory))
+            if too_big:
+                why.append(f"{o.variant} on {o.machine_class}: asks for more than a whole machine")
+                continue
+            cost = placement_cost(cls, o.runtime, o.cores, o.memory, o.gpus, self.one_task)
+            cores, memory = (1.0, 0) if self.one_task else (o.cores, o.memory)
+            out.append(Choice(k, c, o.runtime, cores, memory, o.gpus, cost, o.gpus == 0 and cls.gpus > 0))
+        if not out:
+            raise NoFitError(f"task {task.name!r} has no option that fits a machine" + "".join(f"; {w}" for w in why))
+        return out
+
+    def timelines(self) -> list[MachineTimeline]:
+        if self.one_task:
+            return [MachineTimeline(1.0, 0, self.classes[c].gpus) for c in self.machine_class]
+        return [
+            MachineTimeline(self.classes[c].cores, self.classes[c].memory, self.classes[c].gpus)
+            for c in self.machine_class
+        ]
+
+
+@dataclass
+class Schedule:
+    """A complete schedule: per task its choice, machine, start and GPU indices."""
+
+    choice: list[Choice]
+    machine: list[int]
+    start: list[float]
+    finish: list[float]
+    gpus: list[tuple[int, ...]]
+
+    @property
+    def makespan(self) -> float:
+        return max(self.finish, default=0.0)
+
+    @property
+    def cost(self) -> float:
+        return sum(c.cost for c in self.choice)
+
+    def start_order(self, tiebreak: list[int]) -> list[int]:
+        """Tasks by start time (ties by ``tiebreak``): a topological order that rebuilds this schedule."""
+        return sorted(range(len(self.start)), key=lambda t: (self.start[t], tiebreak[t]))
+
+
+def build_fixed(cp: Compiled, order: list[int], choice: list[Choice], machine: list[int]) -> Schedule:
+    """Place each task, in ``order``, at the earliest fitting start on its given machine."""
+    n = cp.n
+    tls = cp.timelines()
+    start = [0.0] * n
+    finish = [0.0] * n
+    gpus: list[tuple[int, ...]] = [()] * n
+    parents = cp.parents
+    for t in order:
+        m = machine[t]
+        ready = 0.0
+        for p, comm in parents[t]:
+            r = finish[p] if machine[p] == m else finish[p] + comm
+            if r > ready:
+                ready = r
+        ch = choice[t]
+        tl = tls[m]
+        s = tl.earliest_start(ready, ch.runtime, ch.cores, ch.memory, ch.gpus)
+        start[t] = s
+        finish[t] = s + ch.runtime
+        gpus[t] = tl.reserve(s, s + ch.runtime, ch.cores, ch.memory, ch.gpus)
+    return Schedule(list(choice), list(machine), start, finish, gpus)
+
+
+# --- one list-scheduling pass ---------------------------------------------------------------
+
+# A candidate placement: (finish, avoid-flag, machine, option index, start, choice).  Tuples
+# compare in that order, so ties go to a non-GPU node (gpu_policy "avoid"), then to the
+# lower machine number (class order, then index in class), then to the earlier option:
+# exactly the processor order of the HEFT paper when every class has one machine.  (Within a
+# class of several machines, ``ListPass.scan`` takes the first machine that is free from the
+# ready time on without looking for a busier one that might tie.)
+Candidate = tuple[float, int, int, int, float, Choice]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How a pass picks among a task's candidates.
+
+    ``eft``: earliest finish (HEFT).  ``lookahead``: earliest finish of the task's most
+    critical child, given the choice.  ``subdeadline``: cheapest that finishes by the task's
+    sub-deadline, else earliest finish.  ``budget``: earliest finish among those within the
+    task's share of the budget, else cheapest.  ``cheapest``: cheapest, then earliest.
+    ``peft``: earliest finish plus the optimistic time still needed after the task on that
+    class (PEFT, Arabnejad and Barbosa, IEEE TPDS 25(3), 2014)."""
+
+    kind: str = "eft"
+    avoid: bool = True  # gpu_policy "avoid"
+    subdeadline: tuple[float, ...] = ()
+    budget: float = math.inf
+    weight: tuple[float, ...] = ()  # budget rule: share of the spare budget per task, over the rest
+    optimistic: tuple[tuple[float, ...], ...] = ()  # peft rule: per task and class, the rest's best case
+
+
+class ListPass:
+    """One pass of the list scheduler: tasks in priority order, each placed by ``rule``."""
+
+    def __init__(self, cp: Compiled, rule: Rule, priority: list[float]) -> None:
+        self.cp = cp
+        self.rule = rule
+        self.priority = priority
+        self.tls = cp.timelines()
+        n = cp.n
+        self.done = [False] * n
+        self.start = [0.0] * n
+        self.finish = [0.0] * n
+        self.machine = [-1] * n
+        self.choice: list[Choice | None] = [None] * n
+        self.gpus: list[tuple[int, ...]] = [()] * n
+        self.next_idle = [0] * len(cp.classes)  # machines first[c] + next_idle[c] ... are untouched
+        self.by_runtime = [sorted(chs, key=lambda ch: ch.runtime) for chs in cp.choices]
+        self.min_cost = [min(ch.cost for ch in chs) for chs in cp.choices]
+        self.probes = 0  # machine timelines searched: the pass's work, counted without a clock
+        self.spent = 0.0
+        self.cheapest_left = sum(self.min_cost)
+        self.weight_left = sum(rule.weight)
+
+    def run(self) -> Schedule:
+        cp = self.cp
+        indeg = [len(ps) for ps in cp.parents]
+        heap = [(-self.priority[t], t) for t in range(cp.n) if indeg[t] == 0]
+        heapq.heapify(heap)
+        placed = 0
+        while heap:
+            _, t = heapq.heappop(heap)
+            self.place(t, self.pick(t))
+            placed += 1
+            for c, _comm in cp.children[t]:
+                indeg[c] -= 1
+                if indeg[c] == 0:
+                    heapq.heappush(heap, (-self.priority[c], c))
+        if placed != cp.n:
+            raise HetflowError("the instance's edges form a cycle; a workflow must be a DAG")
+        choice = [ch for ch in self.choice if ch is not None]
+        return Schedule(choice, self.machine, self.start, self.finish, self.gpus)
+
+    def place(self, t: int, cand: Candidate) -> None:
+        finish, _flag, m, _k, start, ch = cand
+        self.done[t] = True
+        self.start[t] = start
+        self.finish[t] = finish
+        self.machine[t] = m
+        self.choice[t] = ch
+        self.gpus[t] = self.tls[m].reserve(start, finish, ch.cores, ch.memory, ch.gpus)
+        c = ch.cls
+        if m == self.cp.first[c] + self.next_idle[c]:
+            self.next_idle[c] += 1
+        self.spent += ch.cost
+        self.cheapest_left -= self.min_cost[t]
+        if self.rule.weight:
+            self.weight_left -= self.rule.weight[t]
+
+    def unplace(self, t: int, idle_before: int) -> None:
+        ch = self.choice[t]
+        assert ch is not None
+        self.tls[self.machine[t]].release(self.start[t], self.finish[t], ch.cores, ch.memory, self.gpus[t])
+        self.next_idle[ch.cls] = idle_before
+        self.done[t] = False
+        self.choice[t] = None
+        self.spent -= ch.cost
+        self.cheapest_left += self.min_cost[t]
+        if self.rule.weight:
+            self.weight_left += self.rule.weight[t]
+
+    # --- choosing -----------------------------------------------------------------------
+
+    def pick(self, t: int) -> Candidate:
+        kind = self.rule.kind
+        if kind == "eft":
+            return self.earliest(t)
+        cands = self.allowed(self.per_choice(t))
+        if kind == "lookahead":
+            return min(cands, key=lambda c: (self.child_finish(t, c), c[:4]))
+        if kind == "peft":
+            rest = self.rule.optimistic[t]
+            return min(cands, key=lambda c: (c[0] + rest[c[5].cls], c[:4]))
+        if kind == "subdeadline":
+            due = self.rule.subdeadline[t]
+            on_time = [c for c in cands if c[0] <= due]
+            if on_time:
+                return min(on_time, key=lambda c: (c[5].cost, c[:4]))
+            return min(cands)
+        if kind == "budget":
+            spare = max(0.0, self.rule.budget - self.spent - self.cheapest_left)
+            share = self.rule.weight[t] / self.weight_left if self.weight_left > 0 else 1.0
+            allowance = self.min_cost[t] + spare * min(1.0, share)
+            within = [c for c in cands if c[5].cost <= allowance * (1 + 1e-12)]
+            if within:
+                return min(within)
+        return min(cands, key=lambda c: (c[5].cost, c[:4]))
+
+    def allowed(self, cands: list[Candidate]) -> list[Candidate]:
+        """gpu_policy "avoid": a task that uses no GPU goes to a GPU node only if that makes it
+        finish strictly earlier than on the best node without GPUs."""
+        if not self.rule.avoid:
+            return cands
+        classes = self.cp.classes
+        no_gpu = [c[0] for c in cands if classes[c[5].cls].gpus == 0]
+        if not no_gpu:
+            return cands
+        best = min(no_gpu)
+        return [c for c in cands if not c[5].cpu_on_gpu or c[0] < best]
+
+    def child_finish(self, t: int, cand: Candidate) -> float:
+        """The earliest finish of ``t``'s most critical child if ``t`` is placed as ``cand``."""
+        children = self.cp.children[t]
+        if not children:
+            return cand[0]
+        child = max(children, key=lambda e: (self.priority[e[0]], -e[0]))[0]
+        idle_before = self.next_idle[cand[5].cls]
+        self.place(t, cand)
+        try:
+            return self.earliest(child)[0]
+        finally:
+            self.unplace(t, idle_before)
+
+    def earliest(self, t: int) -> Candidate:
+        """The candidate that finishes first (ties: see ``Candidate``)."""
+        remote, near = self.ready_times(t)
+        lowest = min(near.values(), default=remote)
+        best: Candidate | None = None
+        for ch in self.by_runtime[t]:
+            if best is not None and min(lowest, remote) + ch.runtime > best[0]:
+                break  # sorted by run time: no later option can finish earlier
+            best = self.scan(ch, remote, near, best)
+        assert best is not None
+        return best
+
+    def per_choice(self, t: int) -> list[Candidate]:
+        remote, near = self.ready_times(t)
+        out = []
+        for ch in self.cp.choices[t]:
+            best = self.scan(ch, remote, near, None)
+            assert best is not None
+            out.append(best)
+        return out
+
+    def ready_times(self, t: int) -> tuple[float, dict[int, float]]:
+        """When the inputs of ``t`` can be on a machine that holds none of its parents, and on
+        each machine that holds some (those inputs need no transfer).  Unplaced parents are
+        ignored (the lookahead asks about a child before its other parents are placed)."""
+        machine, finish, done = self.machine, self.finish, self.done
+        remote = 0.0
+        local: dict[int, float] = {}  # machine -> latest parent finish there
+        via: dict[int, float] = {}  # machine -> latest arrival elsewhere from a parent there
+        for p, comm in self.cp.parents[t]:
+            if not done[p]:
+                continue
+            m, f = machine[p], finish[p]
+            if f > local.get(m, -1.0):
+                local[m] = f
+            v = f + comm
+            if v > via.get(m, -1.0):
+                via[m] = v
+            if v > remote:
+                remote = v
+        if len(via) <= 1:
+            return remote, {m: f for m, f in local.items()}
+        # The arrival from the other machines is the largest ``via`` except the machine's own.
+        ranked = sorted(via.items(), key=lambda kv: -kv[1])
+        (m1, v1), (_m2, v2) = ranked[0], ranked[1]
+        near = {m: max(f, v2 if m == m1 else v1) for m, f in local.items()}
+        return remote, {m: r for m, r in sorted(near.items())}
+
+    def scan(self, ch: Choice, remote: float, near: dict[int, float], best: Candidate | None) -> Candidate | None:
+        """The best of ``best`` and ``ch`` on each machine of its class.
+
+        Machines of a class that nothing has touched yet are identical and idle: one stands
+        for all (STYLE.md, node classes).  The machines that hold a parent come first (their
+        data needs no transfer); then, if a machine is free from the ready time on, the task
+        can do no better in this class; else every machine is tried in order and the scan
+        stops as soon as none can beat ``best``."""
+        cp, tls = self.cp, self.tls
+        c, rt = ch.cls, ch.runtime
+        flag = 1 if self.rule.avoid and ch.cpu_on_gpu else 0
+        k = ch.index
+        limit = best[0] if best is not None else math.inf
+        first = cp.first[c]
+        for m, ready in near.items():
+            if cp.machine_class[m] != c:
+                continue
+            s = tls[m].earliest_start(ready, rt, ch.cores, ch.memory, ch.gpus, limit)
+            self.probes += 1
+            if s != math.inf:
+                cand = (s + rt, flag, m, k, s, ch)
+                if best is None or cand < best:
+                    best, limit = cand, s + rt
+        lower = remote + rt
+        if best is not None and (lower > limit or (lower == limit and (flag, first, k) > best[1:4])):
+            return best
+        end = first + self.next_idle[c]
+        # The lower bound is reached on a machine with nothing left to run after the ready
+        # time, or on an untouched one: take the first such, without looking for a busier
+        # machine that might tie (that search is what makes a big cluster slow).
+        for m in range(first, end):
+            if tls[m].times[-1] <= remote and m not in near:
+                quick = (lower, flag, m, k, remote, ch)
+                return quick if best is None or quick < best else best
+        if end < first + cp.count[c]:
+            quick = (lower, flag, end, k, remote, ch)
+            return quick if best is None or quick < best else best
+        for m in range(first, end):
+            if best is not None and (lower > limit or (lower == limit and (flag, m, k) > best[1:4])):
+                break
+            if m in near:
+                continue
+            s = tls[m].earliest_start(remote, rt, ch.cores, ch.memory, ch.gpus, limit)
+            self.probes += 1
+            if s != math.inf:
+                cand = (s + rt, flag, m, k, s, ch)
+                if best is None or cand < best:
+                    best, limit = cand, s + rt
+        return best

@@ -1,0 +1,511 @@
+"""Virtual clusters: how many nodes of each rentable type to run a workflow on.
+
+The "virtual supercomputer" talk (shared/seeds/000) contrasts two ways to provision a
+workflow whose steps differ: the *common denominator* (every node of one type that can run
+every step: GPU nodes when a step needs a GPU, nodes for the most memory-hungry step) and
+a *virtual cluster* assembled per workflow to trade performance against budget.  This
+module finds the second and prices the first.
+
+A cluster is rented for the whole run, so its cost is ``Σ count x price_per_hour x
+makespan / 3600``.  Each candidate (counts per node type) is planned for makespan by the
+planner; the search is deterministic and bounded by ``max_evaluations`` plannings (plus the
+few that size the common denominator):
+
+1. start from a cheap cover: one node of each type needed so that every step has a type
+   that can run it (greedy set cover, most steps per dollar first);
+2. grow (two thirds of the plannings): add to one type at a time (one node, or half as many
+   again as it has), taking the move that cuts the most makespan per extra dollar (a move
+   that is no slower and cheaper wins outright), until no move gains 1%.  The walk ignores
+   the deadline and budget, so that it does not stop at the first, costly, way to meet them;
+3. explore (the rest): Pareto local search around the frontier, one node more or fewer of
+   each type, nearest the answer first (the deadline's or budget's edge, or the knee).
+   This is also where "nodes whose removal does not hurt" are removed;
+4. choose: the cheapest point meeting the deadline (within the budget, if given), else the
+   fastest within the budget, else the knee of the frontier.
+
+Every planned cluster is kept; the Pareto frontier (makespan vs cost) is drawn from all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hetflow.plan.build import build_instance
+from hetflow.plan.heuristic import plan_heuristic
+from hetflow.plan.instance import Instance, MachineClass, Plan
+from hetflow.spec.models import Workflow
+from hetflow.spec.units import format_duration
+
+Planner = Callable[[Instance], Plan]
+Counts = tuple[int, ...]  # one count per catalog type, in catalog order
+
+MIN_GAIN = 0.01  # a growth move must cut the makespan by at least this fraction
+# Schedule builds per candidate: one list pass (HEFT's upward rank and earliest finish, with
+# the planner's GPU rule) and no local search.  Candidates are compared with others planned
+# alike, and 40-odd of them for a 1,700-step trace must take seconds, not minutes; plan the
+# chosen cluster again with the full planner to run it.
+SEARCH_EFFORT = 4
+
+
+@dataclass(frozen=True)
+class ClusterPoint:
+    """One candidate cluster, planned: ``counts`` lists the types it rents (count > 0)."""
+
+    counts: tuple[tuple[str, int], ...]
+    makespan: float  # seconds
+    cost: float  # dollars: every node rented for the whole makespan
+    rate: float  # dollars per hour while it runs
+    plan: Plan = field(repr=False, compare=False)
+
+    def count(self, name: str) -> int:
+        return dict(self.counts).get(name, 0)
+
+    def classes(self, catalog: Sequence[MachineClass]) -> tuple[MachineClass, ...]:
+        """The catalog's types at this point's counts (types not rented left out): the
+        cluster to build an instance for and plan with full effort before running."""
+        return tuple(dataclasses.replace(c, count=self.count(c.name)) for c in catalog if self.count(c.name))
+
+    def describe(self) -> str:
+        nodes = " + ".join(f"{n} x {t}" for t, n in self.counts)
+        return f"{nodes}: {format_duration(self.makespan)}, ${self.cost:,.2f}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"counts": dict(self.counts), "makespan": self.makespan, "cost": self.cost, "rate": self.rate}
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """The chosen kind of cluster against the common denominator at one deadline."""
+
+    deadline: float  # seconds: the deadline both meet
+    common: ClusterPoint
+    virtual: ClusterPoint  # the cheapest evaluated cluster meeting ``deadline``
+    saving: float  # 1 - virtual.cost / common.cost (0.3 = 30% cheaper)
+
+
+@dataclass(frozen=True)
+class VirtualClusterResult:
+    frontier: tuple[ClusterPoint, ...]  # non-dominated, by makespan ascending (cost descending)
+    chosen: ClusterPoint | None  # None when no cluster found meets the deadline or budget
+    rule: str  # how ``chosen`` was picked, or why nothing was
+    common_type: str | None  # the one type that can run every step (None if no type can)
+    common: ClusterPoint | None  # that type, sized for the deadline (see Comparison)
+    comparison: Comparison | None
+    evaluated: int  # clusters planned
+    notes: tuple[str, ...] = ()
+    points: tuple[ClusterPoint, ...] = field(default=(), repr=False)  # every cluster planned, in order
+
+    def to_json(self) -> dict[str, Any]:
+        c = self.comparison
+        return {
+            "frontier": [p.to_json() for p in self.frontier],
+            "chosen": self.chosen.to_json() if self.chosen else None,
+            "rule": self.rule,
+            "common_type": self.common_type,
+            "common": self.common.to_json() if self.common else None,
+            "comparison": None
+            if c is None
+            else {
+                "deadline": c.deadline,
+                "common": c.common.to_json(),
+                "virtual": c.virtual.to_json(),
+                "saving": c.saving,
+            },
+            "evaluated": self.evaluated,
+            "notes": list(self.notes),
+        }
+
+    def render(self) -> str:
+        """The frontier (the chosen point marked), the rule, and the comparison, for people."""
+        lines = ["clusters on the frontier (renting every node for the whole run):"]
+        lines += [f"  {'*' if p == self.chosen else ' '} {p.describe()}" for p in self.frontier]
+        lines.append(f"chosen: {self.chosen.describe()} ({self.rule})" if self.chosen else f"none chosen: {self.rule}")
+        c = self.comparison
+        if c is not None:
+            lines.append(
+                f"common denominator ({self.common_type} only), at a deadline of {format_duration(c.deadline)}: "
+                f"{c.common.describe()}; the virtual cluster {c.virtual.describe()} costs {c.saving:.0%} less"
+            )
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+# --- the search space -----------------------------------------------------------------------
+
+
+def default_evaluations(instance: Instance) -> int:
+    """Plannings for the search: many for small workflows, fewer for big ones, so that the
+    five bench traces on the cloud catalog take about 30 s in all on one core."""
+    return max(48, min(240, 30_000 // max(1, len(instance.tasks))))
+
+
+def restrict(instance: Instance, counts: Mapping[str, int]) -> Instance | None:
+    """``instance`` on ``counts`` nodes per class (classes at 0 dropped), or None when some
+    task then has no option."""
+    classes = tuple(dataclasses.replace(c, count=counts.get(c.name, 0)) for c in instance.classes)
+    kept = {c.name for c in classes if c.count > 0}
+    tasks = []
+    for t in instance.tasks:
+        options = tuple(o for o in t.options if o.machine_class in kept)
+        if not options:
+            return None
+        tasks.append(dataclasses.replace(t, options=options))
+    return dataclasses.replace(instance, tasks=tuple(tasks), classes=tuple(c for c in classes if c.count > 0))
+
+
+def runnable(instance: Instance) -> dict[str, set[str]]:
+    """Class name -> the tasks it has an option for."""
+    out: dict[str, set[str]] = {c.name: set() for c in instance.classes}
+    for t in instance.tasks:
+        for o in t.options:
+            out[o.machine_class].add(t.name)
+    return out
+
+
+def common_denominator(instance: Instance) -> str | None:
+    """The one type the talk's common-denominator cluster is made of: among the types that
+    can run every step, a GPU type when some step can run only on GPUs, and of those the
+    one with the most memory (then the most GPUs, then the lowest price)."""
+    can = runnable(instance)
+    everything = {t.name for t in instance.tasks}
+    universal = [c for c in instance.classes if can[c.name] >= everything]
+    gpu_only = any(all(o.gpus > 0 for o in t.options) for t in instance.tasks)
+    if gpu_only:
+        universal = [c for c in universal if c.gpus > 0]
+    if not universal:
+        return None
+    return max(universal, key=lambda c: (c.memory, c.gpus, -c.price_per_hour)).name
+
+
+def _cover(instance: Instance, limits: Counts) -> Counts:
+    """One node of each type of a greedy set cover: most uncovered steps per dollar first."""
+    can = runnable(instance)
+    left = {t.name for t in instance.tasks}
+    counts = [0] * len(instance.classes)
+    while left:
+        best, best_key = -1, (0.0, 0)
+        for i, c in enumerate(instance.classes):
+            n = len(can[c.name] & left)
+            if counts[i] or not limits[i] or not n:
+                continue
+            key = (n / c.price_per_hour if c.price_per_hour > 0 else math.inf, n)
+            if best < 0 or key > best_key:
+                best, best_key = i, key
+        if best < 0:
+            break  # what is left fits no type within the limits: evaluate() reports it
+        counts[best] = 1
+        left -= can[instance.classes[best].name]
+    return tuple(counts)
+
+
+def _with(counts: Counts, i: int, n: int) -> Counts:
+    return (*counts[:i], n, *counts[i + 1 :])
+
+
+# --- the search -------------------------------------------------------------------------------
+
+
+@dataclass
+class _Search:
+    instance: Instance
+    planner: Planner
+    limits: Counts
+    cap: int  # plannings allowed so far; raised for each phase
+    seen: dict[Counts, ClusterPoint | None] = field(default_factory=dict)
+    expanded: set[Counts] = field(default_factory=set)
+    capped: bool = False  # a phase stopped at its cap rather than running out of moves
+
+    @property
+    def exhausted(self) -> bool:
+        return len(self.seen) >= self.cap
+
+    def evaluate(self, counts: Counts, *, force: bool = False) -> ClusterPoint | None:
+        """Plan ``counts`` (memoized); None when infeasible or past the cap (``force``
+        overrides the cap, for the few plannings a result cannot lack)."""
+        if counts in self.seen:
+            return self.seen[counts]
+        if self.exhausted and not force:
+            self.capped = True
+            return None
+        named = {c.name: n for c, n in zip(self.instance.classes, counts, strict=True)}
+        sub = restrict(self.instance, named)
+        point = None
+        if sub is not None and any(counts):
+            plan = self.planner(sub)
+            rate = sum(c.price_per_hour * n for c, n in zip(self.instance.classes, counts, strict=True))
+            kept = tuple((c.name, n) for c, n in zip(self.instance.classes, counts, strict=True) if n)
+            point = ClusterPoint(kept, plan.makespan, rate * plan.makespan / 3600.0, rate, plan)
+        self.seen[counts] = point
+        return point
+
+    def points(self) -> list[ClusterPoint]:
+        return [p for p in self.seen.values() if p is not None]
+
+    def counts_of(self, point: ClusterPoint) -> Counts:
+        return tuple(point.count(c.name) for c in self.instance.classes)
+
+    def grow(self, start: Counts) -> None:
+        """Walk from ``start``, adding to one type at a time (one node, or half as many again
+        as it has), by the move with the most makespan cut per extra dollar; a move that is
+        no slower and cheaper wins outright.  Stops when no move gains ``MIN_GAIN``."""
+        current, counts = self.evaluate(start, force=True), start
+        while current is not None and not self.exhausted:
+            best: tuple[tuple[int, float], Counts] | None = None
+            for i, n in enumerate(counts):
+                if n >= self.limits[i]:
+                    continue
+                cand = _with(counts, i, min(self.limits[i], n + max(1, n // 2)))
+                p = self.evaluate(cand)
+                if p is None:
+                    continue
+                gain, extra = current.makespan - p.makespan, p.cost - current.cost
+                if extra < 0 and gain >= 0:
+                    key = (1, -extra)
+                elif gain > MIN_GAIN * current.makespan:
+                    key = (0, gain / extra if extra > 0 else math.inf)
+                else:
+                    continue
+                if best is None or key > best[0]:
+                    best = (key, cand)
+            if best is None:
+                return
+            counts, current = best[1], self.seen[best[1]]
+
+    def explore(self, focus: Callable[[Sequence[ClusterPoint]], float]) -> None:
+        """Pareto local search (Paquete, Chiarandini and Stützle, 2004): plan every one-node
+        change (one more or one fewer of a type) of a frontier point, the points nearest the
+        ``focus`` first, until every frontier point is expanded or the cap is reached."""
+        while not self.exhausted:
+            frontier = pareto(self.points())
+            at = focus(frontier)
+            todo = [(abs(i - at), i) for i, p in enumerate(frontier) if self.counts_of(p) not in self.expanded]
+            if not todo:
+                return
+            counts = self.counts_of(frontier[min(todo)[1]])
+            self.expanded.add(counts)
+            for i, n in enumerate(counts):
+                for m in (n - 1, n + 1):
+                    if 0 <= m <= self.limits[i]:
+                        self.evaluate(_with(counts, i, m))
+
+
+# --- choosing ----------------------------------------------------------------------------------
+
+
+def pareto(points: Sequence[ClusterPoint]) -> tuple[ClusterPoint, ...]:
+    """The non-dominated points by makespan ascending; of equal points the first is kept."""
+    out: list[ClusterPoint] = []
+    for p in sorted(points, key=lambda p: (p.makespan, p.cost)):
+        if not out or p.cost < out[-1].cost - 1e-12:  # cheaper than every faster point
+            out.append(p)
+    return tuple(out)
+
+
+def _knee_distance(frontier: Sequence[ClusterPoint], p: ClusterPoint) -> float:
+    m0, m1 = frontier[0].makespan, frontier[-1].makespan
+    c0, c1 = frontier[-1].cost, frontier[0].cost
+    dm = (p.makespan - m0) / (m1 - m0) if m1 > m0 else 0.0
+    dc = (p.cost - c0) / (c1 - c0) if c1 > c0 else 0.0
+    return math.hypot(dm, dc)
+
+
+def knee(frontier: Sequence[ClusterPoint]) -> ClusterPoint:
+    """The frontier point closest to the ideal (fastest makespan, lowest cost), both axes
+    scaled to [0, 1] over the frontier."""
+    return min(frontier, key=lambda p: _knee_distance(frontier, p))
+
+
+def choose(
+    frontier: Sequence[ClusterPoint], deadline: float | None, budget: float | None
+) -> tuple[ClusterPoint | None, str]:
+    """The point the caller asked for, with the rule used, or None and why not."""
+    if not frontier:
+        return None, "no cluster could run the workflow"
+    if deadline is not None:
+        meet = [p for p in frontier if p.makespan <= deadline]
+        within = [p for p in meet if budget is None or p.cost <= budget]
+        if within:
+            best = min(within, key=lambda p: (p.cost, p.makespan))
+            return best, f"the cheapest cluster meeting the deadline of {format_duration(deadline)}"
+        if meet:
+            cheapest = min(meet, key=lambda p: p.cost)
+            return None, (
+                f"no cluster found meets the deadline of {format_duration(deadline)} within ${budget:,.2f}; "
+                f"the cheapest that meets it costs ${cheapest.cost:,.2f} ({cheapest.describe()})"
+            )
+        fastest = frontier[0]
+        return None, (
+            f"no cluster found meets the deadline of {format_duration(deadline)}; the fastest found takes "
+            f"{format_duration(fastest.makespan)} ({fastest.describe()}): relax the deadline or allow more nodes"
+        )
+    if budget is not None:
+        within = [p for p in frontier if p.cost <= budget]
+        if within:
+            return min(within, key=lambda p: (p.makespan, p.cost)), f"the fastest cluster within ${budget:,.2f}"
+        cheapest = frontier[-1]
+        return None, (
+            f"no cluster found costs at most ${budget:,.2f}; the cheapest found costs ${cheapest.cost:,.2f} "
+            f"({cheapest.describe()})"
+        )
+    return knee(frontier), "the knee of the frontier (no deadline or budget given)"
+
+
+def _focus(deadline: float | None, budget: float | None) -> Callable[[Sequence[ClusterPoint]], float]:
+    """Where on the frontier (an index into it, by makespan) the answer lies: between the
+    slowest point meeting the deadline and the next, between the last point over the
+    budget and the next, or at the knee."""
+
+    def at(frontier: Sequence[ClusterPoint]) -> float:
+        if deadline is not None:
+            return sum(1 for p in frontier if p.makespan <= deadline) - 0.5
+        if budget is not None:
+            return sum(1 for p in frontier if p.cost > budget) - 0.5
+        best = knee(frontier)
+        return float(next(i for i, p in enumerate(frontier) if p is best))
+
+    return at
+
+
+# --- the common denominator -------------------------------------------------------------------------
+
+
+def _size_common(search: _Search, index: int, target: float) -> ClusterPoint | None:
+    """The fewest nodes of type ``index`` meeting ``target``, or its fastest size when none
+    does (sizes tried: 1, 2, 4, ... the limit, then bisection)."""
+    limit = search.limits[index]
+    zero = (0,) * len(search.limits)
+
+    def at(n: int) -> ClusterPoint | None:
+        return search.evaluate(_with(zero, index, n), force=True)
+
+    sizes, n = [], 1
+    while n < limit:
+        sizes.append(n)
+        n *= 2
+    if limit > 0:
+        sizes.append(limit)
+    tried: list[tuple[int, ClusterPoint]] = [(k, p) for k in sizes if (p := at(k)) is not None]
+    if not tried:
+        return None
+    meets = [(k, p) for k, p in tried if p.makespan <= target]
+    if not meets:
+        return min(tried, key=lambda kp: (kp[1].makespan, kp[0]))[1]
+    hi, best = meets[0]
+    lo = max([k for k, _ in tried if k < hi], default=0)
+    while hi - lo > 1:  # makespan falls as nodes are added, near enough for sizing
+        mid = (lo + hi) // 2
+        p = at(mid)
+        if p is not None and p.makespan <= target:
+            hi, best = mid, p
+        else:
+            lo = mid
+    return best
+
+
+def _compare(frontier: Sequence[ClusterPoint], common: ClusterPoint, target: float) -> Comparison:
+    deadline = target if common.makespan <= target else common.makespan
+    meet = [p for p in frontier if p.makespan <= deadline + 1e-9]
+    virtual = min(meet, key=lambda p: (p.cost, p.makespan))  # common itself is a candidate
+    saving = 1.0 - virtual.cost / common.cost if common.cost > 0 else 0.0
+    return Comparison(deadline, common, virtual, saving)
+
+
+# --- entry points -----------------------------------------------------------------------------------
+
+
+def search_virtual_cluster(
+    instance: Instance,
+    planner: Planner,
+    *,
+    deadline: float | None = None,
+    budget: float | None = None,
+    max_per_type: int | None = None,
+    common_type: str | None = None,
+    max_evaluations: int | None = None,
+) -> VirtualClusterResult:
+    """The search on a planning instance whose classes are the catalog (``count`` = the
+    most rentable); ``planner`` plans one candidate for makespan.  Pure when the planner is."""
+    if deadline is not None and deadline <= 0:
+        raise ValueError(f"deadline must be positive seconds, got {deadline}")
+    if budget is not None and budget < 0:
+        raise ValueError(f"budget must be non-negative dollars, got {budget}")
+    limits = tuple(min(c.count, max_per_type) if max_per_type is not None else c.count for c in instance.classes)
+    total = default_evaluations(instance) if max_evaluations is None else max_evaluations
+    search = _Search(instance, planner, limits, cap=2 * total // 3)
+    notes: list[str] = []
+    search.grow(_cover(instance, limits))
+    search.cap = total
+    search.explore(_focus(deadline, budget))
+
+    names = [c.name for c in instance.classes]
+    if common_type is not None and common_type not in names:
+        raise ValueError(f"common_type {common_type!r} is not a catalog type; the types are {', '.join(names)}")
+    name = common_type or common_denominator(instance)
+    if name is None:
+        notes.append("no single type can run every step, so there is no common-denominator cluster to compare with")
+    common = None
+    frontier = pareto(search.points())
+    # Sizing the common denominator plans clusters of one type, which join the frontier and
+    # can move the chosen point (the knee above all), and so the deadline to size for: go
+    # round until the choice stands (sizing is memoized, so a second round is cheap).
+    for _ in range(3):
+        chosen, rule = choose(frontier, deadline, budget)
+        # the deadline given, else the chosen point's makespan, else the fastest it can do
+        target = deadline if deadline is not None else (chosen.makespan if chosen is not None else 0.0)
+        if name is not None:
+            common = _size_common(search, names.index(name), target)
+        frontier = pareto(search.points())
+        if choose(frontier, deadline, budget)[0] == chosen:
+            break
+    chosen, rule = choose(frontier, deadline, budget)
+    comparison = None
+    if common is not None:
+        comparison = _compare(frontier, common, target)
+    elif name is not None:
+        notes.append(f"{name} cannot run every step of this workflow")
+    if search.capped:
+        notes.append(f"the search stopped after {total} plannings (max_evaluations); the frontier may be incomplete")
+    return VirtualClusterResult(
+        frontier, chosen, rule, name, common, comparison, len(search.seen), tuple(notes), tuple(search.points())
+    )
+
+
+def plan_virtual_cluster(
+    workflow: Workflow,
+    catalog_classes: Sequence[MachineClass],
+    *,
+    bandwidth: float,
+    deadline: float | None = None,
+    budget: float | None = None,
+    max_per_type: int | None = None,
+    seed: int = 0,
+    common_type: str | None = None,
+    max_evaluations: int | None = None,
+    effort: int | None = SEARCH_EFFORT,
+    planner: Planner | None = None,
+) -> VirtualClusterResult:
+    """Counts per catalog node type for ``workflow``: the frontier, the chosen point and the
+    common-denominator comparison (module docstring).  ``catalog_classes`` carry the most
+    rentable of each type as ``count``; ``planner`` defaults to ``plan_heuristic`` for
+    makespan with ``seed`` and ``effort`` schedule builds per candidate (None: its own
+    default, slower).  Raises NoFitError when some step fits no catalog type."""
+    instance = build_instance(workflow, catalog_classes, bandwidth=bandwidth)
+    if planner is None:
+        planner = _heuristic(seed, effort)
+    return search_virtual_cluster(
+        instance,
+        planner,
+        deadline=deadline,
+        budget=budget,
+        max_per_type=max_per_type,
+        common_type=common_type,
+        max_evaluations=max_evaluations,
+    )
+
+
+def _heuristic(seed: int, effort: int | None) -> Planner:
+    return lambda inst: plan_heuristic(inst, objective="makespan", seed=seed, effort=effort)
