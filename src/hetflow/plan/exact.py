@@ -82,7 +82,10 @@ def plan_exact(
     solver.parameters.random_seed = 0
     status = solver.Solve(model.model)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        why = "proved that no plan meets the limits" if status == cp_model.INFEASIBLE else "found no plan in time"
+        why = "found no plan in time"
+        if status == cp_model.INFEASIBLE:
+            why = "proved that no plan meets the limits" if model.exact else "found no plan within the limits"
+            why += "" if model.exact else " (its times and costs are rounded)"
         return replace(hint, notes=(*hint.notes, f"CP-SAT {why}; this is the heuristic's plan"))
     plan = model.plan(solver, objective)
     notes = list(model.notes)

@@ -246,12 +246,15 @@ class Search:
                 ranks.append(_rounded(upward_rank(cp, self.weight, comm_scale=scale)))
         rules: list[tuple[Rule, list[float]]] = []
         if goal.objective == "cost":
+            # The likeliest first: a big DAG has budget for only a few passes.
+            due = self.deadline_rules()
+            rules += [(rule, self.rank) for rule in due[:2]]
             rules.append((Rule("cheapest", avoid), self.rank))
-            rules += [(rule, self.rank) for rule in self.deadline_rules() + self.spending_rules()]
+            rules += [(rule, self.rank) for rule in due[2:] + self.spending_rules()]
         if goal.budget is not None:
+            rules += [(rule, self.rank) for rule in self.budget_rules()]
             if goal.objective != "cost":
                 rules.append((Rule("cheapest", avoid), self.rank))
-            rules += [(rule, self.rank) for rule in self.budget_rules()]
         rules += [(Rule("eft", avoid), r) for r in ranks[1:]]
         table = optimistic_cost(cp)
         oct_rank = [sum(row[ch.cls] for ch in chs) / len(chs) for row, chs in zip(table, cp.choices, strict=True)]
@@ -291,32 +294,36 @@ class Search:
 
     def deadline_rules(self) -> list[Rule]:
         """Sub-deadlines, so that a cheap choice early does not make the deadline impossible
-        later.  Two sources: the rest of the task's critical path by mean run times, stretched
-        by 1/2, 1 and deadline/critical path; and the latest finish of the task in the first
-        (makespan-minded) plan, scaled by deadline/its makespan."""
+        later.  Two sources: the latest finish of the task in the first (makespan-minded)
+        plan, scaled by deadline/its makespan; and the rest of the task's critical path by
+        mean run times, stretched by 1, deadline/critical path and 1/2."""
         deadline = self.goal.deadline
         if deadline is None:
             return []
-        critical = max(self.rank, default=0.0)
-        tail = [r - w for r, w in zip(self.rank, self.weight, strict=True)]
-        stretches = sorted({1.0, max(1.0, deadline / critical) if critical > 0 else 1.0, 0.5})
-        due = [tuple(deadline - x * s for x in tail) for s in stretches]
+        due: list[tuple[float, ...]] = []
         reference = self.best
         if reference.makespan > 0:
             scale = deadline / reference.makespan
             due.append(tuple(f * scale for f in latest_finish(self.cp, reference)))
+        critical = max(self.rank, default=0.0)
+        tail = [r - w for r, w in zip(self.rank, self.weight, strict=True)]
+        stretches = [1.0]
+        if critical > 0 and deadline > critical:
+            stretches.append(deadline / critical)
+        stretches.append(0.5)
+        due += [tuple(deadline - x * s for x in tail) for s in stretches]
         return [Rule("subdeadline", self.avoid, subdeadline=d) for d in due]
 
     def budget_rules(self, budget: float | None = None) -> list[Rule]:
         """Budget shares: the spare budget (over the cheapest options of the tasks left) goes to
-        the current task in proportion to its weight, doubled, or all of it."""
+        the current task whole, in proportion to its weight, or twice that."""
         budget = self.goal.budget if budget is None else budget
         assert budget is not None
         weight = tuple(self.weight)
         return [
-            Rule("budget", self.avoid, budget=budget, weight=weight),
-            Rule("budget", self.avoid, budget=budget, weight=tuple(2.0 * w for w in weight)),
             Rule("budget", self.avoid, budget=budget),
+            Rule("budget", self.avoid, budget=budget, weight=weight),
+            Rule("budget", self.avoid, budget=budget, weight=weight, spend=2.0),
         ]
 
     def spending_rules(self) -> list[Rule]:
@@ -326,7 +333,7 @@ class Search:
             return []
         cheapest = sum(min(ch.cost for ch in chs) for chs in self.cp.choices)
         extra = max(0.0, self.best.cost - cheapest)
-        return [rule for f in (0.25, 0.5) for rule in self.budget_rules(cheapest + f * extra)[:1]]
+        return [rule for f in (0.25, 0.5) for rule in self.budget_rules(cheapest + f * extra)[1:2]]
 
     # --- local search -------------------------------------------------------------------
 

@@ -330,6 +330,7 @@ class Rule:
     subdeadline: tuple[float, ...] = ()
     budget: float = math.inf
     weight: tuple[float, ...] = ()  # budget rule: share of the spare budget per task, over the rest
+    spend: float = 1.0  # budget rule: the share is multiplied by this (no weights: all of the spare)
     optimistic: tuple[tuple[float, ...], ...] = ()  # peft rule: per task and class, the rest's best case
 
 
@@ -423,7 +424,7 @@ class ListPass:
             return min(cands)
         if kind == "budget":
             spare = max(0.0, self.rule.budget - self.spent - self.cheapest_left)
-            share = self.rule.weight[t] / self.weight_left if self.weight_left > 0 else 1.0
+            share = self.rule.spend * self.rule.weight[t] / self.weight_left if self.weight_left > 0 else 1.0
             allowance = self.min_cost[t] + spare * min(1.0, share)
             within = [c for c in cands if c[5].cost <= allowance * (1 + 1e-12)]
             if within:
