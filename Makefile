@@ -4,7 +4,8 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HETFLOW := $(VENV)/bin/hetflow
-APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip ca-certificates
+APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip ca-certificates \
+	gcc libc6-dev docker-registry skopeo
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 
 .PHONY: deps install demo test lint unit integration bench images clean
@@ -32,6 +33,8 @@ demo: install images
 	$(HETFLOW) nodes
 	$(HETFLOW) run examples/meanpool/workflow.yaml
 	$(HETFLOW) run examples/circuit/workflow.yaml
+	$(HETFLOW) plan examples/circuit/workflow.yaml --cluster examples/clusters/hetero-16.yaml --gantt $(HETFLOW_HOME)/circuit-plan.svg
+	$(PY) -m hetflow.hwdemo
 
 lint: install
 	$(VENV)/bin/ruff check src tests bench

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from hetflow.cli import runs
+from hetflow.cli import images, plan, runs
 from hetflow.cli.common import console, err, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home
 from hetflow.errors import HetflowError, SpecError
@@ -29,6 +29,8 @@ app = typer.Typer(
 examples_app = typer.Typer(help="Build the example images.", no_args_is_help=True)
 app.add_typer(examples_app, name="examples")
 runs.register(app)
+plan.register(app)
+images.register(app)
 
 PARAM_OPT = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE (repeatable).")
 

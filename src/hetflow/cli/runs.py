@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -15,13 +16,18 @@ from rich.console import Console
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import SpecError, UsageError
-from hetflow.execute.engine import make_engine
+from hetflow.execute.engine import CliEngine, make_engine
+from hetflow.execute.images import pin_images
 from hetflow.execute.logs import read_lines
 from hetflow.execute.outputs import damaged_outputs
 from hetflow.execute.paths import RunPaths
 from hetflow.execute.runner import Runner, RunnerConfig, reset_for_resume, stop_run
 from hetflow.execute.submit import create_run, preflight
-from hetflow.inventory import discover
+from hetflow.images.reference import parse_reference
+from hetflow.inventory import Node, discover
+from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser
+from hetflow.plan.local import plan_local
+from hetflow.plan.profile import learn, profile_for
 from hetflow.report.progress import make_reporter
 from hetflow.report.runs import ps_table, run_json, steps_table
 from hetflow.spec.checks import edges_of
@@ -49,6 +55,7 @@ def run(
     """Run a workflow on this machine."""
     loaded = load_workflow(file, parse_params(param))
     store, engine, node = open_store(), make_engine(), discover(hetflow_home())
+    loaded = _pin(loaded, node, engine)
     problems = list(loaded.notes) + preflight(loaded, node, engine)
     if any(p.severity == "error" for p in problems):
         raise SpecError(problems)
@@ -107,6 +114,8 @@ def _go(store: Store, run_id: str, loaded: LoadedWorkflow, *, detach: bool, quie
 
 def _execute(store: Store, run_id: str, loaded: LoadedWorkflow, *, quiet: bool, out: Console) -> str:
     engine, node = make_engine(), discover(hetflow_home())
+    loaded = _pin(loaded, node, engine, quiet=True)
+    chooser, priority = _local_plan(store, loaded, node)
     runner = Runner(
         store=store,
         engine=engine,
@@ -115,6 +124,8 @@ def _execute(store: Store, run_id: str, loaded: LoadedWorkflow, *, quiet: bool, 
         run=store.run(run_id),
         reporter=make_reporter(out, quiet),
         config=RunnerConfig.from_env(),
+        chooser=chooser,
+        priority=priority,
     )
     runner.install_signal_handlers()
     if not quiet:
@@ -131,6 +142,31 @@ def _execute(store: Store, run_id: str, loaded: LoadedWorkflow, *, quiet: bool, 
         return "stopped"
     _summary(store, run_id, out)
     return state
+
+
+def _pin(loaded: LoadedWorkflow, node: Node, engine: CliEngine, *, quiet: bool = False) -> LoadedWorkflow:
+    """Resolve each image index to the build for this node and pull it by digest."""
+    pin = pin_images(loaded.workflow, node)
+    for note in pin.notes:
+        if not quiet:
+            err.print(f"note: {note}", highlight=False)
+    for ref in pin.pulls:
+        if not engine.image_exists(ref):
+            engine.pull(ref, insecure=parse_reference(ref).is_loopback)
+    for image, pinned in sorted(pin.pinned.items()):
+        if not quiet:
+            err.print(f"image {image} -> {pinned}", highlight=False)
+    return dataclasses.replace(loaded, workflow=pin.workflow)
+
+
+def _local_plan(store: Store, loaded: LoadedWorkflow, node: Node) -> tuple[VariantChooser, dict[str, float] | None]:
+    """Follow the planner on this machine (HETFLOW_PLANNER=greedy: the plain rule of
+    "GPU variant when a qualifying GPU is free, else CPU")."""
+    if os.environ.get("HETFLOW_PLANNER", "plan") == "greedy":
+        return GreedyChooser(), None
+    name = loaded.workflow.name
+    local = plan_local(loaded.workflow, node, profile_for(learn(store.history(name)), name))
+    return PlanChooser(local.variants, local.reasons), local.priority
 
 
 def _summary(store: Store, run_id: str, out: Console) -> None:
@@ -173,11 +209,18 @@ def ps(
 def show(
     run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    gantt: Path | None = typer.Option(None, "--gantt", help="Draw the actual schedule: FILE.svg, .html or .png."),
 ) -> None:
     """Every step of a run: state, variant, node, GPUs, attempts, exit code, times, why."""
     store = open_store()
     rid = store.resolve_run_id(run_id)
     record, steps = store.run(rid), store.steps(rid)
+    if gantt is not None:
+        from hetflow.report.actual import actual_schedule
+        from hetflow.report.gantt import write_gantt
+
+        write_gantt(*actual_schedule(record, store.attempts(rid)), gantt)
+        err.print(f"schedule of run {rid} drawn to {gantt}", highlight=False)
     if json_out:
         data = run_json(record, steps, store.attempts(rid))
         data["outputs"] = [o.__dict__ for o in store.outputs(rid)]
@@ -190,7 +233,8 @@ def show(
     console.print(f"workflow {record.workflow_file}\nworkdir  {record.workdir}", highlight=False)
     if record.message:
         console.print(record.message, highlight=False)
-    console.print(steps_table(steps))
+    images = {a.step: a.image for a in store.attempts(rid)}  # the last attempt's image, pinned by digest
+    console.print(steps_table(steps, images=images))
 
 
 def logs(

@@ -155,6 +155,11 @@ class CliEngine:
     def image_exists(self, image: str) -> bool:
         return self._run(["image", "exists", image], check=False).returncode == 0
 
+    def pull(self, ref: str, *, insecure: bool = False) -> None:
+        """Pull one build by digest (what the resolver chose), not the tag's first entry."""
+        args = ["pull", "-q", *(["--tls-verify=false"] if insecure and self.name == "podman" else []), ref]
+        self._run(args, timeout=1800)
+
     def start(self, spec: ContainerSpec) -> None:
         proc = self._run(run_args(spec, engine=self.name), check=False)
         if proc.returncode != 0:

@@ -112,7 +112,19 @@ def ps_table(runs: list[tuple[RunRecord, list[StepRecord]]]) -> Table:
     return t
 
 
-def steps_table(steps: list[StepRecord], *, reasons: bool = True, now: float | None = None) -> Table:
+def short_image(ref: str) -> str:
+    """``host/repo@sha256:0123456789ab...`` -> ``host/repo@sha256:0123456789ab``."""
+    name, sep, digest = ref.partition("@")
+    return f"{name}@{digest[:19]}" if sep else ref
+
+
+def steps_table(
+    steps: list[StepRecord],
+    *,
+    reasons: bool = True,
+    now: float | None = None,
+    images: dict[str, str] | None = None,
+) -> Table:
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col in (
         "STEP",
@@ -126,6 +138,8 @@ def steps_table(steps: list[StepRecord], *, reasons: bool = True, now: float | N
         "ELAPSED",
     ):
         t.add_column(col, no_wrap=True)
+    if images is not None:
+        t.add_column("IMAGE", overflow="fold")
     if reasons:
         t.add_column("WHY", overflow="fold")
     for s in steps:
@@ -140,6 +154,8 @@ def steps_table(steps: list[StepRecord], *, reasons: bool = True, now: float | N
             when(s.started)[11:] if s.started else "-",
             elapsed(s.started, s.ended, now),
         ]
+        if images is not None:
+            row.append(short_image(images.get(s.step, "-")))
         if reasons:
             row.append(s.reason)
         t.add_row(*row)

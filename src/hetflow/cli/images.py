@@ -1,0 +1,168 @@
+"""Image commands: inspect, resolve, build-index; and the registry proxy: serve, login."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from hetflow.cli.common import console, err, print_json
+from hetflow.config import hetflow_home
+from hetflow.errors import UsageError
+from hetflow.inventory import Node, discover
+
+images_app = typer.Typer(
+    help="Hardware-matched images: which build of an image index fits a node.", no_args_is_help=True
+)
+registry_app = typer.Typer(help="A registry proxy that serves each machine type its own index.", no_args_is_help=True)
+
+TLS_OPT = typer.Option(
+    None,
+    "--tls-verify/--no-tls-verify",
+    help="Verify TLS (default: plain HTTP for loopback registries, as podman allows).",
+)
+USER_OPT = typer.Option(None, "--username", help="Registry user.")
+PASS_OPT = typer.Option(None, "--password", envvar="HETFLOW_REGISTRY_PASSWORD", help="Registry password or token.")
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(images_app, name="images")
+    app.add_typer(registry_app, name="registry")
+
+
+def _insecure(ref: str, tls_verify: bool | None) -> bool:
+    from hetflow.images.reference import parse_reference
+
+    if tls_verify is not None:
+        return not tls_verify
+    parsed = parse_reference(ref)
+    return parsed.local or parsed.is_loopback
+
+
+def load_node(spec: str | None) -> Node:
+    """``--node``: a file of `hetflow nodes --json` output, a named hardware profile, or
+    (default) this machine."""
+    if spec is None:
+        return discover(hetflow_home())
+    path = Path(spec)
+    if path.exists():
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"--node {spec}: not a JSON node description: {exc}") from None
+        entries = data if isinstance(data, list) else [data]
+        if len(entries) != 1:
+            raise UsageError(f"--node {spec}: holds {len(entries)} nodes; give a file with one")
+        try:
+            return Node.model_validate({k: v for k, v in entries[0].items() if k in Node.model_fields})
+        except ValueError as exc:
+            raise UsageError(f"--node {spec}: not a node description (hetflow nodes --json): {exc}") from None
+    from hetflow.registry.profiles import profile_names, profile_node
+
+    if spec in profile_names():
+        return profile_node(spec)
+    raise UsageError(f"--node {spec!r}: no such file and no such profile; profiles: {', '.join(profile_names())}")
+
+
+@images_app.command("inspect")
+def inspect_cmd(
+    image: str = typer.Argument(..., help="REGISTRY/REPO:TAG, or a local podman name (localhost/...)."),
+    json_out: bool = typer.Option(False, "--json"),
+    tls_verify: bool | None = TLS_OPT,
+    username: str | None = USER_OPT,
+    password: str | None = PASS_OPT,
+) -> None:
+    """List an image index's builds and what each needs."""
+    from hetflow.images.service import inspect_image
+
+    result = inspect_image(image, insecure=_insecure(image, tls_verify), username=username, password=password)
+    if json_out:
+        print_json(result.to_json())
+    else:
+        console.print(result.render())
+
+
+@images_app.command("resolve")
+def resolve_cmd(
+    image: str = typer.Argument(..., help="REGISTRY/REPO:TAG, or a local podman name."),
+    node: str | None = typer.Option(None, "--node", help="A `hetflow nodes --json` file or a profile name."),
+    here: bool = typer.Option(False, "--here", help="This machine (the default)."),
+    json_out: bool = typer.Option(False, "--json"),
+    tls_verify: bool | None = TLS_OPT,
+    username: str | None = USER_OPT,
+    password: str | None = PASS_OPT,
+) -> None:
+    """The build of an image that a node should run (by digest), and why every other lost."""
+    from hetflow.images.service import resolve_image
+
+    if here and node is not None:
+        raise UsageError("give --node or --here, not both")
+    result = resolve_image(
+        image, load_node(node), insecure=_insecure(image, tls_verify), username=username, password=password
+    )
+    if json_out:
+        print_json(result.to_json())
+    else:
+        console.print(result.render())
+    if result.chosen is None:
+        raise typer.Exit(1)
+
+
+@images_app.command("build-index")
+def build_index_cmd(
+    target: str = typer.Argument(..., help="REGISTRY/REPO:TAG to push the index as."),
+    builds: list[str] = typer.Argument(..., help="TAG=FEATURES per build, e.g. generic v3=x86-64-v3 gpu=gpu:sm_80"),
+    json_out: bool = typer.Option(False, "--json"),
+    tls_verify: bool | None = TLS_OPT,
+    username: str | None = USER_OPT,
+    password: str | None = PASS_OPT,
+) -> None:
+    """Assemble an index from per-build tags of the same repository, with their requirements."""
+    from hetflow.images.service import build_index_image
+
+    built = build_index_image(
+        target, builds, insecure=_insecure(target, tls_verify), username=username, password=password
+    )
+    if json_out:
+        print_json(
+            {
+                "reference": target,
+                "digest": built.digest,
+                "media_type": built.media_type,
+                "manifests": [m.model_dump(by_alias=True, exclude_none=True) for m in built.index.manifests],
+            }
+        )
+    else:
+        console.print(f"{target} -> {built.digest} ({len(built.index.manifests)} builds)", highlight=False)
+
+
+@registry_app.command("serve")
+def serve_cmd(
+    upstream: str | None = typer.Option(
+        None, "--upstream", help="The registry behind the proxy, e.g. http://127.0.0.1:5000"
+    ),
+    listen: str | None = typer.Option(None, "--listen", help="ADDR:PORT (default 127.0.0.1:5050)."),
+    config: Path | None = typer.Option(None, "--config", help="YAML: upstream, listen, state dir, machine types."),
+    state_dir: Path | None = typer.Option(None, "--state-dir", help="Tokens and machine types (persist)."),
+) -> None:
+    """Serve the OCI Distribution API in front of a registry, one filtered index per machine type."""
+    from hetflow.registry.cli import serve_command
+
+    serve_command(upstream, listen, config, state_dir)
+
+
+@registry_app.command("login")
+def login_cmd(
+    proxy: str = typer.Argument(..., help="The proxy's URL, e.g. http://127.0.0.1:5050"),
+    node: str | None = typer.Option(None, "--node", help="Register this description instead of this machine."),
+    name: str | None = typer.Option(None, "--name", help="Machine type name (default: from the hardware)."),
+    admin_token: str | None = typer.Option(None, "--admin-token", envvar="HETFLOW_REGISTRY_ADMIN_TOKEN"),
+    authfile: Path | None = typer.Option(None, "--authfile", help="podman's auth file to write."),
+) -> None:
+    """Register this node's hardware with the proxy and log podman (or docker) in with its token."""
+    from hetflow.config import find_engine
+    from hetflow.registry.cli import login_command
+
+    result = login_command(proxy, load_node(node), find_engine(), name=name, admin_token=admin_token, authfile=authfile)
+    err.print(f"logged in to {proxy} as machine type {result.machine_type}", highlight=False)

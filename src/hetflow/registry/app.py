@@ -1,0 +1,309 @@
+"""The proxy as an ASGI app (starlette), and ``serve`` to run it under uvicorn.
+
+Endpoints besides the OCI ones of ``hetflow.registry.proxy``:
+
+    GET  /v2/                        API version check; 401 with the Bearer challenge
+    GET  /token                      Docker token auth: Basic <type>:<token> -> bearer
+    POST /token                      the same, as docker's OAuth2 password grant
+    POST /hetflow/v1/machine-types   register a Node (JSON) -> {machine_type, token}
+    GET  /hetflow/v1/machine-types   the machine types (names and hardware, no tokens)
+
+When ``admin_token`` is set, the /hetflow/v1 endpoints need ``Authorization: Bearer
+<admin_token>``; else anyone who can reach the proxy may register hardware (tokens
+only pick a view of images the proxy serves to every type anyway).
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+import httpx
+import uvicorn
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from hetflow.images.errors import RegistryError
+from hetflow.inventory.models import Node
+from hetflow.registry.auth import BearerSigner, bearer_challenge, parse_basic, parse_bearer
+from hetflow.registry.errors import ErrorCode, error_response
+from hetflow.registry.machines import MachineType, MachineTypeConflict, MachineTypes
+from hetflow.registry.proxy import Proxy, parse_path
+from hetflow.registry.settings import Settings, parse_listen
+from hetflow.registry.store import BlobStore, FilteredStore
+from hetflow.registry.upstream import Upstream
+from hetflow.registry.verify import VerifiedBody
+
+__all__ = ["RunningProxy", "create_app", "serve", "start_in_thread"]
+
+log = logging.getLogger("hetflow.registry")
+API_VERSION = ("docker-distribution-api-version", "registry/2.0")
+
+
+def _bearer_key(state_dir: Path) -> bytes:
+    """The HMAC key for bearers, made once and kept (0600) so bearers outlive restarts."""
+    path = state_dir / "bearer.key"
+    if not path.exists():
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(secrets.token_bytes(32))
+    return path.read_bytes()
+
+
+class _ApiVersion:
+    """Adds ``Docker-Distribution-API-Version`` to every response, as distribution does."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        async def wrapped(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), tuple(v.encode() for v in API_VERSION)]
+            await send(message)
+
+        await self.app(scope, receive, wrapped if scope["type"] == "http" else send)
+
+
+class Registry:
+    """One proxy: settings, machine types, bearer signer, stores and handlers."""
+
+    def __init__(self, settings: Settings, transport: httpx.MockTransport | None = None) -> None:
+        self.settings = settings
+        state = settings.state_dir
+        state.mkdir(parents=True, exist_ok=True)
+        self.types = MachineTypes(state)
+        self.new_tokens = self.types.declare(settings.machine_types, settings.config_dir)
+        self.signer = BearerSigner(_bearer_key(state), settings.bearer_ttl_s)
+        self.upstream = Upstream(
+            settings.upstream,
+            username=settings.upstream_username,
+            password=settings.upstream_password,
+            transport=transport,
+        )
+        self.proxy = Proxy(
+            self.upstream,
+            BlobStore(state / "cache" / "blobs"),
+            FilteredStore(state / "filtered"),
+            buffer_limit=settings.verify_buffer_bytes,
+        )
+
+    # --- auth --------------------------------------------------------------------------
+
+    def _challenge(self, request: Request, message: str, scope: str | None = None) -> Response:
+        realm = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}/token"
+        headers = {"WWW-Authenticate": bearer_challenge(realm, self.settings.service, scope)}
+        return error_response(401, ErrorCode.UNAUTHORIZED, message, headers=headers)
+
+    def _caller(self, request: Request, scope: str | None = None) -> MachineType | Response:
+        header = request.headers.get("authorization")
+        bearer = parse_bearer(header)
+        if bearer is None:
+            return self._challenge(
+                request,
+                "authentication required: run `hetflow registry login` on this machine "
+                "(or `podman login -u MACHINE_TYPE -p TOKEN` this registry)",
+                scope,
+            )
+        grant = self.signer.verify(bearer)
+        if grant is None or not self.types.has_token_id(grant.machine_type, grant.token_id):
+            return self._challenge(request, "bearer token is invalid, expired or revoked; log in again", scope)
+        mt = self.types.get(grant.machine_type)
+        assert mt is not None  # has_token_id found it
+        return mt
+
+    async def token(self, request: Request) -> Response:
+        if request.method == "POST":
+            # docker's OAuth2 "password" grant (distribution docs/spec/auth/oauth.md).
+            form = parse_qs((await request.body()).decode("utf-8", "replace"))
+            if form.get("grant_type", [""])[0] != "password":
+                return error_response(400, ErrorCode.UNSUPPORTED, "only grant_type=password is supported")
+            creds: tuple[str, str] | None = (form.get("username", [""])[0], form.get("password", [""])[0])
+        else:
+            creds = parse_basic(request.headers.get("authorization"))
+        headers = {"WWW-Authenticate": f'Basic realm="{self.settings.service}"'}
+        if creds is None or not creds[0]:
+            return error_response(
+                401,
+                ErrorCode.UNAUTHORIZED,
+                "no credentials: log in first (`hetflow registry login`, or podman login -u MACHINE_TYPE with its "
+                "token); the token endpoint takes Basic MACHINE_TYPE:TOKEN",
+                headers=headers,
+            )
+        token_id = self.types.authenticate(*creds)
+        if token_id is None:
+            return error_response(
+                401,
+                ErrorCode.UNAUTHORIZED,
+                f"machine type {creds[0]!r} and this token do not match; "
+                "run `hetflow registry login` again to get a fresh token",
+                headers=headers,
+            )
+        issued = self.signer.issue(creds[0], token_id)
+        return JSONResponse(
+            {
+                "token": issued.token,
+                "access_token": issued.token,
+                "expires_in": issued.expires_in,
+                "issued_at": issued.issued_at,
+            }
+        )
+
+    # --- OCI ---------------------------------------------------------------------------
+
+    async def base(self, request: Request) -> Response:
+        caller = self._caller(request)
+        return caller if isinstance(caller, Response) else JSONResponse({})
+
+    async def v2(self, request: Request) -> Response | VerifiedBody:
+        parsed = parse_path(request.path_params["rest"])
+        if parsed is None:
+            return error_response(
+                404, ErrorCode.NAME_INVALID, f"{request.url.path} is not /v2/<name>/(manifests|blobs|tags)/<ref>"
+            )
+        repo, kind, ref = parsed
+        caller = self._caller(request, f"repository:{repo}:pull")
+        if isinstance(caller, Response):
+            return caller
+        if request.method not in ("GET", "HEAD"):
+            return error_response(
+                405, ErrorCode.UNSUPPORTED, "hetflow's registry proxy is read-only; push to the upstream registry"
+            )
+        try:
+            if kind == "manifests":
+                return await self.proxy.manifest(request, caller, repo, ref)
+            if kind == "blobs":
+                return await self.proxy.blob(request, repo, ref)
+            if ref == "list":
+                return await self.proxy.tags(request, repo)
+            return error_response(404, ErrorCode.NAME_INVALID, f"unknown endpoint {request.url.path}")
+        except RegistryError as err:
+            return error_response(502, ErrorCode.UNAVAILABLE, str(err))
+
+    # --- machine types -----------------------------------------------------------------
+
+    def _admin(self, request: Request) -> Response | None:
+        wanted = self.settings.admin_token
+        if wanted is None:
+            return None
+        given = parse_bearer(request.headers.get("authorization")) or ""
+        if hmac.compare_digest(given.encode(), wanted.encode()):
+            return None
+        return error_response(
+            401,
+            ErrorCode.UNAUTHORIZED,
+            "this proxy needs its admin token to manage machine types (Authorization: Bearer ADMIN_TOKEN; "
+            "`hetflow registry login --admin-token`)",
+        )
+
+    async def machine_types(self, request: Request) -> Response:
+        refused = self._admin(request)
+        if refused is not None:
+            return refused
+        if request.method == "GET":
+            return JSONResponse(self.types.describe())
+        try:
+            data: Any = json.loads(await request.body())
+            if isinstance(data, list) and len(data) == 1:
+                data = data[0]  # `hetflow nodes --json` prints a list
+            node = Node.model_validate(data)
+        except (ValueError, ValidationError) as err:
+            return error_response(400, "NODE_INVALID", f"the body is not the JSON of one `hetflow nodes` Node: {err}")
+        try:
+            mt, token, created = self.types.register(node, request.query_params.get("name") or None)
+        except (MachineTypeConflict, ValueError) as err:
+            return error_response(409, "NAME_CONFLICT", str(err))
+        log.info("%s machine type %s for node %s", "created" if created else "joined", mt.name, node.name)
+        body = {"machine_type": mt.name, "token": token, "created": created, "node": mt.node.model_dump(mode="json")}
+        return JSONResponse(body, status_code=201 if created else 200)
+
+    @asynccontextmanager
+    async def lifespan(self, _app: Starlette) -> AsyncIterator[None]:
+        yield
+        await self.close()
+
+    async def close(self) -> None:
+        await self.upstream.aclose()
+        self.proxy.executor.shutdown(wait=False, cancel_futures=True)
+
+
+def create_app(settings: Settings, *, transport: httpx.MockTransport | None = None) -> Starlette:
+    """The proxy app.  ``transport`` is the seam to the upstream (an
+    ``httpx.MockTransport`` in tests); state lives in ``settings.state_dir``."""
+    registry = Registry(settings, transport)
+    for name in sorted(registry.new_tokens):
+        log.warning("new token for machine type %s written to %s", name, settings.state_dir / "tokens" / name)
+    app = Starlette(
+        routes=[
+            Route("/v2/", registry.base, methods=["GET", "HEAD"]),
+            Route("/v2/{rest:path}", registry.v2, methods=["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]),
+            Route("/token", registry.token, methods=["GET", "POST"]),
+            Route("/hetflow/v1/machine-types", registry.machine_types, methods=["GET", "POST"]),
+        ],
+        lifespan=registry.lifespan,
+    )
+    app.state.registry = registry
+    app.add_middleware(_ApiVersion)
+    return app
+
+
+def serve(settings: Settings, *, log_level: str = "info") -> None:
+    """Run the proxy on ``settings.listen`` until interrupted."""
+    host, port = parse_listen(settings.listen)
+    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, access_log=False)
+    uvicorn.Server(config).run()
+
+
+@dataclass
+class RunningProxy:
+    """A proxy serving from a background thread (tests, the bench)."""
+
+    url: str  # http://127.0.0.1:PORT
+    host: str  # 127.0.0.1:PORT, as image references through the proxy start
+    app: Starlette
+    _server: uvicorn.Server
+    _thread: threading.Thread
+
+    def stop(self) -> None:
+        self._server.should_exit = True
+        self._thread.join(timeout=10)
+
+
+def start_in_thread(
+    settings: Settings, *, transport: httpx.MockTransport | None = None, log_level: str = "warning"
+) -> RunningProxy:
+    """Serve on a free loopback port (ignoring ``settings.listen``) from a daemon thread;
+    returns once the server accepts connections."""
+    app = create_app(settings, transport=transport)
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are
+    # TCP (base_events._set_nodelay); with proto 0 every small response waits out the
+    # client's delayed ACK (40 ms on Linux).
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"hetflow-proxy-{port}")
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError(f"the registry proxy did not start on 127.0.0.1:{port}")
+        time.sleep(0.01)
+    return RunningProxy(f"http://127.0.0.1:{port}", f"127.0.0.1:{port}", app, server, thread)

@@ -1,0 +1,124 @@
+"""What ``hetflow registry serve`` and ``hetflow registry login`` do; typer wiring is
+the CLI's (``hetflow.cli``), which calls these and prints their results.
+
+``login_command`` runs on a node: it posts the node's hardware (its ``Node`` JSON) to
+the proxy, which answers with the machine type it belongs to and a token for it, then
+logs the container engine in with that pair, the password on stdin (never on a
+command line, where ``ps`` shows it):
+
+    podman login [--tls-verify=false] [--authfile F] -u <machine type> --password-stdin HOST:PORT
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+
+from hetflow.config import engine_env
+from hetflow.errors import EngineError, UsageError
+from hetflow.images.errors import AuthError, RegistryError
+from hetflow.inventory.models import Node
+from hetflow.registry.app import serve
+from hetflow.registry.settings import load_settings
+
+__all__ = ["LoginResult", "login_command", "register_node", "serve_command"]
+
+
+def serve_command(upstream: str | None, listen: str | None, config: Path | None, state_dir: Path | None = None) -> None:
+    """``hetflow registry serve --upstream URL [--listen ADDR] [--config FILE]``."""
+    settings = load_settings(config, upstream=upstream, listen=listen, state_dir=state_dir)
+    print(
+        f"hetflow registry proxy for {settings.upstream} on http://{settings.listen} (state in {settings.state_dir})",
+        file=sys.stderr,
+    )
+    serve(settings)
+
+
+@dataclass(frozen=True)
+class LoginResult:
+    machine_type: str
+    registry: str  # HOST:PORT, as image references through the proxy start
+    created: bool  # a new machine type (else the node joined an existing one)
+    token: str = field(repr=False)
+
+
+def _registry_host(proxy_url: str) -> tuple[str, bool]:
+    parts = urlsplit(proxy_url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise UsageError(f"proxy URL {proxy_url!r}: write http://HOST:PORT (or https://)")
+    return parts.netloc, parts.scheme == "http"
+
+
+def register_node(
+    proxy_url: str,
+    node: Node,
+    *,
+    name: str | None = None,
+    admin_token: str | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> LoginResult:
+    """POST ``node`` to the proxy: its machine type and a fresh token for it."""
+    host, _ = _registry_host(proxy_url)
+    headers = {"Authorization": f"Bearer {admin_token}"} if admin_token else {}
+    url = proxy_url.rstrip("/") + "/hetflow/v1/machine-types"
+    try:
+        with httpx.Client(transport=transport, timeout=30) as client:
+            response = client.post(
+                url, params={"name": name} if name else None, headers=headers, content=node.model_dump_json()
+            )
+    except httpx.HTTPError as err:
+        raise RegistryError(f"cannot reach the registry proxy at {proxy_url}: {err!r}", url=url) from err
+    if response.status_code in (200, 201):
+        data = response.json()
+        return LoginResult(str(data["machine_type"]), host, bool(data["created"]), str(data["token"]))
+    try:
+        message = response.json()["errors"][0]["message"]
+    except (ValueError, KeyError, IndexError, TypeError):
+        message = response.text[:200]
+    cls = AuthError if response.status_code == 401 else RegistryError
+    raise cls(f"the proxy refused to register {node.name}: {message}", status=response.status_code, url=url)
+
+
+def login_command(
+    proxy_url: str,
+    node: Node,
+    engine_binary: str,
+    *,
+    name: str | None = None,
+    admin_token: str | None = None,
+    authfile: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    transport: httpx.BaseTransport | None = None,
+) -> LoginResult:
+    """``hetflow registry login PROXY_URL``: register this node's hardware and log the
+    engine (podman or docker) in with its machine type's token."""
+    result = register_node(proxy_url, node, name=name, admin_token=admin_token, transport=transport)
+    _, insecure = _registry_host(proxy_url)
+    argv = [engine_binary, "login"]
+    if "docker" not in Path(engine_binary).name:
+        # podman/skopeo: plain HTTP needs --tls-verify=false (docker allows it for
+        # 127.0.0.0/8 and its configured insecure-registries only).
+        if insecure:
+            argv.append("--tls-verify=false")
+        if authfile is not None:
+            argv += ["--authfile", str(authfile)]
+    elif authfile is not None:
+        raise UsageError("docker keeps credentials in ~/.docker/config.json; --authfile is podman's")
+    argv += ["-u", result.machine_type, "--password-stdin", result.registry]
+    try:
+        proc = subprocess.run(
+            argv, input=result.token, capture_output=True, text=True, env=engine_env(env), timeout=60, check=False
+        )
+    except OSError as err:
+        raise EngineError(f"cannot run {engine_binary}: {err.strerror}") from err
+    if proc.returncode != 0:
+        raise EngineError(
+            f"`{' '.join(argv)}` failed ({proc.returncode}): {(proc.stderr or proc.stdout).strip()[:500]}"
+        )
+    return result

@@ -1,0 +1,230 @@
+"""Machine types and their tokens, kept in the proxy's state directory.
+
+A machine type is a named ``Node``: the hardware every machine that logs in with
+one of its tokens is taken to have.  ``hetflow registry login`` registers a node's
+hardware; nodes whose hardware is alike for image selection (same CPU
+microarchitecture, level and flags; same GPU models, capabilities, driver and CUDA)
+share one type, as Nomad checks nodes of one computed class once.
+
+Tokens are kept as SHA-256 hashes; a token is shown once, when it is made (tokens of
+predeclared types are also written to ``tokens/<type>``, mode 0600, for the admin).
+``machine-types.json`` is replaced atomically, so a crash leaves the old or the new file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from hetflow.inventory.models import Node
+from hetflow.registry.settings import MachineTypeDecl, check_name
+
+__all__ = ["MachineType", "MachineTypeConflict", "MachineTypes", "hardware_key", "suggest_name"]
+
+STATE_FILE = "machine-types.json"
+
+
+class MachineType(BaseModel):
+    """A machine type as the proxy knows it (no secrets)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    node: Node
+    origin: str = Field(description="config (predeclared) or registered (hetflow registry login)")
+    hardware: str = Field(description="sha256 of the hardware facts image selection looks at")
+
+
+class _TokenRecord(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    id: str
+    sha256: str
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: MachineType
+    tokens: list[_TokenRecord] = []
+
+
+class MachineTypeConflict(Exception):
+    """A name is taken by a machine type with different hardware."""
+
+
+def hardware_key(node: Node) -> str:
+    """sha256 of what tells builds apart: CPU family, microarchitecture, psABI level and
+    flags; per GPU its model, capability, memory, driver and CUDA version.  Names, host
+    names, core and memory counts, device paths and UUIDs are left out: two nodes that
+    differ only there run the same builds."""
+    cpu = node.cpu
+    facts = {
+        "os": node.os,
+        "cpu": [cpu.vendor, cpu.architecture, cpu.microarchitecture, cpu.x86_64_level, sorted(cpu.features)],
+        "gpus": sorted(
+            [g.model, g.compute_capability, g.memory_bytes, g.driver_version, g.cuda_version or ""] for g in node.gpus
+        ),
+    }
+    return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
+
+
+def suggest_name(node: Node) -> str:
+    """A readable, stable name for a registered type, e.g. ``x86_64-icelake-4xa100-1f2e3d4c``."""
+    parts = [node.cpu.architecture, node.cpu.microarchitecture]
+    if node.gpus:
+        models: dict[str, int] = {}
+        for gpu in node.gpus:
+            words = re.split(r"[\s-]+", re.sub(r"^(nvidia|tesla)\s+", "", gpu.model.lower()).strip())
+            short = words[0] or "gpu"
+            models[short] = models.get(short, 0) + 1
+        parts += [f"{n}x{m}" for m, n in sorted(models.items())]
+    base = re.sub(r"[^a-z0-9._-]+", "-", "-".join(parts).lower()).strip("-._")[:50] or "node"
+    return f"{base}-{hardware_key(node)[:8]}"
+
+
+def _token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return "hft_" + secrets.token_urlsafe(32)
+
+
+def _write_private(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+class MachineTypes:
+    """The machine types of one state directory.  Thread-safe; every change is saved."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self._dir = state_dir
+        self._dir.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        self._records: dict[str, _Record] = {}
+        path = self._dir / STATE_FILE
+        if path.exists():
+            data = json.loads(path.read_text(encoding="utf-8"))
+            for name, raw in data.get("types", {}).items():
+                self._records[name] = _Record.model_validate(raw)
+
+    def _save(self) -> None:
+        data = {"types": {n: r.model_dump(mode="json") for n, r in sorted(self._records.items())}}
+        _write_private(self._dir / STATE_FILE, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+    def get(self, name: str) -> MachineType | None:
+        record = self._records.get(name)
+        return record.type if record else None
+
+    def all(self) -> list[MachineType]:
+        return [r.type for _, r in sorted(self._records.items())]
+
+    def authenticate(self, name: str, token: str) -> str | None:
+        """The token id when ``token`` is one of ``name``'s tokens; else None."""
+        record = self._records.get(name)
+        if record is None:
+            return None
+        digest = _token_hash(token)
+        for t in record.tokens:
+            if hmac.compare_digest(t.sha256, digest):
+                return t.id
+        return None
+
+    def has_token_id(self, name: str, token_id: str) -> bool:
+        record = self._records.get(name)
+        return record is not None and any(t.id == token_id for t in record.tokens)
+
+    def _add_token(self, record: _Record, token: str) -> None:
+        digest = _token_hash(token)
+        if all(t.sha256 != digest for t in record.tokens):
+            record.tokens.append(_TokenRecord(id=digest[:16], sha256=digest))
+
+    def issue_token(self, name: str) -> str:
+        """A new token for ``name`` (its other tokens stay valid)."""
+        with self._lock:
+            token = new_token()
+            self._add_token(self._records[name], token)
+            self._save()
+            return token
+
+    def revoke_tokens(self, name: str) -> None:
+        with self._lock:
+            self._records[name].tokens.clear()
+            self._save()
+
+    def declare(self, decls: Iterable[MachineTypeDecl], config_dir: Path) -> dict[str, str]:
+        """Put the config's machine types in place (the config wins over the saved node).
+
+        Returns the tokens made now, by type, for types that had none; they are also
+        written to ``tokens/<type>`` (0600) so an admin can hand them out."""
+        made: dict[str, str] = {}
+        with self._lock:
+            for decl in decls:
+                node = decl.resolve_node(config_dir)
+                mt = MachineType(name=decl.type_name, node=node, origin="config", hardware=hardware_key(node))
+                record = self._records.get(mt.name)
+                if record is None:
+                    record = self._records[mt.name] = _Record(type=mt)
+                else:
+                    record.type = mt
+                if decl.token:
+                    self._add_token(record, decl.token)
+                if not record.tokens:
+                    token = new_token()
+                    self._add_token(record, token)
+                    made[mt.name] = token
+                    (self._dir / "tokens").mkdir(mode=0o700, exist_ok=True)
+                    _write_private(self._dir / "tokens" / mt.name, token + "\n")
+            self._save()
+        return made
+
+    def register(self, node: Node, name: str | None = None) -> tuple[MachineType, str, bool]:
+        """Register a node's hardware: ``(type, new token, created)``.
+
+        A node whose hardware matches a known type joins it (a fresh token is issued
+        for it); otherwise a type is made, named ``name`` or ``suggest_name(node)``.
+        Raises ``MachineTypeConflict`` when ``name`` is taken by other hardware."""
+        key = hardware_key(node)
+        with self._lock:
+            if name is not None:
+                check_name(name)
+                found = self._records.get(name)
+                if found is not None and found.type.hardware != key:
+                    raise MachineTypeConflict(
+                        f"machine type {name!r} exists with other hardware; pick another name or leave it out"
+                    )
+            else:
+                found = next((r for r in self._records.values() if r.type.hardware == key), None)
+            created = found is None
+            if found is None:
+                type_name = name or suggest_name(node)
+                mt = MachineType(
+                    name=type_name,
+                    node=node.model_copy(update={"name": type_name}),
+                    origin="registered",
+                    hardware=key,
+                )
+                found = self._records[type_name] = _Record(type=mt)
+            token = new_token()
+            self._add_token(found, token)
+            self._save()
+            return found.type, token, created
+
+    def describe(self) -> list[dict[str, Any]]:
+        """Public listing: names, origins and nodes, never tokens."""
+        return [t.model_dump(mode="json") for t in self.all()]

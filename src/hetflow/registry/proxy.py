@@ -1,0 +1,349 @@
+"""The OCI distribution endpoints of the proxy: manifests and blobs, per machine type.
+
+    GET/HEAD /v2/<name>/manifests/<tag>     an index becomes the caller's view (one build),
+                                            served under its own digest; anything else
+                                            passes through, verified
+    GET/HEAD /v2/<name>/manifests/<digest>  a view's digest gets the view (if it is the
+                                            caller's), any other digest the upstream's bytes
+    GET/HEAD /v2/<name>/blobs/<digest>      verified, cached on disk
+    GET      /v2/<name>/tags/list           passed through
+
+What "another machine type's view" means: a view belongs to every machine type whose
+hardware resolves the same upstream index to the same bytes.  A caller asking for a
+view's digest that is not its own gets ``403 DENIED``; the upstream's own index
+digest, per-build manifests and blobs are the same for everyone (they are the
+upstream's bytes, which any caller could ask the upstream for).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+from collections import OrderedDict
+from collections.abc import Iterator
+from concurrent.futures import Executor, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import Response
+
+from hetflow.images.errors import BadDocumentError
+from hetflow.images.oci import ACCEPT_ANY_MANIFEST, digest_of, is_index, sniff_media_type
+from hetflow.registry.errors import STATUS_CODES, ErrorCode, error_response
+from hetflow.registry.machines import MachineType
+from hetflow.registry.store import DIGEST_RE, BlobStore, FilteredRecord, FilteredStore, View, new_hasher
+from hetflow.registry.upstream import BLOB_CHUNK, Upstream
+from hetflow.registry.verify import HashedChunks, VerifiedBody
+from hetflow.registry.views import Filtered, NoBuildFits, filter_index
+
+__all__ = ["ManifestBody", "Proxy", "parse_path"]
+
+log = logging.getLogger("hetflow.registry")
+
+# distribution-spec "Pulling manifests": <name> and <reference> grammars.
+_NAME = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*(?:/[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*)*"
+_PATH = re.compile(rf"(?P<name>{_NAME})/(?P<kind>manifests|blobs|tags)/(?P<ref>[^/]+)\Z")
+_TAG = re.compile(r"[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}\Z")
+MANIFEST_LIMIT = 4 * 1024 * 1024  # distribution refuses manifests over 4 MiB, as do we
+ERROR_LIMIT = 64 * 1024
+_MEMO_SIZE = 512
+
+
+def parse_path(rest: str) -> tuple[str, str, str] | None:
+    """``"lib/img/manifests/v1"`` -> ``("lib/img", "manifests", "v1")``; None if malformed."""
+    match = _PATH.match(rest)
+    return (match["name"], match["kind"], match["ref"]) if match else None
+
+
+@dataclass(frozen=True)
+class ManifestBody:
+    body: bytes
+    media_type: str
+    digest: str
+
+
+class Proxy:
+    """The handlers; one per app, holding the upstream client and the stores."""
+
+    def __init__(
+        self,
+        upstream: Upstream,
+        blobs: BlobStore,
+        filtered: FilteredStore,
+        *,
+        buffer_limit: int,
+        executor: Executor | None = None,
+    ) -> None:
+        self.upstream = upstream
+        # Blob reads, hashing and cache writes run here (see hetflow.registry.verify).
+        self.executor = executor or ThreadPoolExecutor(max_workers=32, thread_name_prefix="hetflow-blob")
+        self.blobs = blobs
+        self.filtered = filtered
+        self.buffer_limit = buffer_limit
+        self._manifests: OrderedDict[str, ManifestBody] = OrderedDict()  # verified, by digest
+        # (index digest, hardware key) -> the view: resolving is pure, so it is done once.
+        self._views: OrderedDict[tuple[str, str], Filtered | NoBuildFits] = OrderedDict()
+
+    # --- manifests ---------------------------------------------------------------------
+
+    async def manifest(self, request: Request, mt: MachineType, repo: str, ref: str) -> Response:
+        head = request.method == "HEAD"
+        # containers/image sends one Accept header per media type; join them all.
+        accept = ", ".join(request.headers.getlist("accept")) or ACCEPT_ANY_MANIFEST
+        if DIGEST_RE.match(ref):
+            record = self.filtered.get(ref)
+            if record is not None and record.sources(repo):
+                return await self._serve_view_digest(record, mt, repo, accept, head)
+            got = await self._fetch_manifest(repo, ref, accept)
+            return got if isinstance(got, Response) else _manifest_response(got, head)
+        if ":" in ref or not _TAG.match(ref):
+            return error_response(
+                400,
+                ErrorCode.TAG_INVALID if ":" not in ref else ErrorCode.DIGEST_INVALID,
+                f"{ref!r} is neither a tag nor a sha256/sha512 digest",
+            )
+        got = await self._fetch_manifest(repo, ref, accept)
+        if isinstance(got, Response):
+            return got
+        if not is_index(got.media_type):
+            return _manifest_response(got, head)
+        return self._view(got, mt, repo, ref, head)
+
+    def _filter(self, index: ManifestBody, mt: MachineType) -> Filtered | NoBuildFits:
+        key = (index.digest, mt.hardware)
+        if key in self._views:
+            self._views.move_to_end(key)
+            return self._views[key]
+        result = self._views[key] = filter_index(index.body, mt.node)
+        while len(self._views) > _MEMO_SIZE:
+            self._views.popitem(last=False)
+        return result
+
+    def _view(self, index: ManifestBody, mt: MachineType, repo: str, ref: str, head: bool) -> Response:
+        try:
+            result = self._filter(index, mt)
+        except BadDocumentError as err:
+            return error_response(502, ErrorCode.MANIFEST_INVALID, f"upstream index {repo}:{ref}: {err}")
+        if isinstance(result, NoBuildFits):
+            reasons = result.reasons
+            message = f"no build of {repo}:{ref} runs on machine type {mt.name!r}: " + " | ".join(reasons)
+            return error_response(
+                404, ErrorCode.MANIFEST_UNKNOWN, message, {"machine_type": mt.name, "reasons": reasons}
+            )
+        self.filtered.put(result.digest, result.body, index.media_type, View(repo, index.digest, mt.name))
+        log.info(
+            "%s:%s for %s -> %s (%s)",
+            repo,
+            ref,
+            mt.name,
+            result.digest,
+            result.resolution.chosen and result.resolution.chosen.digest,
+        )
+        return _manifest_response(ManifestBody(result.body, index.media_type, result.digest), head)
+
+    async def _serve_view_digest(
+        self, record: FilteredRecord, mt: MachineType, repo: str, accept: str, head: bool
+    ) -> Response:
+        """A view asked for by its digest: the caller's own, or a recomputed one."""
+        # A view equal to its own upstream index is the upstream's bytes: everyone's.
+        if not record.is_view_of(repo, mt.name) and record.digest not in record.sources(repo):
+            # Not known as this type's view (yet): recompute this type's view of each
+            # source index; equal bytes make it this type's view too.
+            for source in record.sources(repo):
+                got = await self._fetch_manifest(repo, source, accept)
+                if isinstance(got, Response):
+                    continue
+                try:
+                    result = self._filter(got, mt)
+                except BadDocumentError:
+                    continue
+                if not isinstance(result, NoBuildFits) and result.digest == record.digest:
+                    record = self.filtered.put(
+                        record.digest, record.body, record.media_type, View(repo, source, mt.name)
+                    )
+                    break
+            else:
+                return error_response(
+                    403,
+                    ErrorCode.DENIED,
+                    f"manifest {record.digest} is another machine type's view of {repo}; machine type "
+                    f"{mt.name!r} may pull {repo} by tag or by the digest of its own view",
+                )
+        return _manifest_response(ManifestBody(record.body, record.media_type, record.digest), head)
+
+    async def _fetch_manifest(self, repo: str, ref: str, accept: str) -> ManifestBody | Response:
+        """The upstream's manifest ``ref``, verified: by digest against ``ref``, by tag
+        against the upstream's Docker-Content-Digest."""
+        by_digest = DIGEST_RE.match(ref) is not None
+        if by_digest and ref in self._manifests:
+            self._manifests.move_to_end(ref)
+            return self._manifests[ref]
+        response = await self.upstream.request(
+            "GET", f"/v2/{repo}/manifests/{ref}", repo=repo, headers={"Accept": accept}
+        )
+        try:
+            if response.status_code != 200:
+                return upstream_error(
+                    response.status_code, await _read_capped(response, ERROR_LIMIT) or b"", "manifest"
+                )
+            body = await _read_capped(response, MANIFEST_LIMIT)
+        finally:
+            await response.aclose()
+        if body is None:
+            return error_response(502, ErrorCode.MANIFEST_INVALID, f"upstream manifest {repo}:{ref} is over 4 MiB")
+        expected = ref if by_digest else response.headers.get("docker-content-digest", "")
+        if expected and DIGEST_RE.match(expected):
+            hasher = new_hasher(expected)
+            hasher.update(body)
+            actual = f"{expected.split(':', 1)[0]}:{hasher.hexdigest()}"
+            if actual != expected:
+                message = f"upstream manifest {repo}@{expected} hashes to {actual}; not passed on"
+                log.error("%s", message)
+                return error_response(502, ErrorCode.DIGEST_INVALID, message, {"digest": expected})
+        else:
+            expected = digest_of(body)  # nothing to check against: name it by its bytes
+        media_type = _bare(response.headers.get("content-type")) or sniff_media_type(body) or ""
+        if media_type in ("", "application/json", "text/plain"):
+            media_type = sniff_media_type(body) or media_type
+        got = ManifestBody(body, media_type, expected)
+        self._manifests[expected] = got
+        while len(self._manifests) > _MEMO_SIZE:
+            self._manifests.popitem(last=False)
+        return got
+
+    # --- blobs -------------------------------------------------------------------------
+
+    async def blob(self, request: Request, repo: str, digest: str) -> Response | VerifiedBody:
+        if not DIGEST_RE.match(digest):
+            return error_response(400, ErrorCode.DIGEST_INVALID, f"{digest!r} is not a sha256 or sha512 digest")
+        headers = {"Content-Type": "application/octet-stream", "Docker-Content-Digest": digest}
+        size = self.blobs.size(digest)
+        if request.method == "HEAD":
+            return await self._head_blob(repo, digest, headers, size)
+        if size is not None:
+            path = self.blobs.path(digest)
+            cached = HashedChunks(_read_file(path), digest, self.executor)
+            return VerifiedBody(
+                cached,
+                headers={**headers, "Content-Length": str(size)},
+                buffer_limit=self.buffer_limit,
+                what="cached blob",
+                on_mismatch=lambda _actual: self.blobs.remove(digest),
+            )
+        response = await self.upstream.open_blob(repo, digest, self.executor)
+        if response.status_code != 200:
+            loop = asyncio.get_running_loop()
+            raw = await loop.run_in_executor(self.executor, _read_error_sync, response)
+            return upstream_error(response.status_code, raw, "blob")
+        length = response.headers.get("content-length")
+        if length and not response.headers.get("content-encoding"):
+            headers["Content-Length"] = length
+        fetched = HashedChunks(
+            response.iter_bytes(BLOB_CHUNK), digest, self.executor, sink=self.blobs.writer(digest), close=response.close
+        )
+        return VerifiedBody(fetched, headers=headers, buffer_limit=self.buffer_limit, what=f"upstream blob of {repo}")
+
+    async def _head_blob(self, repo: str, digest: str, headers: dict[str, str], size: int | None) -> Response:
+        if size is not None:
+            return Response(b"", headers={**headers, "Content-Length": str(size)})
+        response = await self.upstream.request("HEAD", f"/v2/{repo}/blobs/{digest}", repo=repo)
+        await response.aclose()
+        if response.status_code != 200:
+            status = response.status_code
+            code = ErrorCode.BLOB_UNKNOWN if status == 404 else STATUS_CODES.get(status, ErrorCode.UNKNOWN)
+            return error_response(status, code, f"upstream answered {status} for blob {repo}@{digest}")
+        length = response.headers.get("content-length")
+        return Response(b"", headers={**headers, **({"Content-Length": length} if length else {})})
+
+    async def tags(self, request: Request, repo: str) -> Response:
+        query = f"?{request.url.query}" if request.url.query else ""
+        response = await self.upstream.request("GET", f"/v2/{repo}/tags/list{query}", repo=repo)
+        try:
+            if response.status_code != 200:
+                return upstream_error(
+                    response.status_code, await _read_capped(response, ERROR_LIMIT) or b"", "repository"
+                )
+            body = await _read_capped(response, MANIFEST_LIMIT)
+        finally:
+            await response.aclose()
+        headers = {k: v for k, v in response.headers.items() if k.lower() == "link"}
+        return Response(body or b"", media_type="application/json", headers=headers)
+
+
+def _read_file(path: Path) -> Iterator[bytes]:
+    """A cached blob in 1 MiB chunks (read in a worker thread by HashedChunks)."""
+    with path.open("rb") as f:
+        while chunk := f.read(BLOB_CHUNK):
+            yield chunk
+
+
+def _read_error_sync(response: httpx.Response) -> bytes:
+    """At most ERROR_LIMIT bytes of an error body (sync client, worker thread)."""
+    parts: list[bytes] = []
+    size = 0
+    try:
+        for chunk in response.iter_bytes():
+            parts.append(chunk)
+            size += len(chunk)
+            if size >= ERROR_LIMIT:
+                break
+    finally:
+        response.close()
+    return b"".join(parts)[:ERROR_LIMIT]
+
+
+def _bare(media_type: str | None) -> str:
+    return (media_type or "").split(";", 1)[0].strip().lower()
+
+
+async def _read_capped(response: httpx.Response, limit: int) -> bytes | None:
+    parts: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        size += len(chunk)
+        if size > limit:
+            return None
+        parts.append(chunk)
+    return b"".join(parts)
+
+
+def _manifest_response(got: ManifestBody, head: bool) -> Response:
+    headers = {"Docker-Content-Digest": got.digest, "Content-Length": str(len(got.body))}
+    response = Response(b"" if head else got.body, media_type=got.media_type or None, headers=headers)
+    return response
+
+
+def upstream_error(status: int, raw: bytes, what: str) -> Response:
+    """The upstream's error as an OCI error body, with the upstream's status.
+
+    An OCI error body passes through as it came; anything else is wrapped.  A 401 is
+    the one exception: it means the upstream refused *the proxy's* credentials, and
+    passing it on would send the client to log in again, so it becomes a 502."""
+    if status == 401:
+        return error_response(
+            502,
+            ErrorCode.UNAUTHORIZED,
+            "the upstream registry refused the proxy's credentials; "
+            "set upstream_username and upstream_password in the proxy's config",
+        )
+    try:
+        data = json.loads(raw)
+        errors = data.get("errors") if isinstance(data, dict) else None
+        if isinstance(errors, list) and errors and all(isinstance(e, dict) and "code" in e for e in errors):
+            return Response(json.dumps({"errors": errors}).encode(), status, media_type="application/json")
+    except (ValueError, UnicodeDecodeError):
+        pass
+    code = STATUS_CODES.get(status, ErrorCode.UNKNOWN)
+    if status == 404:
+        code = {"manifest": ErrorCode.MANIFEST_UNKNOWN, "blob": ErrorCode.BLOB_UNKNOWN}.get(what, code)
+    text = raw[:200].decode("utf-8", "replace").strip()
+    return error_response(
+        status,
+        code,
+        f"upstream registry answered {status} for the {what}",
+        {"upstream_status": status, "upstream_body": text} if text else {"upstream_status": status},
+    )

@@ -1,0 +1,188 @@
+"""The proxy's settings: a YAML file, overridden by command-line values.
+
+    upstream: http://127.0.0.1:5000     # the registry behind the proxy (required)
+    listen: 127.0.0.1:5080              # HOST:PORT the proxy binds
+    state_dir: /var/lib/hetflow/registry  # machine types, tokens, verified cache
+    bearer_ttl_s: 300                   # lifetime of a bearer from /token
+    admin_token: s3cret                 # if set, registering a machine type needs it
+    upstream_username: robot            # credentials for the upstream, if it wants any
+    upstream_password: ...
+    machine_types:                      # predeclared machine types
+      - profile: a100-node              # a built-in profile; the name defaults to it
+      - name: lab-box
+        node_file: nodes/lab.json       # `hetflow nodes --json` output (first node)
+        token: hft_...                  # optional fixed token (else one is made)
+
+Relative ``node_file`` and ``state_dir`` paths are read against the config file's
+folder.  A malformed file is a ``UsageError`` that names the file and the field.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from hetflow.config import hetflow_home
+from hetflow.errors import UsageError
+from hetflow.inventory.models import Node
+from hetflow.registry.profiles import PROFILES, profile_names, profile_node
+
+__all__ = ["DEFAULT_LISTEN", "MachineTypeDecl", "Settings", "load_settings", "parse_listen"]
+
+DEFAULT_LISTEN = "127.0.0.1:5080"
+# Machine-type names are the user name of `podman login`, so no colon; kept to the
+# characters of an OCI repository path component so they read well in logs and URLs.
+NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}\Z")
+
+
+def check_name(name: str) -> str:
+    if not NAME_RE.match(name):
+        raise ValueError(
+            f"machine-type name {name!r} must be 1-64 characters of a-z, 0-9, '.', '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return name
+
+
+class MachineTypeDecl(BaseModel):
+    """One predeclared machine type: a built-in profile, an inline Node, or a node file."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str | None = None
+    profile: str | None = None
+    node: Node | None = None
+    node_file: Path | None = None
+    token: str | None = Field(default=None, min_length=16)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> MachineTypeDecl:
+        given = [k for k in ("profile", "node", "node_file") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of profile, node or node_file")
+        if self.profile is not None and self.profile not in PROFILES:
+            raise ValueError(f"unknown profile {self.profile!r}; known: {', '.join(profile_names())}")
+        if self.name is None and self.profile is None:
+            raise ValueError("a machine type from node or node_file needs a name")
+        check_name(self.type_name)
+        return self
+
+    @property
+    def type_name(self) -> str:
+        return self.name or self.profile or ""
+
+    def resolve_node(self, base: Path) -> Node:
+        """The Node this declaration stands for, named after the machine type."""
+        if self.profile is not None:
+            node = profile_node(self.profile)
+        elif self.node is not None:
+            node = self.node
+        else:
+            assert self.node_file is not None
+            node = read_node_file(self.node_file if self.node_file.is_absolute() else base / self.node_file)
+        return node.model_copy(update={"name": self.type_name})
+
+
+def read_node_file(path: Path) -> Node:
+    """A Node from a JSON file: one Node, or the list `hetflow nodes --json` prints."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, list):
+            if not data:
+                raise UsageError(f"{path}: the node list is empty")
+            data = data[0]
+        return Node.model_validate(data)
+    except OSError as err:
+        raise UsageError(f"cannot read node file {path}: {err.strerror}") from err
+    except (json.JSONDecodeError, ValidationError) as err:
+        raise UsageError(f"{path} is not the JSON of `hetflow nodes --json`: {err}") from err
+
+
+def parse_listen(listen: str) -> tuple[str, int]:
+    """``"127.0.0.1:5080"`` -> ``("127.0.0.1", 5080)``; ``"[::1]:5080"`` works too."""
+    host, sep, port = listen.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise UsageError(f"--listen {listen!r}: write HOST:PORT, e.g. {DEFAULT_LISTEN}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+class Settings(BaseModel):
+    """Everything ``create_app`` needs; build one with ``load_settings`` or directly."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    upstream: str = Field(description="base URL of the upstream registry, e.g. http://127.0.0.1:5000")
+    listen: str = DEFAULT_LISTEN
+    state_dir: Path = Field(default_factory=lambda: hetflow_home() / "registry")
+    bearer_ttl_s: int = Field(default=300, ge=10, le=86400)
+    admin_token: str | None = None
+    upstream_username: str | None = None
+    upstream_password: str | None = None
+    machine_types: tuple[MachineTypeDecl, ...] = ()
+    service: str = "hetflow"
+    # Bodies up to this size are hashed in full before the first byte goes out, so a
+    # mismatch is a clean 502; larger ones stream and the connection is cut instead.
+    verify_buffer_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
+    config_dir: Path = Field(default=Path("."), description="where relative node_file paths start")
+
+    @field_validator("upstream")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"upstream {value!r} must start with http:// or https://")
+        return value.rstrip("/")
+
+    @field_validator("listen")
+    @classmethod
+    def _listen(cls, value: str) -> str:
+        parse_listen(value)
+        return value
+
+    @model_validator(mode="after")
+    def _unique(self) -> Settings:
+        names = [d.type_name for d in self.machine_types]
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"machine type(s) declared twice: {', '.join(dupes)}")
+        return self
+
+
+def load_settings(
+    config: Path | None = None,
+    *,
+    upstream: str | None = None,
+    listen: str | None = None,
+    state_dir: Path | None = None,
+) -> Settings:
+    """Settings from ``config`` (YAML), with the given command-line values on top."""
+    data: dict[str, Any] = {}
+    if config is not None:
+        try:
+            loaded = yaml.safe_load(config.read_text(encoding="utf-8"))
+        except OSError as err:
+            raise UsageError(f"cannot read registry config {config}: {err.strerror}") from err
+        except yaml.YAMLError as err:
+            raise UsageError(f"{config} is not valid YAML: {err}") from err
+        if loaded is not None and not isinstance(loaded, dict):
+            raise UsageError(f"{config}: expected a mapping of settings at the top level")
+        data = dict(loaded or {})
+        base = config.parent.resolve()
+        data["config_dir"] = base
+        if data.get("state_dir") is not None and not Path(str(data["state_dir"])).is_absolute():
+            data["state_dir"] = base / str(data["state_dir"])
+    for key, value in (("upstream", upstream), ("listen", listen), ("state_dir", state_dir)):
+        if value is not None:
+            data[key] = value
+    if not data.get("upstream"):
+        raise UsageError("no upstream registry: pass --upstream URL or set `upstream:` in the config file")
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as err:
+        where = f"{config}: " if config is not None else ""
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in err.errors())
+        raise UsageError(f"{where}{problems}") from err

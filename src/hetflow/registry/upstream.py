@@ -1,0 +1,145 @@
+"""The proxy's side of the upstream registry: httpx, streaming, upstream auth.
+
+``hetflow.images.client.RegistryClient`` is the synchronous client for tools; the
+proxy needs the upstream's own status and error body and streamed blobs, so it has
+this small one.  Manifests (small) are read with httpx's async client on the event
+loop; blobs are read with its sync client in a worker thread (``open_blob``), where
+reads are not cut into 64 KiB event-loop steps (see ``hetflow.registry.verify``).
+
+``transport`` is the seam: tests pass an ``httpx.MockTransport`` (it serves both
+clients), the proxy the default network transports.
+
+If the upstream asks for credentials (401), the configured user and password are
+sent as Basic, or traded for a bearer at the realm the upstream names (Docker token
+authentication, the same flow the proxy offers its own clients).  The Authorization
+that worked is kept per scope, for both clients, until the upstream refuses it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import Executor
+
+import httpx
+
+from hetflow.images.client import Challenge, parse_challenge
+from hetflow.images.errors import RegistryError
+
+__all__ = ["Upstream", "UpstreamUnavailable"]
+
+BLOB_CHUNK = 1024 * 1024
+
+
+class UpstreamUnavailable(RegistryError):
+    """The upstream could not be reached, or its token service failed."""
+
+
+class Upstream:
+    """Requests to one upstream registry."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        transport: httpx.MockTransport | None = None,
+        timeout: float = 60.0,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._basic = httpx.BasicAuth(username, password or "") if username else None
+        common = {
+            "base_url": self.base_url,
+            "timeout": httpx.Timeout(timeout, connect=10.0),
+            "limits": httpx.Limits(max_connections=64, max_keepalive_connections=32),
+            "follow_redirects": True,  # S3-backed registries redirect blob GETs
+        }
+        self._client = httpx.AsyncClient(transport=transport, **common)  # type: ignore[arg-type]
+        self._sync = httpx.Client(transport=transport, **common)  # type: ignore[arg-type]
+        self._auth: dict[str, str] = {}  # scope -> Authorization header that worked
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+        self._sync.close()
+
+    @staticmethod
+    def _scope(repo: str | None) -> str:
+        return f"repository:{repo}:pull" if repo else ""
+
+    def _headers(self, scope: str, headers: dict[str, str] | None) -> dict[str, str]:
+        sent = dict(headers or {})
+        if scope in self._auth:
+            sent["Authorization"] = self._auth[scope]
+        return sent
+
+    async def request(
+        self, method: str, path: str, *, repo: str | None = None, headers: dict[str, str] | None = None
+    ) -> httpx.Response:
+        """Send a request and return the response with its body unread (stream it or
+        ``aread`` it; always ``aclose`` it).  Raises ``UpstreamUnavailable``."""
+        scope = self._scope(repo)
+        response = await self._send(method, path, self._headers(scope, headers))
+        if response.status_code != 401 or self._basic is None:
+            return response
+        await response.aclose()
+        await self._negotiate(response, scope)
+        return await self._send(method, path, self._headers(scope, headers))
+
+    async def open_blob(self, repo: str, digest: str, executor: Executor) -> httpx.Response:
+        """``GET /v2/<repo>/blobs/<digest>`` with the sync client in ``executor``;
+        returns once the headers are in.  Read the body with ``iter_bytes`` and close
+        the response in a worker thread (``HashedChunks`` does both)."""
+        scope = self._scope(repo)
+        path = f"/v2/{repo}/blobs/{digest}"
+        loop = asyncio.get_running_loop()
+        headers = {"Accept-Encoding": "identity"}  # the digest is over the bytes as stored
+        response = await loop.run_in_executor(executor, self._send_sync, path, self._headers(scope, headers))
+        if response.status_code != 401 or self._basic is None:
+            return response
+        await loop.run_in_executor(executor, response.close)
+        await self._negotiate(response, scope)
+        return await loop.run_in_executor(executor, self._send_sync, path, self._headers(scope, headers))
+
+    def _send_sync(self, path: str, headers: dict[str, str]) -> httpx.Response:
+        try:
+            return self._sync.send(self._sync.build_request("GET", path, headers=headers), stream=True)
+        except httpx.HTTPError as err:
+            raise UpstreamUnavailable(f"upstream {self.base_url} did not answer GET {path}: {err!r}") from err
+
+    async def _send(self, method: str, path: str, headers: dict[str, str]) -> httpx.Response:
+        try:
+            return await self._client.send(self._client.build_request(method, path, headers=headers), stream=True)
+        except httpx.HTTPError as err:
+            raise UpstreamUnavailable(f"upstream {self.base_url} did not answer {method} {path}: {err!r}") from err
+
+    async def _negotiate(self, refused: httpx.Response, scope: str) -> None:
+        """Work out the Authorization for ``scope`` from the upstream's 401 challenge."""
+        challenge = parse_challenge(refused.headers.get("www-authenticate", ""))
+        if challenge is not None and challenge.scheme == "bearer":
+            self._auth[scope] = await self._fetch_bearer(challenge, scope)
+        else:
+            self._auth[scope] = self._basic_header()
+
+    def _basic_header(self) -> str:
+        assert self._basic is not None
+        request = httpx.Request("GET", self.base_url)
+        return str(next(self._basic.auth_flow(request)).headers["Authorization"])
+
+    async def _fetch_bearer(self, challenge: Challenge, scope: str) -> str:
+        realm = challenge.params.get("realm")
+        if not realm:
+            raise UpstreamUnavailable(f"upstream {self.base_url} asked for a bearer but named no realm")
+        params = {"service": challenge.params.get("service", "")}
+        if challenge.params.get("scope") or scope:
+            params["scope"] = challenge.params.get("scope") or scope
+        try:
+            response = await self._client.get(realm, params=params, headers={"Authorization": self._basic_header()})
+        except httpx.HTTPError as err:
+            raise UpstreamUnavailable(f"upstream token service {realm} did not answer: {err!r}") from err
+        if response.status_code != 200:
+            raise UpstreamUnavailable(f"upstream token service {realm} answered {response.status_code}")
+        data = response.json()
+        token = data.get("token") or data.get("access_token")
+        if not isinstance(token, str) or not token.strip():
+            raise UpstreamUnavailable(f"upstream token service {realm} returned no token")
+        return f"Bearer {token}"

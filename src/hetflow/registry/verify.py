@@ -1,0 +1,232 @@
+"""Send content only when it hashes to the digest that names it.
+
+Two pieces:
+
+``HashedChunks`` runs a blocking reader (an upstream body read with httpx's sync
+client, or a cached file) in a worker thread, hashes each chunk there and writes it
+to an optional ``sink`` (a cache writer), and hands the chunks to the event loop; at
+the end it knows whether the digest matched, and only then commits the sink.  The
+thread keeps the loop free: on this 2-core machine, reading with httpx's async client
+(64 KiB per read) and hashing on the loop made a cold 9.5 MB blob cost 56 ms against
+13 ms straight from the registry.
+
+``VerifiedBody`` is the ASGI response over such chunks.  It holds the last chunk back
+until the digest is known, so a client never receives a complete body whose digest
+is wrong:
+
+* a body of at most ``buffer_limit`` bytes is read in full before anything is sent;
+  on a mismatch the client gets a clean ``502`` with an OCI ``DIGEST_INVALID`` error;
+* a longer body streams, less its last chunk; on a mismatch the response ends short of
+  its ``Content-Length`` (or without the final chunk of a chunked body) and the
+  server closes the connection (uvicorn does so when an app returns with its response
+  incomplete), which every HTTP client reports as a failed download.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from typing import Protocol
+
+import httpx
+from starlette.types import Receive, Scope, Send
+
+from hetflow.registry.errors import ErrorCode, error_body
+from hetflow.registry.store import new_hasher
+
+__all__ = ["HashedChunks", "Sink", "VerifiedBody"]
+
+log = logging.getLogger("hetflow.registry")
+
+
+class Sink(Protocol):
+    def write(self, chunk: bytes) -> None: ...
+    def commit(self) -> None: ...
+    def discard(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class _End:
+    actual: str
+
+
+class HashedChunks:
+    """Chunks from ``reader`` (run in ``executor``), hashed against ``digest``.
+
+    Iterate once on the event loop; afterwards ``actual`` is the digest of what was
+    read.  At most ``depth`` chunks wait in memory (the reader blocks beyond that).
+    ``close`` runs in the worker thread when the reader is done or abandoned."""
+
+    def __init__(
+        self,
+        reader: Iterator[bytes],
+        digest: str,
+        executor: Executor,
+        *,
+        sink: Sink | None = None,
+        close: Callable[[], None] | None = None,
+        depth: int = 4,
+    ) -> None:
+        self.digest = digest
+        self.actual: str | None = None
+        self._reader = reader
+        self._executor = executor
+        self._sink = sink
+        self._close = close
+        self._slots = threading.Semaphore(depth)
+        self._cancelled = False
+        self._started = False
+
+    @property
+    def matched(self) -> bool:
+        return self.actual == self.digest
+
+    def _produce(self, loop: asyncio.AbstractEventLoop, queue: asyncio.Queue[bytes | _End | BaseException]) -> None:
+        def put(item: bytes | _End | BaseException) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop is gone: nobody is listening
+                self._cancelled = True
+
+        hasher = new_hasher(self.digest)
+        algorithm = self.digest.split(":", 1)[0]
+        committed = False  # the sink is settled (committed or discarded)
+        try:
+            for chunk in self._reader:
+                hasher.update(chunk)
+                if self._sink is not None:
+                    self._sink.write(chunk)
+                self._slots.acquire()
+                if self._cancelled:
+                    return
+                put(chunk)
+            actual = f"{algorithm}:{hasher.hexdigest()}"
+            if self._sink is not None:
+                # Settled before the verdict goes out, so nobody sees a half-made file.
+                if actual == self.digest:
+                    self._sink.commit()
+                else:
+                    self._sink.discard()
+                committed = True
+            put(_End(actual))
+        except BaseException as err:  # an upstream that broke off, a disk that failed
+            put(err)
+        finally:
+            if self._sink is not None and not committed:
+                self._sink.discard()
+            if self._close is not None:
+                self._close()
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        self._slots.release()  # wake a reader blocked on a full queue
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._started:
+            raise RuntimeError("HashedChunks can be iterated once")
+        self._started = True
+        queue: asyncio.Queue[bytes | _End | BaseException] = asyncio.Queue()
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(self._executor, self._produce, loop, queue)
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, bytes):
+                    self._slots.release()
+                    yield item
+                elif isinstance(item, _End):
+                    self.actual = item.actual
+                    return
+                else:
+                    raise item
+        finally:
+            if self.actual is None:
+                self.cancel()
+
+
+class VerifiedBody:
+    """An ASGI app that sends ``chunks`` as the body of a ``status`` response, verified
+    against their digest.  ``headers`` should carry ``Content-Length`` when it is
+    known; ``on_mismatch`` runs (once) when the body hashes wrong."""
+
+    def __init__(
+        self,
+        chunks: HashedChunks,
+        *,
+        headers: Mapping[str, str],
+        status: int = 200,
+        buffer_limit: int = 8 * 1024 * 1024,
+        what: str = "blob",
+        on_mismatch: Callable[[str], None] | None = None,
+    ) -> None:
+        self.chunks = chunks
+        self.headers = dict(headers)
+        self.status = status
+        self.buffer_limit = buffer_limit
+        self.what = what
+        self.on_mismatch = on_mismatch
+
+    def _raw_headers(self, headers: Mapping[str, str]) -> list[tuple[bytes, bytes]]:
+        return [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+
+    def _mismatch(self) -> str:
+        message = f"{self.what}: {self.chunks.digest} hashes to {self.chunks.actual}; not passed on"
+        log.error("%s", message)
+        if self.on_mismatch is not None:
+            self.on_mismatch(str(self.chunks.actual))
+        return message
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        chunks = aiter(self.chunks)
+        try:
+            await self._send(send, chunks)
+        finally:
+            await chunks.aclose()  # type: ignore[attr-defined]  # an async generator: stops the reader
+
+    async def _error(self, send: Send, code: str, message: str) -> None:
+        body = error_body(code, message, {"digest": self.chunks.digest})
+        headers = {"content-type": "application/json", "content-length": str(len(body))}
+        await send({"type": "http.response.start", "status": 502, "headers": self._raw_headers(headers)})
+        await send({"type": "http.response.body", "body": body})
+
+    async def _send(self, send: Send, chunks: AsyncIterator[bytes]) -> None:
+        buffered: list[bytes] = []
+        size = 0
+        try:
+            async for chunk in chunks:
+                buffered.append(chunk)
+                size += len(chunk)
+                if size > self.buffer_limit:
+                    await self._stream(send, chunks, buffered)
+                    return
+        except (OSError, httpx.HTTPError) as err:  # the upstream or the disk broke off before we answered
+            log.error("%s %s: reading failed: %r", self.what, self.chunks.digest, err)
+            await self._error(send, ErrorCode.UNAVAILABLE, f"{self.what}: reading {self.chunks.digest} failed: {err}")
+            return
+        if not self.chunks.matched:
+            await self._error(send, ErrorCode.DIGEST_INVALID, self._mismatch())
+            return
+        headers = {**self.headers, "content-length": str(size)}
+        await send({"type": "http.response.start", "status": self.status, "headers": self._raw_headers(headers)})
+        await send({"type": "http.response.body", "body": b"".join(buffered)})
+
+    async def _stream(self, send: Send, chunks: AsyncIterator[bytes], buffered: list[bytes]) -> None:
+        await send({"type": "http.response.start", "status": self.status, "headers": self._raw_headers(self.headers)})
+        held = buffered.pop()
+        if buffered:
+            await send({"type": "http.response.body", "body": b"".join(buffered), "more_body": True})
+        try:
+            async for chunk in chunks:
+                await send({"type": "http.response.body", "body": held, "more_body": True})
+                held = chunk
+        except (OSError, httpx.HTTPError) as err:
+            log.error("%s %s: reading failed after the headers went out: %r", self.what, self.chunks.digest, err)
+            return  # incomplete: the server cuts the connection
+        if not self.chunks.matched:
+            self._mismatch()
+            return  # the response stays incomplete: the server cuts the connection
+        await send({"type": "http.response.body", "body": held, "more_body": False})
