@@ -54,6 +54,7 @@ bench: install images
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.overhead
 	$(PY) -m bench.planner
+	$(PY) -m bench.virtual
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache
