@@ -53,8 +53,10 @@ def _money(value: str | None) -> float | None:
 
 
 def _instance(loaded: LoadedWorkflow, cluster_file: Path, *, saga: bool = False) -> Instance:
+    from hetflow.execute.images import default_resolver
     from hetflow.plan.build import build_instance
     from hetflow.plan.cluster import load_cluster
+    from hetflow.plan.images import image_check
 
     cluster = load_cluster(cluster_file)
     profile = profile_for(learn(open_store().history(loaded.workflow.name)), loaded.workflow.name)
@@ -64,6 +66,7 @@ def _instance(loaded: LoadedWorkflow, cluster_file: Path, *, saga: bool = False)
         bandwidth=cluster.bandwidth_bytes,
         profile=profile,
         one_task_per_machine=saga,
+        image_check=image_check(default_resolver),
     )
 
 

@@ -134,6 +134,7 @@ class GpuSpec(_Model):
     memory: Memory = Field(description="per GPU; 40Gi")
     compute_capability: str = Field(alias="computeCapability", description='"major.minor", e.g. "8.0"')
     driver: str = ""
+    cuda: str = Field(default="", description='highest CUDA the driver supports, as nvidia-smi shows it: "12.4"')
     speed: float | None = Field(default=None, gt=0, description="GPU steps run estimate / speed; A100 = 1.0")
 
     @field_validator("compute_capability", mode="before")
@@ -200,6 +201,7 @@ class NodeType(_Model):
             gpu_memory=g.memory if g else 0,
             gpu_cc=g.cc_tuple if g else (0, 0),
             gpu_speed=g.resolved_speed if g else 1.0,
+            gpu_cuda=g.cuda if g else "",
             price_per_hour=self.price,
             microarchitecture=self.microarchitecture,
             labels=tuple(sorted(self.labels.items())),
@@ -224,8 +226,13 @@ def node_class(node: Node) -> MachineClass:
         gpu_memory=min((g.memory_bytes for g in gpus), default=0),
         gpu_cc=min((g.compute_capability_tuple for g in gpus), default=(0, 0)),
         gpu_speed=min((_gpu_speed(g) for g in gpus), default=1.0),
+        gpu_cuda=min((g.cuda_version or "" for g in gpus), default="", key=_version_key),
         microarchitecture=node.cpu.microarchitecture,
     )
+
+
+def _version_key(v: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in v.split(".") if x.isdigit()) if v else (0,)
 
 
 def _gpu_speed(gpu: Gpu) -> float:

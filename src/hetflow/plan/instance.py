@@ -27,6 +27,7 @@ class MachineClass:
     gpu_memory: int = 0
     gpu_cc: tuple[int, int] = (0, 0)
     gpu_speed: float = 1.0  # a GPU step runs estimate / gpu_speed (A100 = 1.0)
+    gpu_cuda: str = ""  # highest CUDA the nodes' driver supports ("12.4"); "" unknown
     price_per_hour: float = 0.0
     microarchitecture: str = "x86_64"
     labels: tuple[tuple[str, str], ...] = ()
