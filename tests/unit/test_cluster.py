@@ -260,7 +260,7 @@ BAD = [
         """,
         "c.yaml:9: error: nodeTypes.0.gpus: required key 'computeCapability' is missing\n"
         "c.yaml:13: error: unknown key 'computeCapabilty' in nodeTypes.0.gpus (did you mean "
-        "'computeCapability'?); allowed keys: model, count, memory, computeCapability, driver, speed",
+        "'computeCapability'?); allowed keys: model, count, memory, computeCapability, driver, cuda, speed",
         id="unknown-gpu-key",
     ),
     pytest.param(

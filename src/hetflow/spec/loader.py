@@ -14,7 +14,7 @@ import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import BaseModel, ValidationError
@@ -75,7 +75,7 @@ def parse_workflow(
     try:
         wf = Workflow.model_validate(data)
     except ValidationError as exc:
-        problems += [_problem_from_error(err, file, lines) for err in exc.errors()]
+        problems += [problem_from_error(err, file, lines) for err in exc.errors()]
         raise SpecError(problems) from None
     wf, template_problems = _render(wf, file, lines)
     problems += template_problems
@@ -231,31 +231,31 @@ def _render(wf: Workflow, file: str, lines: Mapping[Loc, int]) -> tuple[Workflow
 # --- pydantic errors as file:line messages ---------------------------------------------
 
 
-def _problem_from_error(err: Any, file: str, lines: Mapping[Loc, int]) -> Problem:
+def problem_from_error(err: Any, file: str, lines: Mapping[Loc, int], root: type[BaseModel] = Workflow) -> Problem:
+    """A pydantic error as ``file:line: what to change``, for any model read from YAML."""
     loc: Loc = tuple(err["loc"])
     where = ".".join(str(x) for x in loc) or "the top level"
-    kind = err["type"]
-    if kind == "extra_forbidden":
-        key = loc[-1]
-        allowed = _allowed_keys(loc[:-1])
-        hint = _suggest(str(key), allowed)
+    if err["type"] == "extra_forbidden":
+        key, parent = str(loc[-1]), ".".join(str(x) for x in loc[:-1]) or "the top level"
+        allowed = _allowed_keys(root, loc[:-1])
+        msg = f"unknown key {key!r} in {parent}{_suggest(key, allowed)}; allowed keys: {', '.join(allowed)}"
+    elif err["type"] == "missing":
         parent = ".".join(str(x) for x in loc[:-1]) or "the top level"
-        msg = f"unknown key {key!r} in {parent}{hint}; allowed keys: {', '.join(allowed)}"
-    elif kind == "missing":
-        msg = f"{where}: required key {loc[-1]!r} is missing"
-    elif kind == "literal_error" and loc == ("apiVersion",):
+        msg = f"{parent}: required key {loc[-1]!r} is missing"
+    elif err["type"] == "literal_error" and loc == ("apiVersion",):
         msg = f"apiVersion {err.get('input')!r} is not supported; write 'apiVersion: hetflow/v1'"
     else:
         text = str(err["msg"]).removeprefix("Value error, ")
         got = err.get("input")
-        shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
-        msg = f"{where}: {text}{shown}"
+        shown = "" if isinstance(got, dict | list) or got is None or repr(got) in text else f" (got {got!r})"
+        msg = f"{where}: {text}{shown}" if loc else text
     return Problem(file, line_of(lines, loc), msg)
 
 
-def _allowed_keys(loc: Loc) -> list[str]:
-    """Walk the models along ``loc`` to list the keys allowed there."""
-    tp: Any = Workflow
+def _allowed_keys(root: type[BaseModel], loc: Loc) -> list[str]:
+    """Walk the models along ``loc`` (through lists, tuples and dicts) to list the keys
+    allowed there, as written in the file (aliases)."""
+    tp: Any = root
     for part in loc:
         tp = _unwrap(tp)
         if isinstance(tp, type) and issubclass(tp, BaseModel):
@@ -263,8 +263,8 @@ def _allowed_keys(loc: Loc) -> list[str]:
             if str(part) not in fields:
                 return []
             tp = fields[str(part)].annotation
-        elif typing.get_origin(tp) is dict:
-            tp = typing.get_args(tp)[1]
+        elif typing.get_origin(tp) in (list, tuple, dict):
+            tp = typing.get_args(tp)[-1] if typing.get_origin(tp) is dict else typing.get_args(tp)[0]
         else:
             return []
     tp = _unwrap(tp)
@@ -274,11 +274,13 @@ def _allowed_keys(loc: Loc) -> list[str]:
 
 
 def _unwrap(tp: Any) -> Any:
-    """``X | None`` -> X."""
+    """``X | None`` -> X; ``Annotated[X, ...]`` -> X."""
+    if typing.get_origin(tp) is Annotated:
+        tp = typing.get_args(tp)[0]
     if typing.get_origin(tp) in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if len(args) == 1:
-            return args[0]
+            return _unwrap(args[0])
     return tp
 
 
