@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hetflow.errors import NoFitError
+from hetflow.images.errors import NotFoundError
 from hetflow.images.reference import parse_reference
 from hetflow.images.service import ResolveResult, resolve_image
 from hetflow.inventory.models import Node
@@ -36,7 +37,7 @@ def default_resolver(image: str, node: Node) -> ResolveResult:
 
 def pin_images(workflow: Workflow, node: Node, resolver: Resolver = default_resolver) -> PinResult:
     result = PinResult(workflow)
-    cache: dict[str, ResolveResult] = {}
+    cache: dict[str, ResolveResult | None] = {}
     steps: dict[str, Step] = {}
     failures: list[str] = []
     for sname, step in workflow.steps.items():
@@ -44,8 +45,16 @@ def pin_images(workflow: Workflow, node: Node, resolver: Resolver = default_reso
         dropped: list[str] = []
         for vname, variant in step.resolved_variants().items():
             if variant.image not in cache:
-                cache[variant.image] = resolver(variant.image, node)
+                try:
+                    cache[variant.image] = resolver(variant.image, node)
+                except NotFoundError:
+                    if not parse_reference(variant.image).local:
+                        raise
+                    cache[variant.image] = None  # a missing local image: preflight names it, with its line
             res = cache[variant.image]
+            if res is None:
+                kept[vname] = variant.image
+                continue
             if res.chosen is None or res.pinned is None:
                 why = "; ".join(res.explain()) or "no build fits"
                 dropped.append(f"variant {vname!r}: image {variant.image} has no build for {node.name}: {why}")
