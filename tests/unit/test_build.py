@@ -331,3 +331,29 @@ def test_one_task_per_machine_and_bandwidth_pass_through() -> None:
     assert (inst.bandwidth, inst.one_task_per_machine, inst.classes) == (5.0, True, (STD,))
     with pytest.raises(ValueError, match="bandwidth must be positive"):
         build_instance(load_steps("a:\n  image: img\n").workflow, (STD,), bandwidth=0)
+
+
+# --- node labels (node_selector) ---------------------------------------------------------
+
+
+def test_node_selector_is_a_hard_filter_with_its_reason() -> None:
+    from hetflow.plan.instance import MachineClass
+    from hetflow.spec.loader import parse_workflow
+
+    text = """apiVersion: hetflow/v1
+name: sel
+steps:
+  s:
+    image: i
+    node_selector: {zone: a}
+    estimate: 10s
+"""
+    wf = parse_workflow(text, "w.yaml").workflow
+    a = MachineClass("zone-a", 1, 4, 8 << 30, labels=(("zone", "a"),))
+    b = MachineClass("zone-b", 1, 4, 8 << 30, labels=(("zone", "b"),))
+    inst = build_instance(wf, [a, b], bandwidth=1e9)
+    task = inst.task("s")
+    assert [o.machine_class for o in task.options] == ["zone-a"]
+    assert [(r.machine_class, r.code, r.reason) for r in task.rejected] == [
+        ("zone-b", "labels", "needs node labels zone=a; zone-b has zone=b")
+    ]

@@ -134,3 +134,22 @@ def test_discover_describes_this_host(tmp_path: Path) -> None:
     assert node.kernel == os.uname().release
     assert node.cpu.cores == len(os.sched_getaffinity(0))
     assert node.memory_bytes > 0
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("", {}), ("zone=a", {"zone": "a"}), (" zone=a , tier=gpu ", {"zone": "a", "tier": "gpu"})],
+    ids=["none", "one", "two-with-spaces"],
+)
+def test_node_labels_from_the_environment(text: str, expected: dict[str, str]) -> None:
+    from hetflow.inventory.probe import parse_labels
+
+    assert parse_labels(text) == expected
+
+
+def test_malformed_node_labels_name_the_item() -> None:
+    from hetflow.errors import InventoryError
+    from hetflow.inventory.probe import parse_labels
+
+    with pytest.raises(InventoryError, match="'tier' is not KEY=VALUE"):
+        parse_labels("zone=a,tier")

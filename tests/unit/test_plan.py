@@ -402,3 +402,15 @@ def test_feasibility_on_a_machine_that_has_everything_is_silent() -> None:
     loaded = load_steps(FEASIBILITY_WORKFLOW)
 
     assert feasibility_problems(loaded, node(cpus=64, gpus=(T4, A100))) == []
+
+
+@pytest.mark.parametrize(
+    ("labels", "errors"),
+    [({}, ["step 's' needs node labels zone=a; this machine has none"]), ({"zone": "a"}, [])],
+    ids=["unlabelled-machine", "labelled-machine"],
+)
+def test_node_selector_on_this_machine(labels: dict[str, str], errors: list[str]) -> None:
+    loaded = load_steps("s:\n  image: x\n  node_selector: {zone: a}\n")
+    n = CPU_NODE.model_copy(update={"labels": labels})
+    found = [p.message for p in feasibility_problems(loaded, n) if p.severity == "error"]
+    assert [m.split("; lower")[0] for m in found] == errors

@@ -79,16 +79,21 @@ def _solve(
     exact: bool,
     time_limit: float,
     seed: int,
+    gpu_policy: str = "avoid",
 ) -> Plan:
     if objective not in ("makespan", "cost"):
         raise UsageError(f"--objective {objective!r}: use makespan or cost")
+    if gpu_policy not in ("avoid", "allow"):
+        raise UsageError(f"--gpu-policy {gpu_policy!r}: use avoid or allow")
     if exact:
         from hetflow.plan.exact import plan_exact
 
-        return plan_exact(instance, time_limit=time_limit, objective=objective)
+        return plan_exact(instance, time_limit=time_limit, objective=objective, deadline=deadline, budget=budget)
     from hetflow.plan.heuristic import plan_heuristic
 
-    return plan_heuristic(instance, objective=objective, deadline=deadline, budget=budget, seed=seed)
+    return plan_heuristic(
+        instance, objective=objective, deadline=deadline, budget=budget, seed=seed, gpu_policy=gpu_policy
+    )
 
 
 def plan_cmd(
@@ -104,6 +109,9 @@ def plan_cmd(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable plan."),
     gantt: Path | None = typer.Option(None, "--gantt", help="Draw the schedule: FILE.svg, .html or .png."),
     explain: bool = typer.Option(False, "--explain", help="Why each other variant and node class lost."),
+    gpu_policy: str = typer.Option(
+        "avoid", "--gpu-policy", help="avoid: steps using no GPU stay off GPU nodes unless that is faster; allow."
+    ),
 ) -> None:
     """Choose variant, node and GPUs for every step of a workflow on a cluster."""
     loaded = load_workflow(workflow, parse_params(param))
@@ -117,6 +125,7 @@ def plan_cmd(
         exact=exact,
         time_limit=time_limit,
         seed=seed,
+        gpu_policy=gpu_policy,
     )
     took = time.perf_counter() - t0
     if gantt is not None:

@@ -28,7 +28,7 @@ def preflight(loaded: LoadedWorkflow, node: Node, engine: ContainerEngine | None
     seen: dict[str, bool] = {}
     for sname, step in loaded.workflow.steps.items():
         for vname, v in step.resolved_variants().items():
-            if not check(v, total, where="this machine", now=False).ok:
+            if not check(v, total, where="this machine", now=False, labels=node.labels).ok:
                 continue
             if v.image not in seen:
                 seen[v.image] = engine.image_exists(v.image)

@@ -64,3 +64,4 @@ class Node(BaseModel):
         default=(), description="nvidiactl, nvidia-uvm and friends present on the host"
     )
     container_engine: str | None = Field(default=None, description="podman or docker, if found")
+    labels: dict[str, str] = Field(default_factory=dict, description="from HETFLOW_NODE_LABELS=k=v,k2=v2")

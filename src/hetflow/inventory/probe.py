@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hetflow.config import find_engine
-from hetflow.errors import EngineError
+from hetflow.errors import EngineError, InventoryError
 from hetflow.inventory.cpu import probe_cpu, probe_memory
 from hetflow.inventory.fake import ENV_VAR, make_fake_gpus
 from hetflow.inventory.models import Gpu, Node
@@ -84,4 +84,17 @@ def discover(
         gpu_source=source,
         control_devices=tuple(control),
         container_engine=_container_engine(env),
+        labels=parse_labels(env.get("HETFLOW_NODE_LABELS", "")),
     )
+
+
+def parse_labels(text: str) -> dict[str, str]:
+    """``zone=a,tier=gpu`` -> {"zone": "a", "tier": "gpu"} (the node's labels, as a
+    Kubernetes node or a Slurm feature list would carry them)."""
+    labels: dict[str, str] = {}
+    for item in filter(None, (x.strip() for x in text.split(","))):
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InventoryError(f"HETFLOW_NODE_LABELS: {item!r} is not KEY=VALUE; write e.g. zone=a,tier=gpu")
+        labels[key.strip()] = value.strip()
+    return labels

@@ -96,7 +96,17 @@ def fit_gpu_memory(v: Variant, c: MachineClass) -> tuple[str, str] | None:
     return None
 
 
-FILTERS: tuple[Filter, ...] = (fit_cpus, fit_memory, fit_gpus, fit_gpu_model, fit_gpu_cc, fit_gpu_memory)
+def fit_labels(v: Variant, c: MachineClass) -> tuple[str, str] | None:
+    """``node_selector``: every label must be on the class, as Kubernetes' nodeSelector."""
+    have = dict(c.labels)
+    missing = [f"{k}={val}" for k, val in sorted(v.node_selector.items()) if have.get(k) != val]
+    if missing:
+        shown = ", ".join(f"{k}={val}" for k, val in c.labels) or "none"
+        return ("labels", f"needs node labels {', '.join(missing)}; {c.name} has {shown}")
+    return None
+
+
+FILTERS: tuple[Filter, ...] = (fit_cpus, fit_memory, fit_gpus, fit_gpu_model, fit_gpu_cc, fit_gpu_memory, fit_labels)
 
 # --- the builder ------------------------------------------------------------------------
 
@@ -120,10 +130,12 @@ def build_instance(
         raise ValueError(f"bandwidth must be positive bytes/s, got {bandwidth}")
     profile = profile or {}
     deps = edges_of(workflow)
-    cache: dict[tuple[Resources, GpuConstraint | None, str, str], tuple[tuple[str, str], ...]] = {}
+    cache: dict[
+        tuple[Resources, GpuConstraint | None, str, tuple[tuple[str, str], ...], str], tuple[tuple[str, str], ...]
+    ] = {}
 
     def rejections(v: Variant, c: MachineClass) -> tuple[tuple[str, str], ...]:
-        key = (v.resources, v.gpu, v.image, c.name)
+        key = (v.resources, v.gpu, v.image, tuple(sorted(v.node_selector.items())), c.name)
         if key not in cache:
             found = [r for f in FILTERS if (r := f(v, c))]
             if image_check is not None and (why := image_check(v.image, c)):

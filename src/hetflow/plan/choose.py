@@ -57,7 +57,7 @@ class GreedyChooser:
         could_later = False
         for name in variant_order(step):
             v = variants[name]
-            never = check(v, total, where="this machine", now=False)
+            never = check(v, total, where="this machine", now=False, labels=node.labels)
             if not never.ok:
                 rejected.append((name, never.reason))
                 continue
@@ -94,7 +94,7 @@ class PlanChooser:
         if wanted not in variants:
             return self.fallback.choose(step, node, free, name)
         v = variants[wanted]
-        never = check(v, Capacity.of(node), where="this machine", now=False)
+        never = check(v, Capacity.of(node), where="this machine", now=False, labels=node.labels)
         if not never.ok:
             choice = self.fallback.choose(step, node, free, name)
             return replace(choice, why=f"planned {wanted} cannot run here ({never.reason}); {choice.why}")
@@ -117,7 +117,7 @@ def feasibility_problems(loaded: LoadedWorkflow, node: Node) -> list[Problem]:
     total = Capacity.of(node)
     for sname, step in workflow.steps.items():
         variants = step.resolved_variants()
-        bad = {n: check(v, total, where="this machine", now=False) for n, v in variants.items()}
+        bad = {n: check(v, total, where="this machine", now=False, labels=node.labels) for n, v in variants.items()}
         fitting = [n for n, s in bad.items() if s.ok]
         for vname, status in bad.items():
             if status.ok:

@@ -226,6 +226,7 @@ def node_class(node: Node) -> MachineClass:
         gpu_speed=min((_gpu_speed(g) for g in gpus), default=1.0),
         gpu_cuda=min((g.cuda_version or "" for g in gpus), default="", key=_version_key),
         microarchitecture=node.cpu.microarchitecture,
+        labels=tuple(sorted(node.labels.items())),
     )
 
 

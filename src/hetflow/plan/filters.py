@@ -8,7 +8,7 @@ Two questions are asked with the same filters: can this variant *ever* run on th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from hetflow.inventory.models import Gpu, Node
@@ -61,12 +61,17 @@ def qualifying_gpus(variant: Variant, gpus: Sequence[Gpu]) -> list[Gpu]:
     return [g for g in gpus if gpu_qualifies(g, variant.gpu) is None]
 
 
-def check(variant: Variant, cap: Capacity, *, where: str, now: bool) -> Status:
+def check(variant: Variant, cap: Capacity, *, where: str, now: bool, labels: Mapping[str, str] | None = None) -> Status:
     """Chain the filters; the first failure explains itself.
 
     ``where`` names the place ("this machine", "node gpu-a100-1"); ``now`` words the
     reason as busy-now rather than never."""
     res = variant.resources
+    if labels is not None:
+        missing = [f"{k}={v}" for k, v in sorted(variant.node_selector.items()) if labels.get(k) != v]
+        if missing:
+            have = ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"
+            return Status("labels", f"needs node labels {', '.join(missing)}; {where} has {have}")
     if res.cpus > cap.cpus:
         if now:
             return Status("cpus_busy", f"needs {res.cpus:g} CPUs; {cap.cpus:g} free now")

@@ -73,6 +73,9 @@ class Variant(_Model):
     gpu: GpuConstraint | None = None
     estimate: Duration | None = Field(default=None, description="expected run time")
     env: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(
+        default_factory=dict, description="node labels required, as Kubernetes' nodeSelector"
+    )
 
     @field_validator("command", mode="before")
     @classmethod
@@ -93,6 +96,7 @@ class Step(_Model):
     gpu: GpuConstraint | None = None
     estimate: Duration | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    node_selector: dict[str, str] = Field(default_factory=dict, description="applies to every variant")
     variants: dict[str, Variant] | None = None
     needs: tuple[str, ...] = ()
     inputs: dict[str, str] = Field(default_factory=dict)
@@ -130,11 +134,17 @@ class Step(_Model):
     def resolved_variants(self) -> dict[str, Variant]:
         """Every step as named variants; a single-image step has one called 'default'.
 
-        Step-level ``env`` applies to every variant (a variant's own keys win)."""
+        Step-level ``env`` and ``node_selector`` apply to every variant (a variant's own
+        keys win)."""
         if self.variants is not None:
-            if not self.env:
+            if not self.env and not self.node_selector:
                 return dict(self.variants)
-            return {k: v.model_copy(update={"env": {**self.env, **v.env}}) for k, v in self.variants.items()}
+            return {
+                k: v.model_copy(
+                    update={"env": {**self.env, **v.env}, "node_selector": {**self.node_selector, **v.node_selector}}
+                )
+                for k, v in self.variants.items()
+            }
         assert self.image is not None
         return {
             "default": Variant(
@@ -144,6 +154,7 @@ class Step(_Model):
                 gpu=self.gpu,
                 estimate=self.estimate,
                 env=dict(self.env),
+                node_selector=dict(self.node_selector),
             )
         }
 
