@@ -263,6 +263,17 @@ def create_app(settings: Settings, *, transport: httpx.MockTransport | None = No
     return app
 
 
+class _QuietTlsProbes(logging.Filter):
+    """podman and skopeo try HTTPS first on a plain-HTTP registry; uvicorn logs each such
+    handshake as "Invalid HTTP request received." -- expected noise, not a fault."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Invalid HTTP request received" not in record.getMessage()
+
+
+logging.getLogger("uvicorn.error").addFilter(_QuietTlsProbes())
+
+
 def serve(settings: Settings, *, log_level: str = "info") -> None:
     """Run the proxy on ``settings.listen`` until interrupted."""
     host, port = parse_listen(settings.listen)
