@@ -1,0 +1,1 @@
+"""Where step attempts run: this machine (podman), Slurm, Ray.  One contract (base.py)."""

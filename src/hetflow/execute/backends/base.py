@@ -1,0 +1,92 @@
+"""The backend contract (after snakemake's executor plugins): a small class with submit,
+poll, cancel and release, a capabilities record and a settings dataclass.
+
+hetflow plans and records; a backend only runs step attempts.  Every attempt has a
+deterministic name (``hf-RUN-STEP-ATTEMPT``), so ``poll`` after a crash finds (adopts)
+what is still running and what finished meanwhile: adoption is polling by name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from hetflow.execute.engine import ContainerSpec
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    name: str
+    # The engine orders steps itself (Slurm --dependency=afterok): hetflow submits a step as
+    # soon as its parents are submitted, naming them in Job.depends_on.
+    holds_dependencies: bool = False
+    # The engine assigns GPUs (Slurm gres, Ray num_gpus) and the container is given the
+    # ones assigned; otherwise hetflow leases GPUs and passes their device nodes itself.
+    assigns_gpus: bool = False
+    # Steps may land on other machines: the work directory must be shared.
+    multi_node: bool = False
+
+
+@dataclass(frozen=True)
+class Job:
+    """One step attempt for a backend to run."""
+
+    name: str  # deterministic: hf-RUN-STEP-ATTEMPT
+    run_id: str
+    step: str
+    attempt: int
+    container: ContainerSpec  # image, command, user, env, mounts, hardening; devices for local GPUs
+    cpus: float
+    memory: int  # bytes
+    gpus: int = 0
+    gpu_model: str | None = None  # a plan's GPU model (Slurm gres type, Ray custom resource)
+    node: str | None = None  # the plan pins this node (Slurm --nodelist, Ray NodeAffinity)
+    node_class: str | None = None  # the plan's node type (Slurm constraint, Ray custom resource)
+    depends_on: tuple[str, ...] = ()  # names of jobs that must succeed first (holds_dependencies)
+
+
+@dataclass(frozen=True)
+class JobState:
+    name: str
+    running: bool  # queued or running: not finished
+    exit_code: int | None  # when finished
+    status: str  # the engine's word: PENDING, RUNNING, COMPLETED, exited, ...
+    node: str | None = None  # where it ran, when known
+    gpus: tuple[int, ...] = ()  # GPU indices the engine assigned, when known
+    reason: str = ""  # why pending or failed, in the engine's words
+
+
+class Backend(Protocol):
+    capabilities: Capabilities
+
+    def check(self) -> None:
+        """Raise a HetflowError saying what to fix when the engine cannot be reached."""
+
+    def image_exists(self, image: str) -> bool: ...
+
+    def submit(self, job: Job) -> None:
+        """Start or queue the job; HetflowError when the engine refuses it."""
+
+    def poll(self, run_id: str) -> dict[str, JobState]:
+        """Every job of the run the engine knows, by name (adoption after a crash)."""
+
+    def cancel(self, names: Iterable[str]) -> None: ...
+
+    def release(self, names: Iterable[str]) -> None:
+        """Forget finished jobs whose results are stored (podman rm; nothing for Slurm)."""
+
+    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``wake`` when a job of the run ends; None when the backend cannot (poll)."""
+
+
+@dataclass(frozen=True)
+class BackendSettings:
+    """Cluster-wide settings (config file ``$HETFLOW_HOME/config.yaml`` or ``--config``,
+    overridden by HETFLOW_* environment variables)."""
+
+    backend: str = "local"  # local, slurm, ray
+    workdir: str | None = None  # the shared work directory (multi-node backends)
+    engine: str = "podman"  # the container engine on the nodes
+    slurm: Mapping[str, str] = field(default_factory=dict)  # e.g. partition, account, rest_url
+    ray: Mapping[str, str] = field(default_factory=dict)  # e.g. address ("ray://..." or "auto"), start_local

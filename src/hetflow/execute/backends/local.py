@@ -1,0 +1,43 @@
+"""This machine: each job is a podman (or docker) container; hetflow leases the GPUs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.engine import CliEngine, ContainerEngine, make_engine
+
+
+class LocalBackend:
+    capabilities = Capabilities(name="local")
+
+    def __init__(self, engine: ContainerEngine | None = None, env: Mapping[str, str] | None = None) -> None:
+        self.engine: ContainerEngine = engine or make_engine(env)
+
+    def check(self) -> None:
+        pass  # make_engine already said what to install when no engine is found
+
+    def image_exists(self, image: str) -> bool:
+        return self.engine.image_exists(image)
+
+    def submit(self, job: Job) -> None:
+        self.engine.start(job.container)
+
+    def poll(self, run_id: str) -> dict[str, JobState]:
+        return {
+            name: JobState(name, st.running, st.exit_code, st.status)
+            for name, st in self.engine.states(run_id).items()
+        }
+
+    def cancel(self, names: Iterable[str]) -> None:
+        self.engine.stop(names)
+
+    def release(self, names: Iterable[str]) -> None:
+        self.engine.remove(names)
+
+    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        return self.engine.watch(run_id, wake)
+
+    def pull(self, ref: str, *, insecure: bool = False) -> None:
+        if isinstance(self.engine, CliEngine):
+            self.engine.pull(ref, insecure=insecure)
