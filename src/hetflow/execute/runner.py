@@ -15,22 +15,25 @@ import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Protocol
+from typing import Protocol, cast
 
-from hetflow.errors import EngineError, StateError
+from hetflow.errors import HetflowError, StateError
+from hetflow.execute.backends.base import Backend, Job
+from hetflow.execute.backends.local import LocalBackend
 from hetflow.execute.container import build_spec
 from hetflow.execute.engine import ContainerEngine
-from hetflow.execute.gpu import gpu_access
+from hetflow.execute.gpu import GpuAccess, gpu_access
 from hetflow.execute.logs import log_tail
 from hetflow.execute.outputs import accept_outputs, missing_outputs
 from hetflow.execute.paths import RunPaths, container_name
 from hetflow.inventory.models import Gpu, Node
 from hetflow.plan.choose import GreedyChooser, VariantChooser
 from hetflow.plan.filters import Capacity
+from hetflow.plan.instance import MachineClass, Placement
 from hetflow.spec.checks import edges_of
 from hetflow.spec.dag import topo_order
 from hetflow.spec.models import Workflow
@@ -108,7 +111,7 @@ class Runner:
         self,
         *,
         store: Store,
-        engine: ContainerEngine,
+        engine: ContainerEngine | None = None,
         node: Node,
         workflow: Workflow,
         run: RunRecord,
@@ -120,8 +123,20 @@ class Runner:
         pid: int | None = None,
         alive: Callable[[int], bool] = pid_alive,
         priority: Mapping[str, float] | None = None,
+        backend: Backend | None = None,
+        placements: Mapping[str, Placement] | None = None,
+        classes: Sequence[MachineClass] = (),
     ) -> None:
-        self.store, self.engine, self.node, self.wf = store, engine, node, workflow
+        self.store, self.node, self.wf = store, node, workflow
+        self.backend: Backend = backend or LocalBackend(engine)
+        # Engines that assign GPUs and queue work (Slurm, Ray) follow the cluster plan's
+        # placements; this machine's capacity and GPU leases are hetflow's own concern.
+        self.cluster = self.backend.capabilities.assigns_gpus
+        self.placements = dict(placements or {})
+        # node class -> GPU model (the engine's GPU type), and -> the one node a class of one
+        # names (the engine's node list: a cluster file lists Slurm nodes or Ray nodes by name)
+        self.gpu_models = {c.name: c.gpu_model for c in classes if c.gpus}
+        self.pinned_nodes = {c.name: c.name for c in classes if c.count == 1}
         self.run_id = run.id
         self.uid, self.gid = run.uid, run.gid
         self.paths = RunPaths(Path(run.workdir))
@@ -154,7 +169,7 @@ class Runner:
         self.store.claim_run(self.run_id, self.pid, self.alive)
         self.store.adopt_leases(self.run_id, self.pid)
         self.store.add_event(self.run_id, None, "executor", f"executor {self.pid} on {self.node.name}")
-        stop_watch = self.engine.watch(self.run_id, self._wake.set)
+        stop_watch = self.backend.watch(self.run_id, self._wake.set)
         interval = self.config.poll_interval if stop_watch is None else max(0.5, self.config.poll_interval)
         self._reconcile()
         try:
@@ -190,7 +205,7 @@ class Runner:
         """Remove finished containers in one engine call (their results are stored)."""
         if self._to_remove:
             names, self._to_remove = self._to_remove, []
-            self.engine.remove(names)
+            self.backend.release(names)
 
     def install_signal_handlers(self) -> None:
         """SIGTERM (from `hetflow stop`) ends the loop without touching the run: the
@@ -219,7 +234,7 @@ class Runner:
     # --- resume: adopt, collect, relaunch -----------------------------------------------
 
     def _reconcile(self) -> None:
-        states = self.engine.states(self.run_id)
+        states = self.backend.poll(self.run_id)
         for s in self.store.steps(self.run_id):
             if s.state not in (LAUNCHING, RUNNING):
                 continue
@@ -277,11 +292,13 @@ class Runner:
     def _poll(self) -> None:
         if not self.active:
             return
-        states = self.engine.states(self.run_id)
+        states = self.backend.poll(self.run_id)
         for act in list(self.active.values()):
             st = states.get(act.container)
             if st is None:
                 self._fail(act, None, f"container {act.container} disappeared")
+            elif st.dependency_failed:
+                self._requeue(act, st.reason or "a dependency failed")
             elif not st.running:
                 self._finalize(act, st.exit_code if st.exit_code is not None else 255)
 
@@ -372,11 +389,36 @@ class Runner:
                 )
                 steps[name] = self.store.step(self.run_id, name)
                 continue
-            if not all(steps[d].state == SUCCEEDED for d in deps):
+            if not all(steps[d].state == SUCCEEDED or self._submitted_ahead(d) for d in deps):
                 continue
             if s.not_before and s.not_before > now:
                 continue
             self._try_launch(name, s)
+
+    def _planned_class(self, step: str) -> str | None:
+        placed = self.placements.get(step) if self.cluster else None
+        return placed.machine_class if placed else None
+
+    def _submitted_ahead(self, step: str) -> bool:
+        """With an engine that holds the DAG's order (Slurm afterok), a child is submitted
+        as soon as its parent is: the engine starts it when the parent succeeds."""
+        return self.backend.capabilities.holds_dependencies and step in self.active
+
+    def _requeue(self, act: _Active, reason: str) -> None:
+        """The engine dropped a job whose parent failed: not this step's failure.  It goes
+        back to pending (under a new attempt name, outside the retry budget)."""
+        self.budget_start[act.step] = self.budget_start.get(act.step, 0) + 1
+        self.store.set_attempt(self.run_id, act.step, act.attempt, state=STOPPED, ended=self.clock(), message=reason)
+        self.active.pop(act.step, None)
+        self._to_remove.append(act.container)
+        self.store.set_step(
+            self.run_id,
+            act.step,
+            state=WAITING,
+            not_before=None,
+            reason=f"requeued: {reason}",
+            event=f"{act.container} dropped by the engine ({reason}); submitted again later",
+        )
 
     def _free(self) -> Capacity:
         cpus = self.node.cpu.cores - sum(a.cpus for a in self.active.values())
@@ -388,11 +430,25 @@ class Runner:
         """A lease is dead when its process is gone and its container is not running."""
         if lease.pid == self.pid or self.alive(lease.pid):
             return False
-        st = self.engine.states(lease.run_id).get(lease.container)
+        st = self.backend.poll(lease.run_id).get(lease.container)
         return st is None or not st.running
 
     def _try_launch(self, name: str, s: StepRecord) -> None:
         step = self.wf.steps[name]
+        if self.cluster:
+            placed = self.placements.get(name)
+            if placed is None:
+                self.store.set_step(
+                    self.run_id,
+                    name,
+                    state=FAILED,
+                    ended=self.clock(),
+                    reason="the cluster plan has no placement for this step",
+                    event="no placement in the cluster plan",
+                )
+                return
+            self._launch(name, s, placed.variant, (), f"{placed.variant} on {placed.machine_class} (planned)")
+            return
         choice = self.chooser.choose(step, self.node, self._free(), name)
         if choice.variant is None:
             if choice.wait:
@@ -429,6 +485,12 @@ class Runner:
         staging.mkdir(parents=True)
         os.chown(staging, self.uid, self.gid)
         self.paths.log(name, attempt).parent.mkdir(parents=True, exist_ok=True)
+        # On a cluster the engine assigns the GPUs and its job gives the container exactly
+        # those device nodes; here hetflow passes the ones it leased.
+        if self.cluster:
+            access = GpuAccess() if variant.resources.gpus else gpu_access((), self.node)
+        else:
+            access = gpu_access(gpus, self.node)
         spec = build_spec(
             run_id=self.run_id,
             step_name=name,
@@ -438,7 +500,7 @@ class Runner:
             uid=self.uid,
             gid=self.gid,
             paths=self.paths,
-            access=gpu_access(gpus, self.node),
+            access=access,
         )
         now = self.clock()
         self.store.add_attempt(
@@ -447,7 +509,7 @@ class Runner:
                 name,
                 attempt,
                 vname,
-                self.node.name,
+                self._planned_class(name) or self.node.name,
                 tuple(g.index for g in gpus),
                 uuids,
                 container,
@@ -465,7 +527,7 @@ class Runner:
             name,
             state=LAUNCHING,
             variant=vname,
-            node=self.node.name,
+            node=placed_class if (placed_class := self._planned_class(name)) else self.node.name,
             gpus=[g.index for g in gpus],
             attempts=attempt,
             started=s.started or now,
@@ -473,11 +535,27 @@ class Runner:
             not_before=None,
             event=f"attempt {attempt}: variant {vname}, GPUs {gpu_text}, container {container} ({why})",
         )
+        placed = self.placements.get(name)
+        depends = tuple(self.active[d].container for d in step.dependencies() if d in self.active)
+        job = Job(
+            name=container,
+            run_id=self.run_id,
+            step=name,
+            attempt=attempt,
+            container=spec,
+            cpus=variant.resources.cpus,
+            memory=variant.resources.memory,
+            gpus=variant.resources.gpus,
+            gpu_model=self.gpu_models.get(placed.machine_class) if placed else None,
+            node=self.pinned_nodes.get(placed.machine_class) if placed else None,
+            node_class=placed.machine_class if placed else None,
+            depends_on=depends if self.backend.capabilities.holds_dependencies else (),
+        )
         act = _Active(name, attempt, container, variant.resources.cpus, variant.resources.memory, uuids)
         self.active[name] = act
         try:
-            self.engine.start(spec)
-        except EngineError as exc:
+            self.backend.submit(job)
+        except HetflowError as exc:
             self._fail(act, None, str(exc))
             return
         self.store.set_step(self.run_id, name, state=RUNNING)
@@ -497,15 +575,15 @@ def _exit_reason(code: int) -> str:
 
 def stop_run(
     store: Store,
-    engine: ContainerEngine,
+    engine: ContainerEngine | Backend,
     run_id: str,
     *,
     timeout: int = 10,
     alive: Callable[[int], bool] = pid_alive,
 ) -> list[str]:
-    """`hetflow stop`: end the executor, stop the run's containers, record it all.
-
-    Returns the names of the containers stopped."""
+    """`hetflow stop`: end the executor, stop the run's containers (cancel its jobs), record
+    it all.  Returns the names of the jobs stopped."""
+    backend = cast(Backend, engine) if hasattr(engine, "capabilities") else LocalBackend(engine)
     run = store.run(run_id)
     if run.pid and run.pid != os.getpid() and alive(run.pid):
         os.kill(run.pid, signal.SIGTERM)
@@ -516,8 +594,8 @@ def stop_run(
     store.set_run(run_id, state=RUN_STOPPED, ended=now, pid=None, message="stopped by hetflow stop")
     live = [a for a in store.attempts(run_id) if a.state in (LAUNCHING, RUNNING)]
     names = [a.container for a in live]
-    engine.stop(names, timeout=timeout)
-    states = engine.states(run_id)
+    backend.cancel(names)
+    states = backend.poll(run_id)
     for a in live:
         st = states.get(a.container)
         store.set_attempt(
@@ -541,7 +619,7 @@ def stop_run(
                     reason="stopped by hetflow stop",
                     event="stopped by hetflow stop",
                 )
-    engine.remove(names)
+    backend.release(names)
     store.add_event(run_id, None, RUN_STOPPED, f"stopped; {len(names)} container(s) stopped")
     return names
 

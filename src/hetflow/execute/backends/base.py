@@ -55,6 +55,9 @@ class JobState:
     node: str | None = None  # where it ran, when known
     gpus: tuple[int, ...] = ()  # GPU indices the engine assigned, when known
     reason: str = ""  # why pending or failed, in the engine's words
+    # The engine dropped the job because a dependency failed (Slurm DependencyNeverSatisfied
+    # with --kill-on-invalid-dep): not the step's failure; hetflow submits it again later.
+    dependency_failed: bool = False
 
 
 class Backend(Protocol):

@@ -25,8 +25,7 @@ class LocalBackend:
 
     def poll(self, run_id: str) -> dict[str, JobState]:
         return {
-            name: JobState(name, st.running, st.exit_code, st.status)
-            for name, st in self.engine.states(run_id).items()
+            name: JobState(name, st.running, st.exit_code, st.status) for name, st in self.engine.states(run_id).items()
         }
 
     def cancel(self, names: Iterable[str]) -> None:

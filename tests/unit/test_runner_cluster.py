@@ -1,0 +1,160 @@
+"""The runner on an engine that queues and orders work itself (Slurm-like): children are
+submitted ahead with their parents named, a child dropped because its parent failed is
+submitted again without using its own retries, and placements follow the cluster plan."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.engine import FakeEngine
+from hetflow.execute.runner import Runner
+from hetflow.plan.instance import MachineClass, Placement
+from tests.unit.builders import Outcome, World, world
+
+
+QUEUE = Capabilities("queue", holds_dependencies=True, assigns_gpus=True, multi_node=True)
+
+
+@dataclass
+class QueueBackend:
+    """Holds each job until its dependencies finish (Slurm afterok with kill-on-invalid-dep)."""
+
+    engine: FakeEngine
+    capabilities: Capabilities = QUEUE
+    jobs: dict[str, Job] = field(default_factory=dict)
+    held: dict[str, Job] = field(default_factory=dict)
+    dropped: set[str] = field(default_factory=set)
+    submitted: list[tuple[str, tuple[str, ...], float]] = field(default_factory=list)
+
+    def check(self) -> None:
+        pass
+
+    def image_exists(self, image: str) -> bool:
+        return True
+
+    def submit(self, job: Job) -> None:
+        self.jobs[job.name] = job
+        self.held[job.name] = job
+        self.submitted.append((job.name, job.depends_on, self.engine.clock()))
+        self._release_ready()
+
+    def _release_ready(self) -> None:
+        states = {n: s for run in {j.run_id for j in self.jobs.values()} for n, s in self.engine.states(run).items()}
+        for name, job in list(self.held.items()):
+            deps = [states.get(d) for d in job.depends_on]
+            if any(d is not None and not d.running and d.exit_code != 0 for d in deps) or any(
+                d in self.dropped for d in job.depends_on
+            ):
+                self.held.pop(name)
+                self.dropped.add(name)
+            elif all(d is not None and not d.running and d.exit_code == 0 for d in deps):
+                self.held.pop(name)
+                self.engine.start(job.container)
+
+    def poll(self, run_id: str) -> dict[str, JobState]:
+        self._release_ready()
+        out = {n: JobState(n, s.running, s.exit_code, s.status) for n, s in self.engine.states(run_id).items()}
+        for name, job in self.jobs.items():
+            if job.run_id != run_id:
+                continue
+            if name in self.held:
+                out[name] = JobState(name, True, None, "PENDING", reason="Dependency")
+            elif name in self.dropped:
+                out[name] = JobState(
+                    name, False, None, "CANCELLED", reason="DependencyNeverSatisfied", dependency_failed=True
+                )
+        return out
+
+    def cancel(self, names: Iterable[str]) -> None:
+        self.engine.stop(names)
+
+    def release(self, names: Iterable[str]) -> None:
+        self.engine.remove(names)
+
+    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        return None
+
+
+CHAIN = """
+a:
+  image: x
+  retries: 1
+  outputs: [o]
+b:
+  needs: [a]
+  image: x
+  outputs: [o]
+c:
+  needs: [b]
+  image: x
+"""
+CLASSES = (
+    MachineClass("gpu.t4", 1, 8, 32 << 30, gpus=1, gpu_model="Tesla T4"),
+    MachineClass("cpu.std", 4, 16, 64 << 30),
+)
+
+
+def _runner(w: World, backend: QueueBackend) -> Runner:
+    placements = {
+        s: Placement(
+            s, "default", "cpu.std-0" if s != "b" else "gpu.t4-0", "cpu.std" if s != "b" else "gpu.t4", 0.0, 1.0, 1.0, 0
+        )
+        for s in ("a", "b", "c")
+    }
+    return Runner(
+        store=w.store,
+        node=w.node,
+        workflow=w.loaded.workflow,
+        run=w.store.run(w.run.id),
+        config=w.config,
+        clock=w.clock,
+        sleep=w.clock.sleep,
+        pid=4242,
+        alive=lambda p: False,
+        backend=backend,
+        placements=placements,
+        classes=CLASSES,
+    )
+
+
+def test_children_are_submitted_ahead_with_their_parents_named(tmp_path: Path) -> None:
+    w = world(
+        tmp_path, CHAIN, outcomes={"a": [Outcome(files={"o": b"1"}, duration=5)], "b": [Outcome(files={"o": b"2"})]}
+    )
+    backend = QueueBackend(w.engine)
+    assert _runner(w, backend).execute() == "succeeded"
+    rid = w.run.id
+    assert [(n, d) for n, d, _ in backend.submitted] == [
+        (f"hf-{rid}-a-1", ()),
+        (f"hf-{rid}-b-1", (f"hf-{rid}-a-1",)),
+        (f"hf-{rid}-c-1", (f"hf-{rid}-b-1",)),
+    ]
+    # all three were handed to the engine before `a` finished (t=1000..1005)
+    assert max(t for _, _, t in backend.submitted) < 1005
+    # the engine ran them in order
+    assert [s.step for s in w.script.log] == ["a", "b", "c"]
+    # the plan's node class, its GPU model and its single node were passed on
+    job_b = backend.jobs[f"hf-{rid}-b-1"]
+    assert (job_b.node_class, job_b.gpu_model, job_b.node) == ("gpu.t4", "Tesla T4", "gpu.t4")
+    assert backend.jobs[f"hf-{rid}-a-1"].node is None  # cpu.std has 4 nodes: not pinned
+    assert w.step("b").node == "gpu.t4"
+
+
+def test_a_child_dropped_for_its_failed_parent_is_submitted_again_outside_its_retries(tmp_path: Path) -> None:
+    w = world(
+        tmp_path,
+        CHAIN,
+        outcomes={"a": [Outcome(exit_code=1), Outcome(files={"o": b"1"})], "b": [Outcome(files={"o": b"2"})]},
+    )
+    backend = QueueBackend(w.engine)
+    assert _runner(w, backend).execute() == "succeeded"
+    rid = w.run.id
+    assert f"hf-{rid}-b-1" in backend.dropped  # held behind a-1, which failed
+    b_jobs = [n for n, _, _ in backend.submitted if n.startswith(f"hf-{rid}-b-")]
+    assert b_jobs == [f"hf-{rid}-b-1", f"hf-{rid}-b-2"]
+    assert backend.jobs[f"hf-{rid}-b-2"].depends_on == (f"hf-{rid}-a-2",)
+    # b has retries: 0, yet it ran: being dropped was not its failure
+    assert w.step("b").state == "succeeded" and [s.step for s in w.script.log].count("b") == 1
