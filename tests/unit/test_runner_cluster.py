@@ -14,7 +14,6 @@ from hetflow.execute.runner import Runner
 from hetflow.plan.instance import MachineClass, Placement
 from tests.unit.builders import Outcome, World, world
 
-
 QUEUE = Capabilities("queue", holds_dependencies=True, assigns_gpus=True, multi_node=True)
 
 
