@@ -479,3 +479,21 @@ def test_racing_processes_never_lease_one_gpu_twice(tmp_path: Path) -> None:
     assert len(wins) == 3  # each GPU went to exactly one contender
     by_gpu = {x.gpu_uuid: x.container for x in leases}
     assert by_gpu["GPU-1"] == by_gpu["GPU-shared"]  # the pair went to one holder, whole
+
+
+def test_a_store_from_before_backends_gets_the_backend_columns(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "old.db"
+    db = sqlite3.connect(path)
+    db.executescript(
+        "CREATE TABLE runs (id TEXT PRIMARY KEY, name TEXT NOT NULL, workflow_file TEXT NOT NULL, state TEXT NOT NULL,"
+        " created REAL NOT NULL, started REAL, ended REAL, pid INTEGER, uid INTEGER NOT NULL, gid INTEGER NOT NULL,"
+        " workdir TEXT NOT NULL, spec_json TEXT NOT NULL, params_json TEXT NOT NULL, message TEXT NOT NULL DEFAULT '');"
+        "INSERT INTO runs VALUES ('r1', 'wf', 'f.yaml', 'succeeded', 1.0, 1.0, 2.0, NULL, 0, 0, '/w', '{}', '{}', '');"
+    )
+    db.commit()
+    db.close()
+    store = Store(path)
+    run = store.run("r1")
+    assert (run.backend, run.backend_json, run.state) == ("local", "{}", "succeeded")

@@ -56,6 +56,8 @@ class RunRecord:
     spec_json: str
     params_json: str
     message: str
+    backend: str = "local"  # local, slurm, ray: resume, stop and logs use the same one
+    backend_json: str = "{}"  # the backend settings and cluster file the run was started with
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,8 @@ CREATE TABLE IF NOT EXISTS runs (
   id TEXT PRIMARY KEY, name TEXT NOT NULL, workflow_file TEXT NOT NULL, state TEXT NOT NULL,
   created REAL NOT NULL, started REAL, ended REAL, pid INTEGER, uid INTEGER NOT NULL,
   gid INTEGER NOT NULL, workdir TEXT NOT NULL, spec_json TEXT NOT NULL,
-  params_json TEXT NOT NULL, message TEXT NOT NULL DEFAULT '');
+  params_json TEXT NOT NULL, message TEXT NOT NULL DEFAULT '',
+  backend TEXT NOT NULL DEFAULT 'local', backend_json TEXT NOT NULL DEFAULT '{}');
 CREATE TABLE IF NOT EXISTS steps (
   run_id TEXT NOT NULL REFERENCES runs(id), step TEXT NOT NULL, ord INTEGER NOT NULL,
   state TEXT NOT NULL, variant TEXT, node TEXT, gpus TEXT NOT NULL DEFAULT '[]',
@@ -75,6 +76,7 @@ class Store:
             self._db.execute("PRAGMA synchronous=NORMAL")
             self._db.execute("PRAGMA busy_timeout=30000")
             # Only a new store is written to on open, so readers (ps, show) never wait on a writer.
+            self._migrate()
             if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
                 self._db.executescript(_SCHEMA)
                 self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
@@ -86,6 +88,13 @@ class Store:
             raise StateError(
                 f"cannot open the state store {path}: {exc}; point HETFLOW_HOME elsewhere or move the damaged file away"
             ) from None
+
+    def _migrate(self) -> None:
+        """Stores written before backends existed get the runs' backend columns."""
+        cols = {r["name"] for r in self._db.execute("PRAGMA table_info(runs)")}
+        if cols and "backend" not in cols:
+            self._db.execute("ALTER TABLE runs ADD COLUMN backend TEXT NOT NULL DEFAULT 'local'")
+            self._db.execute("ALTER TABLE runs ADD COLUMN backend_json TEXT NOT NULL DEFAULT '{}'")
 
     def close(self) -> None:
         self._db.close()
@@ -115,13 +124,15 @@ class Store:
         gid: int,
         workdir: str,
         steps: Iterable[str],
+        backend: str = "local",
+        backend_json: str = "{}",
     ) -> None:
         now = _now()
         with self._tx() as db:
             db.execute(
                 "INSERT INTO runs (id, name, workflow_file, state, created, uid, gid, workdir,"
-                " spec_json, params_json) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
-                (run_id, name, workflow_file, now, uid, gid, workdir, spec_json, params_json),
+                " spec_json, params_json, backend, backend_json) VALUES (?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?, ?, ?)",
+                (run_id, name, workflow_file, now, uid, gid, workdir, spec_json, params_json, backend, backend_json),
             )
             db.executemany(
                 "INSERT INTO steps (run_id, step, ord, state) VALUES (?, ?, ?, 'pending')",

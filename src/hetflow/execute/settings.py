@@ -1,0 +1,108 @@
+"""Cluster-wide settings: how to reach Slurm or Ray, the shared work directory, the
+container engine on the nodes, the cluster file to plan with.
+
+Read from ``--config FILE`` or ``$HETFLOW_HOME/config.yaml`` (absent: defaults), then
+overridden by the environment, as the engines' own tools do (SLURM_CONF, RAY_ADDRESS):
+
+    HETFLOW_BACKEND          local | slurm | ray
+    HETFLOW_CLUSTER          the cluster file (node types) to plan with
+    HETFLOW_WORKDIR          the shared work directory for runs (multi-node backends)
+    HETFLOW_SLURM_PARTITION, HETFLOW_SLURM_ACCOUNT
+    HETFLOW_RAY_ADDRESS      ray://HOST:PORT, HOST:PORT or auto
+
+    # config.yaml
+    backend: slurm
+    cluster: /etc/hetflow/cluster.yaml
+    workdir: /shared/hetflow
+    slurm: {partition: gpu, account: ml}
+    ray: {address: "ray://head:10001"}
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from hetflow.errors import UsageError
+
+BACKENDS = ("local", "slurm", "ray")
+_KEYS = {"backend", "cluster", "workdir", "engine", "slurm", "ray"}
+
+
+@dataclass(frozen=True)
+class Settings:
+    backend: str = "local"
+    cluster: str | None = None
+    workdir: str | None = None
+    engine: str = "podman"
+    slurm: Mapping[str, str] = field(default_factory=dict)
+    ray: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> Settings:
+        data = json.loads(text or "{}")
+        return cls(**{k: v for k, v in data.items() if k in _KEYS}) if data else cls()
+
+
+def load_settings(
+    config: Path | None,
+    home: Path,
+    env: Mapping[str, str],
+    *,
+    backend: str | None = None,
+    cluster: Path | None = None,
+) -> Settings:
+    """The file (if any), then the environment, then the command line's own flags."""
+    path = config or home / "config.yaml"
+    data: dict[str, Any] = {}
+    if config is not None and not path.exists():
+        raise UsageError(f"--config {path}: no such file")
+    if path.exists():
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except (OSError, yaml.YAMLError) as exc:
+            raise UsageError(f"{path}: not a readable YAML settings file: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise UsageError(f"{path}: settings are a mapping with keys {', '.join(sorted(_KEYS))}")
+        unknown = sorted(set(loaded) - _KEYS)
+        if unknown:
+            raise UsageError(f"{path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_KEYS))}")
+        data = dict(loaded)
+    for key in ("slurm", "ray"):
+        if not isinstance(data.get(key, {}), dict):
+            raise UsageError(f"{path}: {key!r} must be a mapping")
+        data[key] = {str(k): str(v) for k, v in (data.get(key) or {}).items()}
+    overrides = {"HETFLOW_BACKEND": "backend", "HETFLOW_CLUSTER": "cluster", "HETFLOW_WORKDIR": "workdir"}
+    for var, key in overrides.items():
+        if env.get(var):
+            data[key] = env[var]
+    for var, (section, key) in {
+        "HETFLOW_SLURM_PARTITION": ("slurm", "partition"),
+        "HETFLOW_SLURM_ACCOUNT": ("slurm", "account"),
+        "HETFLOW_RAY_ADDRESS": ("ray", "address"),
+    }.items():
+        if env.get(var):
+            data[section] = {**data[section], key: env[var]}
+    if backend is not None:
+        data["backend"] = backend
+    if cluster is not None:
+        data["cluster"] = str(cluster)
+    chosen = str(data.get("backend", "local"))
+    if chosen not in BACKENDS:
+        raise UsageError(
+            f"backend {chosen!r} is not one of {', '.join(BACKENDS)} (--backend, HETFLOW_BACKEND or {path})"
+        )
+    if chosen != "local" and not data.get("cluster"):
+        raise UsageError(
+            f"the {chosen} backend plans on a cluster file: give --cluster FILE (node types; see examples/clusters), "
+            f"HETFLOW_CLUSTER, or 'cluster:' in {path}"
+        )
+    return Settings(**{k: v for k, v in data.items() if k in _KEYS})
