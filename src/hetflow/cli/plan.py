@@ -18,6 +18,7 @@ from hetflow.spec.units import parse_duration
 cluster_app = typer.Typer(help="Virtual clusters: which nodes to rent.", no_args_is_help=True)
 profile_app = typer.Typer(help="Run times learned from finished runs.", no_args_is_help=True)
 import_app = typer.Typer(help="Convert workflows from other formats.", no_args_is_help=True)
+export_app = typer.Typer(help="Write a planned run for another system.", no_args_is_help=True)
 
 CLUSTER_OPT = typer.Option(..., "--cluster", help="Cluster file (YAML, kind: Cluster).")
 PARAM_OPT = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE.")
@@ -29,6 +30,7 @@ def register(app: typer.Typer) -> None:
     app.add_typer(cluster_app, name="cluster")
     app.add_typer(profile_app, name="profile")
     app.add_typer(import_app, name="import")
+    app.add_typer(export_app, name="export")
 
 
 def _seconds(value: str | None, what: str) -> float | None:
@@ -264,3 +266,62 @@ def import_wfcommons(
     else:
         out.write_text(text)
         err.print(f"wrote {out}", highlight=False)
+
+
+@export_app.command("kubernetes")
+def export_kubernetes_cmd(
+    workflow: Path = typer.Argument(..., help="Workflow YAML."),
+    cluster: Path = CLUSTER_OPT,
+    param: list[str] = PARAM_OPT,
+    namespace: str | None = typer.Option(None, "--namespace", "-n"),
+    claim: str = typer.Option("hetflow-work", "--claim", help="PersistentVolumeClaim of the work directory."),
+    claim_size: str = typer.Option("10Gi", "--claim-size", help="'none': the claim exists already."),
+    storage_class: str | None = typer.Option(None, "--storage-class"),
+    run_id: str | None = typer.Option(None, "--run-id"),
+    uid: int | None = typer.Option(None, "--uid", help="Run as this UID (default: yours)."),
+    gid: int | None = typer.Option(None, "--gid", help="Run as this GID (default: yours)."),
+    tools_image: str | None = typer.Option(None, "--tools-image", help="Image with sh and kubectl for the driver."),
+    pin: bool = typer.Option(True, "--pin/--no-pin", help="Pin images by the digest resolved per node class."),
+    objective: str = typer.Option("makespan", "--objective"),
+    seed: int = typer.Option(0, "--seed"),
+    gpu_policy: str = typer.Option("avoid", "--gpu-policy"),
+) -> None:
+    """Plan WORKFLOW on a cluster and print it as Kubernetes objects (kubectl create -f)."""
+    import os
+    import sys
+
+    from hetflow.execute.backends import kubernetes as k8s
+    from hetflow.execute.images import default_resolver
+    from hetflow.execute.submit import new_run_id
+    from hetflow.plan.cluster import load_cluster
+
+    loaded = load_workflow(workflow, parse_params(param))
+    plan = _solve(
+        _instance(loaded, cluster),
+        objective=objective,
+        deadline=None,
+        budget=None,
+        exact=False,
+        time_limit=10.0,
+        seed=seed,
+        gpu_policy=gpu_policy,
+    )
+    machines = load_cluster(cluster)
+    try:
+        objects = k8s.export_kubernetes(
+            loaded.workflow,
+            machines,
+            plan,
+            run_id=run_id or new_run_id(),
+            namespace=namespace,
+            uid=os.getuid() if uid is None else uid,
+            gid=os.getgid() if gid is None else gid,
+            workdir_claim=claim,
+            claim_size=None if claim_size == "none" else claim_size,
+            storage_class=storage_class,
+            tools_image=tools_image or k8s.DEFAULT_TOOLS_IMAGE,
+            image_for=k8s.pinned_image_for(machines.classes(), default_resolver) if pin else None,
+        )
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    sys.stdout.write(k8s.to_yaml(objects))
