@@ -5,10 +5,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 HETFLOW := $(VENV)/bin/hetflow
 APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip ca-certificates \
-	gcc libc6-dev docker-registry skopeo
+	gcc libc6-dev docker-registry skopeo slurm-wlm munge
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 
-.PHONY: deps install demo test lint unit integration bench images clean
+.PHONY: deps install demo demo-slurm demo-ray test lint unit integration bench images clean
 
 deps:  ## system packages: podman + runc (see src/hetflow/share/containers.conf), busybox, debootstrap
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
@@ -36,6 +36,12 @@ demo: install images
 	$(HETFLOW) plan examples/circuit/workflow.yaml --cluster examples/clusters/hetero-16.yaml --gantt $(HETFLOW_HOME)/circuit-plan.svg
 	$(PY) -m hetflow.hwdemo
 
+demo-slurm: install images  ## a local Slurm cluster (munge, slurmctld, two slurmd with fake GPUs) runs circuit
+	$(PY) -m hetflow.clusterdemo slurm
+
+demo-ray: install images  ## a local Ray cluster of two nodes runs circuit
+	$(PY) -m hetflow.clusterdemo ray
+
 lint: install
 	$(VENV)/bin/ruff check src tests bench
 	$(VENV)/bin/ruff format --check src tests bench
@@ -55,6 +61,8 @@ bench: install images
 	$(PY) -m bench.overhead
 	$(PY) -m bench.planner
 	$(PY) -m bench.virtual
+	$(PY) -m hetflow.execute.backends.slurm_cluster bench
+	$(PY) -m hetflow.execute.backends.ray_backend bench
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache

@@ -16,16 +16,23 @@ from rich.console import Console
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import SpecError, UsageError
+from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.engine import CliEngine, make_engine
-from hetflow.execute.images import pin_images
+from hetflow.execute.images import default_resolver, pin_images
 from hetflow.execute.logs import read_lines
 from hetflow.execute.outputs import damaged_outputs
 from hetflow.execute.paths import RunPaths
 from hetflow.execute.runner import Runner, RunnerConfig, reset_for_resume, stop_run
+from hetflow.execute.settings import Settings, load_settings
 from hetflow.execute.submit import create_run, preflight
 from hetflow.images.reference import parse_reference
 from hetflow.inventory import Node, discover
+from hetflow.plan.build import build_instance
 from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser
+from hetflow.plan.cluster import load_cluster
+from hetflow.plan.heuristic import plan_heuristic
+from hetflow.plan.images import image_check
+from hetflow.plan.instance import MachineClass, Plan
 from hetflow.plan.local import plan_local
 from hetflow.plan.profile import learn, profile_for
 from hetflow.report.progress import make_reporter
@@ -51,17 +58,36 @@ def run(
     param: list[str] = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Print the run id and run in the background."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+    backend: str | None = typer.Option(None, "--backend", help="local (default), slurm or ray."),
+    cluster: Path | None = typer.Option(None, "--cluster", help="Cluster file to plan on (slurm, ray)."),
+    config: Path | None = typer.Option(None, "--config", help="Settings file (default $HETFLOW_HOME/config.yaml)."),
 ) -> None:
-    """Run a workflow on this machine."""
+    """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
+    settings = load_settings(config, hetflow_home(), os.environ, backend=backend, cluster=cluster)
     loaded = load_workflow(file, parse_params(param))
-    store, engine, node = open_store(), make_engine(), discover(hetflow_home())
-    loaded = _pin(loaded, node, engine)
-    problems = list(loaded.notes) + preflight(loaded, node, engine)
-    if any(p.severity == "error" for p in problems):
-        raise SpecError(problems)
-    print_problems(problems)
+    store, node = open_store(), discover(hetflow_home())
     uid, gid = submitter()
-    record = create_run(store, loaded, hetflow_home(), uid, gid)
+    if settings.backend == "local":
+        engine = make_engine()
+        loaded = _pin(loaded, node, engine)
+        problems = list(loaded.notes) + preflight(loaded, node, engine)
+        if any(p.severity == "error" for p in problems):
+            raise SpecError(problems)
+        print_problems(problems)
+    else:
+        make_backend(settings).check()
+        _cluster_plan(store, loaded, settings)  # refuse before recording anything if it cannot be planned
+    runs_dir = Path(settings.workdir) if settings.workdir else None
+    record = create_run(
+        store,
+        loaded,
+        hetflow_home(),
+        uid,
+        gid,
+        backend=settings.backend,
+        backend_json=settings.to_json(),
+        runs_dir=runs_dir,
+    )
     _go(store, record.id, loaded, detach=detach, quiet=quiet)
 
 
@@ -112,8 +138,28 @@ def _go(store: Store, run_id: str, loaded: LoadedWorkflow, *, detach: bool, quie
     raise typer.Exit(0 if state == RUN_SUCCEEDED else 1)
 
 
+def _cluster_plan(store: Store, loaded: LoadedWorkflow, settings: Settings) -> tuple[Plan, tuple[MachineClass, ...]]:
+    """Plan the workflow on the settings' cluster file (history wins over estimates)."""
+    assert settings.cluster is not None
+    cluster = load_cluster(settings.cluster)
+    name = loaded.workflow.name
+    instance = build_instance(
+        loaded.workflow,
+        cluster.classes(),
+        bandwidth=cluster.bandwidth_bytes,
+        profile=profile_for(learn(store.history(name)), name),
+        image_check=image_check(default_resolver),
+    )
+    return plan_heuristic(instance), cluster.classes()
+
+
 def _execute(store: Store, run_id: str, loaded: LoadedWorkflow, *, quiet: bool, out: Console) -> str:
-    engine, node = make_engine(), discover(hetflow_home())
+    record = store.run(run_id)
+    settings = Settings.from_json(record.backend_json)
+    node = discover(hetflow_home())
+    if settings.backend != "local":
+        return _execute_cluster(store, run_id, loaded, settings, node, quiet=quiet, out=out)
+    engine = make_engine()
     loaded = _pin(loaded, node, engine, quiet=True)
     chooser, priority = _local_plan(store, loaded, node)
     runner = Runner(
@@ -138,6 +184,41 @@ def _execute(store: Store, run_id: str, loaded: LoadedWorkflow, *, quiet: bool, 
         state = runner.execute()
     except KeyboardInterrupt:
         stop_run(store, engine, run_id)
+        err.print(f"run {run_id} stopped; 'hetflow resume {run_id}' continues it", highlight=False)
+        return "stopped"
+    _summary(store, run_id, out)
+    return state
+
+
+def _execute_cluster(
+    store: Store, run_id: str, loaded: LoadedWorkflow, settings: Settings, node: Node, *, quiet: bool, out: Console
+) -> str:
+    backend = make_backend(settings)
+    backend.check()
+    plan, classes = _cluster_plan(store, loaded, settings)
+    runner = Runner(
+        store=store,
+        node=node,
+        workflow=loaded.workflow,
+        run=store.run(run_id),
+        reporter=make_reporter(out, quiet),
+        config=RunnerConfig.from_env(),
+        backend=backend,
+        placements=plan.placements,
+        classes=classes,
+        priority={s: p.start for s, p in plan.placements.items()},
+    )
+    runner.install_signal_handlers()
+    if not quiet:
+        err.print(
+            f"run {run_id} of {loaded.workflow.name} on {settings.backend} (cluster {settings.cluster}, "
+            f"planned makespan {plan.makespan:.1f}s)",
+            highlight=False,
+        )
+    try:
+        state = runner.execute()
+    except KeyboardInterrupt:
+        stop_run(store, backend, run_id)
         err.print(f"run {run_id} stopped; 'hetflow resume {run_id}' continues it", highlight=False)
         return "stopped"
     _summary(store, run_id, out)
@@ -274,5 +355,5 @@ def stop(run_id: str = typer.Argument(..., help="Run id.")) -> None:
     if record.state in RUN_TERMINAL and record.state != RUN_RUNNING:
         console.print(f"run {rid} is already {record.state}")
         return
-    names = stop_run(store, make_engine(), rid)
+    names = stop_run(store, make_backend(Settings.from_json(record.backend_json)), rid)
     console.print(f"run {rid} stopped ({len(names)} container(s)); 'hetflow resume {rid}' continues it")

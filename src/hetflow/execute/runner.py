@@ -438,13 +438,15 @@ class Runner:
         if self.cluster:
             placed = self.placements.get(name)
             if placed is None:
+                why = "no node of the cluster can run this step (see 'hetflow plan --explain')"
+                state = SKIPPED if step.optional else FAILED
                 self.store.set_step(
                     self.run_id,
                     name,
-                    state=FAILED,
+                    state=state,
                     ended=self.clock(),
-                    reason="the cluster plan has no placement for this step",
-                    event="no placement in the cluster plan",
+                    reason=why,
+                    event=("skipped (optional step): " if step.optional else "") + why,
                 )
                 return
             self._launch(name, s, placed.variant, (), f"{placed.variant} on {placed.machine_class} (planned)")
@@ -547,8 +549,9 @@ class Runner:
             memory=variant.resources.memory,
             gpus=variant.resources.gpus,
             gpu_model=self.gpu_models.get(placed.machine_class) if placed else None,
-            node=self.pinned_nodes.get(placed.machine_class) if placed else None,
-            node_class=placed.machine_class if placed else None,
+            node=(pinned := self.pinned_nodes.get(placed.machine_class) if placed else None),
+            # a pinned node says it all; otherwise the engine picks among the class's nodes
+            node_class=placed.machine_class if placed and not pinned else None,
             depends_on=depends if self.backend.capabilities.holds_dependencies else (),
         )
         act = _Active(name, attempt, container, variant.resources.cpus, variant.resources.memory, uuids)

@@ -40,8 +40,8 @@ class Settings:
     cluster: str | None = None
     workdir: str | None = None
     engine: str = "podman"
-    slurm: Mapping[str, str] = field(default_factory=dict)
-    ray: Mapping[str, str] = field(default_factory=dict)
+    slurm: Mapping[str, Any] = field(default_factory=dict)  # the backend's own keys (YAML values)
+    ray: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -79,7 +79,7 @@ def load_settings(
     for key in ("slurm", "ray"):
         if not isinstance(data.get(key, {}), dict):
             raise UsageError(f"{path}: {key!r} must be a mapping")
-        data[key] = {str(k): str(v) for k, v in (data.get(key) or {}).items()}
+        data[key] = {str(k): v for k, v in (data.get(key) or {}).items()}
     overrides = {"HETFLOW_BACKEND": "backend", "HETFLOW_CLUSTER": "cluster", "HETFLOW_WORKDIR": "workdir"}
     for var, key in overrides.items():
         if env.get(var):

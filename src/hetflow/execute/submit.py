@@ -51,12 +51,24 @@ def new_run_id() -> str:
     return secrets.token_hex(4)
 
 
-def create_run(store: Store, loaded: LoadedWorkflow, home: Path, uid: int, gid: int) -> RunRecord:
+def create_run(
+    store: Store,
+    loaded: LoadedWorkflow,
+    home: Path,
+    uid: int,
+    gid: int,
+    *,
+    backend: str = "local",
+    backend_json: str = "{}",
+    runs_dir: Path | None = None,
+) -> RunRecord:
+    """Record a new run; its work directory is under ``runs_dir`` (a shared directory for
+    multi-node backends) or ``home/runs``."""
     errors = [p for p in loaded.notes if p.severity == "error"]
     if errors:
         raise SpecError(errors)
     run_id = new_run_id()
-    workdir = home / "runs" / run_id
+    workdir = (runs_dir or home / "runs") / run_id
     paths = RunPaths(workdir)
     workdir.mkdir(parents=True)
     paths.workflow.write_text(loaded.text, encoding="utf-8")
@@ -70,5 +82,7 @@ def create_run(store: Store, loaded: LoadedWorkflow, home: Path, uid: int, gid: 
         gid=gid,
         workdir=str(workdir),
         steps=list(loaded.workflow.steps),
+        backend=backend,
+        backend_json=backend_json,
     )
     return store.run(run_id)

@@ -1,0 +1,462 @@
+"""A local Slurm test cluster on this one machine, for tests and ``make demo-slurm``.
+
+One munged (its own key and socket), one slurmctld, and one slurmd per fake node: every
+slurmd is started with ``-N NAME`` and listens on its own port (``NodeName=... NodeHostname=
+localhost Port=...``), which Debian's Slurm 22.05 allows.  Each node's fake GPUs are mknod'd
+device nodes (inventory.fake) in a folder of its own, ``BASE/dev/NODE``, named by gres.conf,
+as a real node's /dev/nvidiaN are.  Exit codes need no accounting database: the backend's
+job script writes them to files, and MinJobAge keeps finished jobs in squeue for a while.
+
+    BASE/etc/slurm.conf, gres.conf   BASE/state, spool/NODE, log, run (pid files)
+    BASE/munge/                      key, socket, pid, log
+    BASE/dev/NODE/nvidiaN            fake GPUs        BASE/work   the backend's shared workdir
+
+    python -m hetflow.execute.backends.slurm_cluster start|status|stop|bench [--base DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+from hetflow.config import engine_env, hetflow_home
+from hetflow.errors import EngineError
+from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.slurm import SlurmBackend, SlurmSettings
+from hetflow.execute.engine import ContainerSpec
+from hetflow.inventory.fake import make_fake_gpus, parse_fake_spec
+
+INSTALL = "apt-get install -y slurm-wlm munge"
+PARTITION = "hf"
+# Unix socket paths are limited to 108 bytes (unix(7)); slurmd's step sockets are
+# SPOOL/NODE/NODE_JOBID.STEPID, about 45 bytes below BASE.
+MAX_BASE = 60
+
+
+@dataclass(frozen=True)
+class FakeNode:
+    name: str
+    gpus: str = ""  # HETFLOW_FAKE_GPUS syntax: "a100:2", "t4:1,l4:1"
+    cpus: int = 2
+    memory_mb: int = 4000
+    features: tuple[str, ...] = ()
+
+
+DEFAULT_NODES = (
+    FakeNode("hf-a100", "a100:2", features=("a100",)),
+    FakeNode("hf-t4", "t4:1", features=("t4",)),
+)
+
+
+@dataclass(frozen=True)
+class LocalSlurm:
+    base: Path
+    conf_path: Path
+    nodes: tuple[FakeNode, ...]
+    partition: str = PARTITION
+
+    @property
+    def env(self) -> dict[str, str]:
+        """For Slurm's client commands: ``SLURM_CONF``."""
+        return {"SLURM_CONF": str(self.conf_path)}
+
+    @property
+    def device_dir(self) -> str:
+        return str(self.base / "dev" / "{node}")
+
+    @property
+    def workdir(self) -> Path:
+        return self.base / "work"
+
+    def settings(self, **changes: object) -> SlurmSettings:
+        """SlurmSettings for this cluster; ``changes`` override fields."""
+        s = SlurmSettings(
+            partition=self.partition,
+            device_dir=self.device_dir,
+            workdir=str(self.workdir),
+            slurm_conf=str(self.conf_path),
+            stop_timeout=5,
+        )
+        return replace(s, **changes)  # type: ignore[arg-type]
+
+    def stop(self) -> None:
+        stop_cluster(self.base)
+
+
+# --- configuration ---------------------------------------------------------------------
+
+
+def slurm_conf(base: Path, nodes: Sequence[FakeNode], ports: Mapping[str, int]) -> str:
+    """slurm.conf(5) for the cluster: cons_tres with gpu gres, no cgroups, no accounting."""
+    lines = [
+        "ClusterName=hetflow",
+        "SlurmctldHost=localhost",
+        f"SlurmctldPort={ports['slurmctld']}",
+        f"AuthType=auth/munge\nAuthInfo=socket={base / 'munge' / 'munge.socket'}\nCredType=cred/munge",
+        "SlurmUser=root\nSlurmdUser=root",
+        f"StateSaveLocation={base / 'state'}",
+        f"SlurmdSpoolDir={base / 'spool' / '%n'}",
+        f"SlurmctldPidFile={base / 'run' / 'slurmctld.pid'}",
+        f"SlurmdPidFile={base / 'run' / 'slurmd-%n.pid'}",
+        f"SlurmctldLogFile={base / 'log' / 'slurmctld.log'}",
+        f"SlurmdLogFile={base / 'log' / 'slurmd-%n.log'}",
+        # no cgroups here: processes tracked through /proc, no task binding
+        "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none",
+        "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core_Memory\nGresTypes=gpu",
+        "MpiDefault=none\nJobAcctGatherType=jobacct_gather/none",
+        # No slurmdbd: sacct cannot answer; a human-readable record of ended jobs goes here.
+        "AccountingStorageType=accounting_storage/none",
+        f"JobCompType=jobcomp/filetxt\nJobCompLoc={base / 'log' / 'jobcomp.txt'}",
+        # Ended jobs stay in squeue for 10 minutes; the backend's exit files outlive that.
+        "MinJobAge=600",
+        "KillWait=30",
+        # Dependent jobs start on the main scheduler's pass: every second, not every minute.
+        "SchedulerParameters=sched_interval=1",
+        "ReturnToService=2",
+        # Trust the node lines whatever the machine has (CI runners differ in cores).
+        "SlurmdParameters=config_overrides",
+        "DefMemPerCPU=100",
+    ]
+    for n in nodes:
+        gres = ",".join(f"gpu:{model}:{count}" for model, count in _gpu_types(n))
+        lines.append(
+            f"NodeName={n.name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[n.name]} "
+            f"CPUs={n.cpus} RealMemory={n.memory_mb}"
+            + (f" Gres={gres}" if gres else "")
+            + (f" Feature={','.join(n.features)}" if n.features else "")
+            + " State=UNKNOWN"
+        )
+    lines.append(f"PartitionName={PARTITION} Nodes=ALL Default=YES MaxTime=INFINITE State=UP")
+    return "\n".join(lines) + "\n"
+
+
+def gres_conf(base: Path, nodes: Sequence[FakeNode]) -> str:
+    """gres.conf(5): each node's fake device nodes, one line per GPU type, in index order."""
+    lines = []
+    for n in nodes:
+        index = 0
+        for model, count in _gpu_types(n):
+            # one folder per File= (slurmd splits the path at its last "/"), a hostlist range
+            last = index + count - 1
+            files = base / "dev" / n.name / (f"nvidia{index}" if count == 1 else f"nvidia[{index}-{last}]")
+            lines.append(f"NodeName={n.name} Name=gpu Type={model} File={files}")
+            index += count
+    return "\n".join(lines) + "\n"
+
+
+def _gpu_types(node: FakeNode) -> list[tuple[str, int]]:
+    """The node's (gres type, count) in device order; neighbours of one type merge."""
+    out: list[tuple[str, int]] = []
+    for model, count in parse_fake_spec(node.gpus):
+        if out and out[-1][0] == model:
+            out[-1] = (model, out[-1][1] + count)
+        else:
+            out.append((model, count))
+    return out
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# --- processes ---------------------------------------------------------------------------
+
+
+def _pid(path: Path, program: str) -> int | None:
+    """The pid in a pid file, if that process is alive and is ``program``."""
+    try:
+        pid = int(path.read_text().split()[0])
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except (OSError, ValueError, IndexError):
+        return None
+    return pid if Path(cmd.decode(errors="replace")).name == program else None
+
+
+def _pid_files(base: Path) -> list[tuple[Path, str]]:
+    run = base / "run"
+    files = [(p, "slurmd") for p in sorted(run.glob("slurmd-*.pid"))]
+    return [*files, (run / "slurmctld.pid", "slurmctld"), (base / "munge" / "munged.pid", "munged")]
+
+
+def _run(args: list[str], env: Mapping[str, str], *, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(args, capture_output=True, text=True, env=dict(env), timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise EngineError(f"{args[0]}: {exc}") from None
+
+
+def _tail(path: Path, n: int = 5) -> str:
+    try:
+        return " | ".join(path.read_text(errors="replace").strip().splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+def _node_states(env: Mapping[str, str]) -> dict[str, str]:
+    proc = _run(["sinfo", "--noheader", "--Node", "--format=%N %T"], env, timeout=10)
+    if proc.returncode != 0:
+        return {}
+    return dict(line.split(None, 1) for line in proc.stdout.splitlines() if " " in line)
+
+
+def cluster_running(base: Path) -> LocalSlurm | None:
+    """The cluster under ``base`` if its daemons are up and slurmctld answers."""
+    base = Path(base).resolve()
+    meta = base / "nodes.json"
+    if not meta.exists():
+        return None
+    nodes = tuple(FakeNode(**{**d, "features": tuple(d["features"])}) for d in json.loads(meta.read_text()))
+    cluster = LocalSlurm(base, base / "etc" / "slurm.conf", nodes)
+    if any(_pid(p, prog) is None for p, prog in _pid_files(base)):
+        return None
+    if len(list((base / "run").glob("slurmd-*.pid"))) != len(nodes):
+        return None
+    return cluster if _node_states({**os.environ, **cluster.env}) else None
+
+
+def start_cluster(base: Path, nodes: Sequence[FakeNode] = DEFAULT_NODES, *, timeout: float = 60) -> LocalSlurm:
+    """Start (or find running) the cluster under ``base``; returns once every node is idle."""
+    base = Path(base).resolve()
+    nodes = tuple(nodes)
+    running = cluster_running(base)
+    if running is not None and running.nodes == nodes:
+        return running
+    missing = [p for p in ("munged", "slurmctld", "slurmd", "sinfo", "sbatch") if not shutil.which(p)]
+    if missing:
+        raise EngineError(f"Slurm is not installed here ({', '.join(missing)} not found): {INSTALL}")
+    if os.geteuid() != 0:
+        raise EngineError("the local Slurm test cluster runs slurmd as root and mknods fake GPUs: run it as root")
+    if len(str(base)) > MAX_BASE:
+        raise EngineError(f"{base} is too long for slurmd's Unix sockets; use a folder of at most {MAX_BASE} bytes")
+    stop_cluster(base)
+    shutil.rmtree(base / "state", ignore_errors=True)  # a fresh controller: no jobs, nodes from the conf
+    for d in ("etc", "state", "run", "log", "munge", "work", *(f"spool/{n.name}" for n in nodes)):
+        (base / d).mkdir(parents=True, exist_ok=True)
+    for n in nodes:
+        if n.gpus:
+            make_fake_gpus(n.gpus, base / "dev" / n.name)
+    ports = {"slurmctld": _free_port(), **{n.name: _free_port() for n in nodes}}
+    conf = base / "etc" / "slurm.conf"
+    conf.write_text(slurm_conf(base, nodes, ports))
+    (base / "etc" / "gres.conf").write_text(gres_conf(base, nodes))
+    (base / "nodes.json").write_text(json.dumps([asdict(n) for n in nodes]))
+    cluster = LocalSlurm(base, conf, nodes)
+    env = {**os.environ, **cluster.env}
+    _start_munge(base, env)
+    _daemon(["slurmctld", "-c", "-f", str(conf)], env, base / "log" / "slurmctld.log")
+    for n in nodes:
+        _daemon(["slurmd", "-f", str(conf), "-N", n.name], env, base / "log" / f"slurmd-{n.name}.log")
+    deadline = time.monotonic() + timeout
+    states: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        states = _node_states(env)
+        up = [s for s in states.values() if s.rstrip("*~#") in ("idle", "mixed", "allocated")]
+        # slurmd writes its pid file once it is ready to take jobs
+        ready = all(_pid(base / "run" / f"slurmd-{n.name}.pid", "slurmd") for n in nodes)
+        if len(states) == len(nodes) == len(up) and ready:
+            return cluster
+        time.sleep(0.3)
+    stop_cluster(base)
+    raise EngineError(
+        f"the local Slurm cluster did not come up in {timeout:.0f}s (nodes: {states or 'no answer'}); "
+        f"slurmctld.log: {_tail(base / 'log' / 'slurmctld.log')}"
+    )
+
+
+def _start_munge(base: Path, env: Mapping[str, str]) -> None:
+    """A munged of our own (its own key and socket; slurm.conf's AuthInfo points at it).
+    munged refuses root without --force; the folders must not be writable by others."""
+    m = base / "munge"
+    os.chmod(m, 0o755)  # the socket's folder: others need x (munged warns otherwise)
+    key = m / "munge.key"
+    if not key.exists():
+        key.write_bytes(os.urandom(1024))
+    os.chmod(key, 0o600)
+    args = [
+        "munged",
+        "--force",
+        f"--socket={m / 'munge.socket'}",
+        f"--key-file={key}",
+        f"--pid-file={m / 'munged.pid'}",
+        f"--log-file={m / 'munged.log'}",
+        f"--seed-file={m / 'munged.seed'}",
+    ]
+    proc = _run(args, env)
+    if proc.returncode != 0:
+        raise EngineError(f"munged did not start: {proc.stderr.strip() or _tail(m / 'munged.log')}")
+
+
+def _daemon(args: list[str], env: Mapping[str, str], log: Path) -> None:
+    """Slurm's daemons fork into the background themselves."""
+    proc = _run(args, env)
+    if proc.returncode != 0:
+        raise EngineError(f"{args[0]} did not start: {proc.stderr.strip() or _tail(log)}")
+
+
+def stop_cluster(base: Path, *, timeout: float = 20) -> None:
+    """Cancel the cluster's jobs (their containers are stopped by the job scripts' traps),
+    then end its daemons: only the processes named in its own pid files."""
+    base = Path(base).resolve()
+    conf = base / "etc" / "slurm.conf"
+    if conf.exists() and _pid(base / "run" / "slurmctld.pid", "slurmctld"):
+        env = {**os.environ, "SLURM_CONF": str(conf)}
+        _run(["scancel", "--user", str(os.getuid())], env, timeout=15)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            active = _run(["squeue", "--noheader", "--states=PD,R,CG,CF,S", "--format=%i"], env, timeout=10)
+            if active.returncode != 0 or not active.stdout.strip():
+                break
+            time.sleep(0.3)
+    pids = [pid for path, prog in _pid_files(base) if (pid := _pid(path, prog))]
+    for pid in pids:
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pids and time.monotonic() < deadline:
+        pids = [p for p in pids if Path(f"/proc/{p}").exists() and not _zombie(p)]
+        time.sleep(0.1)
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
+# --- the benchmark ------------------------------------------------------------------------
+
+_ANCHOR = """prev=""
+for i in $(seq 1 {steps}); do
+  prev=$(sbatch --parsable --job-name=anchor-{tag}-$i --mem=64M --output=/dev/null \\
+         ${{prev:+--dependency=afterok:$prev}} --wrap {wrap}) || exit 1
+done
+echo "$prev"
+"""
+
+
+def _anchor(cluster: LocalSlurm, steps: int, wrap: str, tag: str) -> tuple[float, float]:
+    """A plain shell loop of ``sbatch --dependency=afterok``; (submit s, total s)."""
+    env = {**engine_env(), **cluster.env}
+    t0 = time.monotonic()
+    proc = _run(["bash", "-c", _ANCHOR.format(steps=steps, tag=tag, wrap=shlex.quote(wrap))], env, timeout=600)
+    if proc.returncode != 0:
+        raise EngineError(f"anchor loop failed: {proc.stderr.strip()}")
+    submitted = time.monotonic() - t0
+    last = proc.stdout.strip()
+    while True:
+        st = _run(["squeue", "--noheader", "--states=all", f"--jobs={last}", "--format=%T"], env).stdout.strip()
+        if st and st not in ("PENDING", "RUNNING", "COMPLETING", "CONFIGURING"):
+            if st != "COMPLETED":
+                raise EngineError(f"anchor chain ended with {st}")
+            return submitted, time.monotonic() - t0
+        time.sleep(0.1)
+
+
+def _through_backend(cluster: LocalSlurm, steps: int, image: str, poll: float) -> tuple[float, float]:
+    backend = SlurmBackend(cluster.settings())
+    rid = f"bench{time.time_ns() % 10**9}"
+    logs = cluster.workdir / "bench-logs" / rid
+    logs.mkdir(parents=True)
+    names = [f"hf-{rid}-s{i:03d}-1" for i in range(steps)]
+    t0 = time.monotonic()
+    for i, name in enumerate(names):
+        spec = ContainerSpec(
+            name=name,
+            image=image,
+            command=("true",),
+            user=f"{os.getuid()}:{os.getgid()}",
+            labels={"hetflow.run": rid},
+            env={"HOME": "/tmp"},
+            log_path=str(logs / f"{name}.log"),
+        )
+        deps = (names[i - 1],) if i else ()
+        backend.submit(Job(name, rid, f"s{i:03d}", 1, spec, cpus=1, memory=64 << 20, depends_on=deps))
+    submitted = time.monotonic() - t0
+    while True:
+        states = backend.poll(rid)
+        if all(n in states and not states[n].running for n in names):
+            bad = {n: s.exit_code for n, s in states.items() if s.exit_code != 0}
+            if bad:
+                raise EngineError(f"the chain failed: {bad}")
+            return submitted, time.monotonic() - t0
+        time.sleep(poll)
+
+
+def bench(cluster: LocalSlurm, steps: int = 100, poll: float = 0.25) -> dict[str, tuple[float, float]]:
+    """A chain of ``steps`` jobs three ways: bare ``true``, ``podman run ... true``, and
+    through SlurmBackend (a container per job, plus submit and poll)."""
+    from hetflow.examples import TINY_IMAGE, build_tiny_image
+
+    image = build_tiny_image(TINY_IMAGE)
+    podman = f"podman run --rm --network none --pull never {image} true"
+    results = {
+        "sbatch loop, true": _anchor(cluster, steps, "true", "bare"),
+        "sbatch loop, podman run true": _anchor(cluster, steps, podman, "podman"),
+        "SlurmBackend (submit + poll)": _through_backend(cluster, steps, image, poll),
+    }
+    print(f"chain of {steps} dependent jobs (afterok) on the local test cluster; wall seconds")
+    print(f"{'':32} {'submit':>8} {'total':>8} {'per step':>9}")
+    for label, (sub, total) in results.items():
+        print(f"{label:32} {sub:8.2f} {total:8.2f} {total / steps:9.3f}")
+    base = results["sbatch loop, podman run true"][1]
+    ours = results["SlurmBackend (submit + poll)"][1]
+    print(f"hetflow's overhead over the podman anchor: {(ours - base) / steps * 1000:+.0f} ms per step")
+    return results
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m hetflow.execute.backends.slurm_cluster", description=__doc__)
+    ap.add_argument("command", choices=["start", "status", "stop", "bench"])
+    ap.add_argument("--base", type=Path, default=None, help="default: $HETFLOW_HOME/slurm-cluster")
+    ap.add_argument("--steps", type=int, default=100)
+    ap.add_argument("--keep", action="store_true", help="bench: leave the cluster running")
+    args = ap.parse_args(argv)
+    base = args.base or hetflow_home() / "slurm-cluster"
+    try:
+        if args.command == "stop":
+            stop_cluster(base)
+            print(f"stopped the cluster under {base}")
+            return 0
+        if args.command == "status":
+            cluster = cluster_running(base)
+            if cluster is None:
+                print(f"no cluster running under {base}")
+                return 1
+            print(_run(["sinfo", "--Node", "--format=%N %T %G %c %m"], {**os.environ, **cluster.env}).stdout, end="")
+            return 0
+        running = cluster_running(base)
+        cluster = start_cluster(base)
+        if args.command == "start":
+            s = cluster.settings()
+            print(f"export SLURM_CONF={cluster.conf_path}")
+            print(f"# hetflow: backend slurm, workdir {s.workdir}, slurm device_dir {s.device_dir}, ")
+            print(f"#          partition {s.partition}")
+            return 0
+        try:
+            bench(cluster, args.steps)
+        finally:
+            if running is None and not args.keep:
+                stop_cluster(base)
+        return 0
+    except EngineError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

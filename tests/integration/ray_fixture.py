@@ -1,0 +1,94 @@
+"""A Ray cluster of unlike nodes in one process tree (``ray.cluster_utils.Cluster``), for
+the Ray backend's tests:
+
+    cpu-1     the head: 4 CPUs, no GPU            named by a resource (hetflow_node:cpu-1)
+    gpu-a100  4 CPUs, 2 fake A100s (nvidia0-1)    named by a label (hetflow/node=gpu-a100)
+    gpu-t4    2 CPUs, 1 fake T4 (nvidia0)         named by a label
+
+The head also serves Ray Client (ray://), so tests can connect as a remote user would.
+
+To Ray a GPU is a number; the device nodes are mknod'd fakes (make_fake_gpus), one folder
+per node (``DEVS/{node}``), so a container gets real character devices and these tests
+prove isolation, not GPU computation.  Starting Ray takes seconds: one cluster per module.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from ray.cluster_utils import Cluster
+
+from hetflow.examples import build_tiny_image
+from hetflow.execute.backends.ray_backend import NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RaySettings
+from hetflow.inventory.fake import make_fake_gpus
+from tests.contract.backend_contract import BUSYBOX
+
+# (name, CPUs, fake GPUs, GPU model for make_fake_gpus, Ray accelerator type, node type)
+NODES = (
+    ("cpu-1", 4, 0, None, None, "cpu.std"),
+    ("gpu-a100", 4, 2, "a100", "A100", "gpu.a100"),
+    ("gpu-t4", 2, 1, "t4", "T4", "gpu.t4"),
+)
+
+
+@dataclass(frozen=True)
+class RayCluster:
+    address: str  # the head's GCS: HOST:PORT
+    client_address: str  # Ray Client: ray://127.0.0.1:PORT
+    devs: Path  # DEVS/<node>/nvidiaN
+
+    def settings(self) -> RaySettings:
+        # stop_timeout 2: busybox `sleep` as PID 1 ignores SIGTERM, so a cancel waits it out
+        return RaySettings(address=self.address, device_dir=f"{self.devs}/{{node}}", stop_timeout=2)
+
+
+def _node_args(
+    name: str, cpus: int, gpus: int, model: str | None, accel: str | None, ntype: str, head: bool
+) -> dict[str, Any]:
+    resources = {NODE_TYPE_RESOURCE + ntype: 1.0}
+    if accel:
+        resources[f"accelerator_type:{accel}"] = float(gpus)
+    args: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus, "resources": resources}
+    if head:
+        resources[NODE_RESOURCE + name] = 1.0
+    else:
+        args["labels"] = {NODE_LABEL: name}
+    return args
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    build_tiny_image(BUSYBOX)
+    devs = tmp_path_factory.mktemp("raydevs")
+    for name, _, gpus, model, _, _ in NODES:
+        (devs / name).mkdir()
+        if gpus:
+            make_fake_gpus(f"{model}:{gpus}", devs / name)
+    head, *others = NODES
+    client_port = _free_port()
+    try:
+        head_args = {**_node_args(*head, head=True), "ray_client_server_port": client_port}
+        cluster = Cluster(initialize_head=True, head_node_args=head_args)
+        for node in others:
+            cluster.add_node(**_node_args(*node, head=False))
+        cluster.wait_for_nodes()
+        ray.init(address=cluster.address, namespace="hetflow-tests", log_to_driver=False)
+    except Exception as exc:  # no skip: a machine that cannot start Ray fails these tests
+        pytest.fail(f"Ray could not start a {len(NODES)}-node test cluster: {type(exc).__name__}: {exc}")
+    try:
+        yield RayCluster(cluster.address, f"ray://127.0.0.1:{client_port}", devs)
+    finally:
+        ray.shutdown()
+        cluster.shutdown()  # type: ignore[no-untyped-call]

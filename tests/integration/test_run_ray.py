@@ -1,0 +1,46 @@
+"""`hetflow run --backend ray`: the same workflow, planned on a cluster file and run as Ray
+tasks on a Ray cluster of unlike nodes (ray.cluster_utils); the GPUs are FAKE (mknod'd)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from tests.integration.hfkit import Hetflow, write
+from tests.integration.ray_fixture import RayCluster, ray_cluster  # noqa: F401  (module fixture)
+from tests.integration.test_run_slurm import WORKFLOW
+
+# Node types named after the Ray nodes (a class of one is pinned to the node of its name).
+CLUSTER = """apiVersion: hetflow/v1
+kind: Cluster
+name: local-ray
+bandwidth: 10Gbit/s
+nodeTypes:
+  - {name: cpu-1, count: 1, cores: 4, memory: 3Gi, price: 0.5}
+  - {name: gpu-a100, count: 1, cores: 4, memory: 3Gi, price: 4.0,
+     gpus: {model: NVIDIA A100-SXM4-40GB, count: 2, memory: 40Gi, computeCapability: "8.0"}}
+  - {name: gpu-t4, count: 1, cores: 2, memory: 3Gi, price: 0.8,
+     gpus: {model: Tesla T4, count: 1, memory: 16Gi, computeCapability: "7.5"}}
+"""
+
+
+def test_workflow_runs_on_ray(hf: Hetflow, tmp_path: Path, ray_cluster: RayCluster) -> None:  # noqa: F811
+    settings = {
+        "backend": "ray",
+        "cluster": write(tmp_path, CLUSTER, "cluster.yaml"),
+        "ray": {"address": ray_cluster.address, "device_dir": f"{ray_cluster.devs}/{{node}}", "stop_timeout": 2},
+    }
+    config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    hf("run", "-q", "--config", config, write(tmp_path, WORKFLOW), timeout=300)
+    data = hf.show(hf.last_run())
+    assert data["state"] == "succeeded"
+    steps = {s["step"]: s for s in data["steps"]}
+    assert (steps["use"]["variant"], steps["use"]["node"]) == ("gpu", "gpu-a100")
+    out = Path(data["workdir"]) / "steps" / "use" / "out"
+    assert (out / "r.txt").read_text() == "data\n"
+    nvidia = [d for d in (out / "dev.txt").read_text().split() if d.startswith("nvidia") and d[6:].isdigit()]
+    assert len(nvidia) == 1  # exactly the GPU Ray assigned
+    assert json.loads(hf("ps", "--all", "--json").stdout)[0]["state"] == "succeeded"
+    assert "gen-ran" in hf("logs", data["id"], "gen").stdout

@@ -1,0 +1,95 @@
+"""`hetflow run --backend slurm`: the same workflow, planned on a cluster file and handed to a
+real (local, two-slurmd) Slurm cluster; ps, show, logs and stop read it the same way.
+The cluster's GPUs are FAKE (mknod'd device nodes): placement and isolation, not CUDA."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+
+from hetflow.execute.backends.slurm_cluster import LocalSlurm
+from tests.integration.hfkit import BUSYBOX, Hetflow, write
+from tests.integration.slurm_fixture import slurm_cluster  # noqa: F401  (module fixture)
+
+CLUSTER = """apiVersion: hetflow/v1
+kind: Cluster
+name: local-slurm
+bandwidth: 10Gbit/s
+nodeTypes:
+  - {name: hf-a100, count: 1, cores: 2, memory: 3Gi, price: 4.0,
+     gpus: {model: NVIDIA A100-SXM4-40GB, count: 2, memory: 40Gi, computeCapability: "8.0"}}
+  - {name: hf-t4, count: 1, cores: 2, memory: 3Gi, price: 0.8,
+     gpus: {model: Tesla T4, count: 1, memory: 16Gi, computeCapability: "7.5"}}
+"""
+
+WORKFLOW = f"""apiVersion: hetflow/v1
+name: slurmdag
+steps:
+  gen:
+    image: {BUSYBOX}
+    command: [sh, -c, "echo data > /out/d.txt; echo gen-ran"]
+    resources: {{cpus: 1, memory: 256Mi}}
+    estimate: 2s
+    outputs: [d.txt]
+  use:
+    inputs: {{d: gen/d.txt}}
+    outputs: [r.txt, dev.txt]
+    variants:
+      gpu:
+        image: {BUSYBOX}
+        command: [sh, -c, "cat /in/d/d.txt > /out/r.txt; ls /dev > /out/dev.txt"]
+        resources: {{cpus: 1, memory: 256Mi, gpus: 1}}
+        gpu: {{min_compute_capability: "8.0"}}
+        estimate: 1s
+      cpu:
+        image: {BUSYBOX}
+        command: [sh, -c, "cat /in/d/d.txt > /out/r.txt; ls /dev > /out/dev.txt"]
+        resources: {{cpus: 1, memory: 256Mi}}
+        estimate: 60s
+"""
+
+
+def _config(tmp_path: Path, cluster: LocalSlurm) -> str:
+    settings = {
+        "backend": "slurm",
+        "cluster": write(tmp_path, CLUSTER, "cluster.yaml"),
+        "workdir": str(cluster.workdir / "runs"),
+        "slurm": {
+            "partition": cluster.partition,
+            "slurm_conf": str(cluster.conf_path),
+            "device_dir": cluster.device_dir,
+            "stop_timeout": 5,
+        },
+    }
+    return write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+
+
+def test_workflow_runs_on_slurm_and_reads_back_the_same(hf: Hetflow, tmp_path: Path, slurm_cluster: LocalSlurm) -> None:  # noqa: F811
+    config = _config(tmp_path, slurm_cluster)
+    hf("run", "-q", "--config", config, write(tmp_path, WORKFLOW), timeout=300)
+    data = hf.show(hf.last_run())
+    assert data["state"] == "succeeded"
+    steps = {s["step"]: s for s in data["steps"]}
+    # the plan put the GPU variant on the node whose GPUs qualify (cc 8.0): the A100 node
+    assert (steps["use"]["variant"], steps["use"]["node"]) == ("gpu", "hf-a100")
+    out = Path(data["workdir"]) / "steps" / "use" / "out"
+    assert (out / "r.txt").read_text() == "data\n"
+    nvidia = [d for d in (out / "dev.txt").read_text().split() if d.startswith("nvidia") and d[6:].isdigit()]
+    assert len(nvidia) == 1  # exactly the one GPU Slurm allocated
+    runs = json.loads(hf("ps", "--all", "--json").stdout)
+    assert runs[0]["id"] == data["id"] and runs[0]["state"] == "succeeded"
+    assert "gen-ran" in hf("logs", data["id"], "gen").stdout
+
+
+def test_stop_cancels_the_slurm_jobs(hf: Hetflow, tmp_path: Path, slurm_cluster: LocalSlurm) -> None:  # noqa: F811
+    config = _config(tmp_path, slurm_cluster)
+    slow = WORKFLOW.replace("echo data > /out/d.txt", "sleep 60; echo data > /out/d.txt")
+    run_id = hf("run", "--detach", "--config", config, write(tmp_path, slow, "slow.yaml")).stdout.strip()
+    hf.wait_for(lambda: {s["step"]: s["state"] for s in hf.show(run_id)["steps"]}["gen"] == "running", timeout=120)
+    out = hf("stop", run_id).stdout
+    assert f"run {run_id} stopped" in out
+    data = hf.show(run_id)
+    assert data["state"] == "stopped"
+    assert {s["step"]: s["state"] for s in data["steps"]} == {"gen": "stopped", "use": "stopped"}
