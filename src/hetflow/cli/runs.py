@@ -16,6 +16,7 @@ from rich.console import Console
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import SpecError, UsageError
+from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.engine import CliEngine, make_engine
 from hetflow.execute.images import default_resolver, pin_images
@@ -173,21 +174,9 @@ def _execute(store: Store, run_id: str, loaded: LoadedWorkflow, *, quiet: bool, 
         chooser=chooser,
         priority=priority,
     )
-    runner.install_signal_handlers()
-    if not quiet:
-        err.print(
-            f"run {run_id} of {loaded.workflow.name} on {node.name} "
-            f"({node.cpu.cores} CPUs, {len(node.gpus)} GPU(s){', fake' if node.gpu_source == 'fake' else ''})",
-            highlight=False,
-        )
-    try:
-        state = runner.execute()
-    except KeyboardInterrupt:
-        stop_run(store, engine, run_id)
-        err.print(f"run {run_id} stopped; 'hetflow resume {run_id}' continues it", highlight=False)
-        return "stopped"
-    _summary(store, run_id, out)
-    return state
+    gpus = f"{len(node.gpus)} GPU(s){', fake' if node.gpu_source == 'fake' else ''}"
+    banner = f"run {run_id} of {loaded.workflow.name} on {node.name} ({node.cpu.cores} CPUs, {gpus})"
+    return _drive(store, run_id, runner, runner.backend, None if quiet else banner, out)
 
 
 def _execute_cluster(
@@ -208,13 +197,18 @@ def _execute_cluster(
         classes=classes,
         priority={s: p.start for s, p in plan.placements.items()},
     )
+    banner = (
+        f"run {run_id} of {loaded.workflow.name} on {settings.backend} (cluster {settings.cluster}, "
+        f"planned makespan {plan.makespan:.1f}s)"
+    )
+    return _drive(store, run_id, runner, backend, None if quiet else banner, out)
+
+
+def _drive(store: Store, run_id: str, runner: Runner, backend: Backend, banner: str | None, out: Console) -> str:
+    """Run to the end; Ctrl-C stops the run (its containers or jobs) so it can be resumed."""
     runner.install_signal_handlers()
-    if not quiet:
-        err.print(
-            f"run {run_id} of {loaded.workflow.name} on {settings.backend} (cluster {settings.cluster}, "
-            f"planned makespan {plan.makespan:.1f}s)",
-            highlight=False,
-        )
+    if banner:
+        err.print(banner, highlight=False)
     try:
         state = runner.execute()
     except KeyboardInterrupt:

@@ -438,16 +438,7 @@ class Runner:
         if self.cluster:
             placed = self.placements.get(name)
             if placed is None:
-                why = "no node of the cluster can run this step (see 'hetflow plan --explain')"
-                state = SKIPPED if step.optional else FAILED
-                self.store.set_step(
-                    self.run_id,
-                    name,
-                    state=state,
-                    ended=self.clock(),
-                    reason=why,
-                    event=("skipped (optional step): " if step.optional else "") + why,
-                )
+                self._no_fit(name, "no node of the cluster can run this step (see 'hetflow plan --explain')")
                 return
             self._launch(name, s, placed.variant, (), f"{placed.variant} on {placed.machine_class} (planned)")
             return
@@ -458,18 +449,21 @@ class Runner:
                 if s.reason != reason:
                     self.store.set_step(self.run_id, name, reason=reason)
                 return
-            why = "no variant can run on this machine: " + choice.explain()
-            state = SKIPPED if step.optional else FAILED
-            self.store.set_step(
-                self.run_id,
-                name,
-                state=state,
-                ended=self.clock(),
-                reason=why,
-                event=("skipped (optional step): " if step.optional else "") + why,
-            )
+            self._no_fit(name, "no variant can run on this machine: " + choice.explain())
             return
         self._launch(name, s, choice.variant, choice.gpus, choice.explain())
+
+    def _no_fit(self, name: str, why: str) -> None:
+        """Nothing can ever run the step: an optional one is skipped, any other fails."""
+        optional = self.wf.steps[name].optional
+        self.store.set_step(
+            self.run_id,
+            name,
+            state=SKIPPED if optional else FAILED,
+            ended=self.clock(),
+            reason=why,
+            event=("skipped (optional step): " if optional else "") + why,
+        )
 
     def _launch(self, name: str, s: StepRecord, vname: str, gpus: tuple[Gpu, ...], why: str) -> None:
         step = self.wf.steps[name]
