@@ -93,3 +93,24 @@ def test_stop_cancels_the_slurm_jobs(hf: Hetflow, tmp_path: Path, slurm_cluster:
     data = hf.show(run_id)
     assert data["state"] == "stopped"
     assert {s["step"]: s["state"] for s in data["steps"]} == {"gen": "stopped", "use": "stopped"}
+
+
+def test_kill9_of_hetflow_then_resume_adopts_the_slurm_jobs(
+    hf: Hetflow,
+    tmp_path: Path,
+    slurm_cluster: LocalSlurm,  # noqa: F811
+) -> None:
+    import os
+    import signal
+
+    config = _config(tmp_path, slurm_cluster)
+    slow = WORKFLOW.replace("echo data > /out/d.txt", "sleep 8; echo data > /out/d.txt")
+    run_id = hf("run", "--detach", "--config", config, write(tmp_path, slow, "slow.yaml")).stdout.strip()
+    hf.wait_for(lambda: {s["step"]: s["state"] for s in hf.show(run_id)["steps"]}["gen"] == "running", timeout=120)
+    pid = hf.show(run_id)["pid"]
+    os.kill(pid, signal.SIGKILL)  # the executor dies; Slurm keeps the jobs (gen running, use held by afterok)
+    hf("resume", "-q", run_id, timeout=300)
+    data = hf.show(run_id)
+    assert data["state"] == "succeeded"
+    assert [s["attempts"] for s in data["steps"]] == [1, 1]  # adopted by name, nothing submitted twice
+    assert (Path(data["workdir"]) / "steps" / "use" / "out" / "r.txt").read_text() == "data\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,3 +336,18 @@ def test_reset_for_resume_sends_failed_and_skipped_steps_back_to_pending(tmp_pat
         container_name(w.run.id, "bad", 1),
         container_name(w.run.id, "bad", 2),
     ]
+
+
+@pytest.mark.parametrize(
+    ("state", "alive"),
+    [("R", True), ("S", True), ("Z", False), ("X", False)],
+    ids=["running", "sleeping", "zombie", "dead"],
+)
+def test_pid_alive_treats_a_zombie_as_dead(tmp_path: Path, state: str, alive: bool) -> None:
+    """A killed executor nobody reaps stays a zombie yet answers kill(0): resume must not wait on it."""
+    from hetflow.execute.runner import pid_alive
+
+    pid = os.getpid()
+    (tmp_path / str(pid)).mkdir()
+    (tmp_path / str(pid) / "stat").write_text(f"{pid} (hetflow (x)) {state} 1 1 1 0 -1\n")
+    assert pid_alive(pid, tmp_path) is alive

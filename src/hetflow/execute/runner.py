@@ -58,14 +58,20 @@ from hetflow.state.models import (
 from hetflow.state.store import Store
 
 
-def pid_alive(pid: int) -> bool:
+def pid_alive(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` runs.  A zombie does not: a killed executor whose parent is gone
+    stays a zombie where nothing reaps it (PID 1 of a container), yet answers kill(0)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
-    return True
+        pass
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return True  # no /proc to ask: trust kill(0)
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
 
 
 class Reporter(Protocol):
