@@ -17,8 +17,9 @@ import ray
 
 from hetflow.config import engine_env
 from hetflow.errors import EngineError, UsageError
-from hetflow.execute.backends.base import BackendSettings, Job, JobState
+from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.ray_backend import RayBackend, RayNode, RaySettings, accelerator_type, task_request
+from hetflow.execute.settings import Settings
 from tests.contract.backend_contract import BackendContract, job, wait_done
 from tests.integration.ray_fixture import RayCluster, ray_cluster
 
@@ -271,7 +272,7 @@ def test_an_untyped_cluster_places_by_resources_alone(tmp_path: Path) -> None:
     ids=["defaults", "client-address", "local-cluster", "devices", "resources-from-yaml"],
 )
 def test_settings_come_from_hetflows_config(mapping: dict[str, str], expect: RaySettings) -> None:
-    assert RaySettings.from_backend(BackendSettings(backend="ray", ray=mapping)) == expect
+    assert RaySettings.from_backend(Settings(backend="ray", ray=mapping)) == expect
 
 
 @pytest.mark.parametrize(

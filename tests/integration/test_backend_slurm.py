@@ -14,10 +14,11 @@ import pytest
 from hetflow.config import engine_env
 from hetflow.errors import EngineError
 from hetflow.examples import build_tiny_image
-from hetflow.execute.backends.base import BackendSettings, Job, JobState
+from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.slurm import SlurmBackend, SlurmSettings, sbatch_args
 from hetflow.execute.backends.slurm_cluster import LocalSlurm
 from hetflow.execute.logs import read_lines
+from hetflow.execute.settings import Settings
 from tests.contract.backend_contract import BUSYBOX, BackendContract, OrderingContract, job, wait_done
 from tests.integration.slurm_fixture import slurm_cluster
 
@@ -241,7 +242,7 @@ def test_sbatch_args(
 
 def test_settings_from_the_config_file_strings() -> None:
     s = SlurmSettings.from_backend(
-        BackendSettings(
+        Settings(
             backend="slurm",
             workdir="/shared/hf",
             slurm={

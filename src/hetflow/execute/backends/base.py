@@ -8,8 +8,8 @@ what is still running and what finished meanwhile: adoption is polling by name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Protocol
 
 from hetflow.execute.engine import ContainerSpec
@@ -81,15 +81,3 @@ class Backend(Protocol):
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         """Call ``wake`` when a job of the run ends; None when the backend cannot (poll)."""
-
-
-@dataclass(frozen=True)
-class BackendSettings:
-    """Cluster-wide settings (config file ``$HETFLOW_HOME/config.yaml`` or ``--config``,
-    overridden by HETFLOW_* environment variables)."""
-
-    backend: str = "local"  # local, slurm, ray
-    workdir: str | None = None  # the shared work directory (multi-node backends)
-    engine: str = "podman"  # the container engine on the nodes
-    slurm: Mapping[str, str] = field(default_factory=dict)  # e.g. partition, account, rest_url
-    ray: Mapping[str, str] = field(default_factory=dict)  # e.g. address ("ray://..." or "auto"), start_local

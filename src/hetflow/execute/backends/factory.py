@@ -11,11 +11,9 @@ def make_backend(settings: Settings) -> Backend:
     if settings.backend == "slurm":
         from hetflow.execute.backends.slurm import SlurmBackend, SlurmSettings
 
-        return SlurmBackend(
-            SlurmSettings.from_mapping(settings.slurm, engine=settings.engine, workdir=settings.workdir)
-        )
+        return SlurmBackend(SlurmSettings.from_backend(settings))
     if settings.backend == "ray":
         from hetflow.execute.backends.ray_backend import RayBackend, RaySettings
 
-        return RayBackend(RaySettings.from_mapping(settings.ray, engine=settings.engine))
+        return RayBackend(RaySettings.from_backend(settings))
     return LocalBackend()

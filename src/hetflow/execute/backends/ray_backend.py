@@ -50,9 +50,10 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from hetflow.config import SHARE, engine_env
 from hetflow.errors import EngineError, UsageError
-from hetflow.execute.backends.base import BackendSettings, Capabilities, Job, JobState
+from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.engine import ContainerSpec, run_args
 from hetflow.execute.gpu import DRIVER_DIR, cdi_device_names, driver_mounts
+from hetflow.execute.settings import Settings
 
 NAMESPACE = "hetflow"
 # Where a node says which hetflow node it is: a label (``ray start --labels
@@ -90,7 +91,7 @@ class RaySettings:
     idle_timeout: float = 300.0  # a run's actor ends after this long with no job to answer for
 
     @classmethod
-    def from_backend(cls, settings: BackendSettings) -> RaySettings:
+    def from_backend(cls, settings: Settings) -> RaySettings:
         return cls.from_mapping(settings.ray, engine=settings.engine)
 
     @classmethod

@@ -37,8 +37,9 @@ from pathlib import Path
 
 from hetflow.config import containers_conf, find_engine, hetflow_home
 from hetflow.errors import EngineError
-from hetflow.execute.backends.base import BackendSettings, Capabilities, Job, JobState
+from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.engine import CliEngine, run_args
+from hetflow.execute.settings import Settings
 from hetflow.inventory.fake import KNOWN_MODELS
 
 # GPU product names (what NVML reports, what a cluster file's gpu_model says) -> gres types,
@@ -61,7 +62,7 @@ LOST_CODE = 255
 
 @dataclass(frozen=True)
 class SlurmSettings:
-    """Where and how to submit.  ``from_backend`` reads BackendSettings.slurm's strings."""
+    """Where and how to submit.  ``from_backend`` reads the run's Settings (config file, environment, flags)."""
 
     partition: str | None = None
     account: str | None = None
@@ -83,7 +84,7 @@ class SlurmSettings:
     stop_timeout: int = 10  # podman stop -t on scancel; keep it under the cluster's KillWait
 
     @classmethod
-    def from_backend(cls, settings: BackendSettings) -> SlurmSettings:
+    def from_backend(cls, settings: Settings) -> SlurmSettings:
         return cls.from_mapping(settings.slurm, engine=settings.engine, workdir=settings.workdir)
 
     @classmethod
