@@ -131,17 +131,25 @@ def _check_machines(instance: Instance, valid: list[tuple[Placement, MachineClas
         _check_gpu_indices(machine, items, problems)
 
 
-def _check_one_at_a_time(machine: str, items: list[Placement], problems: list[str]) -> None:
+def _overlaps(items: list[Placement]) -> list[tuple[Placement, Placement]]:
+    """Pairs (the one running longest so far, the next) that share time, in start order."""
     items = sorted(items, key=lambda p: (p.start, p.finish, p.task))
+    pairs = []
     latest = items[0]
     for p in items[1:]:
         if p.start < latest.finish and not _close(p.start, latest.finish):
-            problems.append(
-                f"machine {machine!r} runs {latest.task!r} ({latest.start:g} to {latest.finish:g}) and "
-                f"{p.task!r} ({p.start:g} to {p.finish:g}) at once; it runs one task at a time"
-            )
+            pairs.append((latest, p))
         if p.finish > latest.finish:
             latest = p
+    return pairs
+
+
+def _check_one_at_a_time(machine: str, items: list[Placement], problems: list[str]) -> None:
+    for a, b in _overlaps(items):
+        problems.append(
+            f"machine {machine!r} runs {a.task!r} ({a.start:g} to {a.finish:g}) and "
+            f"{b.task!r} ({b.start:g} to {b.finish:g}) at once; it runs one task at a time"
+        )
 
 
 def _check_capacity(machine: str, cls: MachineClass, items: list[Placement], problems: list[str]) -> None:
@@ -186,16 +194,11 @@ def _check_gpu_indices(machine: str, items: list[Placement], problems: list[str]
         for g in set(p.gpus):
             by_gpu[g].append(p)
     for g, users in sorted(by_gpu.items()):
-        users.sort(key=lambda p: (p.start, p.finish, p.task))
-        latest = users[0]
-        for p in users[1:]:
-            if p.start < latest.finish and not _close(p.start, latest.finish):
-                problems.append(
-                    f"GPU {g} of machine {machine!r} is given to {latest.task!r} ({latest.start:g} to "
-                    f"{latest.finish:g}) and {p.task!r} ({p.start:g} to {p.finish:g}) at once"
-                )
-            if p.finish > latest.finish:
-                latest = p
+        for a, b in _overlaps(users):
+            problems.append(
+                f"GPU {g} of machine {machine!r} is given to {a.task!r} ({a.start:g} to "
+                f"{a.finish:g}) and {b.task!r} ({b.start:g} to {b.finish:g}) at once"
+            )
 
 
 def _check_totals(instance: Instance, plan: Plan, problems: list[str]) -> None:
