@@ -167,3 +167,14 @@ def placed(cls: str, seconds: float, cores: float, memory: int, gpus: tuple[int,
 def test_plan_cost(placements: list[Placement], one_task: bool, dollars: float) -> None:
     inst = Instance((), (), PRICED, one_task_per_machine=one_task)
     assert plan_cost(inst, placements) == pytest.approx(dollars)
+
+
+def test_a_task_with_next_to_no_run_time_is_checked_not_crashed_on() -> None:
+    """Found by a hypothesis run: a 1e-241 s task's finish sorted before its start."""
+    tiny = Task("t", (Option("cpu", "cpu", 1e-241, 2, 2 * GIB),))
+    inst = Instance((Task("a", (Option("cpu", "cpu", 10, 2, 2 * GIB),)), tiny), (), (CPU,), bandwidth=10.0)
+    placements = {
+        "a": Placement("a", "cpu", "cpu-0", "cpu", 0, 10, 2, 2 * GIB),
+        "t": Placement("t", "cpu", "cpu-0", "cpu", 5, 5 + 1e-241, 2, 2 * GIB),
+    }
+    assert check_plan(inst, Plan(placements, 10, plan_cost(inst, placements), "test")) == []

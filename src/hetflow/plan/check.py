@@ -156,6 +156,8 @@ def _check_capacity(machine: str, cls: MachineClass, items: list[Placement], pro
     """Sweep the start and finish events; at each instant compare the sums with the class."""
     events: list[tuple[float, int, Placement]] = []
     for p in items:
+        if _close(p.start, p.finish):
+            continue  # no time, no use: its finish would sort before its start
         events.append((p.start, 1, p))
         # 0 sorts first: a finish frees before a start at the same time (up to rounding).
         events.append((p.finish - _REL * max(1.0, abs(p.finish)), 0, p))
