@@ -175,6 +175,6 @@ def test_a_task_with_next_to_no_run_time_is_checked_not_crashed_on() -> None:
     inst = Instance((Task("a", (Option("cpu", "cpu", 10, 2, 2 * GIB),)), tiny), (), (CPU,), bandwidth=10.0)
     placements = {
         "a": Placement("a", "cpu", "cpu-0", "cpu", 0, 10, 2, 2 * GIB),
-        "t": Placement("t", "cpu", "cpu-0", "cpu", 5, 5 + 1e-241, 2, 2 * GIB),
+        "t": Placement("t", "cpu", "cpu-0", "cpu", 0, 1e-241, 2, 2 * GIB),
     }
     assert check_plan(inst, Plan(placements, 10, plan_cost(inst, placements), "test")) == []

@@ -119,7 +119,9 @@ def _check_machines(instance: Instance, valid: list[tuple[Placement, MachineClas
     by_machine: dict[str, list[Placement]] = defaultdict(list)
     classes: dict[str, MachineClass] = {}
     for p, cls in valid:
-        if p.finish > p.start:  # a zero-length task holds nothing
+        # A task of (next to) no length holds nothing; left in, its finish event (moved back by
+        # the rounding tolerance) would sort before its start.
+        if not _close(p.start, p.finish):
             by_machine[p.machine].append(p)
             classes[p.machine] = cls
     for machine, items in by_machine.items():
@@ -156,8 +158,6 @@ def _check_capacity(machine: str, cls: MachineClass, items: list[Placement], pro
     """Sweep the start and finish events; at each instant compare the sums with the class."""
     events: list[tuple[float, int, Placement]] = []
     for p in items:
-        if _close(p.start, p.finish):
-            continue  # no time, no use: its finish would sort before its start
         events.append((p.start, 1, p))
         # 0 sorts first: a finish frees before a start at the same time (up to rounding).
         events.append((p.finish - _REL * max(1.0, abs(p.finish)), 0, p))
