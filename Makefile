@@ -27,7 +27,7 @@ $(VENV)/.installed: pyproject.toml
 install: deps $(VENV)/.installed
 
 images: install
-	$(HETFLOW) examples build
+	$(PY) -m demo.images
 
 demo: install images
 	$(HETFLOW) nodes
@@ -37,14 +37,14 @@ demo: install images
 	$(PY) -m hetflow.hwdemo
 
 demo-slurm: install images  ## a local Slurm cluster (munge, slurmctld, two slurmd with fake GPUs) runs circuit
-	$(PY) -m hetflow.clusterdemo slurm
+	$(PY) -m demo.clusters slurm
 
 demo-ray: install images  ## a local Ray cluster of two nodes runs circuit
-	$(PY) -m hetflow.clusterdemo ray
+	$(PY) -m demo.clusters ray
 
 lint: install
-	$(VENV)/bin/ruff check src tests bench
-	$(VENV)/bin/ruff format --check src tests bench
+	$(VENV)/bin/ruff check src tests bench demo
+	$(VENV)/bin/ruff format --check src tests bench demo
 	$(VENV)/bin/mypy
 
 unit: install
@@ -61,8 +61,8 @@ bench: install images
 	$(PY) -m bench.overhead
 	$(PY) -m bench.planner
 	$(PY) -m bench.virtual
-	$(PY) -m hetflow.execute.backends.slurm_cluster bench
-	$(PY) -m hetflow.execute.backends.ray_backend bench
+	$(PY) -m bench.slurm
+	$(PY) -m bench.ray
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache

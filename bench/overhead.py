@@ -26,8 +26,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from demo.images import build_tiny_image
+
 from hetflow.config import engine_env, find_engine, hetflow_home
-from hetflow.examples import build_tiny_image
 
 BUSYBOX = "localhost/hetflow-test/busybox:latest"
 NUMPY = "localhost/hetflow-examples/numpy:latest"
@@ -82,7 +83,7 @@ def bench_trivial(n: int, repeat: int, home: Path) -> list[tuple[str, float]]:
 def bench_meanpool(size: int, iterations: int, repeat: int, home: Path) -> list[tuple[str, float]]:
     rootfs = hetflow_home() / "cache" / "rootfs-bookworm-numpy"
     if not (rootfs / "usr" / "bin" / "python3").exists():
-        sys.exit(f"bench: {rootfs} is missing; run 'hetflow examples build' first")
+        sys.exit(f"bench: {rootfs} is missing; run 'make images' first")
     app = ROOT / "examples" / "meanpool" / "app"
     data = Path(tempfile.mkdtemp(dir=rootfs / "tmp"))
     inside = "/" + str(data.relative_to(rootfs))

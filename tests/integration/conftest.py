@@ -7,8 +7,8 @@ import os
 from pathlib import Path
 
 import pytest
+from demo.images import build_tiny_image
 
-from hetflow.examples import build_tiny_image
 from tests.integration.hfkit import BUSYBOX, HOSTILE, Hetflow
 
 

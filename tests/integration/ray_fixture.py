@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 import ray
+from demo.images import build_tiny_image
 from ray.cluster_utils import Cluster
 
-from hetflow.examples import build_tiny_image
 from hetflow.execute.backends.ray_backend import NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RaySettings
 from hetflow.inventory.fake import make_fake_gpus
 from tests.contract.backend_contract import BUSYBOX

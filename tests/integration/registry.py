@@ -11,7 +11,7 @@
 
 or as a context manager: ``with start_registry(tmp_path) as registry: ...``.
 
-Each build is a busybox image (``hetflow.examples.build_tiny_image``) whose env says
+Each build is a busybox image (``demo.images.build_tiny_image``) whose env says
 which build it is (``BUILD=v3``), so ``podman run IMAGE sh -c 'echo $BUILD'`` shows
 which one a runtime pulled.  The builds are pushed with ``podman push
 --tls-verify=false`` under their own tags (``hf/app:v3``) and assembled into an OCI
@@ -35,9 +35,9 @@ from types import TracebackType
 
 import httpx
 import pytest
+from demo.images import build_tiny_image
 
 from hetflow.config import engine_env, find_engine
-from hetflow.examples import build_tiny_image
 from hetflow.images.client import RegistryClient
 from hetflow.images.index_build import build_index
 from hetflow.images.match import Requirements, parse_requirements

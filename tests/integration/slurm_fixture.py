@@ -11,8 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from hetflow.execute.backends.slurm_cluster import LocalSlurm, start_cluster
+from demo.slurm_cluster import LocalSlurm, start_cluster
 
 
 @pytest.fixture(scope="module")

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from demo.images import build_tiny_image
 
-from hetflow.examples import build_tiny_image
 from hetflow.execute.backends.local import LocalBackend
 from tests.contract.backend_contract import BUSYBOX, BackendContract
 

@@ -10,13 +10,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from demo.images import build_tiny_image
+from demo.slurm_cluster import LocalSlurm
 
 from hetflow.config import engine_env
 from hetflow.errors import EngineError
-from hetflow.examples import build_tiny_image
 from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.slurm import SlurmBackend, SlurmSettings, sbatch_args
-from hetflow.execute.backends.slurm_cluster import LocalSlurm
 from hetflow.execute.logs import read_lines
 from hetflow.execute.settings import Settings
 from tests.contract.backend_contract import BUSYBOX, BackendContract, OrderingContract, job, wait_done

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from demo.images import build_examples
 
-from hetflow.examples import build_examples
 from tests.integration.hfkit import Hetflow, step_out
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -17,14 +17,14 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from demo.hwmatch import TEMPLATE, render_workflow
+from demo.images import HWMATCH_BUILDS, build_hwmatch_images, hwmatch_gcc_args
 
 from hetflow.config import engine_env, find_engine
 from hetflow.errors import EngineError
-from hetflow.examples import HWMATCH_BUILDS, build_hwmatch_images, hwmatch_gcc_args
-from hetflow.hwdemo import TEMPLATE, render_workflow
 from hetflow.images.service import build_index_image, resolve_image
 from hetflow.inventory import discover
-from hetflow.registry.profiles import profile_node
+from hetflow.inventory.profiles import profile_node
 from tests.integration.hfkit import Hetflow, step_out
 from tests.integration.registry import Registry, push_image, require_tools, start_registry
 

@@ -1,4 +1,4 @@
-"""`python -m hetflow.hwdemo`, the end of `make demo`, end to end (about 30 s): it must
+"""`python -m demo.hwmatch`, the end of `make demo`, end to end (about 30 s): it must
 pass its own checks and leave neither the registry nor the proxy running."""
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import yaml
+from demo.slurm_cluster import LocalSlurm
 
-from hetflow.execute.backends.slurm_cluster import LocalSlurm
 from tests.integration.hfkit import BUSYBOX, Hetflow, write
 from tests.integration.slurm_fixture import slurm_cluster  # noqa: F401  (module fixture)
 

@@ -12,10 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-
-from hetflow import examples
-from hetflow.errors import EngineError
-from hetflow.examples import (
+from demo import images as examples
+from demo.images import (
     APPS,
     BASE_IMAGE,
     CUDA_STACK,
@@ -30,6 +28,8 @@ from hetflow.examples import (
     numpy_containerfile,
     tiny_import_changes,
 )
+
+from hetflow.errors import EngineError
 from hetflow.spec import load_workflow
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

@@ -12,12 +12,12 @@ import pytest
 
 from hetflow.errors import InventoryError
 from hetflow.inventory.fake import (
-    KNOWN_MODELS,
     ensure_device_node,
     fake_uuid,
     make_fake_gpus,
     parse_fake_spec,
 )
+from hetflow.inventory.gpumodels import KNOWN_MODELS
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod of device nodes needs root")
 

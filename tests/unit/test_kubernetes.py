@@ -20,8 +20,8 @@ import pytest
 import yaml
 
 from hetflow.errors import HetflowError
-from hetflow.execute.backends import kubernetes as k8s
-from hetflow.execute.backends.kubernetes import (
+from hetflow.export import kubernetes as k8s
+from hetflow.export.kubernetes import (
     cpu_expressions,
     export_kubernetes,
     gfd_product,

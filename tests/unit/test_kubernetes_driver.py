@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from hetflow.execute.backends.kubernetes import export_kubernetes
+from hetflow.export.kubernetes import export_kubernetes
 from hetflow.spec.checks import edges_of
 from hetflow.spec.models import Workflow
 from tests.unit.builders import load_steps

@@ -13,10 +13,10 @@ import pytest
 
 from hetflow.errors import EngineError, UsageError
 from hetflow.images.errors import AuthError, RegistryError
+from hetflow.inventory.profiles import profile_node
 from hetflow.registry.app import RunningProxy, start_in_thread
 from hetflow.registry.cli import login_command, register_node
 from hetflow.registry.fake import FakeRegistry
-from hetflow.registry.profiles import profile_node
 from hetflow.registry.settings import Settings
 
 NODE = profile_node("a100-node").model_copy(update={"name": "gpu01"})

@@ -11,8 +11,8 @@ import pytest
 
 from hetflow.errors import UsageError
 from hetflow.inventory.models import Gpu, Node
+from hetflow.inventory.profiles import PROFILES, profile_names, profile_node
 from hetflow.registry.machines import MachineTypeConflict, MachineTypes, hardware_key, suggest_name
-from hetflow.registry.profiles import PROFILES, profile_names, profile_node
 from hetflow.registry.settings import MachineTypeDecl, load_settings, parse_listen
 
 

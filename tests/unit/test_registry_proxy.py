@@ -436,7 +436,7 @@ def test_an_upstream_refusing_the_proxy_is_502_not_401(tmp_path: Path) -> None:
 
 
 def _node_json(profile: str = "t4-node") -> str:
-    from hetflow.registry.profiles import profile_node
+    from hetflow.inventory.profiles import profile_node
 
     return profile_node(profile).model_copy(update={"name": "gpu07"}).model_dump_json()
 

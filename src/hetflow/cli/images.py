@@ -58,7 +58,7 @@ def load_node(spec: str | None) -> Node:
             return Node.model_validate({k: v for k, v in entries[0].items() if k in Node.model_fields})
         except ValueError as exc:
             raise UsageError(f"--node {spec}: not a node description (hetflow nodes --json): {exc}") from None
-    from hetflow.registry.profiles import profile_names, profile_node
+    from hetflow.inventory.profiles import profile_names, profile_node
 
     if spec in profile_names():
         return profile_node(spec)

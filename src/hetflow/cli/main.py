@@ -26,8 +26,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-examples_app = typer.Typer(help="Build the example images.", no_args_is_help=True)
-app.add_typer(examples_app, name="examples")
 runs.register(app)
 plan.register(app)
 images.register(app)
@@ -65,20 +63,6 @@ def nodes(json_out: bool = typer.Option(False, "--json", help="Machine-readable 
         print_json([node_to_json(node)])
     else:
         console.print(render_node(node))
-
-
-@examples_app.command("build")
-def examples_build(
-    directory: Path = typer.Option(Path("examples"), "--dir", help="The examples directory."),
-    force: bool = typer.Option(False, "--force", help="Rebuild even when the images exist."),
-    gpu: bool = typer.Option(True, "--gpu/--no-gpu", help="Also build the CuPy (GPU) image."),
-) -> None:
-    """Build the example images on this machine, with no registry (cached)."""
-    from hetflow.examples import build_examples
-
-    built = build_examples(directory, force=force, gpu=gpu, log=lambda m: err.print(m, highlight=False))
-    for image in built:
-        console.print(image)
 
 
 def main() -> None:

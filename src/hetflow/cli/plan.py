@@ -290,9 +290,9 @@ def export_kubernetes_cmd(
     import os
     import sys
 
-    from hetflow.execute.backends import kubernetes as k8s
     from hetflow.execute.images import default_resolver
     from hetflow.execute.submit import new_run_id
+    from hetflow.export import kubernetes as k8s
     from hetflow.plan.cluster import load_cluster
 
     loaded = load_workflow(workflow, parse_params(param))

@@ -40,7 +40,7 @@ def preflight(loaded: LoadedWorkflow, node: Node, engine: ContainerEngine | None
                         loaded.file,
                         loaded.line(*loc),
                         f"{label}: image {v.image!r} is not in {engine.name}'s image store; build it "
-                        f"('hetflow examples build' for the examples) or pull it ({engine.name} pull {v.image})",
+                        f"('make images' for the examples) or pull it ({engine.name} pull {v.image})",
                     )
                 )
     return problems

@@ -13,10 +13,10 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from hetflow.errors import InventoryError
+from hetflow.inventory.gpumodels import KNOWN_MODELS
 from hetflow.inventory.models import Gpu
 
 ENV_VAR = "HETFLOW_FAKE_GPUS"
@@ -26,31 +26,9 @@ ENV_VAR = "HETFLOW_FAKE_GPUS"
 NVIDIA_MAJOR = 195
 NVIDIACTL_MINOR = 255
 
-_MIB = 1024 * 1024
-
 # os.mknod's shape: (path, mode, device) -> None.
 MknodFn = Callable[[Path, int, int], None]
 
-
-@dataclass(frozen=True)
-class FakeModel:
-    """A GPU model fake GPUs can pretend to be."""
-
-    product: str  # what NVML's nvmlDeviceGetName says
-    memory_bytes: int  # what nvidia-smi reports as total memory
-    compute_capability: str
-
-
-KNOWN_MODELS: dict[str, FakeModel] = {
-    "a10": FakeModel("NVIDIA A10", 23028 * _MIB, "8.6"),
-    "a100": FakeModel("NVIDIA A100-SXM4-40GB", 40960 * _MIB, "8.0"),
-    "a100-80g": FakeModel("NVIDIA A100-SXM4-80GB", 81920 * _MIB, "8.0"),
-    "h100": FakeModel("NVIDIA H100 80GB HBM3", 81559 * _MIB, "9.0"),
-    "h200": FakeModel("NVIDIA H200", 143771 * _MIB, "9.0"),
-    "l4": FakeModel("NVIDIA L4", 23034 * _MIB, "8.9"),
-    "t4": FakeModel("Tesla T4", 15360 * _MIB, "7.5"),
-    "v100": FakeModel("Tesla V100-SXM2-16GB", 16384 * _MIB, "7.0"),
-}
 
 # Minor 255 belongs to nvidiactl, so at most 255 GPUs fit in 195:0..254.
 MAX_FAKE_GPUS = NVIDIACTL_MINOR

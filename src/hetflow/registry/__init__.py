@@ -24,13 +24,13 @@ Public API:
 Layout: ``settings`` -> ``profiles``/``machines`` (who is asking) -> ``views`` (pure:
 which bytes) -> ``store``/``verify`` (content addressing, digest checks) ->
 ``upstream`` (httpx) -> ``proxy`` (OCI endpoints) -> ``app`` (auth, wiring, uvicorn).
-Benchmark: ``python -m hetflow.registry.bench``.
+Benchmark: ``python -m bench.registry``.
 """
 
+from hetflow.inventory.profiles import PROFILES, profile_node
 from hetflow.registry.app import RunningProxy, create_app, serve, start_in_thread
 from hetflow.registry.cli import LoginResult, login_command, register_node, serve_command
 from hetflow.registry.machines import MachineType, MachineTypes
-from hetflow.registry.profiles import PROFILES, profile_node
 from hetflow.registry.settings import MachineTypeDecl, Settings, load_settings
 
 __all__ = [

@@ -40,7 +40,7 @@ from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.engine import CliEngine, run_args
 from hetflow.execute.settings import Settings
-from hetflow.inventory.fake import KNOWN_MODELS
+from hetflow.inventory.gpumodels import KNOWN_MODELS
 
 # GPU product names (what NVML reports, what a cluster file's gpu_model says) -> gres types,
 # as the fake models name them; a cluster's own names go in SlurmSettings.gres_types.
@@ -557,7 +557,7 @@ class SlurmBackend:
 _HOW = (
     "point SLURM_CONF at the cluster's slurm.conf (or set slurm slurm_conf), make sure munged runs "
     "(systemctl start munge) with the cluster's key, or start a local test cluster with "
-    "`python -m hetflow.execute.backends.slurm_cluster start`"
+    "`python -m demo.slurm_cluster start`"
 )
 
 

@@ -1,4 +1,4 @@
-"""Measure the proxy: ``python -m hetflow.registry.bench [--rounds N] [--layer-mib M]``.
+"""Measure the proxy: ``python -m bench.registry [--rounds N] [--layer-mib M]``.
 
 Starts Debian's docker-registry on loopback, pushes three builds of one image
 (busybox plus ``--layer-mib`` MiB of random bytes each, so the pull moves real data)
@@ -162,7 +162,7 @@ def _paired(proxied: list[float], direct: list[float]) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hetflow.registry.bench", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench.registry", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=11, help="pulls of each kind (default 11)")
     parser.add_argument("--layer-mib", type=int, default=8, help="random MiB in each build's layer (default 8)")
     parser.add_argument("--requests", type=int, default=200, help="filtered index requests (default 200)")

@@ -1,4 +1,4 @@
-"""``python -m hetflow.hwdemo``: hardware-matched images end to end, on loopback.
+"""``python -m demo.hwmatch``: hardware-matched images end to end, on loopback.
 
 The last part of ``make demo``.  It shows one image reference serving different
 builds to different hardware, with real tools and nothing from the network:
@@ -51,16 +51,16 @@ from typing import Any
 
 import httpx
 
+from demo.images import HWMATCH_BUILDS, build_hwmatch_images
 from hetflow.config import engine_env, find_engine, hetflow_home
 from hetflow.errors import HetflowError
-from hetflow.examples import HWMATCH_BUILDS, build_hwmatch_images
 
 __all__ = ["REPO", "DemoError", "main", "render_workflow", "start_registry"]
 
 REPO = "hetflow-examples/whichbuild"  # in the loopback registry
 TEMPLATE = "hwmatch/workflow.yaml.in"  # relative to the examples dir
 PLACEHOLDER = "${REGISTRY}"
-# machine description (a built-in profile of hetflow.registry.profiles) -> the build
+# machine description (a built-in profile of hetflow.inventory.profiles) -> the build
 # (the name whichbuild prints) it must get
 MACHINES: dict[str, str] = {"x86-64-v2": "generic", "haswell-cpu": "v3", "a100-node": "gpu-sm80"}
 BUILD_NAMES = {b.tag: b.name for b in HWMATCH_BUILDS}
@@ -76,7 +76,7 @@ def render_workflow(template: str, registry: str) -> str:
     lines = template.splitlines(keepends=True)
     if not any(PLACEHOLDER in line for line in lines if not line.lstrip().startswith("#")):
         raise DemoError(f"the workflow template has no {PLACEHOLDER} to fill in")
-    head = f"# Written by `python -m hetflow.hwdemo` from examples/{TEMPLATE} with {PLACEHOLDER} = {registry}.\n"
+    head = f"# Written by `python -m demo.hwmatch` from examples/{TEMPLATE} with {PLACEHOLDER} = {registry}.\n"
     body = "".join(line if line.lstrip().startswith("#") else line.replace(PLACEHOLDER, registry) for line in lines)
     return head + body
 
@@ -463,7 +463,7 @@ def _field(output: str, key: str) -> str:
 
 def _default_examples() -> Path:
     """examples/ of the checkout this module lives in, else ./examples."""
-    checkout = Path(__file__).resolve().parents[2] / "examples"
+    checkout = Path(__file__).resolve().parents[1] / "examples"
     return checkout if (checkout / TEMPLATE).is_file() else Path("examples")
 
 
@@ -489,7 +489,7 @@ def _walk(demo: Demo) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m hetflow.hwdemo", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m demo.hwmatch", description=__doc__.split("\n\n")[0])
     parser.add_argument("--examples", type=Path, default=None, help="the examples/ folder (default: this checkout's)")
     parser.add_argument("--workdir", type=Path, default=None, help="default: $HETFLOW_HOME/hwdemo")
     parser.add_argument("--registry-port", type=_port, default=0, help="loopback port of the registry (0: a free one)")

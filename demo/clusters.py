@@ -1,7 +1,7 @@
 """``make demo-slurm`` / ``make demo-ray``: start a local test cluster of that engine on this
 one machine and run examples/circuit on it with ``hetflow run --backend ...``.
 
-    python -m hetflow.clusterdemo slurm|ray
+    python -m demo.clusters slurm|ray
 
 The test clusters' GPUs are fake (mknod'd device nodes), so the cluster file given to the
 planner describes the nodes' CPUs only: CUDA code is not sent to a GPU that is not there,
@@ -40,7 +40,7 @@ def _cluster_file(names: list[str], cores: int) -> str:
 
 @contextmanager
 def _slurm(work: Path) -> Iterator[dict[str, Any]]:
-    from hetflow.execute.backends.slurm_cluster import start_cluster
+    from demo.slurm_cluster import start_cluster
 
     base = Path(tempfile.mkdtemp(prefix="hfslurm-", dir="/tmp"))  # short: slurmd's sockets live here
     cluster = start_cluster(base)
@@ -86,7 +86,7 @@ def _ray(work: Path) -> Iterator[dict[str, Any]]:
 
 def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in ("slurm", "ray"):
-        print("usage: python -m hetflow.clusterdemo slurm|ray", file=sys.stderr)
+        print("usage: python -m demo.clusters slurm|ray", file=sys.stderr)
         return 2
     work = hetflow_home() / f"demo-{argv[0]}"
     work.mkdir(parents=True, exist_ok=True)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import archspec.cpu
 
 from hetflow.inventory.cpu import x86_64_level
-from hetflow.inventory.fake import KNOWN_MODELS
+from hetflow.inventory.gpumodels import KNOWN_MODELS
 from hetflow.inventory.models import Cpu, Gpu, Node
 
 __all__ = ["PROFILES", "Profile", "profile_names", "profile_node"]
@@ -34,7 +34,7 @@ class Profile:
     model: str
     cores: int
     memory_gib: int
-    gpu_model: str | None = None  # a key of hetflow.inventory.fake.KNOWN_MODELS
+    gpu_model: str | None = None  # a key of hetflow.inventory.gpumodels.KNOWN_MODELS
     gpu_count: int = 0
     driver_version: str = "550.54.15"
     cuda_version: str = "12.4"

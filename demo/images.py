@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Protocol
 
 from hetflow.config import engine_env, find_engine, hetflow_home
-from hetflow.errors import EngineError
+from hetflow.errors import EngineError, HetflowError
 
 __all__ = [
     "BASE_IMAGE",
@@ -752,3 +752,30 @@ def build_hwmatch_images(examples_dir: Path, force: bool = False, *, log: Log = 
             log(f"{build.image}: built with `{' '.join(hwmatch_gcc_args(build, source.name, 'whichbuild'))}`")
     _timed(log, f"hwmatch: {len(names)} images ready", started)
     return names
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m demo.images [--dir examples] [--force] [--no-gpu]``: what ``make images`` runs."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m demo.images", description="Build the example images, with no registry (cached)."
+    )
+    parser.add_argument("--dir", type=Path, default=Path("examples"), help="the examples directory")
+    parser.add_argument("--force", action="store_true", help="rebuild even when the images exist")
+    parser.add_argument("--no-gpu", dest="gpu", action="store_false", help="skip the CuPy (GPU) image")
+    args = parser.parse_args(argv)
+    try:
+        built = build_examples(
+            args.dir, force=args.force, gpu=args.gpu, log=lambda m: print(m, file=sys.stderr, flush=True)
+        )
+    except HetflowError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    for image in built:
+        print(image)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
