@@ -29,8 +29,9 @@ def test_the_demo_passes_and_cleans_up(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HETFLOW_", "SUDO_"))}
     env["HETFLOW_HOME"] = str(tmp_path / "home")
     done = subprocess.run(
-        [sys.executable, "-m", "hetflow.hwdemo", "--workdir", str(tmp_path / "demo")],
+        [sys.executable, "-m", "demo.hwmatch", "--workdir", str(tmp_path / "demo")],
         env=env,
+        cwd=Path(__file__).resolve().parents[2],  # demo/ is a package of the checkout, not installed
         capture_output=True,
         text=True,
         timeout=300,
