@@ -12,7 +12,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
-from hetflow.execute.images import default_resolver, pin_images
+from hetflow.execute.images import Resolver, default_resolver, pin_images
 from hetflow.execute.runplan import CLUSTER, GREEDY, LOCAL, PLANNED, RunPlan, images_of
 from hetflow.execute.settings import Settings
 from hetflow.images.reference import parse_reference
@@ -41,10 +41,12 @@ def _quiet(text: str) -> None:
     pass
 
 
-def pin(loaded: LoadedWorkflow, node: Node, engine: Puller, say: Say = _quiet) -> tuple[LoadedWorkflow, list[str]]:
+def pin(
+    loaded: LoadedWorkflow, node: Node, engine: Puller, say: Say = _quiet, resolver: Resolver = default_resolver
+) -> tuple[LoadedWorkflow, list[str]]:
     """Resolve each image index to the build for this node and pull it by digest.  Returns
     the pinned workflow and the references pulled for it."""
-    result = pin_images(loaded.workflow, node)
+    result = pin_images(loaded.workflow, node, resolver)
     for note in result.notes:
         say(f"note: {note}")
     ensure_pulled(result.pulls, engine)
@@ -87,7 +89,9 @@ def plan_on_node(
     )
 
 
-def plan_on_cluster(store: Store, loaded: LoadedWorkflow, settings: Settings) -> RunPlan:
+def plan_on_cluster(
+    store: Store, loaded: LoadedWorkflow, settings: Settings, resolver: Resolver = default_resolver
+) -> RunPlan:
     """Plan the workflow on the settings' cluster file (history wins over estimates)."""
     assert settings.cluster is not None
     cluster = load_cluster(settings.cluster)
@@ -96,7 +100,7 @@ def plan_on_cluster(store: Store, loaded: LoadedWorkflow, settings: Settings) ->
         cluster.classes(),
         bandwidth=cluster.bandwidth_bytes,
         profile=_profile(store, loaded.workflow.name),
-        image_check=image_check(default_resolver),
+        image_check=image_check(resolver),
     )
     plan = plan_heuristic(instance)
     return RunPlan(

@@ -25,6 +25,7 @@ from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.backends.local import LocalBackend
 from hetflow.execute.engine import ContainerEngine, make_engine
+from hetflow.execute.images import Resolver, default_resolver
 from hetflow.execute.lifecycle import reset_for_resume, stop_run
 from hetflow.execute.outputs import damaged_outputs
 from hetflow.execute.paths import RunPaths
@@ -85,12 +86,14 @@ def submit_run(
     problems: Callable[[Iterable[Problem]], None],
     engine: LocalEngine | None = None,
     backend: Backend | None = None,
+    resolver: Resolver = default_resolver,
 ) -> OpenRun:
     """Check, pin and plan ``loaded`` once, then record the run with its plan.  Whatever can
-    be refused is refused here, before the run is recorded."""
+    be refused is refused here, before the run is recorded.  ``engine``, ``backend`` and
+    ``resolver`` default to the real ones (tests pass fakes)."""
     if settings.backend == LOCAL:
         engine = engine or make_engine()
-        loaded, pulls = pin(loaded, node, engine, say)
+        loaded, pulls = pin(loaded, node, engine, say, resolver)
         found = list(loaded.notes) + preflight(loaded, node, engine)
         if any(p.severity == "error" for p in found):
             raise SpecError(found)
@@ -100,7 +103,7 @@ def submit_run(
     else:
         backend = backend or make_backend(settings)
         backend.check()
-        plan = plan_on_cluster(store, loaded, settings)  # refuses before anything is recorded
+        plan = plan_on_cluster(store, loaded, settings, resolver)  # refuses before anything is recorded
     record = create_run(
         store,
         loaded,
@@ -122,32 +125,41 @@ def load_recorded(store: Store, run_id: str) -> LoadedWorkflow:
     return load_workflow(paths.workflow, json.loads(record.params_json))
 
 
-def open_run(store: Store, run_id: str, node: Node, loaded: LoadedWorkflow | None = None) -> OpenRun:
+def open_run(
+    store: Store,
+    run_id: str,
+    node: Node,
+    loaded: LoadedWorkflow | None = None,
+    *,
+    engine: LocalEngine | None = None,
+    backend: Backend | None = None,
+) -> OpenRun:
     """A recorded run, to execute in this process (a detached executor, a resume): it
     follows its stored plan; the images it pinned are pulled again only if gone."""
     record = store.run(run_id)
     settings = Settings.from_json(record.backend_json)
     loaded = loaded or load_recorded(store, run_id)
     text = store.plan_json(run_id)
-    engine: LocalEngine | None = None
     if settings.backend == LOCAL:
-        engine = make_engine()
+        engine = engine or make_engine()
         if text is None:  # recorded without a plan: pin and plan now, as the hetflow that recorded it did
             loaded, pulls = pin(loaded, node, engine)
             plan = plan_on_node(store, loaded, node, pulls)
         else:
             plan = RunPlan.from_json(text)
             ensure_pulled(plan.pulls, engine)
-        backend: Backend = LocalBackend(engine)
+        backend = LocalBackend(engine)
     else:
-        backend = make_backend(settings)
+        backend = backend or make_backend(settings)
         backend.check()
         plan = RunPlan.from_json(text) if text is not None else plan_on_cluster(store, loaded, settings)
     workflow = apply_images(loaded.workflow, plan.images)
     return OpenRun(store, record, workflow, plan, settings, node, backend, engine)
 
 
-def resume_run(store: Store, run_id: str, node: Node) -> tuple[OpenRun, list[str]]:
+def resume_run(
+    store: Store, run_id: str, node: Node, *, engine: LocalEngine | None = None, backend: Backend | None = None
+) -> tuple[OpenRun, list[str]]:
     """Make a stopped, failed or crashed run runnable again: the steps to run again (failed,
     stopped, skipped, and succeeded ones whose outputs are damaged, with what follows) go
     back to pending.  Returns the run, opened, and the steps reset."""
@@ -155,7 +167,7 @@ def resume_run(store: Store, run_id: str, node: Node) -> tuple[OpenRun, list[str
     reset = reset_for_resume(
         store, run_id, lambda step: damaged_outputs(store.outputs(run_id, step)), edges_of(loaded.workflow)
     )
-    return open_run(store, run_id, node, loaded), reset
+    return open_run(store, run_id, node, loaded, engine=engine, backend=backend), reset
 
 
 def chooser_of(plan: RunPlan) -> VariantChooser:
