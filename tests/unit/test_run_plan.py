@@ -240,7 +240,8 @@ CREATE TABLE events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, step TEXT, time REAL NOT NULL,
   kind TEXT NOT NULL, message TEXT NOT NULL);
 INSERT INTO meta VALUES ('schema_version', '1');
-INSERT INTO runs VALUES ('r1', 'wf', 'f.yaml', 'failed', 1.0, 1.0, 2.0, NULL, 0, 0, '/w', '{}', '{}', '', 'local', '{}');
+INSERT INTO runs VALUES
+  ('r1', 'wf', 'f.yaml', 'failed', 1.0, 1.0, 2.0, NULL, 0, 0, '/w', '{}', '{}', '', 'local', '{}');
 INSERT INTO steps (run_id, step, ord, state) VALUES ('r1', 'a', 0, 'failed');
 INSERT INTO events (run_id, step, time, kind, message) VALUES ('r1', NULL, 1.0, 'created', 'run of wf created');
 """

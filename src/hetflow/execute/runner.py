@@ -13,7 +13,6 @@ an attempt ends is ``attempts``; stop and resume are ``lifecycle``.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 import time
@@ -22,22 +21,21 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
-from hetflow.errors import HetflowError
-from hetflow.execute.attempts import Active, Attempts, RunnerConfig
-from hetflow.execute.backends.base import Backend, Job
+from hetflow.execute.attempts import Attempts, RunnerConfig
+from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.local import LocalBackend
-from hetflow.execute.container import build_spec
 from hetflow.execute.dispatch import ClusterDispatch, Dispatch, LocalDispatch
 from hetflow.execute.engine import ContainerEngine
+from hetflow.execute.launch import Launcher
 from hetflow.execute.lifecycle import pid_alive, reconcile
-from hetflow.execute.paths import RunPaths, container_name
-from hetflow.inventory.models import Gpu, Node
+from hetflow.execute.paths import RunPaths
+from hetflow.inventory.models import Node
 from hetflow.plan.choose import GreedyChooser, VariantChooser
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.spec.checks import edges_of
 from hetflow.spec.dag import topo_order
 from hetflow.spec.models import Workflow
-from hetflow.state.events import AttemptStarted, RunStateChanged
+from hetflow.state.events import RunStateChanged
 from hetflow.state.models import (
     FAILED,
     LAUNCHING,
@@ -52,8 +50,6 @@ from hetflow.state.models import (
     STOPPED,
     SUCCEEDED,
     WAITING,
-    AttemptRecord,
-    Lease,
     RunRecord,
     StepRecord,
 )
@@ -145,6 +141,16 @@ class Runner:
                 pid=self.pid,
                 alive=alive,
             )
+        )
+        self.launcher = Launcher(
+            store=store,
+            run=run,
+            workflow=workflow,
+            backend=self.backend,
+            dispatch=self.dispatch,
+            attempts=self.attempts,
+            clock=clock,
+            pid=self.pid,
         )
 
     # --- the loop ---------------------------------------------------------------------
@@ -243,7 +249,7 @@ class Runner:
     def _try_launch(self, name: str, s: StepRecord) -> None:
         decision = self.dispatch.decide(name, self.wf.steps[name])
         if decision.variant is not None:
-            self._launch(name, s, decision.variant, decision.gpus, decision.why)
+            self.launcher.launch(name, s, decision.variant, decision.gpus, decision.why)
         elif decision.wait:
             if s.reason != decision.why:
                 self.store.set_step(self.run_id, name, reason=decision.why)
@@ -261,89 +267,3 @@ class Runner:
             reason=why,
             event=("skipped (optional step): " if optional else "") + why,
         )
-
-    def _launch(self, name: str, s: StepRecord, vname: str, gpus: tuple[Gpu, ...], why: str) -> None:
-        step = self.wf.steps[name]
-        variant = step.resolved_variants()[vname]
-        attempt = s.attempts + 1
-        container = container_name(self.run_id, name, attempt)
-        uuids = tuple(g.uuid for g in gpus)
-        if not self.dispatch.reserve(Lease("", self.run_id, name, attempt, container, self.pid), gpus):
-            return  # another process took them between our look and our grab
-        staging = self.paths.staging(name, attempt)
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        os.chown(staging, self.uid, self.gid)
-        self.paths.log(name, attempt).parent.mkdir(parents=True, exist_ok=True)
-        spec = build_spec(
-            run_id=self.run_id,
-            step_name=name,
-            step=step,
-            variant=variant,
-            attempt=attempt,
-            uid=self.uid,
-            gid=self.gid,
-            paths=self.paths,
-            access=self.dispatch.access(variant, gpus),
-        )
-        where = self.dispatch.where(name)
-        now = self.clock()
-        indices = tuple(g.index for g in gpus)
-        self.store.add_attempt(
-            AttemptRecord(
-                run_id=self.run_id,
-                step=name,
-                attempt=attempt,
-                variant=vname,
-                node=where.node,
-                gpus=indices,
-                gpu_uuids=uuids,
-                container=container,
-                image=variant.image,
-                state=LAUNCHING,
-                exit_code=None,
-                started=now,
-                ended=None,
-                message="",
-            )
-        )
-        gpu_text = ",".join(map(str, indices)) or "none"
-        self.store.set_step(
-            self.run_id,
-            name,
-            state=LAUNCHING,
-            variant=vname,
-            node=where.node,
-            gpus=list(indices),
-            attempts=attempt,
-            started=s.started or now,
-            reason=why,
-            not_before=None,
-            event=f"attempt {attempt}: variant {vname}, GPUs {gpu_text}, container {container} ({why})",
-        )
-        holds = self.backend.capabilities.holds_dependencies
-        active = self.attempts.active
-        job = Job(
-            name=container,
-            run_id=self.run_id,
-            step=name,
-            attempt=attempt,
-            container=spec,
-            cpus=variant.resources.cpus,
-            memory=variant.resources.memory,
-            gpus=variant.resources.gpus,
-            gpu_model=where.gpu_model,
-            node=where.pinned_node,
-            node_class=where.node_class,
-            depends_on=tuple(active[d].container for d in step.dependencies() if d in active) if holds else (),
-        )
-        act = Active(name, attempt, container, variant.resources.cpus, variant.resources.memory, uuids)
-        active[name] = act
-        try:
-            self.backend.submit(job)
-        except HetflowError as exc:
-            self.attempts.fail(act, None, str(exc))
-            return
-        self.store.set_step(self.run_id, name, state=RUNNING)
-        self.store.set_attempt(self.run_id, name, attempt, state=RUNNING)
-        self.attempts.emit(AttemptStarted(0, self.run_id, now, f"{container} submitted", name, attempt, container))
