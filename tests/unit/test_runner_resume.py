@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from hetflow.execute import reset_for_resume, stop_run
 from hetflow.execute.engine import ContainerSpec, ContainerState, FakeEngine
 from hetflow.execute.outputs import damaged_outputs
 from hetflow.execute.paths import RunPaths, container_name
-from hetflow.execute.runner import reset_for_resume, stop_run
 from hetflow.spec.checks import edges_of
 from hetflow.state.models import FAILED, LAUNCHING, PENDING, RUNNING, SKIPPED, STOPPED, SUCCEEDED
 from tests.unit.builders import Crash, Outcome, World, gpu, node, world
@@ -345,7 +345,7 @@ def test_reset_for_resume_sends_failed_and_skipped_steps_back_to_pending(tmp_pat
 )
 def test_pid_alive_treats_a_zombie_as_dead(tmp_path: Path, state: str, alive: bool) -> None:
     """A killed executor nobody reaps stays a zombie yet answers kill(0): resume must not wait on it."""
-    from hetflow.execute.runner import pid_alive
+    from hetflow.execute import pid_alive
 
     pid = os.getpid()
     (tmp_path / str(pid)).mkdir()

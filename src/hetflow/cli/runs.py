@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import subprocess
 import sys
@@ -15,31 +13,18 @@ from rich.console import Console
 
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home, submitter
-from hetflow.errors import SpecError, UsageError
-from hetflow.execute.backends.base import Backend
+from hetflow.errors import UsageError
 from hetflow.execute.backends.factory import make_backend
-from hetflow.execute.engine import CliEngine, make_engine
-from hetflow.execute.images import default_resolver, pin_images
+from hetflow.execute.lifecycle import stop_run
 from hetflow.execute.logs import read_lines
-from hetflow.execute.outputs import damaged_outputs
 from hetflow.execute.paths import RunPaths
-from hetflow.execute.runner import Runner, RunnerConfig, reset_for_resume, stop_run
+from hetflow.execute.session import OpenRun, drive, open_run, resume_run, submit_run
 from hetflow.execute.settings import Settings, load_settings
-from hetflow.execute.submit import create_run, preflight
-from hetflow.images.reference import parse_reference
-from hetflow.inventory import Node, discover
-from hetflow.plan.build import build_instance
-from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser
-from hetflow.plan.cluster import load_cluster
-from hetflow.plan.heuristic import plan_heuristic
-from hetflow.plan.images import image_check
-from hetflow.plan.instance import MachineClass, Plan
-from hetflow.plan.local import plan_local
-from hetflow.plan.profile import learn, profile_for
+from hetflow.inventory import discover
 from hetflow.report.progress import make_reporter
 from hetflow.report.runs import ps_table, run_json, steps_table
-from hetflow.spec.checks import edges_of
-from hetflow.spec.loader import LoadedWorkflow, load_workflow
+from hetflow.spec.loader import load_workflow
+from hetflow.state.events import RunWatch
 from hetflow.state.models import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL
 from hetflow.state.store import Store
 
@@ -68,28 +53,10 @@ def run(
     loaded = load_workflow(file, parse_params(param))
     store, node = open_store(), discover(hetflow_home())
     uid, gid = submitter()
-    if settings.backend == "local":
-        engine = make_engine()
-        loaded = _pin(loaded, node, engine)
-        problems = list(loaded.notes) + preflight(loaded, node, engine)
-        if any(p.severity == "error" for p in problems):
-            raise SpecError(problems)
-        print_problems(problems)
-    else:
-        make_backend(settings).check()
-        _cluster_plan(store, loaded, settings)  # refuse before recording anything if it cannot be planned
-    runs_dir = Path(settings.workdir) if settings.workdir else None
-    record = create_run(
-        store,
-        loaded,
-        hetflow_home(),
-        uid,
-        gid,
-        backend=settings.backend,
-        backend_json=settings.to_json(),
-        runs_dir=runs_dir,
+    opened = submit_run(
+        store, loaded, settings, node, home=hetflow_home(), uid=uid, gid=gid, say=_say, problems=print_problems
     )
-    _go(store, record.id, loaded, detach=detach, quiet=quiet)
+    _go(opened, detach=detach, quiet=quiet)
 
 
 def resume(
@@ -103,27 +70,20 @@ def resume(
     if record.state == RUN_SUCCEEDED:
         console.print(f"run {record.id} already succeeded; nothing to resume")
         return
-    loaded = _load_recorded(store, record.id)
-    reset = reset_for_resume(
-        store,
-        record.id,
-        lambda step: damaged_outputs(store.outputs(record.id, step)),
-        edges_of(loaded.workflow),
-    )
+    opened, reset = resume_run(store, record.id, discover(hetflow_home()))
     if reset:
         err.print(f"resuming {record.id}: re-running {', '.join(reset)}", highlight=False)
-    _go(store, record.id, loaded, detach=detach, quiet=quiet)
+    _go(opened, detach=detach, quiet=quiet)
 
 
-def _load_recorded(store: Store, run_id: str) -> LoadedWorkflow:
-    record = store.run(run_id)
-    paths = RunPaths(Path(record.workdir))
-    return load_workflow(paths.workflow, json.loads(record.params_json))
+def _say(text: str) -> None:
+    err.print(text, highlight=False)
 
 
-def _go(store: Store, run_id: str, loaded: LoadedWorkflow, *, detach: bool, quiet: bool) -> None:
+def _go(opened: OpenRun, *, detach: bool, quiet: bool) -> None:
+    run_id = opened.run.id
     if detach:
-        paths = RunPaths(Path(store.run(run_id).workdir))
+        paths = RunPaths(Path(opened.run.workdir))
         with paths.executor_log.open("ab") as log:
             subprocess.Popen(
                 [sys.executable, "-m", "hetflow.cli.main", "_execute", run_id],
@@ -135,113 +95,15 @@ def _go(store: Store, run_id: str, loaded: LoadedWorkflow, *, detach: bool, quie
             )
         print(run_id)
         return
-    state = _execute(store, run_id, loaded, quiet=quiet, out=console)
+    state = _execute(opened, quiet=quiet, out=console)
     raise typer.Exit(0 if state == RUN_SUCCEEDED else 1)
 
 
-def _cluster_plan(store: Store, loaded: LoadedWorkflow, settings: Settings) -> tuple[Plan, tuple[MachineClass, ...]]:
-    """Plan the workflow on the settings' cluster file (history wins over estimates)."""
-    assert settings.cluster is not None
-    cluster = load_cluster(settings.cluster)
-    name = loaded.workflow.name
-    instance = build_instance(
-        loaded.workflow,
-        cluster.classes(),
-        bandwidth=cluster.bandwidth_bytes,
-        profile=profile_for(learn(store.history(name)), name),
-        image_check=image_check(default_resolver),
-    )
-    return plan_heuristic(instance), cluster.classes()
-
-
-def _execute(store: Store, run_id: str, loaded: LoadedWorkflow, *, quiet: bool, out: Console) -> str:
-    record = store.run(run_id)
-    settings = Settings.from_json(record.backend_json)
-    node = discover(hetflow_home())
-    if settings.backend != "local":
-        return _execute_cluster(store, run_id, loaded, settings, node, quiet=quiet, out=out)
-    engine = make_engine()
-    loaded = _pin(loaded, node, engine, quiet=True)
-    chooser, priority = _local_plan(store, loaded, node)
-    runner = Runner(
-        store=store,
-        engine=engine,
-        node=node,
-        workflow=loaded.workflow,
-        run=store.run(run_id),
-        reporter=make_reporter(out, quiet),
-        config=RunnerConfig.from_env(),
-        chooser=chooser,
-        priority=priority,
-    )
-    gpus = f"{len(node.gpus)} GPU(s){', fake' if node.gpu_source == 'fake' else ''}"
-    banner = f"run {run_id} of {loaded.workflow.name} on {node.name} ({node.cpu.cores} CPUs, {gpus})"
-    return _drive(store, run_id, runner, runner.backend, None if quiet else banner, out)
-
-
-def _execute_cluster(
-    store: Store, run_id: str, loaded: LoadedWorkflow, settings: Settings, node: Node, *, quiet: bool, out: Console
-) -> str:
-    backend = make_backend(settings)
-    backend.check()
-    plan, classes = _cluster_plan(store, loaded, settings)
-    runner = Runner(
-        store=store,
-        node=node,
-        workflow=loaded.workflow,
-        run=store.run(run_id),
-        reporter=make_reporter(out, quiet),
-        config=RunnerConfig.from_env(),
-        backend=backend,
-        placements=plan.placements,
-        classes=classes,
-        priority={s: p.start for s, p in plan.placements.items()},
-    )
-    banner = (
-        f"run {run_id} of {loaded.workflow.name} on {settings.backend} (cluster {settings.cluster}, "
-        f"planned makespan {plan.makespan:.1f}s)"
-    )
-    return _drive(store, run_id, runner, backend, None if quiet else banner, out)
-
-
-def _drive(store: Store, run_id: str, runner: Runner, backend: Backend, banner: str | None, out: Console) -> str:
-    """Run to the end; Ctrl-C stops the run (its containers or jobs) so it can be resumed."""
-    runner.install_signal_handlers()
-    if banner:
-        err.print(banner, highlight=False)
-    try:
-        state = runner.execute()
-    except KeyboardInterrupt:
-        stop_run(store, backend, run_id)
-        err.print(f"run {run_id} stopped; 'hetflow resume {run_id}' continues it", highlight=False)
-        return "stopped"
-    _summary(store, run_id, out)
-    return state
-
-
-def _pin(loaded: LoadedWorkflow, node: Node, engine: CliEngine, *, quiet: bool = False) -> LoadedWorkflow:
-    """Resolve each image index to the build for this node and pull it by digest."""
-    pin = pin_images(loaded.workflow, node)
-    for note in pin.notes:
-        if not quiet:
-            err.print(f"note: {note}", highlight=False)
-    for ref in pin.pulls:
-        if not engine.image_exists(ref):
-            engine.pull(ref, insecure=parse_reference(ref).is_loopback)
-    for image, pinned in sorted(pin.pinned.items()):
-        if not quiet:
-            err.print(f"image {image} -> {pinned}", highlight=False)
-    return dataclasses.replace(loaded, workflow=pin.workflow)
-
-
-def _local_plan(store: Store, loaded: LoadedWorkflow, node: Node) -> tuple[VariantChooser, dict[str, float] | None]:
-    """Follow the planner on this machine (HETFLOW_PLANNER=greedy: the plain rule of
-    "GPU variant when a qualifying GPU is free, else CPU")."""
-    if os.environ.get("HETFLOW_PLANNER", "plan") == "greedy":
-        return GreedyChooser(), None
-    name = loaded.workflow.name
-    local = plan_local(loaded.workflow, node, profile_for(learn(store.history(name)), name))
-    return PlanChooser(local.variants, local.reasons), local.priority
+def _execute(opened: OpenRun, *, quiet: bool, out: Console) -> str:
+    ended = drive(opened, make_reporter(out, quiet), _say, banner=not quiet)
+    if not ended.interrupted:
+        _summary(opened.store, opened.run.id, out)
+    return ended.state
 
 
 def _summary(store: Store, run_id: str, out: Console) -> None:
@@ -260,8 +122,8 @@ def _summary(store: Store, run_id: str, out: Console) -> None:
 def execute_detached(run_id: str) -> None:
     """(internal) The executor of a detached run."""
     store = open_store()
-    loaded = _load_recorded(store, run_id)
-    state = _execute(store, run_id, loaded, quiet=False, out=Console(force_terminal=False))
+    opened = open_run(store, run_id, discover(hetflow_home()))
+    state = _execute(opened, quiet=False, out=Console(force_terminal=False))
     raise typer.Exit(0 if state == RUN_SUCCEEDED else 1)
 
 
@@ -327,6 +189,7 @@ def logs(
         raise UsageError(f"run {rid} has no step {step!r}; its steps: {', '.join(names)}")
     paths = RunPaths(Path(record.workdir))
     offsets: dict[Path, int] = {}
+    watch = RunWatch(store, rid)  # the run's event stream says when it ends
     while True:
         for a in store.attempts(rid, step):
             if attempt is not None and a.attempt != attempt:
@@ -336,7 +199,10 @@ def logs(
             prefix = f"{a.step}.{a.attempt} | " if step is None or attempt is None else ""
             for stream, text in lines:
                 print(prefix + text, file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)
-        if not follow or store.run(rid).state in RUN_TERMINAL:
+        if not follow:
+            break
+        watch.poll()
+        if watch.ended:
             break
         time.sleep(0.5)
 

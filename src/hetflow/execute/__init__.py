@@ -1,1 +1,161 @@
-"""Running steps: the container engine seam, container specs, and the runner."""
+"""Running steps: from a recorded run to containers or cluster jobs, and back into the store.
+
+    session     submit_run / open_run / resume_run / drive: what ``hetflow run``, ``resume``
+                and the detached executor do (the CLI only parses and prints)
+    prepare     pin images and plan, once per run; runplan: the RunPlan stored with the run
+    runner      the loop: dispatch ready steps, poll, finalize, retry, persist
+    dispatch    where a step runs: LocalDispatch (capacity, GPU leases, variant chooser)
+                or ClusterDispatch (the cluster plan's placements)
+    attempts    attempts in flight: accept outputs, retry with backoff, fail
+    lifecycle   stop_run, reset_for_resume, adopting what a dead executor left, pid_alive
+    engine      the container engine seam (podman, docker, a fake); container, gpu, paths,
+                logs, outputs: what one container gets and leaves behind
+    images      pin each step's image to the build for this node
+    settings    the backend settings a run is started with
+    backends/   the engines a run can use (local, Slurm, Ray)
+
+Names are loaded on first use, so ``import hetflow.execute`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hetflow.execute.attempts import RunnerConfig
+    from hetflow.execute.container import build_spec, container_env, input_mounts
+    from hetflow.execute.dispatch import ClusterDispatch, Decision, Dispatch, LocalDispatch
+    from hetflow.execute.engine import (
+        LABEL_ATTEMPT,
+        LABEL_RUN,
+        LABEL_STEP,
+        CliEngine,
+        ContainerEngine,
+        ContainerSpec,
+        ContainerState,
+        DockerEngine,
+        FakeEngine,
+        Mount,
+        cri_lines,
+        make_engine,
+        run_args,
+    )
+    from hetflow.execute.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
+    from hetflow.execute.images import PinResult, default_resolver, pin_images
+    from hetflow.execute.lifecycle import pid_alive, reset_for_resume, stop_run
+    from hetflow.execute.logs import log_tail, parse_line, read_lines
+    from hetflow.execute.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
+    from hetflow.execute.paths import RunPaths, container_name
+    from hetflow.execute.runner import NullReporter, Reporter, Runner
+    from hetflow.execute.runplan import RunPlan, apply_images
+    from hetflow.execute.session import Ended, OpenRun, build_runner, drive, open_run, resume_run, submit_run
+    from hetflow.execute.settings import Settings, load_settings
+    from hetflow.execute.submit import create_run, new_run_id, preflight
+
+_WHERE = {
+    "attempts": ["RunnerConfig"],
+    "container": ["build_spec", "container_env", "input_mounts"],
+    "dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
+    "engine": [
+        "LABEL_ATTEMPT",
+        "LABEL_RUN",
+        "LABEL_STEP",
+        "CliEngine",
+        "ContainerEngine",
+        "ContainerSpec",
+        "ContainerState",
+        "DockerEngine",
+        "FakeEngine",
+        "Mount",
+        "cri_lines",
+        "make_engine",
+        "run_args",
+    ],
+    "gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],
+    "images": ["PinResult", "default_resolver", "pin_images"],
+    "lifecycle": ["pid_alive", "reset_for_resume", "stop_run"],
+    "logs": ["log_tail", "parse_line", "read_lines"],
+    "outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
+    "paths": ["RunPaths", "container_name"],
+    "runner": ["NullReporter", "Reporter", "Runner"],
+    "runplan": ["RunPlan", "apply_images"],
+    "session": ["Ended", "OpenRun", "build_runner", "drive", "open_run", "resume_run", "submit_run"],
+    "settings": ["Settings", "load_settings"],
+    "submit": ["create_run", "new_run_id", "preflight"],
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
+
+__all__ = [
+    "DRIVER_DIR",
+    "LABEL_ATTEMPT",
+    "LABEL_RUN",
+    "LABEL_STEP",
+    "CliEngine",
+    "ClusterDispatch",
+    "ContainerEngine",
+    "ContainerSpec",
+    "ContainerState",
+    "Decision",
+    "Dispatch",
+    "DockerEngine",
+    "Ended",
+    "FakeEngine",
+    "GpuAccess",
+    "LocalDispatch",
+    "Mount",
+    "NullReporter",
+    "OpenRun",
+    "PinResult",
+    "Reporter",
+    "RunPaths",
+    "RunPlan",
+    "Runner",
+    "RunnerConfig",
+    "Settings",
+    "accept_outputs",
+    "apply_images",
+    "build_runner",
+    "build_spec",
+    "cdi_device_names",
+    "container_env",
+    "container_name",
+    "create_run",
+    "cri_lines",
+    "damaged_outputs",
+    "default_resolver",
+    "drive",
+    "driver_mounts",
+    "gpu_access",
+    "input_mounts",
+    "load_settings",
+    "log_tail",
+    "make_engine",
+    "missing_outputs",
+    "new_run_id",
+    "open_run",
+    "parse_line",
+    "pid_alive",
+    "pin_images",
+    "preflight",
+    "read_lines",
+    "reset_for_resume",
+    "resume_run",
+    "run_args",
+    "sha256_of",
+    "stop_run",
+    "submit_run",
+]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hetflow.execute' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"hetflow.execute.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -61,9 +61,10 @@ def create_run(
     backend: str = "local",
     backend_json: str = "{}",
     runs_dir: Path | None = None,
+    plan_json: str | None = None,
 ) -> RunRecord:
-    """Record a new run; its work directory is under ``runs_dir`` (a shared directory for
-    multi-node backends) or ``home/runs``."""
+    """Record a new run (with the plan it follows, ``runplan.RunPlan`` as JSON); its work
+    directory is under ``runs_dir`` (a shared directory for multi-node backends) or ``home/runs``."""
     errors = [p for p in loaded.notes if p.severity == "error"]
     if errors:
         raise SpecError(errors)
@@ -84,5 +85,6 @@ def create_run(
         steps=list(loaded.workflow.steps),
         backend=backend,
         backend_json=backend_json,
+        plan_json=plan_json,
     )
     return store.run(run_id)

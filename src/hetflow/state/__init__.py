@@ -1,6 +1,86 @@
-"""The SQLite state store: the only module that writes SQL."""
+"""The SQLite state store (the only module that writes SQL), the records it returns, the
+states a run and a step may take, and the run's typed event stream.
 
-from hetflow.state.models import AttemptRecord, RunRecord, StepRecord
-from hetflow.state.store import Store
+    store    Store: runs, steps, attempts, outputs, events, GPU leases, stored plans
+    models   frozen records (RunRecord, StepRecord, ...) and states with their transitions
+    events   RunEvent values, ``record`` (write), ``follow``/``tail``/``RunWatch`` (read)
+"""
 
-__all__ = ["AttemptRecord", "RunRecord", "StepRecord", "Store"]
+from hetflow.state.events import (
+    AttemptFinished,
+    AttemptStarted,
+    Note,
+    RunEvent,
+    RunStateChanged,
+    RunWatch,
+    StepStateChanged,
+    follow,
+    record,
+    tail,
+    typed,
+)
+from hetflow.state.models import (
+    FAILED,
+    LAUNCHING,
+    PENDING,
+    RUN_FAILED,
+    RUN_PENDING,
+    RUN_RUNNING,
+    RUN_STOPPED,
+    RUN_SUCCEEDED,
+    RUN_TERMINAL,
+    RUNNING,
+    SKIPPED,
+    STEP_TERMINAL,
+    STEP_TRANSITIONS,
+    STOPPED,
+    SUCCEEDED,
+    WAITING,
+    AttemptRecord,
+    Event,
+    Lease,
+    OutputRecord,
+    RunRecord,
+    RunView,
+    StepRecord,
+)
+from hetflow.state.store import SCHEMA_VERSION, Store
+
+__all__ = [
+    "FAILED",
+    "LAUNCHING",
+    "PENDING",
+    "RUNNING",
+    "RUN_FAILED",
+    "RUN_PENDING",
+    "RUN_RUNNING",
+    "RUN_STOPPED",
+    "RUN_SUCCEEDED",
+    "RUN_TERMINAL",
+    "SCHEMA_VERSION",
+    "SKIPPED",
+    "STEP_TERMINAL",
+    "STEP_TRANSITIONS",
+    "STOPPED",
+    "SUCCEEDED",
+    "WAITING",
+    "AttemptFinished",
+    "AttemptRecord",
+    "AttemptStarted",
+    "Event",
+    "Lease",
+    "Note",
+    "OutputRecord",
+    "RunEvent",
+    "RunRecord",
+    "RunStateChanged",
+    "RunView",
+    "RunWatch",
+    "StepRecord",
+    "StepStateChanged",
+    "Store",
+    "follow",
+    "record",
+    "tail",
+    "typed",
+]

@@ -112,6 +112,7 @@ class Event:
     time: float
     kind: str
     message: str
+    data: str = "{}"  # JSON: what a typed event carries beyond its kind (state.events)
 
 
 @dataclass(frozen=True)

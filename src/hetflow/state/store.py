@@ -26,7 +26,8 @@ from hetflow.state.models import (
     StepRecord,
 )
 
-SCHEMA_VERSION = 1
+# 2: runs keep their plan (run_plans) and events carry typed data (events.data); see _migrate.
+SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
@@ -50,11 +51,12 @@ CREATE TABLE IF NOT EXISTS outputs (
   size INTEGER NOT NULL, path TEXT NOT NULL, PRIMARY KEY (run_id, step, name));
 CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, step TEXT, time REAL NOT NULL,
-  kind TEXT NOT NULL, message TEXT NOT NULL);
+  kind TEXT NOT NULL, message TEXT NOT NULL, data TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id);
 CREATE TABLE IF NOT EXISTS gpu_leases (
   gpu_uuid TEXT PRIMARY KEY, run_id TEXT NOT NULL, step TEXT NOT NULL, attempt INTEGER NOT NULL,
   container TEXT NOT NULL, pid INTEGER NOT NULL, acquired REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS run_plans (run_id TEXT PRIMARY KEY REFERENCES runs(id), plan_json TEXT NOT NULL);
 """
 
 
@@ -90,11 +92,26 @@ class Store:
             ) from None
 
     def _migrate(self) -> None:
-        """Stores written before backends existed get the runs' backend columns."""
+        """Upgrade a store written by an older hetflow in place; a new store skips this.
+
+        Before backends existed runs had no backend columns (schema 1 without them); before
+        schema 2 a run's plan was not stored and events had no typed data.  A run from
+        then has no stored plan: resuming it plans again, as that hetflow did."""
         cols = {r["name"] for r in self._db.execute("PRAGMA table_info(runs)")}
-        if cols and "backend" not in cols:
+        if not cols:
+            return  # a new store: _SCHEMA creates everything
+        if "backend" not in cols:
             self._db.execute("ALTER TABLE runs ADD COLUMN backend TEXT NOT NULL DEFAULT 'local'")
             self._db.execute("ALTER TABLE runs ADD COLUMN backend_json TEXT NOT NULL DEFAULT '{}'")
+        event_cols = {r["name"] for r in self._db.execute("PRAGMA table_info(events)")}
+        if event_cols and "data" not in event_cols:
+            with self._tx(immediate=True) as db:
+                db.execute("ALTER TABLE events ADD COLUMN data TEXT NOT NULL DEFAULT '{}'")
+                db.execute(
+                    "CREATE TABLE IF NOT EXISTS run_plans"
+                    " (run_id TEXT PRIMARY KEY REFERENCES runs(id), plan_json TEXT NOT NULL)"
+                )
+                db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def close(self) -> None:
         self._db.close()
@@ -126,7 +143,10 @@ class Store:
         steps: Iterable[str],
         backend: str = "local",
         backend_json: str = "{}",
+        plan_json: str | None = None,
     ) -> None:
+        """Record a run, its steps (pending) and, when given, the plan it follows (JSON text:
+        the store keeps it, ``plan.stored`` reads it)."""
         now = _now()
         with self._tx() as db:
             db.execute(
@@ -142,6 +162,13 @@ class Store:
                 "INSERT INTO events (run_id, step, time, kind, message) VALUES (?, NULL, ?, 'created', ?)",
                 (run_id, now, f"run of {name} created from {workflow_file}"),
             )
+            if plan_json is not None:
+                db.execute("INSERT INTO run_plans VALUES (?, ?)", (run_id, plan_json))
+
+    def plan_json(self, run_id: str) -> str | None:
+        """The plan stored with the run (JSON text), or None for a run recorded without one."""
+        row = self._db.execute("SELECT plan_json FROM run_plans WHERE run_id = ?", (run_id,)).fetchone()
+        return None if row is None else str(row["plan_json"])
 
     def resolve_run_id(self, prefix: str) -> str:
         """A full run id from a unique prefix, as docker accepts short container ids."""
@@ -333,11 +360,12 @@ class Store:
 
     # --- events -----------------------------------------------------------------------
 
-    def add_event(self, run_id: str, step: str | None, kind: str, message: str) -> None:
+    def add_event(self, run_id: str, step: str | None, kind: str, message: str, data: str = "{}") -> None:
+        """Append to the run's event stream (``state.events`` types what it reads back)."""
         with self._tx() as db:
             db.execute(
-                "INSERT INTO events (run_id, step, time, kind, message) VALUES (?, ?, ?, ?, ?)",
-                (run_id, step, _now(), kind, message),
+                "INSERT INTO events (run_id, step, time, kind, message, data) VALUES (?, ?, ?, ?, ?, ?)",
+                (run_id, step, _now(), kind, message, data),
             )
 
     def events(self, run_id: str, after: int = 0) -> list[Event]:

@@ -1,0 +1,178 @@
+"""Attempts in flight, and what happens when one ends: its outputs are accepted, or it is
+retried after a doubling backoff, or the step fails.  Every outcome is persisted before
+the next decision, so a run killed at any instant resumes from the store."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from hetflow.execute.backends.base import Backend
+from hetflow.execute.logs import log_tail
+from hetflow.execute.outputs import accept_outputs, missing_outputs
+from hetflow.execute.paths import RunPaths
+from hetflow.spec.models import Workflow
+from hetflow.state.events import AttemptFinished, RunEvent, record
+from hetflow.state.models import FAILED, STOPPED, SUCCEEDED, WAITING
+from hetflow.state.store import Store
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    poll_interval: float = 0.25
+    retry_backoff: float = 2.0  # seconds before the first retry; doubles each time
+    max_backoff: float = 300.0
+
+    @classmethod
+    def from_env(cls) -> RunnerConfig:
+        return cls(
+            poll_interval=float(os.environ.get("HETFLOW_POLL_INTERVAL", "0.25")),
+            retry_backoff=float(os.environ.get("HETFLOW_RETRY_BACKOFF", "2")),
+        )
+
+
+@dataclass
+class Active:
+    """An attempt handed to the engine (or about to be) and what it holds."""
+
+    step: str
+    attempt: int
+    container: str
+    cpus: float
+    memory: int
+    gpus: tuple[str, ...]  # leased GPU UUIDs
+
+
+class Attempts:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        run_id: str,
+        workflow: Workflow,
+        paths: RunPaths,
+        backend: Backend,
+        config: RunnerConfig,
+        clock: Callable[[], float],
+        budget_start: dict[str, int],
+    ) -> None:
+        self.store, self.run_id, self.wf, self.paths = store, run_id, workflow, paths
+        self.backend, self.config, self.clock = backend, config, clock
+        # Retry budget counts attempts made by this executor session, so a resumed run
+        # gets its retries again (as `snakemake --rerun-incomplete` would).
+        self.budget_start = budget_start
+        self.active: dict[str, Active] = {}
+        self._to_remove: list[str] = []
+
+    def emit(self, event: RunEvent) -> None:
+        """The runner's one way to add to the run's event stream."""
+        record(self.store, event)
+
+    def poll(self) -> None:
+        if not self.active:
+            return
+        states = self.backend.poll(self.run_id)
+        for act in list(self.active.values()):
+            st = states.get(act.container)
+            if st is None:
+                self.fail(act, None, f"container {act.container} disappeared")
+            elif st.dependency_failed:
+                self.requeue(act, st.reason or "a dependency failed")
+            elif not st.running:
+                self.finalize(act, st.exit_code if st.exit_code is not None else 255)
+
+    def finalize(self, act: Active, exit_code: int) -> None:
+        step = self.wf.steps[act.step]
+        staging = self.paths.staging(act.step, act.attempt)
+        final = self.paths.step_out(act.step)
+        if exit_code != 0:
+            self.fail(act, exit_code, exit_reason(exit_code))
+            return
+        if not staging.exists() and final.exists():
+            staging = final  # crashed after the rename, before the commit
+        missing = missing_outputs(staging, step.outputs)
+        if missing:
+            self.fail(act, 0, "exited 0 but did not write declared output(s) " + ", ".join(missing) + " under /out")
+            return
+        records = accept_outputs(self.run_id, act.step, staging, final, step.outputs)
+        now = self.clock()
+        self.store.succeed_step(self.run_id, act.step, act.attempt, records, now, 0)
+        self.emit(
+            AttemptFinished(0, self.run_id, now, f"{act.container} succeeded", act.step, act.attempt, SUCCEEDED, 0)
+        )
+        self.release(act)
+
+    def fail(self, act: Active, exit_code: int | None, message: str) -> None:
+        tail = log_tail(self.paths.log(act.step, act.attempt), 3)
+        detail = f"{message}" + (f"; last output: {' | '.join(tail)}" if tail else "")
+        now = self.clock()
+        self.store.set_attempt(
+            self.run_id, act.step, act.attempt, state=FAILED, exit_code=exit_code, ended=now, message=detail
+        )
+        self.emit(AttemptFinished(0, self.run_id, now, detail, act.step, act.attempt, FAILED, exit_code))
+        self.release(act)
+        used = act.attempt - self.budget_start.get(act.step, 0)
+        retries = self.wf.steps[act.step].retries
+        if used <= retries:
+            delay = min(self.config.retry_backoff * 2 ** (used - 1), self.config.max_backoff)
+            self.store.set_step(
+                self.run_id,
+                act.step,
+                state=WAITING,
+                not_before=now + delay,
+                exit_code=exit_code,
+                reason=f"attempt {act.attempt}: {detail}",
+                event=f"attempt {act.attempt} failed ({detail}); retry {used} of {retries} in {delay:g}s",
+            )
+        else:
+            self.store.set_step(
+                self.run_id,
+                act.step,
+                state=FAILED,
+                exit_code=exit_code,
+                ended=now,
+                reason=detail,
+                event=f"attempt {act.attempt} failed ({detail}); no retries left",
+            )
+
+    def requeue(self, act: Active, reason: str) -> None:
+        """The engine dropped a job whose parent failed: not this step's failure.  It goes
+        back to pending (under a new attempt name, outside the retry budget)."""
+        self.budget_start[act.step] = self.budget_start.get(act.step, 0) + 1
+        now = self.clock()
+        self.store.set_attempt(self.run_id, act.step, act.attempt, state=STOPPED, ended=now, message=reason)
+        self.emit(AttemptFinished(0, self.run_id, now, reason, act.step, act.attempt, STOPPED, None))
+        self.active.pop(act.step, None)
+        self._to_remove.append(act.container)
+        self.store.set_step(
+            self.run_id,
+            act.step,
+            state=WAITING,
+            not_before=None,
+            reason=f"requeued: {reason}",
+            event=f"{act.container} dropped by the engine ({reason}); submitted again later",
+        )
+
+    def release(self, act: Active) -> None:
+        self.active.pop(act.step, None)
+        if act.gpus:
+            self.store.release_gpus(act.container)
+        self._to_remove.append(act.container)
+
+    def flush_removals(self) -> None:
+        """Remove finished containers in one engine call (their results are stored)."""
+        if self._to_remove:
+            names, self._to_remove = self._to_remove, []
+            self.backend.release(names)
+
+
+def exit_reason(code: int) -> str:
+    hints = {
+        125: "the container engine failed to run the container",
+        126: "the command could not be executed (permission?)",
+        127: "the command was not found in the image",
+        137: "killed (SIGKILL: out of memory, or stopped)",
+        143: "terminated (SIGTERM)",
+    }
+    return f"exited with code {code}" + (f" ({hints[code]})" if code in hints else "")

@@ -1,0 +1,149 @@
+"""Dispatch strategies: for a ready step, which variant runs, where, and with which GPUs.
+
+The runner asks one ``Dispatch`` per run (Kubernetes' scheduler framework calls this kind
+of seam an extension point).  ``LocalDispatch`` does hetflow's own accounting on this
+machine: free cores and memory, GPU leases shared by every run on the host, the variant
+chooser (the plan's variant, or the greedy rule).  ``ClusterDispatch`` follows the cluster
+plan's placements and leaves capacity and GPUs to the engine (Slurm, Ray), which queues
+the work and assigns devices itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from hetflow.execute.attempts import Active
+from hetflow.execute.backends.base import Backend
+from hetflow.execute.gpu import GpuAccess, gpu_access
+from hetflow.inventory.models import Gpu, Node
+from hetflow.plan.choose import VariantChooser
+from hetflow.plan.filters import Capacity
+from hetflow.plan.instance import MachineClass, Placement
+from hetflow.spec.models import Step, Variant
+from hetflow.state.models import Lease
+from hetflow.state.store import Store
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The answer for one ready step: run ``variant`` (with ``gpus``), or not now.
+
+    ``variant`` None with ``wait``: it could run once resources free up (``why`` says what
+    it waits for); without ``wait``: it can never run here (``why`` says why)."""
+
+    variant: str | None
+    gpus: tuple[Gpu, ...] = ()
+    why: str = ""
+    wait: bool = False
+
+
+@dataclass(frozen=True)
+class Where:
+    """What the engine is told about where a job runs (a cluster plan's placement)."""
+
+    node: str  # what the step and attempt records name: this machine, or the planned class
+    gpu_model: str | None = None
+    pinned_node: str | None = None
+    node_class: str | None = None
+
+
+class Dispatch(Protocol):
+    def decide(self, name: str, step: Step) -> Decision: ...
+
+    def where(self, name: str) -> Where: ...
+
+    def access(self, variant: Variant, gpus: tuple[Gpu, ...]) -> GpuAccess: ...
+
+    def reserve(self, holder: Lease, gpus: tuple[Gpu, ...]) -> bool: ...
+
+
+class LocalDispatch:
+    """This machine: hetflow counts free cores and memory and leases GPUs itself; GPU leases
+    live in the store, so they hold across every run on the host."""
+
+    def __init__(
+        self,
+        *,
+        node: Node,
+        chooser: VariantChooser,
+        store: Store,
+        backend: Backend,
+        active: Mapping[str, Active],
+        pid: int,
+        alive: Callable[[int], bool],
+    ) -> None:
+        self.node, self.chooser, self.store, self.backend = node, chooser, store, backend
+        self.active, self.pid, self.alive = active, pid, alive
+
+    def decide(self, name: str, step: Step) -> Decision:
+        choice = self.chooser.choose(step, self.node, self.free(), name)
+        if choice.variant is None:
+            prefix = "waiting for resources: " if choice.wait else "no variant can run on this machine: "
+            return Decision(None, (), prefix + choice.explain(), choice.wait)
+        return Decision(choice.variant, choice.gpus, choice.explain())
+
+    def free(self) -> Capacity:
+        """This machine less what this run's attempts hold and the GPUs leased by live holders."""
+        cpus = self.node.cpu.cores - sum(a.cpus for a in self.active.values())
+        mem = self.node.memory_bytes - sum(a.memory for a in self.active.values())
+        held = {lease.gpu_uuid for lease in self.store.leases() if not self.stale(lease)}
+        return Capacity(cpus, mem, tuple(g for g in self.node.gpus if g.uuid not in held))
+
+    def stale(self, lease: Lease) -> bool:
+        """A lease is dead when its process is gone and its container is not running."""
+        if lease.pid == self.pid or self.alive(lease.pid):
+            return False
+        st = self.backend.poll(lease.run_id).get(lease.container)
+        return st is None or not st.running
+
+    def where(self, name: str) -> Where:
+        return Where(self.node.name)
+
+    def access(self, variant: Variant, gpus: tuple[Gpu, ...]) -> GpuAccess:
+        return gpu_access(gpus, self.node)
+
+    def reserve(self, holder: Lease, gpus: tuple[Gpu, ...]) -> bool:
+        """Lease the GPUs for the attempt (all or none); leases whose holder is dead go."""
+        uuids = [g.uuid for g in gpus]
+        if not uuids:
+            return True
+        stale = [lease for lease in self.store.leases() if lease.gpu_uuid in uuids and self.stale(lease)]
+        return self.store.acquire_gpus(uuids, holder, stale)
+
+
+class ClusterDispatch:
+    """A cluster engine: the plan placed every step; the engine assigns GPUs and queues."""
+
+    def __init__(self, node: Node, placements: Mapping[str, Placement], classes: Sequence[MachineClass]) -> None:
+        self.node = node  # this machine: its control devices still go into a CPU step's container
+        self.placements = dict(placements)
+        # node class -> GPU model (the engine's GPU type), and -> the one node a class of one
+        # names (the engine's node list: a cluster file lists Slurm nodes or Ray nodes by name)
+        self.gpu_models = {c.name: c.gpu_model for c in classes if c.gpus}
+        self.pinned_nodes = {c.name: c.name for c in classes if c.count == 1}
+
+    def decide(self, name: str, step: Step) -> Decision:
+        placed = self.placements.get(name)
+        if placed is None:
+            return Decision(None, (), "no node of the cluster can run this step (see 'hetflow plan --explain')")
+        return Decision(placed.variant, (), f"{placed.variant} on {placed.machine_class} (planned)")
+
+    def where(self, name: str) -> Where:
+        placed = self.placements[name]
+        pinned = self.pinned_nodes.get(placed.machine_class)
+        return Where(
+            node=placed.machine_class,
+            gpu_model=self.gpu_models.get(placed.machine_class),
+            pinned_node=pinned,
+            # a pinned node says it all; otherwise the engine picks among the class's nodes
+            node_class=None if pinned else placed.machine_class,
+        )
+
+    def access(self, variant: Variant, gpus: tuple[Gpu, ...]) -> GpuAccess:
+        # The engine's job gives the container exactly the device nodes it assigned.
+        return GpuAccess() if variant.resources.gpus else gpu_access((), self.node)
+
+    def reserve(self, holder: Lease, gpus: tuple[Gpu, ...]) -> bool:
+        return True

@@ -1,0 +1,129 @@
+"""Starting one attempt: lease its GPUs, prepare its staging directory, record the intent
+(the attempt row and the step's launching state, with the container's deterministic
+name), then hand the job to the engine.  The intent comes first, so a crash between the
+two is found and repaired by resume (``lifecycle.reconcile``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+
+from hetflow.errors import HetflowError
+from hetflow.execute.attempts import Active, Attempts
+from hetflow.execute.backends.base import Backend, Job
+from hetflow.execute.container import build_spec
+from hetflow.execute.dispatch import Dispatch
+from hetflow.execute.paths import container_name
+from hetflow.inventory.models import Gpu
+from hetflow.spec.models import Workflow
+from hetflow.state.events import AttemptStarted
+from hetflow.state.models import LAUNCHING, RUNNING, AttemptRecord, Lease, RunRecord, StepRecord
+from hetflow.state.store import Store
+
+
+class Launcher:
+    def __init__(
+        self,
+        *,
+        store: Store,
+        run: RunRecord,
+        workflow: Workflow,
+        backend: Backend,
+        dispatch: Dispatch,
+        attempts: Attempts,
+        clock: Callable[[], float],
+        pid: int,
+    ) -> None:
+        self.store, self.run_id, self.wf = store, run.id, workflow
+        self.uid, self.gid = run.uid, run.gid
+        self.paths = attempts.paths
+        self.backend, self.dispatch, self.attempts = backend, dispatch, attempts
+        self.clock, self.pid = clock, pid
+
+    def launch(self, name: str, s: StepRecord, vname: str, gpus: tuple[Gpu, ...], why: str) -> None:
+        """Start attempt ``s.attempts + 1`` of ``name``: lease, stage, record the intent, submit."""
+        step = self.wf.steps[name]
+        variant = step.resolved_variants()[vname]
+        attempt = s.attempts + 1
+        container = container_name(self.run_id, name, attempt)
+        uuids = tuple(g.uuid for g in gpus)
+        if not self.dispatch.reserve(Lease("", self.run_id, name, attempt, container, self.pid), gpus):
+            return  # another process took them between our look and our grab
+        staging = self.paths.staging(name, attempt)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        os.chown(staging, self.uid, self.gid)
+        self.paths.log(name, attempt).parent.mkdir(parents=True, exist_ok=True)
+        spec = build_spec(
+            run_id=self.run_id,
+            step_name=name,
+            step=step,
+            variant=variant,
+            attempt=attempt,
+            uid=self.uid,
+            gid=self.gid,
+            paths=self.paths,
+            access=self.dispatch.access(variant, gpus),
+        )
+        where = self.dispatch.where(name)
+        now = self.clock()
+        indices = tuple(g.index for g in gpus)
+        self.store.add_attempt(
+            AttemptRecord(
+                run_id=self.run_id,
+                step=name,
+                attempt=attempt,
+                variant=vname,
+                node=where.node,
+                gpus=indices,
+                gpu_uuids=uuids,
+                container=container,
+                image=variant.image,
+                state=LAUNCHING,
+                exit_code=None,
+                started=now,
+                ended=None,
+                message="",
+            )
+        )
+        gpu_text = ",".join(map(str, indices)) or "none"
+        self.store.set_step(
+            self.run_id,
+            name,
+            state=LAUNCHING,
+            variant=vname,
+            node=where.node,
+            gpus=list(indices),
+            attempts=attempt,
+            started=s.started or now,
+            reason=why,
+            not_before=None,
+            event=f"attempt {attempt}: variant {vname}, GPUs {gpu_text}, container {container} ({why})",
+        )
+        holds = self.backend.capabilities.holds_dependencies
+        active = self.attempts.active
+        job = Job(
+            name=container,
+            run_id=self.run_id,
+            step=name,
+            attempt=attempt,
+            container=spec,
+            cpus=variant.resources.cpus,
+            memory=variant.resources.memory,
+            gpus=variant.resources.gpus,
+            gpu_model=where.gpu_model,
+            node=where.pinned_node,
+            node_class=where.node_class,
+            depends_on=tuple(active[d].container for d in step.dependencies() if d in active) if holds else (),
+        )
+        act = Active(name, attempt, container, variant.resources.cpus, variant.resources.memory, uuids)
+        active[name] = act
+        try:
+            self.backend.submit(job)
+        except HetflowError as exc:
+            self.attempts.fail(act, None, str(exc))
+            return
+        self.store.set_step(self.run_id, name, state=RUNNING)
+        self.store.set_attempt(self.run_id, name, attempt, state=RUNNING)
+        self.attempts.emit(AttemptStarted(0, self.run_id, now, f"{container} submitted", name, attempt, container))

@@ -1,0 +1,162 @@
+"""A run's life outside the loop: stop it, make it runnable again, and on resume adopt
+what the last executor left (containers or jobs still running, exits that happened while
+hetflow was down, launches that never reached the engine)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import cast
+
+from hetflow.errors import StateError
+from hetflow.execute.attempts import Active, Attempts
+from hetflow.execute.backends.base import Backend
+from hetflow.execute.backends.local import LocalBackend
+from hetflow.execute.engine import ContainerEngine
+from hetflow.spec.dag import descendants
+from hetflow.state.events import AttemptFinished, Note, RunStateChanged, record
+from hetflow.state.models import (
+    FAILED,
+    LAUNCHING,
+    PENDING,
+    RUN_STOPPED,
+    RUNNING,
+    SKIPPED,
+    STOPPED,
+    SUCCEEDED,
+    WAITING,
+)
+from hetflow.state.store import Store
+
+
+def pid_alive(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` runs.  A zombie does not: a killed executor whose parent is gone
+    stays a zombie where nothing reaps it (PID 1 of a container), yet answers kill(0)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    try:
+        stat = (proc / str(pid) / "stat").read_text()
+    except OSError:
+        return True  # no /proc to ask: trust kill(0)
+    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+
+
+def reconcile(attempts: Attempts) -> None:
+    """Before the first dispatch of an executor: adopt the run's attempts left in flight."""
+    store, run_id, wf = attempts.store, attempts.run_id, attempts.wf
+    states = attempts.backend.poll(run_id)
+    for s in store.steps(run_id):
+        if s.state not in (LAUNCHING, RUNNING):
+            continue
+        history = store.attempts(run_id, s.step)
+        if not history:
+            store.set_step(run_id, s.step, state=WAITING, not_before=None)
+            continue
+        a = history[-1]
+        st = states.get(a.container)
+        variant = wf.steps[s.step].resolved_variants()[a.variant]
+        act = Active(s.step, a.attempt, a.container, variant.resources.cpus, variant.resources.memory, a.gpu_uuids)
+        if st is not None and st.running:
+            attempts.active[s.step] = act
+            store.set_step(run_id, s.step, state=RUNNING, event=f"adopted running container {a.container}")
+            store.set_attempt(run_id, s.step, a.attempt, state=RUNNING)
+        elif st is not None:
+            message = f"{a.container} finished while hetflow was down (exit {st.exit_code})"
+            record(store, Note(0, run_id, time.time(), message, s.step, "collected"))
+            attempts.active[s.step] = act
+            attempts.finalize(act, st.exit_code if st.exit_code is not None else 255)
+        elif s.state == LAUNCHING:
+            # The intent was written but the container never started: launch the same
+            # attempt again under the same name.
+            store.release_gpus(a.container)
+            store.set_step(
+                run_id,
+                s.step,
+                state=WAITING,
+                attempts=a.attempt - 1,
+                not_before=None,
+                event=f"{a.container} was never started; launching it again",
+            )
+        else:
+            attempts.active[s.step] = act
+            attempts.fail(act, None, f"container {a.container} disappeared while hetflow was down")
+
+
+def stop_run(
+    store: Store,
+    engine: ContainerEngine | Backend,
+    run_id: str,
+    *,
+    timeout: int = 10,
+    alive: Callable[[int], bool] = pid_alive,
+) -> list[str]:
+    """`hetflow stop`: end the executor, stop the run's containers (cancel its jobs), record
+    it all.  Returns the names of the jobs stopped."""
+    backend = cast(Backend, engine) if hasattr(engine, "capabilities") else LocalBackend(engine)
+    run = store.run(run_id)
+    if run.pid and run.pid != os.getpid() and alive(run.pid):
+        os.kill(run.pid, signal.SIGTERM)
+        deadline = time.time() + 10
+        while alive(run.pid) and time.time() < deadline:
+            time.sleep(0.05)
+    now = time.time()
+    store.set_run(run_id, state=RUN_STOPPED, ended=now, pid=None, message="stopped by hetflow stop")
+    live = [a for a in store.attempts(run_id) if a.state in (LAUNCHING, RUNNING)]
+    names = [a.container for a in live]
+    backend.cancel(names)
+    states = backend.poll(run_id)
+    for a in live:
+        st = states.get(a.container)
+        code = st.exit_code if st else None
+        store.set_attempt(run_id, a.step, a.attempt, state=STOPPED, ended=now, exit_code=code, message="stopped")
+        record(store, AttemptFinished(0, run_id, now, "stopped", a.step, a.attempt, STOPPED, code))
+        store.release_gpus(a.container)
+    for s in store.steps(run_id):
+        if s.state in (LAUNCHING, RUNNING, WAITING):
+            with contextlib.suppress(StateError):
+                store.set_step(
+                    run_id,
+                    s.step,
+                    state=STOPPED,
+                    ended=now,
+                    reason="stopped by hetflow stop",
+                    event="stopped by hetflow stop",
+                )
+    backend.release(names)
+    record(store, RunStateChanged(0, run_id, now, f"stopped; {len(names)} container(s) stopped", RUN_STOPPED))
+    return names
+
+
+def reset_for_resume(
+    store: Store, run_id: str, damaged: Callable[[str], list[str]], edges: dict[str, list[str]]
+) -> list[str]:
+    """Make a stopped or failed run runnable again.
+
+    Failed, stopped and skipped steps go back to pending; a succeeded step whose
+    recorded outputs are gone or changed is re-run, and so is everything downstream
+    of it.  Launching/running steps are left for the runner's reconcile.  Returns
+    the steps reset."""
+    reset: set[str] = set()
+    steps = store.steps(run_id)
+    for s in steps:
+        if s.state in (FAILED, STOPPED, SKIPPED):
+            reset.add(s.step)
+        elif s.state == SUCCEEDED:
+            bad = damaged(s.step)
+            if bad:
+                message = f"recorded output(s) {', '.join(bad)} missing or changed; the step runs again"
+                record(store, Note(0, run_id, time.time(), message, s.step, "damaged"))
+                reset.add(s.step)
+                reset |= descendants(edges, s.step)
+    for s in steps:
+        if s.step in reset and s.state != PENDING:
+            store.set_step(run_id, s.step, state=PENDING, exit_code=None, ended=None, reason="", not_before=None)
+    return sorted(reset)

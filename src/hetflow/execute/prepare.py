@@ -1,0 +1,113 @@
+"""Deciding what a run will follow, once, when it is submitted: pin its images (local runs)
+and plan it (``plan_local`` on this machine, the heuristic on a cluster file).
+
+The answer is a ``RunPlan``; ``session`` stores it with the run and every executor of the
+run reads it back.  Nothing here is called again for a run that has a stored plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Callable, Mapping
+from typing import Protocol
+
+from hetflow.execute.images import Resolver, default_resolver, pin_images
+from hetflow.execute.runplan import CLUSTER, GREEDY, LOCAL, PLANNED, RunPlan, images_of
+from hetflow.execute.settings import Settings
+from hetflow.images.reference import parse_reference
+from hetflow.inventory.models import Node
+from hetflow.plan.build import build_instance
+from hetflow.plan.cluster import load_cluster
+from hetflow.plan.heuristic import plan_heuristic
+from hetflow.plan.images import image_check
+from hetflow.plan.local import plan_local
+from hetflow.plan.profile import learn, profile_for
+from hetflow.spec.loader import LoadedWorkflow
+from hetflow.state.store import Store
+
+Say = Callable[[str], None]
+
+
+class Puller(Protocol):
+    """What pinning needs of a container engine (``engine.CliEngine`` has it)."""
+
+    def image_exists(self, image: str) -> bool: ...
+
+    def pull(self, ref: str, *, insecure: bool = False) -> None: ...
+
+
+def _quiet(text: str) -> None:
+    pass
+
+
+def pin(
+    loaded: LoadedWorkflow, node: Node, engine: Puller, say: Say = _quiet, resolver: Resolver = default_resolver
+) -> tuple[LoadedWorkflow, list[str]]:
+    """Resolve each image index to the build for this node and pull it by digest.  Returns
+    the pinned workflow and the references pulled for it."""
+    result = pin_images(loaded.workflow, node, resolver)
+    for note in result.notes:
+        say(f"note: {note}")
+    ensure_pulled(result.pulls, engine)
+    for image, pinned in sorted(result.pinned.items()):
+        say(f"image {image} -> {pinned}")
+    return dataclasses.replace(loaded, workflow=result.workflow), list(result.pulls)
+
+
+def ensure_pulled(refs: list[str] | tuple[str, ...], engine: Puller) -> None:
+    """Pull the references the engine does not hold (by digest: the pinned builds)."""
+    for ref in refs:
+        if not engine.image_exists(ref):
+            engine.pull(ref, insecure=parse_reference(ref).is_loopback)
+
+
+def _profile(store: Store, name: str) -> Mapping[tuple[str, str, str], float]:
+    """Measured run times of this workflow's past steps: history wins over estimates."""
+    return profile_for(learn(store.history(name)), name)
+
+
+def plan_on_node(
+    store: Store, loaded: LoadedWorkflow, node: Node, pulls: list[str], env: Mapping[str, str] | None = None
+) -> RunPlan:
+    """Follow the planner on this machine (HETFLOW_PLANNER=greedy: the plain rule of
+    "GPU variant when a qualifying GPU is free, else CPU"); ``loaded`` is already pinned."""
+    images = images_of(loaded.workflow)
+    if (os.environ if env is None else env).get("HETFLOW_PLANNER", PLANNED) == GREEDY:
+        return RunPlan(kind=LOCAL, planner=GREEDY, images=images, pulls=tuple(pulls))
+    name = loaded.workflow.name
+    local = plan_local(loaded.workflow, node, _profile(store, name))
+    return RunPlan(
+        kind=LOCAL,
+        planner=PLANNED,
+        plan=local.plan,
+        images=images,
+        pulls=tuple(pulls),
+        variants=local.variants,
+        priority=local.priority,
+        reasons=local.reasons,
+    )
+
+
+def plan_on_cluster(
+    store: Store, loaded: LoadedWorkflow, settings: Settings, resolver: Resolver = default_resolver
+) -> RunPlan:
+    """Plan the workflow on the settings' cluster file (history wins over estimates)."""
+    assert settings.cluster is not None
+    cluster = load_cluster(settings.cluster)
+    instance = build_instance(
+        loaded.workflow,
+        cluster.classes(),
+        bandwidth=cluster.bandwidth_bytes,
+        profile=_profile(store, loaded.workflow.name),
+        image_check=image_check(resolver),
+    )
+    plan = plan_heuristic(instance)
+    return RunPlan(
+        kind=CLUSTER,
+        planner=PLANNED,
+        plan=plan,
+        variants={s: p.variant for s, p in plan.placements.items()},
+        priority={s: p.start for s, p in plan.placements.items()},
+        classes=tuple(cluster.classes()),
+    )

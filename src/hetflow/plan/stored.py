@@ -1,0 +1,59 @@
+"""Plans as JSON-ready data, so a run can keep the plan it follows (the state store holds
+the text) and a resumed run follows the same plan instead of planning again.
+
+Only plain values cross: ``Plan``, its ``Placement``s and the ``MachineClass``es it was
+made for.  Reading back ignores keys a newer field set no longer has, and fields added
+since (with defaults) take their defaults, so a stored plan outlives small changes to
+these dataclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from hetflow.plan.instance import MachineClass, Placement, Plan
+
+T = TypeVar("T")
+
+
+def _tuples(value: Any) -> Any:
+    """JSON has lists; these dataclasses hold tuples (GPU indices, labels, notes)."""
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def _build(cls: type[T], data: Mapping[str, Any]) -> T:
+    names = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    return cls(**{k: _tuples(v) for k, v in data.items() if k in names})
+
+
+def machine_class_to_dict(c: MachineClass) -> dict[str, Any]:
+    return dataclasses.asdict(c)
+
+
+def machine_class_from_dict(data: Mapping[str, Any]) -> MachineClass:
+    return _build(MachineClass, data)
+
+
+def placement_to_dict(p: Placement) -> dict[str, Any]:
+    return dataclasses.asdict(p)
+
+
+def placement_from_dict(data: Mapping[str, Any]) -> Placement:
+    return _build(Placement, data)
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    data = {f.name: getattr(plan, f.name) for f in dataclasses.fields(plan)}
+    data["placements"] = {s: placement_to_dict(p) for s, p in plan.placements.items()}
+    data["notes"] = list(plan.notes)
+    return data
+
+
+def plan_from_dict(data: Mapping[str, Any]) -> Plan:
+    fields = dict(data)
+    fields["placements"] = {s: placement_from_dict(p) for s, p in (data.get("placements") or {}).items()}
+    return _build(Plan, fields)
