@@ -34,7 +34,7 @@ demo: install images
 	$(HETFLOW) run examples/meanpool/workflow.yaml
 	$(HETFLOW) run examples/circuit/workflow.yaml
 	$(HETFLOW) plan examples/circuit/workflow.yaml --cluster examples/clusters/hetero-16.yaml --gantt $(HETFLOW_HOME)/circuit-plan.svg
-	$(PY) -m hetflow.hwdemo
+	$(PY) -m demo.hwmatch
 
 demo-slurm: install images  ## a local Slurm cluster (munge, slurmctld, two slurmd with fake GPUs) runs circuit
 	$(PY) -m demo.clusters slurm
@@ -46,6 +46,7 @@ lint: install
 	$(VENV)/bin/ruff check src tests bench demo
 	$(VENV)/bin/ruff format --check src tests bench demo
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 unit: install
 	$(PY) -m pytest tests/unit -q

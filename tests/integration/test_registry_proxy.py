@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
+from hetflow.cli.registry import login_command
 from hetflow.config import engine_env, find_engine
 from hetflow.inventory.profiles import profile_node
 from hetflow.registry.app import RunningProxy, start_in_thread
-from hetflow.registry.cli import login_command
 from hetflow.registry.settings import MachineTypeDecl, Settings
 from tests.integration.registry import Registry, push_builds, require_tools, start_registry
 

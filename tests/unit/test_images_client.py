@@ -9,10 +9,22 @@ from collections.abc import Callable
 import httpx
 import pytest
 
-from hetflow.images.client import Challenge, RegistryClient, parse_challenge
-from hetflow.images.errors import AuthError, DigestMismatchError, NotFoundError, RegistryError
-from hetflow.images.fake import TOKEN_REALM, FakeRegistry
-from hetflow.images.oci import OCI_INDEX, OCI_MANIFEST, canonical_json, digest_of, parse_manifest
+from hetflow.images import (
+    OCI_INDEX,
+    OCI_MANIFEST,
+    AuthError,
+    Challenge,
+    DigestMismatchError,
+    FakeRegistry,
+    NotFoundError,
+    RegistryClient,
+    RegistryError,
+    canonical_json,
+    digest_of,
+    parse_challenge,
+    parse_manifest,
+)
+from hetflow.images.fake import TOKEN_REALM
 
 REPO = "team/app"
 

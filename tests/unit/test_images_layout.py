@@ -7,18 +7,21 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.images.errors import BadDocumentError, DigestMismatchError
-from hetflow.images.layout import REF_NAME, read_layout, write_layout
-from hetflow.images.oci import (
+from hetflow.images import (
     OCI_CONFIG,
     OCI_INDEX,
     OCI_MANIFEST,
+    BadDocumentError,
     Descriptor,
+    DigestMismatchError,
     Index,
     Platform,
     canonical_json,
     digest_of,
+    read_layout,
+    write_layout,
 )
+from hetflow.images.layout import REF_NAME
 
 CONFIG = b'{"architecture":"amd64","os":"linux"}'
 MANIFEST = canonical_json(

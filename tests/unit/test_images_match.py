@@ -11,19 +11,21 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetflow.images.match import (
+from hetflow.images import (
+    OCI_INDEX,
+    OCI_MANIFEST,
+    Descriptor,
+    Index,
+    Platform,
     Requirements,
-    annotations_for,
-    check,
-    features_for,
     normalize_arch,
     parse_requirements,
     platform_for,
     requirements_of,
     resolve,
 )
-from hetflow.images.oci import OCI_INDEX, OCI_MANIFEST, Descriptor, Index, Platform
-from hetflow.inventory.models import Cpu, Gpu, Node
+from hetflow.images.match import annotations_for, check, features_for
+from hetflow.inventory import Cpu, Gpu, Node
 
 # --- builders ---------------------------------------------------------------------------
 

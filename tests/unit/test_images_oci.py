@@ -6,25 +6,24 @@ import json
 
 import pytest
 
-from hetflow.images.errors import BadDocumentError, DigestMismatchError
-from hetflow.images.oci import (
+from hetflow.images import (
     DOCKER_MANIFEST,
     DOCKER_MANIFEST_LIST,
     OCI_INDEX,
     OCI_MANIFEST,
+    BadDocumentError,
     Descriptor,
+    DigestMismatchError,
     Index,
     Platform,
     canonical_json,
     digest_of,
     is_index,
-    is_manifest,
     parse_index,
     parse_manifest,
-    platform_string,
     sniff_media_type,
-    verify_digest,
 )
+from hetflow.images.oci import is_manifest, platform_string, verify_digest
 
 DIGEST = "sha256:" + "ab" * 32
 

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetflow.images.errors import BadReferenceError
-from hetflow.images.reference import ImageReference, parse_reference
+from hetflow.images import BadReferenceError, ImageReference, parse_reference
 
 D = "sha256:" + "0123456789abcdef" * 4
 

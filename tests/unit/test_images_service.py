@@ -9,13 +9,28 @@ import pytest
 from rich.console import Console
 
 from hetflow.errors import NoFitError
-from hetflow.images.client import RegistryClient
-from hetflow.images.errors import BadDocumentError, ImageError, NotFoundError
-from hetflow.images.fake import FakeRegistry
-from hetflow.images.index_build import ANNOTATION_SOURCE, build_index, parse_build_entry
-from hetflow.images.match import Requirements, parse_requirements
-from hetflow.images.oci import DOCKER_MANIFEST_LIST, OCI_INDEX, OCI_MANIFEST, Platform, digest_of, parse_index
-from hetflow.images.service import LocalImage, build_index_image, inspect_image, resolve_image
+from hetflow.images import (
+    DOCKER_MANIFEST_LIST,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    BadDocumentError,
+    FakeRegistry,
+    ImageError,
+    LocalImage,
+    NotFoundError,
+    Platform,
+    RegistryClient,
+    Requirements,
+    build_index,
+    build_index_image,
+    digest_of,
+    inspect_image,
+    parse_build_entry,
+    parse_index,
+    parse_requirements,
+    resolve_image,
+)
+from hetflow.images.index_build import ANNOTATION_SOURCE
 from tests.unit.test_images_match import card, machine
 
 REPO = "hf/app"

@@ -11,12 +11,8 @@ import archspec.cpu
 import pytest
 
 from hetflow.errors import InventoryError
-from hetflow.inventory.cpu import (
-    parse_cpuinfo,
-    probe_cpu,
-    probe_memory,
-    x86_64_level,
-)
+from hetflow.inventory import x86_64_level
+from hetflow.inventory.cpu import parse_cpuinfo, probe_cpu, probe_memory
 
 DATA = Path(__file__).parent / "data"
 

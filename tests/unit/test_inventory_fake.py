@@ -11,13 +11,8 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import InventoryError
-from hetflow.inventory.fake import (
-    ensure_device_node,
-    fake_uuid,
-    make_fake_gpus,
-    parse_fake_spec,
-)
-from hetflow.inventory.gpumodels import KNOWN_MODELS
+from hetflow.inventory import KNOWN_MODELS, make_fake_gpus, parse_fake_spec
+from hetflow.inventory.fake import ensure_device_node, fake_uuid
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod of device nodes needs root")
 

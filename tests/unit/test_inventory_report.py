@@ -7,7 +7,7 @@ import json
 import pytest
 from rich.console import Console
 
-from hetflow.inventory.models import Cpu, Gpu, Node
+from hetflow.inventory import Cpu, Gpu, Node
 from hetflow.report.nodes import node_to_json, render_node
 
 GIB = 1024**3

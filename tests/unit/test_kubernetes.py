@@ -20,7 +20,6 @@ import pytest
 import yaml
 
 from hetflow.errors import HetflowError
-from hetflow.export import kubernetes as k8s
 from hetflow.export.kubernetes import (
     cpu_expressions,
     export_kubernetes,
@@ -29,6 +28,7 @@ from hetflow.export.kubernetes import (
     to_yaml,
     validate_objects,
 )
+from hetflow.export.kubernetes._common import DNS_LABEL_RE
 from hetflow.plan.build import build_instance
 from hetflow.plan.cluster import Cluster, load_cluster, parse_cluster
 from hetflow.plan.heuristic import plan_heuristic
@@ -650,7 +650,7 @@ def test_step_names_become_unique_dns_labels() -> None:
     names = [job(objects, s)["metadata"]["name"] for s in ("a_b", "a-b", long)]
     assert names[1] == f"hf-{RUN}-a-b"
     assert len(set(names)) == 3
-    assert all(k8s._DNS_LABEL_RE.match(n) and len(n) <= 63 for n in names)
+    assert all(DNS_LABEL_RE.match(n) and len(n) <= 63 for n in names)
 
 
 @pytest.mark.parametrize(

@@ -11,13 +11,11 @@ from pathlib import Path
 import httpx
 import pytest
 
+from hetflow.cli.registry import login_command, register_node
 from hetflow.errors import EngineError, UsageError
-from hetflow.images.errors import AuthError, RegistryError
-from hetflow.inventory.profiles import profile_node
-from hetflow.registry.app import RunningProxy, start_in_thread
-from hetflow.registry.cli import login_command, register_node
-from hetflow.registry.fake import FakeRegistry
-from hetflow.registry.settings import Settings
+from hetflow.images import AuthError, RegistryError
+from hetflow.inventory import profile_node
+from hetflow.registry import FakeRegistry, RunningProxy, Settings, start_in_thread
 
 NODE = profile_node("a100-node").model_copy(update={"name": "gpu01"})
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import UsageError
-from hetflow.inventory.models import Gpu, Node
-from hetflow.inventory.profiles import PROFILES, profile_names, profile_node
-from hetflow.registry.machines import MachineTypeConflict, MachineTypes, hardware_key, suggest_name
-from hetflow.registry.settings import MachineTypeDecl, load_settings, parse_listen
+from hetflow.inventory import PROFILES, Gpu, Node, profile_names, profile_node
+from hetflow.registry import MachineTypeConflict, MachineTypeDecl, MachineTypes, load_settings
+from hetflow.registry.machines import hardware_key, suggest_name
+from hetflow.registry.settings import parse_listen
 
 
 @pytest.mark.parametrize(

@@ -15,9 +15,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 
-from hetflow.registry.app import create_app
-from hetflow.registry.fake import FakeRegistry
-from hetflow.registry.settings import MachineTypeDecl, Settings
+from hetflow.registry import FakeRegistry, MachineTypeDecl, Settings, create_app
 
 REPO = "lab/app"
 BUILDS = {"generic": [], "v3": ["x86-64-v3"], "sm80": ["x86-64-v3", "gpu:sm_80"]}
@@ -436,7 +434,7 @@ def test_an_upstream_refusing_the_proxy_is_502_not_401(tmp_path: Path) -> None:
 
 
 def _node_json(profile: str = "t4-node") -> str:
-    from hetflow.inventory.profiles import profile_node
+    from hetflow.inventory import profile_node
 
     return profile_node(profile).model_copy(update={"name": "gpu07"}).model_dump_json()
 

@@ -13,11 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hetflow.images.client import RegistryClient
-from hetflow.images.errors import AuthError, NotFoundError
-from hetflow.registry.app import RunningProxy, start_in_thread
-from hetflow.registry.fake import FakeRegistry
-from hetflow.registry.settings import MachineTypeDecl, Settings
+from hetflow.images import AuthError, NotFoundError, RegistryClient
+from hetflow.registry import FakeRegistry, MachineTypeDecl, RunningProxy, Settings, start_in_thread
 
 REPO = "lab/big"
 LAYER = os.urandom(3 * 1024 * 1024 + 17)  # several of the proxy's read chunks, not a round size

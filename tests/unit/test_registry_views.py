@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from hetflow.images.oci import DOCKER_MANIFEST_LIST, OCI_INDEX, Descriptor, parse_index
-from hetflow.inventory.profiles import profile_node
-from hetflow.registry.fake import FakeRegistry
+from hetflow.images import DOCKER_MANIFEST_LIST, OCI_INDEX, Descriptor, parse_index
+from hetflow.inventory import profile_node
+from hetflow.registry import FakeRegistry
 from hetflow.registry.views import Filtered, NoBuildFits, filter_index, for_runtimes
 
 BUILDS = {

@@ -1,4 +1,4 @@
-"""Image commands: inspect, resolve, build-index; and the registry proxy: serve, login."""
+"""Image commands: inspect, resolve, build-index (the registry proxy's are in ``cli.registry``)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from hetflow.cli.common import console, err, print_json
+from hetflow.cli.common import console, print_json
 from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
 from hetflow.inventory import Node, discover
@@ -15,7 +15,6 @@ from hetflow.inventory import Node, discover
 images_app = typer.Typer(
     help="Hardware-matched images: which build of an image index fits a node.", no_args_is_help=True
 )
-registry_app = typer.Typer(help="A registry proxy that serves each machine type its own index.", no_args_is_help=True)
 
 TLS_OPT = typer.Option(
     None,
@@ -28,11 +27,10 @@ PASS_OPT = typer.Option(None, "--password", envvar="HETFLOW_REGISTRY_PASSWORD", 
 
 def register(app: typer.Typer) -> None:
     app.add_typer(images_app, name="images")
-    app.add_typer(registry_app, name="registry")
 
 
 def _insecure(ref: str, tls_verify: bool | None) -> bool:
-    from hetflow.images.reference import parse_reference
+    from hetflow.images import parse_reference
 
     if tls_verify is not None:
         return not tls_verify
@@ -58,7 +56,7 @@ def load_node(spec: str | None) -> Node:
             return Node.model_validate({k: v for k, v in entries[0].items() if k in Node.model_fields})
         except ValueError as exc:
             raise UsageError(f"--node {spec}: not a node description (hetflow nodes --json): {exc}") from None
-    from hetflow.inventory.profiles import profile_names, profile_node
+    from hetflow.inventory import profile_names, profile_node
 
     if spec in profile_names():
         return profile_node(spec)
@@ -74,7 +72,7 @@ def inspect_cmd(
     password: str | None = PASS_OPT,
 ) -> None:
     """List an image index's builds and what each needs."""
-    from hetflow.images.service import inspect_image
+    from hetflow.images import inspect_image
 
     result = inspect_image(image, insecure=_insecure(image, tls_verify), username=username, password=password)
     if json_out:
@@ -94,7 +92,7 @@ def resolve_cmd(
     password: str | None = PASS_OPT,
 ) -> None:
     """The build of an image that a node should run (by digest), and why every other lost."""
-    from hetflow.images.service import resolve_image
+    from hetflow.images import resolve_image
 
     if here and node is not None:
         raise UsageError("give --node or --here, not both")
@@ -119,7 +117,7 @@ def build_index_cmd(
     password: str | None = PASS_OPT,
 ) -> None:
     """Assemble an index from per-build tags of the same repository, with their requirements."""
-    from hetflow.images.service import build_index_image
+    from hetflow.images import build_index_image
 
     built = build_index_image(
         target, builds, insecure=_insecure(target, tls_verify), username=username, password=password
@@ -135,34 +133,3 @@ def build_index_cmd(
         )
     else:
         console.print(f"{target} -> {built.digest} ({len(built.index.manifests)} builds)", highlight=False)
-
-
-@registry_app.command("serve")
-def serve_cmd(
-    upstream: str | None = typer.Option(
-        None, "--upstream", help="The registry behind the proxy, e.g. http://127.0.0.1:5000"
-    ),
-    listen: str | None = typer.Option(None, "--listen", help="ADDR:PORT (default 127.0.0.1:5050)."),
-    config: Path | None = typer.Option(None, "--config", help="YAML: upstream, listen, state dir, machine types."),
-    state_dir: Path | None = typer.Option(None, "--state-dir", help="Tokens and machine types (persist)."),
-) -> None:
-    """Serve the OCI Distribution API in front of a registry, one filtered index per machine type."""
-    from hetflow.registry.cli import serve_command
-
-    serve_command(upstream, listen, config, state_dir)
-
-
-@registry_app.command("login")
-def login_cmd(
-    proxy: str = typer.Argument(..., help="The proxy's URL, e.g. http://127.0.0.1:5050"),
-    node: str | None = typer.Option(None, "--node", help="Register this description instead of this machine."),
-    name: str | None = typer.Option(None, "--name", help="Machine type name (default: from the hardware)."),
-    admin_token: str | None = typer.Option(None, "--admin-token", envvar="HETFLOW_REGISTRY_ADMIN_TOKEN"),
-    authfile: Path | None = typer.Option(None, "--authfile", help="podman's auth file to write."),
-) -> None:
-    """Register this node's hardware with the proxy and log podman (or docker) in with its token."""
-    from hetflow.config import find_engine
-    from hetflow.registry.cli import login_command
-
-    result = login_command(proxy, load_node(node), find_engine(), name=name, admin_token=admin_token, authfile=authfile)
-    err.print(f"logged in to {proxy} as machine type {result.machine_type}", highlight=False)

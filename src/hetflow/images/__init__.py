@@ -14,4 +14,108 @@
     errors       ImageError and its subclasses (all HetflowError)
 
 Data flows one way: reference/oci -> match (pure) -> client/layout (I/O) -> service.
+
+Other packages import the names below from ``hetflow.images`` itself; the modules are
+this package's own layout.  ``FakeRegistry`` is the fake beside ``RegistryClient`` (an
+in-memory distribution API behind ``httpx.MockTransport``), ``LocalImages`` the seam
+for podman's local storage (``PodmanImages`` the real one).
 """
+
+from hetflow.images.client import Challenge, RegistryClient, parse_challenge
+from hetflow.images.errors import (
+    AuthError,
+    BadDocumentError,
+    BadReferenceError,
+    DigestMismatchError,
+    ImageError,
+    NotFoundError,
+    RegistryError,
+)
+from hetflow.images.fake import FakeRegistry
+from hetflow.images.index_build import build_index, parse_build_entry
+from hetflow.images.layout import read_layout, write_layout
+from hetflow.images.match import (
+    Requirements,
+    Resolution,
+    normalize_arch,
+    parse_requirements,
+    platform_for,
+    requirements_of,
+    resolve,
+)
+from hetflow.images.oci import (
+    ACCEPT_ANY_MANIFEST,
+    DOCKER_MANIFEST,
+    DOCKER_MANIFEST_LIST,
+    OCI_CONFIG,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    Descriptor,
+    Index,
+    Platform,
+    canonical_json,
+    digest_of,
+    is_index,
+    parse_index,
+    parse_manifest,
+    sniff_media_type,
+)
+from hetflow.images.reference import ImageReference, parse_reference
+from hetflow.images.service import (
+    LocalImage,
+    LocalImages,
+    PodmanImages,
+    ResolveResult,
+    build_index_image,
+    inspect_image,
+    resolve_image,
+)
+
+__all__ = [
+    "ACCEPT_ANY_MANIFEST",
+    "DOCKER_MANIFEST",
+    "DOCKER_MANIFEST_LIST",
+    "OCI_CONFIG",
+    "OCI_INDEX",
+    "OCI_MANIFEST",
+    "AuthError",
+    "BadDocumentError",
+    "BadReferenceError",
+    "Challenge",
+    "Descriptor",
+    "DigestMismatchError",
+    "FakeRegistry",
+    "ImageError",
+    "ImageReference",
+    "Index",
+    "LocalImage",
+    "LocalImages",
+    "NotFoundError",
+    "Platform",
+    "PodmanImages",
+    "RegistryClient",
+    "RegistryError",
+    "Requirements",
+    "Resolution",
+    "ResolveResult",
+    "build_index",
+    "build_index_image",
+    "canonical_json",
+    "digest_of",
+    "inspect_image",
+    "is_index",
+    "normalize_arch",
+    "parse_build_entry",
+    "parse_challenge",
+    "parse_index",
+    "parse_manifest",
+    "parse_reference",
+    "parse_requirements",
+    "platform_for",
+    "read_layout",
+    "requirements_of",
+    "resolve",
+    "resolve_image",
+    "sniff_media_type",
+    "write_layout",
+]

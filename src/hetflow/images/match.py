@@ -41,8 +41,8 @@ from typing import Any
 import archspec.cpu
 
 from hetflow.images.oci import Descriptor, Index, Platform, is_index, platform_string
-from hetflow.inventory.cpu import x86_64_level as _archspec_level
-from hetflow.inventory.models import Node
+from hetflow.inventory import Node
+from hetflow.inventory import x86_64_level as _archspec_level
 
 __all__ = [
     "ANNOTATION_CUDA",

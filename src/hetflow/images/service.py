@@ -40,7 +40,7 @@ from hetflow.images.oci import (
     platform_string,
 )
 from hetflow.images.reference import ImageReference, parse_reference
-from hetflow.inventory.models import Node
+from hetflow.inventory import Node
 
 __all__ = [
     "EntryInfo",

@@ -39,8 +39,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from hetflow.images.errors import RegistryError
-from hetflow.inventory.models import Node
+from hetflow.images import RegistryError
+from hetflow.inventory import Node
 from hetflow.registry.auth import BearerSigner, bearer_challenge, parse_basic, parse_bearer
 from hetflow.registry.errors import ErrorCode, error_response
 from hetflow.registry.machines import MachineType, MachineTypeConflict, MachineTypes

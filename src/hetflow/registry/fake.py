@@ -1,5 +1,7 @@
 """A fake upstream registry for tests: an in-memory OCI distribution API behind an
-``httpx.MockTransport`` (the seam ``create_app(transport=...)`` takes).
+``httpx.MockTransport``.  It is the proxy's test seam: ``create_app(transport=...)``
+sends every upstream request through it, so the proxy's unit tests (and its stream
+tests, through ``start_in_thread``) run without a real registry.
 
     fake = FakeRegistry()
     index = fake.push_builds("lab/app", "v1", {"generic": [], "v3": ["x86-64-v3"]})
@@ -21,8 +23,15 @@ from typing import Any
 
 import httpx
 
-from hetflow.images.match import parse_requirements, platform_for
-from hetflow.images.oci import DOCKER_MANIFEST_LIST, OCI_CONFIG, OCI_INDEX, OCI_MANIFEST, digest_of
+from hetflow.images import (
+    DOCKER_MANIFEST_LIST,
+    OCI_CONFIG,
+    OCI_INDEX,
+    OCI_MANIFEST,
+    digest_of,
+    parse_requirements,
+    platform_for,
+)
 
 __all__ = ["FakeRegistry"]
 

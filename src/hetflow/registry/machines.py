@@ -26,7 +26,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from hetflow.inventory.models import Node
+from hetflow.inventory import Node
 from hetflow.registry.settings import MachineTypeDecl, check_name
 
 __all__ = ["MachineType", "MachineTypeConflict", "MachineTypes", "hardware_key", "suggest_name"]

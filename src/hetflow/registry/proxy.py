@@ -31,8 +31,7 @@ import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hetflow.images.errors import BadDocumentError
-from hetflow.images.oci import ACCEPT_ANY_MANIFEST, digest_of, is_index, sniff_media_type
+from hetflow.images import ACCEPT_ANY_MANIFEST, BadDocumentError, digest_of, is_index, sniff_media_type
 from hetflow.registry.errors import STATUS_CODES, ErrorCode, error_response
 from hetflow.registry.machines import MachineType
 from hetflow.registry.store import DIGEST_RE, BlobStore, FilteredRecord, FilteredStore, View, new_hasher

@@ -29,8 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
-from hetflow.inventory.models import Node
-from hetflow.inventory.profiles import PROFILES, profile_names, profile_node
+from hetflow.inventory import PROFILES, Node, profile_names, profile_node
 
 __all__ = ["DEFAULT_LISTEN", "MachineTypeDecl", "Settings", "load_settings", "parse_listen"]
 

@@ -22,8 +22,7 @@ from concurrent.futures import Executor
 
 import httpx
 
-from hetflow.images.client import Challenge, parse_challenge
-from hetflow.images.errors import RegistryError
+from hetflow.images import Challenge, RegistryError, parse_challenge
 
 __all__ = ["Upstream", "UpstreamUnavailable"]
 

@@ -18,9 +18,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from hetflow.images.match import Resolution, normalize_arch, requirements_of, resolve
-from hetflow.images.oci import Descriptor, canonical_json, digest_of, parse_index
-from hetflow.inventory.models import Node
+from hetflow.images import (
+    Descriptor,
+    Resolution,
+    canonical_json,
+    digest_of,
+    normalize_arch,
+    parse_index,
+    requirements_of,
+    resolve,
+)
+from hetflow.inventory import Node
 
 __all__ = ["Filtered", "NoBuildFits", "filter_index", "for_runtimes"]
 

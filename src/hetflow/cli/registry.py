@@ -1,5 +1,7 @@
-"""What ``hetflow registry serve`` and ``hetflow registry login`` do; typer wiring is
-the CLI's (``hetflow.cli``), which calls these and prints their results.
+"""``hetflow registry serve`` and ``hetflow registry login``: the typer commands, and what
+they do (``serve_command``, ``login_command``), which tests call directly.  The proxy
+itself is ``hetflow.registry``, imported only when ``serve`` runs (it loads starlette
+and uvicorn, which no other command needs).
 
 ``login_command`` runs on a node: it posts the node's hardware (its ``Node`` JSON) to
 the proxy, which answers with the machine type it belongs to and a token for it, then
@@ -19,19 +21,56 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
+import typer
 
+from hetflow.cli.common import err
+from hetflow.cli.images import load_node
 from hetflow.config import engine_env
 from hetflow.errors import EngineError, UsageError
-from hetflow.images.errors import AuthError, RegistryError
-from hetflow.inventory.models import Node
-from hetflow.registry.app import serve
-from hetflow.registry.settings import load_settings
+from hetflow.images import AuthError, RegistryError
+from hetflow.inventory import Node
 
-__all__ = ["LoginResult", "login_command", "register_node", "serve_command"]
+__all__ = ["LoginResult", "login_command", "register", "register_node", "serve_command"]
+
+registry_app = typer.Typer(help="A registry proxy that serves each machine type its own index.", no_args_is_help=True)
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(registry_app, name="registry")
+
+
+@registry_app.command("serve")
+def serve_cmd(
+    upstream: str | None = typer.Option(
+        None, "--upstream", help="The registry behind the proxy, e.g. http://127.0.0.1:5000"
+    ),
+    listen: str | None = typer.Option(None, "--listen", help="ADDR:PORT (default 127.0.0.1:5050)."),
+    config: Path | None = typer.Option(None, "--config", help="YAML: upstream, listen, state dir, machine types."),
+    state_dir: Path | None = typer.Option(None, "--state-dir", help="Tokens and machine types (persist)."),
+) -> None:
+    """Serve the OCI Distribution API in front of a registry, one filtered index per machine type."""
+    serve_command(upstream, listen, config, state_dir)
+
+
+@registry_app.command("login")
+def login_cmd(
+    proxy: str = typer.Argument(..., help="The proxy's URL, e.g. http://127.0.0.1:5050"),
+    node: str | None = typer.Option(None, "--node", help="Register this description instead of this machine."),
+    name: str | None = typer.Option(None, "--name", help="Machine type name (default: from the hardware)."),
+    admin_token: str | None = typer.Option(None, "--admin-token", envvar="HETFLOW_REGISTRY_ADMIN_TOKEN"),
+    authfile: Path | None = typer.Option(None, "--authfile", help="podman's auth file to write."),
+) -> None:
+    """Register this node's hardware with the proxy and log podman (or docker) in with its token."""
+    from hetflow.config import find_engine
+
+    result = login_command(proxy, load_node(node), find_engine(), name=name, admin_token=admin_token, authfile=authfile)
+    err.print(f"logged in to {proxy} as machine type {result.machine_type}", highlight=False)
 
 
 def serve_command(upstream: str | None, listen: str | None, config: Path | None, state_dir: Path | None = None) -> None:
     """``hetflow registry serve --upstream URL [--listen ADDR] [--config FILE]``."""
+    from hetflow.registry import load_settings, serve
+
     settings = load_settings(config, upstream=upstream, listen=listen, state_dir=state_dir)
     print(
         f"hetflow registry proxy for {settings.upstream} on http://{settings.listen} (state in {settings.state_dir})",

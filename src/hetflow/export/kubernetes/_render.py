@@ -1,0 +1,55 @@
+"""The objects as one YAML stream with a usage comment: same objects, same bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import yaml
+
+from hetflow.execute.engine import LABEL_RUN
+from hetflow.export.kubernetes._common import LABEL_ROLE, LABEL_WORKFLOW
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style throughout; multi-line strings (the driver's script) as literal blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    style = "|" if "\n" in text else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def to_yaml(objects: Sequence[Mapping[str, Any]]) -> str:
+    """One YAML stream, a document per object, with a comment saying how to use it.
+    Deterministic: keys in the order the objects have them, no timestamps."""
+    body = yaml.dump_all(
+        [dict(o) for o in objects],
+        Dumper=_Dumper,
+        explicit_start=True,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=1 << 16,
+    )
+    return _usage(objects) + body
+
+
+def _usage(objects: Sequence[Mapping[str, Any]]) -> str:
+    driver = next((o for o in objects if o.get("metadata", {}).get("labels", {}).get(LABEL_ROLE) == "driver"), None)
+    if driver is None:
+        return ""
+    meta = driver["metadata"]
+    run, name = meta["labels"][LABEL_RUN], meta["name"]
+    ns = f" -n {meta['namespace']}" if "namespace" in meta else ""
+    return (
+        f"# hetflow run {run} of workflow {meta['labels'][LABEL_WORKFLOW]}, exported for Kubernetes.\n"
+        f"# Start:   kubectl create{ns} -f FILE   (create, not apply: a second apply would suspend\n"
+        "#          the Jobs the driver has released)\n"
+        f"# Wait:    kubectl wait{ns} --for=condition=complete job/{name} --timeout=24h\n"
+        f"# Follow:  kubectl logs{ns} -f job/{name}; a step: kubectl logs{ns} job/{name}-STEP\n"
+        f"# Remove:  kubectl delete{ns} job,networkpolicy,rolebinding,role,serviceaccount -l {LABEL_RUN}={run}\n"
+    )
