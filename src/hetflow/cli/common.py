@@ -11,7 +11,7 @@ from rich.console import Console
 
 from hetflow.config import hetflow_home
 from hetflow.errors import Problem, UsageError
-from hetflow.state.store import Store
+from hetflow.state import Store
 
 # Off a terminal rich would wrap tables at 80 columns; logs and pipes read better unwrapped.
 console = Console(width=None if sys.stdout.isatty() else 200)

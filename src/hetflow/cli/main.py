@@ -16,8 +16,8 @@ from hetflow.config import hetflow_home
 from hetflow.errors import HetflowError, SpecError
 from hetflow.inventory import discover
 from hetflow.plan.choose import feasibility_problems
-from hetflow.report.nodes import node_to_json, render_node
-from hetflow.spec.loader import load_workflow
+from hetflow.report import node_to_json, render_node
+from hetflow.spec import load_workflow
 
 app = typer.Typer(
     name="hetflow",

@@ -11,9 +11,8 @@ from hetflow.cli.common import console, err, open_store, parse_params, print_jso
 from hetflow.errors import UsageError
 from hetflow.plan.instance import Instance, Plan
 from hetflow.plan.profile import learn, profile_for
-from hetflow.report.plan import explain_step, plan_json, plan_table
-from hetflow.spec.loader import LoadedWorkflow, load_workflow
-from hetflow.spec.units import parse_duration
+from hetflow.report import explain_step, plan_json, plan_table
+from hetflow.spec import LoadedWorkflow, load_workflow, parse_duration
 
 cluster_app = typer.Typer(help="Virtual clusters: which nodes to rent.", no_args_is_help=True)
 profile_app = typer.Typer(help="Run times learned from finished runs.", no_args_is_help=True)
@@ -55,7 +54,7 @@ def _money(value: str | None) -> float | None:
 
 
 def _instance(loaded: LoadedWorkflow, cluster_file: Path, *, saga: bool = False) -> Instance:
-    from hetflow.execute.images import default_resolver
+    from hetflow.execute import default_resolver
     from hetflow.plan.build import build_instance
     from hetflow.plan.cluster import load_cluster
     from hetflow.plan.images import image_check
@@ -131,7 +130,7 @@ def plan_cmd(
     )
     took = time.perf_counter() - t0
     if gantt is not None:
-        from hetflow.report.gantt import write_gantt
+        from hetflow.report import write_gantt
 
         write_gantt(plan, instance, gantt)
     if json_out:
@@ -177,7 +176,7 @@ def simulate_cmd(
     plan = _solve(instance, objective="makespan", deadline=None, budget=None, exact=False, time_limit=0, seed=seed)
     result = simulate(instance, plan, noise=noise, seed=seed)
     if gantt is not None:
-        from hetflow.report.gantt import write_gantt
+        from hetflow.report import write_gantt
 
         write_gantt(result.plan, instance, gantt)
     if json_out:
@@ -252,7 +251,7 @@ def import_wfcommons(
     """Convert a workflow trace to a hetflow workflow, for planning your own traces."""
     import json
 
-    from hetflow.spec.wfcommons import convert_wfcommons
+    from hetflow.spec import convert_wfcommons
 
     try:
         data = json.loads(trace.read_text())
@@ -290,8 +289,7 @@ def export_kubernetes_cmd(
     import os
     import sys
 
-    from hetflow.execute.images import default_resolver
-    from hetflow.execute.submit import new_run_id
+    from hetflow.execute import default_resolver, new_run_id
     from hetflow.export import kubernetes as k8s
     from hetflow.plan.cluster import load_cluster
 

@@ -14,19 +14,23 @@ from rich.console import Console
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
-from hetflow.execute.backends.factory import make_backend
-from hetflow.execute.lifecycle import stop_run
-from hetflow.execute.logs import read_lines
-from hetflow.execute.paths import RunPaths
-from hetflow.execute.session import OpenRun, drive, open_run, resume_run, submit_run
-from hetflow.execute.settings import Settings, load_settings
+from hetflow.execute import (
+    OpenRun,
+    RunPaths,
+    Settings,
+    drive,
+    load_settings,
+    make_backend,
+    open_run,
+    read_lines,
+    resume_run,
+    stop_run,
+    submit_run,
+)
 from hetflow.inventory import discover
-from hetflow.report.progress import make_reporter
-from hetflow.report.runs import ps_table, run_json, steps_table
-from hetflow.spec.loader import load_workflow
-from hetflow.state.events import RunWatch
-from hetflow.state.models import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL
-from hetflow.state.store import Store
+from hetflow.report import make_reporter, ps_table, run_json, steps_table
+from hetflow.spec import load_workflow
+from hetflow.state import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, RunWatch, Store
 
 
 def register(app: typer.Typer) -> None:
@@ -153,8 +157,7 @@ def show(
     rid = store.resolve_run_id(run_id)
     record, steps = store.run(rid), store.steps(rid)
     if gantt is not None:
-        from hetflow.report.actual import actual_schedule
-        from hetflow.report.gantt import write_gantt
+        from hetflow.report import actual_schedule, write_gantt
 
         write_gantt(*actual_schedule(record, store.attempts(rid)), gantt)
         err.print(f"schedule of run {rid} drawn to {gantt}", highlight=False)

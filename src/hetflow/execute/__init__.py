@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from hetflow.execute.attempts import RunnerConfig
+    from hetflow.execute.backends.factory import make_backend
     from hetflow.execute.container import build_spec, container_env, input_mounts
     from hetflow.execute.dispatch import ClusterDispatch, Decision, Dispatch, LocalDispatch
     from hetflow.execute.engine import (
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
     from hetflow.execute.submit import create_run, new_run_id, preflight
 
 _WHERE = {
+    "backends.factory": ["make_backend"],
     "attempts": ["RunnerConfig"],
     "container": ["build_spec", "container_env", "input_mounts"],
     "dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
@@ -130,6 +132,7 @@ __all__ = [
     "input_mounts",
     "load_settings",
     "log_tail",
+    "make_backend",
     "make_engine",
     "missing_outputs",
     "new_run_id",

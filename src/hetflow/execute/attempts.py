@@ -12,10 +12,8 @@ from hetflow.execute.backends.base import Backend
 from hetflow.execute.logs import log_tail
 from hetflow.execute.outputs import accept_outputs, missing_outputs
 from hetflow.execute.paths import RunPaths
-from hetflow.spec.models import Workflow
-from hetflow.state.events import AttemptFinished, RunEvent, record
-from hetflow.state.models import FAILED, STOPPED, SUCCEEDED, WAITING
-from hetflow.state.store import Store
+from hetflow.spec import Workflow
+from hetflow.state import FAILED, STOPPED, SUCCEEDED, WAITING, AttemptFinished, RunEvent, Store, record
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,7 @@ from collections.abc import Mapping, Sequence
 from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP, ContainerSpec, Mount
 from hetflow.execute.gpu import GpuAccess
 from hetflow.execute.paths import RunPaths, container_name
-from hetflow.spec.checks import RESERVED_ENV
-from hetflow.spec.models import Step, Variant
+from hetflow.spec import RESERVED_ENV, Step, Variant
 
 
 def build_spec(

@@ -17,13 +17,12 @@ from typing import Protocol
 from hetflow.execute.attempts import Active
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.gpu import GpuAccess, gpu_access
-from hetflow.inventory.models import Gpu, Node
+from hetflow.inventory import Gpu, Node
 from hetflow.plan.choose import VariantChooser
 from hetflow.plan.filters import Capacity
 from hetflow.plan.instance import MachineClass, Placement
-from hetflow.spec.models import Step, Variant
-from hetflow.state.models import Lease
-from hetflow.state.store import Store
+from hetflow.spec import Step, Variant
+from hetflow.state import Lease, Store
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from pathlib import Path
 import yaml
 
 from hetflow.execute.engine import Mount
-from hetflow.inventory.models import Gpu, Node
+from hetflow.inventory import Gpu, Node
 
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 DRIVER_DIR = "/usr/local/nvidia"

@@ -13,11 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hetflow.errors import NoFitError
-from hetflow.images.errors import NotFoundError
-from hetflow.images.reference import parse_reference
-from hetflow.images.service import ResolveResult, resolve_image
-from hetflow.inventory.models import Node
-from hetflow.spec.models import Step, Workflow
+from hetflow.images import NotFoundError, ResolveResult, parse_reference, resolve_image
+from hetflow.inventory import Node
+from hetflow.spec import Step, Workflow
 
 Resolver = Callable[[str, Node], ResolveResult]
 

@@ -15,11 +15,9 @@ from hetflow.execute.backends.base import Backend, Job
 from hetflow.execute.container import build_spec
 from hetflow.execute.dispatch import Dispatch
 from hetflow.execute.paths import container_name
-from hetflow.inventory.models import Gpu
-from hetflow.spec.models import Workflow
-from hetflow.state.events import AttemptStarted
-from hetflow.state.models import LAUNCHING, RUNNING, AttemptRecord, Lease, RunRecord, StepRecord
-from hetflow.state.store import Store
+from hetflow.inventory import Gpu
+from hetflow.spec import Workflow
+from hetflow.state import LAUNCHING, RUNNING, AttemptRecord, AttemptStarted, Lease, RunRecord, StepRecord, Store
 
 
 class Launcher:

@@ -17,9 +17,8 @@ from hetflow.execute.attempts import Active, Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.local import LocalBackend
 from hetflow.execute.engine import ContainerEngine
-from hetflow.spec.dag import descendants
-from hetflow.state.events import AttemptFinished, Note, RunStateChanged, record
-from hetflow.state.models import (
+from hetflow.spec import descendants
+from hetflow.state import (
     FAILED,
     LAUNCHING,
     PENDING,
@@ -29,8 +28,12 @@ from hetflow.state.models import (
     STOPPED,
     SUCCEEDED,
     WAITING,
+    AttemptFinished,
+    Note,
+    RunStateChanged,
+    Store,
+    record,
 )
-from hetflow.state.store import Store
 
 
 def pid_alive(pid: int, proc: Path = Path("/proc")) -> bool:

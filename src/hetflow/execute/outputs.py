@@ -9,7 +9,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
-from hetflow.state.models import OutputRecord
+from hetflow.state import OutputRecord
 
 
 def sha256_of(path: Path) -> str:

@@ -15,16 +15,16 @@ from typing import Protocol
 from hetflow.execute.images import Resolver, default_resolver, pin_images
 from hetflow.execute.runplan import CLUSTER, GREEDY, LOCAL, PLANNED, RunPlan, images_of
 from hetflow.execute.settings import Settings
-from hetflow.images.reference import parse_reference
-from hetflow.inventory.models import Node
+from hetflow.images import parse_reference
+from hetflow.inventory import Node
 from hetflow.plan.build import build_instance
 from hetflow.plan.cluster import load_cluster
 from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.images import image_check
 from hetflow.plan.local import plan_local
 from hetflow.plan.profile import learn, profile_for
-from hetflow.spec.loader import LoadedWorkflow
-from hetflow.state.store import Store
+from hetflow.spec import LoadedWorkflow
+from hetflow.state import Store
 
 Say = Callable[[str], None]
 

@@ -29,14 +29,11 @@ from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.launch import Launcher
 from hetflow.execute.lifecycle import pid_alive, reconcile
 from hetflow.execute.paths import RunPaths
-from hetflow.inventory.models import Node
+from hetflow.inventory import Node
 from hetflow.plan.choose import GreedyChooser, VariantChooser
 from hetflow.plan.instance import MachineClass, Placement
-from hetflow.spec.checks import edges_of
-from hetflow.spec.dag import topo_order
-from hetflow.spec.models import Workflow
-from hetflow.state.events import RunStateChanged
-from hetflow.state.models import (
+from hetflow.spec import Workflow, edges_of, topo_order
+from hetflow.state import (
     FAILED,
     LAUNCHING,
     PENDING,
@@ -51,9 +48,10 @@ from hetflow.state.models import (
     SUCCEEDED,
     WAITING,
     RunRecord,
+    RunStateChanged,
     StepRecord,
+    Store,
 )
-from hetflow.state.store import Store
 
 __all__ = ["NullReporter", "Reporter", "Runner", "RunnerConfig"]
 

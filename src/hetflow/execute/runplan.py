@@ -15,7 +15,7 @@ from typing import Any
 
 from hetflow.plan.instance import MachineClass, Plan
 from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
-from hetflow.spec.models import Step, Workflow
+from hetflow.spec import Step, Workflow
 
 FORMAT = 1
 LOCAL, CLUSTER = "local", "cluster"

@@ -34,13 +34,10 @@ from hetflow.execute.runner import Reporter, Runner
 from hetflow.execute.runplan import GREEDY, LOCAL, RunPlan, apply_images
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import create_run, preflight
-from hetflow.inventory.models import Node
+from hetflow.inventory import Node
 from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser
-from hetflow.spec.checks import edges_of
-from hetflow.spec.loader import LoadedWorkflow, load_workflow
-from hetflow.spec.models import Workflow
-from hetflow.state.models import RunRecord
-from hetflow.state.store import Store
+from hetflow.spec import LoadedWorkflow, Workflow, edges_of, load_workflow
+from hetflow.state import RunRecord, Store
 
 
 class LocalEngine(ContainerEngine, Puller, Protocol):

@@ -11,12 +11,11 @@ from pathlib import Path
 from hetflow.errors import Problem, SpecError
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.paths import RunPaths
-from hetflow.inventory.models import Node
+from hetflow.inventory import Node
 from hetflow.plan.choose import feasibility_problems
 from hetflow.plan.filters import Capacity, check
-from hetflow.spec.loader import LoadedWorkflow
-from hetflow.state.models import RunRecord
-from hetflow.state.store import Store
+from hetflow.spec import LoadedWorkflow
+from hetflow.state import RunRecord, Store
 
 
 def preflight(loaded: LoadedWorkflow, node: Node, engine: ContainerEngine | None) -> list[Problem]:

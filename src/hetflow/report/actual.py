@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from hetflow.plan.instance import Instance, MachineClass, Placement, Plan
-from hetflow.state.models import AttemptRecord, RunRecord
+from hetflow.state import AttemptRecord, RunRecord
 
 
 def actual_schedule(run: RunRecord, attempts: list[AttemptRecord]) -> tuple[Plan, Instance]:

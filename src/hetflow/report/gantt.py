@@ -23,7 +23,7 @@ from xml.sax.saxutils import escape, quoteattr
 
 from hetflow.errors import UsageError
 from hetflow.plan.instance import Instance, Placement, Plan
-from hetflow.spec.units import format_bytes, format_duration
+from hetflow.spec import format_bytes, format_duration
 
 # Tableau 10: distinguishable, and readable by most color-blind viewers.
 PALETTE = (

@@ -6,7 +6,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from hetflow.inventory.models import Gpu, Node
+from hetflow.inventory import Gpu, Node
 
 _GIB = 1024**3
 _MIB = 1024**2

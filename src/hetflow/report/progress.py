@@ -11,7 +11,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from hetflow.report.runs import gpus_text, steps_table
-from hetflow.state.models import STEP_TERMINAL, RunRecord, StepRecord
+from hetflow.state import STEP_TERMINAL, RunRecord, StepRecord
 
 
 class LiveReporter:

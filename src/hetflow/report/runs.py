@@ -8,8 +8,8 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from hetflow.spec.units import format_duration
-from hetflow.state.models import AttemptRecord, RunRecord, StepRecord
+from hetflow.spec import format_duration
+from hetflow.state import AttemptRecord, RunRecord, StepRecord
 
 STATE_STYLE = {
     "pending": "dim",

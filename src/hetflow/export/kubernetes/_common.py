@@ -10,9 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetflow.execute.engine import LABEL_RUN
-from hetflow.execute.paths import RunPaths
-from hetflow.spec.models import Workflow
+from hetflow.execute import LABEL_RUN, RunPaths
+from hetflow.spec import Workflow
 
 Obj = dict[str, Any]
 ImageFor = Callable[[str, str], str]  # (image as written, node class) -> reference to run

@@ -19,7 +19,7 @@ from hetflow.export.kubernetes._common import (
     run_volumes,
     small_resources,
 )
-from hetflow.spec.models import Workflow
+from hetflow.spec import Workflow
 
 
 def driver_access(ctx: Context, jobs: list[str]) -> list[Obj]:

@@ -8,8 +8,7 @@ import posixpath
 from collections.abc import Iterable, Mapping
 
 from hetflow.errors import HetflowError
-from hetflow.execute.container import container_env, input_mounts
-from hetflow.execute.engine import LABEL_RUN, LABEL_STEP
+from hetflow.execute import LABEL_RUN, LABEL_STEP, container_env, input_mounts
 from hetflow.export.kubernetes._common import (
     ANNOTATION_IMAGE,
     ANNOTATION_PLAN,
@@ -39,9 +38,7 @@ from hetflow.export.kubernetes._placement import node_affinity, plan_note, reaso
 from hetflow.plan.cluster import Cluster
 from hetflow.plan.images import Resolver, class_node
 from hetflow.plan.instance import MachineClass, Placement, Plan
-from hetflow.spec.checks import edges_of
-from hetflow.spec.dag import topo_order
-from hetflow.spec.models import Step, Variant, Workflow
+from hetflow.spec import Step, Variant, Workflow, edges_of, topo_order
 
 
 def export_kubernetes(

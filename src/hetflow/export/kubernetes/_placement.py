@@ -21,7 +21,7 @@ from hetflow.export.kubernetes._common import (
 )
 from hetflow.plan.build import DEFAULT_ESTIMATE, FILTERS
 from hetflow.plan.instance import MachineClass, Placement, Plan
-from hetflow.spec.models import Step, Variant
+from hetflow.spec import Step, Variant
 
 
 def gfd_product(model: str) -> str:

@@ -7,7 +7,7 @@ from typing import Any
 
 import yaml
 
-from hetflow.execute.engine import LABEL_RUN
+from hetflow.execute import LABEL_RUN
 from hetflow.export.kubernetes._common import LABEL_ROLE, LABEL_WORKFLOW
 
 
