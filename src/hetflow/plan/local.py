@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from hetflow.inventory.models import Node
 from hetflow.plan.build import build_instance
 from hetflow.plan.cluster import node_class
+from hetflow.plan.explain import explain
 from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Plan
-from hetflow.report.plan import explain_step
 from hetflow.spec.models import Workflow
 
 LOCAL_BANDWIDTH = 1.25e9  # unused on one machine (no edge crosses machines), but must be > 0
@@ -37,7 +37,7 @@ def plan_local(
     plan = plan_heuristic(instance)
     reasons = {}
     for step, p in plan.placements.items():
-        lost = [f"{r['variant']} {r['verdict']}: {r['reason']}" for r in explain_step(plan, instance, step)]
+        lost = [f"{v.variant} {v.verdict}: {v.reason}" for v in explain(plan, instance, step)]
         runtime = p.finish - p.start
         reasons[step] = f"est. {runtime:.4g}s" + (f"; {'; '.join(lost)}" if lost else "")
     return LocalPlan(

@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
+from hetflow.plan.explain import explain
 from hetflow.plan.instance import Instance, Plan
 
 
@@ -37,28 +38,11 @@ def plan_json(plan: Plan, instance: Instance, *, explain: bool = False) -> dict[
 
 
 def explain_step(plan: Plan, instance: Instance, step: str) -> list[dict[str, str]]:
-    """Why every other (variant, node class) lost or was rejected: filter rejections with
-    their reasons, then feasible options scored against the chosen one."""
-    chosen = plan.placements[step]
-    task = instance.task(step)
-    chosen_rt = chosen.finish - chosen.start
-    rows: list[dict[str, str]] = []
-    for r in task.rejected:
-        rows.append({"variant": r.variant, "node_class": r.machine_class, "verdict": "rejected", "reason": r.reason})
-    for o in task.options:
-        if o.variant == chosen.variant and o.machine_class == chosen.machine_class:
-            continue
-        if o.runtime > chosen_rt + 1e-9:
-            why = f"runs {o.runtime:.4g}s there vs {chosen_rt:.4g}s for the choice"
-        elif o.runtime < chosen_rt - 1e-9:
-            why = (
-                f"faster there ({o.runtime:.4g}s vs {chosen_rt:.4g}s) but the schedule finishes sooner or cheaper "
-                "with the choice (its nodes were busy, its data were elsewhere, or the GPU policy kept it off)"
-            )
-        else:
-            why = "as fast there; the choice finished no later (ties go to the earlier node class)"
-        rows.append({"variant": o.variant, "node_class": o.machine_class, "verdict": "lost", "reason": why})
-    return rows
+    """``plan.explain``'s verdicts for one step, as rows for JSON and the --explain text."""
+    return [
+        {"variant": v.variant, "node_class": v.node_class, "verdict": v.verdict, "reason": v.reason}
+        for v in explain(plan, instance, step)
+    ]
 
 
 def plan_table(plan: Plan) -> Table:
