@@ -37,8 +37,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from hetflow.errors import Problem, SpecError
 from hetflow.inventory.models import Gpu, Node
 from hetflow.plan.instance import MachineClass
-from hetflow.spec.loader import _compose, _suggest, line_of, problem_from_error
-from hetflow.spec.units import parse_memory
+from hetflow.spec.loader import compose_yaml, did_you_mean, line_of, problem_from_error
+from hetflow.spec.units import cc_tuple, compute_capability, parse_memory
 
 CLASS_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
 CLASS_NAME_HINT = "use 1-63 letters, digits, '.', '-' or '_', starting and ending alphanumeric"
@@ -138,10 +138,7 @@ class GpuSpec(_Model):
     @field_validator("compute_capability", mode="before")
     @classmethod
     def _cc(cls, v: object) -> str:
-        text = str(v)
-        if not re.fullmatch(r"\d+(\.\d+)?", text):
-            raise ValueError(f'{v!r} is not a compute capability; write e.g. "7.5" or "8.0"')
-        return text if "." in text else text + ".0"
+        return compute_capability(v, '"7.5" or "8.0"')
 
     @model_validator(mode="after")
     def _known_speed(self) -> GpuSpec:
@@ -155,8 +152,7 @@ class GpuSpec(_Model):
 
     @property
     def cc_tuple(self) -> tuple[int, int]:
-        major, _, minor = self.compute_capability.partition(".")
-        return int(major), int(minor or 0)
+        return cc_tuple(self.compute_capability)
 
     @property
     def resolved_speed(self) -> float:
@@ -324,7 +320,7 @@ class Catalog(_Machines):
         known = {t.name: t for t in self.node_types}
         for tname, n in counts.items():
             if tname not in known:
-                raise ValueError(f"the catalog has no node type {tname!r}{_suggest(tname, known)}")
+                raise ValueError(f"the catalog has no node type {tname!r}{did_you_mean(tname, known)}")
             if not 0 <= n <= known[tname].count:
                 raise ValueError(f"node type {tname!r}: {n} asked, the catalog rents 0 to {known[tname].count}")
         return Cluster(
@@ -382,7 +378,7 @@ def _parse(text: str, file: str, kind: type[Cluster | Catalog]) -> Cluster | Cat
     shape = f"a {want.lower()} file is a YAML mapping with apiVersion, kind: {want}, name and nodeTypes"
     if not text.strip():
         raise SpecError([Problem(file, 1, f"the file is empty; {shape}")])
-    data, lines, problems = _compose(text, file)
+    data, lines, problems = compose_yaml(text, file)
     if problems:
         raise SpecError(problems)
     if not isinstance(data, dict):

@@ -66,7 +66,7 @@ def parse_workflow(
     text: str, file: str = "<workflow>", overrides: Mapping[str, object] | None = None
 ) -> LoadedWorkflow:
     """Parse, validate and template a workflow; raise SpecError listing every problem."""
-    data, lines, problems = _compose(text, file)
+    data, lines, problems = compose_yaml(text, file)
     if problems:
         raise SpecError(problems)
     if not isinstance(data, dict):
@@ -88,7 +88,7 @@ def parse_workflow(
 # --- YAML with line numbers -------------------------------------------------------------
 
 
-def _compose(text: str, file: str) -> tuple[Any, dict[Loc, int], list[Problem]]:
+def compose_yaml(text: str, file: str) -> tuple[Any, dict[Loc, int], list[Problem]]:
     try:
         node = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
@@ -149,7 +149,7 @@ def _apply_overrides(
     for key, raw in overrides.items():
         assert isinstance(params, dict)
         if key not in params:
-            hint = _suggest(key, params)
+            hint = did_you_mean(key, params)
             declared = ", ".join(map(str, params)) or "none"
             problems.append(
                 Problem(
@@ -191,7 +191,7 @@ def _render(wf: Workflow, file: str, lines: Mapping[Loc, int]) -> tuple[Workflow
                 return m.group(0)
             name = pm.group(1)
             if name not in wf.params:
-                hint = _suggest(name, wf.params)
+                hint = did_you_mean(name, wf.params)
                 problems.append(
                     Problem(
                         file,
@@ -238,7 +238,7 @@ def problem_from_error(err: Any, file: str, lines: Mapping[Loc, int], root: type
     if err["type"] == "extra_forbidden":
         key, parent = str(loc[-1]), ".".join(str(x) for x in loc[:-1]) or "the top level"
         allowed = _allowed_keys(root, loc[:-1])
-        msg = f"unknown key {key!r} in {parent}{_suggest(key, allowed)}; allowed keys: {', '.join(allowed)}"
+        msg = f"unknown key {key!r} in {parent}{did_you_mean(key, allowed)}; allowed keys: {', '.join(allowed)}"
     elif err["type"] == "missing":
         parent = ".".join(str(x) for x in loc[:-1]) or "the top level"
         msg = f"{parent}: required key {loc[-1]!r} is missing"
@@ -284,6 +284,6 @@ def _unwrap(tp: Any) -> Any:
     return tp
 
 
-def _suggest(word: str, choices: Any) -> str:
+def did_you_mean(word: str, choices: Any) -> str:
     close = difflib.get_close_matches(word, [str(c) for c in choices], n=1)
     return f" (did you mean {close[0]!r}?)" if close else ""

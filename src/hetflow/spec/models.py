@@ -11,7 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from hetflow.spec.units import parse_duration, parse_memory
+from hetflow.spec.units import cc_tuple, compute_capability, parse_duration, parse_memory
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?\Z")
 NAME_HINT = "use 1-63 lowercase letters, digits, '-' or '_', starting and ending alphanumeric"
@@ -53,15 +53,11 @@ class GpuConstraint(_Model):
     @field_validator("min_compute_capability", mode="before")
     @classmethod
     def _cc(cls, v: object) -> str:
-        text = str(v)
-        if not re.fullmatch(r"\d+(\.\d+)?", text):
-            raise ValueError(f'{v!r} is not a compute capability; write e.g. "7.0" or "8.6"')
-        return text if "." in text else text + ".0"
+        return compute_capability(v)
 
     @property
     def cc_tuple(self) -> tuple[int, int]:
-        major, _, minor = self.min_compute_capability.partition(".")
-        return int(major), int(minor or 0)
+        return cc_tuple(self.min_compute_capability)
 
 
 class Variant(_Model):

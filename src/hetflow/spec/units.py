@@ -71,3 +71,18 @@ def format_duration(seconds: float) -> str:
         return f"{minutes}m{sec:02d}s"
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m"
+
+
+def compute_capability(value: object, examples: str = '"7.0" or "8.6"') -> str:
+    """A CUDA compute capability as "major.minor" ("8" -> "8.0"); ValueError naming
+    ``examples`` for anything else.  One check for workflows and cluster files."""
+    text = str(value)
+    if not re.fullmatch(r"\d+(\.\d+)?", text):
+        raise ValueError(f"{value!r} is not a compute capability; write e.g. {examples}")
+    return text if "." in text else text + ".0"
+
+
+def cc_tuple(capability: str) -> tuple[int, int]:
+    """ "8.6" -> (8, 6), for comparing compute capabilities."""
+    major, _, minor = capability.partition(".")
+    return int(major), int(minor or 0)
