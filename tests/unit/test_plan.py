@@ -414,3 +414,35 @@ def test_node_selector_on_this_machine(labels: dict[str, str], errors: list[str]
     n = CPU_NODE.model_copy(update={"labels": labels})
     found = [p.message for p in feasibility_problems(loaded, n) if p.severity == "error"]
     assert [m.split("; lower")[0] for m in found] == errors
+
+
+# --- one filter family: the planner's class view and this machine's view agree ----------
+
+ALIKE_GPUS = [(), (T4,), (A100, gpu(3, model="NVIDIA A100-SXM4-40GB", memory_gib=40, cc="8.0"))]
+REQUESTS = [
+    variant(),
+    variant(cpus=8),
+    variant(memory=64 * GIB),
+    variant(gpus=1),
+    variant(gpus=2),
+    variant(gpus=1, gpu_=GpuConstraint(min_compute_capability="8.0")),
+    variant(gpus=1, gpu_=GpuConstraint(min_memory=20 * GIB)),
+    variant(gpus=1, gpu_=GpuConstraint(models=("A100",))),
+]
+
+
+@pytest.mark.parametrize("gpus", ALIKE_GPUS, ids=["no-gpu", "one-t4", "two-a100"])
+@pytest.mark.parametrize("v", REQUESTS, ids=lambda v: f"{v.resources.cpus:g}c-{v.resources.gpus}g-{v.gpu}")
+def test_node_and_class_views_agree_on_what_fits(gpus: tuple[Gpu, ...], v: Variant) -> None:
+    """The planner (a class of alike nodes) and the local preflight (this machine) run the
+    same filters, so a machine and its class say the same about whether a variant fits."""
+    from hetflow.plan.cluster import node_class
+    from hetflow.plan.filters import class_rejections
+
+    n = node(cpus=4, memory_gib=16, gpus=gpus)
+    local = check(v, Capacity.of(n), where="this machine", now=False, labels=n.labels)
+    planner = class_rejections(v, node_class(n))
+
+    assert local.ok == (not planner), (local, planner)
+    if not local.ok and local.code in {"cpus", "memory", "gpus"}:
+        assert local.code == planner[0].code

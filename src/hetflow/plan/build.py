@@ -20,94 +20,16 @@ import posixpath
 from collections.abc import Callable, Mapping, Sequence
 
 from hetflow.errors import NoFitError
+from hetflow.plan.filters import class_rejections
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Rejection, Task
 from hetflow.spec.checks import edges_of
 from hetflow.spec.dag import topo_order
 from hetflow.spec.models import GpuConstraint, Resources, Variant, Workflow
-from hetflow.spec.units import format_bytes
 
 DEFAULT_ESTIMATE = 60.0  # seconds, for a variant with no estimate and no profile
 
 Profile = Mapping[tuple[str, str, str], float]  # (step, variant, class) -> measured seconds
 ImageCheck = Callable[[str, MachineClass], str | None]  # (image, class) -> why not, or None
-Filter = Callable[[Variant, MachineClass], tuple[str, str] | None]  # -> (code, reason) or None
-
-# --- filters: one resource each ---------------------------------------------------------
-
-
-def _plural(n: float, what: str) -> str:
-    return f"{n:g} {what}" if n == 1 else f"{n:g} {what}s"
-
-
-def fit_cpus(v: Variant, c: MachineClass) -> tuple[str, str] | None:
-    want = v.resources.cpus
-    if want > c.cores:
-        return "cpus", f"asks for {_plural(want, 'CPU')}; {c.name} has {c.cores}"
-    return None
-
-
-def fit_memory(v: Variant, c: MachineClass) -> tuple[str, str] | None:
-    want = v.resources.memory
-    if want > c.memory:
-        return "memory", f"asks for {format_bytes(want)} of memory; {c.name} has {format_bytes(c.memory)}"
-    return None
-
-
-def fit_gpus(v: Variant, c: MachineClass) -> tuple[str, str] | None:
-    want = v.resources.gpus
-    if want > c.gpus:
-        has = c.gpus if c.gpus else "none"
-        return "gpus", f"asks for {_plural(want, 'GPU')}; {c.name} has {has}"
-    return None
-
-
-def _gpu_filter(v: Variant, c: MachineClass) -> GpuConstraint | None:
-    """The GPU constraint to check, when the variant uses GPUs and the class has some
-    (a class with no GPUs is already rejected by ``fit_gpus``)."""
-    return v.gpu if v.uses_gpu and c.gpus else None
-
-
-def fit_gpu_model(v: Variant, c: MachineClass) -> tuple[str, str] | None:
-    want = _gpu_filter(v, c)
-    if want and want.models and not any(m.lower() in c.gpu_model.lower() for m in want.models):
-        return "gpu_model", f"needs a GPU model among {', '.join(want.models)}; {c.name} has {c.gpu_model}"
-    return None
-
-
-def fit_gpu_cc(v: Variant, c: MachineClass) -> tuple[str, str] | None:
-    want = _gpu_filter(v, c)
-    if want and c.gpu_cc < want.cc_tuple:
-        have = f"{c.gpu_cc[0]}.{c.gpu_cc[1]}"
-        return (
-            "gpu_cc",
-            f"needs compute capability {want.min_compute_capability}; {c.name} has {have} ({c.gpu_model})",
-        )
-    return None
-
-
-def fit_gpu_memory(v: Variant, c: MachineClass) -> tuple[str, str] | None:
-    want = _gpu_filter(v, c)
-    if want and c.gpu_memory < want.min_memory:
-        return (
-            "gpu_memory",
-            f"needs {format_bytes(want.min_memory)} of GPU memory; {c.name} has "
-            f"{format_bytes(c.gpu_memory)} ({c.gpu_model})",
-        )
-    return None
-
-
-def fit_labels(v: Variant, c: MachineClass) -> tuple[str, str] | None:
-    """``node_selector``: every label must be on the class, as Kubernetes' nodeSelector."""
-    have = dict(c.labels)
-    missing = [f"{k}={val}" for k, val in sorted(v.node_selector.items()) if have.get(k) != val]
-    if missing:
-        shown = ", ".join(f"{k}={val}" for k, val in c.labels) or "none"
-        return ("labels", f"needs node labels {', '.join(missing)}; {c.name} has {shown}")
-    return None
-
-
-FILTERS: tuple[Filter, ...] = (fit_cpus, fit_memory, fit_gpus, fit_gpu_model, fit_gpu_cc, fit_gpu_memory, fit_labels)
-
 # --- the builder ------------------------------------------------------------------------
 
 
@@ -137,7 +59,7 @@ def build_instance(
     def rejections(v: Variant, c: MachineClass) -> tuple[tuple[str, str], ...]:
         key = (v.resources, v.gpu, v.image, tuple(sorted(v.node_selector.items())), c.name)
         if key not in cache:
-            found = [r for f in FILTERS if (r := f(v, c))]
+            found = [(st.code, st.reason) for st in class_rejections(v, c)]
             if image_check is not None and (why := image_check(v.image, c)):
                 found.append(("image", why))
             cache[key] = tuple(found)

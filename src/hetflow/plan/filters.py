@@ -1,19 +1,33 @@
-"""Feasibility filters, in the style of the Kubernetes scheduler framework's Filter
-plugins: each looks at one resource and returns a Status; "does not fit" is a value
-with a reason, never an exception.
+"""Feasibility filters: one family for every place that asks "can this variant run there?".
 
-Two questions are asked with the same filters: can this variant *ever* run on this node
-(against its capacity), and can it run *now* (against what is free).
+After the Kubernetes scheduler framework's Filter plugins: each filter looks at one
+resource of (a variant's request, a node view) and answers a ``Status``; "does not fit"
+is a value with a stable code and a reason for people, never an exception.
+
+The same filters serve three callers through one ``NodeView``:
+- the planner (``plan.build``), on a node class of the cluster file: alike machines, so
+  each GPU attribute (model, compute capability, memory) is its own filter and every
+  failure is recorded (``class_rejections``);
+- the local preflight and variant choice (``plan.choose``), on this machine, against its
+  capacity ("never") or against what is free now ("now", worded as busy): its GPUs may
+  differ, so they are counted one by one (``check``: the first failure explains);
+- exporters, which explain why a step's other variants were not planned on a class
+  (``first_class_rejection``).
+
+The two chains below order the same plugins the way each caller has always reported
+them, as scheduler profiles order plugins: labels last for a class (every failure is
+listed), first for this machine (only the first one is).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from hetflow.inventory.models import Gpu, Node
-from hetflow.spec.models import GpuConstraint, Variant
-from hetflow.spec.units import format_bytes
+from hetflow.inventory import Gpu, Node
+from hetflow.plan.instance import MachineClass
+from hetflow.spec import GpuConstraint, Variant, format_bytes
 
 
 @dataclass(frozen=True)
@@ -44,62 +58,251 @@ class Capacity:
         return cls(float(node.cpu.cores), node.memory_bytes, node.gpus)
 
 
-def gpu_qualifies(gpu: Gpu, want: GpuConstraint | None) -> str | None:
-    """None when ``gpu`` meets ``want``, else why not."""
+@dataclass(frozen=True)
+class GpuView:
+    """One GPU as the filters see it."""
+
+    model: str
+    memory: int
+    cc: tuple[int, int]
+    cc_text: str
+
+    @classmethod
+    def of(cls, gpu: Gpu) -> GpuView:
+        return cls(gpu.model, gpu.memory_bytes, gpu.compute_capability_tuple, gpu.compute_capability)
+
+
+@dataclass(frozen=True)
+class NodeView:
+    """A place a variant may run, in the filters' terms.
+
+    ``uniform``: a node class (all GPUs alike: one reason per GPU attribute); otherwise a
+    live node whose GPUs are counted one by one.  ``now``: the capacity is what is free
+    now, so a shortfall is worded as busy.  ``labels`` None: labels are not checked."""
+
+    name: str
+    cpus: float
+    memory: int
+    gpus: tuple[GpuView, ...]
+    labels: tuple[tuple[str, str], ...] | None
+    now: bool = False
+    uniform: bool = False
+
+    @classmethod
+    def of_class(cls, c: MachineClass) -> NodeView:
+        cc_text = f"{c.gpu_cc[0]}.{c.gpu_cc[1]}"
+        gpus = tuple(GpuView(c.gpu_model, c.gpu_memory, c.gpu_cc, cc_text) for _ in range(c.gpus))
+        return cls(c.name, float(c.cores), c.memory, gpus, c.labels, uniform=True)
+
+    @classmethod
+    def of_capacity(cls, cap: Capacity, *, where: str, now: bool, labels: Mapping[str, str] | None) -> NodeView:
+        shown = None if labels is None else tuple(sorted(labels.items()))
+        return cls(where, cap.cpus, cap.memory, tuple(GpuView.of(g) for g in cap.gpus), shown, now=now)
+
+
+class Filter(Protocol):
+    """One extension point: does ``variant`` fit ``view`` as far as one resource goes?"""
+
+    name: str
+
+    def __call__(self, variant: Variant, view: NodeView, /) -> Status: ...
+
+
+# --- the rules, once: each GPU attribute ------------------------------------------------
+
+
+def _plural(n: float, what: str) -> str:
+    return f"{n:g} {what}" if n == 1 else f"{n:g} {what}s"
+
+
+def _model_ok(model: str, want: GpuConstraint) -> bool:
+    return not want.models or any(m.lower() in model.lower() for m in want.models)
+
+
+def _cc_ok(cc: tuple[int, int], want: GpuConstraint) -> bool:
+    return cc >= want.cc_tuple
+
+
+def _memory_ok(memory: int, want: GpuConstraint) -> bool:
+    return memory >= want.min_memory
+
+
+def _why_not(gpu: GpuView, want: GpuConstraint | None) -> str | None:
     if want is None:
         return None
-    if gpu.memory_bytes < want.min_memory:
-        return f"{gpu.model} has {format_bytes(gpu.memory_bytes)}, needs {format_bytes(want.min_memory)}"
-    if gpu.compute_capability_tuple < want.cc_tuple:
-        return f"{gpu.model} has compute capability {gpu.compute_capability}, needs {want.min_compute_capability}"
-    if want.models and not any(m.lower() in gpu.model.lower() for m in want.models):
+    if not _memory_ok(gpu.memory, want):
+        return f"{gpu.model} has {format_bytes(gpu.memory)}, needs {format_bytes(want.min_memory)}"
+    if not _cc_ok(gpu.cc, want):
+        return f"{gpu.model} has compute capability {gpu.cc_text}, needs {want.min_compute_capability}"
+    if not _model_ok(gpu.model, want):
         return f"{gpu.model} is not one of {', '.join(want.models)}"
     return None
+
+
+def gpu_qualifies(gpu: Gpu, want: GpuConstraint | None) -> str | None:
+    """None when ``gpu`` meets ``want``, else why not."""
+    return _why_not(GpuView.of(gpu), want)
 
 
 def qualifying_gpus(variant: Variant, gpus: Sequence[Gpu]) -> list[Gpu]:
     return [g for g in gpus if gpu_qualifies(g, variant.gpu) is None]
 
 
-def check(variant: Variant, cap: Capacity, *, where: str, now: bool, labels: Mapping[str, str] | None = None) -> Status:
-    """Chain the filters; the first failure explains itself.
+# --- the plugins ------------------------------------------------------------------------
 
-    ``where`` names the place ("this machine", "node gpu-a100-1"); ``now`` words the
-    reason as busy-now rather than never."""
-    res = variant.resources
-    if labels is not None:
-        missing = [f"{k}={v}" for k, v in sorted(variant.node_selector.items()) if labels.get(k) != v]
-        if missing:
-            have = ", ".join(f"{k}={v}" for k, v in sorted(labels.items())) or "none"
-            return Status("labels", f"needs node labels {', '.join(missing)}; {where} has {have}")
-    if res.cpus > cap.cpus:
-        if now:
-            return Status("cpus_busy", f"needs {res.cpus:g} CPUs; {cap.cpus:g} free now")
-        return Status("cpus", f"asks for {res.cpus:g} CPUs; {where} has {cap.cpus:g}")
-    if res.memory > cap.memory:
-        if now:
-            return Status(
-                "memory_busy",
-                f"needs {format_bytes(res.memory)}; {format_bytes(cap.memory)} free now",
-            )
+
+class _Labels:
+    """``node_selector``: every label must be on the node, as Kubernetes' nodeSelector."""
+
+    name = "labels"
+
+    def __call__(self, v: Variant, view: NodeView) -> Status:
+        if view.labels is None:
+            return OK
+        have = dict(view.labels)
+        missing = [f"{k}={val}" for k, val in sorted(v.node_selector.items()) if have.get(k) != val]
+        if not missing:
+            return OK
+        shown = ", ".join(f"{k}={val}" for k, val in view.labels) or "none"
+        return Status("labels", f"needs node labels {', '.join(missing)}; {view.name} has {shown}")
+
+
+class _Cpus:
+    name = "cpus"
+
+    def __call__(self, v: Variant, view: NodeView) -> Status:
+        want = v.resources.cpus
+        if want <= view.cpus:
+            return OK
+        if view.now:
+            return Status("cpus_busy", f"needs {want:g} CPUs; {view.cpus:g} free now")
+        return Status("cpus", f"asks for {_plural(want, 'CPU')}; {view.name} has {view.cpus:g}")
+
+
+class _Memory:
+    name = "memory"
+
+    def __call__(self, v: Variant, view: NodeView) -> Status:
+        want = v.resources.memory
+        if want <= view.memory:
+            return OK
+        if view.now:
+            return Status("memory_busy", f"needs {format_bytes(want)}; {format_bytes(view.memory)} free now")
+        return Status("memory", f"asks for {format_bytes(want)} of memory; {view.name} has {format_bytes(view.memory)}")
+
+
+class _Gpus:
+    """Enough GPUs: on a class, by count (its attributes are the filters below); on a
+    node, by counting the devices that meet the variant's ``gpu`` constraints."""
+
+    name = "gpus"
+
+    def __call__(self, v: Variant, view: NodeView) -> Status:
+        want = v.resources.gpus
+        if want == 0:
+            return OK
+        has = len(view.gpus)
+        if view.uniform or (not view.gpus and not view.now):
+            if want <= has:
+                return OK
+            return Status("gpus", f"asks for {_plural(want, 'GPU')}; {view.name} has {has or 'none'}")
+        good = [g for g in view.gpus if _why_not(g, v.gpu) is None]
+        if len(good) >= want:
+            return OK
+        plural = _plural(want, "GPU").split(" ", 1)[1]
+        if view.now:
+            return Status("gpus_busy", f"needs {want} qualifying {plural}; {len(good)} free now")
+        if has < want:
+            return Status("gpus", f"asks for {want} {plural}; {view.name} has {has}")
+        why = "; ".join(sorted({r for g in view.gpus if (r := _why_not(g, v.gpu))}))
         return Status(
-            "memory",
-            f"asks for {format_bytes(res.memory)} of memory; {where} has {format_bytes(cap.memory)}",
+            "gpu_constraint",
+            f"asks for {want} {plural} meeting its 'gpu' constraints; {view.name} has {len(good)} ({why})",
         )
-    if res.gpus == 0:
-        return OK
-    plural = "GPU" if res.gpus == 1 else "GPUs"
-    if not cap.gpus and not now:
-        return Status("gpus", f"asks for {res.gpus} {plural}; {where} has none")
-    good = qualifying_gpus(variant, cap.gpus)
-    if len(good) >= res.gpus:
-        return OK
-    if now:
-        return Status("gpus_busy", f"needs {res.gpus} qualifying {plural}; {len(good)} free now")
-    if len(cap.gpus) < res.gpus:
-        return Status("gpus", f"asks for {res.gpus} {plural}; {where} has {len(cap.gpus)}")
-    why = "; ".join(sorted({r for g in cap.gpus if (r := gpu_qualifies(g, variant.gpu))}))
-    return Status(
-        "gpu_constraint",
-        f"asks for {res.gpus} {plural} meeting its 'gpu' constraints; {where} has {len(good)} ({why})",
-    )
+
+
+def _class_gpu(v: Variant, view: NodeView) -> tuple[GpuConstraint, GpuView] | None:
+    """The constraint and the class's GPU, when a GPU attribute filter applies: a class
+    view whose nodes have GPUs, and a variant that uses them with constraints."""
+    if not view.uniform or not view.gpus or not v.uses_gpu or v.gpu is None:
+        return None
+    return v.gpu, view.gpus[0]
+
+
+class _GpuModel:
+    name = "gpu_model"
+
+    def __call__(self, v: Variant, view: NodeView) -> Status:
+        found = _class_gpu(v, view)
+        if found is None or _model_ok(found[1].model, found[0]):
+            return OK
+        want, gpu = found
+        return Status("gpu_model", f"needs a GPU model among {', '.join(want.models)}; {view.name} has {gpu.model}")
+
+
+class _GpuCc:
+    name = "gpu_cc"
+
+    def __call__(self, v: Variant, view: NodeView) -> Status:
+        found = _class_gpu(v, view)
+        if found is None or _cc_ok(found[1].cc, found[0]):
+            return OK
+        want, gpu = found
+        return Status(
+            "gpu_cc",
+            f"needs compute capability {want.min_compute_capability}; {view.name} has {gpu.cc_text} ({gpu.model})",
+        )
+
+
+class _GpuMemory:
+    name = "gpu_memory"
+
+    def __call__(self, v: Variant, view: NodeView) -> Status:
+        found = _class_gpu(v, view)
+        if found is None or _memory_ok(found[1].memory, found[0]):
+            return OK
+        want, gpu = found
+        return Status(
+            "gpu_memory",
+            f"needs {format_bytes(want.min_memory)} of GPU memory; {view.name} has "
+            f"{format_bytes(gpu.memory)} ({gpu.model})",
+        )
+
+
+LABELS, CPUS, MEMORY, GPUS = _Labels(), _Cpus(), _Memory(), _Gpus()
+GPU_MODEL, GPU_CC, GPU_MEMORY = _GpuModel(), _GpuCc(), _GpuMemory()
+
+CLASS_CHAIN: tuple[Filter, ...] = (CPUS, MEMORY, GPUS, GPU_MODEL, GPU_CC, GPU_MEMORY, LABELS)
+NODE_CHAIN: tuple[Filter, ...] = (LABELS, CPUS, MEMORY, GPUS)
+
+
+def run_chain(chain: Sequence[Filter], variant: Variant, view: NodeView, *, first: bool) -> tuple[Status, ...]:
+    """Every failing filter's Status, in chain order (only the first with ``first``)."""
+    found: list[Status] = []
+    for f in chain:
+        status = f(variant, view)
+        if not status.ok:
+            found.append(status)
+            if first:
+                break
+    return tuple(found)
+
+
+def class_rejections(variant: Variant, c: MachineClass) -> tuple[Status, ...]:
+    """Why ``variant`` can never run on node class ``c``: every failing filter."""
+    return run_chain(CLASS_CHAIN, variant, NodeView.of_class(c), first=False)
+
+
+def first_class_rejection(variant: Variant, c: MachineClass) -> Status:
+    """The first reason ``variant`` cannot run on ``c``, or OK."""
+    found = run_chain(CLASS_CHAIN, variant, NodeView.of_class(c), first=True)
+    return found[0] if found else OK
+
+
+def check(variant: Variant, cap: Capacity, *, where: str, now: bool, labels: Mapping[str, str] | None = None) -> Status:
+    """Can ``variant`` run on this machine: ever (``now`` False, against its capacity) or
+    now (against what is free)?  The first failure explains; ``where`` names the place
+    ("this machine", "node gpu-a100-1")."""
+    view = NodeView.of_capacity(cap, where=where, now=now, labels=labels)
+    found = run_chain(NODE_CHAIN, variant, view, first=True)
+    return found[0] if found else OK

@@ -19,7 +19,8 @@ from hetflow.export.kubernetes._common import (
     Obj,
     label_value,
 )
-from hetflow.plan.build import DEFAULT_ESTIMATE, FILTERS
+from hetflow.plan.build import DEFAULT_ESTIMATE
+from hetflow.plan.filters import first_class_rejection
 from hetflow.plan.instance import MachineClass, Placement, Plan
 from hetflow.spec import Step, Variant
 
@@ -94,7 +95,7 @@ def reasons(step: Step, p: Placement, cls: MachineClass) -> str:
     for vname, v in step.resolved_variants().items():
         if vname == p.variant:
             continue
-        why = next((r[1] for f in FILTERS if (r := f(v, cls))), None)
+        why = first_class_rejection(v, cls).reason or None
         if why is None:
             speed = cls.gpu_speed if v.uses_gpu else cls.speed
             runtime = (DEFAULT_ESTIMATE if v.estimate is None else v.estimate) / speed
