@@ -1,4 +1,4 @@
-"""Where step attempts run: this machine (podman), Slurm, Ray.
+"""Where step attempts run: this machine (podman), Slurm, Ray; and a fake for unit tests.
 
 The contract is ``base.py`` (after snakemake's executor plugins): a ``Backend`` runs step
 attempts (``Job``) with ``check``, ``image_exists``, ``submit``, ``poll`` (``JobState`` by
@@ -11,11 +11,13 @@ read from the run's Settings), ``translate.py`` (Job -> the engine's objects, pu
 ``backend.py`` (submit, poll, cancel, release).  To add a backend: make such a package,
 register it in ``factory.make_backend`` (importing it lazily there, as Slurm and Ray are:
 their clients are heavy or optional), and subclass the contract suite
-(``tests/contract/backend_contract.py``) in a test.
+(``tests/contract/backend_contract.py``) in a test.  ``fake.py`` is a backend in memory
+that interprets the few shell commands tests use; it passes the contract in the unit tests.
 """
 
 from hetflow.execute.backends.base import Backend, Capabilities, Job, JobState
 from hetflow.execute.backends.factory import make_backend
+from hetflow.execute.backends.fake import FakeBackend, FakeState
 from hetflow.execute.backends.local import LocalBackend
 
-__all__ = ["Backend", "Capabilities", "Job", "JobState", "LocalBackend", "make_backend"]
+__all__ = ["Backend", "Capabilities", "FakeBackend", "FakeState", "Job", "JobState", "LocalBackend", "make_backend"]
