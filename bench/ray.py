@@ -19,7 +19,7 @@ from demo.images import build_tiny_image
 
 from hetflow.config import engine_env
 from hetflow.execute.backends.base import Job
-from hetflow.execute.backends.ray_backend import NAMESPACE, RayBackend, _ray_nodes, foreground_argv
+from hetflow.execute.backends.ray import NAMESPACE, RayBackend, foreground_argv, ray_nodes
 from hetflow.execute.engine import ContainerSpec
 
 
@@ -81,8 +81,8 @@ def main(argv: Sequence[str] | None = None) -> None:
         assert {st.exit_code for st in states.values()} == {0}, states
         backend.release([j.name for j in jobs])
     n = a.steps
-    cpus = sum(n["Resources"].get("CPU", 0) for n in _ray_nodes() if n.get("Alive"))
-    print(f"ray {ray.__version__}, {len(_ray_nodes())} node(s), {cpus:g} CPUs; "
+    cpus = sum(n["Resources"].get("CPU", 0) for n in ray_nodes() if n.get("Alive"))
+    print(f"ray {ray.__version__}, {len(ray_nodes())} node(s), {cpus:g} CPUs; "
           f"{n} steps of `true` in hardened `podman run --rm` containers")  # fmt: skip
     print(f"  anchor  (plain Ray tasks):        {t_anchor:6.2f} s  {t_anchor / n * 1000:6.1f} ms/step")
     print(f"  hetflow (RayBackend submit+poll): {t_backend:6.2f} s  {t_backend / n * 1000:6.1f} ms/step "

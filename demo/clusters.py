@@ -68,7 +68,7 @@ def _ray(work: Path) -> Iterator[dict[str, Any]]:
     import ray
     from ray.cluster_utils import Cluster
 
-    from hetflow.execute.backends.ray_backend import NODE_LABEL, NODE_RESOURCE
+    from hetflow.execute.backends.ray import NODE_LABEL, NODE_RESOURCE
 
     cluster = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 2, "resources": {NODE_RESOURCE + "ray-head": 1}}

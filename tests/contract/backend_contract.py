@@ -2,7 +2,10 @@
 tests): subclass ``BackendContract`` in a test module and provide the ``backend`` fixture
 (and ``gpu_backend`` for a backend whose nodes have FAKE GPUs: mknod'd device nodes).
 
-Jobs run tiny busybox containers; outputs go to a directory every node can see."""
+Jobs run tiny busybox containers; outputs go to a directory every node can see.  Every test
+here is honest without containers too: the fake backend (tests/unit/test_backend_fake.py)
+interprets the scripts and writes the same files, so checks that need a real container
+(GPU device nodes inside it) live in the real backends' own test classes."""
 
 from __future__ import annotations
 

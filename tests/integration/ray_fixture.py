@@ -25,7 +25,7 @@ import ray
 from demo.images import build_tiny_image
 from ray.cluster_utils import Cluster
 
-from hetflow.execute.backends.ray_backend import NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RaySettings
+from hetflow.execute.backends.ray import NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RaySettings
 from hetflow.inventory.fake import make_fake_gpus
 from tests.contract.backend_contract import BUSYBOX
 

@@ -18,7 +18,7 @@ import ray
 from hetflow.config import engine_env
 from hetflow.errors import EngineError, UsageError
 from hetflow.execute.backends.base import Job, JobState
-from hetflow.execute.backends.ray_backend import RayBackend, RayNode, RaySettings, accelerator_type, task_request
+from hetflow.execute.backends.ray import RayBackend, RayNode, RaySettings, accelerator_type, task_request
 from hetflow.execute.settings import Settings
 from tests.contract.backend_contract import BackendContract, job, wait_done
 from tests.integration.ray_fixture import RayCluster, ray_cluster
@@ -162,7 +162,7 @@ class TestRayBackend(BackendContract):
         address = ray_cluster.address if via == "gcs" else ray_cluster.client_address
         script = textwrap.dedent(f"""
             from pathlib import Path
-            from hetflow.execute.backends.ray_backend import RayBackend, RaySettings
+            from hetflow.execute.backends.ray import RayBackend, RaySettings
             from tests.contract.backend_contract import job
             b = RayBackend(RaySettings(address={address!r}))
             b.submit(job({name!r}, Path({str(tmp_path)!r}), "sleep 3; echo done > /out/x", run_id={r!r}))
@@ -208,7 +208,7 @@ def test_start_local_runs_jobs_in_a_private_ray(ray_cluster: RayCluster, tmp_pat
     script = textwrap.dedent(f"""
         from pathlib import Path
         import dataclasses, ray
-        from hetflow.execute.backends.ray_backend import RayBackend, RaySettings
+        from hetflow.execute.backends.ray import RayBackend, RaySettings
         from tests.contract.backend_contract import job, wait_done
         s = RaySettings(start_local=True, num_cpus=2, num_gpus=1, resources={{"accelerator_type:T4": 1}},
                         device_dir={str(devs)!r})
@@ -294,7 +294,7 @@ def test_bad_settings_say_what_to_change(mapping: dict[str, str], words: str) ->
 def test_an_unreachable_cluster_says_what_to_do() -> None:
     script = textwrap.dedent("""
         from hetflow.errors import EngineError
-        from hetflow.execute.backends.ray_backend import RayBackend, RaySettings
+        from hetflow.execute.backends.ray import RayBackend, RaySettings
         try:
             RayBackend(RaySettings(address="127.0.0.1:1")).check()
         except EngineError as e:

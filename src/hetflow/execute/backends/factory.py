@@ -13,7 +13,7 @@ def make_backend(settings: Settings) -> Backend:
 
         return SlurmBackend(SlurmSettings.from_backend(settings))
     if settings.backend == "ray":
-        from hetflow.execute.backends.ray_backend import RayBackend, RaySettings
+        from hetflow.execute.backends.ray import RayBackend, RaySettings
 
         return RayBackend(RaySettings.from_backend(settings))
     return LocalBackend()

@@ -26,25 +26,19 @@ driver, as with the local backend); the script adds its own messages there as CR
 
 from __future__ import annotations
 
-import math
 import os
 import re
-import shlex
 import subprocess
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from hetflow.config import containers_conf, find_engine, hetflow_home
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState
-from hetflow.execute.engine import CliEngine, run_args
-from hetflow.execute.settings import Settings
-from hetflow.inventory.gpumodels import KNOWN_MODELS
-
-# GPU product names (what NVML reports, what a cluster file's gpu_model says) -> gres types,
-# as the fake models name them; a cluster's own names go in SlurmSettings.gres_types.
-DEFAULT_GRES_TYPES: Mapping[str, str] = {m.product: key for key, m in KNOWN_MODELS.items()}
+from hetflow.execute.backends.slurm.settings import SlurmSettings
+from hetflow.execute.backends.slurm.translate import gres_type, job_script, sbatch_args
+from hetflow.execute.engine import CliEngine
 
 # Job states (squeue %T) in which a job has not ended (squeue(1), JOB STATE CODES).
 ACTIVE_STATES = frozenset(
@@ -58,231 +52,6 @@ NEVER_SATISFIED = "DependencyNeverSatisfied"
 CANCELLED_CODE = 143  # 128 + SIGTERM: scancel before the script could record anything
 TIMEOUT_CODE = 124  # timeout(1)'s code
 LOST_CODE = 255
-
-
-@dataclass(frozen=True)
-class SlurmSettings:
-    """Where and how to submit.  ``from_backend`` reads the run's Settings (config file, environment, flags)."""
-
-    partition: str | None = None
-    account: str | None = None
-    # GPU product name -> gres type, over DEFAULT_GRES_TYPES; a model mapped to "" asks --gpus=N.
-    gres_types: Mapping[str, str] = field(default_factory=dict)
-    # The GPU device nodes on the nodes: /dev; "{node}" is replaced by the node's name
-    # (the local test cluster keeps each fake node's devices in its own folder).
-    device_dir: str = "/dev"
-    # node -> its GPU device files in gres.conf's File= order, where that order is not the
-    # device minors' (the default: the nvidiaN files of device_dir, sorted by N).
-    gres_files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    workdir: str | None = None  # shared by every node; default $HETFLOW_HOME/slurm
-    bin_dir: str | None = None  # where sbatch, squeue, ... are; default PATH
-    slurm_conf: str | None = None  # SLURM_CONF for the client commands
-    extra_args: tuple[str, ...] = ()  # more sbatch options, e.g. ("--time=60", "--qos=short")
-    use_features: bool = False  # --constraint=<node class> (node classes are Slurm features)
-    podman: str = "podman"  # the engine on the nodes
-    containers_conf: str | None = None  # on the nodes; default a copy of hetflow's in workdir
-    stop_timeout: int = 10  # podman stop -t on scancel; keep it under the cluster's KillWait
-
-    @classmethod
-    def from_backend(cls, settings: Settings) -> SlurmSettings:
-        return cls.from_mapping(settings.slurm, engine=settings.engine, workdir=settings.workdir)
-
-    @classmethod
-    def from_mapping(
-        cls, m: Mapping[str, object], *, engine: str = "podman", workdir: str | None = None
-    ) -> SlurmSettings:
-        """The config file's ``slurm:`` section, as YAML values or as strings::
-
-            slurm: {partition: gpu, account: ml, gres_types: {"Tesla T4": t4},   # or "Tesla T4=t4,..."
-                    gres_files: {node1: [/dev/nvidia2, /dev/nvidia3]},          # or "node1=/dev/a:/dev/b,..."
-                    extra_args: "--time=60", use_features: true, device_dir: /dev, slurm_conf: ...,
-                    bin_dir: ..., podman: podman, containers_conf: ..., stop_timeout: 10, workdir: ...}
-
-        Job files go to ``slurm.workdir``, else to the shared ``workdir``'s ``slurm`` folder."""
-
-        def text(key: str) -> str | None:
-            v = m.get(key)
-            return None if v is None or v == "" else str(v)
-
-        def pairs(key: str) -> dict[str, str]:
-            v = m.get(key)
-            if isinstance(v, Mapping):
-                return {str(k): str(x) for k, x in v.items()}
-            entries = (e.partition("=") for e in str(v or "").split(","))
-            return {k.strip(): x.strip() for k, _, x in entries if k.strip()}
-
-        raw_files = m.get("gres_files")
-        if isinstance(raw_files, Mapping):
-            files = {
-                str(k): tuple(str(f) for f in (v if isinstance(v, list | tuple) else [v])) for k, v in raw_files.items()
-            }
-        else:
-            files = {k: tuple(f for f in v.split(":") if f) for k, v in pairs("gres_files").items()}
-        extra = m.get("extra_args")
-        shared = text("workdir") or (str(Path(workdir) / "slurm") if workdir else None)
-        return cls(
-            partition=text("partition"),
-            account=text("account"),
-            gres_types=pairs("gres_types"),
-            device_dir=text("device_dir") or "/dev",
-            gres_files=files,
-            workdir=shared,
-            bin_dir=text("bin_dir"),
-            slurm_conf=text("slurm_conf"),
-            extra_args=tuple(str(a) for a in extra)
-            if isinstance(extra, list | tuple)
-            else tuple(shlex.split(str(extra or ""))),
-            use_features=str(m.get("use_features", "")).lower() in ("1", "true", "yes"),
-            # the job script is podman's (k8s-file logs, --hooks-dir, stop --ignore)
-            podman=text("podman") or (engine if Path(engine).name == "podman" else "podman"),
-            containers_conf=text("containers_conf"),
-            stop_timeout=int(text("stop_timeout") or 10),
-        )
-
-
-def gres_type(model: str | None, overrides: Mapping[str, str]) -> str | None:
-    """The gres type for a GPU model, or None (then ``--gpus=N``: any GPU)."""
-    if not model:
-        return None
-    for table in (overrides, DEFAULT_GRES_TYPES):
-        for product, kind in table.items():
-            if product.lower() == model.lower():
-                return kind or None
-    return None
-
-
-def sbatch_args(job: Job, settings: SlurmSettings, dependency_ids: Sequence[str], jobdir: Path) -> list[str]:
-    """sbatch's options for one attempt (sbatch(1)); a pure function, for tests."""
-    args = [
-        "--parsable",
-        f"--job-name={job.name}",
-        f"--comment=hetflow run={job.run_id}",
-        "--nodes=1",
-        "--ntasks=1",
-        f"--cpus-per-task={max(1, math.ceil(job.cpus))}",
-        # --mem=0 would mean "all of the node's memory"
-        f"--mem={max(1, math.ceil(job.memory / 2**20))}M",
-        f"--chdir={jobdir}",
-        f"--output={jobdir / job.name}.out",
-    ]
-    if job.gpus:
-        kind = gres_type(job.gpu_model, settings.gres_types)
-        args.append(f"--gres=gpu:{kind}:{job.gpus}" if kind else f"--gpus={job.gpus}")
-    if job.node:
-        args.append(f"--nodelist={job.node}")
-    if job.node_class and settings.use_features:
-        args.append(f"--constraint={job.node_class}")
-    if dependency_ids:
-        # The child never runs if a parent fails: Slurm cancels it (Reason=DependencyNeverSatisfied)
-        # instead of leaving it pending forever.
-        args += [f"--dependency=afterok:{':'.join(dependency_ids)}", "--kill-on-invalid-dep=yes"]
-    if settings.partition:
-        args.append(f"--partition={settings.partition}")
-    if settings.account:
-        args.append(f"--account={settings.account}")
-    return [*args, *settings.extra_args]
-
-
-_SCRIPT = """#!/bin/bash
-# hetflow step attempt {name} (run {run_id}); written by hetflow.execute.backends.slurm.
-# The container runs in the foreground: the job lasts as long as the container, and the
-# job's exit code is the container's (what afterok tests).
-set -u
-stopping=0
-trap 'stopping=1' TERM INT  # see below
-export PATH="${{PATH:-/usr/bin:/bin}}:/usr/local/bin:/usr/sbin:/sbin"
-export CONTAINERS_CONF={conf}
-podman={podman}; hooks={hooks}; name={name}; log={log}; jobdir={jobdir}
-exitf="$jobdir/$name.exit"
-node="${{SLURMD_NODENAME:-$(hostname -s)}}"
-devdir={devdir}
-rm -f "$exitf"
-cri() {{ printf '%s stderr F hetflow: %s\\n' "$(date -u +%Y-%m-%dT%H:%M:%S.%N+00:00)" "$*" >> "$log"; }}
-finish() {{ printf '%s %s\\n' "$1" "${{SLURM_JOB_ID:-}}" > "$exitf.$$" && mv -f "$exitf.$$" "$exitf"; exit "$1"; }}
-printf 'node=%s\\njob=%s\\ngpus=%s\\n' "$node" "${{SLURM_JOB_ID:-}}" "${{SLURM_JOB_GPUS:-}}" > "$jobdir/$name.start"
-
-gpu=()
-if [ -n "${{SLURM_JOB_GPUS:-}}" ]; then
-  # SLURM_JOB_GPUS numbers the node's GPUs by gres index, their place in gres.conf's File=
-  # list (Slurm 22.05, gres_common.c), not by device minor: index i is the i-th file.
-  files=()
-  case "$node" in
-{cases}    *) while read -r m; do files+=("$devdir/nvidia$m"); done < <(
-         ls -1 "$devdir" 2>/dev/null | sed -n 's/^nvidia\\([0-9][0-9]*\\)$/\\1/p' | sort -n) ;;
-  esac
-  inside=""; n=0
-  IFS=, read -r -a given <<< "$SLURM_JOB_GPUS"
-  for i in "${{given[@]}}"; do
-    case "$i" in ''|*[!0-9]*) cri "SLURM_JOB_GPUS=$SLURM_JOB_GPUS on $node names no GPU index"; finish 125 ;; esac
-    f="${{files[$i]:-}}"
-    if [ -z "$f" ] || [ ! -c "$f" ]; then
-      cri "Slurm gave GPU $i on $node, but $devdir has ${{#files[@]}} GPU device node(s)"; finish 125
-    fi
-    gpu+=(--device "$f:/dev/$(basename "$f")")
-    inside="$inside${{inside:+,}}$n"; n=$((n + 1))
-  done
-  for c in nvidiactl nvidia-uvm nvidia-uvm-tools; do
-    if [ -c "$devdir/$c" ]; then gpu+=(--device "$devdir/$c:/dev/$c"); fi
-  done
-  # Inside, the GPUs are 0..n-1, as CUDA numbers what it can see (execute/gpu.py).
-  gpu+=(--env "NVIDIA_VISIBLE_DEVICES=$inside" --env "CUDA_VISIBLE_DEVICES=$inside"
-        --env "HETFLOW_SLURM_GPUS=$SLURM_JOB_GPUS")
-fi
-
-# scancel sends SIGTERM to every process of the job (then SIGKILL after KillWait): stop the
-# container, which conmon keeps outside this job's processes, and record its exit code.  A
-# stop that comes while podman is still creating the container is repeated until it ends.
-"$podman" --hooks-dir "$hooks" rm -f --ignore "$name" >/dev/null 2>&1
-if [ "$stopping" = 1 ]; then finish 143; fi
-"$podman" --hooks-dir "$hooks" run --rm --attach stdout {options} "${{gpu[@]}}" {image_command} \\
-  </dev/null >/dev/null 2>"$jobdir/$name.err" &
-pid=$!
-while kill -0 "$pid" 2>/dev/null; do
-  if [ "$stopping" = 1 ]; then
-    "$podman" --hooks-dir "$hooks" stop --ignore -t {stop_timeout} "$name" >/dev/null 2>&1; sleep 0.2
-  else
-    wait "$pid"
-  fi
-done
-wait "$pid"; code=$?
-if [ "$stopping" = 1 ]; then
-  "$podman" --hooks-dir "$hooks" rm -f --ignore "$name" >/dev/null 2>&1  # podman itself may have been killed
-  if [ "$code" = 0 ]; then code=143; fi
-fi
-if [ "$code" -ge 125 ] && [ "$code" -le 127 ] && [ -s "$jobdir/$name.err" ]; then
-  cri "$podman run exited $code: $(tail -n 3 "$jobdir/$name.err" | tr '\\n' ' ')"
-fi
-finish "$code"
-"""
-
-
-def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks: str) -> str:
-    """The batch script: podman run in the foreground with exactly the GPUs Slurm gave."""
-    spec = job.container
-    args = run_args(spec, engine="podman")
-    start = len(args) - len(spec.command) - 1
-    if args[:2] != ["run", "-d"] or args[start] != spec.image:
-        raise EngineError(f"unexpected podman arguments for {job.name}: {args[:2]} ... {args[start]}")
-    q = shlex.quote
-    prefix, _, suffix = settings.device_dir.partition("{node}")
-    devdir = q(prefix) + ('"$node"' + q(suffix) if "{node}" in settings.device_dir else "")
-    cases = "".join(
-        f"    {q(node)}) files=({' '.join(q(f) for f in files)}) ;;\n" for node, files in settings.gres_files.items()
-    )
-    return _SCRIPT.format(
-        name=q(job.name),
-        run_id=job.run_id,
-        conf=q(conf),
-        podman=q(settings.podman),
-        hooks=q(hooks),
-        log=q(spec.log_path or os.devnull),
-        jobdir=q(str(jobdir)),
-        devdir=devdir,
-        cases=cases,
-        stop_timeout=int(settings.stop_timeout),
-        options=" ".join(q(a) for a in args[2:start]),
-        image_command=" ".join(q(a) for a in args[start:]),
-    )
 
 
 @dataclass(frozen=True)

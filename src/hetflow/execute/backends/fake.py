@@ -1,0 +1,266 @@
+"""A backend in memory, for unit tests: no containers, no engine, no cluster.
+
+Each job's command must be ``sh -c SCRIPT``, and the script is interpreted, not run: the
+few shell commands the contract suite and unit tests use (``echo``/``touch`` into mounted
+directories, ``test -f``, ``sleep``, ``exit N``, ``true``, ``false``, ``:``), joined by
+``;``, ``&&`` and ``||``.  Files are written into the real host directories the job mounts
+(read-only mounts refuse), so tests check outputs as they would for a real backend.  What
+it cannot interpret ends the job with 127 and says so, as a shell would.
+
+Jobs advance on a clock: a job ends when its sleeps have passed (``FakeState.clock``; a
+test may pass a faster or a manual one).  With ``holds_dependencies`` the fake orders jobs
+as Slurm does: a job starts when its parents have succeeded, and is dropped
+(``dependency_failed``) when one did not.  Adoption: every FakeBackend built on one
+``FakeState`` sees the same jobs, as two hetflow processes see one engine.
+"""
+
+from __future__ import annotations
+
+import shlex
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hetflow.errors import EngineError
+from hetflow.execute.backends.base import Capabilities, Job, JobState
+
+CANCELLED_CODE = 143  # 128 + SIGTERM, as `podman stop` and scancel report a stopped job
+NOT_FOUND_CODE = 127  # a shell's "command not found"
+_OPERATORS = (";", "&&", "||")
+
+
+@dataclass
+class _Attempt:
+    """One job as the fake engine keeps it; ``at`` is the clock time the next command runs."""
+
+    job: Job
+    program: list[tuple[str, list[str]]]  # (the operator before it, argv with redirections)
+    at: float | None  # None while waiting for parents
+    pc: int = 0
+    last: int = 0  # the last command's exit status
+    code: int | None = None  # set when it ended
+    status: str = "created"
+    reason: str = ""
+    dependency_failed: bool = False
+
+    @property
+    def ended(self) -> bool:
+        return self.code is not None or self.dependency_failed
+
+
+@dataclass
+class FakeState:
+    """The fake engine's memory, shared by every FakeBackend built on it (adoption)."""
+
+    clock: Callable[[], float] = time.monotonic
+    images: frozenset[str] | None = None  # None: every image exists
+    jobs: dict[str, _Attempt] = field(default_factory=dict)
+    # exit codes of released jobs, so that a child submitted later still sees its parents'
+    released: dict[str, int | None] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class FakeBackend:
+    def __init__(
+        self, state: FakeState | None = None, *, holds_dependencies: bool = False, multi_node: bool = False
+    ) -> None:
+        self.state = state or FakeState()
+        self.capabilities = Capabilities(name="fake", holds_dependencies=holds_dependencies, multi_node=multi_node)
+
+    def check(self) -> None:
+        pass
+
+    def image_exists(self, image: str) -> bool:
+        return self.state.images is None or image in self.state.images
+
+    def submit(self, job: Job) -> None:
+        command = job.container.command
+        if len(command) != 3 or command[:2] != ("sh", "-c"):
+            raise EngineError(f"the fake backend runs only `sh -c SCRIPT`, not {shlex.join(command)}")
+        with self.state.lock:
+            old = self.state.jobs.get(job.name)
+            if old is not None and not self._advance(old):
+                raise EngineError(f"a job named {job.name} is already running")
+            parents = job.depends_on if self.capabilities.holds_dependencies else ()
+            unknown = [p for p in parents if p not in self.state.jobs and p not in self.state.released]
+            if unknown:
+                raise EngineError(f"{job.name} depends on {', '.join(unknown)}, which the fake backend does not know")
+            self.state.released.pop(job.name, None)
+            attempt = _Attempt(job, _parse(command[2]), None if parents else self.state.clock())
+            self.state.jobs[job.name] = attempt
+            self._advance(attempt)
+
+    def poll(self, run_id: str) -> dict[str, JobState]:
+        with self.state.lock:
+            mine = [a for a in self.state.jobs.values() if a.job.run_id == run_id]
+            for a in mine:
+                self._advance(a)
+            return {a.job.name: _job_state(a) for a in mine}
+
+    def cancel(self, names: Iterable[str]) -> None:
+        with self.state.lock:
+            found = [a for a in (self.state.jobs.get(n) for n in names) if a is not None]
+            # all at once: a child cancelled with its parent is cancelled, not dropped for the parent
+            for a in [a for a in found if not self._advance(a)]:
+                a.code, a.status, a.reason = CANCELLED_CODE, "exited", "cancelled"
+
+    def release(self, names: Iterable[str]) -> None:
+        with self.state.lock:
+            for name in names:
+                a = self.state.jobs.pop(name, None)
+                if a is not None:
+                    self.state.released[name] = a.code
+
+    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        return None  # the runner polls
+
+    # --- the engine -------------------------------------------------------------------
+
+    def _parent_codes(self, a: _Attempt) -> dict[str, int | None]:
+        """Each parent's exit code; a missing key: still running."""
+        out: dict[str, int | None] = {}
+        for p in a.job.depends_on:
+            parent = self.state.jobs.get(p)
+            if parent is None:
+                out[p] = self.state.released.get(p)
+            elif parent.ended:
+                out[p] = None if parent.dependency_failed else parent.code
+        return out
+
+    def _advance(self, a: _Attempt) -> bool:
+        """Run the job's commands up to the clock's now; True when it has ended."""
+        now = self.state.clock()
+        if a.at is None and not a.ended:
+            codes = self._parent_codes(a)
+            failed = [p for p, c in codes.items() if c != 0]
+            if failed:
+                a.dependency_failed, a.status = True, "cancelled"
+                a.reason = f"{', '.join(failed)} did not succeed; the job was dropped without running"
+                return True
+            if len(codes) < len(a.job.depends_on):
+                waiting = [p for p in a.job.depends_on if p not in codes]
+                a.status, a.reason = "pending", f"waiting for {', '.join(waiting)}"
+                return False
+            a.at, a.reason = now, ""
+        while not a.ended and a.at is not None and a.at <= now:
+            a.status = "running"
+            if a.pc == len(a.program):
+                a.code, a.status = a.last, "exited"
+                break
+            op, argv = a.program[a.pc]
+            a.pc += 1
+            if (op == "&&" and a.last != 0) or (op == "||" and a.last == 0):
+                continue
+            a.last = _run(a, argv)
+        return a.ended
+
+
+def _parse(script: str) -> list[tuple[str, list[str]]]:
+    lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|>")
+    lexer.whitespace_split = True
+    program: list[tuple[str, list[str]]] = []
+    op, argv = ";", list[str]()
+    for token in lexer:
+        if token in _OPERATORS:
+            program.append((op, argv))
+            op, argv = token, []
+        else:
+            argv.append(token)
+    program.append((op, argv))
+    return [(o, a) for o, a in program if a]
+
+
+def _run(a: _Attempt, argv: list[str]) -> int:
+    """One simple command; its exit status.  ``exit`` and ``sleep`` act on the attempt."""
+    words, target, append = _redirect(argv)
+    if words is None:
+        return _fail(a, f"cannot interpret {shlex.join(argv)!r}")
+    cmd, args = words[0], words[1:]
+    if cmd in ("true", ":"):
+        return 0
+    if cmd == "false":
+        return 1
+    if cmd == "exit":
+        code = (int(args[0]) if args else a.last) % 256
+        a.code, a.status = code, "exited"
+        return code
+    if cmd == "sleep" and len(args) == 1:
+        assert a.at is not None
+        a.at += float(args[0])
+        return 0
+    if cmd == "echo":
+        newline = not (args and args[0] == "-n")
+        text = " ".join(args if newline else args[1:]) + ("\n" if newline else "")
+        return _write(a, target, text, append) if target else _log(a, "stdout", text)
+    if cmd == "touch" and args and not target:
+        return max(_write(a, path, "", True) for path in args)
+    if cmd in ("test", "[") and len(args) in (2, 3) and args[0] in ("-f", "-d", "-e"):
+        if cmd == "[" and args[-1] != "]":
+            return _fail(a, "[: missing ]", 2)
+        host = _host_path(a.job, args[1])
+        checks = {"-f": Path.is_file, "-d": Path.is_dir, "-e": Path.exists}
+        return 0 if host is not None and checks[args[0]](host[0]) else 1
+    return _fail(a, f"{cmd}: not found (the fake backend interprets only a few commands)")
+
+
+def _redirect(argv: list[str]) -> tuple[list[str] | None, str | None, bool]:
+    """(the words, the file of ``>``/``>>``, append); None words when malformed."""
+    for i, word in enumerate(argv):
+        if word in (">", ">>"):
+            if i == 0 or i + 2 != len(argv):
+                return None, None, False
+            return argv[:i], argv[i + 1], word == ">>"
+    if any(w and set(w) <= set(";&|>") for w in argv):
+        return None, None, False
+    return argv, None, False
+
+
+def _host_path(job: Job, path: str) -> tuple[Path, bool] | None:
+    """The host path behind a container path, and whether it is writable; None: not mounted."""
+    for m in sorted(job.container.mounts, key=lambda m: len(m.target), reverse=True):
+        target = m.target.rstrip("/")
+        if path == target or path.startswith(target + "/"):
+            return Path(m.source) / path[len(target) :].lstrip("/"), not m.read_only
+    return None
+
+
+def _write(a: _Attempt, path: str, text: str, append: bool) -> int:
+    host = _host_path(a.job, path)
+    if host is None or not host[1]:
+        return _fail(a, f"can't create {path}: {'Read-only file system' if host else 'not a mounted directory'}", 1)
+    try:
+        with host[0].open("a" if append else "w") as f:
+            f.write(text)
+    except OSError as exc:
+        return _fail(a, f"can't create {path}: {exc.strerror}", 1)
+    return 0
+
+
+def _log(a: _Attempt, stream: str, text: str) -> int:
+    """A CRI record in the job's log, as podman's k8s-file driver writes it."""
+    if a.job.container.log_path:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000+00:00", time.gmtime())
+        with open(a.job.container.log_path, "a") as f:
+            f.writelines(f"{stamp} {stream} F {line}\n" for line in text.rstrip("\n").split("\n"))
+    return 0
+
+
+def _fail(a: _Attempt, message: str, code: int = NOT_FOUND_CODE) -> int:
+    _log(a, "stderr", f"sh: {message}")
+    a.reason = message
+    return code
+
+
+def _job_state(a: _Attempt) -> JobState:
+    reason = a.reason if (a.ended and (a.code or a.dependency_failed)) or a.status == "pending" else ""
+    return JobState(
+        a.job.name,
+        not a.ended,
+        a.code,
+        a.status,
+        node=None if a.at is None else "fake",
+        reason=reason,
+        dependency_failed=a.dependency_failed,
+    )

@@ -1,0 +1,51 @@
+"""The Ray backend: each step attempt is a Ray task that runs the step's container with
+podman in the foreground on the node Ray chose; one detached actor per run owns the run's
+tasks, so they outlive the driver (adoption).  Shaped like every backend package:
+
+    settings.py   RaySettings, read from the config file's ``ray:`` section
+    translate.py  Job -> Ray task options, a node's hetflow name, the GPUs Ray assigned
+                  (pure functions, no Ray import)
+    container.py  inside the task: the container in the foreground, stopped on cancel
+    keeper.py     RunKeeper, the run's detached actor
+    backend.py    RayBackend: check, submit, poll, cancel, release
+
+Importing the package imports Ray; the backend factory imports it lazily.  The package is
+named ``ray`` and still ``import ray`` inside it means the Ray library: imports are
+absolute (PEP 328), and no module here is run as a script, so the folder holding this
+package is never on ``sys.path`` of a driver or a worker, where it would hide the library.
+"""
+
+from hetflow.execute.backends.ray.backend import RayBackend
+from hetflow.execute.backends.ray.container import foreground_argv, ray_nodes, run_container
+from hetflow.execute.backends.ray.keeper import RunKeeper
+from hetflow.execute.backends.ray.settings import NAMESPACE, RaySettings
+from hetflow.execute.backends.ray.translate import (
+    NODE_LABEL,
+    NODE_RESOURCE,
+    NODE_TYPE_RESOURCE,
+    RayNode,
+    TaskRequest,
+    accelerator_type,
+    node_name,
+    task_request,
+    with_gpus,
+)
+
+__all__ = [
+    "NAMESPACE",
+    "NODE_LABEL",
+    "NODE_RESOURCE",
+    "NODE_TYPE_RESOURCE",
+    "RayBackend",
+    "RayNode",
+    "RaySettings",
+    "RunKeeper",
+    "TaskRequest",
+    "accelerator_type",
+    "foreground_argv",
+    "node_name",
+    "ray_nodes",
+    "run_container",
+    "task_request",
+    "with_gpus",
+]

@@ -1,0 +1,243 @@
+"""Ray: each step attempt is a Ray task that runs the step's container on the node Ray
+chose, with podman in the foreground, and returns its exit code.
+
+Adoption.  A Ray task belongs to the process that submitted it and dies with it (Ray's
+ownership model: a task and its result share the fate of their owner; Ray docs, "Fault
+tolerance").  A hetflow executor may crash, so it never owns a step's task: one
+DETACHED named actor per run (namespace ``hetflow``, name ``run-RUN``) submits the run's
+tasks, owns them and answers for them by name.  A resumed executor or ``hetflow stop`` is
+another driver; it finds the actor with ``ray.get_actor``, and the jobs go on running
+while no driver is connected.  One actor per run, not per step: each actor is a Python
+worker process of its own, and a run may have hundreds of steps.  The actor uses no
+CPU (``num_cpus=0``), lives on the head node (``node:__internal_head__``, Ray's way of
+placing on the head), forgets a job on ``release`` and ends itself after
+``idle_timeout`` seconds with nothing to answer for.  Its state is in its memory: if the
+head node dies, so do the run's jobs (as everything else on a Ray cluster does).
+
+GPU isolation.  Ray assigns GPUs (``num_gpus``) and tells the task which
+(``ray.get_gpu_ids()``); the task passes exactly those device nodes (plus nvidiactl and
+the other control nodes present) to podman, numbered 0..n-1 inside through
+NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES, as ``execute/gpu.py`` does on one machine.
+The device nodes are read from ``device_dir`` on the node (``/dev``; a folder of mknod'd
+fake nodes in tests, where ``{node}`` stands for the node's hetflow name).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayError, RayTaskError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from hetflow.errors import EngineError
+from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.backends.ray.container import _probe, ray_nodes
+from hetflow.execute.backends.ray.keeper import _Keeper
+from hetflow.execute.backends.ray.settings import RaySettings
+from hetflow.execute.backends.ray.translate import MARKER, RayNode, node_name, task_request
+
+HEAD_RESOURCE = "node:__internal_head__"
+
+
+def _listening(address: str, timeout: float = 5.0) -> None:
+    """ConnectionError when nothing listens at the address: ray.init would retry the
+    head's GCS for a minute or more (gcs_rpc_server_reconnect_timeout_s) before failing."""
+    target = address.removeprefix("ray://")
+    if address == "auto":
+        try:  # the address `ray start` recorded (/tmp/ray/ray_current_cluster); private API
+            from ray._private.services import canonicalize_bootstrap_address_or_die
+
+            target = canonicalize_bootstrap_address_or_die("auto")
+        except ConnectionError:
+            raise
+        except Exception:
+            return  # the private helper changed: let ray.init decide
+    host, _, port = target.rpartition(":")
+    if not port.isdigit():
+        return  # ray://HOST: Ray's default client port; ray.init reports it
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout).close()
+    except OSError as exc:
+        raise ConnectionError(f"nothing answers at {target} ({exc.strerror or exc})") from None
+
+
+# --- the backend --------------------------------------------------------------------------
+
+
+class RayBackend:
+    capabilities = Capabilities(name="ray", holds_dependencies=False, assigns_gpus=True, multi_node=True)
+
+    def __init__(self, settings: RaySettings | None = None) -> None:
+        self.settings = settings or RaySettings()
+        self._keepers: dict[str, Any] = {}
+        self._nodes: tuple[float, list[RayNode]] = (0.0, [])
+        self._images: set[str] = set()
+
+    # connection
+
+    def _connect(self) -> None:
+        if ray.is_initialized():
+            return  # one Ray connection per process; reuse the caller's
+        s = self.settings
+        # "local": a new Ray in this process even where `ray start` left an address file,
+        # which ray.init() with no address would connect to.
+        address = s.address or os.environ.get("RAY_ADDRESS") or ("local" if s.start_local else "auto")
+        kw: dict[str, Any] = {"namespace": s.namespace, "log_to_driver": False, "logging_level": logging.WARNING}
+        if address == "local":
+            kw |= {"num_cpus": s.num_cpus, "num_gpus": s.num_gpus, "resources": dict(s.resources) or None}
+            kw["include_dashboard"] = False
+        try:
+            if address != "local":
+                _listening(address)
+            ray.init(address=address, **kw)
+        except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise EngineError(
+                f"cannot reach the Ray cluster at {address}: {first}; start one with `ray start --head` "
+                "(and `ray start --address HEAD:6379` on the other nodes), set ray.address in hetflow's "
+                "config (auto, HOST:6379 or ray://HOST:10001), or set ray.start_local: true"
+            ) from None
+
+    def check(self) -> None:
+        """Ray reachable, and podman on every node."""
+        self._connect()
+        nodes = self.nodes(refresh=True)
+        if not nodes:
+            raise EngineError("the Ray cluster has no alive node; start one with `ray start`")
+        missing = [name for name, found, _ in self._probe_nodes(nodes, None) if not found]
+        if missing:
+            raise EngineError(f"podman is missing on Ray node(s) {', '.join(missing)}: apt-get install -y podman runc")
+
+    def nodes(self, *, refresh: bool = False, ttl: float = 5.0) -> list[RayNode]:
+        """Alive nodes, cached for ``ttl`` seconds (submitting 100 steps asks once)."""
+        at, cached = self._nodes
+        if refresh or not cached or time.monotonic() - at > ttl:
+            cached = [
+                RayNode(n["NodeID"], node_name(n.get("Labels") or {}, n["Resources"], n["NodeID"]), n["Resources"])
+                for n in ray_nodes()
+                if n.get("Alive")
+            ]
+            self._nodes = (time.monotonic(), cached)
+        return cached
+
+    def _probe_nodes(self, nodes: Sequence[RayNode], image: str | None) -> list[tuple[str, bool, bool]]:
+        refs = [
+            _probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False)).remote(image)
+            for n in nodes
+        ]
+        try:
+            return list(ray.get(refs, timeout=120))
+        except RayError as exc:
+            raise EngineError(f"Ray could not run a probe on every node: {exc}") from None
+
+    def image_exists(self, image: str) -> bool:
+        """Present on every alive node (each pulls nothing: ``--pull never``)."""
+        if image in self._images:
+            return True
+        self._connect()
+        if all(present for _, _, present in self._probe_nodes(self.nodes(refresh=True), image)):
+            self._images.add(image)
+            return True
+        return False
+
+    # the run's keeper
+
+    def _actor_name(self, run_id: str) -> str:
+        return f"run-{run_id}"
+
+    def _keeper(self, run_id: str) -> Any | None:
+        """The run's actor, if it exists (an earlier process may have made it)."""
+        if run_id not in self._keepers:
+            try:
+                self._keepers[run_id] = ray.get_actor(self._actor_name(run_id), namespace=self.settings.namespace)
+            except ValueError:
+                return None
+        return self._keepers[run_id]
+
+    def _new_keeper(self, run_id: str) -> Any:
+        if run_id not in self._keepers:
+            self._keepers[run_id] = _Keeper.options(
+                name=self._actor_name(run_id),
+                namespace=self.settings.namespace,
+                lifetime="detached",
+                get_if_exists=True,
+                resources={HEAD_RESOURCE: MARKER},
+            ).remote(run_id, self.settings.idle_timeout)
+        return self._keepers[run_id]
+
+    def _keepers_for(self, names: Iterable[str]) -> dict[str, list[str]]:
+        """Job names by run id, from the names of the run actors alive now (a job is named
+        hf-RUN-STEP-ATTEMPT; the longest run id that prefixes the name wins)."""
+        runs = [
+            a["name"][len("run-") :]
+            for a in ray.util.list_named_actors(all_namespaces=True)
+            if a["namespace"] == self.settings.namespace and a["name"].startswith("run-")
+        ]
+        runs.sort(key=len, reverse=True)
+        out: dict[str, list[str]] = {}
+        for name in names:
+            run = next((r for r in runs if name.startswith(f"hf-{r}-")), None)
+            if run is not None:
+                out.setdefault(run, []).append(name)
+        return out
+
+    def _call(self, run_id: str, method: str, *args: Any) -> Any:
+        keeper = self._keeper(run_id)
+        if keeper is None:
+            return None
+        try:
+            return ray.get(getattr(keeper, method).remote(*args), timeout=120)
+        except RayActorError:
+            self._keepers.pop(run_id, None)  # it ended (idle, or its node died)
+            return None
+
+    # the contract
+
+    def submit(self, job: Job) -> None:
+        self._connect()
+        req = task_request(job, self.nodes())
+        s = self.settings
+        for _ in range(2):  # the run's actor may have just ended for idleness: make a new one
+            keeper = self._new_keeper(job.run_id)
+            try:
+                ray.get(keeper.submit.remote(job.name, job.container, req, s.device_dir, s.stop_timeout), timeout=120)
+                return
+            except RayActorError:
+                self._keepers.pop(job.run_id, None)
+            except RayTaskError as exc:
+                raise EngineError(f"Ray refused {job.name}: {exc.cause if exc.cause else exc}") from None
+        raise EngineError(f"Ray could not keep an actor alive for run {job.run_id}; see `ray status`")
+
+    def poll(self, run_id: str) -> dict[str, JobState]:
+        self._connect()
+        states = self._call(run_id, "states")
+        return dict(states) if states else {}
+
+    def cancel(self, names: Iterable[str]) -> None:
+        """Stop the jobs and wait (a bounded while) for them to end, as ``podman stop``
+        does for the local backend, so that a poll right after sees their exit codes."""
+        self._connect()
+        groups = self._keepers_for(names)
+        for run_id, group in groups.items():
+            self._call(run_id, "cancel", group)
+        deadline = time.monotonic() + self.settings.stop_timeout + 15
+        for run_id, group in groups.items():
+            while time.monotonic() < deadline:
+                states = self._call(run_id, "states") or {}
+                if not any(states[n].running for n in group if n in states):
+                    break
+                time.sleep(0.2)
+
+    def release(self, names: Iterable[str]) -> None:
+        self._connect()
+        for run_id, group in self._keepers_for(names).items():
+            self._call(run_id, "release", group)
+
+    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        return None  # the runner polls; one actor call per poll answers for the whole run

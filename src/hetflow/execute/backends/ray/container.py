@@ -1,0 +1,124 @@
+"""Inside the step task, on the node Ray chose: the container in the foreground
+(``podman run --rm``), stopped when Ray cancels the task; and the node probe.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping
+from typing import Any
+
+import ray
+
+from hetflow.config import SHARE, engine_env
+from hetflow.execute.backends.ray.translate import node_name, with_gpus
+from hetflow.execute.engine import ContainerSpec, run_args
+
+CANCELLED_CODE = 137  # what `podman stop` gives a container that ignores SIGTERM
+
+
+def foreground_argv(spec: ContainerSpec) -> list[str]:
+    """``podman run --rm`` in the foreground: the hardened ``run -d`` arguments without
+    ``-d``; the exit code of ``podman run`` is the container's."""
+    args = run_args(spec, engine="podman")
+    args.remove("-d")
+    return ["podman", "--hooks-dir", str(SHARE / "hooks.d"), args[0], "--rm", *args[1:]]
+
+
+def run_container(spec: ContainerSpec, stop_timeout: int) -> tuple[int, str, str]:
+    """Run to the end; (exit code, status, reason).  A Ray cancel arrives as
+    KeyboardInterrupt (ray.cancel, force=False): the container is stopped, and stopped
+    again until ``podman run`` returns, since it may not have existed at the first stop."""
+    binary = shutil.which("podman")
+    if binary is None:
+        return 127, "EXITED", f"podman not found on node {_here()}: apt-get install -y podman runc"
+    argv = [binary, *foreground_argv(spec)[1:]]
+    env = engine_env()
+    proc: subprocess.Popen[bytes] | None = None
+    with tempfile.TemporaryFile() as err:
+        try:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
+            code, status = _wait(proc), "EXITED"
+        except KeyboardInterrupt:
+            code, status = _stop(binary, spec.name, proc, stop_timeout, env), "CANCELLED"
+        err.seek(0)
+        lines = err.read().decode(errors="replace").strip().splitlines()
+    reason = lines[-1] if lines and code in (125, 126, 127) else ""
+    return code, status, reason
+
+
+def _wait(proc: subprocess.Popen[bytes]) -> int:
+    """Wait for ``podman run``, waking every 0.5 s: Ray's cancel is a simulated SIGINT
+    (``_thread.interrupt_main``) that a blocking waitpid would not see.  A pidfd
+    (Linux 5.3) makes the wait end the moment the process does."""
+    try:
+        pidfd: int | None = os.pidfd_open(proc.pid)
+    except OSError:
+        pidfd = None
+    try:
+        while True:
+            if pidfd is not None:
+                select.select([pidfd], [], [], 0.5)
+            try:
+                return proc.wait(timeout=0 if pidfd is not None else 0.5)
+            except subprocess.TimeoutExpired:
+                continue
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _stop(binary: str, name: str, proc: subprocess.Popen[bytes] | None, timeout: int, env: Mapping[str, str]) -> int:
+    stop = [binary, "stop", "--ignore", "-t", str(timeout), name]
+    if proc is None:  # interrupted inside Popen: stop whatever may have started, once
+        subprocess.run(stop, env=env, capture_output=True, check=False)
+        return CANCELLED_CODE
+    while proc.poll() is None:
+        subprocess.run(stop, env=env, capture_output=True, check=False)
+        try:
+            proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            continue
+    return proc.returncode  # the container's own code: 137 or 143 when stopped, 0 if it had just finished
+
+
+def ray_nodes() -> list[dict[str, Any]]:
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    return nodes
+
+
+def _here() -> str:
+    ctx = ray.get_runtime_context()
+    node_id = ctx.get_node_id()
+    for n in ray_nodes():
+        if n["NodeID"] == node_id:
+            return node_name(n.get("Labels") or {}, n.get("Resources") or {}, node_id)
+    return node_id
+
+
+@ray.remote(max_retries=0)
+def _step_task(spec: ContainerSpec, device_dir: str, stop_timeout: int, keeper: Any) -> tuple[int, str, str]:
+    """One step attempt on the node Ray chose.  Never retried by Ray: hetflow decides."""
+    try:
+        gpu_ids = [int(i) for i in ray.get_gpu_ids()]
+        keeper.started.remote(spec.name, ray.get_runtime_context().get_node_id(), tuple(gpu_ids))
+        if "{node}" in device_dir and gpu_ids:
+            device_dir = device_dir.replace("{node}", _here())
+        return run_container(with_gpus(spec, gpu_ids, device_dir), stop_timeout)
+    except KeyboardInterrupt:
+        return CANCELLED_CODE, "CANCELLED", "cancelled before its container started"
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def _probe(image: str | None) -> tuple[str, bool, bool]:
+    """(node, podman found, image present) on the node it runs on."""
+    binary = shutil.which("podman")
+    present = False
+    if binary and image:
+        proc = subprocess.run([binary, "image", "exists", image], env=engine_env(), capture_output=True, check=False)
+        present = proc.returncode == 0
+    return _here(), binary is not None, present

@@ -1,0 +1,118 @@
+"""The run's keeper: one detached named actor per run that submits the run's step tasks,
+owns them (so they outlive the driver that submitted them) and answers for them by name.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import ray
+from ray.exceptions import RayError, TaskCancelledError
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+from hetflow.execute.backends.base import JobState
+from hetflow.execute.backends.ray.container import CANCELLED_CODE, _step_task, ray_nodes
+from hetflow.execute.backends.ray.translate import TaskRequest, node_name
+from hetflow.execute.engine import ContainerSpec
+
+
+@dataclass
+class _Entry:
+    ref: Any  # ObjectRef of _step_task
+    request: TaskRequest
+    node_id: str | None = None
+    gpus: tuple[int, ...] = ()
+    cancelled: bool = False
+    result: JobState | None = None
+
+
+class RunKeeper:
+    """Owns one run's step tasks (so they outlive the driver that submitted them) and
+    answers for them by name."""
+
+    def __init__(self, run_id: str, idle_timeout: float) -> None:
+        self.run_id = run_id
+        self.jobs: dict[str, _Entry] = {}
+        self.names: dict[str, str] = {}  # Ray node id -> hetflow name
+        self.touched = time.monotonic()
+        threading.Thread(target=self._linger, args=(idle_timeout,), daemon=True).start()
+
+    def _linger(self, idle_timeout: float) -> None:
+        while True:
+            time.sleep(min(5.0, idle_timeout))
+            if not self.jobs and time.monotonic() - self.touched > idle_timeout:
+                ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
+                return
+
+    def submit(self, name: str, spec: ContainerSpec, req: TaskRequest, device_dir: str, stop_timeout: int) -> None:
+        self.touched = time.monotonic()
+        if name in self.jobs:
+            raise ValueError(f"a job named {name} was already submitted to Ray")
+        options: dict[str, Any] = {"num_cpus": req.num_cpus, "num_gpus": req.num_gpus, "name": name}
+        if req.memory:
+            options["memory"] = req.memory
+        if req.resources:
+            options["resources"] = dict(req.resources)
+        if req.node_id:
+            options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(req.node_id, soft=False)
+        me = ray.get_runtime_context().current_actor
+        ref = _step_task.options(**options).remote(spec, device_dir, stop_timeout, me)
+        self.jobs[name] = _Entry(ref, req)
+
+    def started(self, name: str, node_id: str, gpus: tuple[int, ...]) -> None:
+        if name in self.jobs:
+            self.jobs[name].node_id, self.jobs[name].gpus = node_id, gpus
+
+    def states(self) -> dict[str, JobState]:
+        self.touched = time.monotonic()
+        waiting = [e.ref for e in self.jobs.values() if e.result is None]
+        ready = set(ray.wait(waiting, num_returns=len(waiting), timeout=0)[0]) if waiting else set()
+        out = {}
+        for name, e in self.jobs.items():
+            if e.result is None and e.ref in ready:
+                e.result = self._finished(name, e)
+            out[name] = e.result or self._live(name, e)
+        return out
+
+    def _live(self, name: str, e: _Entry) -> JobState:
+        if e.node_id is None:
+            return JobState(name, True, None, "PENDING", reason=f"waiting for Ray to place it ({e.request.describe()})")
+        return JobState(name, True, None, "RUNNING", self._name(e.node_id), e.gpus)
+
+    def _finished(self, name: str, e: _Entry) -> JobState:
+        node = self._name(e.node_id) if e.node_id else None
+        try:
+            code, status, reason = ray.get(e.ref)
+        except TaskCancelledError:
+            code, status, reason = CANCELLED_CODE, "CANCELLED", "cancelled"
+        except RayError as exc:  # the worker or its node died, Ray killed it for memory, a bug
+            text = str(exc).strip().splitlines()
+            return JobState(name, False, None, "LOST", node, e.gpus, f"{type(exc).__name__}: {text[0] if text else ''}")
+        return JobState(name, False, int(code), status, node, e.gpus, reason)
+
+    def _name(self, node_id: str) -> str:
+        if node_id not in self.names:
+            for n in ray_nodes():
+                self.names[n["NodeID"]] = node_name(n.get("Labels") or {}, n.get("Resources") or {}, n["NodeID"])
+        return self.names.get(node_id, node_id)
+
+    def cancel(self, names: list[str]) -> None:
+        self.touched = time.monotonic()
+        for name in names:
+            e = self.jobs.get(name)
+            if e is not None and e.result is None and not e.cancelled:
+                e.cancelled = True
+                ray.cancel(e.ref)  # force=False: KeyboardInterrupt in the task, which stops the container
+
+    def release(self, names: list[str]) -> int:
+        """Forget the jobs (cancelling any still running); returns how many are left."""
+        self.cancel(names)
+        for name in names:
+            self.jobs.pop(name, None)
+        return len(self.jobs)
+
+
+_Keeper = ray.remote(num_cpus=0, max_restarts=0)(RunKeeper)

@@ -1,0 +1,90 @@
+"""Slurm settings: where and how to submit, read from the config file's ``slurm:`` section."""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hetflow.execute.settings import Settings
+
+
+@dataclass(frozen=True)
+class SlurmSettings:
+    """Where and how to submit.  ``from_backend`` reads the run's Settings (config file, environment, flags)."""
+
+    partition: str | None = None
+    account: str | None = None
+    # GPU product name -> gres type, over DEFAULT_GRES_TYPES; a model mapped to "" asks --gpus=N.
+    gres_types: Mapping[str, str] = field(default_factory=dict)
+    # The GPU device nodes on the nodes: /dev; "{node}" is replaced by the node's name
+    # (the local test cluster keeps each fake node's devices in its own folder).
+    device_dir: str = "/dev"
+    # node -> its GPU device files in gres.conf's File= order, where that order is not the
+    # device minors' (the default: the nvidiaN files of device_dir, sorted by N).
+    gres_files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    workdir: str | None = None  # shared by every node; default $HETFLOW_HOME/slurm
+    bin_dir: str | None = None  # where sbatch, squeue, ... are; default PATH
+    slurm_conf: str | None = None  # SLURM_CONF for the client commands
+    extra_args: tuple[str, ...] = ()  # more sbatch options, e.g. ("--time=60", "--qos=short")
+    use_features: bool = False  # --constraint=<node class> (node classes are Slurm features)
+    podman: str = "podman"  # the engine on the nodes
+    containers_conf: str | None = None  # on the nodes; default a copy of hetflow's in workdir
+    stop_timeout: int = 10  # podman stop -t on scancel; keep it under the cluster's KillWait
+
+    @classmethod
+    def from_backend(cls, settings: Settings) -> SlurmSettings:
+        return cls.from_mapping(settings.slurm, engine=settings.engine, workdir=settings.workdir)
+
+    @classmethod
+    def from_mapping(
+        cls, m: Mapping[str, object], *, engine: str = "podman", workdir: str | None = None
+    ) -> SlurmSettings:
+        """The config file's ``slurm:`` section, as YAML values or as strings::
+
+            slurm: {partition: gpu, account: ml, gres_types: {"Tesla T4": t4},   # or "Tesla T4=t4,..."
+                    gres_files: {node1: [/dev/nvidia2, /dev/nvidia3]},          # or "node1=/dev/a:/dev/b,..."
+                    extra_args: "--time=60", use_features: true, device_dir: /dev, slurm_conf: ...,
+                    bin_dir: ..., podman: podman, containers_conf: ..., stop_timeout: 10, workdir: ...}
+
+        Job files go to ``slurm.workdir``, else to the shared ``workdir``'s ``slurm`` folder."""
+
+        def text(key: str) -> str | None:
+            v = m.get(key)
+            return None if v is None or v == "" else str(v)
+
+        def pairs(key: str) -> dict[str, str]:
+            v = m.get(key)
+            if isinstance(v, Mapping):
+                return {str(k): str(x) for k, x in v.items()}
+            entries = (e.partition("=") for e in str(v or "").split(","))
+            return {k.strip(): x.strip() for k, _, x in entries if k.strip()}
+
+        raw_files = m.get("gres_files")
+        if isinstance(raw_files, Mapping):
+            files = {
+                str(k): tuple(str(f) for f in (v if isinstance(v, list | tuple) else [v])) for k, v in raw_files.items()
+            }
+        else:
+            files = {k: tuple(f for f in v.split(":") if f) for k, v in pairs("gres_files").items()}
+        extra = m.get("extra_args")
+        shared = text("workdir") or (str(Path(workdir) / "slurm") if workdir else None)
+        return cls(
+            partition=text("partition"),
+            account=text("account"),
+            gres_types=pairs("gres_types"),
+            device_dir=text("device_dir") or "/dev",
+            gres_files=files,
+            workdir=shared,
+            bin_dir=text("bin_dir"),
+            slurm_conf=text("slurm_conf"),
+            extra_args=tuple(str(a) for a in extra)
+            if isinstance(extra, list | tuple)
+            else tuple(shlex.split(str(extra or ""))),
+            use_features=str(m.get("use_features", "")).lower() in ("1", "true", "yes"),
+            # the job script is podman's (k8s-file logs, --hooks-dir, stop --ignore)
+            podman=text("podman") or (engine if Path(engine).name == "podman" else "podman"),
+            containers_conf=text("containers_conf"),
+            stop_timeout=int(text("stop_timeout") or 10),
+        )

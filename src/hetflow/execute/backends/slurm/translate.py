@@ -1,0 +1,168 @@
+"""Job -> Slurm: sbatch's options (resources, gres or --gpus, afterok dependencies) and the
+batch script that runs the container in the foreground with exactly the GPUs Slurm gave.
+
+Pure functions of a Job and the settings, for tests; the backend writes and submits them.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from hetflow.errors import EngineError
+from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.slurm.settings import SlurmSettings
+from hetflow.execute.engine import run_args
+from hetflow.inventory.gpumodels import KNOWN_MODELS
+
+# GPU product names (what NVML reports, what a cluster file's gpu_model says) -> gres types,
+# as the fake models name them; a cluster's own names go in SlurmSettings.gres_types.
+DEFAULT_GRES_TYPES: Mapping[str, str] = {m.product: key for key, m in KNOWN_MODELS.items()}
+
+
+def gres_type(model: str | None, overrides: Mapping[str, str]) -> str | None:
+    """The gres type for a GPU model, or None (then ``--gpus=N``: any GPU)."""
+    if not model:
+        return None
+    for table in (overrides, DEFAULT_GRES_TYPES):
+        for product, kind in table.items():
+            if product.lower() == model.lower():
+                return kind or None
+    return None
+
+
+def sbatch_args(job: Job, settings: SlurmSettings, dependency_ids: Sequence[str], jobdir: Path) -> list[str]:
+    """sbatch's options for one attempt (sbatch(1)); a pure function, for tests."""
+    args = [
+        "--parsable",
+        f"--job-name={job.name}",
+        f"--comment=hetflow run={job.run_id}",
+        "--nodes=1",
+        "--ntasks=1",
+        f"--cpus-per-task={max(1, math.ceil(job.cpus))}",
+        # --mem=0 would mean "all of the node's memory"
+        f"--mem={max(1, math.ceil(job.memory / 2**20))}M",
+        f"--chdir={jobdir}",
+        f"--output={jobdir / job.name}.out",
+    ]
+    if job.gpus:
+        kind = gres_type(job.gpu_model, settings.gres_types)
+        args.append(f"--gres=gpu:{kind}:{job.gpus}" if kind else f"--gpus={job.gpus}")
+    if job.node:
+        args.append(f"--nodelist={job.node}")
+    if job.node_class and settings.use_features:
+        args.append(f"--constraint={job.node_class}")
+    if dependency_ids:
+        # The child never runs if a parent fails: Slurm cancels it (Reason=DependencyNeverSatisfied)
+        # instead of leaving it pending forever.
+        args += [f"--dependency=afterok:{':'.join(dependency_ids)}", "--kill-on-invalid-dep=yes"]
+    if settings.partition:
+        args.append(f"--partition={settings.partition}")
+    if settings.account:
+        args.append(f"--account={settings.account}")
+    return [*args, *settings.extra_args]
+
+
+_SCRIPT = """#!/bin/bash
+# hetflow step attempt {name} (run {run_id}); written by hetflow.execute.backends.slurm.
+# The container runs in the foreground: the job lasts as long as the container, and the
+# job's exit code is the container's (what afterok tests).
+set -u
+stopping=0
+trap 'stopping=1' TERM INT  # see below
+export PATH="${{PATH:-/usr/bin:/bin}}:/usr/local/bin:/usr/sbin:/sbin"
+export CONTAINERS_CONF={conf}
+podman={podman}; hooks={hooks}; name={name}; log={log}; jobdir={jobdir}
+exitf="$jobdir/$name.exit"
+node="${{SLURMD_NODENAME:-$(hostname -s)}}"
+devdir={devdir}
+rm -f "$exitf"
+cri() {{ printf '%s stderr F hetflow: %s\\n' "$(date -u +%Y-%m-%dT%H:%M:%S.%N+00:00)" "$*" >> "$log"; }}
+finish() {{ printf '%s %s\\n' "$1" "${{SLURM_JOB_ID:-}}" > "$exitf.$$" && mv -f "$exitf.$$" "$exitf"; exit "$1"; }}
+printf 'node=%s\\njob=%s\\ngpus=%s\\n' "$node" "${{SLURM_JOB_ID:-}}" "${{SLURM_JOB_GPUS:-}}" > "$jobdir/$name.start"
+
+gpu=()
+if [ -n "${{SLURM_JOB_GPUS:-}}" ]; then
+  # SLURM_JOB_GPUS numbers the node's GPUs by gres index, their place in gres.conf's File=
+  # list (Slurm 22.05, gres_common.c), not by device minor: index i is the i-th file.
+  files=()
+  case "$node" in
+{cases}    *) while read -r m; do files+=("$devdir/nvidia$m"); done < <(
+         ls -1 "$devdir" 2>/dev/null | sed -n 's/^nvidia\\([0-9][0-9]*\\)$/\\1/p' | sort -n) ;;
+  esac
+  inside=""; n=0
+  IFS=, read -r -a given <<< "$SLURM_JOB_GPUS"
+  for i in "${{given[@]}}"; do
+    case "$i" in ''|*[!0-9]*) cri "SLURM_JOB_GPUS=$SLURM_JOB_GPUS on $node names no GPU index"; finish 125 ;; esac
+    f="${{files[$i]:-}}"
+    if [ -z "$f" ] || [ ! -c "$f" ]; then
+      cri "Slurm gave GPU $i on $node, but $devdir has ${{#files[@]}} GPU device node(s)"; finish 125
+    fi
+    gpu+=(--device "$f:/dev/$(basename "$f")")
+    inside="$inside${{inside:+,}}$n"; n=$((n + 1))
+  done
+  for c in nvidiactl nvidia-uvm nvidia-uvm-tools; do
+    if [ -c "$devdir/$c" ]; then gpu+=(--device "$devdir/$c:/dev/$c"); fi
+  done
+  # Inside, the GPUs are 0..n-1, as CUDA numbers what it can see (execute/gpu.py).
+  gpu+=(--env "NVIDIA_VISIBLE_DEVICES=$inside" --env "CUDA_VISIBLE_DEVICES=$inside"
+        --env "HETFLOW_SLURM_GPUS=$SLURM_JOB_GPUS")
+fi
+
+# scancel sends SIGTERM to every process of the job (then SIGKILL after KillWait): stop the
+# container, which conmon keeps outside this job's processes, and record its exit code.  A
+# stop that comes while podman is still creating the container is repeated until it ends.
+"$podman" --hooks-dir "$hooks" rm -f --ignore "$name" >/dev/null 2>&1
+if [ "$stopping" = 1 ]; then finish 143; fi
+"$podman" --hooks-dir "$hooks" run --rm --attach stdout {options} "${{gpu[@]}}" {image_command} \\
+  </dev/null >/dev/null 2>"$jobdir/$name.err" &
+pid=$!
+while kill -0 "$pid" 2>/dev/null; do
+  if [ "$stopping" = 1 ]; then
+    "$podman" --hooks-dir "$hooks" stop --ignore -t {stop_timeout} "$name" >/dev/null 2>&1; sleep 0.2
+  else
+    wait "$pid"
+  fi
+done
+wait "$pid"; code=$?
+if [ "$stopping" = 1 ]; then
+  "$podman" --hooks-dir "$hooks" rm -f --ignore "$name" >/dev/null 2>&1  # podman itself may have been killed
+  if [ "$code" = 0 ]; then code=143; fi
+fi
+if [ "$code" -ge 125 ] && [ "$code" -le 127 ] && [ -s "$jobdir/$name.err" ]; then
+  cri "$podman run exited $code: $(tail -n 3 "$jobdir/$name.err" | tr '\\n' ' ')"
+fi
+finish "$code"
+"""
+
+
+def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks: str) -> str:
+    """The batch script: podman run in the foreground with exactly the GPUs Slurm gave."""
+    spec = job.container
+    args = run_args(spec, engine="podman")
+    start = len(args) - len(spec.command) - 1
+    if args[:2] != ["run", "-d"] or args[start] != spec.image:
+        raise EngineError(f"unexpected podman arguments for {job.name}: {args[:2]} ... {args[start]}")
+    q = shlex.quote
+    prefix, _, suffix = settings.device_dir.partition("{node}")
+    devdir = q(prefix) + ('"$node"' + q(suffix) if "{node}" in settings.device_dir else "")
+    cases = "".join(
+        f"    {q(node)}) files=({' '.join(q(f) for f in files)}) ;;\n" for node, files in settings.gres_files.items()
+    )
+    return _SCRIPT.format(
+        name=q(job.name),
+        run_id=job.run_id,
+        conf=q(conf),
+        podman=q(settings.podman),
+        hooks=q(hooks),
+        log=q(spec.log_path or os.devnull),
+        jobdir=q(str(jobdir)),
+        devdir=devdir,
+        cases=cases,
+        stop_timeout=int(settings.stop_timeout),
+        options=" ".join(q(a) for a in args[2:start]),
+        image_command=" ".join(q(a) for a in args[start:]),
+    )
