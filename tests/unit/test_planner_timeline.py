@@ -57,3 +57,17 @@ def test_one_task_per_machine_is_capacity_one() -> None:
     tl.reserve(15, 20, 1, 0, 0)
     assert tl.earliest_start(0, 5, 1, 0, 0) == 10
     assert tl.earliest_start(0, 6, 1, 0, 0) == 20
+
+
+def test_every_rule_kind_the_planner_uses_has_its_score_plugin() -> None:
+    """plan.score: a Rule.kind the heuristic uses must name a registered score, not fall
+    back to the cheapest one by accident."""
+    import re
+    from pathlib import Path
+
+    from hetflow.plan.score import SCORES
+
+    src = (Path(__file__).resolve().parents[2] / "src" / "hetflow" / "plan" / "heuristic.py").read_text()
+    kinds = set(re.findall(r'Rule\(\s*"(\w+)"', src)) | set(re.findall(r'kind="(\w+)"', src))
+    assert kinds, "no Rule kinds found in heuristic.py"
+    assert kinds <= set(SCORES), kinds - set(SCORES)

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from hetflow.errors import HetflowError, NoFitError
 from hetflow.plan.cost import placement_cost
 from hetflow.plan.instance import Instance, Task
+from hetflow.plan.score import score_for
 
 _EPS = 1e-9  # fractional cores add up with rounding error; a hair over capacity still fits
 
@@ -407,29 +408,8 @@ class ListPass:
     # --- choosing -----------------------------------------------------------------------
 
     def pick(self, t: int) -> Candidate:
-        kind = self.rule.kind
-        if kind == "eft":
-            return self.earliest(t)
-        cands = self.allowed(self.per_choice(t))
-        if kind == "lookahead":
-            return min(cands, key=lambda c: (self.child_finish(t, c), c[:4]))
-        if kind == "peft":
-            rest = self.rule.optimistic[t]
-            return min(cands, key=lambda c: (c[0] + rest[c[5].cls], c[:4]))
-        if kind == "subdeadline":
-            due = self.rule.subdeadline[t]
-            on_time = [c for c in cands if c[0] <= due]
-            if on_time:
-                return min(on_time, key=lambda c: (c[5].cost, c[:4]))
-            return min(cands)
-        if kind == "budget":
-            spare = max(0.0, self.rule.budget - self.spent - self.cheapest_left)
-            share = self.rule.spend * self.rule.weight[t] / self.weight_left if self.weight_left > 0 else 1.0
-            allowance = self.min_cost[t] + spare * min(1.0, share)
-            within = [c for c in cands if c[5].cost <= allowance * (1 + 1e-12)]
-            if within:
-                return min(within)
-        return min(cands, key=lambda c: (c[5].cost, c[:4]))
+        """The rule's score plugin picks (``plan.score``)."""
+        return score_for(self.rule.kind).pick(self, t)
 
     def allowed(self, cands: list[Candidate]) -> list[Candidate]:
         """gpu_policy "avoid": a task that uses no GPU goes to a GPU node only if that makes it
