@@ -198,7 +198,8 @@ class _Gpus:
     name = "gpus"
 
     def __call__(self, v: Variant, view: NodeView) -> Status:
-        want = v.resources.gpus
+        request = v.resources.gpu_request
+        want = request.devices
         if want == 0:
             return OK
         has = len(view.gpus)

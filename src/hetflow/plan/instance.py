@@ -60,9 +60,15 @@ class Rejection:
 
 @dataclass(frozen=True)
 class Task:
+    """One step to place.  ``replicas``: how many containers start together as one
+    all-or-nothing gang, each with an option's resources; 1 today (a step is one
+    container), the home for gang steps: the planner must then place every replica at
+    once or none."""
+
     name: str
     options: tuple[Option, ...]
     rejected: tuple[Rejection, ...] = ()
+    replicas: int = 1
 
 
 @dataclass(frozen=True)

@@ -3,13 +3,14 @@
 from hetflow.spec.checks import RESERVED_ENV, edges_of
 from hetflow.spec.dag import descendants, topo_order
 from hetflow.spec.loader import LoadedWorkflow, load_workflow, parse_workflow
-from hetflow.spec.models import GpuConstraint, Resources, Step, Variant, Workflow
+from hetflow.spec.models import GpuConstraint, GpuRequest, Resources, Step, Variant, Workflow
 from hetflow.spec.units import format_bytes, format_duration, parse_duration
 from hetflow.spec.wfcommons import convert_wfcommons
 
 __all__ = [
     "RESERVED_ENV",
     "GpuConstraint",
+    "GpuRequest",
     "LoadedWorkflow",
     "Resources",
     "Step",

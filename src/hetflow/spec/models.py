@@ -7,6 +7,7 @@ unknown keys so a typo is reported (with its line) instead of silently ignored.
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -35,12 +36,44 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+GpuVendor = Literal["nvidia", "amd", "intel", "any"]
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """The accelerators one container asks for, in one value: the home for what the
+    format will grow (GPU fractions, MIG instances, other vendors).  Today a workflow can
+    only say ``gpus: N`` (whole NVIDIA devices), so ``share`` and ``mig`` are None and
+    ``vendor`` is "nvidia"; filters, isolation and backends read the request through this
+    value, so a new way to ask for a GPU is added here and handled where it is read."""
+
+    count: int = 0  # whole devices
+    vendor: GpuVendor = "nvidia"
+    share: float | None = None  # a time-sliced / MPS fraction of one device (0 < share < 1)
+    mig: str | None = None  # one MIG instance of this profile, e.g. "1g.10gb"
+
+    @property
+    def whole(self) -> bool:
+        """Whole devices (or none): nothing shared, nothing sliced."""
+        return self.share is None and self.mig is None
+
+    @property
+    def devices(self) -> int:
+        """Devices the container sees: its whole GPUs, or the one it shares or slices."""
+        return self.count if self.whole else 1
+
+
 class Resources(_Model):
     """What one container of a step needs (Kubernetes requests; Slurm -c/--mem/--gpus)."""
 
     cpus: float = Field(default=1.0, gt=0, description="logical CPUs")
     memory: Memory = Field(default=512 * 1024**2, description="bytes; 512Mi, 2Gi, ...")
     gpus: int = Field(default=0, ge=0, description="whole GPUs")
+
+    @property
+    def gpu_request(self) -> GpuRequest:
+        """The accelerator request as one value (see ``GpuRequest``)."""
+        return GpuRequest(count=self.gpus)
 
 
 class GpuConstraint(_Model):
