@@ -15,7 +15,7 @@ from hetflow.cli.common import console, err, parse_params, print_json, print_pro
 from hetflow.config import hetflow_home
 from hetflow.errors import HetflowError, SpecError
 from hetflow.inventory import discover
-from hetflow.plan.choose import feasibility_problems
+from hetflow.plan import feasibility_problems
 from hetflow.report import node_to_json, render_node
 from hetflow.spec import load_workflow
 

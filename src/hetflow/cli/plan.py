@@ -9,8 +9,7 @@ import typer
 
 from hetflow.cli.common import console, err, open_store, parse_params, print_json
 from hetflow.errors import UsageError
-from hetflow.plan.instance import Instance, Plan
-from hetflow.plan.profile import learn, profile_for
+from hetflow.plan import Instance, Plan, learn, profile_for
 from hetflow.report import explain_step, plan_json, plan_table
 from hetflow.spec import LoadedWorkflow, load_workflow, parse_duration
 
@@ -55,9 +54,7 @@ def _money(value: str | None) -> float | None:
 
 def _instance(loaded: LoadedWorkflow, cluster_file: Path, *, saga: bool = False) -> Instance:
     from hetflow.execute import default_resolver
-    from hetflow.plan.build import build_instance
-    from hetflow.plan.cluster import load_cluster
-    from hetflow.plan.images import image_check
+    from hetflow.plan import build_instance, image_check, load_cluster
 
     cluster = load_cluster(cluster_file)
     profile = profile_for(learn(open_store().history(loaded.workflow.name)), loaded.workflow.name)
@@ -87,10 +84,10 @@ def _solve(
     if gpu_policy not in ("avoid", "allow"):
         raise UsageError(f"--gpu-policy {gpu_policy!r}: use avoid or allow")
     if exact:
-        from hetflow.plan.exact import plan_exact
+        from hetflow.plan import plan_exact
 
         return plan_exact(instance, time_limit=time_limit, objective=objective, deadline=deadline, budget=budget)
-    from hetflow.plan.heuristic import plan_heuristic
+    from hetflow.plan import plan_heuristic
 
     return plan_heuristic(
         instance, objective=objective, deadline=deadline, budget=budget, seed=seed, gpu_policy=gpu_policy
@@ -167,7 +164,7 @@ def simulate_cmd(
     gantt: Path | None = typer.Option(None, "--gantt", help="Draw the simulated schedule."),
 ) -> None:
     """Execute a plan in a discrete-event simulation: what-if for a cluster no one has yet."""
-    from hetflow.plan.simulate import simulate
+    from hetflow.plan import simulate
 
     if not 0 <= noise < 1:
         raise UsageError(f"--noise {noise}: give a spread in [0, 1), e.g. 0.2 for ±20%")
@@ -194,8 +191,7 @@ def _catalog_cmd(
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
     """Choose how many nodes of each type to rent: the Pareto frontier of makespan and cost."""
-    from hetflow.plan.cluster import load_catalog
-    from hetflow.plan.virtual import plan_virtual_cluster
+    from hetflow.plan import load_catalog, plan_virtual_cluster
 
     if deadline is not None and budget is not None:
         raise UsageError("give --deadline or --budget, not both")
@@ -291,7 +287,7 @@ def export_kubernetes_cmd(
 
     from hetflow.execute import default_resolver, new_run_id
     from hetflow.export import kubernetes as k8s
-    from hetflow.plan.cluster import load_cluster
+    from hetflow.plan import load_cluster
 
     loaded = load_workflow(workflow, parse_params(param))
     plan = _solve(

@@ -18,9 +18,7 @@ from hetflow.execute.attempts import Active
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.gpu import GpuAccess, gpu_access
 from hetflow.inventory import Gpu, Node
-from hetflow.plan.choose import VariantChooser
-from hetflow.plan.filters import Capacity
-from hetflow.plan.instance import MachineClass, Placement
+from hetflow.plan import Capacity, MachineClass, Placement, VariantChooser
 from hetflow.spec import Step, Variant
 from hetflow.state import Lease, Store
 

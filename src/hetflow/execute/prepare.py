@@ -17,12 +17,7 @@ from hetflow.execute.runplan import CLUSTER, GREEDY, LOCAL, PLANNED, RunPlan, im
 from hetflow.execute.settings import Settings
 from hetflow.images import parse_reference
 from hetflow.inventory import Node
-from hetflow.plan.build import build_instance
-from hetflow.plan.cluster import load_cluster
-from hetflow.plan.heuristic import plan_heuristic
-from hetflow.plan.images import image_check
-from hetflow.plan.local import plan_local
-from hetflow.plan.profile import learn, profile_for
+from hetflow.plan import build_instance, image_check, learn, load_cluster, plan_heuristic, plan_local, profile_for
 from hetflow.spec import LoadedWorkflow
 from hetflow.state import Store
 

@@ -30,8 +30,7 @@ from hetflow.execute.launch import Launcher
 from hetflow.execute.lifecycle import pid_alive, reconcile
 from hetflow.execute.paths import RunPaths
 from hetflow.inventory import Node
-from hetflow.plan.choose import GreedyChooser, VariantChooser
-from hetflow.plan.instance import MachineClass, Placement
+from hetflow.plan import GreedyChooser, MachineClass, Placement, VariantChooser
 from hetflow.spec import Workflow, edges_of, topo_order
 from hetflow.state import (
     FAILED,

@@ -13,8 +13,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetflow.plan.instance import MachineClass, Plan
-from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
+from hetflow.plan import (
+    MachineClass,
+    Plan,
+    machine_class_from_dict,
+    machine_class_to_dict,
+    plan_from_dict,
+    plan_to_dict,
+)
 from hetflow.spec import Step, Workflow
 
 FORMAT = 1

@@ -35,7 +35,7 @@ from hetflow.execute.runplan import GREEDY, LOCAL, RunPlan, apply_images
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import create_run, preflight
 from hetflow.inventory import Node
-from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser
+from hetflow.plan import GreedyChooser, PlanChooser, VariantChooser
 from hetflow.spec import LoadedWorkflow, Workflow, edges_of, load_workflow
 from hetflow.state import RunRecord, Store
 

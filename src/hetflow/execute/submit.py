@@ -12,8 +12,7 @@ from hetflow.errors import Problem, SpecError
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.paths import RunPaths
 from hetflow.inventory import Node
-from hetflow.plan.choose import feasibility_problems
-from hetflow.plan.filters import Capacity, check
+from hetflow.plan import Capacity, check, feasibility_problems
 from hetflow.spec import LoadedWorkflow
 from hetflow.state import RunRecord, Store
 

@@ -1,1 +1,63 @@
-"""Where and when: feasibility filters and the variant chooser (the planner comes later)."""
+"""Where and when: pure functions of (workflow, machines, profile, seed); no I/O.
+
+    instance    the planning problem and its answer as frozen values (Instance, Plan)
+    filters     one family of feasibility filters (Filter plugins over a NodeView: a
+                node class of a cluster file, or this machine, total or free now)
+    score       score plugins: how a list pass ranks a task's candidate placements
+    build       workflow + node classes -> Instance (filters, estimates, edge sizes)
+    heuristic   HEFT-family list scheduling with variant choice and local search
+                (timeline: the machines' timelines and one pass); exact: CP-SAT
+    explain     why every other (variant, class) lost, as frozen values report renders
+    choose      variant choice for the local runner; local: the plan for this machine
+    cluster     cluster and catalog files; virtual: the virtual-cluster Pareto search
+    simulate, cost, bounds, check, baseline, profile, images, stored: the rest
+"""
+
+from hetflow.plan.build import DEFAULT_ESTIMATE, build_instance
+from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser, feasibility_problems
+from hetflow.plan.cluster import Cluster, load_catalog, load_cluster
+from hetflow.plan.exact import plan_exact
+from hetflow.plan.explain import explain
+from hetflow.plan.filters import Capacity, check, first_class_rejection
+from hetflow.plan.heuristic import plan_heuristic
+from hetflow.plan.images import Resolver, class_node, image_check
+from hetflow.plan.instance import Instance, MachineClass, Placement, Plan
+from hetflow.plan.local import plan_local
+from hetflow.plan.profile import learn, profile_for
+from hetflow.plan.simulate import simulate
+from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
+from hetflow.plan.virtual import plan_virtual_cluster
+
+__all__ = [
+    "DEFAULT_ESTIMATE",
+    "Capacity",
+    "Cluster",
+    "GreedyChooser",
+    "Instance",
+    "MachineClass",
+    "Placement",
+    "Plan",
+    "PlanChooser",
+    "Resolver",
+    "VariantChooser",
+    "build_instance",
+    "check",
+    "class_node",
+    "explain",
+    "feasibility_problems",
+    "first_class_rejection",
+    "image_check",
+    "learn",
+    "load_catalog",
+    "load_cluster",
+    "machine_class_from_dict",
+    "machine_class_to_dict",
+    "plan_exact",
+    "plan_from_dict",
+    "plan_heuristic",
+    "plan_local",
+    "plan_to_dict",
+    "plan_virtual_cluster",
+    "profile_for",
+    "simulate",
+]

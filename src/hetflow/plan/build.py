@@ -22,9 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from hetflow.errors import NoFitError
 from hetflow.plan.filters import class_rejections
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Rejection, Task
-from hetflow.spec.checks import edges_of
-from hetflow.spec.dag import topo_order
-from hetflow.spec.models import GpuConstraint, Resources, Variant, Workflow
+from hetflow.spec import GpuConstraint, Resources, Variant, Workflow, edges_of, topo_order
 
 DEFAULT_ESTIMATE = 60.0  # seconds, for a variant with no estimate and no profile
 

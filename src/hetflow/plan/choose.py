@@ -12,10 +12,9 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from hetflow.errors import Problem
-from hetflow.inventory.models import Gpu, Node
+from hetflow.inventory import Gpu, Node
 from hetflow.plan.filters import Capacity, check, qualifying_gpus
-from hetflow.spec.loader import LoadedWorkflow
-from hetflow.spec.models import Step
+from hetflow.spec import LoadedWorkflow, Step
 
 
 @dataclass(frozen=True)

@@ -35,10 +35,17 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hetflow.errors import Problem, SpecError
-from hetflow.inventory.models import Gpu, Node
+from hetflow.inventory import Gpu, Node
 from hetflow.plan.instance import MachineClass
-from hetflow.spec.loader import compose_yaml, did_you_mean, line_of, problem_from_error
-from hetflow.spec.units import cc_tuple, compute_capability, parse_memory
+from hetflow.spec import (
+    cc_tuple,
+    compose_yaml,
+    compute_capability,
+    did_you_mean,
+    line_of,
+    parse_memory,
+    problem_from_error,
+)
 
 CLASS_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
 CLASS_NAME_HINT = "use 1-63 letters, digits, '.', '-' or '_', starting and ending alphanumeric"

@@ -13,9 +13,8 @@ from collections.abc import Callable
 import archspec.cpu
 
 from hetflow.errors import HetflowError
-from hetflow.images.service import ResolveResult
-from hetflow.inventory.cpu import x86_64_level
-from hetflow.inventory.models import Cpu, Gpu, Node
+from hetflow.images import ResolveResult
+from hetflow.inventory import Cpu, Gpu, Node, x86_64_level
 from hetflow.plan.instance import MachineClass
 
 Resolver = Callable[[str, Node], ResolveResult]

@@ -11,13 +11,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from hetflow.inventory.models import Node
+from hetflow.inventory import Node
 from hetflow.plan.build import build_instance
 from hetflow.plan.cluster import node_class
 from hetflow.plan.explain import explain
 from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Plan
-from hetflow.spec.models import Workflow
+from hetflow.spec import Workflow
 
 LOCAL_BANDWIDTH = 1.25e9  # unused on one machine (no edge crosses machines), but must be > 0
 

@@ -26,7 +26,7 @@ from typing import Any
 
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.instance import Instance, MachineClass, Placement, Plan
-from hetflow.spec.units import format_duration
+from hetflow.spec import format_duration
 
 _EPS = 1e-9
 

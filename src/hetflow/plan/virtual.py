@@ -37,8 +37,7 @@ from typing import Any
 from hetflow.plan.build import build_instance
 from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Instance, MachineClass, Plan
-from hetflow.spec.models import Workflow
-from hetflow.spec.units import format_duration
+from hetflow.spec import Workflow, format_duration
 
 Planner = Callable[[Instance], Plan]
 Counts = tuple[int, ...]  # one count per catalog type, in catalog order

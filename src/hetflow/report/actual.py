@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hetflow.plan.instance import Instance, MachineClass, Placement, Plan
+from hetflow.plan import Instance, MachineClass, Placement, Plan
 from hetflow.state import AttemptRecord, RunRecord
 
 

@@ -22,7 +22,7 @@ from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
 from hetflow.errors import UsageError
-from hetflow.plan.instance import Instance, Placement, Plan
+from hetflow.plan import Instance, Placement, Plan
 from hetflow.spec import format_bytes, format_duration
 
 # Tableau 10: distinguishable, and readable by most color-blind viewers.

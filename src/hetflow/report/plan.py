@@ -6,8 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from hetflow.plan.explain import explain
-from hetflow.plan.instance import Instance, Plan
+from hetflow.plan import Instance, Plan, explain
 
 
 def plan_json(plan: Plan, instance: Instance, *, explain: bool = False) -> dict[str, Any]:

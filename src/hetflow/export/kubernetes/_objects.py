@@ -35,9 +35,7 @@ from hetflow.export.kubernetes._common import (
 )
 from hetflow.export.kubernetes._driver import driver_access, driver_job
 from hetflow.export.kubernetes._placement import node_affinity, plan_note, reasons
-from hetflow.plan.cluster import Cluster
-from hetflow.plan.images import Resolver, class_node
-from hetflow.plan.instance import MachineClass, Placement, Plan
+from hetflow.plan import Cluster, MachineClass, Placement, Plan, Resolver, class_node
 from hetflow.spec import Step, Variant, Workflow, edges_of, topo_order
 
 

@@ -19,9 +19,7 @@ from hetflow.export.kubernetes._common import (
     Obj,
     label_value,
 )
-from hetflow.plan.build import DEFAULT_ESTIMATE
-from hetflow.plan.filters import first_class_rejection
-from hetflow.plan.instance import MachineClass, Placement, Plan
+from hetflow.plan import DEFAULT_ESTIMATE, MachineClass, Placement, Plan, first_class_rejection
 from hetflow.spec import Step, Variant
 
 

@@ -16,7 +16,7 @@ from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm.settings import SlurmSettings
 from hetflow.execute.engine import run_args
-from hetflow.inventory.gpumodels import KNOWN_MODELS
+from hetflow.inventory import KNOWN_MODELS
 
 # GPU product names (what NVML reports, what a cluster file's gpu_model says) -> gres types,
 # as the fake models name them; a cluster's own names go in SlurmSettings.gres_types.
