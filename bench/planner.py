@@ -44,11 +44,11 @@ from typing import Any
 from hetflow.plan.baseline import greedy_first_fit
 from hetflow.plan.bounds import lower_bound
 from hetflow.plan.build import build_instance
-from hetflow.plan.check import check_plan
 from hetflow.plan.cluster import load_cluster
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.heuristic import heft, plan_heuristic
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Placement, Plan, Task
+from hetflow.plan.validate import check_plan
 from hetflow.spec.wfcommons import workflow_from_wfcommons
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from hetflow.plan.baseline import greedy_first_fit
 from hetflow.plan.bounds import critical_path, lower_bound, work_bound
 from hetflow.plan.build import build_instance
-from hetflow.plan.check import check_plan
 from hetflow.plan.cluster import load_cluster
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Plan, Task
+from hetflow.plan.validate import check_plan
 from hetflow.spec.wfcommons import workflow_from_wfcommons
 from tests.unit.builders import GIB
 

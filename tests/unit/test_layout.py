@@ -218,3 +218,20 @@ def test_relative_import_into_another_package_is_checked(tmp_path: Path) -> None
     assert violations(root) == {
         "high": ["hetflow/high/use.py:1: from hetflow.low import Hidden: 'Hidden' not in hetflow.low.__all__"]
     }
+
+
+def test_no_public_name_is_also_a_submodule_name() -> None:
+    """``from hetflow.plan import check`` must not depend on import order: once the
+    submodule ``hetflow.plan.check`` is imported, Python sets the package attribute
+    ``check`` to that module, shadowing a function of the same name in ``__all__``."""
+    layout = Layout(SRC)
+    clashes = []
+    for dotted, path in layout.modules():
+        if path.name != "__init__.py":
+            continue
+        public = layout.public(dotted) or frozenset()
+        subs = {p.stem for p in path.parent.glob("*.py") if p.stem != "__init__"}
+        subs |= {p.name for p in path.parent.iterdir() if (p / "__init__.py").is_file()}
+        exported_modules = {n for n in public if n in subs and (path.parent / n / "__init__.py").is_file()}
+        clashes += [f"{dotted}.{n}" for n in sorted(public & subs) if n not in exported_modules]
+    assert not clashes, f"public names that are also submodules: {clashes}"

@@ -13,8 +13,8 @@ import pytest
 
 from hetflow.errors import NoFitError
 from hetflow.plan.build import build_instance
-from hetflow.plan.check import check_plan
 from hetflow.plan.instance import Instance, MachineClass, Plan, Task
+from hetflow.plan.validate import check_plan
 from hetflow.plan.virtual import (
     ClusterPoint,
     VirtualClusterResult,

@@ -1,30 +1,32 @@
 """Where and when: pure functions of (workflow, machines, profile, seed); no I/O.
 
-    instance    the planning problem and its answer as frozen values (Instance, Plan)
-    filters     one family of feasibility filters (Filter plugins over a NodeView: a
-                node class of a cluster file, or this machine, total or free now)
-    score       score plugins: how a list pass ranks a task's candidate placements
-    build       workflow + node classes -> Instance (filters, estimates, edge sizes)
-    heuristic   HEFT-family list scheduling with variant choice and local search
-                (timeline: the machines' timelines and one pass); exact: CP-SAT
-    explain     why every other (variant, class) lost, as frozen values report renders
-    choose      variant choice for the local runner; local: the plan for this machine
-    cluster     cluster and catalog files; virtual: the virtual-cluster Pareto search
-    simulate, cost, bounds, check, baseline, profile, images, stored: the rest
+instance    the planning problem and its answer as frozen values (Instance, Plan)
+filters     one family of feasibility filters (Filter plugins over a NodeView: a
+            node class of a cluster file, or this machine, total or free now)
+score       score plugins: how a list pass ranks a task's candidate placements
+build       workflow + node classes -> Instance (filters, estimates, edge sizes)
+heuristic   HEFT-family list scheduling with variant choice and local search
+            (timeline: the machines' timelines and one pass); exact: CP-SAT
+explanation why every other (variant, class) lost, as frozen values report renders
+choose      variant choice for the local runner; local: the plan for this machine
+cluster     cluster and catalog files; virtual: the virtual-cluster Pareto search
+validate    check_plan: a plan keeps capacity, GPUs and precedence
+simulator   the discrete-event simulator; cost, bounds, baseline, profile, images,
+            stored (a Plan as JSON, kept with the run): the rest
 """
 
 from hetflow.plan.build import DEFAULT_ESTIMATE, build_instance
 from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser, feasibility_problems
 from hetflow.plan.cluster import Cluster, load_catalog, load_cluster
 from hetflow.plan.exact import plan_exact
-from hetflow.plan.explain import explain
+from hetflow.plan.explanation import explain
 from hetflow.plan.filters import Capacity, check, first_class_rejection
 from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.images import Resolver, class_node, image_check
 from hetflow.plan.instance import Instance, MachineClass, Placement, Plan
 from hetflow.plan.local import plan_local
 from hetflow.plan.profile import learn, profile_for
-from hetflow.plan.simulate import simulate
+from hetflow.plan.simulator import simulate
 from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
 from hetflow.plan.virtual import plan_virtual_cluster
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from hetflow.inventory import Node
 from hetflow.plan.build import build_instance
 from hetflow.plan.cluster import node_class
-from hetflow.plan.explain import explain
+from hetflow.plan.explanation import explain
 from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Plan
 from hetflow.spec import Workflow
