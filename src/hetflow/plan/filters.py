@@ -21,7 +21,7 @@ listed), first for this machine (only the first one is).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -103,7 +103,8 @@ class NodeView:
 class Filter(Protocol):
     """One extension point: does ``variant`` fit ``view`` as far as one resource goes?"""
 
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def __call__(self, variant: Variant, view: NodeView, /) -> Status: ...
 
@@ -167,28 +168,39 @@ class _Labels:
         return Status("labels", f"needs node labels {', '.join(missing)}; {view.name} has {shown}")
 
 
-class _Cpus:
-    name = "cpus"
+@dataclass(frozen=True)
+class _Amount:
+    """A quantity the variant asks for (CPUs, memory) against what the view has."""
+
+    name: str
+    want: Callable[[Variant], float]
+    have: Callable[[NodeView], float]
+    busy: Callable[[float, float], str]  # (want, free) -> reason, for a view of what is free now
+    never: Callable[[float, float, str], str]  # (want, capacity, place) -> reason
 
     def __call__(self, v: Variant, view: NodeView) -> Status:
-        want = v.resources.cpus
-        if want <= view.cpus:
+        want, have = self.want(v), self.have(view)
+        if want <= have:
             return OK
         if view.now:
-            return Status("cpus_busy", f"needs {want:g} CPUs; {view.cpus:g} free now")
-        return Status("cpus", f"asks for {_plural(want, 'CPU')}; {view.name} has {view.cpus:g}")
+            return Status(f"{self.name}_busy", self.busy(want, have))
+        return Status(self.name, self.never(want, have, view.name))
 
 
-class _Memory:
-    name = "memory"
-
-    def __call__(self, v: Variant, view: NodeView) -> Status:
-        want = v.resources.memory
-        if want <= view.memory:
-            return OK
-        if view.now:
-            return Status("memory_busy", f"needs {format_bytes(want)}; {format_bytes(view.memory)} free now")
-        return Status("memory", f"asks for {format_bytes(want)} of memory; {view.name} has {format_bytes(view.memory)}")
+CPUS = _Amount(
+    "cpus",
+    lambda v: v.resources.cpus,
+    lambda view: view.cpus,
+    lambda want, free: f"needs {want:g} CPUs; {free:g} free now",
+    lambda want, cap, where: f"asks for {_plural(want, 'CPU')}; {where} has {cap:g}",
+)
+MEMORY = _Amount(
+    "memory",
+    lambda v: v.resources.memory,
+    lambda view: view.memory,
+    lambda want, free: f"needs {format_bytes(int(want))}; {format_bytes(int(free))} free now",
+    lambda want, cap, where: f"asks for {format_bytes(int(want))} of memory; {where} has {format_bytes(int(cap))}",
+)
 
 
 class _Gpus:
@@ -230,48 +242,43 @@ def _class_gpu(v: Variant, view: NodeView) -> tuple[GpuConstraint, GpuView] | No
     return v.gpu, view.gpus[0]
 
 
-class _GpuModel:
-    name = "gpu_model"
+@dataclass(frozen=True)
+class _GpuAttribute:
+    """One attribute of a class's GPUs against the variant's ``gpu`` constraints."""
+
+    name: str
+    meets: Callable[[GpuView, GpuConstraint], bool]
+    words: Callable[[GpuConstraint, GpuView, str], str]  # (want, the class's GPU, class name) -> reason
 
     def __call__(self, v: Variant, view: NodeView) -> Status:
         found = _class_gpu(v, view)
-        if found is None or _model_ok(found[1].model, found[0]):
+        if found is None or self.meets(found[1], found[0]):
             return OK
         want, gpu = found
-        return Status("gpu_model", f"needs a GPU model among {', '.join(want.models)}; {view.name} has {gpu.model}")
+        return Status(self.name, self.words(want, gpu, view.name))
 
 
-class _GpuCc:
-    name = "gpu_cc"
+GPU_MODEL = _GpuAttribute(
+    "gpu_model",
+    lambda g, want: _model_ok(g.model, want),
+    lambda want, g, where: f"needs a GPU model among {', '.join(want.models)}; {where} has {g.model}",
+)
+GPU_CC = _GpuAttribute(
+    "gpu_cc",
+    lambda g, want: _cc_ok(g.cc, want),
+    lambda want, g, where: (
+        f"needs compute capability {want.min_compute_capability}; {where} has {g.cc_text} ({g.model})"
+    ),
+)
+GPU_MEMORY = _GpuAttribute(
+    "gpu_memory",
+    lambda g, want: _memory_ok(g.memory, want),
+    lambda want, g, where: (
+        f"needs {format_bytes(want.min_memory)} of GPU memory; {where} has {format_bytes(g.memory)} ({g.model})"
+    ),
+)
 
-    def __call__(self, v: Variant, view: NodeView) -> Status:
-        found = _class_gpu(v, view)
-        if found is None or _cc_ok(found[1].cc, found[0]):
-            return OK
-        want, gpu = found
-        return Status(
-            "gpu_cc",
-            f"needs compute capability {want.min_compute_capability}; {view.name} has {gpu.cc_text} ({gpu.model})",
-        )
-
-
-class _GpuMemory:
-    name = "gpu_memory"
-
-    def __call__(self, v: Variant, view: NodeView) -> Status:
-        found = _class_gpu(v, view)
-        if found is None or _memory_ok(found[1].memory, found[0]):
-            return OK
-        want, gpu = found
-        return Status(
-            "gpu_memory",
-            f"needs {format_bytes(want.min_memory)} of GPU memory; {view.name} has "
-            f"{format_bytes(gpu.memory)} ({gpu.model})",
-        )
-
-
-LABELS, CPUS, MEMORY, GPUS = _Labels(), _Cpus(), _Memory(), _Gpus()
-GPU_MODEL, GPU_CC, GPU_MEMORY = _GpuModel(), _GpuCc(), _GpuMemory()
+LABELS, GPUS = _Labels(), _Gpus()
 
 CLASS_CHAIN: tuple[Filter, ...] = (CPUS, MEMORY, GPUS, GPU_MODEL, GPU_CC, GPU_MEMORY, LABELS)
 NODE_CHAIN: tuple[Filter, ...] = (LABELS, CPUS, MEMORY, GPUS)
