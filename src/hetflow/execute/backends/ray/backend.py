@@ -95,7 +95,7 @@ class RayBackend:
         try:
             if address != "local":
                 _listening(address)
-            ray.init(address=address, **kw)
+            _init(address, kw)
         except (ConnectionError, RuntimeError, ValueError, TimeoutError) as exc:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise EngineError(
@@ -241,3 +241,17 @@ class RayBackend:
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         return None  # the runner polls; one actor call per poll answers for the whole run
+
+
+def _init(address: str, kw: dict[str, Any], attempts: int = 3) -> None:
+    """``ray.init``; a Ray client server (``ray://``) that is up but still starting its
+    per-client worker answers "Initialization failure from server", so that is retried a
+    few times with a short backoff before it counts as unreachable."""
+    for attempt in range(1, attempts + 1):
+        try:
+            ray.init(address=address, **kw)
+            return
+        except ConnectionError as exc:
+            if not address.startswith("ray://") or "Initialization failure" not in str(exc) or attempt == attempts:
+                raise
+            time.sleep(attempt)
