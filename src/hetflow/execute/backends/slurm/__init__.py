@@ -1,15 +1,44 @@
-"""The Slurm backend: one batch job per step attempt; Slurm orders them (afterok) and
-assigns GPUs (gres).  Shaped like every backend package:
+"""Slurm: one batch job per step attempt; Slurm orders them (afterok) and assigns GPUs (gres).
 
-    settings.py   SlurmSettings, read from the config file's ``slurm:`` section
-    translate.py  Job -> sbatch options and the batch script (pure functions)
-    backend.py    SlurmBackend: check, submit, poll (squeue + exit files), cancel, release
+    submit  sbatch --parsable --job-name=hf-RUN-STEP-N --comment="hetflow run=RUN"
+                   --dependency=afterok:ID[:ID...] --kill-on-invalid-dep=yes ... JOBDIR/NAME.sh
+    poll    squeue --me --states=all     (what slurmctld remembers: MinJobAge after the end)
+            + JOBDIR/NAME.exit           (the container's exit code, written by the job script)
+    cancel  scancel ID...                (the script's TERM trap runs `podman stop`)
 
-Imported lazily by the backend factory: nothing here runs until a run asks for Slurm.
+Every node must see the work directory; a run's job files live in ``WORKDIR/RUN``::
+
+    NAME.sh     the batch script           NAME.jobid  Slurm's job id (adoption after a restart)
+    NAME.start  node, job id, SLURM_JOB_GPUS, written when the job starts
+    NAME.exit   "CODE JOBID", written last (atomically) by the job script
+    NAME.out    the script's own output: podman's errors, slurmstepd's CANCELLED notes
+    NAME.err    podman's stderr (its own messages; the container's streams go to the log)
+
+Exit codes come from the ``.exit`` file first: it is the container's own code and it outlives
+slurmctld's memory of the job, which needs no accounting database (sacct answers only where
+slurmdbd runs).  Slurm's own ``ExitCode`` (``scontrol show job``) and ``sacct`` are fallbacks
+for jobs that ended before the script could write the file.
+
+The container's output goes to ``job.container.log_path`` in CRI format (podman's k8s-file
+driver, as with the local backend); the script adds its own messages there as CRI records
+(``TIME stderr F hetflow: ...``) when the container could not be started.
+
+Modules: ``settings`` (SlurmSettings, gres types), ``translate`` (sbatch options and the
+batch script, pure), ``client`` (the commands), ``queue`` (squeue/scontrol/sacct parsing),
+``jobfiles`` (the files above), ``backend`` (submit, poll, cancel, release).
 """
 
 from hetflow.execute.backends.slurm.backend import SlurmBackend
-from hetflow.execute.backends.slurm.settings import SlurmSettings
-from hetflow.execute.backends.slurm.translate import DEFAULT_GRES_TYPES, gres_type, job_script, sbatch_args
+from hetflow.execute.backends.slurm.queue import ACTIVE_STATES
+from hetflow.execute.backends.slurm.settings import DEFAULT_GRES_TYPES, SlurmSettings, gres_type
+from hetflow.execute.backends.slurm.translate import job_script, sbatch_args
 
-__all__ = ["DEFAULT_GRES_TYPES", "SlurmBackend", "SlurmSettings", "gres_type", "job_script", "sbatch_args"]
+__all__ = [
+    "ACTIVE_STATES",
+    "DEFAULT_GRES_TYPES",
+    "SlurmBackend",
+    "SlurmSettings",
+    "gres_type",
+    "job_script",
+    "sbatch_args",
+]

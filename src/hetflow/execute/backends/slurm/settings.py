@@ -1,4 +1,5 @@
-"""Slurm settings: where and how to submit, read from the config file's ``slurm:`` section."""
+"""Where and how the Slurm backend submits: ``SlurmSettings``, from the config file's
+``slurm:`` section (YAML values or strings)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hetflow.execute.backends.common import flag, pairs, text
 from hetflow.execute.settings import Settings
+from hetflow.inventory import KNOWN_MODELS
+
+# GPU product names (what NVML reports, what a cluster file's gpu_model says) -> gres types,
+# as the fake models name them; a cluster's own names go in SlurmSettings.gres_types.
+DEFAULT_GRES_TYPES: Mapping[str, str] = {m.product: key for key, m in KNOWN_MODELS.items()}
 
 
 @dataclass(frozen=True)
@@ -49,42 +56,41 @@ class SlurmSettings:
                     bin_dir: ..., podman: podman, containers_conf: ..., stop_timeout: 10, workdir: ...}
 
         Job files go to ``slurm.workdir``, else to the shared ``workdir``'s ``slurm`` folder."""
-
-        def text(key: str) -> str | None:
-            v = m.get(key)
-            return None if v is None or v == "" else str(v)
-
-        def pairs(key: str) -> dict[str, str]:
-            v = m.get(key)
-            if isinstance(v, Mapping):
-                return {str(k): str(x) for k, x in v.items()}
-            entries = (e.partition("=") for e in str(v or "").split(","))
-            return {k.strip(): x.strip() for k, _, x in entries if k.strip()}
-
         raw_files = m.get("gres_files")
         if isinstance(raw_files, Mapping):
             files = {
                 str(k): tuple(str(f) for f in (v if isinstance(v, list | tuple) else [v])) for k, v in raw_files.items()
             }
         else:
-            files = {k: tuple(f for f in v.split(":") if f) for k, v in pairs("gres_files").items()}
+            files = {k: tuple(f for f in v.split(":") if f) for k, v in pairs(raw_files).items()}
         extra = m.get("extra_args")
-        shared = text("workdir") or (str(Path(workdir) / "slurm") if workdir else None)
+        shared = text(m, "workdir") or (str(Path(workdir) / "slurm") if workdir else None)
         return cls(
-            partition=text("partition"),
-            account=text("account"),
-            gres_types=pairs("gres_types"),
-            device_dir=text("device_dir") or "/dev",
+            partition=text(m, "partition"),
+            account=text(m, "account"),
+            gres_types=pairs(m.get("gres_types")),
+            device_dir=text(m, "device_dir") or "/dev",
             gres_files=files,
             workdir=shared,
-            bin_dir=text("bin_dir"),
-            slurm_conf=text("slurm_conf"),
+            bin_dir=text(m, "bin_dir"),
+            slurm_conf=text(m, "slurm_conf"),
             extra_args=tuple(str(a) for a in extra)
             if isinstance(extra, list | tuple)
             else tuple(shlex.split(str(extra or ""))),
-            use_features=str(m.get("use_features", "")).lower() in ("1", "true", "yes"),
+            use_features=flag(m.get("use_features", "")),
             # the job script is podman's (k8s-file logs, --hooks-dir, stop --ignore)
-            podman=text("podman") or (engine if Path(engine).name == "podman" else "podman"),
-            containers_conf=text("containers_conf"),
-            stop_timeout=int(text("stop_timeout") or 10),
+            podman=text(m, "podman") or (engine if Path(engine).name == "podman" else "podman"),
+            containers_conf=text(m, "containers_conf"),
+            stop_timeout=int(text(m, "stop_timeout") or 10),
         )
+
+
+def gres_type(model: str | None, overrides: Mapping[str, str]) -> str | None:
+    """The gres type for a GPU model, or None (then ``--gpus=N``: any GPU)."""
+    if not model:
+        return None
+    for table in (overrides, DEFAULT_GRES_TYPES):
+        for product, kind in table.items():
+            if product.lower() == model.lower():
+                return kind or None
+    return None

@@ -1,7 +1,9 @@
-"""Job -> Slurm: sbatch's options (resources, gres or --gpus, afterok dependencies) and the
-batch script that runs the container in the foreground with exactly the GPUs Slurm gave.
+"""A step attempt in Slurm's terms: sbatch's options and the batch script (pure functions).
 
-Pure functions of a Job and the settings, for tests; the backend writes and submits them.
+The script runs the container with ``podman run`` in the foreground, so the job lasts as
+long as the container and its exit code is the container's (what ``afterok`` tests); it
+gives the container exactly the GPUs Slurm assigned (SLURM_JOB_GPUS), stops it on scancel,
+and writes the job files that ``jobfiles`` reads.
 """
 
 from __future__ import annotations
@@ -9,29 +11,13 @@ from __future__ import annotations
 import math
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
-from hetflow.execute.backends.slurm.settings import SlurmSettings
+from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.engine import run_args
-from hetflow.inventory import KNOWN_MODELS
-
-# GPU product names (what NVML reports, what a cluster file's gpu_model says) -> gres types,
-# as the fake models name them; a cluster's own names go in SlurmSettings.gres_types.
-DEFAULT_GRES_TYPES: Mapping[str, str] = {m.product: key for key, m in KNOWN_MODELS.items()}
-
-
-def gres_type(model: str | None, overrides: Mapping[str, str]) -> str | None:
-    """The gres type for a GPU model, or None (then ``--gpus=N``: any GPU)."""
-    if not model:
-        return None
-    for table in (overrides, DEFAULT_GRES_TYPES):
-        for product, kind in table.items():
-            if product.lower() == model.lower():
-                return kind or None
-    return None
 
 
 def sbatch_args(job: Job, settings: SlurmSettings, dependency_ids: Sequence[str], jobdir: Path) -> list[str]:
