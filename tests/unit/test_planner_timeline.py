@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
 
-from hetflow.plan.timeline import MachineTimeline
+from hetflow.plan.instance import Instance
+from hetflow.plan.timeline import Compiled, ListPass, MachineTimeline, Rule
+from tests.unit.test_planner_builders import instances
 
 GIB = 1024**3
 
@@ -71,3 +74,19 @@ def test_every_rule_kind_the_planner_uses_has_its_score_plugin() -> None:
     kinds = set(re.findall(r'Rule\(\s*"(\w+)"', src)) | set(re.findall(r'kind="(\w+)"', src))
     assert kinds, "no Rule kinds found in heuristic.py"
     assert kinds <= set(SCORES), kinds - set(SCORES)
+
+
+@settings(max_examples=40, deadline=None)
+@given(instances())
+def test_the_default_score_picks_what_ranking_every_candidate_would(inst: Instance) -> None:
+    """plan.score: earliest finish searches the machines with pruning instead of listing
+    every candidate; it must pick what ranking them all by (finish, flag, machine, option)
+    picks."""
+    from hetflow.plan.score import SCORES
+
+    cp = Compiled(inst)
+    lp = ListPass(cp, Rule("eft", avoid=False), [0.0] * cp.n)
+    for t in range(cp.n):
+        if all(lp.done[p] for p, _ in cp.parents[t]):
+            every = min(lp.per_choice(t), key=lambda c: c[:4])
+            assert SCORES["eft"].pick(lp, t)[:4] == every[:4]
