@@ -349,7 +349,7 @@ BAD = [
     pytest.param(
         steps_yaml("a:\n  image: x\n  env: {X: '{{ size }}'}\n"),
         6,
-        "'{{ size }}': only '{{ params.NAME }}' is supported",
+        "'{{ size }}' names nothing; write '{{ params.NAME }}', or in a fan-out step '{{ item }}'",
         id="template-without-params-prefix",
     ),
     pytest.param(

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import difflib
 import posixpath
+import re
 from collections.abc import Callable
 
 from hetflow.errors import Problem
 from hetflow.spec.dag import children, find_cycle
-from hetflow.spec.models import Workflow
+from hetflow.spec.models import DATA_PREFIX, Workflow
 
 LineOf = Callable[[tuple[str | int, ...]], int]
 
@@ -121,55 +122,148 @@ def _check_paths(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
                 )
         for key, ref in step.inputs.items():
             loc = ("steps", name, "inputs", key)
-            if not key.replace("-", "_").isidentifier():
-                problems.append(
-                    Problem(
-                        file,
-                        line_of(loc),
-                        f"input name {key!r} of step {name!r} becomes /in/{key}; use letters, digits, '-' or '_'",
-                    )
-                )
-            parent, _, path = ref.partition("/")
-            if not path:
-                problems.append(
-                    Problem(
-                        file,
-                        line_of(loc),
-                        f"input {key!r} of step {name!r} is {ref!r}; write STEP/OUTPUT, e.g. generate/matrix.npy",
-                    )
-                )
-                continue
-            why = _bad_path(path)
-            if why:
-                problems.append(Problem(file, line_of(loc), f"input {key!r} of step {name!r}: path {path!r} {why}"))
-                continue
-            if parent == name:
-                problems.append(
-                    Problem(file, line_of(loc), f"input {key!r} of step {name!r} reads the step's own output {path!r}")
-                )
-                continue
-            if parent not in wf.steps:
-                problems.append(
-                    Problem(
-                        file,
-                        line_of(loc),
-                        f"input {key!r} of step {name!r} reads from unknown step {parent!r}{_hint(parent, wf.steps)}",
-                    )
-                )
-                continue
-            declared = [posixpath.normpath(o) for o in wf.steps[parent].outputs]
-            want = posixpath.normpath(path)
-            if not any(want == o or o.startswith(want + "/") for o in declared):
-                listed = ", ".join(wf.steps[parent].outputs) or "none"
-                problems.append(
-                    Problem(
-                        file,
-                        line_of(loc),
-                        f"input {key!r} of step {name!r} reads {path!r}, which step {parent!r} "
-                        f"does not declare in 'outputs' (it declares: {listed})",
-                    )
-                )
+            problems += _check_input(wf, name, key, ref, file, line_of(loc))
+        problems += _check_publish(wf, name, file, line_of)
+        problems += _check_source(wf, name, file, line_of)
     return problems
+
+
+_GATHER_KEY = re.compile(r"^(?P<key>[^/]+)/[0-9]+$")  # k/i: item i of a gathered fan-out
+
+
+def _check_input(wf: Workflow, name: str, key: str, ref: str, file: str, line: int) -> list[Problem]:
+    gathered = _GATHER_KEY.match(key)
+    bare = gathered.group("key") if gathered else key
+    if not bare.replace("-", "_").isidentifier():
+        return [
+            Problem(
+                file, line, f"input name {key!r} of step {name!r} becomes /in/{key}; use letters, digits, '-' or '_'"
+            )
+        ]
+    if "{{" in ref:
+        return []  # a pending fan-out's item: checked when it is expanded
+    if ref.startswith(DATA_PREFIX):
+        dname, _, path = ref.removeprefix(DATA_PREFIX).partition("/")
+        if dname not in wf.data:
+            declared = ", ".join(wf.data) or "none"
+            return [
+                Problem(
+                    file,
+                    line,
+                    f"input {key!r} of step {name!r} reads {ref!r}: no data {dname!r}{_hint(dname, wf.data)} "
+                    f"is declared under 'data' (declared: {declared})",
+                )
+            ]
+        why = _bad_path(path) if path else None
+        return [Problem(file, line, f"input {key!r} of step {name!r}: path {path!r} {why}")] if why else []
+    parent, _, path = ref.partition("/")
+    if not path:
+        return [
+            Problem(
+                file,
+                line,
+                f"input {key!r} of step {name!r} is {ref!r}; write STEP/OUTPUT (e.g. generate/matrix.npy) "
+                "or data.NAME for workflow data",
+            )
+        ]
+    why = _bad_path(path)
+    if why:
+        return [Problem(file, line, f"input {key!r} of step {name!r}: path {path!r} {why}")]
+    if parent == name:
+        return [Problem(file, line, f"input {key!r} of step {name!r} reads the step's own output {path!r}")]
+    if parent not in wf.steps:
+        return [
+            Problem(
+                file,
+                line,
+                f"input {key!r} of step {name!r} reads from unknown step {parent!r}{_hint(parent, wf.steps)}",
+            )
+        ]
+    if not _declares(wf.steps[parent].outputs, path):
+        listed = ", ".join(wf.steps[parent].outputs) or "none"
+        return [
+            Problem(
+                file,
+                line,
+                f"input {key!r} of step {name!r} reads {path!r}, which step {parent!r} "
+                f"does not declare in 'outputs' (it declares: {listed})",
+            )
+        ]
+    return []
+
+
+def _declares(outputs: tuple[str, ...], path: str) -> bool:
+    """``path`` is a declared output, a directory holding one, or a file inside a declared directory."""
+    if any("{{" in o for o in outputs):
+        return True  # a pending fan-out's templated outputs
+    want = posixpath.normpath(path)
+    declared = [posixpath.normpath(o) for o in outputs]
+    return any(want == o or o.startswith(want + "/") or want.startswith(o + "/") for o in declared)
+
+
+def _check_publish(wf: Workflow, name: str, file: str, line_of: LineOf) -> list[Problem]:
+    problems = []
+    step = wf.steps[name]
+    for i, pub in enumerate(step.publish):
+        for out in pub.outputs:
+            if "{{" not in out and not _declares(step.outputs, out):
+                listed = ", ".join(step.outputs) or "none"
+                problems.append(
+                    Problem(
+                        file,
+                        line_of(("steps", name, "publish", i, "outputs")),
+                        f"step {name!r} publishes {out!r}, which is not in its outputs (declared: {listed})",
+                    )
+                )
+        if not pub.outputs and not step.outputs:
+            problems.append(
+                Problem(
+                    file,
+                    line_of(("steps", name, "publish", i)),
+                    f"step {name!r} publishes its outputs but declares none; add 'outputs'",
+                )
+            )
+    return problems
+
+
+def _check_source(wf: Workflow, name: str, file: str, line_of: LineOf) -> list[Problem]:
+    """A pending fan-out's list must come from declared data or a declared output."""
+    f = wf.steps[name].foreach
+    if not (isinstance(f, dict) and len(f) == 1):
+        return []
+    kind, ref = next(iter(f.items()))
+    if kind not in ("files", "lines") or not isinstance(ref, str):
+        return []
+    line = line_of(("steps", name, "foreach"))
+    if ref.startswith(DATA_PREFIX):
+        dname = ref.removeprefix(DATA_PREFIX).partition("/")[0]
+        if dname not in wf.data:
+            return [
+                Problem(
+                    file,
+                    line,
+                    f"foreach {kind} of step {name!r} reads {ref!r}: no data {dname!r}{_hint(dname, wf.data)}",
+                )
+            ]
+        return []
+    parent, _, path = ref.partition("/")
+    if parent == name or parent not in wf.steps:
+        return [
+            Problem(
+                file,
+                line,
+                f"foreach {kind} of step {name!r} reads {ref!r}: no step {parent!r}{_hint(parent, wf.steps)}",
+            )
+        ]
+    if not _declares(wf.steps[parent].outputs, path):
+        return [
+            Problem(
+                file,
+                line,
+                f"foreach {kind} of step {name!r} reads {path!r}, which step {parent!r} does not declare in 'outputs'",
+            )
+        ]
+    return []
 
 
 def _check_optional(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:

@@ -21,11 +21,14 @@ from pydantic import BaseModel, ValidationError
 
 from hetflow.errors import Problem, SpecError
 from hetflow.spec.checks import check_workflow
-from hetflow.spec.models import ParamValue, Workflow
+from hetflow.spec.expand import expand_static, is_fanout
+from hetflow.spec.models import ParamValue, Publish, Workflow, fanout_parent
+from hetflow.spec.templates import apply_templates
 
 Loc = tuple[str | int, ...]
 _TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _PARAM = re.compile(r"^params\.([A-Za-z_][A-Za-z0-9_-]*)$")
+_ITEM_EXPR = re.compile(r"^(item(\.[A-Za-z_][A-Za-z0-9_-]*)?|index)$")
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,11 @@ def line_of(lines: Mapping[Loc, int], loc: Loc) -> int:
     return 1
 
 
-def load_workflow(path: str | Path, overrides: Mapping[str, object] | None = None) -> LoadedWorkflow:
+def load_workflow(
+    path: str | Path, overrides: Mapping[str, object] | None = None, base: Path | None = None
+) -> LoadedWorkflow:
+    """Load a workflow file; relative data paths, publish targets and includes are read
+    against ``base`` (default: the file's directory; a resumed run passes the original's)."""
     p = Path(path)
     try:
         text = p.read_text(encoding="utf-8")
@@ -59,30 +66,98 @@ def load_workflow(path: str | Path, overrides: Mapping[str, object] | None = Non
         raise SpecError([Problem(str(p), 1, "no such file; give the path of a workflow YAML")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([Problem(str(p), 1, f"cannot read the file: {exc}")]) from None
-    return parse_workflow(text, str(p), overrides)
+    return parse_workflow(text, str(p), overrides, base=base or p.resolve().parent)
 
 
 def parse_workflow(
-    text: str, file: str = "<workflow>", overrides: Mapping[str, object] | None = None
+    text: str, file: str = "<workflow>", overrides: Mapping[str, object] | None = None, base: Path | None = None
 ) -> LoadedWorkflow:
     """Parse, validate and template a workflow; raise SpecError listing every problem."""
+    base = base or Path.cwd()
     data, lines, problems = compose_yaml(text, file)
     if problems:
         raise SpecError(problems)
     if not isinstance(data, dict):
         raise SpecError([Problem(file, 1, "a workflow is a YAML mapping with apiVersion, name and steps")])
     problems = _apply_overrides(data, overrides or {}, file, lines)
+    template_problems = apply_templates(data, file, lines, base, compose_yaml)
+    if template_problems:
+        raise SpecError(problems + template_problems)
     try:
         wf = Workflow.model_validate(data)
     except ValidationError as exc:
         problems += [problem_from_error(err, file, lines) for err in exc.errors()]
         raise SpecError(problems) from None
+    wf, publish_problems = _workflow_publish(wf, file, lines)
+    problems += publish_problems
+    wf, fanout_problems = expand_static(wf, file, lambda loc: line_of(lines, loc))
+    problems += fanout_problems
+    _item_lines(wf, lines)
     wf, template_problems = _render(wf, file, lines)
     problems += template_problems
+    wf = absolute_paths(wf, base)
     problems += check_workflow(wf, file, lambda loc: line_of(lines, loc))
+    problems = list(dict.fromkeys(problems))  # a fan-out's items repeat their step's problems
     if any(p.severity == "error" for p in problems):
         raise SpecError(problems)
     return LoadedWorkflow(wf, file, text, dict(lines), dict(wf.params), tuple(problems))
+
+
+def _workflow_publish(wf: Workflow, file: str, lines: Mapping[Loc, int]) -> tuple[Workflow, list[Problem]]:
+    """Workflow-level ``publish: [{from: STEP/OUT, to: DIR}]`` becomes the step's own publish."""
+    if not wf.publish:
+        return wf, []
+    problems: list[Problem] = []
+    extra: dict[str, list[Publish]] = {}
+    for i, p in enumerate(wf.publish):
+        step, _, out = p.from_.partition("/")
+        if step not in wf.steps:
+            problems.append(
+                Problem(
+                    file,
+                    line_of(lines, ("publish", i, "from")),
+                    f"publish from {p.from_!r} names no step{did_you_mean(step, wf.steps)}; write STEP/OUTPUT or STEP",
+                )
+            )
+            continue
+        outputs = (out,) if out else ()
+        extra.setdefault(step, []).append(Publish(to=p.to, outputs=outputs, mode=p.mode, endpoint=p.endpoint))
+    steps = {
+        n: s.model_copy(update={"publish": (*s.publish, *extra[n])}) if n in extra else s for n, s in wf.steps.items()
+    }
+    return wf.model_copy(update={"steps": steps, "publish": ()}), problems
+
+
+def _item_lines(wf: Workflow, lines: dict[Loc, int]) -> None:
+    """Errors in a fan-out item point at the line of the step it came from."""
+    fanned = {n: p for n in wf.steps if (p := fanout_parent(n)) is not None}
+    if not fanned:
+        return
+    by_step: dict[str, list[tuple[Loc, int]]] = {}
+    parents = set(fanned.values())
+    for loc, line in lines.items():
+        if len(loc) >= 2 and loc[0] == "steps" and loc[1] in parents:
+            by_step.setdefault(str(loc[1]), []).append((loc[2:], line))
+    for item, parent in fanned.items():
+        for rest, line in by_step.get(parent, []):
+            lines.setdefault(("steps", item, *rest), line)
+
+
+def absolute_paths(wf: Workflow, base: Path) -> Workflow:
+    """Host data paths and publish directories, relative to the workflow file, made absolute
+    (no I/O: globs are expanded when a run is submitted)."""
+
+    def absolute(p: str) -> str:
+        return p if p.startswith("/") or "://" in p else str(base / p)
+
+    data = {n: d.model_copy(update={"path": absolute(d.path)}) if d.path is not None else d for n, d in wf.data.items()}
+    steps = {}
+    for n, s in wf.steps.items():
+        if s.publish:
+            s = s.model_copy(update={"publish": tuple(p.model_copy(update={"to": absolute(p.to)}) for p in s.publish)})
+        steps[n] = s
+    include = tuple(absolute(i) for i in wf.include)
+    return wf.model_copy(update={"data": data, "steps": steps, "include": include})
 
 
 # --- YAML with line numbers -------------------------------------------------------------
@@ -168,7 +243,10 @@ def _apply_overrides(
             value = yaml.safe_load(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
-        params[key] = value if isinstance(value, str | int | float | bool) else raw
+        if isinstance(params[key], list) and isinstance(value, list):
+            params[key] = value  # -p samples='[a, b]' for a list param
+        else:
+            params[key] = value if isinstance(value, str | int | float | bool) else raw
     return problems
 
 
@@ -176,16 +254,40 @@ def _render(wf: Workflow, file: str, lines: Mapping[Loc, int]) -> tuple[Workflow
     """Substitute ``{{ params.NAME }}`` in commands and env values."""
     problems: list[Problem] = []
 
-    def sub(text: str, loc: Loc) -> str:
+    def sub(text: str, loc: Loc, fanout: bool) -> str:
         def one(m: re.Match[str]) -> str:
             expr = m.group(1)
             pm = _PARAM.match(expr)
             if not pm:
+                if _ITEM_EXPR.match(expr):
+                    if fanout:
+                        return m.group(0)  # a pending fan-out: filled in when its list is known
+                    problems.append(
+                        Problem(
+                            file,
+                            line_of(lines, loc),
+                            f"'{{{{ {expr} }}}}' is only defined in a step with 'foreach' or 'matrix'",
+                        )
+                    )
+                    return m.group(0)
+                head = expr.split(".", 1)[0]
+                hint = "" if head == "params" else did_you_mean(head, ("item", "index"))
+                if head in wf.params:
+                    problems.append(
+                        Problem(
+                            file,
+                            line_of(lines, loc),
+                            f"'{{{{ {expr} }}}}' names nothing; params are written '{{{{ params.{head} }}}}'",
+                        )
+                    )
+                    return m.group(0)
                 problems.append(
                     Problem(
                         file,
                         line_of(lines, loc),
-                        f"'{{{{ {expr} }}}}': only '{{{{ params.NAME }}}}' is supported",
+                        f"'{{{{ {expr} }}}}' names nothing{hint}; "
+                        "write '{{ params.NAME }}', or in a fan-out step '{{ item }}', '{{ item.FIELD }}' "
+                        "or '{{ index }}'",
                     )
                 )
                 return m.group(0)
@@ -201,25 +303,35 @@ def _render(wf: Workflow, file: str, lines: Mapping[Loc, int]) -> tuple[Workflow
                 )
                 return m.group(0)
             value = wf.params[name]
+            if isinstance(value, list):
+                problems.append(
+                    Problem(
+                        file,
+                        line_of(lines, loc),
+                        f"'{{{{ params.{name} }}}}' is a list; iterate it with foreach: '{{{{ params.{name} }}}}'",
+                    )
+                )
+                return m.group(0)
             return str(value).lower() if isinstance(value, bool) else str(value)
 
-        return _TEMPLATE.sub(one, text)
+        return _TEMPLATE.sub(one, text) if "{{" in text else text
 
     steps = {}
     for sname, step in wf.steps.items():
+        fan = is_fanout(step)
         base: Loc = ("steps", sname)
         update: dict[str, Any] = {}
         if step.command is not None:
-            update["command"] = tuple(sub(a, (*base, "command", i)) for i, a in enumerate(step.command))
-        update["env"] = {k: sub(v, (*base, "env", k)) for k, v in step.env.items()}
+            update["command"] = tuple(sub(a, (*base, "command", i), fan) for i, a in enumerate(step.command))
+        update["env"] = {k: sub(v, (*base, "env", k), fan) for k, v in step.env.items()}
         if step.variants is not None:
             update["variants"] = {
                 vname: v.model_copy(
                     update={
                         "command": tuple(
-                            sub(a, (*base, "variants", vname, "command", i)) for i, a in enumerate(v.command)
+                            sub(a, (*base, "variants", vname, "command", i), fan) for i, a in enumerate(v.command)
                         ),
-                        "env": {k: sub(x, (*base, "variants", vname, "env", k)) for k, x in v.env.items()},
+                        "env": {k: sub(x, (*base, "variants", vname, "env", k), fan) for k, x in v.env.items()},
                     }
                 )
                 for vname, v in step.variants.items()

@@ -19,7 +19,9 @@ NAME_HINT = "use 1-63 lowercase letters, digits, '-' or '_', starting and ending
 
 Memory = Annotated[int, BeforeValidator(parse_memory)]
 Duration = Annotated[float, BeforeValidator(parse_duration)]
-ParamValue = str | int | float | bool
+Scalar = str | int | float | bool
+# A param is a scalar, or a list (of scalars or mappings) that a ``foreach`` can iterate.
+ParamValue = Scalar | list[Scalar | dict[str, Scalar]]
 
 
 def _coerce_command(v: object) -> object:
@@ -116,6 +118,87 @@ class Variant(_Model):
         return self.resources.gpus > 0
 
 
+FANOUT_SEP = "."  # item i of fan-out step X is the step "X.i" (step names have no dots)
+
+
+def fanout_parent(name: str) -> str | None:
+    """``align.3`` -> ``align``; None for a step that is not a fan-out item."""
+    head, sep, tail = name.rpartition(FANOUT_SEP)
+    return head if sep and tail.isdigit() else None
+
+
+DATA_PREFIX = "data."  # inputs: {ref: data.NAME} or data.NAME/path/in/it
+
+
+def _coerce_data(v: object) -> object:
+    """``reads: inputs/*.txt`` is short for ``reads: {path: inputs/*.txt}``; an ``s3://`` URL for ``{url: ...}``."""
+    if isinstance(v, str):
+        return {"url": v} if "://" in v else {"path": v}
+    return v
+
+
+class DataSet(_Model):
+    """Workflow-level data: a host file, directory or glob, or objects under an S3 URL.
+
+    Host paths are relative to the workflow file (or absolute) and mounted read-only where
+    they are: on Slurm and Ray they must be on a file system every node shares.  S3 data is
+    listed when the run is submitted and downloaded into the run's work directory."""
+
+    path: str | None = Field(default=None, description="host file, directory or glob (*, **, ?)")
+    url: str | None = Field(default=None, description="s3://bucket/key or s3://bucket/prefix/")
+    endpoint: str | None = Field(default=None, description="S3 endpoint URL (else AWS_ENDPOINT_URL)")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> DataSet:
+        if (self.path is None) == (self.url is None):
+            raise ValueError("give exactly one of 'path' (a host file, directory or glob) or 'url' (s3://...)")
+        if self.path is not None and not self.path.strip():
+            raise ValueError("'path' is empty; give a file, directory or glob")
+        if self.url is not None and not self.url.startswith("s3://"):
+            raise ValueError(f"url {self.url!r} is not supported; write s3://BUCKET/KEY or s3://BUCKET/PREFIX/")
+        if self.url is not None and not self.url.removeprefix("s3://").split("/", 1)[0]:
+            raise ValueError(f"url {self.url!r} names no bucket; write s3://BUCKET/KEY")
+        if self.endpoint is not None and self.url is None:
+            raise ValueError("'endpoint' applies only to 'url' (S3) data")
+        return self
+
+    @property
+    def is_s3(self) -> bool:
+        return self.url is not None
+
+
+PublishMode = Literal["copy", "link", "overwrite"]
+
+
+class Publish(_Model):
+    """Copy (or hard-link) a step's outputs out when it succeeds, like Nextflow's publishDir.
+
+    ``mode: copy`` (the default) and ``link`` never replace a different file already
+    there: the step fails with a message instead; ``overwrite`` says replacing is wanted."""
+
+    to: str = Field(min_length=1, description="host directory (relative to the workflow file) or s3://bucket/prefix/")
+    outputs: tuple[str, ...] = Field(default=(), description="which outputs; default: all declared outputs")
+    mode: PublishMode = "copy"
+    endpoint: str | None = None
+
+    @model_validator(mode="after")
+    def _mode(self) -> Publish:
+        if self.to.startswith("s3://") and self.mode == "link":
+            raise ValueError("mode 'link' cannot publish to S3; use copy or overwrite")
+        if "://" in self.to and not self.to.startswith("s3://"):
+            raise ValueError(f"publish target {self.to!r} is not supported; give a directory or s3://BUCKET/PREFIX/")
+        return self
+
+
+def _coerce_publish(v: object) -> object:
+    """One mapping or a list of them; a bare string is ``{to: STRING}``."""
+    if isinstance(v, str):
+        return [{"to": v}]
+    if isinstance(v, dict):
+        return [v]
+    return v
+
+
 class Step(_Model):
     """A node of the DAG: one image/command, or named ``variants`` (e.g. cpu and gpu)."""
 
@@ -136,6 +219,13 @@ class Step(_Model):
     retries: int = Field(default=0, ge=0, le=100)
     network: bool = False
     optional: bool = Field(default=False, description="skip (with a reason) instead of failing when nothing fits")
+    publish: Annotated[tuple[Publish, ...], BeforeValidator(_coerce_publish)] = ()
+    use: str | None = Field(default=None, description="the template this step was written from")
+    foreach: object = Field(
+        default=None,
+        description="a list, {range: N | [start, stop, step]}, '{{ params.NAME }}', {files: REF} or {lines: REF}",
+    )
+    matrix: dict[str, object] | None = Field(default=None, description="axes (lists) and an optional 'exclude'")
 
     @field_validator("command", mode="before")
     @classmethod
@@ -188,13 +278,29 @@ class Step(_Model):
         }
 
     def dependencies(self) -> tuple[str, ...]:
-        """``needs`` plus every step an input is read from, in first-seen order."""
+        """``needs`` plus every step an input (or a pending fan-out's list) is read from, in
+        first-seen order; workflow data (``data.NAME``) is no step."""
         deps = list(self.needs)
-        for ref in self.inputs.values():
+        refs = list(self.inputs.values())
+        if isinstance(self.foreach, dict) and len(self.foreach) == 1:  # {files|lines: STEP/OUT}: read from STEP
+            source = next(iter(self.foreach.values()))
+            if isinstance(source, str) and "/" in source:
+                refs.insert(0, source)
+        for ref in refs:
+            if ref.startswith(DATA_PREFIX) or "{{" in ref:
+                continue  # workflow data, or a pending fan-out item's input
             parent = ref.split("/", 1)[0]
             if parent not in deps:
                 deps.append(parent)
         return tuple(deps)
+
+
+class WorkflowPublish(Publish):
+    """Workflow-level ``publish: [{from: STEP/OUTPUT, to: DIR}]``: the same as the step's own."""
+
+    from_: str = Field(alias="from", min_length=1, description="STEP/OUTPUT (or STEP: all its outputs)")
+
+    model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
 class Workflow(_Model):
@@ -204,6 +310,10 @@ class Workflow(_Model):
     name: str
     description: str = ""
     params: dict[str, ParamValue] = Field(default_factory=dict)
+    include: tuple[str, ...] = Field(default=(), description="files whose 'templates' this file may 'use'")
+    templates: dict[str, dict[str, object]] = Field(default_factory=dict, description="partial steps to 'use'")
+    data: dict[str, Annotated[DataSet, BeforeValidator(_coerce_data)]] = Field(default_factory=dict)
+    publish: tuple[WorkflowPublish, ...] = ()
     steps: dict[str, Step] = Field(min_length=1)
 
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
@@ -215,10 +325,20 @@ class Workflow(_Model):
             raise ValueError(f"workflow name {v!r} is not valid: {NAME_HINT}")
         return v
 
+    @field_validator("data")
+    @classmethod
+    def _data_names(cls, v: dict[str, DataSet]) -> dict[str, DataSet]:
+        for name in v:
+            if not NAME_RE.match(name):
+                raise ValueError(f"data name {name!r} is not valid: {NAME_HINT}")
+        return v
+
     @field_validator("steps")
     @classmethod
     def _step_names(cls, v: dict[str, Step]) -> dict[str, Step]:
         for name in v:
             if not NAME_RE.match(name):
                 raise ValueError(f"step name {name!r} is not valid: {NAME_HINT}")
+            if name == "data":
+                raise ValueError("'data' cannot name a step: inputs read workflow data as data.NAME")
         return v
