@@ -274,7 +274,9 @@ def test_a_schema_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
     )
     assert store.plan_json("r2") == "{}"
     version = sqlite3.connect(path).execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    assert version == ("2",)
+    assert version == ("3",)
+    store.record_expansion("r2", "a", "[1, 2]")  # schema 3: fan-out expansions are kept
+    assert store.expansions("r2") == [("a", "[1, 2]")]
     Store(path)  # opening again finds nothing to do
 
 

@@ -7,13 +7,17 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.logs import log_tail
 from hetflow.execute.outputs import accept_outputs, missing_outputs
 from hetflow.execute.paths import RunPaths
-from hetflow.spec import Workflow
-from hetflow.state import FAILED, STOPPED, SUCCEEDED, WAITING, AttemptFinished, RunEvent, Store, record
+from hetflow.execute.publish import PublishError, publish_step
+from hetflow.spec import Step, Workflow
+from hetflow.state import FAILED, STOPPED, SUCCEEDED, WAITING, AttemptFinished, Note, RunEvent, Store, record
+
+Publisher = Callable[[Step, Path, int, int], list[str]]
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class Attempts:
         config: RunnerConfig,
         clock: Callable[[], float],
         budget_start: dict[str, int],
+        owner: tuple[int, int] = (0, 0),
+        publisher: Publisher | None = None,
     ) -> None:
         self.store, self.run_id, self.wf, self.paths = store, run_id, workflow, paths
         self.backend, self.config, self.clock = backend, config, clock
@@ -61,6 +67,8 @@ class Attempts:
         # gets its retries again (as `snakemake --rerun-incomplete` would).
         self.budget_start = budget_start
         self.active: dict[str, Active] = {}
+        self.owner = owner
+        self.publisher: Publisher = publisher or publish_step
         self._to_remove: list[str] = []
 
     def emit(self, event: RunEvent) -> None:
@@ -94,6 +102,13 @@ class Attempts:
             self.fail(act, 0, "exited 0 but did not write declared output(s) " + ", ".join(missing) + " under /out")
             return
         records = accept_outputs(self.run_id, act.step, staging, final, step.outputs)
+        if step.publish:
+            try:
+                published = self.publisher(step, final, *self.owner)
+            except PublishError as exc:
+                self.fail(act, 0, f"exited 0, but its outputs could not be published: {exc}", retry=False)
+                return
+            self.emit(Note(0, self.run_id, self.clock(), "published " + "; ".join(published), act.step, "published"))
         now = self.clock()
         self.store.succeed_step(self.run_id, act.step, act.attempt, records, now, 0)
         self.emit(
@@ -101,7 +116,9 @@ class Attempts:
         )
         self.release(act)
 
-    def fail(self, act: Active, exit_code: int | None, message: str) -> None:
+    def fail(self, act: Active, exit_code: int | None, message: str, retry: bool = True) -> None:
+        """The attempt failed: retry after a backoff while the budget lasts (``retry``
+        False: a failure running again cannot mend, such as a result that cannot be published)."""
         tail = log_tail(self.paths.log(act.step, act.attempt), 3)
         detail = f"{message}" + (f"; last output: {' | '.join(tail)}" if tail else "")
         now = self.clock()
@@ -112,7 +129,7 @@ class Attempts:
         self.release(act)
         used = act.attempt - self.budget_start.get(act.step, 0)
         retries = self.wf.steps[act.step].retries
-        if used <= retries:
+        if retry and used <= retries:
             delay = min(self.config.retry_backoff * 2 ** (used - 1), self.config.max_backoff)
             self.store.set_step(
                 self.run_id,

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 
+from hetflow.execute.data import DIR, S3, DataManifest
 from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP, ContainerSpec, Mount
 from hetflow.execute.gpu import GpuAccess
 from hetflow.execute.paths import RunPaths, container_name
-from hetflow.spec import RESERVED_ENV, Step, Variant
+from hetflow.spec import DATA_PREFIX, RESERVED_ENV, Step, Variant
 
 
 def build_spec(
@@ -22,10 +24,11 @@ def build_spec(
     gid: int,
     paths: RunPaths,
     access: GpuAccess,
+    data: DataManifest | None = None,
 ) -> ContainerSpec:
     name = container_name(run_id, step_name, attempt)
     mounts = [Mount(str(paths.staging(step_name, attempt)), "/out", read_only=False)]
-    mounts += input_mounts(step, paths)
+    mounts += input_mounts(step, paths, data or DataManifest())
     mounts += list(access.mounts)
     return ContainerSpec(
         name=name,
@@ -47,15 +50,41 @@ def build_spec(
     )
 
 
-def input_mounts(step: Step, paths: RunPaths) -> list[Mount]:
+def input_mounts(step: Step, paths: RunPaths, data: DataManifest | None = None) -> list[Mount]:
     """``inputs: {matrix: generate/matrix.npy}`` -> generate's accepted output, read-only,
-    at /in/matrix/matrix.npy."""
+    at /in/matrix/matrix.npy; a gathered fan-out's ``{parts/3: align.3/out.txt}`` at
+    /in/parts/3/out.txt; workflow data (``data.NAME[/PATH]``) from where it was resolved."""
     mounts = []
     for key, ref in sorted(step.inputs.items()):
+        if ref.startswith(DATA_PREFIX):
+            mounts += data_mounts(key, ref, data or DataManifest())
+            continue
         parent, _, rel = ref.partition("/")
         rel = posixpath.normpath(rel)
         source = paths.step_out(parent) / rel
         mounts.append(Mount(str(source), f"/in/{key}/{posixpath.basename(rel)}", read_only=True))
+    return mounts
+
+
+def data_mounts(key: str, ref: str, data: DataManifest) -> list[Mount]:
+    """``data.NAME`` -> every file of the set under /in/KEY/ (a directory: the directory
+    itself); ``data.NAME/PATH`` -> that file or directory at /in/KEY/basename(PATH)."""
+    ds, rel = data.lookup(ref)
+    target = f"/in/{key}"
+    if ds.kind in (DIR, S3):
+        source = Path(ds.root) / rel if rel else Path(ds.root)
+        if source.is_dir() or not rel:
+            return [Mount(str(source), f"{target}/{posixpath.basename(rel)}" if rel else target, read_only=True)]
+    mounts = []
+    for f in ds.files:
+        if not rel:
+            mounts.append(Mount(f.source, f"{target}/{f.rel}", read_only=True))
+        elif f.rel == rel:
+            mounts.append(Mount(f.source, f"{target}/{posixpath.basename(rel)}", read_only=True))
+        elif f.rel.startswith(rel + "/"):
+            mounts.append(
+                Mount(f.source, f"{target}/{posixpath.basename(rel)}/{f.rel[len(rel) + 1 :]}", read_only=True)
+            )
     return mounts
 
 

@@ -18,7 +18,7 @@ from hetflow.execute.attempts import Active
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.gpu import GpuAccess, gpu_access
 from hetflow.inventory import Gpu, Node
-from hetflow.plan import Capacity, MachineClass, Placement, VariantChooser
+from hetflow.plan import Capacity, MachineClass, Placement, PlanChooser, VariantChooser
 from hetflow.spec import Step, Variant
 from hetflow.state import Lease, Store
 
@@ -54,6 +54,9 @@ class Dispatch(Protocol):
     def access(self, variant: Variant, gpus: tuple[Gpu, ...]) -> GpuAccess: ...
 
     def reserve(self, holder: Lease, gpus: tuple[Gpu, ...]) -> bool: ...
+
+    def inherit(self, parent: str, items: Sequence[str]) -> None:
+        """A fan-out expanded at run time: its items follow the plan its step had."""
 
 
 class LocalDispatch:
@@ -97,6 +100,10 @@ class LocalDispatch:
 
     def where(self, name: str) -> Where:
         return Where(self.node.name)
+
+    def inherit(self, parent: str, items: Sequence[str]) -> None:
+        if isinstance(self.chooser, PlanChooser):
+            self.chooser.inherit(parent, items)
 
     def access(self, variant: Variant, gpus: tuple[Gpu, ...]) -> GpuAccess:
         return gpu_access(gpus, self.node)
@@ -144,3 +151,9 @@ class ClusterDispatch:
 
     def reserve(self, holder: Lease, gpus: tuple[Gpu, ...]) -> bool:
         return True
+
+    def inherit(self, parent: str, items: Sequence[str]) -> None:
+        placed = self.placements.get(parent)
+        if placed is not None:
+            for item in items:
+                self.placements[item] = placed

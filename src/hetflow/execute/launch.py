@@ -13,6 +13,7 @@ from hetflow.errors import HetflowError
 from hetflow.execute.attempts import Active, Attempts
 from hetflow.execute.backends.base import Backend, Job
 from hetflow.execute.container import build_spec
+from hetflow.execute.data import DataManifest
 from hetflow.execute.dispatch import Dispatch
 from hetflow.execute.paths import container_name
 from hetflow.inventory import Gpu
@@ -32,12 +33,14 @@ class Launcher:
         attempts: Attempts,
         clock: Callable[[], float],
         pid: int,
+        data: DataManifest | None = None,
     ) -> None:
         self.store, self.run_id, self.wf = store, run.id, workflow
         self.uid, self.gid = run.uid, run.gid
         self.paths = attempts.paths
         self.backend, self.dispatch, self.attempts = backend, dispatch, attempts
         self.clock, self.pid = clock, pid
+        self.data = data or DataManifest()
 
     def launch(self, name: str, s: StepRecord, vname: str, gpus: tuple[Gpu, ...], why: str) -> None:
         """Start attempt ``s.attempts + 1`` of ``name``: lease, stage, record the intent, submit."""
@@ -63,6 +66,7 @@ class Launcher:
             gid=self.gid,
             paths=self.paths,
             access=self.dispatch.access(variant, gpus),
+            data=self.data,
         )
         where = self.dispatch.where(name)
         now = self.clock()

@@ -12,6 +12,7 @@ an attempt ends is ``attempts``; stop and resume are ``lifecycle``.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import threading
@@ -21,17 +22,20 @@ from pathlib import Path
 from types import FrameType
 from typing import Protocol
 
+from hetflow.errors import HetflowError
 from hetflow.execute.attempts import Attempts, RunnerConfig
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.local import LocalBackend
+from hetflow.execute.data import DataManifest
 from hetflow.execute.dispatch import ClusterDispatch, Dispatch, LocalDispatch
 from hetflow.execute.engine import ContainerEngine
+from hetflow.execute.fanout import read_items
 from hetflow.execute.launch import Launcher
 from hetflow.execute.lifecycle import pid_alive, reconcile
 from hetflow.execute.paths import RunPaths
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, MachineClass, Placement, VariantChooser
-from hetflow.spec import Workflow, edges_of, topo_order
+from hetflow.spec import FANOUT_SEP, Workflow, edges_of, expand, pending_source, topo_order
 from hetflow.state import (
     FAILED,
     LAUNCHING,
@@ -92,6 +96,7 @@ class Runner:
         backend: Backend | None = None,
         placements: Mapping[str, Placement] | None = None,
         classes: Sequence[MachineClass] = (),
+        data: DataManifest | None = None,
     ) -> None:
         self.store, self.node, self.wf = store, node, workflow
         self.backend: Backend = backend or LocalBackend(engine)
@@ -106,8 +111,8 @@ class Runner:
         self.pid = pid if pid is not None else os.getpid()
         # Ready steps are dispatched in this order: the plan's start times when a plan is
         # followed (its ranks, not its clock: a step starts as soon as it can), else file order.
-        topo = topo_order(edges_of(workflow))
-        self.order = sorted(topo, key=lambda n: (priority or {}).get(n, float("inf"))) if priority else topo
+        self.priority = dict(priority or {})
+        self.order = self._ordered(workflow)
         self._signalled = False
         budget = {
             # an attempt in flight when the last executor died belongs to this session's budget
@@ -123,6 +128,7 @@ class Runner:
             config=self.config,
             clock=clock,
             budget_start=budget,
+            owner=(run.uid, run.gid),
         )
         # Engines that assign GPUs and queue work (Slurm, Ray) follow the cluster plan's
         # placements; this machine's capacity and GPU leases are hetflow's own concern.
@@ -148,6 +154,7 @@ class Runner:
             attempts=self.attempts,
             clock=clock,
             pid=self.pid,
+            data=data,
         )
 
     # --- the loop ---------------------------------------------------------------------
@@ -167,6 +174,7 @@ class Runner:
                 if self._stop_requested():
                     return RUN_STOPPED
                 self.attempts.poll()
+                self._expand_ready()
                 self._schedule()
                 self.attempts.flush_removals()
                 steps = self.store.steps(self.run_id)
@@ -215,6 +223,46 @@ class Runner:
         self.store.set_run(self.run_id, state=state, ended=now, message=msg, pid=None)
         self.attempts.emit(RunStateChanged(0, self.run_id, now, msg, state))
         return state
+
+    def _ordered(self, workflow: Workflow) -> list[str]:
+        topo = topo_order(edges_of(workflow))
+        if not self.priority:
+            return topo
+        return sorted(topo, key=lambda n: self.priority.get(n, float("inf")))
+
+    # --- fan-outs known at run time ------------------------------------------------------
+
+    def _expand_ready(self) -> None:
+        """Expand each pending fan-out whose upstream step has succeeded: read its list,
+        put its items in its place (store first, then this executor's workflow)."""
+        pending = [(n, src) for n, s in self.wf.steps.items() if (src := pending_source(s)) and src.step]
+        if not pending:
+            return
+        steps = {s.step: s for s in self.store.steps(self.run_id)}
+        for name, src in pending:
+            assert src.step is not None
+            if name not in steps or steps[src.step].state != SUCCEEDED:
+                continue
+            try:
+                items = read_items(src, self.paths.step_out(src.step))
+                wf, problems = expand(self.wf, {name: items}, self.wf.name, lambda loc: 0)
+                if problems:
+                    raise HetflowError("; ".join(p.message for p in problems))
+            except (OSError, HetflowError) as exc:
+                why = f"cannot expand the fan-out: {exc}"
+                self.store.set_step(self.run_id, name, state=FAILED, ended=self.clock(), reason=why, event=why)
+                continue
+            names = [f"{name}{FANOUT_SEP}{i}" for i in range(len(items))]
+            self.store.expand_step(self.run_id, name, names, json.dumps(items))
+            self._set_workflow(wf, name, names)
+
+    def _set_workflow(self, wf: Workflow, parent: str, items: Sequence[str]) -> None:
+        for item in items:
+            if parent in self.priority:
+                self.priority[item] = self.priority[parent]
+        self.wf = self.attempts.wf = self.launcher.wf = wf
+        self.dispatch.inherit(parent, items)
+        self.order = self._ordered(wf)
 
     # --- dispatch ---------------------------------------------------------------------
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetflow.execute.data import DataManifest
 from hetflow.plan import (
     MachineClass,
     Plan,
@@ -21,7 +22,7 @@ from hetflow.plan import (
     plan_from_dict,
     plan_to_dict,
 )
-from hetflow.spec import Step, Workflow
+from hetflow.spec import Step, Workflow, fanout_parent
 
 FORMAT = 1
 LOCAL, CLUSTER = "local", "cluster"
@@ -36,7 +37,8 @@ class RunPlan:
     resolved; variants with no build for the node are absent).  Empty: images as written.
     ``pulls``: registry references pulled for the run.  ``variants``/``priority``/``reasons``:
     the plan's variant, dispatch rank and explanation per step (empty with the greedy rule).
-    ``classes``: the cluster's machine classes (cluster runs)."""
+    ``classes``: the cluster's machine classes (cluster runs).  ``data``: the workflow
+    data as resolved at submit (files, hashes, where steps mount them from)."""
 
     kind: str = LOCAL
     planner: str = PLANNED
@@ -47,6 +49,7 @@ class RunPlan:
     priority: Mapping[str, float] = field(default_factory=dict)
     reasons: Mapping[str, str] = field(default_factory=dict)
     classes: tuple[MachineClass, ...] = ()
+    data: DataManifest = field(default_factory=DataManifest)
 
     def to_json(self) -> str:
         data: dict[str, Any] = {
@@ -60,6 +63,7 @@ class RunPlan:
             "priority": dict(self.priority),
             "reasons": dict(self.reasons),
             "classes": [machine_class_to_dict(c) for c in self.classes],
+            "data": self.data.to_dict(),
         }
         return json.dumps(data, sort_keys=True)
 
@@ -77,6 +81,7 @@ class RunPlan:
             priority={s: float(p) for s, p in (data.get("priority") or {}).items()},
             reasons=dict(data.get("reasons") or {}),
             classes=tuple(machine_class_from_dict(c) for c in data.get("classes") or ()),
+            data=DataManifest.from_dict(data.get("data")),
         )
 
 
@@ -90,7 +95,11 @@ def apply_images(workflow: Workflow, images: Mapping[str, Mapping[str, str]]) ->
     dropped left out.  Steps absent from ``images`` stay as written."""
     if not images:
         return workflow
-    steps = {s: _with_images(step, images[s]) if s in images else step for s, step in workflow.steps.items()}
+    steps = {}
+    for s, step in workflow.steps.items():
+        # an item of a fan-out expanded at run time runs what its step was pinned to
+        key = s if s in images else fanout_parent(s)
+        steps[s] = _with_images(step, images[key]) if key is not None and key in images else step
     return workflow.model_copy(update={"steps": steps})
 
 

@@ -13,7 +13,9 @@ hetflow did.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,9 @@ from hetflow.execute.attempts import RunnerConfig
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.backends.local import LocalBackend
+from hetflow.execute.data import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.engine import ContainerEngine, make_engine
+from hetflow.execute.fanout import expand_at_submit, replay
 from hetflow.execute.images import Resolver, default_resolver
 from hetflow.execute.lifecycle import reset_for_resume, stop_run
 from hetflow.execute.outputs import damaged_outputs
@@ -33,7 +37,7 @@ from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_clu
 from hetflow.execute.runner import Reporter, Runner
 from hetflow.execute.runplan import GREEDY, LOCAL, RunPlan, apply_images
 from hetflow.execute.settings import Settings
-from hetflow.execute.submit import create_run, preflight
+from hetflow.execute.submit import create_run, new_run_id, preflight
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, PlanChooser, VariantChooser
 from hetflow.spec import LoadedWorkflow, Workflow, edges_of, load_workflow
@@ -84,10 +88,52 @@ def submit_run(
     engine: LocalEngine | None = None,
     backend: Backend | None = None,
     resolver: Resolver = default_resolver,
+    s3: Callable[[str | None], ObjectStore] = s3_filesystem,
 ) -> OpenRun:
     """Check, pin and plan ``loaded`` once, then record the run with its plan.  Whatever can
     be refused is refused here, before the run is recorded.  ``engine``, ``backend`` and
-    ``resolver`` default to the real ones (tests pass fakes)."""
+    ``resolver`` default to the real ones (tests pass fakes).
+
+    Workflow data is resolved first (host files hashed, S3 listed, then downloaded into the
+    run's directory) and fan-outs over it expanded, so the plan sees every item."""
+    data = resolve_data(loaded, memo=store, s3=s3)
+    run_id = new_run_id()
+    workdir = (Path(settings.workdir) if settings.workdir else home / "runs") / run_id
+    try:
+        manifest = data.fetch(loaded, workdir / "data")
+        loaded, expansions = expand_at_submit(loaded, manifest)
+        opened = _check_and_plan(store, loaded, settings, node, say, problems, engine, backend, resolver)
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
+    loaded, plan, backend, engine = opened
+    plan = dataclasses.replace(plan, data=manifest)
+    record = create_run(
+        store,
+        loaded,
+        home,
+        uid,
+        gid,
+        backend=settings.backend,
+        backend_json=settings.to_json(),
+        workdir=workdir,
+        plan_json=plan.to_json(),
+        expansions=expansions,
+    )
+    return OpenRun(store, record, loaded.workflow, plan, settings, node, backend, engine)
+
+
+def _check_and_plan(
+    store: Store,
+    loaded: LoadedWorkflow,
+    settings: Settings,
+    node: Node,
+    say: Say,
+    problems: Callable[[Iterable[Problem]], None],
+    engine: LocalEngine | None,
+    backend: Backend | None,
+    resolver: Resolver,
+) -> tuple[LoadedWorkflow, RunPlan, Backend, LocalEngine | None]:
     if settings.backend == LOCAL:
         engine = engine or make_engine()
         loaded, pulls = pin(loaded, node, engine, say, resolver)
@@ -101,25 +147,17 @@ def submit_run(
         backend = backend or make_backend(settings)
         backend.check()
         plan = plan_on_cluster(store, loaded, settings, resolver)  # refuses before anything is recorded
-    record = create_run(
-        store,
-        loaded,
-        home,
-        uid,
-        gid,
-        backend=settings.backend,
-        backend_json=settings.to_json(),
-        runs_dir=Path(settings.workdir) if settings.workdir else None,
-        plan_json=plan.to_json(),
-    )
-    return OpenRun(store, record, loaded.workflow, plan, settings, node, backend, engine)
+    return loaded, plan, backend, engine
 
 
 def load_recorded(store: Store, run_id: str) -> LoadedWorkflow:
-    """The run's workflow as written (its copy in the run's work directory) with its params."""
+    """The run's workflow as written (its copy in the run's work directory) with its params,
+    relative paths read from the original file's directory, and the fan-outs expanded as
+    they were when it ran."""
     record = store.run(run_id)
     paths = RunPaths(Path(record.workdir))
-    return load_workflow(paths.workflow, json.loads(record.params_json))
+    loaded = load_workflow(paths.workflow, json.loads(record.params_json), base=Path(record.workflow_file).parent)
+    return replay(loaded, store.expansions(run_id))
 
 
 def open_run(
@@ -188,6 +226,7 @@ def build_runner(opened: OpenRun, reporter: Reporter | None, config: RunnerConfi
         priority=dict(plan.priority) or None,
         placements=plan.plan.placements if plan.plan is not None and plan.kind != LOCAL else None,
         classes=plan.classes,
+        data=plan.data,
     )
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import secrets
+from collections.abc import Sequence
 from pathlib import Path
 
 from hetflow.errors import Problem, SpecError
@@ -60,16 +61,21 @@ def create_run(
     backend_json: str = "{}",
     runs_dir: Path | None = None,
     plan_json: str | None = None,
+    workdir: Path | None = None,
+    expansions: Sequence[tuple[str, str]] = (),
 ) -> RunRecord:
-    """Record a new run (with the plan it follows, ``runplan.RunPlan`` as JSON); its work
-    directory is under ``runs_dir`` (a shared directory for multi-node backends) or ``home/runs``."""
+    """Record a new run (with the plan it follows, ``runplan.RunPlan`` as JSON, and the
+    fan-outs expanded at submit); its work directory is ``workdir`` (its last part is the run
+    id), or a new one under ``runs_dir`` (a shared directory for multi-node backends) or
+    ``home/runs``."""
     errors = [p for p in loaded.notes if p.severity == "error"]
     if errors:
         raise SpecError(errors)
-    run_id = new_run_id()
-    workdir = (runs_dir or home / "runs") / run_id
+    if workdir is None:
+        workdir = (runs_dir or home / "runs") / new_run_id()
+    run_id = workdir.name
     paths = RunPaths(workdir)
-    workdir.mkdir(parents=True)
+    workdir.mkdir(parents=True, exist_ok=True)
     paths.workflow.write_text(loaded.text, encoding="utf-8")
     store.create_run(
         run_id=run_id,
@@ -84,5 +90,6 @@ def create_run(
         backend=backend,
         backend_json=backend_json,
         plan_json=plan_json,
+        expansions=expansions,
     )
     return store.run(run_id)

@@ -7,7 +7,7 @@ replace the greedy rule without touching the runner.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
@@ -86,6 +86,14 @@ class PlanChooser:
         self.variants = dict(variants)
         self.reasons = dict(reasons or {})
         self.fallback = GreedyChooser()
+
+    def inherit(self, parent: str, items: Sequence[str]) -> None:
+        """Items of a fan-out expanded at run time take their step's planned variant."""
+        for item in items:
+            if parent in self.variants:
+                self.variants[item] = self.variants[parent]
+            if parent in self.reasons:
+                self.reasons[item] = self.reasons[parent]
 
     def choose(self, step: Step, node: Node, free: Capacity, name: str = "") -> Choice:
         wanted = self.variants.get(name)

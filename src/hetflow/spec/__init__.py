@@ -2,25 +2,44 @@
 
 from hetflow.spec.checks import RESERVED_ENV, edges_of
 from hetflow.spec.dag import descendants, topo_order
+from hetflow.spec.fanout import Source, expand, file_items, is_fanout, line_items, pending_source
 from hetflow.spec.loader import (
     LoadedWorkflow,
     compose_yaml,
     did_you_mean,
+    expand_loaded,
     line_of,
     load_workflow,
     parse_workflow,
     problem_from_error,
 )
-from hetflow.spec.models import GpuConstraint, GpuRequest, Resources, Step, Variant, Workflow
+from hetflow.spec.models import (
+    DATA_PREFIX,
+    FANOUT_SEP,
+    DataSet,
+    GpuConstraint,
+    GpuRequest,
+    Publish,
+    Resources,
+    Step,
+    Variant,
+    Workflow,
+    fanout_parent,
+)
 from hetflow.spec.units import cc_tuple, compute_capability, format_bytes, format_duration, parse_duration, parse_memory
 from hetflow.spec.wfcommons import convert_wfcommons
 
 __all__ = [
+    "DATA_PREFIX",
+    "FANOUT_SEP",
     "RESERVED_ENV",
+    "DataSet",
     "GpuConstraint",
     "GpuRequest",
     "LoadedWorkflow",
+    "Publish",
     "Resources",
+    "Source",
     "Step",
     "Variant",
     "Workflow",
@@ -31,13 +50,20 @@ __all__ = [
     "descendants",
     "did_you_mean",
     "edges_of",
+    "expand",
+    "expand_loaded",
+    "fanout_parent",
+    "file_items",
     "format_bytes",
     "format_duration",
+    "is_fanout",
+    "line_items",
     "line_of",
     "load_workflow",
     "parse_duration",
     "parse_memory",
     "parse_workflow",
+    "pending_source",
     "problem_from_error",
     "topo_order",
 ]

@@ -7,11 +7,12 @@ Line numbers come from the YAML node tree, so pydantic's error locations
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,7 +22,7 @@ from pydantic import BaseModel, ValidationError
 
 from hetflow.errors import Problem, SpecError
 from hetflow.spec.checks import check_workflow
-from hetflow.spec.expand import expand_static, is_fanout
+from hetflow.spec.fanout import expand, expand_static, is_fanout
 from hetflow.spec.models import ParamValue, Publish, Workflow, fanout_parent
 from hetflow.spec.templates import apply_templates
 
@@ -101,6 +102,19 @@ def parse_workflow(
     if any(p.severity == "error" for p in problems):
         raise SpecError(problems)
     return LoadedWorkflow(wf, file, text, dict(lines), dict(wf.params), tuple(problems))
+
+
+def expand_loaded(loaded: LoadedWorkflow, known: Mapping[str, Sequence[Any]]) -> LoadedWorkflow:
+    """Expand pending fan-outs whose lists are now known (at submit, or when the step they
+    read from has succeeded), with the same checks as the loader's; SpecError on a problem."""
+    lines = dict(loaded.lines)
+    wf, problems = expand(loaded.workflow, known, loaded.file, lambda loc: line_of(lines, loc))
+    _item_lines(wf, lines)
+    problems += check_workflow(wf, loaded.file, lambda loc: line_of(lines, loc))
+    problems = list(dict.fromkeys(problems))
+    if any(p.severity == "error" for p in problems):
+        raise SpecError(problems)
+    return dataclasses.replace(loaded, workflow=wf, lines=lines)
 
 
 def _workflow_publish(wf: Workflow, file: str, lines: Mapping[Loc, int]) -> tuple[Workflow, list[Problem]]:

@@ -27,7 +27,7 @@ from hetflow.state.models import (
 )
 
 # 2: runs keep their plan (run_plans) and events carry typed data (events.data); see _migrate.
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
@@ -58,6 +58,13 @@ CREATE TABLE IF NOT EXISTS gpu_leases (
   container TEXT NOT NULL, pid INTEGER NOT NULL, acquired REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS run_plans (run_id TEXT PRIMARY KEY REFERENCES runs(id), plan_json TEXT NOT NULL);
 """
+# 3: fan-outs expanded at submit or run time (run_expansions), remembered file hashes (file_hashes)
+_SCHEMA_DATA = """
+CREATE TABLE IF NOT EXISTS run_expansions (
+  run_id TEXT NOT NULL, seq INTEGER NOT NULL, step TEXT NOT NULL, items_json TEXT NOT NULL,
+  PRIMARY KEY (run_id, seq));
+CREATE TABLE IF NOT EXISTS file_hashes (key TEXT PRIMARY KEY, sha256 TEXT NOT NULL, seen REAL NOT NULL);
+"""
 
 
 def _now() -> float:
@@ -80,7 +87,7 @@ class Store:
             # Only a new store is written to on open, so readers (ps, show) never wait on a writer.
             self._migrate()
             if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
-                self._db.executescript(_SCHEMA)
+                self._db.executescript(_SCHEMA + _SCHEMA_DATA)
                 self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
         except sqlite3.OperationalError as exc:
             if "locked" in str(exc) or "busy" in str(exc):
@@ -112,6 +119,10 @@ class Store:
                     " (run_id TEXT PRIMARY KEY REFERENCES runs(id), plan_json TEXT NOT NULL)"
                 )
                 db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+        tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if "meta" in tables and "run_expansions" not in tables:
+            self._db.executescript(_SCHEMA_DATA)  # schema 3: fan-out expansions and file hashes
+            self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def close(self) -> None:
         self._db.close()
@@ -144,9 +155,10 @@ class Store:
         backend: str = "local",
         backend_json: str = "{}",
         plan_json: str | None = None,
+        expansions: Iterable[tuple[str, str]] = (),
     ) -> None:
         """Record a run, its steps (pending) and, when given, the plan it follows (JSON text:
-        the store keeps it, ``plan.stored`` reads it)."""
+        the store keeps it, ``plan.stored`` reads it) and the fan-outs expanded at submit."""
         now = _now()
         with self._tx() as db:
             db.execute(
@@ -164,11 +176,67 @@ class Store:
             )
             if plan_json is not None:
                 db.execute("INSERT INTO run_plans VALUES (?, ?)", (run_id, plan_json))
+            for step, items_json in expansions:
+                self._add_expansion(db, run_id, step, items_json)
 
     def plan_json(self, run_id: str) -> str | None:
         """The plan stored with the run (JSON text), or None for a run recorded without one."""
         row = self._db.execute("SELECT plan_json FROM run_plans WHERE run_id = ?", (run_id,)).fetchone()
         return None if row is None else str(row["plan_json"])
+
+    def set_plan_json(self, run_id: str, plan_json: str) -> None:
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO run_plans VALUES (?, ?)", (run_id, plan_json))
+
+    # --- fan-out --------------------------------------------------------------------------
+
+    def record_expansion(self, run_id: str, step: str, items_json: str) -> None:
+        """A fan-out expanded before the run's steps were recorded (lists known at submit)."""
+        with self._tx(immediate=True) as db:
+            self._add_expansion(db, run_id, step, items_json)
+
+    def expand_step(self, run_id: str, step: str, items: list[str], items_json: str) -> bool:
+        """Replace a pending fan-out step with its items (pending, in its place), and record
+        the list so a resumed run expands alike.  False when it was already expanded."""
+        with self._tx(immediate=True) as db:
+            row = db.execute("SELECT ord FROM steps WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
+            if row is None:
+                return False
+            at = int(row["ord"])
+            db.execute("DELETE FROM steps WHERE run_id = ? AND step = ?", (run_id, step))
+            if len(items) != 1:
+                db.execute("UPDATE steps SET ord = ord + ? WHERE run_id = ? AND ord > ?", (len(items) - 1, run_id, at))
+            db.executemany(
+                "INSERT INTO steps (run_id, step, ord, state) VALUES (?, ?, ?, 'pending')",
+                [(run_id, s, at + i) for i, s in enumerate(items)],
+            )
+            self._add_expansion(db, run_id, step, items_json)
+            db.execute(
+                "INSERT INTO events (run_id, step, time, kind, message) VALUES (?, ?, ?, 'expanded', ?)",
+                (run_id, step, _now(), f"fan-out {step} expanded into {len(items)} step(s)"),
+            )
+        return True
+
+    @staticmethod
+    def _add_expansion(db: sqlite3.Connection, run_id: str, step: str, items_json: str) -> None:
+        seq = db.execute("SELECT COUNT(*) FROM run_expansions WHERE run_id = ?", (run_id,)).fetchone()[0]
+        db.execute("INSERT INTO run_expansions VALUES (?, ?, ?, ?)", (run_id, seq, step, items_json))
+
+    def expansions(self, run_id: str) -> list[tuple[str, str]]:
+        """(step, items as JSON) of every fan-out expanded for the run, in order."""
+        rows = self._db.execute(
+            "SELECT step, items_json FROM run_expansions WHERE run_id = ? ORDER BY seq", (run_id,)
+        ).fetchall()
+        return [(str(r["step"]), str(r["items_json"])) for r in rows]
+
+    # --- remembered file hashes -----------------------------------------------------------
+
+    def file_hash(self, key: str) -> str | None:
+        row = self._db.execute("SELECT sha256 FROM file_hashes WHERE key = ?", (key,)).fetchone()
+        return None if row is None else str(row["sha256"])
+
+    def remember_hash(self, key: str, sha256: str) -> None:
+        self._db.execute("INSERT OR REPLACE INTO file_hashes VALUES (?, ?, ?)", (key, sha256, _now()))
 
     def resolve_run_id(self, prefix: str) -> str:
         """A full run id from a unique prefix, as docker accepts short container ids."""

@@ -1,0 +1,56 @@
+"""Fan-outs whose list is known only when a run is submitted (over workflow data) or when
+the step they read from has succeeded (over its output): read the list, expand the step
+into its items (``spec.expand``), and record the list so a resumed run expands alike."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from hetflow.errors import HetflowError
+from hetflow.execute.data import DataManifest, data_items
+from hetflow.spec import LoadedWorkflow, Source, expand_loaded, file_items, line_items, pending_source
+
+Expansion = tuple[str, str]  # (step, items as JSON), as the store records it
+
+
+def expand_at_submit(loaded: LoadedWorkflow, manifest: DataManifest) -> tuple[LoadedWorkflow, list[Expansion]]:
+    """Expand every pending fan-out over workflow data."""
+    known: dict[str, list[Any]] = {}
+    for name, step in loaded.workflow.steps.items():
+        src = pending_source(step)
+        if src is not None and src.step is None:
+            try:
+                known[name] = data_items(manifest, src.kind, src.ref)
+            except (OSError, HetflowError) as exc:
+                raise HetflowError(f"step {name!r}: {exc}") from None
+    if not known:
+        return loaded, []
+    return expand_loaded(loaded, known), [(n, json.dumps(items)) for n, items in known.items()]
+
+
+def replay(loaded: LoadedWorkflow, expansions: Sequence[Expansion]) -> LoadedWorkflow:
+    """A recorded run's workflow with its recorded expansions applied, in order."""
+    for step, items_json in expansions:
+        if step in loaded.workflow.steps:
+            loaded = expand_loaded(loaded, {step: json.loads(items_json)})
+    return loaded
+
+
+def read_items(source: Source, out_dir: Path) -> list[Any]:
+    """A run-time fan-out's list, from its upstream step's accepted outputs (``out_dir``)."""
+    _, _, rel = source.ref.partition("/")
+    target = out_dir / rel
+    if source.kind == "lines":
+        if not target.is_file():
+            raise HetflowError(f"foreach lines: {source.ref} is not a file")
+        return line_items(target.read_text(encoding="utf-8", errors="replace"))
+    if target.is_file():
+        return file_items(posixpath.dirname(source.ref), [target.name])
+    if not target.is_dir():
+        raise HetflowError(f"foreach files: {source.ref} is missing")
+    rels = [p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()]
+    return file_items(source.ref, rels)
