@@ -1,0 +1,140 @@
+"""Data in, fan-out and gather, publishing out: real podman containers, host files.
+
+A glob of host files is declared once as workflow data; one step per file (foreach over
+the data) reads only its own file; a gather step sees every item's output; its result is
+published to a host directory, never overwriting a different file silently.  Fan-outs over
+an upstream step's output expand when that step succeeds, and a resumed run keeps them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.integration.hfkit import BUSYBOX, Hetflow, step_out, write
+
+FAN = f"""
+apiVersion: hetflow/v1
+name: fan
+data:
+  docs: docs/*.txt
+templates:
+  bb: {{image: {BUSYBOX}, resources: {{cpus: 0.5, memory: 64Mi}}}}
+steps:
+  count:
+    use: bb
+    foreach: {{files: data.docs}}
+    inputs: {{doc: "{{{{ item.path }}}}"}}
+    command: [sh, -c, "ls /in/doc > /out/seen.txt; wc -w < /in/doc/{{{{ item.name }}}} > /out/n.txt"]
+    outputs: [n.txt, seen.txt]
+  total:
+    use: bb
+    inputs: {{n: count/n.txt}}
+    command: [sh, -c, "t=0; for f in /in/n/*/n.txt; do t=$((t + $(cat $f))); done; echo $t > /out/total.txt"]
+    outputs: [total.txt]
+    publish: {{to: results}}
+"""
+
+
+def docs(tmp_path: Path, words: dict[str, int]) -> None:
+    (tmp_path / "docs").mkdir(exist_ok=True)
+    for name, n in words.items():
+        (tmp_path / "docs" / f"{name}.txt").write_text(" ".join(["w"] * n) + "\n")
+
+
+def test_foreach_over_host_files_gathers_and_publishes(hf: Hetflow, tmp_path: Path) -> None:
+    docs(tmp_path, {"a": 3, "b": 5, "c": 11})
+    hf("run", write(tmp_path, FAN))
+    run_id = hf.last_run()
+    data = hf.show(run_id)
+    assert {s["step"]: s["state"] for s in data["steps"]} == {
+        "count.0": "succeeded",
+        "count.1": "succeeded",
+        "count.2": "succeeded",
+        "total": "succeeded",
+    }
+    # each item saw its own file and nothing else
+    seen = [(step_out(hf, run_id, f"count.{i}") / "seen.txt").read_text().split() for i in range(3)]
+    assert seen == [["a.txt"], ["b.txt"], ["c.txt"]]
+    assert (step_out(hf, run_id, "total") / "total.txt").read_text().strip() == "19"
+    assert (tmp_path / "results" / "total.txt").read_text().strip() == "19"
+    # publishing the same bytes again is no conflict
+    hf("run", write(tmp_path, FAN))
+    assert hf.show(hf.last_run())["state"] == "succeeded"
+
+
+def test_publish_never_replaces_a_different_file_unless_told(hf: Hetflow, tmp_path: Path) -> None:
+    docs(tmp_path, {"a": 2})
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "total.txt").write_text("precious\n")
+    proc = hf("run", write(tmp_path, FAN), check=False)
+    assert proc.returncode != 0
+    total = {s["step"]: s for s in hf.show(hf.last_run())["steps"]}["total"]
+    assert total["state"] == "failed"
+    assert "already exists and differs" in total["reason"] and "mode: overwrite" in total["reason"]
+    assert total["attempts"] == 1  # publishing again cannot mend it: no retry
+    assert (tmp_path / "results" / "total.txt").read_text() == "precious\n"
+    hf("run", write(tmp_path, FAN.replace("publish: {to: results}", "publish: {to: results, mode: overwrite}")))
+    assert (tmp_path / "results" / "total.txt").read_text().strip() == "2"
+
+
+def test_missing_data_is_refused_before_anything_runs(hf: Hetflow, tmp_path: Path) -> None:
+    (tmp_path / "docs").mkdir()
+    proc = hf("run", write(tmp_path, FAN), check=False)
+    assert proc.returncode == 2
+    assert "'*.txt' matched no file in" in proc.stderr and str(tmp_path / "docs") in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert json.loads(hf("ps", "--all", "--json").stdout) == []
+    proc = hf("run", write(tmp_path, FAN.replace("docs/*.txt", "nothere.txt")), check=False)
+    assert proc.returncode == 2 and "no such file or directory 'nothere.txt'" in proc.stderr
+
+
+DYNAMIC = f"""
+apiVersion: hetflow/v1
+name: dyn
+data:
+  flag: flag.txt
+steps:
+  list:
+    image: {BUSYBOX}
+    command: [sh, -c, "printf 'a\\\\nbb\\\\n\\\\nccc\\\\n' > /out/names.txt; mkdir /out/chunks; echo 1 > /out/chunks/x; echo 22 > /out/chunks/y"]
+    outputs: [names.txt, chunks]
+  each:
+    image: {BUSYBOX}
+    foreach: {{lines: list/names.txt}}
+    command: [sh, -c, "echo -n {{{{ item }}}} | wc -c > /out/len.txt"]
+    outputs: [len.txt]
+  per:
+    image: {BUSYBOX}
+    foreach: {{files: list/chunks}}
+    inputs: {{c: "{{{{ item.path }}}}"}}
+    command: [sh, -c, "cat /in/c/{{{{ item.name }}}} > /out/copy.txt"]
+    outputs: [copy.txt]
+  sum:
+    image: {BUSYBOX}
+    inputs: {{l: each/len.txt, p: per/copy.txt, flag: data.flag}}
+    command: [sh, -c, "grep -q go /in/flag/flag.txt || exit 3; cat /in/l/*/len.txt /in/p/*/copy.txt > /out/all.txt"]
+    outputs: [all.txt]
+"""
+
+
+def test_fanout_over_an_upstream_output_expands_at_run_time_and_resume_keeps_it(hf: Hetflow, tmp_path: Path) -> None:
+    (tmp_path / "flag.txt").write_text("stop\n")
+    proc = hf("run", write(tmp_path, DYNAMIC), check=False)
+    assert proc.returncode != 0
+    run_id = hf.last_run()
+    states = {s["step"]: s["state"] for s in hf.show(run_id)["steps"]}
+    assert states == {
+        "list": "succeeded",
+        "each.0": "succeeded",
+        "each.1": "succeeded",
+        "each.2": "succeeded",
+        "per.0": "succeeded",
+        "per.1": "succeeded",
+        "sum": "failed",
+    }
+    (tmp_path / "flag.txt").write_text("go\n")
+    hf("resume", run_id)
+    steps = {s["step"]: s for s in hf.show(run_id)["steps"]}
+    assert steps["sum"]["state"] == "succeeded"
+    assert all(s["attempts"] == 1 for n, s in steps.items() if n != "sum")  # nothing ran twice
+    assert (step_out(hf, run_id, "sum") / "all.txt").read_text().split() == ["1", "2", "3", "1", "22"]
