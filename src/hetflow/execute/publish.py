@@ -9,6 +9,7 @@ into place, so a reader never sees half a file.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import shutil
 import tempfile
@@ -109,12 +110,21 @@ def _copy(src: Path, target: Path, uid: int, gid: int) -> None:
         raise
 
 
+def _same_object(fs: ObjectStore, key: str, src: Path) -> bool:
+    """The object's ETag is the MD5 of its bytes when it was uploaded in one part."""
+    etag = str(fs.info(key).get("ETag", "")).strip('"')
+    return "-" not in etag and etag == hashlib.md5(src.read_bytes(), usedforsecurity=False).hexdigest()
+
+
 def _to_s3(pub: Publish, files: list[tuple[str, Path]], fs: ObjectStore) -> list[str]:
     prefix = pub.to.removeprefix("s3://").rstrip("/")
     done = []
     for rel, src in files:
         key = f"{prefix}/{rel}"
         try:
+            if fs.exists(key) and _same_object(fs, key, src):
+                done.append(f"{rel} -> s3://{key} (already there, identical)")
+                continue
             if fs.exists(key) and pub.mode != "overwrite":
                 raise PublishError(
                     f"publish {rel!r}: s3://{key} already exists; publish under another prefix or set 'mode: overwrite'"

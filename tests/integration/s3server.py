@@ -1,0 +1,53 @@
+"""A real S3-compatible server on loopback for the tests: moto in server mode (its own
+process, HTTP on 127.0.0.1), reached through s3fs/boto3 exactly as a user's endpoint is."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "hetflow-test",
+    "AWS_SECRET_ACCESS_KEY": "hetflow-test-secret",
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def s3_server(log: Path) -> Iterator[str]:
+    """Start moto_server; yields its endpoint URL."""
+    port = _free_port()
+    exe = Path(sys.executable).with_name("moto_server")
+    with log.open("w") as out:
+        proc = subprocess.Popen(
+            [str(exe), "-H", "127.0.0.1", "-p", str(port)], stdout=out, stderr=subprocess.STDOUT, env=os.environ.copy()
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                    break
+            except OSError:
+                if proc.poll() is not None:
+                    raise RuntimeError(f"moto_server exited: {log.read_text()[-2000:]}") from None
+                time.sleep(0.1)
+        else:
+            raise RuntimeError("moto_server did not start in 30 s")
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)

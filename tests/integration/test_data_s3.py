@@ -1,0 +1,91 @@
+"""S3 data in and out against a real S3-compatible server on loopback (moto's server
+mode, over HTTP, through s3fs as a user's bucket would be reached): objects under a prefix
+are listed at submit, downloaded into the run and fanned out over; the result is
+published under another prefix; an unreadable bucket is refused before any step starts."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.hfkit import BUSYBOX, Hetflow, write
+from tests.integration.s3server import CREDENTIALS, s3_server
+
+
+@pytest.fixture(scope="module")
+def endpoint(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with s3_server(tmp_path_factory.mktemp("s3") / "moto.log") as url:
+        yield url
+
+
+@pytest.fixture
+def s3(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
+    import boto3
+
+    for k, v in CREDENTIALS.items():
+        monkeypatch.setenv(k, v)
+    return boto3.client("s3", endpoint_url=endpoint)
+
+
+WF = f"""
+apiVersion: hetflow/v1
+name: s3fan
+data:
+  docs: s3://in-bucket/docs/
+steps:
+  count:
+    image: {BUSYBOX}
+    foreach: {{files: data.docs}}
+    inputs: {{doc: "{{{{ item.path }}}}"}}
+    command: [sh, -c, "wc -c < /in/doc/{{{{ item.name }}}} > /out/n.txt"]
+    outputs: [n.txt]
+  total:
+    image: {BUSYBOX}
+    inputs: {{n: count/n.txt, all: data.docs}}
+    command: [sh, -c, "cat /in/n/*/n.txt > /out/sizes.txt; ls /in/all/sub >> /out/sizes.txt"]
+    outputs: [sizes.txt]
+    publish: {{to: "s3://out-bucket/results/"}}
+"""
+
+
+def test_s3_data_in_fanned_out_and_published_back(hf: Hetflow, tmp_path: Path, s3: Any, endpoint: str) -> None:
+    s3.create_bucket(Bucket="in-bucket")
+    s3.create_bucket(Bucket="out-bucket")
+    s3.put_object(Bucket="in-bucket", Key="docs/a.txt", Body=b"12345")
+    s3.put_object(Bucket="in-bucket", Key="docs/sub/b.txt", Body=b"1234567890")
+    s3.put_object(Bucket="in-bucket", Key="other/c.txt", Body=b"not listed")
+    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
+    hf("run", write(tmp_path, WF), extra_env=env)
+    run = hf.show(hf.last_run())
+    assert run["state"] == "succeeded"
+    assert sorted(s["step"] for s in run["steps"]) == ["count.0", "count.1", "total"]
+    body = s3.get_object(Bucket="out-bucket", Key="results/sizes.txt")["Body"].read().decode()
+    assert body.split() == ["5", "10", "b.txt"]
+    # the objects were downloaded into the run's own directory, and hashed
+    assert (Path(run["workdir"]) / "data" / "docs" / "sub" / "b.txt").read_bytes() == b"1234567890"
+    # the same result again is no conflict
+    hf("run", write(tmp_path, WF), extra_env=env)
+    # publishing under a key that exists (with other bytes) is refused unless told
+    s3.put_object(Bucket="out-bucket", Key="results/sizes.txt", Body=b"older")
+    s3.put_object(Bucket="in-bucket", Key="docs/a.txt", Body=b"123456")
+    proc = hf("run", write(tmp_path, WF), extra_env=env, check=False)
+    assert proc.returncode != 0
+    total = {s["step"]: s for s in hf.show(hf.last_run())["steps"]}["total"]
+    assert "s3://out-bucket/results/sizes.txt already exists" in total["reason"]
+    assert s3.get_object(Bucket="out-bucket", Key="results/sizes.txt")["Body"].read() == b"older"
+
+
+def test_an_unreadable_bucket_is_refused_before_any_step(hf: Hetflow, tmp_path: Path, s3: Any, endpoint: str) -> None:
+    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
+    proc = hf("run", write(tmp_path, WF.replace("in-bucket", "no-such-bucket")), extra_env=env, check=False)
+    assert proc.returncode == 2
+    assert "data 'docs': cannot list s3://no-such-bucket/docs/" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert json.loads(hf("ps", "--all", "--json").stdout) == []
+    s3.create_bucket(Bucket="empty-bucket")
+    proc = hf("run", write(tmp_path, WF.replace("in-bucket", "empty-bucket")), extra_env=env, check=False)
+    assert proc.returncode == 2 and "s3://empty-bucket/docs/ holds no object" in proc.stderr
