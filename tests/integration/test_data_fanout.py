@@ -96,7 +96,8 @@ data:
 steps:
   list:
     image: {BUSYBOX}
-    command: [sh, -c, "printf 'a\\\\nbb\\\\n\\\\nccc\\\\n' > /out/names.txt; mkdir /out/chunks; echo 1 > /out/chunks/x; echo 22 > /out/chunks/y"]
+    command: [sh, -c, "printf 'a\\\\nbb\\\\n\\\\nccc\\\\n' > /out/names.txt;
+      mkdir /out/chunks; echo 1 > /out/chunks/x; echo 22 > /out/chunks/y"]
     outputs: [names.txt, chunks]
   each:
     image: {BUSYBOX}
@@ -138,3 +139,48 @@ def test_fanout_over_an_upstream_output_expands_at_run_time_and_resume_keeps_it(
     assert steps["sum"]["state"] == "succeeded"
     assert all(s["attempts"] == 1 for n, s in steps.items() if n != "sum")  # nothing ran twice
     assert (step_out(hf, run_id, "sum") / "all.txt").read_text().split() == ["1", "2", "3", "1", "22"]
+
+
+# The same declarations on a cluster engine (Slurm, Ray): host data is mounted where it is
+# (the test clusters share this machine's file system, as a real cluster shares home and
+# project directories), fan-outs expand alike, and results are published by the executor.
+CLUSTER_FAN = f"""
+apiVersion: hetflow/v1
+name: clusterfan
+data:
+  docs: docs/*.txt
+steps:
+  count:
+    image: {BUSYBOX}
+    foreach: {{files: data.docs}}
+    inputs: {{doc: "{{{{ item.path }}}}"}}
+    command: [sh, -c, "wc -w < /in/doc/{{{{ item.name }}}} > /out/n.txt; echo {{{{ item.stem }}}} > /out/name.txt"]
+    resources: {{cpus: 1, memory: 128Mi}}
+    estimate: 1s
+    outputs: [n.txt, name.txt]
+  again:
+    image: {BUSYBOX}
+    foreach: {{lines: count.1/name.txt}}
+    command: [sh, -c, "echo again-{{{{ item }}}} > /out/a.txt"]
+    resources: {{cpus: 1, memory: 128Mi}}
+    estimate: 1s
+    outputs: [a.txt]
+  total:
+    image: {BUSYBOX}
+    inputs: {{n: count/n.txt, a: again/a.txt}}
+    command: [sh, -c, "t=0; for f in /in/n/*/n.txt; do t=$((t + $(cat $f))); done; echo $t > /out/total.txt;
+      cat /in/a/*/a.txt >> /out/total.txt"]
+    resources: {{cpus: 1, memory: 128Mi}}
+    estimate: 1s
+    outputs: [total.txt]
+    publish: {{to: results}}
+"""
+
+
+def check_cluster_fan(hf: Hetflow, tmp_path: Path, config: str) -> None:
+    docs(tmp_path, {"a": 4, "b": 6})
+    hf("run", "-q", "--config", config, write(tmp_path, CLUSTER_FAN), timeout=300)
+    data = hf.show(hf.last_run())
+    assert data["state"] == "succeeded"
+    assert sorted(s["step"] for s in data["steps"]) == ["again.0", "count.0", "count.1", "total"]
+    assert (tmp_path / "results" / "total.txt").read_text().split() == ["10", "again-b"]

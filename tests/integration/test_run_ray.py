@@ -10,6 +10,7 @@ import yaml
 
 from tests.integration.hfkit import Hetflow, write
 from tests.integration.ray_fixture import RayCluster, ray_cluster  # noqa: F401  (module fixture)
+from tests.integration.test_data_fanout import check_cluster_fan
 from tests.integration.test_run_slurm import WORKFLOW
 
 # Node types named after the Ray nodes (a class of one is pinned to the node of its name).
@@ -44,3 +45,12 @@ def test_workflow_runs_on_ray(hf: Hetflow, tmp_path: Path, ray_cluster: RayClust
     assert len(nvidia) == 1  # exactly the GPU Ray assigned
     assert json.loads(hf("ps", "--all", "--json").stdout)[0]["state"] == "succeeded"
     assert "gen-ran" in hf("logs", data["id"], "gen").stdout
+
+
+def test_data_fanout_and_publish_on_ray(hf: Hetflow, tmp_path: Path, ray_cluster: RayCluster) -> None:  # noqa: F811
+    settings = {
+        "backend": "ray",
+        "cluster": write(tmp_path, CLUSTER, "cluster.yaml"),
+        "ray": {"address": ray_cluster.address, "device_dir": f"{ray_cluster.devs}/{{node}}", "stop_timeout": 2},
+    }
+    check_cluster_fan(hf, tmp_path, write(tmp_path, yaml.safe_dump(settings), "config.yaml"))

@@ -12,6 +12,7 @@ from demo.slurm_cluster import LocalSlurm
 
 from tests.integration.hfkit import BUSYBOX, Hetflow, write
 from tests.integration.slurm_fixture import slurm_cluster  # noqa: F401  (module fixture)
+from tests.integration.test_data_fanout import check_cluster_fan
 
 CLUSTER = """apiVersion: hetflow/v1
 kind: Cluster
@@ -114,3 +115,7 @@ def test_kill9_of_hetflow_then_resume_adopts_the_slurm_jobs(
     assert data["state"] == "succeeded"
     assert [s["attempts"] for s in data["steps"]] == [1, 1]  # adopted by name, nothing submitted twice
     assert (Path(data["workdir"]) / "steps" / "use" / "out" / "r.txt").read_text() == "data\n"
+
+
+def test_data_fanout_and_publish_on_slurm(hf: Hetflow, tmp_path: Path, slurm_cluster: LocalSlurm) -> None:  # noqa: F811
+    check_cluster_fan(hf, tmp_path, _config(tmp_path, slurm_cluster))

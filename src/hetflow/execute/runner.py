@@ -280,6 +280,8 @@ class Runner:
                 self.store.set_step(self.run_id, name, state=SKIPPED, ended=now, reason=why, event=f"skipped: {why}")
                 steps[name] = self.store.step(self.run_id, name)
                 continue
+            if pending_source(self.wf.steps[name]) is not None:
+                continue  # a fan-out waiting for its list: it runs as its items, once expanded
             if not all(steps[d].state == SUCCEEDED or self._submitted_ahead(d) for d in deps):
                 continue
             if s.not_before and s.not_before > now:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from hetflow.errors import Problem
 from hetflow.spec.dag import children, find_cycle
-from hetflow.spec.models import DATA_PREFIX, Workflow
+from hetflow.spec.models import DATA_PREFIX, Workflow, fanout_parent
 
 LineOf = Callable[[tuple[str | int, ...]], int]
 
@@ -56,7 +56,7 @@ def _check_needs(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
                         f"step {name!r} needs itself; remove it from 'needs'",
                     )
                 )
-            elif dep not in wf.steps:
+            elif dep not in wf.steps and not _pending_item(wf, dep):
                 problems.append(
                     Problem(
                         file,
@@ -171,6 +171,8 @@ def _check_input(wf: Workflow, name: str, key: str, ref: str, file: str, line: i
         return [Problem(file, line, f"input {key!r} of step {name!r}: path {path!r} {why}")]
     if parent == name:
         return [Problem(file, line, f"input {key!r} of step {name!r} reads the step's own output {path!r}")]
+    if _pending_item(wf, parent):
+        return []
     if parent not in wf.steps:
         return [
             Problem(
@@ -190,6 +192,12 @@ def _check_input(wf: Workflow, name: str, key: str, ref: str, file: str, line: i
             )
         ]
     return []
+
+
+def _pending_item(wf: Workflow, name: str) -> bool:
+    """``X.i`` of a fan-out ``X`` still pending (its items exist once its list is known)."""
+    parent = fanout_parent(name)
+    return parent is not None and parent in wf.steps and wf.steps[parent].foreach is not None
 
 
 def _declares(outputs: tuple[str, ...], path: str) -> bool:
@@ -247,6 +255,8 @@ def _check_source(wf: Workflow, name: str, file: str, line_of: LineOf) -> list[P
             ]
         return []
     parent, _, path = ref.partition("/")
+    if _pending_item(wf, parent):
+        return []
     if parent == name or parent not in wf.steps:
         return [
             Problem(
