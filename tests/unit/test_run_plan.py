@@ -136,7 +136,7 @@ def _submit_local(tmp_path: Path, engine: PullingEngine, resolver: CountingResol
     opened = submit_run(
         store,
         load(TWO_VARIANTS),
-        Settings(),
+        Settings(cache=False),  # these tests are about the plan followed, not results reused
         node(gpus=(gpu(0),)),
         home=tmp_path / "home",
         uid=os.getuid(),
@@ -197,7 +197,7 @@ steps:
 def test_resume_follows_the_stored_cluster_plan_after_the_cluster_file_changed(tmp_path: Path) -> None:
     cluster = tmp_path / "cluster.yaml"
     cluster.write_text(CLUSTER.format(name="old-node"))
-    settings = Settings(backend="slurm", cluster=str(cluster))
+    settings = Settings(backend="slurm", cluster=str(cluster), cache=False)  # the plan followed, not reuse
     store = Store(tmp_path / "home" / "state.db")
     backend = QueueBackend(FakeEngine(clock=time.time))
     opened = submit_run(

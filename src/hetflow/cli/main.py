@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from hetflow.cli import images, plan, registry, runs
+from hetflow.cli import cache, images, plan, registry, runs
 from hetflow.cli.common import console, err, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home
 from hetflow.errors import HetflowError, SpecError
@@ -30,6 +30,7 @@ runs.register(app)
 plan.register(app)
 images.register(app)
 registry.register(app)
+cache.register(app)
 
 PARAM_OPT = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE (repeatable).")
 

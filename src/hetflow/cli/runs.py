@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -51,9 +52,12 @@ def run(
     backend: str | None = typer.Option(None, "--backend", help="local (default), slurm or ray."),
     cluster: Path | None = typer.Option(None, "--cluster", help="Cluster file to plan on (slurm, ray)."),
     config: Path | None = typer.Option(None, "--config", help="Settings file (default $HETFLOW_HOME/config.yaml)."),
+    no_cache: bool = typer.Option(False, "--no-cache", help="Run every step: reuse no cached result, keep none."),
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
     settings = load_settings(config, hetflow_home(), os.environ, backend=backend, cluster=cluster)
+    if no_cache:
+        settings = dataclasses.replace(settings, cache=False)
     loaded = load_workflow(file, parse_params(param))
     store, node = open_store(), discover(hetflow_home())
     uid, gid = submitter()

@@ -11,6 +11,9 @@
     engine      the container engine seam (podman, docker, a fake); container, gpu, paths,
                 logs, outputs: what one container gets and leaves behind
     images      pin each step's image to the build for this node
+    data        workflow data resolved at submit (host files hashed, S3 listed and fetched)
+    fanout      fan-outs expanded at submit or run time; publish: results copied out
+    cache       the cross-run cache: keys on content, entries and their objects
     settings    the backend settings a run is started with
     backends/   the engines a run can use (local, Slurm, Ray)
 
@@ -25,7 +28,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hetflow.execute.attempts import RunnerConfig
     from hetflow.execute.backends.factory import make_backend
+    from hetflow.execute.cache import Key, ResultCache, cache_key, input_digests
     from hetflow.execute.container import build_spec, container_env, input_mounts
+    from hetflow.execute.data import DataManifest, resolve_data
     from hetflow.execute.dispatch import ClusterDispatch, Decision, Dispatch, LocalDispatch
     from hetflow.execute.engine import (
         LABEL_ATTEMPT,
@@ -57,6 +62,8 @@ if TYPE_CHECKING:
 _WHERE = {
     "backends.factory": ["make_backend"],
     "attempts": ["RunnerConfig"],
+    "cache": ["Key", "ResultCache", "cache_key", "input_digests"],
+    "data": ["DataManifest", "resolve_data"],
     "container": ["build_spec", "container_env", "input_mounts"],
     "dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
     "engine": [
@@ -98,18 +105,21 @@ __all__ = [
     "ContainerEngine",
     "ContainerSpec",
     "ContainerState",
+    "DataManifest",
     "Decision",
     "Dispatch",
     "DockerEngine",
     "Ended",
     "FakeEngine",
     "GpuAccess",
+    "Key",
     "LocalDispatch",
     "Mount",
     "NullReporter",
     "OpenRun",
     "PinResult",
     "Reporter",
+    "ResultCache",
     "RunPaths",
     "RunPlan",
     "Runner",
@@ -119,6 +129,7 @@ __all__ = [
     "apply_images",
     "build_runner",
     "build_spec",
+    "cache_key",
     "cdi_device_names",
     "container_env",
     "container_name",
@@ -129,6 +140,7 @@ __all__ = [
     "drive",
     "driver_mounts",
     "gpu_access",
+    "input_digests",
     "input_mounts",
     "load_settings",
     "log_tail",
@@ -143,6 +155,7 @@ __all__ = [
     "preflight",
     "read_lines",
     "reset_for_resume",
+    "resolve_data",
     "resume_run",
     "run_args",
     "sha256_of",

@@ -5,7 +5,7 @@ the next decision, so a run killed at any instant resumes from the store."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +15,18 @@ from hetflow.execute.outputs import accept_outputs, missing_outputs
 from hetflow.execute.paths import RunPaths
 from hetflow.execute.publish import PublishError, publish_step
 from hetflow.spec import Step, Workflow
-from hetflow.state import FAILED, STOPPED, SUCCEEDED, WAITING, AttemptFinished, Note, RunEvent, Store, record
+from hetflow.state import (
+    FAILED,
+    STOPPED,
+    SUCCEEDED,
+    WAITING,
+    AttemptFinished,
+    Note,
+    OutputRecord,
+    RunEvent,
+    Store,
+    record,
+)
 
 Publisher = Callable[[Step, Path, int, int], list[str]]
 
@@ -60,6 +71,7 @@ class Attempts:
         budget_start: dict[str, int],
         owner: tuple[int, int] = (0, 0),
         publisher: Publisher | None = None,
+        on_success: Callable[[str, Sequence[OutputRecord]], None] | None = None,
     ) -> None:
         self.store, self.run_id, self.wf, self.paths = store, run_id, workflow, paths
         self.backend, self.config, self.clock = backend, config, clock
@@ -69,6 +81,7 @@ class Attempts:
         self.active: dict[str, Active] = {}
         self.owner = owner
         self.publisher: Publisher = publisher or publish_step
+        self.on_success = on_success
         self._to_remove: list[str] = []
 
     def emit(self, event: RunEvent) -> None:
@@ -109,12 +122,25 @@ class Attempts:
                 self.fail(act, 0, f"exited 0, but its outputs could not be published: {exc}", retry=False)
                 return
             self.emit(Note(0, self.run_id, self.clock(), "published " + "; ".join(published), act.step, "published"))
+        if self.on_success is not None:
+            self.on_success(act.step, records)
         now = self.clock()
         self.store.succeed_step(self.run_id, act.step, act.attempt, records, now, 0)
         self.emit(
             AttemptFinished(0, self.run_id, now, f"{act.container} succeeded", act.step, act.attempt, SUCCEEDED, 0)
         )
         self.release(act)
+
+    def publish(self, name: str, out_dir: Path) -> bool:
+        """Publish a step's outputs taken from the cache; a failure fails the step."""
+        try:
+            published = self.publisher(self.wf.steps[name], out_dir, *self.owner)
+        except PublishError as exc:
+            why = f"its cached outputs could not be published: {exc}"
+            self.store.set_step(self.run_id, name, state=FAILED, reason=why, event=why)
+            return False
+        self.emit(Note(0, self.run_id, self.clock(), "published " + "; ".join(published), name, "published"))
+        return True
 
     def fail(self, act: Active, exit_code: int | None, message: str, retry: bool = True) -> None:
         """The attempt failed: retry after a backoff while the budget lasts (``retry``

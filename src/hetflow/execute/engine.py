@@ -155,6 +155,12 @@ class CliEngine:
     def image_exists(self, image: str) -> bool:
         return self._run(["image", "exists", image], check=False).returncode == 0
 
+    def image_id(self, image: str) -> str | None:
+        """The ID of the image the name points at now (None when there is none)."""
+        proc = self._run(["image", "inspect", "--format", "{{.Id}}", image], check=False)
+        text = proc.stdout.strip()
+        return text if proc.returncode == 0 and text else None
+
     def pull(self, ref: str, *, insecure: bool = False) -> None:
         """Pull one build by digest (what the resolver chose), not the tag's first entry."""
         args = ["pull", "-q", *(["--tls-verify=false"] if insecure and self.name == "podman" else []), ref]
@@ -329,6 +335,9 @@ class FakeEngine:
 
     def image_exists(self, image: str) -> bool:
         return image in self.images
+
+    def image_id(self, image: str) -> str | None:
+        return f"fake:{image}" if image in self.images else None
 
     def start(self, spec: ContainerSpec) -> None:
         if spec.name in self.containers:

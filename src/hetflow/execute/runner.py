@@ -26,6 +26,7 @@ from hetflow.errors import HetflowError
 from hetflow.execute.attempts import Attempts, RunnerConfig
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.local import LocalBackend
+from hetflow.execute.cache import Key, ResultCache, cache_key, input_digests
 from hetflow.execute.data import DataManifest
 from hetflow.execute.dispatch import ClusterDispatch, Dispatch, LocalDispatch
 from hetflow.execute.engine import ContainerEngine
@@ -50,6 +51,8 @@ from hetflow.state import (
     STOPPED,
     SUCCEEDED,
     WAITING,
+    Note,
+    OutputRecord,
     RunRecord,
     RunStateChanged,
     StepRecord,
@@ -97,6 +100,7 @@ class Runner:
         placements: Mapping[str, Placement] | None = None,
         classes: Sequence[MachineClass] = (),
         data: DataManifest | None = None,
+        cache: ResultCache | None = None,
     ) -> None:
         self.store, self.node, self.wf = store, node, workflow
         self.backend: Backend = backend or LocalBackend(engine)
@@ -112,6 +116,9 @@ class Runner:
         # Ready steps are dispatched in this order: the plan's start times when a plan is
         # followed (its ranks, not its clock: a step starts as soon as it can), else file order.
         self.priority = dict(priority or {})
+        self.data = data or DataManifest()
+        self.cache = cache
+        self._image_ids: dict[str, str | None] = {}
         self.order = self._ordered(workflow)
         self._signalled = False
         budget = {
@@ -129,6 +136,7 @@ class Runner:
             clock=clock,
             budget_start=budget,
             owner=(run.uid, run.gid),
+            on_success=self._keep_result,
         )
         # Engines that assign GPUs and queue work (Slurm, Ray) follow the cluster plan's
         # placements; this machine's capacity and GPU leases are hetflow's own concern.
@@ -296,12 +304,75 @@ class Runner:
     def _try_launch(self, name: str, s: StepRecord) -> None:
         decision = self.dispatch.decide(name, self.wf.steps[name])
         if decision.variant is not None:
+            if self._from_cache(name, decision.variant):
+                return
             self.launcher.launch(name, s, decision.variant, decision.gpus, decision.why)
         elif decision.wait:
             if s.reason != decision.why:
                 self.store.set_step(self.run_id, name, reason=decision.why)
         else:
             self._no_fit(name, decision.why)
+
+    # --- the cross-run cache ---------------------------------------------------------------
+
+    def _key(self, name: str, vname: str) -> Key | None:
+        """The step's cache key, or None when it is not cached (``cache: false``, the run's
+        --no-cache, or an image or input whose content cannot be known)."""
+        step = self.wf.steps[name]
+        if self.cache is None or not step.cache:
+            return None
+        variant = step.resolved_variants().get(vname)
+        if variant is None:
+            return None
+        identity = self._image_identity(variant.image)
+        inputs = input_digests(
+            step, lambda parent: self.store.outputs(self.run_id, parent), self.paths.step_out, self.data
+        )
+        if identity is None or inputs is None:
+            return None
+        return cache_key(
+            workflow=self.wf.name,
+            step_name=name,
+            step=step,
+            variant_name=vname,
+            variant=variant,
+            image_identity=identity,
+            inputs=inputs,
+        )
+
+    def _image_identity(self, image: str) -> str | None:
+        if "@sha256:" in image:
+            return image.rsplit("@", 1)[1]
+        if image not in self._image_ids:
+            self._image_ids[image] = self.backend.image_id(image)
+        return self._image_ids[image]
+
+    def _from_cache(self, name: str, vname: str) -> bool:
+        """Take the step's result from the cache when its key has a sound entry."""
+        key = self._key(name, vname)
+        if key is None or self.cache is None:
+            return False
+        entry = self.cache.lookup(key)
+        if entry is None:
+            return False
+        records = self.cache.restore(entry, self.run_id, name, self.paths.step_out(name))
+        if records is None:
+            self.attempts.emit(
+                Note(0, self.run_id, self.clock(), f"cache entry {key.digest[:12]} was damaged; running", name, "cache")
+            )
+            return False
+        why = f"cached: from run {entry.run_id} (key {key.digest[:12]})"
+        self.store.cache_step(self.run_id, name, vname, records, why)
+        if self.wf.steps[name].publish:
+            self.attempts.publish(name, self.paths.step_out(name))
+        return True
+
+    def _keep_result(self, name: str, records: Sequence[OutputRecord]) -> None:
+        """A step succeeded: keep its result under its key for later runs."""
+        step = self.store.step(self.run_id, name)
+        key = self._key(name, step.variant or "")
+        if key is not None and self.cache is not None:
+            self.cache.save(key, workflow=self.wf.name, step=name, run_id=self.run_id, records=records)
 
     def _no_fit(self, name: str, why: str) -> None:
         """Nothing can ever run the step: an optional one is skipped, any other fails."""

@@ -26,6 +26,7 @@ from hetflow.execute.attempts import RunnerConfig
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.backends.local import LocalBackend
+from hetflow.execute.cache import ResultCache
 from hetflow.execute.data import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.engine import ContainerEngine, make_engine
 from hetflow.execute.fanout import expand_at_submit, replay
@@ -227,6 +228,7 @@ def build_runner(opened: OpenRun, reporter: Reporter | None, config: RunnerConfi
         placements=plan.plan.placements if plan.plan is not None and plan.kind != LOCAL else None,
         classes=plan.classes,
         data=plan.data,
+        cache=ResultCache(opened.store, opened.store.path.parent / "cache") if opened.settings.cache else None,
     )
 
 

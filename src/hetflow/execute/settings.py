@@ -31,7 +31,7 @@ import yaml
 from hetflow.errors import UsageError
 
 BACKENDS = ("local", "slurm", "ray")
-_KEYS = {"backend", "cluster", "workdir", "engine", "slurm", "ray"}
+_KEYS = {"backend", "cluster", "workdir", "engine", "slurm", "ray", "cache"}
 
 
 @dataclass(frozen=True)
@@ -42,6 +42,7 @@ class Settings:
     engine: str = "podman"
     slurm: Mapping[str, Any] = field(default_factory=dict)  # the backend's own keys (YAML values)
     ray: Mapping[str, Any] = field(default_factory=dict)
+    cache: bool = True  # the cross-run cache (`hetflow run --no-cache`: False; a resume keeps it)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)

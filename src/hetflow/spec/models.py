@@ -219,6 +219,7 @@ class Step(_Model):
     retries: int = Field(default=0, ge=0, le=100)
     network: bool = False
     optional: bool = Field(default=False, description="skip (with a reason) instead of failing when nothing fits")
+    cache: bool = Field(default=True, description="reuse this step's result across runs when its key is unchanged")
     publish: Annotated[tuple[Publish, ...], BeforeValidator(_coerce_publish)] = ()
     use: str | None = Field(default=None, description="the template this step was written from")
     foreach: object = Field(

@@ -131,3 +131,18 @@ class RunView:
 
     run: RunRecord
     steps: list[StepRecord] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """A step result kept across runs (see ``execute.cache``)."""
+
+    key: str
+    workflow: str
+    step: str
+    run_id: str  # the run that produced it
+    created: float
+    used: float
+    size: int
+    key_json: str
+    outputs_json: str

@@ -19,6 +19,7 @@ from hetflow.errors import StateError
 from hetflow.state.models import (
     STEP_TRANSITIONS,
     AttemptRecord,
+    CacheEntry,
     Event,
     Lease,
     OutputRecord,
@@ -58,12 +59,17 @@ CREATE TABLE IF NOT EXISTS gpu_leases (
   container TEXT NOT NULL, pid INTEGER NOT NULL, acquired REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS run_plans (run_id TEXT PRIMARY KEY REFERENCES runs(id), plan_json TEXT NOT NULL);
 """
-# 3: fan-outs expanded at submit or run time (run_expansions), remembered file hashes (file_hashes)
+# 3: fan-outs expanded at submit or run time (run_expansions), remembered file hashes
+# (file_hashes), the cross-run cache's entries (cache_entries)
 _SCHEMA_DATA = """
 CREATE TABLE IF NOT EXISTS run_expansions (
   run_id TEXT NOT NULL, seq INTEGER NOT NULL, step TEXT NOT NULL, items_json TEXT NOT NULL,
   PRIMARY KEY (run_id, seq));
 CREATE TABLE IF NOT EXISTS file_hashes (key TEXT PRIMARY KEY, sha256 TEXT NOT NULL, seen REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS cache_entries (
+  key TEXT PRIMARY KEY, workflow TEXT NOT NULL, step TEXT NOT NULL, run_id TEXT NOT NULL,
+  created REAL NOT NULL, used REAL NOT NULL, size INTEGER NOT NULL, key_json TEXT NOT NULL,
+  outputs_json TEXT NOT NULL);
 """
 
 
@@ -228,6 +234,57 @@ class Store:
             "SELECT step, items_json FROM run_expansions WHERE run_id = ? ORDER BY seq", (run_id,)
         ).fetchall()
         return [(str(r["step"]), str(r["items_json"])) for r in rows]
+
+    # --- the cross-run cache --------------------------------------------------------------
+
+    def put_cache_entry(self, e: CacheEntry) -> None:
+        now = _now()
+        with self._tx() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO cache_entries VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (e.key, e.workflow, e.step, e.run_id, now, now, e.size, e.key_json, e.outputs_json),
+            )
+
+    def cache_entry(self, key: str) -> CacheEntry | None:
+        row = self._db.execute("SELECT * FROM cache_entries WHERE key = ?", (key,)).fetchone()
+        return None if row is None else CacheEntry(**dict(row))
+
+    def cache_entries(self, prefix: str = "") -> list[CacheEntry]:
+        rows = self._db.execute(
+            "SELECT * FROM cache_entries WHERE key LIKE ? ORDER BY used DESC", (prefix.lower() + "%",)
+        ).fetchall()
+        return [CacheEntry(**dict(r)) for r in rows]
+
+    def touch_cache_entry(self, key: str) -> None:
+        self._db.execute("UPDATE cache_entries SET used = ? WHERE key = ?", (_now(), key))
+
+    def drop_cache_entry(self, key: str) -> None:
+        self._db.execute("DELETE FROM cache_entries WHERE key = ?", (key,))
+
+    def drop_cache_entries(self, used_before: float | None) -> int:
+        if used_before is None:
+            return self._db.execute("DELETE FROM cache_entries").rowcount
+        return self._db.execute("DELETE FROM cache_entries WHERE used < ?", (used_before,)).rowcount
+
+    def cache_step(self, run_id: str, step: str, variant: str, outputs: list[OutputRecord], reason: str) -> None:
+        """The step's result came from the cache: record its outputs, and the step succeeded
+        with no attempt."""
+        now = _now()
+        with self._tx() as db:
+            db.execute("DELETE FROM outputs WHERE run_id = ? AND step = ?", (run_id, step))
+            db.executemany(
+                "INSERT INTO outputs VALUES (?, ?, ?, ?, ?, ?)",
+                [(o.run_id, o.step, o.name, o.sha256, o.size, o.path) for o in outputs],
+            )
+            db.execute(
+                "UPDATE steps SET state = 'succeeded', variant = ?, started = ?, ended = ?, exit_code = 0, reason = ?"
+                " WHERE run_id = ? AND step = ? AND state IN ('pending', 'waiting')",
+                (variant, now, now, reason, run_id, step),
+            )
+            db.execute(
+                "INSERT INTO events (run_id, step, time, kind, message) VALUES (?, ?, ?, 'succeeded', ?)",
+                (run_id, step, now, reason),
+            )
 
     # --- remembered file hashes -----------------------------------------------------------
 

@@ -68,6 +68,11 @@ class Backend(Protocol):
 
     def image_exists(self, image: str) -> bool: ...
 
+    def image_id(self, image: str) -> str | None:
+        """The identity of the image the engine would run (its ID or pinned digest: a
+        rebuild under the same tag changes it), or None when it cannot be known (the
+        step's result is then not cached)."""
+
     def submit(self, job: Job) -> None:
         """Start or queue the job; HetflowError when the engine refuses it."""
 

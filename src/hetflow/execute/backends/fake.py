@@ -75,6 +75,9 @@ class FakeBackend:
     def image_exists(self, image: str) -> bool:
         return self.state.images is None or image in self.state.images
 
+    def image_id(self, image: str) -> str | None:
+        return f"fake:{image}" if self.image_exists(image) else None
+
     def submit(self, job: Job) -> None:
         command = job.container.command
         if len(command) != 3 or command[:2] != ("sh", "-c"):

@@ -20,6 +20,10 @@ class LocalBackend:
     def image_exists(self, image: str) -> bool:
         return self.engine.image_exists(image)
 
+    def image_id(self, image: str) -> str | None:
+        lookup = getattr(self.engine, "image_id", None)  # engines made for tests may not say
+        return lookup(image) if lookup is not None else None
+
     def submit(self, job: Job) -> None:
         self.engine.start(job.container)
 

@@ -35,12 +35,14 @@ import ray
 from ray.exceptions import RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from hetflow.config import engine_env, find_engine
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.backends.ray.container import _probe, ray_nodes
 from hetflow.execute.backends.ray.keeper import _Keeper
 from hetflow.execute.backends.ray.settings import RaySettings
 from hetflow.execute.backends.ray.translate import MARKER, RayNode, node_name, task_request
+from hetflow.execute.engine import CliEngine
 
 HEAD_RESOURCE = "node:__internal_head__"
 
@@ -145,6 +147,15 @@ class RayBackend:
             self._images.add(image)
             return True
         return False
+
+    def image_id(self, image: str) -> str | None:
+        """Asked of this machine's podman: a cached result is reused only where the nodes
+        hold the image this machine holds under that name (they do when they share its
+        image store, as the test cluster does; a pinned digest says it for every node)."""
+        try:
+            return CliEngine(find_engine(), engine_env()).image_id(image)
+        except EngineError:
+            return None
 
     # the run's keeper
 

@@ -45,6 +45,13 @@ class SlurmBackend:
         except EngineError:
             return True  # no engine here: the node's podman decides
 
+    def image_id(self, image: str) -> str | None:
+        """This machine's podman's answer, on the same assumption as ``image_exists``."""
+        try:
+            return CliEngine(find_engine(self.client.env), self.client.env).image_id(image)
+        except EngineError:
+            return None
+
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         return None  # the runner polls (squeue is cheap)
 

@@ -1,0 +1,237 @@
+"""The cross-run cache: a step's result is reused when nothing that could change it changed
+(like Nextflow's -resume, but keyed on content, never on timestamps).
+
+The key is the sha256 of a canonical JSON of what decides a step's result:
+- the workflow and step names and the key format's version;
+- the image's identity: the ID of the image the engine holds (a rebuild under the same tag
+  changes it), or the digest a reference is pinned to;
+- the variant chosen, the command after templating (argv: YAML layout does not matter,
+  whitespace inside an argument does), the variant's environment, ``network``;
+- the declared outputs;
+- the content of every input: the sha256 an upstream step's output was recorded with in
+  this run (an upstream step rerun with identical bytes leaves the key unchanged), and
+  the content digest of workflow data (host files or S3 objects).
+
+Resources (cores, memory), retries, estimates and the like do not enter it: they do not
+change a result.  Entries live in the state store; their files in HETFLOW_HOME/cache/objects,
+content-addressed and hard-linked (copied across file systems).  A hit is verified before
+use: an object deleted or changed makes the entry go and the step run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hetflow.execute.data import DataManifest, sha256_file
+from hetflow.execute.outputs import sha256_of
+from hetflow.spec import DATA_PREFIX, Step, Variant
+from hetflow.state import CacheEntry, OutputRecord, Store
+
+KEY_VERSION = 1
+
+
+@dataclass(frozen=True)
+class Key:
+    digest: str
+    text: str  # the canonical JSON hashed (shown by `hetflow cache show`)
+
+
+def cache_key(
+    *,
+    workflow: str,
+    step_name: str,
+    step: Step,
+    variant_name: str,
+    variant: Variant,
+    image_identity: str,
+    inputs: Mapping[str, str],
+) -> Key:
+    """The key of one step's result (see the module's docstring for what is in it)."""
+    doc: dict[str, Any] = {
+        "version": KEY_VERSION,
+        "workflow": workflow,
+        "step": step_name,
+        "image": image_identity,
+        "variant": variant_name,
+        "command": list(variant.command),
+        "env": dict(sorted(variant.env.items())),
+        "network": step.network,
+        "outputs": sorted(step.outputs),
+        "inputs": dict(sorted(inputs.items())),
+    }
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return Key(hashlib.sha256(text.encode()).hexdigest(), text)
+
+
+def input_digests(
+    step: Step, outputs_of: Callable[[str], Sequence[OutputRecord]], out_dir: Callable[[str], Path], data: DataManifest
+) -> dict[str, str] | None:
+    """input key -> content digest; None when one cannot be known (the step is not cached)."""
+    digests: dict[str, str] = {}
+    for key, ref in step.inputs.items():
+        if ref.startswith(DATA_PREFIX):
+            try:
+                digests[key] = "data:" + data.digest(ref)
+            except KeyError:
+                return None
+            continue
+        parent, _, rel = ref.partition("/")
+        records = {r.name: r for r in outputs_of(parent)}
+        if rel in records:
+            digests[key] = records[rel].sha256
+            continue
+        inside = [r for r in records.values() if rel.startswith(r.name.rstrip("/") + "/")]
+        holds = sorted((n, r.sha256) for n, r in records.items() if n.startswith(rel.rstrip("/") + "/"))
+        if inside:
+            path = out_dir(parent) / rel
+            if not path.exists():
+                return None
+            digests[key] = sha256_of(path)
+        elif holds:
+            digests[key] = hashlib.sha256(json.dumps(holds).encode()).hexdigest()
+        else:
+            return None
+    return digests
+
+
+# --- the store of results -----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Hit:
+    entry: CacheEntry
+    outputs: list[OutputRecord]
+
+
+class ResultCache:
+    """Entries in the state store, their files in ``root/objects``."""
+
+    def __init__(self, store: Store, root: Path) -> None:
+        self.store, self.root = store, root
+        self.objects = root / "objects"
+
+    def object_path(self, sha256: str) -> Path:
+        return self.objects / sha256[:2] / sha256
+
+    def save(self, key: Key, *, workflow: str, step: str, run_id: str, records: Sequence[OutputRecord]) -> None:
+        """Keep the accepted outputs under ``key``: every file linked into the objects."""
+        manifest = []
+        size = 0
+        for r in records:
+            path = Path(r.path)
+            files = (
+                [(p.relative_to(path).as_posix(), p) for p in sorted(path.rglob("*")) if p.is_file()]
+                if path.is_dir()
+                else [("", path)]
+            )
+            entries = []
+            for rel, p in files:
+                sha = sha256_file(p)
+                self._keep(p, sha)
+                n = p.stat().st_size
+                size += n
+                entries.append([rel, sha, n])
+            manifest.append(
+                {"name": r.name, "sha256": r.sha256, "size": r.size, "dir": path.is_dir(), "files": entries}
+            )
+        self.store.put_cache_entry(
+            CacheEntry(
+                key=key.digest,
+                workflow=workflow,
+                step=step,
+                run_id=run_id,
+                created=0.0,
+                used=0.0,
+                size=size,
+                key_json=key.text,
+                outputs_json=json.dumps(manifest),
+            )
+        )
+
+    def _keep(self, src: Path, sha: str) -> None:
+        target = self.object_path(sha)
+        if target.exists() and target.stat().st_size == src.stat().st_size:
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{sha}.tmp{os.getpid()}")
+        tmp.unlink(missing_ok=True)
+        try:
+            os.link(src, tmp)
+        except OSError:
+            shutil.copyfile(src, tmp)
+        os.replace(tmp, target)
+
+    def lookup(self, key: Key) -> CacheEntry | None:
+        return self.store.cache_entry(key.digest)
+
+    def restore(self, entry: CacheEntry, run_id: str, step: str, final: Path) -> list[OutputRecord] | None:
+        """Put the entry's outputs in ``final`` (verified first); None, and the entry dropped,
+        when an object is gone or changed."""
+        manifest = json.loads(entry.outputs_json)
+        for out in manifest:
+            for _rel, sha, size in out["files"]:
+                obj = self.object_path(sha)
+                if not obj.is_file() or obj.stat().st_size != size or sha256_file(obj) != sha:
+                    self.store.drop_cache_entry(entry.key)
+                    return None
+        staging = final.with_name(final.name + ".cache")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        records = []
+        for out in manifest:
+            target = staging / out["name"]
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if out["dir"]:
+                target.mkdir(exist_ok=True)
+            for rel, sha, _size in out["files"]:
+                dest = target / rel if rel else target
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                self._place(self.object_path(sha), dest)
+            records.append(
+                OutputRecord(run_id, step, out["name"], out["sha256"], out["size"], str(final / out["name"]))
+            )
+        trash = final.with_name(final.name + ".old")
+        if final.exists():
+            shutil.rmtree(trash, ignore_errors=True)
+            os.replace(final, trash)
+        os.replace(staging, final)
+        shutil.rmtree(trash, ignore_errors=True)
+        self.store.touch_cache_entry(entry.key)
+        return records
+
+    @staticmethod
+    def _place(obj: Path, dest: Path) -> None:
+        """A hard link (a copy across file systems).  A user who edits a run's output in
+        place edits the object too: the next hit's verification finds it and drops the entry."""
+        try:
+            os.link(obj, dest)
+        except OSError:
+            shutil.copyfile(obj, dest)
+
+    def prune(self, older_than: float | None) -> tuple[int, int]:
+        """Drop entries last used before ``older_than`` (all when None) and the objects no
+        entry names any more; returns (entries dropped, bytes freed)."""
+        dropped = self.store.drop_cache_entries(older_than)
+        keep: set[str] = set()
+        for e in self.store.cache_entries():
+            for out in json.loads(e.outputs_json):
+                keep.update(sha for _rel, sha, _size in out["files"])
+        freed = 0
+        if self.objects.is_dir():
+            for p in self.objects.rglob("*"):
+                if p.is_file() and p.name not in keep:
+                    freed += p.stat().st_size
+                    p.unlink()
+        return dropped, freed
+
+    def disk_usage(self) -> int:
+        if not self.objects.is_dir():
+            return 0
+        return sum(p.stat().st_size for p in self.objects.rglob("*") if p.is_file())
