@@ -294,24 +294,27 @@ class Runner:
                 continue
             if s.not_before and s.not_before > now:
                 continue
-            self._try_launch(name, s)
+            if self._try_launch(name, s):
+                steps[name] = self.store.step(self.run_id, name)  # from the cache: its children may go now
 
     def _submitted_ahead(self, step: str) -> bool:
         """With an engine that holds the DAG's order (Slurm afterok), a child is submitted
         as soon as its parent is: the engine starts it when the parent succeeds."""
         return self.backend.capabilities.holds_dependencies and step in self.attempts.active
 
-    def _try_launch(self, name: str, s: StepRecord) -> None:
+    def _try_launch(self, name: str, s: StepRecord) -> bool:
+        """Launch the step, or take its result from the cache (True)."""
         decision = self.dispatch.decide(name, self.wf.steps[name])
         if decision.variant is not None:
             if self._from_cache(name, decision.variant):
-                return
+                return True
             self.launcher.launch(name, s, decision.variant, decision.gpus, decision.why)
         elif decision.wait:
             if s.reason != decision.why:
                 self.store.set_step(self.run_id, name, reason=decision.why)
         else:
             self._no_fit(name, decision.why)
+        return False
 
     # --- the cross-run cache ---------------------------------------------------------------
 
