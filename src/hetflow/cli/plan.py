@@ -15,6 +15,15 @@ from hetflow.spec import LoadedWorkflow, load_workflow, parse_duration
 
 cluster_app = typer.Typer(help="Virtual clusters: which nodes to rent.", no_args_is_help=True)
 profile_app = typer.Typer(help="Run times learned from finished runs.", no_args_is_help=True)
+
+
+def _load(workflow: Path, param: list[str]) -> LoadedWorkflow:
+    """The workflow with its fan-outs over host data expanded (the files are listed)."""
+    from hetflow.execute import expand_for_planning
+
+    return expand_for_planning(load_workflow(workflow, parse_params(param)))
+
+
 import_app = typer.Typer(help="Convert workflows from other formats.", no_args_is_help=True)
 export_app = typer.Typer(help="Write a planned run for another system.", no_args_is_help=True)
 
@@ -112,7 +121,7 @@ def plan_cmd(
     ),
 ) -> None:
     """Choose variant, node and GPUs for every step of a workflow on a cluster."""
-    loaded = load_workflow(workflow, parse_params(param))
+    loaded = _load(workflow, param)
     instance = _instance(loaded, cluster)
     t0 = time.perf_counter()
     plan = _solve(
@@ -168,7 +177,7 @@ def simulate_cmd(
 
     if not 0 <= noise < 1:
         raise UsageError(f"--noise {noise}: give a spread in [0, 1), e.g. 0.2 for ±20%")
-    loaded = load_workflow(workflow, parse_params(param))
+    loaded = _load(workflow, param)
     instance = _instance(loaded, cluster)
     plan = _solve(instance, objective="makespan", deadline=None, budget=None, exact=False, time_limit=0, seed=seed)
     result = simulate(instance, plan, noise=noise, seed=seed)
@@ -195,7 +204,7 @@ def _catalog_cmd(
 
     if deadline is not None and budget is not None:
         raise UsageError("give --deadline or --budget, not both")
-    loaded = load_workflow(workflow, parse_params(param))
+    loaded = _load(workflow, param)
     cat = load_catalog(catalog)
     result = plan_virtual_cluster(
         loaded.workflow,
@@ -289,7 +298,12 @@ def export_kubernetes_cmd(
     from hetflow.export import kubernetes as k8s
     from hetflow.plan import load_cluster
 
-    loaded = load_workflow(workflow, parse_params(param))
+    loaded = _load(workflow, param)
+    if loaded.workflow.data or any(step.publish for step in loaded.workflow.steps.values()):
+        raise UsageError(
+            f"{workflow}: the Kubernetes export does not carry workflow data or publish targets yet; "
+            "put the data on the work directory's volume and read it from a step, or run with --backend slurm|ray"
+        )
     plan = _solve(
         _instance(loaded, cluster),
         objective=objective,

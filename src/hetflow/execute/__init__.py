@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         make_engine,
         run_args,
     )
+    from hetflow.execute.fanout import expand_for_planning
     from hetflow.execute.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
     from hetflow.execute.images import PinResult, default_resolver, pin_images
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, stop_run
@@ -64,6 +65,7 @@ _WHERE = {
     "attempts": ["RunnerConfig"],
     "cache": ["Key", "ResultCache", "cache_key", "input_digests"],
     "data": ["DataManifest", "resolve_data"],
+    "fanout": ["expand_for_planning"],
     "container": ["build_spec", "container_env", "input_mounts"],
     "dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
     "engine": [
@@ -139,6 +141,7 @@ __all__ = [
     "default_resolver",
     "drive",
     "driver_mounts",
+    "expand_for_planning",
     "gpu_access",
     "input_digests",
     "input_mounts",

@@ -105,6 +105,16 @@ class NoMemo:
         pass
 
 
+class _Unhashed:
+    """For listing only (``hetflow plan``): no file is read."""
+
+    def file_hash(self, key: str) -> str | None:
+        return ""
+
+    def remember_hash(self, key: str, sha256: str) -> None:
+        pass
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -137,7 +147,10 @@ class Located:
         return Problem(self.file, self.line_of(("data", name)), f"data {name!r}: {message}")
 
 
-def resolve_host(name: str, ds: DataSet, memo: HashMemo, where: Located) -> DataSetFiles:
+def resolve_host(name: str, ds: DataSet, memo: HashMemo, where: Located, *, hash_files: bool = True) -> DataSetFiles:
+    """List a host data entry (and hash its files, unless only the list is wanted)."""
+    if not hash_files:
+        memo = _Unhashed()
     assert ds.path is not None
     path = ds.path
     if glob.has_magic(path):

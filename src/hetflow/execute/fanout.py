@@ -11,8 +11,16 @@ from pathlib import Path
 from typing import Any
 
 from hetflow.errors import HetflowError
-from hetflow.execute.data import DataManifest, data_items
-from hetflow.spec import LoadedWorkflow, Source, expand_loaded, file_items, line_items, pending_source
+from hetflow.execute.data import DataManifest, Located, NoMemo, data_items, resolve_host
+from hetflow.spec import (
+    DATA_PREFIX,
+    LoadedWorkflow,
+    Source,
+    expand_loaded,
+    file_items,
+    line_items,
+    pending_source,
+)
 
 Expansion = tuple[str, str]  # (step, items as JSON), as the store records it
 
@@ -30,6 +38,29 @@ def expand_at_submit(loaded: LoadedWorkflow, manifest: DataManifest) -> tuple[Lo
     if not known:
         return loaded, []
     return expand_loaded(loaded, known), [(n, json.dumps(items)) for n, items in known.items()]
+
+
+def expand_for_planning(loaded: LoadedWorkflow) -> LoadedWorkflow:
+    """Fan-outs over host data, expanded from a listing of the files (nothing is hashed or
+    downloaded): what ``hetflow plan`` shows.  Fan-outs over S3 data or over an upstream
+    step's output stay one step until a run knows their lists."""
+    wf = loaded.workflow
+    where = Located(loaded.file, lambda loc: loaded.line(*loc))
+    wanted = {
+        name: src for name, step in wf.steps.items() if (src := pending_source(step)) is not None and src.step is None
+    }
+    sets = {}
+    for src in wanted.values():
+        dname = src.ref.removeprefix(DATA_PREFIX).split("/", 1)[0]
+        ds = wf.data.get(dname)
+        if ds is not None and not ds.is_s3 and dname not in sets:
+            sets[dname] = resolve_host(dname, ds, NoMemo(), where, hash_files=False)
+    manifest = DataManifest(sets)
+    known = {}
+    for name, src in wanted.items():
+        if src.ref.removeprefix(DATA_PREFIX).split("/", 1)[0] in sets:
+            known[name] = data_items(manifest, src.kind, src.ref)
+    return expand_loaded(loaded, known) if known else loaded
 
 
 def replay(loaded: LoadedWorkflow, expansions: Sequence[Expansion]) -> LoadedWorkflow:
