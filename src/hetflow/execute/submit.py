@@ -25,6 +25,7 @@ def preflight(loaded: LoadedWorkflow, node: Node, engine: ContainerEngine | None
         return problems
     total = Capacity.of(node)
     seen: dict[str, bool] = {}
+    missing: dict[str, list[tuple[str, int]]] = {}  # image -> (who, line), in file order
     for sname, step in loaded.workflow.steps.items():
         for vname, v in step.resolved_variants().items():
             if not check(v, total, where="this machine", now=False, labels=node.labels).ok:
@@ -34,14 +35,18 @@ def preflight(loaded: LoadedWorkflow, node: Node, engine: ContainerEngine | None
             if not seen[v.image]:
                 loc = ("steps", sname, "variants", vname, "image") if step.variants else ("steps", sname, "image")
                 label = f"step {sname!r}" + (f" variant {vname!r}" if step.variants else "")
-                problems.append(
-                    Problem(
-                        loaded.file,
-                        loaded.line(*loc),
-                        f"{label}: image {v.image!r} is not in {engine.name}'s image store; build it "
-                        f"('make images' for the examples) or pull it ({engine.name} pull {v.image})",
-                    )
-                )
+                missing.setdefault(v.image, []).append((label, loaded.line(*loc)))
+    for image, users in missing.items():
+        label, line = users[0]
+        more = f" (and {len(users) - 1} more step(s) use it)" if len(users) > 1 else ""
+        problems.append(
+            Problem(
+                loaded.file,
+                line,
+                f"{label}: image {image!r} is not in {engine.name}'s image store{more}; build it "
+                f"('make images' for the examples) or pull it ({engine.name} pull {image})",
+            )
+        )
     return problems
 
 
