@@ -122,7 +122,7 @@ def _check_paths(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
                 )
         for key, ref in step.inputs.items():
             loc = ("steps", name, "inputs", key)
-            problems += _check_input(wf, name, key, ref, file, line_of(loc))
+            problems += _check_input(wf, name, key, ref, file, lambda loc=loc: line_of(loc))  # type: ignore[misc]
         problems += _check_publish(wf, name, file, line_of)
         problems += _check_source(wf, name, file, line_of)
     return problems
@@ -131,13 +131,14 @@ def _check_paths(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
 _GATHER_KEY = re.compile(r"^(?P<key>[^/]+)/[0-9]+$")  # k/i: item i of a gathered fan-out
 
 
-def _check_input(wf: Workflow, name: str, key: str, ref: str, file: str, line: int) -> list[Problem]:
+def _check_input(wf: Workflow, name: str, key: str, ref: str, file: str, at: Callable[[], int]) -> list[Problem]:
+    """(``at`` gives the line: computed only for a problem.)"""
     gathered = _GATHER_KEY.match(key)
     bare = gathered.group("key") if gathered else key
     if not bare.replace("-", "_").isidentifier():
         return [
             Problem(
-                file, line, f"input name {key!r} of step {name!r} becomes /in/{key}; use letters, digits, '-' or '_'"
+                file, at(), f"input name {key!r} of step {name!r} becomes /in/{key}; use letters, digits, '-' or '_'"
             )
         ]
     if "{{" in ref:
@@ -149,35 +150,35 @@ def _check_input(wf: Workflow, name: str, key: str, ref: str, file: str, line: i
             return [
                 Problem(
                     file,
-                    line,
+                    at(),
                     f"input {key!r} of step {name!r} reads {ref!r}: no data {dname!r}{_hint(dname, wf.data)} "
                     f"is declared under 'data' (declared: {declared})",
                 )
             ]
         why = _bad_path(path) if path else None
-        return [Problem(file, line, f"input {key!r} of step {name!r}: path {path!r} {why}")] if why else []
+        return [Problem(file, at(), f"input {key!r} of step {name!r}: path {path!r} {why}")] if why else []
     parent, _, path = ref.partition("/")
     if not path:
         return [
             Problem(
                 file,
-                line,
+                at(),
                 f"input {key!r} of step {name!r} is {ref!r}; write STEP/OUTPUT (e.g. generate/matrix.npy) "
                 "or data.NAME for workflow data",
             )
         ]
     why = _bad_path(path)
     if why:
-        return [Problem(file, line, f"input {key!r} of step {name!r}: path {path!r} {why}")]
+        return [Problem(file, at(), f"input {key!r} of step {name!r}: path {path!r} {why}")]
     if parent == name:
-        return [Problem(file, line, f"input {key!r} of step {name!r} reads the step's own output {path!r}")]
+        return [Problem(file, at(), f"input {key!r} of step {name!r} reads the step's own output {path!r}")]
     if _pending_item(wf, parent):
         return []
     if parent not in wf.steps:
         return [
             Problem(
                 file,
-                line,
+                at(),
                 f"input {key!r} of step {name!r} reads from unknown step {parent!r}{_hint(parent, wf.steps)}",
             )
         ]
@@ -186,7 +187,7 @@ def _check_input(wf: Workflow, name: str, key: str, ref: str, file: str, line: i
         return [
             Problem(
                 file,
-                line,
+                at(),
                 f"input {key!r} of step {name!r} reads {path!r}, which step {parent!r} "
                 f"does not declare in 'outputs' (it declares: {listed})",
             )

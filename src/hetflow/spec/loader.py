@@ -7,19 +7,26 @@ Line numbers come from the YAML node tree, so pydantic's error locations
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
+import functools
+import hashlib
+import json
+import os
+import pickle
 import re
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar
 
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from hetflow.config import hetflow_home
 from hetflow.errors import Problem, SpecError
 from hetflow.spec.checks import check_workflow
 from hetflow.spec.fanout import expand, expand_static, is_fanout
@@ -67,7 +74,61 @@ def load_workflow(
         raise SpecError([Problem(str(p), 1, "no such file; give the path of a workflow YAML")]) from None
     except (OSError, UnicodeDecodeError) as exc:
         raise SpecError([Problem(str(p), 1, f"cannot read the file: {exc}")]) from None
-    return parse_workflow(text, str(p), overrides, base=base or p.resolve().parent)
+    base = base or p.resolve().parent
+    if len(text) >= PARSE_CACHE_MIN_BYTES and not os.environ.get("HETFLOW_NO_PARSE_CACHE"):
+        return _load_cached(text, str(p), overrides, base)
+    return parse_workflow(text, str(p), overrides, base=base)
+
+
+# --- parsed big workflows, kept by content ---------------------------------------------------
+
+PARSE_CACHE_MIN_BYTES = 256 * 1024  # about 1,000 steps: below that, parsing is quicker than the cache
+_PARSE_CACHE_KEEP = 32
+
+
+@functools.cache
+def _code_digest() -> str:
+    """The spec package's own source: a parse kept by another hetflow is not reused."""
+    h = hashlib.sha256()
+    for f in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _load_cached(text: str, file: str, overrides: Mapping[str, object] | None, base: Path) -> LoadedWorkflow:
+    """A big workflow parsed before, with the same text, path, params, includes and hetflow,
+    is read back from HETFLOW_HOME/cache/specs instead of parsed again (like Python's .pyc).
+    Anything wrong with the kept copy means a parse; a failed parse is never kept."""
+    key = hashlib.sha256(
+        json.dumps([_code_digest(), file, str(base), sorted((overrides or {}).items(), key=str), text]).encode()
+    ).hexdigest()
+    folder = hetflow_home() / "cache" / "specs"
+    kept = folder / f"{key}.pickle"
+    try:
+        with kept.open("rb") as f:
+            includes, loaded = pickle.load(f)
+        if all(_digest_of(Path(i)) == d for i, d in includes) and isinstance(loaded, LoadedWorkflow):
+            return loaded
+    except (OSError, pickle.PickleError, EOFError, ValueError, TypeError, AttributeError):
+        pass
+    loaded = parse_workflow(text, file, overrides, base=base)
+    includes = [(i, _digest_of(Path(i))) for i in loaded.workflow.include]
+    with contextlib.suppress(OSError, pickle.PickleError):
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = kept.with_suffix(f".tmp{os.getpid()}")
+        with tmp.open("wb") as f:
+            pickle.dump((includes, loaded), f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, kept)
+        for old in sorted(folder.glob("*.pickle"), key=lambda q: q.stat().st_mtime)[:-_PARSE_CACHE_KEEP]:
+            old.unlink(missing_ok=True)
+    return loaded
+
+
+def _digest_of(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
 
 
 def parse_workflow(
@@ -177,9 +238,31 @@ def absolute_paths(wf: Workflow, base: Path) -> Workflow:
 # --- YAML with line numbers -------------------------------------------------------------
 
 
+_CLoader = getattr(yaml, "CSafeLoader", None)
+
+
+class _Loader(_CLoader or yaml.SafeLoader):  # type: ignore[misc]
+    """YAML's safe schema, parsed by libyaml where PyYAML was built with it (about five
+    times faster than the pure-Python parser), with each plain scalar's tag resolved once
+    per distinct text (a big workflow repeats its images, commands and keys)."""
+
+    _resolved: ClassVar[dict[tuple[str, bool, bool], str]] = {}
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        if kind is yaml.ScalarNode:
+            key = (value, implicit[0], implicit[1])
+            tag = self._resolved.get(key)
+            if tag is None:
+                tag = super().resolve(kind, value, implicit)
+                if len(self._resolved) < 100_000:
+                    self._resolved[key] = tag
+            return tag
+        return super().resolve(kind, value, implicit)
+
+
 def compose_yaml(text: str, file: str) -> tuple[Any, dict[Loc, int], list[Problem]]:
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
+        node = yaml.compose(text, Loader=_Loader)
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
@@ -192,34 +275,57 @@ def compose_yaml(text: str, file: str) -> tuple[Any, dict[Loc, int], list[Proble
         )
     lines: dict[Loc, int] = {}
     problems: list[Problem] = []
-    constructor = yaml.SafeLoader("")
-    return _build(node, (), lines, problems, file, constructor), lines, problems
+    builder = _Builder(file, lines, problems)
+    return builder.build(node, ()), lines, problems
 
 
-def _build(
-    node: yaml.Node,
-    path: Loc,
-    lines: dict[Loc, int],
-    problems: list[Problem],
-    file: str,
-    constructor: yaml.SafeLoader,
-) -> Any:
-    lines.setdefault(path, node.start_mark.line + 1)
-    if isinstance(node, yaml.MappingNode):
-        out: dict[Any, Any] = {}
-        for knode, vnode in node.value:
-            key = constructor.construct_object(knode, deep=True)
-            if isinstance(key, list | dict):
-                problems.append(Problem(file, knode.start_mark.line + 1, "a mapping key must be a plain value"))
-                continue
-            if key in out:
-                problems.append(Problem(file, knode.start_mark.line + 1, f"duplicate key {key!r}; keep only one"))
-            lines[(*path, key)] = knode.start_mark.line + 1
-            out[key] = _build(vnode, (*path, key), lines, problems, file, constructor)
-        return out
-    if isinstance(node, yaml.SequenceNode):
-        return [_build(v, (*path, i), lines, problems, file, constructor) for i, v in enumerate(node.value)]
-    return constructor.construct_object(node, deep=True)
+_SCALARS = (str, int, float, bool, type(None))
+
+
+class _Builder:
+    """Plain Python values from the node tree, recording each key's line; scalars are
+    constructed once per distinct (tag, text)."""
+
+    def __init__(self, file: str, lines: dict[Loc, int], problems: list[Problem]) -> None:
+        self.file, self.lines, self.problems = file, lines, problems
+        self.constructor = yaml.SafeLoader("")
+        self.scalars: dict[tuple[str, str], Any] = {}
+
+    def scalar(self, node: yaml.Node) -> Any:
+        key = (node.tag, node.value)
+        try:
+            return self.scalars[key]
+        except KeyError:
+            value = self.constructor.construct_object(node, deep=True)
+            if isinstance(value, _SCALARS):
+                self.scalars[key] = value
+            return value
+
+    def build(self, node: yaml.Node, path: Loc) -> Any:
+        lines = self.lines
+        lines.setdefault(path, node.start_mark.line + 1)
+        if isinstance(node, yaml.MappingNode):
+            out: dict[Any, Any] = {}
+            for knode, vnode in node.value:
+                key = self.scalar(knode) if isinstance(knode, yaml.ScalarNode) else None
+                if not isinstance(knode, yaml.ScalarNode) or isinstance(key, list | dict):
+                    self.problems.append(
+                        Problem(self.file, knode.start_mark.line + 1, "a mapping key must be a plain value")
+                    )
+                    continue
+                if key in out:
+                    self.problems.append(
+                        Problem(self.file, knode.start_mark.line + 1, f"duplicate key {key!r}; keep only one")
+                    )
+                sub: Loc = (*path, key)  # type: ignore[arg-type]  # keys are YAML scalars (None, bools, ...)
+                lines[sub] = knode.start_mark.line + 1
+                out[key] = self.build(vnode, sub)
+            return out
+        if isinstance(node, yaml.SequenceNode):
+            return [self.build(v, (*path, i)) for i, v in enumerate(node.value)]
+        if isinstance(node, yaml.ScalarNode):
+            return self.scalar(node)
+        return self.constructor.construct_object(node, deep=True)
 
 
 # --- params ---------------------------------------------------------------------------

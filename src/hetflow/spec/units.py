@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -29,7 +30,12 @@ def parse_memory(value: object) -> int:
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"memory must be a finite, non-negative size, got {value}")
         return int(value)
-    m = _MEM_RE.match(str(value))
+    return _parse_memory_text(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_memory_text(value: str) -> int:
+    m = _MEM_RE.match(value)
     if not m:
         raise ValueError(f"{value!r} is not a memory size; write e.g. 512Mi, 2Gi or 4096 (bytes)")
     unit = m.group(2) or ""
@@ -46,7 +52,13 @@ def parse_duration(value: object) -> float:
         if not math.isfinite(value) or value < 0:
             raise ValueError(f"a duration must be finite and non-negative, got {value}")
         return float(value)
-    text = str(value).strip()
+    return _parse_duration_text(str(value))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_duration_text(value: str) -> float:
+    """(Cached: a big workflow writes the same few durations thousands of times.)"""
+    text = value.strip()
     parts = _DUR_RE.findall(text)
     if not parts or _DUR_RE.sub("", text).strip():
         raise ValueError(f"{value!r} is not a duration; write e.g. 20s, 4m or 1h30m")
