@@ -35,6 +35,7 @@ from hetflow.state.models import (
     STEP_TRANSITIONS,
     STOPPED,
     SUCCEEDED,
+    USAGE_FIELDS,
     WAITING,
     AttemptRecord,
     Event,
@@ -43,6 +44,7 @@ from hetflow.state.models import (
     RunRecord,
     RunView,
     StepRecord,
+    UsageRow,
 )
 from hetflow.state.store import SCHEMA_VERSION, Store
 
@@ -63,6 +65,7 @@ __all__ = [
     "STEP_TRANSITIONS",
     "STOPPED",
     "SUCCEEDED",
+    "USAGE_FIELDS",
     "WAITING",
     "AttemptFinished",
     "AttemptRecord",
@@ -79,6 +82,7 @@ __all__ = [
     "StepRecord",
     "StepStateChanged",
     "Store",
+    "UsageRow",
     "follow",
     "record",
     "tail",
