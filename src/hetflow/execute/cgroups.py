@@ -20,6 +20,7 @@ A figure that cannot be read is ``None`` ("unknown"), never a guess.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -165,7 +166,5 @@ def remove(layout: CgroupLayout, container: str) -> None:
             continue
         dirs = [Path(d) for d, _, _ in os.walk(top)]
         for d in sorted(dirs, key=lambda p: len(p.parts), reverse=True):
-            try:
+            with contextlib.suppress(OSError):
                 d.rmdir()
-            except OSError:
-                pass

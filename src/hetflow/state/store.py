@@ -18,6 +18,7 @@ from typing import Any
 from hetflow.errors import StateError
 from hetflow.state.models import (
     STEP_TRANSITIONS,
+    USAGE_FIELDS,
     AttemptRecord,
     Event,
     Lease,
@@ -25,7 +26,6 @@ from hetflow.state.models import (
     RunRecord,
     StepRecord,
     UsageRow,
-    USAGE_FIELDS,
 )
 
 # 3: attempts record what they asked for and used (requested cpus and memory, peak memory,

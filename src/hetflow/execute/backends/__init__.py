@@ -20,4 +20,14 @@ from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.backends.fake import FakeBackend, FakeState
 from hetflow.execute.backends.local import LocalBackend
 
-__all__ = ["Backend", "Capabilities", "FakeBackend", "FakeState", "Job", "JobState", "LocalBackend", "MeasuresUsage", "make_backend"]
+__all__ = [
+    "Backend",
+    "Capabilities",
+    "FakeBackend",
+    "FakeState",
+    "Job",
+    "JobState",
+    "LocalBackend",
+    "MeasuresUsage",
+    "make_backend",
+]
