@@ -18,7 +18,7 @@ from hetflow.images.errors import NotFoundError
 from hetflow.images.service import ResolveResult
 from hetflow.inventory.models import Node
 from hetflow.plan.instance import MachineClass, Placement, Plan
-from hetflow.state import Store
+from hetflow.state import SCHEMA_VERSION, Store
 from tests.unit.builders import gpu, load, node
 from tests.unit.test_runner_cluster import QueueBackend
 
@@ -274,7 +274,7 @@ def test_a_schema_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
     )
     assert store.plan_json("r2") == "{}"
     version = sqlite3.connect(path).execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    assert version == ("3",)
+    assert version == (str(SCHEMA_VERSION),)
     store.record_expansion("r2", "a", "[1, 2]")  # schema 3: fan-out expansions are kept
     assert store.expansions("r2") == [("a", "[1, 2]")]
     Store(path)  # opening again finds nothing to do

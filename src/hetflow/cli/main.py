@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from hetflow.cli import cache, images, plan, registry, runs
+from hetflow.cli import cache, images, plan, record, registry, runs
 from hetflow.cli.common import console, err, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home
 from hetflow.errors import HetflowError, SpecError
@@ -27,6 +27,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 runs.register(app)
+record.register(app)
 plan.register(app)
 images.register(app)
 registry.register(app)

@@ -9,7 +9,7 @@ import typer
 
 from hetflow.cli.common import console, err, open_store, parse_params, print_json
 from hetflow.errors import UsageError
-from hetflow.plan import Instance, Plan, learn, profile_for
+from hetflow.plan import Instance, Plan, Suggestion, UsageSample, learn, profile_for, suggest_sizes
 from hetflow.report import explain_step, plan_json, plan_table
 from hetflow.spec import LoadedWorkflow, load_workflow, parse_duration
 
@@ -59,6 +59,16 @@ def _money(value: str | None) -> float | None:
     if out < 0:
         raise UsageError(f"--budget {value!r} must not be negative")
     return out
+
+
+def _suggestions(workflow: str | None) -> list[Suggestion]:
+    """Right-sizing notes from the recorded use of past runs (notes only: requests stay)."""
+    rows = open_store().usage_history(workflow)
+    return suggest_sizes(UsageSample(**r.__dict__) for r in rows)
+
+
+def _suggestion_json(s: Suggestion) -> dict[str, object]:
+    return {**s.__dict__, "message": s.message}
 
 
 def _instance(loaded: LoadedWorkflow, cluster_file: Path, *, saga: bool = False) -> Instance:
@@ -139,9 +149,11 @@ def plan_cmd(
         from hetflow.report import write_gantt
 
         write_gantt(plan, instance, gantt)
+    suggestions = _suggestions(loaded.workflow.name)
     if json_out:
         data = plan_json(plan, instance, explain=explain)
         data["planning_seconds"] = round(took, 4)
+        data["rightsizing"] = [_suggestion_json(s) for s in suggestions]
         print_json(data)
         return
     console.print(plan_table(plan))
@@ -151,6 +163,8 @@ def plan_cmd(
     )
     for note in plan.notes:
         err.print(f"note: {note}", highlight=False)
+    for s in suggestions:
+        err.print(f"note: {s.message}", highlight=False)
     if gantt is not None:
         console.print(f"schedule drawn to {gantt}")
     if explain:
@@ -227,11 +241,14 @@ def profile_show(
     workflow: str | None = typer.Option(None, "--workflow", help="Only this workflow (by name)."),
     json_out: bool = typer.Option(False, "--json"),
 ) -> None:
-    """Run times learned per (step, variant, node class); they win over written estimates."""
+    """Run times learned per (step, variant, node class); they win over written estimates.
+    Also says which steps ask far more memory or CPUs than they used (right-sizing)."""
     entries = learn(open_store().history(workflow))
     if json_out:
         print_json([e.__dict__ for e in entries])
         return
+    for s in _suggestions(workflow):
+        err.print(f"note: {s.message}", highlight=False)
     if not entries:
         console.print("nothing learned yet: profiles come from succeeded steps of 'hetflow run'")
         return

@@ -9,7 +9,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetflow.execute.backends.base import Backend
+from hetflow.execute.backends.base import Backend, MeasuresUsage
 from hetflow.execute.logs import log_tail
 from hetflow.execute.outputs import accept_outputs, missing_outputs
 from hetflow.execute.paths import RunPaths
@@ -55,6 +55,7 @@ class Active:
     cpus: float
     memory: int
     gpus: tuple[str, ...]  # leased GPU UUIDs
+    measured: bool = False  # its usage was read (and its cgroup removed)
 
 
 class Attempts:
@@ -101,6 +102,24 @@ class Attempts:
             elif not st.running:
                 self.finalize(act, st.exit_code if st.exit_code is not None else 255)
 
+    def record_usage(self, act: Active) -> None:
+        """Store what the attempt used, read before its container (and cgroup) is removed.
+        Backends that cannot measure leave it unknown (NULL), never a guess."""
+        if not isinstance(self.backend, MeasuresUsage) or act.measured:
+            return
+        act.measured = True  # read once: the cgroup is gone after
+        u = self.backend.usage(act.container)
+        self.store.set_usage(
+            self.run_id,
+            act.step,
+            act.attempt,
+            peak_memory=u.peak_memory,
+            cpu_seconds=u.cpu_seconds,
+            image_id=u.image_id,
+            run_started=u.started,
+            run_ended=u.ended,
+        )
+
     def finalize(self, act: Active, exit_code: int) -> None:
         step = self.wf.steps[act.step]
         staging = self.paths.staging(act.step, act.attempt)
@@ -108,6 +127,7 @@ class Attempts:
         if exit_code != 0:
             self.fail(act, exit_code, exit_reason(exit_code))
             return
+        self.record_usage(act)
         if not staging.exists() and final.exists():
             staging = final  # crashed after the rename, before the commit
         missing = missing_outputs(staging, step.outputs)
@@ -145,6 +165,7 @@ class Attempts:
     def fail(self, act: Active, exit_code: int | None, message: str, retry: bool = True) -> None:
         """The attempt failed: retry after a backoff while the budget lasts (``retry``
         False: a failure running again cannot mend, such as a result that cannot be published)."""
+        self.record_usage(act)
         tail = log_tail(self.paths.log(act.step, act.attempt), 3)
         detail = f"{message}" + (f"; last output: {' | '.join(tail)}" if tail else "")
         now = self.clock()

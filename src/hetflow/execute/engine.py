@@ -9,15 +9,18 @@ labels, and are not ``--rm``: an exit code must survive a crash of hetflow so th
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from hetflow.config import SHARE, engine_env, find_engine
 from hetflow.errors import EngineError
+from hetflow.execute import cgroups
 
 LABEL_RUN = "hetflow.run"
 LABEL_STEP = "hetflow.step"
@@ -49,6 +52,21 @@ class ContainerSpec:
     network: bool = False
     log_path: str | None = None
     tmpfs_size: str = "256m"
+    cgroup_parent: str | None = None  # set by the engine where it measures (cgroups.parent_path)
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What one finished attempt used, as far as the engine could tell; None is unknown."""
+
+    peak_memory: int | None = None  # bytes, the attempt's cgroup peak
+    cpu_seconds: float | None = None  # user + system
+    image_id: str | None = None  # the image's digest (or, without one, its ID)
+    started: float | None = None  # when the container's process started (epoch seconds)
+    ended: float | None = None  # when it exited
+
+
+UNKNOWN = Usage()
 
 
 @dataclass(frozen=True)
@@ -107,6 +125,9 @@ def run_args(spec: ContainerSpec, *, engine: str = "podman") -> list[str]:
         args += ["--cpus", f"{spec.cpus:g}"]
     if spec.memory:
         args += ["--memory", str(spec.memory)]
+    if spec.cgroup_parent and engine == "podman":
+        # The monitor (conmon) stays out of the parent, so the parent counts the step only.
+        args += ["--cgroups=no-conmon", "--cgroup-parent", spec.cgroup_parent]
     if spec.log_path and engine == "podman":
         # podman writes the log where hetflow keeps it (CRI format); docker keeps its own
         # json-file log, copied out by DockerEngine.remove before the container goes.
@@ -133,6 +154,8 @@ class CliEngine:
         self.name = Path(self.binary).name
         self._env = engine_env(env)
         self._global = ["--hooks-dir", str(SHARE / "hooks.d")] if self.name == "podman" else []
+        # Per-attempt parent cgroups need cgroupfs (hetflow's containers.conf) and root.
+        self._cgroups = cgroups.detect() if self.name == "podman" else None
 
     def _run(self, args: list[str], *, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         try:
@@ -167,11 +190,14 @@ class CliEngine:
         self._run(args, timeout=1800)
 
     def start(self, spec: ContainerSpec) -> None:
+        if self._cgroups is not None and cgroups.prepare(self._cgroups, spec.name):
+            spec = replace(spec, cgroup_parent=cgroups.parent_path(spec.name))
         proc = self._run(run_args(spec, engine=self.name), check=False)
         if proc.returncode != 0:
             # A container the runtime could not start stays "created"; remove it so the
             # same deterministic name can be used again.
             self._run(["rm", "-f", spec.name], check=False)
+            self._remove_cgroups([spec.name])
             err = proc.stderr.strip().splitlines()
             raise EngineError(f"{self.name} could not start {spec.name}: {err[-1] if err else proc.returncode}")
 
@@ -203,6 +229,26 @@ class CliEngine:
         names = list(names)
         if names:
             self._run(["rm", "-f", "--ignore", *names], check=False)
+            self._remove_cgroups(names)
+
+    def _remove_cgroups(self, names: Iterable[str]) -> None:
+        if self._cgroups is not None:
+            for n in names:
+                cgroups.remove(self._cgroups, n)
+
+    def usage(self, name: str) -> Usage:
+        """The image and run times from ``inspect``, peak memory and CPU time from the
+        attempt's parent cgroup (absent when the container ran without one)."""
+        proc = self._run(["inspect", "--type", "container", "--format", "json", name], check=False)
+        try:
+            info = json.loads(proc.stdout or "[]")
+        except json.JSONDecodeError:
+            info = []
+        found = usage_from_inspect(info[0]) if isinstance(info, list) and info else UNKNOWN
+        if self._cgroups is None:
+            return found
+        measured = cgroups.read_usage(self._cgroups, name)
+        return replace(found, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds)
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         """Follow the engine's event stream (``podman events``, like ``kubectl get -w``) so
@@ -256,7 +302,7 @@ class DockerEngine(CliEngine):
     docker's json-file and are copied to hetflow's log file before removal)."""
 
     def __init__(self, binary: str, env: Mapping[str, str] | None = None) -> None:
-        super().__init__(binary, env)
+        super().__init__(binary, env)  # no per-attempt cgroups: docker has no --cgroups=no-conmon
         self._logs: dict[str, str] = {}
 
     def start(self, spec: ContainerSpec) -> None:
@@ -291,6 +337,33 @@ class DockerEngine(CliEngine):
                 Path(path).write_text(cri_lines(logs.stdout, "stdout") + cri_lines(logs.stderr, "stderr"))
         if names:
             self._run(["rm", "-f", *names], check=False)
+
+
+def usage_from_inspect(info: Mapping[str, Any]) -> Usage:
+    """Image and run times from one ``inspect --format json`` entry (podman or docker)."""
+    state = info.get("State") or {}
+    image = info.get("ImageDigest") or info.get("Image") or None
+    return Usage(
+        image_id=str(image) if image else None,
+        started=parse_engine_time(state.get("StartedAt")),
+        ended=parse_engine_time(state.get("FinishedAt")),
+    )
+
+
+_FRACTION = re.compile(r"(\.\d{1,6})\d*")
+
+
+def parse_engine_time(value: object) -> float | None:
+    """RFC 3339 with nanoseconds (``2026-11-25T01:50:00.123456789Z``) as epoch seconds;
+    None for the zero time an engine writes for "never" (year 1)."""
+    if not isinstance(value, str) or not value:
+        return None
+    text = _FRACTION.sub(r"\1", value.strip().replace("Z", "+00:00"), count=1)
+    try:
+        t = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return None if t.year < 1970 or t.tzinfo is None else t.timestamp()
 
 
 def cri_lines(text: str, stream: str) -> str:
@@ -329,6 +402,7 @@ class FakeEngine:
         {},
     )
     images: set[str] = field(default_factory=set)
+    measure: Callable[[ContainerSpec], Usage] = lambda spec: UNKNOWN  # what usage() reports
     started: list[ContainerSpec] = field(default_factory=list)
     containers: dict[str, _FakeContainer] = field(default_factory=dict)
     name: str = "fake"
@@ -371,6 +445,10 @@ class FakeEngine:
     def remove(self, names: Iterable[str]) -> None:
         for n in names:
             self.containers.pop(n, None)
+
+    def usage(self, name: str) -> Usage:
+        c = self.containers.get(name)
+        return UNKNOWN if c is None else self.measure(c.spec)
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         return None

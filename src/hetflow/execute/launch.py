@@ -87,6 +87,8 @@ class Launcher:
                 started=now,
                 ended=None,
                 message="",
+                cpus=variant.resources.cpus,
+                memory=variant.resources.memory,
             )
         )
         gpu_text = ",".join(map(str, indices)) or "none"

@@ -11,6 +11,7 @@ explanation why every other (variant, class) lost, as frozen values report rende
 choose      variant choice for the local runner; local: the plan for this machine
 cluster     cluster and catalog files; virtual: the virtual-cluster Pareto search
 validate    check_plan: a plan keeps capacity, GPUs and precedence
+rightsize   suggestions for steps asking far more memory or CPUs than they used
 simulator   the discrete-event simulator; cost, bounds, baseline, profile, images,
             stored (a Plan as JSON, kept with the run): the rest
 """
@@ -26,12 +27,14 @@ from hetflow.plan.images import Resolver, class_node, image_check
 from hetflow.plan.instance import Instance, MachineClass, Placement, Plan
 from hetflow.plan.local import plan_local
 from hetflow.plan.profile import learn, profile_for
+from hetflow.plan.rightsize import OVER_ASK, Suggestion, UsageSample, suggest_sizes
 from hetflow.plan.simulator import simulate
 from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
 from hetflow.plan.virtual import plan_virtual_cluster
 
 __all__ = [
     "DEFAULT_ESTIMATE",
+    "OVER_ASK",
     "Capacity",
     "Cluster",
     "GreedyChooser",
@@ -41,6 +44,8 @@ __all__ = [
     "Plan",
     "PlanChooser",
     "Resolver",
+    "Suggestion",
+    "UsageSample",
     "VariantChooser",
     "build_instance",
     "check",
@@ -62,4 +67,5 @@ __all__ = [
     "plan_virtual_cluster",
     "profile_for",
     "simulate",
+    "suggest_sizes",
 ]

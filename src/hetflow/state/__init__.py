@@ -35,6 +35,7 @@ from hetflow.state.models import (
     STEP_TRANSITIONS,
     STOPPED,
     SUCCEEDED,
+    USAGE_FIELDS,
     WAITING,
     AttemptRecord,
     CacheEntry,
@@ -44,6 +45,7 @@ from hetflow.state.models import (
     RunRecord,
     RunView,
     StepRecord,
+    UsageRow,
 )
 from hetflow.state.store import SCHEMA_VERSION, Store
 
@@ -64,6 +66,7 @@ __all__ = [
     "STEP_TRANSITIONS",
     "STOPPED",
     "SUCCEEDED",
+    "USAGE_FIELDS",
     "WAITING",
     "AttemptFinished",
     "AttemptRecord",
@@ -81,6 +84,7 @@ __all__ = [
     "StepRecord",
     "StepStateChanged",
     "Store",
+    "UsageRow",
     "follow",
     "record",
     "tail",

@@ -92,6 +92,33 @@ class AttemptRecord:
     started: float | None
     ended: float | None
     message: str
+    # What was asked for and what was used (schema 3).  None is unknown: not measured
+    # (Slurm, Ray, rootless podman) or recorded by an older hetflow.
+    cpus: float | None = None  # requested
+    memory: int | None = None  # requested, bytes
+    peak_memory: int | None = None  # bytes, the attempt's cgroup peak
+    cpu_seconds: float | None = None  # user + system
+    image_id: str | None = None  # digest (or ID) of the image that ran
+    run_started: float | None = None  # the container's own start and exit, as the engine saw them
+    run_ended: float | None = None
+
+
+# The measured columns of an attempt, which Store.set_usage writes.
+USAGE_FIELDS = ("peak_memory", "cpu_seconds", "image_id", "run_started", "run_ended")
+
+
+@dataclass(frozen=True)
+class UsageRow:
+    """One succeeded attempt's request and use, for right-sizing (``Store.usage_history``)."""
+
+    workflow: str
+    step: str
+    variant: str
+    cpus: float | None  # requested
+    memory: int | None  # requested, bytes
+    peak_memory: int | None  # used, bytes
+    cpu_seconds: float | None  # used
+    seconds: float | None  # how long it ran
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ from typing import Any
 from hetflow.errors import StateError
 from hetflow.state.models import (
     STEP_TRANSITIONS,
+    USAGE_FIELDS,
     AttemptRecord,
     CacheEntry,
     Event,
@@ -25,8 +26,11 @@ from hetflow.state.models import (
     OutputRecord,
     RunRecord,
     StepRecord,
+    UsageRow,
 )
 
+# 3: attempts record what they asked for and used (requested cpus and memory, peak memory,
+#    CPU time, image digest, the container's own start and end); see _migrate.
 # 2: runs keep their plan (run_plans) and events carry typed data (events.data); see _migrate.
 SCHEMA_VERSION = 3
 _SCHEMA = """
@@ -46,7 +50,9 @@ CREATE TABLE IF NOT EXISTS attempts (
   run_id TEXT NOT NULL, step TEXT NOT NULL, attempt INTEGER NOT NULL, variant TEXT NOT NULL,
   node TEXT NOT NULL, gpus TEXT NOT NULL, gpu_uuids TEXT NOT NULL, container TEXT NOT NULL,
   image TEXT NOT NULL, state TEXT NOT NULL, exit_code INTEGER, started REAL, ended REAL,
-  message TEXT NOT NULL DEFAULT '', PRIMARY KEY (run_id, step, attempt));
+  message TEXT NOT NULL DEFAULT '', cpus REAL, memory INTEGER, peak_memory INTEGER,
+  cpu_seconds REAL, image_id TEXT, run_started REAL, run_ended REAL,
+  PRIMARY KEY (run_id, step, attempt));
 CREATE TABLE IF NOT EXISTS outputs (
   run_id TEXT NOT NULL, step TEXT NOT NULL, name TEXT NOT NULL, sha256 TEXT NOT NULL,
   size INTEGER NOT NULL, path TEXT NOT NULL, PRIMARY KEY (run_id, step, name));
@@ -127,8 +133,34 @@ class Store:
                 db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if "meta" in tables and "run_expansions" not in tables:
-            self._db.executescript(_SCHEMA_DATA)  # schema 3: fan-out expansions and file hashes
+            self._db.executescript(_SCHEMA_DATA)  # schema 3: fan-out expansions, file hashes, the cache
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+        self._migrate_attempt_usage()
+
+    # Schema 3's new attempt columns, all nullable: older attempts read as "unknown".
+    _USAGE_COLUMNS = (
+        ("cpus", "REAL"),
+        ("memory", "INTEGER"),
+        ("peak_memory", "INTEGER"),
+        ("cpu_seconds", "REAL"),
+        ("image_id", "TEXT"),
+        ("run_started", "REAL"),
+        ("run_ended", "REAL"),
+    )
+
+    def _migrate_attempt_usage(self) -> None:
+        """Schema 3: add the usage columns an older store's attempts lack (keyed on their
+        presence, so a store half-upgraded by a crash finishes here)."""
+        have = {r["name"] for r in self._db.execute("PRAGMA table_info(attempts)")}
+        missing = [(c, t) for c, t in self._USAGE_COLUMNS if c not in have]
+        if not have or not missing:
+            return
+        with self._tx(immediate=True) as db:
+            have = {r["name"] for r in db.execute("PRAGMA table_info(attempts)")}  # another process may have won
+            for column, sql_type in missing:
+                if column not in have:
+                    db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {sql_type}")
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def close(self) -> None:
         self._db.close()
@@ -388,7 +420,9 @@ class Store:
         """Record the intent to launch, before the container is started."""
         with self._tx() as db:
             db.execute(
-                "INSERT OR REPLACE INTO attempts VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO attempts (run_id, step, attempt, variant, node, gpus, gpu_uuids,"
+                " container, image, state, exit_code, started, ended, message, cpus, memory)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     a.run_id,
                     a.step,
@@ -404,8 +438,18 @@ class Store:
                     a.started,
                     a.ended,
                     a.message,
+                    a.cpus,
+                    a.memory,
                 ),
             )
+
+    def set_usage(self, run_id: str, step: str, attempt: int, **usage: float | int | str | None) -> None:
+        """Record what an attempt used (``models.USAGE_FIELDS``); None stays unknown."""
+        bad = set(usage) - set(USAGE_FIELDS)
+        if bad:
+            raise ValueError(f"not usage fields of an attempt: {sorted(bad)}")
+        if usage:
+            self.set_attempt(run_id, step, attempt, **usage)
 
     def set_attempt(self, run_id: str, step: str, attempt: int, **fields: Any) -> None:
         cols = ", ".join(f"{k} = ?" for k in fields)
@@ -482,6 +526,21 @@ class Store:
             args.append(workflow)
         rows = self._db.execute(sql + " ORDER BY a.ended DESC", args).fetchall()
         return [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4])) for r in rows]
+
+    def usage_history(self, workflow: str | None = None) -> list[UsageRow]:
+        """Requested and used resources of succeeded attempts, newest first: what the
+        right-sizing suggestions (``plan.rightsize``) are learned from."""
+        sql = (
+            "SELECT r.name, a.step, a.variant, a.cpus, a.memory, a.peak_memory, a.cpu_seconds,"
+            " COALESCE(a.run_ended - a.run_started, a.ended - a.started) FROM attempts a"
+            " JOIN runs r ON r.id = a.run_id WHERE a.state = 'succeeded' AND a.ended IS NOT NULL"
+        )
+        args: list[str] = []
+        if workflow is not None:
+            sql += " AND r.name = ?"
+            args.append(workflow)
+        rows = self._db.execute(sql + " ORDER BY a.ended DESC", args).fetchall()
+        return [UsageRow(*tuple(r)) for r in rows]
 
     # --- events -----------------------------------------------------------------------
 
@@ -584,4 +643,11 @@ def _attempt(r: sqlite3.Row) -> AttemptRecord:
         started=r["started"],
         ended=r["ended"],
         message=r["message"],
+        cpus=r["cpus"],
+        memory=r["memory"],
+        peak_memory=r["peak_memory"],
+        cpu_seconds=r["cpu_seconds"],
+        image_id=r["image_id"],
+        run_started=r["run_started"],
+        run_ended=r["run_ended"],
     )

@@ -15,9 +15,19 @@ their clients are heavy or optional), and subclass the contract suite
 that interprets the few shell commands tests use; it passes the contract in the unit tests.
 """
 
-from hetflow.execute.backends.base import Backend, Capabilities, Job, JobState
+from hetflow.execute.backends.base import Backend, Capabilities, Job, JobState, MeasuresUsage
 from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.backends.fake import FakeBackend, FakeState
 from hetflow.execute.backends.local import LocalBackend
 
-__all__ = ["Backend", "Capabilities", "FakeBackend", "FakeState", "Job", "JobState", "LocalBackend", "make_backend"]
+__all__ = [
+    "Backend",
+    "Capabilities",
+    "FakeBackend",
+    "FakeState",
+    "Job",
+    "JobState",
+    "LocalBackend",
+    "MeasuresUsage",
+    "make_backend",
+]

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
-from hetflow.execute.engine import ContainerSpec
+from hetflow.execute.engine import ContainerSpec, Usage
 
 
 @dataclass(frozen=True)
@@ -86,3 +86,13 @@ class Backend(Protocol):
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         """Call ``wake`` when a job of the run ends; None when the backend cannot (poll)."""
+
+
+@runtime_checkable
+class MeasuresUsage(Protocol):
+    """A backend (or container engine) that can say what a finished job used: podman reads
+    the job's cgroup.  Slurm and Ray do not implement it yet: their attempts record usage
+    unknown (NULL)."""
+
+    def usage(self, name: str) -> Usage:
+        """Peak memory, CPU time, image and run times of a finished job, before ``release``."""

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
-from hetflow.execute.backends.base import Capabilities, Job, JobState
-from hetflow.execute.engine import CliEngine, ContainerEngine, make_engine
+from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
+from hetflow.execute.engine import UNKNOWN, CliEngine, ContainerEngine, Usage, make_engine
 
 
 class LocalBackend:
@@ -37,6 +37,11 @@ class LocalBackend:
 
     def release(self, names: Iterable[str]) -> None:
         self.engine.remove(names)
+
+    def usage(self, name: str) -> Usage:
+        """What the engine measured (podman: the attempt's cgroup); an engine that cannot
+        measure (a test's own engine) leaves it unknown."""
+        return self.engine.usage(name) if isinstance(self.engine, MeasuresUsage) else UNKNOWN
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         return self.engine.watch(run_id, wake)

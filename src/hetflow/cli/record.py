@@ -1,0 +1,70 @@
+"""A run's record: ``hetflow trace`` (one row per attempt) and ``hetflow report`` (one
+self-contained HTML page), after Nextflow's trace.txt and execution report."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from hetflow.cli.common import err, open_store, print_json
+from hetflow.errors import StateError, UsageError
+from hetflow.plan import Plan
+from hetflow.report import TRACE_FIELDS, check_trace_fields, run_report_html, trace_json, trace_rows, trace_tsv
+from hetflow.state import Store
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(trace)
+    app.command()(report)
+
+
+def trace(
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    json_out: bool = typer.Option(False, "--json", help="Raw values (seconds, bytes, epoch times; null: unknown)."),
+    fields: list[str] = typer.Option(
+        [], "--fields", "-f", help=f"Columns, comma-separated or repeated, from: {', '.join(TRACE_FIELDS)}."
+    ),
+) -> None:
+    """One row per attempt: where and how it ran, its exit, times, peak memory, CPU time."""
+    chosen = check_trace_fields(fields)
+    store = open_store()
+    rid = store.resolve_run_id(run_id)
+    rows = trace_rows(store.attempts(rid))
+    if json_out:
+        print_json(trace_json(rows, chosen if fields else TRACE_FIELDS))
+    else:
+        sys.stdout.write(trace_tsv(rows, chosen))
+
+
+def _stored_plan(store: Store, run_id: str) -> Plan | None:
+    from hetflow.execute import RunPlan
+
+    text = store.plan_json(run_id)
+    if text is None:
+        return None
+    try:
+        return RunPlan.from_json(text).plan
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StateError(f"run {run_id}: its stored plan cannot be read ({exc}); the store may be damaged") from None
+
+
+def report(
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    output: Path = typer.Option(Path("report.html"), "-o", "--output", help="The HTML file to write."),
+) -> None:
+    """Write one self-contained HTML page about a run: summary, planned vs actual timeline,
+    resources asked and used (over-asking steps flagged), and the trace."""
+    if output.is_dir():
+        raise UsageError(f"-o {output}: is a directory; give a file name, e.g. -o {output / 'report.html'}")
+    if not output.parent.is_dir():
+        raise UsageError(f"-o {output}: the directory {output.parent} does not exist; create it or write elsewhere")
+    store = open_store()
+    rid = store.resolve_run_id(run_id)
+    page = run_report_html(store.run(rid), store.steps(rid), store.attempts(rid), _stored_plan(store, rid))
+    try:
+        output.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"-o {output}: cannot write it ({exc.strerror})") from None
+    err.print(f"report of run {rid} written to {output}", highlight=False)

@@ -1,0 +1,130 @@
+"""A run's trace: one row per attempt, after Nextflow's ``trace.txt``.
+
+``trace_rows`` gives raw values (seconds, bytes, epoch times; None where unknown) for
+``--json``; ``trace_tsv`` renders them as a tab-separated table with a header, in readable
+units, ``-`` for unknown.  Field names follow Nextflow's where they mean the same:
+``submit`` is when hetflow handed the attempt to the engine, ``start``/``end`` when the
+container's process ran (the engine's own times, where it reports them), ``duration``
+submit to end, ``realtime`` start to end, ``%cpu`` CPU time over realtime.  ``peak_rss``
+is the peak of the attempt's cgroup: resident memory plus the page cache it touched,
+what the kernel would count against a memory limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from hetflow.errors import UsageError
+from hetflow.spec import format_bytes, format_duration
+from hetflow.state import AttemptRecord
+
+TRACE_FIELDS: tuple[str, ...] = (
+    "task_id",
+    "step",
+    "attempt",
+    "variant",
+    "node",
+    "gpus",
+    "status",
+    "exit",
+    "submit",
+    "start",
+    "end",
+    "duration",
+    "realtime",
+    "%cpu",
+    "peak_rss",
+    "cpu_time",
+    "cpus",
+    "memory",
+    "image",
+    "image_id",
+    "container",
+)
+DEFAULT_TRACE_FIELDS: tuple[str, ...] = TRACE_FIELDS[:-2]
+
+
+def check_trace_fields(fields: Iterable[str]) -> tuple[str, ...]:
+    """``--fields step,peak_rss`` (repeatable, comma-separated) as a checked tuple."""
+    out = tuple(f.strip() for item in fields for f in item.split(",") if f.strip())
+    bad = [f for f in out if f not in TRACE_FIELDS]
+    if bad:
+        raise UsageError(f"--fields: unknown field(s) {', '.join(bad)}; choose from {', '.join(TRACE_FIELDS)}")
+    return out or DEFAULT_TRACE_FIELDS
+
+
+def _minus(a: float | None, b: float | None) -> float | None:
+    return None if a is None or b is None else max(0.0, a - b)
+
+
+def trace_rows(attempts: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
+    """Raw values per attempt, in submit order; task_id numbers the attempts from 1."""
+    ordered = sorted(attempts, key=lambda a: (a.started is None, a.started or 0.0, a.step, a.attempt))
+    rows: list[dict[str, Any]] = []
+    for i, a in enumerate(ordered, start=1):
+        start = a.run_started
+        end = a.run_ended if a.run_ended is not None else a.ended
+        realtime = _minus(a.run_ended, a.run_started)
+        pct = None if a.cpu_seconds is None or not realtime else 100.0 * a.cpu_seconds / realtime
+        rows.append(
+            {
+                "task_id": i,
+                "step": a.step,
+                "attempt": a.attempt,
+                "variant": a.variant,
+                "node": a.node,
+                "gpus": list(a.gpus),
+                "status": a.state,
+                "exit": a.exit_code,
+                "submit": a.started,
+                "start": start,
+                "end": end,
+                "duration": _minus(end, a.started),
+                "realtime": realtime,
+                "%cpu": pct,
+                "peak_rss": a.peak_memory,
+                "cpu_time": a.cpu_seconds,
+                "cpus": a.cpus,
+                "memory": a.memory,
+                "image": a.image,
+                "image_id": a.image_id,
+                "container": a.container,
+            }
+        )
+    return rows
+
+
+def _clock(t: float) -> str:
+    return datetime.fromtimestamp(t).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3]
+
+
+def cell(field: str, value: Any) -> str:
+    """One value as the TSV (and the HTML report) shows it; ``-`` for unknown."""
+    if value is None:
+        return "-"
+    if field in ("submit", "start", "end"):
+        return _clock(float(value))
+    if field in ("duration", "realtime", "cpu_time"):
+        return format_duration(float(value))
+    if field == "%cpu":
+        return f"{float(value):.1f}%"
+    if field in ("peak_rss", "memory"):
+        return format_bytes(int(value))
+    if field == "cpus":
+        return f"{float(value):g}"
+    if field == "gpus":
+        return ",".join(map(str, value)) or "-"
+    # Tabs and newlines would break the table's columns.
+    return " ".join(str(value).split())
+
+
+def trace_tsv(rows: Sequence[dict[str, Any]], fields: Sequence[str] = DEFAULT_TRACE_FIELDS) -> str:
+    lines = ["\t".join(fields)]
+    lines += ["\t".join(cell(f, row[f]) for f in fields) for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def trace_json(rows: Sequence[dict[str, Any]], fields: Sequence[str] = TRACE_FIELDS) -> list[dict[str, Any]]:
+    return [{f: row[f] for f in fields} for row in rows]
