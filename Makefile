@@ -35,6 +35,14 @@ demo: install images
 	$(HETFLOW) run examples/circuit/workflow.yaml
 	$(HETFLOW) plan examples/circuit/workflow.yaml --cluster examples/clusters/hetero-16.yaml --gantt $(HETFLOW_HOME)/circuit-plan.svg
 	$(PY) -m demo.hwmatch
+	@echo "== fan-out over host files, gathered and published to examples/wordcount/results/"
+	$(HETFLOW) run examples/wordcount/workflow.yaml
+	@echo "== the same workflow again: every step's result comes from the cross-run cache"
+	$(HETFLOW) run examples/wordcount/workflow.yaml
+	$(HETFLOW) cache ls
+	$(HETFLOW) report $$($(HETFLOW) ps --all --json | $(PY) -c 'import json, sys; print(json.load(sys.stdin)[1]["id"])') \
+		-o $(HETFLOW_HOME)/wordcount-report.html
+	@echo "report of the first wordcount run: $(HETFLOW_HOME)/wordcount-report.html"
 
 demo-slurm: install images  ## a local Slurm cluster (munge, slurmctld, two slurmd with fake GPUs) runs circuit
 	$(PY) -m demo.clusters slurm

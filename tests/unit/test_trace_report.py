@@ -12,6 +12,7 @@ from hetflow.errors import UsageError
 from hetflow.plan import Placement, Plan, UsageSample, suggest_sizes
 from hetflow.report import (
     DEFAULT_TRACE_FIELDS,
+    cached_steps,
     check_trace_fields,
     run_report_html,
     trace_json,
@@ -92,6 +93,18 @@ def test_trace_rows_hold_raw_values_and_derive_realtime_and_cpu_share() -> None:
     assert row["duration"] == pytest.approx(2.3)  # submit to the container's exit
     assert row["%cpu"] == pytest.approx(75.0)  # 1.5 s of CPU in 2 s
     assert (row["peak_rss"], row["cpu_time"], row["memory"], row["image_id"]) == (64 * MI, 1.5, GI, "sha256:01d8")
+
+
+def test_a_step_taken_from_the_cache_is_a_cached_row_with_attempt_0() -> None:
+    ran = attempt("a")
+    hit = StepRecord("r1", "b", "succeeded", "default", None, (), 0, 0, T0 + 1, T0 + 1, "cached: from run r0", None)
+    never = StepRecord("r1", "c", "succeeded", "default", "vm", (), 1, 0, T0, T0 + 3, "", None)
+    rows = trace_rows([ran], cached_steps([hit, never]))
+    assert [(r["task_id"], r["step"], r["attempt"], r["status"]) for r in rows] == [
+        (1, "a", 1, "succeeded"),
+        (2, "b", 0, "cached"),
+    ]
+    assert rows[1]["peak_rss"] is None and "cached" in trace_tsv(rows)
 
 
 def test_unknown_usage_is_null_in_json_and_a_dash_in_tsv() -> None:

@@ -11,7 +11,15 @@ import typer
 from hetflow.cli.common import err, open_store, print_json
 from hetflow.errors import StateError, UsageError
 from hetflow.plan import Plan
-from hetflow.report import TRACE_FIELDS, check_trace_fields, run_report_html, trace_json, trace_rows, trace_tsv
+from hetflow.report import (
+    TRACE_FIELDS,
+    cached_steps,
+    check_trace_fields,
+    run_report_html,
+    trace_json,
+    trace_rows,
+    trace_tsv,
+)
 from hetflow.state import Store
 
 
@@ -31,7 +39,7 @@ def trace(
     chosen = check_trace_fields(fields)
     store = open_store()
     rid = store.resolve_run_id(run_id)
-    rows = trace_rows(store.attempts(rid))
+    rows = trace_rows(store.attempts(rid), cached_steps(store.steps(rid)))
     if json_out:
         print_json(trace_json(rows, chosen if fields else TRACE_FIELDS))
     else:

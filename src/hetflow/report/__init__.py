@@ -11,6 +11,7 @@ from hetflow.report.runs import ps_table, run_json, steps_table
 from hetflow.report.trace import (
     DEFAULT_TRACE_FIELDS,
     TRACE_FIELDS,
+    cached_steps,
     check_trace_fields,
     trace_json,
     trace_rows,
@@ -21,6 +22,7 @@ __all__ = [
     "DEFAULT_TRACE_FIELDS",
     "TRACE_FIELDS",
     "actual_schedule",
+    "cached_steps",
     "check_trace_fields",
     "explain_step",
     "make_reporter",

@@ -21,7 +21,7 @@ from html import escape
 from hetflow.plan import OVER_ASK, Instance, Placement, Plan
 from hetflow.report.actual import actual_schedule
 from hetflow.report.gantt import gantt_svg
-from hetflow.report.trace import DEFAULT_TRACE_FIELDS, cell, trace_rows
+from hetflow.report.trace import DEFAULT_TRACE_FIELDS, cached_steps, cell, trace_rows
 from hetflow.spec import format_bytes, format_duration
 from hetflow.state import SUCCEEDED, AttemptRecord, RunRecord, StepRecord
 
@@ -155,8 +155,8 @@ def _resources(uses: list[StepUse]) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def _trace(attempts: list[AttemptRecord]) -> str:
-    rows = trace_rows(attempts)
+def _trace(attempts: list[AttemptRecord], steps: list[StepRecord]) -> str:
+    rows = trace_rows(attempts, cached_steps(steps))
     head = "".join(f"<th>{escape(f)}</th>" for f in DEFAULT_TRACE_FIELDS)
     body = []
     for r in rows:
@@ -215,6 +215,6 @@ def run_report_html(
         f'<section id="resources"><h2>Resources: asked and used</h2>'
         f'<p class="note">Peak memory is the attempt\'s cgroup peak; cores used are CPU time over run time. '
         f"{escape(measure_note)}</p>{_resources(uses)}</section>\n"
-        f'<section id="trace"><h2>Trace</h2>{_trace(attempts)}</section>\n'
+        f'<section id="trace"><h2>Trace</h2>{_trace(attempts, steps)}</section>\n'
         "</body>\n</html>\n"
     )

@@ -18,7 +18,7 @@ from typing import Any
 
 from hetflow.errors import UsageError
 from hetflow.spec import format_bytes, format_duration
-from hetflow.state import AttemptRecord
+from hetflow.state import SUCCEEDED, AttemptRecord, StepRecord
 
 TRACE_FIELDS: tuple[str, ...] = (
     "task_id",
@@ -59,18 +59,33 @@ def _minus(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None else max(0.0, a - b)
 
 
-def trace_rows(attempts: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
-    """Raw values per attempt, in submit order; task_id numbers the attempts from 1."""
+CACHED = "cached"
+
+
+def cached_steps(steps: Sequence[StepRecord]) -> list[StepRecord]:
+    """Steps whose result came from the cross-run cache (they have no attempt)."""
+    return [s for s in steps if s.state == SUCCEEDED and s.attempts == 0 and s.reason.startswith("cached:")]
+
+
+def trace_rows(attempts: Sequence[AttemptRecord], cached: Sequence[StepRecord] = ()) -> list[dict[str, Any]]:
+    """Raw values per attempt, in submit order; task_id numbers the attempts from 1.  A step
+    taken from the cache is a row of its own with status ``cached`` and attempt 0, as
+    Nextflow's trace lists CACHED tasks."""
     ordered = sorted(attempts, key=lambda a: (a.started is None, a.started or 0.0, a.step, a.attempt))
     rows: list[dict[str, Any]] = []
-    for i, a in enumerate(ordered, start=1):
+    for s in cached:
+        row: dict[str, Any] = dict.fromkeys(TRACE_FIELDS)
+        row.update(step=s.step, attempt=0, variant=s.variant, node=s.node, gpus=[], status=CACHED, exit=0)
+        row.update(submit=s.started, start=s.started, end=s.ended, duration=0.0, realtime=0.0)
+        rows.append(row)
+    for a in ordered:
         start = a.run_started
         end = a.run_ended if a.run_ended is not None else a.ended
         realtime = _minus(a.run_ended, a.run_started)
         pct = None if a.cpu_seconds is None or not realtime else 100.0 * a.cpu_seconds / realtime
         rows.append(
             {
-                "task_id": i,
+                "task_id": 0,
                 "step": a.step,
                 "attempt": a.attempt,
                 "variant": a.variant,
@@ -93,6 +108,9 @@ def trace_rows(attempts: Sequence[AttemptRecord]) -> list[dict[str, Any]]:
                 "container": a.container,
             }
         )
+    rows.sort(key=lambda r: (r["submit"] is None, r["submit"] or 0.0, r["step"], r["attempt"]))
+    for i, row in enumerate(rows, start=1):
+        row["task_id"] = i
     return rows
 
 
