@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
@@ -11,9 +12,11 @@ from rich.table import Table
 from hetflow.cli.common import console, open_store, print_json
 from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
-from hetflow.execute import ResultCache
 from hetflow.spec import format_bytes, format_duration, parse_duration
 from hetflow.state import CacheEntry
+
+if TYPE_CHECKING:
+    from hetflow.execute import ResultCache
 
 cache_app = typer.Typer(help="The cross-run cache: results reused when their key is unchanged.", no_args_is_help=True)
 
@@ -23,6 +26,8 @@ def register(app: typer.Typer) -> None:
 
 
 def _cache() -> ResultCache:
+    from hetflow.execute import ResultCache
+
     return ResultCache(open_store(), hetflow_home() / "cache")
 
 

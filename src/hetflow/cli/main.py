@@ -5,19 +5,15 @@ no traceback."""
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
 import typer
 
-from hetflow.cli import cache, images, plan, record, registry, runs
 from hetflow.cli.common import console, err, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home
 from hetflow.errors import HetflowError, SpecError
-from hetflow.inventory import discover
-from hetflow.plan import feasibility_problems
-from hetflow.report import node_to_json, render_node
-from hetflow.spec import load_workflow
 
 app = typer.Typer(
     name="hetflow",
@@ -26,12 +22,26 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-runs.register(app)
-record.register(app)
-plan.register(app)
-images.register(app)
-registry.register(app)
-cache.register(app)
+# The command modules and the commands each registers: a command line loads only the module
+# its command is in (`hetflow ps` needs none of the planner, the registry or the images);
+# --help, no command or an unknown one loads them all.  tests/unit/test_cli_commands.py
+# checks this table against what the modules register.
+COMMANDS: dict[str, tuple[str, ...]] = {
+    "runs": ("run", "resume", "ps", "show", "logs", "stop", "_execute"),
+    "record": ("trace", "report"),
+    "plan": ("plan", "simulate", "cluster", "profile", "import", "export"),
+    "images": ("images",),
+    "registry": ("registry",),
+    "cache": ("cache",),
+}
+
+
+def register_commands(argv: list[str]) -> None:
+    first = next((a for a in argv if not a.startswith("-")), None)
+    wanted = [module for module, names in COMMANDS.items() if first in names]
+    for module in wanted or COMMANDS:
+        importlib.import_module(f"hetflow.cli.{module}").register(app)
+
 
 PARAM_OPT = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE (repeatable).")
 
@@ -43,6 +53,10 @@ def validate(
     json_out: bool = typer.Option(False, "--json", help="Problems as JSON."),
 ) -> None:
     """Check a workflow: format, DAG, data paths, and whether this machine can run it."""
+    from hetflow.inventory import discover
+    from hetflow.plan import feasibility_problems
+    from hetflow.spec import load_workflow
+
     try:
         loaded = load_workflow(file, parse_params(param))
         problems = list(loaded.notes) + feasibility_problems(loaded, discover(hetflow_home()))
@@ -61,6 +75,9 @@ def validate(
 @app.command()
 def nodes(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Describe this machine's hardware, like `docker info` plus `nvidia-smi`."""
+    from hetflow.inventory import discover
+    from hetflow.report import node_to_json, render_node
+
     node = discover(hetflow_home())
     if json_out:
         print_json([node_to_json(node)])
@@ -69,6 +86,7 @@ def nodes(json_out: bool = typer.Option(False, "--json", help="Machine-readable 
 
 
 def main() -> None:
+    register_commands(sys.argv[1:])
     try:
         app()
     except SpecError as exc:

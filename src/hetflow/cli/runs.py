@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
@@ -15,23 +16,14 @@ from rich.console import Console
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
-from hetflow.execute import (
-    OpenRun,
-    RunPaths,
-    Settings,
-    drive,
-    load_settings,
-    make_backend,
-    open_run,
-    read_lines,
-    resume_run,
-    stop_run,
-    submit_run,
-)
-from hetflow.inventory import discover
 from hetflow.report import make_reporter, ps_table, run_json, steps_table
-from hetflow.spec import load_workflow
 from hetflow.state import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, RunWatch, Store
+
+if TYPE_CHECKING:
+    from hetflow.execute import OpenRun
+
+# The execute stage, the hardware probes and the loader are imported where a command needs
+# them: `hetflow ps`, `show` and `logs` read the store only and should answer at once.
 
 
 def register(app: typer.Typer) -> None:
@@ -55,6 +47,10 @@ def run(
     no_cache: bool = typer.Option(False, "--no-cache", help="Run every step: reuse no cached result, keep none."),
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
+    from hetflow.execute import load_settings, submit_run
+    from hetflow.inventory import discover
+    from hetflow.spec import load_workflow
+
     settings = load_settings(config, hetflow_home(), os.environ, backend=backend, cluster=cluster)
     if no_cache:
         settings = dataclasses.replace(settings, cache=False)
@@ -73,6 +69,9 @@ def resume(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
 ) -> None:
     """Resume a stopped, failed or crashed run: keep intact outputs, adopt running containers."""
+    from hetflow.execute import resume_run
+    from hetflow.inventory import discover
+
     store = open_store()
     record = store.run(store.resolve_run_id(run_id))
     if record.state == RUN_SUCCEEDED:
@@ -89,6 +88,8 @@ def _say(text: str) -> None:
 
 
 def _go(opened: OpenRun, *, detach: bool, quiet: bool) -> None:
+    from hetflow.execute import RunPaths
+
     run_id = opened.run.id
     if detach:
         paths = RunPaths(Path(opened.run.workdir))
@@ -108,6 +109,8 @@ def _go(opened: OpenRun, *, detach: bool, quiet: bool) -> None:
 
 
 def _execute(opened: OpenRun, *, quiet: bool, out: Console) -> str:
+    from hetflow.execute import drive
+
     ended = drive(opened, make_reporter(out, quiet), _say, banner=not quiet)
     if not ended.interrupted:
         _summary(opened.store, opened.run.id, out)
@@ -129,6 +132,9 @@ def _summary(store: Store, run_id: str, out: Console) -> None:
 
 def execute_detached(run_id: str) -> None:
     """(internal) The executor of a detached run."""
+    from hetflow.execute import open_run
+    from hetflow.inventory import discover
+
     store = open_store()
     opened = open_run(store, run_id, discover(hetflow_home()))
     state = _execute(opened, quiet=False, out=Console(force_terminal=False))
@@ -188,6 +194,8 @@ def logs(
     attempt: int | None = typer.Option(None, "--attempt", help="One attempt (default: all)."),
 ) -> None:
     """Print the output of a run's containers."""
+    from hetflow.execute import RunPaths, read_lines
+
     store = open_store()
     rid = store.resolve_run_id(run_id)
     record = store.run(rid)
@@ -216,6 +224,8 @@ def logs(
 
 def stop(run_id: str = typer.Argument(..., help="Run id.")) -> None:
     """Stop a run: end its executor, stop its containers, mark it stopped."""
+    from hetflow.execute import Settings, make_backend, stop_run
+
     store = open_store()
     rid = store.resolve_run_id(run_id)
     record = store.run(rid)

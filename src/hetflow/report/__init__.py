@@ -1,22 +1,52 @@
 """Reports for people and programs: text tables, JSON, Gantt pictures, explanations, a
-run's trace (one row per attempt) and its self-contained HTML report."""
+run's trace (one row per attempt) and its self-contained HTML report.
 
-from hetflow.report.actual import actual_schedule
-from hetflow.report.gantt import write_gantt
-from hetflow.report.nodes import node_to_json, render_node
-from hetflow.report.plan import explain_step, plan_json, plan_table
-from hetflow.report.progress import make_reporter
-from hetflow.report.runreport import run_report_html
-from hetflow.report.runs import ps_table, run_json, steps_table
-from hetflow.report.trace import (
-    DEFAULT_TRACE_FIELDS,
-    TRACE_FIELDS,
-    cached_steps,
-    check_trace_fields,
-    trace_json,
-    trace_rows,
-    trace_tsv,
-)
+Names are loaded on first use (as in ``hetflow.execute``): ``hetflow ps`` needs the run
+tables, not the planner the Gantt and explanation modules bring in.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hetflow.report.actual import actual_schedule
+    from hetflow.report.gantt import write_gantt
+    from hetflow.report.nodes import node_to_json, render_node
+    from hetflow.report.plan import explain_step, plan_json, plan_table
+    from hetflow.report.progress import make_reporter
+    from hetflow.report.runreport import run_report_html
+    from hetflow.report.runs import ps_table, run_json, steps_table
+    from hetflow.report.trace import (
+        DEFAULT_TRACE_FIELDS,
+        TRACE_FIELDS,
+        cached_steps,
+        check_trace_fields,
+        trace_json,
+        trace_rows,
+        trace_tsv,
+    )
+
+_WHERE = {
+    "actual": ["actual_schedule"],
+    "gantt": ["write_gantt"],
+    "nodes": ["node_to_json", "render_node"],
+    "plan": ["explain_step", "plan_json", "plan_table"],
+    "progress": ["make_reporter"],
+    "runreport": ["run_report_html"],
+    "runs": ["ps_table", "run_json", "steps_table"],
+    "trace": [
+        "DEFAULT_TRACE_FIELDS",
+        "TRACE_FIELDS",
+        "cached_steps",
+        "check_trace_fields",
+        "trace_json",
+        "trace_rows",
+        "trace_tsv",
+    ],
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
 __all__ = [
     "DEFAULT_TRACE_FIELDS",
@@ -39,3 +69,16 @@ __all__ = [
     "trace_tsv",
     "write_gantt",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hetflow.report' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"hetflow.report.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -5,8 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
+from rich.text import Text
 
 from hetflow.plan import Instance, Plan, explain
+from hetflow.report.tables import BIG, plain_table
 
 
 def plan_json(plan: Plan, instance: Instance, *, explain: bool = False) -> dict[str, Any]:
@@ -44,7 +46,13 @@ def explain_step(plan: Plan, instance: Instance, step: str) -> list[dict[str, st
     ]
 
 
-def plan_table(plan: Plan) -> Table:
+def plan_table(plan: Plan) -> Table | Text:
+    if len(plan.placements) > BIG:
+        rows = [
+            [p.task, p.variant, p.machine, ",".join(map(str, p.gpus)) or "-", f"{p.start:.1f}", f"{p.finish:.1f}"]
+            for p in sorted(plan.placements.values(), key=lambda p: (p.start, p.task))
+        ]
+        return plain_table(["STEP", "VARIANT", "NODE", "GPUS", "START", "FINISH"], rows)
     t = Table(box=None, header_style="bold")
     for col in ("STEP", "VARIANT", "NODE", "GPUS", "START", "FINISH"):
         t.add_column(col, no_wrap=True)

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from typing import TextIO
 
-from rich.console import Console, Group
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from hetflow.report.runs import gpus_text, steps_table
-from hetflow.state import STEP_TERMINAL, RunRecord, StepRecord
+from hetflow.state import PENDING, STEP_TERMINAL, SUCCEEDED, RunRecord, StepRecord
+
+LIVE_ROWS = 40
 
 
 class LiveReporter:
@@ -32,12 +36,23 @@ class LiveReporter:
     def update(self, run: RunRecord, steps: list[StepRecord]) -> None:
         done = sum(s.state in STEP_TERMINAL for s in steps)
         self.progress.update(self.task, description=f"{run.name} {run.id}", total=len(steps), completed=done)
-        body = Group(self.progress, steps_table(steps, reasons=False))
+        body = Group(self.progress, *self._rows(steps))
         if self.live is None:
             self.live = Live(body, console=self.console, refresh_per_second=8, transient=False)
             self.live.start()
         else:
             self.live.update(body)
+
+    @staticmethod
+    def _rows(steps: list[StepRecord]) -> list[RenderableType]:
+        """Every step of a small run; of a big one (a fan-out of hundreds) the steps under
+        way or in trouble, and a count of the rest, so the display stays a screenful."""
+        if len(steps) <= LIVE_ROWS:
+            return [steps_table(steps, reasons=False)]
+        shown = [s for s in steps if s.state not in (PENDING, SUCCEEDED)][:LIVE_ROWS]
+        counts = Counter(s.state for s in steps)
+        rest = ", ".join(f"{n} {state}" for state, n in sorted(counts.items()))
+        return [steps_table(shown, reasons=False), Text(f"{len(steps)} steps: {rest}", style="dim")]
 
     def close(self) -> None:
         if self.live is not None:

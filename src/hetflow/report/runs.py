@@ -8,6 +8,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
+from hetflow.report.tables import BIG, plain_table
 from hetflow.spec import format_duration
 from hetflow.state import AttemptRecord, RunRecord, StepRecord
 
@@ -118,13 +119,38 @@ def short_image(ref: str) -> str:
     return f"{name}@{digest[:19]}" if sep else ref
 
 
+def _plain_steps(steps: list[StepRecord], *, reasons: bool, now: float | None, images: dict[str, str] | None) -> Text:
+    headers = ["STEP", "STATE", "VARIANT", "NODE", "GPUS", "ATTEMPTS", "EXIT", "STARTED", "ELAPSED"]
+    headers += ["IMAGE"] if images is not None else []
+    headers += ["WHY"] if reasons else []
+    rows = []
+    for s in steps:
+        row = [
+            s.step,
+            s.state,
+            s.variant or "-",
+            s.node or "-",
+            gpus_text(s.gpus),
+            str(s.attempts),
+            "-" if s.exit_code is None else str(s.exit_code),
+            when(s.started)[11:] if s.started else "-",
+            elapsed(s.started, s.ended, now),
+        ]
+        row += [short_image(images.get(s.step, "-"))] if images is not None else []
+        row += [s.reason] if reasons else []
+        rows.append(row)
+    return plain_table(headers, rows)
+
+
 def steps_table(
     steps: list[StepRecord],
     *,
     reasons: bool = True,
     now: float | None = None,
     images: dict[str, str] | None = None,
-) -> Table:
+) -> Table | Text:
+    if len(steps) > BIG:
+        return _plain_steps(steps, reasons=reasons, now=now, images=images)
     t = Table(box=None, header_style="bold", pad_edge=False)
     for col in (
         "STEP",
