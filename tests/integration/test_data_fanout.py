@@ -57,9 +57,17 @@ def test_foreach_over_host_files_gathers_and_publishes(hf: Hetflow, tmp_path: Pa
     assert seen == [["a.txt"], ["b.txt"], ["c.txt"]]
     assert (step_out(hf, run_id, "total") / "total.txt").read_text().strip() == "19"
     assert (tmp_path / "results" / "total.txt").read_text().strip() == "19"
-    # publishing the same bytes again is no conflict
+    # publishing the same bytes again is no conflict; every step comes from the cache
     hf("run", write(tmp_path, FAN))
-    assert hf.show(hf.last_run())["state"] == "succeeded"
+    again = hf.show(hf.last_run())
+    assert again["state"] == "succeeded" and all(s["attempts"] == 0 for s in again["steps"])
+    # a new file sorts first and shifts every index: the other files' counts are still reused
+    docs(tmp_path, {"0": 1})
+    (tmp_path / "results" / "total.txt").unlink()
+    hf("run", write(tmp_path, FAN))
+    third = {s["step"]: s["attempts"] for s in hf.show(hf.last_run())["steps"]}
+    assert third == {"count.0": 1, "count.1": 0, "count.2": 0, "count.3": 0, "total": 1}
+    assert (tmp_path / "results" / "total.txt").read_text().strip() == "20"
 
 
 def test_publish_never_replaces_a_different_file_unless_told(hf: Hetflow, tmp_path: Path) -> None:

@@ -36,7 +36,7 @@ from hetflow.execute.lifecycle import pid_alive, reconcile
 from hetflow.execute.paths import RunPaths
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, MachineClass, Placement, VariantChooser
-from hetflow.spec import FANOUT_SEP, Workflow, edges_of, expand, pending_source, topo_order
+from hetflow.spec import FANOUT_SEP, Workflow, edges_of, expand, fanout_parent, pending_source, topo_order
 from hetflow.state import (
     FAILED,
     LAUNCHING,
@@ -335,7 +335,9 @@ class Runner:
             return None
         return cache_key(
             workflow=self.wf.name,
-            step_name=name,
+            # a fan-out's item is keyed by its step, not its index: a file added to a
+            # data set shifts the indexes but leaves the other items' results reusable
+            step_name=fanout_parent(name) or name,
             step=step,
             variant_name=vname,
             variant=variant,
