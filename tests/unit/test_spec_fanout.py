@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import SpecError
-from hetflow.spec import parse_workflow
+from hetflow.spec import compose_yaml, parse_workflow
 
 V1 = "apiVersion: hetflow/v1\nname: wf\n"
 
@@ -247,3 +247,35 @@ def test_a_cycle_made_by_expansion_is_reported() -> None:
         "  b:\n    image: x\n    inputs: {i: a/o}\n"
     )
     assert any("cycle" in m for _, m in errors_of(text))
+
+
+BOMB = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{chr(98 + i)}: &{chr(98 + i)} [" + ", ".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8)
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "phrase"),
+    [
+        (BOMB, 7, "an alias bomb?"),
+        ("a: " + "[" * 2000 + "]" * 2000, 1, "nest"),
+        ("a: !custom x\n", 1, "unknown YAML tag '!custom'"),
+        ("a: *nowhere\n", 1, "alias *nowhere names no anchor"),
+        ("a: 1\n---\nb: 2\n", 2, "one YAML document"),
+        ("{[1]: x}\n", 1, "a mapping key must be a plain value"),
+        ("a: 1\na: 2\n", 2, "duplicate key 'a'"),
+    ],
+    ids=["alias-bomb", "deep-nesting", "unknown-tag", "unknown-alias", "two-documents", "list-as-key", "dup-key"],
+)
+def test_hostile_yaml_gets_a_line_not_a_traceback(text: str, line: int, phrase: str) -> None:
+    _, _, problems = compose_yaml(text, "h.yaml")
+    assert any(phrase in p.message and p.line == line for p in problems), problems
+
+
+def test_merge_keys_take_a_mapping_and_explicit_keys_win() -> None:
+    text = (
+        V1
+        + "templates:\n  base: &b {image: x, command: [a], env: {K: v}}\nsteps:\n  s:\n    <<: *b\n    command: [b]\n"
+    )
+    step = load(text).workflow.steps["s"]
+    assert (step.image, step.command, step.env) == ("x", ("b",), {"K": "v"})

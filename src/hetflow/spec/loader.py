@@ -261,71 +261,186 @@ class _Loader(_CLoader or yaml.SafeLoader):  # type: ignore[misc]
 
 
 def compose_yaml(text: str, file: str) -> tuple[Any, dict[Loc, int], list[Problem]]:
+    """The document as plain values, the line of every key (and list item), and problems.
+
+    Built straight from the parser's events (no node tree): anchors and aliases, merge keys
+    (``<<: *defaults``, explicit keys win), duplicate and non-scalar keys reported; aliases
+    that would expand past ``MAX_VALUES`` values (an alias bomb) are refused."""
+    builder = _EventBuilder(text, file)
     try:
-        node = yaml.compose(text, Loader=_Loader)
+        data = builder.document()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
         return None, {}, [Problem(file, line, f"not valid YAML: {exc.problem or exc}")]
-    if node is None:
+    except _Refused as exc:
+        return None, {}, [Problem(file, exc.line, exc.message)]
+    except RecursionError:
+        return None, {}, [Problem(file, 1, f"the YAML nests too deeply (more than about {_MAX_DEPTH} levels)")]
+    if data is _EMPTY:
         return (
             None,
             {},
             [Problem(file, 1, "the file is empty; a workflow needs apiVersion, name and steps")],
         )
-    lines: dict[Loc, int] = {}
-    problems: list[Problem] = []
-    builder = _Builder(file, lines, problems)
-    return builder.build(node, ()), lines, problems
+    return data, builder.lines, builder.problems
 
 
-_SCALARS = (str, int, float, bool, type(None))
+MAX_VALUES = 2_000_000  # values a document may expand to, aliases counted at their full size
+_MAX_DEPTH = 500
+_MERGE = "tag:yaml.org,2002:merge"
+_EMPTY = object()
 
 
-class _Builder:
-    """Plain Python values from the node tree, recording each key's line; scalars are
-    constructed once per distinct (tag, text)."""
+class _Refused(Exception):
+    def __init__(self, line: int, message: str) -> None:
+        super().__init__(message)
+        self.line, self.message = line, message
 
-    def __init__(self, file: str, lines: dict[Loc, int], problems: list[Problem]) -> None:
-        self.file, self.lines, self.problems = file, lines, problems
+
+class _EventBuilder:
+    """Plain values from libyaml's events; scalars constructed once per distinct (tag, text)."""
+
+    def __init__(self, text: str, file: str) -> None:
+        self.parser = _Loader(text)
+        self.file = file
+        self.lines: dict[Loc, int] = {}
+        self.problems: list[Problem] = []
         self.constructor = yaml.SafeLoader("")
         self.scalars: dict[tuple[str, str], Any] = {}
+        self.anchors: dict[str, tuple[Any, int]] = {}
+        self.total = 0
+        self.depth = 0
 
-    def scalar(self, node: yaml.Node) -> Any:
-        key = (node.tag, node.value)
+    def document(self) -> Any:
+        p = self.parser
+        p.get_event()  # stream start
+        if p.check_event(yaml.StreamEndEvent):
+            return _EMPTY
+        p.get_event()  # document start
+        value, _ = self.value(())
+        p.get_event()  # document end
+        if not p.check_event(yaml.StreamEndEvent):
+            line = p.peek_event().start_mark.line + 1
+            raise _Refused(line, "a workflow file holds one YAML document; remove the second '---' and what follows")
+        return value
+
+    def spend(self, n: int, line: int) -> None:
+        self.total += n
+        if self.total > MAX_VALUES:
+            raise _Refused(
+                line,
+                f"the YAML expands to more than {MAX_VALUES:,} values through its aliases (an alias bomb?); "
+                "write the values out, or use fewer nested aliases",
+            )
+
+    def value(self, path: Loc) -> tuple[Any, int]:
+        """The next value and how many values it stands for (aliases at their full size)."""
+        ev = self.parser.get_event()
+        line = ev.start_mark.line + 1
+        self.lines.setdefault(path, line)
+        if isinstance(ev, yaml.AliasEvent):
+            if ev.anchor not in self.anchors:
+                raise _Refused(line, f"alias *{ev.anchor} names no anchor defined before it (&{ev.anchor})")
+            value, n = self.anchors[ev.anchor]
+            self.spend(n, line)
+            return value, n
+        self.spend(1, line)
+        if isinstance(ev, yaml.ScalarEvent):
+            value, n = self.scalar(ev), 1
+        else:
+            self.depth += 1
+            if self.depth > _MAX_DEPTH:
+                raise _Refused(line, f"the YAML nests more than {_MAX_DEPTH} levels deep; flatten it")
+            if isinstance(ev, yaml.SequenceStartEvent):
+                value, n = self.sequence(path)
+            else:
+                value, n = self.mapping(path)
+            self.depth -= 1
+        if getattr(ev, "anchor", None):
+            self.anchors[ev.anchor] = (value, n)
+        return value, n
+
+    def tag_of(self, ev: Any) -> str:
+        if ev.tag and ev.tag != "!":
+            return str(ev.tag)
+        if ev.tag == "!":
+            return "tag:yaml.org,2002:str"
+        return str(self.parser.resolve(yaml.ScalarNode, ev.value, ev.implicit))
+
+    def scalar(self, ev: Any) -> Any:
+        tag = self.tag_of(ev)
+        key = (tag, ev.value)
         try:
             return self.scalars[key]
         except KeyError:
+            pass
+        node = yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, ev.style)
+        try:
             value = self.constructor.construct_object(node, deep=True)
-            if isinstance(value, _SCALARS):
-                self.scalars[key] = value
-            return value
+        except yaml.constructor.ConstructorError:
+            raise _Refused(ev.start_mark.line + 1, f"unknown YAML tag {tag!r}; remove it") from None
+        if isinstance(value, _SCALARS):
+            self.scalars[key] = value
+        return value
 
-    def build(self, node: yaml.Node, path: Loc) -> Any:
-        lines = self.lines
-        lines.setdefault(path, node.start_mark.line + 1)
-        if isinstance(node, yaml.MappingNode):
-            out: dict[Any, Any] = {}
-            for knode, vnode in node.value:
-                key = self.scalar(knode) if isinstance(knode, yaml.ScalarNode) else None
-                if not isinstance(knode, yaml.ScalarNode) or isinstance(key, list | dict):
-                    self.problems.append(
-                        Problem(self.file, knode.start_mark.line + 1, "a mapping key must be a plain value")
-                    )
+    def sequence(self, path: Loc) -> tuple[list[Any], int]:
+        out: list[Any] = []
+        n = 1
+        p = self.parser
+        while not p.check_event(yaml.SequenceEndEvent):
+            value, k = self.value((*path, len(out)))
+            out.append(value)
+            n += k
+        p.get_event()
+        return out, n
+
+    def mapping(self, path: Loc) -> tuple[dict[Any, Any], int]:
+        out: dict[Any, Any] = {}
+        merges: list[tuple[Any, int]] = []
+        n = 1
+        p = self.parser
+        while not p.check_event(yaml.MappingEndEvent):
+            kev = p.peek_event()
+            line = kev.start_mark.line + 1
+            if not isinstance(kev, yaml.ScalarEvent):
+                self.value(("?",))  # the key's own subtree
+                self.value(("?",))  # and its value
+                self.problems.append(Problem(self.file, line, "a mapping key must be a plain value"))
+                continue
+            p.get_event()
+            if self.tag_of(kev) == _MERGE:
+                value, k = self.value((*path, "<<"))
+                merges.append((value, line))
+                n += k
+                continue
+            key = self.scalar(kev)
+            if isinstance(key, list | dict):
+                self.problems.append(Problem(self.file, line, "a mapping key must be a plain value"))
+                self.value(("?",))
+                continue
+            if key in out:
+                self.problems.append(Problem(self.file, line, f"duplicate key {key!r}; keep only one"))
+            sub: Loc = (*path, key)
+            self.lines[sub] = line
+            value, k = self.value(sub)
+            out[key] = value
+            n += k
+        p.get_event()
+        for value, line in merges:
+            sources = value if isinstance(value, list) else [value]
+            for src in sources:
+                if not isinstance(src, dict):
+                    self.problems.append(Problem(self.file, line, "'<<' merges mappings only (an alias of a mapping)"))
                     continue
-                if key in out:
-                    self.problems.append(
-                        Problem(self.file, knode.start_mark.line + 1, f"duplicate key {key!r}; keep only one")
-                    )
-                sub: Loc = (*path, key)  # type: ignore[arg-type]  # keys are YAML scalars (None, bools, ...)
-                lines[sub] = knode.start_mark.line + 1
-                out[key] = self.build(vnode, sub)
-            return out
-        if isinstance(node, yaml.SequenceNode):
-            return [self.build(v, (*path, i)) for i, v in enumerate(node.value)]
-        if isinstance(node, yaml.ScalarNode):
-            return self.scalar(node)
-        return self.constructor.construct_object(node, deep=True)
+                for key, v in src.items():
+                    if key not in out:
+                        out[key] = v
+                        self.lines.setdefault((*path, key), line)
+        return out, n
+
+
+_SCALARS = (str, int, float, bool, type(None))
 
 
 # --- params ---------------------------------------------------------------------------
