@@ -72,6 +72,8 @@ bench: install images
 	$(PY) -m bench.virtual
 	$(PY) -m bench.slurm
 	$(PY) -m bench.ray
+	$(PY) -m bench.loader
+	$(PY) -m bench.scale
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache
