@@ -32,10 +32,20 @@ def parse_params(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
+MAX_NOTES = 20  # every error is printed; of the notes (a big fan-out repeats one), this many
+
+
 def print_problems(problems: Iterable[Problem]) -> None:
+    notes = 0
     for p in problems:
+        if p.severity != "error":
+            notes += 1
+            if notes > MAX_NOTES:
+                continue
         style = "red" if p.severity == "error" else "yellow"
         err.print(f"[{style}]{p.file}:{p.line}: {p.severity}:[/] {p.message}", highlight=False)
+    if notes > MAX_NOTES:
+        err.print(f"[yellow]... and {notes - MAX_NOTES} more note(s); 'hetflow validate --json' lists them all[/]")
 
 
 def print_json(data: Any) -> None:

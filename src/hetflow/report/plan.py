@@ -5,10 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from rich.table import Table
-from rich.text import Text
 
 from hetflow.plan import Instance, Plan, explain
-from hetflow.report.tables import BIG, plain_table
+from hetflow.report.tables import BIG, PlainTable, plain_table
 
 
 def plan_json(plan: Plan, instance: Instance, *, explain: bool = False) -> dict[str, Any]:
@@ -46,7 +45,7 @@ def explain_step(plan: Plan, instance: Instance, step: str) -> list[dict[str, st
     ]
 
 
-def plan_table(plan: Plan) -> Table | Text:
+def plan_table(plan: Plan) -> Table | PlainTable:
     if len(plan.placements) > BIG:
         rows = [
             [p.task, p.variant, p.machine, ",".join(map(str, p.gpus)) or "-", f"{p.start:.1f}", f"{p.finish:.1f}"]

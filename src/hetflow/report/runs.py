@@ -8,7 +8,7 @@ from typing import Any
 from rich.table import Table
 from rich.text import Text
 
-from hetflow.report.tables import BIG, plain_table
+from hetflow.report.tables import BIG, PlainTable, plain_table
 from hetflow.spec import format_duration
 from hetflow.state import AttemptRecord, RunRecord, StepRecord
 
@@ -119,7 +119,9 @@ def short_image(ref: str) -> str:
     return f"{name}@{digest[:19]}" if sep else ref
 
 
-def _plain_steps(steps: list[StepRecord], *, reasons: bool, now: float | None, images: dict[str, str] | None) -> Text:
+def _plain_steps(
+    steps: list[StepRecord], *, reasons: bool, now: float | None, images: dict[str, str] | None
+) -> PlainTable:
     headers = ["STEP", "STATE", "VARIANT", "NODE", "GPUS", "ATTEMPTS", "EXIT", "STARTED", "ELAPSED"]
     headers += ["IMAGE"] if images is not None else []
     headers += ["WHY"] if reasons else []
@@ -148,7 +150,7 @@ def steps_table(
     reasons: bool = True,
     now: float | None = None,
     images: dict[str, str] | None = None,
-) -> Table | Text:
+) -> Table | PlainTable:
     if len(steps) > BIG:
         return _plain_steps(steps, reasons=reasons, now=now, images=images)
     t = Table(box=None, header_style="bold", pad_edge=False)

@@ -1,27 +1,43 @@
 """Tables of many rows: rich lays out every cell of a Table to fit the terminal, which takes
 seconds for thousands of rows; past ``BIG`` rows the same columns are written as plain,
-left-aligned text (no wrapping, the last column as it is)."""
+left-aligned lines (not wrapped, the last column as it is)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from rich.text import Text
+from rich.console import Console, ConsoleOptions
+from rich.segment import Segment
+from rich.style import Style
 
 BIG = 300
 
 
-def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> Text:
+class PlainTable:
+    """A renderable of ready-made lines, the header bold; rich prints it as it is."""
+
+    def __init__(self, header: str, lines: list[str]) -> None:
+        self.header, self.lines = header, lines
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> Iterator[Segment]:
+        yield Segment(self.header, Style(bold=True))
+        yield Segment.line()
+        for line in self.lines:
+            yield Segment(line)
+            yield Segment.line()
+
+    @property
+    def plain(self) -> str:
+        return "\n".join([self.header, *self.lines])
+
+
+def plain_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> PlainTable:
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row[:-1]):
             widths[i] = max(widths[i], len(cell))
 
     def line(cells: Sequence[str]) -> str:
-        return "  ".join(c.ljust(w) for c, w in zip(cells[:-1], widths, strict=False)) + "  " + cells[-1]
+        return ("  ".join(c.ljust(w) for c, w in zip(cells[:-1], widths, strict=False)) + "  " + cells[-1]).rstrip()
 
-    text = Text(line(headers).rstrip(), style="bold", no_wrap=True)
-    body = "\n".join(line(r).rstrip() for r in rows)
-    if body:
-        text.append("\n" + body, style="")
-    return text
+    return PlainTable(line(headers), [line(r) for r in rows])

@@ -307,7 +307,7 @@ class _EventBuilder:
         self.lines: dict[Loc, int] = {}
         self.problems: list[Problem] = []
         self.constructor = yaml.SafeLoader("")
-        self.scalars: dict[tuple[str, str], Any] = {}
+        self.scalars: dict[tuple[Any, str, Any], Any] = {}
         self.anchors: dict[str, tuple[Any, int]] = {}
         self.total = 0
         self.depth = 0
@@ -345,7 +345,9 @@ class _EventBuilder:
             value, n = self.anchors[ev.anchor]
             self.spend(n, line)
             return value, n
-        self.spend(1, line)
+        self.total += 1
+        if self.total > MAX_VALUES:
+            self.spend(0, line)
         if isinstance(ev, yaml.ScalarEvent):
             value, n = self.scalar(ev), 1
         else:
@@ -369,12 +371,12 @@ class _EventBuilder:
         return str(self.parser.resolve(yaml.ScalarNode, ev.value, ev.implicit))
 
     def scalar(self, ev: Any) -> Any:
-        tag = self.tag_of(ev)
-        key = (tag, ev.value)
+        key = (ev.tag, ev.value, ev.implicit)
         try:
             return self.scalars[key]
         except KeyError:
             pass
+        tag = self.tag_of(ev)
         node = yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, ev.style)
         try:
             value = self.constructor.construct_object(node, deep=True)
@@ -409,7 +411,7 @@ class _EventBuilder:
                 self.problems.append(Problem(self.file, line, "a mapping key must be a plain value"))
                 continue
             p.get_event()
-            if self.tag_of(kev) == _MERGE:
+            if kev.value == "<<" and self.tag_of(kev) == _MERGE:
                 value, k = self.value((*path, "<<"))
                 merges.append((value, line))
                 n += k
