@@ -28,6 +28,7 @@ DEFAULT_ESTIMATE = 60.0  # seconds, for a variant with no estimate and no profil
 
 Profile = Mapping[tuple[str, str, str], float]  # (step, variant, class) -> measured seconds
 ImageCheck = Callable[[str, MachineClass], str | None]  # (image, class) -> why not, or None
+Found = tuple[tuple[str, str], ...]  # (code, reason) of every filter a (variant, class) fails
 # --- the builder ------------------------------------------------------------------------
 
 
@@ -50,18 +51,22 @@ def build_instance(
         raise ValueError(f"bandwidth must be positive bytes/s, got {bandwidth}")
     profile = profile or {}
     deps = edges_of(workflow)
-    cache: dict[
-        tuple[Resources, GpuConstraint | None, str, tuple[tuple[str, str], ...], str], tuple[tuple[str, str], ...]
-    ] = {}
+    # (resources, GPU constraint, image, labels) -> class -> why not: many steps ask alike,
+    # and hashing a variant's request once per variant (not per class) matters at 10,000 steps
+    cache: dict[tuple[Resources, GpuConstraint | None, str, tuple[tuple[str, str], ...]], dict[str, Found]] = {}
 
-    def rejections(v: Variant, c: MachineClass) -> tuple[tuple[str, str], ...]:
-        key = (v.resources, v.gpu, v.image, tuple(sorted(v.node_selector.items())), c.name)
-        if key not in cache:
-            found = [(st.code, st.reason) for st in class_rejections(v, c)]
-            if image_check is not None and (why := image_check(v.image, c)):
-                found.append(("image", why))
-            cache[key] = tuple(found)
-        return cache[key]
+    def rejections_of(v: Variant) -> dict[str, Found]:
+        key = (v.resources, v.gpu, v.image, tuple(sorted(v.node_selector.items())))
+        per_class = cache.get(key)
+        if per_class is None:
+            per_class = {}
+            for c in classes:
+                found = [(st.code, st.reason) for st in class_rejections(v, c)]
+                if image_check is not None and (why := image_check(v.image, c)):
+                    found.append(("image", why))
+                per_class[c.name] = tuple(found)
+            cache[key] = per_class
+        return per_class
 
     tasks: list[Task] = []
     unfit: list[str] = []
@@ -70,8 +75,9 @@ def build_instance(
         options: list[Option] = []
         rejected: list[Rejection] = []
         for vname, v in step.resolved_variants().items():
+            per_class = rejections_of(v)
             for c in classes:
-                found = rejections(v, c)
+                found = per_class[c.name]
                 if found:
                     rejected += [Rejection(vname, c.name, code, reason) for code, reason in found]
                     continue

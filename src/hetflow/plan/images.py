@@ -51,13 +51,17 @@ def class_node(c: MachineClass) -> Node:
 def image_check(resolver: Resolver) -> Callable[[str, MachineClass], str | None]:
     """An ``ImageCheck`` for ``build_instance``, caching one resolution per (image, class)."""
     cache: dict[tuple[str, str], str | None] = {}
+    unreadable: set[str] = set()  # asked once, not once per class
 
     def check(image: str, c: MachineClass) -> str | None:
         key = (image, c.name)
+        if image in unreadable:
+            return None
         if key not in cache:
             try:
                 res = resolver(image, class_node(c))
             except HetflowError:
+                unreadable.add(image)
                 cache[key] = None  # unreadable from here: not a reason to reject
             else:
                 cache[key] = (
