@@ -111,8 +111,30 @@ def test_stop_then_resume(hf: Hetflow, tmp_path: Path) -> None:
     assert [s["attempts"] for s in data["steps"]] == [2, 1]  # s0 was stopped once, then ran again
 
 
-def test_resume_reruns_a_step_whose_output_was_damaged(hf: Hetflow, tmp_path: Path) -> None:
+def _fail_and_tamper(hf: Hetflow, run_id: str) -> None:
+    import sqlite3
+
+    db = sqlite3.connect(hf.home / "state.db")
+    db.execute("UPDATE runs SET state = 'failed' WHERE id = ?", (run_id,))
+    db.commit()
+    (step_out(hf, run_id, "s1") / "done").write_text("tampered\n")
+
+
+def test_resume_restores_a_damaged_output_from_the_cache(hf: Hetflow, tmp_path: Path) -> None:
     hf("run", write(tmp_path, _chain(3, 0)), "-q")
+    run_id = hf.last_run()
+    original = (step_out(hf, run_id, "s1") / "done").read_text()
+    _fail_and_tamper(hf, run_id)
+    proc = hf("resume", run_id, "-q")
+    assert "re-running s1, s2" in proc.stderr
+    steps = hf.show(run_id)["steps"]
+    assert [s["attempts"] for s in steps] == [1, 1, 1]  # nothing ran again: the cache held s1 and s2
+    assert [s["reason"].startswith("cached: from run") for s in steps] == [False, True, True]
+    assert (step_out(hf, run_id, "s1") / "done").read_text() == original
+
+
+def test_resume_reruns_a_step_whose_output_was_damaged(hf: Hetflow, tmp_path: Path) -> None:
+    hf("run", write(tmp_path, _chain(3, 0)), "-q", "--no-cache")
     run_id = hf.last_run()
     # a succeeded run is not resumed...
     assert "already succeeded" in hf("resume", run_id).stdout
