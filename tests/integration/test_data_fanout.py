@@ -43,6 +43,8 @@ def docs(tmp_path: Path, words: dict[str, int]) -> None:
 
 def test_foreach_over_host_files_gathers_and_publishes(hf: Hetflow, tmp_path: Path) -> None:
     docs(tmp_path, {"a": 3, "b": 5, "c": 11})
+    checked = hf("validate", write(tmp_path, FAN)).stdout
+    assert "fan-out count: one step per file of data.docs, known when a run is submitted" in checked
     hf("run", write(tmp_path, FAN))
     run_id = hf.last_run()
     data = hf.show(run_id)

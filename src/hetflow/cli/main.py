@@ -55,20 +55,39 @@ def validate(
     """Check a workflow: format, DAG, data paths, and whether this machine can run it."""
     from hetflow.inventory import discover
     from hetflow.plan import feasibility_problems
-    from hetflow.spec import load_workflow
+    from hetflow.spec import load_workflow, pending_source
 
+    pending: dict[str, str] = {}
+    steps = 0
     try:
         loaded = load_workflow(file, parse_params(param))
         problems = list(loaded.notes) + feasibility_problems(loaded, discover(hetflow_home()))
+        steps = len(loaded.workflow.steps)
+        for name, step in loaded.workflow.steps.items():
+            src = pending_source(step)
+            if src is not None:
+                when = "when a run is submitted" if src.step is None else f"when step {src.step!r} has succeeded"
+                pending[name] = f"one step per {src.kind[:-1]} of {src.ref}, known {when}"
     except SpecError as exc:
         problems = exc.problems
     errors = [p for p in problems if p.severity == "error"]
     if json_out:
-        print_json({"file": str(file), "valid": not errors, "problems": [p.__dict__ for p in problems]})
+        print_json(
+            {
+                "file": str(file),
+                "valid": not errors,
+                "steps": steps,
+                "pending_fanouts": pending,
+                "problems": [p.__dict__ for p in problems],
+            }
+        )
     else:
         print_problems(problems)
         if not errors:
-            console.print(f"[green]{file}: valid[/]" + (f" ({len(problems)} note(s))" if problems else ""))
+            for name, what in pending.items():
+                console.print(f"fan-out {name}: {what}", highlight=False)
+            notes = f", {len(problems)} note(s)" if problems else ""
+            console.print(f"[green]{file}: valid[/] ({steps} step(s){notes})")
     raise typer.Exit(1 if errors else 0)
 
 
