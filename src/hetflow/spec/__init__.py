@@ -1,33 +1,82 @@
-"""What to run: the workflow models, YAML loading with file:line errors, DAG helpers."""
+"""What to run: the workflow models, YAML loading with file:line errors, DAG helpers.
 
-from hetflow.spec.checks import RESERVED_ENV, edges_of
-from hetflow.spec.dag import descendants, topo_order
-from hetflow.spec.fanout import Source, expand, file_items, is_fanout, line_items, pending_source
-from hetflow.spec.loader import (
-    LoadedWorkflow,
-    compose_yaml,
-    did_you_mean,
-    expand_loaded,
-    line_of,
-    load_workflow,
-    parse_workflow,
-    problem_from_error,
-)
-from hetflow.spec.models import (
-    DATA_PREFIX,
-    FANOUT_SEP,
-    DataSet,
-    GpuConstraint,
-    GpuRequest,
-    Publish,
-    Resources,
-    Step,
-    Variant,
-    Workflow,
-    fanout_parent,
-)
-from hetflow.spec.units import cc_tuple, compute_capability, format_bytes, format_duration, parse_duration, parse_memory
-from hetflow.spec.wfcommons import convert_wfcommons
+Names are loaded on first use (as in ``hetflow.execute``): ``hetflow ps`` reads the store and
+prints times without building the workflow models.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hetflow.spec.checks import RESERVED_ENV, edges_of
+    from hetflow.spec.dag import descendants, topo_order
+    from hetflow.spec.fanout import Source, expand, file_items, is_fanout, line_items, pending_source
+    from hetflow.spec.loader import (
+        LoadedWorkflow,
+        compose_yaml,
+        did_you_mean,
+        expand_loaded,
+        line_of,
+        load_workflow,
+        parse_workflow,
+        problem_from_error,
+    )
+    from hetflow.spec.models import (
+        DATA_PREFIX,
+        FANOUT_SEP,
+        DataSet,
+        GpuConstraint,
+        GpuRequest,
+        Publish,
+        Resources,
+        Step,
+        Variant,
+        Workflow,
+        fanout_parent,
+    )
+    from hetflow.spec.units import (
+        cc_tuple,
+        compute_capability,
+        format_bytes,
+        format_duration,
+        parse_duration,
+        parse_memory,
+    )
+    from hetflow.spec.wfcommons import convert_wfcommons
+
+_WHERE = {
+    "checks": ["RESERVED_ENV", "edges_of"],
+    "dag": ["descendants", "topo_order"],
+    "fanout": ["Source", "expand", "file_items", "is_fanout", "line_items", "pending_source"],
+    "loader": [
+        "LoadedWorkflow",
+        "compose_yaml",
+        "did_you_mean",
+        "expand_loaded",
+        "line_of",
+        "load_workflow",
+        "parse_workflow",
+        "problem_from_error",
+    ],
+    "models": [
+        "DATA_PREFIX",
+        "FANOUT_SEP",
+        "DataSet",
+        "GpuConstraint",
+        "GpuRequest",
+        "Publish",
+        "Resources",
+        "Step",
+        "Variant",
+        "Workflow",
+        "fanout_parent",
+    ],
+    "units": ["cc_tuple", "compute_capability", "format_bytes", "format_duration", "parse_duration", "parse_memory"],
+    "wfcommons": ["convert_wfcommons"],
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
 __all__ = [
     "DATA_PREFIX",
@@ -67,3 +116,16 @@ __all__ = [
     "problem_from_error",
     "topo_order",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hetflow.spec' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"hetflow.spec.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
