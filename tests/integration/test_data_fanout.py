@@ -85,6 +85,14 @@ def test_publish_never_replaces_a_different_file_unless_told(hf: Hetflow, tmp_pa
     assert (tmp_path / "results" / "total.txt").read_text() == "precious\n"
     hf("run", write(tmp_path, FAN.replace("publish: {to: results}", "publish: {to: results, mode: overwrite}")))
     assert (tmp_path / "results" / "total.txt").read_text().strip() == "2"
+    # a result taken from the cache is published too, under the same rule
+    (tmp_path / "results" / "total.txt").write_text("edited by hand\n")
+    proc = hf("run", write(tmp_path, FAN), check=False)
+    assert proc.returncode != 0
+    total = {s["step"]: s for s in hf.show(hf.last_run())["steps"]}["total"]
+    assert (total["state"], total["attempts"]) == ("failed", 0)
+    assert "cached outputs could not be published" in total["reason"]
+    assert (tmp_path / "results" / "total.txt").read_text() == "edited by hand\n"
 
 
 def test_missing_data_is_refused_before_anything_runs(hf: Hetflow, tmp_path: Path) -> None:

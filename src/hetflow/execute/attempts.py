@@ -157,7 +157,7 @@ class Attempts:
             published = self.publisher(self.wf.steps[name], out_dir, *self.owner)
         except PublishError as exc:
             why = f"its cached outputs could not be published: {exc}"
-            self.store.set_step(self.run_id, name, state=FAILED, reason=why, event=why)
+            self.store.set_step(self.run_id, name, state=FAILED, ended=self.clock(), reason=why, event=why)
             return False
         self.emit(Note(0, self.run_id, self.clock(), "published " + "; ".join(published), name, "published"))
         return True

@@ -366,10 +366,10 @@ class Runner:
                 Note(0, self.run_id, self.clock(), f"cache entry {key.digest[:12]} was damaged; running", name, "cache")
             )
             return False
+        if self.wf.steps[name].publish and not self.attempts.publish(name, self.paths.step_out(name)):
+            return True  # the step failed: its cached outputs could not be published (it says why)
         why = f"cached: from run {entry.run_id} (key {key.digest[:12]})"
         self.store.cache_step(self.run_id, name, vname, records, why)
-        if self.wf.steps[name].publish:
-            self.attempts.publish(name, self.paths.step_out(name))
         return True
 
     def _keep_result(self, name: str, records: Sequence[OutputRecord]) -> None:
