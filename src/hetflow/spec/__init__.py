@@ -10,7 +10,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hetflow.spec.checks import RESERVED_ENV, edges_of
+    from hetflow.spec.checks import GANG_ENV, RESERVED_ENV, edges_of
     from hetflow.spec.dag import descendants, topo_order
     from hetflow.spec.fanout import Source, expand, file_items, is_fanout, line_items, pending_source
     from hetflow.spec.loader import (
@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         DATA_PREFIX,
         FANOUT_SEP,
         DataSet,
+        Gang,
         GpuConstraint,
         GpuRequest,
         Publish,
@@ -47,7 +48,7 @@ if TYPE_CHECKING:
     from hetflow.spec.wfcommons import convert_wfcommons
 
 _WHERE = {
-    "checks": ["RESERVED_ENV", "edges_of"],
+    "checks": ["GANG_ENV", "RESERVED_ENV", "edges_of"],
     "dag": ["descendants", "topo_order"],
     "fanout": ["Source", "expand", "file_items", "is_fanout", "line_items", "pending_source"],
     "loader": [
@@ -64,6 +65,7 @@ _WHERE = {
         "DATA_PREFIX",
         "FANOUT_SEP",
         "DataSet",
+        "Gang",
         "GpuConstraint",
         "GpuRequest",
         "Publish",
@@ -81,8 +83,10 @@ _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names
 __all__ = [
     "DATA_PREFIX",
     "FANOUT_SEP",
+    "GANG_ENV",
     "RESERVED_ENV",
     "DataSet",
+    "Gang",
     "GpuConstraint",
     "GpuRequest",
     "LoadedWorkflow",

@@ -29,6 +29,20 @@ RESERVED_ENV = frozenset(
         "HOME",
     }
 )
+# What every replica of a gang step is told (torchrun's names, MPI's ranks, hetflow's own).
+GANG_ENV = frozenset(
+    {
+        "HETFLOW_RANK",
+        "HETFLOW_WORLD_SIZE",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_RANK",
+        "LOCAL_WORLD_SIZE",
+        "NODE_RANK",
+    }
+)
 
 
 def check_workflow(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
@@ -37,6 +51,7 @@ def check_workflow(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
     problems += _check_paths(wf, file, line_of)
     problems += _check_optional(wf, file, line_of)
     problems += _check_env(wf, file, line_of)
+    problems += _check_gang(wf, file, line_of)
     return problems
 
 
@@ -298,6 +313,16 @@ def _check_env(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
         envs += [(("steps", name, "variants", v, "env"), var.env) for v, var in (step.variants or {}).items()]
         for loc, env in envs:
             for key in env:
+                if step.gang is not None and key in GANG_ENV:
+                    problems.append(
+                        Problem(
+                            file,
+                            line_of((*loc, key)),
+                            f"step {name!r} sets {key}, which hetflow sets for every replica of its gang "
+                            f"(launcher: {step.gang.launcher}); the value is ignored",
+                            "note",
+                        )
+                    )
                 if key in RESERVED_ENV:
                     problems.append(
                         Problem(
@@ -314,3 +339,24 @@ def _check_env(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
 def _hint(word: str, choices: object) -> str:
     close = difflib.get_close_matches(word, [str(c) for c in choices], n=1)  # type: ignore[attr-defined]
     return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _check_gang(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
+    """What the models cannot say alone: a gang's GPU link needs GPUs to link."""
+    problems = []
+    for name, step in wf.steps.items():
+        gang = step.gang
+        if gang is None or gang.gpu_link == "any":
+            continue
+        few = [v for v, var in step.resolved_variants().items() if var.resources.gpus < 2]
+        if gang.gpu_link == "nvlink" and few:
+            problems.append(
+                Problem(
+                    file,
+                    line_of(("steps", name, "gang", "gpu_link")),
+                    f"step {name!r}: gpu_link: nvlink joins a replica's own GPUs, but variant(s) "
+                    f"{', '.join(repr(v) for v in few)} ask for fewer than 2 GPUs per replica; "
+                    "ask for resources.gpus >= 2 or drop gpu_link",
+                )
+            )
+    return problems

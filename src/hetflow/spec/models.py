@@ -118,6 +118,44 @@ class Variant(_Model):
         return self.resources.gpus > 0
 
 
+GangLauncher = Literal["torch", "mpi", "none"]
+GpuLinkNeed = Literal["nvlink", "same-numa", "any"]
+GangNetwork = Literal["tcp", "rdma"]
+
+
+class Gang(_Model):
+    """One step as ``replicas`` containers started together on one or more nodes, each with
+    the step's ``resources`` (an MPI job, a torchrun job): all of them or none.
+
+    ``launcher`` says what every replica is told: ``torch`` sets torchrun's variables
+    (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK),
+    ``mpi`` runs the command under ``mpirun`` in replica 0 with a hostfile of the others
+    (kubeflow mpi-operator's launcher/worker shape), ``none`` only HETFLOW_RANK and
+    HETFLOW_WORLD_SIZE.  ``gpu_link`` is what a replica's GPUs must share on their node
+    (NVLink, a NUMA node, or anything: the default only prefers NVLink); ``network: rdma``
+    asks for nodes with an RDMA device (/dev/infiniband/*, passed to each replica)."""
+
+    replicas: int = Field(ge=1, le=1024, description="containers started together, each with the step's resources")
+    per_node: int | None = Field(default=None, ge=1, description="at most this many replicas on one node")
+    launcher: GangLauncher = "none"
+    gpu_link: GpuLinkNeed = "any"
+    network: GangNetwork = "tcp"
+    port: int = Field(default=29500, ge=1024, le=65535, description="MASTER_PORT for launcher: torch")
+
+    @model_validator(mode="after")
+    def _fits(self) -> Gang:
+        if self.per_node is not None and self.per_node > self.replicas:
+            raise ValueError(
+                f"per_node ({self.per_node}) is more than replicas ({self.replicas}); "
+                f"set per_node to at most {self.replicas} or leave it out"
+            )
+        return self
+
+    def nodes_at_least(self) -> int:
+        """The fewest nodes the gang can be spread over (per_node replicas on each)."""
+        return 1 if self.per_node is None else -(-self.replicas // self.per_node)
+
+
 FANOUT_SEP = "."  # item i of fan-out step X is the step "X.i" (step names have no dots)
 
 
@@ -227,6 +265,7 @@ class Step(_Model):
         description="a list, {range: N | [start, stop, step]}, '{{ params.NAME }}', {files: REF} or {lines: REF}",
     )
     matrix: dict[str, object] | None = Field(default=None, description="axes (lists) and an optional 'exclude'")
+    gang: Gang | None = Field(default=None, description="run as several replicas started together (MPI, torchrun)")
 
     @field_validator("command", mode="before")
     @classmethod
@@ -294,6 +333,11 @@ class Step(_Model):
             if parent not in deps:
                 deps.append(parent)
         return tuple(deps)
+
+    @property
+    def replicas(self) -> int:
+        """Containers one run of this step starts together: the gang's size, else 1."""
+        return self.gang.replicas if self.gang is not None else 1
 
 
 class WorkflowPublish(Publish):
