@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from hetflow.errors import NoFitError
 from hetflow.plan.filters import class_rejections
+from hetflow.plan.gangs import gang_rejections
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Rejection, Task
 from hetflow.spec import GpuConstraint, Resources, Variant, Workflow, edges_of, topo_order
 
@@ -78,13 +79,21 @@ def build_instance(
             per_class = rejections_of(v)
             for c in classes:
                 found = per_class[c.name]
+                res = v.resources
+                if step.gang is not None:
+                    found = (
+                        *found,
+                        *gang_rejections(step.gang, c, res.cpus, res.memory, res.gpus, one_task_per_machine),
+                    )
                 if found:
                     rejected += [Rejection(vname, c.name, code, reason) for code, reason in found]
                     continue
-                res = v.resources
                 runtime = profile.get((name, vname, c.name), _scaled_estimate(v, c))
                 options.append(Option(vname, c.name, runtime, res.cpus, res.memory, res.gpus))
-        if options:
+        if options and step.gang is not None:
+            g = step.gang
+            tasks.append(Task(name, tuple(options), tuple(rejected), g.replicas, g.per_node or 0, float(g.comm)))
+        elif options:
             tasks.append(Task(name, tuple(options), tuple(rejected)))
         elif not step.optional:
             unfit.append(_no_fit_message(name, rejected, classes))

@@ -54,5 +54,6 @@ def plan_cost(instance: Instance, placements: Mapping[str, Placement] | Iterable
             raise HetflowError(
                 f"task {p.task!r} is placed on class {p.machine_class!r}, which the cluster does not have"
             )
-        total += placement_cost(cls, p.finish - p.start, p.cores, p.memory, len(p.gpus), instance.one_task_per_machine)
+        one = placement_cost(cls, p.finish - p.start, p.cores, p.memory, len(p.gpus), instance.one_task_per_machine)
+        total += one * max(1, len(p.ranks))  # a gang: every replica holds the same
     return total

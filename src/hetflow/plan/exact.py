@@ -63,6 +63,12 @@ def plan_exact(
     is too big for an exact search."""
     if objective not in OBJECTIVES:
         raise HetflowError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
+    gangs = [t.name for t in instance.tasks if t.replicas > 1]
+    if gangs:
+        raise HetflowError(
+            f"the exact planner does not place gang steps yet ({', '.join(gangs[:5])}); "
+            "plan this workflow with the heuristic planner (leave out --exact)"
+        )
     cp_model = _cp_model()
     cp = Compiled(instance)
     literals = sum(cp.count[ch.cls] for chs in cp.choices for ch in chs)

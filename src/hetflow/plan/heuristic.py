@@ -410,6 +410,10 @@ class Search:
         for ch in cp.choices[t]:
             if self.avoid and ch.cpu_on_gpu and has_plain:
                 continue
+            if ch.gang:  # a gang's machines are chosen anew when the schedule is rebuilt
+                if ch is not s.choice[t]:
+                    out.append((ch, cp.first[ch.cls]))
+                continue
             machines, idle = pool[ch.cls]
             if len(machines) > 8:
                 near = [m for m in machines if m in related]
@@ -442,7 +446,7 @@ def latest_finish(cp: Compiled, s: Schedule) -> list[float]:
     for t in reversed(topological(cp)):
         for c, comm in cp.children[t]:
             gap = 0.0 if s.machine[c] == s.machine[t] else comm
-            latest[t] = min(latest[t], latest[c] - s.choice[c].runtime - gap)
+            latest[t] = min(latest[t], latest[c] - (s.finish[c] - s.start[c]) - gap)
     return latest
 
 
@@ -490,6 +494,7 @@ def to_plan(cp: Compiled, s: Schedule, *, algorithm: str, objective: str) -> Pla
             cores=option.cores,
             memory=option.memory,
             gpus=s.gpus[t],
+            ranks=tuple((cp.machine_name[m], g) for m, g in s.ranks[t]) if s.ranks and s.ranks[t] else (),
         )
     makespan = max((p.finish for p in placements.values()), default=0.0)
     return Plan(placements, makespan, plan_cost(cp.instance, placements), algorithm, objective)

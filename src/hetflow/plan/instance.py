@@ -31,6 +31,9 @@ class MachineClass:
     price_per_hour: float = 0.0
     microarchitecture: str = "x86_64"
     labels: tuple[tuple[str, str], ...] = ()
+    gpu_link: str = ""  # how a node's GPUs are joined: "nvlink", "pcie", "" (unknown: as pcie)
+    nvlink_gpus: int = 0  # GPUs in one NVLink domain (8 for an NVSwitch board, 2 for bridged pairs)
+    rdma: bool = False  # the nodes have an RDMA device (InfiniBand / RoCE)
 
     def machine_ids(self) -> list[str]:
         return [f"{self.name}-{i}" for i in range(self.count)]
@@ -61,14 +64,17 @@ class Rejection:
 @dataclass(frozen=True)
 class Task:
     """One step to place.  ``replicas``: how many containers start together as one
-    all-or-nothing gang, each with an option's resources; 1 today (a step is one
-    container), the home for gang steps: the planner must then place every replica at
-    once or none."""
+    all-or-nothing gang, each with an option's resources, on machines of one class, at
+    most ``per_node`` on a machine (0: as many as fit).  An option's ``runtime`` is then
+    the replicas' compute; ``plan.gangs`` adds the exchange of ``comm_bytes`` (per
+    replica, a ring allreduce), slower across nodes than inside one."""
 
     name: str
     options: tuple[Option, ...]
     rejected: tuple[Rejection, ...] = ()
     replicas: int = 1
+    per_node: int = 0
+    comm_bytes: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,19 @@ class Placement:
     cores: float
     memory: int
     gpus: tuple[int, ...] = ()  # GPU indices on the machine
+    # A gang: one (machine, GPU indices) per replica, rank 0 first (``machine`` and ``gpus``
+    # above are rank 0's); empty for a step of one container.
+    ranks: tuple[tuple[str, tuple[int, ...]], ...] = ()
+
+    def per_machine(self) -> dict[str, tuple[int, tuple[int, ...]]]:
+        """Machine -> (replicas there, their GPU indices): what the placement holds where."""
+        if not self.ranks:
+            return {self.machine: (1, self.gpus)}
+        out: dict[str, tuple[int, tuple[int, ...]]] = {}
+        for machine, gpus in self.ranks:
+            n, held = out.get(machine, (0, ()))
+            out[machine] = (n + 1, held + gpus)
+        return out
 
 
 @dataclass(frozen=True)

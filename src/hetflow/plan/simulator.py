@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetflow.plan.cost import plan_cost
+from hetflow.plan.gangs import gang_runtime, machine_shares
 from hetflow.plan.instance import Instance, MachineClass, Placement, Plan
 from hetflow.spec import format_duration
 
@@ -98,8 +99,9 @@ def utilization(
     for p in placements.values():
         cls = instance.machine_class(p.machine_class)
         cores = float(cls.cores) if instance.one_task_per_machine else p.cores
-        core_s[cls.name] += cores * (p.finish - p.start)
-        gpu_s[cls.name] += len(p.gpus) * (p.finish - p.start)
+        replicas = max(1, len(p.ranks))
+        core_s[cls.name] += cores * replicas * (p.finish - p.start)
+        gpu_s[cls.name] += len(p.gpus) * replicas * (p.finish - p.start)
     out: dict[str, ClassUtilization] = {}
     for c in instance.classes:
         cpu_cap = c.cores * c.count * makespan
@@ -118,9 +120,10 @@ def _runtime_factors(instance: Instance, noise: float, seed: int) -> dict[str, f
 
 
 def _estimate(instance: Instance, p: Placement) -> float:
-    for o in instance.task(p.task).options:
+    task = instance.task(p.task)
+    for o in task.options:
         if o.variant == p.variant and o.machine_class == p.machine_class:
-            return o.runtime
+            return gang_runtime(instance, task, o, len(p.per_machine()))
     raise ValueError(
         f"plan puts {p.task!r} as variant {p.variant!r} on class {p.machine_class!r}, "
         "which is not one of its options in this instance"
@@ -170,16 +173,19 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
     runtime = {name: _estimate(instance, planned[name]) * factors[name] for name in order}
 
     machines: dict[str, _Machine] = {}
+    # What each step holds on each machine: one share for a container, one per machine for a
+    # gang, which is queued on every machine it uses and starts on all of them at once.
+    shares: dict[str, dict[str, Placement]] = {}
     for name in sorted(order, key=lambda n: (planned[n].start, order[n])):
         p = planned[name]
-        if p.machine not in machines:
-            cls = instance.machine_class(p.machine_class)
-            if p.machine not in cls.machine_ids():
-                raise ValueError(f"plan puts {name!r} on {p.machine!r}, which class {cls.name!r} does not have")
-            machines[p.machine] = _Machine(
-                cls, [], cores=float(cls.cores), memory=cls.memory, gpus=set(range(cls.gpus))
-            )
-        machines[p.machine].queue.append(name)
+        shares[name] = {sh.machine: sh for sh in machine_shares(p)}
+        for mid in shares[name]:
+            if mid not in machines:
+                cls = instance.machine_class(p.machine_class)
+                if mid not in cls.machine_ids():
+                    raise ValueError(f"plan puts {name!r} on {mid!r}, which class {cls.name!r} does not have")
+                machines[mid] = _Machine(cls, [], cores=float(cls.cores), memory=cls.memory, gpus=set(range(cls.gpus)))
+            machines[mid].queue.append(name)
 
     parents: dict[str, list[tuple[str, float]]] = {name: [] for name in order}
     for e in instance.edges:
@@ -201,15 +207,29 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
             t = max(t, done[parent].finish + comm)
         return t
 
+    def gang_ready(name: str, mid: str) -> bool:
+        """A gang at the head of ``mid``'s queue starts only when it heads every queue it is
+        in and fits on every machine: all replicas at once (nothing held while waiting)."""
+        for other, share in shares[name].items():
+            if other == mid:
+                continue
+            om = machines[other]
+            if om.next >= len(om.queue) or om.queue[om.next] != name or not om.fits(share, exclusive):
+                return False
+        return True
+
     started: dict[str, float] = {}
     while True:
         for mid in sorted(machines):
             m = machines[mid]
             while m.next < len(m.queue):
                 name = m.queue[m.next]
-                p = planned[name]
+                p = shares[name][mid]
                 ready = arrival(name)
                 if ready is None or not m.fits(p, exclusive):
+                    break
+                gang = len(shares[name]) > 1
+                if gang and not gang_ready(name, mid):
                     break
                 if ready > now + _EPS:
                     if m.wake != ready:
@@ -217,8 +237,9 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
                         seq += 1
                         heapq.heappush(events, (ready, seq, ""))
                     break
-                m.take(p, +1)
-                m.next += 1
+                for other, share in shares[name].items():
+                    machines[other].take(share, +1)
+                    machines[other].next += 1
                 started[name] = now
                 seq += 1
                 heapq.heappush(events, (now + runtime[name], seq, name))
@@ -229,10 +250,9 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
             _, _, name = heapq.heappop(events)
             if name:
                 p = planned[name]
-                done[name] = Placement(
-                    name, p.variant, p.machine, p.machine_class, started[name], now, p.cores, p.memory, p.gpus
-                )
-                machines[p.machine].take(p, -1)
+                done[name] = dataclasses.replace(p, start=started[name], finish=now)
+                for other, share in shares[name].items():
+                    machines[other].take(share, -1)
 
     if len(done) < len(order):
         stuck = sorted(set(order) - set(done), key=order.__getitem__)

@@ -22,10 +22,12 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 
 from hetflow.errors import HetflowError, NoFitError
 from hetflow.plan.cost import placement_cost
+from hetflow.plan.gangs import comm_time, fit_per_node
 from hetflow.plan.instance import Instance, Task
 from hetflow.plan.score import score_for
 
@@ -182,6 +184,16 @@ class Choice:
     gpus: int
     cost: float  # dollars, ``plan.cost``'s model; the same on every machine of the class
     cpu_on_gpu: bool  # no GPU used, on a class that has GPUs (``gpu_policy="avoid"``)
+    # A gang (``plan.gangs``): replicas placed together, at most ``per_node`` on a machine,
+    # running ``runtime + comm1`` on one machine and ``runtime + comm_n`` across several.
+    replicas: int = 1
+    per_node: int = 1
+    comm1: float = 0.0
+    comm_n: float = 0.0
+
+    @property
+    def gang(self) -> bool:
+        return self.replicas > 1
 
 
 class Compiled:
@@ -243,10 +255,37 @@ class Compiled:
                 continue
             cost = placement_cost(cls, o.runtime, o.cores, o.memory, o.gpus, self.one_task)
             cores, memory = (1.0, 0) if self.one_task else (o.cores, o.memory)
+            if task.replicas > 1:
+                out.append(self._gang_choice(task, k, c, cores, memory, cost))
+                continue
             out.append(Choice(k, c, o.runtime, cores, memory, o.gpus, cost, o.gpus == 0 and cls.gpus > 0))
         if not out:
             raise NoFitError(f"task {task.name!r} has no option that fits a machine" + "".join(f"; {w}" for w in why))
         return out
+
+    def _gang_choice(self, task: Task, k: int, c: int, cores: float, memory: int, cost: float) -> Choice:
+        o, cls = task.options[k], self.classes[c]
+        fit, _ = fit_per_node(cls, o.cores, o.memory, o.gpus, self.one_task)
+        per_node = max(1, min(fit, task.per_node or fit, task.replicas))
+        bw = self.instance.bandwidth
+        comm1 = comm_time(cls, task.replicas, o.gpus, task.comm_bytes, 1, bw)
+        comm_n = comm_time(cls, task.replicas, o.gpus, task.comm_bytes, 2, bw)
+        cheapest = o.runtime + (comm1 if per_node >= task.replicas else comm_n)
+        cost = cost / max(o.runtime, 1e-12) * cheapest * task.replicas if o.runtime > 0 else 0.0
+        return Choice(
+            k,
+            c,
+            o.runtime,
+            cores,
+            memory,
+            o.gpus,
+            cost,
+            o.gpus == 0 and cls.gpus > 0,
+            task.replicas,
+            per_node,
+            comm1,
+            comm_n,
+        )
 
     def timelines(self) -> list[MachineTimeline]:
         if self.one_task:
@@ -266,6 +305,8 @@ class Schedule:
     start: list[float]
     finish: list[float]
     gpus: list[tuple[int, ...]]
+    # per task: () for one container, else one (machine, GPU indices) per replica, rank 0 first
+    ranks: list[tuple[tuple[int, tuple[int, ...]], ...]] = field(default_factory=list)
 
     @property
     def makespan(self) -> float:
@@ -287,21 +328,112 @@ def build_fixed(cp: Compiled, order: list[int], choice: list[Choice], machine: l
     start = [0.0] * n
     finish = [0.0] * n
     gpus: list[tuple[int, ...]] = [()] * n
+    ranks: list[tuple[tuple[int, tuple[int, ...]], ...]] = [()] * n
+    machine = list(machine)
     parents = cp.parents
     for t in order:
         m = machine[t]
+        ch = choice[t]
         ready = 0.0
         for p, comm in parents[t]:
-            r = finish[p] if machine[p] == m else finish[p] + comm
+            r = finish[p] if machine[p] == m and not ch.gang else finish[p] + comm
             if r > ready:
                 ready = r
-        ch = choice[t]
+        if ch.gang:
+            c = ch.cls
+            pool = range(cp.first[c], cp.first[c] + cp.count[c])
+            found = earliest_gang(tls, ch, pool, ready, math.inf)
+            if found is None:
+                raise HetflowError(f"gang {cp.names[t]!r} does not fit class {cp.classes[c].name!r}")
+            s, f, alloc = found
+            start[t], finish[t] = s, f
+            ranks[t] = reserve_gang(tls, ch, alloc, s, f)
+            machine[t], gpus[t] = ranks[t][0]
+            continue
         tl = tls[m]
         s = tl.earliest_start(ready, ch.runtime, ch.cores, ch.memory, ch.gpus)
         start[t] = s
         finish[t] = s + ch.runtime
         gpus[t] = tl.reserve(s, s + ch.runtime, ch.cores, ch.memory, ch.gpus)
-    return Schedule(list(choice), list(machine), start, finish, gpus)
+    return Schedule(list(choice), machine, start, finish, gpus, ranks)
+
+
+# --- gangs: every replica placed at once ----------------------------------------------------
+
+Alloc = list[tuple[int, int]]  # (machine, replicas there)
+
+
+def _holds(tl: MachineTimeline, ch: Choice, start: float, duration: float, most: int) -> int:
+    """How many replicas (at most ``most``) fit ``tl`` during ``[start, start + duration)``."""
+    for k in range(most, 0, -1):
+        end = start + duration
+        if tl.earliest_start(start, duration, k * ch.cores, k * ch.memory, k * ch.gpus, end) == start:
+            return k
+    return 0
+
+
+def _gang_at(tls: list[MachineTimeline], ch: Choice, pool: Sequence[int], start: float) -> tuple[float, Alloc] | None:
+    """A way to hold every replica from ``start`` on: one machine if one can (shorter: no
+    network in the ring), else the fewest machines, fullest first; with its run time."""
+    n = ch.replicas
+    if ch.per_node >= n:
+        d1 = ch.runtime + ch.comm1
+        for m in pool:
+            if _holds(tls[m], ch, start, d1, n) == n:
+                return d1, [(m, n)]
+    dn = ch.runtime + ch.comm_n
+    caps = [(k, m) for m in pool if (k := _holds(tls[m], ch, start, dn, ch.per_node)) > 0]
+    caps.sort(key=lambda km: (-km[0], km[1]))
+    alloc: Alloc = []
+    left = n
+    for k, m in caps:
+        take = min(k, left)
+        alloc.append((m, take))
+        left -= take
+        if left == 0:
+            return (ch.runtime + ch.comm1 if len(alloc) == 1 else dn), alloc
+    return None
+
+
+def earliest_gang(
+    tls: list[MachineTimeline], ch: Choice, pool: Sequence[int], ready: float, limit: float
+) -> tuple[float, float, Alloc] | None:
+    """The earliest start ``>= ready`` at which the whole gang fits on machines of ``pool``
+    (start, finish, allocation), or None when it cannot finish by ``limit``.  Only the times
+    at which some machine's use changes can open room, so only those are tried."""
+    times = sorted({ready, *(x for m in pool for x in tls[m].times if x > ready)})
+    shortest = ch.runtime + min(ch.comm1, ch.comm_n)
+    for t in times:
+        if t + shortest > limit:
+            return None
+        found = _gang_at(tls, ch, pool, t)
+        if found is not None:
+            d, alloc = found
+            return (t, t + d, alloc) if t + d <= limit else None
+    return None
+
+
+def reserve_gang(
+    tls: list[MachineTimeline], ch: Choice, alloc: Alloc, start: float, finish: float
+) -> tuple[tuple[int, tuple[int, ...]], ...]:
+    """Book an allocation; one (machine, GPU indices) per replica, in rank order."""
+    ranks: list[tuple[int, tuple[int, ...]]] = []
+    for m, k in alloc:
+        got = tls[m].reserve(start, finish, k * ch.cores, k * ch.memory, k * ch.gpus)
+        g = ch.gpus
+        ranks += [(m, got[i * g : (i + 1) * g]) for i in range(k)]
+    return tuple(ranks)
+
+
+def release_gang(
+    tls: list[MachineTimeline], ch: Choice, ranks: Sequence[tuple[int, tuple[int, ...]]], start: float, finish: float
+) -> None:
+    per: dict[int, list[int]] = {}
+    for m, gpus in ranks:
+        per.setdefault(m, []).extend(gpus)
+    for m, held in per.items():
+        k = sum(1 for mm, _ in ranks if mm == m)
+        tls[m].release(start, finish, k * ch.cores, k * ch.memory, tuple(held))
 
 
 # --- one list-scheduling pass ---------------------------------------------------------------
@@ -350,6 +482,8 @@ class ListPass:
         self.machine = [-1] * n
         self.choice: list[Choice | None] = [None] * n
         self.gpus: list[tuple[int, ...]] = [()] * n
+        self.ranks: list[tuple[tuple[int, tuple[int, ...]], ...]] = [()] * n
+        self.allocs: dict[tuple[int, float], Alloc] = {}  # a gang candidate's machines, by (choice id, start)
         self.next_idle = [0] * len(cp.classes)  # machines first[c] + next_idle[c] ... are untouched
         self.by_runtime = [sorted(chs, key=lambda ch: ch.runtime) for chs in cp.choices]
         self.min_cost = [min(ch.cost for ch in chs) for chs in cp.choices]
@@ -375,7 +509,7 @@ class ListPass:
         if placed != cp.n:
             raise HetflowError("the instance's edges form a cycle; a workflow must be a DAG")
         choice = [ch for ch in self.choice if ch is not None]
-        return Schedule(choice, self.machine, self.start, self.finish, self.gpus)
+        return Schedule(choice, self.machine, self.start, self.finish, self.gpus, self.ranks)
 
     def place(self, t: int, cand: Candidate) -> None:
         finish, _flag, m, _k, start, ch = cand
@@ -384,10 +518,17 @@ class ListPass:
         self.finish[t] = finish
         self.machine[t] = m
         self.choice[t] = ch
-        self.gpus[t] = self.tls[m].reserve(start, finish, ch.cores, ch.memory, ch.gpus)
         c = ch.cls
-        if m == self.cp.first[c] + self.next_idle[c]:
-            self.next_idle[c] += 1
+        if ch.gang:
+            alloc = self.allocs[(id(ch), start)]
+            self.ranks[t] = reserve_gang(self.tls, ch, alloc, start, finish)
+            self.gpus[t] = self.ranks[t][0][1]
+            top = max(mm for mm, _ in alloc) - self.cp.first[c] + 1
+            self.next_idle[c] = max(self.next_idle[c], top)
+        else:
+            self.gpus[t] = self.tls[m].reserve(start, finish, ch.cores, ch.memory, ch.gpus)
+            if m == self.cp.first[c] + self.next_idle[c]:
+                self.next_idle[c] += 1
         self.spent += ch.cost
         self.cheapest_left -= self.min_cost[t]
         if self.rule.weight:
@@ -396,7 +537,11 @@ class ListPass:
     def unplace(self, t: int, idle_before: int) -> None:
         ch = self.choice[t]
         assert ch is not None
-        self.tls[self.machine[t]].release(self.start[t], self.finish[t], ch.cores, ch.memory, self.gpus[t])
+        if ch.gang:
+            release_gang(self.tls, ch, self.ranks[t], self.start[t], self.finish[t])
+            self.ranks[t] = ()
+        else:
+            self.tls[self.machine[t]].release(self.start[t], self.finish[t], ch.cores, ch.memory, self.gpus[t])
         self.next_idle[ch.cls] = idle_before
         self.done[t] = False
         self.choice[t] = None
@@ -492,6 +637,8 @@ class ListPass:
         data needs no transfer); then, if a machine is free from the ready time on, the task
         can do no better in this class; else every machine is tried in order and the scan
         stops as soon as none can beat ``best``."""
+        if ch.gang:
+            return self.scan_gang(ch, remote, near, best)
         cp, tls = self.cp, self.tls
         c, rt = ch.cls, ch.runtime
         flag = 1 if self.rule.avoid and ch.cpu_on_gpu else 0
@@ -533,3 +680,23 @@ class ListPass:
                 if best is None or cand < best:
                     best, limit = cand, s + rt
         return best
+
+    def scan_gang(self, ch: Choice, remote: float, near: dict[int, float], best: Candidate | None) -> Candidate | None:
+        """The best of ``best`` and the gang's earliest finish on its class.  Every replica
+        needs the inputs, so the gang is ready when they can be on every machine.  The
+        machines tried are the class's touched ones and as many untouched ones (all alike)
+        as the gang could use."""
+        cp = self.cp
+        c = ch.cls
+        first = cp.first[c]
+        pool = range(first, first + min(cp.count[c], self.next_idle[c] + ch.replicas))
+        ready = max([remote, *near.values()])
+        limit = best[0] if best is not None else math.inf
+        self.probes += len(pool)
+        found = earliest_gang(self.tls, ch, pool, ready, limit)
+        if found is None:
+            return best
+        start, finish, alloc = found
+        self.allocs[(id(ch), start)] = alloc
+        cand = (finish, 1 if self.rule.avoid and ch.cpu_on_gpu else 0, alloc[0][0], ch.index, start, ch)
+        return cand if best is None or cand < best else best

@@ -2,7 +2,8 @@
 
 ``check_plan(instance, plan) == []`` means: every task is placed once, on one of its
 options, on a machine that exists; every data edge is respected, with the transfer time
-``bytes / bandwidth`` paid when parent and child are on different machines; no machine is
+``bytes / bandwidth`` paid when parent and child are on different machines; a gang holds
+all its replicas at once (within ``per_node``) for its modelled run time; no machine is
 ever over its cores, memory or GPU count (or, in the one-task-per-machine model, runs two
 tasks at once); no GPU index is given to two tasks at once; and the plan's makespan and
 cost are what its placements say.
@@ -16,7 +17,8 @@ from __future__ import annotations
 from collections import defaultdict
 
 from hetflow.plan.cost import plan_cost
-from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan
+from hetflow.plan.gangs import gang_runtime, machine_shares
+from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task
 
 _REL = 1e-9
 
@@ -71,10 +73,12 @@ def _check_placements(instance: Instance, plan: Plan, problems: list[str]) -> li
         if option is None:
             problems.append(f"{where}: variant {p.variant!r} on class {p.machine_class!r} is not one of its options")
         else:
-            if not _close(p.finish - p.start, option.runtime):
+            _check_gang(instance, task, option, p, problems)
+            wanted = gang_runtime(instance, task, option, len(p.per_machine()))
+            if not _close(p.finish - p.start, wanted):
                 problems.append(
                     f"{where} runs {p.finish - p.start:g} s ({p.start:g} to {p.finish:g}); "
-                    f"its option {p.variant!r} on {p.machine_class!r} takes {option.runtime:g} s"
+                    f"its option {p.variant!r} on {p.machine_class!r} takes {wanted:g} s"
                 )
             if not _close(p.cores, option.cores) or p.memory != option.memory:
                 problems.append(
@@ -89,16 +93,38 @@ def _check_placements(instance: Instance, plan: Plan, problems: list[str]) -> li
         if cls is None:
             problems.append(f"{where} is on class {p.machine_class!r}, which the cluster does not have")
             continue
-        if p.machine not in machines[cls.name]:
-            problems.append(f"{where} is on machine {p.machine!r}, which is not a machine of class {cls.name!r}")
+        strays = [m for m in p.per_machine() if m not in machines[cls.name]]
+        if strays:
+            problems.append(f"{where} is on machine {strays[0]!r}, which is not a machine of class {cls.name!r}")
             continue
-        bad = [g for g in p.gpus if not 0 <= g < cls.gpus]
-        if bad:
-            problems.append(f"{where} uses GPU index(es) {bad} on {p.machine!r}, which has {cls.gpus} GPU(s)")
-        if len(set(p.gpus)) != len(p.gpus):
-            problems.append(f"{where} lists a GPU index twice: {list(p.gpus)}")
-        valid.append((p, cls))
+        for share in machine_shares(p):
+            bad = [g for g in share.gpus if not 0 <= g < cls.gpus]
+            if bad:
+                problems.append(f"{where} uses GPU index(es) {bad} on {share.machine!r}, which has {cls.gpus} GPU(s)")
+            if len(set(share.gpus)) != len(share.gpus):
+                problems.append(f"{where} lists a GPU index twice on {share.machine!r}: {list(share.gpus)}")
+            valid.append((share, cls))
     return valid
+
+
+def _check_gang(instance: Instance, task: Task, option: Option, p: Placement, problems: list[str]) -> None:
+    """A gang holds every replica at once, each with the option's GPUs, within per_node."""
+    where = f"task {task.name!r}"
+    if task.replicas <= 1:
+        if p.ranks:
+            problems.append(f"{where} is one container but its placement lists {len(p.ranks)} replicas")
+        return
+    if len(p.ranks) != task.replicas:
+        problems.append(f"{where} is a gang of {task.replicas} replicas; its placement holds {len(p.ranks)}")
+    if p.ranks and (p.machine, p.gpus) != p.ranks[0]:
+        problems.append(f"{where}: its machine and GPUs are not those of rank 0 {p.ranks[0]}")
+    for i, (_m, gpus) in enumerate(p.ranks):
+        if len(gpus) != option.gpus:
+            problems.append(f"{where}: replica {i} was given {len(gpus)} GPU(s); each replica asks for {option.gpus}")
+    if task.per_node:
+        crowded = {m: k for m, (k, _g) in p.per_machine().items() if k > task.per_node}
+        for m, k in sorted(crowded.items()):
+            problems.append(f"{where} puts {k} replicas on {m!r}; per_node allows {task.per_node}")
 
 
 def _check_edges(instance: Instance, plan: Plan, problems: list[str]) -> None:

@@ -141,6 +141,9 @@ class Gang(_Model):
     gpu_link: GpuLinkNeed = "any"
     network: GangNetwork = "tcp"
     port: int = Field(default=29500, ge=1024, le=65535, description="MASTER_PORT for launcher: torch")
+    comm: Memory = Field(
+        default=0, description="bytes each replica exchanges over the run (an allreduce), for the planner's model"
+    )
 
     @model_validator(mode="after")
     def _fits(self) -> Gang:

@@ -1,0 +1,132 @@
+"""Gang steps in the planner: all replicas at once, one class, per_node, the comm model.
+
+The classes here are made up (no GPU involved): NVLink and RDMA are class attributes."""
+
+from __future__ import annotations
+
+import pytest
+
+from hetflow.errors import NoFitError
+from hetflow.plan.build import build_instance
+from hetflow.plan.gangs import NVLINK_BW, PCIE_BW, RDMA_BW, comm_time
+from hetflow.plan.heuristic import plan_heuristic
+from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task
+from hetflow.plan.simulator import simulate
+from hetflow.plan.validate import check_plan
+from tests.unit.builders import load_steps
+
+GIB = 1024**3
+NV = MachineClass("nv4", 1, 32, 256 * GIB, gpus=4, gpu_link="nvlink", nvlink_gpus=4, price_per_hour=16)
+PCIE = MachineClass("pcie2", 2, 32, 256 * GIB, gpus=2, gpu_model="A100", gpu_link="pcie", price_per_hour=8)
+
+
+def gang_task(name: str, runtime: float, gpus: int, replicas: int, classes: list[MachineClass], **kw: float) -> Task:
+    opts = tuple(Option("default", c.name, runtime, 4, 8 * GIB, gpus) for c in classes)
+    return Task(name, opts, (), replicas, int(kw.get("per_node", 0)), float(kw.get("comm", 0.0)))
+
+
+def test_the_comm_model_is_a_ring_allreduce_on_the_slowest_link() -> None:
+    gib = float(GIB)
+    # 4 replicas x 1 GPU on one NVLink node: 2 * 3/4 * 1 GiB at NVLink speed
+    assert comm_time(NV, 4, 1, gib, 1, 1.25e9) == pytest.approx(1.5 * gib / NVLINK_BW)
+    assert comm_time(PCIE, 2, 1, gib, 1, 1.25e9) == pytest.approx(1.0 * gib / PCIE_BW)
+    assert comm_time(PCIE, 4, 1, gib, 2, 1.25e9) == pytest.approx(1.5 * gib / 1.25e9)  # across nodes: the network
+    rdma = MachineClass("ib", 2, 8, GIB, gpus=2, rdma=True)
+    assert comm_time(rdma, 4, 1, gib, 2, 1.25e9) == pytest.approx(1.5 * gib / RDMA_BW)
+    assert comm_time(NV, 1, 4, gib, 1, 1.25e9) == 0.0  # one replica exchanges nothing
+
+
+def test_a_gang_is_placed_whole_and_prefers_one_nvlink_node_to_two_pcie_nodes() -> None:
+    inst = Instance((gang_task("train", 100.0, 1, 4, [NV, PCIE], comm=10 * GIB),), (), (NV, PCIE))
+    plan = plan_heuristic(inst, seed=0)
+    p = plan.placements["train"]
+    assert check_plan(inst, plan) == []
+    assert len(p.ranks) == 4 and {m for m, _ in p.ranks} == {"nv4-0"}
+    assert sorted(g for _m, gpus in p.ranks for g in gpus) == [0, 1, 2, 3]  # each replica its own GPU
+    assert p.finish == pytest.approx(100.0 + 15 * GIB / NVLINK_BW)
+
+
+def test_without_an_nvlink_node_the_gang_spans_two_nodes_and_pays_the_network() -> None:
+    inst = Instance((gang_task("train", 100.0, 1, 4, [PCIE], comm=GIB),), (), (PCIE,))
+    plan = plan_heuristic(inst, seed=0)
+    p = plan.placements["train"]
+    assert check_plan(inst, plan) == []
+    assert p.per_machine() == {"pcie2-0": (2, (0, 1)), "pcie2-1": (2, (0, 1))}
+    assert p.finish - p.start == pytest.approx(100.0 + 1.5 * GIB / 1.25e9)
+
+
+def test_per_node_spreads_the_replicas() -> None:
+    big = MachineClass("big", 4, 64, 512 * GIB, gpus=8, gpu_link="nvlink", nvlink_gpus=8)
+    inst = Instance((gang_task("t", 10.0, 1, 4, [big], per_node=1),), (), (big,))
+    plan = plan_heuristic(inst, seed=0)
+    assert check_plan(inst, plan) == []
+    assert len(plan.placements["t"].per_machine()) == 4
+
+
+def test_a_gang_never_starts_partially_it_waits_until_every_replica_fits() -> None:
+    # A 1-GPU job holds GPU 0 of one PCIe node for 50 s; a 4-replica gang needs all 4 GPUs of
+    # the class, so it starts at 50, not earlier with 3 of its replicas.
+    busy = Task("busy", (Option("default", "pcie2", 50.0, 1, GIB, 1),))
+    inst = Instance((busy, gang_task("train", 10.0, 1, 4, [PCIE])), (), (PCIE,))
+    plan = plan_heuristic(inst, seed=0)
+    assert check_plan(inst, plan) == []
+    assert plan.placements["train"].start == pytest.approx(50.0)
+
+
+def test_check_plan_catches_a_partial_or_crowded_gang() -> None:
+    inst = Instance((gang_task("t", 10.0, 1, 2, [PCIE], per_node=1),), (), (PCIE,))
+    partial = Placement("t", "default", "pcie2-0", "pcie2", 0, 10.0, 4, 8 * GIB, (0,), (("pcie2-0", (0,)),))
+    plan = Plan({"t": partial}, 10.0, 0.0, "hand")
+    problems = check_plan(inst, plan)
+    assert any("a gang of 2 replicas; its placement holds 1" in p for p in problems), problems
+    crowded = Placement(
+        "t", "default", "pcie2-0", "pcie2", 0, 10.0, 4, 8 * GIB, (0,), (("pcie2-0", (0,)), ("pcie2-0", (1,)))
+    )
+    problems = check_plan(inst, Plan({"t": crowded}, 10.0, 0.0, "hand"))
+    assert any("puts 2 replicas on 'pcie2-0'; per_node allows 1" in p for p in problems), problems
+
+
+def test_the_simulator_starts_a_gang_on_all_its_machines_at_once() -> None:
+    busy = Task("busy", (Option("default", "pcie2", 50.0, 1, GIB, 2),))
+    inst = Instance((busy, gang_task("train", 10.0, 1, 4, [PCIE])), (), (PCIE,))
+    plan = plan_heuristic(inst, seed=0)
+    sim = simulate(inst, plan, noise=0.5, seed=3)
+    busy_end = sim.plan.placements["busy"].finish
+    train = sim.plan.placements["train"]
+    assert train.start == pytest.approx(busy_end)  # waited for the whole node, then all four at once
+    assert len(train.ranks) == 4
+    assert sim.utilization["pcie2"].gpu is not None and sim.utilization["pcie2"].gpu > 0
+
+
+def test_build_rejects_classes_that_cannot_hold_the_gang_and_says_why() -> None:
+    wf = load_steps(
+        """
+        train:
+          image: x
+          resources: {cpus: 2, memory: 1Gi, gpus: 2}
+          gang: {replicas: 4, per_node: 1, gpu_link: nvlink, network: rdma}
+        """
+    ).workflow
+    with pytest.raises(NoFitError) as info:
+        build_instance(wf, [NV, PCIE], bandwidth=1.25e9)
+    text = str(info.value)
+    assert "4 replicas need 4 nodes of nv4 at 1 per node (per_node: 1), and it has 1" in text
+    assert "gpu_link: nvlink, but the GPUs of pcie2 are not joined by NVLink" in text
+    assert "network: rdma, but pcie2 nodes have no RDMA device" in text
+
+
+def test_build_gives_the_task_its_gang() -> None:
+    wf = load_steps(
+        """
+        train:
+          image: x
+          resources: {cpus: 2, memory: 1Gi, gpus: 1}
+          gang: {replicas: 4, per_node: 2, comm: 1Gi}
+        """
+    ).workflow
+    inst = build_instance(wf, [NV, PCIE], bandwidth=1.25e9)
+    t = inst.task("train")
+    assert (t.replicas, t.per_node, t.comm_bytes) == (4, 2, float(GIB))
+    plan = plan_heuristic(inst, seed=0)
+    assert check_plan(inst, plan) == []
+    assert all(k <= 2 for k, _ in plan.placements["train"].per_machine().values())
