@@ -92,7 +92,12 @@ def validate(
 
 
 @app.command()
-def nodes(json_out: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+def nodes(
+    json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    topo: bool = typer.Option(
+        False, "--topo", help="Also the GPU interconnect matrix, like `nvidia-smi topo -m` (--json always has it)."
+    ),
+) -> None:
     """Describe this machine's hardware, like `docker info` plus `nvidia-smi`."""
     from hetflow.inventory import discover
     from hetflow.report import node_to_json, render_node
@@ -101,7 +106,7 @@ def nodes(json_out: bool = typer.Option(False, "--json", help="Machine-readable 
     if json_out:
         print_json([node_to_json(node)])
     else:
-        console.print(render_node(node))
+        console.print(render_node(node, topo=topo))
 
 
 def main() -> None:

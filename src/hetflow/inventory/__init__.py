@@ -1,6 +1,6 @@
 """What we have: nodes, their CPUs and GPUs, and the probes that discover them.
 
-    models     Node, Cpu, Gpu: frozen pydantic models, what every later stage reads
+    models     Node, Cpu, Gpu, GpuLink: frozen pydantic models, what every later stage reads
     probe      discover(home) -> Node: this machine (CPU, memory, GPUs, labels)
     cpu        /proc/cpuinfo and archspec: micro-architecture, x86-64 level, memory
     nvml       GPUs through NVML; procfs: GPUs from /proc/driver/nvidia when NVML is absent
@@ -16,7 +16,7 @@ I/O (files, NVML, podman); everything after discovery works on the returned ``No
 from hetflow.inventory.cpu import x86_64_level
 from hetflow.inventory.fake import make_fake_gpus, parse_fake_spec
 from hetflow.inventory.gpumodels import KNOWN_MODELS
-from hetflow.inventory.models import Cpu, Gpu, Node
+from hetflow.inventory.models import Cpu, Gpu, GpuLink, Node
 from hetflow.inventory.probe import discover
 from hetflow.inventory.profiles import PROFILES, profile_names, profile_node
 
@@ -25,6 +25,7 @@ __all__ = [
     "PROFILES",
     "Cpu",
     "Gpu",
+    "GpuLink",
     "Node",
     "discover",
     "make_fake_gpus",

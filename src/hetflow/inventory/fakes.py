@@ -11,7 +11,7 @@ makes up live in ``hetflow.inventory.fake``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pynvml
@@ -26,6 +26,19 @@ class FakeNvmlDevice:
     memory_bytes: int = 40960 * 1024 * 1024
     compute_capability: tuple[int, int] = (8, 0)
     minor: int = 0
+    # Topology; each unknown default makes its NVML call raise NVMLError_NotSupported.
+    pci_bus_id: str = ""  # e.g. "00000000:07:00.0"
+    numa_node: int | None = None  # nvmlDeviceGetNumaNodeId; -1 is what NVML says for "none"
+    cpu_affinity: tuple[int, ...] | None = None  # nvmlDeviceGetCpuAffinity's 64-bit mask words
+    nvlinks: tuple[str, ...] = ()  # link i is active and reaches the device with bus id nvlinks[i]
+    # "" at position i: link i exists but is down
+
+
+@dataclass(frozen=True)
+class FakePciInfo:
+    """The shape of pynvml's ``nvmlPciInfo_t`` (only ``busId`` is read)."""
+
+    busId: str | bytes  # pynvml's field name
 
 
 @dataclass(frozen=True)
@@ -43,8 +56,16 @@ class FakeNvml:
 
     ``as_bytes`` makes string answers ``bytes``, as pynvml releases before 11.5 did.
     ``fail_on`` names one function that raises ``NVMLError_Unknown`` when called, to
-    exercise failures after ``nvmlInit`` succeeded.  ``calls`` records every call by
-    name, so tests can check that ``nvmlShutdown`` followed ``nvmlInit``.
+    exercise failures after ``nvmlInit`` succeeded; ``unsupported`` names functions that
+    raise ``NVMLError_NotSupported``, as on boards or drivers without the feature.
+    ``calls`` records every call by name, so tests can check that ``nvmlShutdown``
+    followed ``nvmlInit``.
+
+    Topology: ``ancestors`` maps a pair of device positions (in ``devices``) to what
+    ``nvmlDeviceGetTopologyCommonAncestor`` answers (an ``NVML_TOPOLOGY_*`` level; pairs
+    not listed are not supported); ``switches`` are the bus ids of NVSwitches, which
+    ``nvmlDeviceGetNvLinkRemoteDeviceType`` reports as such (any other remote that is
+    not a device is an IBM NPU).
     """
 
     devices: Sequence[FakeNvmlDevice] = ()
@@ -52,14 +73,23 @@ class FakeNvml:
     cuda_driver_version: int = 12040  # NVML's encoding: 1000 * major + 10 * minor
     as_bytes: bool = False
     fail_on: str | None = None
+    unsupported: frozenset[str] = frozenset()
+    ancestors: Mapping[tuple[int, int], int] = field(default_factory=dict)
+    switches: frozenset[str] = frozenset()
     calls: list[str] = field(default_factory=list)
 
     NVMLError = pynvml.NVMLError
+    NVML_NVLINK_MAX_LINKS = pynvml.NVML_NVLINK_MAX_LINKS
 
     def _call(self, name: str) -> None:
         self.calls.append(name)
         if name == self.fail_on:
             raise pynvml.NVMLError_Unknown()
+        if name in self.unsupported:
+            raise pynvml.NVMLError_NotSupported()
+
+    def _position(self, handle: FakeNvmlDevice) -> int:
+        return next(i for i, device in enumerate(self.devices) if device is handle)
 
     def _text(self, value: str) -> str | bytes:
         return value.encode() if self.as_bytes else value
@@ -99,6 +129,57 @@ class FakeNvml:
     def nvmlDeviceGetMinorNumber(self, handle: FakeNvmlDevice) -> int:
         self._call("nvmlDeviceGetMinorNumber")
         return handle.minor
+
+    def nvmlDeviceGetPciInfo(self, handle: FakeNvmlDevice) -> FakePciInfo:
+        self._call("nvmlDeviceGetPciInfo")
+        if not handle.pci_bus_id:
+            raise pynvml.NVMLError_NotSupported()
+        return FakePciInfo(busId=self._text(handle.pci_bus_id))
+
+    def nvmlDeviceGetNumaNodeId(self, handle: FakeNvmlDevice) -> int:
+        self._call("nvmlDeviceGetNumaNodeId")
+        if handle.numa_node is None:
+            raise pynvml.NVMLError_NotSupported()
+        return handle.numa_node
+
+    def nvmlDeviceGetCpuAffinity(self, handle: FakeNvmlDevice, cpu_set_size: int) -> list[int]:
+        self._call("nvmlDeviceGetCpuAffinity")
+        if handle.cpu_affinity is None:
+            raise pynvml.NVMLError_NotSupported()
+        words = list(handle.cpu_affinity[:cpu_set_size])
+        return words + [0] * (cpu_set_size - len(words))
+
+    def _link(self, handle: FakeNvmlDevice, link: int) -> str:
+        if not 0 <= link < len(handle.nvlinks):
+            raise pynvml.NVMLError_InvalidArgument()
+        return handle.nvlinks[link]
+
+    def nvmlDeviceGetNvLinkState(self, handle: FakeNvmlDevice, link: int) -> int:
+        self._call("nvmlDeviceGetNvLinkState")
+        return 1 if self._link(handle, link) else 0
+
+    def nvmlDeviceGetNvLinkRemotePciInfo(self, handle: FakeNvmlDevice, link: int) -> FakePciInfo:
+        self._call("nvmlDeviceGetNvLinkRemotePciInfo")
+        remote = self._link(handle, link)
+        if not remote:
+            raise pynvml.NVMLError_NotSupported()  # a link that is down has no remote end
+        return FakePciInfo(busId=self._text(remote))
+
+    def nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: FakeNvmlDevice, link: int) -> int:
+        self._call("nvmlDeviceGetNvLinkRemoteDeviceType")
+        remote = self._link(handle, link)
+        if remote in self.switches:
+            return int(pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH)
+        if any(device.pci_bus_id == remote for device in self.devices):
+            return int(pynvml.NVML_NVLINK_DEVICE_TYPE_GPU)
+        return int(pynvml.NVML_NVLINK_DEVICE_TYPE_IBMNPU)
+
+    def nvmlDeviceGetTopologyCommonAncestor(self, first: FakeNvmlDevice, second: FakeNvmlDevice) -> int:
+        self._call("nvmlDeviceGetTopologyCommonAncestor")
+        a, b = sorted((self._position(first), self._position(second)))
+        if (a, b) not in self.ancestors:
+            raise pynvml.NVMLError_NotSupported()
+        return self.ancestors[(a, b)]
 
     def nvmlSystemGetDriverVersion(self) -> str | bytes:
         self._call("nvmlSystemGetDriverVersion")

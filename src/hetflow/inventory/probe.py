@@ -15,9 +15,9 @@ from pathlib import Path
 from hetflow.config import find_engine
 from hetflow.errors import EngineError, InventoryError
 from hetflow.inventory.cpu import probe_cpu, probe_memory
-from hetflow.inventory.fake import ENV_VAR, make_fake_gpus
-from hetflow.inventory.models import Gpu, Node
-from hetflow.inventory.nvml import probe_nvml
+from hetflow.inventory.fake import ENV_VAR, fake_links, make_fake_gpus
+from hetflow.inventory.models import Gpu, GpuLink, Node
+from hetflow.inventory.nvml import probe_nvml_topology
 from hetflow.inventory.procfs import DEFAULT_ROOT, probe_procfs
 
 # Device nodes a CUDA program needs besides /dev/nvidiaN, as the NVIDIA Container
@@ -31,21 +31,26 @@ def _gpus(
     nvml: object | None,
     procfs_root: Path,
     dev_root: Path,
-) -> tuple[list[Gpu], str, list[str]]:
-    """The GPUs, where they came from, and the control devices that go with them."""
+) -> tuple[list[Gpu], list[GpuLink], str, list[str]]:
+    """The GPUs, how they are connected, where they came from, and the control devices
+    that go with them."""
     spec = env.get(ENV_VAR, "").strip()
     if spec:
         gpus, control = make_fake_gpus(spec, home / "dev")
-        return gpus, "fake", control
+        return gpus, list(fake_links(spec)), "fake", control
     source = "nvml"
-    found = probe_nvml(nvml)
-    if found is None:
+    links: list[GpuLink] = []
+    found = None
+    probed = probe_nvml_topology(nvml)
+    if probed is not None:
+        found, links = probed
+    else:
         source = "procfs"
         found = probe_procfs(procfs_root)
     if found is None:
-        return [], "none", []
+        return [], [], "none", []
     present = [str(dev_root / name) for name in CONTROL_DEVICES if (dev_root / name).exists()]
-    return found, source, present
+    return found, links, source, present
 
 
 def _container_engine(env: Mapping[str, str]) -> str | None:
@@ -74,13 +79,14 @@ def discover(
     device nodes that cannot be made; a machine without GPUs is a normal answer.
     """
     env = os.environ if env is None else env
-    gpus, source, control = _gpus(home, env, nvml, procfs_root or DEFAULT_ROOT, dev_root)
+    gpus, links, source, control = _gpus(home, env, nvml, procfs_root or DEFAULT_ROOT, dev_root)
     return Node(
         name=socket.gethostname(),
         kernel=os.uname().release,
         cpu=probe_cpu(),
         memory_bytes=probe_memory(),
         gpus=tuple(gpus),
+        gpu_links=tuple(links),
         gpu_source=source,
         control_devices=tuple(control),
         container_engine=_container_engine(env),

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from hetflow.report.actual import actual_schedule
     from hetflow.report.gantt import write_gantt
-    from hetflow.report.nodes import node_to_json, render_node
+    from hetflow.report.nodes import node_to_json, render_node, render_topology
     from hetflow.report.plan import explain_step, plan_json, plan_table
     from hetflow.report.progress import make_reporter
     from hetflow.report.runreport import run_report_html
@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "actual": ["actual_schedule"],
     "gantt": ["write_gantt"],
-    "nodes": ["node_to_json", "render_node"],
+    "nodes": ["node_to_json", "render_node", "render_topology"],
     "plan": ["explain_step", "plan_json", "plan_table"],
     "progress": ["make_reporter"],
     "runreport": ["run_report_html"],
@@ -61,6 +61,7 @@ __all__ = [
     "plan_table",
     "ps_table",
     "render_node",
+    "render_topology",
     "run_json",
     "run_report_html",
     "steps_table",

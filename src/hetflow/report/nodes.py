@@ -1,4 +1,5 @@
-"""``hetflow nodes``: a node as ``docker info`` plus ``nvidia-smi`` would show it, or as JSON."""
+"""``hetflow nodes``: a node as ``docker info`` plus ``nvidia-smi`` would show it, or as JSON;
+``--topo`` adds the GPU interconnect matrix of ``nvidia-smi topo -m``."""
 
 from __future__ import annotations
 
@@ -96,11 +97,54 @@ def _gpu_table(node: Node) -> Table:
     return table
 
 
-def render_node(node: Node) -> RenderableType:
-    """A ``docker info``-like block, the CPU features, and an ``nvidia-smi``-like table."""
+# What nvidia-smi topo -m prints under its matrix, nearest connection last.
+TOPOLOGY_LEGEND = (
+    "  X    = Self",
+    "  SYS  = Connection traversing PCIe as well as the SMP interconnect between NUMA nodes (e.g., QPI/UPI)",
+    "  NODE = Connection traversing PCIe as well as the interconnect between PCIe Host Bridges within a NUMA node",
+    "  PHB  = Connection traversing PCIe as well as a PCIe Host Bridge (typically the CPU)",
+    "  PXB  = Connection traversing multiple PCIe bridges (without traversing the PCIe Host Bridge)",
+    "  PIX  = Connection traversing at most a single PCIe bridge",
+    "  NV#  = Connection traversing a bonded set of # NVLinks",
+)
+UNKNOWN = "N/A"  # what nvidia-smi prints for what it cannot tell, here a pair NVML did not answer for
+
+
+def topology_rows(node: Node) -> list[list[str]]:
+    """The ``nvidia-smi topo -m`` matrix as rows of cells: a header row ("", GPU0 ...
+    GPUn, "CPU Affinity", "NUMA Affinity"), then one row per GPU (its name, its link to
+    each GPU, the CPUs and the NUMA node near it); unknowns read ``N/A``."""
+    names = [f"GPU{gpu.index}" for gpu in node.gpus]
+    rows = [["", *names, "CPU Affinity", "NUMA Affinity"]]
+    for name, gpu in zip(names, node.gpus, strict=True):
+        cells = [node.link(gpu.index, other.index) or UNKNOWN for other in node.gpus]
+        numa = UNKNOWN if gpu.numa_node is None else str(gpu.numa_node)
+        rows.append([name, *cells, gpu.cpu_affinity or UNKNOWN, numa])
+    return rows
+
+
+def render_topology(node: Node) -> RenderableType:
+    """The GPU interconnect matrix and legend, as ``nvidia-smi topo -m`` prints them."""
+    header, *rows = topology_rows(node)
+    fake = any(gpu.fake for gpu in node.gpus)
+    title = "GPU topology (FAKE: made up by HETFLOW_FAKE_GPUS)" if fake else "GPU topology"
+    table = Table(title=title, title_justify="left", box=None, padding=(0, 2, 0, 0), show_edge=False)
+    for i, name in enumerate(header):
+        table.add_column(name, no_wrap=True, style="bold" if i == 0 else None)
+    for row in rows:
+        table.add_row(*row, style="yellow" if fake else None)
+    legend = Text("\n".join(("", "Legend:", "", *TOPOLOGY_LEGEND)))
+    return Group(table, legend)
+
+
+def render_node(node: Node, *, topo: bool = False) -> RenderableType:
+    """A ``docker info``-like block, the CPU features, and an ``nvidia-smi``-like table;
+    with ``topo``, then the ``nvidia-smi topo -m``-like matrix (for a node with GPUs)."""
     parts: list[RenderableType] = [_summary(node), _features(node), Text()]
     if node.gpus:
         parts.append(_gpu_table(node))
+        if topo:
+            parts += [Text(), render_topology(node)]
     else:
         parts.append(Text(f"No GPUs found (GPU source: {node.gpu_source})"))
     return Group(*parts)
