@@ -242,7 +242,7 @@ BAD = [
         """,
         "c.yaml:5: error: nodeTypes.0: required key 'cores' is missing\n"
         "c.yaml:7: error: unknown key 'cors' in nodeTypes.0 (did you mean 'cores'?); allowed keys: name, count, "
-        "cores, speed, memory, gpus, price, microarchitecture, labels",
+        "cores, speed, memory, gpus, price, microarchitecture, labels, rdma",
         id="unknown-key",
     ),
     pytest.param(
@@ -260,7 +260,8 @@ BAD = [
         """,
         "c.yaml:9: error: nodeTypes.0.gpus: required key 'computeCapability' is missing\n"
         "c.yaml:13: error: unknown key 'computeCapabilty' in nodeTypes.0.gpus (did you mean "
-        "'computeCapability'?); allowed keys: model, count, memory, computeCapability, driver, cuda, speed",
+        "'computeCapability'?); allowed keys: model, count, memory, computeCapability, driver, cuda, speed, "
+        "link, nvlink_gpus",
         id="unknown-gpu-key",
     ),
     pytest.param(
@@ -399,4 +400,6 @@ def test_a_node_with_an_unknown_key_is_an_error() -> None:
     text = cluster_text("nodeTypes: []\n") + yaml.safe_dump({"nodes": [entry]})
     (message,) = problems(text)
     line = text.splitlines().index("  rack: 7") + 1  # moves as Node gains fields
-    assert message.startswith(f"c.yaml:{line}: error: unknown key 'rack' in nodes.0; allowed keys: name, os, kernel, cpu,")
+    assert message.startswith(
+        f"c.yaml:{line}: error: unknown key 'rack' in nodes.0; allowed keys: name, os, kernel, cpu,"
+    )

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from hetflow.config import SHARE, engine_env, find_engine
 from hetflow.errors import EngineError
@@ -50,6 +50,7 @@ class ContainerSpec:
     cpus: float | None = None
     memory: int | None = None
     network: bool = False
+    network_name: str = ""  # a gang's private network (its replicas reach each other by name)
     log_path: str | None = None
     tmpfs_size: str = "256m"
     cgroup_parent: str | None = None  # set by the engine where it measures (cgroups.parent_path)
@@ -97,6 +98,16 @@ class ContainerEngine(Protocol):
         when the engine cannot watch (the runner then polls)."""
 
 
+@runtime_checkable
+class Networks(Protocol):
+    """An engine that makes private networks (a gang's replicas reach each other on one)."""
+
+    def create_network(self, name: str, *, internal: bool, labels: Mapping[str, str]) -> None:
+        """Create it (an existing one of that name is kept: resume); EngineError if refused."""
+
+    def remove_network(self, name: str) -> None: ...
+
+
 def run_args(spec: ContainerSpec, *, engine: str = "podman") -> list[str]:
     """The ``run -d`` arguments: the hardening that trusted runtimes apply (all
     capabilities dropped, no-new-privileges, read-only root, tmpfs /tmp, no network
@@ -115,10 +126,12 @@ def run_args(spec: ContainerSpec, *, engine: str = "podman") -> list[str]:
         "--tmpfs",
         f"/tmp:rw,nosuid,nodev,size={spec.tmpfs_size},mode=1777",
         "--network",
-        "bridge" if spec.network else "none",
+        spec.network_name or ("bridge" if spec.network else "none"),
         "--pull",
         "never",
     ]
+    if spec.network_name:
+        args += ["--hostname", spec.name]
     for k, v in sorted(spec.labels.items()):
         args += ["--label", f"{k}={v}"]
     if spec.cpus:
@@ -177,6 +190,20 @@ class CliEngine:
 
     def image_exists(self, image: str) -> bool:
         return self._run(["image", "exists", image], check=False).returncode == 0
+
+    def create_network(self, name: str, *, internal: bool, labels: Mapping[str, str]) -> None:
+        if self._run(["network", "inspect", name], check=False).returncode == 0:
+            return
+        args = ["network", "create", *(["--internal"] if internal else [])]
+        for k, v in sorted(labels.items()):
+            args += ["--label", f"{k}={v}"]
+        proc = self._run([*args, name], check=False)
+        if proc.returncode != 0:
+            err = proc.stderr.strip().splitlines()
+            raise EngineError(f"{self.name} could not create network {name}: {err[-1] if err else proc.returncode}")
+
+    def remove_network(self, name: str) -> None:
+        self._run(["network", "rm", "-f", name], check=False)
 
     def image_id(self, image: str) -> str | None:
         """The ID of the image the name points at now (None when there is none)."""
@@ -405,7 +432,14 @@ class FakeEngine:
     measure: Callable[[ContainerSpec], Usage] = lambda spec: UNKNOWN  # what usage() reports
     started: list[ContainerSpec] = field(default_factory=list)
     containers: dict[str, _FakeContainer] = field(default_factory=dict)
+    networks: dict[str, bool] = field(default_factory=dict)  # name -> internal
     name: str = "fake"
+
+    def create_network(self, name: str, *, internal: bool, labels: Mapping[str, str]) -> None:
+        self.networks.setdefault(name, internal)
+
+    def remove_network(self, name: str) -> None:
+        self.networks.pop(name, None)
 
     def image_exists(self, image: str) -> bool:
         return image in self.images

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable
+from dataclasses import replace
 
 from hetflow.errors import HetflowError
 from hetflow.execute.attempts import Active, Attempts
@@ -15,9 +16,11 @@ from hetflow.execute.backends.base import Backend, Job
 from hetflow.execute.container import build_spec
 from hetflow.execute.data import DataManifest
 from hetflow.execute.dispatch import Dispatch
+from hetflow.execute.engine import ContainerSpec, Mount
+from hetflow.execute.gang import LABEL_RANK, layout, network_name, replica_env, replica_name
 from hetflow.execute.paths import container_name
 from hetflow.inventory import Gpu
-from hetflow.spec import Workflow
+from hetflow.spec import Step, Variant, Workflow
 from hetflow.state import LAUNCHING, RUNNING, AttemptRecord, AttemptStarted, Lease, RunRecord, StepRecord, Store
 
 
@@ -65,11 +68,16 @@ class Launcher:
             uid=self.uid,
             gid=self.gid,
             paths=self.paths,
-            access=self.dispatch.access(variant, gpus),
+            # a gang's rank 0 sees its own share of the GPUs (the others: ``_gang_specs``)
+            access=self.dispatch.access(variant, gpus[: variant.resources.gpus] if step.replicas > 1 else gpus),
             data=self.data,
         )
+        ranks: tuple[ContainerSpec, ...] = ()
+        if step.replicas > 1 and not self.backend.capabilities.assigns_gpus:
+            ranks = self._gang_specs(name, step, spec, gpus, attempt, variant)
         where = self.dispatch.where(name)
         now = self.clock()
+        n = step.replicas
         indices = tuple(g.index for g in gpus)
         self.store.add_attempt(
             AttemptRecord(
@@ -87,8 +95,8 @@ class Launcher:
                 started=now,
                 ended=None,
                 message="",
-                cpus=variant.resources.cpus,
-                memory=variant.resources.memory,
+                cpus=variant.resources.cpus * n,
+                memory=variant.resources.memory * n,
             )
         )
         gpu_text = ",".join(map(str, indices)) or "none"
@@ -112,7 +120,7 @@ class Launcher:
             run_id=self.run_id,
             step=name,
             attempt=attempt,
-            container=spec,
+            container=ranks[0] if ranks else spec,
             cpus=variant.resources.cpus,
             memory=variant.resources.memory,
             gpus=variant.resources.gpus,
@@ -120,8 +128,9 @@ class Launcher:
             node=where.pinned_node,
             node_class=where.node_class,
             depends_on=tuple(active[d].container for d in step.dependencies() if d in active) if holds else (),
+            ranks=ranks,
         )
-        act = Active(name, attempt, container, variant.resources.cpus, variant.resources.memory, uuids)
+        act = Active(name, attempt, container, variant.resources.cpus * n, variant.resources.memory * n, uuids)
         active[name] = act
         try:
             self.backend.submit(job)
@@ -131,3 +140,41 @@ class Launcher:
         self.store.set_step(self.run_id, name, state=RUNNING)
         self.store.set_attempt(self.run_id, name, attempt, state=RUNNING)
         self.attempts.emit(AttemptStarted(0, self.run_id, now, f"{container} submitted", name, attempt, container))
+
+    def _gang_specs(
+        self, name: str, step: Step, lead: ContainerSpec, gpus: tuple[Gpu, ...], attempt: int, variant: Variant
+    ) -> tuple[ContainerSpec, ...]:
+        """Every replica's container on this machine: rank 0 is ``lead`` (the attempt's own
+        name, /out and log); rank i gets its own GPUs, scratch /out and log, and all of them
+        the launch contract (``execute.gang``) on the gang's private network."""
+        assert step.gang is not None
+        n, per = step.replicas, variant.resources.gpus
+        job = lead.name
+        names = [replica_name(job, i) for i in range(n)]
+        ranks = layout(names, [self.dispatch.where(name).node] * n)
+        net = network_name(job)
+        specs = []
+        for i in range(n):
+            mine = gpus[i * per : (i + 1) * per]
+            access = self.dispatch.access(variant, mine)  # the driver's mounts are alike for any GPUs
+            env = {**lead.env, **access.env, **replica_env(step.gang, ranks, i)}
+            mounts = list(lead.mounts)
+            if i > 0:
+                scratch = self.paths.staging(name, attempt).parent / f"rank{i}"
+                shutil.rmtree(scratch, ignore_errors=True)
+                scratch.mkdir(parents=True)
+                os.chown(scratch, self.uid, self.gid)
+                mounts = [Mount(str(scratch), "/out", read_only=False) if m.target == "/out" else m for m in mounts]
+            spec = replace(
+                lead,
+                name=names[i],
+                env=env,
+                mounts=tuple(mounts),
+                devices=access.devices,
+                cdi_devices=access.cdi_devices,
+                network_name=net,
+                labels={**lead.labels, LABEL_RANK: str(i)},
+                log_path=lead.log_path if i == 0 else str(self.paths.rank_log(name, attempt, i)),
+            )
+            specs.append(spec)
+        return tuple(specs)

@@ -141,6 +141,12 @@ class GpuSpec(_Model):
     driver: str = ""
     cuda: str = Field(default="", description='highest CUDA the driver supports, as nvidia-smi shows it: "12.4"')
     speed: float | None = Field(default=None, gt=0, description="GPU steps run estimate / speed; A100 = 1.0")
+    link: Literal["nvlink", "pcie"] | None = Field(
+        default=None, description="how the node's GPUs are joined, as `nvidia-smi topo -m` shows: NV# or PCIe"
+    )
+    nvlink_gpus: int | None = Field(
+        default=None, ge=2, description="GPUs in one NVLink domain (default: all of them when link is nvlink)"
+    )
 
     @field_validator("compute_capability", mode="before")
     @classmethod
@@ -154,6 +160,14 @@ class GpuSpec(_Model):
             raise ValueError(
                 f"GPU model {self.model!r} has no default speed (known: {known}); "
                 "set 'speed' (how fast it runs GPU steps relative to an A100)"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _domain(self) -> GpuSpec:
+        if self.nvlink_gpus is not None and (self.link != "nvlink" or self.nvlink_gpus > self.count):
+            raise ValueError(
+                f"nvlink_gpus ({self.nvlink_gpus}) needs link: nvlink and at most count ({self.count}) GPUs"
             )
         return self
 
@@ -181,6 +195,7 @@ class NodeType(_Model):
     price: float = Field(default=0.0, ge=0, description="dollars per hour")
     microarchitecture: str = "x86_64"
     labels: dict[str, str] = Field(default_factory=dict)
+    rdma: bool = Field(default=False, description="the nodes have an RDMA device (InfiniBand / RoCE)")
 
     @field_validator("name")
     @classmethod
@@ -206,6 +221,9 @@ class NodeType(_Model):
             price_per_hour=self.price,
             microarchitecture=self.microarchitecture,
             labels=tuple(sorted(self.labels.items())),
+            gpu_link=(g.link or "") if g else "",
+            nvlink_gpus=(g.nvlink_gpus or g.count) if g and g.link == "nvlink" else 0,
+            rdma=self.rdma,
         )
 
 
@@ -230,7 +248,21 @@ def node_class(node: Node) -> MachineClass:
         gpu_cuda=min((g.cuda_version or "" for g in gpus), default="", key=_version_key),
         microarchitecture=node.cpu.microarchitecture,
         labels=tuple(sorted(node.labels.items())),
+        gpu_link="nvlink" if _nvlink_domain(node) >= 2 else ("pcie" if node.gpu_links else ""),
+        nvlink_gpus=_nvlink_domain(node) if _nvlink_domain(node) >= 2 else 0,
     )
+
+
+def _nvlink_domain(node: Node) -> int:
+    """The most GPUs of ``node`` that NVLink joins pairwise (greedy; 0 without NVLink)."""
+    best = 0
+    for seed in node.gpus:
+        group = [seed.index]
+        for g in node.gpus:
+            if g.index not in group and all(node.nvlinked(g.index, h) for h in group):
+                group.append(g.index)
+        best = max(best, len(group) if len(group) > 1 else 0)
+    return best
 
 
 def _version_key(v: str) -> tuple[int, ...]:

@@ -44,6 +44,9 @@ class Job:
     node: str | None = None  # the plan pins this node (Slurm --nodelist, Ray NodeAffinity)
     node_class: str | None = None  # the plan's node type (Slurm constraint, Ray custom resource)
     depends_on: tuple[str, ...] = ()  # names of jobs that must succeed first (holds_dependencies)
+    # A gang (``execute.gang``): every replica's container, rank 0 (``container``) first; the
+    # backend starts all of them together or none, and reports them as this one job.
+    ranks: tuple[ContainerSpec, ...] = ()
 
 
 @dataclass(frozen=True)

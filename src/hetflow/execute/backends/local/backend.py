@@ -1,11 +1,19 @@
-"""This machine: each job is a podman (or docker) container; hetflow leases the GPUs."""
+"""This machine: each job is a podman (or docker) container; hetflow leases the GPUs.
+
+A gang job (``Job.ranks``) is its replicas' containers on one private network of their own
+(``--internal`` unless the step asked for the network), started together: if one cannot
+start, the ones started are removed and the job is refused.  ``poll`` reports the gang as
+the job's one name (``execute.gang.gang_state``) and stops the other replicas as soon as
+one fails, so a gang fails (and is retried) whole."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
-from hetflow.execute.engine import UNKNOWN, CliEngine, ContainerEngine, Usage, make_engine
+from hetflow.execute.engine import LABEL_RUN, UNKNOWN, CliEngine, ContainerEngine, Networks, Usage, make_engine
+from hetflow.execute.gang import gang_state, network_name, replica_name, replica_of
 
 
 class LocalBackend:
@@ -25,22 +33,74 @@ class LocalBackend:
         return lookup(image) if lookup is not None else None
 
     def submit(self, job: Job) -> None:
-        self.engine.start(job.container)
+        if not job.ranks:
+            self.engine.start(job.container)
+            return
+        if not isinstance(self.engine, Networks):
+            raise EngineError(f"the {self.engine.name} engine cannot make networks, so it cannot run gang steps")
+        net = job.ranks[0].network_name or network_name(job.name)
+        self.engine.create_network(net, internal=not job.container.network, labels={LABEL_RUN: job.run_id})
+        started: list[str] = []
+        try:
+            for spec in job.ranks:
+                self.engine.start(spec)
+                started.append(spec.name)
+        except EngineError:
+            self.engine.remove(started)
+            self.engine.remove_network(net)
+            raise
 
     def poll(self, run_id: str) -> dict[str, JobState]:
-        return {
-            name: JobState(name, st.running, st.exit_code, st.status) for name, st in self.engine.states(run_id).items()
-        }
+        states = self.engine.states(run_id)
+        out: dict[str, JobState] = {}
+        gangs: dict[str, dict[int, tuple[bool, int | None, str]]] = {}
+        for name, st in states.items():
+            rep = replica_of(name)
+            if rep is not None:
+                gangs.setdefault(rep[0], {})[rep[1]] = (st.running, st.exit_code, st.status)
+            else:
+                out[name] = JobState(name, st.running, st.exit_code, st.status)
+        for job, replicas in gangs.items():
+            lead = out.get(job)
+            if lead is not None:
+                replicas[0] = (lead.running, lead.exit_code, lead.status)
+            world = max(replicas) + 1
+            g = gang_state(replicas, world)
+            if not g.running and any(r[0] for r in replicas.values()):
+                # one replica failed: the others are stopped, and the gang is reported when
+                # they have gone (no replica keeps its GPUs after the gang failed)
+                self.engine.stop([replica_name(job, r) for r, st in replicas.items() if st[0]], timeout=5)
+                out[job] = JobState(job, True, None, f"stopping: {g.status}")
+                continue
+            reason = f"replica {g.failed_rank} failed ({g.status})" if g.failed_rank is not None else ""
+            out[job] = JobState(job, g.running, g.exit_code, g.status, reason=reason)
+        return out
+
+    def _replicas(self, names: Iterable[str]) -> list[str]:
+        """The names and every replica of them that the engine has."""
+        wanted = set(names)
+        if not wanted:
+            return []
+        extra: list[str] = []
+        for run_id in {_run_of(n) for n in wanted}:
+            extra += [n for n in self.engine.states(run_id) if (rep := replica_of(n)) is not None and rep[0] in wanted]
+        return [*wanted, *extra]
 
     def cancel(self, names: Iterable[str]) -> None:
-        self.engine.stop(names)
+        self.engine.stop(self._replicas(names))
 
     def release(self, names: Iterable[str]) -> None:
-        self.engine.remove(names)
+        names = list(names)
+        everything = self._replicas(names)
+        self.engine.remove(everything)
+        gangs = {rep[0] for x in everything if (rep := replica_of(x)) is not None}
+        if isinstance(self.engine, Networks):
+            for n in sorted(gangs):
+                self.engine.remove_network(network_name(n))
 
     def usage(self, name: str) -> Usage:
         """What the engine measured (podman: the attempt's cgroup); an engine that cannot
-        measure (a test's own engine) leaves it unknown."""
+        measure (a test's own engine) leaves it unknown.  A gang's is its replica 0's."""
         return self.engine.usage(name) if isinstance(self.engine, MeasuresUsage) else UNKNOWN
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
@@ -49,3 +109,8 @@ class LocalBackend:
     def pull(self, ref: str, *, insecure: bool = False) -> None:
         if isinstance(self.engine, CliEngine):
             self.engine.pull(ref, insecure=insecure)
+
+
+def _run_of(name: str) -> str:
+    """``hf-RUN-STEP-ATTEMPT`` -> RUN (run ids have no dashes)."""
+    return name.split("-", 2)[1] if name.startswith("hf-") else ""
