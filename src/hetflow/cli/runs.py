@@ -192,8 +192,9 @@ def logs(
     step: str | None = typer.Argument(None, help="One step (default: all)."),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
     attempt: int | None = typer.Option(None, "--attempt", help="One attempt (default: all)."),
+    rank: int = typer.Option(0, "--rank", min=0, help="A gang step's replica (default: rank 0)."),
 ) -> None:
-    """Print the output of a run's containers."""
+    """Print the output of a run's containers (a gang's rank 0 unless --rank says which)."""
     from hetflow.execute import RunPaths, read_lines
 
     store = open_store()
@@ -209,7 +210,11 @@ def logs(
         for a in store.attempts(rid, step):
             if attempt is not None and a.attempt != attempt:
                 continue
-            path = paths.log(a.step, a.attempt)
+            path = paths.rank_log(a.step, a.attempt, rank)
+            if rank and not path.exists():
+                if step is not None and not follow:
+                    raise UsageError(f"step {a.step!r} attempt {a.attempt} has no replica {rank}: not a gang this big")
+                continue
             lines, offsets[path] = read_lines(path, offsets.get(path, 0))
             prefix = f"{a.step}.{a.attempt} | " if step is None or attempt is None else ""
             for stream, text in lines:

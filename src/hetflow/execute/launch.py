@@ -129,6 +129,7 @@ class Launcher:
             node_class=where.node_class,
             depends_on=tuple(active[d].container for d in step.dependencies() if d in active) if holds else (),
             ranks=ranks,
+            gang=step.gang if step.replicas > 1 else None,
         )
         act = Active(name, attempt, container, variant.resources.cpus * n, variant.resources.memory * n, uuids)
         active[name] = act

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from hetflow.execute.engine import ContainerSpec, Usage
+from hetflow.spec import Gang
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,10 @@ class Job:
     # A gang (``execute.gang``): every replica's container, rank 0 (``container``) first; the
     # backend starts all of them together or none, and reports them as this one job.
     ranks: tuple[ContainerSpec, ...] = ()
+    # The gang a cluster backend must start as one job (Slurm: srun over N tasks; Ray: a
+    # placement group): ``container`` is then every replica's template, without the launch
+    # contract, which the backend adds per replica (``execute.gang.replica_env``).
+    gang: Gang | None = None
 
 
 @dataclass(frozen=True)
