@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from demo.images import MPI_IMAGE, build_mpi_image
+from demo.images import build_mpi_image
 
 from hetflow.config import engine_env, find_engine
 from hetflow.execute.mpilaunch import (

@@ -102,9 +102,9 @@ class MpiFiles:
     keygen: str
     mount: str = MPI_MOUNT
     names: tuple[str, ...] = field(
-        default=(IDENTITY, f"{IDENTITY}.pub", HOST_KEY, f"{HOST_KEY}.pub", AUTHORIZED_KEYS, KNOWN_HOSTS)
-        + (SSHD_CONFIG, SSH_CONFIG, HOSTFILE, MPICH_HOSTFILE)
-    )
+        default=(IDENTITY, f"{IDENTITY}.pub", HOST_KEY, f"{HOST_KEY}.pub", AUTHORIZED_KEYS, KNOWN_HOSTS,
+                 SSHD_CONFIG, SSH_CONFIG, HOSTFILE, MPICH_HOSTFILE)
+    )  # fmt: skip
 
     def inside(self, name: str) -> str:
         """A file's path inside the containers."""
@@ -388,7 +388,7 @@ def mca_params(peers: Sequence[MpiPeer], mount: str = MPI_MOUNT) -> dict[str, st
 def mpi_env(peer: MpiPeer, world_size: int, peers: Sequence[MpiPeer] = (), mount: str = MPI_MOUNT) -> dict[str, str]:
     """Environment for every replica of the gang (``peers`` defaults to ``[peer]``,
     which decides only whether the gang is all-loopback)."""
-    if not 1 <= world_size:
+    if world_size < 1:
         raise MpiError(f"world_size must be at least 1, not {world_size}")
     env = {f"OMPI_MCA_{k}": v for k, v in mca_params(peers or [peer], mount).items()}
     env |= session_env()
