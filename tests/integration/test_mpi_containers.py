@@ -82,7 +82,7 @@ def wait_exit(name: str, timeout: float = 180) -> tuple[int, str]:
     return int(code), logs.stdout + logs.stderr
 
 
-def _ok_lines(output: str, size: int) -> set[str]:
+def _ok_lines(output: str) -> set[str]:
     return {line.split(" on ")[0] for line in output.splitlines() if line.startswith("rank ") and line.endswith(" ok")}
 
 
@@ -90,7 +90,7 @@ def run_mpi_gang(
     tmp_path: Path, image: str, prefix: str, network: str, peers: list[MpiPeer], owner: tuple[int, int] | None
 ) -> tuple[int, str]:
     files = write_mpi_files(tmp_path / "mpi", peers, owner=owner)
-    size = len(peers)
+    size = sum(peer.slots for peer in peers)
     for peer in peers[1:]:
         start(
             f"{prefix}-{peer.rank}",
@@ -105,17 +105,20 @@ def run_mpi_gang(
     return wait_exit(f"{prefix}-0")
 
 
+@pytest.mark.parametrize("slots", [1, 2])
 def test_mpirun_allreduce_across_two_containers_on_an_internal_network(
-    tmp_path: Path, mpi_image: str, gang: str
+    tmp_path: Path, mpi_image: str, gang: str, slots: int
 ) -> None:
+    """slots=2: two ranks per container too (shared memory within one, TCP between)."""
     podman("network", "create", "--internal", gang)
-    peers = [MpiPeer(0, f"{gang}-0"), MpiPeer(1, f"{gang}-1")]
+    peers = [MpiPeer(0, f"{gang}-0", slots=slots), MpiPeer(1, f"{gang}-1", slots=slots)]
     code, output = run_mpi_gang(tmp_path, mpi_image, gang, gang, peers, owner=None)
+    size = 2 * slots
     assert code == 0, output
-    assert _ok_lines(output, 2) == {"rank 0/2", "rank 1/2"}, output
-    # the ranks really ran in different containers
-    hosts = {line.split(" on ")[1].split(":")[0] for line in output.splitlines() if line.startswith("rank ")}
-    assert hosts == {f"{gang}-0", f"{gang}-1"}, output
+    assert _ok_lines(output) == {f"rank {r}/{size}" for r in range(size)}, output
+    # the ranks really ran in different containers, rank order by host
+    hosts = [line.split(" on ")[1].split(":")[0] for line in sorted(output.splitlines()) if line.startswith("rank ")]
+    assert hosts == [f"{gang}-{r // slots}" for r in range(size)], output
 
 
 def _free_ports(count: int) -> list[int]:
@@ -139,7 +142,7 @@ def test_mpirun_allreduce_on_the_host_network_with_two_ports_on_loopback(
     peers = [MpiPeer(0, "127.0.0.1", ports[0]), MpiPeer(1, "127.0.0.1", ports[1])]
     code, output = run_mpi_gang(tmp_path, mpi_image, gang, "host", peers, owner=(1000, 1000))
     assert code == 0, output
-    assert _ok_lines(output, 2) == {"rank 0/2", "rank 1/2"}, output
+    assert _ok_lines(output) == {"rank 0/2", "rank 1/2"}, output
     assert (tmp_path / "mpi" / "id_ed25519").stat().st_mode & 0o777 == 0o600
 
 
@@ -165,5 +168,20 @@ def test_torchrun_style_allreduce_across_two_containers(tmp_path: Path, mpi_imag
     results = [wait_exit(f"{gang}-{rank}") for rank in range(size)]
     output = "".join(out for _, out in results)
     assert [code for code, _ in results] == [0, 0], output
-    assert _ok_lines(output, size) == {"rank 0/2", "rank 1/2"}, output
+    assert _ok_lines(output) == {"rank 0/2", "rank 1/2"}, output
     assert time.monotonic() - started < 60
+
+
+def test_an_internal_gang_network_has_no_route_out_but_resolves_replica_names(mpi_image: str, gang: str) -> None:
+    podman("network", "create", "--internal", gang)
+    podman("run", "-d", "--name", f"{gang}-0", f"--network={gang}", *HARDENED, mpi_image, "sleep", "60")
+    probe = (
+        "import socket\n"
+        "routes = [l.split()[1] for l in open('/proc/net/route').read().splitlines()[1:]]\n"
+        "print('default' if '00000000' in routes else 'no-default')\n"
+        f"print(socket.gethostbyname('{gang}-0'))\n"
+    )
+    out = podman("run", "--rm", f"--network={gang}", *HARDENED, mpi_image, "python3", "-c", probe).stdout.split()
+    assert out[0] == "no-default"
+    ip = podman("inspect", "--format", "{{range .NetworkSettings.Networks}}{{.IPAddress}}{{end}}", f"{gang}-0")
+    assert out[1] == ip.stdout.strip()
