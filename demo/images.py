@@ -836,7 +836,7 @@ def build_hwmatch_images(examples_dir: Path, force: bool = False, *, log: Log = 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m demo.images [--dir examples] [--force] [--no-gpu]``: what ``make images`` runs."""
+    """``python -m demo.images [--dir examples] [--force] [--no-gpu] [--no-mpi]``: what ``make images`` runs."""
     import argparse
 
     parser = argparse.ArgumentParser(
@@ -845,10 +845,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path("examples"), help="the examples directory")
     parser.add_argument("--force", action="store_true", help="rebuild even when the images exist")
     parser.add_argument("--no-gpu", dest="gpu", action="store_false", help="skip the CuPy (GPU) image")
+    parser.add_argument("--no-mpi", dest="mpi", action="store_false", help="skip the MPI (gang) image")
     args = parser.parse_args(argv)
     try:
         built = build_examples(
-            args.dir, force=args.force, gpu=args.gpu, log=lambda m: print(m, file=sys.stderr, flush=True)
+            args.dir, force=args.force, gpu=args.gpu, mpi=args.mpi, log=lambda m: print(m, file=sys.stderr, flush=True)
         )
     except HetflowError as exc:
         print(f"error: {exc}", file=sys.stderr)
