@@ -40,6 +40,8 @@ __all__ = [
     "HASH_LABEL",
     "HWMATCH_BUILDS",
     "HWMATCH_IMAGE",
+    "MPI_IMAGE",
+    "MPI_PACKAGES",
     "NUMPY_IMAGE",
     "TINY_IMAGE",
     "CudaStack",
@@ -47,12 +49,14 @@ __all__ = [
     "ImageEngine",
     "build_examples",
     "build_hwmatch_images",
+    "build_mpi_image",
     "build_tiny_image",
     "content_hash",
     "cupy_containerfile",
     "hwmatch_gcc_args",
     "hwmatch_import_changes",
     "mirror_from_sources",
+    "mpi_containerfile",
     "numpy_containerfile",
     "tiny_import_changes",
 ]
@@ -62,6 +66,8 @@ Log = Callable[[str], None]
 BASE_IMAGE = "localhost/hetflow-examples/base:bookworm"
 NUMPY_IMAGE = "localhost/hetflow-examples/numpy:latest"
 CUPY_IMAGE = "localhost/hetflow-examples/cupy:latest"
+MPI_BASE_IMAGE = "localhost/hetflow-examples/mpi-base:bookworm"
+MPI_IMAGE = "localhost/hetflow-examples/mpi:latest"
 TINY_IMAGE = "localhost/hetflow-test/busybox:latest"
 HASH_LABEL = "hetflow.examples.hash"
 
@@ -72,6 +78,12 @@ DEBIAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 SITE_PACKAGES = "/usr/local/lib/python3.11/dist-packages"
 # Example app folders (relative to the examples dir) and where the image holds them.
 APPS: Mapping[str, str] = {"meanpool/app": "/app/meanpool", "circuit/app": "/app/circuit"}
+MPI_APPS: Mapping[str, str] = {"gang/app": "/app/gang"}
+# The MPI image's Debian packages, all from debootstrap (no network needed in a build):
+# Open MPI and mpi4py for `launcher: mpi` gangs, sshd and ssh for mpirun's rsh launcher.
+MPI_PACKAGES = (
+    "python3-numpy", "python3-mpi4py", "openmpi-bin", "openssh-server", "openssh-client",
+)  # fmt: skip
 BUSYBOX_APPLETS = (
     "sh", "true", "false", "cat", "ls", "grep", "sleep", "echo", "id", "env", "test",
     "sed", "wc", "head", "find", "stat", "touch", "mkdir", "sha256sum",
@@ -176,6 +188,12 @@ def numpy_containerfile(digest: str, base: str = BASE_IMAGE) -> str:
         "ENV PYTHONDONTWRITEBYTECODE=1\n"
         "WORKDIR /tmp\n"
     )
+
+
+def mpi_containerfile(digest: str, base: str = MPI_BASE_IMAGE) -> str:
+    """The MPI image: the Debian+Open MPI+sshd base plus examples/gang/app; COPY only."""
+    copies = "".join(f"COPY {Path(src).parent.name} {dst}\n" for src, dst in MPI_APPS.items())
+    return f'FROM {base}\nLABEL {HASH_LABEL}="{digest}"\n{copies}ENV PYTHONDONTWRITEBYTECODE=1\nWORKDIR /tmp\n'
 
 
 def cupy_containerfile(digest: str, stack: CudaStack = CUDA_STACK, base: str = NUMPY_IMAGE) -> str:
@@ -366,8 +384,8 @@ def debian_mirror(apt_dir: Path = Path("/etc/apt")) -> str:
 _PRUNE = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt", "var/lib/apt/lists")
 
 
-def _debootstrap(target: Path, log: Log) -> Path:
-    """Create the bookworm+numpy rootfs once; later calls reuse it (delete the folder
+def _debootstrap(target: Path, log: Log, include: Sequence[str] = ("python3-numpy",)) -> Path:
+    """Create a bookworm rootfs with ``include`` (default: NumPy) once; later calls reuse it (delete the folder
     to start over).  It is built beside its final name and renamed when complete, so
     an interrupted run never leaves a half rootfs that looks usable."""
     done = target.with_name(target.name + ".ok")
@@ -384,8 +402,8 @@ def _debootstrap(target: Path, log: Log) -> Path:
     started = time.monotonic()
     log(f"rootfs: debootstrap {SUITE} from {mirror} into {partial} (about a minute)")
     _run(
-        ["debootstrap", "--variant=minbase", "--include=python3-numpy", SUITE, str(partial), mirror],
-        what="debootstrap of the Debian base",
+        ["debootstrap", "--variant=minbase", f"--include={','.join(include)}", SUITE, str(partial), mirror],
+        what=f"debootstrap of a Debian base with {', '.join(include)}",
         hint=f"It needs `apt-get install -y debootstrap` and a reachable mirror ({mirror}, from "
         f"/etc/apt/sources.list.d); its log is {partial}/debootstrap/debootstrap.log.",
         timeout=1800,
@@ -393,7 +411,7 @@ def _debootstrap(target: Path, log: Log) -> Path:
     for rel in _PRUNE:
         shutil.rmtree(partial / rel, ignore_errors=True)
     partial.rename(target)
-    done.write_text(f"{SUITE} {mirror}\n")
+    done.write_text(f"{SUITE} {mirror} {','.join(include)}\n")
     _timed(log, f"rootfs: {target} ready", started)
     return target
 
@@ -412,7 +430,30 @@ def _build_base(podman: ImageEngine, cache: Path, force: bool, log: Log) -> str:
     return old
 
 
-# --- the NumPy and CuPy images -------------------------------------------------------
+def _build_mpi_base(podman: ImageEngine, cache: Path, force: bool, log: Log) -> str:
+    """Import the MPI base (bookworm + ``MPI_PACKAGES``, all from debootstrap so the
+    image build needs no network) unless an image with the same package list exists;
+    returns the replaced image id."""
+    packages = hashlib.sha256(" ".join(MPI_PACKAGES).encode()).hexdigest()[:12]
+    if not force and podman.label(MPI_BASE_IMAGE, "hetflow.debian.packages") == packages:
+        log(f"{MPI_BASE_IMAGE}: exists")
+        return ""
+    rootfs = _debootstrap(cache / f"rootfs-{SUITE}-mpi-{packages}", log, MPI_PACKAGES)
+    old = podman.image_id(MPI_BASE_IMAGE)
+    started = time.monotonic()
+    changes = [
+        f"ENV PATH={DEBIAN_PATH}",
+        "ENV LANG=C.UTF-8",
+        'CMD ["python3"]',
+        f"LABEL hetflow.debian.suite={SUITE}",
+        f"LABEL hetflow.debian.packages={packages}",
+    ]
+    podman.import_dir(rootfs, MPI_BASE_IMAGE, changes)
+    _timed(log, f"{MPI_BASE_IMAGE}: imported", started)
+    return old
+
+
+# --- the NumPy, MPI and CuPy images --------------------------------------------------
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
@@ -443,6 +484,29 @@ def _build_numpy(podman: ImageEngine, examples_dir: Path, force: bool, log: Log)
         (context / "Containerfile").write_text(numpy_containerfile(digest))
         podman.build(context / "Containerfile", context, NUMPY_IMAGE)
     _timed(log, f"{NUMPY_IMAGE}: built", started)
+    return old
+
+
+def _build_mpi(podman: ImageEngine, examples_dir: Path, force: bool, log: Log) -> str:
+    """Build the MPI image if its app files (examples/gang/app) or its base changed;
+    returns the replaced image id."""
+    roots = {src: examples_dir / src for src in MPI_APPS}
+    missing = [str(path) for path in roots.values() if not path.is_dir()]
+    if missing:
+        raise EngineError(f"{', '.join(missing)} not found: pass the examples/ folder of a hetflow checkout")
+    digest = content_hash(roots, salt=podman.image_id(MPI_BASE_IMAGE) + mpi_containerfile(""))
+    if not force and podman.label(MPI_IMAGE, HASH_LABEL) == digest:
+        log(f"{MPI_IMAGE}: up to date")
+        return ""
+    old = podman.image_id(MPI_IMAGE)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="hetflow-mpi-") as tmp:
+        context = Path(tmp)
+        for src, root in roots.items():
+            _copy_tree(root, context / Path(src).parent.name)
+        (context / "Containerfile").write_text(mpi_containerfile(digest))
+        podman.build(context / "Containerfile", context, MPI_IMAGE)
+    _timed(log, f"{MPI_IMAGE}: built", started)
     return old
 
 
@@ -528,12 +592,15 @@ def _build_cupy(podman: ImageEngine, cache: Path, force: bool, log: Log) -> str:
     return old
 
 
-def build_examples(examples_dir: Path, *, force: bool = False, gpu: bool = True, log: Log = print) -> list[str]:
+def build_examples(
+    examples_dir: Path, *, force: bool = False, gpu: bool = True, mpi: bool = True, log: Log = print
+) -> list[str]:
     """Build (or find up to date) the examples' images; returns their names.
 
     ``force`` rebuilds every image, but from the cached Debian rootfs and wheels under
     ``hetflow_home()/cache`` (delete those folders to fetch afresh).  ``gpu=False``
-    skips the CuPy image (it needs about 600 MB of wheels from PyPI).
+    skips the CuPy image (it needs about 600 MB of wheels from PyPI); ``mpi=False``
+    skips the MPI image of ``launcher: mpi`` gangs (Open MPI, mpi4py, sshd).
     Raises EngineError when a tool, the mirror or PyPI fails."""
     podman = _Podman.default()
     cache = hetflow_home() / "cache"
@@ -541,6 +608,10 @@ def build_examples(examples_dir: Path, *, force: bool = False, gpu: bool = True,
     stale = [_build_base(podman, cache, force, log)]
     stale.insert(0, _build_numpy(podman, Path(examples_dir), force, log))
     names = [BASE_IMAGE, NUMPY_IMAGE]
+    if mpi:
+        stale.insert(0, _build_mpi_base(podman, cache, force, log))
+        stale.insert(0, _build_mpi(podman, Path(examples_dir), force, log))
+        names.append(MPI_IMAGE)
     if gpu:
         stale.insert(0, _build_cupy(podman, cache, force, log))
         names.append(CUPY_IMAGE)
@@ -548,6 +619,16 @@ def build_examples(examples_dir: Path, *, force: bool = False, gpu: bool = True,
         podman.drop(image_id)
     _timed(log, f"examples: {len(names)} images ready", started)
     return names
+
+
+def build_mpi_image(examples_dir: Path, *, force: bool = False, log: Log = print) -> str:
+    """Only the MPI image (and its base): what the MPI integration tests need."""
+    podman = _Podman.default()
+    stale = [_build_mpi_base(podman, hetflow_home() / "cache", force, log)]
+    stale.insert(0, _build_mpi(podman, Path(examples_dir), force, log))
+    for image_id in filter(None, stale):
+        podman.drop(image_id)
+    return MPI_IMAGE
 
 
 # --- the busybox test image ----------------------------------------------------------
@@ -755,7 +836,7 @@ def build_hwmatch_images(examples_dir: Path, force: bool = False, *, log: Log = 
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m demo.images [--dir examples] [--force] [--no-gpu]``: what ``make images`` runs."""
+    """``python -m demo.images [--dir examples] [--force] [--no-gpu] [--no-mpi]``: what ``make images`` runs."""
     import argparse
 
     parser = argparse.ArgumentParser(
@@ -764,10 +845,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--dir", type=Path, default=Path("examples"), help="the examples directory")
     parser.add_argument("--force", action="store_true", help="rebuild even when the images exist")
     parser.add_argument("--no-gpu", dest="gpu", action="store_false", help="skip the CuPy (GPU) image")
+    parser.add_argument("--no-mpi", dest="mpi", action="store_false", help="skip the MPI (gang) image")
     args = parser.parse_args(argv)
     try:
         built = build_examples(
-            args.dir, force=args.force, gpu=args.gpu, log=lambda m: print(m, file=sys.stderr, flush=True)
+            args.dir, force=args.force, gpu=args.gpu, mpi=args.mpi, log=lambda m: print(m, file=sys.stderr, flush=True)
         )
     except HetflowError as exc:
         print(f"error: {exc}", file=sys.stderr)

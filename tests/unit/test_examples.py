@@ -208,6 +208,21 @@ def test_numpy_containerfile_copies_only_and_labels_the_hash() -> None:
     assert not any(line.startswith("RUN") for line in lines), "RUN needs a working runtime in the build"
 
 
+def test_mpi_containerfile_copies_the_gang_apps_onto_the_debootstrapped_mpi_base() -> None:
+    text = examples.mpi_containerfile("abc123")
+    lines = text.splitlines()
+    assert lines[0] == f"FROM {examples.MPI_BASE_IMAGE}"
+    assert f'LABEL {HASH_LABEL}="abc123"' in lines and "COPY gang /app/gang" in lines
+    assert not any(line.startswith("RUN") for line in lines), "RUN needs a working runtime in the build"
+    # every package comes from debootstrap --include: the build itself needs no network
+    assert {"openmpi-bin", "python3-mpi4py", "python3-numpy", "openssh-server", "openssh-client"} <= set(
+        examples.MPI_PACKAGES
+    )
+    assert examples.MPI_APPS == {"gang/app": "/app/gang"}
+    app = Path(__file__).resolve().parents[2] / "examples/gang/app"
+    assert {p.name for p in app.iterdir() if p.suffix == ".py"} >= {"allreduce.py", "torch_allreduce.py"}
+
+
 def test_cupy_containerfile_puts_wheels_on_python_path_and_libraries_on_loader_path() -> None:
     text = cupy_containerfile("abc123")
     assert text.startswith(f"FROM {NUMPY_IMAGE}\n")

@@ -15,6 +15,8 @@
     fanout      fan-outs expanded at submit or run time; publish: results copied out
     cache       the cross-run cache: keys on content, entries and their objects
     settings    the backend settings a run is started with
+    mpilaunch   an mpirun gang's SSH keys, sshd/ssh configs, hostfiles and replica
+                commands (pure: no engine calls; import hetflow.execute.mpilaunch)
     backends/   the engines a run can use (local, Slurm, Ray)
 
 Names are loaded on first use, so ``import hetflow.execute`` stays cheap.

@@ -1,0 +1,467 @@
+"""What an ``mpirun``-launched gang needs, as files and commands; no engine calls here.
+
+A ``launcher: mpi`` gang is N replicas started together, the way kubeflow's
+mpi-operator v2 runs MPI: every replica runs an unprivileged sshd on its peer's port,
+and replica 0 (the launcher) waits until every sshd answers, then runs ``mpirun`` over
+ssh with a per-gang key.  The runner calls:
+
+    files = write_mpi_files(run_dir / "mpi", peers, owner=(1000, 1000))
+    # bind-mount files.directory read-only at MPI_MOUNT in every replica, set mpi_env()
+    replica 0:    launcher_command(files, ["python3", "/app/gang/allreduce.py"], world_size)
+    replica 1..:  worker_command(files, peers[i])
+    # the gang ends when replica 0 exits; the runner then stops the workers
+
+Every host in the hostfile is an ssh alias (``hetflow-rank-R``) that the generated
+ssh_config maps to the peer's host and port, so peers may share one address (a
+``--network host`` gang on one machine uses 127.0.0.1 and one port per peer).  The
+aliases never resolve, so Open MPI treats every entry as remote and starts an orted on
+each over ssh, the launcher's own sshd included.
+
+Hardened containers work: a non-root UID with no passwd entry of its own (podman adds
+one to /etc/passwd), no capabilities, no-new-privileges, a read-only root and a tmpfs
+/tmp.  sshd runs as that UID (no privilege separation, no PAM, StrictModes off), and
+Open MPI's shared-memory transport is told not to use CMA (it needs ptrace).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from hetflow.errors import HetflowError
+
+__all__ = [
+    "MPI_MOUNT",
+    "MpiError",
+    "MpiFiles",
+    "MpiPeer",
+    "launcher_command",
+    "mca_params",
+    "mpi_env",
+    "worker_command",
+    "write_mpi_files",
+]
+
+MPI_MOUNT = "/etc/hetflow/mpi"
+DEFAULT_PORT = 2222
+ALIAS_PREFIX = "hetflow-rank-"
+SSHD = "/usr/sbin/sshd"
+SSHD_PID = "/tmp/hetflow-mpi-sshd.pid"
+SSHD_LOG = "/tmp/hetflow-mpi-sshd.log"
+KEY_COMMENT = "hetflow-mpi-gang"
+
+# File names inside the MPI folder (host side) and MPI_MOUNT (container side).
+IDENTITY = "id_ed25519"
+HOST_KEY = "ssh_host_ed25519_key"
+AUTHORIZED_KEYS = "authorized_keys"
+KNOWN_HOSTS = "known_hosts"
+SSHD_CONFIG = "sshd_config"
+SSH_CONFIG = "ssh_config"
+HOSTFILE = "hostfile"
+MPICH_HOSTFILE = "hostfile.mpich"
+
+_HOST = re.compile(r"[A-Za-z0-9_.:%-]+\Z")
+
+
+class MpiError(HetflowError):
+    """An MPI gang cannot be set up: bad peers, or no way to make its SSH keys."""
+
+
+@dataclass(frozen=True)
+class MpiPeer:
+    """One replica of an MPI gang: its rank, the address the others reach it at, the
+    port its sshd listens on, and how many MPI processes it runs (``slots``)."""
+
+    rank: int
+    host: str
+    port: int = DEFAULT_PORT
+    slots: int = 1
+
+    @property
+    def alias(self) -> str:
+        """The peer's name in the hostfiles and the ssh_config's ``Host`` lines."""
+        return f"{ALIAS_PREFIX}{self.rank}"
+
+
+@dataclass(frozen=True)
+class MpiFiles:
+    """The files of one gang: ``directory`` on the host, mounted read-only at
+    ``mount`` in every replica; ``keygen`` says what made the keys ("ssh-keygen" or
+    "cryptography")."""
+
+    directory: Path
+    peers: tuple[MpiPeer, ...]
+    keygen: str
+    mount: str = MPI_MOUNT
+    names: tuple[str, ...] = field(
+        default=(IDENTITY, f"{IDENTITY}.pub", HOST_KEY, f"{HOST_KEY}.pub", AUTHORIZED_KEYS, KNOWN_HOSTS,
+                 SSHD_CONFIG, SSH_CONFIG, HOSTFILE, MPICH_HOSTFILE)
+    )  # fmt: skip
+
+    def inside(self, name: str) -> str:
+        """A file's path inside the containers."""
+        return str(PurePosixPath(self.mount) / name)
+
+    @property
+    def ssh_config(self) -> str:
+        return self.inside(SSH_CONFIG)
+
+    @property
+    def sshd_config(self) -> str:
+        return self.inside(SSHD_CONFIG)
+
+    @property
+    def hostfile(self) -> str:
+        return self.inside(HOSTFILE)
+
+    @property
+    def mpich_hostfile(self) -> str:
+        return self.inside(MPICH_HOSTFILE)
+
+    @property
+    def slots(self) -> int:
+        return sum(peer.slots for peer in self.peers)
+
+
+# --- checks --------------------------------------------------------------------------
+
+
+def _check_peers(peers: Sequence[MpiPeer]) -> tuple[MpiPeer, ...]:
+    """Peers sorted by rank; ranks must be 0..n-1 and (host, port) pairs distinct."""
+    if not peers:
+        raise MpiError("an MPI gang needs at least one peer")
+    ordered = tuple(sorted(peers, key=lambda p: p.rank))
+    ranks = [p.rank for p in ordered]
+    if ranks != list(range(len(ordered))):
+        raise MpiError(f"MPI peers must have ranks 0..{len(ordered) - 1}, each once; got {ranks}")
+    seen: dict[tuple[str, int], int] = {}
+    for peer in ordered:
+        if not peer.host or not _HOST.match(peer.host):
+            raise MpiError(f"MPI peer {peer.rank}: {peer.host!r} is not a host name or address")
+        if not 1 <= peer.port <= 65535:
+            raise MpiError(f"MPI peer {peer.rank}: port {peer.port} is not in 1..65535")
+        if peer.slots < 1:
+            raise MpiError(f"MPI peer {peer.rank}: slots must be at least 1, not {peer.slots}")
+        other = seen.setdefault((peer.host, peer.port), peer.rank)
+        if other != peer.rank:
+            raise MpiError(
+                f"MPI peers {other} and {peer.rank} both use {peer.host} port {peer.port}: "
+                "peers sharing a host need distinct ports"
+            )
+    return ordered
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+# --- keys ----------------------------------------------------------------------------
+
+
+def _keygen_ssh(path: Path) -> None:
+    tool = shutil.which("ssh-keygen")
+    assert tool is not None
+    cmd = [tool, "-q", "-t", "ed25519", "-N", "", "-C", KEY_COMMENT, "-f", str(path)]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        raise MpiError(f"`{' '.join(cmd)}` exited {done.returncode}: {(done.stderr or done.stdout).strip()}")
+
+
+def _keygen_cryptography(path: Path) -> None:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    path.write_bytes(private)
+    path.with_name(path.name + ".pub").write_bytes(public + f" {KEY_COMMENT}\n".encode())
+
+
+def _keygen() -> str:
+    """Which key generator this host has: ssh-keygen first, else the cryptography package."""
+    if shutil.which("ssh-keygen"):
+        return "ssh-keygen"
+    try:
+        import cryptography  # noqa: F401
+    except ImportError:
+        raise MpiError(
+            "an MPI gang needs an SSH key pair, and neither ssh-keygen nor the Python package "
+            "cryptography is installed: `apt-get install -y openssh-client` or `pip install cryptography`"
+        ) from None
+    return "cryptography"
+
+
+def _make_key(path: Path, keygen: str) -> str:
+    """Write an ed25519 key pair at path and path.pub; returns the public key line."""
+    (_keygen_ssh if keygen == "ssh-keygen" else _keygen_cryptography)(path)
+    return path.with_name(path.name + ".pub").read_text().strip()
+
+
+# --- file contents (pure) ------------------------------------------------------------
+
+
+def sshd_config_text(mount: str = MPI_MOUNT, env: Mapping[str, str] | None = None) -> str:
+    """An sshd_config for an unprivileged sshd: the port comes from ``sshd -p``; only
+    the gang's key logs in; no PAM, no privilege separation, no forwarding; ``env`` is
+    set in every session (the containers' env does not reach ssh sessions)."""
+    lines = [
+        "# hetflow MPI gang: an unprivileged sshd (the port is given with -p)",
+        f"Port {DEFAULT_PORT}",
+        f"HostKey {mount}/{HOST_KEY}",
+        f"AuthorizedKeysFile {mount}/{AUTHORIZED_KEYS}",
+        f"PidFile {SSHD_PID}",
+        "UsePAM no",
+        "StrictModes no",
+        "PermitRootLogin no",
+        "AuthenticationMethods publickey",
+        "PubkeyAuthentication yes",
+        "PasswordAuthentication no",
+        "KbdInteractiveAuthentication no",
+        "HostbasedAuthentication no",
+        "PermitEmptyPasswords no",
+        "PermitUserEnvironment no",
+        "AllowTcpForwarding no",
+        "AllowAgentForwarding no",
+        "AllowStreamLocalForwarding no",
+        "X11Forwarding no",
+        "PermitTunnel no",
+        "PermitTTY no",
+        "PrintMotd no",
+        "PrintLastLog no",
+        "UseDNS no",
+        "MaxStartups 200:30:400",
+        "MaxSessions 64",
+        "LogLevel ERROR",
+    ]
+    if env:
+        lines.append("SetEnv " + " ".join(f'{k}="{v}"' for k, v in sorted(env.items())))
+    return "\n".join(lines) + "\n"
+
+
+def ssh_config_text(peers: Sequence[MpiPeer], mount: str = MPI_MOUNT) -> str:
+    """An ssh_config with one ``Host`` alias per peer (HostName and Port), the gang's
+    identity, and the gang's host key as the only known one."""
+    lines = ["# hetflow MPI gang: one alias per peer; use with ssh -F"]
+    for peer in _check_peers(peers):
+        lines += [f"Host {peer.alias}", f"  HostName {peer.host}", f"  Port {peer.port}"]
+    lines += [
+        "Host *",
+        f"  IdentityFile {mount}/{IDENTITY}",
+        "  IdentitiesOnly yes",
+        "  IdentityAgent none",
+        "  BatchMode yes",
+        "  PasswordAuthentication no",
+        "  KbdInteractiveAuthentication no",
+        # Every replica has the gang's one host key: the known_hosts file lists it for
+        # any name, so no peer can be impersonated by a host without the gang's key.
+        "  StrictHostKeyChecking yes",
+        f"  UserKnownHostsFile {mount}/{KNOWN_HOSTS}",
+        "  GlobalKnownHostsFile /dev/null",
+        "  CheckHostIP no",
+        "  UpdateHostKeys no",
+        "  HashKnownHosts no",
+        "  ForwardAgent no",
+        "  ForwardX11 no",
+        "  ConnectTimeout 10",
+        "  ServerAliveInterval 30",
+        "  LogLevel ERROR",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def hostfile_text(peers: Sequence[MpiPeer]) -> str:
+    """Open MPI's hostfile: ``alias slots=N`` per peer."""
+    return "".join(f"{p.alias} slots={p.slots}\n" for p in _check_peers(peers))
+
+
+def mpich_hostfile_text(peers: Sequence[MpiPeer]) -> str:
+    """MPICH (hydra)'s hostfile: ``alias:N`` per peer."""
+    return "".join(f"{p.alias}:{p.slots}\n" for p in _check_peers(peers))
+
+
+# --- writing -------------------------------------------------------------------------
+
+
+def write_mpi_files(
+    directory: Path,
+    peers: Sequence[MpiPeer],
+    *,
+    owner: tuple[int, int] | None = None,
+    mount: str = MPI_MOUNT,
+) -> MpiFiles:
+    """Write one gang's SSH keys, configs and hostfiles into ``directory`` (created;
+    it must not hold a previous gang's files) and return what the commands need.
+
+    ``owner`` is the containers' UID:GID.  Given, and when this process may chown
+    (root, or it is our own UID), the files become theirs with private keys 0600 and
+    the folder 0700.  Otherwise every file is 0644 in a 0755 folder: readable by any
+    UID, which ssh accepts for a key file that is not owned by the user reading it;
+    keep the parent folder private then.  Keys: ssh-keygen when on PATH, else the
+    cryptography package (``MpiFiles.keygen`` says which); neither raises MpiError."""
+    ordered = _check_peers(peers)
+    keygen = _keygen()
+    directory = Path(directory)
+    if directory.exists() and any(directory.iterdir()):
+        raise MpiError(f"{directory} is not empty: each MPI gang needs a fresh folder for its keys")
+    chown = owner is not None and (os.geteuid() == 0 or os.geteuid() == owner[0])
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o700 if chown else 0o755)
+    with tempfile.TemporaryDirectory(prefix="hetflow-mpi-keys-") as tmp:
+        for name in (IDENTITY, HOST_KEY):
+            _make_key(Path(tmp) / name, keygen)
+            for suffix in ("", ".pub"):
+                shutil.copyfile(Path(tmp) / (name + suffix), directory / (name + suffix))
+    user_key = (directory / f"{IDENTITY}.pub").read_text().strip()
+    host_key = (directory / f"{HOST_KEY}.pub").read_text().strip()
+    key_type, key_data = host_key.split()[:2]
+    texts = {
+        AUTHORIZED_KEYS: user_key + "\n",
+        KNOWN_HOSTS: f"* {key_type} {key_data}\n",
+        SSHD_CONFIG: sshd_config_text(mount, session_env()),
+        SSH_CONFIG: ssh_config_text(ordered, mount),
+        HOSTFILE: hostfile_text(ordered),
+        MPICH_HOSTFILE: mpich_hostfile_text(ordered),
+    }
+    for name, text in texts.items():
+        (directory / name).write_text(text)
+    files = MpiFiles(directory, ordered, keygen, mount)
+    for name in files.names:
+        path = directory / name
+        private = name in (IDENTITY, HOST_KEY)
+        path.chmod(0o600 if private and chown else 0o644)
+        if chown and owner is not None:
+            os.chown(path, *owner)
+    if chown and owner is not None:
+        os.chown(directory, *owner)
+    return files
+
+
+# --- environment and commands --------------------------------------------------------
+
+
+def session_env() -> dict[str, str]:
+    """What every ssh session (and so every orted and rank) gets: HOME on the tmpfs
+    (podman's passwd entry for a UID it adds has HOME=/, read-only)."""
+    return {"HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def mca_params(peers: Sequence[MpiPeer], mount: str = MPI_MOUNT) -> dict[str, str]:
+    """Open MPI settings for a non-root, no-ptrace, read-only container gang."""
+    params = {
+        # mpirun starts an orted on each peer with the gang's ssh_config.
+        "plm_rsh_agent": f"ssh -F {mount}/{SSH_CONFIG}",
+        "plm_rsh_no_tree_spawn": "1",
+        # TCP between replicas, shared memory within one; CMA needs ptrace (no caps).
+        "pml": "ob1",
+        "btl": "self,vader,tcp",
+        "btl_vader_single_copy_mechanism": "none",
+        # Session folders on the tmpfs; no binding (cpusets belong to the engine).
+        "orte_tmpdir_base": "/tmp",
+        "hwloc_base_binding_policy": "none",
+        "rmaps_base_oversubscribe": "0",
+    }
+    if all(_is_loopback(p.host) for p in _check_peers(peers)):
+        # Every peer on this machine's loopback (a --network host gang on one node):
+        # Open MPI leaves loopback out by default.
+        params |= {"oob_tcp_if_include": "lo", "btl_tcp_if_include": "lo"}
+    else:
+        params |= {"btl_tcp_if_exclude": "lo,docker0"}
+    return params
+
+
+def mpi_env(peer: MpiPeer, world_size: int, peers: Sequence[MpiPeer] = (), mount: str = MPI_MOUNT) -> dict[str, str]:
+    """Environment for every replica of the gang (``peers`` defaults to ``[peer]``,
+    which decides only whether the gang is all-loopback)."""
+    if world_size < 1:
+        raise MpiError(f"world_size must be at least 1, not {world_size}")
+    env = {f"OMPI_MCA_{k}": v for k, v in mca_params(peers or [peer], mount).items()}
+    env |= session_env()
+    env |= {
+        "HETFLOW_MPI_RANK": str(peer.rank),
+        "HETFLOW_MPI_WORLD_SIZE": str(world_size),
+        "HETFLOW_MPI_DIR": mount,
+    }
+    return env
+
+
+def _sshd(files: MpiFiles, peer: MpiPeer, foreground: bool) -> list[str]:
+    args = [SSHD, "-f", files.sshd_config, "-p", str(peer.port)]
+    return [*args, "-D", "-e"] if foreground else [*args, "-E", SSHD_LOG]
+
+
+def worker_command(files: MpiFiles, peer: MpiPeer) -> list[str]:
+    """What replica ``peer.rank`` (1..n-1) runs: the gang's sshd in the foreground, as
+    the container's UID, logging to stderr; the runner stops it when the launcher ends."""
+    if peer not in files.peers:
+        raise MpiError(f"peer {peer} is not one of this gang's peers")
+    return _sshd(files, peer, foreground=True)
+
+
+_LAUNCHER = """\
+set -u
+{sshd} || {{ echo "hetflow-mpi: sshd did not start:" >&2; cat {log} >&2; exit 1; }}
+deadline=$(( $(date +%s) + {timeout} ))
+for alias in {aliases}; do
+  until ssh -F {ssh_config} -o ConnectTimeout=3 "$alias" true 2>/tmp/hetflow-mpi-ssh.err; do
+    if [ "$(date +%s)" -ge "$deadline" ]; then
+      echo "hetflow-mpi: $alias did not answer ssh within {timeout}s:" >&2
+      cat /tmp/hetflow-mpi-ssh.err >&2
+      exit 1
+    fi
+    sleep 0.5
+  done
+done
+exec {mpirun} "$@"
+"""
+
+
+def launcher_command(
+    files: MpiFiles,
+    user_command: Sequence[str],
+    world_size: int,
+    *,
+    export: Sequence[str] = (),
+    timeout: int = 120,
+) -> list[str]:
+    """What replica 0 runs: its own sshd (rank 0's slots are launched over ssh too),
+    a wait of up to ``timeout`` seconds until every peer's sshd lets the gang's key
+    in, then ``mpirun --hostfile ... -np world_size user_command`` with the MCA
+    settings on its command line (so every orted gets them).  ``export`` names
+    variables of replica 0's environment to pass to every rank (``mpirun -x``)."""
+    if not user_command:
+        raise MpiError("the MPI launcher needs a command to run")
+    if not 1 <= world_size <= files.slots:
+        raise MpiError(
+            f"world_size {world_size} does not fit the gang's {files.slots} slots "
+            f"({len(files.peers)} peers); give the peers more slots"
+        )
+    mpirun = ["mpirun", "--hostfile", files.hostfile, "-np", str(world_size)]
+    for key, value in mca_params(files.peers, files.mount).items():
+        mpirun += ["--mca", key, value]
+    for name in export:
+        mpirun += ["-x", name]
+    script = _LAUNCHER.format(
+        sshd=shlex.join(_sshd(files, files.peers[0], foreground=False)),
+        log=SSHD_LOG,
+        timeout=int(timeout),
+        aliases=" ".join(p.alias for p in files.peers),
+        ssh_config=files.ssh_config,
+        mpirun=shlex.join(mpirun),
+    )
+    return ["/bin/sh", "-c", script, "hetflow-mpi-launcher", *user_command]
