@@ -54,6 +54,8 @@ class ContainerSpec:
     log_path: str | None = None
     tmpfs_size: str = "256m"
     cgroup_parent: str | None = None  # set by the engine where it measures (cgroups.parent_path)
+    cap_add: tuple[str, ...] = ()  # capabilities given back (only a root MPI gang's sshd: mpilaunch)
+    tmpfs: tuple[str, ...] = ()  # more tmpfs mounts beside /tmp, "PATH:OPTIONS"
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,7 @@ class ContainerState:
     running: bool
     exit_code: int | None
     status: str  # engine's word: created, running, exited, ...
+    labels: Mapping[str, str] = field(default_factory=dict)  # where the engine lists them (podman, fake)
 
 
 class ContainerEngine(Protocol):
@@ -125,6 +128,8 @@ def run_args(spec: ContainerSpec, *, engine: str = "podman") -> list[str]:
         "--read-only",
         "--tmpfs",
         f"/tmp:rw,nosuid,nodev,size={spec.tmpfs_size},mode=1777",
+        *(a for t in spec.tmpfs for a in ("--tmpfs", t)),
+        *(f"--cap-add={c}" for c in spec.cap_add),
         "--network",
         spec.network_name or ("bridge" if spec.network else "none"),
         "--pull",
@@ -244,7 +249,8 @@ class CliEngine:
                 "stopping",
             )
             code = None if running else int(c.get("ExitCode", 0))
-            out[name] = ContainerState(name, running, code, state)
+            labels = c.get("Labels") or {}
+            out[name] = ContainerState(name, running, code, state, labels if isinstance(labels, dict) else {})
         return out
 
     def stop(self, names: Iterable[str], timeout: int = 10) -> None:
@@ -468,7 +474,7 @@ class FakeEngine:
                 continue
             running = not c.stopped and now < c.started + c.duration
             code = None if running else (137 if c.stopped else c.exit_code)
-            out[name] = ContainerState(name, running, code, "running" if running else "exited")
+            out[name] = ContainerState(name, running, code, "running" if running else "exited", dict(c.spec.labels))
         return out
 
     def stop(self, names: Iterable[str], timeout: int = 10) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from hetflow.spec import Gang
 
 LABEL_RANK = "hetflow.rank"
+LABEL_LAUNCHER = "hetflow.launcher"  # "mpi" on a gang whose replica 0 decides its end
 KILLED = (137, 143)  # 128 + SIGKILL, 128 + SIGTERM: what a stopped replica exits with
 REPLICA_RE = re.compile(r"^(?P<job>.+)-r(?P<rank>\d+)$")
 
@@ -109,11 +110,17 @@ class GangState:
     failed_rank: int | None = None
 
 
-def gang_state(replicas: Mapping[int, tuple[bool, int | None, str]], world: int) -> GangState:
+def gang_state(replicas: Mapping[int, tuple[bool, int | None, str]], world: int, *, lead: bool = False) -> GangState:
     """Fold the replicas' (running, exit code, engine status) by rank into the gang's.
 
     A replica that is gone (not in ``replicas``) while others exist counts as failed
-    (exit 137, as if killed), so a partial gang never looks healthy."""
+    (exit 137, as if killed), so a partial gang never looks healthy.  ``lead``: replica 0
+    decides (an MPI launcher: the workers serve it and never end by themselves), so the
+    gang ends with replica 0, with its exit code."""
+    zero = replicas.get(0)
+    if lead and zero is not None and not zero[0]:
+        code = zero[1] if zero[1] is not None else 137
+        return GangState(False, code, f"launcher exited {code}", None if code == 0 else 0)
     failed = [(r, st[1]) for r, st in sorted(replicas.items()) if not st[0] and st[1] not in (0, None)]
     if failed:
         # the replica that failed by itself, not one hetflow stopped after it (SIGKILL/SIGTERM)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from hetflow.errors import HetflowError
@@ -17,7 +17,17 @@ from hetflow.execute.container import build_spec
 from hetflow.execute.data import DataManifest
 from hetflow.execute.dispatch import Dispatch
 from hetflow.execute.engine import ContainerSpec, Mount
-from hetflow.execute.gang import LABEL_RANK, layout, network_name, replica_env, replica_name
+from hetflow.execute.gang import LABEL_LAUNCHER, LABEL_RANK, layout, network_name, replica_env, replica_name
+from hetflow.execute.mpilaunch import (
+    PRIVSEP_DIR,
+    ROOT_SSHD_CAPS,
+    MpiFiles,
+    MpiPeer,
+    launcher_command,
+    mpi_env,
+    worker_command,
+    write_mpi_files,
+)
 from hetflow.execute.paths import container_name
 from hetflow.inventory import Gpu
 from hetflow.spec import Step, Variant, Workflow
@@ -154,12 +164,30 @@ class Launcher:
         names = [replica_name(job, i) for i in range(n)]
         ranks = layout(names, [self.dispatch.where(name).node] * n)
         net = network_name(job)
+        mpi = self._mpi(name, attempt, names, variant) if step.gang.launcher == "mpi" else None
         specs = []
         for i in range(n):
             mine = gpus[i * per : (i + 1) * per]
             access = self.dispatch.access(variant, mine)  # the driver's mounts are alike for any GPUs
             env = {**lead.env, **access.env, **replica_env(step.gang, ranks, i)}
             mounts = list(lead.mounts)
+            command, labels = lead.command, {**lead.labels, LABEL_RANK: str(i)}
+            caps: tuple[str, ...] = ()
+            tmpfs: tuple[str, ...] = ()
+            if mpi is not None:
+                files, peers = mpi
+                env |= mpi_env(peers[i], n, peers)
+                mounts.append(Mount(str(files.directory), files.mount, read_only=True))
+                command = tuple(
+                    launcher_command(files, lead.command, n, export=_mpi_exports(env, lead.env))
+                    if i == 0
+                    else worker_command(files, peers[i])
+                )
+                labels[LABEL_LAUNCHER] = "mpi"
+                if self.uid == 0:
+                    caps, tmpfs = ROOT_SSHD_CAPS, (f"{PRIVSEP_DIR}:rw,nosuid,nodev,size=1m,mode=0755",)
+                    # the submitter is root, so the ranks are: Open MPI wants that said twice
+                    env |= {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
             if i > 0:
                 scratch = self.paths.staging(name, attempt).parent / f"rank{i}"
                 shutil.rmtree(scratch, ignore_errors=True)
@@ -174,8 +202,38 @@ class Launcher:
                 devices=access.devices,
                 cdi_devices=access.cdi_devices,
                 network_name=net,
-                labels={**lead.labels, LABEL_RANK: str(i)},
+                command=command,
+                labels=labels,
+                cap_add=caps,
+                tmpfs=tmpfs,
                 log_path=lead.log_path if i == 0 else str(self.paths.rank_log(name, attempt, i)),
             )
             specs.append(spec)
         return tuple(specs)
+
+    def _mpi(self, name: str, attempt: int, hosts: list[str], variant: Variant) -> tuple[MpiFiles, list[MpiPeer]]:
+        """The gang's ssh keys, configs and hostfile (``execute.mpilaunch``), written next to
+        the attempt's staging directory for the submitter's UID."""
+        if not variant.command:
+            raise HetflowError(f"step {name!r} uses launcher: mpi but has no command for mpirun to run")
+        peers = [MpiPeer(rank=i, host=h) for i, h in enumerate(hosts)]
+        directory = self.paths.staging(name, attempt).parent / "mpi"
+        shutil.rmtree(directory, ignore_errors=True)
+        return write_mpi_files(directory, peers, owner=(self.uid, self.gid)), peers
+
+
+def _mpi_exports(env: dict[str, str], user_env: Mapping[str, str]) -> list[str]:
+    """What mpirun passes from replica 0 to every rank (ssh sessions start bare): the GPU
+    variables (every replica numbers its own GPUs 0..n-1 alike), hetflow's and the step's."""
+    keep = {
+        "NVIDIA_VISIBLE_DEVICES",
+        "CUDA_VISIBLE_DEVICES",
+        "HETFLOW_GPU_UUIDS",
+        "HETFLOW_WORLD_SIZE",
+        "HETFLOW_RUN_ID",
+        "HETFLOW_STEP",
+        "HETFLOW_ATTEMPT",
+        "LD_LIBRARY_PATH",
+        "PATH",
+    }
+    return sorted(k for k in env if k in keep or k in user_env)

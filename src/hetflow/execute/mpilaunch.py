@@ -51,6 +51,11 @@ __all__ = [
 ]
 
 MPI_MOUNT = "/etc/hetflow/mpi"
+# sshd run as root always separates privileges: it chroots into this (empty, root-owned)
+# directory and changes user, so a root gang's replicas need it and these capabilities
+# (all three in Docker's default set); an unprivileged sshd needs neither.
+PRIVSEP_DIR = "/run/sshd"
+ROOT_SSHD_CAPS = ("SYS_CHROOT", "SETUID", "SETGID")
 DEFAULT_PORT = 2222
 ALIAS_PREFIX = "hetflow-rank-"
 SSHD = "/usr/sbin/sshd"
@@ -216,10 +221,11 @@ def _make_key(path: Path, keygen: str) -> str:
 # --- file contents (pure) ------------------------------------------------------------
 
 
-def sshd_config_text(mount: str = MPI_MOUNT, env: Mapping[str, str] | None = None) -> str:
+def sshd_config_text(mount: str = MPI_MOUNT, env: Mapping[str, str] | None = None, *, root: bool = False) -> str:
     """An sshd_config for an unprivileged sshd: the port comes from ``sshd -p``; only
     the gang's key logs in; no PAM, no privilege separation, no forwarding; ``env`` is
-    set in every session (the containers' env does not reach ssh sessions)."""
+    set in every session (the containers' env does not reach ssh sessions).  ``root``:
+    the replicas run as root (a root submitter), so root may log in, by key only."""
     lines = [
         "# hetflow MPI gang: an unprivileged sshd (the port is given with -p)",
         f"Port {DEFAULT_PORT}",
@@ -228,7 +234,7 @@ def sshd_config_text(mount: str = MPI_MOUNT, env: Mapping[str, str] | None = Non
         f"PidFile {SSHD_PID}",
         "UsePAM no",
         "StrictModes no",
-        "PermitRootLogin no",
+        f"PermitRootLogin {'prohibit-password' if root else 'no'}",
         "AuthenticationMethods publickey",
         "PubkeyAuthentication yes",
         "PasswordAuthentication no",
@@ -333,7 +339,7 @@ def write_mpi_files(
     texts = {
         AUTHORIZED_KEYS: user_key + "\n",
         KNOWN_HOSTS: f"* {key_type} {key_data}\n",
-        SSHD_CONFIG: sshd_config_text(mount, session_env()),
+        SSHD_CONFIG: sshd_config_text(mount, session_env(), root=owner is not None and owner[0] == 0),
         SSH_CONFIG: ssh_config_text(ordered, mount),
         HOSTFILE: hostfile_text(ordered),
         MPICH_HOSTFILE: mpich_hostfile_text(ordered),

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
 from hetflow.execute.engine import LABEL_RUN, UNKNOWN, CliEngine, ContainerEngine, Networks, Usage, make_engine
-from hetflow.execute.gang import gang_state, network_name, replica_name, replica_of
+from hetflow.execute.gang import LABEL_LAUNCHER, gang_state, network_name, replica_name, replica_of
 
 
 class LocalBackend:
@@ -65,7 +65,8 @@ class LocalBackend:
             if lead is not None:
                 replicas[0] = (lead.running, lead.exit_code, lead.status)
             world = max(replicas) + 1
-            g = gang_state(replicas, world)
+            decides = job in states and states[job].labels.get(LABEL_LAUNCHER) == "mpi"
+            g = gang_state(replicas, world, lead=decides)
             if not g.running and any(r[0] for r in replicas.values()):
                 # one replica failed: the others are stopped, and the gang is reported when
                 # they have gone (no replica keeps its GPUs after the gang failed)
