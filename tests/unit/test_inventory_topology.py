@@ -8,7 +8,7 @@ import pydantic
 import pynvml
 import pytest
 
-from hetflow.inventory import Cpu, Gpu, GpuLink, Node
+from hetflow.inventory import Cpu, Gpu, GpuLink, Node, profile_node
 from hetflow.inventory.fakes import FakeNvml, FakeNvmlDevice
 from hetflow.inventory.nvml import cpulist, probe_nvml, probe_nvml_topology, sysfs_pci_name
 
@@ -291,3 +291,22 @@ def test_sysfs_pci_name(bus_id: str, name: str) -> None:
 )
 def test_cpulist_from_affinity_mask(words: tuple[int, ...], text: str) -> None:
     assert cpulist(words) == text
+
+
+# --- named profiles -----------------------------------------------------------------
+
+
+def test_multi_gpu_profiles_carry_links_and_numa() -> None:
+    a100, v100 = profile_node("a100-node"), profile_node("v100-node")
+
+    assert all(a100.link(a, b) == "NV12" for a in range(4) for b in range(4) if a != b)
+    assert [v100.link(0, b) for b in range(4)] == ["X", "NV4", "SYS", "SYS"]
+    assert [g.numa_node for g in v100.gpus] == [0, 0, 1, 1]
+    assert [g.cpu_affinity for g in a100.gpus] == ["0-31", "0-31", "32-63", "32-63"]  # 64 cores
+
+
+def test_single_gpu_profile_topology_stays_unknown() -> None:
+    t4 = profile_node("t4-node")
+
+    assert t4.gpu_links == ()
+    assert (t4.gpus[0].pci_bus_id, t4.gpus[0].numa_node, t4.gpus[0].cpu_affinity) == ("", None, "")
