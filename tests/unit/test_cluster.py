@@ -400,6 +400,5 @@ def test_a_node_with_an_unknown_key_is_an_error() -> None:
     text = cluster_text("nodeTypes: []\n") + yaml.safe_dump({"nodes": [entry]})
     (message,) = problems(text)
     line = text.splitlines().index("  rack: 7") + 1  # moves as Node gains fields
-    assert message.startswith(
-        f"c.yaml:{line}: error: unknown key 'rack' in nodes.0; allowed keys: name, os, kernel, cpu,"
-    )
+    expected = f"c.yaml:{line}: error: unknown key 'rack' in nodes.0; allowed keys: name, os, kernel, cpu,"
+    assert message.startswith(expected)

@@ -79,6 +79,39 @@ def test_discover_fake_gpus_live_under_home_dev(tmp_path: Path) -> None:
     assert all(g.fake for g in node.gpus)
 
 
+@needs_root
+def test_discover_fake_gpus_with_topology_have_links(tmp_path: Path) -> None:
+    node = discover(tmp_path / "home", {"HETFLOW_FAKE_GPUS": "a100:2:nvlink,t4:1"}, nvml=MissingNvml())
+
+    assert node.link(0, 1) == "NV12"
+    assert node.link(0, 2) == ""  # t4 has no topology word
+    assert [g.numa_node for g in node.gpus] == [0, 1, None]
+
+
+def test_discover_takes_links_from_nvml(tmp_path: Path) -> None:
+    devices = [
+        FakeNvmlDevice(pci_bus_id="00000000:07:00.0", nvlinks=("00000000:0F:00.0",) * 2),
+        FakeNvmlDevice(minor=1, pci_bus_id="00000000:0F:00.0"),
+        FakeNvmlDevice(minor=2, pci_bus_id="00000000:87:00.0"),
+    ]
+    nvml = FakeNvml(devices=devices, ancestors={(0, 2): 50, (1, 2): 50})
+
+    node = discover(tmp_path, {}, nvml=nvml, dev_root=tmp_path)
+
+    assert node.gpu_source == "nvml"
+    assert [node.link(0, 1), node.link(0, 2), node.link(1, 2)] == ["NV2", "SYS", "SYS"]
+    assert [g.pci_bus_id for g in node.gpus] == ["00000000:07:00.0", "00000000:0F:00.0", "00000000:87:00.0"]
+
+
+def test_discover_procfs_gpus_have_no_links(tmp_path: Path) -> None:
+    procfs = write_procfs(tmp_path / "proc")
+
+    node = discover(tmp_path, {}, nvml=MissingNvml(), procfs_root=procfs, dev_root=tmp_path)
+
+    assert node.gpu_source == "procfs"
+    assert node.gpu_links == ()
+
+
 def test_discover_bad_fake_setting_raises(tmp_path: Path) -> None:
     with pytest.raises(InventoryError, match="'b200:1' names no known model"):
         discover(tmp_path, {"HETFLOW_FAKE_GPUS": "b200:1"}, nvml=FakeNvml())

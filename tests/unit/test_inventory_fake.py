@@ -12,7 +12,16 @@ import pytest
 
 from hetflow.errors import InventoryError
 from hetflow.inventory import KNOWN_MODELS, make_fake_gpus, parse_fake_spec
-from hetflow.inventory.fake import ensure_device_node, fake_uuid
+from hetflow.inventory.fake import (
+    MAX_FAKE_GPUS,
+    FakeEntry,
+    ensure_device_node,
+    fake_bus_id,
+    fake_links,
+    fake_uuid,
+    half_cpulist,
+    parse_fake_entries,
+)
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="mknod of device nodes needs root")
 
@@ -162,3 +171,148 @@ def test_device_node_without_permission_says_root_is_needed(tmp_path: Path) -> N
     assert "fake GPUs need root (CAP_MKNOD)" in message
     assert str(tmp_path / "nvidia0") in message
     assert "unset HETFLOW_FAKE_GPUS" in message
+
+
+# --- topology suffixes ------------------------------------------------------------------
+
+ENTRY_CASES = [
+    pytest.param("a100:4:nvlink", [FakeEntry("a100", 4, "nvlink")], id="nvlink"),
+    pytest.param("a100:4:nvlink-pairs", [FakeEntry("a100", 4, "nvlink-pairs")], id="nvlink-pairs"),
+    pytest.param("t4:4:pcie", [FakeEntry("t4", 4, "pcie")], id="pcie"),
+    pytest.param(" H100 : 8 : NVLink ", [FakeEntry("h100", 8, "nvlink")], id="spaces-and-case"),
+    pytest.param("t4:pcie", [FakeEntry("t4", 1, "pcie")], id="topology-without-count-is-one"),
+    pytest.param("a100:2,t4", [FakeEntry("a100", 2), FakeEntry("t4", 1)], id="no-suffix-is-unknown"),
+    pytest.param(
+        "a100:4:nvlink,t4:2:pcie",
+        [FakeEntry("a100", 4, "nvlink"), FakeEntry("t4", 2, "pcie")],
+        id="two-topologies",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "expected"), ENTRY_CASES)
+def test_parse_fake_entries_reads_topology(text: str, expected: list[FakeEntry]) -> None:
+    assert parse_fake_entries(text) == expected
+
+
+def test_parse_fake_spec_keeps_its_pairs_with_a_suffix() -> None:
+    assert parse_fake_spec("a100:4:nvlink,t4:2") == [("a100", 4), ("t4", 2)]
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        pytest.param(
+            "a100:4:nvswitch",
+            "HETFLOW_FAKE_GPUS: 'a100:4:nvswitch' has an unknown topology 'nvswitch'; "
+            "use one of nvlink, nvlink-pairs, pcie, e.g. 'a100:4:nvlink'",
+            id="unknown-word",
+        ),
+        pytest.param(
+            "t4:2,t4:2:pcie:x",
+            "HETFLOW_FAKE_GPUS: 't4:2:pcie:x' has an unknown topology 'pcie:x'; "
+            "use one of nvlink, nvlink-pairs, pcie, e.g. 't4:2:nvlink'",
+            id="extra-field",
+        ),
+        pytest.param(
+            "t4:nvlinks",
+            "HETFLOW_FAKE_GPUS: 't4:nvlinks' has a bad count 'nvlinks'; "
+            "write a whole number of at least 1, e.g. 't4:2'",
+            id="misspelt-word-in-count-place",
+        ),
+    ],
+)
+def test_parse_fake_entries_rejects_bad_topology(text: str, message: str) -> None:
+    with pytest.raises(InventoryError) as caught:
+        parse_fake_entries(text)
+
+    assert str(caught.value) == message
+
+
+def matrix(spec: str) -> list[str]:
+    """The links of ``spec`` as rows of ``nvidia-smi topo -m`` cells ("." unknown)."""
+    count = sum(e.count for e in parse_fake_entries(spec))
+    cells = {(x.a, x.b): x.label for x in fake_links(spec)}
+    cells |= {(b, a): label for (a, b), label in cells.items()}
+    return [" ".join("X" if a == b else cells.get((a, b), ".") for b in range(count)) for a in range(count)]
+
+
+LINK_CASES = [
+    pytest.param(
+        "a100:4:nvlink",
+        ["X NV12 NV12 NV12", "NV12 X NV12 NV12", "NV12 NV12 X NV12", "NV12 NV12 NV12 X"],
+        id="nvlink-every-pair",
+    ),
+    pytest.param(
+        "a100:4:nvlink-pairs",
+        ["X NV4 SYS SYS", "NV4 X SYS SYS", "SYS SYS X NV4", "SYS SYS NV4 X"],
+        id="nvlink-pairs",
+    ),
+    pytest.param(
+        "a100:8:nvlink-pairs",
+        [
+            "X NV4 NODE NODE SYS SYS SYS SYS",
+            "NV4 X NODE NODE SYS SYS SYS SYS",
+            "NODE NODE X NV4 SYS SYS SYS SYS",
+            "NODE NODE NV4 X SYS SYS SYS SYS",
+            "SYS SYS SYS SYS X NV4 NODE NODE",
+            "SYS SYS SYS SYS NV4 X NODE NODE",
+            "SYS SYS SYS SYS NODE NODE X NV4",
+            "SYS SYS SYS SYS NODE NODE NV4 X",
+        ],
+        id="nvlink-pairs-eight",
+    ),
+    pytest.param(
+        "t4:4:pcie",
+        ["X PIX SYS SYS", "PIX X SYS SYS", "SYS SYS X PIX", "SYS SYS PIX X"],
+        id="pcie",
+    ),
+    pytest.param(
+        "t4:3:pcie",
+        ["X PIX SYS", "PIX X SYS", "SYS SYS X"],
+        id="odd-count-first-half-larger",
+    ),
+    pytest.param(
+        "a100:2:nvlink,t4:2:pcie",
+        ["X NV12 NODE SYS", "NV12 X SYS NODE", "NODE SYS X SYS", "SYS NODE SYS X"],
+        id="across-entries-by-numa",
+    ),
+    pytest.param(
+        "a100:2:nvlink,t4:1",
+        ["X NV12 .", "NV12 X .", ". . X"],
+        id="entry-without-suffix-unknown",
+    ),
+    pytest.param("a100:3", ["X . .", ". X .", ". . X"], id="no-suffix-no-links"),
+]
+
+
+@pytest.mark.parametrize(("spec", "rows"), LINK_CASES)
+def test_fake_links_per_topology(spec: str, rows: list[str]) -> None:
+    assert matrix(spec) == rows
+
+
+@pytest.mark.parametrize(
+    ("cpus", "halves"),
+    [(16, ("0-7", "8-15")), (2, ("0", "1")), (3, ("0", "1-2")), (1, ("0", "0"))],
+)
+def test_half_cpulist(cpus: int, halves: tuple[str, str]) -> None:
+    assert (half_cpulist(cpus, 0), half_cpulist(cpus, 1)) == halves
+
+
+def test_fake_bus_ids_are_nvml_shaped_and_distinct() -> None:
+    ids = [fake_bus_id(i) for i in range(MAX_FAKE_GPUS)]
+
+    assert ids[0] == "00000000:10:00.0"
+    assert ids[0xF0] == "00000001:00:00.0"
+    assert len(set(ids)) == len(ids)
+    assert all(re.fullmatch(r"[0-9A-F]{8}:[0-9A-F]{2}:00\.0", x) for x in ids)
+
+
+@needs_root
+def test_make_fake_gpus_places_topology_gpus_on_numa_halves(tmp_path: Path) -> None:
+    gpus, _ = make_fake_gpus("a100:4:nvlink,t4:2", tmp_path, cpus=32)
+
+    assert [g.numa_node for g in gpus] == [0, 0, 1, 1, None, None]
+    assert [g.cpu_affinity for g in gpus] == ["0-15", "0-15", "16-31", "16-31", "", ""]
+    assert [g.pci_bus_id for g in gpus] == [fake_bus_id(i) for i in range(6)]
+    assert all(g.fake for g in gpus)

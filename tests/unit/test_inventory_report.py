@@ -7,8 +7,8 @@ import json
 import pytest
 from rich.console import Console
 
-from hetflow.inventory import Cpu, Gpu, Node
-from hetflow.report.nodes import node_to_json, render_node
+from hetflow.inventory import Cpu, Gpu, GpuLink, Node
+from hetflow.report.nodes import TOPOLOGY_LEGEND, node_to_json, render_node, render_topology, topology_rows
 
 GIB = 1024**3
 
@@ -151,3 +151,87 @@ def test_render_node_off_x86_has_no_level() -> None:
 
     assert "x86-64-v" not in text
     assert "n/a (not x86-64)" in text
+
+
+# --- --topo: the nvidia-smi topo -m matrix ----------------------------------------------
+
+
+def topo_node() -> Node:
+    gpus = (
+        a_gpu(0, numa_node=0, cpu_affinity="0-15,32-47"),
+        a_gpu(1, numa_node=0, cpu_affinity="0-15,32-47"),
+        a_gpu(2, numa_node=1, cpu_affinity="16-31,48-63"),
+    )
+    links = (GpuLink(a=0, b=1, kind="NV", nvlinks=12), GpuLink(a=0, b=2, kind="SYS"))
+    return a_node(gpus=gpus, gpu_links=links)
+
+
+def topo_text(node: Node) -> str:
+    console = Console(record=True, width=200, color_system=None)
+    console.print(render_topology(node))
+    return console.export_text()
+
+
+def test_topology_rows_are_the_matrix_cells() -> None:
+    assert topology_rows(topo_node()) == [
+        ["", "GPU0", "GPU1", "GPU2", "CPU Affinity", "NUMA Affinity"],
+        ["GPU0", "X", "NV12", "SYS", "0-15,32-47", "0"],
+        ["GPU1", "NV12", "X", "N/A", "0-15,32-47", "0"],
+        ["GPU2", "SYS", "N/A", "X", "16-31,48-63", "1"],
+    ]
+
+
+def test_render_topology_prints_rows_and_legend() -> None:
+    lines = [line.split() for line in topo_text(topo_node()).splitlines()]
+
+    assert ["GPU0", "GPU1", "GPU2", "CPU", "Affinity", "NUMA", "Affinity"] in lines
+    assert ["GPU0", "X", "NV12", "SYS", "0-15,32-47", "0"] in lines
+    assert ["GPU1", "NV12", "X", "N/A", "0-15,32-47", "0"] in lines
+    assert ["GPU2", "SYS", "N/A", "X", "16-31,48-63", "1"] in lines
+    assert ["Legend:"] in lines
+    for legend in TOPOLOGY_LEGEND:
+        assert legend.split() in lines
+    assert "FAKE" not in topo_text(topo_node())
+
+
+def test_render_topology_of_fake_gpus_says_so() -> None:
+    node = topo_node()
+    fake = a_node(gpus=tuple(g.model_copy(update={"fake": True}) for g in node.gpus), gpu_links=node.gpu_links)
+
+    assert "GPU topology (FAKE: made up by HETFLOW_FAKE_GPUS)" in topo_text(fake)
+
+
+def test_render_topology_unknowns_read_na() -> None:
+    text = topo_text(a_node(gpus=(a_gpu(0), a_gpu(1))))
+
+    assert ["GPU0", "X", "N/A", "N/A", "N/A"] in [line.split() for line in text.splitlines()]
+
+
+def test_render_node_adds_topology_only_when_asked() -> None:
+    console = Console(record=True, width=200, color_system=None)
+    console.print(render_node(topo_node(), topo=True))
+    with_topo = console.export_text()
+
+    assert "GPU topology" in with_topo
+    assert ["GPU0", "X", "NV12", "SYS", "0-15,32-47", "0"] in [line.split() for line in with_topo.splitlines()]
+    assert "GPU topology" not in text_of(topo_node())
+
+
+def test_render_node_without_gpus_has_no_topology() -> None:
+    console = Console(record=True, width=200, color_system=None)
+    console.print(render_node(a_node(gpus=(), gpu_source="none"), topo=True))
+
+    assert "GPU topology" not in console.export_text()
+
+
+def test_node_to_json_carries_topology() -> None:
+    data = node_to_json(topo_node())
+
+    assert data["gpu_links"] == [
+        {"a": 0, "b": 1, "kind": "NV", "nvlinks": 12},
+        {"a": 0, "b": 2, "kind": "SYS", "nvlinks": 0},
+    ]
+    gpus = data["gpus"]
+    assert isinstance(gpus, list)
+    assert (gpus[2]["numa_node"], gpus[2]["cpu_affinity"]) == (1, "16-31,48-63")
+    assert gpus[0]["pci_bus_id"] == ""

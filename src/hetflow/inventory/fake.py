@@ -142,12 +142,36 @@ def _link(a: int, b: int, pa: _Place, pb: _Place) -> GpuLink | None:
     return GpuLink(a=a, b=b, kind="PIX" if same_half else "SYS")  # pcie
 
 
-def fake_links(spec: str) -> tuple[GpuLink, ...]:
-    """How each pair of the fake GPUs of ``spec`` is connected (GPU indexes in spec
+def entry_links(entries: list[FakeEntry]) -> tuple[GpuLink, ...]:
+    """How each pair of the GPUs of ``entries`` is connected (GPU indexes in entry
     order); pairs involving an entry without a topology word are left out (unknown)."""
-    places = _places(parse_fake_entries(spec))
+    places = _places(entries)
     links = (_link(a, b, places[a], places[b]) for a in range(len(places)) for b in range(a + 1, len(places)))
     return tuple(link for link in links if link is not None)
+
+
+def fake_links(spec: str) -> tuple[GpuLink, ...]:
+    """``entry_links`` of the entries of ``spec``, the fake GPUs of ``make_fake_gpus``."""
+    return entry_links(parse_fake_entries(spec))
+
+
+class Placement(NamedTuple):
+    """Where one GPU of some entries sits: the topology fields of its ``Gpu``."""
+
+    pci_bus_id: str
+    numa_node: int | None
+    cpu_affinity: str
+
+
+def entry_placements(entries: list[FakeEntry], cpus: int) -> list[Placement]:
+    """Per GPU of ``entries`` (in order): a made-up PCI bus id and, for an entry with a
+    topology word, its NUMA half and that half of ``cpus`` CPUs (unknown otherwise)."""
+    return [
+        Placement(fake_bus_id(i), p.half, half_cpulist(cpus, p.half))
+        if p.topology is not None
+        else Placement(fake_bus_id(i), None, "")
+        for i, p in enumerate(_places(entries))
+    ]
 
 
 def half_cpulist(cpus: int, half: int) -> str:
@@ -219,8 +243,7 @@ def make_fake_gpus(spec: str, dev_dir: Path, *, cpus: int | None = None) -> tupl
     None).  ``fake_links(spec)`` says how they are connected.
     """
     entries = parse_fake_entries(spec)
-    places = _places(entries)
-    host_cpus = (os.cpu_count() or 1) if cpus is None else cpus
+    places = entry_placements(entries, (os.cpu_count() or 1) if cpus is None else cpus)
     dev_dir.mkdir(parents=True, exist_ok=True)
     gpus: list[Gpu] = []
     for entry in entries:
@@ -228,7 +251,6 @@ def make_fake_gpus(spec: str, dev_dir: Path, *, cpus: int | None = None) -> tupl
         for _ in range(entry.count):
             index = len(gpus)
             place = places[index]
-            known = place.topology is not None
             path = dev_dir / f"nvidia{index}"
             ensure_device_node(path, index)
             gpus.append(
@@ -242,9 +264,9 @@ def make_fake_gpus(spec: str, dev_dir: Path, *, cpus: int | None = None) -> tupl
                     device_path=str(path),
                     minor=index,
                     fake=True,
-                    pci_bus_id=fake_bus_id(index),
-                    numa_node=place.half if known else None,
-                    cpu_affinity=half_cpulist(host_cpus, place.half) if known else "",
+                    pci_bus_id=place.pci_bus_id,
+                    numa_node=place.numa_node,
+                    cpu_affinity=place.cpu_affinity,
                 )
             )
     control = dev_dir / "nvidiactl"

@@ -7,7 +7,9 @@ machine alike enough to run the same image builds.  Sites that have not run
 CPU feature lists come from archspec's target table (the one Spack and
 ``hetflow.inventory.cpu`` use), so a profile's flags are the ones a real CPU of that
 microarchitecture reports; GPU facts come from the fake-GPU table of
-``hetflow.inventory.fake``, which records what NVML says for each model.
+``hetflow.inventory.fake``, which records what NVML says for each model.  A profile with
+several GPUs has a topology word of ``HETFLOW_FAKE_GPUS`` (``nvlink``, ``nvlink-pairs``,
+``pcie``), so its GPUs get NUMA nodes, CPU affinity and links the same way fake GPUs do.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from dataclasses import dataclass
 import archspec.cpu
 
 from hetflow.inventory.cpu import x86_64_level
+from hetflow.inventory.fake import FakeEntry, entry_links, entry_placements
 from hetflow.inventory.gpumodels import KNOWN_MODELS
-from hetflow.inventory.models import Cpu, Gpu, Node
+from hetflow.inventory.models import Cpu, Gpu, GpuLink, Node
 
 __all__ = ["PROFILES", "Profile", "profile_names", "profile_node"]
 
@@ -38,6 +41,7 @@ class Profile:
     gpu_count: int = 0
     driver_version: str = "550.54.15"
     cuda_version: str = "12.4"
+    gpu_topology: str | None = None  # a word of hetflow.inventory.fake.TOPOLOGIES; None: unknown
 
 
 PROFILES: dict[str, Profile] = {
@@ -51,9 +55,15 @@ PROFILES: dict[str, Profile] = {
     "t4-node": Profile(
         "cascadelake", "GenuineIntel", "Intel(R) Xeon(R) Gold 6230", 40, 192, "t4", 1, "535.161.08", "12.2"
     ),
-    "v100-node": Profile("skylake_avx512", "GenuineIntel", "Intel(R) Xeon(R) Gold 6148", 40, 384, "v100", 4),
-    "a100-node": Profile("icelake", "GenuineIntel", "Intel(R) Xeon(R) Platinum 8358", 64, 1024, "a100", 4),
-    "h100-node": Profile("sapphirerapids", "GenuineIntel", "Intel(R) Xeon(R) Platinum 8480+", 112, 2048, "h100", 8),
+    "v100-node": Profile(
+        "skylake_avx512", "GenuineIntel", "Intel(R) Xeon(R) Gold 6148", 40, 384, "v100", 4, gpu_topology="nvlink-pairs"
+    ),
+    "a100-node": Profile(
+        "icelake", "GenuineIntel", "Intel(R) Xeon(R) Platinum 8358", 64, 1024, "a100", 4, gpu_topology="nvlink"
+    ),
+    "h100-node": Profile(
+        "sapphirerapids", "GenuineIntel", "Intel(R) Xeon(R) Platinum 8480+", 112, 2048, "h100", 8, gpu_topology="nvlink"
+    ),
 }
 
 
@@ -74,10 +84,16 @@ def _cpu(p: Profile) -> Cpu:
     )
 
 
+def _entries(p: Profile) -> list[FakeEntry]:
+    return [] if p.gpu_model is None else [FakeEntry(p.gpu_model, p.gpu_count, p.gpu_topology)]
+
+
 def _gpus(p: Profile) -> tuple[Gpu, ...]:
     if p.gpu_model is None:
         return ()
     model = KNOWN_MODELS[p.gpu_model]
+    places = entry_placements(_entries(p), p.cores)
+    known = p.gpu_topology is not None
     return tuple(
         Gpu(
             index=i,
@@ -89,9 +105,16 @@ def _gpus(p: Profile) -> tuple[Gpu, ...]:
             cuda_version=p.cuda_version,
             device_path=f"/dev/nvidia{i}",
             minor=i,
+            pci_bus_id=places[i].pci_bus_id if known else "",
+            numa_node=places[i].numa_node,
+            cpu_affinity=places[i].cpu_affinity,
         )
         for i in range(p.gpu_count)
     )
+
+
+def _links(p: Profile) -> tuple[GpuLink, ...]:
+    return entry_links(_entries(p))
 
 
 def profile_node(name: str) -> Node:
@@ -105,6 +128,7 @@ def profile_node(name: str) -> Node:
         cpu=_cpu(p),
         memory_bytes=p.memory_gib * _GIB,
         gpus=gpus,
+        gpu_links=_links(p),
         gpu_source="profile" if gpus else "none",
         control_devices=("/dev/nvidiactl", "/dev/nvidia-uvm") if gpus else (),
     )
