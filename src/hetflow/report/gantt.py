@@ -125,8 +125,15 @@ def _lane_keys(plan: Plan, instance: Instance) -> list[tuple[str, int | None]]:
             keys.append((mid, None))
             keys += [(mid, g) for g in range(c.gpus)]
     known = set(keys)
-    extra = sorted({(p.machine, g) for p in plan.placements.values() for g in (p.gpus or (None,))} - known, key=str)
+    extra = sorted({k for p in plan.placements.values() for k in _held(p)} - known, key=str)
     return keys + extra
+
+
+def _held(p: Placement) -> list[tuple[str, int | None]]:
+    """The lanes a placement is drawn in: each GPU it holds, else its machine's CPU lane;
+    a gang's replicas on every machine they hold."""
+    where = p.ranks or ((p.machine, p.gpus),)
+    return list(dict.fromkeys((m, g) for m, gpus in where for g in (gpus or (None,))))
 
 
 def _pack(placements: list[Placement]) -> dict[str, int]:
@@ -147,8 +154,8 @@ def gantt_layout(plan: Plan, instance: Instance, *, title: str = "", width: floa
     keys = _lane_keys(plan, instance)
     members: dict[tuple[str, int | None], list[Placement]] = {k: [] for k in keys}
     for p in plan.placements.values():
-        for g in p.gpus or (None,):
-            members[(p.machine, g)].append(p)
+        for key in _held(p):
+            members.setdefault(key, []).append(p)
     label_w = max([len(_lane_label(k)) for k in keys] + [8]) * CHAR_W + 16
     left, right = label_w, width - 24
     span = max([plan.makespan] + [p.finish for p in plan.placements.values()])

@@ -6,7 +6,7 @@ from typing import Any
 
 from rich.table import Table
 
-from hetflow.plan import Instance, Plan, explain
+from hetflow.plan import Instance, Placement, Plan, explain
 from hetflow.report.tables import BIG, PlainTable, plain_table
 
 
@@ -25,6 +25,7 @@ def plan_json(plan: Plan, instance: Instance, *, explain: bool = False) -> dict[
                 "node": p.machine,
                 "node_class": p.machine_class,
                 "gpus": list(p.gpus),
+                **({"ranks": [{"node": m, "gpus": list(g)} for m, g in p.ranks]} if p.ranks else {}),
                 "cores": p.cores,
                 "memory": p.memory,
                 "start": round(p.start, 6),
@@ -45,10 +46,20 @@ def explain_step(plan: Plan, instance: Instance, step: str) -> list[dict[str, st
     ]
 
 
+def where(p: Placement) -> tuple[str, str]:
+    """NODE and GPUS cells: one node and its GPU indices, or a gang's nodes with how many
+    replicas each holds (``gpu-0 x4, gpu-1 x2``) and every replica's GPUs (``0,1|2,3``)."""
+    if not p.ranks:
+        return p.machine, ",".join(map(str, p.gpus)) or "-"
+    nodes = ", ".join(f"{m} x{k}" for m, (k, _g) in p.per_machine().items())
+    gpus = "|".join(",".join(map(str, g)) for _m, g in p.ranks)
+    return nodes, gpus if any(g for _m, g in p.ranks) else "-"
+
+
 def plan_table(plan: Plan) -> Table | PlainTable:
     if len(plan.placements) > BIG:
         rows = [
-            [p.task, p.variant, p.machine, ",".join(map(str, p.gpus)) or "-", f"{p.start:.1f}", f"{p.finish:.1f}"]
+            [p.task, p.variant, *where(p), f"{p.start:.1f}", f"{p.finish:.1f}"]
             for p in sorted(plan.placements.values(), key=lambda p: (p.start, p.task))
         ]
         return plain_table(["STEP", "VARIANT", "NODE", "GPUS", "START", "FINISH"], rows)
@@ -56,6 +67,6 @@ def plan_table(plan: Plan) -> Table | PlainTable:
     for col in ("STEP", "VARIANT", "NODE", "GPUS", "START", "FINISH"):
         t.add_column(col, no_wrap=True)
     for p in sorted(plan.placements.values(), key=lambda p: (p.start, p.task)):
-        gpus = ",".join(map(str, p.gpus)) or "-"
-        t.add_row(p.task, p.variant, p.machine, gpus, f"{p.start:.1f}", f"{p.finish:.1f}")
+        node, gpus = where(p)
+        t.add_row(p.task, p.variant, node, gpus, f"{p.start:.1f}", f"{p.finish:.1f}")
     return t
