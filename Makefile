@@ -46,6 +46,15 @@ demo: install images
 	$(HETFLOW) report $$($(HETFLOW) ps --all --json | $(PY) -c 'import json, sys; print(json.load(sys.stdin)[1]["id"])') \
 		-o $(HETFLOW_HOME)/wordcount-report.html
 	@echo "report of the first wordcount run: $(HETFLOW_HOME)/wordcount-report.html"
+	@echo "== gang steps: two replicas started together on a private network; each rank's result"
+	$(HETFLOW) run examples/gang/workflow.yaml
+	@rid=$$($(HETFLOW) ps --all --json | $(PY) -c 'import json, sys; print(json.load(sys.stdin)[0]["id"])'); \
+	for r in 0 1; do echo "-- torch (torchrun contract), rank $$r:"; $(HETFLOW) logs $$rid torch --rank $$r; done; \
+	echo "-- mpi (mpirun in replica 0 over ssh to replica 1), every rank:"; $(HETFLOW) logs $$rid mpi
+	@echo "== GPU topology of a fake node (no GPU here: FAKE), as nvidia-smi topo -m shows it"
+	HETFLOW_FAKE_GPUS=a100:4:nvlink-pairs $(HETFLOW) nodes --topo
+	@echo "== gangs planned on a cluster of NVLink and PCIe-only nodes"
+	$(HETFLOW) plan examples/gang/train.yaml --cluster examples/clusters/nvlink-mixed.yaml
 
 demo-slurm: install images  ## a local Slurm cluster (munge, slurmctld, two slurmd with fake GPUs) runs circuit
 	$(PY) -m demo.clusters slurm

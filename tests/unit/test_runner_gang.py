@@ -8,13 +8,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from hetflow.execute.engine import ContainerSpec
 from hetflow.execute.gang import LABEL_RANK, gang_state, layout, replica_env, replica_of
 from hetflow.execute.paths import RunPaths
 from hetflow.inventory import GpuLink
 from hetflow.spec import Gang
 from hetflow.state.models import FAILED, SUCCEEDED
-from tests.unit.builders import Outcome, World, gpu, node, world
+from tests.unit.builders import Crash, Outcome, World, gpu, node, world
 
 GANG = """
 train:
@@ -190,3 +192,47 @@ def test_the_contract_by_node_and_the_folded_state() -> None:
     failed = gang_state({0: (True, None, "running"), 1: (False, 9, "exited")}, 2)
     assert (failed.running, failed.exit_code, failed.failed_rank) == (False, 9, 1)
     assert gang_state({0: (False, 0, "exited")}, 2).exit_code == 137  # a replica gone: never healthy
+
+
+# --- resume: per gang --------------------------------------------------------------------
+
+
+def crash_at(w: World, when: float) -> None:
+    w.clock.crash_at = when
+    with pytest.raises(Crash):
+        w.execute(pid=4242)
+
+
+def test_a_gang_still_whole_after_a_crash_is_adopted_not_started_again(tmp_path: Path) -> None:
+    w = world(tmp_path, GANG, node_=four_gpus(), outcomes={"train": [Outcome(duration=10, files={"model.txt": b"m"})]})
+    crash_at(w, 1003.0)
+    assert w.execute(pid=4343) == "succeeded"
+    assert len(w.script.starts("train")) == 3  # the three replicas, once
+    assert [(a.attempt, a.exit_code) for a in w.store.attempts(w.run.id, "train")] == [(1, 0)]
+
+
+def test_a_gang_that_lost_a_replica_while_down_is_stopped_and_rerun_whole(tmp_path: Path) -> None:
+    w = world(
+        tmp_path,
+        GANG,
+        node_=four_gpus(),
+        outcomes={"train": [Outcome(duration=60), Outcome(duration=5, files={"model.txt": b"m"})]},
+    )
+    crash_at(w, 1003.0)
+    lost = next(n for n in w.engine.containers if n.endswith("-r2"))
+    w.engine.remove([lost])  # replica 2 vanished while hetflow was down
+    assert w.execute(pid=4343) == "succeeded"
+    first = [s for s in w.script.starts("train") if s.attempt == 1]
+    second = [s for s in w.script.starts("train") if s.attempt == 2]
+    assert len(first) == 3 and len(second) == 3  # rerun whole
+    assert min(s.at for s in second) < 1000 + 60  # the partial gang was stopped, not waited for
+    assert [(a.attempt, a.exit_code) for a in w.store.attempts(w.run.id, "train")] == [(1, 137), (2, 0)]
+
+
+def test_a_gang_that_finished_while_down_is_not_rerun(tmp_path: Path) -> None:
+    w = world(tmp_path, GANG, node_=four_gpus(), outcomes={"train": [Outcome(duration=4, files={"model.txt": b"m"})]})
+    crash_at(w, 1002.0)
+    w.clock.now = 1010.0  # the replicas ended while no executor ran
+    assert w.execute(pid=4343) == "succeeded"
+    assert len(w.script.starts("train")) == 3
+    assert w.step("train").attempts == 1

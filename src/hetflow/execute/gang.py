@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from hetflow.spec import Gang
 
 LABEL_RANK = "hetflow.rank"
+LABEL_WORLD = "hetflow.world"  # the gang's size, on every replica: a lost one is noticed
 LABEL_LAUNCHER = "hetflow.launcher"  # "mpi" on a gang whose replica 0 decides its end
 KILLED = (137, 143)  # 128 + SIGKILL, 128 + SIGTERM: what a stopped replica exits with
 REPLICA_RE = re.compile(r"^(?P<job>.+)-r(?P<rank>\d+)$")

@@ -17,7 +17,15 @@ from hetflow.execute.container import build_spec
 from hetflow.execute.data import DataManifest
 from hetflow.execute.dispatch import Dispatch
 from hetflow.execute.engine import ContainerSpec, Mount
-from hetflow.execute.gang import LABEL_LAUNCHER, LABEL_RANK, layout, network_name, replica_env, replica_name
+from hetflow.execute.gang import (
+    LABEL_LAUNCHER,
+    LABEL_RANK,
+    LABEL_WORLD,
+    layout,
+    network_name,
+    replica_env,
+    replica_name,
+)
 from hetflow.execute.mpilaunch import (
     PRIVSEP_DIR,
     ROOT_SSHD_CAPS,
@@ -171,7 +179,7 @@ class Launcher:
             access = self.dispatch.access(variant, mine)  # the driver's mounts are alike for any GPUs
             env = {**lead.env, **access.env, **replica_env(step.gang, ranks, i)}
             mounts = list(lead.mounts)
-            command, labels = lead.command, {**lead.labels, LABEL_RANK: str(i)}
+            command, labels = lead.command, {**lead.labels, LABEL_RANK: str(i), LABEL_WORLD: str(n)}
             caps: tuple[str, ...] = ()
             tmpfs: tuple[str, ...] = ()
             if mpi is not None:

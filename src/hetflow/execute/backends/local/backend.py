@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
 from hetflow.execute.engine import LABEL_RUN, UNKNOWN, CliEngine, ContainerEngine, Networks, Usage, make_engine
-from hetflow.execute.gang import LABEL_LAUNCHER, gang_state, network_name, replica_name, replica_of
+from hetflow.execute.gang import LABEL_LAUNCHER, LABEL_WORLD, gang_state, network_name, replica_name, replica_of
 
 
 class LocalBackend:
@@ -64,7 +64,9 @@ class LocalBackend:
             lead = out.get(job)
             if lead is not None:
                 replicas[0] = (lead.running, lead.exit_code, lead.status)
-            world = max(replicas) + 1
+            mine = [st for n, st in states.items() if n == job or (replica_of(n) or ("", 0))[0] == job]
+            sizes = [st.labels.get(LABEL_WORLD, "") for st in mine]
+            world = max([max(replicas) + 1, *(int(x) for x in sizes if x.isdigit())])
             decides = job in states and states[job].labels.get(LABEL_LAUNCHER) == "mpi"
             g = gang_state(replicas, world, lead=decides)
             if not g.running and any(r[0] for r in replicas.values()):
