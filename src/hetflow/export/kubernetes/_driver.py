@@ -201,7 +201,7 @@ for s in @ALL@; do
   mkdir -p "$W/steps/$s" "$W/attempts/$s" || exit 1
 done
 while :; do
-  if ! ST=$(kubectl -n "$NS" get jobs -l "$SEL" -o "jsonpath=$FMT")@GET_MPI@; then
+  if ! ST=$(kubectl -n "$NS" get jobs -l "$SEL" -o "jsonpath=$FMT"@GET_MPI@); then
     sleep "$POLL"
     continue
   fi
@@ -242,7 +242,7 @@ _WITH_MPI = {
         """MFMT="$MFMT"'{" conditions="}{.status.conditions[?(@.status=="True")].type}{"\\n"}{end}'\n"""
         "MPIJOBS=' @MPIJOBS@ '\n"
     ),
-    "@GET_MPI@": ' && MST=$(kubectl -n "$NS" get mpijobs -l "$SEL" -o "jsonpath=$MFMT") && ST="$ST\n$MST"',
+    "@GET_MPI@": ' && echo && kubectl -n "$NS" get mpijobs -l "$SEL" -o "jsonpath=$MFMT"',
     "@DONE@": '*" conditions="*Complete* | *" conditions="*Succeeded*',
     "@RELEASE@": (
         '  case "$MPIJOBS" in\n'

@@ -19,6 +19,7 @@ from hetflow.export.kubernetes._common import (
     MANAGED_BY,
     Context,
     Obj,
+    container_security,
     small_resources,
 )
 from hetflow.spec import GANG_ENV, Step
@@ -208,7 +209,13 @@ def _mpi_job(ctx: Context, name: str, step: Step, job: Obj) -> Obj:
     _env(step_container, {k: {"value": str(gang.replicas)} for k in sorted(MPI_ENV)})
     # Processes started over ssh do not inherit the worker pod's environment: mpirun
     # exports the step's own variables with -x.
-    exported = [a for e in step_container["env"] if "value" in e for a in ("-x", e["name"])]
+    # (Not NVIDIA_VISIBLE_DEVICES: the runtime reads it when the container starts.)
+    exported = [
+        a
+        for e in step_container["env"]
+        if "value" in e and e["name"] != "NVIDIA_VISIBLE_DEVICES"
+        for a in ("-x", e["name"])
+    ]
 
     # Workers: one per replica, each with the step's resources, running sshd for mpirun.
     worker_pod = copy.deepcopy(pod)
@@ -231,11 +238,10 @@ def _mpi_job(ctx: Context, name: str, step: Step, job: Obj) -> Obj:
     launcher["env"] = [e for e in launcher["env"] if e["name"] != "NVIDIA_VISIBLE_DEVICES"]
     launcher["env"].append({"name": "NVIDIA_VISIBLE_DEVICES", "value": "void"})
     launcher["env"].sort(key=lambda e: e["name"])
+    launcher["securityContext"] = container_security()  # no RDMA: no IPC_LOCK
     launcher_pod = copy.deepcopy(pod)
+    # Placed as the workers are (the image was pinned for that node class), unspread.
     launcher_pod["containers"] = [launcher]
-    launcher_pod.pop("tolerations", None)  # it needs no GPU node
-    launcher_pod.pop("affinity", None)
-    launcher_pod.pop("nodeSelector", None)
 
     def meta(replica: str) -> Obj:
         out: Obj = {"labels": {**MANAGED_BY, **template["metadata"]["labels"], LABEL_REPLICA: replica}}

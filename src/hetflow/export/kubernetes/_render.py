@@ -12,7 +12,11 @@ from hetflow.export.kubernetes._common import LABEL_ROLE, LABEL_WORKFLOW
 
 
 class _Dumper(yaml.SafeDumper):
-    """Block style throughout; multi-line strings (the driver's script) as literal blocks."""
+    """Block style throughout; multi-line strings (the driver's script) as literal blocks;
+    a value used twice is written twice (no &anchors and *aliases)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
