@@ -287,3 +287,39 @@ def test_failed_mpijob_stops_its_descendants(tmp_path: Path) -> None:
 
 
 assert CLUSTER  # the small cluster of test_kubernetes, for export()
+
+
+def test_long_step_names_leave_room_for_the_pod_index() -> None:
+    name = "x" * 60
+    objects = export(GANG.replace("g:", f"{name}:", 1) % ("torch", 3))
+    job = next(o for o in objects if o["kind"] == "Job" and "hetflow.step" in o["metadata"]["labels"])
+    assert len(job["metadata"]["name"]) + len("-2") <= 63  # the last pod's hostname: JOB-2
+
+
+def test_the_schema_is_package_data() -> None:
+    import fnmatch
+    import tomllib
+
+    globs = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["hetflow"]
+    rel = "export/kubernetes/mpijob-v2beta1.schema.yaml"
+    assert (ROOT / "src" / "hetflow" / rel).exists()
+    assert any(fnmatch.fnmatch(rel, g) for g in globs)
+    head = (ROOT / "src" / "hetflow" / rel).read_text().splitlines()[:4]
+    assert any("github.com/kubeflow/mpi-operator/blob/" in line for line in head)
+
+
+def test_cli_passes_the_rdma_resource(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from hetflow.cli.main import app, register_commands
+
+    register_commands(["export"])
+    result = CliRunner().invoke(
+        app,
+        ["export", "kubernetes", str(EXAMPLE), "--cluster", str(ROOT / "examples/clusters/hetero-16.yaml"),
+         "--no-pin", "--run-id", RUN, "--uid", "1000", "--gid", "1000", "--rdma-resource", "rdma/ib"],
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    mpi = next(o for o in yaml.safe_load_all(result.stdout) if o["kind"] == "MPIJob")
+    worker = mpi["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    assert worker["resources"]["limits"]["rdma/ib"] == "1"

@@ -55,5 +55,13 @@ def _usage(objects: Sequence[Mapping[str, Any]]) -> str:
         "#          the Jobs the driver has released)\n"
         f"# Wait:    kubectl wait{ns} --for=condition=complete job/{name} --timeout=24h\n"
         f"# Follow:  kubectl logs{ns} -f job/{name}; a step: kubectl logs{ns} job/{name}-STEP\n"
-        f"# Remove:  kubectl delete{ns} job,networkpolicy,rolebinding,role,serviceaccount -l {LABEL_RUN}={run}\n"
+        f"# Remove:  kubectl delete{ns} {_kinds(objects)} -l {LABEL_RUN}={run}\n"
     )
+
+
+def _kinds(objects: Sequence[Mapping[str, Any]]) -> str:
+    """What ``kubectl delete`` names: the run's kinds (not the claim, which may be shared)."""
+    kinds = ["job", "networkpolicy", "rolebinding", "role", "serviceaccount"]
+    present = {o.get("kind") for o in objects}
+    kinds += [k for kind, k in (("Service", "service"), ("MPIJob", "mpijob")) if kind in present]
+    return ",".join(kinds)
