@@ -54,26 +54,30 @@ def run(job):
             os.makedirs(os.path.dirname(os.path.join(out, o)), exist_ok=True)
             with open(os.path.join(out, o), "w") as f:
                 f.write(job["step"])
-    job["conditions"] = "SuccessCriteriaMet Complete"
+    job["conditions"] = "SuccessCriteriaMet Complete" if job["kind"] == "job" else "Created Succeeded"
 
+KIND = {"jobs": "job", "mpijobs": "mpijob"}
 if args[2] == "get":
-    assert args[3:6] == ["jobs", "-l", "hetflow.run=%s,hetflow.role=step" % os.environ["RUN"]], args
+    assert args[3] in KIND and args[4:6] == ["-l", "hetflow.run=%s,hetflow.role=step" % os.environ["RUN"]], args
     if state["api_errors"] > 0:
         state["api_errors"] -= 1
         with open(path, "w") as f:
             json.dump(state, f)
         sys.exit("the server is currently unable to handle the request")
     for name, job in state["jobs"].items():
+        if job["kind"] != KIND[args[3]]:
+            continue
         if not job["suspend"] and not job["conditions"]:
             job["polls"] -= 1
             if job["polls"] <= 0:
                 run(job)
         print("%s suspend=%s conditions=%s" % (name, "true" if job["suspend"] else "false", job["conditions"]))
 elif args[2] == "patch":
-    assert args[3] == "job" and args[5:] == ["--type=merge", "-p", '{"spec":{"suspend":false}}'], args
     job = state["jobs"][args[4]]
+    body = {"job": '{"spec":{"suspend":false}}', "mpijob": '{"spec":{"runPolicy":{"suspend":false}}}'}
+    assert args[3] == job["kind"] and args[5:] == ["--type=merge", "-p", body[job["kind"]]], args
     done = [p for p in job["parents"] if os.path.exists(os.path.join(work, "steps", p, "done"))]
-    state["log"].append({"step": job["step"], "parents_done": done})
+    state["log"].append({"step": job["step"], "parents_done": done, "kind": job["kind"]})
     job["suspend"] = False
 else:
     sys.exit("unexpected kubectl call: %s" % args)
@@ -90,6 +94,7 @@ class Outcome:
     log: list[dict[str, Any]]
     work: Path
     parents: dict[str, list[str]] = field(default_factory=dict)
+    kinds: dict[str, str] = field(default_factory=dict)  # step -> what was patched: job | mpijob
 
 
 def run_driver(
@@ -120,13 +125,14 @@ def run_driver(
                 "step": (s := o["metadata"]["labels"]["hetflow.step"]),
                 "parents": edges[s],
                 "outputs": list(workflow.steps[s].outputs),
-                "suspend": o["spec"]["suspend"],
+                "kind": o["kind"].lower(),
+                "suspend": o["spec"]["runPolicy"]["suspend"] if o["kind"] == "MPIJob" else o["spec"]["suspend"],
                 "conditions": "",
                 "outcome": (outcomes or {}).get(s, "ok"),
                 "polls": (polls or {}).get(s, 1),
             }
             for o in objects
-            if o["kind"] == "Job" and o["metadata"]["labels"]["hetflow.role"] == "step"
+            if o["kind"] in ("Job", "MPIJob") and o["metadata"]["labels"]["hetflow.role"] == "step"
         }
         state_file.write_text(json.dumps({"jobs": jobs, "log": [], "api_errors": api_errors}))
     work = tmp_path / "claim" / "runs" / RUN
@@ -141,7 +147,8 @@ def run_driver(
     proc = subprocess.run([*shell, "-c", script], env=env, capture_output=True, text=True, timeout=120, check=False)
     assert not proc.stderr.strip() or "unable to handle" in proc.stderr, proc.stderr
     state = json.loads(state_file.read_text())
-    return Outcome(proc.returncode, proc.stdout, [e["step"] for e in state["log"]], state["log"], work, edges)
+    kinds = {e["step"]: e["kind"] for e in state["log"]}
+    return Outcome(proc.returncode, proc.stdout, [e["step"] for e in state["log"]], state["log"], work, edges, kinds)
 
 
 @pytest.mark.parametrize("shell", SHELLS)

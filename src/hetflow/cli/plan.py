@@ -306,6 +306,11 @@ def export_kubernetes_cmd(
     objective: str = typer.Option("makespan", "--objective"),
     seed: int = typer.Option(0, "--seed"),
     gpu_policy: str = typer.Option("avoid", "--gpu-policy"),
+    rdma_resource: str | None = typer.Option(
+        None,
+        "--rdma-resource",
+        help="Extended resource a gang with network: rdma asks for (rdma/hca_shared_devices_a).",
+    ),
 ) -> None:
     """Plan WORKFLOW on a cluster and print it as Kubernetes objects (kubectl create -f)."""
     import os
@@ -346,6 +351,7 @@ def export_kubernetes_cmd(
             storage_class=storage_class,
             tools_image=tools_image or k8s.DEFAULT_TOOLS_IMAGE,
             image_for=k8s.pinned_image_for(machines.classes(), default_resolver) if pin else None,
+            rdma_resource=rdma_resource or k8s.DEFAULT_RDMA_RESOURCE,
         )
     except ValueError as exc:
         raise UsageError(str(exc)) from None

@@ -15,6 +15,17 @@ What is created, in this order::
     Job hf-RUN-STEP        one per planned step, created suspended
     Job hf-RUN             the driver: releases each step when its parents succeeded
 
+A gang step (``gang:`` in the workflow, ``resources`` per replica) is instead, still
+suspended and released by the driver::
+
+    launcher torch|none    NetworkPolicy hf-RUN-STEP-gang (unless ``network: true``: the
+                           replicas reach each other and DNS), Service hf-RUN-STEP
+                           (headless, the gang port), Indexed Job hf-RUN-STEP (completions =
+                           parallelism = replicas, pods named hf-RUN-STEP-INDEX.hf-RUN-STEP)
+    launcher mpi           NetworkPolicy hf-RUN-STEP-gang, MPIJob hf-RUN-STEP (kubeflow
+                           mpi-operator v2beta1: a launcher running mpirun -np N, N workers
+                           running sshd; spec.runPolicy.suspend is what the driver flips)
+
 The DAG: a Job per step, released by a driver Job
 ------------------------------------------------
 Kubernetes Jobs have no dependencies, so something must order them.  Three ways were
@@ -61,16 +72,20 @@ Modules (private; import from this package): ``_objects`` (``export_kubernetes``
 step Jobs and run-wide objects), ``_placement`` (node affinity from the planned class),
 ``_driver`` (the driver Job, its RBAC and its sh script), ``_render`` (``to_yaml``),
 ``_validate`` (``validate_objects``; imports the ``kubernetes`` client only when called),
-``_common`` (labels, names, the run's context, pod security and volumes).
+``_gang`` (gang steps: Indexed Job, Service, MPIJob, spread and the rank variables),
+``_common`` (labels, names, the run's context, pod security and volumes).  The MPIJob
+schema (``mpijob-v2beta1.schema.yaml``) is package data, vendored from mpi-operator.
 """
 
 from hetflow.export.kubernetes._common import DEFAULT_TOOLS_IMAGE
+from hetflow.export.kubernetes._gang import DEFAULT_RDMA_RESOURCE
 from hetflow.export.kubernetes._objects import export_kubernetes, pinned_image_for
 from hetflow.export.kubernetes._placement import cpu_expressions, gfd_product
 from hetflow.export.kubernetes._render import to_yaml
 from hetflow.export.kubernetes._validate import validate_objects
 
 __all__ = [
+    "DEFAULT_RDMA_RESOURCE",
     "DEFAULT_TOOLS_IMAGE",
     "cpu_expressions",
     "export_kubernetes",

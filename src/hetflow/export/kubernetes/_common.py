@@ -68,6 +68,8 @@ DNS_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?\Z")
 LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][A-Za-z0-9_.-]{0,61})?[A-Za-z0-9])?\Z")
 LABEL_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?\Z")
+# An extended resource's name: a domain prefix and a name (rdma/hca, nvidia.com/gpu).
+RESOURCE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?\Z")
 # resource.Quantity's grammar (k8s.io/apimachinery/pkg/api/resource/quantity.go)
 QUANTITY_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?\d+))?\Z")
 
@@ -107,14 +109,15 @@ class Context:
         return {LABEL_RUN: self.run_id, LABEL_WORKFLOW: self.workflow.name, LABEL_ROLE: role}
 
 
-def job_name(run_id: str, step: str) -> str:
+def job_name(run_id: str, step: str, suffix: int = 0) -> str:
     """``hf-RUN-STEP``; a step name that is not a DNS label as it stands ('_', too long)
-    gets a hash of the original, so two names never meet."""
+    gets a hash of the original, so two names never meet.  ``suffix``: characters to leave
+    free for what is appended to the name (an Indexed Job's pods are JOB-INDEX)."""
     plain = f"hf-{run_id}-{step}"
-    if DNS_LABEL_RE.match(plain):
+    if DNS_LABEL_RE.match(plain) and len(plain) + suffix <= 63:
         return plain
     digest = hashlib.sha256(step.encode()).hexdigest()[:6]
-    room = 63 - len(f"hf-{run_id}--{digest}")
+    room = 63 - suffix - len(f"hf-{run_id}--{digest}")
     return f"hf-{run_id}-{step.replace('_', '-')[:room].strip('-')}-{digest}"
 
 

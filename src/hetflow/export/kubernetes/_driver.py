@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 
 from hetflow.export.kubernetes._common import (
     DRIVER_FAILED_EXIT,
@@ -22,8 +22,25 @@ from hetflow.export.kubernetes._common import (
 from hetflow.spec import Workflow
 
 
-def driver_access(ctx: Context, jobs: list[str]) -> list[Obj]:
+def driver_access(ctx: Context, jobs: list[str], mpijobs: Sequence[str] = ()) -> list[Obj]:
+    """The driver's ServiceAccount, Role and RoleBinding: list the run's Jobs (and MPIJobs,
+    when it has gang steps with ``launcher: mpi``) and patch exactly those."""
     labels = ctx.run_labels("driver")
+    rules: list[Obj] = [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
+        # RBAC cannot limit list by name, but it can limit patch: only this run's Jobs.
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["patch"], "resourceNames": jobs},
+    ]
+    if mpijobs:
+        rules += [
+            {"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"], "verbs": ["get", "list", "watch"]},
+            {
+                "apiGroups": ["kubeflow.org"],
+                "resources": ["mpijobs"],
+                "verbs": ["patch"],
+                "resourceNames": list(mpijobs),
+            },
+        ]
     subject: Obj = {"kind": "ServiceAccount", "name": ctx.driver}
     if ctx.namespace is not None:
         subject["namespace"] = ctx.namespace  # else the RoleBinding's own namespace
@@ -33,11 +50,7 @@ def driver_access(ctx: Context, jobs: list[str]) -> list[Obj]:
             "apiVersion": "rbac.authorization.k8s.io/v1",
             "kind": "Role",
             "metadata": ctx.meta(ctx.driver, labels),
-            "rules": [
-                {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list", "watch"]},
-                # RBAC cannot limit list by name, but it can limit patch: only this run's Jobs.
-                {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["patch"], "resourceNames": jobs},
-            ],
+            "rules": rules,
         },
         {
             "apiVersion": "rbac.authorization.k8s.io/v1",
@@ -56,6 +69,7 @@ def driver_job(
     parents: Mapping[str, list[str]],
     skipped: list[str],
     poll_seconds: int,
+    mpi: Collection[str] = frozenset(),
 ) -> Obj:
     labels = ctx.run_labels("driver")
     annotations = {}
@@ -64,7 +78,7 @@ def driver_job(
     container = {
         "name": "driver",
         "image": ctx.tools,
-        "command": ["sh", "-c", driver_script(ctx.run_id, order, jobs, parents, ctx.workflow)],
+        "command": ["sh", "-c", driver_script(ctx.run_id, order, jobs, parents, ctx.workflow, mpi)],
         "env": [
             {"name": "NS", "valueFrom": {"fieldRef": {"fieldPath": "metadata.namespace"}}},
             {"name": "HETFLOW_WORKDIR", "value": posixpath.join(WORK_MOUNT, ctx.paths.workdir.as_posix())},
@@ -115,7 +129,7 @@ POLL="${HETFLOW_POLL_SECONDS:-10}"
 SEL='hetflow.run=@RUN@,hetflow.role=step'
 FMT='{range .items[*]}{.metadata.name}{" suspend="}{.spec.suspend}'
 FMT="$FMT"'{" conditions="}{.status.conditions[?(@.status=="True")].type}{"\n"}{end}'
-
+@MPI_FMT@
 # accept STEP OUTPUT...: check the declared outputs, then rename the attempt into place.
 accept() {
   s=$1
@@ -153,7 +167,7 @@ step() {
   fi
   line=$(printf '%s\n' "$ST" | grep "^$j " || true)
   case "$line" in
-    *" conditions="*Complete*)
+    @DONE@)
       accept "$s" "$@" || FAILED="$FAILED $s"
       return 0
       ;;
@@ -180,14 +194,14 @@ step() {
   for p in $parents; do
     [ -e "$W/steps/$p/done" ] || return 0
   done
-  kubectl -n "$NS" patch job "$j" --type=merge -p '{"spec":{"suspend":false}}' > /dev/null && echo "step $s started"
+@RELEASE@
 }
 
 for s in @ALL@; do
   mkdir -p "$W/steps/$s" "$W/attempts/$s" || exit 1
 done
 while :; do
-  if ! ST=$(kubectl -n "$NS" get jobs -l "$SEL" -o "jsonpath=$FMT"); then
+  if ! ST=$(kubectl -n "$NS" get jobs -l "$SEL" -o "jsonpath=$FMT"@GET_MPI@); then
     sleep "$POLL"
     continue
   fi
@@ -209,11 +223,48 @@ done
 """
 
 
+# The pieces that differ when the run has MPIJobs (kubeflow mpi-operator): they are listed
+# with `get mpijobs`, released by patching spec.runPolicy.suspend, and done when their
+# Succeeded condition is True (a Job's is Complete).  A run without them gets the script
+# as it always was.
+_JOB_ONLY = {
+    "@MPI_FMT@": "",
+    "@GET_MPI@": "",
+    "@DONE@": '*" conditions="*Complete*',
+    "@RELEASE@": (
+        """  kubectl -n "$NS" patch job "$j" --type=merge -p '{"spec":{"suspend":false}}' > /dev/null"""
+        ' && echo "step $s started"'
+    ),
+}
+_WITH_MPI = {
+    "@MPI_FMT@": (
+        """MFMT='{range .items[*]}{.metadata.name}{" suspend="}{.spec.runPolicy.suspend}'\n"""
+        """MFMT="$MFMT"'{" conditions="}{.status.conditions[?(@.status=="True")].type}{"\\n"}{end}'\n"""
+        "MPIJOBS=' @MPIJOBS@ '\n"
+    ),
+    "@GET_MPI@": ' && echo && kubectl -n "$NS" get mpijobs -l "$SEL" -o "jsonpath=$MFMT"',
+    "@DONE@": '*" conditions="*Complete* | *" conditions="*Succeeded*',
+    "@RELEASE@": (
+        '  case "$MPIJOBS" in\n'
+        """    *" $j "*) kubectl -n "$NS" patch mpijob "$j" --type=merge"""
+        """ -p '{"spec":{"runPolicy":{"suspend":false}}}' > /dev/null ;;\n"""
+        """    *) kubectl -n "$NS" patch job "$j" --type=merge -p '{"spec":{"suspend":false}}' > /dev/null ;;\n"""
+        '  esac && echo "step $s started"'
+    ),
+}
+
+
 def driver_script(
-    run_id: str, order: Sequence[str], jobs: Mapping[str, str], parents: Mapping[str, Sequence[str]], wf: Workflow
+    run_id: str,
+    order: Sequence[str],
+    jobs: Mapping[str, str],
+    parents: Mapping[str, Sequence[str]],
+    wf: Workflow,
+    mpi: Collection[str] = frozenset(),
 ) -> str:
     """The driver's POSIX sh program: steps in topological order, each released when its
-    parents are accepted.  Reads $NS, $HETFLOW_WORKDIR and $HETFLOW_POLL_SECONDS."""
+    parents are accepted.  Reads $NS, $HETFLOW_WORKDIR and $HETFLOW_POLL_SECONDS.  Steps
+    in ``mpi`` are MPIJobs, the others Jobs."""
     calls = [
         "  step "
         + " ".join(
@@ -222,8 +273,12 @@ def driver_script(
         )
         for s in order
     ]
+    text = _DRIVER
+    for key, value in (_WITH_MPI if mpi else _JOB_ONLY).items():
+        text = text.replace(key, value)
     return (
-        _DRIVER.replace("@RUN@", run_id)
+        text.replace("@MPIJOBS@", " ".join(sorted(jobs[s] for s in mpi)))
+        .replace("@RUN@", run_id)
         .replace("@ATTEMPT@", str(STAGING_ATTEMPT))
         .replace("@ALL@", " ".join(shlex.quote(s) for s in order))
         .replace("@STEPS@", "\n".join(calls))

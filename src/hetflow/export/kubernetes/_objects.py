@@ -21,6 +21,7 @@ from hetflow.export.kubernetes._common import (
     LABEL_VARIANT,
     MANAGED_BY,
     QUANTITY_RE,
+    RESOURCE_NAME_RE,
     RUN_ID_RE,
     STAGING_ATTEMPT,
     Context,
@@ -34,6 +35,7 @@ from hetflow.export.kubernetes._common import (
     small_resources,
 )
 from hetflow.export.kubernetes._driver import driver_access, driver_job
+from hetflow.export.kubernetes._gang import DEFAULT_RDMA_RESOURCE, gang_objects
 from hetflow.export.kubernetes._placement import node_affinity, plan_note, reasons
 from hetflow.plan import Cluster, MachineClass, Placement, Plan, Resolver, class_node
 from hetflow.spec import Step, Variant, Workflow, edges_of, topo_order
@@ -54,6 +56,7 @@ def export_kubernetes(
     storage_class: str | None = None,
     tools_image: str = DEFAULT_TOOLS_IMAGE,
     poll_seconds: int = 10,
+    rdma_resource: str = DEFAULT_RDMA_RESOURCE,
 ) -> list[Obj]:
     """The objects that run ``plan`` (of ``workflow`` on ``cluster``) as run ``run_id``.
 
@@ -61,7 +64,9 @@ def export_kubernetes(
     planned class (a digest-pinned build, see ``pinned_image_for``); without it images
     run as written.  ``namespace=None`` leaves objects namespace-less (kubectl's current
     namespace).  ``claim_size=None`` leaves the claim out: it must then exist, be
-    ReadWriteMany, and be writable by ``uid``:``gid``.  Raises ``ValueError`` saying
+    ReadWriteMany, and be writable by ``uid``:``gid``.  A gang step (``step.gang``) becomes
+    an Indexed Job and a headless Service, or an MPIJob (``launcher: mpi``); a gang with
+    ``network: rdma`` asks each replica for one ``rdma_resource``.  Raises ``ValueError`` saying
     what to change when the run ID, a name or the plan does not fit."""
     if not RUN_ID_RE.match(run_id):
         raise ValueError(
@@ -71,6 +76,8 @@ def export_kubernetes(
     for what, name in (("namespace", namespace), ("workdir claim", workdir_claim)):
         if name is not None and not DNS_LABEL_RE.match(name):
             raise ValueError(f"{what} {name!r} is not a valid Kubernetes name; use lowercase letters, digits and '-'")
+    if not RESOURCE_NAME_RE.match(rdma_resource):
+        raise ValueError(f"RDMA resource {rdma_resource!r} is not an extended resource name; write e.g. rdma/hca")
     if uid < 0 or gid < 0:
         raise ValueError(f"uid and gid must be 0 or more, got {uid}:{gid}")
     if claim_size is not None and not QUANTITY_RE.match(claim_size):
@@ -82,22 +89,34 @@ def export_kubernetes(
     order = [s for s in topo_order(edges) if s in plan.placements]
     _check_plan(workflow, plan, classes)
     ctx = Context(workflow, run_id, namespace, uid, gid, workdir_claim, tools_image)
-    jobs = {name: job_name(run_id, name) for name in order}
-    step_jobs = [
-        _step_job(ctx, name, workflow.steps[name], plan.placements[name], classes, plan, jobs[name], image_for)
-        for name in order
-    ]
+    jobs = {name: job_name(run_id, name, _name_room(workflow.steps[name])) for name in order}
+    mpi = {name for name in order if (g := workflow.steps[name].gang) is not None and g.launcher == "mpi"}
+    step_jobs: list[Obj] = []
+    for name in order:
+        step = workflow.steps[name]
+        plain = _step_job(ctx, name, step, plan.placements[name], classes, plan, jobs[name], image_for)
+        if step.gang is None:
+            step_jobs.append(plain)
+        else:
+            step_jobs += gang_objects(ctx, name, step, plain, rdma_resource=rdma_resource)
     skipped = sorted(set(workflow.steps) - set(plan.placements))
     objects: list[Obj] = []
     if claim_size is not None:
         objects.append(_claim(ctx, claim_size, storage_class))
-    objects += driver_access(ctx, sorted(jobs.values()))
+    objects += driver_access(ctx, sorted(j for n, j in jobs.items() if n not in mpi), sorted(jobs[n] for n in mpi))
     if any(not workflow.steps[name].network for name in order):
         objects.append(_network_policy(ctx))
     objects += step_jobs
     parents = {name: [p for p in edges[name] if p in jobs] for name in order}
-    objects.append(driver_job(ctx, order, jobs, parents, skipped, poll_seconds))
+    objects.append(driver_job(ctx, order, jobs, parents, skipped, poll_seconds, mpi))
     return objects
+
+
+def _name_room(step: Step) -> int:
+    """Characters an Indexed Job's pod names add to the Job's: '-' and the largest index."""
+    if step.gang is None or step.gang.launcher == "mpi":
+        return 0
+    return 1 + len(str(step.gang.replicas - 1))
 
 
 def pinned_image_for(classes: Iterable[MachineClass], resolver: Resolver) -> ImageFor:

@@ -12,7 +12,11 @@ from hetflow.export.kubernetes._common import LABEL_ROLE, LABEL_WORKFLOW
 
 
 class _Dumper(yaml.SafeDumper):
-    """Block style throughout; multi-line strings (the driver's script) as literal blocks."""
+    """Block style throughout; multi-line strings (the driver's script) as literal blocks;
+    a value used twice is written twice (no &anchors and *aliases)."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
 
 
 def _str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
@@ -51,5 +55,13 @@ def _usage(objects: Sequence[Mapping[str, Any]]) -> str:
         "#          the Jobs the driver has released)\n"
         f"# Wait:    kubectl wait{ns} --for=condition=complete job/{name} --timeout=24h\n"
         f"# Follow:  kubectl logs{ns} -f job/{name}; a step: kubectl logs{ns} job/{name}-STEP\n"
-        f"# Remove:  kubectl delete{ns} job,networkpolicy,rolebinding,role,serviceaccount -l {LABEL_RUN}={run}\n"
+        f"# Remove:  kubectl delete{ns} {_kinds(objects)} -l {LABEL_RUN}={run}\n"
     )
+
+
+def _kinds(objects: Sequence[Mapping[str, Any]]) -> str:
+    """What ``kubectl delete`` names: the run's kinds (not the claim, which may be shared)."""
+    kinds = ["job", "networkpolicy", "rolebinding", "role", "serviceaccount"]
+    present = {o.get("kind") for o in objects}
+    kinds += [k for kind, k in (("Service", "service"), ("MPIJob", "mpijob")) if kind in present]
+    return ",".join(kinds)

@@ -9,16 +9,21 @@ import functools
 import importlib
 import re
 from collections.abc import Callable, Mapping, Sequence
+from importlib import resources
 from types import ModuleType
 from typing import Any
 
+import yaml
+
 from hetflow.errors import HetflowError
 from hetflow.export.kubernetes._common import DNS_LABEL_RE, DNS_SUBDOMAIN_RE, LABEL_NAME_RE, LABEL_VALUE_RE, QUANTITY_RE
+from hetflow.export.kubernetes._gang import MPI_API
 
 KINDS: Mapping[tuple[str, str], str] = {
     ("v1", "PersistentVolumeClaim"): "V1PersistentVolumeClaim",
     ("v1", "ServiceAccount"): "V1ServiceAccount",
     ("v1", "ConfigMap"): "V1ConfigMap",
+    ("v1", "Service"): "V1Service",
     ("v1", "Pod"): "V1Pod",
     ("batch/v1", "Job"): "V1Job",
     ("networking.k8s.io/v1", "NetworkPolicy"): "V1NetworkPolicy",
@@ -39,7 +44,12 @@ def validate_objects(objects: Sequence[Mapping[str, Any]]) -> list[str]:
     carry the OpenAPI field names and types, so an unknown field, a snake_case key, a
     wrong type or a missing required field is caught as the API server would catch it.
     A few of the API server's own rules that no schema states are checked as well: names,
-    labels, quantities, node selector operators, container and volume references."""
+    labels, quantities, node selector operators, container and volume references.
+
+    An MPIJob (kubeflow mpi-operator, ``kubeflow.org/v2beta1``) is checked against its
+    CRD's openAPIV3Schema (vendored beside this module, read with ``jsonschema``), with
+    unknown fields refused as ``kubectl create``'s strict field validation refuses them;
+    each replica's pod template is then checked as a Job's is."""
     models = _client_models()
     problems: list[str] = []
     for i, obj in enumerate(objects):
@@ -49,9 +59,12 @@ def validate_objects(objects: Sequence[Mapping[str, Any]]) -> list[str]:
         kind, meta = obj.get("kind"), obj.get("metadata")
         name = meta.get("name") if isinstance(meta, Mapping) else None
         what = f"{kind or 'object'} {name or i + 1}"
+        if (obj.get("apiVersion"), kind) == (MPI_API, "MPIJob"):
+            problems += [f"{what}: {p}" for p in _mpijob_problems(obj, models)]
+            continue
         model = KINDS.get((str(obj.get("apiVersion")), str(kind)))
         if model is None:
-            known = ", ".join(f"{a} {k}" for a, k in KINDS)
+            known = ", ".join([*(f"{a} {k}" for a, k in KINDS), f"{MPI_API} MPIJob"])
             problems.append(f"{what}: apiVersion {obj.get('apiVersion')!r} kind {kind!r} is not one of {known}")
             continue
         found = _check_type(obj, model, "", models)
@@ -60,6 +73,75 @@ def validate_objects(objects: Sequence[Mapping[str, Any]]) -> list[str]:
         found += _api_rules(obj)
         problems += [f"{what}: {p}" for p in found]
     return problems
+
+
+_MPIJOB_SCHEMA = "mpijob-v2beta1.schema.yaml"
+
+
+@functools.cache
+def _mpijob_validator() -> Any:
+    """A jsonschema validator for the vendored MPIJob schema.  A structural schema's
+    objects with ``properties`` prune unknown fields, which kubectl's strict field
+    validation (the default since 1.27) turns into errors: so they get
+    ``additionalProperties: false`` unless the schema keeps unknown fields."""
+    try:
+        jsonschema = importlib.import_module("jsonschema")
+    except ImportError:
+        raise HetflowError("validating an MPIJob needs jsonschema: pip install jsonschema") from None
+    text = resources.files("hetflow.export.kubernetes").joinpath(_MPIJOB_SCHEMA).read_text(encoding="utf-8")
+    return jsonschema.Draft7Validator(_strict(yaml.safe_load(text)))
+
+
+def _strict(schema: Any) -> Any:
+    if isinstance(schema, list):
+        return [_strict(s) for s in schema]
+    if not isinstance(schema, dict):
+        return schema
+    out = {k: _strict(v) if k != "enum" else v for k, v in schema.items()}
+    if (
+        "properties" in out
+        and "additionalProperties" not in out
+        and not out.get("x-kubernetes-preserve-unknown-fields")
+        and out.get("type", "object") == "object"
+    ):
+        out["additionalProperties"] = False
+    return out
+
+
+def _mpijob_problems(obj: Mapping[str, Any], models: ModuleType) -> list[str]:
+    out = []
+    for err in sorted(_mpijob_validator().iter_errors(dict(obj)), key=lambda e: [str(p) for p in e.absolute_path]):
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in err.absolute_path).lstrip(".")
+        message = err.message
+        if err.validator == "additionalProperties":
+            near = difflib.get_close_matches(
+                next(iter(set(err.instance) - set(err.schema.get("properties", {}))), ""),
+                list(err.schema.get("properties", {})),
+                n=1,
+            )
+            message += f"; did you mean {near[0]!r}?" if near else ""
+        out.append(f"{path or 'the object'}: {message} (MPIJob CRD schema)")
+    if out:
+        return out
+    meta = obj.get("metadata")
+    if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not DNS_LABEL_RE.match(meta["name"]):
+        out.append("metadata.name: not a valid name (lowercase letters, digits and '-')")
+    if isinstance(meta, Mapping):
+        out += _label_rules(meta.get("labels"), "metadata.labels")
+        out += _label_rules(meta.get("annotations"), "metadata.annotations", values=False)
+    replicas = _get(obj, "spec", "mpiReplicaSpecs")
+    for role in ("Launcher", "Worker"):
+        if not isinstance(replicas, Mapping) or role not in replicas:
+            out.append(f"spec.mpiReplicaSpecs.{role}: required replica type missing")
+            continue
+        at = f"spec.mpiReplicaSpecs.{role}.template"
+        template = _get(replicas, role, "template")
+        out += _check_type(template, "V1PodTemplateSpec", at, models)
+        pod = _get(template, "spec")
+        if isinstance(pod, Mapping):
+            out += _label_rules(_get(template, "metadata", "labels"), f"{at}.metadata.labels")
+            out += _pod_rules(pod, f"{at}.spec")
+    return out
 
 
 def _client_models() -> ModuleType:
@@ -176,7 +258,10 @@ def _api_rules(obj: Mapping[str, Any]) -> list[str]:
     meta: Mapping[str, Any] = obj["metadata"] if isinstance(obj.get("metadata"), Mapping) else {}
     name = meta.get("name")
     # A Job's name becomes a label value of its pods, so it must fit a DNS label.
-    name_re = DNS_LABEL_RE if obj.get("kind") == "Job" else DNS_SUBDOMAIN_RE
+    # A Service's name is a DNS-1035 label: a letter first.
+    name_re = DNS_LABEL_RE if obj.get("kind") in ("Job", "Service") else DNS_SUBDOMAIN_RE
+    if obj.get("kind") == "Service" and isinstance(name, str) and not name[:1].isalpha():
+        out.append(f"metadata.name: a Service's name {name!r} must start with a letter")
     if not isinstance(name, str) or not name_re.match(name):
         out.append(f"metadata.name: {name!r} is not a valid name (lowercase letters, digits and '-')")
     out += _label_rules(meta.get("labels"), "metadata.labels")
