@@ -106,10 +106,11 @@ def run_driver(
     api_errors: int = 0,
     state_file: Path | None = None,
     shell: tuple[str, ...] = ("sh",),
+    cluster_file: str = "hetero-16.yaml",
 ) -> Outcome:
     from hetflow.plan.cluster import load_cluster
 
-    cluster = load_cluster(Path(__file__).resolve().parents[2] / "examples" / "clusters" / "hetero-16.yaml")
+    cluster = load_cluster(Path(__file__).resolve().parents[2] / "examples" / "clusters" / cluster_file)
     objects = export_kubernetes(workflow, cluster, plan_for(workflow, cluster), run_id=RUN, uid=1, gid=1)
     script = container(driver(objects), "driver")["command"][2]
     edges = edges_of(workflow)

@@ -34,7 +34,7 @@ def gang_workflow() -> Workflow:
 
 def gang_objects() -> list[Obj]:
     workflow = gang_workflow()
-    cluster = load_cluster(ROOT / "examples" / "clusters" / "hetero-16.yaml")
+    cluster = load_cluster(ROOT / "examples" / "clusters" / "nvlink-mixed.yaml")
     return export_kubernetes(workflow, cluster, plan_for(workflow, cluster), run_id=RUN, uid=1000, gid=1000)
 
 
@@ -116,7 +116,7 @@ g:
   command: [train]
   resources: {cpus: 1, memory: 1Gi}
   env: {RANK: "7", KEEP: "yes"}
-  gang: {replicas: 3, launcher: %s, per_node: %d, port: 12345}
+  gang: {replicas: 2, launcher: %s, per_node: %d, port: 12345}
 """
 
 
@@ -128,7 +128,7 @@ def test_none_launcher_gets_only_hetflow_ranks_and_user_rank_is_dropped() -> Non
 
 
 def test_user_cannot_override_the_gang_env() -> None:
-    objects = export(GANG % ("torch", 3))
+    objects = export(GANG % ("torch", 2))
     job = next(o for o in objects if o["kind"] == "Job" and "hetflow.step" in o["metadata"]["labels"])
     e = env(job["spec"]["template"]["spec"]["containers"][0])
     assert e["RANK"] == {"valueFrom": {"fieldRef": {"fieldPath": INDEX}}}
@@ -185,11 +185,13 @@ def test_mpi_gang_is_an_mpijob() -> None:
 
 
 def test_rdma_resource_is_configurable() -> None:
-    objects = export(GANG.replace("port: 12345", "network: rdma") % ("torch", 3), rdma_resource="rdma/hca")
+    rdma = CLUSTER.replace("labels: {disk: ssd, zone: a}}", "labels: {disk: ssd, zone: a}, rdma: true}")
+    assert rdma != CLUSTER
+    objects = export(GANG.replace("port: 12345", "network: rdma") % ("torch", 2), rdma, rdma_resource="rdma/hca")
     job = next(o for o in objects if o["kind"] == "Job" and "hetflow.step" in o["metadata"]["labels"])
     assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["rdma/hca"] == "1"
     with pytest.raises(ValueError, match="not an extended resource name"):
-        export(GANG % ("torch", 3), rdma_resource="hca")
+        export(GANG % ("torch", 2), rdma_resource="hca")
 
 
 def test_mpi_gang_needs_a_command() -> None:
@@ -263,14 +265,14 @@ def test_driver_may_release_the_mpijob() -> None:
 
 
 def test_a_run_without_mpi_never_asks_for_mpijobs() -> None:
-    objects = export(GANG % ("torch", 3))
+    objects = export(GANG % ("torch", 2))
     role = next(o for o in objects if o["kind"] == "Role")
     assert all(r["apiGroups"] == ["batch"] for r in role["rules"])
     assert "mpijob" not in driver(objects)["spec"]["template"]["spec"]["containers"][0]["command"][2]
 
 
 def test_driver_releases_and_waits_for_the_mpijob(tmp_path: Path) -> None:
-    out = run_driver(tmp_path, gang_workflow(), polls={"solve": 3})
+    out = run_driver(tmp_path, gang_workflow(), polls={"solve": 3}, cluster_file="nvlink-mixed.yaml")
     assert out.returncode == 0, out.stdout
     assert sorted(out.released) == ["report", "shard", "solve", "train"]
     assert out.kinds == {"shard": "job", "train": "job", "solve": "mpijob", "report": "job"}
@@ -280,7 +282,7 @@ def test_driver_releases_and_waits_for_the_mpijob(tmp_path: Path) -> None:
 
 
 def test_failed_mpijob_stops_its_descendants(tmp_path: Path) -> None:
-    out = run_driver(tmp_path, gang_workflow(), outcomes={"solve": "fail"})
+    out = run_driver(tmp_path, gang_workflow(), outcomes={"solve": "fail"}, cluster_file="nvlink-mixed.yaml")
     assert out.returncode == 3
     assert "report" not in out.released
     assert "step solve failed" in out.stdout
@@ -291,7 +293,7 @@ assert CLUSTER  # the small cluster of test_kubernetes, for export()
 
 def test_long_step_names_leave_room_for_the_pod_index() -> None:
     name = "x" * 60
-    objects = export(GANG.replace("g:", f"{name}:", 1) % ("torch", 3))
+    objects = export(GANG.replace("g:", f"{name}:", 1) % ("torch", 2))
     job = next(o for o in objects if o["kind"] == "Job" and "hetflow.step" in o["metadata"]["labels"])
     assert len(job["metadata"]["name"]) + len("-2") <= 63  # the last pod's hostname: JOB-2
 
@@ -316,7 +318,7 @@ def test_cli_passes_the_rdma_resource(tmp_path: Path) -> None:
     register_commands(["export"])
     result = CliRunner().invoke(
         app,
-        ["export", "kubernetes", str(EXAMPLE), "--cluster", str(ROOT / "examples/clusters/hetero-16.yaml"),
+        ["export", "kubernetes", str(EXAMPLE), "--cluster", str(ROOT / "examples/clusters/nvlink-mixed.yaml"),
          "--no-pin", "--run-id", RUN, "--uid", "1000", "--gid", "1000", "--rdma-resource", "rdma/ib"],
     )  # fmt: skip
     assert result.exit_code == 0, result.output
