@@ -130,3 +130,19 @@ def test_build_gives_the_task_its_gang() -> None:
     plan = plan_heuristic(inst, seed=0)
     assert check_plan(inst, plan) == []
     assert all(k <= 2 for k, _ in plan.placements["train"].per_machine().values())
+
+
+def test_a_gang_plan_is_shown_and_stored_with_every_replica() -> None:
+    from hetflow.plan.stored import plan_from_dict, plan_to_dict
+    from hetflow.report.gantt import gantt_layout
+    from hetflow.report.plan import plan_json, where
+
+    inst = Instance((gang_task("train", 100.0, 1, 4, [PCIE], comm=GIB),), (), (PCIE,))
+    plan = plan_heuristic(inst, seed=0)
+    p = plan.placements["train"]
+    assert where(p) == ("pcie2-0 x2, pcie2-1 x2", "0|1|0|1")
+    (row,) = plan_json(plan, inst)["steps"]
+    assert row["ranks"] == [{"node": m, "gpus": list(g)} for m, g in p.ranks]
+    assert plan_from_dict(plan_to_dict(plan)) == plan  # ranks survive the run's stored plan
+    bars = [b for b in gantt_layout(plan, inst).bars if b.placement.task == "train"]
+    assert len(bars) == 4  # one in each GPU lane the gang holds, on both nodes
