@@ -203,6 +203,8 @@ def feasibility_problems(loaded: LoadedWorkflow, node: Node) -> list[Problem]:
                 sev, tail = "note", f"; variant {fitting[0]!r} will be used here"
             elif step.optional:
                 sev, tail = "note", "; the step is optional and will be skipped"
+            elif status.code.startswith("gang"):
+                sev, tail = "error", ""  # the reason says what to change
             else:
                 sev, tail = "error", "; lower the request or run on a machine that has it"
             problems.append(Problem(file, loaded.line(*loc), f"{label} {status.reason}{tail}", sev))
