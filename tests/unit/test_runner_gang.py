@@ -236,3 +236,19 @@ def test_a_gang_that_finished_while_down_is_not_rerun(tmp_path: Path) -> None:
     assert w.execute(pid=4343) == "succeeded"
     assert len(w.script.starts("train")) == 3
     assert w.step("train").attempts == 1
+
+
+def test_a_gpu_container_is_pinned_to_the_cpus_near_its_gpus(tmp_path: Path) -> None:
+    near = [
+        gpu(i).model_copy(update={"numa_node": i // 2, "cpu_affinity": "0-3" if i < 2 else "4-7"}) for i in range(4)
+    ]
+    n = node(cpus=8, memory_gib=32, gpus=tuple(near))
+    body = """
+train:
+  image: trainer
+  resources: {cpus: 1, memory: 1Gi, gpus: 2}
+  gang: {replicas: 2, gpu_link: same-numa}
+"""
+    w = world(tmp_path, body, node_=n)
+    assert w.execute() == "succeeded"
+    assert [s.cpuset for s in replicas(w)] == ["0-3", "4-7"]  # each replica on its GPUs' NUMA node

@@ -54,6 +54,7 @@ class ContainerSpec:
     log_path: str | None = None
     tmpfs_size: str = "256m"
     cgroup_parent: str | None = None  # set by the engine where it measures (cgroups.parent_path)
+    cpuset: str = ""  # CPUs to pin to ("0-15"): the NUMA node of the container's GPUs
     cap_add: tuple[str, ...] = ()  # capabilities given back (only a root MPI gang's sshd: mpilaunch)
     tmpfs: tuple[str, ...] = ()  # more tmpfs mounts beside /tmp, "PATH:OPTIONS"
 
@@ -143,6 +144,8 @@ def run_args(spec: ContainerSpec, *, engine: str = "podman") -> list[str]:
         args += ["--cpus", f"{spec.cpus:g}"]
     if spec.memory:
         args += ["--memory", str(spec.memory)]
+    if spec.cpuset:
+        args += ["--cpuset-cpus", spec.cpuset]
     if spec.cgroup_parent and engine == "podman":
         # The monitor (conmon) stays out of the parent, so the parent counts the step only.
         args += ["--cgroups=no-conmon", "--cgroup-parent", spec.cgroup_parent]

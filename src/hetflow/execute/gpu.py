@@ -58,6 +58,13 @@ class GpuAccess:
     env: dict[str, str] = field(default_factory=dict)
 
 
+def near_cpus(gpus: Sequence[Gpu]) -> str:
+    """The CPUs near every one of ``gpus`` (their common ``cpu_affinity``, as NVML or sysfs
+    reports it), to pin the container to; "" when unknown or when they differ."""
+    found = {g.cpu_affinity for g in gpus}
+    return found.pop() if len(found) == 1 and gpus and gpus[0].cpu_affinity else ""
+
+
 def gpu_access(
     gpus: Sequence[Gpu],
     node: Node,

@@ -26,6 +26,7 @@ from hetflow.execute.gang import (
     replica_env,
     replica_name,
 )
+from hetflow.execute.gpu import near_cpus
 from hetflow.execute.mpilaunch import (
     PRIVSEP_DIR,
     ROOT_SSHD_CAPS,
@@ -90,6 +91,8 @@ class Launcher:
             access=self.dispatch.access(variant, gpus[: variant.resources.gpus] if step.replicas > 1 else gpus),
             data=self.data,
         )
+        if not self.backend.capabilities.assigns_gpus:
+            spec = replace(spec, cpuset=near_cpus(gpus[: variant.resources.gpus] if step.replicas > 1 else gpus))
         ranks: tuple[ContainerSpec, ...] = ()
         if step.replicas > 1 and not self.backend.capabilities.assigns_gpus:
             ranks = self._gang_specs(name, step, spec, gpus, attempt, variant)
@@ -213,6 +216,7 @@ class Launcher:
                 command=command,
                 labels=labels,
                 cap_add=caps,
+                cpuset=near_cpus(mine),
                 tmpfs=tmpfs,
                 log_path=lead.log_path if i == 0 else str(self.paths.rank_log(name, attempt, i)),
             )
