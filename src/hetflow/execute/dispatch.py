@@ -44,6 +44,7 @@ class Where:
     gpu_model: str | None = None
     pinned_node: str | None = None
     node_class: str | None = None
+    nodes: int = 1  # a gang: how many nodes the plan spreads its replicas over
 
 
 class Dispatch(Protocol):
@@ -143,6 +144,7 @@ class ClusterDispatch:
             pinned_node=pinned,
             # a pinned node says it all; otherwise the engine picks among the class's nodes
             node_class=None if pinned else placed.machine_class,
+            nodes=len(placed.per_machine()),
         )
 
     def access(self, variant: Variant, gpus: tuple[Gpu, ...]) -> GpuAccess:

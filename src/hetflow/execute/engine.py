@@ -136,7 +136,7 @@ def run_args(spec: ContainerSpec, *, engine: str = "podman") -> list[str]:
         "--pull",
         "never",
     ]
-    if spec.network_name:
+    if spec.network_name and spec.network_name != "host":
         args += ["--hostname", spec.name]
     for k, v in sorted(spec.labels.items()):
         args += ["--label", f"{k}={v}"]

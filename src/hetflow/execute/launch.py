@@ -28,12 +28,14 @@ from hetflow.execute.gang import (
 )
 from hetflow.execute.gpu import near_cpus
 from hetflow.execute.mpilaunch import (
+    DEFAULT_PORT,
     PRIVSEP_DIR,
     ROOT_SSHD_CAPS,
     MpiFiles,
     MpiPeer,
     launcher_command,
     mpi_env,
+    placeholder_host,
     worker_command,
     write_mpi_files,
 )
@@ -94,7 +96,7 @@ class Launcher:
         if not self.backend.capabilities.assigns_gpus:
             spec = replace(spec, cpuset=near_cpus(gpus[: variant.resources.gpus] if step.replicas > 1 else gpus))
         ranks: tuple[ContainerSpec, ...] = ()
-        if step.replicas > 1 and not self.backend.capabilities.assigns_gpus:
+        if step.replicas > 1:
             ranks = self._gang_specs(name, step, spec, gpus, attempt, variant)
         where = self.dispatch.where(name)
         now = self.clock()
@@ -151,6 +153,7 @@ class Launcher:
             depends_on=tuple(active[d].container for d in step.dependencies() if d in active) if holds else (),
             ranks=ranks,
             gang=step.gang if step.replicas > 1 else None,
+            nodes=where.nodes,
         )
         act = Active(name, attempt, container, variant.resources.cpus * n, variant.resources.memory * n, uuids)
         active[name] = act
@@ -166,21 +169,37 @@ class Launcher:
     def _gang_specs(
         self, name: str, step: Step, lead: ContainerSpec, gpus: tuple[Gpu, ...], attempt: int, variant: Variant
     ) -> tuple[ContainerSpec, ...]:
-        """Every replica's container on this machine: rank 0 is ``lead`` (the attempt's own
-        name, /out and log); rank i gets its own GPUs, scratch /out and log, and all of them
-        the launch contract (``execute.gang``) on the gang's private network."""
+        """Every replica's container: rank 0 is ``lead`` (the attempt's own name, /out and
+        log); rank i gets its own scratch /out and log.
+
+        On this machine (hetflow leases the GPUs) each replica also gets its own GPUs and the
+        launch contract (``execute.gang``) on the gang's private network.  For a cluster
+        engine (it assigns GPUs and nodes) the replicas are templates on the host network:
+        the backend adds each one's GPUs and contract where it runs, and an MPI gang's hosts
+        are placeholders (``mpilaunch.placeholder_host``) it fills in once the nodes are known.
+        """
         assert step.gang is not None
+        cluster = self.backend.capabilities.assigns_gpus
         n, per = step.replicas, variant.resources.gpus
         job = lead.name
         names = [replica_name(job, i) for i in range(n)]
         ranks = layout(names, [self.dispatch.where(name).node] * n)
-        net = network_name(job)
-        mpi = self._mpi(name, attempt, names, variant) if step.gang.launcher == "mpi" else None
+        net = "host" if cluster else network_name(job)
+        mpi = None
+        if step.gang.launcher == "mpi":
+            hosts = [placeholder_host(i) for i in range(n)] if cluster else names
+            # on the host network replicas may share a node: one sshd port each
+            ports = [step.gang.port + i for i in range(n)] if cluster else [DEFAULT_PORT] * n
+            mpi = self._mpi(name, attempt, hosts, ports, variant)
         specs = []
         for i in range(n):
             mine = gpus[i * per : (i + 1) * per]
-            access = self.dispatch.access(variant, mine)  # the driver's mounts are alike for any GPUs
-            env = {**lead.env, **access.env, **replica_env(step.gang, ranks, i)}
+            env = dict(lead.env)
+            devices, cdi = lead.devices, lead.cdi_devices
+            if not cluster:
+                access = self.dispatch.access(variant, mine)  # the driver's mounts are alike for any GPUs
+                env |= {**access.env, **replica_env(step.gang, ranks, i)}
+                devices, cdi = access.devices, access.cdi_devices
             mounts = list(lead.mounts)
             command, labels = lead.command, {**lead.labels, LABEL_RANK: str(i), LABEL_WORLD: str(n)}
             caps: tuple[str, ...] = ()
@@ -189,8 +208,11 @@ class Launcher:
                 files, peers = mpi
                 env |= mpi_env(peers[i], n, peers)
                 mounts.append(Mount(str(files.directory), files.mount, read_only=True))
+                exports = _mpi_exports(env, lead.env)
+                if cluster:  # set by the backend where the replica runs, before it starts
+                    exports = sorted({*exports, "HETFLOW_WORLD_SIZE", *(_GPU_VARS if per else ())})
                 command = tuple(
-                    launcher_command(files, lead.command, n, export=_mpi_exports(env, lead.env))
+                    launcher_command(files, lead.command, n, export=exports)
                     if i == 0
                     else worker_command(files, peers[i])
                 )
@@ -210,28 +232,33 @@ class Launcher:
                 name=names[i],
                 env=env,
                 mounts=tuple(mounts),
-                devices=access.devices,
-                cdi_devices=access.cdi_devices,
+                devices=devices,
+                cdi_devices=cdi,
                 network_name=net,
                 command=command,
                 labels=labels,
                 cap_add=caps,
-                cpuset=near_cpus(mine),
+                cpuset="" if cluster else near_cpus(mine),
                 tmpfs=tmpfs,
                 log_path=lead.log_path if i == 0 else str(self.paths.rank_log(name, attempt, i)),
             )
             specs.append(spec)
         return tuple(specs)
 
-    def _mpi(self, name: str, attempt: int, hosts: list[str], variant: Variant) -> tuple[MpiFiles, list[MpiPeer]]:
+    def _mpi(
+        self, name: str, attempt: int, hosts: list[str], ports: list[int], variant: Variant
+    ) -> tuple[MpiFiles, list[MpiPeer]]:
         """The gang's ssh keys, configs and hostfile (``execute.mpilaunch``), written next to
         the attempt's staging directory for the submitter's UID."""
         if not variant.command:
             raise HetflowError(f"step {name!r} uses launcher: mpi but has no command for mpirun to run")
-        peers = [MpiPeer(rank=i, host=h) for i, h in enumerate(hosts)]
+        peers = [MpiPeer(rank=i, host=h, port=p) for i, (h, p) in enumerate(zip(hosts, ports, strict=True))]
         directory = self.paths.staging(name, attempt).parent / "mpi"
         shutil.rmtree(directory, ignore_errors=True)
         return write_mpi_files(directory, peers, owner=(self.uid, self.gid)), peers
+
+
+_GPU_VARS = ("NVIDIA_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES")
 
 
 def _mpi_exports(env: dict[str, str], user_env: Mapping[str, str]) -> list[str]:

@@ -46,6 +46,8 @@ __all__ = [
     "launcher_command",
     "mca_params",
     "mpi_env",
+    "placeholder_host",
+    "resolve_hosts",
     "worker_command",
     "write_mpi_files",
 ]
@@ -74,6 +76,9 @@ HOSTFILE = "hostfile"
 MPICH_HOSTFILE = "hostfile.mpich"
 
 _HOST = re.compile(r"[A-Za-z0-9_.:%-]+\Z")
+# A cluster engine picks the nodes after hetflow wrote the gang's files: each peer's host is
+# this placeholder until the engine's job fills it in (``resolve_hosts``; Slurm: sed).
+PLACEHOLDER_PREFIX = "hetflow-host-"
 
 
 class MpiError(HetflowError):
@@ -171,6 +176,28 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def placeholder_host(rank: int) -> str:
+    """Peer ``rank``'s host in a gang whose nodes are not known yet."""
+    return f"{PLACEHOLDER_PREFIX}{rank}"
+
+
+def resolve_hosts(ssh_config: str, hosts: Sequence[str]) -> str:
+    """The ssh_config with each placeholder ``HostName`` replaced by peer ``rank``'s address
+    (``hosts[rank]``); MpiError when a host is not a host name or address, or when the
+    config names a placeholder that ``hosts`` does not fill."""
+    for rank, host in enumerate(hosts):
+        if not host or not _HOST.match(host):
+            raise MpiError(f"MPI peer {rank}: {host!r} is not a host name or address")
+
+    def fill(m: re.Match[str]) -> str:
+        rank = int(m["rank"])
+        if rank >= len(hosts):
+            raise MpiError(f"the ssh_config names peer {rank}, but only {len(hosts)} hosts were given")
+        return f"{m['lead']}{hosts[rank]}"
+
+    return re.sub(rf"(?m)^(?P<lead>\s*HostName ){PLACEHOLDER_PREFIX}(?P<rank>\d+)$", fill, ssh_config)
 
 
 # --- keys ----------------------------------------------------------------------------
