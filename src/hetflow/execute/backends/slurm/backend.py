@@ -12,6 +12,7 @@ from hetflow.execute.backends import common
 from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.backends.slurm import jobfiles, queue
 from hetflow.execute.backends.slurm.client import SlurmClient, last_line
+from hetflow.execute.backends.slurm.gang import gang_scripts
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import job_script, sbatch_args
@@ -68,10 +69,14 @@ class SlurmBackend:
         jobdir.mkdir(parents=True, exist_ok=True)
         conf, hooks = jobfiles.node_files(self.workdir, self.settings.containers_conf, self.client.env)
         deps = self._dependency_ids(job) if job.depends_on else []
-        for suffix in jobfiles.PER_ATTEMPT:
-            (jobdir / f"{job.name}{suffix}").unlink(missing_ok=True)
+        jobfiles.clear(jobdir, job.name)
         script = jobdir / f"{job.name}.sh"
-        script.write_text(job_script(job, self.settings, jobdir, conf, hooks))
+        if job.gang is not None:
+            batch, task = gang_scripts(job, self.settings, jobdir, conf, hooks)
+            (jobdir / f"{job.name}.task.sh").write_text(task)
+            script.write_text(batch)
+        else:
+            script.write_text(job_script(job, self.settings, jobdir, conf, hooks))
         args = sbatch_args(job, self.settings, deps, jobdir)
         proc = self.client.run(["sbatch", *args, str(script)], check=False)
         if proc.returncode != 0:

@@ -13,6 +13,18 @@ from hetflow.config import containers_conf
 # empty: podman's errors and slurmstepd's notes are diagnostics).
 PER_ATTEMPT = (".exit", ".start", ".err", ".jobid")
 RELEASED = (".sh", *PER_ATTEMPT)
+# A gang's attempt also leaves its task script and each replica's host, exit code and
+# podman stderr (``gang``).
+GANG_FILES = (".task.sh", ".r*.host", ".r*.exit", ".r*.err")
+
+
+def clear(jobdir: Path, name: str) -> None:
+    """Before a new attempt under ``name``: what an earlier one left goes."""
+    for suffix in PER_ATTEMPT:
+        (jobdir / f"{name}{suffix}").unlink(missing_ok=True)
+    for pattern in GANG_FILES:
+        for p in jobdir.glob(f"{name}{pattern}"):
+            p.unlink(missing_ok=True)
 
 
 def read(path: Path) -> str | None:
@@ -72,6 +84,9 @@ def remove(workdir: Path, name: str) -> None:
     for d in [d for d in workdir.glob("*") if (d / f"{name}.jobid").exists()]:
         for suffix in RELEASED:
             (d / f"{name}{suffix}").unlink(missing_ok=True)
+        for pattern in GANG_FILES:
+            for p in d.glob(f"{name}{pattern}"):
+                p.unlink(missing_ok=True)
         out = d / f"{name}.out"
         if out.exists() and out.stat().st_size == 0:
             out.unlink()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.slurm.gang import gang_sbatch_args
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.engine import run_args
 
@@ -26,17 +27,22 @@ def sbatch_args(job: Job, settings: SlurmSettings, dependency_ids: Sequence[str]
         "--parsable",
         f"--job-name={job.name}",
         f"--comment=hetflow run={job.run_id}",
-        "--nodes=1",
-        "--ntasks=1",
-        f"--cpus-per-task={max(1, math.ceil(job.cpus))}",
-        # --mem=0 would mean "all of the node's memory"
-        f"--mem={max(1, math.ceil(job.memory / 2**20))}M",
         f"--chdir={jobdir}",
         f"--output={jobdir / job.name}.out",
     ]
-    if job.gpus:
-        kind = gres_type(job.gpu_model, settings.gres_types)
-        args.append(f"--gres=gpu:{kind}:{job.gpus}" if kind else f"--gpus={job.gpus}")
+    if job.gang is not None:
+        args += gang_sbatch_args(job, settings)  # N tasks over the plan's nodes (``gang``)
+    else:
+        args += [
+            "--nodes=1",
+            "--ntasks=1",
+            f"--cpus-per-task={max(1, math.ceil(job.cpus))}",
+            # --mem=0 would mean "all of the node's memory"
+            f"--mem={max(1, math.ceil(job.memory / 2**20))}M",
+        ]
+        if job.gpus:
+            kind = gres_type(job.gpu_model, settings.gres_types)
+            args.append(f"--gres=gpu:{kind}:{job.gpus}" if kind else f"--gpus={job.gpus}")
     if job.node:
         args.append(f"--nodelist={job.node}")
     if job.node_class and settings.use_features:

@@ -1,0 +1,299 @@
+"""A gang step attempt in Slurm's terms: one batch job of ``replicas`` tasks started with
+``srun``, each task running one replica's container (pure functions, like ``translate``).
+
+    sbatch --nodes=N --ntasks=R [--ntasks-per-node=P] --cpus-per-task=C --mem-per-cpu=M
+           [--gpus-per-task=[TYPE:]G] ... NAME.sh
+    NAME.sh        (the batch step, on the first node)  srun --ntasks=R ... NAME.task.sh
+    NAME.task.sh   (task SLURM_PROCID on its node)      podman run replica SLURM_PROCID
+
+Slurm allocates every task at once or none (a job starts when all its nodes are free), so
+no replica ever holds a node or a GPU while it waits for the others.
+
+Where a task lands is Slurm's choice (``--distribution``, ``--ntasks-per-node``), so the
+replicas learn it from each other, not from a prediction: each task writes
+``NAME.r<RANK>.host`` (its node's address, from ``scontrol show node``'s NodeAddr, and the
+node's name) into the shared job folder and waits until all ``R`` are there; then every
+replica's launch contract (``execute.gang``) follows: MASTER_ADDR is rank 0's node,
+NODE_RANK is SLURM_NODEID, LOCAL_RANK is SLURM_LOCALID, LOCAL_WORLD_SIZE counts the
+replicas that share its node.  Replicas run on the host network (they talk across nodes);
+an MPI gang's sshd listens on ``port + rank`` and rank 0 fills the ssh_config's
+placeholder hosts (``mpilaunch.resolve_hosts``'s format) before it starts ``mpirun``.
+
+GPUs: srun gives the step all the job's GPUs on each node (SLURM_STEP_GPUS, gres indices as
+in gres.conf's File= order); the task on local rank L takes the L-th share of ``gpus``, so
+replicas on one node never share a GPU, and maps them to device nodes as a single step does.
+
+Ending: each task writes ``NAME.r<RANK>.exit``.  Under ``launcher: mpi`` replica 0 decides
+(the workers serve its ``mpirun``): when it ends the others are stopped.  Otherwise a
+replica that fails stops the rest.  The batch step folds the replicas' codes into the
+job's (``gang_code``: the first failure hetflow did not cause, as ``execute.gang`` does)
+and writes ``NAME.exit`` as a single step's script does, so ``poll`` reads a gang as one job.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shlex
+from collections.abc import Mapping
+from pathlib import Path
+
+from hetflow.errors import EngineError
+from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
+from hetflow.execute.engine import ContainerSpec, run_args
+from hetflow.execute.mpilaunch import MPI_MOUNT
+
+BARRIER_TIMEOUT = 300  # seconds a replica waits for the others to report their node
+
+
+def gang_sbatch_args(job: Job, settings: SlurmSettings) -> list[str]:
+    """The allocation of a gang (replaces a single step's --nodes/--ntasks/--cpus/--mem/--gres)."""
+    assert job.gang is not None
+    gang = job.gang
+    cpus = max(1, math.ceil(job.cpus))
+    nodes = max(job.nodes, gang.nodes_at_least())
+    args = [f"--nodes={min(nodes, gang.replicas)}", f"--ntasks={gang.replicas}", f"--cpus-per-task={cpus}"]
+    if gang.per_node is not None:
+        args.append(f"--ntasks-per-node={gang.per_node}")
+    # --mem is per node and a node may hold several replicas: ask per CPU instead
+    args.append(f"--mem-per-cpu={max(1, math.ceil(job.memory / 2**20 / cpus))}M")
+    if job.gpus:
+        kind = gres_type(job.gpu_model, settings.gres_types)
+        args.append(f"--gpus-per-task={kind}:{job.gpus}" if kind else f"--gpus-per-task={job.gpus}")
+    return args
+
+
+def gang_code(codes: Mapping[int, int | None], world: int, *, lead: bool) -> int:
+    """The gang's exit code from its replicas' (absent or None: the replica left no code,
+    counted as killed, 137).  ``lead``: replica 0 decides (mpi).  Otherwise the first failure
+    hetflow did not cause by stopping a replica (137, 143), then any failure, else 0.  The
+    batch script applies this rule in shell; this is its tested statement."""
+    got = [137 if codes.get(r) is None else int(codes[r] or 0) for r in range(world)]
+    if lead:
+        return got[0]
+    failed = [c for c in got if c]
+    own = [c for c in failed if c not in (137, 143)]
+    return own[0] if own else failed[0] if failed else 0
+
+
+_BATCH = """#!/bin/bash
+# hetflow gang attempt {name} (run {run_id}): {world} replicas, one srun task each; written
+# by hetflow.execute.backends.slurm.gang.  This batch step waits for srun and folds the
+# replicas' exit codes (NAME.r<RANK>.exit) into the job's.
+set -u
+stopping=0
+trap 'stopping=1' TERM INT
+export PATH="${{PATH:-/usr/bin:/bin}}:/usr/local/bin:/usr/sbin:/sbin"
+name={name}; jobdir={jobdir}; world={world}; lead={lead}
+exitf="$jobdir/$name.exit"
+rm -f "$exitf" "$jobdir/$name".r*.host "$jobdir/$name".r*.exit
+finish() {{ printf '%s %s\\n' "$1" "${{SLURM_JOB_ID:-}}" > "$exitf.$$" && mv -f "$exitf.$$" "$exitf"; exit "$1"; }}
+node="${{SLURMD_NODENAME:-$(hostname -s)}}"
+printf 'node=%s\\njob=%s\\ngpus=%s\\nnodes=%s\\n' "$node" "${{SLURM_JOB_ID:-}}" "${{SLURM_JOB_GPUS:-}}" \\
+  "${{SLURM_JOB_NODELIST:-}}" > "$jobdir/$name.start"
+if [ "$stopping" = 1 ]; then finish 143; fi
+srun --ntasks={world} --cpus-per-task={cpus} --kill-on-bad-exit=0 --job-name="$name" \\
+  /bin/bash "$jobdir/$name.task.sh" </dev/null &
+pid=$!
+while kill -0 "$pid" 2>/dev/null; do wait "$pid"; done
+# the gang's code (gang.gang_code): under mpi replica 0's; otherwise the first failure
+# that hetflow did not cause by stopping the replica (137, 143), then any failure
+code=0; first=""; own=""
+for ((r = 0; r < world; r++)); do
+  c=$(cut -d' ' -f1 "$jobdir/$name.r$r.exit" 2>/dev/null); c=${{c:-137}}
+  if [ "$lead" = 1 ]; then code=$c; break; fi
+  if [ "$c" != 0 ]; then
+    first=${{first:-$c}}
+    if [ "$c" != 137 ] && [ "$c" != 143 ]; then own=${{own:-$c}}; fi
+  fi
+done
+if [ "$lead" != 1 ]; then code=${{own:-${{first:-0}}}}; fi
+if [ "$stopping" = 1 ] && [ "$code" = 0 ]; then code=143; fi
+finish "$code"
+"""
+
+_TASK = """#!/bin/bash
+# One replica of hetflow gang attempt {name}: srun runs this once per task.
+set -u
+stopping=0
+trap 'stopping=1' TERM INT
+export PATH="${{PATH:-/usr/bin:/bin}}:/usr/local/bin:/usr/sbin:/sbin"
+export CONTAINERS_CONF={conf}
+podman={podman}; hooks={hooks}; name={name}; jobdir={jobdir}; world={world}; lead={lead}
+per={gpus}; launcher={launcher}; port={port}; mpi_dir={mpi_dir}
+rank="${{SLURM_PROCID:?srun sets SLURM_PROCID}}"
+node="${{SLURMD_NODENAME:-$(hostname -s)}}"
+devdir={devdir}
+myexit="$jobdir/$name.r$rank.exit"
+done_() {{ printf '%s %s\\n' "$1" "$node" > "$myexit.$$" && mv -f "$myexit.$$" "$myexit"; exit "$1"; }}
+case "$rank" in
+{logs}esac
+cri() {{ printf '%s stderr F hetflow: %s\\n' "$(date -u +%Y-%m-%dT%H:%M:%S.%N+00:00)" "$*" >> "$log"; }}
+
+# 1. Where every replica runs: each writes its node's address, then waits for the others.
+addr=$(scontrol show node -o "$node" 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p')
+addr=${{addr:-$node}}
+me="$jobdir/$name.r$rank.host"
+printf '%s %s\\n' "$addr" "$node" > "$me.$$" && mv -f "$me.$$" "$me"
+deadline=$(( $(date +%s) + {barrier} ))
+while :; do
+  n=0; for ((r = 0; r < world; r++)); do [ -s "$jobdir/$name.r$r.host" ] && n=$((n + 1)); done
+  [ "$n" = "$world" ] && break
+  if [ "$stopping" = 1 ]; then done_ 143; fi
+  if [ "$(date +%s)" -ge "$deadline" ]; then
+    cri "only $n of $world replicas reported their node in {barrier}s"; done_ 125
+  fi
+  sleep 0.2
+done
+hosts=(); nodes=()
+for ((r = 0; r < world; r++)); do read -r h nd < "$jobdir/$name.r$r.host"; hosts+=("$h"); nodes+=("$nd"); done
+local_size=0; for nd in "${{nodes[@]}}"; do [ "$nd" = "$node" ] && local_size=$((local_size + 1)); done
+local_rank=0; for ((r = 0; r < rank; r++)); do [ "${{nodes[$r]}}" = "$node" ] && local_rank=$((local_rank + 1)); done
+node_rank=0; seen=" "
+for ((r = 0; r < world; r++)); do
+  nd=${{nodes[$r]}}; [ "$nd" = "$node" ] && break
+  case "$seen" in *" $nd "*) ;; *) seen="$seen$nd "; node_rank=$((node_rank + 1)) ;; esac
+done
+contract=(--env "HETFLOW_RANK=$rank" --env "HETFLOW_WORLD_SIZE=$world" --env "HETFLOW_NODE_RANK=$node_rank"
+          --env "HETFLOW_LOCAL_RANK=$local_rank" --env "HETFLOW_SLURM_JOB=${{SLURM_JOB_ID:-}}")
+if [ "$launcher" = torch ]; then
+  contract+=(--env "MASTER_ADDR=${{hosts[0]}}" --env "MASTER_PORT=$port" --env "RANK=$rank" --env "WORLD_SIZE=$world"
+             --env "LOCAL_RANK=$local_rank" --env "LOCAL_WORLD_SIZE=$local_size" --env "NODE_RANK=$node_rank")
+fi
+if [ "$launcher" = mpi ] && [ "$rank" = 0 ]; then
+  # mpirun reaches replica r at hosts[r] (its ssh alias's HostName; its sshd's port is fixed)
+  cfg="$mpi_dir/ssh_config"
+  for ((r = 0; r < world; r++)); do
+    sed -i "s/^\\([[:space:]]*HostName \\)hetflow-host-$r\\$/\\1${{hosts[$r]}}/" "$cfg"
+  done
+  if grep -q 'HostName hetflow-host-' "$cfg"; then cri "the MPI ssh_config still names placeholder hosts"; done_ 125; fi
+fi
+
+# 2. This replica's GPUs: its share of what srun gave the step on this node.
+gpu=()
+step_gpus="${{SLURM_STEP_GPUS:-${{SLURM_JOB_GPUS:-}}}}"
+if [ "$per" -gt 0 ]; then
+  files=()
+  case "$node" in
+{cases}    *) while read -r m; do files+=("$devdir/nvidia$m"); done < <(
+         ls -1 "$devdir" 2>/dev/null | sed -n 's/^nvidia\\([0-9][0-9]*\\)$/\\1/p' | sort -n) ;;
+  esac
+  IFS=, read -r -a given <<< "$step_gpus"
+  mine=("${{given[@]:$((local_rank * per)):$per}}")
+  if [ "${{#mine[@]}}" != "$per" ]; then
+    cri "replica $rank (local rank $local_rank on $node) needs $per GPU(s), but the step has '$step_gpus' there"
+    done_ 125
+  fi
+  inside=""; k=0
+  for i in "${{mine[@]}}"; do
+    case "$i" in ''|*[!0-9]*) cri "SLURM_STEP_GPUS=$step_gpus on $node names no GPU index"; done_ 125 ;; esac
+    f="${{files[$i]:-}}"
+    if [ -z "$f" ] || [ ! -c "$f" ]; then
+      cri "Slurm gave GPU $i on $node, but $devdir has ${{#files[@]}} GPU device node(s)"; done_ 125
+    fi
+    gpu+=(--device "$f:/dev/$(basename "$f")")
+    inside="$inside${{inside:+,}}$k"; k=$((k + 1))
+  done
+  for c in nvidiactl nvidia-uvm nvidia-uvm-tools; do
+    if [ -c "$devdir/$c" ]; then gpu+=(--device "$devdir/$c:/dev/$c"); fi
+  done
+  gpu+=(--env "NVIDIA_VISIBLE_DEVICES=$inside" --env "CUDA_VISIBLE_DEVICES=$inside"
+        --env "HETFLOW_SLURM_GPUS=$(IFS=,; echo "${{mine[*]}}")")
+fi
+
+# 3. The container, in the foreground; stopped on scancel, or when the gang is over for it
+#    (mpi: replica 0 ended; otherwise: another replica failed).
+"$podman" --hooks-dir "$hooks" rm -f --ignore "$cname" >/dev/null 2>&1
+if [ "$stopping" = 1 ]; then done_ 143; fi
+"$podman" --hooks-dir "$hooks" run --rm --attach stdout \\
+  "${{opts[@]}}" "${{gpu[@]}}" "${{contract[@]}}" "${{image_cmd[@]}}" \\
+  </dev/null >/dev/null 2>"$jobdir/$name.r$rank.err" &
+pid=$!
+over() {{
+  if [ "$launcher" = mpi ]; then [ "$rank" != 0 ] && [ -e "$jobdir/$name.r0.exit" ]; return; fi
+  for ((r = 0; r < world; r++)); do
+    [ "$r" = "$rank" ] && continue
+    c=$(cut -d' ' -f1 "$jobdir/$name.r$r.exit" 2>/dev/null)
+    [ -n "$c" ] && [ "$c" != 0 ] && return 0
+  done
+  return 1
+}}
+stopped=0
+while kill -0 "$pid" 2>/dev/null; do
+  if [ "$stopping" = 1 ] || over; then
+    stopped=1
+    "$podman" --hooks-dir "$hooks" stop --ignore -t {stop_timeout} "$cname" >/dev/null 2>&1
+  fi
+  sleep 0.5
+done
+wait "$pid"; code=$?
+if [ "$stopped" = 1 ]; then
+  "$podman" --hooks-dir "$hooks" rm -f --ignore "$cname" >/dev/null 2>&1
+  if [ "$code" = 0 ] && [ "$stopping" = 1 ]; then code=143; fi
+  # a worker stopped because its launcher ended has done its part
+  if [ "$launcher" = mpi ] && [ "$rank" != 0 ] && [ "$stopping" = 0 ]; then code=0; fi
+fi
+if [ "$code" -ge 125 ] && [ "$code" -le 127 ] && [ -s "$jobdir/$name.r$rank.err" ]; then
+  cri "$podman run exited $code: $(tail -n 3 "$jobdir/$name.r$rank.err" | tr '\\n' ' ')"
+fi
+done_ "$code"
+"""
+
+
+def _replica_case(rank: int, spec: ContainerSpec) -> str:
+    """One ``case`` arm: replica ``rank``'s container name, log, podman options and command."""
+    args = run_args(spec, engine="podman")
+    start = len(args) - len(spec.command) - 1
+    if args[:2] != ["run", "-d"] or args[start] != spec.image:
+        raise EngineError(f"unexpected podman arguments for {spec.name}: {args[:2]} ... {args[start]}")
+    q = shlex.quote
+    return (
+        f"  {rank}) cname={q(spec.name)}; log={q(spec.log_path or os.devnull)}\n"
+        f"     opts=({' '.join(q(a) for a in args[2:start])})\n"
+        f"     image_cmd=({' '.join(q(a) for a in args[start:])}) ;;\n"
+    )
+
+
+def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks: str) -> tuple[str, str]:
+    """The batch script (NAME.sh) and the per-task script (NAME.task.sh) of a gang attempt."""
+    assert job.gang is not None
+    gang = job.gang
+    ranks = job.ranks or (job.container,)
+    if len(ranks) != gang.replicas:
+        raise EngineError(f"{job.name}: {len(ranks)} replica containers for a gang of {gang.replicas}")
+    q = shlex.quote
+    lead = "1" if gang.launcher == "mpi" else "0"
+    mpi_dir = next((m.source for m in ranks[0].mounts if m.target == MPI_MOUNT), "")
+    prefix, _, suffix = settings.device_dir.partition("{node}")
+    devdir = q(prefix) + ('"$node"' + q(suffix) if "{node}" in settings.device_dir else "")
+    cases = "".join(
+        f"    {q(node)}) files=({' '.join(q(f) for f in files)}) ;;\n" for node, files in settings.gres_files.items()
+    )
+    batch = _BATCH.format(
+        name=q(job.name),
+        run_id=job.run_id,
+        jobdir=q(str(jobdir)),
+        world=gang.replicas,
+        lead=lead,
+        cpus=max(1, math.ceil(job.cpus)),
+    )
+    task = _TASK.format(
+        name=q(job.name),
+        conf=q(conf),
+        podman=q(settings.podman),
+        hooks=q(hooks),
+        jobdir=q(str(jobdir)),
+        world=gang.replicas,
+        lead=lead,
+        gpus=int(job.gpus),
+        launcher=q(gang.launcher),
+        port=gang.port,
+        mpi_dir=q(mpi_dir),
+        devdir=devdir,
+        cases=cases,
+        barrier=BARRIER_TIMEOUT,
+        stop_timeout=int(settings.stop_timeout),
+        logs="".join(_replica_case(i, spec) for i, spec in enumerate(ranks)),
+    )
+    return batch, task

@@ -1,0 +1,180 @@
+"""A gang step on Slurm, the pure parts: the allocation sbatch is asked for, the scripts
+(valid bash, one case arm per replica with its own name, log and command), the rule that
+folds the replicas' exit codes, the MPI host placeholders, and the replica templates the
+launcher hands a cluster engine (host network, no GPUs, no contract yet)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.slurm import SlurmSettings, sbatch_args
+from hetflow.execute.backends.slurm.gang import gang_code, gang_scripts
+from hetflow.execute.engine import ContainerSpec, Mount
+from hetflow.execute.mpilaunch import MPI_MOUNT, MpiError, MpiPeer, placeholder_host, resolve_hosts, ssh_config_text
+from hetflow.execute.runner import Runner
+from hetflow.plan.instance import MachineClass, Placement
+from hetflow.spec import Gang
+from tests.unit.builders import Outcome, world
+from tests.unit.test_runner_cluster import QueueBackend
+
+
+def _job(gang: Gang, *, gpus: int = 0, cpus: float = 1.5, memory: int = 3 << 30, nodes: int = 1) -> Job:
+    ranks = tuple(
+        ContainerSpec(
+            name="hf-r1-train-1" if i == 0 else f"hf-r1-train-1-r{i}",
+            image="img",
+            command=("python3", "/app/x.py", "it's"),
+            user="1000:1000",
+            labels={},
+            env={"A": "1"},
+            mounts=(Mount("/w/mpi", MPI_MOUNT), Mount(f"/w/out{i}", "/out", read_only=False)),
+            network_name="host",
+            log_path=f"/w/logs/train.1{'' if i == 0 else f'.rank{i}'}.log",
+        )
+        for i in range(gang.replicas)
+    )
+    return Job(
+        name="hf-r1-train-1",
+        run_id="r1",
+        step="train",
+        attempt=1,
+        container=ranks[0],
+        cpus=cpus,
+        memory=memory,
+        gpus=gpus,
+        gpu_model="NVIDIA A100-SXM4-40GB" if gpus else None,
+        node_class="gpu2",
+        ranks=ranks,
+        gang=gang,
+        nodes=nodes,
+    )
+
+
+def test_a_gang_is_one_allocation_of_n_tasks() -> None:
+    args = sbatch_args(_job(Gang(replicas=4, per_node=2), gpus=2, nodes=2), SlurmSettings(), [], Path("/j"))
+    assert "--nodes=2" in args and "--ntasks=4" in args and "--ntasks-per-node=2" in args
+    assert "--cpus-per-task=2" in args  # 1.5 CPUs rounded up, per task
+    assert "--mem-per-cpu=1536M" in args  # 3 GiB per replica over its 2 CPUs: --mem is per node
+    assert "--gpus-per-task=a100:2" in args  # the plan's model as the gres type
+    assert not [a for a in args if a.startswith(("--mem=", "--gres=", "--ntasks=1"))]
+
+
+def test_a_gang_without_per_node_lets_slurm_pack_but_takes_the_plans_node_count() -> None:
+    args = sbatch_args(_job(Gang(replicas=3), nodes=1), SlurmSettings(), [], Path("/j"))
+    assert "--nodes=1" in args and "--ntasks=3" in args
+    assert not [a for a in args if a.startswith(("--ntasks-per-node", "--gpus-per-task"))]
+    # per_node decides the fewest nodes even when the plan said fewer
+    args = sbatch_args(_job(Gang(replicas=4, per_node=1), nodes=1), SlurmSettings(), [], Path("/j"))
+    assert "--nodes=4" in args
+
+
+def test_a_single_step_keeps_its_one_task_allocation() -> None:
+    job = _job(Gang(replicas=2), gpus=1)
+    single = Job(job.name, job.run_id, job.step, 1, job.container, 1, 1 << 30, gpus=1, gpu_model=job.gpu_model)
+    args = sbatch_args(single, SlurmSettings(), [], Path("/j"))
+    assert "--nodes=1" in args and "--ntasks=1" in args and "--gres=gpu:a100:1" in args
+
+
+@pytest.mark.parametrize(
+    ("codes", "lead", "want"),
+    [
+        ({0: 0, 1: 0}, False, 0),
+        ({0: 137, 1: 3}, False, 3),  # replica 1 failed; replica 0 was stopped for it
+        ({0: 143, 1: 137}, False, 143),  # only stopped replicas: scancel
+        ({0: 0}, False, 137),  # a replica that left no code counts as killed
+        ({0: 0, 1: 143}, True, 0),  # mpi: the launcher decides, workers are stopped after it
+        ({0: 2, 1: 0}, True, 2),
+        ({1: 0}, True, 137),
+    ],
+)
+def test_the_gangs_exit_code(codes: dict[int, int | None], lead: bool, want: int) -> None:
+    assert gang_code(codes, 2, lead=lead) == want
+
+
+def test_the_scripts_are_bash_with_one_arm_per_replica(tmp_path: Path) -> None:
+    job = _job(Gang(replicas=3, launcher="mpi", port=29600), gpus=1)
+    settings = SlurmSettings(device_dir="/devs/{node}", gres_files={"n1": ("/dev/nvidia3",)})
+    batch, task = gang_scripts(job, settings, Path("/j/r1"), "/c.conf", "/hooks")
+    for name, text in (("batch", batch), ("task", task)):
+        path = tmp_path / name
+        path.write_text(text)
+        assert subprocess.run(["bash", "-n", str(path)], capture_output=True).returncode == 0, text
+    assert "srun --ntasks=3 --cpus-per-task=2" in batch and "lead=1" in batch
+    for i, spec in enumerate(job.ranks):
+        assert f"  {i}) cname={spec.name};" in task
+        assert f"log={spec.log_path}" in task
+    assert "'it'\"'\"'s'" in task  # the command is quoted for the shell
+    assert "--network host" in task and "--hostname" not in task
+    assert "per=1; launcher=mpi; port=29600; mpi_dir=/w/mpi" in task
+    assert "n1) files=(/dev/nvidia3) ;;" in task and 'devdir=/devs/"$node"' in task
+
+
+def test_a_gang_needs_a_container_per_replica() -> None:
+    job = _job(Gang(replicas=2))
+    bad = Job(job.name, job.run_id, job.step, 1, job.container, 1, 1, ranks=job.ranks[:1], gang=Gang(replicas=2))
+    with pytest.raises(Exception, match="1 replica containers for a gang of 2"):
+        gang_scripts(bad, SlurmSettings(), Path("/j"), "/c", "/h")
+
+
+def test_placeholder_hosts_are_filled_once_the_nodes_are_known() -> None:
+    peers = [MpiPeer(i, placeholder_host(i), 29500 + i) for i in range(2)]
+    text = ssh_config_text(peers)
+    assert "HostName hetflow-host-1" in text
+    done = resolve_hosts(text, ["10.0.0.5", "node-b"])
+    assert "HostName 10.0.0.5" in done and "HostName node-b" in done and "hetflow-host-" not in done
+    assert "Port 29501" in done
+    with pytest.raises(MpiError, match="only 1 hosts"):
+        resolve_hosts(text, ["a"])
+    with pytest.raises(MpiError, match="not a host name"):
+        resolve_hosts(text, ["a", "b;rm -rf /"])
+
+
+GANG = """
+train:
+  image: x
+  command: [python3, /app/x.py]
+  resources: {cpus: 1, memory: 1Gi, gpus: 1}
+  gang: {replicas: 2, per_node: 1, launcher: mpi, port: 29600}
+"""
+
+
+def test_a_cluster_engine_gets_replica_templates_and_the_plans_nodes(tmp_path: Path) -> None:
+    w = world(tmp_path, GANG, outcomes={"train": [Outcome()]})
+    backend = QueueBackend(w.engine)
+    placed = Placement(
+        "train", "default", "gpu2-0", "gpu2", 0.0, 1.0, 1.0, 1 << 30, (0,), ranks=(("gpu2-0", (0,)), ("gpu2-1", (0,)))
+    )
+    classes = (MachineClass("gpu2", 2, 8, 32 << 30, gpus=2, gpu_model="NVIDIA A100-SXM4-40GB"),)
+    Runner(
+        store=w.store,
+        node=w.node,
+        workflow=w.loaded.workflow,
+        run=w.store.run(w.run.id),
+        config=w.config,
+        clock=w.clock,
+        sleep=w.clock.sleep,
+        pid=4242,
+        alive=lambda p: False,
+        backend=backend,
+        placements={"train": placed},
+        classes=classes,
+    ).execute()
+    (job,) = backend.jobs.values()
+    assert job.gang is not None and job.nodes == 2 and job.gpus == 1 and job.node_class == "gpu2"
+    assert [r.name for r in job.ranks] == [job.name, f"{job.name}-r1"]
+    for i, r in enumerate(job.ranks):
+        assert r.network_name == "host" and not r.devices and "HETFLOW_RANK" not in r.env  # the backend adds them
+        assert r.env["HETFLOW_MPI_RANK"] == str(i)
+        assert [m.target for m in r.mounts].count(MPI_MOUNT) == 1
+    assert job.ranks[0].command[:2] == ("/bin/sh", "-c") and "mpirun" in job.ranks[0].command[2]
+    assert "-x HETFLOW_WORLD_SIZE" in job.ranks[0].command[2] and "-x CUDA_VISIBLE_DEVICES" in job.ranks[0].command[2]
+    assert "29601" in job.ranks[1].command  # its sshd: port + rank
+    mpi_dir = next(m.source for m in job.ranks[0].mounts if m.target == MPI_MOUNT)
+    config = (Path(mpi_dir) / "ssh_config").read_text()
+    assert "HostName hetflow-host-0" in config and "Port 29601" in config
+    outs = {next(m.source for m in r.mounts if m.target == "/out") for r in job.ranks}
+    assert len(outs) == 2  # rank 1 writes scratch, not the step's /out
