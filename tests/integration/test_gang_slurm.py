@@ -10,7 +10,10 @@ GPUs are FAKE (mknod'd device nodes): placement and isolation, not CUDA."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -192,3 +195,55 @@ def test_a_failing_replica_fails_and_reruns_the_whole_gang(
         assert attempt["duration"] < 45, attempt
     log = hf("logs", rid, "flaky", "--rank", "1").stdout
     assert "rank 1" in log
+
+
+SLOW = f"""apiVersion: hetflow/v1
+name: slurm-gang-slow
+steps:
+  slow:
+    image: {MPI_IMAGE}
+    command: [sh, -c, 'echo "rank $HETFLOW_RANK up"; sleep {{{{ params.sleep }}}}; echo "rank $HETFLOW_RANK done"']
+    resources: {{cpus: 1, memory: 128Mi}}
+    estimate: 5s
+    gang: {{replicas: 2, per_node: 1, launcher: none}}
+params: {{sleep: 60}}
+"""
+
+
+def _replicas(rid: str) -> list[str]:
+    out = subprocess.run(
+        ["podman", "ps", "-a", "--filter", f"name=hf-{rid}-", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return sorted(out.stdout.split())
+
+
+def _both_up(hf: Hetflow, rid: str) -> bool:
+    return len(_replicas(rid)) == 2 and all("up" in hf("logs", rid, "slow", "--rank", str(r)).stdout for r in (0, 1))
+
+
+def test_stop_ends_every_replica_of_a_running_gang(
+    hf: Hetflow, tmp_path: Path, gang_cluster: LocalSlurm, mpi_image: str
+) -> None:
+    config = _config(tmp_path, gang_cluster)
+    rid = hf("run", "--detach", "--config", config, write(tmp_path, SLOW)).stdout.strip()
+    hf.wait_for(lambda: _both_up(hf, rid), timeout=120)
+    assert f"run {rid} stopped" in hf("stop", rid).stdout
+    assert hf.show(rid)["steps"][0]["state"] == "stopped"
+    hf.wait_for(lambda: _replicas(rid) == [], timeout=60)  # scancel reached both tasks' containers
+
+
+def test_a_gang_survives_its_executor_and_is_adopted_whole(
+    hf: Hetflow, tmp_path: Path, gang_cluster: LocalSlurm, mpi_image: str
+) -> None:
+    config = _config(tmp_path, gang_cluster)
+    rid = hf("run", "--detach", "--config", config, write(tmp_path, SLOW), "-p", "sleep=8").stdout.strip()
+    hf.wait_for(lambda: _both_up(hf, rid), timeout=120)
+    os.kill(hf.show(rid)["pid"], signal.SIGKILL)  # Slurm keeps the job: both replicas go on
+    hf("resume", "-q", rid, timeout=300)
+    data = hf.show(rid)
+    assert (data["state"], data["steps"][0]["attempts"]) == ("succeeded", 1)  # adopted, not started again
+    for rank in (0, 1):
+        assert f"rank {rank} done" in hf("logs", rid, "slow", "--rank", str(rank)).stdout
