@@ -23,8 +23,14 @@ The container's output goes to ``job.container.log_path`` in CRI format (podman'
 driver, as with the local backend); the script adds its own messages there as CRI records
 (``TIME stderr F hetflow: ...``) when the container could not be started.
 
+A gang step (``gang:``) is one job of ``replicas`` tasks (``--nodes``, ``--ntasks``,
+``--ntasks-per-node``, ``--gpus-per-task``): the batch script starts them with ``srun``, each
+task runs one replica's container on the host network with its share of the node's GPUs and
+the launch contract, and the batch script folds their exit codes into NAME.exit; the
+per-replica files (NAME.task.sh, NAME.r<RANK>.host/.exit/.err) are in ``gang``'s docstring.
+
 Modules: ``settings`` (SlurmSettings, gres types), ``translate`` (sbatch options and the
-batch script, pure), ``client`` (the commands), ``queue`` (squeue/scontrol/sacct parsing),
+batch script, pure), ``gang`` (a gang's allocation and scripts, pure), ``client`` (the commands), ``queue`` (squeue/scontrol/sacct parsing),
 ``jobfiles`` (the files above), ``backend`` (submit, poll, cancel, release).
 """
 
