@@ -6,13 +6,15 @@ PY := $(VENV)/bin/python
 HETFLOW := $(VENV)/bin/hetflow
 APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip ca-certificates \
 	gcc libc6-dev docker-registry skopeo slurm-wlm munge \
-	netavark aardvark-dns openssh-client
+	netavark aardvark-dns iptables openssh-client
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 
 .PHONY: deps install demo demo-slurm demo-ray test lint unit integration bench images clean
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
-# container names; openssh-client: ssh-keygen makes each MPI gang's keys.
+# container names; netavark sets them up with iptables (without it every container on such a
+# network fails: "netavark: No such file or directory"); openssh-client: ssh-keygen makes
+# each MPI gang's keys.
 deps:  ## system packages: podman + runc (see src/hetflow/share/containers.conf), busybox, debootstrap
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
