@@ -37,7 +37,7 @@ The workload, seeded (``random.Random(seed)``), every gang submitted at time 0:
    * hetflow's planner: ``plan_heuristic`` on the same gangs, replayed by the simulator.
    Reported per seed: deadlock, gangs completed, idle GPU-hours, makespan.
 
-    python -m bench.gang [--seeds 0 1 2 3 4] [--sizes 20 40 60] [--gangs 12] [--effort 200]
+    python -m bench.gang [--seeds 0 1 2 3 4] [--sizes 20 40 60] [--gangs 8 16] [--effort 1000]
 
 No GPU is used: every figure comes from the model, so the rates are nominal, not measured.
 """
@@ -424,8 +424,11 @@ What flatters these figures:
 - The blind anchor is the same planner with the exchange left out of its model: a weaker
   real scheduler (first fit, no backfill) would look worse; this one fills the NVLink nodes
   first when it can (they come first in the file), as a random pick would not.
-- Both planners know every run time exactly and all gangs at once (an offline batch);
-  re-timing keeps each plan's order, it does not re-plan.
+- Both planners know every run time exactly and all gangs at once (an offline batch).
+  Re-timing keeps each plan's order per node and does not re-plan: the blind plan's order
+  was built on run times it underestimated, so its replay waits where an online scheduler
+  would backfill.  That part of the makespan ratio is order, not topology; the GPU-hours
+  and mean-gang ratios depend on placement only.
 - A replica's own GPUs do not change the model's time (only the ring between replicas
   does), so the NVLink share is reported, not charged.
 - Table 2's anchor binds pods in a random interleaving and never gives GPUs back (no
