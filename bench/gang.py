@@ -158,13 +158,14 @@ class Score:
     gpu_hours: float
     mean_gang: float  # s, mean run time of the gangs of 2+ replicas
     nvlink_share: float  # of the replicas with 2+ GPUs, the share whose GPUs share NVLink
-    ethernet_share: float  # of the gangs of 2+ replicas, the share whose ring crosses the cluster network
+    ethernet_share: float  # of the bytes the gangs' rings move, the share that crosses the cluster network
 
 
 def score(true: Instance, plan: Plan) -> Score:
     gpu_s = 0.0
     runs: list[float] = []
-    multi = joined = rings = on_network = 0
+    multi = joined = 0
+    ring_bytes = network_bytes = 0.0
     for p in plan.placements.values():
         task = true.task(p.task)
         cls = true.machine_class(p.machine_class)
@@ -172,9 +173,11 @@ def score(true: Instance, plan: Plan) -> Score:
         gpu_s += sum(len(g) for _m, g in reps) * (p.finish - p.start)
         if task.replicas > 1:
             runs.append(p.finish - p.start)
-            rings += 1
+            volume = allreduce_bytes(task.replicas, task.comm_bytes)
+            ring_bytes += volume
             nodes = len(p.per_machine())
-            on_network += nodes > 1 and link_bandwidth(cls, task.replicas, 1, nodes, true.bandwidth) == true.bandwidth
+            if nodes > 1 and link_bandwidth(cls, task.replicas, 1, nodes, true.bandwidth) == true.bandwidth:
+                network_bytes += volume
         for _m, g in reps:
             if len(g) >= 2:
                 multi += 1
@@ -184,7 +187,7 @@ def score(true: Instance, plan: Plan) -> Score:
         gpu_s / 3600.0,
         sum(runs) / max(1, len(runs)),
         joined / multi if multi else float("nan"),
-        on_network / rings if rings else float("nan"),
+        network_bytes / ring_bytes if ring_bytes else float("nan"),
     )
 
 
@@ -347,7 +350,7 @@ def topology_table(
 ) -> None:
     print("\n1. Topology-aware vs topology-blind: hetflow's planner with and without the gang model,")
     print("   both plans re-timed with the true model.  Hours; NVL: share of multi-GPU replicas on")
-    print("   NVLink-joined GPUs; Eth: share of multi-replica gangs whose ring crosses 10 Gbit/s Ethernet.")
+    print("   NVLink-joined GPUs; Eth: share of the allreduce bytes that cross 10 Gbit/s Ethernet.")
     head = (
         f"{'gangs':>5} {'seed':>4} | {'makespan aware':>14} {'blind':>6} {'ratio':>5} | "
         f"{'GPU-h aware':>11} {'blind':>6} {'ratio':>5} | {'mean gang aware':>15} {'blind':>6} {'ratio':>5} | "
