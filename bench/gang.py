@@ -9,8 +9,9 @@ The workload, seeded (``random.Random(seed)``), every gang submitted at time 0:
     4 cores and 32 GiB per GPU, so GPUs are what binds;
   * compute: log-uniform between 10 minutes and 4 hours, the same on both GPU types;
   * ``comm`` (bytes each replica exchanges over the run): compute seconds x an intensity
-    drawn log-uniform in [0.1, 3] GB per second (ResNet-50 data-parallel on A100s is near
-    0.5 GB/s of gradients; ``examples/gang/train.yaml`` is 1.5 and 3).
+    drawn log-uniform in [0.1, 3] GB per second (ResNet-50: about 100 MB of fp32 gradients
+    a step, a step every 0.1 to 0.2 s on an A100, so 0.5 to 1 GB/s;
+    ``examples/gang/train.yaml`` is 1.5 and 3).
 
 1. Topology-aware vs topology-blind.  Both are hetflow's planner (``plan_heuristic``, the
    same seed, objective and ``--effort``).  The aware one sees the gang model of
@@ -22,8 +23,8 @@ The workload, seeded (``random.Random(seed)``), every gang submitted at time 0:
    placements (nodes, GPUs, order per node) with every gang's run time from
    ``gang_runtime`` on the true instance, and the replay must pass ``check_plan``.
    Reported per seed: makespan, GPU-hours (replicas x GPUs x run time), the mean run time
-   of the multi-replica gangs, the share of multi-GPU replicas whose GPUs share NVLink, and
-   aware / blind.
+   of the multi-replica gangs, the share of multi-GPU replicas whose GPUs share NVLink, the
+   share of the allreduce bytes that cross the Ethernet, and aware / blind.
 2. Gang-aware vs replica-by-replica, in one event-driven simulation of the same cluster
    (GPUs only; a gang spanning both node types pays the network).  The gangs arrive
    together; their replicas ("pods") are queued interleaved at random, as the pods of
