@@ -88,6 +88,7 @@ bench: install images
 	$(PY) -m bench.ray
 	$(PY) -m bench.loader
 	$(PY) -m bench.scale
+	$(PY) -m bench.gang
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache

@@ -8,6 +8,7 @@ import pytest
 
 from hetflow.errors import NoFitError
 from hetflow.plan.build import build_instance
+from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import NVLINK_BW, PCIE_BW, RDMA_BW, comm_time
 from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task
@@ -96,6 +97,26 @@ def test_the_simulator_starts_a_gang_on_all_its_machines_at_once() -> None:
     assert train.start == pytest.approx(busy_end)  # waited for the whole node, then all four at once
     assert len(train.ranks) == 4
     assert sim.utilization["pcie2"].gpu is not None and sim.utilization["pcie2"].gpu > 0
+
+
+def test_the_simulator_starts_what_a_gang_uncovers_on_a_machine_it_swept_earlier() -> None:
+    # c-0's queue is [gang, b] and c-1's [a, gang]: the gang can start only once a has
+    # started on c-1, after c-0 was looked at; b must still start at 0 (as planned), not
+    # when the next event comes.
+    cls = MachineClass("c", 2, 8, 8 * GIB, gpus=2)
+    one = (Option("default", "c", 100.0, 1, GIB, 1),)
+    a, b = Task("a", one), Task("b", (Option("default", "c", 50.0, 1, GIB, 1),))
+    g = Task("g", (Option("default", "c", 10.0, 1, GIB, 1),), replicas=2)
+    inst = Instance((a, g, b), (), (cls,))
+    placements = {
+        "a": Placement("a", "default", "c-1", "c", 0.0, 100.0, 1, GIB, (0,)),
+        "g": Placement("g", "default", "c-0", "c", 0.0, 10.0, 1, GIB, (0,), (("c-0", (0,)), ("c-1", (1,)))),
+        "b": Placement("b", "default", "c-0", "c", 0.0, 50.0, 1, GIB, (1,)),
+    }
+    plan = Plan(placements, 100.0, plan_cost(inst, placements), "hand")
+    assert check_plan(inst, plan) == []
+    sim = simulate(inst, plan, noise=0.0)
+    assert {n: p.start for n, p in sim.plan.placements.items()} == {"a": 0.0, "g": 0.0, "b": 0.0}
 
 
 def test_build_rejects_classes_that_cannot_hold_the_gang_and_says_why() -> None:

@@ -219,30 +219,44 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
         return True
 
     started: dict[str, float] = {}
+
+    def start_heads(mid: str) -> bool:
+        """Start, at ``now``, the steps at the head of ``mid``'s queue that can; True if any did."""
+        nonlocal seq
+        m = machines[mid]
+        any_started = False
+        while m.next < len(m.queue):
+            name = m.queue[m.next]
+            p = shares[name][mid]
+            ready = arrival(name)
+            if ready is None or not m.fits(p, exclusive):
+                break
+            gang = len(shares[name]) > 1
+            if gang and not gang_ready(name, mid):
+                break
+            if ready > now + _EPS:
+                if m.wake != ready:
+                    m.wake = ready
+                    seq += 1
+                    heapq.heappush(events, (ready, seq, ""))
+                break
+            for other, share in shares[name].items():
+                machines[other].take(share, +1)
+                machines[other].next += 1
+            started[name] = now
+            seq += 1
+            heapq.heappush(events, (now + runtime[name], seq, name))
+            any_started = True
+        return any_started
+
     while True:
-        for mid in sorted(machines):
-            m = machines[mid]
-            while m.next < len(m.queue):
-                name = m.queue[m.next]
-                p = shares[name][mid]
-                ready = arrival(name)
-                if ready is None or not m.fits(p, exclusive):
-                    break
-                gang = len(shares[name]) > 1
-                if gang and not gang_ready(name, mid):
-                    break
-                if ready > now + _EPS:
-                    if m.wake != ready:
-                        m.wake = ready
-                        seq += 1
-                        heapq.heappush(events, (ready, seq, ""))
-                    break
-                for other, share in shares[name].items():
-                    machines[other].take(share, +1)
-                    machines[other].next += 1
-                started[name] = now
-                seq += 1
-                heapq.heappush(events, (now + runtime[name], seq, name))
+        # Sweep until nothing more starts now: a gang that starts on a later machine of the
+        # sweep may uncover, on an earlier one, a step that was queued behind it.
+        progress = True
+        while progress:
+            progress = False
+            for mid in sorted(machines):
+                progress |= start_heads(mid)
         if not events:
             break
         now = events[0][0]
