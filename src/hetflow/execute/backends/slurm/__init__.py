@@ -30,7 +30,8 @@ the launch contract, and the batch script folds their exit codes into NAME.exit;
 per-replica files (NAME.task.sh, NAME.r<RANK>.host/.exit/.err) are in ``gang``'s docstring.
 
 Modules: ``settings`` (SlurmSettings, gres types), ``translate`` (sbatch options and the
-batch script, pure), ``gang`` (a gang's allocation and scripts, pure), ``client`` (the commands), ``queue`` (squeue/scontrol/sacct parsing),
+batch script, pure), ``gang`` (a gang's allocation and scripts, pure), ``client`` (the
+commands), ``queue`` (squeue/scontrol/sacct parsing),
 ``jobfiles`` (the files above), ``backend`` (submit, poll, cancel, release).
 """
 
