@@ -167,3 +167,68 @@ def test_a_gang_plan_is_shown_and_stored_with_every_replica() -> None:
     assert plan_from_dict(plan_to_dict(plan)) == plan  # ranks survive the run's stored plan
     bars = [b for b in gantt_layout(plan, inst).bars if b.placement.task == "train"]
     assert len(bars) == 4  # one in each GPU lane the gang holds, on both nodes
+
+
+# --- the exact planner (CP-SAT) places gangs too ------------------------------------------
+
+# Integer times: a 2-replica ring moves comm bytes once, 24e9 B at PCIe's 24 GB/s is 1 s on
+# one node, 24 s over the instance's 1 GB/s network.
+IB1 = 1e9
+
+
+def _exact(inst: Instance) -> Plan:
+    from hetflow.plan.exact import plan_exact
+
+    plan = plan_exact(inst, time_limit=20, workers=1)
+    assert check_plan(inst, plan) == []
+    return plan
+
+
+def test_exact_keeps_a_gang_on_one_node_when_the_others_fill_the_second() -> None:
+    one = Task("one", (Option("default", "pcie2", 11.0, 1, GIB, 1),))
+    two = Task("two", (Option("default", "pcie2", 11.0, 1, GIB, 1),))
+    inst = Instance((gang_task("g", 10.0, 1, 2, [PCIE], comm=24e9), one, two), (), (PCIE,), bandwidth=IB1)
+    plan = _exact(inst)
+    assert plan.optimal and plan.makespan == pytest.approx(11.0)
+    g = plan.placements["g"]
+    assert len(g.per_machine()) == 1 and g.finish - g.start == pytest.approx(11.0)  # 10 s + 1 s over PCIe
+    assert {plan.placements["one"].machine, plan.placements["two"].machine} != {g.machine}
+
+
+def test_exact_spreads_a_gang_that_per_node_forbids_to_pack() -> None:
+    one = Task("one", (Option("default", "pcie2", 30.0, 1, GIB, 1),))
+    gang = gang_task("g", 10.0, 1, 2, [PCIE], comm=24e9, per_node=1)
+    inst = Instance((gang, one), (), (PCIE,), bandwidth=IB1)
+    plan = _exact(inst)
+    g = plan.placements["g"]
+    assert plan.optimal and plan.makespan == pytest.approx(34.0)  # 10 s + 24 s over the network
+    assert g.per_machine() == {"pcie2-0": (1, g.ranks[0][1]), "pcie2-1": (1, g.ranks[1][1])}
+    busy = plan.placements["one"]
+    assert busy.gpus not in ([r[1] for r in g.ranks if r[0] == busy.machine])  # no GPU given twice
+
+
+def test_exact_is_never_worse_than_the_list_planner_on_gangs() -> None:
+    tasks = (
+        gang_task("a", 100.0, 1, 4, [NV, PCIE], comm=10 * GIB),
+        gang_task("b", 50.0, 1, 2, [NV, PCIE], comm=GIB),
+        gang_task("c", 80.0, 2, 2, [NV, PCIE], per_node=1, comm=GIB),
+        Task("d", (Option("default", "pcie2", 30.0, 1, GIB, 1),)),
+    )
+    from hetflow.plan.instance import Edge
+
+    inst = Instance(tasks, (Edge("a", "d", 1e9), Edge("b", "c", 1e8)), (NV, PCIE))
+    heuristic = plan_heuristic(inst, seed=0)
+    plan = _exact(inst)
+    assert plan.makespan <= heuristic.makespan + 1e-6
+    for name in ("a", "b", "c"):
+        task = next(t for t in tasks if t.name == name)
+        assert len(plan.placements[name].ranks) == task.replicas
+
+
+def test_a_gang_option_whose_class_is_too_small_is_left_out_with_its_reason() -> None:
+    # 2 replicas at 1 per node need 2 machines; nv4 has one, so only pcie2 can hold it
+    inst = Instance((gang_task("c", 80.0, 2, 2, [NV, PCIE], per_node=1),), (), (NV, PCIE))
+    plan = plan_heuristic(inst, seed=0)
+    assert plan.placements["c"].machine_class == "pcie2"
+    with pytest.raises(NoFitError, match="need 2 machines, and the class has 1"):
+        plan_heuristic(Instance((gang_task("c", 80.0, 2, 2, [NV], per_node=1),), (), (NV,)), seed=0)

@@ -12,6 +12,16 @@ The model, per task ``t``:
   cumulative constraint each for cores, memory and GPUs;
 - the makespan ``>= E[t]``.
 
+A gang task (``replicas > 1``, ``plan.gangs``) is placed whole, on machines of one class,
+in one of two modes per option: on one machine (when ``per_node`` allows it), a literal
+per machine whose interval holds ``replicas`` times the option's demands for the one-node
+run time; or spread, one literal for the option and, per machine, a presence ``y`` and a
+replica count ``k`` in ``[y, per_node * y]`` summing to ``replicas`` over at least two
+machines, each interval holding ``k`` times the demands for the across-nodes run time (the
+cumulative constraints take ``k`` as a variable demand).  Every replica needs a gang's
+inputs and any of them may write its outputs, so an edge into or out of a gang always pays
+its transfer, as the list planner assumes.
+
 GPU indices are given after solving: by start time, the lowest indices that are free (the
 cumulative constraint on the GPU count guarantees enough are).
 
@@ -63,12 +73,6 @@ def plan_exact(
     is too big for an exact search."""
     if objective not in OBJECTIVES:
         raise HetflowError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
-    gangs = [t.name for t in instance.tasks if t.replicas > 1]
-    if gangs:
-        raise HetflowError(
-            f"the exact planner does not place gang steps yet ({', '.join(gangs[:5])}); "
-            "plan this workflow with the heuristic planner (leave out --exact)"
-        )
     cp_model = _cp_model()
     cp = Compiled(instance)
     literals = sum(cp.count[ch.cls] for chs in cp.choices for ch in chs)
@@ -144,13 +148,27 @@ def _time_scale(values: list[float], horizon: float) -> tuple[int, bool]:
 
 @dataclass(frozen=True)
 class _Var:
-    """One (task, option, machine) triple of the model."""
+    """One (task, option, machine) triple of the model; ``count`` replicas of the option's
+    demands are held on the machine (1 for a plain task; an int or a CP-SAT variable for a
+    gang), up to ``most``."""
 
     task: int
     choice: Choice
     machine: int
     present: Any  # a CP-SAT literal
     interval: Any  # a CP-SAT optional interval
+    count: Any = 1
+    most: int = 1
+
+
+@dataclass(frozen=True)
+class _Spread:
+    """A gang's option in the spread mode: its literal and its machines' vars."""
+
+    task: int
+    choice: Choice
+    present: Any
+    machines: tuple[_Var, ...]
 
 
 class _Model:
@@ -160,21 +178,24 @@ class _Model:
         self.cp = cp
         self.model = cp_model.CpModel()
         self.notes: list[str] = []
-        durations = [ch.runtime for chs in cp.choices for ch in chs]
+        durations = [_duration(ch, n) for chs in cp.choices for ch in chs for n in ((1, 2) if ch.gang else (1,))]
         comms = [comm for ps in cp.parents for _, comm in ps]
-        serial = sum(max(ch.runtime for ch in chs) for chs in cp.choices) + sum(comms)
+        serial = sum(max(_duration(ch, 2) for ch in chs) for chs in cp.choices) + sum(comms)
         self.scale, self.exact = _time_scale(durations + comms, serial)
         if not self.exact:
             self.notes.append(f"times were rounded up to 1/{self.scale} s for CP-SAT, so optimality is not claimed")
         # Everything one after another, paying every transfer: a makespan some plan achieves.
         self.horizon = (
-            sum(max(self.ticks(ch.runtime) for ch in chs) for chs in cp.choices) + sum(self.ticks(c) for c in comms) + 1
+            sum(max(self.ticks(_duration(ch, n)) for ch in chs for n in (1, 2)) for chs in cp.choices)
+            + sum(self.ticks(c) for c in comms)
+            + 1
         )
         horizon = self.horizon
         m = self.model
         self.start = [m.NewIntVar(0, horizon, f"S{t}") for t in range(cp.n)]
         self.end = [m.NewIntVar(0, horizon, f"E{t}") for t in range(cp.n)]
         self.vars: list[list[_Var]] = []
+        self.spread: list[list[_Spread]] = [[] for _ in range(cp.n)]
         self.machine_vars: list[list[_Var]] = [[] for _ in range(cp.m)]
         for t in range(cp.n):
             self.vars.append(self._task(t))
@@ -193,26 +214,71 @@ class _Model:
     def _task(self, t: int) -> list[_Var]:
         cp, m = self.cp, self.model
         out: list[_Var] = []
+        spread: list[_Spread] = []
         for ch in cp.choices[t]:
+            machines = range(cp.first[ch.cls], cp.first[ch.cls] + cp.count[ch.cls])
+            if ch.gang:
+                if ch.per_node >= ch.replicas:  # all on one machine: the one-node run time
+                    d = self.ticks(ch.runtime + ch.comm1)
+                    for mach in machines:
+                        lit = m.NewBoolVar(f"x{t}_{ch.index}_{mach}")
+                        iv = m.NewOptionalFixedSizeIntervalVar(self.start[t], d, lit, f"i{t}_{ch.index}_{mach}")
+                        v = _Var(t, ch, mach, lit, iv, ch.replicas, ch.replicas)
+                        out.append(v)
+                        self.machine_vars[mach].append(v)
+                if cp.count[ch.cls] >= 2 and ch.per_node * cp.count[ch.cls] >= ch.replicas:
+                    spread.append(self._spread(t, ch, machines))
+                continue
             d = self.ticks(ch.runtime)
-            for mach in range(cp.first[ch.cls], cp.first[ch.cls] + cp.count[ch.cls]):
+            for mach in machines:
                 lit = m.NewBoolVar(f"x{t}_{ch.index}_{mach}")
                 iv = m.NewOptionalFixedSizeIntervalVar(self.start[t], d, lit, f"i{t}_{ch.index}_{mach}")
                 v = _Var(t, ch, mach, lit, iv)
                 out.append(v)
                 self.machine_vars[mach].append(v)
-        m.AddExactlyOne([v.present for v in out])
-        m.Add(self.end[t] == self.start[t] + sum(self.ticks(v.choice.runtime) * v.present for v in out))
+        self.spread[t] = spread
+        m.AddExactlyOne([v.present for v in out] + [sp.present for sp in spread])
+        m.Add(
+            self.end[t]
+            == self.start[t]
+            + sum(self.ticks(_duration(v.choice, 1)) * v.present for v in out)
+            + sum(self.ticks(_duration(sp.choice, 2)) * sp.present for sp in spread)
+        )
         return out
+
+    def _spread(self, t: int, ch: Choice, machines: range) -> _Spread:
+        """A gang's option over two or more machines of its class (see the module docstring)."""
+        m = self.model
+        z = m.NewBoolVar(f"z{t}_{ch.index}")
+        d = self.ticks(ch.runtime + ch.comm_n)
+        vs = []
+        for mach in machines:
+            y = m.NewBoolVar(f"y{t}_{ch.index}_{mach}")
+            k = m.NewIntVar(0, ch.per_node, f"k{t}_{ch.index}_{mach}")
+            m.Add(k >= y)
+            m.Add(k <= ch.per_node * y)
+            iv = m.NewOptionalFixedSizeIntervalVar(self.start[t], d, y, f"g{t}_{ch.index}_{mach}")
+            v = _Var(t, ch, mach, y, iv, k, ch.per_node)
+            vs.append(v)
+            self.machine_vars[mach].append(v)
+        m.Add(sum(v.count for v in vs) == ch.replicas * z)
+        m.Add(sum(v.present for v in vs) >= 2 * z)
+        for v in vs:
+            m.AddImplication(v.present, z)
+        return _Spread(t, ch, z, tuple(vs))
 
     def _edges(self) -> None:
         m = self.model
+        gang = [any(ch.gang for ch in chs) for chs in self.cp.choices]
         mach = [sum(v.machine * v.present for v in vs) for vs in self.vars]
         for c, parents in enumerate(self.cp.parents):
             for p, comm in parents:
                 m.Add(self.start[c] >= self.end[p])
                 delay = self.ticks(comm)
                 if delay == 0:
+                    continue
+                if gang[p] or gang[c]:  # a gang always pays the transfer (module docstring)
+                    m.Add(self.start[c] >= self.end[p] + delay)
                     continue
                 same = m.NewBoolVar(f"same{p}_{c}")
                 m.Add(mach[p] == mach[c]).OnlyEnforceIf(same)
@@ -221,7 +287,7 @@ class _Model:
     def _machines(self) -> None:
         cp, m = self.cp, self.model
         for mach, vs in enumerate(self.machine_vars):
-            if len(vs) < 2:
+            if len(vs) < 2 and all(v.most <= 1 for v in vs):
                 continue
             intervals = [v.interval for v in vs]
             if cp.one_task:
@@ -229,20 +295,24 @@ class _Model:
                 continue
             cls = cp.classes[cp.machine_class[mach]]
             core_unit = 1 if all(float(v.choice.cores).is_integer() for v in vs) else 1000
-            self._cumulative(intervals, [math.ceil(v.choice.cores * core_unit) for v in vs], cls.cores * core_unit)
+            self._cumulative(vs, [math.ceil(v.choice.cores * core_unit) for v in vs], cls.cores * core_unit)
             unit = reduce(math.gcd, [v.choice.memory for v in vs], cls.memory) or 1
-            self._cumulative(intervals, [v.choice.memory // unit for v in vs], cls.memory // unit)
-            self._cumulative(intervals, [v.choice.gpus for v in vs], cls.gpus)
+            self._cumulative(vs, [v.choice.memory // unit for v in vs], cls.memory // unit)
+            self._cumulative(vs, [v.choice.gpus for v in vs], cls.gpus)
 
-    def _cumulative(self, intervals: list[Any], demands: list[int], capacity: int) -> None:
-        if sum(demands) > capacity:
-            self.model.AddCumulative(intervals, demands, capacity)
+    def _cumulative(self, vs: list[_Var], each: list[int], capacity: int) -> None:
+        """Capacity over the machine's intervals, each holding ``count`` times ``each``."""
+        if sum(e * v.most for e, v in zip(each, vs, strict=True)) > capacity:
+            demands = [v.count * e for e, v in zip(each, vs, strict=True)]
+            self.model.AddCumulative([v.interval for v in vs], demands, capacity)
 
     def _objective(self, objective: str, deadline: float | None, budget: float | None) -> None:
         m = self.model
         biggest = max((ch.cost for chs in self.cp.choices for ch in chs), default=0.0)
         unit = biggest / 1_000_000 if biggest > 0 else 1.0
-        cost = sum(round(v.choice.cost / unit) * v.present for vs in self.vars for v in vs)
+        cost = sum(round(_mode_cost(v.choice, 1) / unit) * v.present for vs in self.vars for v in vs) + sum(
+            round(_mode_cost(sp.choice, 2) / unit) * sp.present for sps in self.spread for sp in sps
+        )
         if budget is not None:
             m.Add(cost <= math.floor(budget / unit + 1e-6))
         if deadline is not None and objective == "cost":
@@ -266,33 +336,75 @@ class _Model:
         for t, name in enumerate(cp.names):
             p = plan.placements[name]
             m.AddHint(self.start[t], min(self.horizon, self.ticks(p.start)))
+            option = _option_index(cp, t, p)
+            held = {mm: k for mm, (k, _g) in p.per_machine().items()}
+            one = len(held) == 1
             for v in self.vars[t]:
-                chosen = cp.machine_name[v.machine] == p.machine and v.choice.index == _option_index(cp, t, p)
+                chosen = cp.machine_name[v.machine] == p.machine and v.choice.index == option and one
                 m.AddHint(v.present, chosen)
+            for sp in self.spread[t]:
+                chosen = sp.choice.index == option and not one
+                m.AddHint(sp.present, chosen)
+                for v in sp.machines:
+                    k = held.get(cp.machine_name[v.machine], 0) if chosen else 0
+                    m.AddHint(v.present, k > 0)
+                    m.AddHint(v.count, k)
 
     def plan(self, solver: Any, objective: str) -> Plan:
         cp = self.cp
         placements: dict[str, Placement] = {}
-        chosen: list[tuple[float, int, _Var]] = []
+        # what each task holds: its option, its run time, and (machine, replicas) in rank order
+        chosen: list[tuple[float, int, Choice, float, list[tuple[int, int]]]] = []
         for t, vs in enumerate(self.vars):
-            v = next(v for v in vs if solver.BooleanValue(v.present))
-            chosen.append((solver.Value(self.start[t]) / self.scale, t, v))
+            start = solver.Value(self.start[t]) / self.scale
+            v = next((v for v in vs if solver.BooleanValue(v.present)), None)
+            if v is not None:
+                chosen.append((start, t, v.choice, _duration(v.choice, 1), [(v.machine, v.most)]))
+                continue
+            sp = next(sp for sp in self.spread[t] if solver.BooleanValue(sp.present))
+            held = [(w.machine, solver.Value(w.count)) for w in sp.machines if solver.BooleanValue(w.present)]
+            chosen.append((start, t, sp.choice, _duration(sp.choice, 2), held))
         gpus = _gpu_indices(cp, chosen)
-        for start, t, v in chosen:
-            option = cp.instance.tasks[t].options[v.choice.index]
+        for start, t, ch, runtime, held in chosen:
+            option = cp.instance.tasks[t].options[ch.index]
+            ranks: tuple[tuple[str, tuple[int, ...]], ...] = ()
+            if ch.gang:
+                ranks = tuple(
+                    (cp.machine_name[mach], gpus[(t, mach)][i * ch.gpus : (i + 1) * ch.gpus])
+                    for mach, k in held
+                    for i in range(k)
+                )
+            mach0 = held[0][0]
             placements[cp.names[t]] = Placement(
                 task=cp.names[t],
                 variant=option.variant,
-                machine=cp.machine_name[v.machine],
+                machine=cp.machine_name[mach0],
                 machine_class=option.machine_class,
                 start=start,
-                finish=start + option.runtime,
+                finish=start + runtime,
                 cores=option.cores,
                 memory=option.memory,
-                gpus=gpus[t],
+                gpus=ranks[0][1] if ranks else gpus[(t, mach0)],
+                ranks=ranks,
             )
         makespan = max(p.finish for p in placements.values())
         return Plan(placements, makespan, plan_cost(cp.instance, placements), "exact", objective)
+
+
+def _duration(ch: Choice, nodes: int) -> float:
+    """A choice's run time on ``nodes`` machines (a gang pays its allreduce)."""
+    if not ch.gang:
+        return ch.runtime
+    return ch.runtime + (ch.comm1 if nodes == 1 else ch.comm_n)
+
+
+def _mode_cost(ch: Choice, nodes: int) -> float:
+    """A choice's dollars on ``nodes`` machines: ``Choice.cost`` is priced at the gang's
+    cheapest mode, so scale it by the mode's run time."""
+    if not ch.gang:
+        return ch.cost
+    cheapest = _duration(ch, 1 if ch.per_node >= ch.replicas else 2)
+    return ch.cost * _duration(ch, nodes) / cheapest if cheapest > 0 else ch.cost
 
 
 def _option_index(cp: Compiled, t: int, p: Placement) -> int:
@@ -302,24 +414,28 @@ def _option_index(cp: Compiled, t: int, p: Placement) -> int:
     return -1
 
 
-def _gpu_indices(cp: Compiled, chosen: list[tuple[float, int, _Var]]) -> dict[int, tuple[int, ...]]:
+def _gpu_indices(
+    cp: Compiled, chosen: list[tuple[float, int, Choice, float, list[tuple[int, int]]]]
+) -> dict[tuple[int, int], tuple[int, ...]]:
     """By start time on each machine, the lowest GPU indices free at the start (interval-graph
-    colouring: a GPU given at a start stays busy to the finish, so later starts avoid it)."""
+    colouring: a GPU given at a start stays busy to the finish, so later starts avoid it);
+    by (task, machine): a gang's replicas there take them in rank order."""
     free_at: dict[int, list[float]] = {}
-    out: dict[int, tuple[int, ...]] = {}
-    for start, t, v in sorted(chosen, key=lambda x: (x[0], x[1])):
-        g = v.choice.gpus
-        if g == 0:
-            out[t] = ()
-            continue
-        busy = free_at.setdefault(v.machine, [0.0] * cp.classes[cp.machine_class[v.machine]].gpus)
-        if v.choice.runtime <= 0:
-            out[t] = tuple(range(g))
-            continue
-        ids = [i for i, until in enumerate(busy) if until <= start + 1e-9 * max(1.0, start)][:g]
-        if len(ids) < g:  # cannot happen for a solution of the model; fail loudly if it does
-            raise HetflowError(f"internal error: no free GPU for task {cp.names[t]!r} on {cp.machine_name[v.machine]}")
-        for i in ids:
-            busy[i] = start + v.choice.runtime
-        out[t] = tuple(ids)
+    out: dict[tuple[int, int], tuple[int, ...]] = {}
+    for start, t, ch, runtime, held in sorted(chosen, key=lambda x: (x[0], x[1])):
+        for mach, k in held:
+            g = ch.gpus * k
+            if g == 0:
+                out[(t, mach)] = ()
+                continue
+            busy = free_at.setdefault(mach, [0.0] * cp.classes[cp.machine_class[mach]].gpus)
+            if runtime <= 0:
+                out[(t, mach)] = tuple(range(g))
+                continue
+            ids = [i for i, until in enumerate(busy) if until <= start + 1e-9 * max(1.0, start)][:g]
+            if len(ids) < g:  # cannot happen for a solution of the model; fail loudly if it does
+                raise HetflowError(f"internal error: no free GPU for task {cp.names[t]!r} on {cp.machine_name[mach]}")
+            for i in ids:
+                busy[i] = start + runtime
+            out[(t, mach)] = tuple(ids)
     return out

@@ -256,7 +256,14 @@ class Compiled:
             cost = placement_cost(cls, o.runtime, o.cores, o.memory, o.gpus, self.one_task)
             cores, memory = (1.0, 0) if self.one_task else (o.cores, o.memory)
             if task.replicas > 1:
-                out.append(self._gang_choice(task, k, c, cores, memory, cost))
+                ch = self._gang_choice(task, k, c, cores, memory, cost)
+                if ch.per_node * cls.count < task.replicas:  # hand-made instances; build filters these
+                    why.append(
+                        f"{o.variant} on {o.machine_class}: {task.replicas} replicas at most {ch.per_node} per "
+                        f"machine need {-(-task.replicas // ch.per_node)} machines, and the class has {cls.count}"
+                    )
+                    continue
+                out.append(ch)
                 continue
             out.append(Choice(k, c, o.runtime, cores, memory, o.gpus, cost, o.gpus == 0 and cls.gpus > 0))
         if not out:
