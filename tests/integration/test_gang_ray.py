@@ -13,6 +13,8 @@ from __future__ import annotations
 import json
 import re
 import threading
+import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,12 @@ import yaml
 from demo.images import MPI_IMAGE, build_mpi_image
 from ray.util.placement_group import placement_group_table
 
+from hetflow.errors import EngineError
+from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.ray import RayBackend
+from hetflow.execute.gang import replica_name
+from hetflow.spec import Gang
+from tests.contract.backend_contract import job, wait_done
 from tests.integration.hfkit import Hetflow, step_out, write
 from tests.integration.ray_fixture import RayCluster, ray_gang_cluster
 from tests.integration.test_gang_local import EXAMPLES, ok_lines
@@ -152,13 +160,14 @@ steps:
 def test_a_failing_replica_fails_and_reruns_the_whole_gang(
     hf: Hetflow, tmp_path: Path, config: str, mpi_image: str
 ) -> None:
+    script = "echo attempt $HETFLOW_ATTEMPT rank $HETFLOW_RANK; if [ $HETFLOW_RANK = 1 ]; then exit 5; fi; sleep 60"
     wf = f"""
 apiVersion: hetflow/v1
 name: ray-flaky
 steps:
   g:
     image: {MPI_IMAGE}
-    command: [sh, -c, "echo attempt $HETFLOW_ATTEMPT rank $HETFLOW_RANK; if [ $HETFLOW_RANK = 1 ]; then exit 5; fi; sleep 60"]
+    command: {json.dumps(["sh", "-c", script])}
     resources: {{cpus: 0.5, memory: 128Mi}}
     retries: 1
     gang: {{replicas: 2, per_node: 1, port: 29720}}
@@ -172,3 +181,64 @@ steps:
     # both attempts ran both replicas; replica 0 (sleep 60) was stopped, not waited for
     for attempt in (1, 2):
         assert f"attempt {attempt} rank 0" in hf("logs", rid, "g", "--attempt", str(attempt)).stdout
+
+
+# --- the backend itself: waiting, adoption by name, cancel, release ---------------------
+
+
+def busybox_gang(run_id: str, step: str, root: Path, script: str, *, gpus: int, replicas: int = 2) -> Job:
+    """A gang job as the launcher builds it for a cluster engine: replica templates on the
+    host network with their own /out, no GPUs, no launch contract."""
+    name = f"hf-{run_id}-{step}-1"
+    ranks = []
+    for i in range(replicas):
+        base = job(replica_name(name, i), root / f"rank{i}", script, run_id=run_id)
+        ranks.append(replace(base.container, network_name="host"))
+    lead = job(name, root / "rank0", script, run_id=run_id)
+    gang = Gang(replicas=replicas, per_node=1, port=29730)
+    return replace(lead, container=ranks[0], ranks=tuple(ranks), gang=gang, gpus=gpus, gpu_model="Tesla T4",
+                   node_class="gang-t4", nodes=replicas)  # fmt: skip
+
+
+def test_a_gang_waits_whole_is_adopted_by_name_and_cancelled_whole(
+    tmp_path: Path, ray_gang_cluster: RayCluster
+) -> None:
+    backend, other = RayBackend(ray_gang_cluster.settings()), RayBackend(ray_gang_cluster.settings())
+    r = f"g{time.time_ns() % 10**9}"
+    # every GPU of both workers: the second gang fits the cluster but must wait, whole
+    hold = busybox_gang(r, "hold", tmp_path / "hold", "echo $HETFLOW_RANK > /out/rank; sleep 60", gpus=2)
+    wait = busybox_gang(r, "wait", tmp_path / "wait", "echo $HETFLOW_RANK > /out/rank", gpus=2)
+    backend.submit(hold)
+    backend.submit(wait)
+    deadline, states = time.time() + 60, {}
+    while time.time() < deadline:
+        states = other.poll(r)  # another driver: the keeper answers by name
+        if states[hold.name].status == "RUNNING" and all(
+            (tmp_path / "hold" / f"rank{i}" / "rank").exists() for i in (0, 1)
+        ):
+            break
+        time.sleep(0.2)
+    assert states[hold.name].status == "RUNNING", states
+    assert set(states[hold.name].node.split(",")) == {"gang-w1", "gang-w2"}  # type: ignore[union-attr]
+    assert set(states) == {hold.name, wait.name}  # one name per gang, no replica of its own
+    pending = states[wait.name]
+    assert (pending.running, pending.status) == (True, "PENDING"), pending
+    assert "waiting" in pending.reason and "reserve every replica at once" in pending.reason, pending.reason
+    assert not (tmp_path / "wait" / "rank0" / "rank").exists()  # no replica of it started
+    other.cancel([hold.name])  # stops every replica; its group goes, and the waiting gang gets it
+    states = wait_done(other, r, [hold.name, wait.name], timeout=60)
+    assert states[hold.name].exit_code in (137, 143) and states[hold.name].status == "CANCELLED", states
+    assert states[wait.name].exit_code == 0, states
+    assert [(tmp_path / "wait" / f"rank{i}" / "rank").read_text().strip() for i in (0, 1)] == ["0", "1"]
+    other.release([hold.name, wait.name])
+    assert other.poll(r) == {}
+    assert not [
+        pg for pg in placement_group_table().values() if pg["name"].startswith(f"hf-{r}-") and pg["state"] != "REMOVED"
+    ]
+
+
+def test_a_gang_no_set_of_nodes_can_hold_is_refused(tmp_path: Path, ray_gang_cluster: RayCluster) -> None:
+    backend = RayBackend(ray_gang_cluster.settings())
+    too_big = busybox_gang("nope", "big", tmp_path, "true", gpus=1, replicas=3)  # 3 per-node replicas, 2 nodes
+    with pytest.raises(EngineError, match=r"gang that needs 3 nodes .* has room for 2"):
+        backend.submit(too_big)
