@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import json
 import re
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from dataclasses import replace
@@ -242,3 +245,26 @@ def test_a_gang_no_set_of_nodes_can_hold_is_refused(tmp_path: Path, ray_gang_clu
     too_big = busybox_gang("nope", "big", tmp_path, "true", gpus=1, replicas=3)  # 3 per-node replicas, 2 nodes
     with pytest.raises(EngineError, match=r"gang that needs 3 nodes .* has room for 2"):
         backend.submit(too_big)
+
+
+def test_a_gang_outlives_the_driver_that_submitted_it(tmp_path: Path, ray_gang_cluster: RayCluster) -> None:
+    """A hetflow process submits a gang and exits before Ray placed it or its replicas
+    ended; this process, another driver, adopts it by name and sees every replica finish."""
+    r, devs = f"o{time.time_ns() % 10**9}", ray_gang_cluster.settings().device_dir
+    script = textwrap.dedent(f"""
+        from pathlib import Path
+        from hetflow.execute.backends.ray import RayBackend, RaySettings
+        from tests.integration.test_gang_ray import busybox_gang
+        b = RayBackend(RaySettings(address={ray_gang_cluster.address!r}, device_dir={devs!r}))
+        b.submit(busybox_gang({r!r}, "orphan", Path({str(tmp_path)!r}), "sleep 3; echo $HETFLOW_RANK > /out/x", gpus=1))
+        print("result:", b.poll({r!r})[{f"hf-{r}-orphan-1"!r}].status)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "result: PENDING" in proc.stdout or "result: RUNNING" in proc.stdout, proc.stdout
+    backend, name = RayBackend(ray_gang_cluster.settings()), f"hf-{r}-orphan-1"
+    assert backend.poll(r)[name].running  # the driver is gone, the gang is not
+    states = wait_done(backend, r, [name], timeout=60)
+    assert states[name].exit_code == 0, states
+    assert [(tmp_path / f"rank{i}" / "x").read_text().strip() for i in (0, 1)] == ["0", "1"]
+    backend.release([name])
