@@ -29,7 +29,7 @@ from ray.util.placement_group import placement_group_table
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
-from hetflow.execute.backends.ray import RayBackend
+from hetflow.execute.backends.ray import RayBackend, gang_request
 from hetflow.execute.gang import replica_name
 from hetflow.spec import Gang
 from tests.contract.backend_contract import job, wait_done
@@ -243,7 +243,7 @@ def test_a_gang_waits_whole_is_adopted_by_name_and_cancelled_whole(
 def test_a_gang_no_set_of_nodes_can_hold_is_refused(tmp_path: Path, ray_gang_cluster: RayCluster) -> None:
     backend = RayBackend(ray_gang_cluster.settings())
     too_big = busybox_gang("nope", "big", tmp_path, "true", gpus=1, replicas=3)  # 3 per-node replicas, 2 nodes
-    with pytest.raises(EngineError, match=r"gang that needs 3 nodes .* has room for 2"):
+    with pytest.raises(EngineError, match=r"gang that needs 3 nodes .* have room for 2"):
         backend.submit(too_big)
 
 
@@ -268,3 +268,28 @@ def test_a_gang_outlives_the_driver_that_submitted_it(tmp_path: Path, ray_gang_c
     assert states[name].exit_code == 0, states
     assert [(tmp_path / f"rank{i}" / "x").read_text().strip() for i in (0, 1)] == ["0", "1"]
     backend.release([name])
+
+
+def test_a_gang_ray_cannot_place_stays_pending_and_says_so(tmp_path: Path, ray_gang_cluster: RayCluster) -> None:
+    """A group no set of alive nodes can hold (as after nodes left: submit refuses one up
+    front, so this goes to the keeper directly) is PENDING and says why, not silent: Ray
+    itself calls a STRICT_SPREAD group short of nodes NO_RESOURCES, as if they were busy."""
+    backend, r = RayBackend(ray_gang_cluster.settings()), f"i{time.time_ns() % 10**9}"
+    job3 = busybox_gang(r, "far", tmp_path, "true", gpus=1, replicas=3)
+    two = gang_request(busybox_gang(r, "far", tmp_path, "true", gpus=1), backend.nodes(refresh=True))
+    req = replace(two, replicas=3)  # three replicas, one per node, on the type's two nodes
+    s = backend.settings
+    keeper = backend._new_keeper(r)
+    ray.get(keeper.submit_gang.remote(job3.name, job3.ranks, job3.gang, req, s.device_dir, s.stop_timeout))
+    deadline, st = time.time() + 20, None
+    while time.time() < deadline:
+        st = backend.poll(r)[job3.name]
+        if "waits for nodes to join" in st.reason:
+            break
+        time.sleep(0.3)
+    assert st is not None and (st.running, st.status) == (True, "PENDING"), st
+    assert "needs 3 nodes that each hold one replica" in st.reason, st.reason
+    assert "have room for 2 (2 of 3 hold one replica)" in st.reason, st.reason
+    backend.cancel([job3.name])
+    assert backend.poll(r)[job3.name].status == "CANCELLED"
+    backend.release([job3.name])

@@ -18,6 +18,7 @@ from hetflow.execute.backends.ray.gangs import (
     mpi_ssh_config,
     node_addresses,
     replica_specs,
+    shortfall,
     strategy,
 )
 from hetflow.execute.backends.ray.translate import MARKER, NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RayNode
@@ -106,6 +107,16 @@ def test_a_node_type_of_one_node_pins_every_bundle_to_it() -> None:
     by_resource = node("head", gpus=4, **{NODE_RESOURCE + "head": 1.0})
     req = gang_request(replace(gang_job(2, per_node=None), node="head", node_class=None), [by_resource])
     assert req.bundle[NODE_RESOURCE + "head"] == MARKER and not req.label_selector
+
+
+def test_shortfall_counts_only_the_nodes_a_label_selector_allows() -> None:
+    req = gang_request(gang_job(2, per_node=None), [node("a"), node("b")])
+    assert shortfall(req, [node("a"), node("b")]) == ""
+    pinned = replace(req, label_selector={NODE_LABEL: "a"})
+    assert shortfall(pinned, [node("a", gpus=1), node("b", gpus=4)]).endswith(
+        "have room for 1 (1 of 2 hold one replica)"
+    )
+    assert shortfall(pinned, [node("a", gpus=2), node("b")]) == ""
 
 
 def test_bundle_nodes_in_rank_order_and_all_placed() -> None:

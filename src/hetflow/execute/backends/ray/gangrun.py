@@ -13,11 +13,12 @@ Life of a gang (the keeper owns the group and the tasks, so both outlive the dri
    the workers (sshd, never ending by themselves) are cancelled when it ends.  The gang is
    reported finished once every replica has ended, and its group is removed then.
 
-A group Ray cannot place stays PENDING, and says why: the group's scheduling state from
-Ray (INFEASIBLE: no set of alive nodes can hold it; NO_RESOURCES: they are busy) and how
-long it has waited.  It waits for nodes or resources to free up (Ray retries it) until
-hetflow cancels it; ``RayBackend.submit`` already refused a gang the cluster's alive nodes
-could never hold.
+A group Ray cannot place stays PENDING, and says why: how long it has waited, Ray's
+scheduling state, and whether the alive nodes are only busy or could never hold it by
+their totals (``gangs.shortfall``: nodes left, or too few of the type for STRICT_SPREAD,
+which Ray reports as NO_RESOURCES, not INFEASIBLE).  It waits for resources or nodes (Ray
+retries it) until hetflow cancels it; ``RayBackend.submit`` already refused a gang the
+cluster's alive nodes could never hold.
 """
 
 from __future__ import annotations
@@ -43,7 +44,9 @@ from hetflow.execute.backends.ray.gangs import (
     mpi_ssh_config,
     node_addresses,
     replica_specs,
+    shortfall,
 )
+from hetflow.execute.backends.ray.translate import RayNode, node_name
 from hetflow.execute.engine import ContainerSpec
 from hetflow.execute.gang import gang_state
 from hetflow.execute.mpilaunch import resolve_hosts
@@ -165,12 +168,15 @@ class GangRun:
             scheduling = str(placement_group_table(self.pg).get("stats", {}).get("scheduling_state", ""))
         except Exception:
             scheduling = ""
-        why = {
-            "INFEASIBLE": "no set of the alive nodes can hold it: it waits for nodes to join",
-            "NO_RESOURCES": "the nodes that can hold it are busy",
-        }.get(scheduling, "")
+        alive = [
+            RayNode(n["NodeID"], node_name(n.get("Labels") or {}, n["Resources"], n["NodeID"]), n["Resources"])
+            for n in ray_nodes()
+            if n.get("Alive")
+        ]
+        short = shortfall(self.req, alive)
+        why = f"it {short}: it waits for nodes to join" if short else "the nodes that can hold it are busy"
         head = f"waiting {waited:.0f}s for Ray to reserve every replica at once ({self.req.describe()})"
-        return head + (f": {scheduling}, {why}" if why else f": {scheduling}" if scheduling else "")
+        return f"{head}: {scheduling + ', ' if scheduling else ''}{why}"
 
     # stopping
 

@@ -84,7 +84,12 @@ def gang_request(job: Job, nodes: Sequence[RayNode]) -> GangRequest:
         else:
             selector[NODE_LABEL] = node.name
     req = GangRequest(replace(one, resources=resources, node_id=None), len(job.ranks), strategy(job.gang), selector)
-    _check_gang_fits(job, req, [n for n in nodes if one.node_id in (None, n.node_id)])
+    short = shortfall(req, nodes)
+    if short:
+        raise EngineError(
+            f"{job.name} is a gang that {short}; add nodes, or lower replicas or per-replica resources"
+            + (", or allow more than one replica per node (per_node)" if req.strategy == STRICT_SPREAD else "")
+        )
     return req
 
 
@@ -94,23 +99,28 @@ def _copies(node: RayNode, wants: Mapping[str, float]) -> int:
     return min(counts) if counts else 0
 
 
-def _check_gang_fits(job: Job, req: GangRequest, nodes: Sequence[RayNode]) -> None:
+def shortfall(req: GangRequest, nodes: Sequence[RayNode]) -> str:
+    """Why no set of these nodes could ever hold the group, by their totals ("" when
+    some set could).  Ray itself says INFEASIBLE only when one bundle fits nowhere; a
+    STRICT_SPREAD group with fewer fitting nodes than replicas is NO_RESOURCES to it."""
     # CPUs, GPUs and memory are counted; a marker (0.001 of a node-type resource) is only
     # asked to be present, as for a single task (1000 markers fit a node with 1).
     amounts = {k: v for k, v in req.bundle.items() if v != MARKER}
-    fit = [n for n in nodes if all(n.resources.get(k, 0.0) >= v for k, v in req.bundle.items())]
+    fit = [
+        n
+        for n in nodes
+        if all(n.resources.get(k, 0.0) >= v for k, v in req.bundle.items())
+        and all(n.name == v for k, v in req.label_selector.items() if k == NODE_LABEL)
+    ]
     if req.strategy == STRICT_SPREAD:
         room = len(fit)
-        need = f"{req.replicas} nodes that each hold one replica ({req.task.describe()}), one replica per node"
+        need = f"needs {req.replicas} nodes that each hold one replica ({req.task.describe()}), one replica per node"
     else:
         room = sum(_copies(n, amounts) for n in fit)
-        need = f"room for {req.replicas} replicas of {req.task.describe()} in all"
-    if room < req.replicas:
-        raise EngineError(
-            f"{job.name} is a gang that needs {need}; the Ray cluster has room for {room} "
-            f"({len(fit)} node(s) of {len(nodes)} hold one replica); add nodes, or lower replicas, "
-            "per-replica resources or (per_node: 1) allow more replicas per node"
-        )
+        need = f"needs room for {req.replicas} replicas of {req.task.describe()} in all"
+    if room >= req.replicas:
+        return ""
+    return f"{need}; the Ray cluster's alive nodes have room for {room} ({len(fit)} of {len(nodes)} hold one replica)"
 
 
 # --- once Ray placed the group -----------------------------------------------------------
