@@ -15,6 +15,7 @@ from hetflow.execute.backends.ray.gangs import (
     STRICT_SPREAD,
     bundle_nodes,
     gang_request,
+    hosts_of,
     mpi_ssh_config,
     node_addresses,
     replica_specs,
@@ -24,7 +25,7 @@ from hetflow.execute.backends.ray.gangs import (
 from hetflow.execute.backends.ray.translate import MARKER, NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RayNode
 from hetflow.execute.engine import ContainerSpec, Mount
 from hetflow.execute.gang import replica_name
-from hetflow.execute.mpilaunch import MPI_MOUNT
+from hetflow.execute.mpilaunch import MPI_MOUNT, resolve_hosts
 from hetflow.spec import Gang
 
 GIB = 1 << 30
@@ -170,3 +171,13 @@ def test_the_mpi_ssh_config_is_found_by_its_mount() -> None:
     spec = ContainerSpec("c", "img", (), "1:1", {}, {}, mounts=(Mount("/w/run/mpi/", MPI_MOUNT),))
     assert mpi_ssh_config(spec) == "/w/run/mpi/ssh_config"
     assert mpi_ssh_config(replace(spec, mounts=(Mount("/w", "/out"),))) is None
+
+
+def test_the_mpi_hosts_are_each_replicas_node_address() -> None:
+    config = (
+        "Host hetflow-rank-0\n  HostName hetflow-host-0\n  Port 29700\nHost hetflow-rank-1\n  HostName hetflow-host-1\n"
+    )
+    hosts = hosts_of(["nB", "nA"], {"nA": "10.0.0.1", "nB": "10.0.0.2"})
+    assert hosts == ["10.0.0.2", "10.0.0.1"]
+    resolved = resolve_hosts(config, hosts)
+    assert "HostName 10.0.0.2\n  Port 29700" in resolved and resolved.endswith("HostName 10.0.0.1\n")
