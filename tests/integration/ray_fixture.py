@@ -7,6 +7,13 @@ the Ray backend's tests:
 
 The head also serves Ray Client (ray://), so tests can connect as a remote user would.
 
+``ray_gang_cluster`` is another such cluster for gang steps, whose placement groups need
+several nodes of ONE type (the planner places a gang on one node type):
+
+    gang-head  the head: 2 CPUs, no GPU           node type gang-head
+    gang-w1    2 CPUs, 2 fake T4s (nvidia0-1)     node type gang-t4, named by a label
+    gang-w2    2 CPUs, 2 fake T4s (nvidia0-1)     node type gang-t4, named by a label
+
 To Ray a GPU is a number; the device nodes are mknod'd fakes (make_fake_gpus), one folder
 per node (``DEVS/{node}``), so a container gets real character devices and these tests
 prove isolation, not GPU computation.  Starting Ray takes seconds: one cluster per module.
@@ -35,6 +42,12 @@ NODES = (
     ("gpu-a100", 4, 2, "a100", "A100", "gpu.a100"),
     ("gpu-t4", 2, 1, "t4", "T4", "gpu.t4"),
 )
+GANG_NODES = (
+    ("gang-head", 2, 0, None, None, "gang-head"),
+    ("gang-w1", 2, 2, "t4", "T4", "gang-t4"),
+    ("gang-w2", 2, 2, "t4", "T4", "gang-t4"),
+)
+Node = tuple[str, int, int, str | None, str | None, str]
 
 
 @dataclass(frozen=True)
@@ -70,13 +83,22 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    yield from _cluster(tmp_path_factory, NODES)
+
+
+@pytest.fixture(scope="module")
+def ray_gang_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    yield from _cluster(tmp_path_factory, GANG_NODES)
+
+
+def _cluster(tmp_path_factory: pytest.TempPathFactory, nodes: tuple[Node, ...]) -> Iterator[RayCluster]:
     build_tiny_image(BUSYBOX)
     devs = tmp_path_factory.mktemp("raydevs")
-    for name, _, gpus, model, _, _ in NODES:
+    for name, _, gpus, model, _, _ in nodes:
         (devs / name).mkdir()
         if gpus:
             make_fake_gpus(f"{model}:{gpus}", devs / name)
-    head, *others = NODES
+    head, *others = nodes
     client_port = _free_port()
     try:
         head_args = {**_node_args(*head, head=True), "ray_client_server_port": client_port}
@@ -86,7 +108,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         cluster.wait_for_nodes()
         ray.init(address=cluster.address, namespace="hetflow-tests", log_to_driver=False)
     except Exception as exc:  # no skip: a machine that cannot start Ray fails these tests
-        pytest.fail(f"Ray could not start a {len(NODES)}-node test cluster: {type(exc).__name__}: {exc}")
+        pytest.fail(f"Ray could not start a {len(nodes)}-node test cluster: {type(exc).__name__}: {exc}")
     try:
         yield RayCluster(cluster.address, f"ray://127.0.0.1:{client_port}", devs)
     finally:

@@ -5,7 +5,10 @@ tasks, so they outlive the driver (adoption).  Shaped like every backend package
     settings.py   RaySettings, read from the config file's ``ray:`` section
     translate.py  Job -> Ray task options, a node's hetflow name, the GPUs Ray assigned
                   (pure functions, no Ray import)
+    gangs.py      gang Job -> placement group bundles and strategy, each replica's contract
+                  (pure functions, no Ray import)
     container.py  inside the task: the container in the foreground, stopped on cancel
+    gangrun.py    inside the keeper: one gang's placement group and replica tasks
     keeper.py     RunKeeper, the run's detached actor
     backend.py    RayBackend: check, submit, poll, cancel, release
 
@@ -17,6 +20,7 @@ package is never on ``sys.path`` of a driver or a worker, where it would hide th
 
 from hetflow.execute.backends.ray.backend import RayBackend
 from hetflow.execute.backends.ray.container import foreground_argv, ray_nodes, run_container
+from hetflow.execute.backends.ray.gangs import GangRequest, bundle, gang_request, replica_specs, strategy
 from hetflow.execute.backends.ray.keeper import RunKeeper
 from hetflow.execute.backends.ray.settings import NAMESPACE, RaySettings
 from hetflow.execute.backends.ray.translate import (
@@ -36,16 +40,21 @@ __all__ = [
     "NODE_LABEL",
     "NODE_RESOURCE",
     "NODE_TYPE_RESOURCE",
+    "GangRequest",
     "RayBackend",
     "RayNode",
     "RaySettings",
     "RunKeeper",
     "TaskRequest",
     "accelerator_type",
+    "bundle",
     "foreground_argv",
+    "gang_request",
     "node_name",
     "ray_nodes",
+    "replica_specs",
     "run_container",
+    "strategy",
     "task_request",
     "with_gpus",
 ]

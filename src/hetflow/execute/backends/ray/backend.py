@@ -20,6 +20,14 @@ the other control nodes present) to podman, numbered 0..n-1 inside through
 NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES, as ``execute/gpu.py`` does on one machine.
 The device nodes are read from ``device_dir`` on the node (``/dev``; a folder of mknod'd
 fake nodes in tests, where ``{node}`` stands for the node's hetflow name).
+
+Gangs.  A gang job (``Job.gang``, ``Job.ranks``) is one placement group of one bundle per
+replica, made and owned by the run's keeper like its tasks (``gangs``: bundles and
+strategy; ``gangrun``: the rest).  No replica starts before Ray has reserved every bundle;
+then each replica is a task pinned to its bundle, given the launch contract computed from
+the bundles' nodes and the GPUs Ray assigned it.  ``poll`` reports the gang under the job's
+one name; ``cancel`` stops every replica; ``release`` removes the group.  A gang the alive
+nodes could never hold is refused by ``submit``; one that waits is PENDING with Ray's reason.
 """
 
 from __future__ import annotations
@@ -39,6 +47,7 @@ from hetflow.config import engine_env, find_engine
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.backends.ray.container import _probe, ray_nodes
+from hetflow.execute.backends.ray.gangs import gang_request
 from hetflow.execute.backends.ray.keeper import _Keeper
 from hetflow.execute.backends.ray.settings import RaySettings
 from hetflow.execute.backends.ray.translate import MARKER, RayNode, node_name, task_request
@@ -211,13 +220,20 @@ class RayBackend:
     # the contract
 
     def submit(self, job: Job) -> None:
+        """One task for a step; for a gang (``job.gang``) one placement group whose replicas
+        start once Ray has reserved all of them (``gangrun``)."""
         self._connect()
-        req = task_request(job, self.nodes())
         s = self.settings
+        if job.gang is not None and job.ranks:
+            gang = gang_request(job, self.nodes())
+            call: tuple[Any, ...] = ("submit_gang", job.name, job.ranks, job.gang, gang, s.device_dir, s.stop_timeout)
+        else:
+            req = task_request(job, self.nodes())
+            call = ("submit", job.name, job.container, req, s.device_dir, s.stop_timeout)
         for _ in range(2):  # the run's actor may have just ended for idleness: make a new one
             keeper = self._new_keeper(job.run_id)
             try:
-                ray.get(keeper.submit.remote(job.name, job.container, req, s.device_dir, s.stop_timeout), timeout=120)
+                ray.get(getattr(keeper, call[0]).remote(*call[1:]), timeout=120)
                 return
             except RayActorError:
                 self._keepers.pop(job.run_id, None)

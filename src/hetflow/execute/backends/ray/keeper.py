@@ -1,5 +1,6 @@
-"""The run's keeper: one detached named actor per run that submits the run's step tasks,
-owns them (so they outlive the driver that submitted them) and answers for them by name.
+"""The run's keeper: one detached named actor per run that submits the run's step tasks
+and gang placement groups (``gangrun.GangRun``), owns them (so they outlive the driver that
+submitted them) and answers for them by name.
 """
 
 from __future__ import annotations
@@ -15,8 +16,12 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from hetflow.execute.backends.base import JobState
 from hetflow.execute.backends.ray.container import CANCELLED_CODE, _step_task, ray_nodes
+from hetflow.execute.backends.ray.gangrun import GangRun
+from hetflow.execute.backends.ray.gangs import GangRequest
 from hetflow.execute.backends.ray.translate import TaskRequest, node_name
 from hetflow.execute.engine import ContainerSpec
+from hetflow.execute.gang import replica_of
+from hetflow.spec import Gang
 
 
 @dataclass
@@ -36,6 +41,10 @@ class RunKeeper:
     def __init__(self, run_id: str, idle_timeout: float) -> None:
         self.run_id = run_id
         self.jobs: dict[str, _Entry] = {}
+        self.gangs: dict[str, GangRun] = {}
+        # guards jobs and gangs: a gang's replicas are started by a thread of their own
+        # once Ray has placed its group, while the actor answers calls
+        self.lock = threading.Lock()
         self.names: dict[str, str] = {}  # Ray node id -> hetflow name
         self.touched = time.monotonic()
         threading.Thread(target=self._linger, args=(idle_timeout,), daemon=True).start()
@@ -43,13 +52,13 @@ class RunKeeper:
     def _linger(self, idle_timeout: float) -> None:
         while True:
             time.sleep(min(5.0, idle_timeout))
-            if not self.jobs and time.monotonic() - self.touched > idle_timeout:
+            if not self.jobs and not self.gangs and time.monotonic() - self.touched > idle_timeout:
                 ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
                 return
 
     def submit(self, name: str, spec: ContainerSpec, req: TaskRequest, device_dir: str, stop_timeout: int) -> None:
         self.touched = time.monotonic()
-        if name in self.jobs:
+        if name in self.jobs or name in self.gangs:
             raise ValueError(f"a job named {name} was already submitted to Ray")
         options: dict[str, Any] = {"num_cpus": req.num_cpus, "num_gpus": req.num_gpus, "name": name}
         if req.memory:
@@ -60,22 +69,50 @@ class RunKeeper:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(req.node_id, soft=False)
         me = ray.get_runtime_context().current_actor
         ref = _step_task.options(**options).remote(spec, device_dir, stop_timeout, me)
-        self.jobs[name] = _Entry(ref, req)
+        with self.lock:
+            self.jobs[name] = _Entry(ref, req)
+
+    def submit_gang(
+        self,
+        name: str,
+        ranks: tuple[ContainerSpec, ...],
+        gang: Gang,
+        req: GangRequest,
+        device_dir: str,
+        stop_timeout: int,
+    ) -> None:
+        """Reserve the gang's placement group now; its replicas start once Ray has placed
+        every bundle (a thread waits for that: no driver needs to be connected)."""
+        self.touched = time.monotonic()
+        if name in self.jobs or name in self.gangs:
+            raise ValueError(f"a job named {name} was already submitted to Ray")
+        run = GangRun(name, ranks, gang, req, device_dir, stop_timeout)
+        with self.lock:
+            self.gangs[name] = run
+        me = ray.get_runtime_context().current_actor
+        threading.Thread(target=run.wait_and_start, args=(self.lock, me, self._name), daemon=True).start()
 
     def started(self, name: str, node_id: str, gpus: tuple[int, ...]) -> None:
-        if name in self.jobs:
-            self.jobs[name].node_id, self.jobs[name].gpus = node_id, gpus
+        with self.lock:
+            if name in self.jobs:
+                self.jobs[name].node_id, self.jobs[name].gpus = node_id, gpus
+            elif (rep := replica_of(name) or (name, 0))[0] in self.gangs:
+                self.gangs[rep[0]].started(rep[1], gpus)
 
     def states(self) -> dict[str, JobState]:
         self.touched = time.monotonic()
-        waiting = [e.ref for e in self.jobs.values() if e.result is None]
-        ready = set(ray.wait(waiting, num_returns=len(waiting), timeout=0)[0]) if waiting else set()
-        out = {}
-        for name, e in self.jobs.items():
-            if e.result is None and e.ref in ready:
-                e.result = self._finished(name, e)
-            out[name] = e.result or self._live(name, e)
-        return out
+        with self.lock:
+            waiting = [e.ref for e in self.jobs.values() if e.result is None]
+            waiting += [r for g in self.gangs.values() if g.result is None for r in g.refs]
+            ready = set(ray.wait(waiting, num_returns=len(waiting), timeout=0)[0]) if waiting else set()
+            out = {}
+            for name, e in self.jobs.items():
+                if e.result is None and e.ref in ready:
+                    e.result = self._finished(name, e)
+                out[name] = e.result or self._live(name, e)
+            for name, g in self.gangs.items():
+                out[name] = g.state(ready, self._name)
+            return out
 
     def _live(self, name: str, e: _Entry) -> JobState:
         if e.node_id is None:
@@ -101,18 +138,27 @@ class RunKeeper:
 
     def cancel(self, names: list[str]) -> None:
         self.touched = time.monotonic()
-        for name in names:
-            e = self.jobs.get(name)
-            if e is not None and e.result is None and not e.cancelled:
-                e.cancelled = True
-                ray.cancel(e.ref)  # force=False: KeyboardInterrupt in the task, which stops the container
+        with self.lock:
+            for name in names:
+                e = self.jobs.get(name)
+                if e is not None and e.result is None and not e.cancelled:
+                    e.cancelled = True
+                    ray.cancel(e.ref)  # force=False: KeyboardInterrupt in the task, which stops the container
+                g = self.gangs.get(name)
+                if g is not None and g.result is None and not g.cancelled:
+                    g.cancel()
 
     def release(self, names: list[str]) -> int:
-        """Forget the jobs (cancelling any still running); returns how many are left."""
+        """Forget the jobs (cancelling any still running; a gang's placement group is
+        removed); returns how many are left."""
         self.cancel(names)
-        for name in names:
-            self.jobs.pop(name, None)
-        return len(self.jobs)
+        with self.lock:
+            for name in names:
+                self.jobs.pop(name, None)
+                g = self.gangs.pop(name, None)
+                if g is not None:
+                    g.remove()
+            return len(self.jobs) + len(self.gangs)
 
 
 _Keeper = ray.remote(num_cpus=0, max_restarts=0)(RunKeeper)
