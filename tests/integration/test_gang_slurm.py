@@ -41,7 +41,7 @@ nodeTypes:
 SHOW = (
     'echo "rank=$HETFLOW_RANK world=$HETFLOW_WORLD_SIZE node_rank=$HETFLOW_NODE_RANK '
     "local_rank=$LOCAL_RANK local_world=$LOCAL_WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT "
-    "cuda=$CUDA_VISIBLE_DEVICES slurm_gpus=$HETFLOW_SLURM_GPUS job=$HETFLOW_SLURM_JOB "
+    "cuda=$CUDA_VISIBLE_DEVICES slurm_gpus=$HETFLOW_SLURM_GPUS job=$HETFLOW_SLURM_JOB node=$HETFLOW_NODE "
     'devs=$(ls /dev | grep -E "^nvidia[0-9]+$" | tr "\\n" ,)"'
 )
 
@@ -151,6 +151,7 @@ def test_mpi_and_torch_gangs_span_two_slurm_nodes(
     seen = _seen(hf("logs", rid, "torch").stdout) | _seen(hf("logs", rid, "torch", "--rank", "1").stdout)
     assert sorted(seen) == [0, 1], seen
     assert {s["node_rank"] for s in seen.values()} == {"0", "1"}  # two nodes
+    assert sorted(s["node"] for s in seen.values()) == ["hf-g0", "hf-g1"]
     for s in seen.values():
         assert (s["world"], s["local_rank"], s["local_world"], s["cuda"]) == ("2", "0", "1", "0")
         assert s["master"].endswith(":29520")  # MASTER_PORT

@@ -156,7 +156,8 @@ for ((r = 0; r < world; r++)); do
   case "$seen" in *" $nd "*) ;; *) seen="$seen$nd "; node_rank=$((node_rank + 1)) ;; esac
 done
 contract=(--env "HETFLOW_RANK=$rank" --env "HETFLOW_WORLD_SIZE=$world" --env "HETFLOW_NODE_RANK=$node_rank"
-          --env "HETFLOW_LOCAL_RANK=$local_rank" --env "HETFLOW_SLURM_JOB=${{SLURM_JOB_ID:-}}")
+          --env "HETFLOW_LOCAL_RANK=$local_rank" --env "HETFLOW_NODE=$node"
+          --env "HETFLOW_SLURM_JOB=${{SLURM_JOB_ID:-}}")
 if [ "$launcher" = torch ]; then
   contract+=(--env "MASTER_ADDR=${{hosts[0]}}" --env "MASTER_PORT=$port" --env "RANK=$rank" --env "WORLD_SIZE=$world"
              --env "LOCAL_RANK=$local_rank" --env "LOCAL_WORLD_SIZE=$local_size" --env "NODE_RANK=$node_rank")
