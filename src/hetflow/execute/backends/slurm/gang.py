@@ -40,6 +40,7 @@ from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.engine import ContainerSpec, run_args
 from hetflow.execute.mpilaunch import MPI_MOUNT
@@ -175,33 +176,13 @@ fi
 gpu=()
 step_gpus="${{SLURM_STEP_GPUS:-${{SLURM_JOB_GPUS:-}}}}"
 if [ "$per" -gt 0 ]; then
-  files=()
-  case "$node" in
-{cases}    *) while read -r m; do files+=("$devdir/nvidia$m"); done < <(
-         ls -1 "$devdir" 2>/dev/null | sed -n 's/^nvidia\\([0-9][0-9]*\\)$/\\1/p' | sort -n) ;;
-  esac
-  IFS=, read -r -a given <<< "$step_gpus"
-  mine=("${{given[@]:$((local_rank * per)):$per}}")
-  if [ "${{#mine[@]}}" != "$per" ]; then
+  IFS=, read -r -a all <<< "$step_gpus"
+  given=("${{all[@]:$((local_rank * per)):$per}}")
+  if [ "${{#given[@]}}" != "$per" ]; then
     cri "replica $rank (local rank $local_rank on $node) needs $per GPU(s), but the step has '$step_gpus' there"
     done_ 125
   fi
-  inside=""; k=0
-  for i in "${{mine[@]}}"; do
-    case "$i" in ''|*[!0-9]*) cri "SLURM_STEP_GPUS=$step_gpus on $node names no GPU index"; done_ 125 ;; esac
-    f="${{files[$i]:-}}"
-    if [ -z "$f" ] || [ ! -c "$f" ]; then
-      cri "Slurm gave GPU $i on $node, but $devdir has ${{#files[@]}} GPU device node(s)"; done_ 125
-    fi
-    gpu+=(--device "$f:/dev/$(basename "$f")")
-    inside="$inside${{inside:+,}}$k"; k=$((k + 1))
-  done
-  for c in nvidiactl nvidia-uvm nvidia-uvm-tools; do
-    if [ -c "$devdir/$c" ]; then gpu+=(--device "$devdir/$c:/dev/$c"); fi
-  done
-  gpu+=(--env "NVIDIA_VISIBLE_DEVICES=$inside" --env "CUDA_VISIBLE_DEVICES=$inside"
-        --env "HETFLOW_SLURM_GPUS=$(IFS=,; echo "${{mine[*]}}")")
-fi
+{gpu_devices}fi
 
 # 3. The container, in the foreground; stopped on scancel, or when the gang is over for it
 #    (mpi: replica 0 ended; otherwise: another replica failed).
@@ -266,11 +247,6 @@ def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hoo
     q = shlex.quote
     lead = "1" if gang.launcher == "mpi" else "0"
     mpi_dir = next((m.source for m in ranks[0].mounts if m.target == MPI_MOUNT), "")
-    prefix, _, suffix = settings.device_dir.partition("{node}")
-    devdir = q(prefix) + ('"$node"' + q(suffix) if "{node}" in settings.device_dir else "")
-    cases = "".join(
-        f"    {q(node)}) files=({' '.join(q(f) for f in files)}) ;;\n" for node, files in settings.gres_files.items()
-    )
     batch = _BATCH.format(
         name=q(job.name),
         run_id=job.run_id,
@@ -291,8 +267,8 @@ def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hoo
         launcher=q(gang.launcher),
         port=gang.port,
         mpi_dir=q(mpi_dir),
-        devdir=devdir,
-        cases=cases,
+        devdir=device_dir(settings),
+        gpu_devices=gpu_devices(settings, "done_"),
         barrier=BARRIER_TIMEOUT,
         stop_timeout=int(settings.stop_timeout),
         logs="".join(_replica_case(i, spec) for i, spec in enumerate(ranks)),

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.gang import gang_sbatch_args
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.engine import run_args
@@ -78,31 +79,8 @@ printf 'node=%s\\njob=%s\\ngpus=%s\\n' "$node" "${{SLURM_JOB_ID:-}}" "${{SLURM_J
 
 gpu=()
 if [ -n "${{SLURM_JOB_GPUS:-}}" ]; then
-  # SLURM_JOB_GPUS numbers the node's GPUs by gres index, their place in gres.conf's File=
-  # list (Slurm 22.05, gres_common.c), not by device minor: index i is the i-th file.
-  files=()
-  case "$node" in
-{cases}    *) while read -r m; do files+=("$devdir/nvidia$m"); done < <(
-         ls -1 "$devdir" 2>/dev/null | sed -n 's/^nvidia\\([0-9][0-9]*\\)$/\\1/p' | sort -n) ;;
-  esac
-  inside=""; n=0
   IFS=, read -r -a given <<< "$SLURM_JOB_GPUS"
-  for i in "${{given[@]}}"; do
-    case "$i" in ''|*[!0-9]*) cri "SLURM_JOB_GPUS=$SLURM_JOB_GPUS on $node names no GPU index"; finish 125 ;; esac
-    f="${{files[$i]:-}}"
-    if [ -z "$f" ] || [ ! -c "$f" ]; then
-      cri "Slurm gave GPU $i on $node, but $devdir has ${{#files[@]}} GPU device node(s)"; finish 125
-    fi
-    gpu+=(--device "$f:/dev/$(basename "$f")")
-    inside="$inside${{inside:+,}}$n"; n=$((n + 1))
-  done
-  for c in nvidiactl nvidia-uvm nvidia-uvm-tools; do
-    if [ -c "$devdir/$c" ]; then gpu+=(--device "$devdir/$c:/dev/$c"); fi
-  done
-  # Inside, the GPUs are 0..n-1, as CUDA numbers what it can see (execute/gpu.py).
-  gpu+=(--env "NVIDIA_VISIBLE_DEVICES=$inside" --env "CUDA_VISIBLE_DEVICES=$inside"
-        --env "HETFLOW_SLURM_GPUS=$SLURM_JOB_GPUS")
-fi
+{gpu_devices}fi
 
 # scancel sends SIGTERM to every process of the job (then SIGKILL after KillWait): stop the
 # container, which conmon keeps outside this job's processes, and record its exit code.  A
@@ -139,11 +117,6 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
     if args[:2] != ["run", "-d"] or args[start] != spec.image:
         raise EngineError(f"unexpected podman arguments for {job.name}: {args[:2]} ... {args[start]}")
     q = shlex.quote
-    prefix, _, suffix = settings.device_dir.partition("{node}")
-    devdir = q(prefix) + ('"$node"' + q(suffix) if "{node}" in settings.device_dir else "")
-    cases = "".join(
-        f"    {q(node)}) files=({' '.join(q(f) for f in files)}) ;;\n" for node, files in settings.gres_files.items()
-    )
     return _SCRIPT.format(
         name=q(job.name),
         run_id=job.run_id,
@@ -152,8 +125,8 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
         hooks=q(hooks),
         log=q(spec.log_path or os.devnull),
         jobdir=q(str(jobdir)),
-        devdir=devdir,
-        cases=cases,
+        devdir=device_dir(settings),
+        gpu_devices=gpu_devices(settings, "finish"),
         stop_timeout=int(settings.stop_timeout),
         options=" ".join(q(a) for a in args[2:start]),
         image_command=" ".join(q(a) for a in args[start:]),
