@@ -248,3 +248,40 @@ def test_a_gang_survives_its_executor_and_is_adopted_whole(
     assert (data["state"], data["steps"][0]["attempts"]) == ("succeeded", 1)  # adopted, not started again
     for rank in (0, 1):
         assert f"rank {rank} done" in hf("logs", rid, "slow", "--rank", str(rank)).stdout
+
+
+BUSY = f"""apiVersion: hetflow/v1
+name: slurm-gangs-queue
+steps:
+  first:
+    image: {MPI_IMAGE}
+    command: [sleep, "60"]
+    resources: {{cpus: 2, memory: 128Mi}}
+    estimate: 60s
+    gang: {{replicas: 2, per_node: 1}}
+  second:
+    image: {MPI_IMAGE}
+    command: [sleep, "60"]
+    resources: {{cpus: 2, memory: 128Mi}}
+    estimate: 60s
+    gang: {{replicas: 2, per_node: 1}}
+"""
+
+
+def test_a_gang_waiting_for_its_nodes_says_so_and_starts_nothing(
+    hf: Hetflow, tmp_path: Path, gang_cluster: LocalSlurm, mpi_image: str
+) -> None:
+    # each gang takes every CPU of both nodes: Slurm runs one and holds the other whole
+    config = _config(tmp_path, gang_cluster)
+    rid = hf("run", "--detach", "--config", config, write(tmp_path, BUSY)).stdout.strip()
+
+    def one_waits() -> bool:
+        steps = {s["step"]: s for s in hf.show(rid)["steps"]}
+        return any(s["state"] == "running" and "pending: Resources" in (s["reason"] or "") for s in steps.values())
+
+    hf.wait_for(one_waits, timeout=120)
+    steps = {s["step"]: s for s in hf.show(rid)["steps"]}
+    waiting = next(n for n, s in steps.items() if "pending: Resources" in (s["reason"] or ""))
+    assert not [c for c in _replicas(rid) if f"-{waiting}-" in c]  # no replica of it started
+    hf("stop", rid)
+    hf.wait_for(lambda: _replicas(rid) == [], timeout=60)

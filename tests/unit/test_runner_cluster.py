@@ -158,3 +158,18 @@ def test_a_child_dropped_for_its_failed_parent_is_submitted_again_outside_its_re
     assert backend.jobs[f"hf-{rid}-b-2"].depends_on == (f"hf-{rid}-a-2",)
     # b has retries: 0, yet it ran: being dropped was not its failure
     assert w.step("b").state == "succeeded" and [s.step for s in w.script.log].count("b") == 1
+
+
+def test_what_the_engine_says_a_queued_job_waits_for_is_the_steps_reason_until_it_runs(tmp_path: Path) -> None:
+    w = world(
+        tmp_path, CHAIN, outcomes={"a": [Outcome(files={"o": b"1"}, duration=5)], "b": [Outcome(files={"o": b"2"})]}
+    )
+    backend = QueueBackend(w.engine)
+    assert _runner(w, backend).execute() == "succeeded"
+    rid = w.run.id
+    events = [e.message for e in w.store.events(rid) if e.step == "b"]
+    held = [m for m in events if m == f"hf-{rid}-b-1 pending: Dependency"]
+    assert len(held) == 1, events  # said once, not at every poll
+    assert f"hf-{rid}-b-1 running" in events  # and when the engine stopped saying it
+    # once it ran, the step's reason is its launch's again, not the stale wait
+    assert "pending" not in w.step("b").reason and "planned" in w.step("b").reason

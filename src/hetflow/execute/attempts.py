@@ -56,6 +56,8 @@ class Active:
     memory: int
     gpus: tuple[str, ...]  # leased GPU UUIDs
     measured: bool = False  # its usage was read (and its cgroup removed)
+    why: str = ""  # the step's reason when it was launched (the variant's choice)
+    waiting: str = ""  # what the engine last said it waits for (Slurm's Reason, Ray's), if anything
 
 
 class Attempts:
@@ -101,6 +103,18 @@ class Attempts:
                 self.requeue(act, st.reason or "a dependency failed")
             elif not st.running:
                 self.finalize(act, st.exit_code if st.exit_code is not None else 255)
+            elif st.reason != act.waiting:
+                self.note_wait(act, st.status, st.reason)
+
+    def note_wait(self, act: Active, status: str, reason: str) -> None:
+        """The engine queues the attempt and says why (Slurm's Resources or Dependency, a Ray
+        gang's placement group): the step's reason shows it until the engine stops saying
+        it, and each change is an event, so ``hetflow show`` and ``logs -f`` tell why a step
+        (a gang waiting for all its nodes, say) has not started."""
+        act.waiting = reason
+        shown = f"{status.lower()}: {reason}" if reason else act.why
+        event = f"{act.container} {status.lower()}: {reason}" if reason else f"{act.container} {status.lower()}"
+        self.store.set_step(self.run_id, act.step, reason=shown, event=event)
 
     def record_usage(self, act: Active) -> None:
         """Store what the attempt used, read before its container (and cgroup) is removed.

@@ -155,7 +155,7 @@ class Launcher:
             gang=step.gang if step.replicas > 1 else None,
             nodes=where.nodes,
         )
-        act = Active(name, attempt, container, variant.resources.cpus * n, variant.resources.memory * n, uuids)
+        act = Active(name, attempt, container, variant.resources.cpus * n, variant.resources.memory * n, uuids, why=why)
         active[name] = act
         try:
             self.backend.submit(job)

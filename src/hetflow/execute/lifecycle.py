@@ -66,7 +66,9 @@ def reconcile(attempts: Attempts) -> None:
         a = history[-1]
         st = states.get(a.container)
         variant = wf.steps[s.step].resolved_variants()[a.variant]
-        act = Active(s.step, a.attempt, a.container, variant.resources.cpus, variant.resources.memory, a.gpu_uuids)
+        n = wf.steps[s.step].replicas  # a gang holds every replica's share
+        r = variant.resources
+        act = Active(s.step, a.attempt, a.container, r.cpus * n, r.memory * n, a.gpu_uuids, why=s.reason or "")
         if st is not None and st.running:
             attempts.active[s.step] = act
             store.set_step(run_id, s.step, state=RUNNING, event=f"adopted running container {a.container}")
