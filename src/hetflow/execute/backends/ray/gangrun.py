@@ -13,10 +13,10 @@ Life of a gang (the keeper owns the group and the tasks, so both outlive the dri
    the workers (sshd, never ending by themselves) are cancelled when it ends.  The gang is
    reported finished once every replica has ended, and its group is removed then.
 
-A group Ray cannot place stays PENDING, and says why: how long it has waited, Ray's
-scheduling state, and whether the alive nodes are only busy or could never hold it by
-their totals (``gangs.shortfall``: nodes left, or too few of the type for STRICT_SPREAD,
-which Ray reports as NO_RESOURCES, not INFEASIBLE).  It waits for resources or nodes (Ray
+A group Ray cannot place stays PENDING, and says why: Ray's scheduling state, and whether
+the alive nodes are only busy or could never hold it by their totals (``gangs.shortfall``:
+nodes left, or too few of the type for STRICT_SPREAD, which Ray reports as NO_RESOURCES,
+not INFEASIBLE).  It waits for resources or nodes (Ray
 retries it) until hetflow cancels it; ``RayBackend.submit`` already refused a gang the
 cluster's alive nodes could never hold.
 """
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -71,7 +70,6 @@ class GangRun:
         selector = [dict(req.label_selector) for _ in ranks] if req.label_selector else None
         # default lifetime: the group belongs to the keeper (a detached actor), as its tasks do
         self.pg = placement_group(req.bundles(), strategy=req.strategy, name=name, bundle_label_selector=selector)
-        self.since = time.monotonic()
         self.refs: list[Any] = []  # one task per replica, once started
         self.node_ids: list[str] = []
         self.gpus: dict[int, tuple[int, ...]] = {}
@@ -163,7 +161,6 @@ class GangRun:
         return self.result
 
     def _pending_reason(self) -> str:
-        waited = time.monotonic() - self.since
         try:
             scheduling = str(placement_group_table(self.pg).get("stats", {}).get("scheduling_state", ""))
         except Exception:
@@ -175,7 +172,8 @@ class GangRun:
         ]
         short = shortfall(self.req, alive)
         why = f"it {short}: it waits for nodes to join" if short else "the nodes that can hold it are busy"
-        head = f"waiting {waited:.0f}s for Ray to reserve every replica at once ({self.req.describe()})"
+        # no clock in the text: the runner records each change of it as an event
+        head = f"waiting for Ray to reserve every replica at once ({self.req.describe()})"
         return f"{head}: {scheduling + ', ' if scheduling else ''}{why}"
 
     # stopping
