@@ -465,49 +465,65 @@ def _copy_tree(src: Path, dst: Path) -> None:
         target.chmod(0o755 if os.access(path, os.X_OK) else 0o644)
 
 
-def _build_numpy(podman: ImageEngine, examples_dir: Path, force: bool, log: Log) -> str:
-    """Build the NumPy image if its app files changed; returns the replaced image id."""
-    roots = {src: examples_dir / src for src in APPS}
+def _build_app_image(
+    podman: ImageEngine,
+    examples_dir: Path,
+    force: bool,
+    log: Log,
+    *,
+    apps: Iterable[str],
+    base: str,
+    image: str,
+    containerfile: Callable[[str], str],
+) -> str:
+    """Build ``image`` on ``base`` with the example app folders ``apps`` if the apps, the
+    base or the Containerfile changed; returns the replaced image id ("" if none)."""
+    roots = {src: examples_dir / src for src in apps}
     missing = [str(path) for path in roots.values() if not path.is_dir()]
     if missing:
         raise EngineError(f"{', '.join(missing)} not found: pass the examples/ folder of a hetflow checkout")
-    digest = content_hash(roots, salt=podman.image_id(BASE_IMAGE) + numpy_containerfile(""))
-    if not force and podman.label(NUMPY_IMAGE, HASH_LABEL) == digest:
-        log(f"{NUMPY_IMAGE}: up to date")
+    digest = content_hash(roots, salt=podman.image_id(base) + containerfile(""))
+    if not force and podman.label(image, HASH_LABEL) == digest:
+        log(f"{image}: up to date")
         return ""
-    old = podman.image_id(NUMPY_IMAGE)
+    old = podman.image_id(image)
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="hetflow-numpy-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="hetflow-app-image-") as tmp:
         context = Path(tmp)
         for src, root in roots.items():
             _copy_tree(root, context / Path(src).parent.name)
-        (context / "Containerfile").write_text(numpy_containerfile(digest))
-        podman.build(context / "Containerfile", context, NUMPY_IMAGE)
-    _timed(log, f"{NUMPY_IMAGE}: built", started)
+        (context / "Containerfile").write_text(containerfile(digest))
+        podman.build(context / "Containerfile", context, image)
+    _timed(log, f"{image}: built", started)
     return old
+
+
+def _build_numpy(podman: ImageEngine, examples_dir: Path, force: bool, log: Log) -> str:
+    """The NumPy image of the CPU examples."""
+    return _build_app_image(
+        podman,
+        examples_dir,
+        force,
+        log,
+        apps=APPS,
+        base=BASE_IMAGE,
+        image=NUMPY_IMAGE,
+        containerfile=numpy_containerfile,
+    )
 
 
 def _build_mpi(podman: ImageEngine, examples_dir: Path, force: bool, log: Log) -> str:
-    """Build the MPI image if its app files (examples/gang/app) or its base changed;
-    returns the replaced image id."""
-    roots = {src: examples_dir / src for src in MPI_APPS}
-    missing = [str(path) for path in roots.values() if not path.is_dir()]
-    if missing:
-        raise EngineError(f"{', '.join(missing)} not found: pass the examples/ folder of a hetflow checkout")
-    digest = content_hash(roots, salt=podman.image_id(MPI_BASE_IMAGE) + mpi_containerfile(""))
-    if not force and podman.label(MPI_IMAGE, HASH_LABEL) == digest:
-        log(f"{MPI_IMAGE}: up to date")
-        return ""
-    old = podman.image_id(MPI_IMAGE)
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="hetflow-mpi-") as tmp:
-        context = Path(tmp)
-        for src, root in roots.items():
-            _copy_tree(root, context / Path(src).parent.name)
-        (context / "Containerfile").write_text(mpi_containerfile(digest))
-        podman.build(context / "Containerfile", context, MPI_IMAGE)
-    _timed(log, f"{MPI_IMAGE}: built", started)
-    return old
+    """The MPI image of ``launcher: mpi`` gangs (examples/gang/app on the MPI base)."""
+    return _build_app_image(
+        podman,
+        examples_dir,
+        force,
+        log,
+        apps=MPI_APPS,
+        base=MPI_BASE_IMAGE,
+        image=MPI_IMAGE,
+        containerfile=mpi_containerfile,
+    )
 
 
 # Wheels for the image's Python, whatever the host's: CPython 3.11 on manylinux x86_64.
