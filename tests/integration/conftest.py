@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from demo.images import build_tiny_image
+from demo.images import build_mpi_image, build_tiny_image
 
 from tests.integration.hfkit import BUSYBOX, HOSTILE, Hetflow
 
@@ -21,6 +21,12 @@ def busybox() -> str:
 def hostile() -> str:
     """An image whose own ENV asks for every GPU and preloads a library."""
     return build_tiny_image(HOSTILE, env={"NVIDIA_VISIBLE_DEVICES": "all", "LD_PRELOAD": "/lib/evil.so"})
+
+
+@pytest.fixture(scope="session")
+def mpi_image() -> str:
+    """The gang examples' image (Open MPI, mpi4py, sshd, examples/gang/app), built once."""
+    return build_mpi_image(Path(__file__).resolve().parents[2] / "examples", log=lambda _: None)
 
 
 @pytest.fixture

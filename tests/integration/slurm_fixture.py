@@ -7,20 +7,49 @@ from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from demo.slurm_cluster import LocalSlurm, start_cluster
+import yaml
+from demo.slurm_cluster import DEFAULT_NODES, FakeNode, LocalSlurm, start_cluster
+
+from tests.integration.hfkit import write
 
 
-@pytest.fixture(scope="module")
-def slurm_cluster() -> Iterator[LocalSlurm]:
+@contextmanager
+def local_cluster(nodes: Sequence[FakeNode] = DEFAULT_NODES, prefix: str = "hfslurm-") -> Iterator[LocalSlurm]:
+    """A local Slurm cluster of ``nodes`` in a fresh folder, stopped and removed after."""
     # A short folder: slurmd's step sockets live under it (Unix sockets: 108 bytes).
-    base = Path(tempfile.mkdtemp(prefix="hfslurm-", dir="/tmp"))
-    cluster = start_cluster(base)
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    cluster = start_cluster(base, nodes)
     try:
         yield cluster
     finally:
         cluster.stop()
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def slurm_cluster() -> Iterator[LocalSlurm]:
+    with local_cluster() as cluster:
+        yield cluster
+
+
+def slurm_config(tmp_path: Path, cluster: LocalSlurm, cluster_file: str, **slurm: object) -> str:
+    """A hetflow config file that runs on ``cluster``, planned on the cluster file text
+    ``cluster_file``; ``slurm`` adds or overrides backend settings (stop_timeout, ...)."""
+    settings = {
+        "backend": "slurm",
+        "cluster": write(tmp_path, cluster_file, "cluster.yaml"),
+        "workdir": str(cluster.workdir / "runs"),
+        "slurm": {
+            "partition": cluster.partition,
+            "slurm_conf": str(cluster.conf_path),
+            "device_dir": cluster.device_dir,
+            "stop_timeout": 5,
+            **slurm,
+        },
+    }
+    return write(tmp_path, yaml.safe_dump(settings), "config.yaml")

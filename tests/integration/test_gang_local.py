@@ -9,12 +9,9 @@ import json
 import subprocess
 from pathlib import Path
 
-import pytest
-from demo.images import MPI_IMAGE, build_mpi_image
+from demo.images import MPI_IMAGE
 
 from tests.integration.hfkit import Hetflow, step_out, write
-
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 GANGS = f"""
 apiVersion: hetflow/v1
@@ -32,11 +29,6 @@ steps:
     resources: {{cpus: 0.5, memory: 256Mi}}
     gang: {{replicas: 2, launcher: mpi}}
 """
-
-
-@pytest.fixture(scope="module")
-def mpi_image() -> str:
-    return build_mpi_image(EXAMPLES, log=lambda _: None)
 
 
 def ok_lines(text: str) -> list[str]:

@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 import ray
 import yaml
-from demo.images import MPI_IMAGE, build_mpi_image
+from demo.images import MPI_IMAGE
 from ray.util.placement_group import placement_group_table
 
 from hetflow.errors import EngineError
@@ -35,7 +35,7 @@ from hetflow.spec import Gang
 from tests.contract.backend_contract import job, wait_done
 from tests.integration.hfkit import Hetflow, step_out, write
 from tests.integration.ray_fixture import RayCluster, ray_gang_cluster
-from tests.integration.test_gang_local import EXAMPLES, ok_lines
+from tests.integration.test_gang_local import ok_lines
 
 __all__ = ["ray_gang_cluster"]  # the module fixture
 
@@ -50,11 +50,6 @@ nodeTypes:
   - {name: gang-t4, count: 2, cores: 2, memory: 3Gi, price: 0.8,
      gpus: {model: Tesla T4, count: 2, memory: 16Gi, computeCapability: "7.5"}}
 """
-
-
-@pytest.fixture(scope="module")
-def mpi_image() -> str:
-    return build_mpi_image(EXAMPLES, log=lambda _: None)
 
 
 @pytest.fixture

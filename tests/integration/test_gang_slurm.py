@@ -11,21 +11,18 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
-from demo.images import MPI_IMAGE, build_mpi_image
-from demo.slurm_cluster import FakeNode, LocalSlurm, start_cluster
+from demo.images import MPI_IMAGE
+from demo.slurm_cluster import FakeNode, LocalSlurm
 
 from tests.integration.hfkit import Hetflow, step_out, write
+from tests.integration.slurm_fixture import local_cluster, slurm_config
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NODES = (FakeNode("hf-g0", "a100:2", features=("gpu2",)), FakeNode("hf-g1", "a100:2", features=("gpu2",)))
 
 CLUSTER = """apiVersion: hetflow/v1
@@ -90,34 +87,12 @@ steps:
 
 @pytest.fixture(scope="module")
 def gang_cluster() -> Iterator[LocalSlurm]:
-    base = Path(tempfile.mkdtemp(prefix="hfgang-", dir="/tmp"))
-    cluster = start_cluster(base, NODES)
-    try:
+    with local_cluster(NODES, prefix="hfgang-") as cluster:
         yield cluster
-    finally:
-        cluster.stop()
-        shutil.rmtree(base, ignore_errors=True)
-
-
-@pytest.fixture(scope="module")
-def mpi_image() -> str:
-    return build_mpi_image(EXAMPLES, log=lambda _: None)
 
 
 def _config(tmp_path: Path, cluster: LocalSlurm) -> str:
-    settings = {
-        "backend": "slurm",
-        "cluster": write(tmp_path, CLUSTER, "cluster.yaml"),
-        "workdir": str(cluster.workdir / "runs"),
-        "slurm": {
-            "partition": cluster.partition,
-            "slurm_conf": str(cluster.conf_path),
-            "device_dir": cluster.device_dir,
-            "use_features": True,
-            "stop_timeout": 3,
-        },
-    }
-    return write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    return slurm_config(tmp_path, cluster, CLUSTER, use_features=True, stop_timeout=3)
 
 
 def _seen(text: str) -> dict[int, dict[str, str]]:

@@ -14,7 +14,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from demo.images import build_mpi_image
 
 from hetflow.config import engine_env, find_engine
 from hetflow.execute.mpilaunch import (
@@ -28,7 +27,6 @@ from hetflow.execute.mpilaunch import (
 
 pytestmark = pytest.mark.integration
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 HARDENED = (
     "--cap-drop=all",
     "--security-opt=no-new-privileges",
@@ -36,11 +34,6 @@ HARDENED = (
     "--user=1000:1000",
     "--tmpfs=/tmp:rw,nosuid,nodev,mode=1777",
 )
-
-
-@pytest.fixture(scope="module")
-def mpi_image() -> str:
-    return build_mpi_image(EXAMPLES, log=lambda _: None)
 
 
 def podman(*args: str, timeout: float = 120, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import yaml
 from demo.slurm_cluster import LocalSlurm
 
 from tests.integration.hfkit import BUSYBOX, Hetflow, write
-from tests.integration.slurm_fixture import slurm_cluster  # noqa: F401  (module fixture)
+from tests.integration.slurm_fixture import slurm_cluster, slurm_config  # noqa: F401  (module fixture)
 from tests.integration.test_data_fanout import check_cluster_fan
 
 CLUSTER = """apiVersion: hetflow/v1
@@ -53,18 +52,7 @@ steps:
 
 
 def _config(tmp_path: Path, cluster: LocalSlurm) -> str:
-    settings = {
-        "backend": "slurm",
-        "cluster": write(tmp_path, CLUSTER, "cluster.yaml"),
-        "workdir": str(cluster.workdir / "runs"),
-        "slurm": {
-            "partition": cluster.partition,
-            "slurm_conf": str(cluster.conf_path),
-            "device_dir": cluster.device_dir,
-            "stop_timeout": 5,
-        },
-    }
-    return write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    return slurm_config(tmp_path, cluster, CLUSTER)
 
 
 def test_workflow_runs_on_slurm_and_reads_back_the_same(hf: Hetflow, tmp_path: Path, slurm_cluster: LocalSlurm) -> None:  # noqa: F811

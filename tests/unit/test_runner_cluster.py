@@ -96,8 +96,14 @@ CLASSES = (
 )
 
 
-def _runner(w: World, backend: QueueBackend) -> Runner:
-    placements = {
+def cluster_runner(
+    w: World,
+    backend: QueueBackend,
+    placements: dict[str, Placement] | None = None,
+    classes: tuple[MachineClass, ...] = CLASSES,
+) -> Runner:
+    """The runner of a cluster run: CHAIN's plan (b on the T4 node) unless ``placements``."""
+    placements = placements or {
         s: Placement(
             s, "default", "cpu.std-0" if s != "b" else "gpu.t4-0", "cpu.std" if s != "b" else "gpu.t4", 0.0, 1.0, 1.0, 0
         )
@@ -115,7 +121,7 @@ def _runner(w: World, backend: QueueBackend) -> Runner:
         alive=lambda p: False,
         backend=backend,
         placements=placements,
-        classes=CLASSES,
+        classes=classes,
     )
 
 
@@ -124,7 +130,7 @@ def test_children_are_submitted_ahead_with_their_parents_named(tmp_path: Path) -
         tmp_path, CHAIN, outcomes={"a": [Outcome(files={"o": b"1"}, duration=5)], "b": [Outcome(files={"o": b"2"})]}
     )
     backend = QueueBackend(w.engine)
-    assert _runner(w, backend).execute() == "succeeded"
+    assert cluster_runner(w, backend).execute() == "succeeded"
     rid = w.run.id
     assert [(n, d) for n, d, _ in backend.submitted] == [
         (f"hf-{rid}-a-1", ()),
@@ -150,7 +156,7 @@ def test_a_child_dropped_for_its_failed_parent_is_submitted_again_outside_its_re
         outcomes={"a": [Outcome(exit_code=1), Outcome(files={"o": b"1"})], "b": [Outcome(files={"o": b"2"})]},
     )
     backend = QueueBackend(w.engine)
-    assert _runner(w, backend).execute() == "succeeded"
+    assert cluster_runner(w, backend).execute() == "succeeded"
     rid = w.run.id
     assert f"hf-{rid}-b-1" in backend.dropped  # held behind a-1, which failed
     b_jobs = [n for n, _, _ in backend.submitted if n.startswith(f"hf-{rid}-b-")]
@@ -165,7 +171,7 @@ def test_what_the_engine_says_a_queued_job_waits_for_is_the_steps_reason_until_i
         tmp_path, CHAIN, outcomes={"a": [Outcome(files={"o": b"1"}, duration=5)], "b": [Outcome(files={"o": b"2"})]}
     )
     backend = QueueBackend(w.engine)
-    assert _runner(w, backend).execute() == "succeeded"
+    assert cluster_runner(w, backend).execute() == "succeeded"
     rid = w.run.id
     events = [e.message for e in w.store.events(rid) if e.step == "b"]
     held = [m for m in events if m == f"hf-{rid}-b-1 pending: Dependency"]

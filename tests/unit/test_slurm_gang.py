@@ -15,11 +15,10 @@ from hetflow.execute.backends.slurm import SlurmSettings, sbatch_args
 from hetflow.execute.backends.slurm.gang import gang_code, gang_scripts
 from hetflow.execute.engine import ContainerSpec, Mount
 from hetflow.execute.mpilaunch import MPI_MOUNT, MpiError, MpiPeer, placeholder_host, resolve_hosts, ssh_config_text
-from hetflow.execute.runner import Runner
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.spec import Gang
 from tests.unit.builders import Outcome, world
-from tests.unit.test_runner_cluster import QueueBackend
+from tests.unit.test_runner_cluster import QueueBackend, cluster_runner
 
 
 def _job(gang: Gang, *, gpus: int = 0, cpus: float = 1.5, memory: int = 3 << 30, nodes: int = 1) -> Job:
@@ -149,20 +148,7 @@ def test_a_cluster_engine_gets_replica_templates_and_the_plans_nodes(tmp_path: P
         "train", "default", "gpu2-0", "gpu2", 0.0, 1.0, 1.0, 1 << 30, (0,), ranks=(("gpu2-0", (0,)), ("gpu2-1", (0,)))
     )
     classes = (MachineClass("gpu2", 2, 8, 32 << 30, gpus=2, gpu_model="NVIDIA A100-SXM4-40GB"),)
-    Runner(
-        store=w.store,
-        node=w.node,
-        workflow=w.loaded.workflow,
-        run=w.store.run(w.run.id),
-        config=w.config,
-        clock=w.clock,
-        sleep=w.clock.sleep,
-        pid=4242,
-        alive=lambda p: False,
-        backend=backend,
-        placements={"train": placed},
-        classes=classes,
-    ).execute()
+    assert cluster_runner(w, backend, {"train": placed}, classes).execute() == "succeeded"
     (job,) = backend.jobs.values()
     assert job.gang is not None and job.nodes == 2 and job.gpus == 1 and job.node_class == "gpu2"
     assert [r.name for r in job.ranks] == [job.name, f"{job.name}-r1"]
