@@ -12,8 +12,9 @@ import pytest
 
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm import SlurmSettings, sbatch_args
-from hetflow.execute.backends.slurm.gang import gang_code, gang_scripts
+from hetflow.execute.backends.slurm.gang import FOLD, gang_scripts
 from hetflow.execute.engine import ContainerSpec, Mount
+from hetflow.execute.gang import gang_state
 from hetflow.execute.mpilaunch import MPI_MOUNT, MpiError, MpiPeer, placeholder_host, resolve_hosts, ssh_config_text
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.spec import Gang
@@ -90,8 +91,15 @@ def test_a_single_step_keeps_its_one_task_allocation() -> None:
         ({1: 0}, True, 137),
     ],
 )
-def test_the_gangs_exit_code(codes: dict[int, int | None], lead: bool, want: int) -> None:
-    assert gang_code(codes, 2, lead=lead) == want
+def test_the_gangs_exit_code(tmp_path: Path, codes: dict[int, int], lead: bool, want: int) -> None:
+    """The batch step's shell fold over the replicas' exit files, run by bash, gives what the
+    local backend's ``gang_state`` gives for the same replicas."""
+    for rank, code in codes.items():
+        (tmp_path / f"job.r{rank}.exit").write_text(f"{code} node\n")
+    script = f"name=job; jobdir={tmp_path}; world=2; lead={int(lead)}\n{FOLD}echo $code\n"
+    got = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.strip()
+    folded = gang_state({r: (False, c, "exited") for r, c in codes.items()}, 2, lead=lead).exit_code
+    assert int(got) == folded == want
 
 
 def test_the_scripts_are_bash_with_one_arm_per_replica(tmp_path: Path) -> None:

@@ -26,7 +26,7 @@ replicas on one node never share a GPU, and maps them to device nodes as a singl
 Ending: each task writes ``NAME.r<RANK>.exit``.  Under ``launcher: mpi`` replica 0 decides
 (the workers serve its ``mpirun``): when it ends the others are stopped.  Otherwise a
 replica that fails stops the rest.  The batch step folds the replicas' codes into the
-job's (``gang_code``: the first failure hetflow did not cause, as ``execute.gang`` does)
+job's (``FOLD``: the first failure hetflow did not cause, as ``execute.gang`` does)
 and writes ``NAME.exit`` as a single step's script does, so ``poll`` reads a gang as one job.
 """
 
@@ -35,7 +35,6 @@ from __future__ import annotations
 import math
 import os
 import shlex
-from collections.abc import Mapping
 from pathlib import Path
 
 from hetflow.errors import EngineError
@@ -65,17 +64,22 @@ def gang_sbatch_args(job: Job, settings: SlurmSettings) -> list[str]:
     return args
 
 
-def gang_code(codes: Mapping[int, int | None], world: int, *, lead: bool) -> int:
-    """The gang's exit code from its replicas' (absent or None: the replica left no code,
-    counted as killed, 137).  ``lead``: replica 0 decides (mpi).  Otherwise the first failure
-    hetflow did not cause by stopping a replica (137, 143), then any failure, else 0.  The
-    batch script applies this rule in shell; this is its tested statement."""
-    got = [137 if codes.get(r) is None else int(codes[r] or 0) for r in range(world)]
-    if lead:
-        return got[0]
-    failed = [c for c in got if c]
-    own = [c for c in failed if c not in (137, 143)]
-    return own[0] if own else failed[0] if failed else 0
+# The gang's exit code from the replicas' NAME.r<RANK>.exit files, in shell (the batch step
+# runs it): the rule of ``execute.gang.gang_state``, which the unit tests hold it to.  Under
+# mpi (``lead=1``) replica 0's code; otherwise the first failure hetflow did not cause by
+# stopping a replica (137, 143), then any failure, else 0.  A replica that left no code
+# counts as killed (137).
+FOLD = """code=0; first=""; own=""
+for ((r = 0; r < world; r++)); do
+  c=$(cut -d' ' -f1 "$jobdir/$name.r$r.exit" 2>/dev/null); c=${c:-137}
+  if [ "$lead" = 1 ]; then code=$c; break; fi
+  if [ "$c" != 0 ]; then
+    first=${first:-$c}
+    if [ "$c" != 137 ] && [ "$c" != 143 ]; then own=${own:-$c}; fi
+  fi
+done
+if [ "$lead" != 1 ]; then code=${own:-${first:-0}}; fi
+"""
 
 
 _BATCH = """#!/bin/bash
@@ -98,19 +102,7 @@ srun --ntasks={world} --cpus-per-task={cpus} --kill-on-bad-exit=0 --job-name="$n
   /bin/bash "$jobdir/$name.task.sh" </dev/null &
 pid=$!
 while kill -0 "$pid" 2>/dev/null; do wait "$pid"; done
-# the gang's code (gang.gang_code): under mpi replica 0's; otherwise the first failure
-# that hetflow did not cause by stopping the replica (137, 143), then any failure
-code=0; first=""; own=""
-for ((r = 0; r < world; r++)); do
-  c=$(cut -d' ' -f1 "$jobdir/$name.r$r.exit" 2>/dev/null); c=${{c:-137}}
-  if [ "$lead" = 1 ]; then code=$c; break; fi
-  if [ "$c" != 0 ]; then
-    first=${{first:-$c}}
-    if [ "$c" != 137 ] && [ "$c" != 143 ]; then own=${{own:-$c}}; fi
-  fi
-done
-if [ "$lead" != 1 ]; then code=${{own:-${{first:-0}}}}; fi
-if [ "$stopping" = 1 ] && [ "$code" = 0 ]; then code=143; fi
+{fold}if [ "$stopping" = 1 ] && [ "$code" = 0 ]; then code=143; fi
 finish "$code"
 """
 
@@ -254,6 +246,7 @@ def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hoo
         world=gang.replicas,
         lead=lead,
         cpus=max(1, math.ceil(job.cpus)),
+        fold=FOLD,
     )
     task = _TASK.format(
         name=q(job.name),
