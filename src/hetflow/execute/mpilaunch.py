@@ -32,11 +32,12 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from hetflow.errors import HetflowError
+from hetflow.execute.engine import Mount
 
 __all__ = [
     "MPI_MOUNT",
@@ -46,6 +47,7 @@ __all__ = [
     "launcher_command",
     "mca_params",
     "mpi_env",
+    "mpi_folder",
     "placeholder_host",
     "resolve_hosts",
     "worker_command",
@@ -176,6 +178,12 @@ def _is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+def mpi_folder(mounts: Iterable[Mount], mount: str = MPI_MOUNT) -> str | None:
+    """The host folder of a replica's MPI gang files (what is mounted at ``mount``), or
+    None: the replica is not in an MPI gang."""
+    return next((m.source for m in mounts if m.target == mount), None)
 
 
 def placeholder_host(rank: int) -> str:

@@ -27,7 +27,7 @@ from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.ray.translate import MARKER, NODE_LABEL, NODE_RESOURCE, RayNode, TaskRequest, task_request
 from hetflow.execute.engine import ContainerSpec
 from hetflow.execute.gang import layout, replica_env
-from hetflow.execute.mpilaunch import MPI_MOUNT, SSH_CONFIG
+from hetflow.execute.mpilaunch import SSH_CONFIG, mpi_folder
 from hetflow.spec import Gang
 
 STRICT_SPREAD = "STRICT_SPREAD"
@@ -155,8 +155,7 @@ def replica_specs(
     assigned there."""
     if len(node_ids) != len(ranks):
         raise ValueError(f"{len(node_ids)} nodes for {len(ranks)} replicas")
-    hosts = [addresses[n] for n in node_ids]
-    plan = layout(hosts, list(node_ids))
+    plan = layout(hosts_of(node_ids, addresses), list(node_ids))
     return tuple(
         replace(spec, env={**spec.env, **replica_env(gang, plan, i), NODE_ENV: names.get(node_ids[i], node_ids[i])})
         for i, spec in enumerate(ranks)
@@ -164,12 +163,11 @@ def replica_specs(
 
 
 def hosts_of(node_ids: Sequence[str], addresses: Mapping[str, str]) -> list[str]:
+    """Each replica's address, from the node its bundle landed on."""
     return [addresses[n] for n in node_ids]
 
 
 def mpi_ssh_config(spec: ContainerSpec) -> str | None:
-    """The host side path of an MPI gang's ssh_config (the mount at ``MPI_MOUNT``), or None."""
-    for m in spec.mounts:
-        if m.target == MPI_MOUNT:
-            return f"{m.source.rstrip('/')}/{SSH_CONFIG}"
-    return None
+    """The host side path of an MPI gang's ssh_config, or None: not an MPI gang."""
+    folder = mpi_folder(spec.mounts)
+    return None if folder is None else f"{folder.rstrip('/')}/{SSH_CONFIG}"

@@ -42,7 +42,7 @@ from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.engine import ContainerSpec, run_args
-from hetflow.execute.mpilaunch import MPI_MOUNT
+from hetflow.execute.mpilaunch import mpi_folder
 
 BARRIER_TIMEOUT = 300  # seconds a replica waits for the others to report their node
 
@@ -238,7 +238,7 @@ def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hoo
         raise EngineError(f"{job.name}: {len(ranks)} replica containers for a gang of {gang.replicas}")
     q = shlex.quote
     lead = "1" if gang.launcher == "mpi" else "0"
-    mpi_dir = next((m.source for m in ranks[0].mounts if m.target == MPI_MOUNT), "")
+    mpi_dir = mpi_folder(ranks[0].mounts) or ""
     batch = _BATCH.format(
         name=q(job.name),
         run_id=job.run_id,
