@@ -5,8 +5,10 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
+from hetflow.plan.compiled import Compiled
 from hetflow.plan.instance import Instance
-from hetflow.plan.timeline import Compiled, ListPass, MachineTimeline, Rule
+from hetflow.plan.listpass import ListPass, Rule
+from hetflow.plan.timeline import MachineTimeline
 from tests.unit.test_planner_builders import instances
 
 GIB = 1024**3

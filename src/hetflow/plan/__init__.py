@@ -6,7 +6,8 @@ filters     one family of feasibility filters (Filter plugins over a NodeView: a
 score       score plugins: how a list pass ranks a task's candidate placements
 build       workflow + node classes -> Instance (filters, estimates, edge sizes)
 heuristic   HEFT-family list scheduling with variant choice and local search
-            (timeline: the machines' timelines and one pass); exact: CP-SAT
+            (listpass: one pass; compiled: the indexed instance; timeline: one
+            machine's use over time); exact: CP-SAT
 explanation why every other (variant, class) lost, as frozen values report renders
 choose      variant choice for the local runner; local: the plan for this machine
 cluster     cluster and catalog files; virtual: the virtual-cluster Pareto search

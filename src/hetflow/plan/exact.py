@@ -46,10 +46,10 @@ from functools import reduce
 from typing import Any
 
 from hetflow.errors import HetflowError
+from hetflow.plan.compiled import Choice, Compiled
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.heuristic import OBJECTIVES, plan_heuristic
 from hetflow.plan.instance import Instance, Placement, Plan
-from hetflow.plan.timeline import Choice, Compiled
 
 MAX_TASKS = 200
 MAX_LITERALS = 40_000  # task x option x machine presence literals

@@ -4,7 +4,7 @@
 tasks by decreasing upward rank (mean run time over the task's options, full transfer time
 on every edge), each placed where it finishes first, inserted into the earliest gap that
 holds it for its whole run time.  Here "where" is a variant *and* a machine, and a machine
-holds several tasks at once when their cores, memory and GPUs fit (``timeline.py``).
+holds several tasks at once when their cores, memory and GPUs fit (``timeline.py``, ``listpass.py``).
 
 ``plan_heuristic`` keeps the best of:
 
@@ -33,9 +33,10 @@ import random
 from dataclasses import dataclass
 
 from hetflow.errors import HetflowError
+from hetflow.plan.compiled import Choice, Compiled
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.instance import Instance, Placement, Plan
-from hetflow.plan.timeline import Choice, Compiled, ListPass, Rule, Schedule, build_fixed
+from hetflow.plan.listpass import ListPass, Rule, Schedule, build_fixed
 
 OBJECTIVES = ("makespan", "cost")
 GPU_POLICIES = ("avoid", "allow")

@@ -2,7 +2,7 @@
 
 Filters (``plan.filters``) decide where a task *can* run; a score decides where it
 *should*, as the Kubernetes scheduler framework separates Filter from Score.  A pass
-(``plan.timeline.ListPass``) asks its rule's score to pick one candidate per task; most
+(``plan.listpass.ListPass``) asks its rule's score to pick one candidate per task; most
 scores rank the candidates the filters and the GPU policy allowed by a key (lowest wins),
 and earliest finish, the default, searches the machines with pruning instead of listing
 every candidate.
@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from hetflow.plan.timeline import Candidate, ListPass
+    from hetflow.plan.listpass import Candidate, ListPass
 
 
 class Score(Protocol):

@@ -1,0 +1,145 @@
+"""The planning instance as the schedulers see it: ``Compiled`` holds tasks, the options
+that fit (each a ``Choice``, a gang's with its per-node limit and comm times), machines and
+edges with transfer times, as integer-indexed arrays; ``exact`` and ``heuristic`` share it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from hetflow.errors import HetflowError, NoFitError
+from hetflow.plan.cost import placement_cost
+from hetflow.plan.gangs import comm_time, fit_per_node
+from hetflow.plan.instance import Instance, Task
+from hetflow.plan.timeline import MachineTimeline
+
+
+@dataclass(frozen=True)
+class Choice:
+    """One option of a task, as the scheduler sees it."""
+
+    index: int  # position in ``task.options``
+    cls: int  # index into ``instance.classes``
+    runtime: float
+    cores: float  # demand on the timeline: 1 per task in the one-task-per-machine model
+    memory: int
+    gpus: int
+    cost: float  # dollars, ``plan.cost``'s model; the same on every machine of the class
+    cpu_on_gpu: bool  # no GPU used, on a class that has GPUs (``gpu_policy="avoid"``)
+    # A gang (``plan.gangs``): replicas placed together, at most ``per_node`` on a machine,
+    # running ``runtime + comm1`` on one machine and ``runtime + comm_n`` across several.
+    replicas: int = 1
+    per_node: int = 1
+    comm1: float = 0.0
+    comm_n: float = 0.0
+
+    @property
+    def gang(self) -> bool:
+        return self.replicas > 1
+
+
+class Compiled:
+    """An ``Instance`` as integer-indexed arrays: tasks, choices, machines, edges.
+
+    Machines are numbered class by class, in the order of ``instance.classes``; machine
+    ``first[c] + i`` is ``"<class>-<i>"``."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        self.one_task = instance.one_task_per_machine
+        self.names = [t.name for t in instance.tasks]
+        self.n = len(self.names)
+        index = {name: i for i, name in enumerate(self.names)}
+        if len(index) != self.n:
+            raise HetflowError("two tasks of the instance have the same name; task names must be unique")
+        self.classes = instance.classes
+        self.first: list[int] = []
+        self.count: list[int] = []
+        self.machine_class: list[int] = []
+        self.machine_name: list[str] = []
+        for c, cls in enumerate(self.classes):
+            self.first.append(len(self.machine_class))
+            self.count.append(cls.count)
+            for name in cls.machine_ids():
+                self.machine_class.append(c)
+                self.machine_name.append(name)
+        self.m = len(self.machine_class)
+        self.parents: list[list[tuple[int, float]]] = [[] for _ in range(self.n)]
+        self.children: list[list[tuple[int, float]]] = [[] for _ in range(self.n)]
+        for e in instance.edges:
+            if e.parent not in index or e.child not in index:
+                raise HetflowError(f"edge {e.parent!r} -> {e.child!r} names a task that is not in the instance")
+            comm = self.transfer_time(e.bytes)
+            self.parents[index[e.child]].append((index[e.parent], comm))
+            self.children[index[e.parent]].append((index[e.child], comm))
+        self.choices = [self._compile(task) for task in instance.tasks]
+
+    def transfer_time(self, nbytes: float) -> float:
+        if nbytes <= 0:
+            return 0.0
+        if self.instance.bandwidth <= 0:
+            raise HetflowError(f"bandwidth is {self.instance.bandwidth:g} bytes/s; it must be positive")
+        return nbytes / self.instance.bandwidth
+
+    def _compile(self, task: Task) -> list[Choice]:
+        by_name = {cls.name: c for c, cls in enumerate(self.classes)}
+        out: list[Choice] = []
+        why: list[str] = [f"{r.variant} on {r.machine_class}: {r.reason}" for r in task.rejected]
+        for k, o in enumerate(task.options):
+            c = by_name.get(o.machine_class)
+            if c is None or self.classes[c].count <= 0:
+                why.append(f"{o.variant} on {o.machine_class}: the cluster has no machine of that class")
+                continue
+            cls = self.classes[c]
+            too_big = o.gpus > cls.gpus or (not self.one_task and (o.cores > cls.cores or o.memory > cls.memory))
+            if too_big:
+                why.append(f"{o.variant} on {o.machine_class}: asks for more than a whole machine")
+                continue
+            cost = placement_cost(cls, o.runtime, o.cores, o.memory, o.gpus, self.one_task)
+            cores, memory = (1.0, 0) if self.one_task else (o.cores, o.memory)
+            if task.replicas > 1:
+                ch = self._gang_choice(task, k, c, cores, memory, cost)
+                if ch.per_node * cls.count < task.replicas:  # hand-made instances; build filters these
+                    why.append(
+                        f"{o.variant} on {o.machine_class}: {task.replicas} replicas at most {ch.per_node} per "
+                        f"machine need {-(-task.replicas // ch.per_node)} machines, and the class has {cls.count}"
+                    )
+                    continue
+                out.append(ch)
+                continue
+            out.append(Choice(k, c, o.runtime, cores, memory, o.gpus, cost, o.gpus == 0 and cls.gpus > 0))
+        if not out:
+            raise NoFitError(f"task {task.name!r} has no option that fits a machine" + "".join(f"; {w}" for w in why))
+        return out
+
+    def _gang_choice(self, task: Task, k: int, c: int, cores: float, memory: int, cost: float) -> Choice:
+        o, cls = task.options[k], self.classes[c]
+        fit, _ = fit_per_node(cls, o.cores, o.memory, o.gpus, self.one_task)
+        per_node = max(1, min(fit, task.per_node or fit, task.replicas))
+        bw = self.instance.bandwidth
+        comm1 = comm_time(cls, task.replicas, o.gpus, task.comm_bytes, 1, bw)
+        comm_n = comm_time(cls, task.replicas, o.gpus, task.comm_bytes, 2, bw)
+        cheapest = o.runtime + (comm1 if per_node >= task.replicas else comm_n)
+        cost = cost / max(o.runtime, 1e-12) * cheapest * task.replicas if o.runtime > 0 else 0.0
+        return Choice(
+            k,
+            c,
+            o.runtime,
+            cores,
+            memory,
+            o.gpus,
+            cost,
+            o.gpus == 0 and cls.gpus > 0,
+            task.replicas,
+            per_node,
+            comm1,
+            comm_n,
+        )
+
+    def timelines(self) -> list[MachineTimeline]:
+        if self.one_task:
+            return [MachineTimeline(1.0, 0, self.classes[c].gpus) for c in self.machine_class]
+        return [
+            MachineTimeline(self.classes[c].cores, self.classes[c].memory, self.classes[c].gpus)
+            for c in self.machine_class
+        ]
