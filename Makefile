@@ -49,7 +49,7 @@ demo: install images
 		-o $(HETFLOW_HOME)/wordcount-report.html
 	@echo "report of the first wordcount run: $(HETFLOW_HOME)/wordcount-report.html"
 	@echo "== gang steps: two replicas started together on a private network; each rank's result"
-	$(HETFLOW) run examples/gang/workflow.yaml
+	$(HETFLOW) run --no-cache examples/gang/workflow.yaml  # the ranks' output is the point: run them every time
 	@rid=$$($(HETFLOW) ps --all --json | $(PY) -c 'import json, sys; print(json.load(sys.stdin)[0]["id"])'); \
 	for r in 0 1; do echo "-- torch (torchrun contract), rank $$r:"; $(HETFLOW) logs $$rid torch --rank $$r; done; \
 	echo "-- mpi (mpirun in replica 0 over ssh to replica 1), every rank:"; $(HETFLOW) logs $$rid mpi

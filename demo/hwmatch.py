@@ -405,7 +405,9 @@ class Demo:
         target = self.workdir / "workflow.yaml"
         target.write_text(text)
         self.say(f"{template} with ${{REGISTRY}} = {registry.host} -> {target}")
-        out = self.hetflow("run", str(target), what="running the workflow", timeout=600)
+        # --no-cache: the point is which build runs here; a second `make demo` would otherwise
+        # take both steps from the first one's cache and run no image at all
+        out = self.hetflow("run", "--no-cache", str(target), what="running the workflow", timeout=600)
         match = re.search(r"^run ([0-9a-f]{8}) ", out, re.MULTILINE)
         if match is None:
             raise DemoError("`hetflow run` printed no run id")
