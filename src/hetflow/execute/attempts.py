@@ -5,11 +5,13 @@ the next decision, so a run killed at any instant resumes from the store."""
 from __future__ import annotations
 
 import os
+import queue
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetflow.execute.backends.base import Backend, MeasuresUsage
+from hetflow.execute.backends.base import Backend, MeasuresOnRelease, MeasuresUsage
+from hetflow.execute.engine import Usage
 from hetflow.execute.logs import log_tail
 from hetflow.execute.outputs import accept_outputs, missing_outputs
 from hetflow.execute.paths import RunPaths
@@ -86,6 +88,8 @@ class Attempts:
         self.publisher: Publisher = publisher or publish_step
         self.on_success = on_success
         self._to_remove: list[str] = []
+        self._measure: dict[str, tuple[str, int]] = {}  # container -> (step, attempt) whose usage is due
+        self._measured: queue.SimpleQueue[tuple[str, Usage]] = queue.SimpleQueue()
 
     def emit(self, event: RunEvent) -> None:
         """The runner's one way to add to the run's event stream."""
@@ -117,22 +121,41 @@ class Attempts:
         self.store.set_step(self.run_id, act.step, reason=shown, event=event)
 
     def record_usage(self, act: Active) -> None:
-        """Store what the attempt used, read before its container (and cgroup) is removed.
-        Backends that cannot measure leave it unknown (NULL), never a guess."""
+        """Store what the attempt used, read before its container (and cgroup) is removed:
+        where the backend reads it as it releases the container (podman), that happens
+        off the runner's path and ``store_usage`` stores it; a run killed meanwhile leaves
+        it unknown.  Backends that cannot measure leave it unknown (NULL), never a guess."""
         if not isinstance(self.backend, MeasuresUsage) or act.measured:
             return
         act.measured = True  # read once: the cgroup is gone after
-        u = self.backend.usage(act.container)
+        if isinstance(self.backend, MeasuresOnRelease):
+            self._measure[act.container] = (act.step, act.attempt)
+            return
+        self._set_usage(act.step, act.attempt, self.backend.usage(act.container))
+
+    def _set_usage(self, step: str, attempt: int, u: Usage) -> None:
         self.store.set_usage(
             self.run_id,
-            act.step,
-            act.attempt,
+            step,
+            attempt,
             peak_memory=u.peak_memory,
             cpu_seconds=u.cpu_seconds,
             image_id=u.image_id,
             run_started=u.started,
             run_ended=u.ended,
         )
+
+    def store_usage(self) -> None:
+        """Store the usage the backend has read since the last call (the store is this
+        thread's; the backend may read it on another)."""
+        while True:
+            try:
+                name, u = self._measured.get_nowait()
+            except queue.Empty:
+                return
+            where = self._measure.pop(name, None)
+            if where is not None:
+                self._set_usage(*where, u)
 
     def finalize(self, act: Active, exit_code: int) -> None:
         step = self.wf.steps[act.step]
@@ -240,7 +263,11 @@ class Attempts:
         """Remove finished containers in one engine call (their results are stored)."""
         if self._to_remove:
             names, self._to_remove = self._to_remove, []
-            self.backend.release(names)
+            if isinstance(self.backend, MeasuresOnRelease):
+                measure = [n for n in names if n in self._measure]
+                self.backend.release_measured(names, measure, lambda n, u: self._measured.put((n, u)))
+            else:
+                self.backend.release(names)
 
 
 def exit_reason(code: int) -> str:

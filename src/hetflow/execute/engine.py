@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
-import threading
-from collections.abc import Callable, Iterable, Mapping
+import tempfile
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -21,6 +22,7 @@ from typing import Any, Protocol, runtime_checkable
 from hetflow.config import SHARE, engine_env, find_engine
 from hetflow.errors import EngineError
 from hetflow.execute import cgroups
+from hetflow.execute.exits import Batches, ExitWatch
 
 LABEL_RUN = "hetflow.run"
 LABEL_STEP = "hetflow.step"
@@ -71,6 +73,7 @@ class Usage:
 
 
 UNKNOWN = Usage()
+Measured = Callable[[str, Usage], None]  # given what a removed container used
 
 
 @dataclass(frozen=True)
@@ -80,6 +83,16 @@ class ContainerState:
     exit_code: int | None
     status: str  # engine's word: created, running, exited, ...
     labels: Mapping[str, str] = field(default_factory=dict)  # where the engine lists them (podman, fake)
+
+
+@dataclass(frozen=True)
+class _Removal:
+    """Containers to remove (reading first what those in ``measure`` used), or a network."""
+
+    containers: tuple[str, ...] = ()
+    measure: tuple[str, ...] = ()
+    measured: Measured | None = None
+    network: str = ""
 
 
 class ContainerEngine(Protocol):
@@ -112,13 +125,15 @@ class Networks(Protocol):
     def remove_network(self, name: str) -> None: ...
 
 
-def run_args(spec: ContainerSpec, *, engine: str = "podman") -> list[str]:
+def run_args(spec: ContainerSpec, *, engine: str = "podman", monitor_pidfile: Path | None = None) -> list[str]:
     """The ``run -d`` arguments: the hardening that trusted runtimes apply (all
     capabilities dropped, no-new-privileges, read-only root, tmpfs /tmp, no network
-    unless asked), the submitter's UID:GID, and only the devices given."""
+    unless asked), the submitter's UID:GID, and only the devices given.  podman writes the
+    container's monitor PID to ``monitor_pidfile`` (``exits.ExitWatch`` follows it)."""
     args = [
         "run",
         "-d",
+        *(["--conmon-pidfile", str(monitor_pidfile)] if monitor_pidfile is not None and engine == "podman" else []),
         "--name",
         spec.name,
         "--user",
@@ -177,6 +192,10 @@ class CliEngine:
         self._global = ["--hooks-dir", str(SHARE / "hooks.d")] if self.name == "podman" else []
         # Per-attempt parent cgroups need cgroupfs (hetflow's containers.conf) and root.
         self._cgroups = cgroups.detect() if self.name == "podman" else None
+        self._watch: ExitWatch | None = None  # the watched run's containers (``watch``)
+        self._watch_run: str | None = None
+        self._pid_dir: Path | None = None  # where conmon writes each container's monitor PID
+        self._later: Batches[_Removal] | None = None  # removals in the background while a run is watched
 
     def _run(self, args: list[str], *, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         try:
@@ -211,6 +230,9 @@ class CliEngine:
             raise EngineError(f"{self.name} could not create network {name}: {err[-1] if err else proc.returncode}")
 
     def remove_network(self, name: str) -> None:
+        self._now_or_later(_Removal(network=name))
+
+    def _remove_network_now(self, name: str) -> None:
         self._run(["network", "rm", "-f", name], check=False)
 
     def image_id(self, image: str) -> str | None:
@@ -227,7 +249,9 @@ class CliEngine:
     def start(self, spec: ContainerSpec) -> None:
         if self._cgroups is not None and cgroups.prepare(self._cgroups, spec.name):
             spec = replace(spec, cgroup_parent=cgroups.parent_path(spec.name))
-        proc = self._run(run_args(spec, engine=self.name), check=False)
+        watch = self._watching(spec.labels.get(LABEL_RUN))
+        pidfile = self._pid_dir / spec.name if watch is not None and self._pid_dir is not None else None
+        proc = self._run(run_args(spec, engine=self.name, monitor_pidfile=pidfile), check=False)
         if proc.returncode != 0:
             # A container the runtime could not start stays "created"; remove it so the
             # same deterministic name can be used again.
@@ -235,8 +259,16 @@ class CliEngine:
             self._remove_cgroups([spec.name])
             err = proc.stderr.strip().splitlines()
             raise EngineError(f"{self.name} could not start {spec.name}: {err[-1] if err else proc.returncode}")
+        if watch is not None:
+            watch.follow(spec.name, spec.labels, _read_pid(pidfile))
 
     def states(self, run_id: str) -> dict[str, ContainerState]:
+        watch = self._watching(run_id)
+        if watch is not None:
+            return {
+                name: ContainerState(name, running, code, status, labels)
+                for name, (running, code, status, labels) in watch.snapshot().items()
+            }
         proc = self._run(["ps", "-a", "--filter", f"label={LABEL_RUN}={run_id}", "--format", "json"])
         out: dict[str, ContainerState] = {}
         for c in json.loads(proc.stdout or "[]") or []:
@@ -261,11 +293,43 @@ class CliEngine:
         if names:
             self._run(["stop", "--ignore", "-t", str(timeout), *names], check=False, timeout=timeout + 60)
 
-    def remove(self, names: Iterable[str]) -> None:
+    def remove(self, names: Iterable[str], *, measure: Collection[str] = (), measured: Measured | None = None) -> None:
+        """Remove the containers (and their cgroups); while a run is watched, in the
+        background, in order with network removals (``exits.Later``).  For each name in
+        ``measure``, what it used is read first and given to ``measured`` (then perhaps
+        later, from that background thread)."""
         names = list(names)
+        if not names:
+            return
+        if self._watch is not None:
+            self._watch.forget(names)
+        wanted = tuple(n for n in names if n in measure) if measured is not None else ()
+        self._now_or_later(_Removal(tuple(names), wanted, measured))
+
+    def _now_or_later(self, item: _Removal) -> None:
+        if self._later is not None:
+            self._later.put(item)
+        else:
+            self._removals([item])
+
+    def _removals(self, batch: list[_Removal]) -> None:
+        """One batch: read what the measured containers used (one ``inspect`` for all),
+        remove every container (one ``rm``) and its cgroup, then the networks."""
+        wanted = [(n, r.measured) for r in batch for n in r.measure if r.measured is not None]
+        if wanted:
+            entries = self._inspect_entries([n for n, _ in wanted])
+            for n, measured in wanted:
+                measured(n, self._usage_of(n, entries.get(n)))
+        names = [n for r in batch for n in r.containers]
         if names:
-            self._run(["rm", "-f", "--ignore", *names], check=False)
-            self._remove_cgroups(names)
+            self._remove_now(names)
+        for r in batch:
+            if r.network:
+                self._remove_network_now(r.network)
+
+    def _remove_now(self, names: list[str]) -> None:
+        self._run(["rm", "-f", "--ignore", *names], check=False)
+        self._remove_cgroups(names)
 
     def _remove_cgroups(self, names: Iterable[str]) -> None:
         if self._cgroups is not None:
@@ -275,61 +339,66 @@ class CliEngine:
     def usage(self, name: str) -> Usage:
         """The image and run times from ``inspect``, peak memory and CPU time from the
         attempt's parent cgroup (absent when the container ran without one)."""
-        proc = self._run(["inspect", "--type", "container", "--format", "json", name], check=False)
-        try:
-            info = json.loads(proc.stdout or "[]")
-        except json.JSONDecodeError:
-            info = []
-        found = usage_from_inspect(info[0]) if isinstance(info, list) and info else UNKNOWN
+        return self._usage_of(name, self._inspect_entry(name))
+
+    def _usage_of(self, name: str, entry: Mapping[str, Any] | None) -> Usage:
+        found = usage_from_inspect(entry) if entry else UNKNOWN
         if self._cgroups is None:
             return found
         measured = cgroups.read_usage(self._cgroups, name)
         return replace(found, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds)
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
-        """Follow the engine's event stream (``podman events``, like ``kubectl get -w``) so
-        the runner learns of an exit at once instead of at its next poll."""
-        died = "died" if self.name == "podman" else "die"
-        name_fmt = "{{.Name}}" if self.name == "podman" else "{{.Actor.Attributes.name}}"
-        try:
-            proc = subprocess.Popen(
-                [
-                    self.binary,
-                    *self._global,
-                    "events",
-                    "--filter",
-                    f"label={LABEL_RUN}={run_id}",
-                    "--filter",
-                    f"event={died}",
-                    "--format",
-                    name_fmt,
-                ],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.DEVNULL,
-                stdin=subprocess.DEVNULL,
-                env=self._env,
-                text=True,
-            )
-        except OSError:
-            return None
-
-        def read() -> None:
-            assert proc.stdout is not None
-            for line in proc.stdout:
-                # "died" comes before the engine records the exit; `wait` returns once it has.
-                self._run(["wait", line.strip()], check=False, timeout=60)
-                wake()
-
-        threading.Thread(target=read, name=f"events-{run_id}", daemon=True).start()
+        """Call ``wake`` the moment a container of the run exits (``exits.ExitWatch``: each
+        container's monitor followed through a pidfd), keep the run's containers known
+        without ``ps``, and remove finished ones in the background; the stopper ends it
+        all, waiting for the removals."""
+        if self._watch is not None:
+            return None  # one run per engine at a time; a second watcher polls
+        watch = ExitWatch(inspect=self._inspect_entry, wait_command=self._wait_command, wake=wake, env=self._env)
+        pids = Path(tempfile.mkdtemp(prefix="hetflow-monitors-")) if self.name == "podman" else None
+        for name, st in self.states(run_id).items():  # a resumed run's containers
+            if st.running:
+                entry = self._inspect_entry(name) or {}
+                pid = (entry.get("State") or {}).get("ConmonPid")
+                watch.follow(name, st.labels, int(pid) if pid else None)
+            else:
+                watch.known_exit(name, st.labels, st.status, st.exit_code if st.exit_code is not None else 255)
+        self._watch, self._watch_run, self._pid_dir = watch, run_id, pids
+        self._later = Batches(f"remove-{run_id}", self._removals)
 
         def stop() -> None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            watch.close()
+            later, self._later = self._later, None
+            if later is not None:
+                later.close()
+            self._watch, self._watch_run, self._pid_dir = None, None, None
+            if pids is not None:
+                shutil.rmtree(pids, ignore_errors=True)
 
         return stop
+
+    def _watching(self, run_id: str | None) -> ExitWatch | None:
+        return self._watch if self._watch is not None and run_id == self._watch_run else None
+
+    def _inspect_entry(self, name: str) -> Mapping[str, Any] | None:
+        return self._inspect_entries([name]).get(name)
+
+    def _inspect_entries(self, names: list[str]) -> dict[str, Mapping[str, Any]]:
+        """``inspect`` entries by name; one the engine does not have is absent (podman then
+        exits 125 but prints the others)."""
+        proc = self._run(["inspect", "--type", "container", "--format", "json", *names], check=False)
+        try:
+            info = json.loads(proc.stdout or "[]")
+        except json.JSONDecodeError:
+            info = []
+        entries = [e for e in info if isinstance(e, dict)] if isinstance(info, list) else []
+        return {str(e.get("Name", "")).lstrip("/"): e for e in entries}
+
+    def _wait_command(self, name: str, interval: str) -> list[str]:
+        # podman's wait polls, every 250 ms unless told; docker's waits on its own events
+        every = ["--interval", interval] if self.name == "podman" else []
+        return [self.binary, *self._global, "wait", *every, name]
 
 
 class DockerEngine(CliEngine):
@@ -347,6 +416,12 @@ class DockerEngine(CliEngine):
             self._logs[spec.name] = spec.log_path
 
     def states(self, run_id: str) -> dict[str, ContainerState]:
+        watch = self._watching(run_id)
+        if watch is not None:
+            return {
+                name: ContainerState(name, running, code, status, labels)
+                for name, (running, code, status, labels) in watch.snapshot().items()
+            }
         proc = self._run(["ps", "-a", "-q", "--filter", f"label={LABEL_RUN}={run_id}"])
         ids = proc.stdout.split()
         if not ids:
@@ -364,15 +439,24 @@ class DockerEngine(CliEngine):
         if names:
             self._run(["stop", "-t", str(timeout), *names], check=False, timeout=timeout + 60)
 
-    def remove(self, names: Iterable[str]) -> None:
-        names = list(names)
+    def _remove_now(self, names: list[str]) -> None:
         for n in names:
             path = self._logs.pop(n, None)
             if path:
                 logs = self._run(["logs", "--timestamps", n], check=False)
                 Path(path).write_text(cri_lines(logs.stdout, "stdout") + cri_lines(logs.stderr, "stderr"))
-        if names:
-            self._run(["rm", "-f", *names], check=False)
+        self._run(["rm", "-f", *names], check=False)
+
+
+def _read_pid(path: Path | None) -> int | None:
+    if path is None:
+        return None
+    try:
+        pid = int(path.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    path.unlink(missing_ok=True)
+    return pid
 
 
 def usage_from_inspect(info: Mapping[str, Any]) -> Usage:

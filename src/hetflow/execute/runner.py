@@ -185,15 +185,17 @@ class Runner:
                 self._expand_ready()
                 self._schedule()
                 self.attempts.flush_removals()
+                self.attempts.store_usage()
                 steps = self.store.steps(self.run_id)
                 self.reporter.update(self.store.run(self.run_id), steps)
                 if all(s.state in STEP_TERMINAL for s in steps) and not self.attempts.active:
                     return self._finish(steps)
                 self.sleep(self._next_wait(steps, interval))
         finally:
-            if stop_watch is not None:
-                stop_watch()
             self.attempts.flush_removals()
+            if stop_watch is not None:
+                stop_watch()  # waits for the removals (and the usage read before each)
+            self.attempts.store_usage()
             self.reporter.close()
 
     def _wait(self, timeout: float) -> None:

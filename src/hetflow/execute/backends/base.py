@@ -8,7 +8,7 @@ what is still running and what finished meanwhile: adoption is polling by name.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -108,3 +108,15 @@ class MeasuresUsage(Protocol):
 
     def usage(self, name: str) -> Usage:
         """Peak memory, CPU time, image and run times of a finished job, before ``release``."""
+
+
+@runtime_checkable
+class MeasuresOnRelease(Protocol):
+    """A backend that reads what finished jobs used as part of releasing them, off the
+    runner's path (podman: on a background thread, just before each container goes)."""
+
+    def release_measured(
+        self, names: Iterable[str], measure: Collection[str], measured: Callable[[str, Usage], None]
+    ) -> None:
+        """Release ``names``; for each in ``measure`` first call ``measured(name, usage)``,
+        perhaps later and from another thread."""

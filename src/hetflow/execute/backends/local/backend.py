@@ -8,7 +8,7 @@ one fails, so a gang fails (and is retried) whole."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
@@ -93,9 +93,22 @@ class LocalBackend:
         self.engine.stop(self._replicas(names))
 
     def release(self, names: Iterable[str]) -> None:
+        self.release_measured(names, (), None)
+
+    def release_measured(
+        self, names: Iterable[str], measure: Collection[str], measured: Callable[[str, Usage], None] | None
+    ) -> None:
+        """Remove the containers (every replica of a gang) and gang networks; podman reads
+        what each of ``measure`` used first, in the background while a run is watched."""
         names = list(names)
         everything = self._replicas(names)
-        self.engine.remove(everything)
+        if isinstance(self.engine, CliEngine):
+            self.engine.remove(everything, measure=measure, measured=measured)
+        else:
+            for n in measure:
+                if measured is not None:
+                    measured(n, self.usage(n))
+            self.engine.remove(everything)
         gangs = {rep[0] for x in everything if (rep := replica_of(x)) is not None}
         if isinstance(self.engine, Networks):
             for n in sorted(gangs):

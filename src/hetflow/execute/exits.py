@@ -1,0 +1,241 @@
+"""Knowing the moment a container exits, without asking the engine over and over.
+
+A run's executor used to learn of exits from ``podman events``, whose file backend is read
+every 250 ms, then ask ``podman wait``, ``podman ps`` and ``podman inspect`` in turn: four
+processes and a quarter second on the path from one step to the next.  Here one follower
+per container learns its exit code:
+
+- for its first second from ``podman wait --interval 10ms`` (most short steps end there);
+- after that from the kernel: the container's monitor (podman's conmon, whose PID
+  ``--conmon-pidfile`` wrote) is followed through a pidfd (``os.pidfd_open``), which costs
+  nothing while the step runs; when the monitor has gone, ``wait`` reads the code at once.
+
+Where there is no monitor PID to follow (docker, an old kernel) the engine's own ``wait``
+does it all.  The run's containers are then known without ``ps``; one the engine no longer
+has is dropped, so the runner reports it disappeared.  What an attempt used (``inspect``,
+the cgroup) is read later, off this path, just before its container is removed.
+
+``ExitWatch`` is one run's: started by ``CliEngine.watch`` and closed by the stopper it
+returns.  ``Batches`` runs removals (``rm``, cgroups, networks) in order on one thread, so
+removing a finished step's container overlaps the next step instead of delaying it;
+closing waits for them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import subprocess
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+Inspect = Callable[[str], "Mapping[str, Any] | None"]  # one ``inspect`` entry, None when gone
+WaitCommand = Callable[[str, str], list[str]]  # the engine's ``wait NAME`` argv, polling at an interval
+T = TypeVar("T")
+QUICK = 1.0  # seconds a step is waited for by polling before its monitor's pidfd takes over
+
+
+@dataclass(frozen=True)
+class Exited:
+    """What the engine said about a container once its monitor had gone."""
+
+    status: str
+    running: bool
+    exit_code: int | None
+
+
+def monitor_alive(pid: int, proc: Path = Path("/proc")) -> bool:
+    """Whether ``pid`` is still a container monitor (conmon), not a process that took its
+    number after it exited."""
+    try:
+        return (proc / str(pid) / "comm").read_text().strip() == "conmon"
+    except OSError:
+        return False
+
+
+class Batches(Generic[T]):
+    """Items handled on one thread in batches: each batch is everything given while the
+    one before was being handled, in order.  Under many short steps the batches grow, so
+    one ``rm`` removes many containers; with long steps each goes at once.  ``close``
+    waits for every item given before."""
+
+    def __init__(self, name: str, handle: Callable[[list[T]], None]) -> None:
+        self._handle = handle
+        self._items: list[T] = []
+        self._cond = threading.Condition()
+        self._closing = False
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+
+    def put(self, item: T) -> None:
+        with self._cond:
+            self._items.append(item)
+            self._cond.notify()
+
+    def _work(self) -> None:
+        while True:
+            with self._cond:
+                while not self._items and not self._closing:
+                    self._cond.wait()
+                batch, self._items = self._items, []
+                if not batch:
+                    return  # closing, and nothing left
+            with contextlib.suppress(Exception):  # a removal that fails leaves a container, as before
+                self._handle(batch)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closing = True
+            self._cond.notify()
+        self._thread.join()
+
+
+class ExitWatch:
+    """One run's containers, as the engine last said, kept current by a follower per container."""
+
+    def __init__(
+        self, *, inspect: Inspect, wait_command: WaitCommand, wake: Callable[[], None], env: Mapping[str, str]
+    ):
+        self._inspect, self._wait_command, self._wake, self._env = inspect, wait_command, wake, env
+        self._lock = threading.Lock()
+        self._labels: dict[str, Mapping[str, str]] = {}
+        self._exited: dict[str, Exited] = {}
+        self._closed = False
+        self._waiters: set[subprocess.Popen[str]] = set()
+
+    # --- what the runner asks ------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, tuple[bool, int | None, str, Mapping[str, str]]]:
+        """name -> (running, exit code, status, labels) for every container followed."""
+        with self._lock:
+            out: dict[str, tuple[bool, int | None, str, Mapping[str, str]]] = {}
+            for name, labels in self._labels.items():
+                e = self._exited.get(name)
+                out[name] = (True, None, "running", labels) if e is None else (e.running, e.exit_code, e.status, labels)
+            return out
+
+    def forget(self, names: Iterable[str]) -> None:
+        with self._lock:
+            for n in names:
+                self._labels.pop(n, None)
+                self._exited.pop(n, None)
+
+    # --- what the engine tells it --------------------------------------------------------
+
+    def follow(self, name: str, labels: Mapping[str, str], monitor_pid: int | None) -> None:
+        """A container of the run is running: learn when it exits."""
+        with self._lock:
+            self._labels[name] = dict(labels)
+            self._exited.pop(name, None)
+        threading.Thread(target=self._follow, args=(name, monitor_pid), name=f"exit-{name}", daemon=True).start()
+
+    def known_exit(self, name: str, labels: Mapping[str, str], status: str, exit_code: int) -> None:
+        """A container of the run that had exited before the watch began (a resumed run)."""
+        with self._lock:
+            self._labels[name] = dict(labels)
+            self._exited[name] = Exited(status, False, exit_code)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True  # followers look at it at least once a second
+        with self._lock:
+            waiters = list(self._waiters)
+        for p in waiters:
+            with contextlib.suppress(OSError):
+                p.terminate()
+
+    # --- followers -----------------------------------------------------------------------
+
+    def _follow(self, name: str, pid: int | None) -> None:
+        try:
+            code = self._await_exit(name, pid)
+        except _Closing:
+            return
+        if code is None:  # the engine's wait failed: does it still have the container?
+            entry = self._inspect(name)
+            if entry is not None:
+                code = int((entry.get("State") or {}).get("ExitCode", 0) or 0)
+        with self._lock:
+            if self._closed or name not in self._labels:
+                return
+            if code is None:
+                self._labels.pop(name, None)  # the engine no longer has it: the runner says so
+            else:
+                self._exited[name] = Exited("exited", False, code)
+        self._wake()
+
+    def _await_exit(self, name: str, pid: int | None) -> int | None:
+        """The container's exit code once it has exited; None when the engine's ``wait``
+        failed.  A short step is caught by ``wait`` polling every 10 ms for its first
+        second; a longer one costs nothing while it runs: its monitor's pidfd is followed,
+        then ``wait`` reads the code."""
+        code, done = self._engine_wait(name, "10ms", QUICK)
+        if done:
+            return code
+        if not self._await_monitor(pid):
+            return self._engine_wait(name, "250ms", None)[0]
+        return self._engine_wait(name, "10ms", None)[0]
+
+    def _await_monitor(self, pid: int | None) -> bool:
+        """Block until the monitor process has gone (True), or say it cannot be followed
+        (False: no PID, no pidfds on this kernel).  Raises _Closing when the watch closes."""
+        if pid is None:
+            return False
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return True  # gone already
+        except OSError:
+            return False  # no pidfds here (kernel before 5.3)
+        try:
+            if not monitor_alive(pid):
+                return True
+            while not self._closed:
+                ready, _, _ = select.select([fd], [], [], 1.0)
+                if ready:
+                    return True
+            raise _Closing
+        finally:
+            os.close(fd)
+
+    def _engine_wait(self, name: str, interval: str, timeout: float | None) -> tuple[int | None, bool]:
+        """``podman wait`` (or docker's) for up to ``timeout`` seconds: (exit code or None
+        when it failed, whether it returned).  Raises _Closing when the watch closes."""
+        if self._closed:
+            raise _Closing
+        try:
+            proc = subprocess.Popen(
+                self._wait_command(name, interval),
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                stdin=subprocess.DEVNULL,
+                env=dict(self._env),
+                text=True,
+                start_new_session=True,  # a Ctrl-C to hetflow is not one to its waiters
+            )
+        except OSError:
+            return None, True
+        with self._lock:
+            self._waiters.add(proc)
+        try:
+            out, _ = proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.communicate()
+            return None, False
+        finally:
+            with self._lock:
+                self._waiters.discard(proc)
+        if self._closed:
+            raise _Closing
+        text = out.strip().splitlines()[-1] if out.strip() else ""
+        return (int(text) if proc.returncode == 0 and text.lstrip("-").isdigit() else None), True
+
+
+class _Closing(Exception):
+    """The watch closed while a follower waited."""
