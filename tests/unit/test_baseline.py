@@ -1,4 +1,4 @@
-"""The greedy first-fit baseline (a default Kubernetes scheduler) and the lower bound."""
+"""The greedy first-fit baseline and the lower bound (its GPU term included)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hetflow.plan.backfill import slurm_backfill
 from hetflow.plan.baseline import greedy_first_fit
-from hetflow.plan.bounds import critical_path, lower_bound, work_bound
+from hetflow.plan.bounds import critical_path, gpu_bound, lower_bound, work_bound
 from hetflow.plan.build import build_instance
 from hetflow.plan.cluster import load_cluster
+from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Plan, Task
+from hetflow.plan.kubesched import kube_scheduler
 from hetflow.plan.validate import check_plan
 from hetflow.spec.wfcommons import workflow_from_wfcommons
 from tests.unit.builders import GIB
@@ -204,3 +207,71 @@ def test_lower_bound_by_hand(inst: Instance, path: float, work: float) -> None:
     assert critical_path(inst) == pytest.approx(path)
     assert work_bound(inst) == pytest.approx(work)
     assert lower_bound(inst) == pytest.approx(max(path, work))
+
+
+# --- the GPU term of the lower bound -------------------------------------------------------
+
+A100 = MachineClass("a100", 1, 8, 32 * GIB, gpus=2, gpu_speed=1.0)
+T4 = MachineClass("t4", 2, 8, 32 * GIB, gpus=1, gpu_speed=0.25)
+
+
+def gpu_only(name: str, a100_s: float, t4_s: float | None = None, gpus: int = 1) -> Task:
+    opts = [Option("gpu", "a100", a100_s, 2, GIB, gpus=gpus)]
+    if t4_s is not None:
+        opts.append(Option("gpu", "t4", t4_s, 2, GIB, gpus=gpus))
+    return Task(name, tuple(opts))
+
+
+GPU_BOUNDS = [
+    # four 10 s one-GPU steps on two GPUs: 40 GPU-s / 2 GPUs
+    pytest.param(instance([gpu_only(f"g{i}", 10) for i in range(4)], classes=(A100,)), 20.0, id="gpu-seconds"),
+    # a step that also has a CPU variant could run on the CPUs: it counts nothing
+    pytest.param(instance([gpu_task(f"g{i}", 100, 10) for i in range(4)], classes=(CPU, GPU)), 0.0, id="cpu-fallback"),
+    # a T4 second weighs a quarter of an A100 second: min(2 x 10 x 1, 2 x 40 x 0.25) = 20
+    # A100-seconds per step, over 2 x 1.0 + 2 x 0.25 = 2.5 weighted GPUs
+    pytest.param(
+        instance([gpu_only(f"g{i}", 10, 40, gpus=2) for i in range(1)] + [gpu_only("h", 10, 40)], classes=(A100, T4)),
+        (20 + 10) / 2.5,
+        id="weighted",
+    ),
+]
+
+
+@pytest.mark.parametrize(("inst", "expected"), GPU_BOUNDS)
+def test_gpu_bound_by_hand(inst: Instance, expected: float) -> None:
+    assert gpu_bound(inst) == pytest.approx(expected)
+    assert lower_bound(inst) >= gpu_bound(inst)
+
+
+def test_the_gpu_term_is_what_makes_a_gpu_heavy_bound_honest() -> None:
+    inst = instance([gpu_only(f"g{i}", 10) for i in range(8)], classes=(CPU, A100))
+
+    assert critical_path(inst) == 10 and work_bound(inst) == pytest.approx(8 * 20 / 16)
+    assert lower_bound(inst) == pytest.approx(40.0)  # 80 GPU-s on 2 GPUs
+    assert greedy_first_fit(inst).makespan == pytest.approx(40.0)  # and a plan meets it
+
+
+@st.composite
+def gpu_heavy_instances(draw: st.DrawFn) -> Instance:
+    """Steps with GPU-only variants on A100 and T4 classes, some with a CPU variant too."""
+    classes = (MachineClass("c", 1, 4, 8 * GIB), A100, T4)
+    tasks = []
+    n = draw(st.integers(1, 7))
+    for i in range(n):
+        a = draw(seconds(10))
+        opts = [Option("gpu", "a100", a, 1, GIB, gpus=draw(st.integers(1, 2))), Option("gpu", "t4", 4 * a, 1, GIB, 1)]
+        if draw(st.booleans()):
+            opts.append(Option("cpu", "c", draw(seconds(30)), draw(st.sampled_from([1, 2, 4])), GIB))
+        tasks.append(Task(f"t{i}", tuple(opts)))
+    edges = [
+        Edge(f"t{j}", f"t{i}", draw(seconds(20))) for i in range(n) for j in range(i) if draw(st.integers(0, 3)) == 0
+    ]
+    return Instance(tuple(tasks), tuple(edges), classes, bandwidth=10.0, one_task_per_machine=draw(st.booleans()))
+
+
+@settings(max_examples=150, deadline=None)
+@given(gpu_heavy_instances())
+def test_no_plan_beats_the_gpu_aware_lower_bound(inst: Instance) -> None:
+    for plan in (greedy_first_fit(inst), kube_scheduler(inst, seed=1), slurm_backfill(inst), plan_heuristic(inst)):
+        assert check_plan(inst, plan) == [], plan.algorithm
+        assert plan.makespan >= lower_bound(inst) - 1e-9, plan.algorithm

@@ -13,8 +13,10 @@ choose      variant choice for the local runner; local: the plan for this machin
 cluster     cluster and catalog files; virtual: the virtual-cluster Pareto search
 validate    check_plan: a plan keeps capacity, GPUs and precedence
 rightsize   suggestions for steps asking far more memory or CPUs than they used
-simulator   the discrete-event simulator; cost, bounds, baseline, profile, images,
+simulator   the discrete-event simulator; cost, bounds, profile, images,
             stored (a Plan as JSON, kept with the run): the rest
+baseline    what the planner is measured against: first fit (baseline), kube-scheduler's
+            default scores (kubesched), Slurm-style EASY backfill (backfill); eventsim
 """
 
 from hetflow.plan.build import DEFAULT_ESTIMATE, build_instance

@@ -1,6 +1,7 @@
-"""A lower bound on any plan's makespan, as shared/bench/README.md defines it ("Lower bound").
+"""A lower bound on any plan's makespan, as shared/bench/README.md defines it ("Lower bound"),
+with a GPU term beside it.
 
-    LB = max(critical path, total work / total capacity)
+    LB = max(critical path, total work / total capacity, GPU work / GPU capacity)
 
 * Critical path: the longest chain of the DAG with every task at its fastest option (its
   fastest variant on its fastest class) and communication free.
@@ -9,8 +10,16 @@
   divided by the cluster's total core-speed (the sum over machines of cores x speed).  In
   the one-task-per-machine model a task takes a whole machine, so cores count as 1.
 
-Both are valid bounds: no task finishes before its chain of predecessors, and no schedule
-does more core-seconds per second than the cluster has.
+* GPU work: a task none of whose options runs without a GPU holds, on whichever option it
+  takes, ``gpus x runtime`` GPU-seconds; weighted by its class's ``gpu_speed`` (so an A100
+  second counts for more than a T4 second) the least of those over its options is work no
+  schedule avoids.  Their total over the cluster's weighted GPUs (the sum over machines of
+  GPUs x gpu_speed) bounds the makespan.  A task with a CPU option counts 0: it could run
+  on the CPUs, so counting it would not be a bound (the work term already counts its cores).
+
+All are valid bounds: no task finishes before its chain of predecessors, and no schedule
+does more core-seconds (or weighted GPU-seconds) per second than the cluster has.  Any
+positive weights would keep the GPU term valid; the GPU speed is what makes it tight.
 """
 
 from __future__ import annotations
@@ -41,6 +50,22 @@ def work_bound(instance: Instance) -> float:
     return work / capacity if capacity > 0 else 0.0
 
 
+def _gpu_weight(speed: float) -> float:
+    return speed if speed > 0 else 1.0
+
+
+def gpu_bound(instance: Instance) -> float:
+    """Total least weighted GPU-seconds of the tasks that cannot run without a GPU, over the
+    cluster's weighted GPU count (see the module docstring); 0 when no task needs a GPU."""
+    weight = {c.name: _gpu_weight(c.gpu_speed) for c in instance.classes}
+    work = 0.0
+    for t in instance.tasks:
+        if t.options and all(o.gpus > 0 for o in t.options):
+            work += min(o.gpus * o.runtime * weight[o.machine_class] * max(1, t.replicas) for o in t.options)
+    capacity = sum(c.count * c.gpus * _gpu_weight(c.gpu_speed) for c in instance.classes)
+    return work / capacity if capacity > 0 and work > 0 else 0.0
+
+
 def lower_bound(instance: Instance) -> float:
-    """``max(critical_path, work_bound)``: no plan of ``instance`` finishes sooner."""
-    return max(critical_path(instance), work_bound(instance))
+    """``max(critical_path, work_bound, gpu_bound)``: no plan of ``instance`` finishes sooner."""
+    return max(critical_path(instance), work_bound(instance), gpu_bound(instance))

@@ -23,6 +23,14 @@ holds several tasks at once when their cores, memory and GPUs fit (``timeline.py
    keep the move if the plan improves; at a local optimum, kick two or three tasks at
    random from the best plan and go on.
 
+Tie-breaking (``tie_break``).  Priorities are rounded to 12 digits so that ranks equal on
+paper are equal here.  ``"hetflow"``, the default: among ready tasks of equal priority the one
+with the longer mean run time goes first (then task order), and the rank passes are hetflow's
+own.  ``"saga"``: equal priorities go in task order (topological), as anrg-saga's
+``heft_rank_sort`` orders them, and the portfolio adds a pass with SAGA's upward rank (its
+mean transfer time over every link, a node's link to itself included), so that on SAGA's
+model hetflow's first passes reproduce SAGA's HEFT schedule.  bench/planner.py shows both.
+
 All of it runs within ``effort`` schedule builds, never a clock, so the same instance and
 seed give the same plan (STYLE.md habit 1).
 """
@@ -40,6 +48,8 @@ from hetflow.plan.listpass import ListPass, Rule, Schedule, build_fixed
 
 OBJECTIVES = ("makespan", "cost")
 GPU_POLICIES = ("avoid", "allow")
+TIE_BREAKS = ("hetflow", "saga")
+DEFAULT_TIE_BREAK = "hetflow"  # "saga" copies anrg-saga's ordering; see the module docstring
 
 # A list pass is costlier than a rebuild with fixed assignments (it tries every candidate):
 # it counts as this many schedule builds against ``effort``.
@@ -69,6 +79,7 @@ def plan_heuristic(
     seed: int = 0,
     gpu_policy: str = "avoid",
     effort: int | None = None,
+    tie_break: str = DEFAULT_TIE_BREAK,
 ) -> Plan:
     """The best plan found within ``effort`` schedule builds (default: scaled to the size).
 
@@ -83,14 +94,17 @@ def plan_heuristic(
 
     ``effort`` counts schedule builds (a list pass counts 4, a lookahead pass 16, a rebuild
     with fixed assignments 1); by default it is set from the work of the first pass, so that
-    the whole search does about as much as placing 60,000 tasks (see ``default_effort``)."""
+    the whole search does about as much as placing 60,000 tasks (see ``default_effort``).
+    ``tie_break``: ``"hetflow"`` (default) or ``"saga"``, see the module docstring."""
     if objective not in OBJECTIVES:
         raise HetflowError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
     if gpu_policy not in GPU_POLICIES:
         raise HetflowError(f"gpu_policy {gpu_policy!r} is not one of {', '.join(GPU_POLICIES)}")
+    if tie_break not in TIE_BREAKS:
+        raise HetflowError(f"tie_break {tie_break!r} is not one of {', '.join(TIE_BREAKS)}")
     cp = Compiled(instance)
     goal = Goal(objective, deadline, budget)
-    search = Search(cp, goal, seed, gpu_policy == "avoid", effort)
+    search = Search(cp, goal, seed, gpu_policy == "avoid", effort, saga=tie_break == "saga")
     search.portfolio()
     search.local_search()
     plan = to_plan(cp, search.best, algorithm="heuristic", objective=objective)
@@ -203,8 +217,11 @@ def _tidy(x: float) -> float:
 class Search:
     """The portfolio of passes, then the local search, within ``effort`` schedule builds."""
 
-    def __init__(self, cp: Compiled, goal: Goal, seed: int, avoid: bool, effort: int | None) -> None:
+    def __init__(
+        self, cp: Compiled, goal: Goal, seed: int, avoid: bool, effort: int | None, *, saga: bool = False
+    ) -> None:
         self.cp = cp
+        self.saga = saga
         self.goal = goal
         self.rng = random.Random(seed)
         self.avoid = avoid
@@ -214,8 +231,14 @@ class Search:
         self.tiebreak = [0] * cp.n  # topological position: orders tasks that start together
         for i, t in enumerate(topological(cp)):
             self.tiebreak[t] = i
+        # equal priorities: task order (SAGA's), or the longer mean run time first (hetflow's)
+        self.pass_order: list[int] | None = None
+        if not saga:
+            self.pass_order = [0] * cp.n
+            for i, t in enumerate(sorted(range(cp.n), key=lambda t: (-_tidy(self.weight[t]), t))):
+                self.pass_order[t] = i
         self.best_rule = Rule("eft", avoid)
-        first = ListPass(cp, self.best_rule, self.rank)
+        first = ListPass(cp, self.best_rule, self.rank, self.pass_order)
         self.best: Schedule = first.run()
         self.best_key = goal.key(self.best)
         if effort is None:
@@ -224,7 +247,7 @@ class Search:
 
     def run_pass(self, rule: Rule, priority: list[float]) -> Schedule:
         self.left -= _LOOKAHEAD_UNITS if rule.kind == "lookahead" else _PASS_UNITS
-        return ListPass(self.cp, rule, priority).run()
+        return ListPass(self.cp, rule, priority, self.pass_order).run()
 
     def offer(self, s: Schedule) -> bool:
         key = self.goal.key(s)
@@ -240,10 +263,12 @@ class Search:
         fastest = [min(ch.runtime for ch in chs) for chs in cp.choices]
         ranks.append(_rounded(upward_rank(cp, fastest)))
         # The mean transfer time over machine pairs rather than the full one: (M-1)/M of a
-        # pair of distinct machines; (M-1)/(M+1) over every link counting a machine's own, as
-        # SAGA's HEFT does (anrg-saga, schedulers/cpop.py, upward_rank).
+        # pair of distinct machines; with tie_break="saga" also (M-1)/(M+1), over every link
+        # counting a machine's own, as SAGA's HEFT does (anrg-saga, schedulers/cpop.py,
+        # upward_rank): a copy of SAGA's ranking, not a rule of hetflow's own.
         if cp.m > 1:
-            for scale in ((cp.m - 1) / cp.m, (cp.m - 1) / (cp.m + 1)):
+            scales = ((cp.m - 1) / cp.m, (cp.m - 1) / (cp.m + 1)) if self.saga else ((cp.m - 1) / cp.m,)
+            for scale in scales:
                 ranks.append(_rounded(upward_rank(cp, self.weight, comm_scale=scale)))
         rules: list[tuple[Rule, list[float]]] = []
         if goal.objective == "cost":

@@ -194,10 +194,12 @@ class Rule:
 class ListPass:
     """One pass of the list scheduler: tasks in priority order, each placed by ``rule``."""
 
-    def __init__(self, cp: Compiled, rule: Rule, priority: list[float]) -> None:
+    def __init__(self, cp: Compiled, rule: Rule, priority: list[float], tiebreak: Sequence[int] | None = None) -> None:
         self.cp = cp
         self.rule = rule
         self.priority = priority
+        # among ready tasks of equal priority, the lowest ``tiebreak`` goes first (default: task order)
+        self.tiebreak: Sequence[int] = range(cp.n) if tiebreak is None else tiebreak
         self.tls = cp.timelines()
         n = cp.n
         self.done = [False] * n
@@ -219,17 +221,18 @@ class ListPass:
     def run(self) -> Schedule:
         cp = self.cp
         indeg = [len(ps) for ps in cp.parents]
-        heap = [(-self.priority[t], t) for t in range(cp.n) if indeg[t] == 0]
+        tb = self.tiebreak
+        heap = [(-self.priority[t], tb[t], t) for t in range(cp.n) if indeg[t] == 0]
         heapq.heapify(heap)
         placed = 0
         while heap:
-            _, t = heapq.heappop(heap)
+            _, _, t = heapq.heappop(heap)
             self.place(t, self.pick(t))
             placed += 1
             for c, _comm in cp.children[t]:
                 indeg[c] -= 1
                 if indeg[c] == 0:
-                    heapq.heappush(heap, (-self.priority[c], c))
+                    heapq.heappush(heap, (-self.priority[c], tb[c], c))
         if placed != cp.n:
             raise HetflowError("the instance's edges form a cycle; a workflow must be a DAG")
         choice = [ch for ch in self.choice if ch is not None]

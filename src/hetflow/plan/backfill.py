@@ -1,0 +1,187 @@
+"""A baseline that does what a Slurm cluster with EASY backfill does with a DAG of jobs.
+
+Every step is a batch job submitted with ``--dependency=afterok`` on its parents, so it
+becomes eligible when its last parent finishes (``eventsim``).  Priority: the multifactor
+plugin with only the age factor, which grows from the time a job becomes eligible; every
+job ages at the same rate, so the order is eligible time, then job id (topological order).
+
+A job asks for one fixed set of resources (``--cpus-per-task``, ``--mem``, ``--gres=gpu:N``),
+chosen when it is submitted with the local runner's rule: the variant with GPUs if a node
+could start it then, else the next variant that a node could start, else the one with GPUs;
+on a partition list naming every class that variant may run on (``-p a,b``: the job runs in
+whichever can start it).  Nodes are taken in cluster order,
+the first that fits (select/cons_tres with equal node weights).
+
+EASY backfill (Lifka 1995; Mu'alem and Feitelson, IEEE TPDS 12(6), 2001), at every job
+finish and submission (as if ``bf_interval`` were 0):
+
+1. jobs start in priority order while they fit now;
+2. the first that does not gets a reservation: the earliest time it fits on one of its
+   nodes when the running jobs end at their time limits, on the first such node;
+3. every later job starts now, on the first node that fits it, unless that would delay the
+   reservation: on the reserved node it must end by the reserved time or leave the reserved
+   job's resources free then.
+
+The time limit of a job is exactly its run time plus the wait for its inputs on that node
+(``eventsim``), so reservations are never wrong.  Users pad their limits, which makes
+backfill start fewer jobs: this flatters the baseline.  Slurm's own sched/backfill also
+reserves for later blocked jobs (up to ``bf_max_job_test``), closer to conservative backfill;
+this is EASY, one reservation.  Gangs are not modelled (each step is one job).
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+from collections import Counter
+from dataclasses import dataclass
+
+from hetflow.errors import NoFitError
+from hetflow.plan.eventsim import Dag, Node, demand, finish_plan, nodes_of, preference
+from hetflow.plan.instance import Instance, Option, Placement, Plan
+
+
+@dataclass(frozen=True)
+class _Job:
+    name: str
+    options: tuple[Option, ...]  # the submitted variant, one per class it may run on
+    shape: tuple[object, ...]  # jobs of one shape fit the same nodes (the same resources)
+
+
+@dataclass
+class _Reservation:
+    at: float
+    node: Node
+    cores: float  # what the reserved job leaves free on its node at ``at``
+    memory: int
+    gpus: int
+
+
+def slurm_backfill(instance: Instance) -> Plan:
+    """Priority by age, first fit, EASY backfill (module docstring)."""
+    nodes = nodes_of(instance)
+    by_class: dict[str, list[Node]] = {}
+    for node in nodes:
+        by_class.setdefault(node.cls.name, []).append(node)
+    dag = Dag(instance)
+    tasks = {t.name: t for t in instance.tasks}
+    jobs: dict[str, _Job] = {}
+    # a shape's nodes, in cluster order, each with the index of the job's option there
+    where: dict[tuple[object, ...], list[tuple[Node, int]]] = {}
+
+    pending: list[tuple[float, int, str]] = []  # (eligible, job id, name), priority order
+    shapes_pending: Counter[tuple[object, ...]] = Counter()
+    placements: dict[str, Placement] = {}
+    on_node: dict[int, dict[str, tuple[float, float, int, int]]] = {n.index: {} for n in nodes}  # end, demand
+    held: dict[str, tuple[Node, float, int, tuple[int, ...]]] = {}
+    running: list[tuple[float, int, str]] = []
+    now = 0.0
+
+    def submit(name: str) -> None:
+        variants = [tuple(o for o in tasks[name].options if o.variant == v) for v in preference(tasks[name].options)]
+        chosen = next(
+            (
+                opts
+                for opts in variants
+                if any(n.fits(*demand(instance, o)) for o in opts for n in by_class.get(o.machine_class, ()))
+            ),
+            variants[0],
+        )
+        job = _Job(name, chosen, tuple((o.machine_class, demand(instance, o)) for o in chosen))
+        jobs[name] = job
+        if job.shape not in where:
+            pairs = [(n, k) for k, o in enumerate(chosen) for n in by_class.get(o.machine_class, ())]
+            where[job.shape] = sorted(pairs, key=lambda nk: nk[0].index)
+        bisect.insort(pending, (now, dag.order[name], name))
+        shapes_pending[jobs[name].shape] += 1
+
+    def start(name: str, node: Node, o: Option) -> None:
+        cores, memory, gpus = demand(instance, o)
+        taken = node.take(cores, memory, gpus)
+        begin = dag.data_ready(name, node.id, now, placements)
+        end = begin + o.runtime
+        placements[name] = Placement(name, o.variant, node.id, node.cls.name, begin, end, o.cores, o.memory, taken)
+        held[name] = (node, cores, memory, taken)
+        on_node[node.index][name] = (end, cores, memory, gpus)
+        heapq.heappush(running, (end, dag.order[name], name))
+
+    def reservation(job: _Job) -> _Reservation:
+        best: _Reservation | None = None
+        for node, k in where[job.shape]:
+            cores, memory, gpus = demand(instance, job.options[k])
+            free_c, free_m, free_g = node.cores, node.memory, len(node.gpus)
+            for end, c, m, g in sorted(on_node[node.index].values()):
+                if best is not None and end >= best.at:
+                    break
+                free_c, free_m, free_g = free_c + c, free_m + m, free_g + g
+                if cores <= free_c + 1e-9 and memory <= free_m and gpus <= free_g:
+                    best = _Reservation(end, node, free_c - cores, free_m - memory, free_g - gpus)
+                    break
+        if best is None:
+            raise NoFitError(f"job {job.name!r} fits none of its nodes even when they are idle")
+        return best
+
+    def schedule() -> None:
+        nonlocal pending
+        res: _Reservation | None = None
+        failed: set[tuple[object, ...]] = set()  # shapes that fit no node now
+        fitting: dict[tuple[object, ...], list[tuple[Node, int]]] = {}  # cleared by every start
+        kept: list[tuple[float, int, str]] = []
+        for i, item in enumerate(pending):
+            if len(failed) == len(shapes_pending):  # nothing left can start
+                kept += pending[i:]
+                break
+            job = jobs[item[2]]
+            if job.shape in failed:
+                kept.append(item)
+                continue
+            if job.shape not in fitting:
+                fitting[job.shape] = [(n, k) for n, k in where[job.shape] if n.fits(*demand(instance, job.options[k]))]
+            chosen = None
+            for node, k in fitting[job.shape]:
+                o = job.options[k]
+                if res is None or node is not res.node:
+                    chosen = (node, o)
+                    break
+                ends = dag.data_ready(job.name, node.id, now, placements) + o.runtime
+                cores, memory, gpus = demand(instance, o)
+                if ends <= res.at or (cores <= res.cores + 1e-9 and memory <= res.memory and gpus <= res.gpus):
+                    if ends > res.at:  # runs past the reserved time on the reserved node: uses the spare
+                        res.cores, res.memory, res.gpus = res.cores - cores, res.memory - memory, res.gpus - gpus
+                    chosen = (node, o)
+                    break
+            if chosen is not None:
+                start(job.name, *chosen)
+                shapes_pending[job.shape] -= 1
+                if shapes_pending[job.shape] == 0:
+                    del shapes_pending[job.shape]
+                fitting.clear()
+                continue
+            kept.append(item)
+            if not fitting[job.shape]:
+                failed.add(job.shape)
+            if res is None:
+                res = reservation(job)
+        pending = kept
+
+    for name in dag.sources():
+        submit(name)
+    while len(placements) < len(instance.tasks):
+        schedule()
+        if not running:
+            stuck = sorted(n for _, _, n in pending)
+            raise NoFitError(f"jobs {', '.join(stuck[:5])} fit no node even when the cluster is idle")
+        now = running[0][0]
+        while running and running[0][0] <= now:
+            _, _, name = heapq.heappop(running)
+            node, cores, memory, taken = held.pop(name)
+            node.give_back(cores, memory, taken)
+            del on_node[node.index][name]
+            for child in dag.finished(name):
+                submit(child)
+    return finish_plan(
+        instance,
+        placements,
+        "slurm-backfill",
+        ("priority by age (eligible time), first fit in node order, EASY backfill, limits = run times",),
+    )
