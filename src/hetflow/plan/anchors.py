@@ -53,7 +53,7 @@ VERIFY_BELOW = 2  # counts planned below the fewest found meeting the deadline
 def default_anchor_evaluations(instance: Instance) -> int:
     """Plannings for the anchors: every type and pair of the bench catalog on the small
     traces, fewer on the big ones (one planning of a 1,700-step trace takes ~0.1 s)."""
-    return max(200, min(800, 100_000 // max(1, len(instance.tasks))))
+    return max(400, min(800, 100_000 // max(1, len(instance.tasks))))
 
 
 @dataclass(frozen=True)
@@ -63,13 +63,15 @@ class Candidate:
 
     types: tuple[str, ...]
     point: ClusterPoint | None
-    why: str  # "" when ``point`` is set
+    why: str  # why no point; with a point, "" or why it may not be the cheapest (a search cut short)
     lower_bound: float  # dollars: no cluster of these types meeting the deadline costs less
     plannings: int  # clusters this candidate asked the planner for (memoized ones included)
 
     def describe(self) -> str:
         what = " + ".join(self.types)
-        return f"{what}: {self.point.describe()}" if self.point is not None else f"{what}: {self.why}"
+        if self.point is None:
+            return f"{what}: {self.why}"
+        return f"{what}: {self.point.describe()}" + (f" ({self.why})" if self.why else "")
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -323,10 +325,12 @@ def search_anchors(
                     mine = [p for p in a.asked.values() if a.meets(p) and _types(p) == set(label)]
                     found = min(mine, key=_price, default=None)
             if seed is not None and (found is None or _price(seed) < _price(found)):
-                found, why = seed, ""  # the virtual search found a cheaper one of these types
+                found = seed  # the virtual search found a cheaper one of these types
             if found is not None and (best is None or _price(found) < _price(best)):
                 best = found
-            out.append(Candidate(label, found, "" if found is not None else why, floor, len(a.asked) - before))
+            if found is not None and "cut short" not in why:
+                why = ""
+            out.append(Candidate(label, found, why, floor, len(a.asked) - before))
         out.sort(key=lambda c: (c.point is None, _price(c.point) if c.point is not None else (c.lower_bound, 0.0)))
         return best, out
 
