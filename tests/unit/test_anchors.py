@@ -158,3 +158,23 @@ def test_the_search_is_deterministic() -> None:
     a, asked_a = anchors(cpu_and_gpu(), 200.0)
     b, asked_b = anchors(cpu_and_gpu(), 200.0)
     assert asked_a == asked_b and a.single == b.single and a.pair == b.pair
+
+
+def test_cluster_plan_cli_shows_both_anchors() -> None:
+    from typer.testing import CliRunner
+
+    from hetflow.cli.main import app, register_commands
+
+    register_commands(["cluster"])
+    args = ["cluster", "plan", "examples/circuit/workflow.yaml", "--catalog", "examples/clusters/catalog.yaml"]
+    text = CliRunner().invoke(app, [*args, "--deadline", "10s"])
+    assert text.exit_code == 0, text.output
+    assert "at a deadline of 10.0s (the deadline given):" in text.output
+    assert "cheapest single type meeting it:" in text.output and "best two-type mix:" in text.output
+    assert text.output.index("cheapest single type") < text.output.index("strawman")
+    out = CliRunner().invoke(app, [*args, "--deadline", "10s", "--json"])
+    assert out.exit_code == 0, out.output
+    data = json.loads(out.output)["comparison"]
+    assert data["deadline"] == 10.0
+    assert data["best_single"] is not None and data["saving_vs_single"] is not None
+    assert {"best_pair", "saving_vs_pair", "singles", "pairs", "found_by"} <= data.keys()
