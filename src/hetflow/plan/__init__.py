@@ -10,7 +10,8 @@ heuristic   HEFT-family list scheduling with variant choice and local search
             machine's use over time); exact: CP-SAT
 explanation why every other (variant, class) lost, as frozen values report renders
 choose      variant choice for the local runner; local: the plan for this machine
-cluster     cluster and catalog files; virtual: the virtual-cluster Pareto search
+cluster     cluster and catalog files; virtual: the virtual-cluster Pareto search,
+            anchors: the single-type and two-type clusters its saving is quoted against
 validate    check_plan: a plan keeps capacity, GPUs and precedence
 rightsize   suggestions for steps asking far more memory or CPUs than they used
 simulator   the discrete-event simulator; cost, bounds, profile, images,
