@@ -57,6 +57,30 @@ def test_a_container_still_running_is_adopted_not_started_twice(tmp_path: Path) 
     assert w.store.run(w.run.id).pid is None
 
 
+def test_a_finished_container_left_by_the_last_executor_is_removed_and_one_in_flight_adopted(tmp_path: Path) -> None:
+    """Containers are removed in batches after their results are stored, so a crash can
+    leave one of a finished step: the next executor removes it, and only it."""
+    w = world(
+        tmp_path,
+        "a:\n  image: x\n  outputs: [m]\nb:\n  image: x\n  inputs: {m: a/m}\n",
+        outcomes={"a": [Outcome(0, 1, files={"m": b"data"})], "b": [Outcome(0, 10)]},
+    )
+    crash_at(w, 1004.0)
+    assert (w.step("a").state, w.step("b").state) == (SUCCEEDED, RUNNING)
+    a, b = container_name(w.run.id, "a", 1), container_name(w.run.id, "b", 1)
+    w.engine.start(w.script.starts("a")[0].spec)  # a's container, as if its removal never ran
+    assert a in w.engine.states(w.run.id)
+
+    assert w.execute(pid=4343) == "succeeded"
+
+    assert a not in w.engine.containers and b not in w.engine.containers
+    assert names_started(w) == [a, b, a]  # b adopted, not started again (the third is the test's)
+    assert any(
+        e.message.startswith(f"removed 1 finished container(s) the last executor left: {a}")
+        for e in w.store.events(w.run.id)
+    )
+
+
 COLLECTED = [
     pytest.param([Outcome(0, 5, files={"m": b"ok"})], [(1, SUCCEEDED, 0)], 0, id="exit-0-outputs-accepted"),
     pytest.param(

@@ -33,6 +33,10 @@ from hetflow.state import (
 Publisher = Callable[[Step, Path, int, int], list[str]]
 
 
+REMOVE_BATCH = 16  # finished containers removed together (``Attempts.flush_removals``)
+REMOVE_WITHIN = 5.0  # seconds a finished container may wait for its batch
+
+
 @dataclass(frozen=True)
 class RunnerConfig:
     poll_interval: float = 0.25
@@ -88,6 +92,7 @@ class Attempts:
         self.publisher: Publisher = publisher or publish_step
         self.on_success = on_success
         self._to_remove: list[str] = []
+        self._remove_due: float | None = None  # when the oldest finished container must go
         self._measure: dict[str, tuple[str, int]] = {}  # container -> (step, attempt) whose usage is due
         self._measured: queue.SimpleQueue[tuple[str, Usage]] = queue.SimpleQueue()
 
@@ -244,6 +249,8 @@ class Attempts:
         self.emit(AttemptFinished(0, self.run_id, now, reason, act.step, act.attempt, STOPPED, None))
         self.active.pop(act.step, None)
         self._to_remove.append(act.container)
+        if self._remove_due is None:
+            self._remove_due = self.clock() + REMOVE_WITHIN
         self.store.set_step(
             self.run_id,
             act.step,
@@ -258,11 +265,17 @@ class Attempts:
         if act.gpus:
             self.store.release_gpus(act.container)
         self._to_remove.append(act.container)
+        if self._remove_due is None:
+            self._remove_due = self.clock() + REMOVE_WITHIN
 
-    def flush_removals(self) -> None:
-        """Remove finished containers in one engine call (their results are stored)."""
-        if self._to_remove:
-            names, self._to_remove = self._to_remove, []
+    def flush_removals(self, *, now: bool = True) -> None:
+        """Remove finished containers in one engine call (their results are stored).  With
+        ``now`` False, only once REMOVE_BATCH have finished or the oldest has waited
+        REMOVE_WITHIN seconds: every podman command takes podman's lock, so removing (and
+        measuring) each container as it ends would slow the next step's start."""
+        due = self._remove_due is not None and self.clock() >= self._remove_due
+        if self._to_remove and (now or due or len(self._to_remove) >= REMOVE_BATCH):
+            names, self._to_remove, self._remove_due = self._to_remove, [], None
             if isinstance(self.backend, MeasuresOnRelease):
                 measure = [n for n in names if n in self._measure]
                 self.backend.release_measured(names, measure, lambda n, u: self._measured.put((n, u)))

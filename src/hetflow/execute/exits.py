@@ -3,12 +3,12 @@
 A run's executor used to learn of exits from ``podman events``, whose file backend is read
 every 250 ms, then ask ``podman wait``, ``podman ps`` and ``podman inspect`` in turn: four
 processes and a quarter second on the path from one step to the next.  Here one follower
-per container learns its exit code:
-
-- for its first second from ``podman wait --interval 10ms`` (most short steps end there);
-- after that from the kernel: the container's monitor (podman's conmon, whose PID
-  ``--conmon-pidfile`` wrote) is followed through a pidfd (``os.pidfd_open``), which costs
-  nothing while the step runs; when the monitor has gone, ``wait`` reads the code at once.
+per container learns its exit code from the kernel: the container's monitor (podman's
+conmon, whose PID ``--conmon-pidfile`` wrote) is followed through a pidfd
+(``os.pidfd_open``), which costs nothing while the step runs; conmon exits once the
+container has and its exit file is written, and ``podman wait`` then reads the code at
+once.  (Polling ``wait --interval 10ms`` from the start was no faster for short steps and
+costs CPU for long ones.)
 
 Where there is no monitor PID to follow (docker, an old kernel) the engine's own ``wait``
 does it all.  The run's containers are then known without ``ps``; one the engine no longer
@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import select
+import signal
 import subprocess
 import threading
 from collections.abc import Callable, Iterable, Mapping
@@ -36,7 +37,6 @@ from typing import Any, Generic, TypeVar
 Inspect = Callable[[str], "Mapping[str, Any] | None"]  # one ``inspect`` entry, None when gone
 WaitCommand = Callable[[str, str], list[str]]  # the engine's ``wait NAME`` argv, polling at an interval
 T = TypeVar("T")
-QUICK = 1.0  # seconds a step is waited for by polling before its monitor's pidfd takes over
 
 
 @dataclass(frozen=True)
@@ -146,8 +146,7 @@ class ExitWatch:
         with self._lock:
             waiters = list(self._waiters)
         for p in waiters:
-            with contextlib.suppress(OSError):
-                p.terminate()
+            _kill(p)
 
     # --- followers -----------------------------------------------------------------------
 
@@ -171,15 +170,11 @@ class ExitWatch:
 
     def _await_exit(self, name: str, pid: int | None) -> int | None:
         """The container's exit code once it has exited; None when the engine's ``wait``
-        failed.  A short step is caught by ``wait`` polling every 10 ms for its first
-        second; a longer one costs nothing while it runs: its monitor's pidfd is followed,
-        then ``wait`` reads the code."""
-        code, done = self._engine_wait(name, "10ms", QUICK)
-        if done:
-            return code
+        failed.  The monitor's pidfd costs nothing while the step runs; once the monitor
+        has gone, ``wait`` answers at once.  Without a monitor to follow, ``wait`` polls."""
         if not self._await_monitor(pid):
-            return self._engine_wait(name, "250ms", None)[0]
-        return self._engine_wait(name, "10ms", None)[0]
+            return self._engine_wait(name, "250ms")
+        return self._engine_wait(name, "10ms")
 
     def _await_monitor(self, pid: int | None) -> bool:
         """Block until the monitor process has gone (True), or say it cannot be followed
@@ -203,9 +198,9 @@ class ExitWatch:
         finally:
             os.close(fd)
 
-    def _engine_wait(self, name: str, interval: str, timeout: float | None) -> tuple[int | None, bool]:
-        """``podman wait`` (or docker's) for up to ``timeout`` seconds: (exit code or None
-        when it failed, whether it returned).  Raises _Closing when the watch closes."""
+    def _engine_wait(self, name: str, interval: str) -> int | None:
+        """``podman wait`` (or docker's): the exit code, or None when it failed.  Raises
+        _Closing when the watch closes."""
         if self._closed:
             raise _Closing
         try:
@@ -219,23 +214,25 @@ class ExitWatch:
                 start_new_session=True,  # a Ctrl-C to hetflow is not one to its waiters
             )
         except OSError:
-            return None, True
+            return None
         with self._lock:
             self._waiters.add(proc)
         try:
-            out, _ = proc.communicate(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
-            return None, False
+            out, _ = proc.communicate()
         finally:
             with self._lock:
                 self._waiters.discard(proc)
         if self._closed:
             raise _Closing
         text = out.strip().splitlines()[-1] if out.strip() else ""
-        return (int(text) if proc.returncode == 0 and text.lstrip("-").isdigit() else None), True
+        return int(text) if proc.returncode == 0 and text.lstrip("-").isdigit() else None
 
 
 class _Closing(Exception):
     """The watch closed while a follower waited."""
+
+
+def _kill(proc: subprocess.Popen[str]) -> None:
+    """A waiter and whatever it started (its own session: ``start_new_session``)."""
+    with contextlib.suppress(OSError):
+        os.killpg(proc.pid, signal.SIGKILL)

@@ -53,9 +53,12 @@ def pid_alive(pid: int, proc: Path = Path("/proc")) -> bool:
 
 
 def reconcile(attempts: Attempts) -> None:
-    """Before the first dispatch of an executor: adopt the run's attempts left in flight."""
+    """Before the first dispatch of an executor: adopt the run's attempts left in flight,
+    and remove containers the last executor left behind once their results were stored
+    (it removes them in batches, after the fact)."""
     store, run_id, wf = attempts.store, attempts.run_id, attempts.wf
     states = attempts.backend.poll(run_id)
+    in_flight: set[str] = set()
     for s in store.steps(run_id):
         if s.state not in (LAUNCHING, RUNNING):
             continue
@@ -64,6 +67,7 @@ def reconcile(attempts: Attempts) -> None:
             store.set_step(run_id, s.step, state=WAITING, not_before=None)
             continue
         a = history[-1]
+        in_flight.add(a.container)
         st = states.get(a.container)
         variant = wf.steps[s.step].resolved_variants()[a.variant]
         n = wf.steps[s.step].replicas  # a gang holds every replica's share
@@ -93,6 +97,11 @@ def reconcile(attempts: Attempts) -> None:
         else:
             attempts.active[s.step] = act
             attempts.fail(act, None, f"container {a.container} disappeared while hetflow was down")
+    leftover = sorted(set(states) - in_flight)
+    if leftover:
+        attempts.backend.release(leftover)
+        message = f"removed {len(leftover)} finished container(s) the last executor left: {', '.join(leftover[:5])}"
+        record(store, Note(0, run_id, time.time(), message + (" ..." if len(leftover) > 5 else ""), None, "collected"))
 
 
 def stop_run(

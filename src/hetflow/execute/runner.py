@@ -184,7 +184,7 @@ class Runner:
                 self.attempts.poll()
                 self._expand_ready()
                 self._schedule()
-                self.attempts.flush_removals()
+                self.attempts.flush_removals(now=False)
                 self.attempts.store_usage()
                 steps = self.store.steps(self.run_id)
                 self.reporter.update(self.store.run(self.run_id), steps)

@@ -1,0 +1,175 @@
+"""How the executor learns of exits (execute/exits.py), with real processes standing in for
+podman: ``wait`` is a shell command that prints an exit code, and the container's monitor
+is a process named ``conmon`` (a copy of ``sleep``), followed through its pidfd."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hetflow.execute.exits import Batches, ExitWatch
+
+
+class Waits:
+    """The engine's ``wait``: what each (name, interval) does, as a shell snippet (a list:
+    one per call, the last one repeated)."""
+
+    def __init__(self, scripts: Mapping[tuple[str, str], str | list[str]]) -> None:
+        self.scripts = {k: [v] if isinstance(v, str) else list(v) for k, v in scripts.items()}
+        self.calls: list[tuple[str, str]] = []
+
+    def __call__(self, name: str, interval: str) -> list[str]:
+        self.calls.append((name, interval))
+        todo = self.scripts.get((name, interval), ["exit 1"])
+        return ["sh", "-c", todo.pop(0) if len(todo) > 1 else todo[0]]
+
+
+def watch_with(
+    waits: Waits, inspect: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[ExitWatch, threading.Event]:
+    woken = threading.Event()
+    entries = dict(inspect or {})
+    w = ExitWatch(inspect=entries.get, wait_command=waits, wake=woken.set, env={"PATH": "/usr/bin:/bin"})
+    return w, woken
+
+
+def settle(w: ExitWatch, name: str, timeout: float = 10.0) -> tuple[bool, int | None, str, Mapping[str, str]] | None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        st = w.snapshot().get(name)
+        if st is None or not st[0]:
+            return st
+        time.sleep(0.01)
+    raise AssertionError(f"{name} still running after {timeout}s")
+
+
+@pytest.fixture
+def monitor(tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    """A process whose name is conmon, alive for 1.5 s."""
+    binary = tmp_path / "conmon"
+    shutil.copy(shutil.which("sleep") or "/bin/sleep", binary)
+    proc = subprocess.Popen([str(binary), "1.5"])
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+def test_without_a_monitor_the_engines_wait_gives_the_exit_code() -> None:
+    waits = Waits({("c1", "250ms"): "sleep 0.2; echo 3"})
+    w, woken = watch_with(waits)
+    w.follow("c1", {"hetflow.run": "r"}, None)
+    assert w.snapshot()["c1"][:2] == (True, None)
+    assert woken.wait(5)
+    assert settle(w, "c1") == (False, 3, "exited", {"hetflow.run": "r"})
+    assert waits.calls == [("c1", "250ms")]
+    w.close()
+
+
+def test_a_step_is_followed_through_its_monitor_then_wait_reads_the_code(monitor: subprocess.Popen[bytes]) -> None:
+    # wait is asked only once the monitor has gone (asked before, it would print 9)
+    waits = Waits({("c2", "10ms"): "echo 7", ("c2", "250ms"): "echo 9"})
+    w, woken = watch_with(waits)
+    t0 = time.monotonic()
+    w.follow("c2", {}, monitor.pid)
+    time.sleep(0.5)
+    assert w.snapshot()["c2"][:2] == (True, None)  # the monitor still runs: so does the step
+    monitor.wait()
+    monitor_gone = time.monotonic()
+    assert woken.wait(5)
+    assert settle(w, "c2") == (False, 7, "exited", {})
+    assert time.monotonic() - t0 >= 1.4  # not before the monitor went
+    assert time.monotonic() - monitor_gone < 1.0
+    assert waits.calls == [("c2", "10ms")]
+    w.close()
+
+
+def test_a_pid_that_is_not_a_monitor_counts_as_gone() -> None:
+    other = subprocess.Popen(["sleep", "30"])  # alive, but not named conmon
+    try:
+        waits = Waits({("c3", "10ms"): "echo 0"})
+        w, woken = watch_with(waits)
+        w.follow("c3", {}, other.pid)
+        assert woken.wait(5)  # does not wait 30 s for the sleep
+        assert settle(w, "c3") == (False, 0, "exited", {})
+        w.close()
+    finally:
+        other.kill()
+        other.wait()
+
+
+def test_a_container_the_engine_no_longer_has_is_dropped() -> None:
+    w, woken = watch_with(Waits({}))  # every wait fails; inspect finds nothing
+    w.follow("gone", {}, None)
+    assert woken.wait(5)
+    assert settle(w, "gone") is None
+    w.close()
+
+
+def test_a_failed_wait_falls_back_to_inspect_for_the_exit_code() -> None:
+    w, woken = watch_with(Waits({}), inspect={"c4": {"State": {"Status": "exited", "ExitCode": 137}}})
+    w.follow("c4", {}, None)
+    assert woken.wait(5)
+    assert settle(w, "c4") == (False, 137, "exited", {})
+    w.close()
+
+
+def test_closing_stops_the_followers_without_waking() -> None:
+    waits = Waits({("c5", "10ms"): "sleep 30", ("c5", "250ms"): "sleep 30"})
+    w, woken = watch_with(waits)
+    w.follow("c5", {}, None)
+    time.sleep(0.2)
+    t0 = time.monotonic()
+    w.close()
+    time.sleep(0.3)
+    assert not woken.is_set()
+    assert time.monotonic() - t0 < 5
+    assert w.snapshot()["c5"][:2] == (True, None)
+
+
+def test_forget_drops_a_container_and_its_exit() -> None:
+    w, _ = watch_with(Waits({}))
+    w.known_exit("old", {"k": "v"}, "exited", 2)
+    assert w.snapshot() == {"old": (False, 2, "exited", {"k": "v"})}
+    w.forget(["old"])
+    assert w.snapshot() == {}
+
+
+def test_batches_take_everything_given_while_the_last_batch_was_handled() -> None:
+    seen: list[list[int]] = []
+    gate = threading.Event()
+
+    def handle(batch: list[int]) -> None:
+        seen.append(batch)
+        gate.wait(5)
+
+    b: Batches[int] = Batches("test", handle)
+    b.put(1)
+    time.sleep(0.2)  # 1 is being handled (held at the gate)
+    for i in (2, 3, 4):
+        b.put(i)
+    gate.set()
+    b.close()  # waits for every item given before
+    assert seen == [[1], [2, 3, 4]]
+
+
+def test_a_batch_that_fails_does_not_stop_the_next() -> None:
+    seen: list[list[str]] = []
+
+    def handle(batch: list[str]) -> None:
+        seen.append(batch)
+        if "bad" in batch:
+            raise RuntimeError("rm failed")
+
+    b: Batches[str] = Batches("test", handle)
+    b.put("bad")
+    time.sleep(0.2)
+    b.put("good")
+    b.close()
+    assert seen == [["bad"], ["good"]]
