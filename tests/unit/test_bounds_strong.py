@@ -1,0 +1,107 @@
+"""The strong lower bound (``lower_bound(strong=True)``: the LP of ``plan.lpbound`` and
+option pruning, ``plan.bounds``): never above any plan, the exact planner's optimum
+included, and tighter where a GPU step's CPU variant is too slow to leave the GPU pool."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+
+from hetflow.plan import lpbound
+from hetflow.plan.backfill import slurm_backfill
+from hetflow.plan.baseline import greedy_first_fit
+from hetflow.plan.bounds import lower_bound
+from hetflow.plan.heuristic import heft, plan_heuristic
+from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Plan, Task
+from hetflow.plan.kubesched import kube_scheduler
+from hetflow.plan.lpbound import lp_bound
+from hetflow.plan.validate import check_plan
+from tests.unit.builders import GIB
+from tests.unit.test_baseline import gpu_heavy_instances
+from tests.unit.test_planner_builders import instances
+
+CPUS = MachineClass("cpu", 4, 4, 16 * GIB)
+ONE_GPU = MachineClass("gpu", 1, 8, 32 * GIB, gpus=1)
+
+
+def slow_cpu_steps(n: int, gpu_s: float = 10.0, cpu_s: float = 100.0) -> Instance:
+    """``n`` independent steps: ``gpu_s`` on the one GPU or ``cpu_s`` on a CPU node."""
+    tasks = tuple(
+        Task(f"t{i}", (Option("cpu", "cpu", cpu_s, 1, GIB), Option("gpu", "gpu", gpu_s, 1, GIB, gpus=1)))
+        for i in range(n)
+    )
+    return Instance(tasks, (), (CPUS, ONE_GPU))
+
+
+def plans(inst: Instance) -> list[Plan]:
+    return [
+        plan_heuristic(inst),
+        heft(inst),
+        greedy_first_fit(inst),
+        kube_scheduler(inst, seed=1),
+        slurm_backfill(inst),
+    ]
+
+
+@settings(max_examples=120, deadline=None)
+@given(inst=instances())
+def test_no_plan_beats_the_strong_bound(inst: Instance) -> None:
+    strong = lower_bound(inst, strong=True)
+    assert strong >= lower_bound(inst) - 1e-9
+    for plan in plans(inst):
+        assert check_plan(inst, plan) == [], plan.algorithm
+        assert plan.makespan >= strong - 1e-9, plan.algorithm
+
+
+@settings(max_examples=80, deadline=None)
+@given(inst=gpu_heavy_instances())
+def test_no_plan_beats_the_strong_bound_on_gpu_heavy_instances(inst: Instance) -> None:
+    strong = lower_bound(inst, strong=True)
+    for plan in plans(inst):
+        assert plan.makespan >= strong - 1e-9, plan.algorithm
+
+
+@settings(max_examples=25, deadline=None)
+@given(inst=instances(max_tasks=5))
+def test_the_exact_optimum_is_never_below_the_strong_bound(inst: Instance) -> None:
+    pytest.importorskip("ortools")
+    from hetflow.plan.exact import plan_exact
+
+    plan = plan_exact(inst, time_limit=5, workers=1)
+    assert plan.makespan >= lower_bound(inst, strong=True) - 1e-9
+    if plan.optimal:  # the bound may meet the optimum, never pass it
+        assert lower_bound(inst, strong=True) <= plan.makespan * (1 + 1e-9)
+
+
+def test_a_gpu_step_whose_cpu_variant_is_too_slow_stays_in_the_gpu_pool() -> None:
+    # 3 steps, 10 s on the one GPU or 100 s on a CPU: the optimum runs them one after the
+    # other on the GPU (30 s).  The closed-form bound sees 10 s (critical path), the plain
+    # LP 25 s (each step 5/6 on the GPU, 1/6 on a CPU), pruning sees that no step can take
+    # its 100-s CPU variant in a plan under 100 s.
+    inst = slow_cpu_steps(3)
+    assert lower_bound(inst) == pytest.approx(10.0)
+    if lpbound.lp_solution(inst) is not None:
+        assert lp_bound(inst) == pytest.approx(25.0, rel=1e-6)
+    strong = lower_bound(inst, strong=True)
+    assert 29.8 <= strong <= 30.0
+    assert plan_heuristic(inst).makespan == pytest.approx(30.0)
+
+
+def test_chains_and_capacity_in_one_lp() -> None:
+    # a -> b, each 10 s on the GPU or 40 s on a CPU, beside two free-standing GPU steps:
+    # the chain alone says 20, the GPU area alone 0 (every step has a CPU variant).
+    tasks = tuple(
+        Task(n, (Option("cpu", "cpu", 40.0, 1, GIB), Option("gpu", "gpu", 10.0, 1, GIB, gpus=1)))
+        for n in ("a", "b", "c", "d")
+    )
+    inst = Instance(tasks, (Edge("a", "b"),), (CPUS, ONE_GPU))
+    strong = lower_bound(inst, strong=True)
+    assert strong > lower_bound(inst) + 1.0
+    assert plan_heuristic(inst).makespan >= strong - 1e-9
+
+
+def test_without_ortools_the_strong_bound_keeps_its_closed_form_terms(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lpbound, "_linear_solver", lambda: None)
+    inst = slow_cpu_steps(3)
+    assert lp_bound(inst) is None
+    assert 29.8 <= lower_bound(inst, strong=True) <= 30.0  # pruning works on the GPU term too
