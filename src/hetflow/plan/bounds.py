@@ -41,9 +41,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import replace
 
-from hetflow.plan.instance import Instance, Option
+from hetflow.plan.instance import Instance
 from hetflow.plan.lpbound import lp_solution
 
 LP_LIMIT = 15_000  # task options above which the pruned LP search is skipped (GLOP: ~1 s per 5,000)
@@ -139,16 +138,39 @@ def _allowed(instance: Instance, heads: list[float], tails: list[float], g: floa
 
 
 def _pruned_closed_form(instance: Instance, heads: list[float], tails: list[float], g: float) -> float:
-    """The work and GPU terms over the options that a plan of makespan ``<= g`` can use."""
-    keep: list[tuple[Option, ...]] = []
-    for t, ok in zip(instance.tasks, _allowed(instance, heads, tails, g), strict=True):
-        options = tuple(o for o, yes in zip(t.options, ok, strict=True) if yes)
+    """The work and GPU terms over the options that a plan of makespan ``<= g`` can use, each
+    with heads and tails (``_area_with_ends``)."""
+    one = instance.one_task_per_machine
+    speed = {c.name: c.speed for c in instance.classes}
+    weight = {c.name: _gpu_weight(c.gpu_speed) for c in instance.classes}
+    work: list[tuple[float, float, float]] = []
+    gpu: list[tuple[float, float, float]] = []
+    for t, ok, h, q in zip(instance.tasks, _allowed(instance, heads, tails, g), heads, tails, strict=True):
+        options = [o for o, yes in zip(t.options, ok, strict=True) if yes]
         if not options:
             return math.inf
-        keep.append(options)
-    tasks = tuple(replace(t, options=o) for t, o in zip(instance.tasks, keep, strict=True))
-    pruned = replace(instance, tasks=tasks)
-    return max(work_bound(pruned), gpu_bound(pruned))
+        r = max(1, t.replicas)
+        work.append((min(o.runtime * (1.0 if one else o.cores) * speed[o.machine_class] for o in options) * r, h, q))
+        if all(o.gpus > 0 for o in options):
+            gpu.append((min(o.gpus * o.runtime * weight[o.machine_class] for o in options) * r, h, q))
+    cores = sum(c.count * (1 if one else c.cores) * c.speed for c in instance.classes)
+    gpus = sum(c.count * c.gpus * _gpu_weight(c.gpu_speed) for c in instance.classes)
+    return max(_area_with_ends(work, cores), _area_with_ends(gpu, gpus))
+
+
+def _area_with_ends(items: list[tuple[float, float, float]], capacity: float) -> float:
+    """``items``: (work, head, tail) per task.  Every task whose tail is at least ``q`` runs
+    inside ``[0, T - q]``, so ``T >= q + their work / capacity``; likewise with heads.  The
+    largest over every ``q`` (and every head)."""
+    if capacity <= 0 or not items:
+        return 0.0
+    best = 0.0
+    for end in (2, 1):  # tails, then heads
+        total = 0.0
+        for item in sorted(items, key=lambda it: -it[end]):
+            total += item[0]
+            best = max(best, item[end] + total / capacity)
+    return best
 
 
 def _crossing(bound: Callable[[float], float], lo: float) -> float:
