@@ -105,3 +105,16 @@ def test_without_ortools_the_strong_bound_keeps_its_closed_form_terms(monkeypatc
     inst = slow_cpu_steps(3)
     assert lp_bound(inst) is None
     assert 29.8 <= lower_bound(inst, strong=True) <= 30.0  # pruning works on the GPU term too
+
+
+def test_gpu_steps_run_in_whole_rounds() -> None:
+    # 3 equal steps on 2 GPUs (their CPU variant is too slow to help): the area says 15 s,
+    # a GPU runs the third step after one of the first two, so 20 s.
+    two_gpus = MachineClass("gpu", 1, 8, 32 * GIB, gpus=2)
+    tasks = tuple(
+        Task(f"t{i}", (Option("cpu", "cpu", 100.0, 1, GIB), Option("gpu", "gpu", 10.0, 1, GIB, gpus=1)))
+        for i in range(3)
+    )
+    inst = Instance(tasks, (), (CPUS, two_gpus))
+    assert 19.9 <= lower_bound(inst, strong=True) <= 20.0
+    assert plan_heuristic(inst).makespan == pytest.approx(20.0)
