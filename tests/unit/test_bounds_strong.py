@@ -118,3 +118,28 @@ def test_gpu_steps_run_in_whole_rounds() -> None:
     inst = Instance(tasks, (), (CPUS, two_gpus))
     assert 19.9 <= lower_bound(inst, strong=True) <= 20.0
     assert plan_heuristic(inst).makespan == pytest.approx(20.0)
+
+
+def test_the_second_round_is_the_steps_with_the_shortest_tails() -> None:
+    # 3 equal GPU steps on 2 GPUs, each followed by its own CPU step of 5, 20 or 40 s: one
+    # of them waits for a second round, at best the one with the 5-s tail (10 + 10 + 5 = 25),
+    # while the 40-s tail needs 10 + 40 = 50 anyway.  With tails 30, 40, 40 the second round
+    # costs: 10 + 10 + 30 = 50 (the plain area-with-tails bound says 10 + 40 = 50 too), and
+    # with 35, 40, 40 it is 55.
+    two_gpus = MachineClass("gpu", 1, 8, 32 * GIB, gpus=2)
+
+    def inst(tails: tuple[float, ...]) -> Instance:
+        tasks: list[Task] = []
+        edges: list[Edge] = []
+        for i, q in enumerate(tails):
+            tasks.append(
+                Task(f"g{i}", (Option("cpu", "cpu", 500.0, 1, GIB), Option("gpu", "gpu", 10.0, 1, GIB, gpus=1)))
+            )
+            tasks.append(Task(f"c{i}", (Option("cpu", "cpu", q, 1, GIB),)))
+            edges.append(Edge(f"g{i}", f"c{i}"))
+        return Instance(tuple(tasks), tuple(edges), (CPUS, two_gpus))
+
+    for tails, optimum in (((5.0, 20.0, 40.0), 50.0), ((35.0, 40.0, 40.0), 55.0)):
+        case = inst(tails)
+        assert optimum * (1 - 1e-4) <= lower_bound(case, strong=True) <= optimum
+        assert plan_heuristic(case).makespan == pytest.approx(optimum)

@@ -46,8 +46,11 @@ from hetflow.plan.instance import Instance, Option
 from hetflow.plan.lpbound import lp_solution
 
 LP_LIMIT = 15_000  # task options above which the pruned LP search is skipped (GLOP: ~1 s per 5,000)
-_BISECTIONS = 12  # at most; the search stops once hi - lo is within _TOLERANCE of hi
-_TOLERANCE = 3e-3
+# Bisection: at most this many steps, stopping once hi - lo is within the tolerance of hi;
+# the closed-form terms are cheap (finer), an LP is a solve each (coarser).
+_CLOSED_FORM_SEARCH = (24, 1e-5)
+_LP_SEARCH = (12, 3e-3)
+_ROUND_TESTS = 24  # run-time thresholds tried by the GPU-rounds test (each costs a sort)
 
 
 def critical_path(instance: Instance) -> float:
@@ -98,7 +101,7 @@ def lower_bound(instance: Instance, *, strong: bool = False) -> float:
     if not strong or not instance.tasks:
         return base
     heads, tails = _heads_tails(instance)
-    best = max(base, _crossing(lambda g: _pruned_closed_form(instance, heads, tails, g), base))
+    best = max(base, _crossing(lambda g: _pruned_closed_form(instance, heads, tails, g), base, _CLOSED_FORM_SEARCH))
     if sum(len(t.options) for t in instance.tasks) <= LP_LIMIT:
 
         def lp(g: float) -> float:
@@ -107,7 +110,7 @@ def lower_bound(instance: Instance, *, strong: bool = False) -> float:
 
         first = lp(math.inf)
         if not math.isnan(first):
-            best = max(best, first, _crossing(lp, max(best, first)))
+            best = max(best, first, _crossing(lp, max(best, first), _LP_SEARCH))
     return best
 
 
@@ -164,29 +167,32 @@ def _pruned_closed_form(instance: Instance, heads: list[float], tails: list[floa
 
 def _gpu_rounds_fit(instance: Instance, forced: list[tuple[list[Option], float, float]], g: float) -> bool:
     """Whether the steps that must run on GPUs (their options left, one entry per replica)
-    can fit by count.  Take the steps whose every option runs at least ``p``: each holds its
-    GPUs at least ``p``, all inside ``[their least head, g - their least tail]``, so one GPU
-    of class ``c`` holds at most ``floor(window / r_c)`` of them (``r_c >= p``: their shortest
-    run time on ``c``), one after another.  Tried for every ``p``
-    (the steps' shortest run times, longest first).  The area bound lets 73 equal steps
-    share 64 GPUs in 1.14 rounds; this sees that a GPU runs them in whole rounds."""
+    can fit by count.  Take the steps whose every option runs at least ``p`` and whose tail
+    is at least ``q``: each holds its GPUs at least its run time on its class, all inside
+    ``[least head, g - q]``, so one GPU of class ``c`` holds at most ``floor(window / r_c)``
+    of them (``r_c >= p``: the shortest run time on ``c`` among steps at least ``p`` long),
+    one after another.  Tried for up to ``_ROUND_TESTS`` values of ``p`` (the steps'
+    shortest run times) and, for each, every ``q``.  The area bound lets 73 equal steps
+    share 64 GPUs in 1.14 rounds; this sees that a GPU runs them in whole rounds, and that
+    the 9 of the second round finish no sooner than two run times before their tails."""
     units = {c.name: c.count * c.gpus for c in instance.classes}
     steps = sorted(((min(o.runtime for o in options), options, h, q) for options, h, q in forced), key=lambda s: -s[0])
-    head, tail, need = math.inf, math.inf, 0
-    shortest: dict[str, float] = {}  # per class: the shortest run time there of the steps so far
-    for i, (p, options, h, q) in enumerate(steps):
-        head, tail = min(head, h), min(tail, q)
-        need += min(o.gpus for o in options)
-        for o in options:
-            shortest[o.machine_class] = min(shortest.get(o.machine_class, math.inf), o.runtime)
-        if i + 1 < len(steps) and steps[i + 1][0] == p:
-            continue  # test once per distinct run time, with every step that long
-        if p <= 0:
-            return True
-        window = g - head - tail
-        slots = sum(units[c] * math.floor(window * (1 + 1e-12) / r) for c, r in shortest.items())
-        if need > slots:
-            return False
+    lengths = sorted({p for p, _, _, _ in steps if p > 0}, reverse=True)
+    if len(lengths) > _ROUND_TESTS:
+        lengths = [lengths[i * (len(lengths) - 1) // (_ROUND_TESTS - 1)] for i in range(_ROUND_TESTS)]
+    for p in lengths:
+        group = [s for s in steps if s[0] >= p]
+        head = min(h for _, _, h, _ in group)
+        shortest: dict[str, float] = {}  # per class: the shortest run time there in the group
+        for _, options, _, _ in group:
+            for o in options:
+                shortest[o.machine_class] = min(shortest.get(o.machine_class, math.inf), o.runtime)
+        need = 0
+        for _, options, _, q in sorted(group, key=lambda s: -s[3]):  # longest tails first
+            need += min(o.gpus for o in options)
+            window = (g - head - q) * (1 + 1e-12)
+            if window < 0 or need > sum(units[c] * math.floor(window / r) for c, r in shortest.items()):
+                return False
     return True
 
 
@@ -205,7 +211,7 @@ def _area_with_ends(items: list[tuple[float, float, float]], capacity: float) ->
     return best
 
 
-def _crossing(bound: Callable[[float], float], lo: float) -> float:
+def _crossing(bound: Callable[[float], float], lo: float, search: tuple[int, float]) -> float:
     """The largest ``min(g, bound(g))`` found, ``bound`` falling as ``g`` grows: double ``g``
     from ``lo`` until ``bound(g) <= g``, then bisect.  Every ``min(g, bound(g))`` is a valid
     bound (module docstring), so any ``g`` tried may be kept; NaN (no answer) stops."""
@@ -221,8 +227,9 @@ def _crossing(bound: Callable[[float], float], lo: float) -> float:
         lo, hi = hi, hi * 2
     else:
         return best
-    for _ in range(_BISECTIONS):
-        if hi - lo <= _TOLERANCE * hi:
+    steps, tolerance = search
+    for _ in range(steps):
+        if hi - lo <= tolerance * hi:
             break
         mid = (lo + hi) / 2
         b = bound(mid)
