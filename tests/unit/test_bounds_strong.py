@@ -4,9 +4,13 @@ included, and tighter where a GPU step's CPU variant is too slow to leave the GP
 
 from __future__ import annotations
 
-import pytest
-from hypothesis import given, settings
+from dataclasses import replace
 
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from hetflow.errors import NoFitError
 from hetflow.plan import lpbound
 from hetflow.plan.backfill import slurm_backfill
 from hetflow.plan.baseline import greedy_first_fit
@@ -143,3 +147,17 @@ def test_the_second_round_is_the_steps_with_the_shortest_tails() -> None:
         case = inst(tails)
         assert optimum * (1 - 1e-4) <= lower_bound(case, strong=True) <= optimum
         assert plan_heuristic(case).makespan == pytest.approx(optimum)
+
+
+@settings(max_examples=60, deadline=None)
+@given(inst=gpu_heavy_instances(), replicas=st.integers(2, 3), comm=st.sampled_from([0.0, 1e9]))
+def test_no_plan_beats_the_strong_bound_with_a_gang(inst: Instance, replicas: int, comm: float) -> None:
+    gang = replace(inst.tasks[0], replicas=replicas, comm_bytes=comm)
+    inst = replace(inst, tasks=(gang, *inst.tasks[1:]))
+    try:
+        plan = plan_heuristic(inst)
+    except NoFitError:
+        assume(False)
+        return
+    assert check_plan(inst, plan) == []
+    assert plan.makespan >= lower_bound(inst, strong=True) - 1e-9

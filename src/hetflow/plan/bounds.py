@@ -157,7 +157,7 @@ def _pruned_closed_form(instance: Instance, heads: list[float], tails: list[floa
         work.append((min(o.runtime * (1.0 if one else o.cores) * speed[o.machine_class] for o in options) * r, h, q))
         if all(o.gpus > 0 for o in options):
             gpu.append((min(o.gpus * o.runtime * weight[o.machine_class] for o in options) * r, h, q))
-            forced.append((options * r, h, q))
+            forced += [(options, h, q)] * r  # one entry per replica: each holds its own GPUs
     if forced and not _gpu_rounds_fit(instance, forced, g):
         return math.inf
     cores = sum(c.count * (1 if one else c.cores) * c.speed for c in instance.classes)
