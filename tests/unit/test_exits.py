@@ -40,7 +40,9 @@ def watch_with(
     return w, woken
 
 
-def settle(w: ExitWatch, name: str, timeout: float = 10.0) -> tuple[bool, int | None, str, Mapping[str, str]] | None:
+def settle(
+    w: ExitWatch, name: str, timeout: float = 10.0
+) -> tuple[bool, int | None, str, Mapping[str, str], str] | None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         st = w.snapshot().get(name)
@@ -67,7 +69,7 @@ def test_without_a_monitor_the_engines_wait_gives_the_exit_code() -> None:
     w.follow("c1", {"hetflow.run": "r"}, None)
     assert w.snapshot()["c1"][:2] == (True, None)
     assert woken.wait(5)
-    assert settle(w, "c1") == (False, 3, "exited", {"hetflow.run": "r"})
+    assert settle(w, "c1") == (False, 3, "exited", {"hetflow.run": "r"}, "")
     assert waits.calls == [("c1", "250ms")]
     w.close()
 
@@ -83,7 +85,7 @@ def test_a_step_is_followed_through_its_monitor_then_wait_reads_the_code(monitor
     monitor.wait()
     monitor_gone = time.monotonic()
     assert woken.wait(5)
-    assert settle(w, "c2") == (False, 7, "exited", {})
+    assert settle(w, "c2") == (False, 7, "exited", {}, "")
     assert time.monotonic() - t0 >= 1.4  # not before the monitor went
     assert time.monotonic() - monitor_gone < 1.0
     assert waits.calls == [("c2", "10ms")]
@@ -97,11 +99,56 @@ def test_a_pid_that_is_not_a_monitor_counts_as_gone() -> None:
         w, woken = watch_with(waits)
         w.follow("c3", {}, other.pid)
         assert woken.wait(5)  # does not wait 30 s for the sleep
-        assert settle(w, "c3") == (False, 0, "exited", {})
+        assert settle(w, "c3") == (False, 0, "exited", {}, "")
         w.close()
     finally:
         other.kill()
         other.wait()
+
+
+def test_an_attached_run_exits_with_the_containers_code_and_its_output_is_not_a_reason() -> None:
+    waits = Waits({})
+    w, woken = watch_with(waits)
+    script = "echo 'Error: my own message' >&2; head -c 200000 /dev/zero >&2; sleep 0.2; exit 3"
+    w.attach("a1", {"k": "v"}, ["sh", "-c", script], engine="podman")
+    assert w.snapshot()["a1"][:2] == (True, None)
+    assert woken.wait(5)
+    assert settle(w, "a1") == (False, 3, "exited", {"k": "v"}, "")  # 3: the step's own exit
+    assert waits.calls == []  # no `wait` needed
+    w.close()
+
+
+def test_an_attached_run_the_engine_refused_says_why() -> None:
+    w, woken = watch_with(Waits({}))
+    script = "echo 'Error: localhost/nope: image not known' >&2; exit 125"
+    w.attach("a2", {}, ["sh", "-c", script], engine="podman")
+    assert woken.wait(5)
+    assert settle(w, "a2") == (
+        False,
+        125,
+        "exited",
+        {},
+        "podman could not start a2: Error: localhost/nope: image not known",
+    )
+    w.close()
+
+
+def test_an_attached_run_killed_itself_leaves_the_exit_to_the_engines_wait() -> None:
+    w, woken = watch_with(Waits({("a3", "250ms"): "echo 0"}))
+    w.attach("a3", {}, ["sh", "-c", "kill -9 $$"], engine="podman")
+    assert woken.wait(5)
+    assert settle(w, "a3") == (False, 0, "exited", {}, "")
+    w.close()
+
+
+def test_closing_kills_attached_runs_without_recording_an_exit() -> None:
+    w, woken = watch_with(Waits({}))
+    w.attach("a4", {}, ["sh", "-c", "sleep 30"], engine="podman")
+    time.sleep(0.2)
+    w.close()
+    time.sleep(0.3)
+    assert not woken.is_set()
+    assert w.snapshot()["a4"][:2] == (True, None)
 
 
 def test_a_container_the_engine_no_longer_has_is_dropped() -> None:
@@ -116,7 +163,7 @@ def test_a_failed_wait_falls_back_to_inspect_for_the_exit_code() -> None:
     w, woken = watch_with(Waits({}), inspect={"c4": {"State": {"Status": "exited", "ExitCode": 137}}})
     w.follow("c4", {}, None)
     assert woken.wait(5)
-    assert settle(w, "c4") == (False, 137, "exited", {})
+    assert settle(w, "c4") == (False, 137, "exited", {}, "")
     w.close()
 
 
@@ -136,7 +183,7 @@ def test_closing_stops_the_followers_without_waking() -> None:
 def test_forget_drops_a_container_and_its_exit() -> None:
     w, _ = watch_with(Waits({}))
     w.known_exit("old", {"k": "v"}, "exited", 2)
-    assert w.snapshot() == {"old": (False, 2, "exited", {"k": "v"})}
+    assert w.snapshot() == {"old": (False, 2, "exited", {"k": "v"}, "")}
     w.forget(["old"])
     assert w.snapshot() == {}
 

@@ -111,7 +111,7 @@ class Attempts:
             elif st.dependency_failed:
                 self.requeue(act, st.reason or "a dependency failed")
             elif not st.running:
-                self.finalize(act, st.exit_code if st.exit_code is not None else 255)
+                self.finalize(act, st.exit_code if st.exit_code is not None else 255, st.reason)
             elif st.reason != act.waiting:
                 self.note_wait(act, st.status, st.reason)
 
@@ -162,12 +162,12 @@ class Attempts:
             if where is not None:
                 self._set_usage(*where, u)
 
-    def finalize(self, act: Active, exit_code: int) -> None:
+    def finalize(self, act: Active, exit_code: int, reason: str = "") -> None:
         step = self.wf.steps[act.step]
         staging = self.paths.staging(act.step, act.attempt)
         final = self.paths.step_out(act.step)
         if exit_code != 0:
-            self.fail(act, exit_code, exit_reason(exit_code))
+            self.fail(act, exit_code, exit_reason(exit_code) + (f": {reason}" if reason else ""))
             return
         self.record_usage(act)
         if not staging.exists() and final.exists():

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -83,6 +81,7 @@ class ContainerState:
     exit_code: int | None
     status: str  # engine's word: created, running, exited, ...
     labels: Mapping[str, str] = field(default_factory=dict)  # where the engine lists them (podman, fake)
+    reason: str = ""  # why it ended, when the engine said more than an exit code (a refused start)
 
 
 @dataclass(frozen=True)
@@ -125,15 +124,15 @@ class Networks(Protocol):
     def remove_network(self, name: str) -> None: ...
 
 
-def run_args(spec: ContainerSpec, *, engine: str = "podman", monitor_pidfile: Path | None = None) -> list[str]:
+def run_args(spec: ContainerSpec, *, engine: str = "podman", attached: bool = False) -> list[str]:
     """The ``run -d`` arguments: the hardening that trusted runtimes apply (all
     capabilities dropped, no-new-privileges, read-only root, tmpfs /tmp, no network
-    unless asked), the submitter's UID:GID, and only the devices given.  podman writes the
-    container's monitor PID to ``monitor_pidfile`` (``exits.ExitWatch`` follows it)."""
+    unless asked), the submitter's UID:GID, and only the devices given.  ``attached``: ``run``
+    stays until the container exits and exits with its code (``exits.ExitWatch``), without
+    passing signals on (``--sig-proxy=false``: ``hetflow stop`` stops containers itself)."""
     args = [
         "run",
-        "-d",
-        *(["--conmon-pidfile", str(monitor_pidfile)] if monitor_pidfile is not None and engine == "podman" else []),
+        *(["--sig-proxy=false"] if attached else ["-d"]),
         "--name",
         spec.name,
         "--user",
@@ -194,7 +193,6 @@ class CliEngine:
         self._cgroups = cgroups.detect() if self.name == "podman" else None
         self._watch: ExitWatch | None = None  # the watched run's containers (``watch``)
         self._watch_run: str | None = None
-        self._pid_dir: Path | None = None  # where conmon writes each container's monitor PID
         self._later: Batches[_Removal] | None = None  # removals in the background while a run is watched
 
     def _run(self, args: list[str], *, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
@@ -250,8 +248,13 @@ class CliEngine:
         if self._cgroups is not None and cgroups.prepare(self._cgroups, spec.name):
             spec = replace(spec, cgroup_parent=cgroups.parent_path(spec.name))
         watch = self._watching(spec.labels.get(LABEL_RUN))
-        pidfile = self._pid_dir / spec.name if watch is not None and self._pid_dir is not None else None
-        proc = self._run(run_args(spec, engine=self.name, monitor_pidfile=pidfile), check=False)
+        if watch is not None and self.name == "podman":
+            # as a shell loop of `podman run` would: the run stays attached and its exit is
+            # the container's (no `wait` after it); a refusal comes back the same way
+            attached = [self.binary, *self._global, *run_args(spec, engine=self.name, attached=True)]
+            watch.attach(spec.name, spec.labels, attached, engine=self.name)
+            return
+        proc = self._run(run_args(spec, engine=self.name), check=False)
         if proc.returncode != 0:
             # A container the runtime could not start stays "created"; remove it so the
             # same deterministic name can be used again.
@@ -260,14 +263,14 @@ class CliEngine:
             err = proc.stderr.strip().splitlines()
             raise EngineError(f"{self.name} could not start {spec.name}: {err[-1] if err else proc.returncode}")
         if watch is not None:
-            watch.follow(spec.name, spec.labels, _read_pid(pidfile))
+            watch.follow(spec.name, spec.labels, None)  # docker: its own `wait`
 
     def states(self, run_id: str) -> dict[str, ContainerState]:
         watch = self._watching(run_id)
         if watch is not None:
             return {
-                name: ContainerState(name, running, code, status, labels)
-                for name, (running, code, status, labels) in watch.snapshot().items()
+                name: ContainerState(name, running, code, status, labels, reason)
+                for name, (running, code, status, labels, reason) in watch.snapshot().items()
             }
         proc = self._run(["ps", "-a", "--filter", f"label={LABEL_RUN}={run_id}", "--format", "json"])
         out: dict[str, ContainerState] = {}
@@ -356,7 +359,6 @@ class CliEngine:
         if self._watch is not None:
             return None  # one run per engine at a time; a second watcher polls
         watch = ExitWatch(inspect=self._inspect_entry, wait_command=self._wait_command, wake=wake, env=self._env)
-        pids = Path(tempfile.mkdtemp(prefix="hetflow-monitors-")) if self.name == "podman" else None
         for name, st in self.states(run_id).items():  # a resumed run's containers
             if st.running:
                 entry = self._inspect_entry(name) or {}
@@ -364,7 +366,7 @@ class CliEngine:
                 watch.follow(name, st.labels, int(pid) if pid else None)
             else:
                 watch.known_exit(name, st.labels, st.status, st.exit_code if st.exit_code is not None else 255)
-        self._watch, self._watch_run, self._pid_dir = watch, run_id, pids
+        self._watch, self._watch_run = watch, run_id
         self._later = Batches(f"remove-{run_id}", self._removals)
 
         def stop() -> None:
@@ -372,9 +374,7 @@ class CliEngine:
             later, self._later = self._later, None
             if later is not None:
                 later.close()
-            self._watch, self._watch_run, self._pid_dir = None, None, None
-            if pids is not None:
-                shutil.rmtree(pids, ignore_errors=True)
+            self._watch, self._watch_run = None, None
 
         return stop
 
@@ -419,8 +419,8 @@ class DockerEngine(CliEngine):
         watch = self._watching(run_id)
         if watch is not None:
             return {
-                name: ContainerState(name, running, code, status, labels)
-                for name, (running, code, status, labels) in watch.snapshot().items()
+                name: ContainerState(name, running, code, status, labels, reason)
+                for name, (running, code, status, labels, reason) in watch.snapshot().items()
             }
         proc = self._run(["ps", "-a", "-q", "--filter", f"label={LABEL_RUN}={run_id}"])
         ids = proc.stdout.split()
@@ -446,17 +446,6 @@ class DockerEngine(CliEngine):
                 logs = self._run(["logs", "--timestamps", n], check=False)
                 Path(path).write_text(cri_lines(logs.stdout, "stdout") + cri_lines(logs.stderr, "stderr"))
         self._run(["rm", "-f", *names], check=False)
-
-
-def _read_pid(path: Path | None) -> int | None:
-    if path is None:
-        return None
-    try:
-        pid = int(path.read_text().strip())
-    except (OSError, ValueError):
-        return None
-    path.unlink(missing_ok=True)
-    return pid
 
 
 def usage_from_inspect(info: Mapping[str, Any]) -> Usage:

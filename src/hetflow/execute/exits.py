@@ -1,24 +1,25 @@
 """Knowing the moment a container exits, without asking the engine over and over.
 
-A run's executor used to learn of exits from ``podman events``, whose file backend is read
-every 250 ms, then ask ``podman wait``, ``podman ps`` and ``podman inspect`` in turn: four
-processes and a quarter second on the path from one step to the next.  Here one follower
-per container learns its exit code from the kernel: the container's monitor (podman's
-conmon, whose PID ``--conmon-pidfile`` wrote) is followed through a pidfd
-(``os.pidfd_open``), which costs nothing while the step runs; conmon exits once the
-container has and its exit file is written, and ``podman wait`` then reads the code at
-once.  (Polling ``wait --interval 10ms`` from the start was no faster for short steps and
-costs CPU for long ones.)
+A run's executor used to start each container with ``podman run -d``, learn of exits from
+``podman events`` (whose file backend is read every 250 ms), then ask ``podman wait``,
+``podman ps`` and ``podman inspect`` in turn: five processes and about a quarter second
+per step more than a shell loop of ``podman run``.  Now, as that loop does, each container
+is started by an attached ``podman run`` (``ExitWatch.attach``) whose exit is the
+container's, on a follower thread; an error of podman's own (exit 125 to 127 with an
+``Error:`` line) becomes the attempt's reason.  The run's containers are known without
+``ps``; what an attempt used (``inspect``, its cgroup) is read later, off this path, just
+before its container is removed, and removals go in batches (``Batches``): every podman
+command takes podman's lock, so one per finished step would slow the next start.
 
-Where there is no monitor PID to follow (docker, an old kernel) the engine's own ``wait``
-does it all.  The run's containers are then known without ``ps``; one the engine no longer
-has is dropped, so the runner reports it disappeared.  What an attempt used (``inspect``,
-the cgroup) is read later, off this path, just before its container is removed.
+Containers this executor did not start (a resumed run adopts them) are followed through
+their monitor: podman's conmon, whose PID ``inspect`` gives, through a pidfd
+(``os.pidfd_open``), which costs nothing while the step runs; once conmon has gone,
+``podman wait`` answers at once.  Without a monitor to follow (docker, an old kernel) the
+engine's own ``wait`` does it all.  One the engine no longer has is dropped, so the runner
+reports it disappeared.
 
 ``ExitWatch`` is one run's: started by ``CliEngine.watch`` and closed by the stopper it
-returns.  ``Batches`` runs removals (``rm``, cgroups, networks) in order on one thread, so
-removing a finished step's container overlaps the next step instead of delaying it;
-closing waits for them.
+returns; closing waits for the removals.
 """
 
 from __future__ import annotations
@@ -37,6 +38,8 @@ from typing import Any, Generic, TypeVar
 Inspect = Callable[[str], "Mapping[str, Any] | None"]  # one ``inspect`` entry, None when gone
 WaitCommand = Callable[[str, str], list[str]]  # the engine's ``wait NAME`` argv, polling at an interval
 T = TypeVar("T")
+TAIL = 4096  # bytes of an attached run's stderr kept, for the engine's error
+ERROR_CODE = 125  # podman's and docker's exit code for their own failures
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,7 @@ class Exited:
     status: str
     running: bool
     exit_code: int | None
+    reason: str = ""  # the engine's own error, when it refused to start the container
 
 
 def monitor_alive(pid: int, proc: Path = Path("/proc")) -> bool:
@@ -105,17 +109,21 @@ class ExitWatch:
         self._labels: dict[str, Mapping[str, str]] = {}
         self._exited: dict[str, Exited] = {}
         self._closed = False
-        self._waiters: set[subprocess.Popen[str]] = set()
+        self._waiters: set[subprocess.Popen[Any]] = set()
 
     # --- what the runner asks ------------------------------------------------------------
 
-    def snapshot(self) -> dict[str, tuple[bool, int | None, str, Mapping[str, str]]]:
-        """name -> (running, exit code, status, labels) for every container followed."""
+    def snapshot(self) -> dict[str, tuple[bool, int | None, str, Mapping[str, str], str]]:
+        """name -> (running, exit code, status, labels, reason) for every container followed."""
         with self._lock:
-            out: dict[str, tuple[bool, int | None, str, Mapping[str, str]]] = {}
+            out: dict[str, tuple[bool, int | None, str, Mapping[str, str], str]] = {}
             for name, labels in self._labels.items():
                 e = self._exited.get(name)
-                out[name] = (True, None, "running", labels) if e is None else (e.running, e.exit_code, e.status, labels)
+                out[name] = (
+                    (True, None, "running", labels, "")
+                    if e is None
+                    else (e.running, e.exit_code, e.status, labels, e.reason)
+                )
             return out
 
     def forget(self, names: Iterable[str]) -> None:
@@ -133,6 +141,30 @@ class ExitWatch:
             self._exited.pop(name, None)
         threading.Thread(target=self._follow, args=(name, monitor_pid), name=f"exit-{name}", daemon=True).start()
 
+    def attach(self, name: str, labels: Mapping[str, str], argv: list[str], *, engine: str) -> None:
+        """Start the container with an attached ``run`` (``argv``), which exits with the
+        container's code; learn its exit from that."""
+        with self._lock:
+            self._labels[name] = dict(labels)
+            self._exited.pop(name, None)
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,  # the step's output is in its log file
+                stderr=subprocess.PIPE,  # the engine's error, should it refuse (and the step's stderr)
+                env=dict(self._env),
+                start_new_session=True,  # a Ctrl-C to hetflow is not one to its containers
+            )
+        except OSError as exc:
+            self._record(name, ERROR_CODE, f"{engine} could not start {name}: {exc}")
+            return
+        with self._lock:
+            self._waiters.add(proc)
+        threading.Thread(
+            target=self._follow_attached, args=(name, proc, engine), name=f"run-{name}", daemon=True
+        ).start()
+
     def known_exit(self, name: str, labels: Mapping[str, str], status: str, exit_code: int) -> None:
         """A container of the run that had exited before the watch began (a resumed run)."""
         with self._lock:
@@ -149,6 +181,35 @@ class ExitWatch:
             _kill(p)
 
     # --- followers -----------------------------------------------------------------------
+
+    def _follow_attached(self, name: str, proc: subprocess.Popen[bytes], engine: str) -> None:
+        tail = b""
+        assert proc.stderr is not None
+        fd = proc.stderr.fileno()
+        while chunk := os.read(fd, 65536):
+            tail = (tail + chunk)[-TAIL:]
+        proc.stderr.close()
+        code = proc.wait()
+        with self._lock:
+            self._waiters.discard(proc)
+        if self._closed:
+            return
+        if code < 0:  # the attached run itself was killed, not the container: ask the engine
+            self._follow(name, None)
+            return
+        reason = ""
+        if code in (125, 126, 127):  # the engine's own failures (podman-run(1), EXIT STATUS)
+            errors = [ln for ln in tail.decode(errors="replace").splitlines() if ln.startswith("Error")]
+            if errors:
+                reason = f"{engine} could not start {name}: {errors[-1]}"
+        self._record(name, code, reason)
+
+    def _record(self, name: str, code: int, reason: str = "") -> None:
+        with self._lock:
+            if self._closed or name not in self._labels:
+                return
+            self._exited[name] = Exited("exited", False, code, reason)
+        self._wake()
 
     def _follow(self, name: str, pid: int | None) -> None:
         try:
@@ -232,7 +293,7 @@ class _Closing(Exception):
     """The watch closed while a follower waited."""
 
 
-def _kill(proc: subprocess.Popen[str]) -> None:
+def _kill(proc: subprocess.Popen[Any]) -> None:
     """A waiter and whatever it started (its own session: ``start_new_session``)."""
     with contextlib.suppress(OSError):
         os.killpg(proc.pid, signal.SIGKILL)

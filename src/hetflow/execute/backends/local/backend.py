@@ -59,7 +59,7 @@ class LocalBackend:
             if rep is not None:
                 gangs.setdefault(rep[0], {})[rep[1]] = (st.running, st.exit_code, st.status)
             else:
-                out[name] = JobState(name, st.running, st.exit_code, st.status)
+                out[name] = JobState(name, st.running, st.exit_code, st.status, reason=st.reason)
         for job, replicas in gangs.items():
             lead = out.get(job)
             if lead is not None:
