@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+import subprocess
+import threading
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
 import pytest
 from demo.images import build_tiny_image
 
+from hetflow.config import engine_env
 from hetflow.execute.backends.local import LocalBackend
-from tests.contract.backend_contract import BUSYBOX, BackendContract
+from hetflow.execute.engine import Usage
+from tests.contract.backend_contract import BUSYBOX, BackendContract, job, wait_done
 
 
 @pytest.fixture(scope="module")
@@ -29,3 +37,48 @@ class TestLocalBackend(BackendContract):
             False,
             False,
         )
+
+
+# --- while a run is watched: attached `podman run`, no `ps`, removals in the background ----------
+
+
+def _names(run_id: str) -> list[str]:
+    out = subprocess.run(
+        ["podman", "ps", "-a", "--filter", f"label=hetflow.run={run_id}", "--format", "{{.Names}}"],
+        capture_output=True,
+        text=True,
+        env=engine_env(),
+        check=True,
+    ).stdout
+    return sorted(out.split())
+
+
+def test_a_watched_run_learns_exit_codes_and_engine_refusals_and_measures_on_release(tmp_path: Path) -> None:
+    build_tiny_image(BUSYBOX)
+    backend, rid = LocalBackend(), f"w{uuid.uuid4().hex[:8]}"
+    woken = threading.Event()
+    stop = backend.watch(rid, woken.set)
+    assert stop is not None
+    ok, bad, refused = f"hf-{rid}-ok-1", f"hf-{rid}-bad-1", f"hf-{rid}-nope-1"
+    try:
+        backend.submit(job(ok, tmp_path / "ok", "echo hi > /out/x; head -c 4000000 /dev/zero | wc -c", run_id=rid))
+        backend.submit(job(bad, tmp_path / "bad", "sleep 1.5; exit 3", run_id=rid))
+        nope = job(refused, tmp_path / "nope", "true", run_id=rid)
+        backend.submit(replace(nope, container=replace(nope.container, image="localhost/hetflow-test/nope:latest")))
+        states = wait_done(backend, rid, [ok, bad, refused], timeout=60)
+        assert woken.is_set()
+        assert (states[ok].exit_code, states[bad].exit_code, states[refused].exit_code) == (0, 3, 125)
+        assert (tmp_path / "ok" / "x").read_text() == "hi\n"
+        assert "4000000" in (tmp_path / "ok" / "log").read_text()  # the output is in the log file
+        assert states[refused].reason.startswith(f"podman could not start {refused}: Error: ")
+        assert "nope" in states[refused].reason
+        measured: dict[str, Usage] = {}
+        backend.release_measured([ok, bad, refused], [ok, bad], lambda n, u: measured.update({n: u}))
+        assert backend.poll(rid) == {}  # forgotten at once; removed in the background
+    finally:
+        stop()  # waits for the removals
+    assert _names(rid) == []
+    assert set(measured) == {ok, bad}
+    assert measured[bad].started is not None and measured[bad].ended is not None
+    assert measured[bad].ended - measured[bad].started >= 1.4
+    assert measured[ok].image_id is not None
