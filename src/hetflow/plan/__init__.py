@@ -18,23 +18,89 @@ simulator   the discrete-event simulator; cost, bounds, profile, images,
             stored (a Plan as JSON, kept with the run): the rest
 baseline    what the planner is measured against: first fit (baseline), kube-scheduler's
             default scores (kubesched), Slurm-style EASY backfill (backfill); eventsim
+
+Names are loaded on first use (as in ``hetflow.execute``), so ``hetflow run`` does not pay
+for the cluster files, the virtual-cluster search or CP-SAT when it plans for one machine.
 """
 
-from hetflow.plan.build import DEFAULT_ESTIMATE, build_instance
-from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser, feasibility_problems
-from hetflow.plan.cluster import Cluster, load_catalog, load_cluster
-from hetflow.plan.exact import plan_exact
-from hetflow.plan.explanation import explain
-from hetflow.plan.filters import Capacity, check, first_class_rejection
-from hetflow.plan.heuristic import plan_heuristic
-from hetflow.plan.images import Resolver, class_node, image_check
-from hetflow.plan.instance import Instance, MachineClass, Placement, Plan
-from hetflow.plan.local import plan_local
-from hetflow.plan.profile import learn, profile_for
-from hetflow.plan.rightsize import OVER_ASK, Suggestion, UsageSample, suggest_sizes
-from hetflow.plan.simulator import simulate
-from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
-from hetflow.plan.virtual import plan_virtual_cluster
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hetflow.plan.build import DEFAULT_ESTIMATE, build_instance
+    from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser, feasibility_problems
+    from hetflow.plan.cluster import Cluster, load_catalog, load_cluster
+    from hetflow.plan.exact import plan_exact
+    from hetflow.plan.explanation import explain
+    from hetflow.plan.filters import Capacity, check, first_class_rejection
+    from hetflow.plan.heuristic import plan_heuristic
+    from hetflow.plan.images import Resolver, class_node, image_check
+    from hetflow.plan.instance import Instance, MachineClass, Placement, Plan
+    from hetflow.plan.local import plan_local
+    from hetflow.plan.profile import learn, profile_for
+    from hetflow.plan.rightsize import OVER_ASK, Suggestion, UsageSample, suggest_sizes
+    from hetflow.plan.simulator import simulate
+    from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
+    from hetflow.plan.virtual import plan_virtual_cluster
+
+_WHERE: dict[str, tuple[str, ...]] = {
+    "build": (
+        "DEFAULT_ESTIMATE",
+        "build_instance",
+    ),
+    "choose": (
+        "GreedyChooser",
+        "PlanChooser",
+        "VariantChooser",
+        "feasibility_problems",
+    ),
+    "cluster": (
+        "Cluster",
+        "load_catalog",
+        "load_cluster",
+    ),
+    "exact": ("plan_exact",),
+    "explanation": ("explain",),
+    "filters": (
+        "Capacity",
+        "check",
+        "first_class_rejection",
+    ),
+    "heuristic": ("plan_heuristic",),
+    "images": (
+        "Resolver",
+        "class_node",
+        "image_check",
+    ),
+    "instance": (
+        "Instance",
+        "MachineClass",
+        "Placement",
+        "Plan",
+    ),
+    "local": ("plan_local",),
+    "profile": (
+        "learn",
+        "profile_for",
+    ),
+    "rightsize": (
+        "OVER_ASK",
+        "Suggestion",
+        "UsageSample",
+        "suggest_sizes",
+    ),
+    "simulator": ("simulate",),
+    "stored": (
+        "machine_class_from_dict",
+        "machine_class_to_dict",
+        "plan_from_dict",
+        "plan_to_dict",
+    ),
+    "virtual": ("plan_virtual_cluster",),
+}
+_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
 
 __all__ = [
     "DEFAULT_ESTIMATE",
@@ -73,3 +139,16 @@ __all__ = [
     "simulate",
     "suggest_sizes",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hetflow.plan' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"hetflow.plan.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])
