@@ -375,3 +375,53 @@ def test_pid_alive_treats_a_zombie_as_dead(tmp_path: Path, state: str, alive: bo
     (tmp_path / str(pid)).mkdir()
     (tmp_path / str(pid) / "stat").write_text(f"{pid} (hetflow (x)) {state} 1 1 1 0 -1\n")
     assert pid_alive(pid, tmp_path) is alive
+
+
+# --- stop after a crash ------------------------------------------------------------------
+
+
+def _stop_after_crash_finished_while_down(w: World) -> None:
+    crash_at(w, 1002.0)
+    w.clock.now = 1020.0  # a's container ends while hetflow is down
+
+
+def _stop_after_crash_result_stored(w: World) -> None:
+    crash_at(w, 1004.0)  # a's result stored, b running; a's container not removed yet
+    w.engine.start(w.script.starts("a")[0].spec)
+    w.clock.now = 1004.5
+
+
+STOP_AFTER_CRASH = [
+    pytest.param(_stop_after_crash_finished_while_down, RUNNING, id="finished-while-down-kept-for-resume"),
+    pytest.param(_stop_after_crash_result_stored, SUCCEEDED, id="result-stored-container-removed"),
+]
+
+
+@pytest.mark.parametrize(("crash", "a_state"), STOP_AFTER_CRASH)
+def test_stop_after_a_crash_keeps_finished_results(
+    tmp_path: Path, crash: Callable[[World], None], a_state: str
+) -> None:
+    """Issue 12: `stop` after a crash stopped finished containers as if they ran, and resume
+    ran their steps again as attempt 2.  Only attempts still running are stopped."""
+    w = world(
+        tmp_path,
+        "a:\n  image: x\n  outputs: [m]\nb:\n  image: x\n  inputs: {m: a/m}\n",
+        outcomes={
+            "a": [Outcome(0, 1 if crash is _stop_after_crash_result_stored else 5, files={"m": b"ok"})],
+            "b": [Outcome(0, 10)],
+        },
+    )
+    crash(w)
+    stop_run(w.store, w.engine, w.run.id, alive=lambda pid: False)
+
+    assert w.step("a").state == a_state
+    assert not [x for x in w.store.attempts(w.run.id, "a") if x.state == STOPPED]
+    a = container_name(w.run.id, "a", 1)
+    assert (a in w.engine.containers) is (a_state == RUNNING)  # kept only while its result is uncollected
+
+    reset_for_resume(w.store, w.run.id, lambda step: [], edges_of(w.loaded.workflow))
+    assert w.execute(pid=4343) == "succeeded"
+
+    assert [(x.attempt, x.state) for x in w.store.attempts(w.run.id, "a")] == [(1, SUCCEEDED)]
+    assert (RunPaths(Path(w.run.workdir)).step_out("a") / "m").read_bytes() == b"ok"
+    assert w.engine.containers == {}

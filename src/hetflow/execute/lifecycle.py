@@ -9,7 +9,6 @@ import os
 import signal
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import cast
 
 from hetflow.errors import StateError
@@ -32,24 +31,11 @@ from hetflow.state import (
     Note,
     RunStateChanged,
     Store,
+    pid_alive,
     record,
 )
 
-
-def pid_alive(pid: int, proc: Path = Path("/proc")) -> bool:
-    """Whether ``pid`` runs.  A zombie does not: a killed executor whose parent is gone
-    stays a zombie where nothing reaps it (PID 1 of a container), yet answers kill(0)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    try:
-        stat = (proc / str(pid) / "stat").read_text()
-    except OSError:
-        return True  # no /proc to ask: trust kill(0)
-    return stat.rpartition(")")[2].split()[0] not in ("Z", "X")
+__all__ = ["pid_alive", "reconcile", "reset_for_resume", "stop_run"]  # pid_alive: from state.liveness
 
 
 def reconcile(attempts: Attempts) -> None:
@@ -113,7 +99,13 @@ def stop_run(
     alive: Callable[[int], bool] = pid_alive,
 ) -> list[str]:
     """`hetflow stop`: end the executor, stop the run's containers (cancel its jobs), record
-    it all.  Returns the names of the jobs stopped."""
+    it all.  Returns the names of the jobs stopped.
+
+    Only attempts still running are stopped.  After a crash, an attempt the store calls
+    running may have finished while hetflow was down: its container is kept and its step
+    left as it is, so that ``resume`` collects the result (``reconcile``) instead of running
+    the step again.  Containers of attempts that are over (results stored, removal pending)
+    are simply removed."""
     backend = cast(Backend, engine) if hasattr(engine, "capabilities") else LocalBackend(engine)
     run = store.run(run_id)
     if run.pid and run.pid != os.getpid() and alive(run.pid):
@@ -123,7 +115,10 @@ def stop_run(
             time.sleep(0.05)
     now = time.time()
     store.set_run(run_id, state=RUN_STOPPED, ended=now, pid=None, message="stopped by hetflow stop")
-    live = [a for a in store.attempts(run_id) if a.state in (LAUNCHING, RUNNING)]
+    before = backend.poll(run_id)  # read before stopping anything: what had already ended
+    in_flight = [a for a in store.attempts(run_id) if a.state in (LAUNCHING, RUNNING)]
+    ended = [a for a in in_flight if a.container in before and not before[a.container].running]
+    live = [a for a in in_flight if a not in ended]
     names = [a.container for a in live]
     backend.cancel(names)
     states = backend.poll(run_id)
@@ -133,8 +128,16 @@ def stop_run(
         store.set_attempt(run_id, a.step, a.attempt, state=STOPPED, ended=now, exit_code=code, message="stopped")
         record(store, AttemptFinished(0, run_id, now, "stopped", a.step, a.attempt, STOPPED, code))
         store.release_gpus(a.container)
+    for a in ended:
+        store.release_gpus(a.container)  # the container is over; finalize on resume releases again (no-op)
+        message = (
+            f"{a.container} finished while hetflow was down (exit {before[a.container].exit_code});"
+            " kept for 'hetflow resume' to collect"
+        )
+        record(store, Note(0, run_id, now, message, a.step, "collected"))
+    keep = {a.step for a in ended}
     for s in store.steps(run_id):
-        if s.state in (LAUNCHING, RUNNING, WAITING):
+        if s.state in (LAUNCHING, RUNNING, WAITING) and s.step not in keep:
             with contextlib.suppress(StateError):
                 store.set_step(
                     run_id,
@@ -144,7 +147,8 @@ def stop_run(
                     reason="stopped by hetflow stop",
                     event="stopped by hetflow stop",
                 )
-    backend.release(names)
+    over = sorted(set(before) - {a.container for a in in_flight})  # results stored, removal pending
+    backend.release([*names, *over])
     record(store, RunStateChanged(0, run_id, now, f"stopped; {len(names)} container(s) stopped", RUN_STOPPED))
     return names
 
