@@ -57,6 +57,7 @@ from hetflow.state import (
     RunStateChanged,
     StepRecord,
     Store,
+    process_start,
 )
 
 __all__ = ["NullReporter", "Reporter", "Runner", "RunnerConfig"]
@@ -169,7 +170,7 @@ class Runner:
 
     def execute(self) -> str:
         """Run to the end; returns the run's final state."""
-        self.store.claim_run(self.run_id, self.pid, self.alive)
+        self.store.claim_run(self.run_id, self.pid, self.alive, start=process_start(self.pid))
         self.store.adopt_leases(self.run_id, self.pid)
         self.attempts.emit(
             RunStateChanged(0, self.run_id, self.clock(), f"executor {self.pid} on {self.node.name}", RUN_RUNNING)

@@ -4,6 +4,7 @@ states a run and a step may take, and the run's typed event stream.
     store    Store: runs, steps, attempts, outputs, events, GPU leases, stored plans
     models   frozen records (RunRecord, StepRecord, ...) and states with their transitions
     events   RunEvent values, ``record`` (write), ``follow``/``tail``/``RunWatch`` (read)
+    liveness is a running run's executor still there (pid and its start time)
 """
 
 from hetflow.state.events import (
@@ -19,6 +20,7 @@ from hetflow.state.events import (
     tail,
     typed,
 )
+from hetflow.state.liveness import executor_gone, pid_alive, process_start
 from hetflow.state.models import (
     FAILED,
     LAUNCHING,
@@ -85,7 +87,10 @@ __all__ = [
     "StepStateChanged",
     "Store",
     "UsageRow",
+    "executor_gone",
     "follow",
+    "pid_alive",
+    "process_start",
     "record",
     "tail",
     "typed",

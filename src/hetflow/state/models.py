@@ -58,6 +58,7 @@ class RunRecord:
     message: str
     backend: str = "local"  # local, slurm, ray: resume, stop and logs use the same one
     backend_json: str = "{}"  # the backend settings and cluster file the run was started with
+    pid_start: int | None = None  # the executor's start time (state.liveness): a reused pid is not it
 
 
 @dataclass(frozen=True)

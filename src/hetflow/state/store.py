@@ -40,7 +40,7 @@ CREATE TABLE IF NOT EXISTS runs (
   created REAL NOT NULL, started REAL, ended REAL, pid INTEGER, uid INTEGER NOT NULL,
   gid INTEGER NOT NULL, workdir TEXT NOT NULL, spec_json TEXT NOT NULL,
   params_json TEXT NOT NULL, message TEXT NOT NULL DEFAULT '',
-  backend TEXT NOT NULL DEFAULT 'local', backend_json TEXT NOT NULL DEFAULT '{}');
+  backend TEXT NOT NULL DEFAULT 'local', backend_json TEXT NOT NULL DEFAULT '{}', pid_start INTEGER);
 CREATE TABLE IF NOT EXISTS steps (
   run_id TEXT NOT NULL REFERENCES runs(id), step TEXT NOT NULL, ord INTEGER NOT NULL,
   state TEXT NOT NULL, variant TEXT, node TEXT, gpus TEXT NOT NULL DEFAULT '[]',
@@ -136,6 +136,11 @@ class Store:
             self._db.executescript(_SCHEMA_DATA)  # schema 3: fan-out expansions, file hashes, the cache
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
         self._migrate_attempt_usage()
+        if "pid_start" not in cols:
+            # nullable: a run claimed by an older hetflow has no start time; liveness trusts its pid
+            with self._tx(immediate=True) as db:
+                if "pid_start" not in {r["name"] for r in db.execute("PRAGMA table_info(runs)")}:
+                    db.execute("ALTER TABLE runs ADD COLUMN pid_start INTEGER")
 
     # Schema 3's new attempt columns, all nullable: older attempts read as "unknown".
     _USAGE_COLUMNS = (
@@ -357,7 +362,7 @@ class Store:
         return [RunRecord(**{k: r[k] for k in RunRecord.__dataclass_fields__}) for r in rows]
 
     def set_run(self, run_id: str, **fields: Any) -> None:
-        allowed = {"state", "started", "ended", "pid", "message"}
+        allowed = {"state", "started", "ended", "pid", "pid_start", "message"}
         bad = set(fields) - allowed
         if bad:
             raise ValueError(f"cannot set {bad} on a run")
@@ -365,8 +370,10 @@ class Store:
         with self._tx() as db:
             db.execute(f"UPDATE runs SET {cols} WHERE id = ?", (*fields.values(), run_id))
 
-    def claim_run(self, run_id: str, pid: int, alive: Any) -> None:
-        """Make ``pid`` the run's executor; refuse while another live process holds it."""
+    def claim_run(self, run_id: str, pid: int, alive: Any, start: int | None = None) -> None:
+        """Make ``pid`` the run's executor; refuse while another live process holds it.
+        ``start`` is the process's start time (``liveness.process_start``), kept so that a
+        reader can tell the executor from a later process given the same pid."""
         with self._tx(immediate=True) as db:
             row = db.execute("SELECT pid, state FROM runs WHERE id = ?", (run_id,)).fetchone()
             if row is None:
@@ -375,8 +382,9 @@ class Store:
             if other and other != pid and row["state"] == "running" and alive(other):
                 raise StateError(f"run {run_id} is being executed by process {other}; 'hetflow stop {run_id}' stops it")
             db.execute(
-                "UPDATE runs SET pid = ?, state = 'running', ended = NULL, started = COALESCE(started, ?) WHERE id = ?",
-                (pid, _now(), run_id),
+                "UPDATE runs SET pid = ?, pid_start = ?, state = 'running', ended = NULL,"
+                " started = COALESCE(started, ?) WHERE id = ?",
+                (pid, start, _now(), run_id),
             )
 
     # --- steps ------------------------------------------------------------------------
