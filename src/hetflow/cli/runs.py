@@ -16,8 +16,8 @@ from rich.console import Console
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
-from hetflow.report import make_reporter, ps_table, run_json, steps_table
-from hetflow.state import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, RunWatch, Store
+from hetflow.report import make_reporter, ps_table, run_json, run_state_text, steps_table
+from hetflow.state import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, RunWatch, Store, executor_gone
 
 if TYPE_CHECKING:
     from hetflow.execute import OpenRun
@@ -149,10 +149,11 @@ def ps(
     store = open_store()
     records = store.runs(include_ended=all_runs)
     rows = [(r, store.steps(r.id)) for r in records]
+    gone = frozenset(r.id for r in records if executor_gone(r))
     if json_out:
-        print_json([run_json(r, s) for r, s in rows])
+        print_json([run_json(r, s, executor_gone=r.id in gone) for r, s in rows])
     elif rows:
-        console.print(ps_table(rows))
+        console.print(ps_table(rows, gone))
     else:
         console.print("no runs" + ("" if all_runs else " running; 'hetflow ps --all' lists every run"))
 
@@ -172,12 +173,13 @@ def show(
         write_gantt(*actual_schedule(record, store.attempts(rid)), gantt)
         err.print(f"schedule of run {rid} drawn to {gantt}", highlight=False)
     if json_out:
-        data = run_json(record, steps, store.attempts(rid))
+        data = run_json(record, steps, store.attempts(rid), executor_gone=executor_gone(record))
         data["outputs"] = [o.__dict__ for o in store.outputs(rid)]
         print_json(data)
         return
     console.print(
-        f"run {record.id}  {record.name}  [bold]{record.state}[/]  user {record.uid}:{record.gid}",
+        f"run {record.id}  {record.name}  [bold]{run_state_text(record, executor_gone(record))}[/]"
+        f"  user {record.uid}:{record.gid}",
         highlight=False,
     )
     console.print(f"workflow {record.workflow_file}\nworkdir  {record.workdir}", highlight=False)
@@ -224,7 +226,23 @@ def logs(
         watch.poll()
         if watch.ended:
             break
+        stuck = _no_progress(store, rid)
+        if stuck:
+            print(f"hetflow: run {rid} {stuck}; 'hetflow resume {rid}' continues it", file=sys.stderr, flush=True)
+            raise typer.Exit(1)
         time.sleep(0.5)
+
+
+def _no_progress(store: Store, run_id: str) -> str | None:
+    """Why a followed run can make no more progress, or None while it can: its state is an
+    end the event stream did not show (a store written by hand or an older hetflow), or its
+    executor is gone (killed: nothing will write the end)."""
+    record = store.run(run_id)
+    if record.state in RUN_TERMINAL:
+        return f"is {record.state}"
+    if executor_gone(record):
+        return f"can make no progress: its executor (pid {record.pid}) is gone"
+    return None
 
 
 def stop(run_id: str = typer.Argument(..., help="Run id.")) -> None:

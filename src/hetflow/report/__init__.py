@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from hetflow.report.plan import explain_step, plan_json, plan_table
     from hetflow.report.progress import make_reporter
     from hetflow.report.runreport import run_report_html
-    from hetflow.report.runs import ps_table, run_json, steps_table
+    from hetflow.report.runs import ps_table, run_json, run_state_text, steps_table
     from hetflow.report.trace import (
         DEFAULT_TRACE_FIELDS,
         TRACE_FIELDS,
@@ -35,7 +35,7 @@ _WHERE = {
     "plan": ["explain_step", "plan_json", "plan_table"],
     "progress": ["make_reporter"],
     "runreport": ["run_report_html"],
-    "runs": ["ps_table", "run_json", "steps_table"],
+    "runs": ["ps_table", "run_json", "run_state_text", "steps_table"],
     "trace": [
         "DEFAULT_TRACE_FIELDS",
         "TRACE_FIELDS",
@@ -64,6 +64,7 @@ __all__ = [
     "render_topology",
     "run_json",
     "run_report_html",
+    "run_state_text",
     "steps_table",
     "trace_json",
     "trace_rows",

@@ -42,7 +42,21 @@ def gpus_text(gpus: tuple[int, ...]) -> str:
     return ",".join(map(str, gpus)) if gpus else "-"
 
 
-def run_json(run: RunRecord, steps: list[StepRecord], attempts: list[AttemptRecord] | None = None) -> dict[str, Any]:
+EXECUTOR_GONE = "executor gone: resume or stop"
+
+
+def run_state_text(run: RunRecord, gone: bool) -> str:
+    """The run's state as people read it: a running run whose executor died says so."""
+    return f"{run.state} ({EXECUTOR_GONE})" if gone else run.state
+
+
+def run_json(
+    run: RunRecord,
+    steps: list[StepRecord],
+    attempts: list[AttemptRecord] | None = None,
+    *,
+    executor_gone: bool = False,
+) -> dict[str, Any]:
     by_step: dict[str, list[dict[str, Any]]] = {}
     for a in attempts or []:
         by_step.setdefault(a.step, []).append(
@@ -71,6 +85,7 @@ def run_json(run: RunRecord, steps: list[StepRecord], attempts: list[AttemptReco
         "started": run.started,
         "ended": run.ended,
         "pid": run.pid,
+        "executor_gone": executor_gone,  # state says running, yet no executor can progress it
         "user": f"{run.uid}:{run.gid}",
         "workdir": run.workdir,
         "message": run.message,
@@ -95,7 +110,8 @@ def run_json(run: RunRecord, steps: list[StepRecord], attempts: list[AttemptReco
     }
 
 
-def ps_table(runs: list[tuple[RunRecord, list[StepRecord]]]) -> Table:
+def ps_table(runs: list[tuple[RunRecord, list[StepRecord]]], gone: frozenset[str] = frozenset()) -> Table:
+    """``gone``: ids of runs whose executor is gone (``state.executor_gone``)."""
     t = Table(box=None, header_style="bold")
     for col in ("RUN ID", "NAME", "STATE", "STEPS", "CREATED", "DURATION", "USER"):
         t.add_column(col)
@@ -104,7 +120,7 @@ def ps_table(runs: list[tuple[RunRecord, list[StepRecord]]]) -> Table:
         t.add_row(
             run.id,
             run.name,
-            styled(run.state),
+            Text(run_state_text(run, True), style="red") if run.id in gone else styled(run.state),
             f"{done}/{len(steps)}",
             when(run.created),
             elapsed(run.started, run.ended),
