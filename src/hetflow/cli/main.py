@@ -33,6 +33,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "images": ("images",),
     "registry": ("registry",),
     "cache": ("cache",),
+    "doctor": ("doctor",),
 }
 
 

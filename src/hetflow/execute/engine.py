@@ -291,6 +291,31 @@ class CliEngine:
             out[name] = ContainerState(name, running, code, state, labels if isinstance(labels, dict) else {})
         return out
 
+    def all_runs(self) -> dict[str, ContainerState]:
+        """Every container of every hetflow run (label ``hetflow.run``), for ``hetflow doctor``."""
+        out: dict[str, ContainerState] = {}
+        proc = self._run(["ps", "-a", "--filter", f"label={LABEL_RUN}", "--format", "json"])
+        for c in json.loads(proc.stdout or "[]") or []:
+            names = c.get("Names") or []
+            name = names[0] if isinstance(names, list) and names else str(names)
+            state = str(c.get("State", "")).lower()
+            running = state not in ("exited", "stopped", "dead")
+            labels = c.get("Labels") or {}
+            code = None if running else int(c.get("ExitCode", 0))
+            out[name] = ContainerState(name, running, code, state, labels if isinstance(labels, dict) else {})
+        return out
+
+    def run_networks(self) -> dict[str, str]:
+        """Networks hetflow made for gangs: name -> the run in its ``hetflow.run`` label."""
+        proc = self._run(["network", "ls", "--filter", f"label={LABEL_RUN}", "--format", "json"], check=False)
+        out: dict[str, str] = {}
+        for n in json.loads(proc.stdout or "[]") or [] if proc.returncode == 0 else []:
+            labels = n.get("labels") or n.get("Labels") or {}
+            name = n.get("name") or n.get("Name")
+            if name and isinstance(labels, dict) and LABEL_RUN in labels:
+                out[str(name)] = str(labels[LABEL_RUN])
+        return out
+
     def stop(self, names: Iterable[str], timeout: int = 10) -> None:
         names = list(names)
         if names:
@@ -552,6 +577,17 @@ class FakeEngine:
             code = None if running else (137 if c.stopped else c.exit_code)
             out[name] = ContainerState(name, running, code, "running" if running else "exited", dict(c.spec.labels))
         return out
+
+    def all_runs(self) -> dict[str, ContainerState]:
+        out: dict[str, ContainerState] = {}
+        for run_id in {c.spec.labels.get(LABEL_RUN) for c in self.containers.values()}:
+            if run_id is not None:
+                out.update(self.states(run_id))
+        return out
+
+    def run_networks(self) -> dict[str, str]:
+        """The fake keeps no labels on networks: a gang network's run is in its name."""
+        return {n: n.split("-")[1] for n in self.networks if n.startswith("hf-") and n.count("-") >= 2}
 
     def stop(self, names: Iterable[str], timeout: int = 10) -> None:
         for n in names:

@@ -1,0 +1,150 @@
+"""`hetflow doctor`: what crashed runs left behind, and its repair.
+
+A ``kill -9`` of an executor can leave four kinds of leftovers: containers of its run (a
+finished one waiting for its batch removal, or one whose run has since ended), the private
+networks of its gangs, GPU leases held in the name of the dead process, and the run's own
+row still saying "running".  ``diagnose`` lists them from the store and the engine, without
+changing anything; ``repair`` removes or releases what ``diagnose`` found.
+
+What is never touched: a run whose executor lives (its in-flight work, and the finished
+containers its batches will remove), containers and networks of runs this store does not
+know (another HETFLOW_HOME's), and, for a run whose executor is gone, the containers of the
+attempts still in flight: running ones are adopted by ``hetflow resume``, finished ones are
+collected by it (their exit code and outputs are the step's result).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from hetflow.errors import StateError
+from hetflow.execute.engine import LABEL_RUN, ContainerState
+from hetflow.execute.gang import network_name, replica_of
+from hetflow.state import (
+    LAUNCHING,
+    RUN_FAILED,
+    RUN_TERMINAL,
+    RUNNING,
+    Note,
+    RunRecord,
+    RunStateChanged,
+    Store,
+    executor_gone,
+    pid_alive,
+    record,
+)
+
+Kind = Literal["run", "container", "network", "lease"]
+INTERRUPTED = "interrupted: its executor (pid {pid}) is gone; 'hetflow resume {run}' continues it"
+
+
+class Leftovers(Protocol):
+    """The engine as the doctor sees it (CliEngine, FakeEngine)."""
+
+    def all_runs(self) -> Mapping[str, ContainerState]: ...
+
+    def run_networks(self) -> dict[str, str]: ...
+
+    def remove(self, names: Iterable[str]) -> None: ...
+
+    def remove_network(self, name: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One leftover: what it is, whose, why it is one, and what ``--repair`` does."""
+
+    kind: Kind
+    name: str
+    run_id: str
+    why: str
+    action: str
+
+
+def diagnose(
+    store: Store,
+    engine: Leftovers,
+    *,
+    gone: Callable[[RunRecord], bool] = executor_gone,
+    alive: Callable[[int], bool] = pid_alive,
+) -> list[Finding]:
+    """Every leftover, runs first (a stale run is repaired before its containers are judged)."""
+    runs: dict[str, RunRecord] = {}
+
+    def run_of(run_id: str) -> RunRecord | None:
+        if run_id not in runs:
+            try:
+                runs[run_id] = store.run(run_id)
+            except StateError:
+                return None
+        return runs[run_id]
+
+    found: list[Finding] = []
+    for r in store.runs(include_ended=False, limit=100_000):
+        if gone(r):
+            runs[r.id] = r
+            found.append(
+                Finding("run", r.id, r.id, f"says {r.state}, but its executor (pid {r.pid}) is gone", "mark failed")
+            )
+    stale = {f.run_id for f in found}
+
+    def dead(run_id: str) -> bool:
+        r = run_of(run_id)
+        return r is not None and (r.id in stale or r.state in RUN_TERMINAL)
+
+    containers = engine.all_runs()
+    kept: set[str] = set()  # jobs whose result resume adopts or collects
+    for run_id in {str(c.labels.get(LABEL_RUN, "")) for c in containers.values()}:
+        if dead(run_id):
+            kept |= {a.container for a in store.attempts(run_id) if a.state in (LAUNCHING, RUNNING)}
+    for name, c in sorted(containers.items()):
+        run_id = str(c.labels.get(LABEL_RUN, ""))
+        if not dead(run_id):
+            continue  # a live run's own, or another store's
+        job = (replica_of(name) or (name, 0))[0]
+        if job in kept:
+            continue
+        what = "running" if c.running else f"exited ({c.exit_code})"
+        why = f"{what}; its attempt is over and no executor holds run {run_id}"
+        found.append(Finding("container", name, run_id, why, "remove"))
+    for net, run_id in sorted(engine.run_networks().items()):
+        if dead(run_id) and not any(network_name(job) == net for job in kept):
+            found.append(Finding("network", net, run_id, "gang network of a run no executor holds", "remove"))
+    running = {n for n, c in containers.items() if c.running}
+    for lease in store.leases():
+        if not alive(lease.pid) and lease.container not in running:
+            found.append(
+                Finding(
+                    "lease",
+                    lease.gpu_uuid,
+                    lease.run_id,
+                    f"held by dead process {lease.pid} for {lease.container}, which is not running",
+                    "release",
+                )
+            )
+    return found
+
+
+def repair(store: Store, engine: Leftovers, findings: list[Finding], *, clock: Callable[[], float] = time.time) -> None:
+    """Do what each finding's ``action`` says; a stale run is marked failed (resumable)
+    with an event, so that `logs -f` and `tail` readers see it end."""
+    for f in findings:
+        if f.kind == "run":
+            r = store.run(f.run_id)
+            now = clock()
+            message = INTERRUPTED.format(pid=r.pid, run=r.id)
+            store.set_run(r.id, state=RUN_FAILED, ended=now, pid=None, message=message)
+            record(store, RunStateChanged(0, r.id, now, f"hetflow doctor: {message}", RUN_FAILED))
+    engine.remove([f.name for f in findings if f.kind == "container"])
+    for f in findings:
+        if f.kind == "network":
+            engine.remove_network(f.name)
+    holders = {x.gpu_uuid: x.container for x in store.leases()}
+    for container in sorted({holders[f.name] for f in findings if f.kind == "lease" and f.name in holders}):
+        store.release_gpus(container)
+    for run_id in sorted({f.run_id for f in findings if f.kind in ("container", "network")}):
+        n = sum(f.run_id == run_id and f.kind in ("container", "network") for f in findings)
+        record(store, Note(0, run_id, clock(), f"hetflow doctor removed {n} leftover(s)", None, "collected"))

@@ -1,0 +1,78 @@
+"""`hetflow doctor` over a store and the fake engine: what a killed executor left is found,
+and only that; --repair removes it and leaves the run resumable."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from hetflow.execute.doctor import diagnose, repair
+from hetflow.execute.gang import network_name
+from hetflow.execute.paths import container_name
+from hetflow.state import Lease, RunRecord
+from tests.unit.builders import Crash, Outcome, World, gpu, node, world
+
+WORKFLOW = "a:\n  image: x\n  resources: {gpus: 1}\n  outputs: [m]\nb:\n  image: x\n  outputs: [n]\n"
+
+
+def _crashed(tmp_path: Path, a_runs: float) -> World:
+    w = world(
+        tmp_path,
+        WORKFLOW,
+        node_=node(gpus=(gpu(0),)),
+        outcomes={"a": [Outcome(0, a_runs, files={"m": b"x"})], "b": [Outcome(0, 1, files={"n": b"y"})]},
+    )
+    w.clock.crash_at = 1003.0
+    with pytest.raises(Crash):
+        w.execute(pid=4242)
+    return w
+
+
+def _gone(run: RunRecord) -> bool:
+    return run.state == "running"  # pid 4242 is no process here
+
+
+def _kinds(found: list[object]) -> list[tuple[str, str]]:
+    return [(f.kind, f.name) for f in found]  # type: ignore[attr-defined]
+
+
+def test_a_crashed_run_is_found_stale_and_its_finished_container_a_leftover(tmp_path: Path) -> None:
+    w = _crashed(tmp_path, a_runs=10)  # a runs on, b's result stored before the crash
+    b = container_name(w.run.id, "b", 1)
+    w.engine.start(w.script.starts("b")[0].spec)  # b's container, its batch removal never ran
+    w.engine.networks[network_name(container_name(w.run.id, "old", 1))] = True
+
+    found = diagnose(w.store, w.engine, gone=_gone, alive=lambda pid: False)
+
+    a = container_name(w.run.id, "a", 1)
+    assert _kinds(found) == [("run", w.run.id), ("container", b), ("network", f"hf-{w.run.id}-old-1-net")]
+    assert a in w.engine.containers  # in flight: resume adopts it; its GPU lease stays (container running)
+    repair(w.store, w.engine, found, clock=w.clock)
+    assert b not in w.engine.containers and a in w.engine.containers and w.engine.networks == {}
+    run = w.store.run(w.run.id)
+    assert (run.state, run.pid) == ("failed", None) and "hetflow resume" in run.message
+    assert [x.container for x in w.store.leases()] == [a]
+    assert diagnose(w.store, w.engine, gone=_gone, alive=lambda pid: False) == []
+
+
+def test_a_live_run_and_another_stores_containers_are_not_touched(tmp_path: Path) -> None:
+    w = _crashed(tmp_path, a_runs=10)
+    w.engine.start(w.script.starts("b")[0].spec)
+    other = w.script.starts("b")[0].spec
+    w.engine.containers["hf-zzz-b-1"] = w.engine.containers[other.name].__class__(
+        other.__class__(**{**other.__dict__, "name": "hf-zzz-b-1", "labels": {"hetflow.run": "zzz"}}), 0, 0, 0
+    )
+    assert diagnose(w.store, w.engine, gone=lambda run: False, alive=lambda pid: True) == []
+
+
+def test_a_lease_of_a_dead_process_on_a_container_that_is_not_running_is_released(tmp_path: Path) -> None:
+    w = _crashed(tmp_path, a_runs=10)
+    w.store.set_run(w.run.id, state="failed", pid=None)
+    w.store.acquire_gpus(["GPU-x"], Lease("", w.run.id, "c", 1, container_name(w.run.id, "c", 1), 99), [])
+
+    found = diagnose(w.store, w.engine, gone=_gone, alive=lambda pid: False)
+
+    assert ("lease", "GPU-x") in _kinds(found)
+    repair(w.store, w.engine, found, clock=w.clock)
+    assert "GPU-x" not in [x.gpu_uuid for x in w.store.leases()]
