@@ -14,9 +14,7 @@ def register(app: typer.Typer) -> None:
 
 
 def doctor(
-    repair: bool = typer.Option(
-        False, "--repair", help="Remove, release, mark what is listed (default: list only)."
-    ),
+    repair: bool = typer.Option(False, "--repair", help="Remove, release, mark what is listed (default: list only)."),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Find leftovers of crashed runs on this machine: containers, gang networks, GPU leases,

@@ -8,6 +8,7 @@
                 or ClusterDispatch (the cluster plan's placements)
     attempts    attempts in flight: accept outputs, retry with backoff, fail
     lifecycle   stop_run, reset_for_resume, adopting what a dead executor left, pid_alive
+    doctor      leftovers of crashed runs (containers, networks, leases, stale runs) and repair
     engine      the container engine seam (podman, docker, a fake); container, gpu, paths,
                 logs, outputs: what one container gets and leaves behind
     images      pin each step's image to the build for this node
