@@ -208,6 +208,7 @@ def logs(
     paths = RunPaths(Path(record.workdir))
     offsets: dict[Path, int] = {}
     watch = RunWatch(store, rid)  # the run's event stream says when it ends
+    last = False  # the run has ended: one more pass prints what its containers wrote last
     while True:
         for a in store.attempts(rid, step):
             if attempt is not None and a.attempt != attempt:
@@ -221,28 +222,24 @@ def logs(
             prefix = f"{a.step}.{a.attempt} | " if step is None or attempt is None else ""
             for stream, text in lines:
                 print(prefix + text, file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)
-        if not follow:
+        if not follow or last:
             break
         watch.poll()
         if watch.ended:
             break
-        stuck = _no_progress(store, rid)
-        if stuck:
-            print(f"hetflow: run {rid} {stuck}; 'hetflow resume {rid}' continues it", file=sys.stderr, flush=True)
+        current = store.run(rid)
+        # An end the stream did not show yet (written just before its event) ends it too;
+        # a killed executor writes no end at all: say so rather than follow for ever.
+        last = current.state in RUN_TERMINAL
+        if not last and executor_gone(current):
+            print(
+                f"hetflow: run {rid} can make no progress: its executor (pid {current.pid}) is gone;"
+                f" 'hetflow resume {rid}' continues it",
+                file=sys.stderr,
+                flush=True,
+            )
             raise typer.Exit(1)
-        time.sleep(0.5)
-
-
-def _no_progress(store: Store, run_id: str) -> str | None:
-    """Why a followed run can make no more progress, or None while it can: its state is an
-    end the event stream did not show (a store written by hand or an older hetflow), or its
-    executor is gone (killed: nothing will write the end)."""
-    record = store.run(run_id)
-    if record.state in RUN_TERMINAL:
-        return f"is {record.state}"
-    if executor_gone(record):
-        return f"can make no progress: its executor (pid {record.pid}) is gone"
-    return None
+        time.sleep(0 if last else 0.5)
 
 
 def stop(run_id: str = typer.Argument(..., help="Run id.")) -> None:
