@@ -219,8 +219,8 @@ def test_claim_run(store: Store, holder: int | None, state: str, alive: bool, er
             store.claim_run("r1", 8, lambda pid: alive)
         assert store.run("r1").pid == holder
     else:
-        store.claim_run("r1", 8, lambda pid: alive)
-        assert (store.run("r1").pid, store.run("r1").state) == (8, "running")
+        store.claim_run("r1", 8, lambda pid: alive, start=4711)
+        assert (store.run("r1").pid, store.run("r1").pid_start, store.run("r1").state) == (8, 4711, "running")
         assert store.run("r1").started is not None
 
 
