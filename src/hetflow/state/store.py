@@ -29,6 +29,8 @@ from hetflow.state.models import (
     UsageRow,
 )
 
+# 3 (later, still 3: a nullable column added where missing, see _migrate): runs.pid_start, the
+#    executor's start time.
 # 3: attempts record what they asked for and used (requested cpus and memory, peak memory,
 #    CPU time, image digest, the container's own start and end); see _migrate.
 # 2: runs keep their plan (run_plans) and events carry typed data (events.data); see _migrate.
