@@ -20,9 +20,8 @@ def doctor(
     """Find leftovers of crashed runs on this machine: containers, gang networks, GPU leases,
     runs that say running with no executor.  Lists them; --repair removes them.  A live run's
     work is never touched, nor what `hetflow resume` would adopt or collect."""
-    from hetflow.execute.doctor import diagnose
-    from hetflow.execute.doctor import repair as do_repair
-    from hetflow.execute.engine import make_engine
+    from hetflow.execute import diagnose, make_engine
+    from hetflow.execute import repair as do_repair
 
     store, engine = open_store(), make_engine()
     found = diagnose(store, engine)

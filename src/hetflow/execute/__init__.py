@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from hetflow.execute.container import build_spec, container_env, input_mounts
     from hetflow.execute.data import DataManifest, resolve_data
     from hetflow.execute.dispatch import ClusterDispatch, Decision, Dispatch, LocalDispatch
+    from hetflow.execute.doctor import Finding, diagnose, repair
     from hetflow.execute.engine import (
         LABEL_ATTEMPT,
         LABEL_RUN,
@@ -90,6 +91,7 @@ _WHERE = {
     ],
     "gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],
     "images": ["PinResult", "default_resolver", "pin_images"],
+    "doctor": ["Finding", "diagnose", "repair"],
     "lifecycle": ["pid_alive", "reset_for_resume", "stop_run"],
     "logs": ["log_tail", "parse_line", "read_lines"],
     "outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
@@ -118,6 +120,7 @@ __all__ = [
     "DockerEngine",
     "Ended",
     "FakeEngine",
+    "Finding",
     "GpuAccess",
     "Key",
     "LocalDispatch",
@@ -145,6 +148,7 @@ __all__ = [
     "cri_lines",
     "damaged_outputs",
     "default_resolver",
+    "diagnose",
     "drive",
     "driver_mounts",
     "expand_for_planning",
@@ -163,6 +167,7 @@ __all__ = [
     "pin_images",
     "preflight",
     "read_lines",
+    "repair",
     "reset_for_resume",
     "resolve_data",
     "resume_run",
