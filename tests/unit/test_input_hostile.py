@@ -123,7 +123,7 @@ def run_cli(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, s
         main(argv)
     out = capsys.readouterr()
     code = exited.value.code
-    text = (out.out + out.err).replace("\n", " ")  # rich wraps long lines
+    text = " ".join((out.out + out.err).split())  # rich wraps long lines
     return (code if isinstance(code, int) else 0 if code is None else 1), text
 
 
