@@ -312,13 +312,18 @@ def compose_yaml(text: str, file: str) -> tuple[Any, dict[Loc, int], list[Proble
     if "\x00" in text:
         line = text.count("\n", 0, text.index("\x00")) + 1
         return None, {}, [Problem(file, line, "the file holds a NUL byte; a YAML file is text: remove it")]
-    builder = _EventBuilder(text, file)
     try:
+        builder = _EventBuilder(text, file)  # the reader checks the characters as it starts
         data = builder.document()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
         return None, {}, [Problem(file, line, f"not valid YAML: {exc.problem or exc}")]
+    except yaml.reader.ReaderError as exc:  # a control character: it has a position, not a mark
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        return None, {}, [Problem(file, line, f"not valid YAML: character {exc.character!r} is not allowed; remove it")]
+    except yaml.YAMLError as exc:
+        return None, {}, [Problem(file, 1, f"not valid YAML: {exc}")]
     except _Refused as exc:
         return None, {}, [Problem(file, exc.line, exc.message)]
     except RecursionError:
