@@ -321,7 +321,13 @@ def compose_yaml(text: str, file: str) -> tuple[Any, dict[Loc, int], list[Proble
         return None, {}, [Problem(file, line, f"not valid YAML: {exc.problem or exc}")]
     except yaml.reader.ReaderError as exc:  # a control character: it has a position, not a mark
         line = text.count("\n", 0, max(exc.position, 0)) + 1
-        return None, {}, [Problem(file, line, f"not valid YAML: character {exc.character!r} is not allowed; remove it")]
+        c = exc.character
+        code = ord(c) if isinstance(c, str) else int(c)
+        return (
+            None,
+            {},
+            [Problem(file, line, f"not valid YAML: control character U+{code:04X} is not allowed; remove it")],
+        )
     except yaml.YAMLError as exc:
         return None, {}, [Problem(file, 1, f"not valid YAML: {exc}")]
     except _Refused as exc:
