@@ -70,7 +70,7 @@ CASES = [
     ("gpus-absurd", GOOD + "    resources: {gpus: 100000}\n", 7, "less than or equal to 1024"),
     ("estimate-absurd", GOOD + "    estimate: 100000h\n", 7, "an estimate must be from 0s to a year"),
     ("retries-absurd", GOOD + "    retries: 1000000\n", 7, "less than or equal to 100"),
-    ("bad-date", GOOD + "    description: !!timestamp 2024-13-45\n", 7, "is not a valid timestamp"),
+    ("bad-date", GOOD + "    description: !!timestamp 2024-13-45\n", 7, "is not a valid timestamp; fix or quote it"),
 ]
 
 
