@@ -445,7 +445,7 @@ class _EventBuilder:
             value = self.constructor.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError:
             raise _Refused(ev.start_mark.line + 1, f"unknown YAML tag {tag!r}; remove it") from None
-        except Exception as exc:  # PyYAML's constructors: ValueError for 2024-13-45, AttributeError for
+        except Exception:  # PyYAML's constructors: ValueError for 2024-13-45, AttributeError for
             # '!!timestamp x' (a regex that did not match); whatever they raise, it is the value's fault
             raise _Refused(
                 ev.start_mark.line + 1, f"{ev.value[:60]!r} is not a valid {tag.rsplit(':', 1)[-1]}; fix or quote it"
