@@ -76,7 +76,7 @@ unit: install
 integration: install
 	$(PY) -m pytest tests/integration -q
 
-# `make test` (and `make unit`) run the short fuzz (4,000 cases) and the input suite; this
+# `make test` (and `make unit`) run the short fuzz (5,000 cases) and the input suite; this
 # is the long run: 12,000 generated cases, derandomized (HETFLOW_FUZZ_SEED=N for others).
 fuzz: install
 	HETFLOW_FUZZ_EXAMPLES=$${HETFLOW_FUZZ_EXAMPLES:-12000} $(PY) -m pytest tests/unit/test_fuzz_input.py \
