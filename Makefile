@@ -9,7 +9,7 @@ APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip 
 	netavark aardvark-dns iptables openssh-client
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 
-.PHONY: deps install demo demo-slurm demo-ray test lint unit integration chaos bench images clean
+.PHONY: deps install demo demo-slurm demo-ray test lint unit integration chaos fuzz bench images clean
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -75,6 +75,12 @@ unit: install
 
 integration: install
 	$(PY) -m pytest tests/integration -q
+
+# `make test` (and `make unit`) run the short fuzz (5,000 cases) and the input suite; this
+# is the long run: 12,000 generated cases, derandomized (HETFLOW_FUZZ_SEED=N for others).
+fuzz: install
+	HETFLOW_FUZZ_EXAMPLES=$${HETFLOW_FUZZ_EXAMPLES:-12000} $(PY) -m pytest tests/unit/test_fuzz_input.py \
+		tests/unit/test_input_hostile.py -q --timeout=1800 --hypothesis-show-statistics
 
 test: install lint
 	$(PY) -m pytest tests -q -ra

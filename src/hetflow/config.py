@@ -11,7 +11,7 @@ import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
-from hetflow.errors import EngineError
+from hetflow.errors import EngineError, UsageError
 
 SHARE = Path(__file__).parent / "share"
 
@@ -64,3 +64,36 @@ def submitter(env: Mapping[str, str] | None = None) -> tuple[int, int]:
         gid = int(env["SUDO_GID"]) if env.get("SUDO_GID", "").isdigit() else uid
         return uid, gid
     return os.getuid(), os.getgid()
+
+
+# Numbers hetflow reads from the environment, and what each must be (see README "Settings").
+_NUMERIC_ENV = {"HETFLOW_POLL_INTERVAL": (0.001, 3600.0), "HETFLOW_RETRY_BACKOFF": (0.0, 3600.0)}
+
+
+def check_environment(env: Mapping[str, str] | None = None) -> None:
+    """Refuse, before any command starts, environment variables hetflow cannot use: a
+    HETFLOW_HOME that is a file or cannot be written, a number that is not one.  Each is a
+    UsageError (exit 2) that names the variable and what to change."""
+    env = os.environ if env is None else env
+    for name, (low, high) in _NUMERIC_ENV.items():
+        raw = env.get(name)
+        if raw is None:
+            continue
+        try:
+            value = float(raw)
+        except ValueError:
+            value = float("nan")
+        if not low <= value <= high:
+            raise UsageError(f"{name}={raw!r}: give a number of seconds from {low:g} to {high:g}, or unset it")
+    home = hetflow_home(env)
+    source = "HETFLOW_HOME" if env.get("HETFLOW_HOME") else "the state directory"
+    existing = home
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        where = "is" if existing == home else f"would be under {existing}, which is"
+        raise UsageError(f"{source} {home} {where} a file, not a directory; point HETFLOW_HOME at a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"{source} {home} cannot be written (no permission on {existing}); point HETFLOW_HOME elsewhere"
+        )

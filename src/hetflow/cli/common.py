@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from hetflow.config import hetflow_home
 from hetflow.errors import Problem, UsageError
@@ -26,6 +27,8 @@ def parse_params(items: Iterable[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for item in items:
         key, sep, value = item.partition("=")
+        if "\x00" in item:
+            raise UsageError(f"-p {item!r}: a NUL byte cannot be passed to a command; remove it")
         if not sep or not key.strip():
             raise UsageError(f"-p {item!r}: write -p NAME=VALUE, e.g. -p size=1024")
         out[key.strip()] = value
@@ -43,7 +46,8 @@ def print_problems(problems: Iterable[Problem]) -> None:
             if notes > MAX_NOTES:
                 continue
         style = "red" if p.severity == "error" else "yellow"
-        err.print(f"[{style}]{p.file}:{p.line}: {p.severity}:[/] {p.message}", highlight=False)
+        # escaped: a message quotes what the user wrote, and '[@DIGEST]' is not rich markup
+        err.print(f"[{style}]{escape(f'{p.file}:{p.line}: {p.severity}:')}[/] {escape(p.message)}", highlight=False)
     if notes > MAX_NOTES:
         err.print(f"[yellow]... and {notes - MAX_NOTES} more note(s); 'hetflow validate --json' lists them all[/]")
 

@@ -6,14 +6,16 @@ no traceback."""
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
 import typer
+from rich.markup import escape
 
 from hetflow.cli.common import console, err, parse_params, print_json, print_problems
-from hetflow.config import hetflow_home
-from hetflow.errors import HetflowError, SpecError
+from hetflow.config import check_environment, hetflow_home
+from hetflow.errors import HetflowError, SpecError, UsageError
 
 app = typer.Typer(
     name="hetflow",
@@ -89,7 +91,7 @@ def validate(
                 console.print(f"fan-out {name}: {what}", highlight=False)
             notes = f", {len(problems)} note(s)" if problems else ""
             console.print(f"[green]{file}: valid[/] ({steps} step(s){notes})")
-    raise typer.Exit(1 if errors else 0)
+    raise typer.Exit(BAD_INPUT if errors else 0)
 
 
 @app.command()
@@ -110,16 +112,36 @@ def nodes(
         console.print(render_node(node, topo=topo))
 
 
-def main() -> None:
-    register_commands(sys.argv[1:])
+BAD_INPUT = HetflowError.exit_code  # 2, as for every HetflowError (README "Exit status")
+INTERNAL = 70  # EX_SOFTWARE (sysexits.h): a bug in hetflow, never the user's input
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run one command; exit 0, 1 (a run failed), 2 (bad input or environment) or 70 (a bug)."""
+    args = sys.argv[1:] if argv is None else argv
     try:
-        app()
+        if any("\x00" in a for a in args):
+            raise UsageError("an argument holds a NUL byte; remove it")
+        check_environment()
+        register_commands(args)
+        app(args=args, prog_name="hetflow")
     except SpecError as exc:
         print_problems(exc.problems)
         sys.exit(exc.exit_code)
     except HetflowError as exc:
-        err.print(f"[red]error:[/] {exc}", highlight=False)
+        err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # the last guard: a user never sees a traceback
+        if os.environ.get("HETFLOW_DEBUG"):
+            raise
+        err.print(
+            f"[red]internal error:[/] {escape(type(exc).__name__)}: {escape(str(exc)[:300])} "
+            "(a bug in hetflow: please report it; HETFLOW_DEBUG=1 shows the traceback)",
+            highlight=False,
+        )
+        sys.exit(INTERNAL)
 
 
 if __name__ == "__main__":

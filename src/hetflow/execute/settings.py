@@ -26,9 +26,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from hetflow.errors import UsageError
+from hetflow.errors import SpecError, UsageError
+from hetflow.spec import compose_yaml, read_yaml_text
 
 BACKENDS = ("local", "slurm", "ray")
 _KEYS = {"backend", "cluster", "workdir", "engine", "slurm", "ray", "cache"}
@@ -67,10 +66,12 @@ def load_settings(
     if config is not None and not path.exists():
         raise UsageError(f"--config {path}: no such file")
     if path.exists():
-        try:
-            loaded = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise UsageError(f"{path}: not a readable YAML settings file: {exc}") from None
+        # the reader every YAML file goes through: size, UTF-8, NUL, depth and alias limits
+        text = read_yaml_text(path, "a YAML settings file")
+        loaded, _, problems = compose_yaml(text, str(path)) if text.strip() else ({}, {}, [])
+        if problems:
+            raise SpecError(problems)
+        loaded = loaded or {}
         if not isinstance(loaded, dict):
             raise UsageError(f"{path}: settings are a mapping with keys {', '.join(sorted(_KEYS))}")
         unknown = sorted(set(loaded) - _KEYS)

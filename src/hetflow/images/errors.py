@@ -19,13 +19,14 @@ non-zero without a traceback.
 from __future__ import annotations
 
 from hetflow.errors import HetflowError
+from hetflow.spec import ReferenceSyntaxError
 
 
 class ImageError(HetflowError):
     """Base of every image and registry error."""
 
 
-class BadReferenceError(ImageError):
+class BadReferenceError(ImageError, ReferenceSyntaxError):
     """An image reference is malformed (``registry/repository:tag@digest``)."""
 
 

@@ -45,6 +45,7 @@ from hetflow.spec import (
     line_of,
     parse_memory,
     problem_from_error,
+    read_yaml_text,
 )
 
 CLASS_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
@@ -401,15 +402,7 @@ def parse_catalog(text: str, file: str = "<catalog>") -> Catalog:
 
 def _load(path: str | Path, kind: type[Cluster | Catalog]) -> Cluster | Catalog:
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError(
-            [Problem(str(p), 1, f"no such file; give the path of a {kind.__name__.lower()} YAML")]
-        ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([Problem(str(p), 1, f"cannot read the file: {exc}")]) from None
-    return _parse(text, str(p), kind)
+    return _parse(read_yaml_text(p, f"a {kind.__name__.lower()} YAML"), str(p), kind)
 
 
 def _parse(text: str, file: str, kind: type[Cluster | Catalog]) -> Cluster | Catalog:

@@ -13,6 +13,7 @@ if TYPE_CHECKING:
     from hetflow.spec.checks import GANG_ENV, RESERVED_ENV, edges_of
     from hetflow.spec.dag import descendants, topo_order
     from hetflow.spec.fanout import Source, expand, file_items, is_fanout, line_items, pending_source
+    from hetflow.spec.imageref import DOCKER_HUB, ImageReference, ReferenceSyntaxError, parse_reference
     from hetflow.spec.loader import (
         LoadedWorkflow,
         compose_yaml,
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
         load_workflow,
         parse_workflow,
         problem_from_error,
+        read_yaml_text,
     )
     from hetflow.spec.models import (
         DATA_PREFIX,
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "checks": ["GANG_ENV", "RESERVED_ENV", "edges_of"],
     "dag": ["descendants", "topo_order"],
+    "imageref": ["DOCKER_HUB", "ImageReference", "ReferenceSyntaxError", "parse_reference"],
     "fanout": ["Source", "expand", "file_items", "is_fanout", "line_items", "pending_source"],
     "loader": [
         "LoadedWorkflow",
@@ -60,6 +63,7 @@ _WHERE = {
         "load_workflow",
         "parse_workflow",
         "problem_from_error",
+        "read_yaml_text",
     ],
     "models": [
         "DATA_PREFIX",
@@ -82,6 +86,7 @@ _MODULE_OF = {name: module for module, names in _WHERE.items() for name in names
 
 __all__ = [
     "DATA_PREFIX",
+    "DOCKER_HUB",
     "FANOUT_SEP",
     "GANG_ENV",
     "RESERVED_ENV",
@@ -89,8 +94,10 @@ __all__ = [
     "Gang",
     "GpuConstraint",
     "GpuRequest",
+    "ImageReference",
     "LoadedWorkflow",
     "Publish",
+    "ReferenceSyntaxError",
     "Resources",
     "Source",
     "Step",
@@ -115,9 +122,11 @@ __all__ = [
     "load_workflow",
     "parse_duration",
     "parse_memory",
+    "parse_reference",
     "parse_workflow",
     "pending_source",
     "problem_from_error",
+    "read_yaml_text",
     "topo_order",
 ]
 

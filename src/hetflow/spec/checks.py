@@ -10,7 +10,8 @@ from collections.abc import Callable
 
 from hetflow.errors import Problem
 from hetflow.spec.dag import children, find_cycle
-from hetflow.spec.models import DATA_PREFIX, Workflow, fanout_parent
+from hetflow.spec.imageref import ReferenceSyntaxError, parse_reference
+from hetflow.spec.models import DATA_PREFIX, ENV_NAME, Workflow, fanout_parent
 
 LineOf = Callable[[tuple[str | int, ...]], int]
 
@@ -52,6 +53,25 @@ def check_workflow(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
     problems += _check_optional(wf, file, line_of)
     problems += _check_env(wf, file, line_of)
     problems += _check_gang(wf, file, line_of)
+    problems += _check_images(wf, file, line_of)
+    return problems
+
+
+def _check_images(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
+    """A fan-out item's templated image, once filled in, must parse as podman would parse it
+    (the models check every other image when the file is read)."""
+    problems = []
+    for name, step in wf.steps.items():
+        if fanout_parent(name) is None:
+            continue
+        for v, var in step.resolved_variants().items():
+            if "{{" in var.image:
+                continue
+            try:
+                parse_reference(var.image)
+            except ReferenceSyntaxError as exc:
+                where = ("steps", name, "image") if step.variants is None else ("steps", name, "variants", v, "image")
+                problems.append(Problem(file, line_of(where), f"step {name!r}: {exc}"))
     return problems
 
 
@@ -313,6 +333,18 @@ def _check_env(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
         envs += [(("steps", name, "variants", v, "env"), var.env) for v, var in (step.variants or {}).items()]
         for loc, env in envs:
             for key in env:
+                if not ENV_NAME.match(key):
+                    # podman --env K=V splits at the first '=': a key 'LD_PRELOAD=/x.so' would
+                    # set LD_PRELOAD past the reserved-variable guard, so only plain names pass.
+                    problems.append(
+                        Problem(
+                            file,
+                            line_of((*loc, key)),
+                            f"step {name!r}: env key {key!r} is not a variable name; use letters, digits "
+                            "and '_', not starting with a digit (no '=', not empty)",
+                        )
+                    )
+                    continue
                 if step.gang is not None and key in GANG_ENV:
                     problems.append(
                         Problem(

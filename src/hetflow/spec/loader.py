@@ -69,16 +69,37 @@ def load_workflow(
     """Load a workflow file; relative data paths, publish targets and includes are read
     against ``base`` (default: the file's directory; a resumed run passes the original's)."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise SpecError([Problem(str(p), 1, "no such file; give the path of a workflow YAML")]) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError([Problem(str(p), 1, f"cannot read the file: {exc}")]) from None
+    text = read_yaml_text(p, "a workflow YAML")
     base = base or p.resolve().parent
     if len(text) >= PARSE_CACHE_MIN_BYTES and not os.environ.get("HETFLOW_NO_PARSE_CACHE"):
         return _load_cached(text, str(p), overrides, base)
     return parse_workflow(text, str(p), overrides, base=base)
+
+
+def read_yaml_text(path: Path, what: str) -> str:
+    """The text of a YAML file hetflow reads (workflow, include, cluster, catalog, settings),
+    or SpecError naming the file: missing, a directory, over ``MAX_BYTES`` (checked before
+    reading), or not UTF-8 (with the line of the first bad byte)."""
+    try:
+        if path.is_dir():
+            raise SpecError([Problem(str(path), 1, f"is a directory; give the path of {what}")])
+        size = path.stat().st_size
+        if size > MAX_BYTES:
+            raise SpecError(
+                [Problem(str(path), 1, f"the file is {size / 1024**2:.0f} MiB, over the 64 MiB limit; split it")]
+            )
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise SpecError([Problem(str(path), 1, f"no such file; give the path of {what}")]) from None
+    except (OSError, ValueError) as exc:  # ValueError: a path with a NUL byte
+        raise SpecError([Problem(str(path), 1, f"cannot read the file: {exc}")]) from None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise SpecError(
+            [Problem(str(path), line, f"byte {raw[exc.start]:#04x} is not UTF-8; save the file as UTF-8")]
+        ) from None
 
 
 # --- parsed big workflows, kept by content ---------------------------------------------------
@@ -286,13 +307,29 @@ def compose_yaml(text: str, file: str) -> tuple[Any, dict[Loc, int], list[Proble
     Built straight from the parser's events (no node tree): anchors and aliases, merge keys
     (``<<: *defaults``, explicit keys win), duplicate and non-scalar keys reported; aliases
     that would expand past ``MAX_VALUES`` values (an alias bomb) are refused."""
-    builder = _EventBuilder(text, file)
+    if len(text) > MAX_BYTES:
+        return None, {}, [Problem(file, 1, f"the file is over {MAX_BYTES // 1024**2} MiB; split it (limit: 64 MiB)")]
+    if "\x00" in text:
+        line = text.count("\n", 0, text.index("\x00")) + 1
+        return None, {}, [Problem(file, line, "the file holds a NUL byte; a YAML file is text: remove it")]
     try:
+        builder = _EventBuilder(text, file)  # the reader checks the characters as it starts
         data = builder.document()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 1
         return None, {}, [Problem(file, line, f"not valid YAML: {exc.problem or exc}")]
+    except yaml.reader.ReaderError as exc:  # a control character: it has a position, not a mark
+        line = text.count("\n", 0, max(exc.position, 0)) + 1
+        c = exc.character
+        code = ord(c) if isinstance(c, str) else int(c)
+        return (
+            None,
+            {},
+            [Problem(file, line, f"not valid YAML: control character U+{code:04X} is not allowed; remove it")],
+        )
+    except yaml.YAMLError as exc:
+        return None, {}, [Problem(file, 1, f"not valid YAML: {exc}")]
     except _Refused as exc:
         return None, {}, [Problem(file, exc.line, exc.message)]
     except RecursionError:
@@ -307,7 +344,9 @@ def compose_yaml(text: str, file: str) -> tuple[Any, dict[Loc, int], list[Proble
 
 
 MAX_VALUES = 2_000_000  # values a document may expand to, aliases counted at their full size
-_MAX_DEPTH = 500
+MAX_ALIASES = 10_000  # alias uses in one document (a workflow uses a handful)
+MAX_BYTES = 64 * 1024**2  # a 10,000-step workflow is about 3 MB
+_MAX_DEPTH = 100  # a workflow nests about 8 levels (steps.S.variants.V.resources.memory); params a few more
 _MERGE = "tag:yaml.org,2002:merge"
 _EMPTY = object()
 
@@ -331,6 +370,7 @@ class _EventBuilder:
         self.anchors: dict[str, tuple[Any, int]] = {}
         self.total = 0
         self.depth = 0
+        self.aliases = 0
 
     def document(self) -> Any:
         p = self.parser
@@ -363,6 +403,9 @@ class _EventBuilder:
             if ev.anchor not in self.anchors:
                 raise _Refused(line, f"alias *{ev.anchor} names no anchor defined before it (&{ev.anchor})")
             value, n = self.anchors[ev.anchor]
+            self.aliases += 1
+            if self.aliases > MAX_ALIASES:
+                raise _Refused(line, f"the YAML uses more than {MAX_ALIASES:,} aliases (*name); write the values out")
             self.spend(n, line)
             return value, n
         self.total += 1
@@ -402,6 +445,16 @@ class _EventBuilder:
             value = self.constructor.construct_object(node, deep=True)
         except yaml.constructor.ConstructorError:
             raise _Refused(ev.start_mark.line + 1, f"unknown YAML tag {tag!r}; remove it") from None
+        except Exception:  # PyYAML's constructors: ValueError for 2024-13-45, AttributeError for
+            # '!!timestamp x' (a regex that did not match); whatever they raise, it is the value's fault
+            raise _Refused(
+                ev.start_mark.line + 1, f"{ev.value[:60]!r} is not a valid {tag.rsplit(':', 1)[-1]}; fix or quote it"
+            ) from None
+        if isinstance(value, str) and "\x00" in value:
+            raise _Refused(
+                ev.start_mark.line + 1,
+                "a value holds a NUL byte (\\0), which no command, path or variable can carry; remove it",
+            )
         if isinstance(value, _SCALARS):
             self.scalars[key] = value
         return value
@@ -571,7 +624,18 @@ def _render(wf: Workflow, file: str, lines: Mapping[Loc, int]) -> tuple[Workflow
                 return m.group(0)
             return str(value).lower() if isinstance(value, bool) else str(value)
 
-        return _TEMPLATE.sub(one, text) if "{{" in text else text
+        if "{{" not in text:
+            return text
+        if "{{" in _TEMPLATE.sub("", text):
+            problems.append(
+                Problem(
+                    file,
+                    line_of(lines, loc),
+                    f"{text[:60]!r} opens '{{{{' without a matching '}}}}'; close it, e.g. '{{{{ params.NAME }}}}'",
+                )
+            )
+            return text
+        return _TEMPLATE.sub(one, text)
 
     steps = {}
     for sname, step in wf.steps.items():

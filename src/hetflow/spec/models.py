@@ -6,18 +6,49 @@ unknown keys so a typo is reported (with its line) instead of silently ignored.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from hetflow.spec.imageref import parse_reference
 from hetflow.spec.units import cc_tuple, compute_capability, parse_duration, parse_memory
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?\Z")
 NAME_HINT = "use 1-63 lowercase letters, digits, '-' or '_', starting and ending alphanumeric"
 
 Memory = Annotated[int, BeforeValidator(parse_memory)]
+
+# Bounds a container engine or backend would otherwise enforce only at run time.
+MIN_CPUS = 0.01  # podman --cpus: the CFS quota is cpus * 100ms period, and the kernel's smallest quota is 1ms
+MAX_CPUS = 100_000
+MIN_MEMORY = 6 * 1024**2  # runc (and so podman) refuse a memory limit below 6 MiB
+MAX_MEMORY = 1024**5  # 1 PiB: no node has more; a larger value is a unit slip
+MAX_GPUS = 1024
+MAX_ESTIMATE = 365 * 24 * 3600.0  # a year: the planner's time line, and a sane typo catcher
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")  # POSIX names: no '=', not empty (podman --env K=V)
+
+
+def _image(v: str) -> str:
+    """An image must parse as a reference (as podman would) and may not look like a flag."""
+    if "{{" in v:
+        return v  # a fan-out item's image ('img:{{ item.py }}'): checked once expanded (checks.py)
+    parse_reference(v)  # ReferenceSyntaxError is a ValueError: pydantic reports it with the field
+    return v
+
+
+ImageRef = Annotated[str, AfterValidator(_image)]
+
+
+def _estimate(v: float | None) -> float | None:
+    # 0 is allowed: an imported trace records instant tasks (WfCommons runtimeInSeconds: 0)
+    if v is not None and not 0 <= v <= MAX_ESTIMATE:
+        raise ValueError(f"an estimate must be from 0s to a year (365d); got {v:g}s")
+    return v
+
+
 Duration = Annotated[float, BeforeValidator(parse_duration)]
 Scalar = str | int | float | bool
 # A param is a scalar, or a list (of scalars or mappings) that a ``foreach`` can iterate.
@@ -70,7 +101,24 @@ class Resources(_Model):
 
     cpus: float = Field(default=1.0, gt=0, description="logical CPUs")
     memory: Memory = Field(default=512 * 1024**2, description="bytes; 512Mi, 2Gi, ...")
-    gpus: int = Field(default=0, ge=0, description="whole GPUs")
+    gpus: int = Field(default=0, ge=0, le=MAX_GPUS, description="whole GPUs")
+
+    @field_validator("cpus")
+    @classmethod
+    def _cpus(cls, v: float) -> float:
+        if not math.isfinite(v) or not MIN_CPUS <= v <= MAX_CPUS:
+            raise ValueError(
+                f"cpus must be between {MIN_CPUS} (the smallest share cgroups can enforce: podman --cpus) "
+                f"and {MAX_CPUS:,}; got {v:g}"
+            )
+        return v
+
+    @field_validator("memory")
+    @classmethod
+    def _memory(cls, v: int) -> int:
+        if not MIN_MEMORY <= v <= MAX_MEMORY:
+            raise ValueError(f"memory must be between 6Mi (the least podman/runc accept) and 1Pi; got {v:,} bytes")
+        return v
 
     @property
     def gpu_request(self) -> GpuRequest:
@@ -98,11 +146,13 @@ class GpuConstraint(_Model):
 class Variant(_Model):
     """One way to run a step: an image, a command and what it needs."""
 
-    image: str = Field(min_length=1)
+    image: ImageRef
     command: tuple[str, ...] = ()
     resources: Resources = Resources()
     gpu: GpuConstraint | None = None
-    estimate: Duration | None = Field(default=None, description="expected run time")
+    estimate: Annotated[Duration | None, AfterValidator(_estimate)] = Field(
+        default=None, description="expected run time"
+    )
     env: dict[str, str] = Field(default_factory=dict)
     node_selector: dict[str, str] = Field(
         default_factory=dict, description="node labels required, as Kubernetes' nodeSelector"
@@ -243,11 +293,11 @@ def _coerce_publish(v: object) -> object:
 class Step(_Model):
     """A node of the DAG: one image/command, or named ``variants`` (e.g. cpu and gpu)."""
 
-    image: str | None = None
+    image: ImageRef | None = None
     command: tuple[str, ...] | None = None
     resources: Resources | None = None
     gpu: GpuConstraint | None = None
-    estimate: Duration | None = None
+    estimate: Annotated[Duration | None, AfterValidator(_estimate)] = None
     env: dict[str, str] = Field(default_factory=dict)
     node_selector: dict[str, str] = Field(default_factory=dict, description="applies to every variant")
     variants: dict[str, Variant] | None = None

@@ -32,7 +32,7 @@ import yaml
 from pydantic import ValidationError
 
 from hetflow.errors import Problem, SpecError
-from hetflow.spec.models import NAME_RE, Workflow
+from hetflow.spec.models import MIN_MEMORY, NAME_RE, Workflow
 
 PLACEHOLDER_IMAGE = "localhost/hetflow-examples/numpy:latest"
 PLACEHOLDER_COMMAND = ("true",)
@@ -154,11 +154,13 @@ def workflow_data(data: Mapping[str, Any], *, gpu_variants: bool = True, file: s
     steps: dict[str, Any] = {}
     for t in trace.tasks:
         step: dict[str, Any] = {}
-        cpu = {"cpus": int(t.cores) if t.cores.is_integer() else t.cores, "memory": t.memory}
+        # a trace's measured peak can be below what podman accepts as a limit (6 MiB)
+        memory = max(t.memory, MIN_MEMORY)
+        cpu = {"cpus": int(t.cores) if t.cores.is_integer() else t.cores, "memory": memory}
         if t.category in gpu_cats:
             step["variants"] = {
                 "cpu": _variant(cpu, t.runtime),
-                "gpu": _variant({"cpus": GPU_CORES, "memory": t.memory, "gpus": 1}, t.runtime / GPU_SPEEDUP),
+                "gpu": _variant({"cpus": GPU_CORES, "memory": memory, "gpus": 1}, t.runtime / GPU_SPEEDUP),
             }
         else:
             step.update(_variant(cpu, t.runtime))
