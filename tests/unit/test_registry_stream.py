@@ -63,24 +63,33 @@ def test_a_large_blob_streams_verified_and_is_cached(served: tuple[FakeRegistry,
     assert (state / "cache" / "blobs" / "sha256" / LAYER_DIGEST.removeprefix("sha256:")).stat().st_size == len(LAYER)
 
 
-def test_a_large_corrupted_blob_is_cut_short_never_complete(served: tuple[FakeRegistry, RunningProxy, Path]) -> None:
+def test_a_large_corrupted_upstream_blob_is_a_502_never_a_body(served: tuple[FakeRegistry, RunningProxy, Path]) -> None:
     fake, proxy, state = served
     fake.corrupt(LAYER_DIGEST)
+    got = httpx.get(f"{proxy.url}/v2/{REPO}/blobs/{LAYER_DIGEST}", headers=_bearer(proxy, state, "x86-64-v2"))
+    assert got.status_code == 502  # verified into the cache before a byte goes out (fetch.py)
+    assert got.json()["errors"][0]["code"] == "DIGEST_INVALID"
+    assert "gave up after 3 attempts" in got.json()["errors"][0]["message"]
+    cache = state / "cache" / "blobs" / "sha256"
+    assert not [p for p in cache.glob("**/*") if p.is_file()]  # no partial file left behind
+
+
+def test_a_large_blob_damaged_in_the_cache_is_cut_short_never_complete(
+    served: tuple[FakeRegistry, RunningProxy, Path],
+) -> None:
+    _, proxy, state = served
+    url, headers = f"{proxy.url}/v2/{REPO}/blobs/{LAYER_DIGEST}", _bearer(proxy, state, "x86-64-v2")
+    assert httpx.get(url, headers=headers).status_code == 200
+    cached = state / "cache" / "blobs" / "sha256" / LAYER_DIGEST.removeprefix("sha256:")
+    cached.write_bytes(cached.read_bytes()[:-1] + b"X")
     received = bytearray()
-    with (
-        pytest.raises(httpx.RemoteProtocolError),
-        httpx.stream(
-            "GET", f"{proxy.url}/v2/{REPO}/blobs/{LAYER_DIGEST}", headers=_bearer(proxy, state, "x86-64-v2")
-        ) as response,
-    ):
-        assert response.status_code == 200  # the headers went out before the last byte came in
+    with pytest.raises(httpx.RemoteProtocolError), httpx.stream("GET", url, headers=headers) as response:
+        assert response.status_code == 200  # the headers went out before the last byte was read
         assert response.headers["content-length"] == str(len(LAYER))
         for chunk in response.iter_raw():
             received += chunk
     assert len(received) < len(LAYER)
-    cache = state / "cache" / "blobs" / "sha256"
-    assert not (cache / LAYER_DIGEST.removeprefix("sha256:")).exists()
-    assert not [p for p in cache.glob("**/*") if p.is_file()]  # no partial file left behind
+    assert not cached.exists()
 
 
 def test_registry_client_gets_each_types_view_through_the_bearer_flow(

@@ -9,7 +9,9 @@ tests, through ``start_in_thread``) run without a real registry.
 
 Knobs: ``corrupt(digest)`` serves other bytes under a blob's digest; ``auth`` makes it
 demand Basic credentials (``"basic"``) or a bearer from its own realm (``"bearer"``);
-``requests`` records every ``(method, path)``, so tests can see what was fetched.
+``requests`` records every ``(method, path)``, so tests can see what was fetched;
+blob GETs honour ``Range: bytes=N-`` unless ``ranges`` is False.  ``hetflow.registry.faults``
+wraps it in an upstream that corrupts and drops a given fraction of blob bodies.
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ class FakeRegistry:
     manifests: dict[str, dict[str, tuple[bytes, str]]] = field(default_factory=dict)  # repo -> ref -> body, type
     corrupted: dict[str, bytes] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)
+    ranges: bool = True  # honour "Range: bytes=N-" on blobs (False: always the whole body)
 
     def add_blob(self, data: bytes) -> str:
         digest = digest_of(data)
@@ -152,6 +155,12 @@ class FakeRegistry:
         data = self.corrupted.get(ref, self.blobs[ref])
         headers = {"Content-Type": "application/octet-stream", "Docker-Content-Digest": ref}
         headers["Content-Length"] = str(len(data))
+        start = _range_start(request.headers.get("range"), len(data)) if self.ranges else None
+        if start is not None and not head:
+            # RFC 9110 14.4: 206 with Content-Range: bytes first-last/complete
+            headers["Content-Range"] = f"bytes {start}-{len(data) - 1}/{len(data)}"
+            headers["Content-Length"] = str(len(data) - start)
+            return httpx.Response(206, headers=headers, stream=_Chunks(data[start:]))
         return httpx.Response(200, headers=headers, stream=_Chunks(b"" if head else data))
 
 
@@ -170,6 +179,13 @@ class _Chunks(httpx.SyncByteStream, httpx.AsyncByteStream):
     async def __aiter__(self) -> AsyncIterator[bytes]:
         for chunk in self:
             yield chunk
+
+
+def _range_start(header: str | None, size: int) -> int | None:
+    """N of ``bytes=N-`` when 0 < N < size; else None (the whole body)."""
+    match = re.fullmatch(r"bytes=(\d+)-", (header or "").strip())
+    start = int(match[1]) if match else 0
+    return start if 0 < start < size else None
 
 
 def _error(

@@ -5,7 +5,8 @@
                                             passes through, verified
     GET/HEAD /v2/<name>/manifests/<digest>  a view's digest gets the view (if it is the
                                             caller's), any other digest the upstream's bytes
-    GET/HEAD /v2/<name>/blobs/<digest>      verified, cached on disk
+    GET/HEAD /v2/<name>/blobs/<digest>      fetched once into the cache (verified, retried:
+                                            hetflow.registry.fetch), served from there
     GET      /v2/<name>/tags/list           passed through
 
 What "another machine type's view" means: a view belongs to every machine type whose
@@ -17,7 +18,6 @@ upstream's bytes, which any caller could ask the upstream for).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -33,6 +33,7 @@ from starlette.responses import Response
 
 from hetflow.images import ACCEPT_ANY_MANIFEST, BadDocumentError, digest_of, is_index, sniff_media_type
 from hetflow.registry.errors import STATUS_CODES, ErrorCode, error_response
+from hetflow.registry.fetch import BlobFetcher
 from hetflow.registry.machines import MachineType
 from hetflow.registry.store import DIGEST_RE, BlobStore, FilteredRecord, FilteredStore, View, new_hasher
 from hetflow.registry.upstream import BLOB_CHUNK, Upstream
@@ -76,6 +77,8 @@ class Proxy:
         *,
         buffer_limit: int,
         executor: Executor | None = None,
+        attempts: int = 3,
+        backoff_s: float = 0.1,
     ) -> None:
         self.upstream = upstream
         # Blob reads, hashing and cache writes run here (see hetflow.registry.verify).
@@ -83,6 +86,14 @@ class Proxy:
         self.blobs = blobs
         self.filtered = filtered
         self.buffer_limit = buffer_limit
+        self.fetcher = BlobFetcher(
+            upstream,
+            blobs,
+            self.executor,
+            attempts=attempts,
+            backoff_s=backoff_s,
+            error=lambda status, raw: upstream_error(status, raw, "blob"),
+        )
         self._manifests: OrderedDict[str, ManifestBody] = OrderedDict()  # verified, by digest
         # (index digest, hardware key) -> the view: resolving is pure, so it is done once.
         self._views: OrderedDict[tuple[str, str], Filtered | NoBuildFits] = OrderedDict()
@@ -223,28 +234,22 @@ class Proxy:
         size = self.blobs.size(digest)
         if request.method == "HEAD":
             return await self._head_blob(repo, digest, headers, size)
-        if size is not None:
-            path = self.blobs.path(digest)
-            cached = HashedChunks(_read_file(path), digest, self.executor)
-            return VerifiedBody(
-                cached,
-                headers={**headers, "Content-Length": str(size)},
-                buffer_limit=self.buffer_limit,
-                what="cached blob",
-                on_mismatch=lambda _actual: self.blobs.remove(digest),
-            )
-        response = await self.upstream.open_blob(repo, digest, self.executor)
-        if response.status_code != 200:
-            loop = asyncio.get_running_loop()
-            raw = await loop.run_in_executor(self.executor, _read_error_sync, response)
-            return upstream_error(response.status_code, raw, "blob")
-        length = response.headers.get("content-length")
-        if length and not response.headers.get("content-encoding"):
-            headers["Content-Length"] = length
-        fetched = HashedChunks(
-            response.iter_bytes(BLOB_CHUNK), digest, self.executor, sink=self.blobs.writer(digest), close=response.close
+        if size is None:
+            # Into the cache first (verified, retried, once for all who ask): see fetch.py.
+            failed = await self.fetcher.fill(repo, digest)
+            if failed is not None:
+                return failed
+            size = self.blobs.size(digest)
+            if size is None:  # dropped again at once (found damaged by a concurrent reader)
+                return error_response(502, ErrorCode.UNAVAILABLE, f"blob {repo}@{digest} left the cache; try again")
+        cached = HashedChunks(_read_file(self.blobs.path(digest)), digest, self.executor)
+        return VerifiedBody(
+            cached,
+            headers={**headers, "Content-Length": str(size)},
+            buffer_limit=self.buffer_limit,
+            what="cached blob",
+            on_mismatch=lambda _actual: self.blobs.remove(digest),
         )
-        return VerifiedBody(fetched, headers=headers, buffer_limit=self.buffer_limit, what=f"upstream blob of {repo}")
 
     async def _head_blob(self, repo: str, digest: str, headers: dict[str, str], size: int | None) -> Response:
         if size is not None:
@@ -278,21 +283,6 @@ def _read_file(path: Path) -> Iterator[bytes]:
     with path.open("rb") as f:
         while chunk := f.read(BLOB_CHUNK):
             yield chunk
-
-
-def _read_error_sync(response: httpx.Response) -> bytes:
-    """At most ERROR_LIMIT bytes of an error body (sync client, worker thread)."""
-    parts: list[bytes] = []
-    size = 0
-    try:
-        for chunk in response.iter_bytes():
-            parts.append(chunk)
-            size += len(chunk)
-            if size >= ERROR_LIMIT:
-                break
-    finally:
-        response.close()
-    return b"".join(parts)[:ERROR_LIMIT]
 
 
 def _bare(media_type: str | None) -> str:

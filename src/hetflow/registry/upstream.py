@@ -99,6 +99,14 @@ class Upstream:
         await self._negotiate(response, scope)
         return await loop.run_in_executor(executor, self._send_sync, path, self._headers(scope, headers))
 
+    def open_blob_sync(self, repo: str, digest: str, *, start: int = 0) -> httpx.Response:
+        """The rest of a blob from byte ``start`` (``Range: bytes=start-``), in the calling
+        worker thread, with the Authorization ``open_blob`` worked out."""
+        headers = {"Accept-Encoding": "identity"}
+        if start:
+            headers["Range"] = f"bytes={start}-"
+        return self._send_sync(f"/v2/{repo}/blobs/{digest}", self._headers(self._scope(repo), headers))
+
     def _send_sync(self, path: str, headers: dict[str, str]) -> httpx.Response:
         try:
             return self._sync.send(self._sync.build_request("GET", path, headers=headers), stream=True)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from typing import Protocol
@@ -63,7 +63,7 @@ class HashedChunks:
 
     def __init__(
         self,
-        reader: Iterator[bytes],
+        reader: Iterable[bytes],
         digest: str,
         executor: Executor,
         *,
@@ -94,7 +94,7 @@ class HashedChunks:
 
         hasher = new_hasher(self.digest)
         algorithm = self.digest.split(":", 1)[0]
-        committed = False  # the sink is settled (committed or discarded)
+        verdict: _End | BaseException | None = None  # None: abandoned, nobody to tell
         try:
             for chunk in self._reader:
                 hasher.update(chunk)
@@ -104,22 +104,21 @@ class HashedChunks:
                 if self._cancelled:
                     return
                 put(chunk)
-            actual = f"{algorithm}:{hasher.hexdigest()}"
+            verdict = _End(f"{algorithm}:{hasher.hexdigest()}")
+        except BaseException as err:  # an upstream that broke off, a disk that failed
+            verdict = err
+        finally:
+            # Settled before the verdict goes out, so nobody who hears it sees a half-made
+            # file (or a stray partial one after an error).
             if self._sink is not None:
-                # Settled before the verdict goes out, so nobody sees a half-made file.
-                if actual == self.digest:
+                if isinstance(verdict, _End) and verdict.actual == self.digest:
                     self._sink.commit()
                 else:
                     self._sink.discard()
-                committed = True
-            put(_End(actual))
-        except BaseException as err:  # an upstream that broke off, a disk that failed
-            put(err)
-        finally:
-            if self._sink is not None and not committed:
-                self._sink.discard()
             if self._close is not None:
                 self._close()
+            if verdict is not None:
+                put(verdict)
 
     def cancel(self) -> None:
         self._cancelled = True
