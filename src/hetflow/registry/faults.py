@@ -10,7 +10,8 @@ flipped at a random offset: the bytes of a flaky link or a bad cache in between)
 probability ``corrupt`` and cut off (``httpx.ReadError`` after a random number of
 bytes: a reset connection) with probability ``drop``.  Manifests pass untouched: the
 proxy's manifest path is checked by its own tests.  ``injected`` counts what was done;
-``blob_gets`` counts blob GETs per digest (to see that concurrent pulls fetched once).
+``blob_gets`` counts blob GETs per digest (to see that concurrent pulls fetched once);
+``script`` names the fault of each next blob GET, for tests that want one exact story.
 """
 
 from __future__ import annotations
@@ -42,6 +43,10 @@ class FaultyUpstream:
     seed: int = 0
     injected: Injected = field(default_factory=Injected)
     blob_gets: Counter[str] = field(default_factory=Counter)
+    # Scripted faults, one per blob GET before the RNG decides: "corrupt", "drop", "both",
+    # "ok", or an HTTP status ("503") answered instead of the body.
+    script: list[str] = field(default_factory=list)
+    ranges_asked: int = 0  # blob GETs that carried a Range header (resumes)
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
@@ -57,9 +62,15 @@ class FaultyUpstream:
             return response
         with self._lock:
             self.blob_gets[path.rsplit("/", 1)[1]] += 1
+            self.ranges_asked += "range" in request.headers
             data = response.read()
+            step = self.script.pop(0) if self.script else None
+            if step is not None and step.isdigit():
+                return httpx.Response(int(step), json={"errors": [{"code": "UNAVAILABLE", "message": "scripted"}]})
             corrupt = bool(data) and self._rng.random() < self.corrupt
             drop = bool(data) and self._rng.random() < self.drop
+            if step is not None:
+                corrupt, drop = bool(data) and step in ("corrupt", "both"), bool(data) and step in ("drop", "both")
             flip = self._rng.randrange(len(data)) if data else 0
             cut = self._rng.randrange(len(data)) if data else 0
             self.injected.corrupted += corrupt

@@ -162,9 +162,11 @@ class _Resuming:
         offset = 0  # bytes handed on so far
         skip = 0  # bytes of the current response already handed on (an upstream without Range)
         breaks = 0
+        pending: list[bytes] = []  # coalesced to BLOB_CHUNK: fewer hand-offs to the event loop
+        pending_size = 0
         while True:
             try:
-                for chunk in self.response.iter_bytes(BLOB_CHUNK):
+                for chunk in self.response.iter_bytes():
                     if skip:
                         dropped = min(skip, len(chunk))
                         skip -= dropped
@@ -172,12 +174,21 @@ class _Resuming:
                         if not chunk:
                             continue
                     offset += len(chunk)
-                    yield chunk
+                    pending.append(chunk)
+                    pending_size += len(chunk)
+                    if pending_size >= BLOB_CHUNK:
+                        yield b"".join(pending)
+                        pending, pending_size = [], 0
                 if skip:
                     raise httpx.RemoteProtocolError(f"the body ended {skip} bytes before where it broke before")
+                if pending:
+                    yield b"".join(pending)
                 return
             except httpx.TransportError as err:  # ReadError, RemoteProtocolError: the connection went
                 self.response.close()
+                if pending:  # what did arrive is kept: the resume asks for what follows it
+                    yield b"".join(pending)
+                    pending, pending_size = [], 0
                 breaks += 1
                 if breaks >= fetcher.attempts:
                     raise
