@@ -239,7 +239,7 @@ def _blob_file(registry: Registry, digest: str) -> Path:
 
 @pytest.mark.parametrize(
     "buffer",
-    [pytest.param(8 * 1024 * 1024, id="buffered-502"), pytest.param(0, id="streamed-cut")],
+    [pytest.param(8 * 1024 * 1024, id="buffer-8MiB"), pytest.param(0, id="buffer-0")],
 )
 def test_a_corrupted_upstream_blob_never_reaches_a_client_as_success(tmp_path: Path, buffer: int) -> None:
     require_tools("docker-registry", "podman", "skopeo")
