@@ -22,8 +22,9 @@ Public API:
 Layout: ``settings`` -> ``machines`` (who is asking) -> ``views`` (pure: which bytes)
 -> ``store``/``verify`` (content addressing, digest checks) -> ``upstream`` (httpx)
 -> ``fetch`` (blobs into the cache: verified, retried, single-flight) -> ``proxy`` (OCI
-endpoints) -> ``app`` (auth, wiring, uvicorn); ``errors`` is the OCI error body, ``auth`` the Basic/Bearer parsing; ``faults`` wraps the fake in an upstream that
-corrupts and drops blob bodies (tests).  Benchmark: ``python -m bench.registry``.
+endpoints) -> ``app`` (auth, wiring, uvicorn); ``errors`` is the OCI error body, ``auth``
+the Basic/Bearer parsing; ``faults`` wraps the fake in an upstream that corrupts and drops
+blob bodies (tests).  Benchmark: ``python -m bench.registry``.
 """
 
 from hetflow.registry.app import RunningProxy, create_app, serve, start_in_thread

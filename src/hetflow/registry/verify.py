@@ -4,11 +4,11 @@ Two pieces:
 
 ``HashedChunks`` runs a blocking reader (an upstream body read with httpx's sync
 client, as ``hetflow.registry.fetch`` fills the cache, or a cached file) in a worker
-thread, hashes each chunk there and writes it to an optional ``sink`` (a cache writer), and hands the chunks to the event loop; at
-the end it knows whether the digest matched, and only then commits the sink.  The
-thread keeps the loop free: on this 2-core machine, reading with httpx's async client
-(64 KiB per read) and hashing on the loop made a cold 9.5 MB blob cost 56 ms against
-13 ms straight from the registry.
+thread, hashes each chunk there and writes it to an optional ``sink`` (a cache writer),
+and hands the chunks to the event loop; at the end it knows whether the digest matched,
+and only then commits the sink.  The thread keeps the loop free: on this 2-core machine,
+reading with httpx's async client (64 KiB per read) and hashing on the loop made a cold
+9.5 MB blob cost 56 ms against 13 ms straight from the registry.
 
 ``VerifiedBody`` is the ASGI response over such chunks (blobs are served from the
 cache, so what it catches is a file damaged on disk after it was stored).  It holds the last chunk back
