@@ -8,13 +8,17 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
 from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.engine import FakeEngine
 from hetflow.execute.runner import Runner
 from hetflow.plan.instance import MachineClass, Placement
+from hetflow.report import run_json
+from hetflow.state import StepRecord
 from tests.unit.builders import Outcome, World, world
 
-QUEUE = Capabilities("queue", holds_dependencies=True, assigns_gpus=True, multi_node=True)
+QUEUE = Capabilities("queue", holds_dependencies=True, assigns_gpus=True, multi_node=True, queues=True)
 
 
 @dataclass
@@ -179,3 +183,39 @@ def test_what_the_engine_says_a_queued_job_waits_for_is_the_steps_reason_until_i
     assert f"hf-{rid}-b-1 running" in events  # and when the engine stopped saying it
     # once it ran, the step's reason is its launch's again, not the stale wait
     assert "pending" not in w.step("b").reason and "planned" in w.step("b").reason
+
+
+def test_a_step_whose_job_the_engine_queues_is_shown_queued_then_running(tmp_path: Path) -> None:
+    w = world(
+        tmp_path, CHAIN, outcomes={"a": [Outcome(files={"o": b"1"}, duration=5)], "b": [Outcome(files={"o": b"2"})]}
+    )
+    seen: list[tuple[str, str]] = []
+
+    class Watched(QueueBackend):
+        def poll(self, run_id: str) -> dict[str, JobState]:
+            states = super().poll(run_id)
+            s = w.step("b")
+            seen.append((s.state, s.shown_state))
+            return states
+
+    assert cluster_runner(w, Watched(w.engine)).execute() == "succeeded"
+    shown = [v for i, v in enumerate(seen) if i == 0 or v != seen[i - 1]]
+    # the store says running (handed over; resume adopts it); show says queued until it runs
+    assert ("running", "queued") in shown and ("running", "running") in shown, shown
+    assert shown.index(("running", "queued")) < shown.index(("running", "running"))
+    rows = run_json(w.store.run(w.run.id), w.store.steps(w.run.id))["steps"]
+    assert [r["queued"] for r in rows] == [False, False, False]  # all over
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "shown"),
+    [
+        ("running", "pending: Resources", "queued"),
+        ("running", "planned on gpu.t4", "running"),
+        ("waiting", "pending: Resources", "waiting"),  # only a handed-over step can be queued
+    ],
+    ids=["engine-queues-it", "engine-runs-it", "not-handed-over"],
+)
+def test_shown_state(state: str, reason: str, shown: str) -> None:
+    s = StepRecord("r", "b", state, None, None, (), 1, None, None, None, reason, None)
+    assert s.shown_state == shown

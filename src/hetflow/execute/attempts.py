@@ -33,6 +33,7 @@ from hetflow.state import (
 Publisher = Callable[[Step, Path, int, int], list[str]]
 
 
+SUBMITTED = "submitted"  # what a queueing engine's job waits for before its first poll (``Launcher``)
 REMOVE_BATCH = 16  # finished containers removed together (``Attempts.flush_removals``)
 REMOVE_WITHIN = 5.0  # seconds a finished container may wait for its batch
 
@@ -121,6 +122,7 @@ class Attempts:
         it, and each change is an event, so ``hetflow show`` and ``logs -f`` tell why a step
         (a gang waiting for all its nodes, say) has not started."""
         act.waiting = reason
+        # "pending: ..." (QUEUED_PREFIX) is what shows the step as queued (StepRecord.shown_state)
         shown = f"{status.lower()}: {reason}" if reason else act.why
         event = f"{act.container} {status.lower()}: {reason}" if reason else f"{act.container} {status.lower()}"
         self.store.set_step(self.run_id, act.step, reason=shown, event=event)

@@ -27,6 +27,9 @@ class Capabilities:
     assigns_gpus: bool = False
     # Steps may land on other machines: the work directory must be shared.
     multi_node: bool = False
+    # The engine queues a submitted job until it can place it (Slurm, Ray): the step shows
+    # "queued" from its submission until the engine says the job runs (Attempts.note_wait).
+    queues: bool = False
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ LOST_CODE = common.LOST_CODE
 
 
 class SlurmBackend:
-    capabilities = Capabilities(name="slurm", holds_dependencies=True, assigns_gpus=True, multi_node=True)
+    capabilities = Capabilities(name="slurm", holds_dependencies=True, assigns_gpus=True, multi_node=True, queues=True)
 
     def __init__(self, settings: SlurmSettings | None = None, env: Mapping[str, str] | None = None) -> None:
         self.settings = settings or SlurmSettings()
@@ -135,6 +135,8 @@ class SlurmBackend:
         gpus = tuple(int(g) for g in start.get("gpus", "").split(",") if g.isdigit())
         if row is not None and row.state in ACTIVE_STATES and not (done is not None and row.state == "COMPLETING"):
             reason = "" if row.reason in ("None", "(null)") else row.reason
+            if row.state == "PENDING" and not reason:
+                reason = "not yet scheduled"  # squeue's Reason=None before the scheduler's first pass
             if reason == "Dependency":
                 reason = f"waiting for {queue.dependency_names(row.dependency, names)}"
             return JobState(name, True, None, row.state, node, gpus, reason)
