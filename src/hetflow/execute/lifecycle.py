@@ -71,7 +71,7 @@ def reconcile(attempts: Attempts) -> None:
             message = f"{a.container} finished while hetflow was down (exit {st.exit_code})"
             record(store, Note(0, run_id, time.time(), message, s.step, "collected"))
             attempts.active[s.step] = act
-            attempts.finalize(act, st.exit_code if st.exit_code is not None else 255)
+            attempts.settle(act, st)  # a node that failed meanwhile: run again, as in the loop
         elif s.state == LAUNCHING:
             # The intent was written but the container never started: launch the same
             # attempt again under the same name.

@@ -13,7 +13,7 @@ from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.backends.slurm import jobfiles, queue
 from hetflow.execute.backends.slurm.client import SlurmClient, last_line
 from hetflow.execute.backends.slurm.gang import gang_scripts
-from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, QueueRow
+from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import job_script, sbatch_args
 from hetflow.execute.engine import CliEngine
@@ -179,7 +179,9 @@ class SlurmBackend:
             code = TIMEOUT_CODE
         elif code is None or (code == 0 and state != "COMPLETED"):
             code = LOST_CODE
-        return JobState(name, False, code, state, node or None, (), queue.end_reason(state))
+        return JobState(
+            name, False, code, state, node or None, (), queue.end_reason(state), node_failed=state in NODE_FAULTS
+        )
 
     # --- cancel / clean up --------------------------------------------------------------
 

@@ -30,6 +30,11 @@ def sbatch_args(job: Job, settings: SlurmSettings, dependency_ids: Sequence[str]
         f"--comment=hetflow run={job.run_id}",
         f"--chdir={jobdir}",
         f"--output={jobdir / job.name}.out",
+        # hetflow retries, as a new attempt with its own name and staging folder; Slurm's own
+        # requeue (JobRequeue=1, the default, on NODE_FAIL) would run this attempt a second
+        # time under the same job id while the first may still be writing its outputs on a
+        # node that only lost its slurmd (sbatch(1) --no-requeue).
+        "--no-requeue",
     ]
     if job.gang is not None:
         args += gang_sbatch_args(job, settings)  # N tasks over the plan's nodes (``gang``)
