@@ -1,9 +1,11 @@
 """Slurm's words about a job whose node failed, a queued job, and a job hetflow submitted
 but never recorded, read through a fake client (the commands' outputs as Slurm 22.05
-prints them): what ``SlurmBackend.poll`` makes of them."""
+prints them): what ``SlurmBackend.poll`` makes of them.  And the job script's part that
+keeps the container inside the job's cgroup."""
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -12,7 +14,9 @@ import pytest
 from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.slurm import SlurmBackend, SlurmSettings, sbatch_args
 from hetflow.execute.backends.slurm.backend import LOST_CODE
+from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP, job_cgroup
 from hetflow.execute.backends.slurm.queue import QueueRow, parse_squeue
+from hetflow.execute.backends.slurm.translate import job_script
 from hetflow.execute.engine import ContainerSpec
 
 RUN = "r1"
@@ -120,3 +124,42 @@ def test_slurm_never_requeues_an_attempt_itself(tmp_path: Path) -> None:
     spec = ContainerSpec(name=NAME, image="img", command=("true",), user="1000:1000", labels={}, env={})
     job = Job(name=NAME, run_id=RUN, step="s", attempt=1, container=spec, cpus=1, memory=1 << 20)
     assert "--no-requeue" in sbatch_args(job, SlurmSettings(), [], tmp_path)
+
+
+V1 = "12:memory:/slurm/uid_0/job_42/step_batch/task_0\n3:cpuset:/slurm/uid_0/job_42/step_batch\n1:name=systemd:/x\n"
+V2 = "0::/system.slice/slurmstepd.scope/job_42/step_batch/user/task_0\n"
+V2_STEP = "0::/system.slice/slurmstepd.scope/job_42/step_0/user/task_1\n"  # a gang's srun task
+NONE = "0::/user.slice/user-0.slice/session-3.scope\n"  # proctrack/linuxproc: no job cgroup
+OTHER = "0::/system.slice/slurmstepd.scope/job_421/step_batch/user/task_0\n"
+
+
+@pytest.mark.parametrize(
+    ("cgroups", "parent"),
+    [
+        (V1, "/slurm/uid_0/job_42"),
+        (V2, "/system.slice/slurmstepd.scope/job_42"),
+        (V2_STEP, "/system.slice/slurmstepd.scope/job_42"),
+        (NONE, None),
+        (OTHER, None),
+    ],
+    ids=["cgroup-v1", "cgroup-v2", "gang-task", "no-job-cgroup", "another-job"],
+)
+def test_the_container_cgroup_goes_under_the_jobs(tmp_path: Path, cgroups: str, parent: str | None) -> None:
+    """What the job script's bash finds in /proc/self/cgroup is podman's --cgroup-parent."""
+    proc = tmp_path / "cgroup"
+    proc.write_text(cgroups)
+    snippet = JOB_CGROUP.replace("/proc/self/cgroup", str(proc)) + 'printf "%s\\n" "${cgparent[@]}"\n'
+    out = subprocess.run(
+        ["bash", "-c", snippet], capture_output=True, text=True, env={"SLURM_JOB_ID": "42"}, check=True
+    ).stdout.split()
+    assert out == (["--cgroup-parent", parent] if parent else [])
+    assert job_cgroup(cgroups, "42") == parent
+
+
+def test_the_job_script_passes_the_cgroup_parent_to_podman_run(tmp_path: Path) -> None:
+    spec = ContainerSpec(name=NAME, image="img", command=("true",), user="1000:1000", labels={}, env={})
+    job = Job(name=NAME, run_id=RUN, step="s", attempt=1, container=spec, cpus=1, memory=1 << 20)
+    script = job_script(job, SlurmSettings(), tmp_path, "/c.conf", "/hooks")
+    run_line = next(line for line in script.splitlines() if '" run --rm' in line)
+    assert '"${cgparent[@]}"' in run_line and "cgparent=()" in script
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
