@@ -5,6 +5,7 @@ The cluster's GPUs are FAKE (mknod'd device nodes): placement and isolation, not
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 from demo.slurm_cluster import LocalSlurm
@@ -107,3 +108,45 @@ def test_kill9_of_hetflow_then_resume_adopts_the_slurm_jobs(
 
 def test_data_fanout_and_publish_on_slurm(hf: Hetflow, tmp_path: Path, slurm_cluster: LocalSlurm) -> None:  # noqa: F811
     check_cluster_fan(hf, tmp_path, _config(tmp_path, slurm_cluster))
+
+
+def test_a_queued_job_is_shown_queued_and_one_whose_id_was_never_recorded_is_adopted_on_resume(
+    hf: Hetflow,
+    tmp_path: Path,
+    slurm_cluster: LocalSlurm,  # noqa: F811
+) -> None:
+    """issue 12: `use` waits in Slurm's queue behind `gen` (afterok): show says queued, not
+    running.  Then hetflow dies, and the job ids it recorded are lost too (as if it died
+    between sbatch and writing them): resume finds the jobs by their names in squeue and
+    adopts them instead of submitting them again."""
+    import os
+    import signal
+
+    config = _config(tmp_path, slurm_cluster)
+    slow = WORKFLOW.replace("echo data > /out/d.txt", "sleep 8; echo data > /out/d.txt")
+    run_id = hf("run", "--detach", "--config", config, write(tmp_path, slow, "slow.yaml")).stdout.strip()
+
+    def shown() -> dict[str, tuple[str, bool]]:
+        return {s["step"]: (s["state"], s["queued"]) for s in hf.show(run_id)["steps"]}
+
+    hf.wait_for(lambda: shown() == {"gen": ("running", False), "use": ("running", True)}, timeout=120)
+    table = hf("show", run_id).stdout
+    assert any(line.split()[:2] == ["use", "queued"] for line in table.splitlines()), table
+    pid = hf.show(run_id)["pid"]
+    os.kill(pid, signal.SIGKILL)
+    recorded = [p for root in (hf.home, slurm_cluster.base) for p in root.rglob(f"{run_id}/*.jobid")]
+    assert len(recorded) == 2
+    for p in recorded:
+        p.unlink()
+    hf("resume", "-q", run_id, timeout=300)
+    data = hf.show(run_id)
+    assert data["state"] == "succeeded"
+    assert [s["attempts"] for s in data["steps"]] == [1, 1]  # found by name, nothing submitted twice
+    jobs = subprocess.run(
+        ["squeue", "--me", "--noheader", "--states=all", "--format=%j"],
+        env={**os.environ, **slurm_cluster.env},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    assert sorted(j for j in jobs if j.startswith(f"hf-{run_id}-")) == [f"hf-{run_id}-gen-1", f"hf-{run_id}-use-1"]

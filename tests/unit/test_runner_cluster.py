@@ -8,13 +8,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import pytest
+
+from hetflow.execute.attempts import NODE_FAULT_REQUEUES
 from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.engine import FakeEngine
+from hetflow.execute.paths import RunPaths
 from hetflow.execute.runner import Runner
 from hetflow.plan.instance import MachineClass, Placement
+from hetflow.report import run_json
+from hetflow.state import StepRecord
 from tests.unit.builders import Outcome, World, world
 
-QUEUE = Capabilities("queue", holds_dependencies=True, assigns_gpus=True, multi_node=True)
+QUEUE = Capabilities("queue", holds_dependencies=True, assigns_gpus=True, multi_node=True, queues=True)
 
 
 @dataclass
@@ -179,3 +185,92 @@ def test_what_the_engine_says_a_queued_job_waits_for_is_the_steps_reason_until_i
     assert f"hf-{rid}-b-1 running" in events  # and when the engine stopped saying it
     # once it ran, the step's reason is its launch's again, not the stale wait
     assert "pending" not in w.step("b").reason and "planned" in w.step("b").reason
+
+
+def test_a_step_whose_job_the_engine_queues_is_shown_queued_then_running(tmp_path: Path) -> None:
+    w = world(
+        tmp_path, CHAIN, outcomes={"a": [Outcome(files={"o": b"1"}, duration=5)], "b": [Outcome(files={"o": b"2"})]}
+    )
+    seen: list[tuple[str, str]] = []
+
+    class Watched(QueueBackend):
+        def poll(self, run_id: str) -> dict[str, JobState]:
+            states = super().poll(run_id)
+            s = w.step("b")
+            seen.append((s.state, s.shown_state))
+            return states
+
+    assert cluster_runner(w, Watched(w.engine)).execute() == "succeeded"
+    shown = [v for i, v in enumerate(seen) if i == 0 or v != seen[i - 1]]
+    # the store says running (handed over; resume adopts it); show says queued until it runs
+    assert ("running", "queued") in shown and ("running", "running") in shown, shown
+    assert shown.index(("running", "queued")) < shown.index(("running", "running"))
+    rows = run_json(w.store.run(w.run.id), w.store.steps(w.run.id))["steps"]
+    assert [r["queued"] for r in rows] == [False, False, False]  # all over
+
+
+@pytest.mark.parametrize(
+    ("state", "reason", "shown"),
+    [
+        ("running", "pending: Resources", "queued"),
+        ("running", "planned on gpu.t4", "running"),
+        ("waiting", "pending: Resources", "waiting"),  # only a handed-over step can be queued
+    ],
+    ids=["engine-queues-it", "engine-runs-it", "not-handed-over"],
+)
+def test_shown_state(state: str, reason: str, shown: str) -> None:
+    s = StepRecord("r", "b", state, None, None, (), 1, None, None, None, reason, None)
+    assert s.shown_state == shown
+
+
+@dataclass
+class NodeFailing(QueueBackend):
+    """The first ``lost`` attempts of ``step`` end with their node (Slurm NODE_FAIL), after
+    the container wrote its outputs: a result that must not be taken."""
+
+    step: str = "a"
+    lost: int = 1
+
+    def poll(self, run_id: str) -> dict[str, JobState]:
+        out = super().poll(run_id)
+        for n in range(1, self.lost + 1):
+            name = f"hf-{run_id}-{self.step}-{n}"
+            if name in out and not out[name].running:
+                out[name] = JobState(name, False, 255, "NODE_FAIL", "n1", (), "the node failed", node_failed=True)
+        return out
+
+
+FLAT = """
+a:
+  image: x
+  outputs: [o]
+b:
+  needs: [a]
+  image: x
+"""
+
+
+@pytest.mark.parametrize(
+    ("lost", "state", "a_runs"),
+    [(1, "succeeded", 2), (3, "succeeded", 4), (4, "failed", 4)],
+    ids=["once", "three-times", "past-the-bound"],
+)
+def test_a_step_whose_node_fails_runs_again_outside_its_retries_and_succeeds_once(
+    tmp_path: Path, lost: int, state: str, a_runs: int
+) -> None:
+    w = world(tmp_path, FLAT, outcomes={"a": [Outcome(files={"o": str(i).encode()}) for i in range(1, 6)]})
+    backend = NodeFailing(w.engine, lost=lost)
+    assert cluster_runner(w, backend).execute() == ("succeeded" if state == "succeeded" else "failed")
+    rid = w.run.id
+    a = w.store.attempts(rid, "a")
+    assert [s.step for s in w.script.log].count("a") == a_runs  # retries: 0, yet it ran again
+    assert [x.state for x in a] == ["failed"] * min(lost, a_runs) + ["succeeded"] * (a_runs - lost)
+    assert all("NODE_FAIL on n1" in x.message for x in a[: min(lost, NODE_FAULT_REQUEUES)])
+    # past the bound, a node fault is the attempt's failure, charged to its retries (0)
+    assert all("the node failed" in x.message for x in a[NODE_FAULT_REQUEUES:lost])
+    assert w.step("a").state == state
+    if state == "succeeded":
+        # the result taken is the attempt that ended well, once: not the lost ones' outputs
+        out = RunPaths(Path(w.store.run(rid).workdir)).step_out("a")
+        assert (out / "o").read_bytes() == str(a_runs).encode()
+        assert sum(e.message.endswith("succeeded") for e in w.store.events(rid) if e.step == "a") == 1

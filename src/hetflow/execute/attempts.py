@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetflow.execute.backends.base import Backend, MeasuresOnRelease, MeasuresUsage
+from hetflow.execute.backends.base import Backend, JobState, MeasuresOnRelease, MeasuresUsage
 from hetflow.execute.engine import Usage
 from hetflow.execute.logs import log_tail
 from hetflow.execute.outputs import accept_outputs, missing_outputs
@@ -33,6 +33,11 @@ from hetflow.state import (
 Publisher = Callable[[Step, Path, int, int], list[str]]
 
 
+SUBMITTED = "submitted"  # what a queueing engine's job waits for before its first poll (``Launcher``)
+# A step whose node fails under it runs again outside its retries this many times (per
+# executor session, like the budget); after that a node fault counts as a failure, so a step
+# that brings its nodes down (or a cluster losing every node) cannot loop forever.
+NODE_FAULT_REQUEUES = 3
 REMOVE_BATCH = 16  # finished containers removed together (``Attempts.flush_removals``)
 REMOVE_WITHIN = 5.0  # seconds a finished container may wait for its batch
 
@@ -95,6 +100,7 @@ class Attempts:
         self._remove_due: float | None = None  # when the oldest finished container must go
         self._measure: dict[str, tuple[str, int]] = {}  # container -> (step, attempt) whose usage is due
         self._measured: queue.SimpleQueue[tuple[str, Usage]] = queue.SimpleQueue()
+        self.node_faults: dict[str, int] = {}  # step -> attempts ended by their node, this session
 
     def emit(self, event: RunEvent) -> None:
         """The runner's one way to add to the run's event stream."""
@@ -108,12 +114,22 @@ class Attempts:
             st = states.get(act.container)
             if st is None:
                 self.fail(act, None, f"container {act.container} disappeared")
-            elif st.dependency_failed:
-                self.requeue(act, st.reason or "a dependency failed")
             elif not st.running:
-                self.finalize(act, st.exit_code if st.exit_code is not None else 255, st.reason)
+                self.settle(act, st)
             elif st.reason != act.waiting:
                 self.note_wait(act, st.status, st.reason)
+
+    def settle(self, act: Active, st: JobState) -> None:
+        """The engine says the attempt's job is over: requeue it when that was not the
+        step's doing (a parent failed, the node failed), else accept or fail it."""
+        if st.dependency_failed:
+            self.requeue(act, st.reason or "a dependency failed")
+        elif st.node_failed and self.node_faults.get(act.step, 0) < NODE_FAULT_REQUEUES:
+            self.node_faults[act.step] = self.node_faults.get(act.step, 0) + 1
+            where = f" on {st.node}" if st.node else ""
+            self.requeue(act, f"{st.status}{where}: {st.reason or 'the node failed'}", node_fault=True)
+        else:
+            self.finalize(act, st.exit_code if st.exit_code is not None else 255, st.reason)
 
     def note_wait(self, act: Active, status: str, reason: str) -> None:
         """The engine queues the attempt and says why (Slurm's Resources or Dependency, a Ray
@@ -121,6 +137,7 @@ class Attempts:
         it, and each change is an event, so ``hetflow show`` and ``logs -f`` tell why a step
         (a gang waiting for all its nodes, say) has not started."""
         act.waiting = reason
+        # "pending: ..." (QUEUED_PREFIX) is what shows the step as queued (StepRecord.shown_state)
         shown = f"{status.lower()}: {reason}" if reason else act.why
         event = f"{act.container} {status.lower()}: {reason}" if reason else f"{act.container} {status.lower()}"
         self.store.set_step(self.run_id, act.step, reason=shown, event=event)
@@ -240,24 +257,28 @@ class Attempts:
                 event=f"attempt {act.attempt} failed ({detail}); no retries left",
             )
 
-    def requeue(self, act: Active, reason: str) -> None:
-        """The engine dropped a job whose parent failed: not this step's failure.  It goes
-        back to pending (under a new attempt name, outside the retry budget)."""
+    def requeue(self, act: Active, reason: str, *, node_fault: bool = False) -> None:
+        """The engine dropped a job whose parent failed, or the job's node failed under it:
+        not this step's failure.  It goes back to pending (under a new attempt name, outside
+        the retry budget).  A node fault's attempt is recorded failed, never succeeded: the
+        new attempt has its own name and staging folder, so whatever the lost one still
+        writes is never accepted as the step's result (nor counted twice)."""
         self.budget_start[act.step] = self.budget_start.get(act.step, 0) + 1
         now = self.clock()
-        self.store.set_attempt(self.run_id, act.step, act.attempt, state=STOPPED, ended=now, message=reason)
-        self.emit(AttemptFinished(0, self.run_id, now, reason, act.step, act.attempt, STOPPED, None))
-        self.active.pop(act.step, None)
-        self._to_remove.append(act.container)
-        if self._remove_due is None:
-            self._remove_due = self.clock() + REMOVE_WITHIN
+        state = FAILED if node_fault else STOPPED
+        if node_fault:
+            self.record_usage(act)
+        self.store.set_attempt(self.run_id, act.step, act.attempt, state=state, ended=now, message=reason)
+        self.emit(AttemptFinished(0, self.run_id, now, reason, act.step, act.attempt, state, None))
+        self.release(act)
         self.store.set_step(
             self.run_id,
             act.step,
             state=WAITING,
             not_before=None,
             reason=f"requeued: {reason}",
-            event=f"{act.container} dropped by the engine ({reason}); submitted again later",
+            event=f"{act.container} {'lost with its node' if node_fault else 'dropped by the engine'} ({reason});"
+            " submitted again later",
         )
 
     def release(self, act: Active) -> None:

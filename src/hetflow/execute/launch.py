@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from hetflow.errors import HetflowError
-from hetflow.execute.attempts import Active, Attempts
+from hetflow.execute.attempts import SUBMITTED, Active, Attempts
 from hetflow.execute.backends.base import Backend, Job
 from hetflow.execute.container import build_spec
 from hetflow.execute.data import DataManifest
@@ -42,7 +42,17 @@ from hetflow.execute.mpilaunch import (
 from hetflow.execute.paths import container_name
 from hetflow.inventory import Gpu
 from hetflow.spec import Step, Variant, Workflow
-from hetflow.state import LAUNCHING, RUNNING, AttemptRecord, AttemptStarted, Lease, RunRecord, StepRecord, Store
+from hetflow.state import (
+    LAUNCHING,
+    QUEUED_PREFIX,
+    RUNNING,
+    AttemptRecord,
+    AttemptStarted,
+    Lease,
+    RunRecord,
+    StepRecord,
+    Store,
+)
 
 
 class Launcher:
@@ -162,7 +172,12 @@ class Launcher:
         except HetflowError as exc:
             self.attempts.fail(act, None, str(exc))
             return
-        self.store.set_step(self.run_id, name, state=RUNNING)
+        if self.backend.capabilities.queues:
+            # queued until the engine's first answer says otherwise (note_wait on the next poll)
+            act.waiting = SUBMITTED
+            self.store.set_step(self.run_id, name, state=RUNNING, reason=f"{QUEUED_PREFIX}{SUBMITTED}")
+        else:
+            self.store.set_step(self.run_id, name, state=RUNNING)
         self.store.set_attempt(self.run_id, name, attempt, state=RUNNING)
         self.attempts.emit(AttemptStarted(0, self.run_id, now, f"{container} submitted", name, attempt, container))
 

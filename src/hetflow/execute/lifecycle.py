@@ -21,6 +21,7 @@ from hetflow.state import (
     FAILED,
     LAUNCHING,
     PENDING,
+    QUEUED_PREFIX,
     RUN_STOPPED,
     RUNNING,
     SKIPPED,
@@ -59,6 +60,9 @@ def reconcile(attempts: Attempts) -> None:
         n = wf.steps[s.step].replicas  # a gang holds every replica's share
         r = variant.resources
         act = Active(s.step, a.attempt, a.container, r.cpus * n, r.memory * n, a.gpu_uuids, why=s.reason or "")
+        if act.why.startswith(QUEUED_PREFIX):
+            # shown queued when the last executor ended: the next poll says whether it still is
+            act.why, act.waiting = "", act.why.removeprefix(QUEUED_PREFIX)
         if st is not None and st.running:
             attempts.active[s.step] = act
             store.set_step(run_id, s.step, state=RUNNING, event=f"adopted running container {a.container}")
@@ -67,7 +71,7 @@ def reconcile(attempts: Attempts) -> None:
             message = f"{a.container} finished while hetflow was down (exit {st.exit_code})"
             record(store, Note(0, run_id, time.time(), message, s.step, "collected"))
             attempts.active[s.step] = act
-            attempts.finalize(act, st.exit_code if st.exit_code is not None else 255)
+            attempts.settle(act, st)  # a node that failed meanwhile: run again, as in the loop
         elif s.state == LAUNCHING:
             # The intent was written but the container never started: launch the same
             # attempt again under the same name.

@@ -13,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.text import Text
 
 from hetflow.report.runs import gpus_text, steps_table
-from hetflow.state import PENDING, STEP_TERMINAL, SUCCEEDED, RunRecord, StepRecord
+from hetflow.state import PENDING, QUEUED, STEP_TERMINAL, SUCCEEDED, RunRecord, StepRecord
 
 LIVE_ROWS = 40
 
@@ -69,17 +69,19 @@ class PlainReporter:
 
     def update(self, run: RunRecord, steps: list[StepRecord]) -> None:
         for s in steps:
-            key = (s.state, s.attempts)
+            key = (s.shown_state, s.attempts)  # queued -> running is a change worth a line
             if self.seen.get(s.step) == key:
                 continue
             self.seen[s.step] = key
             stamp = time.strftime("%H:%M:%S")
             extra = ""
-            if s.state in ("launching", "running"):
+            if s.shown_state == QUEUED:
+                extra = f" attempt={s.attempts} ({s.reason})"
+            elif s.state in ("launching", "running"):
                 extra = f" variant={s.variant} gpus={gpus_text(s.gpus)} attempt={s.attempts}"
             elif s.reason and s.state in ("waiting", "failed", "skipped"):
                 extra = f" ({s.reason})"
-            print(f"{stamp} {run.id} {s.step}: {s.state}{extra}", file=self.out, flush=True)
+            print(f"{stamp} {run.id} {s.step}: {s.shown_state}{extra}", file=self.out, flush=True)
 
     def close(self) -> None:
         pass

@@ -10,12 +10,13 @@ from rich.text import Text
 
 from hetflow.report.tables import BIG, PlainTable, plain_table
 from hetflow.spec import format_duration
-from hetflow.state import AttemptRecord, RunRecord, StepRecord
+from hetflow.state import QUEUED, AttemptRecord, RunRecord, StepRecord
 
 STATE_STYLE = {
     "pending": "dim",
     "waiting": "yellow",
     "launching": "cyan",
+    "queued": "blue",
     "running": "cyan bold",
     "succeeded": "green",
     "failed": "red bold",
@@ -95,6 +96,7 @@ def run_json(
             {
                 "step": s.step,
                 "state": s.state,
+                "queued": s.shown_state == QUEUED,  # handed to the engine, which has not started it
                 "variant": s.variant,
                 "node": s.node,
                 "gpus": list(s.gpus),
@@ -145,7 +147,7 @@ def _plain_steps(
     for s in steps:
         row = [
             s.step,
-            s.state,
+            s.shown_state,
             s.variant or "-",
             s.node or "-",
             gpus_text(s.gpus),
@@ -189,7 +191,7 @@ def steps_table(
     for s in steps:
         row: list[Any] = [
             s.step,
-            styled(s.state),
+            styled(s.shown_state),
             s.variant or "-",
             s.node or "-",
             gpus_text(s.gpus),

@@ -27,6 +27,13 @@ RUN_TERMINAL = frozenset({RUN_SUCCEEDED, RUN_FAILED, RUN_STOPPED})
     "stopped",
 )
 STEP_TERMINAL = frozenset({SUCCEEDED, FAILED, SKIPPED, STOPPED})
+# A step whose job the engine holds in its queue (Slurm PENDING, a Ray task not yet placed)
+# is RUNNING in the store: hetflow has handed it over, and resume adopts it like a running
+# one.  People are shown it as "queued" (``StepRecord.shown_state``): the runner writes the
+# engine's wait as the step's reason, starting with QUEUED_PREFIX (``Attempts.note_wait``),
+# until the engine starts it.
+QUEUED = "queued"
+QUEUED_PREFIX = "pending: "
 
 STEP_TRANSITIONS: dict[str, frozenset[str]] = {
     PENDING: frozenset({LAUNCHING, SKIPPED, STOPPED, FAILED}),
@@ -75,6 +82,11 @@ class StepRecord:
     ended: float | None
     reason: str
     not_before: float | None
+
+    @property
+    def shown_state(self) -> str:
+        """The state as ``show`` prints it: RUNNING while the engine still queues the job is "queued"."""
+        return QUEUED if self.state == RUNNING and self.reason.startswith(QUEUED_PREFIX) else self.state
 
 
 @dataclass(frozen=True)

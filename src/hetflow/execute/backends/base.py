@@ -27,6 +27,9 @@ class Capabilities:
     assigns_gpus: bool = False
     # Steps may land on other machines: the work directory must be shared.
     multi_node: bool = False
+    # The engine queues a submitted job until it can place it (Slurm, Ray): the step shows
+    # "queued" from its submission until the engine says the job runs (Attempts.note_wait).
+    queues: bool = False
 
 
 @dataclass(frozen=True)
@@ -70,6 +73,10 @@ class JobState:
     # The engine dropped the job because a dependency failed (Slurm DependencyNeverSatisfied
     # with --kill-on-invalid-dep): not the step's failure; hetflow submits it again later.
     dependency_failed: bool = False
+    # The job ended because its node did (Slurm NODE_FAIL or BOOT_FAIL, a Ray node that
+    # died) or the engine preempted it: not the step's failure; hetflow runs it again as a
+    # new attempt, outside the step's retries up to ``attempts.NODE_FAULT_REQUEUES`` times.
+    node_failed: bool = False
 
 
 class Backend(Protocol):

@@ -82,7 +82,7 @@ def _listening(address: str, timeout: float = 5.0) -> None:
 
 
 class RayBackend:
-    capabilities = Capabilities(name="ray", holds_dependencies=False, assigns_gpus=True, multi_node=True)
+    capabilities = Capabilities(name="ray", holds_dependencies=False, assigns_gpus=True, multi_node=True, queues=True)
 
     def __init__(self, settings: RaySettings | None = None) -> None:
         self.settings = settings or RaySettings()

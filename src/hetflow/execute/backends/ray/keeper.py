@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import ray
-from ray.exceptions import RayError, TaskCancelledError
+from ray.exceptions import NodeDiedError, RayError, TaskCancelledError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from hetflow.execute.backends.base import JobState
@@ -127,8 +127,16 @@ class RunKeeper:
             code, status, reason = CANCELLED_CODE, "CANCELLED", "cancelled"
         except RayError as exc:  # the worker or its node died, Ray killed it for memory, a bug
             text = str(exc).strip().splitlines()
-            return JobState(name, False, None, "LOST", node, e.gpus, f"{type(exc).__name__}: {text[0] if text else ''}")
+            why = f"{type(exc).__name__}: {text[0] if text else ''}"
+            # The node went (removed, its raylet died): not the step's failure, it runs again
+            # on another node (JobState.node_failed).  A worker that died on a live node is.
+            if isinstance(exc, NodeDiedError) or (e.node_id is not None and not self._alive(e.node_id)):
+                return JobState(name, False, None, "NODE_LOST", node, e.gpus, why, node_failed=True)
+            return JobState(name, False, None, "LOST", node, e.gpus, why)
         return JobState(name, False, int(code), status, node, e.gpus, reason)
+
+    def _alive(self, node_id: str) -> bool:
+        return any(n["NodeID"] == node_id and n.get("Alive") for n in ray_nodes())
 
     def _name(self, node_id: str) -> str:
         if node_id not in self.names:

@@ -1,6 +1,6 @@
 """Slurm: one batch job per step attempt; Slurm orders them (afterok) and assigns GPUs (gres).
 
-    submit  sbatch --parsable --job-name=hf-RUN-STEP-N --comment="hetflow run=RUN"
+    submit  sbatch --parsable --job-name=hf-RUN-STEP-N --comment="hetflow run=RUN" --no-requeue
                    --dependency=afterok:ID[:ID...] --kill-on-invalid-dep=yes ... JOBDIR/NAME.sh
     poll    squeue --me --states=all     (what slurmctld remembers: MinJobAge after the end)
             + JOBDIR/NAME.exit           (the container's exit code, written by the job script)
@@ -19,6 +19,14 @@ slurmctld's memory of the job, which needs no accounting database (sacct answers
 slurmdbd runs).  Slurm's own ``ExitCode`` (``scontrol show job``) and ``sacct`` are fallbacks
 for jobs that ended before the script could write the file.
 
+Faults (issue 12).  A job PENDING in Slurm's queue is shown "queued" (its step stays RUNNING
+in the store: handed over, adopted on resume).  A job its node ended (NODE_FAIL, BOOT_FAIL,
+PREEMPTED) is a node fault: hetflow runs the step again as a new attempt, outside its
+retries (``attempts.NODE_FAULT_REQUEUES`` times); Slurm never requeues an attempt itself
+(--no-requeue), so one attempt never runs twice.  A job submitted but never recorded is
+found again by its name and comment in squeue.  The container's cgroup goes under the job's
+(``cgroup``: podman run --cgroup-parent), so Slurm's limits and kill reach it.
+
 The container's output goes to ``job.container.log_path`` in CRI format (podman's k8s-file
 driver, as with the local backend); the script adds its own messages there as CRI records
 (``TIME stderr F hetflow: ...``) when the container could not be started.
@@ -31,7 +39,7 @@ per-replica files (NAME.task.sh, NAME.r<RANK>.host/.exit/.err) are in ``gang``'s
 
 Modules: ``settings`` (SlurmSettings, gres types), ``translate`` (sbatch options and the
 batch script, pure), ``gang`` (a gang's allocation and scripts, pure), ``client`` (the
-commands), ``queue`` (squeue/scontrol/sacct parsing),
+commands), ``queue`` (squeue/scontrol/sacct parsing), ``cgroup`` (the job's cgroup for podman),
 ``jobfiles`` (the files above), ``backend`` (submit, poll, cancel, release).
 """
 

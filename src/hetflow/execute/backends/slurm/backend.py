@@ -13,7 +13,7 @@ from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.backends.slurm import jobfiles, queue
 from hetflow.execute.backends.slurm.client import SlurmClient, last_line
 from hetflow.execute.backends.slurm.gang import gang_scripts
-from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, QueueRow
+from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import job_script, sbatch_args
 from hetflow.execute.engine import CliEngine
@@ -25,7 +25,7 @@ LOST_CODE = common.LOST_CODE
 
 
 class SlurmBackend:
-    capabilities = Capabilities(name="slurm", holds_dependencies=True, assigns_gpus=True, multi_node=True)
+    capabilities = Capabilities(name="slurm", holds_dependencies=True, assigns_gpus=True, multi_node=True, queues=True)
 
     def __init__(self, settings: SlurmSettings | None = None, env: Mapping[str, str] | None = None) -> None:
         self.settings = settings or SlurmSettings()
@@ -135,6 +135,8 @@ class SlurmBackend:
         gpus = tuple(int(g) for g in start.get("gpus", "").split(",") if g.isdigit())
         if row is not None and row.state in ACTIVE_STATES and not (done is not None and row.state == "COMPLETING"):
             reason = "" if row.reason in ("None", "(null)") else row.reason
+            if row.state == "PENDING" and not reason:
+                reason = "not yet scheduled"  # squeue's Reason=None before the scheduler's first pass
             if reason == "Dependency":
                 reason = f"waiting for {queue.dependency_names(row.dependency, names)}"
             return JobState(name, True, None, row.state, node, gpus, reason)
@@ -177,7 +179,9 @@ class SlurmBackend:
             code = TIMEOUT_CODE
         elif code is None or (code == 0 and state != "COMPLETED"):
             code = LOST_CODE
-        return JobState(name, False, code, state, node or None, (), queue.end_reason(state))
+        return JobState(
+            name, False, code, state, node or None, (), queue.end_reason(state), node_failed=state in NODE_FAULTS
+        )
 
     # --- cancel / clean up --------------------------------------------------------------
 

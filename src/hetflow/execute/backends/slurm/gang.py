@@ -39,6 +39,7 @@ from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
 from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.engine import ContainerSpec, run_args
@@ -180,8 +181,8 @@ if [ "$per" -gt 0 ]; then
 #    (mpi: replica 0 ended; otherwise: another replica failed).
 "$podman" --hooks-dir "$hooks" rm -f --ignore "$cname" >/dev/null 2>&1
 if [ "$stopping" = 1 ]; then done_ 143; fi
-"$podman" --hooks-dir "$hooks" run --rm --attach stdout \\
-  "${{opts[@]}}" "${{gpu[@]}}" "${{contract[@]}}" "${{image_cmd[@]}}" \\
+{job_cgroup}"$podman" --hooks-dir "$hooks" run --rm --attach stdout \\
+  "${{opts[@]}}" "${{cgparent[@]}}" "${{gpu[@]}}" "${{contract[@]}}" "${{image_cmd[@]}}" \\
   </dev/null >/dev/null 2>"$jobdir/$name.r$rank.err" &
 pid=$!
 over() {{
@@ -264,6 +265,7 @@ def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hoo
         gpu_devices=gpu_devices(settings, "done_"),
         barrier=BARRIER_TIMEOUT,
         stop_timeout=int(settings.stop_timeout),
+        job_cgroup=JOB_CGROUP,  # the replica's container under the job's cgroup (``cgroup``)
         logs="".join(_replica_case(i, spec) for i, spec in enumerate(ranks)),
     )
     return batch, task

@@ -18,6 +18,9 @@ ACTIVE_STATES = frozenset(
     }
 )  # fmt: skip
 NEVER_SATISFIED = "DependencyNeverSatisfied"
+# Job states (squeue %T, sacct State) of a job ended by its node or by the scheduler, not by
+# its own program (squeue(1) JOB STATE CODES): hetflow runs the step again (JobState.node_failed).
+NODE_FAULTS = frozenset({"NODE_FAIL", "BOOT_FAIL", "PREEMPTED"})
 
 
 @dataclass(frozen=True)

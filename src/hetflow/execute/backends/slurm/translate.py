@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
 from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.gang import gang_sbatch_args
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
@@ -30,6 +31,11 @@ def sbatch_args(job: Job, settings: SlurmSettings, dependency_ids: Sequence[str]
         f"--comment=hetflow run={job.run_id}",
         f"--chdir={jobdir}",
         f"--output={jobdir / job.name}.out",
+        # hetflow retries, as a new attempt with its own name and staging folder; Slurm's own
+        # requeue (JobRequeue=1, the default, on NODE_FAIL) would run this attempt a second
+        # time under the same job id while the first may still be writing its outputs on a
+        # node that only lost its slurmd (sbatch(1) --no-requeue).
+        "--no-requeue",
     ]
     if job.gang is not None:
         args += gang_sbatch_args(job, settings)  # N tasks over the plan's nodes (``gang``)
@@ -87,7 +93,9 @@ if [ -n "${{SLURM_JOB_GPUS:-}}" ]; then
 # stop that comes while podman is still creating the container is repeated until it ends.
 "$podman" --hooks-dir "$hooks" rm -f --ignore "$name" >/dev/null 2>&1
 if [ "$stopping" = 1 ]; then finish 143; fi
-"$podman" --hooks-dir "$hooks" run --rm --attach stdout {options} "${{gpu[@]}}" {image_command} \\
+# The container's cgroup goes under the job's, so Slurm's limits and kill reach it (``cgroup``).
+{job_cgroup}"$podman" --hooks-dir "$hooks" run --rm --attach stdout {options} "${{cgparent[@]}}" "${{gpu[@]}}" \\
+  {image_command} \\
   </dev/null >/dev/null 2>"$jobdir/$name.err" &
 pid=$!
 while kill -0 "$pid" 2>/dev/null; do
@@ -128,6 +136,7 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
         devdir=device_dir(settings),
         gpu_devices=gpu_devices(settings, "finish"),
         stop_timeout=int(settings.stop_timeout),
+        job_cgroup=JOB_CGROUP,
         options=" ".join(q(a) for a in args[2:start]),
         image_command=" ".join(q(a) for a in args[start:]),
     )

@@ -1,0 +1,71 @@
+"""Node faults on Ray (issue 12): a worker node removed while it runs a step.  A cluster
+of its own (``ray.cluster_utils.Cluster``: a head and two workers of one node type), so
+removing a node leaves the other modules' clusters alone."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from demo.images import build_tiny_image
+from ray.cluster_utils import Cluster
+
+from hetflow.config import engine_env
+from hetflow.execute.backends.ray import RayBackend, RaySettings
+from tests.contract.backend_contract import BUSYBOX, job, wait_done
+from tests.integration.ray_fixture import _node_args
+
+NODES = (("fault-head", 2, 0, None, None, "fault-head"), ("fault-w1", 2, 0, None, None, "fault-w"))
+SPARE = ("fault-w2", 2, 0, None, None, "fault-w")
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[tuple[Cluster, dict[str, Any]]]:
+    build_tiny_image(BUSYBOX)
+    head, worker = NODES
+    c = Cluster(initialize_head=True, head_node_args=_node_args(*head, head=True))
+    workers = {worker[0]: c.add_node(**_node_args(*worker, head=False))}
+    c.wait_for_nodes()
+    ray.init(address=c.address, namespace="hetflow-fault-tests", log_to_driver=False)
+    try:
+        yield c, workers
+    finally:
+        ray.shutdown()
+        c.shutdown()  # type: ignore[no-untyped-call]
+
+
+def test_a_step_whose_worker_node_is_removed_ends_as_a_node_fault_and_runs_again_on_another(
+    cluster: tuple[Cluster, dict[str, Any]], tmp_path: Path
+) -> None:
+    c, workers = cluster
+    backend = RayBackend(RaySettings(address=c.address, stop_timeout=2))
+    r = f"f{time.time_ns() % 10**9}"
+    first, second = f"hf-{r}-s-1", f"hf-{r}-s-2"
+    backend.submit(replace(job(first, tmp_path / "1", "sleep 60; echo 1 > /out/o", run_id=r), node_class="fault-w"))
+    deadline = time.time() + 60
+    while (st := backend.poll(r)[first]).status != "RUNNING":
+        assert time.time() < deadline, st
+        time.sleep(0.2)
+    assert st.node == "fault-w1"
+    spare = c.add_node(**_node_args(*SPARE, head=False))  # where the next attempt can go
+    c.wait_for_nodes()
+    try:
+        c.remove_node(workers.pop("fault-w1"))
+        st = wait_done(backend, r, [first], timeout=90)[first]
+        assert (st.node_failed, st.node, st.status) == (True, "fault-w1", "NODE_LOST"), st
+        backend.submit(replace(job(second, tmp_path / "2", "echo 2 > /out/o", run_id=r), node_class="fault-w"))
+        st2 = wait_done(backend, r, [second], timeout=90)[second]
+        assert (st2.exit_code, st2.node) == (0, "fault-w2"), st2
+        assert (tmp_path / "2" / "o").read_text() == "2\n"
+    finally:
+        workers["fault-w2"] = spare
+        backend.release([first, second])
+        # the lost attempt's container, which outlived its Ray worker on this one machine
+        subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+    assert not (tmp_path / "1" / "o").exists()

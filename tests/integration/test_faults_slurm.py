@@ -1,0 +1,89 @@
+"""Node faults on a local Slurm cluster of its own (issue 12): a slurmd killed while its
+node runs a step.  slurmctld declares a node whose slurmd stopped answering DOWN after
+SlurmdTimeout (300 s by default); the test says so at once with ``scontrol update
+State=DOWN``, which is what slurmctld does then, and restarts the slurmd afterwards."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from demo.images import build_tiny_image
+from demo.slurm_cluster import LocalSlurm
+
+from hetflow.config import engine_env
+from hetflow.execute.backends.slurm import SlurmBackend
+from tests.contract.backend_contract import BUSYBOX, job, wait_done
+from tests.integration.slurm_fixture import local_cluster
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[LocalSlurm]:
+    build_tiny_image(BUSYBOX)
+    with local_cluster(prefix="hffault-") as c:
+        yield c
+
+
+def scontrol(c: LocalSlurm, *args: str, check: bool = True) -> None:
+    subprocess.run(["scontrol", *args], env={**os.environ, **c.env}, check=check, capture_output=True, timeout=30)
+
+
+def node_state(c: LocalSlurm, node: str) -> str:
+    out = subprocess.run(
+        ["sinfo", "--noheader", "-n", node, "--format=%T"], env={**os.environ, **c.env}, capture_output=True, text=True
+    )
+    return out.stdout.strip()
+
+
+def kill_slurmd(c: LocalSlurm, node: str) -> None:
+    pid = int((c.base / "run" / f"slurmd-{node}.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    scontrol(c, "update", f"NodeName={node}", "State=DOWN", "Reason=hetflow-test: slurmd killed")
+
+
+def restart_slurmd(c: LocalSlurm, node: str) -> None:
+    env = {**os.environ, **c.env}
+    subprocess.run(["slurmd", "-f", str(c.conf_path), "-N", node], env=env, check=True, timeout=30)
+    # ReturnToService=2 may bring it back as it registers: RESUME is then refused, harmlessly
+    scontrol(c, "update", f"NodeName={node}", "State=RESUME", check=False)
+    deadline = time.time() + 60
+    while time.time() < deadline and node_state(c, node).rstrip("*~#") not in ("idle", "mixed", "allocated"):
+        time.sleep(0.3)
+    assert node_state(c, node).rstrip("*~#") in ("idle", "mixed", "allocated"), node_state(c, node)
+
+
+def test_a_step_whose_slurmd_is_killed_ends_as_a_node_fault_and_runs_again_elsewhere(
+    cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    backend = SlurmBackend(cluster.settings())
+    r = f"f{time.time_ns() % 10**9}"
+    first, second = f"hf-{r}-s-1", f"hf-{r}-s-2"
+    backend.submit(replace(job(first, tmp_path / "1", "sleep 60; echo 1 > /out/o", run_id=r), node="hf-t4"))
+    deadline = time.time() + 60
+    while backend.poll(r)[first].status != "RUNNING":
+        assert time.time() < deadline, backend.poll(r)
+        time.sleep(0.2)
+    kill_slurmd(cluster, "hf-t4")
+    try:
+        st = wait_done(backend, r, [first], timeout=60)[first]
+        # Slurm's verdict, not requeued by Slurm itself (--no-requeue): hetflow decides
+        assert (st.status, st.node_failed, st.node) == ("NODE_FAIL", True, "hf-t4"), st
+        assert st.exit_code not in (0, None)
+        backend.submit(job(second, tmp_path / "2", "echo 2 > /out/o", run_id=r))  # the new attempt
+        st2 = wait_done(backend, r, [second], timeout=60)[second]
+        assert (st2.exit_code, st2.node) == (0, "hf-a100"), st2  # the other node: hf-t4 is down
+        assert (tmp_path / "2" / "o").read_text() == "2\n"
+        time.sleep(1)
+        states = backend.poll(r)
+        assert (states[first].status, states[first].node_failed) == ("NODE_FAIL", True)  # stays lost
+    finally:
+        restart_slurmd(cluster, "hf-t4")
+        # the lost attempt's container, which outlived its slurmd on this one machine
+        subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+    assert not (tmp_path / "1" / "o").exists()
