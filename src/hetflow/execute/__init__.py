@@ -25,8 +25,9 @@ Names are loaded on first use, so ``import hetflow.execute`` stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
     from hetflow.execute.attempts import RunnerConfig
@@ -102,8 +103,6 @@ _WHERE = {
     "settings": ["Settings", "load_settings"],
     "submit": ["create_run", "new_run_id", "preflight"],
 }
-_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
-
 __all__ = [
     "DRIVER_DIR",
     "LABEL_ATTEMPT",
@@ -177,15 +176,4 @@ __all__ = [
     "submit_run",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hetflow.execute' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"hetflow.execute.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

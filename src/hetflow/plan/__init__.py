@@ -25,8 +25,9 @@ for the cluster files, the virtual-cluster search or CP-SAT when it plans for on
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
     from hetflow.plan.build import DEFAULT_ESTIMATE, build_instance
@@ -100,8 +101,6 @@ _WHERE: dict[str, tuple[str, ...]] = {
     ),
     "virtual": ("plan_virtual_cluster",),
 }
-_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
-
 __all__ = [
     "DEFAULT_ESTIMATE",
     "OVER_ASK",
@@ -140,15 +139,4 @@ __all__ = [
     "suggest_sizes",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hetflow.plan' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"hetflow.plan.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

@@ -7,8 +7,9 @@ tables, not the planner the Gantt and explanation modules bring in.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
     from hetflow.report.actual import actual_schedule
@@ -46,8 +47,6 @@ _WHERE = {
         "trace_tsv",
     ],
 }
-_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
-
 __all__ = [
     "DEFAULT_TRACE_FIELDS",
     "TRACE_FIELDS",
@@ -72,15 +71,4 @@ __all__ = [
     "write_gantt",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hetflow.report' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"hetflow.report.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

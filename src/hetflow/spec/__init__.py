@@ -6,8 +6,9 @@ prints times without building the workflow models.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
     from hetflow.spec.checks import GANG_ENV, RESERVED_ENV, edges_of
@@ -82,8 +83,6 @@ _WHERE = {
     "units": ["cc_tuple", "compute_capability", "format_bytes", "format_duration", "parse_duration", "parse_memory"],
     "wfcommons": ["convert_wfcommons"],
 }
-_MODULE_OF = {name: module for module, names in _WHERE.items() for name in names}
-
 __all__ = [
     "DATA_PREFIX",
     "DOCKER_HUB",
@@ -130,15 +129,4 @@ __all__ = [
     "topo_order",
 ]
 
-
-def __getattr__(name: str) -> Any:
-    module = _MODULE_OF.get(name)
-    if module is None:
-        raise AttributeError(f"module 'hetflow.spec' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"hetflow.spec.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *__all__])
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

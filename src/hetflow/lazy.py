@@ -1,0 +1,38 @@
+"""Package facades that load their names on first use (PEP 562).
+
+``hetflow.spec``, ``plan``, ``execute`` and ``report`` each list where their public names
+live; importing the package imports none of those modules, so a command pays only for what
+it touches (``hetflow run`` on one machine does not load the cluster files' models, the
+virtual-cluster search or CP-SAT).  Type checkers see the names through each package's
+``if TYPE_CHECKING:`` imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+
+def lazy_names(
+    package: str, where: Mapping[str, Sequence[str]], names: Sequence[str]
+) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
+    """The package's module-level ``__getattr__`` and ``__dir__``: ``where`` maps each of
+    its modules to the names it provides; a name is imported once, then kept in the
+    package's namespace."""
+    module_of = {name: module for module, provided in where.items() for name in provided}
+    namespace = vars(sys.modules[package])
+
+    def __getattr__(name: str) -> Any:
+        module = module_of.get(name)
+        if module is None:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(f"{package}.{module}"), name)
+        namespace[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted([*namespace, *names])
+
+    return __getattr__, __dir__
