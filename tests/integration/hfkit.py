@@ -16,6 +16,22 @@ BUSYBOX = "localhost/hetflow-test/busybox:latest"
 HOSTILE = "localhost/hetflow-test/hostile:latest"
 
 
+def podman(*args: str) -> list[str]:
+    """``podman ARGS`` with hetflow's containers.conf; its output, split into words."""
+    from hetflow.config import engine_env
+
+    return subprocess.run(
+        ["podman", *args], capture_output=True, text=True, env=engine_env(), check=True
+    ).stdout.split()
+
+
+def run_containers(run_id: str, *, running: bool = False) -> list[str]:
+    """The names of the run's containers (only those running, with ``running``), sorted."""
+    return sorted(
+        podman("ps", *([] if running else ["-a"]), "--filter", f"label=hetflow.run={run_id}", "--format", "{{.Names}}")
+    )
+
+
 @dataclass
 class Hetflow:
     """The real `hetflow` command against a private HETFLOW_HOME."""

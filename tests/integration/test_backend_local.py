@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import subprocess
 import threading
 import uuid
 from dataclasses import replace
@@ -11,10 +10,10 @@ from pathlib import Path
 import pytest
 from demo.images import build_tiny_image
 
-from hetflow.config import engine_env
 from hetflow.execute.backends.local import LocalBackend
 from hetflow.execute.engine import Usage
 from tests.contract.backend_contract import BUSYBOX, BackendContract, job, wait_done
+from tests.integration.hfkit import run_containers
 
 
 @pytest.fixture(scope="module")
@@ -42,17 +41,6 @@ class TestLocalBackend(BackendContract):
 # --- while a run is watched: attached `podman run`, no `ps`, removals in the background ----------
 
 
-def _names(run_id: str) -> list[str]:
-    out = subprocess.run(
-        ["podman", "ps", "-a", "--filter", f"label=hetflow.run={run_id}", "--format", "{{.Names}}"],
-        capture_output=True,
-        text=True,
-        env=engine_env(),
-        check=True,
-    ).stdout
-    return sorted(out.split())
-
-
 def test_a_watched_run_learns_exit_codes_and_engine_refusals_and_measures_on_release(tmp_path: Path) -> None:
     build_tiny_image(BUSYBOX)
     backend, rid = LocalBackend(), f"w{uuid.uuid4().hex[:8]}"
@@ -77,7 +65,7 @@ def test_a_watched_run_learns_exit_codes_and_engine_refusals_and_measures_on_rel
         assert backend.poll(rid) == {}  # forgotten at once; removed in the background
     finally:
         stop()  # waits for the removals
-    assert _names(rid) == []
+    assert run_containers(rid) == []
     assert set(measured) == {ok, bad}
     assert measured[bad].started is not None and measured[bad].ended is not None
     assert measured[bad].ended - measured[bad].started >= 1.4

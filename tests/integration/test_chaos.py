@@ -29,8 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.config import engine_env
-from tests.integration.hfkit import BUSYBOX, Hetflow, step_out, write
+from tests.integration.hfkit import BUSYBOX, Hetflow, podman, step_out, write
 
 STEPS = int(os.environ.get("HETFLOW_CHAOS_STEPS", "30"))
 KILLS = int(os.environ.get("HETFLOW_CHAOS_KILLS", "4"))
@@ -98,11 +97,6 @@ def _kill_all(run_id: str) -> int:
     return len(pids)
 
 
-def _podman(*args: str) -> list[str]:
-    out = subprocess.run(["podman", *args], capture_output=True, text=True, env=engine_env(), check=True).stdout
-    return out.split()
-
-
 def _run_state(hf: Hetflow, run_id: str) -> str:
     return str(hf.show(run_id)["state"])
 
@@ -162,8 +156,8 @@ def test_kill9_at_random_points_then_resume_loses_nothing_and_runs_nothing_twice
             wrong.append(s["step"])
     not_retried = sorted(n for n in flaky if states.get(n) == "succeeded" and done[n] and execs[(n, "1")] != 1)
     # nothing left behind
-    containers = _podman("ps", "-a", "--filter", f"label=hetflow.run={run_id}", "--format", "{{.Names}}")
-    networks = _podman("network", "ls", "--filter", f"label=hetflow.run={run_id}", "--format", "{{.Name}}")
+    containers = podman("ps", "-a", "--filter", f"label=hetflow.run={run_id}", "--format", "{{.Names}}")
+    networks = podman("network", "ls", "--filter", f"label=hetflow.run={run_id}", "--format", "{{.Name}}")
     doctor = json.loads(hf("doctor", "--json").stdout)
     print(
         f"chaos: seed {seed}, steps {len(names)}, kill points survived {survived}/{KILLS}, steps lost {len(lost)},"

@@ -6,12 +6,10 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import time
 from pathlib import Path
 
-from hetflow.config import engine_env
-from tests.integration.hfkit import BUSYBOX, Hetflow, write
+from tests.integration.hfkit import BUSYBOX, Hetflow, podman, write
 
 WF = f"""apiVersion: hetflow/v1
 name: crash
@@ -26,12 +24,6 @@ steps:
     command: [sh, -c, "sleep {{b}}; echo 1 > /out/done"]
     outputs: [done]
 """
-
-
-def _podman(*args: str) -> list[str]:
-    return subprocess.run(
-        ["podman", *args], capture_output=True, text=True, env=engine_env(), check=True
-    ).stdout.split()
 
 
 def _states(hf: Hetflow, run_id: str) -> dict[str, str]:
@@ -60,8 +52,8 @@ def test_killed_executor_shows_gone_logs_f_ends_doctor_repairs(hf: Hetflow, tmp_
     # real leftovers of another run that has ended: a container and a gang network
     hf("run", "-q", write(tmp_path, WF.format(a=0, b=0), "done.yaml"))
     done = hf.last_run()
-    _podman("create", "--name", f"hf-{done}-x-1", "--label", f"hetflow.run={done}", BUSYBOX, "true")
-    _podman("network", "create", "--internal", "--label", f"hetflow.run={done}", f"hf-{done}-x-1-net")
+    podman("create", "--name", f"hf-{done}-x-1", "--label", f"hetflow.run={done}", BUSYBOX, "true")
+    podman("network", "create", "--internal", "--label", f"hetflow.run={done}", f"hf-{done}-x-1-net")
     found = json.loads(hf("doctor", "--json").stdout)["leftovers"]
     # a's container too, when the killed executor had not removed it yet (batches: 5 s)
     assert {(f["kind"], f["name"]) for f in found} - {("container", f"hf-{run_id}-a-1")} == {
@@ -69,18 +61,18 @@ def test_killed_executor_shows_gone_logs_f_ends_doctor_repairs(hf: Hetflow, tmp_
         ("network", f"hf-{done}-x-1-net"),
         ("run", run_id),
     }
-    assert f"hf-{done}-x-1" in _podman("ps", "-a", "--format", "{{.Names}}")  # the default only lists
+    assert f"hf-{done}-x-1" in podman("ps", "-a", "--format", "{{.Names}}")  # the default only lists
     hf("doctor", "--repair")
     assert json.loads(hf("doctor", "--json").stdout)["leftovers"] == []
-    assert _podman("ps", "-a", "--filter", f"label=hetflow.run={done}", "--format", "{{.Names}}") == []
-    assert _podman("network", "ls", "--filter", f"label=hetflow.run={done}", "--format", "{{.Name}}") == []
+    assert podman("ps", "-a", "--filter", f"label=hetflow.run={done}", "--format", "{{.Names}}") == []
+    assert podman("network", "ls", "--filter", f"label=hetflow.run={done}", "--format", "{{.Name}}") == []
     assert hf.show(run_id)["state"] == "failed"
-    assert f"hf-{run_id}-b-1" in _podman("ps", "--format", "{{.Names}}")  # in flight: left for resume
+    assert f"hf-{run_id}-b-1" in podman("ps", "--format", "{{.Names}}")  # in flight: left for resume
 
     hf("resume", run_id, "-q", timeout=120)
     data = hf.show(run_id)
     assert data["state"] == "succeeded" and [s["attempts"] for s in data["steps"]] == [1, 1]
-    assert _podman("ps", "-a", "--filter", f"label=hetflow.run={run_id}", "--format", "{{.Names}}") == []
+    assert podman("ps", "-a", "--filter", f"label=hetflow.run={run_id}", "--format", "{{.Names}}") == []
 
 
 def test_stop_after_a_crash_keeps_a_result_that_finished_while_down(hf: Hetflow, tmp_path: Path) -> None:
@@ -88,7 +80,7 @@ def test_stop_after_a_crash_keeps_a_result_that_finished_while_down(hf: Hetflow,
     hf.wait_for(lambda: _states(hf, run_id).get("a") == "running")
     _kill_executor(hf, run_id)
     name = f"hf-{run_id}-a-1"
-    hf.wait_for(lambda: name not in _podman("ps", "--format", "{{.Names}}"), timeout=30)  # a exits while down
+    hf.wait_for(lambda: name not in podman("ps", "--format", "{{.Names}}"), timeout=30)  # a exits while down
 
     hf("stop", run_id)
     assert _states(hf, run_id)["a"] == "running"  # its result waits for resume, not stopped

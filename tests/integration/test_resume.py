@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 from pathlib import Path
 
-from hetflow.config import engine_env
-from tests.integration.hfkit import BUSYBOX, Hetflow, step_out, write
+from tests.integration.hfkit import BUSYBOX, Hetflow, run_containers, step_out, write
 
 
 def _chain(n: int, sleep: float, slow: dict[int, float] | None = None) -> str:
@@ -23,17 +21,6 @@ def _chain(n: int, sleep: float, slow: dict[int, float] | None = None) -> str:
     command: [sh, -c, "sleep {pause}; echo $HETFLOW_ATTEMPT > /out/done"]
     outputs: [done]""")
     return "apiVersion: hetflow/v1\nname: chain\nsteps:" + "".join(steps) + "\n"
-
-
-def _podman_names(run_id: str) -> list[str]:
-    out = subprocess.run(
-        ["podman", "ps", "-a", "--filter", f"label=hetflow.run={run_id}", "--format", "json"],
-        capture_output=True,
-        text=True,
-        env=engine_env(),
-        check=True,
-    ).stdout
-    return [c["Names"][0] for c in json.loads(out or "[]")]
 
 
 def _step_states(hf: Hetflow, run_id: str) -> dict[str, str]:
@@ -50,8 +37,8 @@ def test_kill9_then_resume_adopts_running_container_and_runs_nothing_twice(hf: H
     proc.wait()
     # the executor is gone; its container goes on without it (s0's, finished, waits for its
     # batch removal: the resume removes it)
-    assert _running_names(run_id) == [f"hf-{run_id}-s1-1"]
-    assert set(_podman_names(run_id)) <= {f"hf-{run_id}-s0-1", f"hf-{run_id}-s1-1"}
+    assert run_containers(run_id, running=True) == [f"hf-{run_id}-s1-1"]
+    assert set(run_containers(run_id)) <= {f"hf-{run_id}-s0-1", f"hf-{run_id}-s1-1"}
     assert json.loads(hf("ps", "--json").stdout)[0]["state"] == "running"
 
     hf("resume", run_id, "-q")
@@ -60,7 +47,7 @@ def test_kill9_then_resume_adopts_running_container_and_runs_nothing_twice(hf: H
     for s in data["steps"]:
         assert s["attempts"] == 1, f"step {s['step']} ran {s['attempts']} times"
         assert (step_out(hf, run_id, s["step"]) / "done").read_text().strip() == "1"
-    assert _podman_names(run_id) == []
+    assert run_containers(run_id) == []
     assert f"adopted running container hf-{run_id}-s1-1" in _events(hf, run_id)
 
 
@@ -71,35 +58,15 @@ def test_kill9_then_container_finishes_while_down_exit_code_collected(hf: Hetflo
     hf.wait_for(lambda: _step_states(hf, run_id)["s0"] == "running")
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    hf.wait_for(lambda: _podman_names(run_id) == [f"hf-{run_id}-s0-1"] and not _running(run_id), timeout=30)
+    hf.wait_for(
+        lambda: run_containers(run_id) == [f"hf-{run_id}-s0-1"] and not run_containers(run_id, running=True), timeout=30
+    )
     hf("resume", run_id, "-q")
     data = hf.show(run_id)
     assert data["state"] == "succeeded"
     assert [s["attempts"] for s in data["steps"]] == [1, 1]
     events = _events(hf, run_id)
     assert any("finished while hetflow was down (exit 0)" in e for e in events)
-
-
-def _running_names(run_id: str) -> list[str]:
-    out = subprocess.run(
-        ["podman", "ps", "--filter", f"label=hetflow.run={run_id}", "--format", "{{.Names}}"],
-        capture_output=True,
-        text=True,
-        env=engine_env(),
-        check=True,
-    ).stdout
-    return out.split()
-
-
-def _running(run_id: str) -> bool:
-    out = subprocess.run(
-        ["podman", "ps", "--filter", f"label=hetflow.run={run_id}", "-q"],
-        capture_output=True,
-        text=True,
-        env=engine_env(),
-        check=True,
-    ).stdout
-    return bool(out.strip())
 
 
 def _events(hf: Hetflow, run_id: str) -> list[str]:
@@ -117,7 +84,7 @@ def test_stop_then_resume(hf: Hetflow, tmp_path: Path) -> None:
     data = hf.show(run_id)
     assert data["state"] == "stopped"
     assert _step_states(hf, run_id) == {"s0": "stopped", "s1": "pending"}
-    assert _podman_names(run_id) == []
+    assert run_containers(run_id) == []
     hf("resume", run_id, "-q")
     data = hf.show(run_id)
     assert data["state"] == "succeeded"
