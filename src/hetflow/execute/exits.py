@@ -44,10 +44,9 @@ ERROR_CODE = 125  # podman's and docker's exit code for their own failures
 
 @dataclass(frozen=True)
 class Exited:
-    """What the engine said about a container once its monitor had gone."""
+    """How a container ended (an exited container is not running: no flag says so)."""
 
     status: str
-    running: bool
     exit_code: int | None
     reason: str = ""  # the engine's own error, when it refused to start the container
 
@@ -122,7 +121,7 @@ class ExitWatch:
                 out[name] = (
                     (True, None, "running", labels, "")
                     if e is None
-                    else (e.running, e.exit_code, e.status, labels, e.reason)
+                    else (False, e.exit_code, e.status, labels, e.reason)
                 )
             return out
 
@@ -169,7 +168,7 @@ class ExitWatch:
         """A container of the run that had exited before the watch began (a resumed run)."""
         with self._lock:
             self._labels[name] = dict(labels)
-            self._exited[name] = Exited(status, False, exit_code)
+            self._exited[name] = Exited(status, exit_code)
 
     def close(self) -> None:
         if self._closed:
@@ -208,7 +207,7 @@ class ExitWatch:
         with self._lock:
             if self._closed or name not in self._labels:
                 return
-            self._exited[name] = Exited("exited", False, code, reason)
+            self._exited[name] = Exited("exited", code, reason)
         self._wake()
 
     def _follow(self, name: str, pid: int | None) -> None:
@@ -226,7 +225,7 @@ class ExitWatch:
             if code is None:
                 self._labels.pop(name, None)  # the engine no longer has it: the runner says so
             else:
-                self._exited[name] = Exited("exited", False, code)
+                self._exited[name] = Exited("exited", code)
         self._wake()
 
     def _await_exit(self, name: str, pid: int | None) -> int | None:
