@@ -67,7 +67,7 @@ def test_node_to_json_adds_human_sizes_and_stays_json() -> None:
     assert data["memory_gib"] == 64.0
     assert data["memory_bytes"] == 64 * GIB
     assert data["gpu_count"] == 1
-    assert data["gpus"] == [{**a_gpu(0).model_dump(), "memory_bytes": GIB // 2, "memory_gib": 0.5}]
+    assert data["gpus"] == [{**a_gpu(0).model_dump(mode="json"), "memory_bytes": GIB // 2, "memory_gib": 0.5}]
     assert json.loads(json.dumps(data)) == data
 
 

@@ -16,17 +16,32 @@ I/O (files, NVML, podman); everything after discovery works on the returned ``No
 from hetflow.inventory.cpu import x86_64_level
 from hetflow.inventory.fake import make_fake_gpus, parse_fake_spec
 from hetflow.inventory.gpumodels import KNOWN_MODELS
-from hetflow.inventory.models import Cpu, Gpu, GpuLink, Node
+from hetflow.inventory.models import (
+    DEFAULT_TIMESLICE_SLOWDOWN,
+    Cpu,
+    Gpu,
+    GpuLink,
+    GpuSharing,
+    GpuVendorName,
+    MigDevice,
+    Node,
+    SharingMode,
+)
 from hetflow.inventory.probe import discover
 from hetflow.inventory.profiles import PROFILES, profile_names, profile_node
 
 __all__ = [
+    "DEFAULT_TIMESLICE_SLOWDOWN",
     "KNOWN_MODELS",
     "PROFILES",
     "Cpu",
     "Gpu",
     "GpuLink",
+    "GpuSharing",
+    "GpuVendorName",
+    "MigDevice",
     "Node",
+    "SharingMode",
     "discover",
     "make_fake_gpus",
     "parse_fake_spec",

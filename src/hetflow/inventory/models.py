@@ -28,16 +28,102 @@ class Cpu(BaseModel):
     features: tuple[str, ...] = Field(default=(), description="sorted feature flags")
 
 
-class Gpu(BaseModel):
-    """One GPU, as ``nvidia-smi -q`` would describe it."""
+GpuVendorName = Literal["nvidia", "amd", "intel"]
+SharingMode = Literal["exclusive", "time-slicing", "mps"]
+
+# Time-slicing's modeled slowdown: a tenant's run time grows by this much per unit of GPU
+# load above 1 (the sum of the co-tenants' gpu_share, each a whole GPU's worth when it
+# asks for whole GPUs).  The seed talk measured two containers sharing one GPU at 28.7 s
+# each against 14.6 s alone: 28.7 / 14.6 - 1 = 0.966 at a load of 2.
+DEFAULT_TIMESLICE_SLOWDOWN = round(28.7 / 14.6 - 1, 3)
+
+
+class GpuSharing(BaseModel):
+    """How a node shares each of its GPUs among containers (the NVIDIA device plugin's
+    sharing strategies): ``exclusive`` (one container per GPU, the default),
+    ``time-slicing`` (up to ``replicas`` containers take turns on a GPU, no memory or
+    fault isolation) or ``mps`` (up to ``replicas`` MPS clients run at once, each held to
+    its share of the SMs by CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and of memory by
+    CUDA_MPS_PINNED_DEVICE_MEM_LIMIT).  MIG is not a mode: it is a GPU's layout
+    (``Gpu.mig``), isolated in hardware."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    index: int = Field(ge=0, description="NVML index on this node")
-    uuid: str
-    model: str = Field(description="product name, e.g. NVIDIA A100-SXM4-40GB")
+    mode: SharingMode = "exclusive"
+    replicas: int = Field(default=1, ge=1, le=64, description="containers one GPU holds at once")
+    slowdown: float | None = Field(
+        default=None,
+        ge=0,
+        le=10,
+        description="time-slicing: extra run time per unit of load above 1; None: DEFAULT_TIMESLICE_SLOWDOWN",
+    )
+    mps_memory_limit: int | None = Field(
+        default=None, ge=0, description="MPS: device memory bytes one client may pin; None: its share of the GPU's"
+    )
+
+    @model_validator(mode="after")
+    def _replicas(self) -> GpuSharing:
+        if self.mode == "exclusive" and self.replicas != 1:
+            raise ValueError(
+                f"exclusive GPUs hold one container each; replicas {self.replicas} needs time-slicing or mps"
+            )
+        if self.mode != "exclusive" and self.replicas < 2:
+            raise ValueError(f"{self.mode} with replicas {self.replicas} shares nothing; give replicas of 2 or more")
+        if self.mode != "mps" and self.mps_memory_limit is not None:
+            raise ValueError("mps_memory_limit applies to mode: mps only")
+        return self
+
+    @property
+    def shared(self) -> bool:
+        return self.mode != "exclusive"
+
+    @property
+    def resolved_slowdown(self) -> float:
+        return DEFAULT_TIMESLICE_SLOWDOWN if self.slowdown is None else self.slowdown
+
+    def describe(self) -> str:
+        """``exclusive``, ``time-slicing x4``, ``mps x4``."""
+        return self.mode if self.mode == "exclusive" else f"{self.mode} x{self.replicas}"
+
+
+class MigDevice(BaseModel):
+    """One MIG instance of a GPU, as ``nvidia-smi -L`` lists it under its GPU
+    (``MIG 1g.10gb Device 0: (UUID: MIG-...)``)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int = Field(ge=0, description="MIG device index on its GPU")
+    uuid: str = Field(description='"MIG-..." as NVIDIA_VISIBLE_DEVICES takes it')
+    profile: str = Field(description="e.g. 1g.10gb")
+    slices: int = Field(ge=1, le=7, description="compute slices of the GPU's 7")
     memory_bytes: int = Field(ge=0)
-    compute_capability: str = Field(description='"major.minor", e.g. "8.0"')
+    gpu_instance: int = Field(default=0, ge=0, description="GPU instance id")
+    compute_instance: int = Field(default=0, ge=0, description="compute instance id")
+    cap_paths: tuple[str, ...] = Field(
+        default=(), description="/dev/nvidia-caps/nvidia-capN nodes granting access to its GI and CI"
+    )
+
+
+class Gpu(BaseModel):
+    """One GPU, as ``nvidia-smi -q``, ``rocm-smi`` or ``xpu-smi`` would describe it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    index: int = Field(ge=0, description="index on this node among the GPUs of all vendors")
+    uuid: str
+    model: str = Field(description="product name, e.g. NVIDIA A100-SXM4-40GB, AMD Instinct MI250X")
+    memory_bytes: int = Field(ge=0)
+    compute_capability: str = Field(default="", description='NVIDIA: "major.minor", e.g. "8.0"; "" for others')
+    vendor: GpuVendorName = "nvidia"
+    architecture: str = Field(
+        default="", description="AMD: the gfx target (gfx90a, gfx942); Intel: the family (pvc, dg2); NVIDIA: empty"
+    )
+    device_id: str = Field(default="", description='PCI device id, e.g. "0x740c"; "" unknown')
+    rocm_version: str | None = Field(default=None, description="AMD: the ROCm version installed, e.g. 6.1.2")
+    render_path: str = Field(default="", description="AMD/Intel: its DRM render node, /dev/dri/renderD128")
+    card_path: str = Field(default="", description="AMD/Intel: its DRM card node, /dev/dri/card1")
+    mig: tuple[MigDevice, ...] = Field(default=(), description="NVIDIA: its MIG instances when MIG mode is on")
+    mig_enabled: bool = Field(default=False, description="NVIDIA: MIG mode on (then only its instances are given out)")
     driver_version: str = Field(description='e.g. "550.54.15"; "fake" for fake GPUs')
     cuda_version: str | None = Field(default=None, description="highest CUDA the driver supports")
     device_path: str = Field(description="host device node, e.g. /dev/nvidia0")
@@ -49,8 +135,15 @@ class Gpu(BaseModel):
 
     @property
     def compute_capability_tuple(self) -> tuple[int, int]:
+        if not self.compute_capability:
+            return (0, 0)
         major, _, minor = self.compute_capability.partition(".")
         return int(major), int(minor or 0)
+
+    @property
+    def whole_free(self) -> bool:
+        """Whether the GPU can be given whole (not cut into MIG instances)."""
+        return not self.mig_enabled
 
 
 LinkKind = Literal["NV", "PIX", "PXB", "PHB", "NODE", "SYS"]
@@ -103,6 +196,9 @@ class Node(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict, description="from HETFLOW_NODE_LABELS=k=v,k2=v2")
     gpu_links: tuple[GpuLink, ...] = Field(
         default=(), description="how each pair of GPUs is connected (nvidia-smi topo -m); missing pairs unknown"
+    )
+    gpu_sharing: GpuSharing = Field(
+        default_factory=GpuSharing, description="how each GPU is shared (HETFLOW_GPU_SHARING; a cluster file's sharing)"
     )
 
     def _pair(self, a: int, b: int) -> GpuLink | None:

@@ -12,10 +12,34 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from hetflow.inventory import GpuSharing
+
+
+@dataclass(frozen=True)
+class GpuKind:
+    """What one GPU of a machine is, when a machine's GPUs are unlike (a probed node with
+    an NVIDIA and an AMD GPU): the per-GPU form of ``MachineClass``'s ``gpu_*`` fields."""
+
+    vendor: str = "nvidia"
+    model: str = ""
+    memory: int = 0
+    cc: tuple[int, int] = (0, 0)
+    arch: str = ""  # AMD gfx target / Intel family; "" for NVIDIA
+    speed: float = 1.0
+    cuda: str = ""
+    rocm: str = ""
+    mig: tuple[str, ...] = ()  # its MIG layout (profiles) when MIG mode is on
+
 
 @dataclass(frozen=True)
 class MachineClass:
-    """A node type of the cluster: ``count`` identical machines."""
+    """A node type of the cluster: ``count`` identical machines.
+
+    The ``gpu_*`` fields describe every GPU of a machine (all alike); a machine whose GPUs
+    differ (vendors, models) lists one ``GpuKind`` per GPU index in ``gpu_kinds``, which
+    then wins over the class-wide fields.  ``gpu_sharing`` is how each GPU is shared
+    (exclusive, time-slicing or MPS with replicas); ``mig`` the MIG layout of each GPU
+    (profiles; empty: MIG off), whose instances are given out instead of whole GPUs."""
 
     name: str
     count: int
@@ -34,6 +58,28 @@ class MachineClass:
     gpu_link: str = ""  # how a node's GPUs are joined: "nvlink", "pcie", "" (unknown: as pcie)
     nvlink_gpus: int = 0  # GPUs in one NVLink domain (8 for an NVSwitch board, 2 for bridged pairs)
     rdma: bool = False  # the nodes have an RDMA device (InfiniBand / RoCE)
+    gpu_vendor: str = "nvidia"  # nvidia, amd or intel
+    gpu_arch: str = ""  # AMD gfx target (gfx90a) / Intel family (pvc); "" for NVIDIA
+    gpu_rocm: str = ""  # ROCm version on AMD nodes; "" unknown
+    gpu_sharing: GpuSharing = field(default_factory=GpuSharing)
+    mig: tuple[str, ...] = ()  # every GPU's MIG layout (profiles); empty: MIG off
+    gpu_kinds: tuple[GpuKind, ...] = ()  # per GPU index when the GPUs are unlike; empty: all alike
+
+    def gpu_kind(self, index: int) -> GpuKind:
+        """GPU ``index`` of a machine of this class, from ``gpu_kinds`` or the class fields."""
+        if self.gpu_kinds:
+            return self.gpu_kinds[index]
+        return GpuKind(
+            vendor=self.gpu_vendor,
+            model=self.gpu_model,
+            memory=self.gpu_memory,
+            cc=self.gpu_cc,
+            arch=self.gpu_arch,
+            speed=self.gpu_speed,
+            cuda=self.gpu_cuda,
+            rocm=self.gpu_rocm,
+            mig=self.mig,
+        )
 
     def machine_ids(self) -> list[str]:
         return [f"{self.name}-{i}" for i in range(self.count)]
@@ -49,6 +95,11 @@ class Option:
     cores: float
     memory: int
     gpus: int = 0
+    # A slice of one GPU instead of whole ones (``gpus`` is then 1): ``share`` of a
+    # time-sliced or MPS GPU, or one MIG instance of profile ``mig``.
+    share: float = 0.0
+    mig: str = ""
+    vendor: str = "nvidia"  # whose GPUs the option takes ("any": whichever qualify)
 
 
 @dataclass(frozen=True)
@@ -125,6 +176,10 @@ class Placement:
     # A gang: one (machine, GPU indices) per replica, rank 0 first (``machine`` and ``gpus``
     # above are rank 0's); empty for a step of one container.
     ranks: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    # A slice of GPU ``gpus[0]``: ``share`` of it (time-slicing or MPS; 0.0: whole GPUs),
+    # or its MIG device ``mig_device`` (index among the GPU's MIG instances; None: none).
+    share: float = 0.0
+    mig_device: int | None = None
 
     def per_machine(self) -> dict[str, tuple[int, tuple[int, ...]]]:
         """Machine -> (replicas there, their GPU indices): what the placement holds where."""

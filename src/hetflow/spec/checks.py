@@ -378,7 +378,20 @@ def _check_gang(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
     problems = []
     for name, step in wf.steps.items():
         gang = step.gang
-        if gang is None or gang.gpu_link == "any":
+        if gang is None:
+            continue
+        sliced = [v for v, var in step.resolved_variants().items() if not var.resources.gpu_request.whole]
+        if sliced:
+            problems.append(
+                Problem(
+                    file,
+                    line_of(("steps", name, "gang")),
+                    f"step {name!r}: a gang's replicas take whole GPUs, but variant(s) "
+                    f"{', '.join(repr(v) for v in sliced)} ask for gpu_share or gpu_mig; "
+                    "use resources.gpus: N for a gang, or drop the gang",
+                )
+            )
+        if gang.gpu_link == "any":
             continue
         few = [v for v, var in step.resolved_variants().items() if var.resources.gpus < 2]
         if gang.gpu_link == "nvlink" and few:
