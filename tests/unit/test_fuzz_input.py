@@ -116,6 +116,13 @@ def base_workflow() -> dict[str, Any]:
     }
 
 
+RESOURCE_KEYS = ["cpus", "memory", "gpus", "gpu_share", "gpu_mig", "gpu_vendor", "gpu_memory"]
+# Values an accelerator field might be given: near-misses of the good ones included.
+ACCEL = st.sampled_from(
+    ["1g.10gb", "7g.80gb", "8g.10gb", "1g", "amd", "intel", "any", "rocm", 0.25, 1.0, 0.0, 0.001, -0.5, "16Gi", True]
+)
+
+
 @st.composite
 def workflows(draw: st.DrawFn) -> dict[str, Any]:
     """A valid workflow with a few random mutations: a key set to any value, a key
@@ -130,7 +137,8 @@ def workflows(draw: st.DrawFn) -> dict[str, Any]:
         elif what == "drop" and step:
             step.pop(draw(st.sampled_from(sorted(step))))
         elif what == "resources":
-            step["resources"] = {draw(st.sampled_from(["cpus", "memory", "gpus"])): draw(st.one_of(NUMBER, UNITS))}
+            keys = draw(st.lists(st.sampled_from(RESOURCE_KEYS), min_size=1, max_size=3, unique=True))
+            step["resources"] = {k: draw(st.one_of(NUMBER, UNITS, ACCEL)) for k in keys}
         elif what == "env":
             step["env"] = draw(st.dictionaries(TEXT, st.one_of(TEXT, NUMBER), max_size=3))
         elif what == "gang":
@@ -220,6 +228,8 @@ def test_fuzz_yaml_text(text: str) -> None:
 # --- cluster and catalog files ---------------------------------------------------------
 
 NODE_KEYS = ["name", "count", "cores", "speed", "memory", "price", "gpus", "labels", "zone", "x"]
+GPU_KEYS = ["model", "count", "memory", "computeCapability", "vendor", "architecture", "rocm", "sharing", "mig", "x"]
+SHARING_MODES = st.sampled_from(["exclusive", "time-slicing", "mps", "mig", "shared"])
 
 
 @st.composite
@@ -238,8 +248,14 @@ def clusters(draw: st.DrawFn) -> dict[str, Any]:
     for _ in range(draw(st.integers(0, 4))):
         where = draw(st.sampled_from(["node", "gpu", "top"]))
         target = node if where == "node" else gpu if where == "gpu" else doc
-        key = draw(st.sampled_from(NODE_KEYS if where != "top" else ["bandwidth", "nodeTypes", "kind", "name", "x"]))
-        target[key] = draw(st.one_of(NUMBER, UNITS, ANY))
+        keys = NODE_KEYS if where == "node" else GPU_KEYS if where == "gpu" else ["bandwidth", "nodeTypes", "kind", "x"]
+        key = draw(st.sampled_from(keys))
+        if key == "sharing":
+            target[key] = {"mode": draw(st.one_of(SHARING_MODES, ANY)), "replicas": draw(st.one_of(NUMBER, ANY))}
+        elif key == "mig":
+            target[key] = draw(st.lists(st.one_of(ACCEL, ANY), max_size=8))
+        else:
+            target[key] = draw(st.one_of(NUMBER, UNITS, ANY, ACCEL))
     return doc
 
 
