@@ -43,7 +43,7 @@ from hetflow.inventory.fakedev import (
 from hetflow.inventory.gpumodels import KNOWN_MODELS, GpuModel
 from hetflow.inventory.models import Gpu, GpuLink
 
-__all__ = ["ENV_VAR", "NVIDIA_MAJOR", "NVIDIACTL_MINOR", "FakeEntry", "make_fake_gpus", "parse_fake_entries"]
+__all__ = ["ENV_VAR", "NVIDIACTL_MINOR", "NVIDIA_MAJOR", "FakeEntry", "make_fake_gpus", "parse_fake_entries"]
 
 
 # Minor 255 belongs to nvidiactl, so at most 255 GPUs fit in 195:0..254.
