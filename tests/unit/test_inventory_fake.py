@@ -40,7 +40,7 @@ def test_parse_fake_spec_accepts(text: str, expected: list[tuple[str, int]]) -> 
     assert parse_fake_spec(text) == expected
 
 
-KNOWN_LIST = "a10, a100, a100-80g, h100, h200, l4, t4, v100"
+KNOWN_LIST = "a10, a100, a100-80g, flex170, h100, h200, l4, max1100, max1550, mi210, mi250x, mi300x, t4, v100"
 
 BAD_SPECS = [
     pytest.param(
@@ -210,8 +210,8 @@ def test_parse_fake_spec_keeps_its_pairs_with_a_suffix() -> None:
         ),
         pytest.param(
             "t4:2,t4:2:pcie:x",
-            "HETFLOW_FAKE_GPUS: 't4:2:pcie:x' has an unknown topology 'pcie:x'; "
-            "use one of nvlink, nvlink-pairs, pcie, e.g. 't4:2:nvlink'",
+            "HETFLOW_FAKE_GPUS: 't4:2:pcie:x' has too many words; write MODEL[:COUNT[:TOPOLOGY]][:mig=LAYOUT], "
+            "e.g. 'h100:1:mig=3g.40gb+4g.40gb'",
             id="extra-field",
         ),
         pytest.param(

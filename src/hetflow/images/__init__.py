@@ -32,9 +32,13 @@ from hetflow.images.errors import (
     RegistryError,
 )
 from hetflow.images.fake import FakeRegistry
+from hetflow.images.gpumatch import ROCM_RELEASES, check_rocm, rocm_distance
 from hetflow.images.index_build import build_index, parse_build_entry
 from hetflow.images.layout import read_layout, write_layout
 from hetflow.images.match import (
+    ANNOTATION_GPU_GFX,
+    ANNOTATION_GPU_INTEL,
+    ANNOTATION_ROCM,
     Requirements,
     Resolution,
     normalize_arch,
@@ -73,11 +77,15 @@ from hetflow.images.service import (
 
 __all__ = [
     "ACCEPT_ANY_MANIFEST",
+    "ANNOTATION_GPU_GFX",
+    "ANNOTATION_GPU_INTEL",
+    "ANNOTATION_ROCM",
     "DOCKER_MANIFEST",
     "DOCKER_MANIFEST_LIST",
     "OCI_CONFIG",
     "OCI_INDEX",
     "OCI_MANIFEST",
+    "ROCM_RELEASES",
     "AuthError",
     "BadDocumentError",
     "BadReferenceError",
@@ -101,6 +109,7 @@ __all__ = [
     "build_index",
     "build_index_image",
     "canonical_json",
+    "check_rocm",
     "digest_of",
     "inspect_image",
     "is_index",
@@ -116,6 +125,7 @@ __all__ = [
     "requirements_of",
     "resolve",
     "resolve_image",
+    "rocm_distance",
     "sniff_media_type",
     "write_layout",
 ]

@@ -1,7 +1,7 @@
 """Assemble a multi-build image index from per-build tags (``hetflow images build-index``).
 
 CI builds one image per target and pushes each under its own tag (``app:generic``,
-``app:v3``, ``app:sm80``); this module reads each tag's manifest from the registry,
+``app:v3``, ``app:sm80``, ``app:rocm``); this module reads each tag's manifest from the registry,
 writes an OCI image index whose entries carry what each build needs (as
 ``platform.features``, containerd's amd64 ``variant`` and ``org.hetflow.*``
 annotations, see ``hetflow.images.match``) and pushes it under one tag.  The index is
@@ -68,8 +68,8 @@ class BuiltIndex:
 
 
 def parse_build_entry(text: str) -> tuple[str, Requirements]:
-    """``TAG=FEATURES`` (``v3=x86-64-v3``, ``gpu=gpu:sm_80,cuda>=12.2``); a bare ``TAG``
-    is a generic build."""
+    """``TAG=FEATURES`` (``v3=x86-64-v3``, ``gpu=gpu:sm_80,cuda>=12.2``,
+    ``rocm=gpu:gfx90a+gfx942,rocm>=6.2``, ``xe=gpu:pvc``); a bare ``TAG`` is a generic build."""
     tag, _, features = text.partition("=")
     tag = tag.strip()
     if not tag:

@@ -24,8 +24,14 @@ strictest value wins):
     x86-64-v3           org.hetflow.cpu.level = 3            an x86-64 CPU at psABI level >= 3
     gpu:sm_80           org.hetflow.gpu.sm = 80              a GPU of compute capability >= 8.0
     cuda>=12.2          org.hetflow.cuda = 12.2              a driver supporting CUDA >= 12.2
+    gpu:gfx90a+gfx942   org.hetflow.gpu.gfx = gfx90a,gfx942  an AMD GPU of one of these gfx targets
+    rocm>=6.2           org.hetflow.rocm = 6.2               a ROCm driver within 2 releases of 6.2
+    gpu:pvc             org.hetflow.gpu.intel = pvc          an Intel GPU of one of these families
+    gpu:amd, gpu:intel  (none)                               a GPU of that vendor
     gpu                 (none)                               any GPU
     ==================  ===================================  =====================================
+
+The AMD, Intel and ROCm rules are ``gpumatch``'s (read its docstring for why).
 
 A feature hetflow does not know rejects its entry: ``features`` lists what a build
 needs, and a need nobody can check cannot be promised.
@@ -38,17 +44,19 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-import archspec.cpu
-
+from hetflow.images.gpumatch import parse_gfx, parse_intel, vendor_feature
+from hetflow.images.nodecheck import NodeFacts, _sm, _target, _v, _version, check_requirements, normalize_arch
 from hetflow.images.oci import Descriptor, Index, Platform, is_index, platform_string
 from hetflow.inventory import Node
-from hetflow.inventory import x86_64_level as _archspec_level
 
 __all__ = [
     "ANNOTATION_CUDA",
+    "ANNOTATION_GPU_GFX",
+    "ANNOTATION_GPU_INTEL",
     "ANNOTATION_GPU_SM",
     "ANNOTATION_LEVEL",
     "ANNOTATION_MICROARCHITECTURE",
+    "ANNOTATION_ROCM",
     "Requirements",
     "Resolution",
     "Verdict",
@@ -67,20 +75,11 @@ ANNOTATION_MICROARCHITECTURE = "org.hetflow.cpu.microarchitecture"
 ANNOTATION_LEVEL = "org.hetflow.cpu.level"
 ANNOTATION_GPU_SM = "org.hetflow.gpu.sm"
 ANNOTATION_CUDA = "org.hetflow.cuda"
+ANNOTATION_GPU_GFX = "org.hetflow.gpu.gfx"
+ANNOTATION_GPU_INTEL = "org.hetflow.gpu.intel"
+ANNOTATION_ROCM = "org.hetflow.rocm"
 # buildx marks provenance/SBOM entries this way (platform unknown/unknown).
 _DOCKER_REFERENCE_TYPE = "vnd.docker.reference.type"
-
-# Go's GOARCH names, which images use, for the kernel's `uname -m` names, which nodes use.
-_ARCH_ALIASES = {
-    "x86_64": "amd64", "x86-64": "amd64", "x64": "amd64", "amd64": "amd64",
-    "aarch64": "arm64", "arm64": "arm64", "armv8": "arm64",
-    "i386": "386", "i686": "386", "386": "386",
-    "ppc64le": "ppc64le", "powerpc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64",
-}  # fmt: skip
-
-# What each x86-64 psABI level adds that a message can name (x86-64 psABI, section 3.1.1
-# "Processor Architecture"; level 1 is every x86-64 CPU).
-_LEVEL_NEEDS = {2: "SSE4.2 and POPCNT", 3: "AVX2, FMA and BMI2", 4: "AVX-512"}
 
 _CPU_FEATURE = re.compile(r"cpu[:-](?P<name>[a-z0-9_.\-]+)\Z")
 _LEVEL = re.compile(r"(?:x86[-_]64[-_])?v(?P<level>[1-4])\Z")
@@ -90,33 +89,10 @@ _NVCAP = re.compile(r"(?:gpu:|nvcap[:-]|cc)?(?P<major>\d+)\.(?P<minor>\d+)\Z")
 _CUDA = re.compile(r"(?:cuda)?\s*(?:>=|:|-)?\s*(?P<major>\d+)(?:\.(?P<minor>\d+))?(?:\.\d+)?\Z")
 
 
-def normalize_arch(name: str) -> str:
-    """GOARCH spelling of an architecture: ``x86_64`` -> ``amd64``, ``aarch64`` -> ``arm64``."""
-    key = name.strip().lower()
-    return _ARCH_ALIASES.get(key, key)
-
-
-def _target(name: str) -> Any:
-    return archspec.cpu.TARGETS.get(name)
-
-
 def _depth(name: str) -> int:
     """How far down archspec's tree a target is: 0 for a family root (x86_64)."""
     target = _target(name)
     return len(target.ancestors) if target is not None else 0
-
-
-def _version(text: str) -> tuple[int, int] | None:
-    match = re.match(r"\s*(\d+)(?:\.(\d+))?", text)
-    return (int(match[1]), int(match[2] or 0)) if match else None
-
-
-def _v(version: tuple[int, int]) -> str:
-    return f"{version[0]}.{version[1]}"
-
-
-def _sm(cc: tuple[int, int], exact: bool = False) -> str:
-    return f"sm_{cc[0]}{cc[1]}{'a' if exact else ''}"
 
 
 @dataclass(frozen=True)
@@ -135,12 +111,23 @@ class Requirements:
     gpu_sm: tuple[int, int] | None = None  # minimum compute capability (major, minor)
     gpu_sm_exact: bool = False  # sm_90a: arch-specific code runs only on exactly that capability
     cuda: tuple[int, int] | None = None  # minimum CUDA version the driver must support
+    gpu_vendor: str | None = None  # "nvidia" | "amd" | "intel": a GPU of that vendor
+    gfx: tuple[str, ...] = ()  # AMD gfx targets the build has code for (any one fits)
+    xe: tuple[str, ...] = ()  # Intel families the build was compiled for (any one fits)
+    rocm: tuple[int, int] | None = None  # ROCm user-space version (driver within 2 releases)
     unknown: tuple[str, ...] = ()
     not_image: str | None = None
 
     @property
     def needs_gpu(self) -> bool:
-        return self.gpu or self.gpu_sm is not None or self.cuda is not None
+        return (
+            self.gpu
+            or self.gpu_sm is not None
+            or self.cuda is not None
+            or self.gpu_vendor is not None
+            or bool(self.gfx or self.xe)
+            or self.rocm is not None
+        )
 
     @property
     def generic(self) -> bool:
@@ -158,21 +145,31 @@ class Requirements:
             out.append(f"x86-64-v{self.x86_64_level}")
         if self.gpu_sm is not None:
             out.append(f"gpu:{_sm(self.gpu_sm, self.gpu_sm_exact)}")
-        elif self.gpu and self.cuda is None:
+        elif self.gpu and self.cuda is None and self.gpu_vendor is None:
             out.append("gpu")
         if self.cuda is not None:
             out.append(f"cuda>={_v(self.cuda)}")
+        if self.gfx:
+            out.append(f"gpu:{'+'.join(self.gfx)}")
+        if self.xe:
+            out.append(f"gpu:{'+'.join(self.xe)}")
+        if self.rocm is not None:
+            out.append(f"rocm>={_v(self.rocm)}")
+        if self.gpu_vendor in ("amd", "intel") and not (self.gfx or self.xe or self.rocm):
+            out.append(f"gpu:{self.gpu_vendor}")
         return out
 
     def specificity(self) -> tuple[int, ...]:
         """The ranking key among compatible builds, highest first: a GPU build, then
-        the higher sm, the newer CUDA, the deeper CPU target (archspec ancestors; a
-        level counts as its x86_64_vN target), and last a named architecture."""
+        the higher sm (an AMD or Intel build for named targets counts 1), the newer CUDA
+        or ROCm, the deeper CPU target (archspec ancestors; a level counts as its
+        x86_64_vN target), and last a named architecture."""
         cpu = _depth(self.microarchitecture) + 1 if self.microarchitecture else 0
         if self.x86_64_level and self.x86_64_level > 1:
             cpu = max(cpu, _depth(f"x86_64_v{self.x86_64_level}") + 1)
-        sm = self.gpu_sm[0] * 10 + self.gpu_sm[1] if self.gpu_sm else 0
-        cuda = self.cuda[0] * 100 + self.cuda[1] if self.cuda else 0
+        sm = self.gpu_sm[0] * 10 + self.gpu_sm[1] if self.gpu_sm else int(bool(self.gfx or self.xe))
+        toolkit = self.cuda or self.rocm
+        cuda = toolkit[0] * 100 + toolkit[1] if toolkit else 0
         return (int(self.needs_gpu), sm, cuda, cpu, int(self.architecture is not None))
 
 
@@ -196,6 +193,12 @@ def _merge(a: Requirements, b: Requirements) -> Requirements:
     def most(x: tuple[int, int] | int | None, y: Any) -> Any:
         return y if x is None else x if y is None else max(x, y)
 
+    vendors = {v for v in (a.gpu_vendor, b.gpu_vendor) if v}
+    vendors |= {"nvidia"} if (a.gpu_sm or b.gpu_sm or a.cuda or b.cuda) and vendors else set()
+    conflict = f"asks for GPUs of {' and '.join(sorted(vendors))} at once; no one GPU is both"
+    if len(vendors) > 1 and conflict not in unknown:
+        unknown += (conflict,)
+
     return Requirements(
         os=a.os or b.os,
         architecture=a.architecture or b.architecture,
@@ -206,6 +209,10 @@ def _merge(a: Requirements, b: Requirements) -> Requirements:
         gpu_sm_exact=(a.gpu_sm_exact and a.gpu_sm == most(a.gpu_sm, b.gpu_sm))
         or (b.gpu_sm_exact and b.gpu_sm == most(a.gpu_sm, b.gpu_sm)),
         cuda=most(a.cuda, b.cuda),
+        gpu_vendor=a.gpu_vendor or b.gpu_vendor,
+        gfx=tuple(sorted(set(a.gfx) | set(b.gfx))),
+        xe=tuple(sorted(set(a.xe) | set(b.xe))),
+        rocm=most(a.rocm, b.rocm),
         unknown=unknown,
         not_image=a.not_image or b.not_image,
     )
@@ -227,8 +234,10 @@ def _cpu_name(name: str, source: str) -> Requirements:
 
 def _one_feature(feature: str) -> Requirements:
     text = feature.strip().lower()
-    if text in ("gpu", "gpu:nvidia", "nvidia"):
+    if text == "gpu":
         return Requirements(gpu=True)
+    if text in ("gpu:nvidia", "nvidia"):
+        return Requirements(gpu=True, gpu_vendor="nvidia")
     if match := _CPU_FEATURE.match(text):
         return _cpu_name(match["name"], f"feature {feature!r}")
     if match := re.fullmatch(r"x86[-_]64[-_]v([1-4])", text):
@@ -239,8 +248,13 @@ def _one_feature(feature: str) -> Requirements:
         return Requirements(gpu_sm=(int(match[1]), int(match[2])))
     if match := re.fullmatch(r"cuda\s*(?:>=|:|-)\s*(\d+)(?:\.(\d+))?(?:\.\d+)?", text):
         return Requirements(cuda=(int(match[1]), int(match[2] or 0)))
+    if (fields := vendor_feature(text)) is not None:
+        return Requirements(**fields)  # type: ignore[arg-type]  # gpumatch returns Requirements' own fields
     return Requirements(
-        unknown=(f"feature {feature!r} is not one hetflow can check (cpu:NAME, x86-64-vN, gpu:sm_XY, cuda>=X.Y, gpu)",)
+        unknown=(
+            f"feature {feature!r} is not one hetflow can check (cpu:NAME, x86-64-vN, gpu:sm_XY, cuda>=X.Y, "
+            "gpu:gfxNNN, rocm>=X.Y, gpu:pvc, gpu:amd, gpu:intel, gpu)",
+        )
     )
 
 
@@ -272,12 +286,25 @@ def _annotations(annotations: Mapping[str, str]) -> Requirements:
                 if match
                 else Requirements(unknown=(f"annotation {key}={value!r} is not a CUDA version (12.2, >=12.2)",))
             )
+        elif key in (ANNOTATION_GPU_GFX, ANNOTATION_GPU_INTEL, ANNOTATION_ROCM):
+            part = _vendor_annotation(key, value)
         elif key == _DOCKER_REFERENCE_TYPE:
             part = Requirements(not_image=f"a {value} (build metadata), not a runnable image")
         else:
             continue
         out = _merge(out, part)
     return out
+
+
+def _vendor_annotation(key: str, value: str) -> Requirements:
+    if key == ANNOTATION_GPU_GFX and (gfx := parse_gfx(value)) is not None:
+        return Requirements(gpu_vendor="amd", gfx=gfx)
+    if key == ANNOTATION_GPU_INTEL and (xe := parse_intel(value)) is not None:
+        return Requirements(gpu_vendor="intel", xe=xe)
+    if key == ANNOTATION_ROCM and (version := _version(value)) is not None and re.fullmatch(r"[\d.\s>=]+", value):
+        return Requirements(gpu_vendor="amd", rocm=version)
+    what = {ANNOTATION_GPU_GFX: "gfx targets (gfx90a,gfx942)", ANNOTATION_GPU_INTEL: "Intel families (pvc,dg2)"}
+    return Requirements(unknown=(f"annotation {key}={value!r} is not {what.get(key, 'a ROCm version (6.2)')}",))
 
 
 def _platform(platform: Platform) -> Requirements:
@@ -342,6 +369,12 @@ def annotations_for(req: Requirements) -> dict[str, str]:
         out[ANNOTATION_GPU_SM] = _sm(req.gpu_sm, req.gpu_sm_exact).removeprefix("sm_")
     if req.cuda is not None:
         out[ANNOTATION_CUDA] = _v(req.cuda)
+    if req.gfx:
+        out[ANNOTATION_GPU_GFX] = ",".join(req.gfx)
+    if req.xe:
+        out[ANNOTATION_GPU_INTEL] = ",".join(req.xe)
+    if req.rocm is not None:
+        out[ANNOTATION_ROCM] = _v(req.rocm)
     return out
 
 
@@ -360,128 +393,10 @@ def platform_for(
     return Platform.model_validate(fields)
 
 
-# --- checking a node ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _NodeFacts:
-    os: str
-    arch: str
-    uarch: str
-    level: int | None
-    ccs: tuple[tuple[int, int], ...]
-    cuda: tuple[int, int] | None
-    cuda_unknown_why: str
-
-    @classmethod
-    def of(cls, node: Node) -> _NodeFacts:
-        arch = normalize_arch(node.cpu.architecture)
-        level = node.cpu.x86_64_level
-        target = _target(node.cpu.microarchitecture)
-        if level is None and arch == "amd64":
-            level = _archspec_level(target) if target is not None else 1
-        cudas = [v for g in node.gpus if g.cuda_version and (v := _version(g.cuda_version))]
-        fakes = [g for g in node.gpus if g.fake and not g.cuda_version]
-        why = "fake GPU without cuda_version" if fakes else "the driver did not report it"
-        return cls(
-            os=node.os.lower(),
-            arch=arch,
-            uarch=node.cpu.microarchitecture,
-            level=level,
-            ccs=tuple(g.compute_capability_tuple for g in node.gpus),
-            cuda=max(cudas) if cudas else None,
-            cuda_unknown_why=why,
-        )
-
-
-def _check_cpu(req: Requirements, facts: _NodeFacts, ok: list[str], bad: list[str]) -> None:
-    if req.x86_64_level and req.x86_64_level > 1:
-        need = f"x86-64-v{req.x86_64_level}"
-        if facts.arch != "amd64":
-            bad.append(f"{need} build needs an x86-64 CPU; node is {facts.arch}")
-        elif (facts.level or 1) < req.x86_64_level:
-            have = f"x86-64-v{facts.level or 1} ({facts.uarch})"
-            bad.append(f"{need} build needs {_LEVEL_NEEDS[req.x86_64_level]}; node is {have}")
-        else:
-            ok.append(f"{need}: node is x86-64-v{facts.level} ({facts.uarch})")
-    if req.microarchitecture:
-        name = req.microarchitecture
-        wanted, have = _target(name), _target(facts.uarch)
-        if name == facts.uarch:
-            ok.append(f"cpu:{name}: node is {facts.uarch}")
-        elif have is None:
-            bad.append(f"{name} build needs a {name} CPU; node's {facts.uarch!r} is not known to archspec")
-        elif have >= wanted:
-            ok.append(f"cpu:{name}: node is {facts.uarch}, which runs {name} code")
-        else:
-            bad.append(f"{name} build needs {name} or a newer CPU of its line; node is {facts.uarch}")
-
-
-def _check_gpu(req: Requirements, facts: _NodeFacts, ok: list[str], bad: list[str]) -> None:
-    if not req.needs_gpu:
-        return
-    if req.gpu_sm is not None:
-        sm, need = _sm(req.gpu_sm, req.gpu_sm_exact), _v(req.gpu_sm)
-        best = max(facts.ccs) if facts.ccs else None
-        if best is None:
-            bad.append(f"{sm} build needs a GPU with compute capability {need}; node has no GPU")
-        elif req.gpu_sm_exact and req.gpu_sm not in facts.ccs:
-            # sm_90a code uses architecture-specific instructions with no PTX fallback.
-            have = ", ".join(sorted({_v(c) for c in facts.ccs}))
-            bad.append(f"{sm} build runs only on compute capability {need}; node has {have}")
-        elif not req.gpu_sm_exact and best < req.gpu_sm:
-            bad.append(f"{sm} build needs compute capability {need}; node has {_v(best)}")
-        else:
-            ok.append(f"gpu:{sm}: node has compute capability {_v(best)}")
-    elif req.gpu and req.cuda is None:
-        if facts.ccs:
-            ok.append(f"gpu: node has {len(facts.ccs)} GPU(s)")
-        else:
-            bad.append("GPU build needs a GPU; node has none")
-    if req.cuda is not None:
-        # Checked the way the NVIDIA container toolkit checks NVIDIA_REQUIRE_CUDA: the
-        # CUDA version the driver supports (nvidia-smi's "CUDA Version") >= the build's.
-        need = _v(req.cuda)
-        if not facts.ccs:
-            if req.gpu_sm is None:  # else "needs a GPU ...; node has no GPU" is already said
-                bad.append(f"cuda>={need} build needs a driver supporting CUDA {need}; node has no GPU")
-        elif facts.cuda is None:
-            bad.append(
-                f"cuda>={need} build needs a driver supporting CUDA {need}; "
-                f"node's driver CUDA version is unknown ({facts.cuda_unknown_why})"
-            )
-        elif facts.cuda < req.cuda:
-            have = _v(facts.cuda)
-            bad.append(f"cuda>={need} build needs a driver supporting CUDA {need}; node's driver supports {have}")
-        else:
-            ok.append(f"cuda>={need}: node's driver supports {_v(facts.cuda)}")
-
-
-def _check(req: Requirements, facts: _NodeFacts) -> tuple[bool, tuple[str, ...]]:
-    ok: list[str] = []
-    bad: list[str] = []
-    if req.not_image:
-        bad.append(req.not_image)
-    if req.os and req.os != facts.os:
-        bad.append(f"{req.os} build; node runs {facts.os}")
-    if req.architecture and req.architecture != facts.arch:
-        bad.append(f"{req.architecture} build; node is {facts.arch}")
-    else:
-        # CPU checks only when the architecture fits: "arm64 build; node is amd64" says it all.
-        _check_cpu(req, facts, ok, bad)
-    _check_gpu(req, facts, ok, bad)
-    bad.extend(req.unknown)
-    if bad:
-        return False, tuple(bad)
-    if req.generic:
-        ok.insert(0, "generic build: needs nothing beyond its platform")
-    return True, tuple(ok)
-
-
 def check(desc: Descriptor, node: Node) -> Verdict:
     """One entry against one node."""
     req = requirements_of(desc)
-    ok, reasons = _check(req, _NodeFacts.of(node))
+    ok, reasons = check_requirements(req, NodeFacts.of(node))
     return Verdict(desc, ok, reasons, req.specificity())
 
 
@@ -539,12 +454,12 @@ def resolve(index: Index, node: Node) -> Resolution:
     Only compatible entries compete; the highest ``specificity`` wins (a GPU build on a
     GPU node over a CPU build, a higher sm, a deeper CPU target), and a generic build
     is the fallback.  Ties keep index order, as a runtime reading the index would."""
-    facts = _NodeFacts.of(node)
+    facts = NodeFacts.of(node)
     verdicts = []
     chosen: Verdict | None = None
     for desc in index.manifests:
         req = requirements_of(desc)
-        ok, reasons = _check(req, facts)
+        ok, reasons = check_requirements(req, facts)
         verdict = Verdict(desc, ok, reasons, req.specificity())
         verdicts.append(verdict)
         if ok and (chosen is None or verdict.specificity > chosen.specificity):

@@ -4,18 +4,25 @@
     probe      discover(home) -> Node: this machine (CPU, memory, GPUs, labels)
     cpu        /proc/cpuinfo and archspec: micro-architecture, x86-64 level, memory
     nvml       GPUs through NVML; procfs: GPUs from /proc/driver/nvidia when NVML is absent
-    fake       HETFLOW_FAKE_GPUS: fake GPUs for machines without any (tests, demos)
+    nvmlmig    MIG instances through NVML (nvidia-smi -L's MIG lines)
+    amd        AMD GPUs from the KFD topology in sysfs (gfx target, render node, ROCm); amdsmi when installed
+    intel      Intel GPUs from DRM sysfs (device id -> family, memory)
+    sharing    HETFLOW_GPU_SHARING: exclusive | time-slicing:N | mps:N -> GpuSharing
+    fake       HETFLOW_FAKE_GPUS: fake GPUs of every vendor, MIG layouts, for machines without any
+    fakedev    the fakes' device nodes (nvidiaN, nvidia-caps, dri, kfd), made with mknod
     fakes      FakeNvml: the fake beside NVML for unit tests (import it from there: it loads pynvml)
-    gpumodels  KNOWN_MODELS: the GPU model table (memory, compute capability, speed)
+    gpumodels  KNOWN_MODELS: the GPU model table (vendor, memory, capability/gfx/family, PCI id, MIG)
     profiles   PROFILES: named hardware descriptions (the registry's and `--node NAME`)
 
 Other packages import the names below from ``hetflow.inventory`` itself.  Probing does
 I/O (files, NVML, podman); everything after discovery works on the returned ``Node``.
 """
 
+from hetflow.inventory.amd import gfx_target, probe_amd
 from hetflow.inventory.cpu import x86_64_level
 from hetflow.inventory.fake import make_fake_gpus, parse_fake_spec
-from hetflow.inventory.gpumodels import KNOWN_MODELS
+from hetflow.inventory.gpumodels import KNOWN_MODELS, MIG_PROFILES, GpuModel, model_by_device_id
+from hetflow.inventory.intel import intel_family, probe_intel
 from hetflow.inventory.models import (
     DEFAULT_TIMESLICE_SLOWDOWN,
     Cpu,
@@ -29,22 +36,32 @@ from hetflow.inventory.models import (
 )
 from hetflow.inventory.probe import discover
 from hetflow.inventory.profiles import PROFILES, profile_names, profile_node
+from hetflow.inventory.sharing import SHARING_VAR, parse_gpu_sharing
 
 __all__ = [
     "DEFAULT_TIMESLICE_SLOWDOWN",
     "KNOWN_MODELS",
+    "MIG_PROFILES",
     "PROFILES",
+    "SHARING_VAR",
     "Cpu",
     "Gpu",
     "GpuLink",
+    "GpuModel",
     "GpuSharing",
     "GpuVendorName",
     "MigDevice",
     "Node",
     "SharingMode",
     "discover",
+    "gfx_target",
+    "intel_family",
     "make_fake_gpus",
+    "model_by_device_id",
     "parse_fake_spec",
+    "parse_gpu_sharing",
+    "probe_amd",
+    "probe_intel",
     "profile_names",
     "profile_node",
     "x86_64_level",

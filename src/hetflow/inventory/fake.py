@@ -11,31 +11,39 @@ started exactly as on a GPU machine (``--device`` needs a character device), eac
 GPU gets a real device node ``<dev_dir>/nvidiaN`` (major 195, like the NVIDIA driver's)
 plus ``nvidiactl`` (195:255).  No driver answers on those nodes: opening one fails with
 ENXIO, which is fine for steps that only check that a GPU was assigned.
+
+AMD and Intel models (``mi250x:2``, ``max1550``) get DRM nodes instead, and AMD ones
+``kfd`` too (see ``fakedev``); GPU indexes run across vendors in entry order, NVIDIA
+minors count NVIDIA GPUs only, and DRM numbers count the AMD and Intel ones.  A ``mig=``
+word anywhere after the model puts every GPU of the entry in MIG mode with that layout:
+``h100:1:mig=3g.40gb+2g.20gb+1g.10gb+1g.10gb`` or ``a100-80g:2:nvlink:mig=7g.80gb``.
+AMD and Intel entries take the ``pcie`` topology word only (NVLink is NVIDIA's).
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
-import stat
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 from hetflow.errors import InventoryError
-from hetflow.inventory.gpumodels import KNOWN_MODELS
+from hetflow.inventory.fakedev import (
+    ENV_VAR,
+    NVIDIA_MAJOR,
+    NVIDIACTL_MINOR,
+    MknodFn,
+    check_mig_layout,
+    ensure_char_device,
+    make_dri_nodes,
+    make_kfd,
+    make_mig_devices,
+)
+from hetflow.inventory.gpumodels import KNOWN_MODELS, GpuModel
 from hetflow.inventory.models import Gpu, GpuLink
 
-ENV_VAR = "HETFLOW_FAKE_GPUS"
-
-# The NVIDIA driver's character-device numbers (devices.txt lists 195 as
-# "Nvidia graphics devices"; minor 255 is nvidiactl).
-NVIDIA_MAJOR = 195
-NVIDIACTL_MINOR = 255
-
-# os.mknod's shape: (path, mode, device) -> None.
-MknodFn = Callable[[Path, int, int], None]
+__all__ = ["ENV_VAR", "NVIDIACTL_MINOR", "NVIDIA_MAJOR", "FakeEntry", "make_fake_gpus", "parse_fake_entries"]
 
 
 # Minor 255 belongs to nvidiactl, so at most 255 GPUs fit in 195:0..254.
@@ -56,11 +64,30 @@ PAIR_NVLINKS = 4  # NV4: an NVLink bridge between two boards
 
 @dataclass(frozen=True)
 class FakeEntry:
-    """One entry of ``HETFLOW_FAKE_GPUS``: ``model[:count[:topology]]``."""
+    """One entry of ``HETFLOW_FAKE_GPUS``: ``model[:count[:topology]][:mig=P+P...]``."""
 
     model: str
     count: int
     topology: str | None = None  # one of TOPOLOGIES; None: links unknown
+    mig: tuple[str, ...] = ()  # MIG layout of each GPU of the entry; () MIG off
+
+
+def _split_mig(entry: str, model: str) -> tuple[list[str], tuple[str, ...] | None]:
+    """The positional words after the model, and the ``mig=`` layout (None: no word)."""
+    words = entry.split(":")[1:]
+    migs = [w for w in words if w.strip().lower().startswith("mig=")]
+    if len(migs) > 1:
+        raise InventoryError(f"{ENV_VAR}: {entry!r} has {len(migs)} mig= words; give one, e.g. '{model}:1:mig=7g.80gb'")
+    rest = [w for w in words if w not in migs]
+    if len(rest) > 2:
+        raise InventoryError(
+            f"{ENV_VAR}: {entry!r} has too many words; write MODEL[:COUNT[:TOPOLOGY]][:mig=LAYOUT], "
+            f"e.g. 'h100:1:mig=3g.40gb+4g.40gb'"
+        )
+    if not migs:
+        return rest, None
+    layout = migs[0].strip().lower().removeprefix("mig=")
+    return rest, tuple(p.strip() for p in layout.split("+") if p.strip())
 
 
 def parse_fake_entries(text: str) -> list[FakeEntry]:
@@ -75,11 +102,12 @@ def parse_fake_entries(text: str) -> list[FakeEntry]:
         entry = raw.strip()
         if not entry:
             continue
-        name, _, rest = entry.partition(":")
-        count_text, _, topology_text = rest.partition(":")
-        model = name.strip().lower()
+        model = entry.partition(":")[0].strip().lower()
         if model not in KNOWN_MODELS:
             raise InventoryError(f"{ENV_VAR}: {entry!r} names no known model; use one of {_known()}")
+        words, mig = _split_mig(entry, model)
+        count_text = words[0] if words else ""
+        topology_text = words[1] if len(words) > 1 else ""
         count_text = count_text.strip().lower() or "1"
         topology_text = topology_text.strip().lower()
         if count_text in TOPOLOGIES and not topology_text:
@@ -94,7 +122,15 @@ def parse_fake_entries(text: str) -> list[FakeEntry]:
                 f"{ENV_VAR}: {entry!r} has an unknown topology {topology_text!r}; "
                 f"use one of {', '.join(TOPOLOGIES)}, e.g. '{model}:{count_text}:nvlink'"
             )
-        entries.append(FakeEntry(model, int(count_text), topology_text or None))
+        known = KNOWN_MODELS[model]
+        if known.vendor != "nvidia" and topology_text.startswith("nvlink"):
+            raise InventoryError(
+                f"{ENV_VAR}: {entry!r}: {model} is an {known.vendor.upper()} GPU without NVLink; "
+                f"use the pcie topology word or none, e.g. '{model}:{count_text}:pcie'"
+            )
+        if mig is not None:
+            check_mig_layout(entry, model, known, mig)
+        entries.append(FakeEntry(model, int(count_text), topology_text or None, mig or ()))
     total = sum(e.count for e in entries)
     if total > MAX_FAKE_GPUS:
         raise InventoryError(
@@ -200,76 +236,91 @@ def fake_uuid(model: str, index: int) -> str:
     return f"GPU-fake-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
 
 
-def _is_device(path: Path, minor: int) -> bool:
-    try:
-        st = path.lstat()
-    except FileNotFoundError:
-        return False
-    return stat.S_ISCHR(st.st_mode) and st.st_rdev == os.makedev(NVIDIA_MAJOR, minor)
-
-
 def ensure_device_node(path: Path, minor: int, *, mknod: MknodFn = os.mknod) -> None:
-    """Make ``path`` a character device 195:``minor``, keeping a correct one as it is.
+    """Make ``path`` the NVIDIA character device 195:``minor``, keeping a correct one as it is."""
+    ensure_char_device(path, NVIDIA_MAJOR, minor, mknod=mknod)
 
-    ``mknod`` is the seam tests use to play an unprivileged user.
-    """
-    if _is_device(path, minor):
-        return
-    if path.is_dir() and not path.is_symlink():
-        raise InventoryError(f"{path} is a directory; remove it so a fake GPU node can go there")
-    path.unlink(missing_ok=True)  # wrong numbers, a plain file or a stale link
-    try:
-        mknod(path, 0o666 | stat.S_IFCHR, os.makedev(NVIDIA_MAJOR, minor))
-    except PermissionError as err:
-        # EPERM: not root, or root in a user namespace (rootless podman), where the
-        # kernel refuses device nodes whatever the capabilities say.
-        raise InventoryError(
-            f"fake GPUs need root (CAP_MKNOD) to create device node {path}: {err.strerror}; "
-            f"run as root or unset {ENV_VAR}"
-        ) from err
-    except OSError as err:
-        raise InventoryError(f"cannot create fake GPU node {path}: {err}") from err
-    # mknod applies the umask; containers open these read-write, as with real nodes.
-    os.chmod(path, 0o666)
+
+def _nvidia(key: str, model: GpuModel, entry: FakeEntry, index: int, minor: int, dev_dir: Path) -> Gpu:
+    path = dev_dir / f"nvidia{minor}"
+    ensure_device_node(path, minor)
+    uuid = fake_uuid(key, index)
+    mig = make_mig_devices(uuid, minor, model, entry.mig, dev_dir) if entry.mig else ()
+    return Gpu(
+        index=index,
+        uuid=uuid,
+        model=model.product,
+        memory_bytes=model.memory_bytes,
+        compute_capability=model.compute_capability,
+        device_id=model.device_id,
+        mig=mig,
+        mig_enabled=bool(entry.mig),
+        driver_version="fake",
+        device_path=str(path),
+        minor=minor,
+        fake=True,
+    )
+
+
+def _drm(key: str, model: GpuModel, index: int, k: int, dev_dir: Path) -> Gpu:
+    render, card = make_dri_nodes(dev_dir, k)
+    return Gpu(
+        index=index,
+        uuid=fake_uuid(key, index),
+        model=model.product,
+        memory_bytes=model.memory_bytes,
+        vendor="amd" if model.vendor == "amd" else "intel",
+        architecture=model.architecture,
+        device_id=model.device_id,
+        rocm_version="fake" if model.vendor == "amd" else None,
+        render_path=render,
+        card_path=card,
+        driver_version="fake",
+        device_path=render,
+        minor=int(render.rsplit("renderD", 1)[1]),
+        fake=True,
+    )
 
 
 def make_fake_gpus(spec: str, dev_dir: Path, *, cpus: int | None = None) -> tuple[list[Gpu], list[str]]:
     """Fake GPUs for ``spec`` with device nodes under ``dev_dir``.
 
-    Returns the GPUs (index and minor in spec order) and the control device paths.
-    Safe to call again: nodes that already have the right numbers are kept.  Each GPU
-    gets a made-up PCI bus id; those of an entry with a topology word also get a NUMA
-    node and the CPU affinity of their half of ``cpus`` (this host's CPU count when
-    None).  ``fake_links(spec)`` says how they are connected.
+    Returns the GPUs (index in spec order, across vendors) and the control device paths
+    (``nvidiactl`` when there is an NVIDIA GPU, ``kfd`` when there is an AMD one).  Safe
+    to call again: nodes that already have the right numbers are kept.  Each GPU gets a
+    made-up PCI bus id; those of an entry with a topology word also get a NUMA node and
+    the CPU affinity of their half of ``cpus`` (this host's CPU count when None).
+    ``fake_links(spec)`` says how they are connected.
     """
     entries = parse_fake_entries(spec)
     places = entry_placements(entries, (os.cpu_count() or 1) if cpus is None else cpus)
     dev_dir.mkdir(parents=True, exist_ok=True)
     gpus: list[Gpu] = []
+    nvidia = drm = 0
     for entry in entries:
         model = KNOWN_MODELS[entry.model]
         for _ in range(entry.count):
             index = len(gpus)
+            if model.vendor == "nvidia":
+                gpu = _nvidia(entry.model, model, entry, index, nvidia, dev_dir)
+                nvidia += 1
+            else:
+                gpu = _drm(entry.model, model, index, drm, dev_dir)
+                drm += 1
             place = places[index]
-            path = dev_dir / f"nvidia{index}"
-            ensure_device_node(path, index)
             gpus.append(
-                Gpu(
-                    index=index,
-                    uuid=fake_uuid(entry.model, index),
-                    model=model.product,
-                    memory_bytes=model.memory_bytes,
-                    compute_capability=model.compute_capability,
-                    driver_version="fake",
-                    device_path=str(path),
-                    minor=index,
-                    fake=True,
-                    pci_bus_id=place.pci_bus_id,
-                    numa_node=place.numa_node,
-                    cpu_affinity=place.cpu_affinity,
+                gpu.model_copy(
+                    update={
+                        "pci_bus_id": place.pci_bus_id,
+                        "numa_node": place.numa_node,
+                        "cpu_affinity": place.cpu_affinity,
+                    }
                 )
             )
-    control = dev_dir / "nvidiactl"
-    if gpus:
-        ensure_device_node(control, NVIDIACTL_MINOR)
-    return gpus, [str(control)] if gpus else []
+    control: list[str] = []
+    if nvidia:
+        ensure_device_node(dev_dir / "nvidiactl", NVIDIACTL_MINOR)
+        control.append(str(dev_dir / "nvidiactl"))
+    if any(g.vendor == "amd" for g in gpus):
+        control.append(make_kfd(dev_dir))
+    return gpus, control

@@ -18,6 +18,27 @@ import pynvml
 
 
 @dataclass(frozen=True)
+class FakeMigDevice:
+    """One MIG device of a ``FakeNvmlDevice``, in slot ``slot`` of its GPU."""
+
+    slot: int
+    uuid: str = "MIG-5a7b9c1d-2e3f-5a6b-8c9d-0e1f2a3b4c5d"
+    name: str = "NVIDIA A100-SXM4-40GB MIG 1g.5gb"
+    memory_bytes: int = 4864 * 1024 * 1024
+    gpu_instance: int = 7
+    compute_instance: int = 0
+    slice_count: int = 1  # nvmlDeviceGetAttributes' gpuInstanceSliceCount
+
+
+@dataclass(frozen=True)
+class FakeMigAttributes:
+    """The shape of pynvml's ``c_nvmlDeviceAttributes_t`` (two fields read)."""
+
+    gpuInstanceSliceCount: int  # pynvml's field names
+    memorySizeMB: int
+
+
+@dataclass(frozen=True)
 class FakeNvmlDevice:
     """One device as NVML would report it."""
 
@@ -32,6 +53,8 @@ class FakeNvmlDevice:
     cpu_affinity: tuple[int, ...] | None = None  # nvmlDeviceGetCpuAffinity's 64-bit mask words
     nvlinks: tuple[str, ...] = ()  # link i is active and reaches the device with bus id nvlinks[i]
     # "" at position i: link i exists but is down
+    mig_mode: int | None = None  # nvmlDeviceGetMigMode's current mode (1 on); None: NotSupported
+    mig: tuple[FakeMigDevice, ...] = ()  # its MIG devices when mig_mode is 1
 
 
 @dataclass(frozen=True)
@@ -110,15 +133,44 @@ class FakeNvml:
             raise pynvml.NVMLError_InvalidArgument()
         return self.devices[index]
 
-    def nvmlDeviceGetName(self, handle: FakeNvmlDevice) -> str | bytes:
+    def nvmlDeviceGetMigMode(self, handle: FakeNvmlDevice) -> list[int]:
+        self._call("nvmlDeviceGetMigMode")
+        if handle.mig_mode is None:
+            raise pynvml.NVMLError_NotSupported()
+        return [handle.mig_mode, handle.mig_mode]  # [current, pending]
+
+    def nvmlDeviceGetMaxMigDeviceCount(self, handle: FakeNvmlDevice) -> int:
+        self._call("nvmlDeviceGetMaxMigDeviceCount")
+        return 7
+
+    def nvmlDeviceGetMigDeviceHandleByIndex(self, handle: FakeNvmlDevice, index: int) -> FakeMigDevice:
+        self._call("nvmlDeviceGetMigDeviceHandleByIndex")
+        found = next((m for m in handle.mig if m.slot == index), None)
+        if found is None:
+            raise pynvml.NVMLError_NotFound()
+        return found
+
+    def nvmlDeviceGetGpuInstanceId(self, handle: FakeMigDevice) -> int:
+        self._call("nvmlDeviceGetGpuInstanceId")
+        return handle.gpu_instance
+
+    def nvmlDeviceGetComputeInstanceId(self, handle: FakeMigDevice) -> int:
+        self._call("nvmlDeviceGetComputeInstanceId")
+        return handle.compute_instance
+
+    def nvmlDeviceGetAttributes(self, handle: FakeMigDevice) -> FakeMigAttributes:
+        self._call("nvmlDeviceGetAttributes")
+        return FakeMigAttributes(handle.slice_count, handle.memory_bytes // (1024 * 1024))
+
+    def nvmlDeviceGetName(self, handle: FakeNvmlDevice | FakeMigDevice) -> str | bytes:
         self._call("nvmlDeviceGetName")
         return self._text(handle.name)
 
-    def nvmlDeviceGetUUID(self, handle: FakeNvmlDevice) -> str | bytes:
+    def nvmlDeviceGetUUID(self, handle: FakeNvmlDevice | FakeMigDevice) -> str | bytes:
         self._call("nvmlDeviceGetUUID")
         return self._text(handle.uuid)
 
-    def nvmlDeviceGetMemoryInfo(self, handle: FakeNvmlDevice) -> FakeMemoryInfo:
+    def nvmlDeviceGetMemoryInfo(self, handle: FakeNvmlDevice | FakeMigDevice) -> FakeMemoryInfo:
         self._call("nvmlDeviceGetMemoryInfo")
         return FakeMemoryInfo(total=handle.memory_bytes, free=handle.memory_bytes)
 

@@ -188,7 +188,9 @@ class Node(BaseModel):
     cpu: Cpu
     memory_bytes: int = Field(ge=0)
     gpus: tuple[Gpu, ...] = ()
-    gpu_source: str = Field(default="none", description="nvml, procfs, fake or none")
+    gpu_source: str = Field(
+        default="none", description="nvml, procfs, fake or none; kfd (AMD) and drm (Intel) joined with commas"
+    )
     control_devices: tuple[str, ...] = Field(
         default=(), description="nvidiactl, nvidia-uvm and friends present on the host"
     )
@@ -199,6 +201,9 @@ class Node(BaseModel):
     )
     gpu_sharing: GpuSharing = Field(
         default_factory=GpuSharing, description="how each GPU is shared (HETFLOW_GPU_SHARING; a cluster file's sharing)"
+    )
+    probe_notes: tuple[str, ...] = Field(
+        default=(), description="what discovery could not read (a probe that failed says so here, never raises)"
     )
 
     def _pair(self, a: int, b: int) -> GpuLink | None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hetflow.inventory.models import Gpu, GpuLink, LinkKind
+from hetflow.inventory.nvmlmig import probe_mig
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +49,7 @@ def _device(nvml: Any, index: int, driver: str, cuda: str | None, topo: _Topolog
     major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
     minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
     bus_id = topo.bus_id(handle)
+    mig_enabled, mig = probe_mig(nvml, handle, minor, topo.errors)
     return Gpu(
         index=index,
         uuid=_text(nvml.nvmlDeviceGetUUID(handle)),
@@ -61,6 +63,8 @@ def _device(nvml: Any, index: int, driver: str, cuda: str | None, topo: _Topolog
         pci_bus_id=bus_id,
         numa_node=topo.numa_node(handle, bus_id),
         cpu_affinity=topo.cpu_affinity(handle, bus_id),
+        mig=mig,
+        mig_enabled=mig_enabled,
     )
 
 

@@ -94,6 +94,7 @@ def _gpus(p: Profile) -> tuple[Gpu, ...]:
     model = KNOWN_MODELS[p.gpu_model]
     places = entry_placements(_entries(p), p.cores)
     known = p.gpu_topology is not None
+    nvidia = model.vendor == "nvidia"
     return tuple(
         Gpu(
             index=i,
@@ -101,10 +102,15 @@ def _gpus(p: Profile) -> tuple[Gpu, ...]:
             model=model.product,
             memory_bytes=model.memory_bytes,
             compute_capability=model.compute_capability,
+            vendor="amd" if model.vendor == "amd" else "intel" if model.vendor == "intel" else "nvidia",
+            architecture=model.architecture,
+            device_id=model.device_id,
+            render_path="" if nvidia else f"/dev/dri/renderD{128 + i}",
+            card_path="" if nvidia else f"/dev/dri/card{i}",
             driver_version=p.driver_version,
-            cuda_version=p.cuda_version,
-            device_path=f"/dev/nvidia{i}",
-            minor=i,
+            cuda_version=p.cuda_version if nvidia else None,
+            device_path=f"/dev/nvidia{i}" if nvidia else f"/dev/dri/renderD{128 + i}",
+            minor=i if nvidia else 128 + i,
             pci_bus_id=places[i].pci_bus_id if known else "",
             numa_node=places[i].numa_node,
             cpu_affinity=places[i].cpu_affinity,

@@ -1,5 +1,8 @@
 """``hetflow nodes``: a node as ``docker info`` plus ``nvidia-smi`` would show it, or as JSON;
-``--topo`` adds the GPU interconnect matrix of ``nvidia-smi topo -m``."""
+``--topo`` adds the GPU interconnect matrix of ``nvidia-smi topo -m``.  Below the GPU table,
+each vendor's GPUs are listed the way its own tool lists them (``vendor_listing``):
+NVIDIA as ``nvidia-smi -L`` (MIG instances included), AMD as ``amd-smi list``/``static``,
+Intel as ``xpu-smi discovery``."""
 
 from __future__ import annotations
 
@@ -48,9 +51,11 @@ def _summary(node: Node) -> Table:
         ("Total Memory", f"{_gib(node.memory_bytes):.2f} GiB"),
         ("Container engine", node.container_engine or "none found"),
         ("GPU source", node.gpu_source),
+        ("GPU sharing", sharing_text(node)),
     ]
     if node.control_devices:
         rows.append(("Control devices", ", ".join(node.control_devices)))
+    rows += [("Probe note", note) for note in node.probe_notes]
     for key, value in rows:
         grid.add_row(f"{key}:", value)
     return grid
@@ -66,6 +71,77 @@ def _features(node: Node) -> Text:
 def _memory(gpu: Gpu) -> str:
     # procfs cannot tell memory size and reports 0; nvidia-smi prints N/A for unknowns.
     return f"{gpu.memory_bytes // _MIB} MiB" if gpu.memory_bytes else "N/A"
+
+
+def _capability(gpu: Gpu) -> str:
+    """NVIDIA's compute capability, else the AMD gfx target or Intel family."""
+    if gpu.compute_capability and gpu.compute_capability != "0.0":
+        return gpu.compute_capability
+    return gpu.architecture or "N/A"
+
+
+def sharing_text(node: Node) -> str:
+    """``exclusive``, ``time-slicing x4 (slowdown 0.966 per extra tenant)``, ``mps x4 (10.00 GiB each)``."""
+    sharing = node.gpu_sharing
+    text = sharing.describe()
+    if sharing.mode == "time-slicing":
+        text += f" (slowdown {sharing.resolved_slowdown:g} per extra tenant)"
+    elif sharing.mode == "mps" and sharing.mps_memory_limit is not None:
+        text += f" ({_gib(sharing.mps_memory_limit):.2f} GiB each)"
+    return text
+
+
+def _nvidia_lines(gpu: Gpu) -> list[str]:
+    lines = [f"GPU {gpu.index}: {gpu.model} (UUID: {gpu.uuid})"]
+    lines += [f"  MIG {m.profile} Device {m.index}: (UUID: {m.uuid})" for m in gpu.mig]
+    return lines
+
+
+def _amd_lines(gpu: Gpu) -> list[str]:
+    return [
+        f"GPU: {gpu.index}",
+        f"    BDF: {gpu.pci_bus_id or UNKNOWN}",
+        f"    UUID: {gpu.uuid}",
+        f"    MARKET_NAME: {gpu.model}",
+        f"    DEVICE_ID: {gpu.device_id or UNKNOWN}",
+        f"    TARGET_GRAPHICS_VERSION: {gpu.architecture or UNKNOWN}",
+        f"    VRAM_SIZE: {_memory(gpu)}",
+        f"    RENDER: {gpu.render_path or UNKNOWN}  CARD: {gpu.card_path or UNKNOWN}",
+        f"    DRIVER: {gpu.driver_version}  ROCM: {gpu.rocm_version or UNKNOWN}",
+    ]
+
+
+def _intel_lines(gpu: Gpu) -> list[str]:
+    return [
+        f"Device ID: {gpu.index}",
+        f"    Device Name: {gpu.model}",
+        f"    PCI Device ID: {gpu.device_id or UNKNOWN}",
+        f"    Family: {gpu.architecture or UNKNOWN}",
+        f"    Memory Physical Size: {_memory(gpu)}",
+        f"    PCI BDF Address: {gpu.pci_bus_id or UNKNOWN}",
+        f"    DRM Device: {gpu.card_path or UNKNOWN}, {gpu.render_path or UNKNOWN}",
+        f"    Driver: {gpu.driver_version}",
+    ]
+
+
+_TOOLS = {"nvidia": "nvidia-smi -L", "amd": "amd-smi list/static", "intel": "xpu-smi discovery"}
+_LINES = {"nvidia": _nvidia_lines, "amd": _amd_lines, "intel": _intel_lines}
+
+
+def vendor_listing(node: Node) -> list[str]:
+    """Each vendor's GPUs as its own tool lists them, one block per vendor present, in
+    the order NVIDIA, AMD, Intel; a block's header names the tool and says FAKE when the
+    GPUs are made up."""
+    lines: list[str] = []
+    for vendor, tool in _TOOLS.items():
+        gpus = [g for g in node.gpus if g.vendor == vendor]
+        if not gpus:
+            continue
+        fake = " (FAKE: made up by HETFLOW_FAKE_GPUS)" if any(g.fake for g in gpus) else ""
+        lines += ["", f"{vendor.upper()} GPUs, as {tool}{fake}:"]
+        for gpu in gpus:
+            lines += _LINES[vendor](gpu)
+    return lines
 
 
 def _gpu_table(node: Node) -> Table:
@@ -88,7 +164,7 @@ def _gpu_table(node: Node) -> Table:
             gpu.model,
             gpu.uuid,
             _memory(gpu),
-            "N/A" if gpu.compute_capability == "0.0" else gpu.compute_capability,
+            _capability(gpu),
             gpu.driver_version + (f" (CUDA {gpu.cuda_version})" if gpu.cuda_version else ""),
             gpu.device_path,
             "FAKE" if gpu.fake else "no",
@@ -143,6 +219,7 @@ def render_node(node: Node, *, topo: bool = False) -> RenderableType:
     parts: list[RenderableType] = [_summary(node), _features(node), Text()]
     if node.gpus:
         parts.append(_gpu_table(node))
+        parts.append(Text("\n".join(vendor_listing(node))))
         if topo:
             parts += [Text(), render_topology(node)]
     else:
