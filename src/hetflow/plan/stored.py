@@ -13,7 +13,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from hetflow.plan.instance import MachineClass, Placement, Plan
+from hetflow.inventory import GpuSharing
+from hetflow.plan.instance import GpuKind, MachineClass, Placement, Plan
 
 T = TypeVar("T")
 
@@ -31,11 +32,21 @@ def _build(cls: type[T], data: Mapping[str, Any]) -> T:
 
 
 def machine_class_to_dict(c: MachineClass) -> dict[str, Any]:
-    return dataclasses.asdict(c)
+    data = dataclasses.asdict(c)
+    data["gpu_sharing"] = c.gpu_sharing.model_dump(mode="json")
+    return data
 
 
 def machine_class_from_dict(data: Mapping[str, Any]) -> MachineClass:
-    return _build(MachineClass, data)
+    fields = dict(data)
+    sharing = fields.pop("gpu_sharing", None)
+    kinds = fields.pop("gpu_kinds", None) or ()
+    built = _build(MachineClass, fields)
+    return dataclasses.replace(
+        built,
+        gpu_sharing=GpuSharing.model_validate(sharing) if isinstance(sharing, Mapping) else GpuSharing(),
+        gpu_kinds=tuple(_build(GpuKind, k) for k in kinds if isinstance(k, Mapping)),
+    )
 
 
 def placement_to_dict(p: Placement) -> dict[str, Any]:
