@@ -11,8 +11,7 @@ import pytest
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
-from hetflow.execute.backends.ray import RayNode, accelerator_type, task_request, with_gpus
-from hetflow.execute.backends.ray.translate import with_vendor
+from hetflow.execute.backends.ray import RayNode, accelerator_type, task_request, with_gpus, with_vendor
 from hetflow.execute.engine import ContainerSpec
 from hetflow.spec import GpuRequest
 
