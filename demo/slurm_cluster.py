@@ -22,6 +22,7 @@ import os
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -48,6 +49,14 @@ class FakeNode:
     cpus: int = 2
     memory_mb: int = 4000
     features: tuple[str, ...] = ()
+    # Sharing gres on every NVIDIA GPU of the node (gres.conf Count= per File=): ``shards``
+    # per GPU (gres/shard: time-slicing) or ``mps`` per GPU (gres/mps: 100 by Slurm's convention).
+    shards: int = 0
+    mps: int = 0
+    # AMD or Intel GPUs, as their DRM render nodes: "mi250x:2" with ``drm_vendor`` amd (then
+    # BASE/dev/NODE/kfd too) or intel; gres type from the model, File= .../dri/renderD128...
+    drm: str = ""
+    drm_vendor: str = ""
 
 
 DEFAULT_NODES = (
@@ -110,7 +119,7 @@ def slurm_conf(base: Path, nodes: Sequence[FakeNode], ports: Mapping[str, int]) 
         f"SlurmdLogFile={base / 'log' / 'slurmd-%n.log'}",
         # no cgroups here: processes tracked through /proc, no task binding
         "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none",
-        "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core_Memory\nGresTypes=gpu",
+        "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core_Memory\nGresTypes=gpu,shard,mps",
         "MpiDefault=none\nJobAcctGatherType=jobacct_gather/none",
         # No slurmdbd: sacct cannot answer; a human-readable record of ended jobs goes here.
         "AccountingStorageType=accounting_storage/none",
@@ -126,7 +135,13 @@ def slurm_conf(base: Path, nodes: Sequence[FakeNode], ports: Mapping[str, int]) 
         "DefMemPerCPU=100",
     ]
     for n in nodes:
-        gres = ",".join(f"gpu:{model}:{count}" for model, count in _gpu_types(n))
+        types = _gpu_types(n) + _drm_types(n)
+        nvidia = sum(count for _, count in _gpu_types(n))
+        gres = ",".join(
+            [f"gpu:{model}:{count}" for model, count in types]
+            + ([f"shard:{n.shards * nvidia}"] if n.shards and nvidia else [])
+            + ([f"mps:{n.mps * nvidia}"] if n.mps and nvidia else [])
+        )
         lines.append(
             f"NodeName={n.name} NodeHostname=localhost NodeAddr=127.0.0.1 Port={ports[n.name]} "
             f"CPUs={n.cpus} RealMemory={n.memory_mb}"
@@ -149,7 +164,38 @@ def gres_conf(base: Path, nodes: Sequence[FakeNode]) -> str:
             files = base / "dev" / n.name / (f"nvidia{index}" if count == 1 else f"nvidia[{index}-{last}]")
             lines.append(f"NodeName={n.name} Name=gpu Type={model} File={files}")
             index += count
+        # a shared GPU: Count= shard / mps gres on each GPU's own File= (gres.conf(5))
+        for gpu in range(index):
+            for name, count in (("shard", n.shards), ("mps", n.mps)):
+                if count:
+                    gpu_file = base / "dev" / n.name / f"nvidia{gpu}"
+                    lines.append(f"NodeName={n.name} Name={name} Count={count} File={gpu_file}")
+        minor = 128
+        for model, count in _drm_types(n):
+            dri = base / "dev" / n.name / "dri"
+            files = dri / (f"renderD{minor}" if count == 1 else f"renderD[{minor}-{minor + count - 1}]")
+            lines.append(f"NodeName={n.name} Name=gpu Type={model} File={files}")
+            minor += count
     return "\n".join(lines) + "\n"
+
+
+def _drm_types(node: FakeNode) -> list[tuple[str, int]]:
+    """The node's AMD or Intel (gres type, count): its ``drm`` spec."""
+    return [(model, int(count)) for model, _, count in (p.partition(":") for p in node.drm.split(",") if p)]
+
+
+def make_drm_gpus(node: FakeNode, folder: Path) -> None:
+    """Fake AMD/Intel GPUs: DRM render nodes (char 226, minors 128...) under ``folder/dri``
+    and, for AMD, ``folder/kfd`` (mknod'd; no driver behind them)."""
+    dri = folder / "dri"
+    dri.mkdir(parents=True, exist_ok=True)
+    total = sum(count for _, count in _drm_types(node))
+    for i in range(total):
+        path = dri / f"renderD{128 + i}"
+        if not path.exists():
+            os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(226, 128 + i))
+    if node.drm_vendor == "amd" and not (folder / "kfd").exists():
+        os.mknod(folder / "kfd", 0o666 | stat.S_IFCHR, os.makedev(238, 0))
 
 
 def _gpu_types(node: FakeNode) -> list[tuple[str, int]]:
@@ -245,6 +291,8 @@ def start_cluster(base: Path, nodes: Sequence[FakeNode] = DEFAULT_NODES, *, time
     for n in nodes:
         if n.gpus:
             make_fake_gpus(n.gpus, base / "dev" / n.name)
+        if n.drm:
+            make_drm_gpus(n, base / "dev" / n.name)
     ports = {"slurmctld": _free_port(), **{n.name: _free_port() for n in nodes}}
     conf = base / "etc" / "slurm.conf"
     conf.write_text(slurm_conf(base, nodes, ports))

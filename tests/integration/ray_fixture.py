@@ -14,6 +14,13 @@ several nodes of ONE type (the planner places a gang on one node type):
     gang-w1    2 CPUs, 2 fake T4s (nvidia0-1)     node type gang-t4, named by a label
     gang-w2    2 CPUs, 2 fake T4s (nvidia0-1)     node type gang-t4, named by a label
 
+``ray_acc_cluster`` is one for shared and non-NVIDIA GPUs:
+
+    acc-head   the head: 2 CPUs, no GPU           node type acc-head
+    acc-a100   2 CPUs, 1 fake A100 (nvidia0)      node type gpu.a100, and {"mig-1g.10gb": 2}
+    acc-amd    2 CPUs, 2 fake MI250X              accelerator_type:AMD-Instinct-MI250X and
+               (dri/renderD128-129, kfd)          {"gpu_vendor:amd": 1}, as Ray names AMD GPUs
+
 To Ray a GPU is a number; the device nodes are mknod'd fakes (make_fake_gpus), one folder
 per node (``DEVS/{node}``), so a container gets real character devices and these tests
 prove isolation, not GPU computation.  Starting Ray takes seconds: one cluster per module.
@@ -30,6 +37,7 @@ from typing import Any
 import pytest
 import ray
 from demo.images import build_tiny_image
+from demo.slurm_cluster import FakeNode, make_drm_gpus
 from ray.cluster_utils import Cluster
 
 from hetflow.execute.backends.ray import NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RaySettings
@@ -47,6 +55,13 @@ GANG_NODES = (
     ("gang-w1", 2, 2, "t4", "T4", "gang-t4"),
     ("gang-w2", 2, 2, "t4", "T4", "gang-t4"),
 )
+ACC_NODES = (
+    ("acc-head", 2, 0, None, None, "acc-head"),
+    ("acc-a100", 2, 1, "a100", "A100", "gpu.a100"),
+    ("acc-amd", 2, 2, "amd:mi250x", "AMD-Instinct-MI250X", "gpu.mi250x"),
+)
+# more custom resources a node declares: its MIG instances, its GPU vendor
+EXTRA_RESOURCES = {"acc-a100": {"mig-1g.10gb": 2.0}, "acc-amd": {"gpu_vendor:amd": 1.0}}
 Node = tuple[str, int, int, str | None, str | None, str]
 
 
@@ -64,7 +79,7 @@ class RayCluster:
 def _node_args(
     name: str, cpus: int, gpus: int, model: str | None, accel: str | None, ntype: str, head: bool
 ) -> dict[str, Any]:
-    resources = {NODE_TYPE_RESOURCE + ntype: 1.0}
+    resources = {NODE_TYPE_RESOURCE + ntype: 1.0, **EXTRA_RESOURCES.get(name, {})}
     if accel:
         resources[f"accelerator_type:{accel}"] = float(gpus)
     args: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus, "resources": resources}
@@ -87,6 +102,11 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
 
 
 @pytest.fixture(scope="module")
+def ray_acc_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    yield from _cluster(tmp_path_factory, ACC_NODES)
+
+
+@pytest.fixture(scope="module")
 def ray_gang_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
     yield from _cluster(tmp_path_factory, GANG_NODES)
 
@@ -96,7 +116,9 @@ def _cluster(tmp_path_factory: pytest.TempPathFactory, nodes: tuple[Node, ...]) 
     devs = tmp_path_factory.mktemp("raydevs")
     for name, _, gpus, model, _, _ in nodes:
         (devs / name).mkdir()
-        if gpus:
+        if gpus and model and model.startswith("amd:"):  # render nodes and kfd (demo.slurm_cluster)
+            make_drm_gpus(FakeNode(name, drm=f"{model[4:]}:{gpus}", drm_vendor="amd"), devs / name)
+        elif gpus:
             make_fake_gpus(f"{model}:{gpus}", devs / name)
     head, *others = nodes
     client_port = _free_port()

@@ -232,10 +232,13 @@ def test_gpu_step(case: GpuCase) -> None:
     assert c["resources"]["limits"]["nvidia.com/gpu"] == case.limit
     assert "nvidia.com/gpu" not in c["resources"]["requests"]  # extended resources: the limit is the request
     assert "NVIDIA_VISIBLE_DEVICES" not in env_of(c)  # the device plugin sets it
-    gfd = [[e for e in t if e[0].startswith("nvidia.com/gpu.") and e[0] != "nvidia.com/gpu.product"] for t in terms(j)]
+    shown = ("nvidia.com/gpu.product", "nvidia.com/gpu.sharing-strategy")
+    gfd = [[e for e in t if e[0].startswith("nvidia.com/gpu.") and e[0] not in shown] for t in terms(j)]
     assert gfd == case.constraint_terms
     for t in terms(j):  # every term pins the planned class's GPU product and CPU
         assert ("nvidia.com/gpu.product", "In", ("Tesla-T4", "Tesla-T4-SHARED")) in t
+        # whole GPUs: not a node whose device plugin hands out time-sliced or MPS replicas
+        assert ("nvidia.com/gpu.sharing-strategy", "NotIn", ("time-slicing", "mps")) in t
         assert ("kubernetes.io/arch", "In", ("amd64",)) in t
         assert ("feature.node.kubernetes.io/cpu-cpuid.AVX512F", "In", ("true",)) in t
     assert pod(j)["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]

@@ -164,6 +164,7 @@ class Launcher:
             ranks=ranks,
             gang=step.gang if step.replicas > 1 else None,
             nodes=where.nodes,
+            gpu_request=variant.gpu_request if variant.uses_gpu else None,
         )
         act = Active(name, attempt, container, variant.resources.cpus * n, variant.resources.memory * n, uuids, why=why)
         active[name] = act

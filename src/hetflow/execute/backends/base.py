@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from hetflow.execute.engine import ContainerSpec, Usage
-from hetflow.spec import Gang
+from hetflow.inventory import GpuSharing
+from hetflow.spec import Gang, GpuRequest
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,13 @@ class Job:
     # placement group); None for a step of one container.
     gang: Gang | None = None
     nodes: int = 1  # a gang: the nodes the plan spreads it over (Slurm --nodes)
+    # The step's accelerator request (vendor, a share of one GPU, a MIG instance): what a
+    # cluster engine is asked for beyond ``gpus`` (Slurm shard/mps/MIG gres, Ray fractional
+    # num_gpus and vendor/MIG resources).  None: ``gpus`` whole NVIDIA GPUs (or none).
+    gpu_request: GpuRequest | None = None
+    # How the planned node class shares its GPUs (time-slicing or MPS for a share); None:
+    # unknown, the backend's settings decide (Slurm ``share_gres``).
+    gpu_sharing: GpuSharing | None = None
 
 
 @dataclass(frozen=True)

@@ -9,13 +9,13 @@ from collections.abc import Iterable, Mapping
 
 from hetflow.errors import HetflowError
 from hetflow.execute import LABEL_RUN, LABEL_STEP, container_env, input_mounts
+from hetflow.export.kubernetes._accel import gpu_limits, tolerated
 from hetflow.export.kubernetes._common import (
     ANNOTATION_IMAGE,
     ANNOTATION_PLAN,
     ANNOTATION_REASONS,
     DEFAULT_TOOLS_IMAGE,
     DNS_LABEL_RE,
-    GPU_RESOURCE,
     LABEL_CLASS,
     LABEL_NETWORK,
     LABEL_VARIANT,
@@ -186,7 +186,7 @@ def _step_job(
         "enableServiceLinks": False,  # the environment is exactly the step's
         "securityContext": pod_security(ctx),
         "initContainers": [_clean_container(ctx, name)],
-        "containers": [_step_container(ctx, name, step, variant, image)],
+        "containers": [_step_container(ctx, name, step, variant, image, cls)],
         "volumes": run_volumes(ctx),
         "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": node_affinity(variant, cls)}},
     }
@@ -195,7 +195,10 @@ def _step_job(
     if cls.gpus:
         # GPU nodes are commonly tainted nvidia.com/gpu:NoSchedule (GKE, AKS, the GPU
         # operator's guides); the plan put this step on one, so it tolerates that.
-        pod["tolerations"] = [{"key": GPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}]
+        # AMD and Intel GPU nodes likewise by their plugin's resource name.
+        pod["tolerations"] = [
+            {"key": tolerated(variant.gpu_request, cls), "operator": "Exists", "effect": "NoSchedule"}
+        ]
     pod_labels = {**labels, LABEL_NETWORK: "allowed" if step.network else "none"}
     return {
         "apiVersion": "batch/v1",
@@ -212,14 +215,14 @@ def _step_job(
     }
 
 
-def _step_container(ctx: Context, name: str, step: Step, variant: Variant, image: str) -> Obj:
+def _step_container(ctx: Context, name: str, step: Step, variant: Variant, image: str, cls: MachineClass) -> Obj:
     res = variant.resources
     requests = {"cpu": _cpu_quantity(res.cpus), "memory": _memory_quantity(res.memory)}
     limits = dict(requests)  # as the local runner's --cpus/--memory: a hard cap
     gpu_env: dict[str, str] = {"HETFLOW_RUN_ID": ctx.run_id, "HETFLOW_STEP": name}
-    if res.gpus:
-        limits[GPU_RESOURCE] = str(res.gpus)  # the device plugin sets NVIDIA_VISIBLE_DEVICES
-    else:
+    gpus = gpu_limits(variant.gpu_request, cls)  # nvidia.com/gpu, mig-<profile>, amd.com/gpu, ... (_accel)
+    limits |= gpus
+    if not any(k.startswith("nvidia.com/") for k in gpus):  # the device plugin sets NVIDIA_VISIBLE_DEVICES
         # As gpu.py does for CPU steps: a CUDA base image's NVIDIA_VISIBLE_DEVICES=all
         # must not hand every GPU of the node to a step that asked for none.
         gpu_env["NVIDIA_VISIBLE_DEVICES"] = "void"

@@ -7,6 +7,7 @@ import math
 
 import archspec.cpu
 
+from hetflow.export.kubernetes._accel import gpu_expressions
 from hetflow.export.kubernetes._common import (
     ARCH_LABEL,
     GFD_CC_MAJOR,
@@ -53,14 +54,15 @@ def node_affinity(variant: Variant, cls: MachineClass) -> Obj:
     minor >= m; every other requirement is repeated in both."""
     base = cpu_expressions(cls.microarchitecture)
     base += [{"key": k, "operator": "In", "values": [v]} for k, v in cls.labels]
+    req = variant.gpu_request
+    nvidia = cls.gpu_vendor == "nvidia" and req.kind != "mig"  # GFD's memory and CC labels apply
     if cls.gpus:
-        product = gfd_product(cls.gpu_model)
-        base.append({"key": GFD_PRODUCT, "operator": "In", "values": [product, f"{product}-SHARED"]})
+        base += gpu_expressions(req, cls)  # product, sharing, MIG layout; AMD/Intel labels (_accel)
     else:
         # The plan kept this step off GPU nodes: GFD runs on (and labels) GPU nodes only.
         base.append({"key": GFD_PRODUCT, "operator": "DoesNotExist"})
     terms: list[list[Obj]] = [[]]
-    if variant.uses_gpu and variant.gpu is not None:
+    if nvidia and variant.uses_gpu and variant.gpu is not None:
         if variant.gpu.min_memory > 0:
             mib = math.ceil(variant.gpu.min_memory / 1024**2)
             base.append({"key": GFD_MEMORY, "operator": "Gt", "values": [str(mib - 1)]})

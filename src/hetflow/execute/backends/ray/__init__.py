@@ -24,22 +24,28 @@ from hetflow.execute.backends.ray.gangs import GangRequest, bundle, gang_request
 from hetflow.execute.backends.ray.keeper import RunKeeper
 from hetflow.execute.backends.ray.settings import NAMESPACE, RaySettings
 from hetflow.execute.backends.ray.translate import (
+    MIG_RESOURCE,
     NODE_LABEL,
     NODE_RESOURCE,
     NODE_TYPE_RESOURCE,
+    VENDOR_RESOURCE,
     RayNode,
     TaskRequest,
     accelerator_type,
+    gpu_resources,
     node_name,
     task_request,
     with_gpus,
+    with_vendor,
 )
 
 __all__ = [
+    "MIG_RESOURCE",
     "NAMESPACE",
     "NODE_LABEL",
     "NODE_RESOURCE",
     "NODE_TYPE_RESOURCE",
+    "VENDOR_RESOURCE",
     "GangRequest",
     "RayBackend",
     "RayNode",
@@ -50,6 +56,7 @@ __all__ = [
     "bundle",
     "foreground_argv",
     "gang_request",
+    "gpu_resources",
     "node_name",
     "ray_nodes",
     "replica_specs",
@@ -57,4 +64,5 @@ __all__ = [
     "strategy",
     "task_request",
     "with_gpus",
+    "with_vendor",
 ]

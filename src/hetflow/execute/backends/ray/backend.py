@@ -50,7 +50,7 @@ from hetflow.execute.backends.ray.container import _probe, ray_nodes
 from hetflow.execute.backends.ray.gangs import gang_request
 from hetflow.execute.backends.ray.keeper import _Keeper
 from hetflow.execute.backends.ray.settings import RaySettings
-from hetflow.execute.backends.ray.translate import MARKER, RayNode, node_name, task_request
+from hetflow.execute.backends.ray.translate import MARKER, RayNode, node_name, task_request, with_vendor
 from hetflow.execute.engine import CliEngine
 
 HEAD_RESOURCE = "node:__internal_head__"
@@ -229,7 +229,7 @@ class RayBackend:
             call: tuple[Any, ...] = ("submit_gang", job.name, job.ranks, job.gang, gang, s.device_dir, s.stop_timeout)
         else:
             req = task_request(job, self.nodes())
-            call = ("submit", job.name, job.container, req, s.device_dir, s.stop_timeout)
+            call = ("submit", job.name, with_vendor(job), req, s.device_dir, s.stop_timeout)
         for _ in range(2):  # the run's actor may have just ended for idleness: make a new one
             keeper = self._new_keeper(job.run_id)
             try:

@@ -37,13 +37,15 @@ task runs one replica's container on the host network with its share of the node
 the launch contract, and the batch script folds their exit codes into NAME.exit; the
 per-replica files (NAME.task.sh, NAME.r<RANK>.host/.exit/.err) are in ``gang``'s docstring.
 
-Modules: ``settings`` (SlurmSettings, gres types), ``translate`` (sbatch options and the
+Modules: ``settings`` (SlurmSettings, gres types), ``gres`` (a GPU request as gres: typed
+gpu, shard, mps, MIG profiles), ``translate`` (sbatch options and the
 batch script, pure), ``gang`` (a gang's allocation and scripts, pure), ``client`` (the
 commands), ``queue`` (squeue/scontrol/sacct parsing), ``cgroup`` (the job's cgroup for podman),
 ``jobfiles`` (the files above), ``backend`` (submit, poll, cancel, release).
 """
 
 from hetflow.execute.backends.slurm.backend import SlurmBackend
+from hetflow.execute.backends.slurm.gres import gres_args, mps_count, shard_count
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES
 from hetflow.execute.backends.slurm.settings import DEFAULT_GRES_TYPES, SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import job_script, sbatch_args
@@ -53,7 +55,10 @@ __all__ = [
     "DEFAULT_GRES_TYPES",
     "SlurmBackend",
     "SlurmSettings",
+    "gres_args",
     "gres_type",
     "job_script",
+    "mps_count",
     "sbatch_args",
+    "shard_count",
 ]

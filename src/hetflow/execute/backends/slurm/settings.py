@@ -8,13 +8,27 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hetflow.errors import UsageError
 from hetflow.execute.backends.common import flag, pairs, text
 from hetflow.execute.settings import Settings
 from hetflow.inventory import KNOWN_MODELS
 
 # GPU product names (what NVML reports, what a cluster file's gpu_model says) -> gres types,
 # as the fake models name them; a cluster's own names go in SlurmSettings.gres_types.
-DEFAULT_GRES_TYPES: Mapping[str, str] = {m.product: key for key, m in KNOWN_MODELS.items()}
+DEFAULT_GRES_TYPES: Mapping[str, str] = {
+    # AMD and Intel data-centre GPUs, by the product names amdsmi / the Intel driver report
+    # (AMD's gres types are what sites name them: gpu:mi250x, gpu:mi300x; Intel: gpu:max1550)
+    "AMD Instinct MI250X": "mi250x",
+    "AMD Instinct MI250": "mi250",
+    "AMD Instinct MI210": "mi210",
+    "AMD Instinct MI300X": "mi300x",
+    "AMD Instinct MI300A": "mi300a",
+    "Intel Data Center GPU Max 1550": "max1550",
+    "Intel Data Center GPU Max 1100": "max1100",
+    "Intel Data Center GPU Flex 170": "flex170",
+    **{m.product: key for key, m in KNOWN_MODELS.items()},
+}
+SHARE_GRES = ("shard", "mps")
 
 
 @dataclass(frozen=True)
@@ -39,6 +53,10 @@ class SlurmSettings:
     podman: str = "podman"  # the engine on the nodes
     containers_conf: str | None = None  # on the nodes; default a copy of hetflow's in workdir
     stop_timeout: int = 10  # podman stop -t on scancel; keep it under the cluster's KillWait
+    # A share of a GPU where the plan does not say how the node shares: gres/shard
+    # (time-slicing) or gres/mps; and the shards per GPU (gres.conf Name=shard Count=).
+    share_gres: str = "shard"
+    shards_per_gpu: int = 4
 
     @classmethod
     def from_backend(cls, settings: Settings) -> SlurmSettings:
@@ -53,7 +71,8 @@ class SlurmSettings:
             slurm: {partition: gpu, account: ml, gres_types: {"Tesla T4": t4},   # or "Tesla T4=t4,..."
                     gres_files: {node1: [/dev/nvidia2, /dev/nvidia3]},          # or "node1=/dev/a:/dev/b,..."
                     extra_args: "--time=60", use_features: true, device_dir: /dev, slurm_conf: ...,
-                    bin_dir: ..., podman: podman, containers_conf: ..., stop_timeout: 10, workdir: ...}
+                    bin_dir: ..., podman: podman, containers_conf: ..., stop_timeout: 10, workdir: ...,
+                    share_gres: shard, shards_per_gpu: 4}
 
         Job files go to ``slurm.workdir``, else to the shared ``workdir``'s ``slurm`` folder."""
         raw_files = m.get("gres_files")
@@ -82,7 +101,25 @@ class SlurmSettings:
             podman=text(m, "podman") or (engine if Path(engine).name == "podman" else "podman"),
             containers_conf=text(m, "containers_conf"),
             stop_timeout=int(text(m, "stop_timeout") or 10),
+            share_gres=_share_gres(text(m, "share_gres") or "shard"),
+            shards_per_gpu=_positive(text(m, "shards_per_gpu") or "4", "slurm.shards_per_gpu"),
         )
+
+
+def _share_gres(value: str) -> str:
+    if value not in SHARE_GRES:
+        raise UsageError(f"slurm.share_gres is {value!r}; give shard (time-slicing) or mps")
+    return value
+
+
+def _positive(value: str, name: str) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise UsageError(f"{name} is {value!r}; give a whole number of 1 or more (gres.conf Count= per GPU)")
+    return n
 
 
 def gres_type(model: str | None, overrides: Mapping[str, str]) -> str | None:

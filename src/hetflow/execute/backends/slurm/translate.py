@@ -19,7 +19,8 @@ from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
 from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.gang import gang_sbatch_args
-from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
+from hetflow.execute.backends.slurm.gres import gpu_vendor, gres_args, mps_env
+from hetflow.execute.backends.slurm.settings import SlurmSettings
 from hetflow.execute.engine import run_args
 
 
@@ -47,9 +48,7 @@ def sbatch_args(job: Job, settings: SlurmSettings, dependency_ids: Sequence[str]
             # --mem=0 would mean "all of the node's memory"
             f"--mem={max(1, math.ceil(job.memory / 2**20))}M",
         ]
-        if job.gpus:
-            kind = gres_type(job.gpu_model, settings.gres_types)
-            args.append(f"--gres=gpu:{kind}:{job.gpus}" if kind else f"--gpus={job.gpus}")
+        args += gres_args(job, settings)  # whole GPUs, a shard/mps share, a MIG instance (``gres``)
     if job.node:
         args.append(f"--nodelist={job.node}")
     if job.node_class and settings.use_features:
@@ -84,8 +83,9 @@ finish() {{ printf '%s %s\\n' "$1" "${{SLURM_JOB_ID:-}}" > "$exitf.$$" && mv -f 
 printf 'node=%s\\njob=%s\\ngpus=%s\\n' "$node" "${{SLURM_JOB_ID:-}}" "${{SLURM_JOB_GPUS:-}}" > "$jobdir/$name.start"
 
 gpu=()
-if [ -n "${{SLURM_JOB_GPUS:-}}" ]; then
-  IFS=, read -r -a given <<< "$SLURM_JOB_GPUS"
+slurm_gpus={gpu_list}
+if [ -n "$slurm_gpus" ]; then
+  IFS=, read -r -a given <<< "$slurm_gpus"
 {gpu_devices}fi
 
 # scancel sends SIGTERM to every process of the job (then SIGKILL after KillWait): stop the
@@ -125,6 +125,7 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
     if args[:2] != ["run", "-d"] or args[start] != spec.image:
         raise EngineError(f"unexpected podman arguments for {job.name}: {args[:2]} ... {args[start]}")
     q = shlex.quote
+    shared = job.gpu_request is not None and job.gpu_request.kind == "share"
     return _SCRIPT.format(
         name=q(job.name),
         run_id=job.run_id,
@@ -134,7 +135,10 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
         log=q(spec.log_path or os.devnull),
         jobdir=q(str(jobdir)),
         devdir=device_dir(settings),
-        gpu_devices=gpu_devices(settings, "finish"),
+        # a shard or mps job gets no SLURM_JOB_GPUS (Slurm 22.05): its GPU's index is in
+        # GPU_DEVICE_ORDINAL, which Slurm sets for every gres that names GPU files
+        gpu_list='"${SLURM_JOB_GPUS:-${GPU_DEVICE_ORDINAL:-}}"' if shared else '"${SLURM_JOB_GPUS:-}"',
+        gpu_devices=gpu_devices(settings, "finish", gpu_vendor(job), mps_env(job, settings)),
         stop_timeout=int(settings.stop_timeout),
         job_cgroup=JOB_CGROUP,
         options=" ".join(q(a) for a in args[2:start]),

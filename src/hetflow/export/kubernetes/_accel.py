@@ -1,0 +1,123 @@
+"""A step's accelerator request as Kubernetes device-plugin resources and the node labels
+the GPU labellers publish (pure functions over ``spec`` and ``plan`` values).
+
+Resources (container limits; extended resources are limits only):
+
+- NVIDIA whole GPUs: ``nvidia.com/gpu: N`` (NVIDIA k8s-device-plugin).
+- A share on a time-slicing class: ``nvidia.com/gpu: 1``, one *replica*.  The device plugin's
+  config ``sharing.timeSlicing.resources: [{name: nvidia.com/gpu, replicas: R}]`` advertises
+  R replicas per GPU, R being the class's ``gpu_sharing.replicas``; a pod asking for one gets
+  a turn on one GPU (with ``renameByDefault: true`` the resource is ``nvidia.com/gpu.shared``:
+  the export's ``shared_resource`` argument).  More than one replica would not be one GPU.
+- A share on an MPS class: ``nvidia.com/gpu: 1`` under ``sharing.mps`` (the plugin runs the
+  MPS control daemon and holds each replica to 1/R of the GPU's SMs and memory itself).
+- A MIG instance: ``nvidia.com/mig-<profile>: 1`` (``migStrategy: mixed``).
+- AMD: ``amd.com/gpu: N`` (ROCm k8s-device-plugin); Intel: ``gpu.intel.com/i915: N``
+  (intel-device-plugins-for-kubernetes; ``gpu.intel.com/xe`` on nodes with the xe driver).
+  Neither plugin time-slices: an AMD/Intel share asks for one whole device
+  (the Intel plugin's ``-shared-dev-num`` makes one device count as several).
+
+Node labels (node affinity ``matchExpressions``):
+
+- GPU Feature Discovery: ``nvidia.com/gpu.product`` (blanks as dashes, ``-SHARED`` suffix
+  under sharing), ``nvidia.com/gpu.sharing-strategy`` (none | time-slicing | mps),
+  ``nvidia.com/gpu.replicas``, ``nvidia.com/mig.strategy``, ``nvidia.com/mig-<profile>.count``.
+- AMD node labeller: ``amd.com/gpu.family`` (on every AMD GPU node), ``amd.com/gpu.product-name``
+  (blanks as underscores: AMD_Instinct_MI300X_OAM).
+- Intel (NFD rules shipped with the device plugin): ``intel.feature.node.kubernetes.io/gpu=true``
+  and, for data-centre GPUs, ``gpu.intel.com/product`` (Max_1550, Flex_170).
+"""
+
+from __future__ import annotations
+
+import re
+
+from hetflow.export.kubernetes._common import GFD_PRODUCT, GPU_RESOURCE, Obj, label_value
+from hetflow.plan import MachineClass
+from hetflow.spec import GpuRequest
+
+AMD_RESOURCE = "amd.com/gpu"
+INTEL_RESOURCE = "gpu.intel.com/i915"
+MIG_RESOURCE = "nvidia.com/mig-"  # + profile, e.g. nvidia.com/mig-1g.10gb (mixed strategy)
+SHARED_RESOURCE = "nvidia.com/gpu.shared"  # time-slicing with renameByDefault: true
+GFD_SHARING = "nvidia.com/gpu.sharing-strategy"
+GFD_REPLICAS = "nvidia.com/gpu.replicas"
+GFD_MIG_STRATEGY = "nvidia.com/mig.strategy"
+AMD_FAMILY = "amd.com/gpu.family"
+AMD_PRODUCT = "amd.com/gpu.product-name"
+INTEL_GPU = "intel.feature.node.kubernetes.io/gpu"
+INTEL_PRODUCT = "gpu.intel.com/product"
+VENDOR_RESOURCE = {"nvidia": GPU_RESOURCE, "amd": AMD_RESOURCE, "intel": INTEL_RESOURCE}
+
+
+def vendor_of(req: GpuRequest, cls: MachineClass) -> str:
+    """Whose GPUs the step gets: its own vendor, or for ``any`` the planned class's."""
+    return cls.gpu_vendor if req.vendor == "any" else req.vendor
+
+
+def gpu_limits(req: GpuRequest, cls: MachineClass, *, shared_resource: bool = False) -> dict[str, str]:
+    """The container's device-plugin limits for ``req`` on the planned class."""
+    if not req.any:
+        return {}
+    vendor = vendor_of(req, cls)
+    if req.kind == "mig":
+        return {f"{MIG_RESOURCE}{req.mig}": "1"}
+    if req.kind == "share":
+        name = SHARED_RESOURCE if vendor == "nvidia" and shared_resource else VENDOR_RESOURCE[vendor]
+        return {name: "1"}  # one replica (NVIDIA) or one device (AMD/Intel plugins do not slice)
+    return {VENDOR_RESOURCE[vendor]: str(req.count)}
+
+
+def gpu_expressions(req: GpuRequest, cls: MachineClass) -> list[Obj]:
+    """Node requirements for a GPU step on the planned class: product, sharing, MIG layout."""
+    vendor = vendor_of(req, cls) if req.any else cls.gpu_vendor
+    if vendor == "amd":
+        out: list[Obj] = [{"key": AMD_FAMILY, "operator": "Exists"}]
+        if cls.gpu_model:
+            out.append({"key": AMD_PRODUCT, "operator": "In", "values": [amd_product(cls.gpu_model)]})
+        return out
+    if vendor == "intel":
+        out = [{"key": INTEL_GPU, "operator": "In", "values": ["true"]}]
+        product = intel_product(cls.gpu_model)
+        if product:
+            out.append({"key": INTEL_PRODUCT, "operator": "In", "values": [product]})
+        return out
+    product = label_value("-".join(cls.gpu_model.split()))
+    if req.kind == "mig":
+        # mixed strategy: each profile its own resource and count label (GFD)
+        return [
+            {"key": GFD_MIG_STRATEGY, "operator": "In", "values": ["mixed"]},
+            {"key": f"nvidia.com/mig-{req.mig}.count", "operator": "Gt", "values": ["0"]},
+        ]
+    sharing = cls.gpu_sharing
+    if req.kind == "share" and sharing.shared:
+        return [
+            {"key": GFD_PRODUCT, "operator": "In", "values": [product, f"{product}-SHARED"]},
+            {"key": GFD_SHARING, "operator": "In", "values": [sharing.mode]},
+            {"key": GFD_REPLICAS, "operator": "In", "values": [str(sharing.replicas)]},
+        ]
+    if req.kind != "whole":  # a CPU step on a GPU class: the class's product is enough
+        return [{"key": GFD_PRODUCT, "operator": "In", "values": [product, f"{product}-SHARED"]}]
+    # whole GPUs: a node that time-slices would give a replica, not a device
+    return [
+        {"key": GFD_PRODUCT, "operator": "In", "values": [product, f"{product}-SHARED"]},
+        {"key": GFD_SHARING, "operator": "NotIn", "values": ["time-slicing", "mps"]},
+    ]
+
+
+def amd_product(model: str) -> str:
+    """The AMD labeller's product-name value: blanks as underscores."""
+    return label_value("_".join(model.split()))
+
+
+def intel_product(model: str) -> str:
+    """The Intel NFD rule's product value (Max_1550, Flex_170), or '' for another model."""
+    m = re.search(r"\b(Max|Flex)\s+(\d+)", model, re.IGNORECASE)
+    return f"{m.group(1).capitalize()}_{m.group(2)}" if m else ""
+
+
+def tolerated(req: GpuRequest, cls: MachineClass) -> str:
+    """The resource name GPU nodes of the class are commonly tainted with (key of the toleration)."""
+    if req.kind == "mig":
+        return GPU_RESOURCE
+    return VENDOR_RESOURCE.get(vendor_of(req, cls) if req.any else cls.gpu_vendor, GPU_RESOURCE)
