@@ -2,7 +2,8 @@
 
 WAL lets ``hetflow ps`` read while a run writes; ``busy_timeout`` makes concurrent
 writers (several ``hetflow run`` at once) wait instead of failing.  GPU leases live
-here too, so "one GPU, one running step" holds across processes.
+here too, so a GPU's holders (one whole, or its time-slicing / MPS tenants, or one per
+MIG instance) are the same for every process on the host.
 """
 
 from __future__ import annotations
@@ -10,8 +11,9 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,10 @@ from hetflow.state.models import (
 # 3: attempts record what they asked for and used (requested cpus and memory, peak memory,
 #    CPU time, image digest, the container's own start and end); see _migrate.
 # 2: runs keep their plan (run_plans) and events carry typed data (events.data); see _migrate.
-SCHEMA_VERSION = 3
+# 4: GPU leases record how they hold a GPU (mode, share, MIG instance) and one GPU may have
+#    several (time-slicing / MPS tenants, MIG instances): keyed (gpu_uuid, container); see
+#    _migrate_leases.
+SCHEMA_VERSION = 4
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
@@ -63,8 +68,10 @@ CREATE TABLE IF NOT EXISTS events (
   kind TEXT NOT NULL, message TEXT NOT NULL, data TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id);
 CREATE TABLE IF NOT EXISTS gpu_leases (
-  gpu_uuid TEXT PRIMARY KEY, run_id TEXT NOT NULL, step TEXT NOT NULL, attempt INTEGER NOT NULL,
-  container TEXT NOT NULL, pid INTEGER NOT NULL, acquired REAL NOT NULL);
+  gpu_uuid TEXT NOT NULL, run_id TEXT NOT NULL, step TEXT NOT NULL, attempt INTEGER NOT NULL,
+  container TEXT NOT NULL, pid INTEGER NOT NULL, acquired REAL NOT NULL,
+  mode TEXT NOT NULL DEFAULT 'whole', share REAL NOT NULL DEFAULT 0, mig TEXT NOT NULL DEFAULT '',
+  PRIMARY KEY (gpu_uuid, container));
 CREATE TABLE IF NOT EXISTS run_plans (run_id TEXT PRIMARY KEY REFERENCES runs(id), plan_json TEXT NOT NULL);
 """
 # 3: fan-outs expanded at submit or run time (run_expansions), remembered file hashes
@@ -138,6 +145,7 @@ class Store:
             self._db.executescript(_SCHEMA_DATA)  # schema 3: fan-out expansions, file hashes, the cache
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
         self._migrate_attempt_usage()
+        self._migrate_leases()
         if "pid_start" not in cols:
             # nullable: a run claimed by an older hetflow has no start time; liveness trusts its pid
             with self._tx(immediate=True) as db:
@@ -167,6 +175,30 @@ class Store:
             for column, sql_type in missing:
                 if column not in have:
                     db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {sql_type}")
+            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+    def _migrate_leases(self) -> None:
+        """Schema 4: a lease table keyed on the GPU alone (one holder per GPU) becomes one
+        keyed (gpu_uuid, container) with the holding's mode, share and MIG instance; the
+        leases held then are whole GPUs, and are kept as such."""
+        have = {r["name"] for r in self._db.execute("PRAGMA table_info(gpu_leases)")}
+        if "mode" in have:
+            return
+        create = _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS gpu_leases") :].split(";")[0]
+        with self._tx(immediate=True) as db:
+            have = {r["name"] for r in db.execute("PRAGMA table_info(gpu_leases)")}
+            if "mode" in have:
+                return  # another process won
+            if not have:  # a store from before leases were kept
+                db.execute(create)
+                return
+            db.execute("ALTER TABLE gpu_leases RENAME TO gpu_leases_v3")
+            db.execute(create)
+            db.execute(
+                "INSERT INTO gpu_leases (gpu_uuid, run_id, step, attempt, container, pid, acquired)"
+                " SELECT gpu_uuid, run_id, step, attempt, container, pid, acquired FROM gpu_leases_v3"
+            )
+            db.execute("DROP TABLE gpu_leases_v3")
             db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def close(self) -> None:
@@ -571,41 +603,45 @@ class Store:
     # --- GPU leases -------------------------------------------------------------------
 
     def leases(self) -> list[Lease]:
-        rows = self._db.execute("SELECT * FROM gpu_leases").fetchall()
-        return [Lease(r["gpu_uuid"], r["run_id"], r["step"], r["attempt"], r["container"], r["pid"]) for r in rows]
+        rows = self._db.execute("SELECT * FROM gpu_leases ORDER BY acquired, gpu_uuid").fetchall()
+        return [_lease(r) for r in rows]
 
     def acquire_gpus(self, uuids: list[str], holder: Lease, stale: list[Lease]) -> bool:
-        """Take every GPU in ``uuids`` for ``holder`` or none of them.
+        """Take every GPU in ``uuids`` whole for ``holder`` or none of them (see ``acquire``)."""
+        claims = [replace(holder, gpu_uuid=u, mode="whole", share=0.0, mig="") for u in uuids]
+        return self.acquire(claims, stale, lambda claim, others: not others)
 
-        ``stale`` are leases the caller found dead (holder process gone and container not
-        running); they are dropped only if still exactly as seen, so two processes racing
-        cannot both reclaim the same GPU."""
+    def acquire(
+        self, claims: Sequence[Lease], stale: Sequence[Lease], admits: Callable[[Lease, list[Lease]], bool]
+    ) -> bool:
+        """Write every lease in ``claims`` (one attempt's: one container) or none of them.
+
+        In one write transaction, each claim is shown the other holders of its GPU
+        (``admits(claim, others)``: the caller's arithmetic, ``plan.tenancy``), so two
+        processes racing for the last share of a GPU cannot both get it.  ``stale`` are
+        leases the caller found dead (holder process gone and container not running); they
+        are dropped only if still exactly as seen, so two processes cannot both reclaim one."""
         with self._tx(immediate=True) as db:
             for s in stale:
                 db.execute(
                     "DELETE FROM gpu_leases WHERE gpu_uuid = ? AND container = ? AND pid = ?",
                     (s.gpu_uuid, s.container, s.pid),
                 )
-            marks = ",".join("?" * len(uuids))
-            taken = db.execute(
-                f"SELECT gpu_uuid FROM gpu_leases WHERE gpu_uuid IN ({marks}) AND container != ?",
-                (*uuids, holder.container),
-            ).fetchall()
-            if taken:
-                return False
+            for claim in claims:
+                rows = db.execute(
+                    "SELECT * FROM gpu_leases WHERE gpu_uuid = ? AND container != ?",
+                    (claim.gpu_uuid, claim.container),
+                ).fetchall()
+                others = [_lease(r) for r in rows]
+                if not admits(claim, others):
+                    return False
             db.executemany(
-                "INSERT OR REPLACE INTO gpu_leases VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT OR REPLACE INTO gpu_leases"
+                " (gpu_uuid, run_id, step, attempt, container, pid, acquired, mode, share, mig)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    (
-                        u,
-                        holder.run_id,
-                        holder.step,
-                        holder.attempt,
-                        holder.container,
-                        holder.pid,
-                        _now(),
-                    )
-                    for u in uuids
+                    (c.gpu_uuid, c.run_id, c.step, c.attempt, c.container, c.pid, _now(), c.mode, c.share, c.mig)
+                    for c in claims
                 ],
             )
             return True
@@ -618,6 +654,20 @@ class Store:
         """A resumed executor takes over the leases of its run's still-running containers."""
         with self._tx() as db:
             db.execute("UPDATE gpu_leases SET pid = ? WHERE run_id = ?", (pid, run_id))
+
+
+def _lease(r: sqlite3.Row) -> Lease:
+    return Lease(
+        gpu_uuid=r["gpu_uuid"],
+        run_id=r["run_id"],
+        step=r["step"],
+        attempt=r["attempt"],
+        container=r["container"],
+        pid=r["pid"],
+        mode=r["mode"],
+        share=r["share"],
+        mig=r["mig"],
+    )
 
 
 def _step(r: sqlite3.Row) -> StepRecord:
