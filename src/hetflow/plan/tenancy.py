@@ -116,11 +116,13 @@ def share_slot(
     if not usable:
         return None, "no GPU outside MIG mode qualifies"
     mode = sharing.mode if sharing.shared else WHOLE
-    fits = [g for g in usable if admits(Tenant(g.uuid, mode, share), tenants, sharing) is None]
+    refused = {g.uuid: admits(Tenant(g.uuid, mode, share), tenants, sharing) for g in usable}
+    fits = [g for g in usable if refused[g.uuid] is None]
     if not fits:
+        reasons = "; ".join(dict.fromkeys(str(r) for r in refused.values()))
         if mode == WHOLE:
             return None, f"exclusive GPUs: a share takes a whole GPU, and all {len(usable)} qualifying are held"
-        return None, f"all {len(usable)} qualifying GPUs are full ({sharing.describe()})"
+        return None, f"all {len(usable)} qualifying GPUs are full ({sharing.describe()}: {reasons})"
     best = min(fits, key=lambda g: (load(g, tenants), g.index))
     if mode == WHOLE:
         return Slot(best, WHOLE), "this machine's GPUs are exclusive, so the share takes a whole GPU"
