@@ -30,7 +30,7 @@ from hetflow.inventory import Gpu, GpuSharing, MigDevice, Node
 from hetflow.plan import GreedyChooser
 from hetflow.spec import Step
 from hetflow.state import Lease, Store
-from tests.integration.hfkit import BUSYBOX
+from tests.integration.hfkit import BUSYBOX, Hetflow, step_out, write
 from tests.unit.builders import cpu, load_steps
 
 GIB = 1024**3
@@ -353,3 +353,31 @@ def test_a_non_root_submitter_opens_its_render_node_through_the_added_group(tmp_
     assert (out / "without").read_text().strip() == "Permission denied"
     assert str(RENDER_GID) in (out / "with.groups").read_text().split()
     assert str(RENDER_GID) not in (out / "without.groups").read_text().split()
+
+
+def test_hetflow_run_gives_a_share_on_an_exclusive_machine_a_whole_gpu(hf: Hetflow, tmp_path: Path) -> None:
+    """The real CLI end to end (fake NVIDIA GPUs of HETFLOW_FAKE_GPUS, exclusive by default):
+    two share steps run at once, each on a whole GPU of its own, and say why."""
+    probe = "ls /dev > /out/dev.txt; env > /out/env.txt; sleep 1"
+    body = "".join(
+        f"""
+  {name}:
+    image: {BUSYBOX}
+    command: [sh, -c, "{probe}"]
+    resources: {{cpus: 0.5, gpu_share: 0.5}}
+    outputs: [dev.txt, env.txt]
+"""
+        for name in ("one", "two")
+    )
+    hf(
+        "run",
+        write(tmp_path, "apiVersion: hetflow/v1\nname: shares\nsteps:" + body),
+        extra_env={"HETFLOW_FAKE_GPUS": "a100:2"},
+    )
+    run_id = hf.last_run()
+    steps = {s["step"]: s for s in hf.show(run_id)["steps"]}
+    assert steps["one"]["started"] < steps["two"]["ended"] and steps["two"]["started"] < steps["one"]["ended"]
+    nodes = [{d for d in listed(step_out(hf, run_id, s)) if d[:6] == "nvidia" and d[6:].isdigit()} for s in steps]
+    assert sorted(map(len, nodes)) == [1, 1] and nodes[0] != nodes[1]
+    for s in steps.values():
+        assert "exclusive, so the share takes a whole GPU" in s["reason"]
