@@ -11,20 +11,19 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hetflow.errors import StateError
+from hetflow.state.leases import LEASES_TABLE, Leases
 from hetflow.state.models import (
     STEP_TRANSITIONS,
     USAGE_FIELDS,
     AttemptRecord,
     CacheEntry,
     Event,
-    Lease,
     OutputRecord,
     RunRecord,
     StepRecord,
@@ -40,7 +39,8 @@ from hetflow.state.models import (
 #    several (time-slicing / MPS tenants, MIG instances): keyed (gpu_uuid, container); see
 #    _migrate_leases.
 SCHEMA_VERSION = 4
-_SCHEMA = """
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
   id TEXT PRIMARY KEY, name TEXT NOT NULL, workflow_file TEXT NOT NULL, state TEXT NOT NULL,
@@ -67,13 +67,11 @@ CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, step TEXT, time REAL NOT NULL,
   kind TEXT NOT NULL, message TEXT NOT NULL, data TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id);
-CREATE TABLE IF NOT EXISTS gpu_leases (
-  gpu_uuid TEXT NOT NULL, run_id TEXT NOT NULL, step TEXT NOT NULL, attempt INTEGER NOT NULL,
-  container TEXT NOT NULL, pid INTEGER NOT NULL, acquired REAL NOT NULL,
-  mode TEXT NOT NULL DEFAULT 'whole', share REAL NOT NULL DEFAULT 0, mig TEXT NOT NULL DEFAULT '',
-  PRIMARY KEY (gpu_uuid, container));
 CREATE TABLE IF NOT EXISTS run_plans (run_id TEXT PRIMARY KEY REFERENCES runs(id), plan_json TEXT NOT NULL);
 """
+    + LEASES_TABLE
+    + ";\n"
+)
 # 3: fan-outs expanded at submit or run time (run_expansions), remembered file hashes
 # (file_hashes), the cross-run cache's entries (cache_entries)
 _SCHEMA_DATA = """
@@ -92,7 +90,7 @@ def _now() -> float:
     return time.time()
 
 
-class Store:
+class Store(Leases):
     """One connection per process; every write is its own short transaction."""
 
     def __init__(self, path: Path) -> None:
@@ -175,30 +173,6 @@ class Store:
             for column, sql_type in missing:
                 if column not in have:
                     db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {sql_type}")
-            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-
-    def _migrate_leases(self) -> None:
-        """Schema 4: a lease table keyed on the GPU alone (one holder per GPU) becomes one
-        keyed (gpu_uuid, container) with the holding's mode, share and MIG instance; the
-        leases held then are whole GPUs, and are kept as such."""
-        have = {r["name"] for r in self._db.execute("PRAGMA table_info(gpu_leases)")}
-        if "mode" in have:
-            return
-        create = _SCHEMA[_SCHEMA.index("CREATE TABLE IF NOT EXISTS gpu_leases") :].split(";")[0]
-        with self._tx(immediate=True) as db:
-            have = {r["name"] for r in db.execute("PRAGMA table_info(gpu_leases)")}
-            if "mode" in have:
-                return  # another process won
-            if not have:  # a store from before leases were kept
-                db.execute(create)
-                return
-            db.execute("ALTER TABLE gpu_leases RENAME TO gpu_leases_v3")
-            db.execute(create)
-            db.execute(
-                "INSERT INTO gpu_leases (gpu_uuid, run_id, step, attempt, container, pid, acquired)"
-                " SELECT gpu_uuid, run_id, step, attempt, container, pid, acquired FROM gpu_leases_v3"
-            )
-            db.execute("DROP TABLE gpu_leases_v3")
             db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
 
     def close(self) -> None:
@@ -599,75 +573,6 @@ class Store:
             "SELECT * FROM events WHERE run_id = ? AND id > ? ORDER BY id", (run_id, after)
         ).fetchall()
         return [Event(**dict(r)) for r in rows]
-
-    # --- GPU leases -------------------------------------------------------------------
-
-    def leases(self) -> list[Lease]:
-        rows = self._db.execute("SELECT * FROM gpu_leases ORDER BY acquired, gpu_uuid").fetchall()
-        return [_lease(r) for r in rows]
-
-    def acquire_gpus(self, uuids: list[str], holder: Lease, stale: list[Lease]) -> bool:
-        """Take every GPU in ``uuids`` whole for ``holder`` or none of them (see ``acquire``)."""
-        claims = [replace(holder, gpu_uuid=u, mode="whole", share=0.0, mig="") for u in uuids]
-        return self.acquire(claims, stale, lambda claim, others: not others)
-
-    def acquire(
-        self, claims: Sequence[Lease], stale: Sequence[Lease], admits: Callable[[Lease, list[Lease]], bool]
-    ) -> bool:
-        """Write every lease in ``claims`` (one attempt's: one container) or none of them.
-
-        In one write transaction, each claim is shown the other holders of its GPU
-        (``admits(claim, others)``: the caller's arithmetic, ``plan.tenancy``), so two
-        processes racing for the last share of a GPU cannot both get it.  ``stale`` are
-        leases the caller found dead (holder process gone and container not running); they
-        are dropped only if still exactly as seen, so two processes cannot both reclaim one."""
-        with self._tx(immediate=True) as db:
-            for s in stale:
-                db.execute(
-                    "DELETE FROM gpu_leases WHERE gpu_uuid = ? AND container = ? AND pid = ?",
-                    (s.gpu_uuid, s.container, s.pid),
-                )
-            for claim in claims:
-                rows = db.execute(
-                    "SELECT * FROM gpu_leases WHERE gpu_uuid = ? AND container != ?",
-                    (claim.gpu_uuid, claim.container),
-                ).fetchall()
-                others = [_lease(r) for r in rows]
-                if not admits(claim, others):
-                    return False
-            db.executemany(
-                "INSERT OR REPLACE INTO gpu_leases"
-                " (gpu_uuid, run_id, step, attempt, container, pid, acquired, mode, share, mig)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (c.gpu_uuid, c.run_id, c.step, c.attempt, c.container, c.pid, _now(), c.mode, c.share, c.mig)
-                    for c in claims
-                ],
-            )
-            return True
-
-    def release_gpus(self, container: str) -> None:
-        with self._tx() as db:
-            db.execute("DELETE FROM gpu_leases WHERE container = ?", (container,))
-
-    def adopt_leases(self, run_id: str, pid: int) -> None:
-        """A resumed executor takes over the leases of its run's still-running containers."""
-        with self._tx() as db:
-            db.execute("UPDATE gpu_leases SET pid = ? WHERE run_id = ?", (pid, run_id))
-
-
-def _lease(r: sqlite3.Row) -> Lease:
-    return Lease(
-        gpu_uuid=r["gpu_uuid"],
-        run_id=r["run_id"],
-        step=r["step"],
-        attempt=r["attempt"],
-        container=r["container"],
-        pid=r["pid"],
-        mode=r["mode"],
-        share=r["share"],
-        mig=r["mig"],
-    )
 
 
 def _step(r: sqlite3.Row) -> StepRecord:
