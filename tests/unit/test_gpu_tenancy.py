@@ -278,3 +278,30 @@ def test_mixed_modes_never_share_a_gpu(tmp_path: Path, mode: str) -> None:
 
     assert store.acquire([Lease("GPU-0", "r", "s", 1, "c1", 1, other, 0.25)], [], fits)
     assert not store.acquire([Lease("GPU-0", "r", "s", 1, "c2", 1, mode, 0.25)], [], fits)
+
+
+def test_validate_says_a_mig_profile_this_machine_lacks_is_an_error() -> None:
+    from hetflow.plan import feasibility_problems
+
+    loaded = load_steps("m:\n  image: x\n  resources: {gpu_mig: 2g.20gb}\n")
+    (problem,) = feasibility_problems(loaded, host((mig_gpu(),)))
+    assert problem.severity == "error"
+    assert "asks for a MIG 2g.20gb instance; no GPU of this machine has one" in problem.message
+    assert (
+        feasibility_problems(load_steps("m:\n  image: x\n  resources: {gpu_mig: 3g.40gb}\n"), host((mig_gpu(),))) == []
+    )
+
+
+def test_validate_names_the_vendor_or_mig_mode_that_is_missing() -> None:
+    from hetflow.plan import feasibility_problems
+
+    amd_on_nvidia = feasibility_problems(
+        load_steps("a:\n  image: x\n  resources: {gpus: 1, gpu_vendor: amd}\n"), host((gpu(0),))
+    )
+    assert "asks for 1 amd GPU; this machine has 1 nvidia GPUs" in amd_on_nvidia[0].message
+    mig_on_plain = feasibility_problems(
+        load_steps("m:\n  image: x\n  resources: {gpu_mig: 1g.10gb}\n"), host((gpu(0),))
+    )
+    assert "no nvidia GPU of this machine is in MIG mode" in mig_on_plain[0].message
+    whole_on_mig = feasibility_problems(load_steps("w:\n  image: x\n  resources: {gpus: 1}\n"), host((mig_gpu(),)))
+    assert "1 in MIG mode, given only by instance (gpu_mig)" in whole_on_mig[0].message

@@ -88,9 +88,25 @@ def _fits_here(step: Step, v: Variant, cap: Capacity, node: Node, *, now: bool) 
             f"{gang.nodes_at_least()} nodes, and this machine is one; run it on a cluster backend or drop per_node",
         )
     st = check(v, cap, where="this machine", now=now, labels=None if now else node.labels)
+    if not now and st.code == "gpus" and len(cap.gpus) < len(node.gpus):
+        st = Status("gpus", _pool_reason(v, node))
     if st.ok or gang is None or gang.replicas <= 1:
         return st
     return Status(st.code, f"the gang's {gang.replicas} replicas together: {st.reason}")
+
+
+def _pool_reason(v: Variant, node: Node) -> str:
+    """Why the machine's GPUs are too few for ``v`` when some were left out of its pool:
+    another vendor's, or (not) in MIG mode."""
+    r = v.gpu_request
+    have = ", ".join(
+        f"{sum(g.vendor == vendor for g in node.gpus)} {vendor}" for vendor in sorted({g.vendor for g in node.gpus})
+    )
+    if r.kind == "mig":
+        return f"asks for {r.describe()}; no {r.vendor} GPU of this machine is in MIG mode (it has {have} GPUs)"
+    in_mig = sum(g.mig_enabled for g in node.gpus)
+    tail = f"; {in_mig} in MIG mode, given only by instance (gpu_mig)" if in_mig else ""
+    return f"asks for {r.describe()}; this machine has {have} GPUs{tail}"
 
 
 def take_gpus(step: Step, v: Variant, free: Capacity, node: Node) -> tuple[Gpu, ...] | None:
@@ -112,6 +128,14 @@ def fraction_never(v: Variant, node: Node) -> str | None:
     if r.kind == "mig" and r.mig is not None and mig_slot(pool, (), r.mig)[0] is None:
         return f"asks for {r.describe()}; no GPU of this machine has one ({mig_slot(pool, (), r.mig)[1]})"
     return None
+
+
+def _never_here(step: Step, v: Variant, total: Capacity, node: Node) -> Status:
+    """Why ``v`` can never run on this machine (``_fits_here`` against its capacity, then a
+    share's or MIG instance's own rule), or OK."""
+    st = _fits_here(step, v, total, node, now=False)
+    fraction = fraction_never(v, node) if st.ok else None
+    return st if fraction is None else Status("gpu_fraction", fraction)
 
 
 def fraction_now(
@@ -260,7 +284,7 @@ def feasibility_problems(loaded: LoadedWorkflow, node: Node) -> list[Problem]:
     total = Capacity.of(node)
     for sname, step in workflow.steps.items():
         variants = whole_gang(step)
-        bad = {n: _fits_here(step, v, total, node, now=False) for n, v in variants.items()}
+        bad = {n: _never_here(step, v, total, node) for n, v in variants.items()}
         fitting = [n for n, s in bad.items() if s.ok]
         for vname, status in bad.items():
             if status.ok:
