@@ -58,6 +58,7 @@ DEVICES = " ".join(f"{major}:{minor}" for _, major, minor, _, _ in NODES)
 
 PROBE = f"""
 ls /dev /dev/dri /dev/nvidia-caps > /out/dev.txt 2>/dev/null; env > /out/env.txt
+if [ -n "$CUDA_MPS_PIPE_DIRECTORY" ]; then cat "$CUDA_MPS_PIPE_DIRECTORY/control" > /out/pipe.txt; fi
 for d in {DEVICES}; do
   n=/out/node; rm -f $n; mknod $n c ${{d%:*}} ${{d#*:}}
   if cat $n > /dev/null 2> /out/err; then r=opened; else r=$(sed 's/.*: //' /out/err); fi
@@ -242,18 +243,17 @@ def test_two_time_sliced_steps_share_one_gpu_a_whole_step_holds_the_other(tmp_pa
     assert "nvidia1" not in listed(outs["whole"])
 
 
-def test_mps_clients_get_their_limits_and_only_their_gpu(tmp_path: Path, dev: Path) -> None:
+def test_mps_clients_get_their_limits_and_only_their_gpu(
+    tmp_path: Path, dev: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pipe = tmp_path / "mps-pipe"
     pipe.mkdir()
     (pipe / "control").write_text("fake pipe\n")
     node = host(dev, (nvidia(dev, 0),), GpuSharing(mode="mps", replicas=4))
     h = Host(node, Store(tmp_path / "state.db"))
-    os.environ["HETFLOW_MPS_PIPE_DIRECTORY"] = str(pipe)
-    try:
-        a, _ = h.take("a", "gpu_share: 0.75")
-        b, _ = h.take("b", "gpu_share: 0.25, gpu_memory: 2Gi")
-    finally:
-        del os.environ["HETFLOW_MPS_PIPE_DIRECTORY"]
+    monkeypatch.setenv("HETFLOW_MPS_PIPE_DIRECTORY", str(pipe))
+    a, _ = h.take("a", "gpu_share: 0.75")
+    b, _ = h.take("b", "gpu_share: 0.25, gpu_memory: 2Gi")
     full = h.dispatch.decide("c", step("gpu_share: 0.25"))
     assert full.variant is None and "does not fit" in full.why  # 0.75 + 0.25 = 1: no room left
 
@@ -265,8 +265,8 @@ def test_mps_clients_get_their_limits_and_only_their_gpu(tmp_path: Path, dev: Pa
     assert ea["CUDA_MPS_PIPE_DIRECTORY"] == str(pipe)
     for o in outs.values():
         assert allowed(o) == {"195:0", "195:255"}
-    # the pipe directory is the host's, shared by the clients (the daemon's pipes live there)
-    assert subprocess.run(["cat", str(pipe / "control")], capture_output=True, text=True).stdout == "fake pipe\n"
+    # the pipe directory is the host's, bound into every client (the daemon's pipes live there)
+    assert [(o / "pipe.txt").read_text() for o in outs.values()] == ["fake pipe\n"] * 2
 
 
 def test_mig_steps_see_only_their_instance(tmp_path: Path, dev: Path) -> None:
