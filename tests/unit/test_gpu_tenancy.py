@@ -305,3 +305,10 @@ def test_validate_names_the_vendor_or_mig_mode_that_is_missing() -> None:
     assert "no nvidia GPU of this machine is in MIG mode" in mig_on_plain[0].message
     whole_on_mig = feasibility_problems(load_steps("w:\n  image: x\n  resources: {gpus: 1}\n"), host((mig_gpu(),)))
     assert "1 in MIG mode, given only by instance (gpu_mig)" in whole_on_mig[0].message
+
+
+def test_a_mig_instance_too_small_for_gpu_memory_is_not_taken() -> None:
+    g = mig_gpu()  # 1g.10gb instances hold 10 GiB
+    assert mig_slot([g], [], "1g.10gb", memory=8 * GIB)[0] is not None
+    slot, why = mig_slot([g], [], "1g.10gb", memory=12 * GIB)
+    assert slot is None and "with that much memory" in why

@@ -125,8 +125,10 @@ def fraction_never(v: Variant, node: Node) -> str | None:
     pool = qualifying_gpus(v, gpu_pool(v, node.gpus))
     if r.kind == "share" and not pool:
         return f"asks for {r.describe()}; this machine has no qualifying GPU outside MIG mode"
-    if r.kind == "mig" and r.mig is not None and mig_slot(pool, (), r.mig)[0] is None:
-        return f"asks for {r.describe()}; no GPU of this machine has one ({mig_slot(pool, (), r.mig)[1]})"
+    if r.kind == "mig" and r.mig is not None:
+        slot, why = mig_slot(pool, (), r.mig, r.memory)
+        if slot is None:
+            return f"asks for {r.describe()}; no GPU of this machine has one ({why})"
     return None
 
 
@@ -146,7 +148,7 @@ def fraction_now(
     r = v.gpu_request
     pool = qualifying_gpus(v, gpu_pool(v, node.gpus))
     if r.kind == "mig" and r.mig is not None:
-        slot, why = mig_slot(pool, tenants, r.mig)
+        slot, why = mig_slot(pool, tenants, r.mig, r.memory)
     else:
         slot, why = share_slot(pool, tenants, node.gpu_sharing, r.share or 0.0)
     now = check(v, Capacity(free.cpus, free.memory, (slot.gpu,) if slot else ()), where="this machine", now=True)

@@ -129,12 +129,19 @@ def share_slot(
     return Slot(best, mode, share), f"{sharing.describe()}, load {load(best, tenants):g} before it"
 
 
-def mig_slot(gpus: Sequence[Gpu], tenants: Sequence[Tenant], profile: str) -> tuple[Slot | None, str]:
-    """A free MIG instance of ``profile`` among ``gpus`` (those in MIG mode), the lowest
-    GPU and instance index first; (None, why) when none now."""
-    having = [(g, m) for g in gpus if g.mig_enabled for m in g.mig if m.profile == profile]
+def mig_slot(gpus: Sequence[Gpu], tenants: Sequence[Tenant], profile: str, memory: int = 0) -> tuple[Slot | None, str]:
+    """A free MIG instance of ``profile`` among ``gpus`` (those in MIG mode) with at least
+    ``memory`` bytes when its size is known, the lowest GPU and instance index first;
+    (None, why) when none now."""
+    having = [
+        (g, m)
+        for g in gpus
+        if g.mig_enabled
+        for m in g.mig
+        if m.profile == profile and (not memory or not m.memory_bytes or m.memory_bytes >= memory)
+    ]
     if not having:
-        return None, f"no GPU here has a MIG {profile} instance"
+        return None, f"no GPU here has a MIG {profile} instance" + (" with that much memory" if memory else "")
     for g, m in having:
         if admits(Tenant(g.uuid, MIG, 0.0, m.uuid), tenants, GpuSharing()) is None:
             return Slot(g, MIG, 0.0, m), f"MIG {profile} instance {m.index} of GPU {g.index} free"
