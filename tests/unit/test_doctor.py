@@ -76,3 +76,20 @@ def test_a_lease_of_a_dead_process_on_a_container_that_is_not_running_is_release
     assert ("lease", "GPU-x") in _kinds(found)
     repair(w.store, w.engine, found, clock=w.clock)
     assert "GPU-x" not in [x.gpu_uuid for x in w.store.leases()]
+
+
+def test_only_the_dead_tenant_of_a_shared_gpu_is_released(tmp_path: Path) -> None:
+    w = _crashed(tmp_path, a_runs=10)
+    w.store.set_run(w.run.id, state="failed", pid=None)
+    dead = container_name(w.run.id, "c", 1)
+    # the dead tenant first: a GPU -> holder map would keep only the live one and release it
+    tenants = [Lease("GPU-s", w.run.id, "c", 1, dead, 99, "time-slicing", 0.5)]
+    tenants.append(Lease("GPU-s", "other", "d", 1, "hf-other-d-1", 77, "time-slicing", 0.5))
+    for t in tenants:
+        assert w.store.acquire([t], [], lambda claim, others: len(others) < 2)
+
+    found = diagnose(w.store, w.engine, gone=_gone, alive=lambda pid: pid == 77)
+
+    assert [f.name for f in found if f.kind == "lease"] == ["GPU-s"]
+    repair(w.store, w.engine, found, clock=w.clock)
+    assert [x.container for x in w.store.leases() if x.gpu_uuid == "GPU-s"] == ["hf-other-d-1"]

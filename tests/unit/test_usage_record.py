@@ -251,7 +251,7 @@ def test_a_schema_2_store_gets_the_usage_columns_and_old_attempts_read_as_unknow
     store.set_usage("r1", "a", 1, peak_memory=1024, cpu_seconds=0.5)
     assert store.attempts("r1")[0].peak_memory == 1024
     version = sqlite3.connect(path).execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-    assert version == (str(SCHEMA_VERSION),) == ("3",)
+    assert version == (str(SCHEMA_VERSION),) == ("4",)
     assert store.run("r1").pid_start is None  # runs gain the executor start time column, unknown for old ones
     Store(path)  # opening again finds nothing to do
 

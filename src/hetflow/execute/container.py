@@ -43,6 +43,7 @@ def build_spec(
         mounts=tuple(mounts),
         devices=access.devices,
         cdi_devices=access.cdi_devices,
+        group_add=access.groups,
         cpus=variant.resources.cpus,
         memory=variant.resources.memory,
         network=step.network,

@@ -11,14 +11,14 @@ the work and assigns devices itself.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from hetflow.execute.attempts import Active
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.gpu import GpuAccess, gpu_access
 from hetflow.inventory import Gpu, Node
-from hetflow.plan import Capacity, MachineClass, Placement, PlanChooser, VariantChooser
+from hetflow.plan import Capacity, MachineClass, Placement, PlanChooser, Slot, Tenant, VariantChooser, admits
 from hetflow.spec import Step, Variant
 from hetflow.state import Lease, Store
 
@@ -34,6 +34,7 @@ class Decision:
     gpus: tuple[Gpu, ...] = ()
     why: str = ""
     wait: bool = False
+    slot: Slot | None = None  # a share or MIG step: how it holds gpus[0]; None: whole GPUs
 
 
 @dataclass(frozen=True)
@@ -52,9 +53,9 @@ class Dispatch(Protocol):
 
     def where(self, name: str) -> Where: ...
 
-    def access(self, variant: Variant, gpus: tuple[Gpu, ...]) -> GpuAccess: ...
+    def access(self, variant: Variant, gpus: tuple[Gpu, ...], slot: Slot | None = None) -> GpuAccess: ...
 
-    def reserve(self, holder: Lease, gpus: tuple[Gpu, ...]) -> bool: ...
+    def reserve(self, holder: Lease, gpus: tuple[Gpu, ...], slot: Slot | None = None) -> bool: ...
 
     def inherit(self, parent: str, items: Sequence[str]) -> None:
         """A fan-out expanded at run time: its items follow the plan its step had."""
@@ -79,17 +80,23 @@ class LocalDispatch:
         self.active, self.pid, self.alive = active, pid, alive
 
     def decide(self, name: str, step: Step) -> Decision:
-        choice = self.chooser.choose(step, self.node, self.free(), name)
+        live = self.live_leases()
+        choice = self.chooser.choose(step, self.node, self.free(live), name, tuple(map(tenant, live)))
         if choice.variant is None:
             prefix = "waiting for resources: " if choice.wait else "no variant can run on this machine: "
             return Decision(None, (), prefix + choice.explain(), choice.wait)
-        return Decision(choice.variant, choice.gpus, choice.explain())
+        return Decision(choice.variant, choice.gpus, choice.explain(), slot=choice.slot)
 
-    def free(self) -> Capacity:
-        """This machine less what this run's attempts hold and the GPUs leased by live holders."""
+    def live_leases(self) -> list[Lease]:
+        """The leases of every run on the host whose holder is alive."""
+        return [lease for lease in self.store.leases() if not self.stale(lease)]
+
+    def free(self, live: list[Lease] | None = None) -> Capacity:
+        """This machine less what this run's attempts hold and the GPUs leased by live
+        holders (a GPU with any tenant is not free whole)."""
         cpus = self.node.cpu.cores - sum(a.cpus for a in self.active.values())
         mem = self.node.memory_bytes - sum(a.memory for a in self.active.values())
-        held = {lease.gpu_uuid for lease in self.store.leases() if not self.stale(lease)}
+        held = {lease.gpu_uuid for lease in (self.live_leases() if live is None else live)}
         return Capacity(cpus, mem, tuple(g for g in self.node.gpus if g.uuid not in held))
 
     def stale(self, lease: Lease) -> bool:
@@ -106,16 +113,31 @@ class LocalDispatch:
         if isinstance(self.chooser, PlanChooser):
             self.chooser.inherit(parent, items)
 
-    def access(self, variant: Variant, gpus: tuple[Gpu, ...]) -> GpuAccess:
-        return gpu_access(gpus, self.node)
+    def access(self, variant: Variant, gpus: tuple[Gpu, ...], slot: Slot | None = None) -> GpuAccess:
+        return gpu_access(gpus, self.node, slot=slot, memory=variant.gpu_request.memory)
 
-    def reserve(self, holder: Lease, gpus: tuple[Gpu, ...]) -> bool:
-        """Lease the GPUs for the attempt (all or none); leases whose holder is dead go."""
+    def reserve(self, holder: Lease, gpus: tuple[Gpu, ...], slot: Slot | None = None) -> bool:
+        """Lease the GPUs for the attempt (all or none): whole, or the slot's share or MIG
+        instance, checked against the GPU's other live holders (``plan.tenancy.admits``) in
+        the store's write transaction; leases whose holder is dead go."""
         uuids = [g.uuid for g in gpus]
         if not uuids:
             return True
+        if slot is not None and slot.mode != "whole":
+            mig = slot.mig.uuid if slot.mig is not None else ""
+            claims = [replace(holder, gpu_uuid=slot.gpu.uuid, mode=slot.mode, share=slot.share, mig=mig)]
+        else:
+            claims = [replace(holder, gpu_uuid=u) for u in uuids]
         stale = [lease for lease in self.store.leases() if lease.gpu_uuid in uuids and self.stale(lease)]
-        return self.store.acquire_gpus(uuids, holder, stale)
+        sharing = self.node.gpu_sharing
+        return self.store.acquire(
+            claims, stale, lambda claim, others: admits(tenant(claim), [tenant(o) for o in others], sharing) is None
+        )
+
+
+def tenant(lease: Lease) -> Tenant:
+    """A lease row as the lease arithmetic sees it."""
+    return Tenant(lease.gpu_uuid, lease.mode, lease.share, lease.mig)
 
 
 class ClusterDispatch:
@@ -147,11 +169,11 @@ class ClusterDispatch:
             nodes=len(placed.per_machine()),
         )
 
-    def access(self, variant: Variant, gpus: tuple[Gpu, ...]) -> GpuAccess:
+    def access(self, variant: Variant, gpus: tuple[Gpu, ...], slot: Slot | None = None) -> GpuAccess:
         # The engine's job gives the container exactly the device nodes it assigned.
-        return GpuAccess() if variant.resources.gpus else gpu_access((), self.node)
+        return GpuAccess() if variant.uses_gpu else gpu_access((), self.node)
 
-    def reserve(self, holder: Lease, gpus: tuple[Gpu, ...]) -> bool:
+    def reserve(self, holder: Lease, gpus: tuple[Gpu, ...], slot: Slot | None = None) -> bool:
         return True
 
     def inherit(self, parent: str, items: Sequence[str]) -> None:

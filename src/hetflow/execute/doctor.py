@@ -28,6 +28,7 @@ from hetflow.state import (
     RUN_FAILED,
     RUN_TERMINAL,
     RUNNING,
+    Lease,
     Note,
     RunRecord,
     RunStateChanged,
@@ -121,7 +122,7 @@ def diagnose(
                     "lease",
                     lease.gpu_uuid,
                     lease.run_id,
-                    f"held by dead process {lease.pid} for {lease.container}, which is not running",
+                    _lease_why(lease),
                     "release",
                 )
             )
@@ -142,9 +143,15 @@ def repair(store: Store, engine: Leftovers, findings: list[Finding], *, clock: C
     for f in findings:
         if f.kind == "network":
             engine.remove_network(f.name)
-    holders = {x.gpu_uuid: x.container for x in store.leases()}
-    for container in sorted({holders[f.name] for f in findings if f.kind == "lease" and f.name in holders}):
+    # a GPU may have several holders (time-slicing / MPS tenants, MIG instances): the
+    # finding's why names the dead one's container
+    dead = {(f.name, f.run_id, f.why) for f in findings if f.kind == "lease"}
+    for container in sorted({x.container for x in store.leases() if (x.gpu_uuid, x.run_id, _lease_why(x)) in dead}):
         store.release_gpus(container)
     for run_id in sorted({f.run_id for f in findings if f.kind in ("container", "network")}):
         n = sum(f.run_id == run_id and f.kind in ("container", "network") for f in findings)
         record(store, Note(0, run_id, clock(), f"hetflow doctor removed {n} leftover(s)", None, "collected"))
+
+
+def _lease_why(lease: Lease) -> str:
+    return f"held by dead process {lease.pid} for {lease.container}, which is not running"

@@ -57,6 +57,7 @@ class ContainerSpec:
     cpuset: str = ""  # CPUs to pin to ("0-15"): the NUMA node of the container's GPUs
     cap_add: tuple[str, ...] = ()  # capabilities given back (only a root MPI gang's sshd: mpilaunch)
     tmpfs: tuple[str, ...] = ()  # more tmpfs mounts beside /tmp, "PATH:OPTIONS"
+    group_add: tuple[str, ...] = ()  # supplementary GIDs: the host groups of its GPUs' DRM nodes (gpunodes)
 
 
 @dataclass(frozen=True)
@@ -173,6 +174,8 @@ def run_args(spec: ContainerSpec, *, engine: str = "podman", attached: bool = Fa
         args += ["--device", f"{host}:{inside}"]
     for cdi in spec.cdi_devices:
         args += ["--device", cdi]
+    for gid in spec.group_add:
+        args += ["--group-add", gid]
     for k, v in sorted(spec.env.items()):
         args += ["--env", f"{k}={v}"]
     return [*args, spec.image, *spec.command]

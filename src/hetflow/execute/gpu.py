@@ -10,6 +10,10 @@ Three ways, in order of preference:
 3. Fake GPUs (tests on machines with no GPU): the mknod'd nodes under hetflow's home,
    mapped to /dev/nvidiaN inside; no libraries.
 
+Shared NVIDIA GPUs (time-slicing, MPS) are given as one whole GPU is, with the share in
+HETFLOW_GPU_SHARE and, for MPS, the client's limits; a MIG instance as the NVIDIA
+container toolkit gives it (``_nvidia_mig``); AMD and Intel GPUs: ``execute.gpunodes``.
+
 Whatever an image or a user sets, the container cannot widen its set: device access is
 decided by the nodes we pass (the runtime's device cgroup allows only those), and
 podman runs with an empty hooks directory, so no NVIDIA hook reads
@@ -22,13 +26,25 @@ import json
 import os
 import subprocess
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 
 import yaml
 
 from hetflow.execute.engine import Mount
-from hetflow.inventory import Gpu, Node
+from hetflow.execute.gpunodes import (
+    GpuAccess as GpuAccess,
+)
+from hetflow.execute.gpunodes import (
+    amd_access,
+    control_nodes,
+    intel_access,
+    merge,
+    mps_env,
+    mps_pipe,
+)
+from hetflow.inventory import Gpu, MigDevice, Node
+from hetflow.plan import Slot
 
 CDI_DIRS = (Path("/etc/cdi"), Path("/var/run/cdi"))
 DRIVER_DIR = "/usr/local/nvidia"
@@ -50,14 +66,6 @@ DRIVER_LIBS = (
 DRIVER_BINS = ("nvidia-smi", "nvidia-debugdump", "nvidia-persistenced")
 
 
-@dataclass(frozen=True)
-class GpuAccess:
-    devices: tuple[tuple[str, str], ...] = ()
-    cdi_devices: tuple[str, ...] = ()
-    mounts: tuple[Mount, ...] = ()
-    env: dict[str, str] = field(default_factory=dict)
-
-
 def near_cpus(gpus: Sequence[Gpu]) -> str:
     """The CPUs near every one of ``gpus`` (their common ``cpu_affinity``, as NVML or sysfs
     reports it), to pin the container to; "" when unknown or when they differ."""
@@ -69,12 +77,40 @@ def gpu_access(
     gpus: Sequence[Gpu],
     node: Node,
     *,
+    slot: Slot | None = None,
+    memory: int = 0,
     cdi_dirs: Sequence[Path] = CDI_DIRS,
     ldconfig: str | None = None,
+    pipe: str | None = None,
 ) -> GpuAccess:
+    """What a container with ``gpus`` gets: whole GPUs of each vendor, or (``slot``) a
+    time-sliced or MPS share of one NVIDIA GPU, or one MIG instance.  ``memory``: the
+    step's ``gpu_memory`` (an MPS client's pinned-memory limit); ``pipe``: the host's MPS
+    pipe directory (default ``gpunodes.mps_pipe()``)."""
     if not gpus:
         # "void": nvidia-container-runtime's word for "no GPU and no driver".
         return GpuAccess(env={"NVIDIA_VISIBLE_DEVICES": "void"})
+    if slot is not None and slot.mode != "whole" and slot.gpu.vendor == "nvidia":
+        if slot.mig is not None:
+            return _nvidia_mig(slot.gpu, slot.mig, node, cdi_dirs, ldconfig)
+        return _nvidia_shared(slot, node, memory, cdi_dirs, ldconfig, pipe)
+    parts = []
+    nvidia = [g for g in gpus if g.vendor == "nvidia"]
+    if nvidia:
+        parts.append(_nvidia_whole(nvidia, node, cdi_dirs, ldconfig))
+    amd = [g for g in gpus if g.vendor == "amd"]
+    if amd:
+        parts.append(amd_access(amd, node))
+    intel = [g for g in gpus if g.vendor == "intel"]
+    if intel:
+        parts.append(intel_access(intel, node))
+    access = parts[0] if len(parts) == 1 else merge(parts)
+    if slot is not None and slot.mode != "whole":  # a share of an AMD or Intel GPU: time-sliced by its driver
+        access = replace(access, env={**access.env, "HETFLOW_GPU_SHARE": f"{slot.share:g}"})
+    return access
+
+
+def _nvidia_whole(gpus: Sequence[Gpu], node: Node, cdi_dirs: Sequence[Path], ldconfig: str | None) -> GpuAccess:
     inside = ",".join(str(i) for i in range(len(gpus)))
     env = {
         "NVIDIA_VISIBLE_DEVICES": inside,
@@ -82,32 +118,78 @@ def gpu_access(
         "HETFLOW_GPU_UUIDS": ",".join(g.uuid for g in gpus),
         "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
     }
+    cdi = [[g.uuid, str(g.index)] for g in gpus]
+    return _deliver(gpus, _device_nodes(gpus, node), cdi, env, cdi_dirs, ldconfig)
+
+
+def _nvidia_shared(
+    slot: Slot, node: Node, memory: int, cdi_dirs: Sequence[Path], ldconfig: str | None, pipe: str | None
+) -> GpuAccess:
+    """A time-sliced or MPS tenant: the one GPU's node (as a whole GPU gets it); MPS adds
+    the client's limits and the daemon's pipe directory, bind-mounted when it exists."""
+    g = slot.gpu
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": "0",
+        "CUDA_VISIBLE_DEVICES": "0",
+        "HETFLOW_GPU_UUIDS": g.uuid,
+        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+        "HETFLOW_GPU_SHARE": f"{slot.share:g}",
+        "HETFLOW_GPU_SHARING": slot.mode,
+    }
+    mounts: list[Mount] = []
+    if slot.mode == "mps":
+        where = pipe or mps_pipe()
+        env |= mps_env(g, slot.share, node, memory, where)
+        if os.path.isdir(where):
+            mounts.append(Mount(where, where, read_only=False))
+    access = _deliver([g], _device_nodes([g], node), [[g.uuid, str(g.index)]], env, cdi_dirs, ldconfig)
+    return replace(access, mounts=(*access.mounts, *mounts))
+
+
+def _nvidia_mig(g: Gpu, mig: MigDevice, node: Node, cdi_dirs: Sequence[Path], ldconfig: str | None) -> GpuAccess:
+    """One MIG instance, as the NVIDIA container toolkit gives it: the parent GPU's node,
+    the control nodes, and only the instance's /dev/nvidia-caps/nvidia-capN nodes (its GPU
+    and compute instance); CUDA sees it by its MIG-... UUID."""
+    env = {
+        "NVIDIA_VISIBLE_DEVICES": mig.uuid,
+        "CUDA_VISIBLE_DEVICES": mig.uuid,
+        "HETFLOW_GPU_UUIDS": g.uuid,
+        "HETFLOW_MIG_UUID": mig.uuid,
+        "NVIDIA_DRIVER_CAPABILITIES": "compute,utility",
+    }
+    devices = _device_nodes([g], node) + tuple((c, f"/dev/nvidia-caps/{os.path.basename(c)}") for c in mig.cap_paths)
+    return _deliver([g], devices, [[mig.uuid, f"{g.index}:{mig.index}"]], env, cdi_dirs, ldconfig)
+
+
+def _deliver(
+    gpus: Sequence[Gpu],
+    devices: tuple[tuple[str, str], ...],
+    cdi_names: Sequence[Sequence[str]],
+    env: dict[str, str],
+    cdi_dirs: Sequence[Path],
+    ldconfig: str | None,
+) -> GpuAccess:
+    """NVIDIA devices by the first way that works (see the module's docstring): fake nodes
+    as they are; CDI when every device has a CDI name; else the nodes plus the driver."""
     if all(g.fake for g in gpus):
-        return GpuAccess(devices=_device_nodes(gpus, node), env=env)
+        return GpuAccess(devices=devices, env=env)
     names = cdi_device_names(cdi_dirs)
     if names:
-        chosen = []
-        for g in gpus:
-            for candidate in (g.uuid, str(g.index)):
-                if candidate in names:
-                    chosen.append(f"nvidia.com/gpu={candidate}")
-                    break
-            else:
-                break
-        if len(chosen) == len(gpus):
+        chosen = [next((f"nvidia.com/gpu={c}" for c in cands if c in names), "") for cands in cdi_names]
+        if all(chosen):
             return GpuAccess(cdi_devices=tuple(chosen), env=env)
     mounts = driver_mounts(ldconfig)
     if mounts:
         env["LD_LIBRARY_PATH"] = f"{DRIVER_DIR}/lib64"
         env["PATH"] = f"{DRIVER_DIR}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-    return GpuAccess(devices=_device_nodes(gpus, node), mounts=tuple(mounts), env=env)
+    return GpuAccess(devices=devices, mounts=tuple(mounts), env=env)
 
 
 def _device_nodes(gpus: Sequence[Gpu], node: Node) -> tuple[tuple[str, str], ...]:
     # Inside, a GPU keeps its host device name (/dev/nvidia2), as nvidia-docker did: the
     # driver matches nodes to GPUs by minor number.
     devs = [(g.device_path, f"/dev/nvidia{g.minor}") for g in gpus]
-    devs += [(c, f"/dev/{os.path.basename(c)}") for c in node.control_devices]
+    devs += control_nodes(node, "nvidia")
     return tuple(devs)
 
 

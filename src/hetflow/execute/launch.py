@@ -41,6 +41,7 @@ from hetflow.execute.mpilaunch import (
 )
 from hetflow.execute.paths import container_name
 from hetflow.inventory import Gpu
+from hetflow.plan import Slot
 from hetflow.spec import Step, Variant, Workflow
 from hetflow.state import (
     LAUNCHING,
@@ -76,14 +77,17 @@ class Launcher:
         self.clock, self.pid = clock, pid
         self.data = data or DataManifest()
 
-    def launch(self, name: str, s: StepRecord, vname: str, gpus: tuple[Gpu, ...], why: str) -> None:
-        """Start attempt ``s.attempts + 1`` of ``name``: lease, stage, record the intent, submit."""
+    def launch(
+        self, name: str, s: StepRecord, vname: str, gpus: tuple[Gpu, ...], why: str, slot: Slot | None = None
+    ) -> None:
+        """Start attempt ``s.attempts + 1`` of ``name``: lease, stage, record the intent, submit.
+        ``slot``: a share or MIG step's hold on ``gpus[0]`` (None: the GPUs whole)."""
         step = self.wf.steps[name]
         variant = step.resolved_variants()[vname]
         attempt = s.attempts + 1
         container = container_name(self.run_id, name, attempt)
         uuids = tuple(g.uuid for g in gpus)
-        if not self.dispatch.reserve(Lease("", self.run_id, name, attempt, container, self.pid), gpus):
+        if not self.dispatch.reserve(Lease("", self.run_id, name, attempt, container, self.pid), gpus, slot):
             return  # another process took them between our look and our grab
         staging = self.paths.staging(name, attempt)
         shutil.rmtree(staging, ignore_errors=True)
@@ -100,7 +104,7 @@ class Launcher:
             gid=self.gid,
             paths=self.paths,
             # a gang's rank 0 sees its own share of the GPUs (the others: ``_gang_specs``)
-            access=self.dispatch.access(variant, gpus[: variant.resources.gpus] if step.replicas > 1 else gpus),
+            access=self.dispatch.access(variant, gpus[: variant.resources.gpus] if step.replicas > 1 else gpus, slot),
             data=self.data,
         )
         if not self.backend.capabilities.assigns_gpus:
@@ -132,7 +136,7 @@ class Launcher:
                 memory=variant.resources.memory * n,
             )
         )
-        gpu_text = ",".join(map(str, indices)) or "none"
+        gpu_text = slot.describe() if slot is not None else ",".join(map(str, indices)) or "none"
         self.store.set_step(
             self.run_id,
             name,
@@ -211,11 +215,11 @@ class Launcher:
         for i in range(n):
             mine = gpus[i * per : (i + 1) * per]
             env = dict(lead.env)
-            devices, cdi = lead.devices, lead.cdi_devices
+            devices, cdi, groups = lead.devices, lead.cdi_devices, lead.group_add
             if not cluster:
                 access = self.dispatch.access(variant, mine)  # the driver's mounts are alike for any GPUs
                 env |= {**access.env, **replica_env(step.gang, ranks, i)}
-                devices, cdi = access.devices, access.cdi_devices
+                devices, cdi, groups = access.devices, access.cdi_devices, access.groups
             mounts = list(lead.mounts)
             command, labels = lead.command, {**lead.labels, LABEL_RANK: str(i), LABEL_WORLD: str(n)}
             caps: tuple[str, ...] = ()
@@ -250,6 +254,7 @@ class Launcher:
                 mounts=tuple(mounts),
                 devices=devices,
                 cdi_devices=cdi,
+                group_add=groups,
                 network_name=net,
                 command=command,
                 labels=labels,

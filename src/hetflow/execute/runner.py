@@ -311,7 +311,7 @@ class Runner:
         if decision.variant is not None:
             if self._from_cache(name, decision.variant):
                 return True
-            self.launcher.launch(name, s, decision.variant, decision.gpus, decision.why)
+            self.launcher.launch(name, s, decision.variant, decision.gpus, decision.why, decision.slot)
         elif decision.wait:
             if s.reason != decision.why:
                 self.store.set_step(self.run_id, name, reason=decision.why)

@@ -9,7 +9,8 @@ heuristic   HEFT-family list scheduling with variant choice and local search
             (listpass: one pass; compiled: the indexed instance; timeline: one
             machine's use over time); exact: CP-SAT
 explanation why every other (variant, class) lost, as frozen values report renders
-choose      variant choice for the local runner; local: the plan for this machine
+choose      variant choice for the local runner (tenancy: who holds which part of its
+            GPUs); local: the plan for this machine
 cluster     cluster and catalog files; virtual: the virtual-cluster Pareto search,
             anchors: the single-type and two-type clusters its saving is quoted against
 validate    check_plan: a plan keeps capacity, GPUs and precedence
@@ -44,11 +45,13 @@ if TYPE_CHECKING:
     from hetflow.plan.rightsize import OVER_ASK, Suggestion, UsageSample, suggest_sizes
     from hetflow.plan.simulator import simulate
     from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
+    from hetflow.plan.tenancy import Slot, Tenant, admits
     from hetflow.plan.virtual import plan_virtual_cluster
 
 _WHERE: dict[str, tuple[str, ...]] = {
     "build": (
         "DEFAULT_ESTIMATE",
+        "admits",
         "build_instance",
     ),
     "choose": (
@@ -99,6 +102,11 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "plan_from_dict",
         "plan_to_dict",
     ),
+    "tenancy": (
+        "Slot",
+        "Tenant",
+        "admits",
+    ),
     "virtual": ("plan_virtual_cluster",),
 }
 __all__ = [
@@ -113,9 +121,12 @@ __all__ = [
     "Plan",
     "PlanChooser",
     "Resolver",
+    "Slot",
     "Suggestion",
+    "Tenant",
     "UsageSample",
     "VariantChooser",
+    "admits",
     "build_instance",
     "check",
     "class_node",

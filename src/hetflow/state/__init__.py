@@ -2,6 +2,7 @@
 states a run and a step may take, and the run's typed event stream.
 
     store    Store: runs, steps, attempts, outputs, events, GPU leases, stored plans
+    leases   the GPU lease rows Store mixes in (whole GPUs, shares, MIG instances)
     models   frozen records (RunRecord, StepRecord, ...) and states with their transitions
     events   RunEvent values, ``record`` (write), ``follow``/``tail``/``RunWatch`` (read)
     liveness is a running run's executor still there (pid and its start time)

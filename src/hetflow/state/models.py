@@ -157,12 +157,18 @@ class Event:
 
 @dataclass(frozen=True)
 class Lease:
-    gpu_uuid: str
+    """One attempt's hold on (part of) one GPU; several rows may share a GPU (time-slicing
+    or MPS tenants, MIG instances), never with a ``whole`` row."""
+
+    gpu_uuid: str  # the physical GPU
     run_id: str
     step: str
     attempt: int
     container: str
     pid: int
+    mode: str = "whole"  # whole | time-slicing | mps | mig
+    share: float = 0.0  # time-slicing / mps: the fraction held
+    mig: str = ""  # mig: the MIG-... uuid of the instance held
 
 
 @dataclass

@@ -2,7 +2,8 @@
 
 WAL lets ``hetflow ps`` read while a run writes; ``busy_timeout`` makes concurrent
 writers (several ``hetflow run`` at once) wait instead of failing.  GPU leases live
-here too, so "one GPU, one running step" holds across processes.
+here too, so a GPU's holders (one whole, or its time-slicing / MPS tenants, or one per
+MIG instance) are the same for every process on the host.
 """
 
 from __future__ import annotations
@@ -16,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from hetflow.errors import StateError
+from hetflow.state.leases import LEASES_TABLE, Leases
 from hetflow.state.models import (
     STEP_TRANSITIONS,
     USAGE_FIELDS,
     AttemptRecord,
     CacheEntry,
     Event,
-    Lease,
     OutputRecord,
     RunRecord,
     StepRecord,
@@ -34,8 +35,12 @@ from hetflow.state.models import (
 # 3: attempts record what they asked for and used (requested cpus and memory, peak memory,
 #    CPU time, image digest, the container's own start and end); see _migrate.
 # 2: runs keep their plan (run_plans) and events carry typed data (events.data); see _migrate.
-SCHEMA_VERSION = 3
-_SCHEMA = """
+# 4: GPU leases record how they hold a GPU (mode, share, MIG instance) and one GPU may have
+#    several (time-slicing / MPS tenants, MIG instances): keyed (gpu_uuid, container); see
+#    _migrate_leases.
+SCHEMA_VERSION = 4
+_SCHEMA = (
+    """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS runs (
   id TEXT PRIMARY KEY, name TEXT NOT NULL, workflow_file TEXT NOT NULL, state TEXT NOT NULL,
@@ -62,11 +67,11 @@ CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, step TEXT, time REAL NOT NULL,
   kind TEXT NOT NULL, message TEXT NOT NULL, data TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id);
-CREATE TABLE IF NOT EXISTS gpu_leases (
-  gpu_uuid TEXT PRIMARY KEY, run_id TEXT NOT NULL, step TEXT NOT NULL, attempt INTEGER NOT NULL,
-  container TEXT NOT NULL, pid INTEGER NOT NULL, acquired REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS run_plans (run_id TEXT PRIMARY KEY REFERENCES runs(id), plan_json TEXT NOT NULL);
 """
+    + LEASES_TABLE
+    + ";\n"
+)
 # 3: fan-outs expanded at submit or run time (run_expansions), remembered file hashes
 # (file_hashes), the cross-run cache's entries (cache_entries)
 _SCHEMA_DATA = """
@@ -85,7 +90,7 @@ def _now() -> float:
     return time.time()
 
 
-class Store:
+class Store(Leases):
     """One connection per process; every write is its own short transaction."""
 
     def __init__(self, path: Path) -> None:
@@ -138,6 +143,7 @@ class Store:
             self._db.executescript(_SCHEMA_DATA)  # schema 3: fan-out expansions, file hashes, the cache
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
         self._migrate_attempt_usage()
+        self._migrate_leases()
         if "pid_start" not in cols:
             # nullable: a run claimed by an older hetflow has no start time; liveness trusts its pid
             with self._tx(immediate=True) as db:
@@ -567,57 +573,6 @@ class Store:
             "SELECT * FROM events WHERE run_id = ? AND id > ? ORDER BY id", (run_id, after)
         ).fetchall()
         return [Event(**dict(r)) for r in rows]
-
-    # --- GPU leases -------------------------------------------------------------------
-
-    def leases(self) -> list[Lease]:
-        rows = self._db.execute("SELECT * FROM gpu_leases").fetchall()
-        return [Lease(r["gpu_uuid"], r["run_id"], r["step"], r["attempt"], r["container"], r["pid"]) for r in rows]
-
-    def acquire_gpus(self, uuids: list[str], holder: Lease, stale: list[Lease]) -> bool:
-        """Take every GPU in ``uuids`` for ``holder`` or none of them.
-
-        ``stale`` are leases the caller found dead (holder process gone and container not
-        running); they are dropped only if still exactly as seen, so two processes racing
-        cannot both reclaim the same GPU."""
-        with self._tx(immediate=True) as db:
-            for s in stale:
-                db.execute(
-                    "DELETE FROM gpu_leases WHERE gpu_uuid = ? AND container = ? AND pid = ?",
-                    (s.gpu_uuid, s.container, s.pid),
-                )
-            marks = ",".join("?" * len(uuids))
-            taken = db.execute(
-                f"SELECT gpu_uuid FROM gpu_leases WHERE gpu_uuid IN ({marks}) AND container != ?",
-                (*uuids, holder.container),
-            ).fetchall()
-            if taken:
-                return False
-            db.executemany(
-                "INSERT OR REPLACE INTO gpu_leases VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [
-                    (
-                        u,
-                        holder.run_id,
-                        holder.step,
-                        holder.attempt,
-                        holder.container,
-                        holder.pid,
-                        _now(),
-                    )
-                    for u in uuids
-                ],
-            )
-            return True
-
-    def release_gpus(self, container: str) -> None:
-        with self._tx() as db:
-            db.execute("DELETE FROM gpu_leases WHERE container = ?", (container,))
-
-    def adopt_leases(self, run_id: str, pid: int) -> None:
-        """A resumed executor takes over the leases of its run's still-running containers."""
-        with self._tx() as db:
-            db.execute("UPDATE gpu_leases SET pid = ? WHERE run_id = ?", (pid, run_id))
 
 
 def _step(r: sqlite3.Row) -> StepRecord:
