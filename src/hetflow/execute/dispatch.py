@@ -17,7 +17,7 @@ from typing import Protocol
 from hetflow.execute.attempts import Active
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.gpu import GpuAccess, gpu_access
-from hetflow.inventory import Gpu, Node
+from hetflow.inventory import Gpu, GpuSharing, Node
 from hetflow.plan import Capacity, MachineClass, Placement, PlanChooser, Slot, Tenant, VariantChooser, admits
 from hetflow.spec import Step, Variant
 from hetflow.state import Lease, Store
@@ -46,6 +46,8 @@ class Where:
     pinned_node: str | None = None
     node_class: str | None = None
     nodes: int = 1  # a gang: how many nodes the plan spreads its replicas over
+    gpu_sharing: GpuSharing | None = None  # how the planned class shares its GPUs (Slurm shard vs mps gres)
+    shared: bool = True  # False: the plan gave a gpu_share step a whole GPU (the engine is asked for one)
 
 
 class Dispatch(Protocol):
@@ -150,6 +152,7 @@ class ClusterDispatch:
         # names (the engine's node list: a cluster file lists Slurm nodes or Ray nodes by name)
         self.gpu_models = {c.name: c.gpu_model for c in classes if c.gpus}
         self.pinned_nodes = {c.name: c.name for c in classes if c.count == 1}
+        self.sharing = {c.name: c.gpu_sharing for c in classes if c.gpus}
 
     def decide(self, name: str, step: Step) -> Decision:
         placed = self.placements.get(name)
@@ -167,6 +170,8 @@ class ClusterDispatch:
             # a pinned node says it all; otherwise the engine picks among the class's nodes
             node_class=None if pinned else placed.machine_class,
             nodes=len(placed.per_machine()),
+            gpu_sharing=self.sharing.get(placed.machine_class),
+            shared=placed.share > 0,
         )
 
     def access(self, variant: Variant, gpus: tuple[Gpu, ...], slot: Slot | None = None) -> GpuAccess:

@@ -15,7 +15,7 @@ from hetflow.execute.attempts import SUBMITTED, Active, Attempts
 from hetflow.execute.backends.base import Backend, Job
 from hetflow.execute.container import build_spec
 from hetflow.execute.data import DataManifest
-from hetflow.execute.dispatch import Dispatch
+from hetflow.execute.dispatch import Dispatch, Where
 from hetflow.execute.engine import ContainerSpec, Mount
 from hetflow.execute.gang import (
     LABEL_LAUNCHER,
@@ -42,7 +42,7 @@ from hetflow.execute.mpilaunch import (
 from hetflow.execute.paths import container_name
 from hetflow.inventory import Gpu
 from hetflow.plan import Slot
-from hetflow.spec import Step, Variant, Workflow
+from hetflow.spec import GpuRequest, Step, Variant, Workflow
 from hetflow.state import (
     LAUNCHING,
     QUEUED_PREFIX,
@@ -168,7 +168,8 @@ class Launcher:
             ranks=ranks,
             gang=step.gang if step.replicas > 1 else None,
             nodes=where.nodes,
-            gpu_request=variant.gpu_request if variant.uses_gpu else None,
+            gpu_request=engine_request(variant, where),
+            gpu_sharing=where.gpu_sharing,
         )
         act = Active(name, attempt, container, variant.resources.cpus * n, variant.resources.memory * n, uuids, why=why)
         active[name] = act
@@ -297,3 +298,15 @@ def _mpi_exports(env: dict[str, str], user_env: Mapping[str, str]) -> list[str]:
         "PATH",
     }
     return sorted(k for k in env if k in keep or k in user_env)
+
+
+def engine_request(variant: Variant, where: Where) -> GpuRequest | None:
+    """What a cluster engine is asked for: the variant's request, except that a gpu_share
+    step the plan placed on a whole GPU (an exclusive class, or a whole GPU finishing
+    sooner) asks for that whole GPU."""
+    if not variant.uses_gpu:
+        return None
+    req = variant.gpu_request
+    if req.kind == "share" and not where.shared:
+        return GpuRequest(count=1, vendor=req.vendor, memory=req.memory)
+    return req
