@@ -13,7 +13,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from hetflow.plan.instance import MachineClass, Placement, Plan
+from hetflow.inventory import GpuSharing
+from hetflow.plan.instance import GpuKind, MachineClass, Placement, Plan
 
 T = TypeVar("T")
 
@@ -22,6 +23,8 @@ def _tuples(value: Any) -> Any:
     """JSON has lists; these dataclasses hold tuples (GPU indices, labels, notes)."""
     if isinstance(value, list):
         return tuple(_tuples(v) for v in value)
+    if isinstance(value, tuple):  # already built values (GPU kinds) pass through
+        return value
     return value
 
 
@@ -31,11 +34,19 @@ def _build(cls: type[T], data: Mapping[str, Any]) -> T:
 
 
 def machine_class_to_dict(c: MachineClass) -> dict[str, Any]:
-    return dataclasses.asdict(c)
+    """Plain JSON values: the sharing policy as its fields, each GPU kind as a mapping."""
+    data = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)}
+    data["gpu_sharing"] = c.gpu_sharing.model_dump()
+    data["gpu_kinds"] = [dataclasses.asdict(k) for k in c.gpu_kinds]
+    return data
 
 
 def machine_class_from_dict(data: Mapping[str, Any]) -> MachineClass:
-    return _build(MachineClass, data)
+    fields = dict(data)
+    if isinstance(fields.get("gpu_sharing"), Mapping):
+        fields["gpu_sharing"] = GpuSharing.model_validate(fields["gpu_sharing"])
+    fields["gpu_kinds"] = [_build(GpuKind, k) for k in fields.get("gpu_kinds") or ()]
+    return _build(MachineClass, fields)
 
 
 def placement_to_dict(p: Placement) -> dict[str, Any]:
