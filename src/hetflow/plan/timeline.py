@@ -234,6 +234,36 @@ class MachineTimeline:
             return
         self.tenants[gpu].remove((start, finish, slot.share, slot.level))
 
+    def hold(
+        self,
+        start: float,
+        finish: float,
+        cores: float,
+        memory: int,
+        gpus: tuple[int, ...],
+        slot: GpuSlot | None = None,
+        mig: int | None = None,
+    ) -> None:
+        """Book exactly what a planned placement holds (its GPU indices, its tenant or MIG
+        instance), to ask afterwards what else would fit (``plan.sharewhy``)."""
+        if finish <= start:
+            return
+        if slot is not None and slot.mig and mig is not None:
+            self._book(start, finish, cores, memory, 0)
+            d = next(d for d, (g, i, _) in enumerate(self.mig_dev) if g == gpus[0] and i == mig)
+            k = bisect_left(self.mig_starts[d], start)
+            self.mig_starts[d].insert(k, start)
+            self.mig_ends[d].insert(k, finish)
+        elif slot is not None and slot.share > 0:
+            self._book(start, finish, cores, memory, 0)
+            self.tenants[gpus[0]].append((start, finish, slot.share, slot.level))
+        else:
+            self._book(start, finish, cores, memory, len(gpus))
+            for g in gpus:
+                k = bisect_left(self.gpu_starts[g], start)
+                self.gpu_starts[g].insert(k, start)
+                self.gpu_ends[g].insert(k, finish)
+
     def _book(self, start: float, finish: float, cores: float, memory: int, gpus: int) -> None:
         if finish <= start:
             return
