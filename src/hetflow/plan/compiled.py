@@ -179,7 +179,7 @@ def gpu_slots(o: Option, cls: MachineClass) -> list[tuple[float, GpuSlot | None]
         for level in share_levels(sharing.replicas):
             rt = timeslice_runtime(o.runtime, level, sharing.resolved_slowdown)
             by_runtime[rt] = GpuSlot(o.share, level, sharing.replicas, only=only)
-        return sorted(by_runtime.items(), key=lambda kv: kv[0])  # type: ignore[return-value]
+        return sorted(by_runtime.items(), key=lambda kv: kv[0])
     if o.share > 0:
         return [(o.runtime, GpuSlot(o.share, 1.0, sharing.replicas, only=only))]
     if o.mig:

@@ -112,7 +112,7 @@ class GpuSpec(BaseModel):
     def _vendor(self) -> GpuSpec:
         if self.vendor == "nvidia" and not self.compute_capability:
             raise ValueError(
-                f"NVIDIA GPU {self.model!r} needs computeCapability (e.g. \"8.0\"); "
+                f'NVIDIA GPU {self.model!r} needs computeCapability (e.g. "8.0"); '
                 "set vendor: amd or intel for other GPUs"
             )
         if self.vendor != "nvidia" and self.compute_capability:

@@ -18,6 +18,7 @@ Whole-GPU placements never overlap a tenant on the same GPU.
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from collections.abc import Mapping
 
@@ -42,7 +43,10 @@ def runtime_problem(p: Placement, option: Option, cls: MachineClass) -> str | No
     """Why a shared tenant's run time is not one the model allows, or None."""
     took = p.finish - p.start
     if took < option.runtime * (1 - _REL) - _REL:
-        return f"task {p.task!r} runs {took:g} s shared; alone it takes {option.runtime:g} s, and sharing never speeds up"
+        return (
+            f"task {p.task!r} runs {took:g} s shared; alone it takes {option.runtime:g} s, "
+            "and sharing never speeds a step up"
+        )
     if cls.gpu_sharing.mode == "mps" and abs(took - option.runtime) > _REL * max(1.0, took):
         return f"task {p.task!r} runs {took:g} s as an MPS client; its option takes {option.runtime:g} s (no slowdown)"
     return None
@@ -76,7 +80,7 @@ def check_slices(
                 by_gpu[g].append(p)
     for (g, d), users in sorted(by_mig.items()):
         users.sort(key=lambda p: p.start)
-        for a, b in zip(users, users[1:], strict=False):
+        for a, b in itertools.pairwise(users):
             if b.start < a.finish - _REL * max(1.0, a.finish):
                 problems.append(
                     f"MIG instance {d} of GPU {g} on {machine!r} is given to {a.task!r} and {b.task!r} at once"

@@ -96,7 +96,8 @@ def share_reason(plan: Plan, instance: Instance, step: str, other: Option) -> st
         mine = next(o for o in instance.task(step).options if _same_kind(o, chosen) and o.variant == chosen.variant)
         load, took = load_of(plan, chosen), chosen.finish - chosen.start
         factor = took / mine.runtime if mine.runtime > 0 else 1.0
-        slow = "no slowdown" if factor <= 1 + 1e-9 else f"{factor:.3g}x slower than alone, s={sharing.resolved_slowdown:g}"
+        s = sharing.resolved_slowdown
+        slow = "no slowdown" if factor <= 1 + 1e-9 else f"{factor:.3g}x slower than alone, s={s:g}"
         return (
             f"whole GPU lost: {alt} vs {chosen.finish:.4g}s shared ({sharing.describe()}, "
             f"load {load:.3g}, planned at {planned_load(chosen, mine, cls):.3g}, {slow})"

@@ -28,6 +28,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from hetflow.plan.gpuload import GpuLoad
+
 _EPS = 1e-9  # fractional cores add up with rounding error; a hair over capacity still fits
 
 
@@ -50,15 +52,24 @@ class GpuSlot:
         return self.share > 0 or bool(self.mig)
 
 
-Tenant = tuple[float, float, float, float]  # start, finish, share, planned load
-
-
 class MachineTimeline:
     """Resources in use on one machine over time; ``earliest_start`` and ``reserve``."""
 
     __slots__ = (
-        "cores", "cores_cap", "gpu_ends", "gpu_starts", "gpus", "gpus_cap", "memory", "memory_cap", "times",
-        "tenants", "in_mig", "mig_dev", "mig_starts", "mig_ends",
+        "cores",
+        "cores_cap",
+        "gpu_ends",
+        "gpu_starts",
+        "gpus",
+        "gpus_cap",
+        "in_mig",
+        "memory",
+        "memory_cap",
+        "mig_dev",
+        "mig_ends",
+        "mig_starts",
+        "tenants",
+        "times",
     )  # fmt: skip
 
     def __init__(self, cores: float, memory: int, gpus: int, mig: Sequence[tuple[str, ...]] = ()) -> None:
@@ -73,7 +84,7 @@ class MachineTimeline:
         self.gpus: list[int] = [0]
         self.gpu_starts: list[list[float]] = [[] for _ in range(gpus)]
         self.gpu_ends: list[list[float]] = [[] for _ in range(gpus)]
-        self.tenants: list[list[Tenant]] = [[] for _ in range(gpus)]
+        self.tenants = [GpuLoad() for _ in range(gpus)]  # per GPU, its shared tenants
         # MIG: GPU g's layout mig[g]; every instance is a device (gpu, index, profile)
         self.in_mig = [bool(mig[g]) if g < len(mig) else False for g in range(gpus)]
         self.mig_dev = [(g, i, p) for g in range(min(gpus, len(mig))) for i, p in enumerate(mig[g])]
@@ -142,10 +153,10 @@ class MachineTimeline:
         for g, (starts, ends) in enumerate(zip(self.gpu_starts, self.gpu_ends, strict=True)):
             if self.in_mig[g] or (only is not None and g not in only):
                 continue
-            if tenants:
-                hit = [f for s0, f, _, _ in self.tenants[g] if s0 < end and f > start]
-                if hit:
-                    retry = min(retry, min(hit))
+            if tenants and self.tenants[g]:
+                busy = self.tenants[g].busy_until(start, end)
+                if busy is not None:
+                    retry = min(retry, busy)
                     continue
             k = bisect_left(starts, end) - 1
             # Intervals on one GPU are disjoint and sorted, so only the last one starting
@@ -187,15 +198,36 @@ class MachineTimeline:
         """The first GPU on which a tenant of ``slot`` fits during ``[start, end)``, and when to
         retry: no whole-GPU interval overlaps, and at every instant of the window the tenants
         number at most ``replicas`` and their shares sum to at most the new tenant's level and
-        every overlapping tenant's planned level.  Past the earliest end among the tenants
-        overlapping the window nothing changes for the better, so that end is the retry."""
-        free, retry = self._free_gpus(start, end, slot.only, tenants=False)
-        for g in free:
-            hit = [tn for tn in self.tenants[g] if tn[0] < end and tn[1] > start]
-            if _tenant_fits(hit, start, slot):
+        every overlapping tenant's planned level (``GpuLoad.blocked``).  The retry is the
+        earliest start at which some GPU fits, each GPU searched on its own (so the machine's
+        cores are checked again only there).  A share above its planned level never fits."""
+        if slot.share > slot.level + 1e-9:
+            return None, math.inf
+        retry = math.inf
+        duration = end - start
+        for g in range(self.gpus_cap):
+            if self.in_mig[g] or (slot.only is not None and g not in slot.only):
+                continue
+            t = start
+            while t < retry:
+                blocked = self.tenants[g].blocked(t, t + duration, slot.share, slot.level, slot.replicas)
+                whole = self._whole_busy(g, t, t + duration)
+                if blocked is None and whole is None:
+                    break
+                t = max(blocked or t, whole or t)
+            if t == start:
                 return g, retry
-            retry = min(retry, min(tn[1] for tn in hit))
+            retry = min(retry, t)
         return None, retry
+
+    def _whole_busy(self, g: int, start: float, end: float) -> float | None:
+        """None when no whole-GPU interval of GPU ``g`` overlaps ``[start, end)``, else the end
+        of the first that does."""
+        starts, ends = self.gpu_starts[g], self.gpu_ends[g]
+        k = bisect_left(starts, end) - 1
+        if k >= 0 and ends[k] > start:
+            return ends[bisect_right(ends, start)]
+        return None
 
     def reserve_slot(
         self, start: float, finish: float, cores: float, memory: int, slot: GpuSlot
@@ -213,11 +245,11 @@ class MachineTimeline:
             self.mig_ends[d].insert(k, finish)
             g, inst, _ = self.mig_dev[d]
             return (g,), inst
-        g, _ = self._shared_gpu(start, finish, slot)
-        if g is None:
+        shared, _ = self._shared_gpu(start, finish, slot)
+        if shared is None:
             raise ValueError("reserve_slot: the share does not fit; call earliest_start first")
-        self.tenants[g].append((start, finish, slot.share, slot.level))
-        return (g,), None
+        self.tenants[shared].add((start, finish, slot.share, slot.level))
+        return (shared,), None
 
     def release_slot(
         self, start: float, finish: float, cores: float, memory: int, gpu: int, slot: GpuSlot, mig: int | None
@@ -256,7 +288,7 @@ class MachineTimeline:
             self.mig_ends[d].insert(k, finish)
         elif slot is not None and slot.share > 0:
             self._book(start, finish, cores, memory, 0)
-            self.tenants[gpus[0]].append((start, finish, slot.share, slot.level))
+            self.tenants[gpus[0]].add((start, finish, slot.share, slot.level))
         else:
             self._book(start, finish, cores, memory, len(gpus))
             for g in gpus:
@@ -327,18 +359,3 @@ class MachineTimeline:
         self.memory.insert(i + 1, self.memory[i])
         self.gpus.insert(i + 1, self.gpus[i])
         return i + 1
-
-
-def _tenant_fits(hit: Sequence[Tenant], start: float, slot: GpuSlot) -> bool:
-    """Whether a tenant of ``slot`` from ``start`` fits among the overlapping tenants ``hit``.
-    The load only rises where a tenant starts, so the window's start and those starts are
-    the instants to check."""
-    eps = 1e-9
-    for x in sorted({start, *(tn[0] for tn in hit if tn[0] > start)}):
-        here = [tn for tn in hit if tn[0] <= x < tn[1]]
-        if len(here) + 1 > slot.replicas:
-            return False
-        load = slot.share + sum(tn[2] for tn in here)
-        if load > slot.level + eps or any(load > tn[3] + eps for tn in here):
-            return False
-    return True
