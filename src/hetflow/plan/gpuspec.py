@@ -116,7 +116,7 @@ class GpuSpec(BaseModel):
                 "set vendor: amd or intel for other GPUs"
             )
         if self.vendor != "nvidia" and self.compute_capability:
-            raise ValueError(f"computeCapability is for NVIDIA GPUs; a {self.vendor} GPU has an architecture instead")
+            raise ValueError(f"computeCapability is for NVIDIA GPUs; {self.vendor} GPUs have an architecture instead")
         if self.vendor != "amd" and self.rocm:
             raise ValueError("rocm applies to vendor: amd only")
         return self
@@ -126,7 +126,7 @@ class GpuSpec(BaseModel):
         if not self.mig:
             return self
         if self.vendor != "nvidia":
-            raise ValueError(f"mig: MIG is an NVIDIA feature; a {self.vendor} GPU cannot have a MIG layout")
+            raise ValueError(f"mig: MIG is an NVIDIA feature; {self.vendor} GPUs have no MIG layout, remove mig")
         if self.sharing.shared:
             raise ValueError(
                 f"mig with sharing {self.sharing.mode}: a GPU in MIG mode is split into its instances; "
