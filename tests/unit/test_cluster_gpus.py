@@ -22,7 +22,8 @@ HEAD = "apiVersion: hetflow/v1\nkind: Cluster\nname: c\nnodeTypes:\n"
 
 
 def cluster(gpus: str, count: int = 1) -> str:
-    return HEAD + f"  - name: g\n    count: {count}\n    cores: 32\n    memory: 256Gi\n    price: 10\n    gpus: {gpus}\n"
+    body = f"  - name: g\n    count: {count}\n    cores: 32\n    memory: 256Gi\n    price: 10\n"
+    return HEAD + body + f"    gpus: {gpus}\n"
 
 
 def problems(text: str) -> list[str]:
