@@ -240,5 +240,8 @@ def test_the_sharing_bench_runs_on_a_tiny_size(capsys: pytest.CaptureFixture[str
     rows = [line for line in out.splitlines() if line.startswith(("time-slicing", "mps", "MIG"))]
     assert len(rows) == 4
     for row in rows:
-        ratio = float(row.split("|")[0].split()[-1])
-        assert 0 < ratio <= 1.0 + 1e-9, row  # sharing-aware never plans a longer makespan here
+        makespan_ratio = float(row.split("|")[0].split()[-1])
+        gpu_hours_ratio = float(row.split("|")[1].split()[-1])
+        assert 0 < gpu_hours_ratio < 1, row  # shares and MIG instances hold less GPU-time
+        if not row.startswith("MIG"):  # a 1g.10gb instance runs 1.75x longer: MIG may lose on makespan
+            assert 0 < makespan_ratio <= 1.0 + 1e-9, row
