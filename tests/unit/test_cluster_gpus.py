@@ -211,3 +211,16 @@ def test_a_vendor_step_gets_only_its_vendors_gpu_on_a_mixed_machine() -> None:
     # the two AMD steps take turns on the one AMD GPU though the NVIDIA one is free
     a, b = sorted((plan.placements["rocm1"], plan.placements["rocm2"]), key=lambda p: p.start)
     assert b.start >= a.finish
+
+
+def test_this_machine_says_which_vendor_or_mig_profile_it_lacks() -> None:
+    from hetflow.plan.filters import Capacity, check
+
+    n = node(cpus=8, gpus=(gpu(0),))
+    st = check(variant(gpus=1, gpu_vendor="amd"), Capacity.of(n), where="this machine", now=False)
+    assert (st.code, st.reason) == (
+        "gpu_vendor",
+        "asks for gpu_vendor: amd; this machine has 1 nvidia GPU (NVIDIA A100-SXM4-40GB)",
+    )
+    st = check(variant(gpu_mig="1g.10gb"), Capacity.of(n), where="this machine", now=False)
+    assert (st.code, st.reason) == ("gpu_mig", "asks for gpu_mig: 1g.10gb; this machine has no GPU in MIG mode")

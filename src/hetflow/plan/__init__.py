@@ -60,8 +60,8 @@ _WHERE: dict[str, tuple[str, ...]] = {
     ),
     "choose": (
         "GpuKind",
-    "GpuSpec",
-    "GreedyChooser",
+        "GpuSpec",
+        "GreedyChooser",
         "PlanChooser",
         "VariantChooser",
         "feasibility_problems",
@@ -88,7 +88,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "heuristic": ("plan_heuristic",),
     "images": (
         "Resolver",
-    "SharedSample",
+        "SharedSample",
         "class_node",
         "image_check",
     ),

@@ -299,8 +299,8 @@ class _Vendor:
 
     def __call__(self, v: Variant, view: NodeView) -> Status:
         request = v.gpu_request
-        if not request.any or not view.gpus or any(vendor_ok(g.vendor, request.vendor) for g in view.gpus):
-            return OK
+        if view.now or not request.any or not view.gpus or any(vendor_ok(g.vendor, request.vendor) for g in view.gpus):
+            return OK  # (now: the free GPUs; one of the vendor may be busy, which GPUS words)
         return Status("gpu_vendor", f"asks for gpu_vendor: {request.vendor}; {view.name} has {_vendors(view)}")
 
 
@@ -311,7 +311,7 @@ class _Mig:
 
     def __call__(self, v: Variant, view: NodeView) -> Status:
         request = v.gpu_request
-        if request.mig is None or not view.gpus:
+        if request.mig is None or not view.gpus or view.now:
             return OK
         if any(request.mig in g.mig for g in view.gpus if vendor_ok(g.vendor, request.vendor)):
             return OK
@@ -396,7 +396,7 @@ LABELS, GPUS, GPU_VENDOR, GPU_MIG, DEVICE_MEMORY = _Labels(), _Gpus(), _Vendor()
 CLASS_CHAIN: tuple[Filter, ...] = (
     CPUS, MEMORY, GPU_VENDOR, GPUS, GPU_MIG, GPU_MODEL, GPU_CC, GPU_MEMORY, DEVICE_MEMORY, LABELS,
 )  # fmt: skip
-NODE_CHAIN: tuple[Filter, ...] = (LABELS, CPUS, MEMORY, GPUS)
+NODE_CHAIN: tuple[Filter, ...] = (LABELS, CPUS, MEMORY, GPU_VENDOR, GPU_MIG, GPUS)
 
 
 def run_chain(chain: Sequence[Filter], variant: Variant, view: NodeView, *, first: bool) -> tuple[Status, ...]:
