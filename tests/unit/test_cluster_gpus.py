@@ -224,3 +224,17 @@ def test_this_machine_says_which_vendor_or_mig_profile_it_lacks() -> None:
     )
     st = check(variant(gpu_mig="1g.10gb"), Capacity.of(n), where="this machine", now=False)
     assert (st.code, st.reason) == ("gpu_mig", "asks for gpu_mig: 1g.10gb; this machine has no GPU in MIG mode")
+
+
+def test_a_gang_of_one_vendor_takes_only_its_gpus_on_a_mixed_machine() -> None:
+    amd = {**gpu(0).model_dump(), "vendor": "amd", "model": "AMD Instinct MI250X", "compute_capability": ""}
+    gpus = (gpu(0), gpu(1), Gpu.model_validate({**amd, "index": 2}), Gpu.model_validate({**amd, "index": 3}))
+    c = node_class(node(cpus=16, memory_gib=64, gpus=gpus))
+    body = (
+        "apiVersion: hetflow/v1\nname: wf\nsteps:\n"
+        "  train: {image: img, estimate: 10, gang: {replicas: 2}, resources: {gpus: 1, gpu_vendor: amd}}\n"
+    )
+    inst = build_instance(parse_workflow(body, "wf.yaml").workflow, [c], bandwidth=1e9)
+    plan = plan_heuristic(inst)
+    assert check_plan(inst, plan) == []
+    assert sorted(g for _, gs in plan.placements["train"].ranks for g in gs) == [2, 3]

@@ -141,6 +141,7 @@ class Compiled:
             per_node,
             comm1,
             comm_n,
+            gpu_slots(o, cls)[0][1],  # a gang takes whole GPUs: only its vendor's on a mixed machine
         )
 
     def timelines(self) -> list[MachineTimeline]:

@@ -117,7 +117,7 @@ def _holds(tl: MachineTimeline, ch: Choice, start: float, duration: float, most:
     """How many replicas (at most ``most``) fit ``tl`` during ``[start, start + duration)``."""
     for k in range(most, 0, -1):
         end = start + duration
-        if tl.earliest_start(start, duration, k * ch.cores, k * ch.memory, k * ch.gpus, end) == start:
+        if tl.earliest_start(start, duration, k * ch.cores, k * ch.memory, k * ch.gpus, end, ch.slot) == start:
             return k
     return 0
 
@@ -169,7 +169,7 @@ def reserve_gang(
     """Book an allocation; one (machine, GPU indices) per replica, in rank order."""
     ranks: list[tuple[int, tuple[int, ...]]] = []
     for m, k in alloc:
-        got = tls[m].reserve(start, finish, k * ch.cores, k * ch.memory, k * ch.gpus)
+        got = tls[m].reserve(start, finish, k * ch.cores, k * ch.memory, k * ch.gpus, ch.slot.only if ch.slot else None)
         g = ch.gpus
         ranks += [(m, got[i * g : (i + 1) * g]) for i in range(k)]
     return tuple(ranks)
