@@ -101,6 +101,7 @@ bench: install images
 	$(PY) -m bench.loader
 	$(PY) -m bench.scale
 	$(PY) -m bench.gang
+	$(PY) -m bench.sharing
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache

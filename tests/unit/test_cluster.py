@@ -258,10 +258,9 @@ BAD = [
               memory: 16Gi
               computeCapabilty: "7.5"
         """,
-        "c.yaml:9: error: nodeTypes.0.gpus: required key 'computeCapability' is missing\n"
         "c.yaml:13: error: unknown key 'computeCapabilty' in nodeTypes.0.gpus (did you mean "
-        "'computeCapability'?); allowed keys: model, count, memory, computeCapability, driver, cuda, speed, "
-        "link, nvlink_gpus",
+        "'computeCapability'?); allowed keys: model, count, memory, vendor, computeCapability, architecture, "
+        "rocm, driver, cuda, speed, link, nvlink_gpus, sharing, mig",
         id="unknown-gpu-key",
     ),
     pytest.param(

@@ -11,9 +11,13 @@ heuristic   HEFT-family list scheduling with variant choice and local search
 explanation why every other (variant, class) lost, as frozen values report renders
 choose      variant choice for the local runner (tenancy: who holds which part of its
             GPUs); local: the plan for this machine
-cluster     cluster and catalog files; virtual: the virtual-cluster Pareto search,
+cluster     cluster and catalog files (gpuspec: a node type's GPUs: vendor, sharing,
+            MIG layout, speed table); virtual: the virtual-cluster Pareto search,
             anchors: the single-type and two-type clusters its saving is quoted against
-validate    check_plan: a plan keeps capacity, GPUs and precedence
+validate    check_plan: a plan keeps capacity, GPUs and precedence (sharecheck: GPU
+            shares within the sharing policy and slowdown model, MIG instances);
+            gpuload: one GPU's shared tenants over time; sharewhy: shared vs whole
+            for --explain
 rightsize   suggestions for steps asking far more memory or CPUs than they used
 simulator   the discrete-event simulator; cost, bounds, profile, images,
             stored (a Plan as JSON, kept with the run): the rest
@@ -34,14 +38,17 @@ if TYPE_CHECKING:
     from hetflow.plan.build import DEFAULT_ESTIMATE, build_instance
     from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser, feasibility_problems
     from hetflow.plan.cluster import Cluster, load_catalog, load_cluster
+    from hetflow.plan.compiled import timeslice_runtime
+    from hetflow.plan.cost import gpu_amount
     from hetflow.plan.exact import plan_exact
     from hetflow.plan.explanation import explain
-    from hetflow.plan.filters import Capacity, check, first_class_rejection
+    from hetflow.plan.filters import Capacity, check, first_class_rejection, vendor_ok
+    from hetflow.plan.gpuspec import GPU_SPEEDS, GpuSpec
     from hetflow.plan.heuristic import plan_heuristic
     from hetflow.plan.images import Resolver, class_node, image_check
-    from hetflow.plan.instance import Instance, MachineClass, Placement, Plan
+    from hetflow.plan.instance import GpuKind, Instance, MachineClass, Placement, Plan
     from hetflow.plan.local import plan_local
-    from hetflow.plan.profile import learn, profile_for
+    from hetflow.plan.profile import SharedSample, learn, learn_slowdown, profile_for, with_slowdown
     from hetflow.plan.rightsize import OVER_ASK, Suggestion, UsageSample, suggest_sizes
     from hetflow.plan.simulator import simulate
     from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
@@ -55,6 +62,8 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "build_instance",
     ),
     "choose": (
+        "GpuKind",
+        "GpuSpec",
         "GreedyChooser",
         "PlanChooser",
         "VariantChooser",
@@ -65,20 +74,29 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "load_catalog",
         "load_cluster",
     ),
+    "compiled": ("timeslice_runtime",),
+    "cost": ("gpu_amount",),
     "exact": ("plan_exact",),
     "explanation": ("explain",),
     "filters": (
         "Capacity",
         "check",
         "first_class_rejection",
+        "vendor_ok",
+    ),
+    "gpuspec": (
+        "GPU_SPEEDS",
+        "GpuSpec",
     ),
     "heuristic": ("plan_heuristic",),
     "images": (
         "Resolver",
+        "SharedSample",
         "class_node",
         "image_check",
     ),
     "instance": (
+        "GpuKind",
         "Instance",
         "MachineClass",
         "Placement",
@@ -86,8 +104,11 @@ _WHERE: dict[str, tuple[str, ...]] = {
     ),
     "local": ("plan_local",),
     "profile": (
+        "SharedSample",
         "learn",
+        "learn_slowdown",
         "profile_for",
+        "with_slowdown",
     ),
     "rightsize": (
         "OVER_ASK",
@@ -111,9 +132,12 @@ _WHERE: dict[str, tuple[str, ...]] = {
 }
 __all__ = [
     "DEFAULT_ESTIMATE",
+    "GPU_SPEEDS",
     "OVER_ASK",
     "Capacity",
     "Cluster",
+    "GpuKind",
+    "GpuSpec",
     "GreedyChooser",
     "Instance",
     "MachineClass",
@@ -121,6 +145,7 @@ __all__ = [
     "Plan",
     "PlanChooser",
     "Resolver",
+    "SharedSample",
     "Slot",
     "Suggestion",
     "Tenant",
@@ -133,8 +158,10 @@ __all__ = [
     "explain",
     "feasibility_problems",
     "first_class_rejection",
+    "gpu_amount",
     "image_check",
     "learn",
+    "learn_slowdown",
     "load_catalog",
     "load_cluster",
     "machine_class_from_dict",
@@ -148,6 +175,9 @@ __all__ = [
     "profile_for",
     "simulate",
     "suggest_sizes",
+    "timeslice_runtime",
+    "vendor_ok",
+    "with_slowdown",
 ]
 
 __getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

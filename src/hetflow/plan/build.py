@@ -89,7 +89,7 @@ def build_instance(
                     rejected += [Rejection(vname, c.name, code, reason) for code, reason in found]
                     continue
                 runtime = profile.get((name, vname, c.name), _scaled_estimate(v, c))
-                options.append(Option(vname, c.name, runtime, res.cpus, res.memory, res.gpus))
+                options += gpu_options(v, c, vname, runtime)
         if options and step.gang is not None:
             g = step.gang
             tasks.append(Task(name, tuple(options), tuple(rejected), g.replicas, g.per_node or 0, float(g.comm)))
@@ -111,8 +111,32 @@ def build_instance(
 
 
 def _scaled_estimate(v: Variant, c: MachineClass) -> float:
+    """A GPU variant's ``estimate`` is its run time alone on an A100 (a ``gpu_share`` step:
+    alone on a whole GPU; a ``gpu_mig`` step: on its MIG instance of an A100), divided by the
+    speed of the class's GPUs of the variant's vendor."""
     estimate = DEFAULT_ESTIMATE if v.estimate is None else v.estimate
-    return estimate / (c.gpu_speed if v.uses_gpu else c.speed)
+    if not v.uses_gpu:
+        return estimate / c.speed
+    vendor = v.gpu_request.vendor
+    speeds = [k.speed for i in range(c.gpus) if vendor in ("any", (k := c.gpu_kind(i)).vendor)]
+    return estimate / (max(speeds) if c.gpu_kinds and speeds else c.gpu_speed)
+
+
+def gpu_options(v: Variant, c: MachineClass, vname: str, runtime: float) -> list[Option]:
+    """The options of a variant that fits class ``c``: a ``gpu_share`` step gets, on a node
+    that shares its GPUs (time-slicing or MPS), a shared option and a whole-GPU one (the
+    planner picks whichever finishes first or costs less), on an exclusive node a whole-GPU
+    option; a ``gpu_mig`` step one MIG instance; others their whole GPUs."""
+    r, res = v.gpu_request, v.resources
+    base = Option(vname, c.name, runtime, res.cpus, res.memory, r.devices, vendor=r.vendor)
+    if r.share is not None:
+        whole = base
+        if c.gpu_sharing.shared:
+            return [Option(vname, c.name, runtime, res.cpus, res.memory, 1, share=r.share, vendor=r.vendor), whole]
+        return [whole]
+    if r.mig is not None:
+        return [Option(vname, c.name, runtime, res.cpus, res.memory, 1, mig=r.mig, vendor=r.vendor)]
+    return [base]
 
 
 def _no_fit_message(step: str, rejected: Sequence[Rejection], classes: Sequence[MachineClass]) -> str:

@@ -35,12 +35,13 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hetflow.errors import Problem, SpecError
-from hetflow.inventory import Gpu, Node
-from hetflow.plan.instance import MachineClass
+from hetflow.inventory import Gpu, GpuSharing, Node
+from hetflow.plan.gpuspec import GPU_SPEEDS as GPU_SPEEDS
+from hetflow.plan.gpuspec import GpuSpec as GpuSpec
+from hetflow.plan.gpuspec import default_gpu_speed
+from hetflow.plan.instance import GpuKind, MachineClass
 from hetflow.spec import (
-    cc_tuple,
     compose_yaml,
-    compute_capability,
     did_you_mean,
     line_of,
     parse_memory,
@@ -50,33 +51,6 @@ from hetflow.spec import (
 
 CLASS_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,61}[A-Za-z0-9])?\Z")
 CLASS_NAME_HINT = "use 1-63 letters, digits, '.', '-' or '_', starting and ending alphanumeric"
-
-# --- GPU speeds -------------------------------------------------------------------------
-
-# How fast a GPU step runs relative to an A100 (a GPU variant's ``estimate`` is its A100
-# time, so A100 = 1.0).  Matched as a whole word in the product name, case-insensitive.
-GPU_SPEEDS: tuple[tuple[str, float, str], ...] = (
-    ("A100", 1.0, "reference: a GPU variant's estimate is its A100 run time"),
-    # shared/bench/README.md rule 3: a GPU variant is 8.5x the CPU variant on an A100 and
-    # 3.0x on a T4, so a T4 runs GPU steps at 3.0 / 8.5 of an A100's speed.
-    ("T4", 3.0 / 8.5, "bench rule 3: 3.0x vs 8.5x over a speed-1.0 CPU"),
-    # Assumptions, not measurements: published training results (MLPerf Training, NVIDIA's
-    # H100 and A100 briefs) put an H100 SXM at roughly 1.6-2x an A100 per GPU, an A100 at
-    # roughly 1.8x a V100, and an L4 at roughly 1.4x a T4.  Measured history (a profile)
-    # overrides all of these; a cluster file may set ``gpus.speed`` instead.
-    ("H100", 1.8, "assumed: ~1.6-2x an A100"),
-    ("V100", 0.55, "assumed: an A100 is ~1.8x a V100"),
-    ("L4", 0.5, "assumed: ~1.4x a T4"),
-)
-
-
-def default_gpu_speed(model: str) -> float | None:
-    """The table's speed for a GPU product name, or None when no entry matches."""
-    for key, speed, _ in GPU_SPEEDS:
-        if re.search(rf"\b{key}\b", model, re.IGNORECASE):
-            return speed
-    return None
-
 
 # --- bandwidth --------------------------------------------------------------------------
 
@@ -132,57 +106,6 @@ class _Model(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
 
 
-class GpuSpec(_Model):
-    """The GPUs of one node type (all alike), in ``nvidia-smi -q`` terms."""
-
-    model: str = Field(min_length=1, description="product name, e.g. NVIDIA A100-SXM4-40GB")
-    count: int = Field(ge=1)
-    memory: Memory = Field(description="per GPU; 40Gi")
-    compute_capability: str = Field(alias="computeCapability", description='"major.minor", e.g. "8.0"')
-    driver: str = ""
-    cuda: str = Field(default="", description='highest CUDA the driver supports, as nvidia-smi shows it: "12.4"')
-    speed: float | None = Field(default=None, gt=0, description="GPU steps run estimate / speed; A100 = 1.0")
-    link: Literal["nvlink", "pcie"] | None = Field(
-        default=None, description="how the node's GPUs are joined, as `nvidia-smi topo -m` shows: NV# or PCIe"
-    )
-    nvlink_gpus: int | None = Field(
-        default=None, ge=2, description="GPUs in one NVLink domain (default: all of them when link is nvlink)"
-    )
-
-    @field_validator("compute_capability", mode="before")
-    @classmethod
-    def _cc(cls, v: object) -> str:
-        return compute_capability(v, '"7.5" or "8.0"')
-
-    @model_validator(mode="after")
-    def _known_speed(self) -> GpuSpec:
-        if self.speed is None and default_gpu_speed(self.model) is None:
-            known = ", ".join(k for k, _, _ in GPU_SPEEDS)
-            raise ValueError(
-                f"GPU model {self.model!r} has no default speed (known: {known}); "
-                "set 'speed' (how fast it runs GPU steps relative to an A100)"
-            )
-        return self
-
-    @model_validator(mode="after")
-    def _domain(self) -> GpuSpec:
-        if self.nvlink_gpus is not None and (self.link != "nvlink" or self.nvlink_gpus > self.count):
-            raise ValueError(
-                f"nvlink_gpus ({self.nvlink_gpus}) needs link: nvlink and at most count ({self.count}) GPUs"
-            )
-        return self
-
-    @property
-    def cc_tuple(self) -> tuple[int, int]:
-        return cc_tuple(self.compute_capability)
-
-    @property
-    def resolved_speed(self) -> float:
-        speed = self.speed if self.speed is not None else default_gpu_speed(self.model)
-        assert speed is not None  # _known_speed
-        return speed
-
-
 class NodeType(_Model):
     """``count`` alike machines: in a cluster, how many there are; in a catalog, the most
     that can be rented."""
@@ -225,6 +148,11 @@ class NodeType(_Model):
             gpu_link=(g.link or "") if g else "",
             nvlink_gpus=(g.nvlink_gpus or g.count) if g and g.link == "nvlink" else 0,
             rdma=self.rdma,
+            gpu_vendor=g.vendor if g else "nvidia",
+            gpu_arch=g.architecture if g else "",
+            gpu_rocm=g.rocm if g else "",
+            gpu_sharing=g.sharing if g else GpuSharing(),
+            mig=g.mig if g else (),
         )
 
 
@@ -232,9 +160,13 @@ def node_class(node: Node) -> MachineClass:
     """A probed machine as a class of one, named after the node.
 
     A node description has no CPU speed or price: they are 1.0 and 0.  Its GPUs' speed
-    comes from ``GPU_SPEEDS`` (1.0 for a model not in the table).  A node with mixed GPUs
-    is described by its weakest: the least memory, compute capability and speed."""
+    comes from ``GPU_SPEEDS`` (1.0 for a model not in the table).  The class-wide ``gpu_*``
+    fields describe its weakest GPU (the least memory, compute capability and speed); when
+    its GPUs are unlike (vendors, models, MIG layouts) ``gpu_kinds`` lists each one, so a
+    vendor-amd step is given only the AMD GPUs of a machine that also has an NVIDIA one."""
     gpus = node.gpus
+    kinds = tuple(_gpu_kind(g) for g in gpus)
+    first = kinds[0] if kinds else GpuKind()
     return MachineClass(
         name=node.name,
         count=1,
@@ -251,6 +183,26 @@ def node_class(node: Node) -> MachineClass:
         labels=tuple(sorted(node.labels.items())),
         gpu_link="nvlink" if _nvlink_domain(node) >= 2 else ("pcie" if node.gpu_links else ""),
         nvlink_gpus=_nvlink_domain(node) if _nvlink_domain(node) >= 2 else 0,
+        gpu_vendor=first.vendor,
+        gpu_arch=first.arch,
+        gpu_rocm=min((k.rocm for k in kinds), default="", key=_version_key),
+        gpu_sharing=node.gpu_sharing,
+        mig=first.mig,
+        gpu_kinds=kinds if len(set(kinds)) > 1 else (),
+    )
+
+
+def _gpu_kind(g: Gpu) -> GpuKind:
+    return GpuKind(
+        vendor=g.vendor,
+        model=g.model,
+        memory=g.memory_bytes,
+        cc=g.compute_capability_tuple,
+        arch=g.architecture,
+        speed=_gpu_speed(g),
+        cuda=g.cuda_version or "",
+        rocm=g.rocm_version or "",
+        mig=tuple(d.profile for d in g.mig) if g.mig_enabled else (),
     )
 
 

@@ -10,8 +10,9 @@ from dataclasses import dataclass
 from hetflow.errors import HetflowError, NoFitError
 from hetflow.plan.cost import placement_cost
 from hetflow.plan.gangs import comm_time, fit_per_node
-from hetflow.plan.instance import Instance, Task
-from hetflow.plan.timeline import MachineTimeline
+from hetflow.plan.instance import Instance, MachineClass, Option, Task
+from hetflow.plan.timeline import GpuSlot, MachineTimeline
+from hetflow.spec import mig_slices
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,9 @@ class Choice:
     per_node: int = 1
     comm1: float = 0.0
     comm_n: float = 0.0
+    # A slice of one GPU (a shared tenant at a planned load, or a MIG instance), or the GPU
+    # indices a whole-GPU option may take on a machine of mixed vendors; None: whole GPUs, any.
+    slot: GpuSlot | None = None
 
     @property
     def gang(self) -> bool:
@@ -107,7 +111,10 @@ class Compiled:
                     continue
                 out.append(ch)
                 continue
-            out.append(Choice(k, c, o.runtime, cores, memory, o.gpus, cost, o.gpus == 0 and cls.gpus > 0))
+            for rt, slot in gpu_slots(o, cls):
+                amount = slot.share if slot and slot.share else mig_slices(o.mig) / 7 if o.mig else o.gpus
+                cost = placement_cost(cls, rt, o.cores, o.memory, amount, self.one_task)
+                out.append(Choice(k, c, rt, cores, memory, o.gpus, cost, o.gpus == 0 and cls.gpus > 0, slot=slot))
         if not out:
             raise NoFitError(f"task {task.name!r} has no option that fits a machine" + "".join(f"; {w}" for w in why))
         return out
@@ -134,12 +141,48 @@ class Compiled:
             per_node,
             comm1,
             comm_n,
+            gpu_slots(o, cls)[0][1],  # a gang takes whole GPUs: only its vendor's on a mixed machine
         )
 
     def timelines(self) -> list[MachineTimeline]:
+        layouts = [tuple(cls.gpu_kind(g).mig for g in range(cls.gpus)) for cls in self.classes]
         if self.one_task:
-            return [MachineTimeline(1.0, 0, self.classes[c].gpus) for c in self.machine_class]
+            return [MachineTimeline(1.0, 0, self.classes[c].gpus, layouts[c]) for c in self.machine_class]
         return [
-            MachineTimeline(self.classes[c].cores, self.classes[c].memory, self.classes[c].gpus)
+            MachineTimeline(self.classes[c].cores, self.classes[c].memory, self.classes[c].gpus, layouts[c])
             for c in self.machine_class
         ]
+
+
+def share_levels(replicas: int) -> tuple[float, ...]:
+    """The loads a time-sliced tenant may be planned at: 1 (no slowdown: the shares fit in
+    one GPU), 1.5, then every whole number up to ``replicas`` (the most tenants, each < 1)."""
+    return (1.0, 1.5, *(float(n) for n in range(2, replicas + 1)))
+
+
+def timeslice_runtime(solo: float, load: float, slowdown: float) -> float:
+    """The slowdown model: a time-sliced tenant's run time at ``load`` (the sum of the
+    shares on its GPU) is ``solo x (1 + slowdown x max(0, load - 1))``."""
+    return solo * (1.0 + slowdown * max(0.0, load - 1.0))
+
+
+def gpu_slots(o: Option, cls: MachineClass) -> list[tuple[float, GpuSlot | None]]:
+    """(run time, slot) of each way ``o`` may hold GPUs on ``cls``: a time-sliced share once
+    per planned load (slower at higher loads; loads giving the same run time collapse to the
+    highest), an MPS share at load 1 (each client keeps its share of the SMs: no slowdown),
+    a MIG instance, or whole GPUs (restricted to the option's vendor on a mixed machine)."""
+    only = None
+    if cls.gpu_kinds and o.gpus:
+        only = tuple(i for i in range(cls.gpus) if o.vendor in ("any", cls.gpu_kind(i).vendor))
+    sharing = cls.gpu_sharing
+    if o.share > 0 and sharing.mode == "time-slicing":
+        by_runtime: dict[float, GpuSlot] = {}
+        for level in share_levels(sharing.replicas):
+            rt = timeslice_runtime(o.runtime, level, sharing.resolved_slowdown)
+            by_runtime[rt] = GpuSlot(o.share, level, sharing.replicas, only=only)
+        return sorted(by_runtime.items(), key=lambda kv: kv[0])
+    if o.share > 0:
+        return [(o.runtime, GpuSlot(o.share, 1.0, sharing.replicas, only=only))]
+    if o.mig:
+        return [(o.runtime, GpuSlot(mig=o.mig, only=only))]
+    return [(o.runtime, GpuSlot(only=only) if only is not None else None)]

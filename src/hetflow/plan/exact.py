@@ -84,6 +84,17 @@ def plan_exact(
     hint = plan_heuristic(instance, objective=objective, deadline=deadline, budget=budget, gpu_policy="allow")
     if cp.n == 0:
         return replace(hint, algorithm="exact", optimal=True)
+    if any(ch.slot is not None for chs in cp.choices for ch in chs):
+        # CP-SAT's cumulative GPU count cannot say which tenants share one GPU at what load,
+        # which MIG instance is free, or which of a mixed machine's GPUs a vendor may take.
+        return replace(
+            hint,
+            notes=(
+                *hint.notes,
+                "exact mode does not model GPU shares, MIG instances or mixed-vendor machines; "
+                "this is the heuristic's plan (sharing-aware), not a proven optimum",
+            ),
+        )
     model = _Model(cp_model, cp, objective, deadline, budget)
     model.hint(hint, bound=objective == "makespan" and budget is None)
     solver = cp_model.CpSolver()

@@ -1,7 +1,9 @@
 """Why a plan chose what it chose, as plain frozen values (``report`` renders them).
 
 For one step: every (variant, node class) the filters rejected, with the filter's reason,
-then every feasible option that lost to the chosen one, with why it lost.
+then every feasible option that lost to the chosen one, with why it lost.  A ``gpu_share``
+step's other kind on the chosen class (a share when it took a whole GPU, or the reverse)
+is explained by finish times, load and slowdown (``plan.sharewhy``).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hetflow.plan.instance import Instance, Plan
+from hetflow.plan.sharewhy import share_reason
 
 _EPS = 1e-9
 
@@ -32,7 +35,11 @@ def explain(plan: Plan, instance: Instance, step: str) -> tuple[Verdict, ...]:
     chosen_rt = chosen.finish - chosen.start
     out = [Verdict(r.variant, r.machine_class, "rejected", r.reason) for r in task.rejected]
     for o in task.options:
-        if o.variant == chosen.variant and o.machine_class == chosen.machine_class:
+        same = o.variant == chosen.variant and o.machine_class == chosen.machine_class
+        if same and (o.share > 0) != (chosen.share > 0) and not o.mig:
+            out.append(Verdict(o.variant, o.machine_class, "lost", share_reason(plan, instance, step, o)))
+            continue
+        if same:
             continue
         if o.runtime > chosen_rt + _EPS:
             why = f"runs {o.runtime:.4g}s there vs {chosen_rt:.4g}s for the choice"

@@ -25,9 +25,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from hetflow.inventory import Gpu, Node
+from hetflow.inventory import Gpu, GpuSharing, Node
 from hetflow.plan.instance import MachineClass
-from hetflow.spec import GpuConstraint, Variant, format_bytes
+from hetflow.spec import GpuConstraint, GpuRequest, Variant, format_bytes, mig_memory_gb
 
 
 @dataclass(frozen=True)
@@ -60,16 +60,20 @@ class Capacity:
 
 @dataclass(frozen=True)
 class GpuView:
-    """One GPU as the filters see it."""
+    """One GPU as the filters see it: its vendor, and its MIG layout when MIG mode is on
+    (whole GPUs in MIG mode are not given out, only their instances)."""
 
     model: str
     memory: int
     cc: tuple[int, int]
     cc_text: str
+    vendor: str = "nvidia"
+    mig: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, gpu: Gpu) -> GpuView:
-        return cls(gpu.model, gpu.memory_bytes, gpu.compute_capability_tuple, gpu.compute_capability)
+        mig = tuple(d.profile for d in gpu.mig) if gpu.mig_enabled else ()
+        return cls(gpu.model, gpu.memory_bytes, gpu.compute_capability_tuple, gpu.compute_capability, gpu.vendor, mig)
 
 
 @dataclass(frozen=True)
@@ -87,12 +91,15 @@ class NodeView:
     labels: tuple[tuple[str, str], ...] | None
     now: bool = False
     uniform: bool = False
+    sharing: GpuSharing = field(default_factory=GpuSharing)
 
     @classmethod
     def of_class(cls, c: MachineClass) -> NodeView:
-        cc_text = f"{c.gpu_cc[0]}.{c.gpu_cc[1]}"
-        gpus = tuple(GpuView(c.gpu_model, c.gpu_memory, c.gpu_cc, cc_text) for _ in range(c.gpus))
-        return cls(c.name, float(c.cores), c.memory, gpus, c.labels, uniform=True)
+        gpus = []
+        for i in range(c.gpus):
+            k = c.gpu_kind(i)
+            gpus.append(GpuView(k.model, k.memory, k.cc, f"{k.cc[0]}.{k.cc[1]}", k.vendor, k.mig))
+        return cls(c.name, float(c.cores), c.memory, tuple(gpus), c.labels, uniform=True, sharing=c.gpu_sharing)
 
     @classmethod
     def of_capacity(cls, cap: Capacity, *, where: str, now: bool, labels: Mapping[str, str] | None) -> NodeView:
@@ -120,8 +127,14 @@ def _model_ok(model: str, want: GpuConstraint) -> bool:
     return not want.models or any(m.lower() in model.lower() for m in want.models)
 
 
-def _cc_ok(cc: tuple[int, int], want: GpuConstraint) -> bool:
-    return cc >= want.cc_tuple
+def _cc_ok(cc: tuple[int, int], want: GpuConstraint, vendor: str = "nvidia") -> bool:
+    """Compute capability is NVIDIA's: other vendors' GPUs are matched by architecture."""
+    return vendor != "nvidia" or cc >= want.cc_tuple
+
+
+def vendor_ok(gpu_vendor: str, want: str) -> bool:
+    """``want`` ``any`` matches every vendor."""
+    return want in ("any", gpu_vendor)
 
 
 def _memory_ok(memory: int, want: GpuConstraint) -> bool:
@@ -133,7 +146,7 @@ def _why_not(gpu: GpuView, want: GpuConstraint | None) -> str | None:
         return None
     if not _memory_ok(gpu.memory, want):
         return f"{gpu.model} has {format_bytes(gpu.memory)}, needs {format_bytes(want.min_memory)}"
-    if not _cc_ok(gpu.cc, want):
+    if not _cc_ok(gpu.cc, want, gpu.vendor):
         return f"{gpu.model} has compute capability {gpu.cc_text}, needs {want.min_compute_capability}"
     if not _model_ok(gpu.model, want):
         return f"{gpu.model} is not one of {', '.join(want.models)}"
@@ -146,7 +159,18 @@ def gpu_qualifies(gpu: Gpu, want: GpuConstraint | None) -> str | None:
 
 
 def qualifying_gpus(variant: Variant, gpus: Sequence[Gpu]) -> list[Gpu]:
-    return [g for g in gpus if gpu_qualifies(g, variant.gpu) is None]
+    """The GPUs of ``gpus`` the variant may be given: its vendor's (``any``: all), meeting
+    its ``gpu`` constraints (compute capability for NVIDIA only)."""
+    vendor = variant.gpu_request.vendor
+    return [g for g in gpus if vendor_ok(g.vendor, vendor) and gpu_qualifies(g, variant.gpu) is None]
+
+
+def _usable(g: GpuView, v: Variant) -> str | None:
+    """None when ``v`` may use GPU ``g`` (vendor, constraints), else why not."""
+    want = v.gpu_request.vendor
+    if not vendor_ok(g.vendor, want):
+        return f"{g.model} is {g.vendor}, not {want}"
+    return _why_not(g, v.gpu)
 
 
 # --- the plugins ------------------------------------------------------------------------
@@ -216,10 +240,25 @@ class _Gpus:
             return OK
         has = len(view.gpus)
         if view.uniform or (not view.gpus and not view.now):
-            if want <= has:
-                return OK
+            mine = [g for g in view.gpus if vendor_ok(g.vendor, request.vendor)]
+            if request.whole and mine and all(g.mig for g in mine):
+                return Status(
+                    "gpus",
+                    f"asks for {_plural(want, 'whole GPU')}; the GPUs of {view.name} are in MIG mode "
+                    f"(layout {', '.join(mine[0].mig)}); ask for gpu_mig instead",
+                )
+            if request.share is not None and mine and all(g.mig for g in mine):
+                return Status(
+                    "gpu_share",
+                    f"asks for gpu_share: {request.share:g}; the GPUs of {view.name} are in MIG mode "
+                    f"(layout {', '.join(mine[0].mig)}); ask for gpu_mig instead",
+                )
+            if want <= len(mine) or (view.gpus and not mine) or (not view.gpus and want <= has):
+                return OK  # (no GPU of the vendor: GPU_VENDOR says so)
+            if view.gpus and len(mine) < len(view.gpus):
+                return Status("gpus", f"asks for {request.describe()}; {view.name} has {len(mine)} ({_vendors(view)})")
             return Status("gpus", f"asks for {_plural(want, 'GPU')}; {view.name} has {has or 'none'}")
-        good = [g for g in view.gpus if _why_not(g, v.gpu) is None]
+        good = [g for g in view.gpus if _usable(g, v) is None]
         if len(good) >= want:
             return OK
         plural = _plural(want, "GPU").split(" ", 1)[1]
@@ -227,7 +266,7 @@ class _Gpus:
             return Status("gpus_busy", f"needs {want} qualifying {plural}; {len(good)} free now")
         if has < want:
             return Status("gpus", f"asks for {want} {plural}; {view.name} has {has}")
-        why = "; ".join(sorted({r for g in view.gpus if (r := _why_not(g, v.gpu))}))
+        why = "; ".join(sorted({r for g in view.gpus if (r := _usable(g, v))}))
         return Status(
             "gpu_constraint",
             f"asks for {want} {plural} meeting its 'gpu' constraints; {view.name} has {len(good)} ({why})",
@@ -235,11 +274,85 @@ class _Gpus:
 
 
 def _class_gpu(v: Variant, view: NodeView) -> tuple[GpuConstraint, GpuView] | None:
-    """The constraint and the class's GPU, when a GPU attribute filter applies: a class
-    view whose nodes have GPUs, and a variant that uses them with constraints."""
+    """The constraint and the class's GPU (its first of the variant's vendor), when a GPU
+    attribute filter applies: a class view whose nodes have GPUs, and a variant that uses
+    them with constraints."""
     if not view.uniform or not view.gpus or not v.uses_gpu or v.gpu is None:
         return None
-    return v.gpu, view.gpus[0]
+    want = v.gpu_request.vendor
+    mine = [g for g in view.gpus if vendor_ok(g.vendor, want)]
+    return (v.gpu, mine[0]) if mine else None
+
+
+def _vendors(view: NodeView) -> str:
+    """``2 nvidia GPUs (NVIDIA A100) and 1 amd GPU (AMD Instinct MI250X)``."""
+    seen: dict[tuple[str, str], int] = {}
+    for g in view.gpus:
+        seen[(g.vendor, g.model)] = seen.get((g.vendor, g.model), 0) + 1
+    return " and ".join(f"{_plural(n, vendor + ' GPU')} ({model})" for (vendor, model), n in seen.items()) or "none"
+
+
+class _Vendor:
+    """``gpu_vendor``: some GPU of the node is the vendor's (``any``: every vendor)."""
+
+    name = "gpu_vendor"
+
+    def __call__(self, v: Variant, view: NodeView) -> Status:
+        request = v.gpu_request
+        if view.now or not request.any or not view.gpus or any(vendor_ok(g.vendor, request.vendor) for g in view.gpus):
+            return OK  # (now: the free GPUs; one of the vendor may be busy, which GPUS words)
+        return Status("gpu_vendor", f"asks for gpu_vendor: {request.vendor}; {view.name} has {_vendors(view)}")
+
+
+class _Mig:
+    """``gpu_mig``: some GPU of the node has an instance of that profile in its layout."""
+
+    name = "gpu_mig"
+
+    def __call__(self, v: Variant, view: NodeView) -> Status:
+        request = v.gpu_request
+        if request.mig is None or not view.gpus or view.now:
+            return OK
+        if any(request.mig in g.mig for g in view.gpus if vendor_ok(g.vendor, request.vendor)):
+            return OK
+        layouts = sorted({", ".join(g.mig) for g in view.gpus if g.mig})
+        has = f"MIG layout {' / '.join(layouts)}" if layouts else "no GPU in MIG mode"
+        return Status("gpu_mig", f"asks for gpu_mig: {request.mig}; {view.name} has {has}")
+
+
+def device_memory(request: GpuRequest, gpu: GpuView, sharing: GpuSharing) -> int:
+    """The device memory a step of ``request`` gets on ``gpu``: its MIG instance's, an MPS
+    client's pinned limit (when the node sets one), else the GPU's."""
+    if request.mig is not None:
+        return mig_memory_gb(request.mig) * 1024**3
+    if request.share is not None and sharing.mode == "mps" and sharing.mps_memory_limit is not None:
+        return sharing.mps_memory_limit
+    return gpu.memory
+
+
+class _DeviceMemory:
+    """``gpu_memory`` (or ``gpu.min_memory``): against the device, MIG instance or MPS limit."""
+
+    name = "gpu_memory"
+
+    def __call__(self, v: Variant, view: NodeView) -> Status:
+        request = v.gpu_request
+        if not request.any or not request.memory or not view.gpus or not view.uniform:
+            return OK
+        mine = [g for g in view.gpus if vendor_ok(g.vendor, request.vendor)]
+        if request.mig is not None:
+            mine = [g for g in mine if request.mig in g.mig]
+        if not mine or (request.mig is None and v.gpu is not None and not _memory_ok(mine[0].memory, v.gpu)):
+            return OK  # the vendor / MIG filters, or GPU_MEMORY for gpu.min_memory, say why
+        have = max(device_memory(request, g, view.sharing) for g in mine)
+        if have >= request.memory:
+            return OK
+        what = f"MIG {request.mig} instance" if request.mig else "GPU"
+        return Status(
+            "gpu_memory",
+            f"asks for gpu_memory: {format_bytes(request.memory)}; {view.name}'s {what} has {format_bytes(have)} "
+            f"({mine[0].model})",
+        )
 
 
 @dataclass(frozen=True)
@@ -265,7 +378,7 @@ GPU_MODEL = _GpuAttribute(
 )
 GPU_CC = _GpuAttribute(
     "gpu_cc",
-    lambda g, want: _cc_ok(g.cc, want),
+    lambda g, want: _cc_ok(g.cc, want, g.vendor),
     lambda want, g, where: (
         f"needs compute capability {want.min_compute_capability}; {where} has {g.cc_text} ({g.model})"
     ),
@@ -278,10 +391,12 @@ GPU_MEMORY = _GpuAttribute(
     ),
 )
 
-LABELS, GPUS = _Labels(), _Gpus()
+LABELS, GPUS, GPU_VENDOR, GPU_MIG, DEVICE_MEMORY = _Labels(), _Gpus(), _Vendor(), _Mig(), _DeviceMemory()
 
-CLASS_CHAIN: tuple[Filter, ...] = (CPUS, MEMORY, GPUS, GPU_MODEL, GPU_CC, GPU_MEMORY, LABELS)
-NODE_CHAIN: tuple[Filter, ...] = (LABELS, CPUS, MEMORY, GPUS)
+CLASS_CHAIN: tuple[Filter, ...] = (
+    CPUS, MEMORY, GPU_VENDOR, GPUS, GPU_MIG, GPU_MODEL, GPU_CC, GPU_MEMORY, DEVICE_MEMORY, LABELS,
+)  # fmt: skip
+NODE_CHAIN: tuple[Filter, ...] = (LABELS, CPUS, MEMORY, GPU_VENDOR, GPU_MIG, GPUS)
 
 
 def run_chain(chain: Sequence[Filter], variant: Variant, view: NodeView, *, first: bool) -> tuple[Status, ...]:

@@ -521,6 +521,8 @@ def to_plan(cp: Compiled, s: Schedule, *, algorithm: str, objective: str) -> Pla
             memory=option.memory,
             gpus=s.gpus[t],
             ranks=tuple((cp.machine_name[m], g) for m, g in s.ranks[t]) if s.ranks and s.ranks[t] else (),
+            share=ch.slot.share if ch.slot is not None else 0.0,
+            mig_device=s.mig_of(t),
         )
     makespan = max((p.finish for p in placements.values()), default=0.0)
     return Plan(placements, makespan, plan_cost(cp.instance, placements), algorithm, objective)

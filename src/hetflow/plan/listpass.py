@@ -31,6 +31,11 @@ class Schedule:
     gpus: list[tuple[int, ...]]
     # per task: () for one container, else one (machine, GPU indices) per replica, rank 0 first
     ranks: list[tuple[tuple[int, tuple[int, ...]], ...]] = field(default_factory=list)
+    # per task: its MIG instance's index on GPU gpus[0], or None (empty: none anywhere)
+    mig: list[int | None] = field(default_factory=list)
+
+    def mig_of(self, t: int) -> int | None:
+        return self.mig[t] if self.mig else None
 
     @property
     def makespan(self) -> float:
@@ -53,6 +58,7 @@ def build_fixed(cp: Compiled, order: list[int], choice: list[Choice], machine: l
     finish = [0.0] * n
     gpus: list[tuple[int, ...]] = [()] * n
     ranks: list[tuple[tuple[int, tuple[int, ...]], ...]] = [()] * n
+    mig: list[int | None] = [None] * n
     machine = list(machine)
     parents = cp.parents
     for t in order:
@@ -75,11 +81,31 @@ def build_fixed(cp: Compiled, order: list[int], choice: list[Choice], machine: l
             machine[t], gpus[t] = ranks[t][0]
             continue
         tl = tls[m]
-        s = tl.earliest_start(ready, ch.runtime, ch.cores, ch.memory, ch.gpus)
+        s = tl.earliest_start(ready, ch.runtime, ch.cores, ch.memory, ch.gpus, slot=ch.slot)
+        if s == math.inf:
+            raise HetflowError(f"task {cp.names[t]!r} never fits machine {cp.machine_name[m]!r}")
         start[t] = s
         finish[t] = s + ch.runtime
-        gpus[t] = tl.reserve(s, s + ch.runtime, ch.cores, ch.memory, ch.gpus)
-    return Schedule(list(choice), machine, start, finish, gpus, ranks)
+        gpus[t], mig[t] = reserve_one(tl, ch, s, s + ch.runtime)
+    return Schedule(list(choice), machine, start, finish, gpus, ranks, mig)
+
+
+def reserve_one(tl: MachineTimeline, ch: Choice, start: float, finish: float) -> tuple[tuple[int, ...], int | None]:
+    """Book one container's choice on ``tl``: (GPU indices, MIG instance or None)."""
+    slot = ch.slot
+    if slot is not None and slot.sliced:
+        return tl.reserve_slot(start, finish, ch.cores, ch.memory, slot)
+    return tl.reserve(start, finish, ch.cores, ch.memory, ch.gpus, None if slot is None else slot.only), None
+
+
+def release_one(
+    tl: MachineTimeline, ch: Choice, start: float, finish: float, gpus: tuple[int, ...], mig: int | None
+) -> None:
+    """Undo ``reserve_one``."""
+    if ch.slot is not None and ch.slot.sliced:
+        tl.release_slot(start, finish, ch.cores, ch.memory, gpus[0], ch.slot, mig)
+    else:
+        tl.release(start, finish, ch.cores, ch.memory, gpus)
 
 
 # --- gangs: every replica placed at once ----------------------------------------------------
@@ -91,7 +117,7 @@ def _holds(tl: MachineTimeline, ch: Choice, start: float, duration: float, most:
     """How many replicas (at most ``most``) fit ``tl`` during ``[start, start + duration)``."""
     for k in range(most, 0, -1):
         end = start + duration
-        if tl.earliest_start(start, duration, k * ch.cores, k * ch.memory, k * ch.gpus, end) == start:
+        if tl.earliest_start(start, duration, k * ch.cores, k * ch.memory, k * ch.gpus, end, ch.slot) == start:
             return k
     return 0
 
@@ -143,7 +169,7 @@ def reserve_gang(
     """Book an allocation; one (machine, GPU indices) per replica, in rank order."""
     ranks: list[tuple[int, tuple[int, ...]]] = []
     for m, k in alloc:
-        got = tls[m].reserve(start, finish, k * ch.cores, k * ch.memory, k * ch.gpus)
+        got = tls[m].reserve(start, finish, k * ch.cores, k * ch.memory, k * ch.gpus, ch.slot.only if ch.slot else None)
         g = ch.gpus
         ranks += [(m, got[i * g : (i + 1) * g]) for i in range(k)]
     return tuple(ranks)
@@ -209,6 +235,7 @@ class ListPass:
         self.choice: list[Choice | None] = [None] * n
         self.gpus: list[tuple[int, ...]] = [()] * n
         self.ranks: list[tuple[tuple[int, tuple[int, ...]], ...]] = [()] * n
+        self.mig: list[int | None] = [None] * n
         self.allocs: dict[tuple[int, float], Alloc] = {}  # a gang candidate's machines, by (choice id, start)
         self.next_idle = [0] * len(cp.classes)  # machines first[c] + next_idle[c] ... are untouched
         self.by_runtime = [sorted(chs, key=lambda ch: ch.runtime) for chs in cp.choices]
@@ -236,7 +263,7 @@ class ListPass:
         if placed != cp.n:
             raise HetflowError("the instance's edges form a cycle; a workflow must be a DAG")
         choice = [ch for ch in self.choice if ch is not None]
-        return Schedule(choice, self.machine, self.start, self.finish, self.gpus, self.ranks)
+        return Schedule(choice, self.machine, self.start, self.finish, self.gpus, self.ranks, self.mig)
 
     def place(self, t: int, cand: Candidate) -> None:
         finish, _flag, m, _k, start, ch = cand
@@ -253,7 +280,7 @@ class ListPass:
             top = max(mm for mm, _ in alloc) - self.cp.first[c] + 1
             self.next_idle[c] = max(self.next_idle[c], top)
         else:
-            self.gpus[t] = self.tls[m].reserve(start, finish, ch.cores, ch.memory, ch.gpus)
+            self.gpus[t], self.mig[t] = reserve_one(self.tls[m], ch, start, finish)
             if m == self.cp.first[c] + self.next_idle[c]:
                 self.next_idle[c] += 1
         self.spent += ch.cost
@@ -268,7 +295,8 @@ class ListPass:
             release_gang(self.tls, ch, self.ranks[t], self.start[t], self.finish[t])
             self.ranks[t] = ()
         else:
-            self.tls[self.machine[t]].release(self.start[t], self.finish[t], ch.cores, ch.memory, self.gpus[t])
+            release_one(self.tls[self.machine[t]], ch, self.start[t], self.finish[t], self.gpus[t], self.mig[t])
+            self.mig[t] = None
         self.next_idle[ch.cls] = idle_before
         self.done[t] = False
         self.choice[t] = None
@@ -375,7 +403,7 @@ class ListPass:
         for m, ready in near.items():
             if cp.machine_class[m] != c:
                 continue
-            s = tls[m].earliest_start(ready, rt, ch.cores, ch.memory, ch.gpus, limit)
+            s = tls[m].earliest_start(ready, rt, ch.cores, ch.memory, ch.gpus, limit, ch.slot)
             self.probes += 1
             if s != math.inf:
                 cand = (s + rt, flag, m, k, s, ch)
@@ -400,7 +428,7 @@ class ListPass:
                 break
             if m in near:
                 continue
-            s = tls[m].earliest_start(remote, rt, ch.cores, ch.memory, ch.gpus, limit)
+            s = tls[m].earliest_start(remote, rt, ch.cores, ch.memory, ch.gpus, limit, ch.slot)
             self.probes += 1
             if s != math.inf:
                 cand = (s + rt, flag, m, k, s, ch)

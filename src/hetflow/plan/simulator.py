@@ -13,6 +13,12 @@ With ``noise=0`` a valid plan's steps never start later than planned (the steps 
 a planned start in the simulation are a subset of those running then in the plan), so the
 simulated makespan is at most the planned one, and equal for plans without idle gaps that
 could be closed (list-scheduling plans).
+
+Slices of GPUs are held as planned and enforced like cores: a shared tenant starts only
+when its GPU is not held whole, fewer than ``replicas`` tenants are on it, and the shares
+on it stay within the load it was planned at (MPS: within 1; ``plan.sharecheck``); a MIG
+step only when its instance is free.  A time-sliced tenant's run time is its planned one
+(the solo time slowed by the load it was planned at), times its noise factor.
 """
 
 from __future__ import annotations
@@ -26,7 +32,8 @@ from typing import Any
 
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import gang_runtime, machine_shares
-from hetflow.plan.instance import Instance, MachineClass, Placement, Plan
+from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan
+from hetflow.plan.sharecheck import planned_load
 from hetflow.spec import format_duration
 
 _EPS = 1e-9
@@ -119,11 +126,25 @@ def _runtime_factors(instance: Instance, noise: float, seed: int) -> dict[str, f
     return {t.name: 1.0 + noise * (2.0 * rng.random() - 1.0) for t in instance.tasks}
 
 
+def _option(instance: Instance, p: Placement) -> Option | None:
+    for o in instance.task(p.task).options:
+        if (
+            o.variant == p.variant
+            and o.machine_class == p.machine_class
+            and (o.share > 0) == (p.share > 0)
+            and bool(o.mig) == (p.mig_device is not None)
+        ):
+            return o
+    return None
+
+
 def _estimate(instance: Instance, p: Placement) -> float:
     task = instance.task(p.task)
-    for o in task.options:
-        if o.variant == p.variant and o.machine_class == p.machine_class:
-            return gang_runtime(instance, task, o, len(p.per_machine()))
+    o = _option(instance, p)
+    if o is not None and o.share > 0:
+        return max(o.runtime, p.finish - p.start)  # the planned load's slowdown included
+    if o is not None:
+        return gang_runtime(instance, task, o, len(p.per_machine()))
     raise ValueError(
         f"plan puts {p.task!r} as variant {p.variant!r} on class {p.machine_class!r}, "
         "which is not one of its options in this instance"
@@ -140,20 +161,50 @@ class _Machine:
     gpus: set[int] = field(default_factory=set)
     running: int = 0
     wake: float = -1.0  # the wake-up already queued for the head's data, to queue it once
+    tenants: dict[int, list[tuple[str, float, float]]] = field(default_factory=dict)  # GPU -> (task, share, level)
+    migs: set[tuple[int, int]] = field(default_factory=set)  # MIG instances held
+    levels: dict[str, float] = field(default_factory=dict)  # a tenant's planned load
 
     def fits(self, p: Placement, exclusive: bool) -> bool:
         if exclusive:
             return self.running == 0
-        return p.cores <= self.cores + _EPS and p.memory <= self.memory and all(g in self.gpus for g in p.gpus)
+        if p.cores > self.cores + _EPS or p.memory > self.memory:
+            return False
+        if p.mig_device is not None:
+            return (p.gpus[0], p.mig_device) not in self.migs
+        if p.share > 0:
+            g = p.gpus[0]
+            here = self.tenants.get(g, [])
+            load = p.share + sum(sh for _, sh, _ in here)
+            level = self.levels.get(p.task, 1.0)
+            return (
+                g in self.gpus
+                and len(here) < self.cls.gpu_sharing.replicas
+                and load <= level + 1e-9
+                and all(load <= lv + 1e-9 for _, _, lv in here)
+            )
+        return all(g in self.gpus and not self.tenants.get(g) for g in p.gpus)
 
     def take(self, p: Placement, sign: int) -> None:
         self.cores -= sign * p.cores
         self.memory -= sign * p.memory
-        if sign > 0:
+        self.running += sign
+        if p.mig_device is not None:
+            if sign > 0:
+                self.migs.add((p.gpus[0], p.mig_device))
+            else:
+                self.migs.discard((p.gpus[0], p.mig_device))
+        elif p.share > 0:
+            here = self.tenants.setdefault(p.gpus[0], [])
+            item = (p.task, p.share, self.levels.get(p.task, 1.0))
+            if sign > 0:
+                here.append(item)
+            else:
+                here.remove(item)
+        elif sign > 0:
             self.gpus.difference_update(p.gpus)
         else:
             self.gpus.update(p.gpus)
-        self.running += sign
 
 
 def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 0) -> SimulationResult:
@@ -186,6 +237,9 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
                     raise ValueError(f"plan puts {name!r} on {mid!r}, which class {cls.name!r} does not have")
                 machines[mid] = _Machine(cls, [], cores=float(cls.cores), memory=cls.memory, gpus=set(range(cls.gpus)))
             machines[mid].queue.append(name)
+            o = _option(instance, p)
+            if p.share > 0 and o is not None:
+                machines[mid].levels[name] = planned_load(p, o, machines[mid].cls)
 
     parents: dict[str, list[tuple[str, float]]] = {name: [] for name in order}
     for e in instance.edges:

@@ -23,6 +23,8 @@ def _tuples(value: Any) -> Any:
     """JSON has lists; these dataclasses hold tuples (GPU indices, labels, notes)."""
     if isinstance(value, list):
         return tuple(_tuples(v) for v in value)
+    if isinstance(value, tuple):  # already built values (GPU kinds) pass through
+        return value
     return value
 
 

@@ -10,22 +10,69 @@ earliest start at or after the data-ready time at which the task fits for its wh
 time.  The one-task-per-machine model is the same structure with capacity 1 and demand 1.
 Intervals are half-open: a task finishing at t and one starting at t do not overlap, and a
 zero-length task uses nothing.
+
+Slices of a GPU (a ``GpuSlot``): a *shared* tenant (time-slicing or MPS) is kept per GPU
+with its share and the load it was planned with; it may overlap other tenants as long as,
+at every instant, the tenants on the GPU number at most ``replicas``, their shares sum to
+at most the new tenant's planned load, and to at most the planned load of every tenant
+already there (so a new tenant never slows one placed before it beyond what that one was
+planned with).  Whole-GPU placements and shared tenants never overlap on one GPU.  A MIG
+instance is a device of its own (disjoint intervals, like a whole GPU); the GPUs in MIG
+mode are never given out whole.
 """
 
 from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hetflow.plan.gpuload import GpuLoad
 
 _EPS = 1e-9  # fractional cores add up with rounding error; a hair over capacity still fits
+
+
+@dataclass(frozen=True)
+class GpuSlot:
+    """What of a GPU one step takes, beyond whole devices: ``share`` of one GPU planned at
+    ``level`` (the most load, the sum of the tenants' shares, it may meet; time-slicing
+    slows it by that load, MPS plans every tenant at 1), at most ``replicas`` tenants per
+    GPU; or one MIG instance of profile ``mig``.  ``only``: the GPU indices it may be given
+    (a machine whose GPUs are of several vendors); None: any."""
+
+    share: float = 0.0
+    level: float = 1.0
+    replicas: int = 1
+    mig: str = ""
+    only: tuple[int, ...] | None = None
+
+    @property
+    def sliced(self) -> bool:
+        return self.share > 0 or bool(self.mig)
 
 
 class MachineTimeline:
     """Resources in use on one machine over time; ``earliest_start`` and ``reserve``."""
 
-    __slots__ = ("cores", "cores_cap", "gpu_ends", "gpu_starts", "gpus", "gpus_cap", "memory", "memory_cap", "times")
+    __slots__ = (
+        "cores",
+        "cores_cap",
+        "gpu_ends",
+        "gpu_starts",
+        "gpus",
+        "gpus_cap",
+        "in_mig",
+        "memory",
+        "memory_cap",
+        "mig_dev",
+        "mig_ends",
+        "mig_starts",
+        "tenants",
+        "times",
+    )  # fmt: skip
 
-    def __init__(self, cores: float, memory: int, gpus: int) -> None:
+    def __init__(self, cores: float, memory: int, gpus: int, mig: Sequence[tuple[str, ...]] = ()) -> None:
         self.cores_cap = float(cores) + _EPS
         self.memory_cap = memory
         self.times: list[float] = [0.0]
@@ -37,6 +84,12 @@ class MachineTimeline:
         self.gpus: list[int] = [0]
         self.gpu_starts: list[list[float]] = [[] for _ in range(gpus)]
         self.gpu_ends: list[list[float]] = [[] for _ in range(gpus)]
+        self.tenants = [GpuLoad() for _ in range(gpus)]  # per GPU, its shared tenants
+        # MIG: GPU g's layout mig[g]; every instance is a device (gpu, index, profile)
+        self.in_mig = [bool(mig[g]) if g < len(mig) else False for g in range(gpus)]
+        self.mig_dev = [(g, i, p) for g in range(min(gpus, len(mig))) for i, p in enumerate(mig[g])]
+        self.mig_starts: list[list[float]] = [[] for _ in self.mig_dev]
+        self.mig_ends: list[list[float]] = [[] for _ in self.mig_dev]
 
     @property
     def tail(self) -> float:
@@ -44,7 +97,14 @@ class MachineTimeline:
         return self.times[-1]
 
     def earliest_start(
-        self, ready: float, duration: float, cores: float, memory: int, gpus: int, limit: float = math.inf
+        self,
+        ready: float,
+        duration: float,
+        cores: float,
+        memory: int,
+        gpus: int,
+        limit: float = math.inf,
+        slot: GpuSlot | None = None,
     ) -> float:
         """The earliest ``t >= ready`` at which the demand fits during ``[t, t + duration)``.
 
@@ -57,7 +117,7 @@ class MachineTimeline:
         n = len(times)
         cap_cores = self.cores_cap - cores
         cap_memory = self.memory_cap - memory
-        cap_gpus = self.gpus_cap - gpus
+        cap_gpus = self.gpus_cap - (0 if slot is not None and slot.sliced else gpus)
         i = bisect_right(times, t) - 1
         while True:
             end = t + duration
@@ -71,9 +131,11 @@ class MachineTimeline:
             else:
                 if gpus == 0:
                     return t
-                later = self._gpu_retry(t, end, gpus)
+                later = self._gpu_retry(t, end, gpus, slot)
                 if later is None:
                     return t
+                if later == math.inf:  # no GPU of the kind asked for on this machine
+                    return math.inf
                 t = later
                 i = bisect_right(times, t) - 1
                 continue
@@ -81,11 +143,21 @@ class MachineTimeline:
             i = j + 1
             t = times[i]
 
-    def _free_gpus(self, start: float, end: float) -> tuple[list[int], float]:
-        """GPU indices free during ``[start, end)``, and the earliest end of a blocking interval."""
+    def _free_gpus(
+        self, start: float, end: float, only: tuple[int, ...] | None = None, tenants: bool = True
+    ) -> tuple[list[int], float]:
+        """GPU indices free during ``[start, end)``, and the earliest end of a blocking interval.
+        ``tenants`` False: shared tenants do not count (the caller checks them)."""
         free: list[int] = []
         retry = math.inf
         for g, (starts, ends) in enumerate(zip(self.gpu_starts, self.gpu_ends, strict=True)):
+            if self.in_mig[g] or (only is not None and g not in only):
+                continue
+            if tenants and self.tenants[g]:
+                busy = self.tenants[g].busy_until(start, end)
+                if busy is not None:
+                    retry = min(retry, busy)
+                    continue
             k = bisect_left(starts, end) - 1
             # Intervals on one GPU are disjoint and sorted, so only the last one starting
             # before ``end`` can reach past ``start``.
@@ -98,24 +170,163 @@ class MachineTimeline:
                 free.append(g)
         return free, retry
 
-    def _gpu_retry(self, start: float, end: float, gpus: int) -> float | None:
-        free, retry = self._free_gpus(start, end)
+    def _gpu_retry(self, start: float, end: float, gpus: int, slot: GpuSlot | None = None) -> float | None:
+        if slot is not None and slot.mig:
+            dev, retry = self._free_mig(start, end, slot)
+            return None if dev is not None else retry
+        if slot is not None and slot.share > 0:
+            g, retry = self._shared_gpu(start, end, slot)
+            return None if g is not None else retry
+        free, retry = self._free_gpus(start, end, None if slot is None else slot.only)
         return None if len(free) >= gpus else retry
 
-    def reserve(self, start: float, finish: float, cores: float, memory: int, gpus: int) -> tuple[int, ...]:
-        """Book the resources during ``[start, finish)``; return the GPU indices given (lowest free)."""
+    def _free_mig(self, start: float, end: float, slot: GpuSlot) -> tuple[int | None, float]:
+        """The first MIG device of ``slot.mig`` free during ``[start, end)`` (None), and when to retry."""
+        retry = math.inf
+        for d, (g, _, profile) in enumerate(self.mig_dev):
+            if profile != slot.mig or (slot.only is not None and g not in slot.only):
+                continue
+            starts, ends = self.mig_starts[d], self.mig_ends[d]
+            k = bisect_left(starts, end) - 1
+            if k >= 0 and ends[k] > start:
+                retry = min(retry, ends[bisect_right(ends, start)])
+            else:
+                return d, retry
+        return None, retry
+
+    def _shared_gpu(self, start: float, end: float, slot: GpuSlot) -> tuple[int | None, float]:
+        """The first GPU on which a tenant of ``slot`` fits during ``[start, end)``, and when to
+        retry: no whole-GPU interval overlaps, and at every instant of the window the tenants
+        number at most ``replicas`` and their shares sum to at most the new tenant's level and
+        every overlapping tenant's planned level (``GpuLoad.blocked``).  The retry is the
+        earliest start at which some GPU fits, each GPU searched on its own (so the machine's
+        cores are checked again only there).  A share above its planned level never fits."""
+        if slot.share > slot.level + 1e-9:
+            return None, math.inf
+        retry = math.inf
+        duration = end - start
+        for g in range(self.gpus_cap):
+            if self.in_mig[g] or (slot.only is not None and g not in slot.only):
+                continue
+            t = start
+            while t < retry:
+                blocked = self.tenants[g].blocked(t, t + duration, slot.share, slot.level, slot.replicas)
+                whole = self._whole_busy(g, t, t + duration)
+                if blocked is None and whole is None:
+                    break
+                t = max(blocked or t, whole or t)
+            if t == start:
+                return g, retry
+            retry = min(retry, t)
+        return None, retry
+
+    def _whole_busy(self, g: int, start: float, end: float) -> float | None:
+        """None when no whole-GPU interval of GPU ``g`` overlaps ``[start, end)``, else the end
+        of the first that does."""
+        starts, ends = self.gpu_starts[g], self.gpu_ends[g]
+        k = bisect_left(starts, end) - 1
+        if k >= 0 and ends[k] > start:
+            return ends[bisect_right(ends, start)]
+        return None
+
+    def reserve_slot(
+        self, start: float, finish: float, cores: float, memory: int, slot: GpuSlot
+    ) -> tuple[tuple[int, ...], int | None]:
+        """Book a shared tenant or a MIG instance; return (its GPU index, MIG device index on that GPU)."""
+        self._book(start, finish, cores, memory, 0)
         if finish <= start:
-            return tuple(range(gpus))
+            return (slot.only[0] if slot.only else 0,), None
+        if slot.mig:
+            d, _ = self._free_mig(start, finish, slot)
+            if d is None:
+                raise ValueError("reserve_slot: no free MIG instance; call earliest_start first")
+            k = bisect_left(self.mig_starts[d], start)
+            self.mig_starts[d].insert(k, start)
+            self.mig_ends[d].insert(k, finish)
+            g, inst, _ = self.mig_dev[d]
+            return (g,), inst
+        shared, _ = self._shared_gpu(start, finish, slot)
+        if shared is None:
+            raise ValueError("reserve_slot: the share does not fit; call earliest_start first")
+        self.tenants[shared].add((start, finish, slot.share, slot.level))
+        return (shared,), None
+
+    def release_slot(
+        self, start: float, finish: float, cores: float, memory: int, gpu: int, slot: GpuSlot, mig: int | None
+    ) -> None:
+        """Undo ``reserve_slot``."""
+        self._unbook(start, finish, cores, memory, 0)
+        if finish <= start:
+            return
+        if slot.mig:
+            d = next(d for d, (gg, i, _) in enumerate(self.mig_dev) if gg == gpu and i == mig)
+            k = bisect_left(self.mig_starts[d], start)
+            del self.mig_starts[d][k]
+            del self.mig_ends[d][k]
+            return
+        self.tenants[gpu].remove((start, finish, slot.share, slot.level))
+
+    def hold(
+        self,
+        start: float,
+        finish: float,
+        cores: float,
+        memory: int,
+        gpus: tuple[int, ...],
+        slot: GpuSlot | None = None,
+        mig: int | None = None,
+    ) -> None:
+        """Book exactly what a planned placement holds (its GPU indices, its tenant or MIG
+        instance), to ask afterwards what else would fit (``plan.sharewhy``)."""
+        if finish <= start:
+            return
+        if slot is not None and slot.mig and mig is not None:
+            self._book(start, finish, cores, memory, 0)
+            d = next(d for d, (g, i, _) in enumerate(self.mig_dev) if g == gpus[0] and i == mig)
+            k = bisect_left(self.mig_starts[d], start)
+            self.mig_starts[d].insert(k, start)
+            self.mig_ends[d].insert(k, finish)
+        elif slot is not None and slot.share > 0:
+            self._book(start, finish, cores, memory, 0)
+            self.tenants[gpus[0]].add((start, finish, slot.share, slot.level))
+        else:
+            self._book(start, finish, cores, memory, len(gpus))
+            for g in gpus:
+                k = bisect_left(self.gpu_starts[g], start)
+                self.gpu_starts[g].insert(k, start)
+                self.gpu_ends[g].insert(k, finish)
+
+    def _book(self, start: float, finish: float, cores: float, memory: int, gpus: int) -> None:
+        if finish <= start:
+            return
         a = self._split(start)
         b = self._split(finish)
-        used_cores, used_memory, used_gpus = self.cores, self.memory, self.gpus
         for k in range(a, b):
-            used_cores[k] += cores
-            used_memory[k] += memory
-            used_gpus[k] += gpus
+            self.cores[k] += cores
+            self.memory[k] += memory
+            self.gpus[k] += gpus
+
+    def _unbook(self, start: float, finish: float, cores: float, memory: int, gpus: int) -> None:
+        if finish <= start:
+            return
+        a = bisect_left(self.times, start)
+        b = bisect_left(self.times, finish)
+        for k in range(a, b):
+            self.cores[k] -= cores
+            self.memory[k] -= memory
+            self.gpus[k] -= gpus
+
+    def reserve(
+        self, start: float, finish: float, cores: float, memory: int, gpus: int, only: tuple[int, ...] | None = None
+    ) -> tuple[int, ...]:
+        """Book the resources during ``[start, finish)``; return the GPU indices given (lowest
+        free, among ``only`` when given)."""
+        if finish <= start:
+            return tuple(only[:gpus]) if only is not None else tuple(range(gpus))
+        self._book(start, finish, cores, memory, gpus)
         if gpus == 0:
             return ()
-        free, _ = self._free_gpus(start, finish)
+        free, _ = self._free_gpus(start, finish, only)
         if len(free) < gpus:
             raise ValueError("reserve: not enough free GPUs; call earliest_start first")
         chosen = tuple(free[:gpus])
@@ -130,12 +341,7 @@ class MachineTimeline:
         """Undo ``reserve`` (breakpoints stay; they are harmless)."""
         if finish <= start:
             return
-        a = bisect_left(self.times, start)
-        b = bisect_left(self.times, finish)
-        for k in range(a, b):
-            self.cores[k] -= cores
-            self.memory[k] -= memory
-            self.gpus[k] -= len(gpu_ids)
+        self._unbook(start, finish, cores, memory, len(gpu_ids))
         for g in gpu_ids:
             starts, ends = self.gpu_starts[g], self.gpu_ends[g]
             k = bisect_left(starts, start)

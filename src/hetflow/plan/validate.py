@@ -5,8 +5,9 @@ options, on a machine that exists; every data edge is respected, with the transf
 ``bytes / bandwidth`` paid when parent and child are on different machines; a gang holds
 all its replicas at once (within ``per_node``) for its modelled run time; no machine is
 ever over its cores, memory or GPU count (or, in the one-task-per-machine model, runs two
-tasks at once); no GPU index is given to two tasks at once; and the plan's makespan and
-cost are what its placements say.
+tasks at once); no GPU index is given to two tasks at once, except as shared tenants
+within the node's sharing policy and the slowdown model, and no MIG instance to two at
+once (``sharecheck``); and the plan's makespan and cost are what its placements say.
 
 Times are compared with a small relative tolerance (floating-point sums).  Intervals are
 half-open: a task may start on a machine at the instant another finishes there.
@@ -19,6 +20,7 @@ from collections import defaultdict
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import gang_runtime, machine_shares
 from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task
+from hetflow.plan.sharecheck import check_slices, runtime_problem
 
 _REL = 1e-9
 
@@ -38,15 +40,43 @@ def check_plan(instance: Instance, plan: Plan) -> list[str]:
     valid = _check_placements(instance, plan, problems)
     _check_edges(instance, plan, problems)
     _check_machines(instance, valid, problems)
+    _check_sliced(instance, plan, valid, problems)
     _check_totals(instance, plan, problems)
     return problems
 
 
 def _find_option(options: tuple[Option, ...], p: Placement) -> Option | None:
+    """The option ``p`` follows: a share, a MIG instance or whole GPUs, as it holds."""
     for o in options:
-        if o.variant == p.variant and o.machine_class == p.machine_class:
+        if (
+            o.variant == p.variant
+            and o.machine_class == p.machine_class
+            and (o.share > 0) == (p.share > 0)
+            and bool(o.mig) == (p.mig_device is not None)
+        ):
             return o
     return None
+
+
+def _check_sliced(
+    instance: Instance, plan: Plan, valid: list[tuple[Placement, MachineClass]], problems: list[str]
+) -> None:
+    """Shared tenants and MIG instances, machine by machine (``sharecheck``)."""
+    options: dict[str, Option] = {}
+    for task in instance.tasks:
+        p = plan.placements.get(task.name)
+        o = _find_option(task.options, p) if p is not None else None
+        if p is not None and o is not None:
+            options[task.name] = o
+    by_machine: dict[str, list[Placement]] = defaultdict(list)
+    classes: dict[str, MachineClass] = {}
+    for p, cls in valid:
+        if not _close(p.start, p.finish):
+            by_machine[p.machine].append(p)
+            classes[p.machine] = cls
+    for machine, items in by_machine.items():
+        if any(p.share > 0 or p.mig_device is not None for p in items):
+            check_slices(machine, classes[machine], items, options, problems)
 
 
 def _check_placements(instance: Instance, plan: Plan, problems: list[str]) -> list[tuple[Placement, MachineClass]]:
@@ -75,7 +105,10 @@ def _check_placements(instance: Instance, plan: Plan, problems: list[str]) -> li
         else:
             _check_gang(instance, task, option, p, problems)
             wanted = gang_runtime(instance, task, option, len(p.per_machine()))
-            if not _close(p.finish - p.start, wanted):
+            shared = option.share > 0 and p.machine_class in {c.name for c in instance.classes}
+            if shared and (why := runtime_problem(p, option, instance.machine_class(p.machine_class))):
+                problems.append(why)
+            elif not shared and not _close(p.finish - p.start, wanted):
                 problems.append(
                     f"{where} runs {p.finish - p.start:g} s ({p.start:g} to {p.finish:g}); "
                     f"its option {p.variant!r} on {p.machine_class!r} takes {wanted:g} s"
@@ -195,7 +228,7 @@ def _check_capacity(machine: str, cls: MachineClass, items: list[Placement], pro
         sign = 1 if kind else -1
         cores += sign * p.cores
         memory += sign * p.memory
-        gpus += sign * len(p.gpus)
+        gpus += sign * (0 if p.share > 0 or p.mig_device is not None else len(p.gpus))
         if kind:
             active[p.task] = p
         else:
@@ -219,6 +252,8 @@ def _check_capacity(machine: str, cls: MachineClass, items: list[Placement], pro
 def _check_gpu_indices(machine: str, items: list[Placement], problems: list[str]) -> None:
     by_gpu: dict[int, list[Placement]] = defaultdict(list)
     for p in items:
+        if p.share > 0 or p.mig_device is not None:
+            continue  # tenants and MIG instances: sharecheck
         for g in set(p.gpus):
             by_gpu[g].append(p)
     for g, users in sorted(by_gpu.items()):
