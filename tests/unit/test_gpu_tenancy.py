@@ -286,7 +286,7 @@ def test_validate_says_a_mig_profile_this_machine_lacks_is_an_error() -> None:
     loaded = load_steps("m:\n  image: x\n  resources: {gpu_mig: 2g.20gb}\n")
     (problem,) = feasibility_problems(loaded, host((mig_gpu(),)))
     assert problem.severity == "error"
-    assert "asks for a MIG 2g.20gb instance; no GPU of this machine has one" in problem.message
+    assert "asks for gpu_mig: 2g.20gb; this machine has MIG layout 1g.10gb, 1g.10gb, 3g.40gb" in problem.message
     assert (
         feasibility_problems(load_steps("m:\n  image: x\n  resources: {gpu_mig: 3g.40gb}\n"), host((mig_gpu(),))) == []
     )
