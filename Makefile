@@ -34,6 +34,9 @@ install: deps $(VENV)/.installed
 images: install
 	$(PY) -m demo.images
 
+# A fake node with one of each: a time-sliced A100, an H100 in MIG mode, an AMD MI250X.
+ACCEL = HETFLOW_FAKE_GPUS='a100:1,h100:1:mig=3g.40gb+2g.20gb+1g.10gb+1g.10gb,mi250x:1' HETFLOW_GPU_SHARING=time-slicing:4
+
 demo: install images
 	$(HETFLOW) nodes
 	$(HETFLOW) run examples/meanpool/workflow.yaml
@@ -57,6 +60,14 @@ demo: install images
 	HETFLOW_FAKE_GPUS=a100:4:nvlink-pairs $(HETFLOW) nodes --topo
 	@echo "== gangs planned on a cluster of NVLink and PCIe-only nodes"
 	$(HETFLOW) plan examples/gang/train.yaml --cluster examples/clusters/nvlink-mixed.yaml
+	@echo "== accelerators in every shape, on FAKE devices (no GPU here): a mixed node as the vendor tools show it"
+	$(ACCEL) $(HETFLOW) nodes
+	@echo "== 8 small steps share a time-sliced GPU (4 at a time), one runs on a MIG 1g.10gb slice, one on the AMD GPU"
+	$(ACCEL) $(HETFLOW) run --no-cache examples/accelerators/workflow.yaml
+	@rid=$$($(HETFLOW) ps --all --json | $(PY) -c 'import json, sys; print(json.load(sys.stdin)[0]["id"])'); \
+	for s in embed.0 embed.1 slice rocm; do $(HETFLOW) logs $$rid $$s; done
+	@echo "== the same workflow planned on a cluster of time-sliced, MIG, AMD and Intel nodes"
+	$(HETFLOW) plan examples/accelerators/workflow.yaml --cluster examples/clusters/accelerators.yaml --explain
 
 demo-slurm: install images  ## a local Slurm cluster (munge, slurmctld, two slurmd with fake GPUs) runs circuit
 	$(PY) -m demo.clusters slurm

@@ -113,13 +113,16 @@ def build_instance(
 def _scaled_estimate(v: Variant, c: MachineClass) -> float:
     """A GPU variant's ``estimate`` is its run time alone on an A100 (a ``gpu_share`` step:
     alone on a whole GPU; a ``gpu_mig`` step: on its MIG instance of an A100), divided by the
-    speed of the class's GPUs of the variant's vendor."""
+    speed of the class's GPUs that can serve it: of its vendor, in MIG mode for a MIG request
+    and not for any other; on a machine of unlike GPUs the slowest of them (a class is
+    described by its weakest GPU, as ``node_class`` does)."""
     estimate = DEFAULT_ESTIMATE if v.estimate is None else v.estimate
     if not v.uses_gpu:
         return estimate / c.speed
-    vendor = v.gpu_request.vendor
-    speeds = [k.speed for i in range(c.gpus) if vendor in ("any", (k := c.gpu_kind(i)).vendor)]
-    return estimate / (max(speeds) if c.gpu_kinds and speeds else c.gpu_speed)
+    req = v.gpu_request
+    kinds = [c.gpu_kind(i) for i in range(c.gpus)]
+    speeds = [k.speed for k in kinds if req.vendor in ("any", k.vendor) and bool(k.mig) == (req.mig is not None)]
+    return estimate / (min(speeds) if c.gpu_kinds and speeds else c.gpu_speed)
 
 
 def gpu_options(v: Variant, c: MachineClass, vname: str, runtime: float) -> list[Option]:
