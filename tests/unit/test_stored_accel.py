@@ -48,3 +48,12 @@ def test_a_placements_share_and_mig_device_survive() -> None:
         algorithm="test",
     )
     assert plan_from_dict(json.loads(json.dumps(plan_to_dict(plan)))) == plan
+
+
+def test_the_plan_table_shows_a_share_and_a_mig_device() -> None:
+    from hetflow.report.plan import where
+
+    share = Placement("a", "gpu", "n-0", "n", 0.0, 2.0, 1.0, 2**20, gpus=(1,), share=0.25)
+    mig = Placement("b", "gpu", "n-0", "n", 0.0, 2.0, 1.0, 2**20, gpus=(0,), mig_device=2)
+    whole = Placement("c", "gpu", "n-0", "n", 0.0, 2.0, 1.0, 2**20, gpus=(0, 1))
+    assert [where(p)[1] for p in (share, mig, whole)] == ["1 (0.25)", "0/mig2", "0,1"]

@@ -25,6 +25,8 @@ def plan_json(plan: Plan, instance: Instance, *, explain: bool = False) -> dict[
                 "node": p.machine,
                 "node_class": p.machine_class,
                 "gpus": list(p.gpus),
+                **({"gpu_share": p.share} if p.share else {}),
+                **({"mig_device": p.mig_device} if p.mig_device is not None else {}),
                 **({"ranks": [{"node": m, "gpus": list(g)} for m, g in p.ranks]} if p.ranks else {}),
                 "cores": p.cores,
                 "memory": p.memory,
@@ -50,7 +52,12 @@ def where(p: Placement) -> tuple[str, str]:
     """NODE and GPUS cells: one node and its GPU indices, or a gang's nodes with how many
     replicas each holds (``gpu-0 x4, gpu-1 x2``) and every replica's GPUs (``0,1|2,3``)."""
     if not p.ranks:
-        return p.machine, ",".join(map(str, p.gpus)) or "-"
+        gpus = ",".join(map(str, p.gpus)) or "-"
+        if p.share:
+            gpus += f" ({p.share:g})"  # a time-sliced / MPS share of GPU gpus[0]
+        elif p.mig_device is not None:
+            gpus += f"/mig{p.mig_device}"  # MIG device mig_device of GPU gpus[0]
+        return p.machine, gpus
     nodes = ", ".join(f"{m} x{k}" for m, (k, _g) in p.per_machine().items())
     gpus = "|".join(",".join(map(str, g)) for _m, g in p.ranks)
     return nodes, gpus if any(g for _m, g in p.ranks) else "-"
