@@ -20,7 +20,7 @@ import posixpath
 from collections.abc import Callable, Mapping, Sequence
 
 from hetflow.errors import NoFitError
-from hetflow.plan.filters import class_rejections
+from hetflow.plan.filters import class_rejections, vendor_ok
 from hetflow.plan.gangs import gang_rejections
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Rejection, Task
 from hetflow.spec import GpuConstraint, Resources, Variant, Workflow, edges_of, topo_order
@@ -121,7 +121,7 @@ def _scaled_estimate(v: Variant, c: MachineClass) -> float:
         return estimate / c.speed
     req = v.gpu_request
     kinds = [c.gpu_kind(i) for i in range(c.gpus)]
-    speeds = [k.speed for k in kinds if req.vendor in ("any", k.vendor) and bool(k.mig) == (req.mig is not None)]
+    speeds = [k.speed for k in kinds if vendor_ok(k.vendor, req.vendor) and bool(k.mig) == (req.mig is not None)]
     return estimate / (min(speeds) if c.gpu_kinds and speeds else c.gpu_speed)
 
 

@@ -13,9 +13,9 @@ from typing import Protocol
 
 from hetflow.errors import Problem
 from hetflow.inventory import Gpu, Node
-from hetflow.plan.filters import Capacity, Status, check, qualifying_gpus
+from hetflow.plan.filters import Capacity, Status, check, qualifying_gpus, vendor_ok
 from hetflow.plan.gpupick import pick_gpus
-from hetflow.plan.tenancy import Slot, Tenant, mig_slot, share_slot, vendor_ok
+from hetflow.plan.tenancy import Slot, Tenant, mig_slot, share_slot
 from hetflow.spec import LoadedWorkflow, Step, Variant
 
 
@@ -74,7 +74,7 @@ def gpu_pool(v: Variant, gpus: Sequence[Gpu]) -> tuple[Gpu, ...]:
     given out by instance), for a MIG instance those in MIG mode."""
     r = v.gpu_request
     mig = r.kind == "mig"
-    return tuple(g for g in gpus if vendor_ok(g, r.vendor) and g.mig_enabled == mig)
+    return tuple(g for g in gpus if vendor_ok(g.vendor, r.vendor) and g.mig_enabled == mig)
 
 
 def _fits_here(step: Step, v: Variant, cap: Capacity, node: Node, *, now: bool) -> Status:

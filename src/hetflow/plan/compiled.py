@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from hetflow.errors import HetflowError, NoFitError
 from hetflow.plan.cost import placement_cost
+from hetflow.plan.filters import vendor_ok
 from hetflow.plan.gangs import comm_time, fit_per_node
 from hetflow.plan.instance import Instance, MachineClass, Option, Task
 from hetflow.plan.timeline import GpuSlot, MachineTimeline
@@ -173,7 +174,7 @@ def gpu_slots(o: Option, cls: MachineClass) -> list[tuple[float, GpuSlot | None]
     a MIG instance, or whole GPUs (restricted to the option's vendor on a mixed machine)."""
     only = None
     if cls.gpu_kinds and o.gpus:
-        only = tuple(i for i in range(cls.gpus) if o.vendor in ("any", cls.gpu_kind(i).vendor))
+        only = tuple(i for i in range(cls.gpus) if vendor_ok(cls.gpu_kind(i).vendor, o.vendor))
     sharing = cls.gpu_sharing
     if o.share > 0 and sharing.mode == "time-slicing":
         by_runtime: dict[float, GpuSlot] = {}

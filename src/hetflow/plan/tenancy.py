@@ -101,11 +101,6 @@ def load(gpu: Gpu, tenants: Sequence[Tenant]) -> float:
     return total
 
 
-def vendor_ok(gpu: Gpu, vendor: str) -> bool:
-    """Whether ``gpu`` is of the vendor a step asks for (``any``: whichever)."""
-    return vendor == "any" or gpu.vendor == vendor
-
-
 def share_slot(
     gpus: Sequence[Gpu], tenants: Sequence[Tenant], sharing: GpuSharing, share: float
 ) -> tuple[Slot | None, str]:
