@@ -13,10 +13,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hetflow.execute.backends.base import Job
 from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_STEP, ContainerEngine, ContainerSpec, FakeEngine
 from hetflow.execute.runner import Runner, RunnerConfig
 from hetflow.execute.submit import create_run
-from hetflow.inventory.models import Cpu, Gpu, Node
+from hetflow.inventory.models import Cpu, Gpu, GpuSharing, Node
+from hetflow.spec import GpuRequest
 from hetflow.spec.loader import LoadedWorkflow, parse_workflow
 from hetflow.state.models import RunRecord, StepRecord
 from hetflow.state.store import Store
@@ -237,3 +239,21 @@ def world(
     store = Store(home / "state.db")
     run = create_run(store, loaded, home, os.getuid(), os.getgid())
     return World(home, loaded, node_ or node(), clock, script, engine, store, run)
+
+
+def gpu_job(req: GpuRequest | None, model: str | None = None, *, sharing: GpuSharing | None = None) -> Job:
+    """A backend Job of one container asking for ``req`` (the backends' GPU mapping tests)."""
+    spec = ContainerSpec(name="hf-r1-s-1", image="img", command=("true",), user="1000:1000", labels={}, env={})
+    return Job(
+        name="hf-r1-s-1",
+        run_id="r1",
+        step="s",
+        attempt=1,
+        container=spec,
+        cpus=1,
+        memory=1 << 30,
+        gpus=req.count if req else 0,
+        gpu_model=model,
+        gpu_request=req,
+        gpu_sharing=sharing,
+    )

@@ -10,10 +10,9 @@ from dataclasses import replace
 import pytest
 
 from hetflow.errors import EngineError
-from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.ray import RayNode, accelerator_type, task_request, with_gpus, with_vendor
-from hetflow.execute.engine import ContainerSpec
 from hetflow.spec import GpuRequest
+from tests.unit.builders import gpu_job
 
 NODES = (
     RayNode("n1", "nv", {"CPU": 4, "GPU": 1, "memory": 8e9, "accelerator_type:A100": 1, "mig-1g.10gb": 7}),
@@ -23,22 +22,6 @@ NODES = (
         {"CPU": 4, "GPU": 2, "memory": 8e9, "accelerator_type:AMD-Instinct-MI250X": 1, "gpu_vendor:amd": 1},
     ),
 )
-
-
-def _job(req: GpuRequest | None, model: str | None = None) -> Job:
-    spec = ContainerSpec(name="hf-r-s-1", image="img", command=("true",), user="1000:1000", labels={}, env={})
-    return Job(
-        name="hf-r-s-1",
-        run_id="r",
-        step="s",
-        attempt=1,
-        container=spec,
-        cpus=1,
-        memory=1 << 30,
-        gpus=req.count if req else 0,
-        gpu_model=model,
-        gpu_request=req,
-    )
 
 
 def test_product_names_become_rays_accelerator_types() -> None:
@@ -61,21 +44,21 @@ def test_product_names_become_rays_accelerator_types() -> None:
 def test_requests_become_num_gpus_and_resources(
     req: GpuRequest, model: str | None, gpus: float, resources: dict[str, float]
 ) -> None:
-    r = task_request(_job(req, model), NODES)
+    r = task_request(gpu_job(req, model), NODES)
     assert (r.num_gpus, dict(r.resources)) == (gpus, resources)
 
 
 def test_what_no_node_offers_is_refused_with_the_fix() -> None:
     with pytest.raises(EngineError, match=r"MIG 3g.40gb instance \(mig-3g.40gb\); no Ray node offers it.*ray start"):
-        task_request(_job(GpuRequest(mig="3g.40gb")), NODES)
+        task_request(gpu_job(GpuRequest(mig="3g.40gb")), NODES)
     with pytest.raises(EngineError, match=r"no Ray node declares gpu_vendor:intel.*--resources"):
-        task_request(_job(GpuRequest(count=1, vendor="intel")), NODES)
+        task_request(gpu_job(GpuRequest(count=1, vendor="intel")), NODES)
     with pytest.raises(EngineError, match="more than any Ray node has"):
-        task_request(_job(GpuRequest(count=3, vendor="amd")), NODES)
+        task_request(gpu_job(GpuRequest(count=3, vendor="amd")), NODES)
 
 
 def test_an_amd_or_intel_task_gets_its_render_nodes() -> None:
-    job = _job(GpuRequest(count=1, vendor="amd"), "AMD Instinct MI250X")
+    job = gpu_job(GpuRequest(count=1, vendor="amd"), "AMD Instinct MI250X")
     spec = with_vendor(job)
     assert spec.env["HETFLOW_GPU_VENDOR"] == "amd"
     out = with_gpus(spec, [1], "/nonexistent-devs")
@@ -84,4 +67,4 @@ def test_an_amd_or_intel_task_gets_its_render_nodes() -> None:
     assert "CUDA_VISIBLE_DEVICES" not in out.env
     intel = with_gpus(with_vendor(replace(job, gpu_request=GpuRequest(count=2, vendor="intel"))), [0, 1], "/d")
     assert intel.env["ZE_AFFINITY_MASK"] == "0,1" and len(intel.devices) == 2
-    assert with_vendor(_job(GpuRequest(share=0.5))).env == {}
+    assert with_vendor(gpu_job(GpuRequest(share=0.5))).env == {}

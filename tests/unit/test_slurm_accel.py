@@ -16,30 +16,13 @@ from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm import SlurmSettings, sbatch_args
 from hetflow.execute.backends.slurm.devices import gpu_devices
 from hetflow.execute.backends.slurm.gres import gpu_vendor, gres_args, mps_env
-from hetflow.execute.engine import ContainerSpec
 from hetflow.inventory import GpuSharing
 from hetflow.spec import GpuRequest
+from tests.unit.builders import gpu_job
 
 TIMESLICE4 = GpuSharing(mode="time-slicing", replicas=4)
 TIMESLICE8 = GpuSharing(mode="time-slicing", replicas=8)
 MPS = GpuSharing(mode="mps", replicas=4, mps_memory_limit=10 * 2**30)
-
-
-def _job(req: GpuRequest | None, *, model: str | None = None, sharing: GpuSharing | None = None) -> Job:
-    spec = ContainerSpec(name="hf-r1-s-1", image="img", command=("true",), user="1000:1000", labels={}, env={})
-    return Job(
-        name="hf-r1-s-1",
-        run_id="r1",
-        step="s",
-        attempt=1,
-        container=spec,
-        cpus=1,
-        memory=1 << 30,
-        gpus=req.count if req else 0,
-        gpu_model=model,
-        gpu_request=req,
-        gpu_sharing=sharing,
-    )
 
 
 def _gres(job: Job, **settings: object) -> list[str]:
@@ -62,11 +45,11 @@ def _gres(job: Job, **settings: object) -> list[str]:
 def test_whole_gpus_and_mig_instances_are_typed_gpu_gres(
     req: GpuRequest | None, model: str | None, want: list[str]
 ) -> None:
-    assert _gres(_job(req, model=model)) == want
+    assert _gres(gpu_job(req, model=model)) == want
 
 
 def test_a_mig_profile_can_be_mapped_to_the_sites_gres_type() -> None:
-    job = _job(GpuRequest(mig="3g.40gb"))
+    job = gpu_job(GpuRequest(mig="3g.40gb"))
     assert _gres(job, gres_types={"3g.40gb": "a100_3g.40gb"}) == ["--gres=gpu:a100_3g.40gb:1"]
 
 
@@ -82,11 +65,11 @@ def test_a_mig_profile_can_be_mapped_to_the_sites_gres_type() -> None:
     ],
 )
 def test_a_share_asks_for_shards_or_mps_by_the_nodes_sharing(share: float, sharing: GpuSharing, want: str) -> None:
-    assert _gres(_job(GpuRequest(share=share), sharing=sharing)) == [want]
+    assert _gres(gpu_job(GpuRequest(share=share), sharing=sharing)) == [want]
 
 
 def test_without_the_plans_sharing_the_settings_decide() -> None:
-    job = _job(GpuRequest(share=0.5))
+    job = gpu_job(GpuRequest(share=0.5))
     assert _gres(job) == ["--gres=shard:2"]  # 4 shards per GPU by default
     assert _gres(job, shards_per_gpu=10) == ["--gres=shard:5"]
     assert _gres(job, share_gres="mps") == ["--gres=mps:50"]
@@ -99,14 +82,14 @@ def test_without_the_plans_sharing_the_settings_decide() -> None:
 
 def test_mps_limits_go_to_the_container_of_an_mps_share_only() -> None:
     s = SlurmSettings()
-    assert mps_env(_job(GpuRequest(share=0.25), sharing=MPS), s) == {
+    assert mps_env(gpu_job(GpuRequest(share=0.25), sharing=MPS), s) == {
         "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE": "25",
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT": "0=10240M",
     }
-    assert mps_env(_job(GpuRequest(share=0.25), sharing=TIMESLICE4), s) == {}
-    assert mps_env(_job(GpuRequest(count=1)), SlurmSettings(share_gres="mps")) == {}
-    assert gpu_vendor(_job(GpuRequest(count=1, vendor="any"))) == "nvidia"
-    assert gpu_vendor(_job(GpuRequest(count=1, vendor="amd"))) == "amd"
+    assert mps_env(gpu_job(GpuRequest(share=0.25), sharing=TIMESLICE4), s) == {}
+    assert mps_env(gpu_job(GpuRequest(count=1)), SlurmSettings(share_gres="mps")) == {}
+    assert gpu_vendor(gpu_job(GpuRequest(count=1, vendor="any"))) == "nvidia"
+    assert gpu_vendor(gpu_job(GpuRequest(count=1, vendor="amd"))) == "amd"
 
 
 # --- the script's device block, run in bash over fake device nodes -----------------------
@@ -172,11 +155,11 @@ def test_a_share_job_reads_its_gpu_from_gpu_device_ordinal() -> None:
     # the test cluster: tests/integration/test_slurm_accel.py)
     from hetflow.execute.backends.slurm import job_script
 
-    shared = job_script(_job(GpuRequest(share=0.5)), SlurmSettings(), Path("/w"), "c", "h")
-    whole = job_script(_job(GpuRequest(count=1)), SlurmSettings(), Path("/w"), "c", "h")
+    shared = job_script(gpu_job(GpuRequest(share=0.5)), SlurmSettings(), Path("/w"), "c", "h")
+    whole = job_script(gpu_job(GpuRequest(count=1)), SlurmSettings(), Path("/w"), "c", "h")
     assert 'slurm_gpus="${SLURM_JOB_GPUS:-${GPU_DEVICE_ORDINAL:-}}"' in shared
     assert 'slurm_gpus="${SLURM_JOB_GPUS:-}"' in whole
 
 
 def test_gres_args_for_a_cpu_job_are_empty() -> None:
-    assert gres_args(_job(None), SlurmSettings()) == []
+    assert gres_args(gpu_job(None), SlurmSettings()) == []
