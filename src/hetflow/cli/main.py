@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "registry": ("registry",),
     "cache": ("cache",),
     "doctor": ("doctor",),
+    "ui": ("ui",),
 }
 
 

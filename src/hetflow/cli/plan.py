@@ -9,7 +9,7 @@ import typer
 
 from hetflow.cli.common import console, err, open_store, parse_params, print_json
 from hetflow.errors import UsageError
-from hetflow.plan import Instance, Plan, Suggestion, UsageSample, learn, profile_for, suggest_sizes
+from hetflow.plan import Instance, Plan, Suggestion, UsageSample, learn, suggest_sizes
 from hetflow.report import explain_step, plan_json, plan_table
 from hetflow.spec import LoadedWorkflow, load_workflow, parse_duration
 
@@ -72,19 +72,10 @@ def _suggestion_json(s: Suggestion) -> dict[str, object]:
 
 
 def _instance(loaded: LoadedWorkflow, cluster_file: Path, *, saga: bool = False) -> Instance:
-    from hetflow.execute import default_resolver
-    from hetflow.plan import build_instance, image_check, load_cluster
+    from hetflow.execute import cluster_instance
+    from hetflow.plan import load_cluster
 
-    cluster = load_cluster(cluster_file)
-    profile = profile_for(learn(open_store().history(loaded.workflow.name)), loaded.workflow.name)
-    return build_instance(
-        loaded.workflow,
-        cluster.classes(),
-        bandwidth=cluster.bandwidth_bytes,
-        profile=profile,
-        one_task_per_machine=saga,
-        image_check=image_check(default_resolver),
-    )
+    return cluster_instance(open_store(), loaded, load_cluster(cluster_file), saga=saga)
 
 
 def _solve(

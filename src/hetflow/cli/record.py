@@ -9,8 +9,7 @@ from pathlib import Path
 import typer
 
 from hetflow.cli.common import err, open_store, print_json
-from hetflow.errors import StateError, UsageError
-from hetflow.plan import Plan
+from hetflow.errors import UsageError
 from hetflow.report import (
     TRACE_FIELDS,
     cached_steps,
@@ -20,7 +19,6 @@ from hetflow.report import (
     trace_rows,
     trace_tsv,
 )
-from hetflow.state import Store
 
 
 def register(app: typer.Typer) -> None:
@@ -46,18 +44,6 @@ def trace(
         sys.stdout.write(trace_tsv(rows, chosen))
 
 
-def _stored_plan(store: Store, run_id: str) -> Plan | None:
-    from hetflow.execute import RunPlan
-
-    text = store.plan_json(run_id)
-    if text is None:
-        return None
-    try:
-        return RunPlan.from_json(text).plan
-    except (ValueError, KeyError, TypeError) as exc:
-        raise StateError(f"run {run_id}: its stored plan cannot be read ({exc}); the store may be damaged") from None
-
-
 def report(
     run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
     output: Path = typer.Option(Path("report.html"), "-o", "--output", help="The HTML file to write."),
@@ -68,9 +54,11 @@ def report(
         raise UsageError(f"-o {output}: is a directory; give a file name, e.g. -o {output / 'report.html'}")
     if not output.parent.is_dir():
         raise UsageError(f"-o {output}: the directory {output.parent} does not exist; create it or write elsewhere")
+    from hetflow.execute import stored_plan
+
     store = open_store()
     rid = store.resolve_run_id(run_id)
-    page = run_report_html(store.run(rid), store.steps(rid), store.attempts(rid), _stored_plan(store, rid))
+    page = run_report_html(store.run(rid), store.steps(rid), store.attempts(rid), stored_plan(store, rid))
     try:
         output.write_text(page, encoding="utf-8")
     except OSError as exc:

@@ -67,6 +67,7 @@ def resume(
     run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Resume in the background."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
+    step: str | None = typer.Option(None, "--step", help="Retry only this failed step (and what it skipped)."),
 ) -> None:
     """Resume a stopped, failed or crashed run: keep intact outputs, adopt running containers."""
     from hetflow.execute import resume_run
@@ -77,7 +78,7 @@ def resume(
     if record.state == RUN_SUCCEEDED:
         console.print(f"run {record.id} already succeeded; nothing to resume")
         return
-    opened, reset = resume_run(store, record.id, discover(hetflow_home()))
+    opened, reset = resume_run(store, record.id, discover(hetflow_home()), only=step)
     if reset:
         err.print(f"resuming {record.id}: re-running {', '.join(reset)}", highlight=False)
     _go(opened, detach=detach, quiet=quiet)

@@ -60,9 +60,19 @@ if TYPE_CHECKING:
     from hetflow.execute.logs import log_tail, parse_line, read_lines
     from hetflow.execute.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
     from hetflow.execute.paths import RunPaths, container_name
+    from hetflow.execute.prepare import cluster_instance
     from hetflow.execute.runner import NullReporter, Reporter, Runner
-    from hetflow.execute.runplan import RunPlan, apply_images
-    from hetflow.execute.session import Ended, OpenRun, build_runner, drive, open_run, resume_run, submit_run
+    from hetflow.execute.runplan import RunPlan, apply_images, stored_plan
+    from hetflow.execute.session import (
+        Ended,
+        OpenRun,
+        build_runner,
+        drive,
+        load_recorded,
+        open_run,
+        resume_run,
+        submit_run,
+    )
     from hetflow.execute.settings import Settings, load_settings
     from hetflow.execute.submit import create_run, new_run_id, preflight
 
@@ -72,6 +82,7 @@ _WHERE = {
     "cache": ["Key", "ResultCache", "cache_key", "input_digests"],
     "data": ["DataManifest", "resolve_data"],
     "fanout": ["expand_for_planning"],
+    "prepare": ["cluster_instance"],
     "container": ["build_spec", "container_env", "input_mounts"],
     "dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
     "engine": [
@@ -98,8 +109,8 @@ _WHERE = {
     "outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
     "paths": ["RunPaths", "container_name"],
     "runner": ["NullReporter", "Reporter", "Runner"],
-    "runplan": ["RunPlan", "apply_images"],
-    "session": ["Ended", "OpenRun", "build_runner", "drive", "open_run", "resume_run", "submit_run"],
+    "runplan": ["RunPlan", "apply_images", "stored_plan"],
+    "session": ["Ended", "OpenRun", "build_runner", "drive", "load_recorded", "open_run", "resume_run", "submit_run"],
     "settings": ["Settings", "load_settings"],
     "submit": ["create_run", "new_run_id", "preflight"],
 }
@@ -141,6 +152,7 @@ __all__ = [
     "build_spec",
     "cache_key",
     "cdi_device_names",
+    "cluster_instance",
     "container_env",
     "container_name",
     "create_run",
@@ -154,6 +166,7 @@ __all__ = [
     "gpu_access",
     "input_digests",
     "input_mounts",
+    "load_recorded",
     "load_settings",
     "log_tail",
     "make_backend",
@@ -173,6 +186,7 @@ __all__ = [
     "run_args",
     "sha256_of",
     "stop_run",
+    "stored_plan",
     "submit_run",
 ]
 

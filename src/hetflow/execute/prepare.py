@@ -17,7 +17,17 @@ from hetflow.execute.runplan import CLUSTER, GREEDY, LOCAL, PLANNED, RunPlan, im
 from hetflow.execute.settings import Settings
 from hetflow.images import parse_reference
 from hetflow.inventory import Node
-from hetflow.plan import build_instance, image_check, learn, load_cluster, plan_heuristic, plan_local, profile_for
+from hetflow.plan import (
+    Cluster,
+    Instance,
+    build_instance,
+    image_check,
+    learn,
+    load_cluster,
+    plan_heuristic,
+    plan_local,
+    profile_for,
+)
 from hetflow.spec import LoadedWorkflow
 from hetflow.state import Store
 
@@ -84,20 +94,30 @@ def plan_on_node(
     )
 
 
+def cluster_instance(
+    store: Store, loaded: LoadedWorkflow, cluster: Cluster, resolver: Resolver = default_resolver, *, saga: bool = False
+) -> Instance:
+    """The planning problem of a workflow on a cluster file's machines, as ``hetflow plan``,
+    ``hetflow run --cluster`` and the dashboard pose it: run times learned from this store's
+    history win over estimates, and image builds are checked per node class.  ``saga``: one
+    task per machine at a time (the SAGA comparison's model)."""
+    return build_instance(
+        loaded.workflow,
+        cluster.classes(),
+        bandwidth=cluster.bandwidth_bytes,
+        profile=_profile(store, loaded.workflow.name),
+        one_task_per_machine=saga,
+        image_check=image_check(resolver),
+    )
+
+
 def plan_on_cluster(
     store: Store, loaded: LoadedWorkflow, settings: Settings, resolver: Resolver = default_resolver
 ) -> RunPlan:
     """Plan the workflow on the settings' cluster file (history wins over estimates)."""
     assert settings.cluster is not None
     cluster = load_cluster(settings.cluster)
-    instance = build_instance(
-        loaded.workflow,
-        cluster.classes(),
-        bandwidth=cluster.bandwidth_bytes,
-        profile=_profile(store, loaded.workflow.name),
-        image_check=image_check(resolver),
-    )
-    plan = plan_heuristic(instance)
+    plan = plan_heuristic(cluster_instance(store, loaded, cluster, resolver))
     return RunPlan(
         kind=CLUSTER,
         planner=PLANNED,

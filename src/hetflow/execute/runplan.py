@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetflow.errors import StateError
 from hetflow.execute.data import DataManifest
 from hetflow.plan import (
     MachineClass,
@@ -23,6 +24,7 @@ from hetflow.plan import (
     plan_to_dict,
 )
 from hetflow.spec import Step, Workflow, fanout_parent
+from hetflow.state import Store
 
 FORMAT = 1
 LOCAL, CLUSTER = "local", "cluster"
@@ -108,3 +110,15 @@ def _with_images(step: Step, images: Mapping[str, str]) -> Step:
         return step.model_copy(update={"image": images.get("default", step.image)})
     variants = {n: v.model_copy(update={"image": images[n]}) for n, v in step.variants.items() if n in images}
     return step.model_copy(update={"variants": variants})
+
+
+def stored_plan(store: Store, run_id: str) -> Plan | None:
+    """The plan stored with a run (None: it has none, e.g. a greedy local run), for the
+    report and the dashboard to draw against what ran."""
+    text = store.plan_json(run_id)
+    if text is None:
+        return None
+    try:
+        return RunPlan.from_json(text).plan
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StateError(f"run {run_id}: its stored plan cannot be read ({exc}); the store may be damaged") from None

@@ -194,14 +194,21 @@ def open_run(
 
 
 def resume_run(
-    store: Store, run_id: str, node: Node, *, engine: LocalEngine | None = None, backend: Backend | None = None
+    store: Store,
+    run_id: str,
+    node: Node,
+    *,
+    engine: LocalEngine | None = None,
+    backend: Backend | None = None,
+    only: str | None = None,
 ) -> tuple[OpenRun, list[str]]:
     """Make a stopped, failed or crashed run runnable again: the steps to run again (failed,
     stopped, skipped, and succeeded ones whose outputs are damaged, with what follows) go
-    back to pending.  Returns the run, opened, and the steps reset."""
+    back to pending; ``only``: just that failed step and what it skipped.  Returns the
+    run, opened, and the steps reset."""
     loaded = load_recorded(store, run_id)
     reset = reset_for_resume(
-        store, run_id, lambda step: damaged_outputs(store.outputs(run_id, step)), edges_of(loaded.workflow)
+        store, run_id, lambda step: damaged_outputs(store.outputs(run_id, step)), edges_of(loaded.workflow), only=only
     )
     return open_run(store, run_id, node, loaded, engine=engine, backend=backend), reset
 

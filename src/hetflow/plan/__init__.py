@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from hetflow.plan.simulator import simulate
     from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
     from hetflow.plan.tenancy import Slot, Tenant, admits
-    from hetflow.plan.virtual import plan_virtual_cluster
+    from hetflow.plan.virtual import ClusterPoint, plan_virtual_cluster
 
 _WHERE: dict[str, tuple[str, ...]] = {
     "build": (
@@ -128,7 +128,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "Tenant",
         "admits",
     ),
-    "virtual": ("plan_virtual_cluster",),
+    "virtual": ("ClusterPoint", "plan_virtual_cluster"),
 }
 __all__ = [
     "DEFAULT_ESTIMATE",
@@ -136,6 +136,7 @@ __all__ = [
     "OVER_ASK",
     "Capacity",
     "Cluster",
+    "ClusterPoint",
     "GpuKind",
     "GpuSpec",
     "GreedyChooser",

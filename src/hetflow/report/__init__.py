@@ -13,11 +13,11 @@ from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
     from hetflow.report.actual import actual_schedule
-    from hetflow.report.gantt import write_gantt
+    from hetflow.report.gantt import gantt_svg, write_gantt
     from hetflow.report.nodes import node_to_json, render_node, render_topology
     from hetflow.report.plan import explain_step, plan_json, plan_table
     from hetflow.report.progress import make_reporter
-    from hetflow.report.runreport import run_report_html
+    from hetflow.report.runreport import run_report_html, timeline_svg
     from hetflow.report.runs import ps_table, run_json, run_state_text, steps_table
     from hetflow.report.trace import (
         DEFAULT_TRACE_FIELDS,
@@ -31,11 +31,11 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "actual": ["actual_schedule"],
-    "gantt": ["write_gantt"],
+    "gantt": ["gantt_svg", "write_gantt"],
     "nodes": ["node_to_json", "render_node", "render_topology"],
     "plan": ["explain_step", "plan_json", "plan_table"],
     "progress": ["make_reporter"],
-    "runreport": ["run_report_html"],
+    "runreport": ["run_report_html", "timeline_svg"],
     "runs": ["ps_table", "run_json", "run_state_text", "steps_table"],
     "trace": [
         "DEFAULT_TRACE_FIELDS",
@@ -54,6 +54,7 @@ __all__ = [
     "cached_steps",
     "check_trace_fields",
     "explain_step",
+    "gantt_svg",
     "make_reporter",
     "node_to_json",
     "plan_json",
@@ -65,6 +66,7 @@ __all__ = [
     "run_report_html",
     "run_state_text",
     "steps_table",
+    "timeline_svg",
     "trace_json",
     "trace_rows",
     "trace_tsv",

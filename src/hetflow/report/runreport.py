@@ -176,6 +176,15 @@ def _inline_svg(svg: str) -> str:
     return svg.replace(' xmlns="http://www.w3.org/2000/svg"', "", 1)
 
 
+def timeline_svg(run: RunRecord, attempts: list[AttemptRecord], planned: Plan | None) -> str:
+    """The stored plan and what ran on one time axis, as an SVG document ('' when no
+    attempt started): the report's timeline, and the dashboard's Gantt."""
+    chart = timeline(run, attempts, planned)
+    if not chart.placements:
+        return ""
+    return gantt_svg(chart, Instance(tasks=(), edges=(), classes=()), title=f"{run.name}: plan and run (actual)")
+
+
 def run_report_html(
     run: RunRecord, steps: list[StepRecord], attempts: list[AttemptRecord], planned: Plan | None
 ) -> str:
@@ -184,14 +193,9 @@ def run_report_html(
     for a in attempts:
         by_step.setdefault(a.step, []).append(a)
     uses = [step_use(s.step, by_step[s.step]) for s in steps if s.step in by_step]
-    chart = timeline(run, attempts, planned)
-    timeline_html = (
-        _inline_svg(
-            gantt_svg(chart, Instance(tasks=(), edges=(), classes=()), title=f"{run.name}: plan and run (actual)")
-        )
-        if chart.placements
-        else '<p class="note">no attempt started</p>'
-    )
+    svg = timeline_svg(run, attempts, planned)
+    timeline_html = _inline_svg(svg) if svg else '<p class="note">no attempt started</p>'
+
     plan_note = (
         "Lanes <code>plan: MACHINE</code> show the stored plan, <code>run: NODE</code> what ran; "
         "both from the run's start."

@@ -29,6 +29,7 @@ from hetflow.state.models import (
     StepRecord,
     UsageRow,
 )
+from hetflow.state.pages import Pages
 
 # 3 (later, still 3: a nullable column added where missing, see _migrate): runs.pid_start, the
 #    executor's start time.
@@ -90,11 +91,17 @@ def _now() -> float:
     return time.time()
 
 
-class Store(Leases):
+class Store(Leases, Pages):
     """One connection per process; every write is its own short transaction."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, read_only: bool = False) -> None:
+        """``read_only``: a reader that can never change the store (a dashboard): SQLite's
+        ``mode=ro`` plus ``query_only``; it creates and migrates nothing, so the store must exist."""
         self.path = path
+        self.read_only = read_only
+        if read_only:
+            self._open_read_only(path)
+            return
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: we issue BEGIN ourselves (BEGIN IMMEDIATE for leases).
@@ -116,6 +123,20 @@ class Store(Leases):
             raise StateError(
                 f"cannot open the state store {path}: {exc}; point HETFLOW_HOME elsewhere or move the damaged file away"
             ) from None
+
+    def _open_read_only(self, path: Path) -> None:
+        if not path.is_file():
+            raise StateError(
+                f"no state store at {path}: nothing has run yet (set HETFLOW_HOME to where runs were made)"
+            )
+        try:
+            self._db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=30, isolation_level=None)
+            self._db.row_factory = sqlite3.Row
+            self._db.execute("PRAGMA query_only=ON")
+            self._db.execute("PRAGMA busy_timeout=30000")
+            self._db.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+        except sqlite3.DatabaseError as exc:
+            raise StateError(f"cannot read the state store {path}: {exc}") from None
 
     def _migrate(self) -> None:
         """Upgrade a store written by an older hetflow in place; a new store skips this.

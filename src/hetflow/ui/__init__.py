@@ -1,0 +1,18 @@
+"""``hetflow ui``: a live web dashboard over the state store (read-only): runs, one run's
+DAG, Gantt and logs as they happen, this machine's nodes and GPUs, plans and the
+virtual-cluster Pareto front; stop, resume and retry behind ``--actions``.
+
+    auth      UiConfig (what ``hetflow ui`` was started with) and Gate: the token on every path
+    views     the API's JSON, built from the store with the report stage's functions
+    streams   server-sent events: a run's event stream, a step's log
+    planning  the plans view: ``hetflow plan --explain`` and ``cluster plan`` for files under --root
+    app       the starlette app and ``serve``
+
+The page itself (HTML, JS, CSS and the vendored libraries, with their licenses) is
+``hetflow/share/ui``.
+"""
+
+from hetflow.ui.app import create_app, serve
+from hetflow.ui.auth import UiConfig, is_loopback, new_token
+
+__all__ = ["UiConfig", "create_app", "is_loopback", "new_token", "serve"]

@@ -1,0 +1,286 @@
+"""``hetflow ui``: the dashboard as an ASGI app (starlette), and ``serve`` to run it.
+
+    GET  /                                  the page (share/ui/index.html); /static/*: its files
+    GET  /api/config                        version, whether actions are on
+    GET  /api/runs?state=&name=&limit=&offset=      a page of runs (``hetflow ps --json`` items)
+    GET  /api/runs/{id}                     one run (``hetflow show --json``) with its DAG
+    GET  /api/runs/{id}/events?after=N      its events as they are stored (text/event-stream)
+    GET  /api/runs/{id}/gantt.svg           plan and actual on one time axis
+    GET  /api/runs/{id}/steps/{step}/log    a step's log tail; .../log/stream follows it
+    GET  /api/nodes                         this machine (``hetflow nodes --json``), GPU holders
+    GET  /api/files                         workflow, cluster and catalog files under --root
+    GET  /api/plan?workflow=&cluster=&objective=    ``hetflow plan --json --explain``
+    GET  /api/pareto?workflow=&catalog=             ``hetflow cluster plan --json``, every point
+    POST /api/runs/{id}/stop | resume | steps/{step}/retry   with --actions only
+
+The store is opened read-only (one connection per worker thread): the dashboard cannot
+change a run.  Actions run the CLI command a user would type, in a child process.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+import hetflow
+from hetflow.config import SHARE
+from hetflow.errors import HetflowError, StateError
+from hetflow.execute import stored_plan
+from hetflow.inventory import discover
+from hetflow.report import timeline_svg
+from hetflow.state import Store
+from hetflow.ui.auth import Gate, UiConfig
+from hetflow.ui.planning import pareto_answer, plan_answer
+from hetflow.ui.streams import ATTEMPT_OVER, log_events, log_path, log_tail, run_events
+from hetflow.ui.views import (
+    BadRequest,
+    Forbidden,
+    GraphCache,
+    nodes_json,
+    page_query,
+    run_detail,
+    runs_page,
+    under_root,
+    yaml_files,
+)
+
+PAGE = SHARE / "ui"
+log = logging.getLogger("hetflow.ui")
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+ACTION_TIMEOUT = 60.0
+NO_ATTEMPT_SVG = (
+    '<svg xmlns="http://www.w3.org/2000/svg" width="400" height="30"><text x="4" y="20">no attempt started</text></svg>'
+)
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+class Reader:
+    """The read-only store, one connection per thread (sqlite3 connections stay in theirs)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._local = threading.local()
+        Store(path, read_only=True).close()  # fail at start, with the store's message, if it cannot be read
+
+    def __call__(self) -> Store:
+        store: Store | None = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = Store(self.path, read_only=True)
+        return store
+
+
+def finite(data: Any) -> Any:
+    """``data`` with infinities and NaNs as null: JSON has no such numbers (a plan with no
+    deadline carries ``inf``), and a browser's JSON.parse refuses Python's ``Infinity``."""
+    if isinstance(data, float):
+        return data if math.isfinite(data) else None
+    if isinstance(data, dict):
+        return {k: finite(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [finite(v) for v in data]
+    return data
+
+
+def _json_error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status)
+
+
+def _guarded(fn: Callable[[Request], Any]) -> Handler:
+    """A sync endpoint run in a worker thread, its errors as JSON: bad input 400, an
+    unknown run or step 404, every other HetflowError 400 (never a traceback)."""
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            out = await run_in_threadpool(fn, request)
+        except Forbidden as exc:
+            return _json_error(403, str(exc))
+        except BadRequest as exc:
+            return _json_error(400, str(exc))
+        except (StateError, LookupError) as exc:
+            return _json_error(404, str(exc).strip("'\""))
+        except HetflowError as exc:
+            return _json_error(400, str(exc))
+        except Exception as exc:  # the last guard: the page shows a message, never a traceback
+            log.exception("hetflow ui: %s %s", request.method, request.url.path)
+            return _json_error(500, f"internal error: {type(exc).__name__}: {exc} (a bug in hetflow: please report it)")
+        return out if isinstance(out, Response) else JSONResponse(finite(out))
+
+    return endpoint
+
+
+def create_app(config: UiConfig) -> Starlette:
+    """The dashboard for ``config`` (already ``checked()``: a token where one is needed)."""
+    reader = Reader(config.store_path)
+    graphs = GraphCache()
+    root = config.root.resolve()
+
+    def api_config(request: Request) -> dict[str, Any]:
+        return {
+            "version": hetflow.__version__,
+            "actions": config.actions,
+            "home": str(config.store_path.parent),
+            "show_env": config.show_env,
+        }
+
+    def runs(request: Request) -> dict[str, Any]:
+        q = request.query_params
+        state, name, limit, offset = page_query(q.get("state"), q.get("name"), q.get("limit"), q.get("offset"))
+        return runs_page(reader(), state, name, limit, offset)
+
+    def run(request: Request) -> dict[str, Any]:
+        return run_detail(reader(), request.path_params["run_id"], graphs, show_env=config.show_env)
+
+    def gantt(request: Request) -> Response:
+        store = reader()
+        rid = store.resolve_run_id(request.path_params["run_id"])
+        svg = timeline_svg(store.run(rid), store.attempts(rid), stored_plan(store, rid))
+        return Response(svg or NO_ATTEMPT_SVG, media_type="image/svg+xml")
+
+    def _step(request: Request) -> tuple[Store, str, str, int | None, int]:
+        store = reader()
+        rid = store.resolve_run_id(request.path_params["run_id"])
+        step = request.path_params["step"]
+        store.step(rid, step)  # 404 for a step the run does not have
+        q = request.query_params
+        try:
+            attempt = int(q["attempt"]) if q.get("attempt") else None
+            rank = int(q.get("rank") or 0)
+        except ValueError:
+            raise BadRequest(f"attempt={q.get('attempt')!r}, rank={q.get('rank')!r}: give whole numbers") from None
+        return store, rid, step, attempt, rank
+
+    def log(request: Request) -> dict[str, Any]:
+        store, rid, step, attempt, rank = _step(request)
+        path, number, state = log_path(store, rid, step, attempt, rank)
+        raw = request.query_params.get("offset")
+        try:
+            offset = int(raw) if raw else None
+        except ValueError:
+            raise BadRequest(f"offset={raw!r}: give a byte offset from an earlier answer") from None
+        lines, end = log_tail(path, offset)
+        return {
+            "lines": lines,
+            "offset": end,
+            "attempt": number,
+            "rank": rank,
+            "done": state in ATTEMPT_OVER,
+        }
+
+    def nodes(request: Request) -> list[dict[str, Any]]:
+        return nodes_json(discover(config.store_path.parent), reader().leases())
+
+    def files(request: Request) -> dict[str, list[str]]:
+        return yaml_files(root)
+
+    def plan(request: Request) -> dict[str, Any]:
+        q = request.query_params
+        workflow = under_root(root, q.get("workflow"), "workflow")
+        cluster = under_root(root, q.get("cluster"), "cluster")
+        return plan_answer(reader(), workflow, cluster, q.get("objective") or "makespan")
+
+    def pareto(request: Request) -> dict[str, Any]:
+        q = request.query_params
+        return pareto_answer(
+            under_root(root, q.get("workflow"), "workflow"), under_root(root, q.get("catalog"), "catalog")
+        )
+
+    async def events(request: Request) -> Response:
+        try:
+            rid = await run_in_threadpool(lambda: reader().resolve_run_id(request.path_params["run_id"]))
+            after = int(request.headers.get("last-event-id") or request.query_params.get("after") or 0)
+        except StateError as exc:
+            return _json_error(404, str(exc))
+        except ValueError:
+            return _json_error(400, "after / Last-Event-ID: give an event id (a whole number)")
+        return StreamingResponse(run_events(reader, rid, after), media_type="text/event-stream", headers=SSE_HEADERS)
+
+    async def log_stream(request: Request) -> Response:
+        try:
+            _, rid, step, attempt, rank = await run_in_threadpool(_step, request)
+            await run_in_threadpool(lambda: log_path(reader(), rid, step, attempt, rank))
+        except BadRequest as exc:
+            return _json_error(400, str(exc))
+        except (StateError, LookupError) as exc:
+            return _json_error(404, str(exc).strip("'\""))
+        stream = log_events(reader, rid, step, attempt, rank)
+        return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
+
+    def action(build: Callable[[str, Request], list[str]]) -> Handler:
+        def do(request: Request) -> dict[str, Any]:
+            if not config.actions:
+                raise Forbidden("actions are off; start the dashboard with 'hetflow ui --actions'")
+            rid = reader().resolve_run_id(request.path_params["run_id"])
+            return run_cli(build(rid, request), config.store_path.parent)
+
+        return _guarded(do)
+
+    async def index(request: Request) -> Response:
+        return FileResponse(PAGE / "index.html", headers={"Cache-Control": "no-store"})
+
+    routes = [
+        Route("/", index),
+        Route("/api/config", _guarded(api_config)),
+        Route("/api/runs", _guarded(runs)),
+        Route("/api/runs/{run_id}", _guarded(run)),
+        Route("/api/runs/{run_id}/events", events),
+        Route("/api/runs/{run_id}/gantt.svg", _guarded(gantt)),
+        Route("/api/runs/{run_id}/steps/{step}/log", _guarded(log)),
+        Route("/api/runs/{run_id}/steps/{step}/log/stream", log_stream),
+        Route("/api/nodes", _guarded(nodes)),
+        Route("/api/files", _guarded(files)),
+        Route("/api/plan", _guarded(plan)),
+        Route("/api/pareto", _guarded(pareto)),
+        Route("/api/runs/{run_id}/stop", action(lambda rid, r: ["stop", rid]), methods=["POST"]),
+        Route("/api/runs/{run_id}/resume", action(lambda rid, r: ["resume", rid, "--detach"]), methods=["POST"]),
+        Route(
+            "/api/runs/{run_id}/steps/{step}/retry",
+            action(lambda rid, r: ["resume", rid, "--step", r.path_params["step"], "--detach"]),
+            methods=["POST"],
+        ),
+        Mount("/static", app=StaticFiles(directory=PAGE, check_dir=False), name="static"),
+    ]
+    app = Starlette(routes=routes)
+    app.add_middleware(Gate, config=config)
+    return app
+
+
+def run_cli(args: list[str], home: Path) -> dict[str, Any]:
+    """Run ``hetflow ARGS`` as the user would, with this dashboard's HETFLOW_HOME."""
+    env = {**os.environ, "HETFLOW_HOME": str(home)}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "hetflow.cli.main", *args],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=ACTION_TIMEOUT,
+            stdin=subprocess.DEVNULL,
+        )
+    except subprocess.TimeoutExpired:
+        raise HetflowError(f"'hetflow {' '.join(args)}' did not finish in {ACTION_TIMEOUT:.0f} s") from None
+    message = (done.stdout + done.stderr).strip()
+    if done.returncode != 0:
+        raise HetflowError(f"'hetflow {' '.join(args)}' failed: {message}")
+    return {"ok": True, "message": message, "command": ["hetflow", *args]}
+
+
+def serve(config: UiConfig, *, log_level: str = "warning") -> None:
+    """Serve the dashboard on ``config.host:config.port`` until interrupted."""
+    app = create_app(config)
+    uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level, access_log=False)).run()

@@ -1,0 +1,243 @@
+"""What the dashboard's JSON API answers, built from the store (opened read-only) and the
+same report functions the CLI prints with: a page of runs is ``hetflow ps --json``'s items,
+one run is ``hetflow show --json``'s object, a node is ``hetflow nodes --json``'s.  Each
+adds only what a page needs and a terminal does not (step counts, the DAG's edges, which
+step holds a GPU now)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from hetflow.errors import HetflowError
+from hetflow.execute import load_recorded
+from hetflow.inventory import Node
+from hetflow.report import node_to_json, run_json
+from hetflow.spec import edges_of, fanout_parent
+from hetflow.state import RUN_TERMINAL, SUCCEEDED, Lease, RunRecord, Store, executor_gone
+
+RUN_STATES = ("pending", "running", "succeeded", "failed", "stopped")
+MAX_PAGE = 200
+HIDDEN = "***"  # an env value the dashboard does not show (hetflow ui --show-env shows them)
+
+
+class BadRequest(HetflowError):
+    """A query the API cannot answer as asked (400): the message says what to change."""
+
+
+class Forbidden(HetflowError):
+    """An action the dashboard was not started to allow (403)."""
+
+
+def _duration(run: RunRecord, now: float | None = None) -> float | None:
+    if run.started is None:
+        return None
+    end = run.ended if run.ended is not None and run.state in RUN_TERMINAL else (now or time.time())
+    return max(0.0, end - run.started)
+
+
+def _planned_cost(store: Store, run_id: str) -> float | None:
+    """The planned cost of the run's stored plan, when it has one with prices."""
+    text = store.plan_json(run_id)
+    if not text:
+        return None
+    try:
+        plan = json.loads(text).get("plan") or {}
+        cost = plan.get("cost")
+    except (ValueError, AttributeError):
+        return None
+    return float(cost) if isinstance(cost, int | float) and cost > 0 else None
+
+
+def page_query(
+    state: str | None, name: str | None, limit: str | None, offset: str | None
+) -> tuple[str | None, str | None, int, int]:
+    """The run list's query parameters, checked: a bad one is a 400 that names it."""
+    if state and state not in RUN_STATES:
+        raise BadRequest(f"state={state!r}: use one of {', '.join(RUN_STATES)}")
+    try:
+        n = int(limit) if limit else 50
+        start = int(offset) if offset else 0
+    except ValueError:
+        raise BadRequest(f"limit={limit!r}, offset={offset!r}: give whole numbers") from None
+    if not 1 <= n <= MAX_PAGE or start < 0:
+        raise BadRequest(f"limit must be 1..{MAX_PAGE} and offset 0 or more (got limit={n}, offset={start})")
+    return state or None, name or None, n, start
+
+
+def runs_page(store: Store, state: str | None, name: str | None, limit: int, offset: int) -> dict[str, Any]:
+    records, total = store.runs_page(state=state, name=name, limit=limit, offset=offset)
+    counts = store.step_counts(r.id for r in records)
+    runs = []
+    for r in records:
+        item = run_json(r, [], executor_gone=executor_gone(r))
+        del item["steps"]
+        n = counts[r.id]
+        item["steps_done"] = n.get(SUCCEEDED, 0)
+        item["steps_total"] = sum(n.values())
+        item["counts"] = n
+        item["progress"] = item["steps_done"] / item["steps_total"] if item["steps_total"] else 0.0
+        item["duration"] = _duration(r)
+        item["cost"] = _planned_cost(store, r.id)
+        runs.append(item)
+    return {"total": total, "offset": offset, "limit": limit, "runs": runs}
+
+
+@dataclass
+class GraphCache:
+    """A run's DAG, read once from its recorded workflow (a 2,000-step workflow takes a
+    while to load): kept per run and the number of fan-outs expanded when it was read,
+    since a fan-out over an upstream step's output adds steps while the run goes."""
+
+    graphs: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+
+    def graph(self, store: Store, run_id: str, steps: list[str]) -> dict[str, Any]:
+        expanded = len(store.expansions(run_id))
+        hit = self.graphs.get(run_id)
+        if hit is not None and hit[0] == expanded:
+            return hit[1]
+        graph = _graph(store, run_id, steps)
+        self.graphs[run_id] = (expanded, graph)
+        return graph
+
+
+def _graph(store: Store, run_id: str, steps: list[str]) -> dict[str, Any]:
+    """Nodes (the run's steps, each with its fan-out group and gang size) and edges
+    (``[from, to]``: ``to`` needs ``from``).  A run whose workflow copy is gone still has
+    its steps: drawn without edges, and the graph says why."""
+    note = ""
+    replicas: dict[str, int] = {}
+    edges: list[list[str]] = []
+    try:
+        wf = load_recorded(store, run_id).workflow
+        known = set(steps)
+        edges = [[dep, name] for name, deps in edges_of(wf).items() for dep in deps if dep in known and name in known]
+        replicas = {name: s.replicas for name, s in wf.steps.items() if s.replicas > 1}
+    except (HetflowError, OSError) as exc:
+        note = f"the run's workflow could not be read again ({exc}); steps are shown without their edges"
+    nodes = [{"id": s, "group": fanout_parent(s), "gang": replicas.get(s)} for s in steps]
+    return {"nodes": nodes, "edges": edges, "note": note}
+
+
+def _env(store: Store, run_id: str, show_env: bool) -> dict[str, dict[str, str]]:
+    """Each step's environment as written: values hidden unless the server shows them."""
+    try:
+        wf = load_recorded(store, run_id).workflow
+    except (HetflowError, OSError):
+        return {}
+    out: dict[str, dict[str, str]] = {}
+    for name, step in wf.steps.items():
+        env = dict(step.env)
+        for variant in (step.variants or {}).values():
+            env.update(variant.env)
+        out[name] = {k: (str(v) if show_env else HIDDEN) for k, v in env.items()}
+    return out
+
+
+def run_detail(store: Store, run_id: str, graphs: GraphCache, *, show_env: bool = False) -> dict[str, Any]:
+    """``hetflow show --json`` plus the DAG, each step's last image, retries and env names."""
+    rid = store.resolve_run_id(run_id)
+    record, steps, attempts = store.run(rid), store.steps(rid), store.attempts(rid)
+    data = run_json(record, steps, attempts, executor_gone=executor_gone(record))
+    data["outputs"] = [o.__dict__ for o in store.outputs(rid)]
+    data["backend"] = record.backend
+    data["duration"] = _duration(record)
+    data["cost"] = _planned_cost(store, rid)
+    data["cursor"] = store.last_event_id(rid)
+    graph = graphs.graph(store, rid, [s.step for s in steps])
+    data["graph"] = graph
+    gangs = {n["id"]: n["gang"] for n in graph["nodes"] if n["gang"]}
+    images = {a.step: a.image for a in attempts}
+    env = _env(store, rid, show_env)
+    for s in data["steps"]:
+        s["image"] = images.get(s["step"])
+        s["retries"] = max(0, s["attempts"] - 1)
+        s["replicas"] = gangs.get(s["step"], 1)
+        s["env"] = env.get(s["step"], env.get(fanout_parent(s["step"]) or "", {}))
+    return data
+
+
+def nodes_json(node: Node, leases: list[Lease]) -> list[dict[str, Any]]:
+    """``hetflow nodes --json`` with, per GPU, who holds it now (the store's GPU leases)."""
+    data = node_to_json(node)
+    by_uuid: dict[str, list[dict[str, Any]]] = {}
+    for lease in leases:
+        by_uuid.setdefault(lease.gpu_uuid, []).append(
+            {
+                "run_id": lease.run_id,
+                "step": lease.step,
+                "attempt": lease.attempt,
+                "container": lease.container,
+                "mode": lease.mode,
+                "share": lease.share,
+                "mig": lease.mig,
+            }
+        )
+    gpus: list[dict[str, Any]] = data["gpus"]  # type: ignore[assignment]
+    for gpu in gpus:
+        gpu["holders"] = by_uuid.get(str(gpu.get("uuid")), [])
+    return [data]
+
+
+KINDS = {"Workflow": "workflows", "Cluster": "clusters", "Catalog": "catalogs"}
+MAX_DEPTH = 4
+SKIP_DIRS = {".git", ".venv", "node_modules", ".hetflow", "__pycache__", ".mypy_cache", ".ruff_cache"}
+
+
+def yaml_files(root: Path) -> dict[str, list[str]]:
+    """The workflow, cluster and catalog files under ``root`` (by their ``kind:``), for the
+    plans view's pickers; paths relative to ``root``."""
+    out: dict[str, list[str]] = {v: [] for v in KINDS.values()}
+    root = root.resolve()
+
+    def walk(d: Path, depth: int) -> None:
+        try:
+            entries = sorted(d.iterdir())
+        except OSError:
+            return
+        for p in entries:
+            if p.is_dir() and not p.is_symlink():
+                if depth < MAX_DEPTH and p.name not in SKIP_DIRS:
+                    walk(p, depth + 1)
+            elif p.suffix in (".yaml", ".yml") and p.is_file():
+                kind = _kind(p)
+                if kind in KINDS:
+                    out[KINDS[kind]].append(str(p.relative_to(root)))
+
+    walk(root, 0)
+    return out
+
+
+def _kind(path: Path) -> str | None:
+    """A file's top-level ``kind:``; a workflow has none, only ``apiVersion: hetflow/v1``."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as f:
+            head = f.read(4096)
+    except OSError:
+        return None
+    api = False
+    for line in head.splitlines():
+        if line.startswith("kind:"):
+            return line.split(":", 1)[1].strip().strip("'\"")
+        api = api or line.replace(" ", "") in (
+            "apiVersion:hetflow/v1",
+            "apiVersion:'hetflow/v1'",
+            'apiVersion:"hetflow/v1"',
+        )
+    return "Workflow" if api else None
+
+
+def under_root(root: Path, rel: str | None, what: str) -> Path:
+    """A file the API may read: given, existing, and inside ``root`` (no ``..`` or links out)."""
+    if not rel:
+        raise BadRequest(f"give {what}=PATH (a file under {root}; /api/files lists them)")
+    base = root.resolve()
+    path = (base / rel).resolve()
+    if not path.is_relative_to(base):
+        raise BadRequest(f"{what}={rel!r} is outside {base}; give a path under it")
+    if not path.is_file():
+        raise BadRequest(f"{what}={rel!r}: no such file under {base}")
+    return path
