@@ -408,7 +408,7 @@
         g.vertices.length + " nodes, " + g.edges.length + " edges" +
         (g.vertices.length < run.steps.length ? " (fan-outs of more than " + (GROUP_MIN - 1) + " items grouped)" : "") +
         (how === "layered" ? "; large graph: simple layered layout (longest path), not dagre" : "; layout by dagre") +
-        " in " + Math.round(dagMs) + " ms");
+        " in " + Math.round(dagMs) + " ms" + (run.graph && run.graph.note ? " — " + run.graph.note : ""));
       root.append(el("h3", { text: "Graph" }), legend, el("div", { id: "dag-wrap" }, dag), note);
       // steps + panel
       const tbody = el("tbody");
@@ -607,7 +607,14 @@
       for (const tr of document.querySelectorAll("#steps-table tr.selected")) tr.classList.remove("selected");
       for (const n of document.querySelectorAll("g.dag-node.selected")) n.classList.remove("selected");
       const tr = rows.get(name);
-      if (tr) { tr.classList.add("selected"); tr.scrollIntoView({ block: "nearest" }); }
+      if (tr) {
+        tr.classList.add("selected");
+        // scroll only the table's own box (scrollIntoView would scroll the page too)
+        const box = tr.closest(".scroll");
+        if (box && (tr.offsetTop < box.scrollTop || tr.offsetTop > box.scrollTop + box.clientHeight - tr.offsetHeight)) {
+          box.scrollTop = tr.offsetTop - box.clientHeight / 3;
+        }
+      }
       const dn = dagNodes.get(name) || groupOf.get(name);
       if (dn) dn.classList.add("selected");
       const panel = $("#step-panel");
@@ -667,10 +674,15 @@
       appendLines(pre, data.lines);
       status.textContent = "attempt " + data.attempt + (data.done ? "" : " · streaming");
       if (!data.done) {
+        // the stream starts with the log's tail again, then each new line: replace what /log gave on its first line
         logES = stream(v, "api/runs/" + enc(runId) + "/steps/" + enc(name) + "/log/stream?attempt=" + enc(data.attempt) +
-          "&rank=" + enc(rank) + "&offset=" + enc(data.offset));
+          "&rank=" + enc(rank));
         const es = logES;
-        es.addEventListener("line", (ev) => { try { appendLines(pre, [JSON.parse(ev.data)]); } catch (x) { /* skip */ } });
+        let fresh = true;
+        es.addEventListener("line", (ev) => {
+          if (fresh) { clear(pre); fresh = false; }
+          try { appendLines(pre, [JSON.parse(ev.data)]); } catch (x) { /* skip */ }
+        });
         es.addEventListener("end", () => { es.close(); if (selected === name) status.textContent = "attempt " + data.attempt; });
       }
     }
