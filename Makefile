@@ -9,7 +9,7 @@ APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip 
 	netavark aardvark-dns iptables openssh-client
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 
-.PHONY: deps install demo demo-slurm demo-ray test lint unit integration chaos fuzz bench images clean
+.PHONY: deps install demo demo-slurm demo-ray test lint unit integration chaos fuzz bench images clean ui-vendor
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -116,3 +116,8 @@ bench: install images
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache
+
+# The dashboard's JavaScript libraries (dagre, Chart.js) are committed under src/hetflow/share/ui/vendor/;
+# this fetches exactly the same versions from npm again (needs node + npm and the network). Nothing depends on it.
+ui-vendor:
+	tools/vendor-ui.sh

@@ -425,7 +425,7 @@
       const panel = el("div", { id: "step-panel", hidden: true });
       root.append(el("div", { class: "panel-grid" },
         el("div", null, el("h3", { text: "Steps" }), el("div", { class: "scroll" }, table)),
-        el("div", null, el("h3", { text: "Step" }), panel)));
+        el("div", null, el("h3", { text: "Step" }), el("p", { id: "step-hint", class: "muted", text: "click a step (a row or a graph node) for its details and log" }), panel)));
       root.append(el("h3", { text: "Gantt: plan against actual" }), el("div", { id: "gantt" }, el("p", { class: "muted", text: "loading…" })));
       main.append(root);
       updateSummary();
@@ -619,6 +619,8 @@
       if (dn) dn.classList.add("selected");
       const panel = $("#step-panel");
       panel.hidden = false;
+      const hint = $("#step-hint");
+      if (hint) hint.hidden = true;
       panel.dataset.step = name;
       clear(panel);
       const s = steps.get(name);
