@@ -68,6 +68,8 @@ demo: install images
 	for s in embed.0 embed.1 slice rocm; do $(HETFLOW) logs $$rid $$s; done
 	@echo "== the same workflow planned on a cluster of time-sliced, MIG, AMD and Intel nodes"
 	$(HETFLOW) plan examples/accelerators/workflow.yaml --cluster examples/clusters/accelerators.yaml --explain
+	@echo "== the live dashboard over these runs (hetflow ui; it keeps serving after make returns)"
+	$(PY) -m demo.ui
 
 demo-slurm: install images  ## a local Slurm cluster (munge, slurmctld, two slurmd with fake GPUs) runs circuit
 	$(PY) -m demo.clusters slurm

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hetflow.errors import StateError
 from hetflow.execute import reset_for_resume, stop_run
 from hetflow.execute.engine import ContainerSpec, ContainerState, FakeEngine
 from hetflow.execute.outputs import damaged_outputs
@@ -360,6 +361,44 @@ def test_reset_for_resume_sends_failed_and_skipped_steps_back_to_pending(tmp_pat
         container_name(w.run.id, "bad", 1),
         container_name(w.run.id, "bad", 2),
     ]
+
+
+def test_reset_for_resume_only_retries_one_failed_step_and_what_it_skipped(tmp_path: Path) -> None:
+    """``hetflow resume RUN --step S`` (the dashboard's retry): the other failed step stays failed."""
+    w = world(
+        tmp_path,
+        "bad:\n  image: x\nafter:\n  image: x\n  needs: [bad]\nworse:\n  image: x\nfine:\n  image: x\n",
+        outcomes={"bad": [Outcome(2, 1), Outcome(0, 1)], "worse": [Outcome(3, 1)]},
+    )
+    assert w.execute() == "failed"
+    edges = edges_of(w.loaded.workflow)
+
+    assert reset_for_resume(w.store, w.run.id, lambda s: [], edges, only="bad") == ["after", "bad"]
+
+    assert {s.step: s.state for s in w.store.steps(w.run.id)} == {
+        "bad": PENDING,
+        "after": PENDING,
+        "worse": FAILED,
+        "fine": SUCCEEDED,
+    }
+    assert w.execute(pid=4343) == "failed"  # worse still failed: the run did not succeed
+    assert w.store.step(w.run.id, "after").state == SUCCEEDED
+    assert len(w.script.starts("worse")) == 1
+
+
+@pytest.mark.parametrize(
+    ("only", "message"),
+    [
+        ("fine", "step 'fine' of run .* is succeeded: only a failed or stopped step can be retried"),
+        ("nope", "no step 'nope'"),
+    ],
+)
+def test_reset_for_resume_only_refuses_a_step_that_did_not_fail(tmp_path: Path, only: str, message: str) -> None:
+    w = world(tmp_path, "bad:\n  image: x\nfine:\n  image: x\n", outcomes={"bad": [Outcome(2, 1)]})
+    assert w.execute() == "failed"
+    with pytest.raises(StateError, match=message):
+        reset_for_resume(w.store, w.run.id, lambda s: [], edges_of(w.loaded.workflow), only=only)
+    assert w.store.step(w.run.id, "bad").state == FAILED  # nothing reset
 
 
 @pytest.mark.parametrize(

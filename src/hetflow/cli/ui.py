@@ -3,6 +3,7 @@ starlette and uvicorn, which no other command but the registry needs)."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import typer
@@ -31,7 +32,7 @@ def ui(
 ) -> None:
     """Serve a live web dashboard of runs, plans, nodes and GPUs (Ctrl-C stops it)."""
     from hetflow.state import Store
-    from hetflow.ui import UiConfig, serve
+    from hetflow.ui import UiConfig, bind, serve
 
     if not root.is_dir():
         raise UsageError(f"--root {root}: not a directory; give the directory holding your workflows")
@@ -44,11 +45,17 @@ def ui(
         show_env=show_env,
         root=root,
     ).checked()
+    if not config.store_path.exists():
+        Store(config.store_path).close()  # nothing has run yet: an empty store, so the page shows no runs
+    reader = Store(config.store_path, read_only=True)  # a store that cannot be read fails here, before the URL
     if run_id is not None:
-        run_id = Store(config.store_path, read_only=True).resolve_run_id(run_id)
+        run_id = reader.resolve_run_id(run_id)
+    reader.close()
+    sock = bind(config.host, config.port)
+    config = dataclasses.replace(config, port=sock.getsockname()[1])  # --port 0: the one the system gave
     err.print(f"hetflow ui: {config.url()}", highlight=False, soft_wrap=True)
     if run_id is not None:
         err.print(f"run {run_id}: {config.url()}#/runs/{run_id}", highlight=False, soft_wrap=True)
     if config.token and token is None:
         err.print("(the token was made for this session; --token or HETFLOW_UI_TOKEN sets one)", highlight=False)
-    serve(config)
+    serve(config, sock=sock)

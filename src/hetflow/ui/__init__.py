@@ -12,7 +12,7 @@ The page itself (HTML, JS, CSS and the vendored libraries, with their licenses) 
 ``hetflow/share/ui``.
 """
 
-from hetflow.ui.app import create_app, serve
+from hetflow.ui.app import bind, create_app, finite, serve
 from hetflow.ui.auth import UiConfig, is_loopback, new_token
 
-__all__ = ["UiConfig", "create_app", "is_loopback", "new_token", "serve"]
+__all__ = ["UiConfig", "bind", "create_app", "finite", "is_loopback", "new_token", "serve"]

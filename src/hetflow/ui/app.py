@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -39,7 +40,7 @@ from starlette.staticfiles import StaticFiles
 
 import hetflow
 from hetflow.config import SHARE
-from hetflow.errors import HetflowError, StateError
+from hetflow.errors import HetflowError, StateError, UsageError
 from hetflow.execute import stored_plan
 from hetflow.inventory import discover
 from hetflow.report import timeline_svg
@@ -280,7 +281,28 @@ def run_cli(args: list[str], home: Path) -> dict[str, Any]:
     return {"ok": True, "message": message, "command": ["hetflow", *args]}
 
 
-def serve(config: UiConfig, *, log_level: str = "warning") -> None:
-    """Serve the dashboard on ``config.host:config.port`` until interrupted."""
+def bind(host: str, port: int) -> socket.socket:
+    """The listening socket, bound before uvicorn starts so that a taken port or a bad
+    address is a clear error (uvicorn only logs it); proto=IPPROTO_TCP lets asyncio set
+    TCP_NODELAY (as the registry proxy does)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    except socket.gaierror as exc:
+        raise UsageError(f"--host {host!r}: not an address this machine can bind ({exc.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}; give another --port (or --port 0)") from None
+    sock.listen(128)
+    return sock
+
+
+def serve(config: UiConfig, *, log_level: str = "warning", sock: socket.socket | None = None) -> None:
+    """Serve the dashboard until interrupted, on ``sock`` or on ``config.host:config.port``."""
     app = create_app(config)
-    uvicorn.Server(uvicorn.Config(app, host=config.host, port=config.port, log_level=log_level, access_log=False)).run()
+    sock = sock or bind(config.host, config.port)
+    uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False)).run(sockets=[sock])

@@ -86,55 +86,56 @@ def runs_page(store: Store, state: str | None, name: str | None, limit: int, off
     return {"total": total, "offset": offset, "limit": limit, "runs": runs}
 
 
+@dataclass(frozen=True)
+class Shape:
+    """What a run's recorded workflow says that its rows do not: the DAG (nodes with their
+    fan-out group and gang size, edges ``[from, to]``: ``to`` needs ``from``) and each
+    step's environment as written (values hidden unless the server shows them)."""
+
+    graph: dict[str, Any]
+    env: dict[str, dict[str, str]]
+
+
 @dataclass
 class GraphCache:
-    """A run's DAG, read once from its recorded workflow (a 2,000-step workflow takes a
-    while to load): kept per run and the number of fan-outs expanded when it was read,
-    since a fan-out over an upstream step's output adds steps while the run goes."""
+    """Each run's ``Shape``, read once from its recorded workflow (a 2,000-step workflow
+    takes a while to load): kept per run and the number of fan-outs expanded when it was
+    read, since a fan-out over an upstream step's output adds steps while the run goes."""
 
-    graphs: dict[str, tuple[int, dict[str, Any]]] = field(default_factory=dict)
+    shapes: dict[tuple[str, bool], tuple[int, Shape]] = field(default_factory=dict)
 
-    def graph(self, store: Store, run_id: str, steps: list[str]) -> dict[str, Any]:
+    def shape(self, store: Store, run_id: str, steps: list[str], show_env: bool) -> Shape:
         expanded = len(store.expansions(run_id))
-        hit = self.graphs.get(run_id)
-        if hit is not None and hit[0] == expanded:
+        hit = self.shapes.get((run_id, show_env))
+        if hit is not None and hit[0] == expanded and len(hit[1].graph["nodes"]) == len(steps):
             return hit[1]
-        graph = _graph(store, run_id, steps)
-        self.graphs[run_id] = (expanded, graph)
-        return graph
+        shape = _shape(store, run_id, steps, show_env)
+        self.shapes[(run_id, show_env)] = (expanded, shape)
+        return shape
 
 
-def _graph(store: Store, run_id: str, steps: list[str]) -> dict[str, Any]:
-    """Nodes (the run's steps, each with its fan-out group and gang size) and edges
-    (``[from, to]``: ``to`` needs ``from``).  A run whose workflow copy is gone still has
-    its steps: drawn without edges, and the graph says why."""
+def _shape(store: Store, run_id: str, steps: list[str], show_env: bool) -> Shape:
+    """A run whose workflow copy is gone still has its steps: drawn without edges, and
+    the graph's note says why."""
     note = ""
     replicas: dict[str, int] = {}
     edges: list[list[str]] = []
+    env: dict[str, dict[str, str]] = {}
     try:
         wf = load_recorded(store, run_id).workflow
+    except (HetflowError, OSError) as exc:
+        note = f"the run's workflow could not be read again ({exc}); steps are shown without their edges"
+    else:
         known = set(steps)
         edges = [[dep, name] for name, deps in edges_of(wf).items() for dep in deps if dep in known and name in known]
         replicas = {name: s.replicas for name, s in wf.steps.items() if s.replicas > 1}
-    except (HetflowError, OSError) as exc:
-        note = f"the run's workflow could not be read again ({exc}); steps are shown without their edges"
+        for name, step in wf.steps.items():
+            written = dict(step.env)
+            for variant in (step.variants or {}).values():
+                written.update(variant.env)
+            env[name] = {k: (str(v) if show_env else HIDDEN) for k, v in written.items()}
     nodes = [{"id": s, "group": fanout_parent(s), "gang": replicas.get(s)} for s in steps]
-    return {"nodes": nodes, "edges": edges, "note": note}
-
-
-def _env(store: Store, run_id: str, show_env: bool) -> dict[str, dict[str, str]]:
-    """Each step's environment as written: values hidden unless the server shows them."""
-    try:
-        wf = load_recorded(store, run_id).workflow
-    except (HetflowError, OSError):
-        return {}
-    out: dict[str, dict[str, str]] = {}
-    for name, step in wf.steps.items():
-        env = dict(step.env)
-        for variant in (step.variants or {}).values():
-            env.update(variant.env)
-        out[name] = {k: (str(v) if show_env else HIDDEN) for k, v in env.items()}
-    return out
+    return Shape({"nodes": nodes, "edges": edges, "note": note}, env)
 
 
 def run_detail(store: Store, run_id: str, graphs: GraphCache, *, show_env: bool = False) -> dict[str, Any]:
@@ -147,11 +148,11 @@ def run_detail(store: Store, run_id: str, graphs: GraphCache, *, show_env: bool 
     data["duration"] = _duration(record)
     data["cost"] = _planned_cost(store, rid)
     data["cursor"] = store.last_event_id(rid)
-    graph = graphs.graph(store, rid, [s.step for s in steps])
-    data["graph"] = graph
-    gangs = {n["id"]: n["gang"] for n in graph["nodes"] if n["gang"]}
+    shape = graphs.shape(store, rid, [s.step for s in steps], show_env)
+    data["graph"] = shape.graph
+    gangs = {n["id"]: n["gang"] for n in shape.graph["nodes"] if n["gang"]}
     images = {a.step: a.image for a in attempts}
-    env = _env(store, rid, show_env)
+    env = shape.env
     for s in data["steps"]:
         s["image"] = images.get(s["step"])
         s["retries"] = max(0, s["attempts"] - 1)
