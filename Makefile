@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 HETFLOW := $(VENV)/bin/hetflow
 APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip ca-certificates \
 	gcc libc6-dev docker-registry skopeo slurm-wlm munge \
-	netavark aardvark-dns iptables openssh-client
+	netavark aardvark-dns iptables openssh-client chromium chromium-driver
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 
 .PHONY: deps install demo demo-slurm demo-ray test lint unit integration chaos fuzz bench images clean ui-vendor
@@ -115,6 +115,7 @@ bench: install images
 	$(PY) -m bench.scale
 	$(PY) -m bench.gang
 	$(PY) -m bench.sharing
+	$(PY) -m bench.ui
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache

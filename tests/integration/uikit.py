@@ -130,7 +130,9 @@ class Dashboard:
 
 
 @contextmanager
-def dashboard(home: Path, *args: str, env: dict[str, str] | None = None, host: str = "127.0.0.1") -> Iterator[Dashboard]:
+def dashboard(
+    home: Path, *args: str, env: dict[str, str] | None = None, host: str = "127.0.0.1"
+) -> Iterator[Dashboard]:
     ui = Dashboard(home, *args, env=env, host=host)
     try:
         yield ui

@@ -133,7 +133,9 @@ def test_unknown_run_step_or_attempt_is_404(home: Path, path: str) -> None:
     assert answer.status_code == 404 and answer.json()["error"]
 
 
-@pytest.mark.parametrize("path", ["/api/runs/chain000/stop", "/api/runs/chain000/resume", "/api/runs/chain000/steps/a/retry"])
+@pytest.mark.parametrize(
+    "path", ["/api/runs/chain000/stop", "/api/runs/chain000/resume", "/api/runs/chain000/steps/a/retry"]
+)
 def test_actions_are_403_when_off(home: Path, path: str) -> None:
     answer = client(home).post(path)
     assert answer.status_code == 403 and "--actions" in answer.json()["error"]
@@ -167,7 +169,7 @@ def test_the_dashboards_store_is_read_only(home: Path) -> None:
     store = Store(home / "state.db", read_only=True)
     try:
         assert store.run("chain000").state == "succeeded"
-        with pytest.raises(sqlite3.OperationalError, match="readonly|read-only|query_only|attempt to write"):
+        with pytest.raises(sqlite3.OperationalError, match=r"readonly|read-only|query_only|attempt to write"):
             store.set_run("chain000", state="failed")
     finally:
         store.close()

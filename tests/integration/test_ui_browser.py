@@ -1,0 +1,339 @@
+"""The dashboard in a real headless Chromium (Debian's chromium + chromium-driver, driven by
+selenium) against `hetflow ui` running as a real subprocess over real runs (real podman
+containers): runs list, one run's live DAG, steps, log and Gantt, nodes, plans and Pareto,
+the token in the page, and the stop / resume actions.  Screenshots of every view land in
+tests/output/ui/."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hetflow.state import Store
+from tests.integration.hfkit import BUSYBOX, Hetflow, write
+from tests.integration.uikit import (
+    Dashboard,
+    browser_missing,
+    chromium,
+    dashboard,
+    rendered,
+    screenshot,
+    synthetic_run,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+CHAIN = f"""
+apiVersion: hetflow/v1
+name: uichain
+steps:
+  a:
+    image: {BUSYBOX}
+    command: [sh, -c, "echo line-a-1; sleep 2; echo line-a-2"]
+  b:
+    needs: [a]
+    image: {BUSYBOX}
+    command: [sh, -c, "echo line-b; sleep 2"]
+  c:
+    needs: [b]
+    image: {BUSYBOX}
+    command: [sh, -c, "sleep 2; echo line-c"]
+"""
+
+
+@pytest.fixture(scope="module")
+def driver() -> Iterator[Any]:
+    why = browser_missing()
+    if why:
+        pytest.skip(why)
+    d = chromium()
+    try:
+        yield d
+    finally:
+        d.quit()
+
+
+def css(driver: Any, selector: str) -> Any:
+    return wait_until(lambda: driver.find_element("css selector", selector), 30, selector)
+
+
+def texts(driver: Any, selector: str) -> list[str]:
+    return [str(e.text) for e in driver.find_elements("css selector", selector)]
+
+
+def test_a_live_run_its_dag_steps_log_and_gantt(driver: Any, hf: Hetflow, tmp_path: Path) -> None:
+    hf("run", write(tmp_path, CHAIN), "--detach")
+    run_id = hf.last_run()
+    with dashboard(hf.home, env=hf.env) as ui:
+        driver.get(ui.url("#/runs"))
+        rendered(driver, "runs")
+        row = css(driver, f'#runs-table tbody tr[data-run-id="{run_id}"]')
+        assert row.find_element("css selector", "td.name").text == "uichain"
+        screenshot(driver, "runs")
+        row.click()
+        rendered(driver, "run")
+        assert css(driver, "#run-view").get_attribute("data-run-id") == run_id
+        node_c = css(driver, 'svg#dag g.dag-node[data-step="c"]')
+        first = node_c.get_attribute("data-state")
+        assert first != "succeeded", "the run finished before the page saw it: nothing live to check"
+        driver.execute_script("window.__hetflowMarker = 'kept'; arguments[0].__marker = 'same-element';", node_c)
+        wait_until(lambda: node_c.get_attribute("data-state") == "succeeded", 60, "step c succeeded in the DAG")
+        # the same DOM element changed (no reload, no re-render of the DAG)
+        assert driver.execute_script("return arguments[0].__marker", node_c) == "same-element"
+        assert driver.execute_script("return window.__hetflowMarker") == "kept"
+        wait_until(lambda: css(driver, "#run-state").text == "succeeded", 30, "run state succeeded")
+        assert {e.get_attribute("data-step") for e in driver.find_elements("css selector", "svg#dag g.dag-node")} == {
+            "a",
+            "b",
+            "c",
+        }
+        rows = driver.find_elements("css selector", "#steps-table tbody tr[data-step]")
+        assert [r.get_attribute("data-step") for r in rows] == ["a", "b", "c"]
+        for r in rows:
+            assert r.find_element("css selector", "td.state").text == "succeeded"
+            assert r.find_element("css selector", "td.exit").text == "0"
+            assert r.find_element("css selector", "td.retries").text == "0"
+            image = r.find_element("css selector", "td.image")
+            assert "hetflow-test/busybox" in (image.get_attribute("title") or "") + image.text
+        # Gantt: one bar per step (plan and actual)
+        wait_until(lambda: driver.find_elements("css selector", "#gantt svg g.bars g.task"), 30, "gantt bars")
+        tasks = {e.get_attribute("data-task") for e in driver.find_elements("css selector", "#gantt svg g.bars g.task")}
+        assert {"a", "b", "c"} <= tasks
+        screenshot(driver, "run")
+        rows[0].click()
+        css(driver, '#step-panel[data-step="a"]')
+        wait_until(lambda: "line-a-2" in css(driver, "pre#log").text, 30, "a's log in pre#log")
+        assert css(driver, "pre#log").text.index("line-a-1") < css(driver, "pre#log").text.index("line-a-2")
+        screenshot(driver, "step-log")
+
+
+def test_nodes_view_lists_this_machine_and_its_fake_gpus(driver: Any, hf: Hetflow) -> None:
+    """HETFLOW_FAKE_GPUS=a100:2 gives the server two fake A100s (fake devices: no real GPU
+    here): the view lists this machine's cores and memory as `hetflow nodes --json` reports
+    them and a row per GPU; a GPU lease written to the store shows as its holder."""
+    from hetflow.state import Lease
+
+    env = {**hf.env, "HETFLOW_FAKE_GPUS": "a100:2"}
+    many_runs(hf.home, 1)
+    with dashboard(hf.home, env=env) as ui:
+        node = ui.get("/api/nodes")[0]
+        driver.get(ui.url("#/nodes"))
+        rendered(driver, "nodes")
+        section = css(driver, f'#nodes-view section.node[data-node="{node["name"]}"]')
+        summary = section.find_element("css selector", "dl.summary").text
+        assert f"cores\n{node['cpu']['cores']}" in summary, summary
+        assert f"{node['memory_gib']:.1f}" in summary or f"{node['memory_gib']:.0f}" in summary, summary
+        gpus = section.find_elements("css selector", "tr.gpu")
+        assert [g.get_attribute("data-gpu-index") for g in gpus] == ["0", "1"]
+        for g in gpus:
+            assert "A100" in g.find_element("css selector", "td.model").text
+            assert g.find_element("css selector", "td.cc").text == "8.0"
+            assert g.find_element("css selector", "td.holder").text == "-"
+        screenshot(driver, "nodes")
+
+        store = Store(hf.home / "state.db")
+        try:
+            holder = Lease(gpu_uuid="", run_id="r0000000", step="a", attempt=1, container="hf-x", pid=1)
+            assert store.acquire_gpus([node["gpus"][1]["uuid"]], holder, [])
+        finally:
+            store.close()
+        driver.refresh()
+        rendered(driver, "nodes")
+        holders = texts(driver, f'section.node[data-node="{node["name"]}"] tr.gpu td.holder')
+        assert holders[0] == "-" and holders[1].startswith("r0000000/a"), holders  # contract: RUNID/step
+
+
+def many_runs(home: Path, n: int) -> None:
+    store = Store(home / "state.db")
+    try:
+        for i in range(n):
+            state = "failed" if i % 5 == 0 else "succeeded"
+            synthetic_run(store, home, f"r{i:07d}", name=f"{'odd' if i % 2 else 'even'}-{i}", steps=["a"], state=state)
+    finally:
+        store.close()
+
+
+def test_runs_list_filters_and_pages(driver: Any, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    many_runs(home, 120)  # a synthetic store made with the Store API: 24 failed, 60 "odd-"
+    with dashboard(home) as ui:
+        driver.get(ui.url("#/runs"))
+        rendered(driver, "runs")
+
+        def ids() -> list[str]:
+            return [
+                r.get_attribute("data-run-id") for r in driver.find_elements("css selector", "#runs-table tbody tr")
+            ]
+
+        assert wait_until(lambda: len(ids()) == 50, 10, "a first page of 50")
+        assert ids()[0] == "r0000119"
+        assert "120" in css(driver, "#page-info").text
+        css(driver, "#page-next").click()
+        wait_until(lambda: ids()[:1] == ["r0000069"], 10, "the second page")
+        css(driver, "#page-next").click()
+        wait_until(lambda: len(ids()) == 20 and ids()[-1] == "r0000000", 10, "the last page of 20")
+        css(driver, "#page-prev").click()
+        wait_until(lambda: ids()[:1] == ["r0000069"], 10, "back to the second page")
+        from selenium.webdriver.support.ui import Select
+
+        Select(css(driver, "#filter-state")).select_by_value("failed")
+        wait_until(lambda: len(ids()) == 24, 10, "24 failed runs")
+        assert set(texts(driver, "#runs-table tbody td.state")) == {"failed"}
+        css(driver, "#filter-name").send_keys("odd")
+        wait_until(lambda: len(ids()) == 12, 10, "12 failed odd runs")  # i % 5 == 0 and odd: 5, 15, ..., 115
+        assert all(t.startswith("odd-") for t in texts(driver, "#runs-table tbody td.name"))
+        screenshot(driver, "runs-filtered")
+
+
+def test_plans_view_plan_explain_and_pareto_click(driver: Any, tmp_path: Path) -> None:
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.support.ui import Select
+
+    root = Path(__file__).resolve().parents[2]
+    with dashboard(tmp_path / "home", "--root", str(root)) as ui:
+        driver.get(ui.url("#/plans"))
+        rendered(driver, "plans")
+        wait_until(lambda: len(driver.find_elements("css selector", "#plan-workflow option")) > 1, 20, "workflow list")
+        Select(css(driver, "#plan-workflow")).select_by_value("examples/circuit/workflow.yaml")
+        Select(css(driver, "#plan-cluster")).select_by_value("examples/clusters/hetero-16.yaml")
+        css(driver, "#plan-go").click()
+        wait_until(lambda: driver.find_elements("css selector", "#plan-table tbody tr[data-step]"), 60, "plan table")
+        steps = {
+            e.get_attribute("data-step") for e in driver.find_elements("css selector", "#plan-table tbody tr.plan-step")
+        }
+        expected = ui.get("/api/plan?workflow=examples/circuit/workflow.yaml&cluster=examples/clusters/hetero-16.yaml")
+        assert steps == {s["step"] for s in expected["steps"]}
+        assert driver.find_elements("css selector", "#plan-table tbody tr.explain[data-step]")
+        screenshot(driver, "plans")
+
+        Select(css(driver, "#plan-catalog")).select_by_value("examples/clusters/catalog.yaml")
+        css(driver, "#pareto-go").click()
+        canvas = css(driver, "canvas#pareto-chart")
+        point = wait_until(
+            lambda: driver.execute_script(
+                "const c = document.getElementById('pareto-chart'); const ch = c && (c._chart || Chart.getChart(c));"
+                "if (!ch) return null; const m = ch.getDatasetMeta(1); const p = m.data[0];"
+                "const r = c.getBoundingClientRect(); return p ? {x: p.x, y: p.y, w: r.width, h: r.height,"
+                " index: ch.data.datasets[1].data[0].q.index} : null"
+            ),
+            60,
+            "the Pareto chart's points",
+        )
+        ActionChains(driver).move_to_element_with_offset(
+            canvas, int(point["x"] - point["w"] / 2), int(point["y"] - point["h"] / 2)
+        ).click().perform()
+        box = wait_until(
+            lambda: (e := driver.find_element("css selector", "#pareto-point")).get_attribute("data-index") and e,
+            10,
+            "#pareto-point filled by the click",
+        )
+        assert box.get_attribute("data-index") == str(point["index"])
+        assert box.find_elements("css selector", "table tbody tr[data-step]")
+        screenshot(driver, "pareto")
+
+
+def test_the_page_with_a_token_sends_it_on_every_call(hf: Hetflow, tmp_path: Path) -> None:
+    """Bound to a non-loopback address with --token: the page opened with ?token= works, and
+    every request it makes (fetches: the header; event streams: ?token=) carries it."""
+    if browser_missing():
+        pytest.skip(browser_missing() or "")
+    from tests.integration.uikit import non_loopback_ip
+
+    token = "k" * 8 + "TOKEN-ui-" + "x" * 15
+    home = tmp_path / "home"
+    many_runs(home, 3)
+    host = non_loopback_ip()
+    d = chromium(performance_log=True)
+    try:
+        with dashboard(home, "--token", token, host=host) as ui:
+            assert f"?token={token}" in ui.printed_url()
+            driver_get_ok(d, ui)
+            d.find_element("css selector", "#runs-table tbody tr[data-run-id]").click()
+            rendered(d, "run")
+            time.sleep(1)
+            requests = network_requests(d)
+            api = [r for r in requests if "/api/" in r["url"]]
+            assert api, requests
+            for r in api:
+                if "/events" in r["url"] or "/stream" in r["url"]:
+                    assert f"token={token}" in r["url"], r
+                else:
+                    assert r["headers"].get("Authorization") == f"Bearer {token}", r
+            assert "token=" not in d.current_url  # dropped from the address bar once read
+            screenshot(d, "token")
+    finally:
+        d.quit()
+
+
+def driver_get_ok(d: Any, ui: Dashboard) -> None:
+    d.get(ui.url("#/runs"))
+    rendered(d, "runs")
+
+
+def network_requests(d: Any) -> list[dict[str, Any]]:
+    out = []
+    for entry in d.get_log("performance"):
+        msg = json.loads(entry["message"])["message"]
+        if msg["method"] == "Network.requestWillBeSent":
+            req = msg["params"]["request"]
+            out.append({"url": req["url"], "headers": req.get("headers", {})})
+    return out
+
+
+LONG = f"""
+apiVersion: hetflow/v1
+name: uistop
+steps:
+  a:
+    image: {BUSYBOX}
+    command: [sh, -c, "sleep 1; echo a"]
+  b:
+    needs: [a]
+    image: {BUSYBOX}
+    command: [sh, -c, "sleep 4; echo b"]
+"""
+
+
+@contextmanager
+def bearer_header(driver: Any, token: str) -> Iterator[None]:
+    """Every request of the browser carries the token as a header (Chrome DevTools'
+    Network.setExtraHTTPHeaders), also the page's <script>/<link> loads, which the page
+    itself cannot give one: --actions needs a token, and this test is about the actions;
+    test_the_page_with_a_token_sends_it_on_every_call checks the page's own token handling."""
+    driver.execute_cdp_cmd("Network.enable", {})
+    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Bearer {token}"}})
+    try:
+        yield
+    finally:
+        driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
+
+
+def test_stop_and_resume_from_the_page(driver: Any, hf: Hetflow, tmp_path: Path) -> None:
+    hf("run", write(tmp_path, LONG), "--detach")
+    run_id = hf.last_run()
+    token = "r" * 32
+    with dashboard(hf.home, "--actions", "--token", token, env=hf.env) as ui, bearer_header(driver, token):
+        driver.get(ui.url(f"#/runs/{run_id}"))
+        rendered(driver, "run")
+        driver.execute_script("window.confirm = () => true")
+        wait_until(
+            lambda: css(driver, 'svg#dag g.dag-node[data-step="b"]').get_attribute("data-state") == "running",
+            60,
+            "b running",
+        )
+        css(driver, "button#action-stop").click()
+        wait_until(lambda: css(driver, "#run-state").text == "stopped", 60, "#run-state stopped")
+        assert hf.show(run_id)["state"] == "stopped"
+        screenshot(driver, "stopped")
+        driver.execute_script("window.confirm = () => true")
+        css(driver, "button#action-resume").click()
+        wait_until(lambda: css(driver, "#run-state").text == "succeeded", 90, "#run-state succeeded after resume")
+        assert hf.show(run_id)["state"] == "succeeded"
+        screenshot(driver, "resumed")
