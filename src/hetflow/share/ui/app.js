@@ -10,16 +10,8 @@
   const STATES = ["pending", "waiting", "launching", "running", "succeeded", "failed", "skipped", "stopped"];
   const DONE = new Set(["succeeded", "failed", "skipped", "stopped"]);
 
-  // ---- token: read ?token= once, keep it in sessionStorage, drop it from the address bar
-  (function () {
-    const url = new URL(location.href);
-    const t = url.searchParams.get("token");
-    if (t) {
-      sessionStorage.setItem(TOKEN_KEY, t);
-      url.searchParams.delete("token");
-      history.replaceState(null, "", url.pathname + url.search + url.hash);
-    }
-  })();
+  // ---- token: index.html keeps ?token= from the address in sessionStorage; it goes in a header on
+  // every fetch and as ?token= on EventSource URLs (which cannot set headers)
   const token = () => sessionStorage.getItem(TOKEN_KEY);
 
   async function api(path, opts) {
@@ -564,11 +556,17 @@
       }
     }
 
+    // The server ends the stream once the run is over; after an action (resume, retry) the run may
+    // start again, so for a while after one the page reopens it from the last event it saw.
+    let lastId = 0, es = null, watchUntil = 0;
     function startEvents(cursor) {
-      const es = stream(v, "api/runs/" + enc(runId) + "/events?after=" + (cursor || 0));
+      if (es) es.close();
+      lastId = Math.max(lastId, cursor || 0);
+      es = stream(v, "api/runs/" + enc(runId) + "/events?after=" + lastId);
       const onData = (ev) => {
         let e;
         try { e = JSON.parse(ev.data); } catch (x) { return; }
+        if (typeof e.id === "number") lastId = Math.max(lastId, e.id);
         if (e.type === "StepStateChanged" && e.step && steps.has(e.step)) {
           const s = steps.get(e.step);
           s.state = e.state;
@@ -589,15 +587,17 @@
         }
       };
       for (const t of ["step", "run", "attempt", "note", "message"]) es.addEventListener(t, onData);
+      const mine = es;
       es.addEventListener("end", (ev) => {
-        es.close();
+        mine.close();
+        if (Date.now() < watchUntil) setTimeout(() => { if (v.alive && es === mine) startEvents(lastId); }, 1000);
         try { const d = JSON.parse(ev.data); if (d.state) run.state = d.state; } catch (x) { /* keep */ }
         updateSummary();
         refetch();
         refreshGantt();
       });
       es.onerror = () => {
-        if (es.readyState === EventSource.CLOSED && v.alive) showError("run " + runId + ": the event stream closed; reload to reconnect");
+        if (mine.readyState === EventSource.CLOSED && v.alive && es === mine) showError("run " + runId + ": the event stream closed; reload to reconnect");
       };
     }
 
@@ -725,6 +725,8 @@
         const old = $("#run-actions .message");
         if (old) old.remove();
         (box || msg).appendChild(m);
+        watchUntil = Date.now() + 20000;
+        startEvents(lastId);
         refetch();
       } catch (e) {
         showError("action: " + e.message);
@@ -831,7 +833,7 @@
     if (!chartLoading) {
       chartLoading = new Promise((resolve, reject) => {
         const s = document.createElement("script");
-        s.src = "static/vendor/chart.umd.min.js";
+        s.src = window.hetflowAsset ? window.hetflowAsset("static/vendor/chart.umd.min.js") : "static/vendor/chart.umd.min.js";
         s.onload = () => resolve();
         s.onerror = () => reject(new Error("could not load static/vendor/chart.umd.min.js"));
         document.head.appendChild(s);
