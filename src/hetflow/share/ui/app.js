@@ -10,16 +10,8 @@
   const STATES = ["pending", "waiting", "launching", "running", "succeeded", "failed", "skipped", "stopped"];
   const DONE = new Set(["succeeded", "failed", "skipped", "stopped"]);
 
-  // ---- token: read ?token= once, keep it in sessionStorage, drop it from the address bar
-  (function () {
-    const url = new URL(location.href);
-    const t = url.searchParams.get("token");
-    if (t) {
-      sessionStorage.setItem(TOKEN_KEY, t);
-      url.searchParams.delete("token");
-      history.replaceState(null, "", url.pathname + url.search + url.hash);
-    }
-  })();
+  // ---- token: index.html keeps ?token= from the address in sessionStorage; it goes in a header on
+  // every fetch and as ?token= on EventSource URLs (which cannot set headers)
   const token = () => sessionStorage.getItem(TOKEN_KEY);
 
   async function api(path, opts) {
@@ -135,7 +127,7 @@
   function rendered(v) {
     if (!v.alive) return;
     document.body.dataset.ready = "1";
-    performance.mark("hetflow:rendered");
+    if (!v.marked) { v.marked = true; performance.mark("hetflow:rendered"); } // once per view, not per refresh
   }
   function every(v, ms, fn) {
     const h = setInterval(fn, ms);
@@ -201,26 +193,29 @@
       }
       if (!v.alive || my !== seq) return;
       clearError();
+      // the same runs in the same order: update their cells in place (no stale rows for a reader);
+      // else draw the rows again
+      const ids = data.runs.map((r) => r.id).join("\u0000");
       const frag = document.createDocumentFragment();
-      for (const r of data.runs) {
-        const pct = Math.round((r.progress || 0) * 100);
-        frag.appendChild(el("tr", { class: "clickable", "data-run-id": r.id, "data-state": r.state,
-          onclick: () => { location.hash = "#/runs/" + enc(r.id); } },
-          el("td", { class: "id" }, el("a", { href: "#/runs/" + enc(r.id), text: r.id })),
-          el("td", { class: "name", text: r.name, title: r.workflow }),
-          el("td", { class: "state", text: r.state }),
-          el("td", { class: "progress", title: pct + "%" },
-            el("span", { class: "bar" }, el("span", { style: "width:" + pct + "%" })),
-            r.steps_done + "/" + r.steps_total),
-          el("td", { class: "started", text: fmtTime(r.started || r.created) }),
-          el("td", { class: "duration num", text: fmtDur(r.duration) }),
-          el("td", { class: "cost num", text: fmtCost(r.cost) }),
-          el("td", { class: "user", text: dash(r.user) }),
-          el("td", { class: "message muted", text: dash(r.message) })));
+      if (ids === tbody.dataset.ids && data.runs.length) {
+        const trs = tbody.querySelectorAll("tr[data-run-id]");
+        data.runs.forEach((r, i) => fillRunRow(trs[i], r));
+      } else {
+        for (const r of data.runs) {
+          const tr = el("tr", { class: "clickable", "data-run-id": r.id,
+            onclick: () => { location.hash = "#/runs/" + enc(r.id); } },
+            el("td", { class: "id" }, el("a", { href: "#/runs/" + enc(r.id), text: r.id })),
+            el("td", { class: "name" }), el("td", { class: "state" }), el("td", { class: "progress" }),
+            el("td", { class: "started" }), el("td", { class: "duration num" }), el("td", { class: "cost num" }),
+            el("td", { class: "user" }), el("td", { class: "message muted" }));
+          fillRunRow(tr, r);
+          frag.appendChild(tr);
+        }
+        if (!data.runs.length) frag.appendChild(el("tr", { class: "empty" }, el("td", { colspan: 9, class: "muted", text: "no runs" })));
+        clear(tbody);
+        tbody.appendChild(frag);
+        tbody.dataset.ids = ids;
       }
-      if (!data.runs.length) frag.appendChild(el("tr", { class: "empty" }, el("td", { colspan: 9, class: "muted", text: "no runs" })));
-      clear(tbody);
-      tbody.appendChild(frag);
       const first = data.total ? data.offset + 1 : 0;
       info.textContent = first + "–" + (data.offset + data.runs.length) + " of " + data.total;
       prev.disabled = data.offset <= 0;
@@ -237,6 +232,23 @@
     next.addEventListener("click", () => { runsState.offset += runsState.limit; load(); });
     every(v, 2000, load);
     load();
+  }
+
+  function fillRunRow(tr, r) {
+    const c = tr.children;
+    const pct = Math.round((r.progress || 0) * 100);
+    tr.dataset.state = r.state;
+    c[1].textContent = r.name;
+    c[1].title = r.workflow || "";
+    c[2].textContent = r.state;
+    clear(c[3]);
+    c[3].title = pct + "%";
+    c[3].append(el("span", { class: "bar" }, el("span", { style: "width:" + pct + "%" })), r.steps_done + "/" + r.steps_total);
+    c[4].textContent = fmtTime(r.started || r.created);
+    c[5].textContent = fmtDur(r.duration);
+    c[6].textContent = fmtCost(r.cost);
+    c[7].textContent = dash(r.user);
+    c[8].textContent = dash(r.message);
   }
 
   // =========================================================== run view
@@ -564,11 +576,17 @@
       }
     }
 
+    // The server ends the stream once the run is over; after an action (resume, retry) the run may
+    // start again, so for a while after one the page reopens it from the last event it saw.
+    let lastId = 0, es = null, watchUntil = 0;
     function startEvents(cursor) {
-      const es = stream(v, "api/runs/" + enc(runId) + "/events?after=" + (cursor || 0));
+      if (es) es.close();
+      lastId = Math.max(lastId, cursor || 0);
+      es = stream(v, "api/runs/" + enc(runId) + "/events?after=" + lastId);
       const onData = (ev) => {
         let e;
         try { e = JSON.parse(ev.data); } catch (x) { return; }
+        if (typeof e.id === "number") lastId = Math.max(lastId, e.id);
         if (e.type === "StepStateChanged" && e.step && steps.has(e.step)) {
           const s = steps.get(e.step);
           s.state = e.state;
@@ -589,15 +607,17 @@
         }
       };
       for (const t of ["step", "run", "attempt", "note", "message"]) es.addEventListener(t, onData);
+      const mine = es;
       es.addEventListener("end", (ev) => {
-        es.close();
+        mine.close();
+        if (Date.now() < watchUntil) setTimeout(() => { if (v.alive && es === mine) startEvents(lastId); }, 1000);
         try { const d = JSON.parse(ev.data); if (d.state) run.state = d.state; } catch (x) { /* keep */ }
         updateSummary();
         refetch();
         refreshGantt();
       });
       es.onerror = () => {
-        if (es.readyState === EventSource.CLOSED && v.alive) showError("run " + runId + ": the event stream closed; reload to reconnect");
+        if (mine.readyState === EventSource.CLOSED && v.alive && es === mine) showError("run " + runId + ": the event stream closed; reload to reconnect");
       };
     }
 
@@ -725,6 +745,8 @@
         const old = $("#run-actions .message");
         if (old) old.remove();
         (box || msg).appendChild(m);
+        watchUntil = Date.now() + 20000;
+        startEvents(lastId);
         refetch();
       } catch (e) {
         showError("action: " + e.message);
@@ -766,15 +788,37 @@
       }
       if (!v.alive || my !== seq) return;
       clearError();
-      const frag = document.createDocumentFragment();
-      for (const n of nodes) frag.appendChild(nodeSection(n));
-      if (!nodes.length) frag.appendChild(el("p", { class: "muted", text: "no nodes" }));
-      clear(box);
-      box.appendChild(frag);
+      // the same nodes and GPUs as shown: update the holders in place (elements stay, so a test or
+      // a reader holding one is not left with a stale one); else draw them again
+      const shape = JSON.stringify(nodes.map((n) => [n.name, (n.gpus || []).map((g) => g.index)]));
+      if (shape === box.dataset.shape) {
+        for (const n of nodes) {
+          const sec = [...box.querySelectorAll("section.node")].find((x) => x.dataset.node === n.name);
+          for (const g of n.gpus || []) {
+            const td = sec && sec.querySelector('tr.gpu[data-gpu-index="' + Number(g.index) + '"] td.holder');
+            if (td && td.textContent !== holderText(g)) td.textContent = holderText(g);
+          }
+        }
+      } else {
+        const frag = document.createDocumentFragment();
+        for (const n of nodes) frag.appendChild(nodeSection(n));
+        if (!nodes.length) frag.appendChild(el("p", { class: "muted", text: "no nodes" }));
+        clear(box);
+        box.appendChild(frag);
+        box.dataset.shape = shape;
+      }
       rendered(v);
     }
-    every(v, 5000, load);
+    every(v, 2000, load);
     load();
+  }
+  // who holds a GPU now: "RUNID/step" per holder, with its MIG device or share; "-" when free
+  function holderText(g) {
+    const holders = g.holders || [];
+    if (!holders.length) return "-";
+    return holders.map((h) => h.run_id + "/" + h.step +
+      (h.mig !== null && h.mig !== undefined && h.mig !== "" ? " (MIG " + h.mig + ")" : "") +
+      (h.share !== null && h.share !== undefined && h.share !== 1 ? " (" + h.share + ")" : "")).join(", ");
   }
   function nodeSection(n) {
     const cpu = n.cpu || {};
@@ -794,10 +838,6 @@
     if (gpus.length) {
       const tbody = el("tbody");
       for (const g of gpus) {
-        const holders = g.holders || [];
-        const holderText = holders.length ? holders.map((h) => h.run_id + "/" + h.step +
-          (h.mig !== null && h.mig !== undefined && h.mig !== "" ? " (MIG " + h.mig + ")" : "") +
-          (h.share !== null && h.share !== undefined && h.share !== 1 ? " (" + h.share + ")" : "")).join(", ") : "-";
         const mig = (g.mig || []).map((m) => m.index + ":" + m.profile).join(", ");
         tbody.appendChild(el("tr", { class: "gpu", "data-gpu-index": g.index },
           el("td", { class: "index num", text: g.index }),
@@ -807,7 +847,7 @@
           el("td", { class: "vendor", text: dash(g.vendor) }),
           el("td", { class: "mig", text: g.mig_enabled ? mig || "enabled" : "-" }),
           el("td", { class: "numa", text: dash(g.numa_node) }),
-          el("td", { class: "holder", text: holderText })));
+          el("td", { class: "holder", text: holderText(g) })));
       }
       sec.append(el("table", { class: "gpus" }, el("thead", null, el("tr", null,
         ["#", "model", "memory", "CC / arch", "vendor", "MIG devices", "NUMA", "holder"].map((h) => el("th", { text: h })))), tbody));
@@ -831,7 +871,7 @@
     if (!chartLoading) {
       chartLoading = new Promise((resolve, reject) => {
         const s = document.createElement("script");
-        s.src = "static/vendor/chart.umd.min.js";
+        s.src = window.hetflowAsset ? window.hetflowAsset("static/vendor/chart.umd.min.js") : "static/vendor/chart.umd.min.js";
         s.onload = () => resolve();
         s.onerror = () => reject(new Error("could not load static/vendor/chart.umd.min.js"));
         document.head.appendChild(s);
@@ -856,7 +896,7 @@
     getJSON("api/files").then((files) => {
       if (!v.alive) return;
       const wf = sel("plan-workflow", files.workflows || [], planSel.workflow);
-      const cl = sel("plan-cluster", files.clusters || [], planSel.cluster, "this machine (inventory)");
+      const cl = sel("plan-cluster", files.clusters || [], planSel.cluster);
       const ca = sel("plan-catalog", files.catalogs || [], planSel.catalog);
       const ob = sel("plan-objective", ["makespan", "cost"], planSel.objective);
       const go = el("button", { id: "plan-go", type: "button", text: "Plan" });
@@ -874,7 +914,7 @@
       const remember = () => { planSel.workflow = wf.value; planSel.cluster = cl.value; planSel.catalog = ca.value; planSel.objective = ob.value; };
       go.addEventListener("click", async () => {
         remember();
-        if (!wf.value) { showError("plans: pick a workflow (no kind: Workflow YAML found under the server's --root)"); return; }
+        if (!wf.value || !cl.value) { showError("plans: pick a workflow and a cluster (YAML files with kind: Workflow / Cluster under the server's --root)"); return; }
         clearError();
         clear(out);
         out.append(el("p", { class: "muted", text: "planning…" }));
