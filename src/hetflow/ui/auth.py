@@ -18,11 +18,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import parse_qs
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hetflow.errors import UsageError
 
 LOOPBACK_NAMES = ("localhost",)
+# On every answer: no framing (the action buttons cannot be clicked through another site's
+# page), no MIME sniffing, and no Referer (the page's URL may carry the token).
+HARDENING = [
+    (b"x-frame-options", b"DENY"),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+]
 MIN_TOKEN = 16
 
 
@@ -110,7 +117,13 @@ class Gate:
         elif not is_loopback(_host_of(scope)):
             await _error(send, 421, "this dashboard answers only on its loopback address; open http://127.0.0.1:PORT/")
             return
-        await self.app(scope, receive, send)
+
+        async def send_hardened(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", []), *HARDENING]
+            await send(message)
+
+        await self.app(scope, receive, send_hardened)
 
 
 async def _error(send: Send, status: int, message: str) -> None:
