@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -147,7 +146,7 @@ def test_nodes_view_lists_this_machine_and_its_fake_gpus(driver: Any, hf: Hetflo
         driver.refresh()
         rendered(driver, "nodes")
         holders = texts(driver, f'section.node[data-node="{node["name"]}"] tr.gpu td.holder')
-        assert holders[0] == "-" and holders[1].startswith("r0000000/a"), holders  # contract: RUNID/step
+        assert holders == ["-", "r0000000/a"]  # the contract: RUNID/step
 
 
 def many_runs(home: Path, n: int) -> None:
@@ -259,11 +258,15 @@ def test_the_page_with_a_token_sends_it_on_every_call(hf: Hetflow, tmp_path: Pat
             rendered(d, "run")
             time.sleep(1)
             requests = network_requests(d)
-            api = [r for r in requests if "/api/" in r["url"]]
-            assert api, requests
+            own = [r for r in requests if r["url"].startswith(ui.base)]
+            assert {"/", "/static/app.js"} <= {r["url"][len(ui.base) :].split("?")[0] for r in own}, own
+            for r in own:  # the page, its files, the API and the streams: each carries the token
+                assert f"token={token}" in r["url"] or r["headers"].get("Authorization") == f"Bearer {token}", r
+            api = [r for r in own if "/api/" in r["url"]]
+            assert any("/events" in r["url"] for r in api), api
             for r in api:
                 if "/events" in r["url"] or "/stream" in r["url"]:
-                    assert f"token={token}" in r["url"], r
+                    assert f"token={token}" in r["url"], r  # EventSource cannot send a header
                 else:
                     assert r["headers"].get("Authorization") == f"Bearer {token}", r
             screenshot(d, "token")
@@ -300,25 +303,11 @@ steps:
 """
 
 
-@contextmanager
-def bearer_header(driver: Any, token: str) -> Iterator[None]:
-    """Every request of the browser carries the token as a header (Chrome DevTools'
-    Network.setExtraHTTPHeaders), also the page's <script>/<link> loads, which the page
-    itself cannot give one: --actions needs a token, and this test is about the actions;
-    test_the_page_with_a_token_sends_it_on_every_call checks the page's own token handling."""
-    driver.execute_cdp_cmd("Network.enable", {})
-    driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {"Authorization": f"Bearer {token}"}})
-    try:
-        yield
-    finally:
-        driver.execute_cdp_cmd("Network.setExtraHTTPHeaders", {"headers": {}})
-
-
 def test_stop_and_resume_from_the_page(driver: Any, hf: Hetflow, tmp_path: Path) -> None:
     hf("run", write(tmp_path, LONG), "--detach")
     run_id = hf.last_run()
     token = "r" * 32
-    with dashboard(hf.home, "--actions", "--token", token, env=hf.env) as ui, bearer_header(driver, token):
+    with dashboard(hf.home, "--actions", "--token", token, env=hf.env) as ui:
         driver.get(ui.url(f"#/runs/{run_id}"))
         rendered(driver, "run")
         driver.execute_script("window.confirm = () => true")

@@ -4,9 +4,7 @@ selenium, screenshots under tests/output/ui, and a synthetic store built with th
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -146,8 +144,7 @@ def wait_until(predicate: Callable[[], Any], timeout: float = 30, what: str = "c
     while time.time() < deadline:
         try:
             last = predicate()
-        except Exception as exc:  # a stale element while the page re-renders: try again
-            last = exc
+        except Exception:  # a stale element while the page re-renders: try again
             last = None
         if last:
             return last
@@ -267,12 +264,3 @@ def layered_workflow(steps: int, width: int = 50, image: str = "localhost/hetflo
             needs = sorted({prev + pos, prev + (pos * 7 + 3) % width})
             lines.append(f"    needs: [{', '.join(f's{n}' for n in needs)}]")
     return "\n".join(lines) + "\n"
-
-
-def copy_screens(to: Path) -> None:
-    if SHOTS.exists():
-        shutil.copytree(SHOTS, to, dirs_exist_ok=True)
-
-
-def dump(data: Any) -> str:
-    return json.dumps(data, indent=1)[:2000]
