@@ -83,6 +83,10 @@ def test_a_live_run_its_dag_steps_log_and_gantt(driver: Any, hf: Hetflow, tmp_pa
         first = node_c.get_attribute("data-state")
         assert first != "succeeded", "the run finished before the page saw it: nothing live to check"
         driver.execute_script("window.__hetflowMarker = 'kept'; arguments[0].__marker = 'same-element';", node_c)
+        # c's panel opened before c wrote its line: the line arrives in pre#log while it is open
+        css(driver, '#steps-table tbody tr[data-step="c"]').click()
+        css(driver, '#step-panel[data-step="c"]')
+        wait_until(lambda: "line-c" in css(driver, "pre#log").text, 60, "c's line streamed into pre#log")
         wait_until(lambda: node_c.get_attribute("data-state") == "succeeded", 60, "step c succeeded in the DAG")
         # the same DOM element changed (no reload, no re-render of the DAG)
         assert driver.execute_script("return arguments[0].__marker", node_c) == "same-element"

@@ -160,6 +160,12 @@ def test_plan_refuses_paths_outside_root(home: Path, rel: str) -> None:
     assert answer.status_code == 400 and "workflow=" in answer.json()["error"]
 
 
+def test_a_loopback_dashboard_answers_only_to_its_loopback_host(home: Path) -> None:
+    config = UiConfig(store_path=home / "state.db", root=ROOT).checked()
+    rebound = TestClient(create_app(config), base_url="http://evil.example:8786")  # DNS rebinding
+    assert rebound.get("/api/runs").status_code == 421
+
+
 def test_finite_turns_infinities_into_null() -> None:
     data = {"a": math.inf, "b": [1.5, -math.inf, math.nan], "c": ({"d": 2},)}
     assert finite(data) == {"a": None, "b": [1.5, None, None], "c": [{"d": 2}]}
