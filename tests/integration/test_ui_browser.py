@@ -222,13 +222,14 @@ def test_plans_view_plan_explain_and_pareto_click(driver: Any, tmp_path: Path) -
         point = wait_until(
             lambda: driver.execute_script(
                 "const c = document.getElementById('pareto-chart'); const ch = c && (c._chart || Chart.getChart(c));"
-                "if (!ch) return null; const m = ch.getDatasetMeta(1); const p = m.data[0];"
+                "if (!ch) return null; const m = ch.getDatasetMeta(0); const p = m.data[0];"
                 "const r = c.getBoundingClientRect(); return p ? {x: p.x, y: p.y, w: r.width, h: r.height,"
-                " index: ch.data.datasets[1].data[0].q.index} : null"
+                " index: ch.data.datasets[0].data[0].q.index} : null"
             ),
             60,
             "the Pareto chart's points",
         )
+        # the chosen point (dataset 0, drawn on top; a frontier point at the same place is the same cluster)
         ActionChains(driver).move_to_element_with_offset(
             canvas, int(point["x"] - point["w"] / 2), int(point["y"] - point["h"] / 2)
         ).click().perform()
@@ -239,6 +240,7 @@ def test_plans_view_plan_explain_and_pareto_click(driver: Any, tmp_path: Path) -
         )
         assert box.get_attribute("data-index") == str(point["index"])
         assert box.find_elements("css selector", "table tbody tr[data-step]")
+        driver.execute_script("arguments[0].scrollIntoView()", canvas)
         screenshot(driver, "pareto")
 
 
