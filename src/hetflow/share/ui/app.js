@@ -812,13 +812,14 @@
     every(v, 2000, load);
     load();
   }
-  // who holds a GPU now: "RUNID/step" per holder, with its MIG device or share; "-" when free
+  // who holds a GPU now: "RUNID/step" per holder, with its MIG device or its time-slicing / MPS
+  // share (a whole-GPU lease has share 0 and shows none); "-" when free
   function holderText(g) {
     const holders = g.holders || [];
     if (!holders.length) return "-";
     return holders.map((h) => h.run_id + "/" + h.step +
       (h.mig !== null && h.mig !== undefined && h.mig !== "" ? " (MIG " + h.mig + ")" : "") +
-      (h.share !== null && h.share !== undefined && h.share !== 1 ? " (" + h.share + ")" : "")).join(", ");
+      (typeof h.share === "number" && h.share > 0 && h.share < 1 ? " (" + h.share + ")" : "")).join(", ");
   }
   function nodeSection(n) {
     const cpu = n.cpu || {};
