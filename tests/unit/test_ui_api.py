@@ -118,6 +118,29 @@ def test_log_tail_is_the_last_500_lines_then_what_follows_an_offset(home: Path) 
     assert more["lines"] == [{"stream": "stderr", "text": "one more"}] and more["offset"] == log.stat().st_size
 
 
+def test_log_stream_goes_on_from_an_offset_and_marks_where_to_resume(home: Path) -> None:
+    """The page streams from the offset /log answered; a reconnect's Last-Event-ID (the
+    offset after the last line sent) wins over it, so no line arrives twice."""
+    c = client(home)
+    tail = c.get("/api/runs/chain000/steps/b/log").json()
+    log = home / "runs" / "chain000" / "logs" / "b.1.log"
+    with log.open("a") as f:
+        f.write("2026-01-01T00:00:09.000000000Z stdout F after the tail\n")
+
+    def blocks(answer_text: str) -> list[str]:
+        return [b for b in answer_text.split("\n\n") if b.startswith(("id:", "event: line"))]
+
+    with c.stream("GET", f"/api/runs/chain000/steps/b/log/stream?offset={tail['offset']}") as answer:
+        sent = blocks("".join(answer.iter_text()))
+    assert len(sent) == 1 and '"text":"after the tail"' in sent[0]
+    assert sent[0].startswith(f"id: {log.stat().st_size}\n")
+    with c.stream(
+        "GET", "/api/runs/chain000/steps/b/log/stream?offset=0", headers={"Last-Event-ID": str(log.stat().st_size)}
+    ) as again:
+        assert blocks("".join(again.iter_text())) == []
+    assert c.get("/api/runs/chain000/steps/b/log/stream?offset=-3").status_code == 400
+
+
 @pytest.mark.parametrize(
     "path",
     [

@@ -125,6 +125,17 @@ def _guarded(fn: Callable[[Request], Any]) -> Handler:
     return endpoint
 
 
+def _offset(raw: str | None) -> int | None:
+    """A log byte offset from a query or a Last-Event-ID (None: start from the tail)."""
+    try:
+        offset = int(raw) if raw else None
+    except ValueError:
+        raise BadRequest(f"offset={raw!r}: give a byte offset from an earlier answer") from None
+    if offset is not None and offset < 0:
+        raise BadRequest(f"offset={raw!r}: give a byte offset from an earlier answer (0 or more)")
+    return offset
+
+
 def create_app(config: UiConfig) -> Starlette:
     """The dashboard for ``config`` (already ``checked()``: a token where one is needed)."""
     reader = Reader(config.store_path)
@@ -169,12 +180,7 @@ def create_app(config: UiConfig) -> Starlette:
     def log(request: Request) -> dict[str, Any]:
         store, rid, step, attempt, rank = _step(request)
         path, number, state = log_path(store, rid, step, attempt, rank)
-        raw = request.query_params.get("offset")
-        try:
-            offset = int(raw) if raw else None
-        except ValueError:
-            raise BadRequest(f"offset={raw!r}: give a byte offset from an earlier answer") from None
-        lines, end = log_tail(path, offset)
+        lines, end = log_tail(path, _offset(request.query_params.get("offset")))
         return {
             "lines": lines,
             "offset": end,
@@ -215,11 +221,12 @@ def create_app(config: UiConfig) -> Starlette:
         try:
             _, rid, step, attempt, rank = await run_in_threadpool(_step, request)
             await run_in_threadpool(lambda: log_path(reader(), rid, step, attempt, rank))
+            offset = _offset(request.headers.get("last-event-id") or request.query_params.get("offset"))
         except BadRequest as exc:
             return _json_error(400, str(exc))
         except (StateError, LookupError) as exc:
             return _json_error(404, str(exc).strip("'\""))
-        stream = log_events(reader, rid, step, attempt, rank)
+        stream = log_events(reader, rid, step, attempt, rank, offset)
         return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
 
     def action(build: Callable[[str, Request], list[str]]) -> Handler:

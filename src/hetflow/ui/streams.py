@@ -96,11 +96,12 @@ def log_tail(path: Path, offset: int | None) -> tuple[list[dict[str, str]], int]
 
 
 async def log_events(
-    open_store: Callable[[], Store], run_id: str, step: str, attempt: int | None, rank: int
+    open_store: Callable[[], Store], run_id: str, step: str, attempt: int | None, rank: int, offset: int | None = None
 ) -> AsyncIterator[str]:
-    """The log's last lines, then each new line while the attempt runs; ``end`` after it."""
+    """The lines after byte ``offset`` (None: the log's last lines first), then each new line
+    while the attempt runs; ``end`` after it.  Each batch's last line carries the offset after
+    it as its event id, so a reconnecting EventSource (Last-Event-ID) resumes without repeats."""
     path, number, _ = await anyio.to_thread.run_sync(lambda: log_path(open_store(), run_id, step, attempt, rank))
-    offset: int | None = None
     last_sent = time.monotonic()
 
     def state_now() -> str:
@@ -109,8 +110,8 @@ async def log_events(
     while True:
         state = await anyio.to_thread.run_sync(state_now)
         lines, offset = await anyio.to_thread.run_sync(log_tail, path, offset)
-        for line in lines:
-            yield sse("line", line)
+        for i, line in enumerate(lines):
+            yield sse("line", line, offset if i == len(lines) - 1 else None)
             last_sent = time.monotonic()
         if state in ATTEMPT_OVER and not lines:
             yield sse("end", {"attempt": number, "state": state})

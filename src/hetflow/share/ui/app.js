@@ -696,13 +696,12 @@
       appendLines(pre, data.lines);
       status.textContent = "attempt " + data.attempt + (data.done ? "" : " · streaming");
       if (!data.done) {
-        // the stream starts with the log's tail again, then each new line: replace what /log gave on its first line
+        // the stream goes on from the byte offset /log answered (a reconnect resumes from the
+        // last event id the server gave), so no line arrives twice
         logES = stream(v, "api/runs/" + enc(runId) + "/steps/" + enc(name) + "/log/stream?attempt=" + enc(data.attempt) +
-          "&rank=" + enc(rank));
+          "&rank=" + enc(rank) + "&offset=" + enc(data.offset));
         const es = logES;
-        let fresh = true;
         es.addEventListener("line", (ev) => {
-          if (fresh) { clear(pre); fresh = false; }
           try { appendLines(pre, [JSON.parse(ev.data)]); } catch (x) { /* skip */ }
         });
         es.addEventListener("end", () => { es.close(); if (selected === name) status.textContent = "attempt " + data.attempt; });
