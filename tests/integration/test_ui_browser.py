@@ -152,6 +152,45 @@ def test_nodes_view_lists_this_machine_and_its_fake_gpus(driver: Any, hf: Hetflo
         holders = texts(driver, f'section.node[data-node="{node["name"]}"] tr.gpu td.holder')
         assert holders == ["-", "r0000000/a"]  # the contract: RUNID/step
 
+        # a running Slurm run (recorded, no Slurm here: the view reads the store): its plan's node
+        # classes and the attempt on gpu-a100-0 holding GPUs 0,1 show beside this machine
+        from hetflow.execute import RunPlan
+        from hetflow.plan import MachineClass
+
+        plan = RunPlan(
+            kind="cluster",
+            classes=(MachineClass(name="gpu-a100", count=2, cores=64, memory=1 << 38, gpus=8, gpu_model="A100"),),
+        )
+        store = Store(hf.home / "state.db")
+        try:
+            synthetic_run(
+                store,
+                hf.home,
+                "slurm001",
+                steps=["train"],
+                state="running",
+                backend="slurm",
+                plan_json=plan.to_json(),
+                node="gpu-a100-0",
+                gpus=(0, 1),
+            )
+        finally:
+            store.close()
+        driver.refresh()
+        rendered(driver, "nodes")
+        cluster = css(driver, '#clusters-view section.cluster[data-run-id="slurm001"]')
+        assert cluster.find_element("css selector", 'tr.node-class[data-class="gpu-a100"]').text.split()[:5] == [
+            "gpu-a100",
+            "2",
+            "64",
+            "256.0",
+            "GiB",
+        ]
+        busy = cluster.find_element("css selector", 'tr.busy[data-node="gpu-a100-0"]')
+        assert busy.find_element("css selector", "td.gpus").text == "0,1"
+        assert busy.find_element("css selector", "td.holder").text == "slurm001/train"
+        screenshot(driver, "nodes-cluster")
+
 
 def many_runs(home: Path, n: int) -> None:
     store = Store(home / "state.db")

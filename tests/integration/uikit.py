@@ -192,6 +192,10 @@ def synthetic_run(
     state: str = "succeeded",
     created: float | None = None,
     log_lines: int = 3,
+    backend: str = "local",
+    plan_json: str | None = None,
+    node: str = "localhost",
+    gpus: tuple[int, ...] = (),
 ) -> None:
     """A finished (or failed / stopped / pending) run recorded with the Store API: its steps
     taken through their legal states, one attempt each with a log in the executor's format,
@@ -212,6 +216,8 @@ def synthetic_run(
         gid=os.getgid(),
         workdir=str(workdir),
         steps=steps,
+        backend=backend,
+        plan_json=plan_json,
     )
     t0 = created if created is not None else time.time() - 100
     if state == "pending":
@@ -228,8 +234,8 @@ def synthetic_run(
                 step=step,
                 attempt=1,
                 variant="default",
-                node="localhost",
-                gpus=(),
+                node=node,
+                gpus=gpus,
                 gpu_uuids=(),
                 container=f"hf-{run_id}-{step}",
                 image="localhost/x@sha256:" + "0" * 64,

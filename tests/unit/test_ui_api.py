@@ -203,3 +203,45 @@ def test_the_dashboards_store_is_read_only(home: Path) -> None:
     finally:
         store.close()
     assert Store(home / "state.db").run("chain000").state == "succeeded"
+
+
+def test_clusters_list_the_node_classes_of_live_cluster_runs_and_what_runs_there(tmp_path: Path) -> None:
+    """A running Slurm run's stored plan names its node classes; its running attempt holds
+    GPUs 0,1 of node gpu-a100-0.  Local runs and ended cluster runs are not listed."""
+    from hetflow.execute import RunPlan
+    from hetflow.plan import MachineClass
+
+    home = tmp_path / "home"
+    home.mkdir()
+    store = Store(home / "state.db")
+    classes = (
+        MachineClass(name="cpu", count=4, cores=32, memory=128 << 30, price_per_hour=1.5),
+        MachineClass(name="gpu-a100", count=2, cores=64, memory=512 << 30, gpus=8, gpu_model="A100", gpu_cc=(8, 0)),
+    )
+    plan = RunPlan(kind="cluster", planner="planned", classes=classes).to_json()
+    synthetic_run(
+        store,
+        home,
+        "slurm001",
+        steps=["train"],
+        state="running",
+        backend="slurm",
+        plan_json=plan,
+        node="gpu-a100-0",
+        gpus=(0, 1),
+    )
+    synthetic_run(store, home, "slurm002", steps=["x"], state="succeeded", backend="slurm", plan_json=plan)
+    synthetic_run(store, home, "local001", steps=["x"], state="running")
+    store.close()
+
+    got = client(home).get("/api/clusters").json()
+
+    assert [c["run_id"] for c in got] == ["slurm001"]
+    assert got[0]["backend"] == "slurm" and got[0]["state"] == "running"
+    assert [(k["name"], k["count"], k["gpus"], k["gpu_cc"]) for k in got[0]["classes"]] == [
+        ("cpu", 4, 0, ""),
+        ("gpu-a100", 2, 8, "8.0"),
+    ]
+    assert got[0]["busy"] == [
+        {"node": "gpu-a100-0", "gpus": [0, 1], "run_id": "slurm001", "step": "train", "attempt": 1}
+    ]

@@ -8,6 +8,7 @@
     GET  /api/runs/{id}/gantt.svg           plan and actual on one time axis
     GET  /api/runs/{id}/steps/{step}/log    a step's log tail; .../log/stream follows it
     GET  /api/nodes                         this machine (``hetflow nodes --json``), GPU holders
+    GET  /api/clusters                      the node classes of live Slurm / Ray runs, what runs there
     GET  /api/files                         workflow, cluster and catalog files under --root
     GET  /api/plan?workflow=&cluster=&objective=    ``hetflow plan --json --explain``
     GET  /api/pareto?workflow=&catalog=             ``hetflow cluster plan --json``, every point
@@ -52,6 +53,7 @@ from hetflow.ui.views import (
     BadRequest,
     Forbidden,
     GraphCache,
+    cluster_nodes,
     nodes_json,
     page_query,
     run_detail,
@@ -192,6 +194,9 @@ def create_app(config: UiConfig) -> Starlette:
     def nodes(request: Request) -> list[dict[str, Any]]:
         return nodes_json(discover(config.store_path.parent), reader().leases())
 
+    def clusters(request: Request) -> list[dict[str, Any]]:
+        return cluster_nodes(reader())
+
     def files(request: Request) -> dict[str, list[str]]:
         return yaml_files(root)
 
@@ -251,6 +256,7 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/api/runs/{run_id}/steps/{step}/log", _guarded(log)),
         Route("/api/runs/{run_id}/steps/{step}/log/stream", log_stream),
         Route("/api/nodes", _guarded(nodes)),
+        Route("/api/clusters", _guarded(clusters)),
         Route("/api/files", _guarded(files)),
         Route("/api/plan", _guarded(plan)),
         Route("/api/pareto", _guarded(pareto)),

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from hetflow.errors import HetflowError
-from hetflow.execute import load_recorded
+from hetflow.execute import RunPlan, load_recorded
 from hetflow.inventory import Node
+from hetflow.plan import MachineClass
 from hetflow.report import node_to_json, run_json
 from hetflow.spec import edges_of, fanout_parent
 from hetflow.state import RUN_TERMINAL, SUCCEEDED, Lease, RunRecord, Store, executor_gone
@@ -181,6 +182,62 @@ def nodes_json(node: Node, leases: list[Lease]) -> list[dict[str, Any]]:
     for gpu in gpus:
         gpu["holders"] = by_uuid.get(str(gpu.get("uuid")), [])
     return [data]
+
+
+LIVE = ("pending", "running")
+BUSY = ("launching", "running")
+
+
+def cluster_nodes(store: Store) -> list[dict[str, Any]]:
+    """The nodes of the clusters that live runs were planned on (Slurm, Ray): each run's
+    node classes from its stored plan, and the attempts running there now with their
+    GPUs, as the Nodes view shows beside this machine (whose GPUs the leases tell)."""
+    out = []
+    for state in LIVE:
+        records, _ = store.runs_page(state=state, limit=MAX_PAGE)
+        for run in records:
+            if run.backend == "local":
+                continue
+            text = store.plan_json(run.id)
+            try:
+                classes = RunPlan.from_json(text).classes if text else ()
+            except (ValueError, KeyError, TypeError):
+                classes = ()
+            busy = [
+                {"node": a.node, "gpus": list(a.gpus), "run_id": run.id, "step": a.step, "attempt": a.attempt}
+                for a in store.attempts(run.id)
+                if a.state in BUSY
+            ]
+            out.append(
+                {
+                    "run_id": run.id,
+                    "name": run.name,
+                    "backend": run.backend,
+                    "state": run.state,
+                    "classes": [_class_json(c) for c in classes],
+                    "busy": busy,
+                }
+            )
+    return out
+
+
+def _class_json(c: MachineClass) -> dict[str, Any]:
+    return {
+        "name": c.name,
+        "count": c.count,
+        "cores": c.cores,
+        "memory": c.memory,
+        "gpus": c.gpus,
+        "gpu_model": c.gpu_model,
+        "gpu_memory": c.gpu_memory or None,  # 0: not given in the cluster file
+        "gpu_cc": ".".join(map(str, c.gpu_cc)) if c.gpus and c.gpu_cc != (0, 0) else "",
+        "gpu_vendor": c.gpu_vendor if c.gpus else "",
+        "gpu_arch": c.gpu_arch,
+        "gpu_link": c.gpu_link,
+        "gpu_sharing": c.gpu_sharing.describe() if c.gpus else "",
+        "mig": list(c.mig),
+        "price_per_hour": c.price_per_hour,
+    }
 
 
 KINDS = {"Workflow": "workflows", "Cluster": "clusters", "Catalog": "catalogs"}

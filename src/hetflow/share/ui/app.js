@@ -776,17 +776,29 @@
     const v = newView("nodes");
     let seq = 0;
     const box = el("div", { id: "nodes-view" }, el("p", { class: "muted", text: "loading…" }));
+    const clusterBox = el("div", { id: "clusters-view" });
     clear(main);
-    main.append(el("h2", { text: "Nodes" }), box);
+    main.append(el("h2", { text: "Nodes" }), box, clusterBox);
     async function load() {
       const my = ++seq;
-      let nodes;
-      try { nodes = await getJSON("api/nodes"); } catch (e) {
+      let nodes, clusters;
+      try { [nodes, clusters] = await Promise.all([getJSON("api/nodes"), getJSON("api/clusters")]); } catch (e) {
         if (v.alive) { showError("nodes: " + e.message); rendered(v); }
         return;
       }
       if (!v.alive || my !== seq) return;
       clearError();
+      const cshape = JSON.stringify(clusters);
+      if (cshape !== clusterBox.dataset.shape) {
+        clear(clusterBox);
+        clusterBox.dataset.shape = cshape;
+        if (clusters.length) {
+          clusterBox.append(el("h2", { text: "Cluster nodes of live runs" }),
+            el("p", { class: "muted", text: "The node classes each running Slurm or Ray run was planned on, and " +
+              "the attempts running on them now (their GPUs as the engine gave them)." }));
+          for (const c of clusters) clusterBox.appendChild(clusterSection(c));
+        }
+      }
       // the same nodes and GPUs as shown: update the holders in place (elements stay, so a test or
       // a reader holding one is not left with a stale one); else draw them again
       const shape = JSON.stringify(nodes.map((n) => [n.name, (n.gpus || []).map((g) => g.index)]));
@@ -819,6 +831,28 @@
     return holders.map((h) => h.run_id + "/" + h.step +
       (h.mig !== null && h.mig !== undefined && h.mig !== "" ? " (MIG " + h.mig + ")" : "") +
       (typeof h.share === "number" && h.share > 0 && h.share < 1 ? " (" + h.share + ")" : "")).join(", ");
+  }
+  function clusterSection(c) {
+    const sec = el("section", { class: "cluster", "data-run-id": c.run_id });
+    sec.append(el("h3", null, el("a", { href: "#/runs/" + c.run_id, text: c.run_id }), " ",
+      el("span", { class: "muted", text: c.name + " · " + c.backend + " · " + c.state })));
+    sec.append(el("table", { class: "classes" }, el("thead", null, el("tr", null,
+      ["class", "nodes", "cores", "memory", "GPUs", "GPU model", "GPU memory", "CC / arch", "sharing", "$/h"]
+        .map((h) => el("th", { text: h })))),
+    el("tbody", null, c.classes.map((k) => el("tr", { class: "node-class", "data-class": k.name },
+      el("td", { text: k.name }), el("td", { class: "num", text: k.count }), el("td", { class: "num", text: k.cores }),
+      el("td", { class: "num", text: fmtBytes(k.memory) }), el("td", { class: "num", text: k.gpus }),
+      el("td", { text: dash(k.gpu_model) }), el("td", { class: "num", text: k.gpus && k.gpu_memory ? fmtBytes(k.gpu_memory) : "-" }),
+      el("td", { text: dash(k.gpu_cc || k.gpu_arch) }), el("td", { text: dash(k.gpu_sharing) }),
+      el("td", { class: "num", text: k.price_per_hour ? k.price_per_hour.toFixed(2) : "-" }))))));
+    const busy = c.busy || [];
+    sec.append(el("table", { class: "busy" }, el("thead", null, el("tr", null,
+      ["node", "GPUs", "step", "attempt"].map((h) => el("th", { text: h })))),
+    el("tbody", null, busy.length ? busy.map((b) => el("tr", { class: "busy", "data-node": b.node },
+      el("td", { text: b.node }), el("td", { class: "gpus", text: b.gpus.length ? b.gpus.join(",") : "-" }),
+      el("td", { class: "holder", text: b.run_id + "/" + b.step }), el("td", { class: "num", text: b.attempt })))
+      : [el("tr", null, el("td", { colspan: 4, class: "muted", text: "nothing running on them now" }))])));
+    return sec;
   }
   function nodeSection(n) {
     const cpu = n.cpu || {};
