@@ -45,6 +45,7 @@ GETS = [
     (f"/api/runs/{RUN}/steps/a/log", "json"),
     (f"/api/runs/{RUN}/steps/a/log/stream", "text/event-stream"),
     ("/api/nodes", "json"),
+    ("/api/clusters", "json"),
     ("/api/files", "json"),
     ("/api/plan?workflow=examples/circuit/workflow.yaml&cluster=examples/clusters/hetero-16.yaml", "json"),
     ("/api/pareto?workflow=examples/circuit/workflow.yaml&catalog=examples/clusters/catalog.yaml", "json"),
@@ -107,3 +108,23 @@ def test_every_action_needs_the_token(ui: Dashboard, path: str) -> None:
 
 def test_the_url_printed_carries_the_token(ui: Dashboard) -> None:
     assert f"http://{ui.host}:{ui.port}/?token={TOKEN}" in Path(ui.log).read_text()
+
+
+def test_every_route_of_the_app_is_in_the_lists_above(tmp_path: Path) -> None:
+    """A route added to the dashboard without adding it here would go unchecked: fail instead."""
+    from starlette.routing import Mount, Route
+
+    from hetflow.ui import UiConfig, create_app
+
+    Store(tmp_path / "state.db").close()
+    app = create_app(UiConfig(store_path=tmp_path / "state.db", root=ROOT).checked())
+    routes = {r.path for r in app.routes if isinstance(r, Route)} | {
+        r.path + "/" for r in app.routes if isinstance(r, Mount)
+    }
+
+    def template(path: str) -> str:
+        path = path.split("?")[0].replace(f"/api/runs/{RUN}", "/api/runs/{run_id}")
+        path = path.replace("/steps/a/", "/steps/{step}/")
+        return "/static/" if path.startswith("/static/") else path
+
+    assert {template(p) for p, _ in GETS} | {template(p) for p in POSTS} == routes
