@@ -13,10 +13,25 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, bisect_right
+from typing import Any
 
 _EPS = 1e-9
 
 Tenant = tuple[float, float, float, float]  # start, finish, share, planned load
+
+
+def split_at(times: list[float], x: float, *columns: list[Any]) -> int:
+    """Make ``x`` a breakpoint of a step function kept as sorted ``times`` (the first at or
+    before every query) and parallel ``columns`` of values per segment: the segment holding
+    ``x`` is cut in two with the same values.  Returns the index of the segment starting at
+    ``x``.  (``GpuLoad`` and ``timeline.Timeline`` keep their capacity this way.)"""
+    i = bisect_right(times, x) - 1
+    if times[i] == x:
+        return i
+    times.insert(i + 1, x)
+    for column in columns:
+        column.insert(i + 1, column[i])
+    return i + 1
 
 
 class GpuLoad:
@@ -82,12 +97,4 @@ class GpuLoad:
             self.low[k] = min((x[3] for x in self.tenants if x[0] <= t < x[1]), default=math.inf)
 
     def _split(self, x: float) -> int:
-        times = self.times
-        i = bisect_right(times, x) - 1
-        if times[i] == x:
-            return i
-        times.insert(i + 1, x)
-        self.count.insert(i + 1, self.count[i])
-        self.load.insert(i + 1, self.load[i])
-        self.low.insert(i + 1, self.low[i])
-        return i + 1
+        return split_at(self.times, x, self.count, self.load, self.low)

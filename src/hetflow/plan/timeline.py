@@ -28,7 +28,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hetflow.plan.gpuload import GpuLoad
+from hetflow.plan.gpuload import GpuLoad, split_at
 
 _EPS = 1e-9  # fractional cores add up with rounding error; a hair over capacity still fits
 
@@ -350,12 +350,4 @@ class MachineTimeline:
 
     def _split(self, x: float) -> int:
         """Make ``x`` a breakpoint; return its segment's index."""
-        times = self.times
-        i = bisect_right(times, x) - 1
-        if times[i] == x:
-            return i
-        times.insert(i + 1, x)
-        self.cores.insert(i + 1, self.cores[i])
-        self.memory.insert(i + 1, self.memory[i])
-        self.gpus.insert(i + 1, self.gpus[i])
-        return i + 1
+        return split_at(self.times, x, self.cores, self.memory, self.gpus)
