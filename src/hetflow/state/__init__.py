@@ -3,6 +3,8 @@ states a run and a step may take, and the run's typed event stream.
 
     store    Store: runs, steps, attempts, outputs, events, GPU leases, stored plans
     leases   the GPU lease rows Store mixes in (whole GPUs, shares, MIG instances)
+    datarows fan-out expansions, cross-run cache entries, file hashes (mixed in too)
+    pages    the paged reads a dashboard makes (mixed in too; ``Store(read_only=True)``)
     models   frozen records (RunRecord, StepRecord, ...) and states with their transitions
     events   RunEvent values, ``record`` (write), ``follow``/``tail``/``RunWatch`` (read)
     liveness is a running run's executor still there (pid and its start time)
