@@ -497,3 +497,37 @@ def test_a_store_from_before_backends_gets_the_backend_columns(tmp_path: Path) -
     store = Store(path)
     run = store.run("r1")
     assert (run.backend, run.backend_json, run.state) == ("local", "{}", "succeeded")
+
+
+def test_opening_a_store_another_process_holds_locked_waits_and_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two processes opening a new store at once: one may get "database is locked" at once from
+    the switch to WAL (SQLite's busy handler does not wait there); the open tries again."""
+    real_open = Store._open
+    calls: list[int] = []
+
+    def locked_twice(self: Store, path: Path) -> None:
+        calls.append(1)
+        if len(calls) <= 2:
+            raise sqlite3.OperationalError("database is locked")
+        real_open(self, path)
+
+    monkeypatch.setattr(Store, "_open", locked_twice)
+    store = Store(tmp_path / "state.db")
+
+    assert len(calls) == 3
+    assert store.runs() == []
+    store.close()
+
+
+def test_a_store_locked_for_good_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hetflow.state.store as store_module
+
+    def always_locked(self: Store, path: Path) -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    monkeypatch.setattr(Store, "_open", always_locked)
+    monkeypatch.setattr(store_module, "OPEN_WAIT", 0.2)
+    with pytest.raises(StateError, match=r"stayed locked for 0.2 s; is another hetflow stuck\?"):
+        Store(tmp_path / "state.db")

@@ -8,6 +8,7 @@ MIG instance) are the same for every process on the host.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import time
@@ -40,6 +41,7 @@ from hetflow.state.pages import Pages
 #    several (time-slicing / MPS tenants, MIG instances): keyed (gpu_uuid, container); see
 #    _migrate_leases.
 SCHEMA_VERSION = 4
+OPEN_WAIT = 30.0  # seconds a new process waits for a store another one holds locked
 _SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -102,27 +104,42 @@ class Store(Leases, Pages, DataRows):
         if read_only:
             self._open_read_only(path)
             return
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            # isolation_level=None: we issue BEGIN ourselves (BEGIN IMMEDIATE for leases).
-            self._db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
-            self._db.row_factory = sqlite3.Row
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("PRAGMA busy_timeout=30000")
-            # Only a new store is written to on open, so readers (ps, show) never wait on a writer.
-            self._migrate()
-            if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
-                self._db.executescript(_SCHEMA + _SCHEMA_DATA)
-                self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
-        except sqlite3.OperationalError as exc:
-            if "locked" in str(exc) or "busy" in str(exc):
-                raise StateError(f"the state store {path} stayed locked for 30 s; is another hetflow stuck?") from None
-            raise StateError(f"cannot open the state store {path}: {exc}") from None
-        except sqlite3.DatabaseError as exc:
-            raise StateError(
-                f"cannot open the state store {path}: {exc}; point HETFLOW_HOME elsewhere or move the damaged file away"
-            ) from None
+        deadline = time.monotonic() + OPEN_WAIT
+        while True:
+            try:
+                self._open(path)
+                return
+            except sqlite3.OperationalError as exc:
+                locked = "locked" in str(exc) or "busy" in str(exc)
+                with contextlib.suppress(AttributeError, sqlite3.Error):
+                    self._db.close()
+                if locked and time.monotonic() < deadline:
+                    # Two processes opening a new store at once: switching it to WAL or creating the
+                    # schema takes a lock that SQLite's busy handler does not always wait for.
+                    time.sleep(0.05)
+                    continue
+                if locked:
+                    raise StateError(
+                        f"the state store {path} stayed locked for {OPEN_WAIT:g} s; is another hetflow stuck?"
+                    ) from None
+                raise StateError(f"cannot open the state store {path}: {exc}") from None
+            except sqlite3.DatabaseError as exc:
+                damaged = "point HETFLOW_HOME elsewhere or move the damaged file away"
+                raise StateError(f"cannot open the state store {path}: {exc}; {damaged}") from None
+
+    def _open(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # isolation_level=None: we issue BEGIN ourselves (BEGIN IMMEDIATE for leases).
+        self._db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+        self._db.row_factory = sqlite3.Row
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.execute("PRAGMA busy_timeout=30000")
+        # Only a new store is written to on open, so readers (ps, show) never wait on a writer.
+        self._migrate()
+        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+            self._db.executescript(_SCHEMA + _SCHEMA_DATA)
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
 
     def _open_read_only(self, path: Path) -> None:
         if not path.is_file():
