@@ -201,3 +201,17 @@ class Plan:
     objective: str = "makespan"
     optimal: bool = False  # proven optimal (exact mode)
     notes: tuple[str, ...] = field(default=())
+
+
+def placed_option(options: tuple[Option, ...], p: Placement) -> Option | None:
+    """The option a placement follows: its variant on its machine class, holding a share, a
+    MIG instance or whole GPUs as the placement does (the validator and the simulator ask)."""
+    for o in options:
+        if (
+            o.variant == p.variant
+            and o.machine_class == p.machine_class
+            and (o.share > 0) == (p.share > 0)
+            and bool(o.mig) == (p.mig_device is not None)
+        ):
+            return o
+    return None

@@ -32,7 +32,7 @@ from typing import Any
 
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import gang_runtime, machine_shares
-from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan
+from hetflow.plan.instance import Instance, MachineClass, Placement, Plan, placed_option
 from hetflow.plan.sharecheck import planned_load
 from hetflow.spec import format_duration
 
@@ -126,21 +126,9 @@ def _runtime_factors(instance: Instance, noise: float, seed: int) -> dict[str, f
     return {t.name: 1.0 + noise * (2.0 * rng.random() - 1.0) for t in instance.tasks}
 
 
-def _option(instance: Instance, p: Placement) -> Option | None:
-    for o in instance.task(p.task).options:
-        if (
-            o.variant == p.variant
-            and o.machine_class == p.machine_class
-            and (o.share > 0) == (p.share > 0)
-            and bool(o.mig) == (p.mig_device is not None)
-        ):
-            return o
-    return None
-
-
 def _estimate(instance: Instance, p: Placement) -> float:
     task = instance.task(p.task)
-    o = _option(instance, p)
+    o = placed_option(instance.task(p.task).options, p)
     if o is not None and o.share > 0:
         return max(o.runtime, p.finish - p.start)  # the planned load's slowdown included
     if o is not None:
@@ -237,7 +225,7 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
                     raise ValueError(f"plan puts {name!r} on {mid!r}, which class {cls.name!r} does not have")
                 machines[mid] = _Machine(cls, [], cores=float(cls.cores), memory=cls.memory, gpus=set(range(cls.gpus)))
             machines[mid].queue.append(name)
-            o = _option(instance, p)
+            o = placed_option(instance.task(p.task).options, p)
             if p.share > 0 and o is not None:
                 machines[mid].levels[name] = planned_load(p, o, machines[mid].cls)
 

@@ -19,7 +19,7 @@ from collections import defaultdict
 
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import gang_runtime, machine_shares
-from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task
+from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task, placed_option
 from hetflow.plan.sharecheck import check_slices, runtime_problem
 
 _REL = 1e-9
@@ -45,19 +45,6 @@ def check_plan(instance: Instance, plan: Plan) -> list[str]:
     return problems
 
 
-def _find_option(options: tuple[Option, ...], p: Placement) -> Option | None:
-    """The option ``p`` follows: a share, a MIG instance or whole GPUs, as it holds."""
-    for o in options:
-        if (
-            o.variant == p.variant
-            and o.machine_class == p.machine_class
-            and (o.share > 0) == (p.share > 0)
-            and bool(o.mig) == (p.mig_device is not None)
-        ):
-            return o
-    return None
-
-
 def _check_sliced(
     instance: Instance, plan: Plan, valid: list[tuple[Placement, MachineClass]], problems: list[str]
 ) -> None:
@@ -65,15 +52,10 @@ def _check_sliced(
     options: dict[str, Option] = {}
     for task in instance.tasks:
         p = plan.placements.get(task.name)
-        o = _find_option(task.options, p) if p is not None else None
+        o = placed_option(task.options, p) if p is not None else None
         if p is not None and o is not None:
             options[task.name] = o
-    by_machine: dict[str, list[Placement]] = defaultdict(list)
-    classes: dict[str, MachineClass] = {}
-    for p, cls in valid:
-        if not _close(p.start, p.finish):
-            by_machine[p.machine].append(p)
-            classes[p.machine] = cls
+    by_machine, classes = _holding(valid)
     for machine, items in by_machine.items():
         if any(p.share > 0 or p.mig_device is not None for p in items):
             check_slices(machine, classes[machine], items, options, problems)
@@ -99,7 +81,7 @@ def _check_placements(instance: Instance, plan: Plan, problems: list[str]) -> li
             problems.append(f"{where}: its placement names task {p.task!r}")
         if p.start < 0:
             problems.append(f"{where} starts at {p.start:g}, before time 0")
-        option = _find_option(task.options, p)
+        option = placed_option(task.options, p)
         if option is None:
             problems.append(f"{where}: variant {p.variant!r} on class {p.machine_class!r} is not one of its options")
         else:
@@ -174,15 +156,23 @@ def _check_edges(instance: Instance, plan: Plan, problems: list[str]) -> None:
             )
 
 
-def _check_machines(instance: Instance, valid: list[tuple[Placement, MachineClass]], problems: list[str]) -> None:
+def _holding(
+    valid: list[tuple[Placement, MachineClass]],
+) -> tuple[dict[str, list[Placement]], dict[str, MachineClass]]:
+    """The placements that hold their machine, grouped by machine, and each machine's class.
+    A task of (next to) no length holds nothing; left in, its finish event (moved back by the
+    rounding tolerance) would sort before its start."""
     by_machine: dict[str, list[Placement]] = defaultdict(list)
     classes: dict[str, MachineClass] = {}
     for p, cls in valid:
-        # A task of (next to) no length holds nothing; left in, its finish event (moved back by
-        # the rounding tolerance) would sort before its start.
         if not _close(p.start, p.finish):
             by_machine[p.machine].append(p)
             classes[p.machine] = cls
+    return by_machine, classes
+
+
+def _check_machines(instance: Instance, valid: list[tuple[Placement, MachineClass]], problems: list[str]) -> None:
+    by_machine, classes = _holding(valid)
     for machine, items in by_machine.items():
         cls = classes[machine]
         if instance.one_task_per_machine:
