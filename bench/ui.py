@@ -22,7 +22,7 @@ to every page: requestAnimationFrame after body data-ready, then a task), so sty
 and paint of the 2,000 nodes and rows are counted too; the target (< 2 s) is checked on it.
 
 Where the figures flatter: the first load pays the server's cold DAG cache (reading and
-validating the 2,000-step workflow once); the later loads are served from it (GraphCache), and
+validating the 2,000-step workflow once); the later loads are served from it (RunCache), and
 the browser has app.js and the vendored libraries cached after the first load.  Both are
 printed: cold (first load, a fresh server) and the median and max of all loads.  The API is
 timed on a second fresh server: first (cold) and the rest (warm).  Above 300 nodes the page

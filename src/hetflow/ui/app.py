@@ -52,7 +52,7 @@ from hetflow.ui.streams import ATTEMPT_OVER, log_events, log_path, log_tail, run
 from hetflow.ui.views import (
     BadRequest,
     Forbidden,
-    GraphCache,
+    RunCache,
     cluster_nodes,
     nodes_json,
     page_query,
@@ -141,7 +141,7 @@ def _offset(raw: str | None) -> int | None:
 def create_app(config: UiConfig) -> Starlette:
     """The dashboard for ``config`` (already ``checked()``: a token where one is needed)."""
     reader = Reader(config.store_path)
-    graphs = GraphCache()
+    runs_read = RunCache()
     root = config.root.resolve()
 
     def api_config(request: Request) -> dict[str, Any]:
@@ -155,10 +155,10 @@ def create_app(config: UiConfig) -> Starlette:
     def runs(request: Request) -> dict[str, Any]:
         q = request.query_params
         state, name, limit, offset = page_query(q.get("state"), q.get("name"), q.get("limit"), q.get("offset"))
-        return runs_page(reader(), state, name, limit, offset)
+        return runs_page(reader(), runs_read, state, name, limit, offset)
 
     def run(request: Request) -> dict[str, Any]:
-        return run_detail(reader(), request.path_params["run_id"], graphs, show_env=config.show_env)
+        return run_detail(reader(), request.path_params["run_id"], runs_read, show_env=config.show_env)
 
     def gantt(request: Request) -> Response:
         store = reader()

@@ -69,7 +69,9 @@ def page_query(
     return state or None, name or None, n, start
 
 
-def runs_page(store: Store, state: str | None, name: str | None, limit: int, offset: int) -> dict[str, Any]:
+def runs_page(
+    store: Store, cache: RunCache, state: str | None, name: str | None, limit: int, offset: int
+) -> dict[str, Any]:
     records, total = store.runs_page(state=state, name=name, limit=limit, offset=offset)
     counts = store.step_counts(r.id for r in records)
     runs = []
@@ -82,7 +84,7 @@ def runs_page(store: Store, state: str | None, name: str | None, limit: int, off
         item["counts"] = n
         item["progress"] = item["steps_done"] / item["steps_total"] if item["steps_total"] else 0.0
         item["duration"] = _duration(r)
-        item["cost"] = _planned_cost(store, r.id)
+        item["cost"] = cache.cost(store, r.id)
         runs.append(item)
     return {"total": total, "offset": offset, "limit": limit, "runs": runs}
 
@@ -98,21 +100,31 @@ class Shape:
 
 
 @dataclass
-class GraphCache:
-    """Each run's ``Shape``, read once from its recorded workflow (a 2,000-step workflow
-    takes a while to load): kept per run and the number of fan-outs expanded when it was
-    read, since a fan-out over an upstream step's output adds steps while the run goes."""
+class RunCache:
+    """What the dashboard reads of a run once, not on every refresh.
 
-    shapes: dict[tuple[str, bool], tuple[int, Shape]] = field(default_factory=dict)
+    A run's ``Shape`` comes from its recorded workflow (a 2,000-step workflow takes a while
+    to load): kept with the number of fan-outs expanded when it was read, since a fan-out
+    over an upstream step's output adds steps while the run goes.  A run's planned cost
+    comes from the plan stored with it when it was created, which no later write changes;
+    the run list asks for it every 2 s."""
+
+    shapes: dict[str, tuple[int, Shape]] = field(default_factory=dict)
+    costs: dict[str, float | None] = field(default_factory=dict)
 
     def shape(self, store: Store, run_id: str, steps: list[str], show_env: bool) -> Shape:
         expanded = len(store.expansions(run_id))
-        hit = self.shapes.get((run_id, show_env))
+        hit = self.shapes.get(run_id)
         if hit is not None and hit[0] == expanded and len(hit[1].graph["nodes"]) == len(steps):
             return hit[1]
         shape = _shape(store, run_id, steps, show_env)
-        self.shapes[(run_id, show_env)] = (expanded, shape)
+        self.shapes[run_id] = (expanded, shape)
         return shape
+
+    def cost(self, store: Store, run_id: str) -> float | None:
+        if run_id not in self.costs:
+            self.costs[run_id] = _planned_cost(store, run_id)
+        return self.costs[run_id]
 
 
 def _shape(store: Store, run_id: str, steps: list[str], show_env: bool) -> Shape:
@@ -139,7 +151,7 @@ def _shape(store: Store, run_id: str, steps: list[str], show_env: bool) -> Shape
     return Shape({"nodes": nodes, "edges": edges, "note": note}, env)
 
 
-def run_detail(store: Store, run_id: str, graphs: GraphCache, *, show_env: bool = False) -> dict[str, Any]:
+def run_detail(store: Store, run_id: str, cache: RunCache, *, show_env: bool = False) -> dict[str, Any]:
     """``hetflow show --json`` plus the DAG, each step's last image, retries and env names."""
     rid = store.resolve_run_id(run_id)
     record, steps, attempts = store.run(rid), store.steps(rid), store.attempts(rid)
@@ -147,9 +159,9 @@ def run_detail(store: Store, run_id: str, graphs: GraphCache, *, show_env: bool 
     data["outputs"] = [o.__dict__ for o in store.outputs(rid)]
     data["backend"] = record.backend
     data["duration"] = _duration(record)
-    data["cost"] = _planned_cost(store, rid)
+    data["cost"] = cache.cost(store, rid)
     data["cursor"] = store.last_event_id(rid)
-    shape = graphs.shape(store, rid, [s.step for s in steps], show_env)
+    shape = cache.shape(store, rid, [s.step for s in steps], show_env)
     data["graph"] = shape.graph
     gangs = {n["id"]: n["gang"] for n in shape.graph["nodes"] if n["gang"]}
     images = {a.step: a.image for a in attempts}
