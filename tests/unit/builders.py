@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hetflow.execute.backends.base import Job
-from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_STEP, ContainerEngine, ContainerSpec, FakeEngine
+from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_STEP, ContainerEngine, ContainerSpec
+from hetflow.execute.fakeengine import FakeEngine
 from hetflow.execute.runner import Runner, RunnerConfig
 from hetflow.execute.submit import create_run
 from hetflow.inventory.models import Cpu, Gpu, GpuSharing, Node

@@ -12,7 +12,7 @@ import pytest
 
 from hetflow.execute.attempts import NODE_FAULT_REQUEUES
 from hetflow.execute.backends.base import Capabilities, Job, JobState
-from hetflow.execute.engine import FakeEngine
+from hetflow.execute.fakeengine import FakeEngine
 from hetflow.execute.paths import RunPaths
 from hetflow.execute.runner import Runner
 from hetflow.plan.instance import MachineClass, Placement

@@ -11,7 +11,8 @@ import pytest
 
 from hetflow.errors import StateError
 from hetflow.execute import reset_for_resume, stop_run
-from hetflow.execute.engine import ContainerSpec, ContainerState, FakeEngine
+from hetflow.execute.engine import ContainerSpec, ContainerState
+from hetflow.execute.fakeengine import FakeEngine
 from hetflow.execute.outputs import damaged_outputs
 from hetflow.execute.paths import RunPaths, container_name
 from hetflow.spec.checks import edges_of

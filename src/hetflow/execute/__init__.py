@@ -9,7 +9,7 @@
     attempts    attempts in flight: accept outputs, retry with backoff, fail
     lifecycle   stop_run, reset_for_resume, adopting what a dead executor left, pid_alive
     doctor      leftovers of crashed runs (containers, networks, leases, stale runs) and repair
-    engine      the container engine seam (podman, docker, a fake); container, gpu, paths,
+    engine      the container engine seam (podman, docker; fakeengine: the fake); container, gpu, paths,
                 logs, outputs: what one container gets and leaves behind
     images      pin each step's image to the build for this node
     data        workflow data resolved at submit (host files hashed, S3 listed and fetched)
@@ -46,13 +46,13 @@ if TYPE_CHECKING:
         ContainerSpec,
         ContainerState,
         DockerEngine,
-        FakeEngine,
         Mount,
         Usage,
         cri_lines,
         make_engine,
         run_args,
     )
+    from hetflow.execute.fakeengine import FakeEngine
     from hetflow.execute.fanout import expand_for_planning
     from hetflow.execute.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
     from hetflow.execute.images import PinResult, default_resolver, pin_images
@@ -81,6 +81,7 @@ _WHERE = {
     "attempts": ["RunnerConfig"],
     "cache": ["Key", "ResultCache", "cache_key", "input_digests"],
     "data": ["DataManifest", "resolve_data"],
+    "fakeengine": ["FakeEngine"],
     "fanout": ["expand_for_planning"],
     "prepare": ["cluster_instance"],
     "container": ["build_spec", "container_env", "input_mounts"],
@@ -94,7 +95,6 @@ _WHERE = {
         "ContainerSpec",
         "ContainerState",
         "DockerEngine",
-        "FakeEngine",
         "Mount",
         "Usage",
         "cri_lines",
