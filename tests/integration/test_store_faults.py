@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.hfkit import BUSYBOX, Hetflow, write
+from tests.integration.hfkit import BUSYBOX, Hetflow, podman, run_containers, write
 
 TWO_STEPS = f"""
 apiVersion: hetflow/v1
@@ -225,3 +225,71 @@ def test_a_lost_store_is_reported_not_replaced(hf: Hetflow, tmp_path: Path, how:
     hf("run", wf, "-q", extra_env={"HETFLOW_NEW_STORE": "1"})  # the documented way to accept a fresh one
     assert len(hf.show(hf.last_run())["steps"]) == 1
     hf("ps", "--all")  # and the fresh store is the store from now on
+
+
+TWO_LONG = f"""
+apiVersion: hetflow/v1
+name: long
+steps:
+  a:
+    image: {BUSYBOX}
+    command: [sh, -c, "trap 'exit 143' TERM; sleep 300 & wait"]
+  b:
+    image: {BUSYBOX}
+    command: [sh, -c, "trap 'exit 143' TERM; sleep 300 & wait"]
+"""
+
+
+def fill(disk: Path) -> Path:
+    """Write zeros under ``disk`` until it is full (ENOSPC); the file written."""
+    filler = disk / "filler"
+    with filler.open("wb") as f:
+        try:
+            while True:
+                f.write(b"\0" * (1 << 20))
+                f.flush()
+        except OSError:
+            pass
+    return filler
+
+
+def test_a_store_whose_disk_fills_stops_the_run_cleanly_and_keeps_what_it_recorded(
+    tmp_path: Path, busybox: str, small_disk: Path
+) -> None:
+    """HETFLOW_HOME on a small tmpfs that something else fills while the run goes on."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HETFLOW_", "SUDO_"))}
+    env.update(HETFLOW_HOME=str(small_disk), HETFLOW_WORKDIR=str(tmp_path / "work"), HETFLOW_POLL_INTERVAL="0.1")
+    hf = Hetflow(small_disk, env)
+    run = hf.popen("run", write(tmp_path, TWO_LONG), "-q")
+    out = Output(run)
+    try:
+        hf.wait_for(lambda: both_running(hf), timeout=60)
+        run_id = hf.last_run()
+        before = hf.show(run_id)
+        filler = fill(small_disk)
+        podman("kill", f"hf-{run_id}-a-1")  # a's end must be recorded: the store cannot take it
+        assert run.wait(timeout=60) == 2, out.text
+    finally:
+        if run.poll() is None:
+            run.kill()
+    out._thread.join(timeout=10)
+    text = " ".join(out.text.split())
+    assert f"the state store cannot be written: the disk at {small_disk}" in text, text
+    assert f"'hetflow resume {run_id}' continues it" in text
+    assert "Traceback" not in text and "internal error" not in text
+    assert run_containers(run_id, running=True) == []  # b was stopped with the run
+
+    filler.unlink()
+    after = hf.show(run_id)  # nothing recorded before the disk filled is lost
+    assert [(s["step"], s["state"], s["attempts"]) for s in after["steps"]] == [
+        (s["step"], s["state"], s["attempts"]) for s in before["steps"]
+    ]
+    proc = hf("resume", run_id, "-q", check=False)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr
+
+
+def both_running(hf: Hetflow) -> bool:
+    proc = hf("ps", "--all", "--json", check=False)
+    if proc.returncode != 0 or '"long"' not in proc.stdout:
+        return False
+    return all(s["state"] == "running" for s in hf.show(hf.last_run())["steps"])
