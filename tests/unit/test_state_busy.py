@@ -198,3 +198,47 @@ def test_a_page_damaged_store_is_refused_for_writing(tmp_path: Path) -> None:
     with pytest.raises(StoreDamaged, match=r"is damaged \(.*\); hetflow will not write to it.*\.recover"):
         Store(db)
     assert db.read_bytes() == bytes(data)
+
+
+def test_a_store_write_waits_for_a_lock_held_by_another_connection(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real retry in Store._tx: the write waits, says so, and lands once the lock goes."""
+    import threading
+
+    monkeypatch.setenv("HETFLOW_STORE_BUSY_TIMEOUT", "0.1")
+    db = tmp_path / "state.db"
+    store = Store(db)
+    said: list[str] = []
+    released = threading.Event()
+    holder = sqlite3.connect(db, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+
+    def say(message: str) -> None:
+        said.append(message)
+        if not released.is_set():
+            holder.execute("COMMIT")  # released once the waiting was said
+            released.set()
+
+    store.say = say
+    store.remember_hash("k", "abc")
+
+    assert released.is_set() and store.file_hash("k") == "abc"
+    assert len(said) == 1 and said[0].startswith(f"state store busy: waiting for the lock on {db}")
+    assert "(pid " not in said[0]  # the holder is this very process: not named as another
+
+
+def test_a_write_to_a_store_on_a_full_disk_is_a_store_full_error(tmp_path: Path) -> None:
+    """SQLITE_FULL (here: max_page_count reached, which SQLite reports as a full database)."""
+    from hetflow.state import StoreFull
+
+    store = Store(tmp_path / "state.db")
+    store.remember_hash("before", "kept")
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count={pages}")
+
+    with pytest.raises(StoreFull, match=r"the state store cannot be written: the disk at /.* is full"):
+        for i in range(200):
+            store.remember_hash(f"k{i}", "x" * 1000)
+    assert store.file_hash("before") == "kept"  # what was recorded stays, and reads
+    assert not store._db.in_transaction  # the failed write was rolled back

@@ -1,7 +1,8 @@
 """SQLite state store (stdlib sqlite3, WAL), shared by every hetflow process on a host.
 
-WAL lets ``hetflow ps`` read while a run writes; ``busy_timeout`` makes concurrent
-writers (several ``hetflow run`` at once) wait instead of failing.  GPU leases live
+WAL lets ``hetflow ps`` read while a run writes; ``busy_timeout`` and, past it, the retry
+around every write transaction (``state.busy``) make concurrent writers (several ``hetflow
+run`` at once, or a person's open ``sqlite3`` shell) wait instead of failing.  GPU leases live
 here too, so a GPU's holders (one whole, or its time-slicing / MPS tenants, or one per
 MIG instance) are the same for every process on the host.
 """
