@@ -186,7 +186,7 @@ class Attempts:
         staging = self.paths.staging(act.step, act.attempt)
         final = self.paths.step_out(act.step)
         if exit_code != 0:
-            full = out_of_space(staging, self.paths.log(act.step, act.attempt))  # removes partial outputs
+            full = out_of_space(staging)  # removes the partial outputs of a step that filled its disk
             if full is not None:
                 self.fail(act, exit_code, f"{exit_reason(exit_code)}: {full}", retry=False)
                 return

@@ -3,19 +3,18 @@
 A container writing more than its work directory's disk holds fails with ENOSPC inside;
 left alone, its half-written outputs keep the disk full for every later step (and the
 store beside it).  ``out_of_space`` tells such a failure (the disk holding the attempt's
-/out has under ``LOW_WATER`` left, or the step's log says "No space left on device"),
-removes the attempt's partial outputs and says which disk filled and how much to free."""
+/out has under ``LOW_WATER`` left after it; the step's log saying "No space left on device"
+is not enough: the container's own tmpfs /tmp filling says that too), removes the attempt's
+partial outputs and says which disk filled and how much to free."""
 
 from __future__ import annotations
 
 import shutil
 from pathlib import Path
 
-from hetflow.execute.logs import log_tail
 from hetflow.state import free_bytes, mount_point
 
 LOW_WATER = 1 << 20  # bytes: less free than this after a failed step counts as a full disk
-ENOSPC_TEXT = "No space left on device"  # strerror(ENOSPC), what tools print (glibc)
 
 
 def _size(path: Path) -> int:
@@ -28,11 +27,9 @@ def _mb(n: int) -> str:
     return f"{n / 1e6:.1f} MB"
 
 
-def is_out_of_space(staging: Path, log: Path) -> bool:
+def is_out_of_space(staging: Path) -> bool:
     free = free_bytes(staging)
-    if free is not None and free < LOW_WATER:
-        return True
-    return any(ENOSPC_TEXT in line for line in log_tail(log, 5))
+    return staging.exists() and free is not None and free < LOW_WATER
 
 
 def remove_partial(staging: Path) -> int:
@@ -47,10 +44,10 @@ def remove_partial(staging: Path) -> int:
     return written
 
 
-def out_of_space(staging: Path, log: Path) -> str | None:
+def out_of_space(staging: Path) -> str | None:
     """When the attempt failed for want of disk: remove its partial outputs and say why
     (the disk, what it wrote, what to free); else None and nothing is touched."""
-    if not is_out_of_space(staging, log):
+    if not is_out_of_space(staging):
         return None
     return full_disk_reason(staging, remove_partial(staging))
 
