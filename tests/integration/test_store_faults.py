@@ -5,6 +5,7 @@ tmpfs), a page-damaged store, and a store deleted or emptied under a HETFLOW_HOM
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -196,6 +197,15 @@ def test_a_page_damaged_store_is_refused_and_left_as_it_is(hf: Hetflow, tmp_path
         assert f"the state store {db} is damaged" in proc.stderr
         assert ".recover" in proc.stderr and "Traceback" not in proc.stderr
     assert sha(db) == before
+
+    # the recipe the message gives (the .dump one: this Debian's sqlite3 cannot .recover)
+    recipe = re.search(r"'(sqlite3 \S+ \.dump \| .*? \| sqlite3 (\S+))'", " ".join(proc.stderr.split()))
+    assert recipe is not None, proc.stderr
+    subprocess.run(["sh", "-c", recipe.group(1)], check=True, capture_output=True)
+    db.rename(tmp_path / "damaged.db")
+    Path(recipe.group(2)).rename(db)
+    hf("run", wf, "-q")  # the recovered store is written to again
+    assert len(json.loads(hf("ps", "--all", "--json").stdout)) >= 1
 
 
 STORE_GONE = [

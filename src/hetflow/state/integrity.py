@@ -39,11 +39,13 @@ def id_file(db: Path) -> Path:
 
 
 def damaged_message(db: Path, detail: str) -> str:
+    new = db.with_name("recovered.db")
     return (
-        f"the state store {db} is damaged ({detail}); hetflow will not write to it. Recover what it holds with"
-        f" 'sqlite3 {db} .recover | sqlite3 {db.with_name('recovered.db')}' and move the recovered file to {db}"
-        f" (keep the damaged one), or move {db} away and start with HETFLOW_NEW_STORE=1 (run history and the"
-        " cache index start empty)"
+        f"the state store {db} is damaged ({detail}); hetflow will not write to it. Save what it holds into a"
+        f" new file: 'sqlite3 {db} .recover | sqlite3 {new}' (where .recover answers 'SQL logic error', as Debian"
+        f" 12's sqlite3 does: 'sqlite3 {db} .dump | sed \"$ s/^ROLLBACK;.*/COMMIT;/\" | sqlite3 {new}'), then move"
+        f" {db} away (keep it) and {new} to {db}; or move {db} away and run with {NEW_STORE_ENV}=1 to start an"
+        " empty store (run history and the cache index are lost)"
     )
 
 
