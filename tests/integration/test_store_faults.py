@@ -285,17 +285,25 @@ def test_a_store_whose_disk_fills_stops_the_run_cleanly_and_keeps_what_it_record
     out._thread.join(timeout=10)
     text = " ".join(out.text.split())
     assert f"the state store cannot be written: the disk at {small_disk}" in text, text
-    assert f"'hetflow resume {run_id}' continues it" in text
+    assert f"The run was stopped; once there is room, 'hetflow resume {run_id}' continues it" in text
     assert "Traceback" not in text and "internal error" not in text
     assert run_containers(run_id, running=True) == []  # b was stopped with the run
 
     filler.unlink()
-    after = hf.show(run_id)  # nothing recorded before the disk filled is lost
-    assert [(s["step"], s["state"], s["attempts"]) for s in after["steps"]] == [
-        (s["step"], s["state"], s["attempts"]) for s in before["steps"]
-    ]
-    proc = hf("resume", run_id, "-q", check=False)
-    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr
+    after = hf.show(run_id)
+    # recorded in the room the store kept for it (state.db.reserve): the run and b stopped, a's end
+    # kept for resume to collect, as `hetflow stop` leaves them; nothing recorded before is lost
+    assert after["state"] == "stopped" and "the disk at" in after["message"], after
+    assert {s["step"]: (s["state"], s["attempts"]) for s in after["steps"]} == {
+        "a": ("running", 1),
+        "b": ("stopped", 1),
+    }
+    assert [s["attempts"] for s in before["steps"]] == [1, 1]
+    assert (small_disk / "state.db.reserve").exists()  # taken again on the next open
+    proc = hf("resume", run_id, "-q", "-d", check=False)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr
+    hf.wait_for(lambda: hf.show(run_id)["steps"][1]["state"] == "running", timeout=60)
+    hf("stop", run_id)
 
 
 def both_running(hf: Hetflow) -> bool:

@@ -242,3 +242,15 @@ def test_a_write_to_a_store_on_a_full_disk_is_a_store_full_error(tmp_path: Path)
             store.remember_hash(f"k{i}", "x" * 1000)
     assert store.file_hash("before") == "kept"  # what was recorded stays, and reads
     assert not store._db.in_transaction  # the failed write was rolled back
+
+
+def test_a_writer_keeps_a_reserve_that_a_full_disk_can_have_back(tmp_path: Path) -> None:
+    from hetflow.state.integrity import RESERVE, reserve_file
+
+    db = tmp_path / "state.db"
+    store = Store(db)
+    assert reserve_file(db).stat().st_size == RESERVE
+    assert store.release_reserve() and not reserve_file(db).exists()
+    assert not store.release_reserve()  # given once
+    Store(db).close()
+    assert reserve_file(db).stat().st_size == RESERVE

@@ -33,7 +33,7 @@ from hetflow.execute.dispatch import ClusterDispatch, Dispatch, LocalDispatch
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import read_items
 from hetflow.execute.launch import Launcher
-from hetflow.execute.lifecycle import pid_alive, reconcile
+from hetflow.execute.lifecycle import pid_alive, reconcile, stop_run
 from hetflow.execute.paths import RunPaths
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, MachineClass, Placement, VariantChooser
@@ -197,12 +197,18 @@ class Runner:
                     return self._finish(steps)
                 self.sleep(self._next_wait(steps, interval))
         except StoreFull as exc:
-            # The store cannot record what happens next: stop the run's containers rather than let
-            # them finish unrecorded.  What is stored stays (each write is one transaction).
-            self.backend.cancel([a.container for a in self.attempts.active.values()])
+            # The store cannot record what happens next: stop the run rather than let its containers
+            # finish unrecorded, recorded as `hetflow stop` would in the room the store kept for it
+            # (its reserve); with none, the containers are stopped all the same.  What is stored stays
+            # (each write is one transaction).
+            self.store.release_reserve()
+            try:
+                stop_run(self.store, self.backend, self.run_id)
+                self.store.set_run(self.run_id, message=f"stopped: {exc}")
+            except StoreFull:
+                self.backend.cancel([a.container for a in self.attempts.active.values()])
             raise StoreFull(
-                f"{exc}. The run's containers were stopped; once there is room, 'hetflow resume {self.run_id}'"
-                " continues it"
+                f"{exc}. The run was stopped; once there is room, 'hetflow resume {self.run_id}' continues it"
             ) from None
         finally:
             self.attempts.flush_removals()

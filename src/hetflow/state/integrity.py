@@ -9,6 +9,8 @@
   file written beside it when it is created, or run folders under ``$HETFLOW_HOME/runs``.
   ``HETFLOW_NEW_STORE=1`` accepts a fresh store there.
 - A full disk under the store fails a write with SQLITE_FULL; ``StoreFull`` names the disk.
+  A ballast file, ``state.db.reserve`` (``RESERVE`` bytes, written when a writer opens the
+  store), is given up then, so the executor can still record that it stopped the run.
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ from hetflow.errors import StateError
 
 NEW_STORE_ENV = "HETFLOW_NEW_STORE"
 QUICK_CHECK_LINES = 5  # of quick_check's findings, this many are quoted
+# Room for the executor to record a stop when the store's disk is full: ~250 WAL frames of
+# 4 KiB, far more than stopping a run writes (a few pages per attempt).
+RESERVE = 1 << 20
 
 
 class StoreFull(StateError):
@@ -117,6 +122,39 @@ def new_id() -> str:
 
 
 # --- full disks ---------------------------------------------------------------------
+
+
+def reserve_file(db: Path) -> Path:
+    return db.with_name(db.name + ".reserve")
+
+
+def ensure_reserve(db: Path) -> None:
+    """Keep ``RESERVE`` bytes of real blocks (zeros, not a sparse file) beside the store;
+    on a disk too full for them, go on without (the next open tries again)."""
+    target = reserve_file(db)
+    try:
+        if target.stat().st_size >= RESERVE:
+            return
+    except FileNotFoundError:
+        pass
+    tmp = target.with_name(f".{target.name}.{os.getpid()}")
+    try:
+        with tmp.open("wb") as f:
+            f.write(b"\0" * RESERVE)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, target)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+
+
+def release_reserve(db: Path) -> bool:
+    """Give the reserve's blocks back to a full disk; whether there was one."""
+    try:
+        reserve_file(db).unlink()
+    except OSError:
+        return False
+    return True
 
 
 def mount_point(path: Path) -> Path:

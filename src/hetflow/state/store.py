@@ -27,12 +27,14 @@ from hetflow.state.integrity import (
     check_whole,
     damaged_message,
     disk_full_message,
+    ensure_reserve,
     free_bytes,
     id_file,
     is_corrupt,
     is_full,
     new_id,
     refuse_replacing,
+    release_reserve,
     write_id,
 )
 from hetflow.state.leases import LEASES_TABLE, Leases
@@ -133,6 +135,7 @@ class Store(Leases, Pages, DataRows):
         while True:
             try:
                 self._open(path)
+                ensure_reserve(path)
                 return
             except sqlite3.OperationalError as exc:
                 locked = is_busy(exc)
@@ -283,6 +286,11 @@ class Store(Leases, Pages, DataRows):
             if isinstance(exc, sqlite3.DatabaseError):
                 raise self._store_error(exc) from None
             raise
+
+    def release_reserve(self) -> bool:
+        """The store's disk is full: give back the reserve (``integrity.RESERVE``) so that what
+        must still be recorded (a run stopped) can be; whether there was one to give."""
+        return release_reserve(self.path)
 
     def _retry(self, call: Callable[[], T]) -> T:
         return retry_busy(call, db=self.path, settings=self.busy, say=self.say)
