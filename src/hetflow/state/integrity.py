@@ -140,9 +140,7 @@ def ensure_reserve(db: Path) -> None:
     tmp = target.with_name(f".{target.name}.{os.getpid()}")
     try:
         with tmp.open("wb") as f:
-            f.write(b"\0" * RESERVE)
-            f.flush()
-            os.fsync(f.fileno())
+            f.write(b"\0" * RESERVE)  # file systems count written blocks at write(), no fsync needed
         os.replace(tmp, target)
     except OSError:
         tmp.unlink(missing_ok=True)
