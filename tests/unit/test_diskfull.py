@@ -16,6 +16,18 @@ CASES = [
 ]
 
 
+def test_a_step_that_did_not_fill_the_disk_is_not_blamed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(diskfull, "free_bytes", lambda path: 0)
+    staging = tmp_path / "attempts" / "small" / "1" / "out"
+    staging.mkdir(parents=True)
+    (staging / "s.txt").write_bytes(b"")
+
+    reason = diskfull.out_of_space(staging)
+
+    assert reason is not None and not staging.exists()
+    assert "is full (" in reason and "not by this step's outputs; free space there" in reason
+
+
 @pytest.mark.parametrize(("free", "wrote", "full"), CASES)
 def test_out_of_space(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, free: int, wrote: bool, full: bool) -> None:
     monkeypatch.setattr(diskfull, "free_bytes", lambda path: free)

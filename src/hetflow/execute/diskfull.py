@@ -59,8 +59,14 @@ def full_disk_reason(staging: Path, written: int) -> str:
         room = f"{_mb(usage.free)} free now of {_mb(usage.total)}"
     except OSError:
         room = "its size unknown"
+    then = "then 'hetflow resume' runs the step again"
+    if written < LOW_WATER:  # not this step's outputs: something else filled the disk
+        return (
+            f"out of disk space: the disk at {mount} (holding {staging.parent}) is full ({room}), not by this"
+            f" step's outputs; free space there (or point the work directory elsewhere), {then}"
+        )
     return (
         f"out of disk space: the disk at {mount} (holding {staging.parent}) filled up; the step had written"
         f" {_mb(written)} of output (removed; {room}); free more than {_mb(written)} there (or point the"
-        " work directory elsewhere), then 'hetflow resume' runs the step again"
+        f" work directory elsewhere), {then}"
     )
