@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetflow.execute.backends.base import Backend, JobState, MeasuresOnRelease, MeasuresUsage
+from hetflow.execute.diskfull import full_disk_reason, out_of_space, remove_partial
 from hetflow.execute.engine import Usage
 from hetflow.execute.logs import log_tail
 from hetflow.execute.outputs import accept_outputs, missing_outputs
@@ -27,6 +28,7 @@ from hetflow.state import (
     OutputRecord,
     RunEvent,
     Store,
+    is_full,
     record,
 )
 
@@ -184,6 +186,10 @@ class Attempts:
         staging = self.paths.staging(act.step, act.attempt)
         final = self.paths.step_out(act.step)
         if exit_code != 0:
+            full = out_of_space(staging)  # removes the partial outputs of a step that filled its disk
+            if full is not None:
+                self.fail(act, exit_code, f"{exit_reason(exit_code)}: {full}", retry=False)
+                return
             self.fail(act, exit_code, exit_reason(exit_code) + (f": {reason}" if reason else ""))
             return
         self.record_usage(act)
@@ -193,7 +199,13 @@ class Attempts:
         if missing:
             self.fail(act, 0, "exited 0 but did not write declared output(s) " + ", ".join(missing) + " under /out")
             return
-        records = accept_outputs(self.run_id, act.step, staging, final, step.outputs)
+        try:
+            records = accept_outputs(self.run_id, act.step, staging, final, step.outputs)
+        except OSError as exc:
+            if not is_full(exc):
+                raise
+            self.fail(act, 0, full_disk_reason(staging, remove_partial(staging)), retry=False)
+            return
         if step.publish:
             try:
                 published = self.publisher(step, final, *self.owner)

@@ -165,7 +165,11 @@ class ResultCache:
         try:
             os.link(src, tmp)
         except OSError:
-            shutil.copyfile(src, tmp)
+            try:
+                shutil.copyfile(src, tmp)
+            except OSError:
+                tmp.unlink(missing_ok=True)  # a full disk leaves no partial object behind
+                raise
         os.replace(tmp, target)
 
     def lookup(self, key: Key) -> CacheEntry | None:

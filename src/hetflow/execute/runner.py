@@ -12,6 +12,7 @@ an attempt ends is ``attempts``; stop and resume are ``lifecycle``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -32,7 +33,7 @@ from hetflow.execute.dispatch import ClusterDispatch, Dispatch, LocalDispatch
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import read_items
 from hetflow.execute.launch import Launcher
-from hetflow.execute.lifecycle import pid_alive, reconcile
+from hetflow.execute.lifecycle import pid_alive, reconcile, stop_run
 from hetflow.execute.paths import RunPaths
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, MachineClass, Placement, VariantChooser
@@ -57,6 +58,9 @@ from hetflow.state import (
     RunStateChanged,
     StepRecord,
     Store,
+    StoreFull,
+    disk_full_message,
+    is_full,
     process_start,
 )
 
@@ -192,11 +196,26 @@ class Runner:
                 if all(s.state in STEP_TERMINAL for s in steps) and not self.attempts.active:
                     return self._finish(steps)
                 self.sleep(self._next_wait(steps, interval))
+        except StoreFull as exc:
+            # The store cannot record what happens next: stop the run rather than let its containers
+            # finish unrecorded, recorded as `hetflow stop` would in the room the store kept for it
+            # (its reserve); with none, the containers are stopped all the same.  What is stored stays
+            # (each write is one transaction).
+            self.store.release_reserve()
+            try:
+                stop_run(self.store, self.backend, self.run_id)
+                self.store.set_run(self.run_id, message=f"stopped: {exc}")
+            except StoreFull:
+                self.backend.cancel([a.container for a in self.attempts.active.values()])
+            raise StoreFull(
+                f"{exc}. The run was stopped; once there is room, 'hetflow resume {self.run_id}' continues it"
+            ) from None
         finally:
             self.attempts.flush_removals()
             if stop_watch is not None:
                 stop_watch()  # waits for the removals (and the usage read before each)
-            self.attempts.store_usage()
+            with contextlib.suppress(StoreFull):  # the usage of a store that is full stays unknown
+                self.attempts.store_usage()
             self.reporter.close()
 
     def _wait(self, timeout: float) -> None:
@@ -380,7 +399,13 @@ class Runner:
         step = self.store.step(self.run_id, name)
         key = self._key(name, step.variant or "")
         if key is not None and self.cache is not None:
-            self.cache.save(key, workflow=self.wf.name, step=name, run_id=self.run_id, records=records)
+            try:
+                self.cache.save(key, workflow=self.wf.name, step=name, run_id=self.run_id, records=records)
+            except OSError as exc:  # the step's result stands; only the cache lacks it
+                if not is_full(exc):
+                    raise
+                why = f"result not kept in the cache: {disk_full_message(self.cache.root)}"
+                self.attempts.emit(Note(0, self.run_id, self.clock(), why, name, "cache"))
 
     def _no_fit(self, name: str, why: str) -> None:
         """Nothing can ever run the step: an optional one is skipped, any other fails."""

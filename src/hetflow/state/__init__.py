@@ -8,6 +8,8 @@ states a run and a step may take, and the run's typed event stream.
     models   frozen records (RunRecord, StepRecord, ...) and states with their transitions
     events   RunEvent values, ``record`` (write), ``follow``/``tail``/``RunWatch`` (read)
     liveness is a running run's executor still there (pid and its start time)
+    busy     the retry that waits out a store another process holds locked
+    integrity quick_check on open, the store's marker (state.db.id), full disks
 """
 
 from hetflow.state.events import (
@@ -22,6 +24,15 @@ from hetflow.state.events import (
     record,
     tail,
     typed,
+)
+from hetflow.state.integrity import (
+    NEW_STORE_ENV,
+    StoreDamaged,
+    StoreFull,
+    disk_full_message,
+    free_bytes,
+    is_full,
+    mount_point,
 )
 from hetflow.state.liveness import executor_gone, pid_alive, process_start
 from hetflow.state.models import (
@@ -59,6 +70,7 @@ from hetflow.state.store import SCHEMA_VERSION, Store
 __all__ = [
     "FAILED",
     "LAUNCHING",
+    "NEW_STORE_ENV",
     "PENDING",
     "QUEUED",
     "QUEUED_PREFIX",
@@ -93,9 +105,15 @@ __all__ = [
     "StepRecord",
     "StepStateChanged",
     "Store",
+    "StoreDamaged",
+    "StoreFull",
     "UsageRow",
+    "disk_full_message",
     "executor_gone",
     "follow",
+    "free_bytes",
+    "is_full",
+    "mount_point",
     "pid_alive",
     "process_start",
     "record",

@@ -86,16 +86,20 @@ class DataRows:
         ).fetchall()
         return [CacheEntry(**dict(r)) for r in rows]
 
+    # Every write goes through ``_tx``: its retry waits out a busy store (``state.busy``).
     def touch_cache_entry(self, key: str) -> None:
-        self._db.execute("UPDATE cache_entries SET used = ? WHERE key = ?", (_now(), key))
+        with self._tx() as db:
+            db.execute("UPDATE cache_entries SET used = ? WHERE key = ?", (_now(), key))
 
     def drop_cache_entry(self, key: str) -> None:
-        self._db.execute("DELETE FROM cache_entries WHERE key = ?", (key,))
+        with self._tx() as db:
+            db.execute("DELETE FROM cache_entries WHERE key = ?", (key,))
 
     def drop_cache_entries(self, used_before: float | None) -> int:
-        if used_before is None:
-            return self._db.execute("DELETE FROM cache_entries").rowcount
-        return self._db.execute("DELETE FROM cache_entries WHERE used < ?", (used_before,)).rowcount
+        with self._tx() as db:
+            if used_before is None:
+                return db.execute("DELETE FROM cache_entries").rowcount
+            return db.execute("DELETE FROM cache_entries WHERE used < ?", (used_before,)).rowcount
 
     def cache_step(self, run_id: str, step: str, variant: str, outputs: list[OutputRecord], reason: str) -> None:
         """The step's result came from the cache: record its outputs, and the step succeeded
@@ -124,4 +128,5 @@ class DataRows:
         return None if row is None else str(row["sha256"])
 
     def remember_hash(self, key: str, sha256: str) -> None:
-        self._db.execute("INSERT OR REPLACE INTO file_hashes VALUES (?, ?, ?)", (key, sha256, _now()))
+        with self._tx() as db:
+            db.execute("INSERT OR REPLACE INTO file_hashes VALUES (?, ?, ?)", (key, sha256, _now()))

@@ -1,7 +1,8 @@
 """SQLite state store (stdlib sqlite3, WAL), shared by every hetflow process on a host.
 
-WAL lets ``hetflow ps`` read while a run writes; ``busy_timeout`` makes concurrent
-writers (several ``hetflow run`` at once) wait instead of failing.  GPU leases live
+WAL lets ``hetflow ps`` read while a run writes; ``busy_timeout`` and, past it, the retry
+around every write transaction (``state.busy``) make concurrent writers (several ``hetflow
+run`` at once, or a person's open ``sqlite3`` shell) wait instead of failing.  GPU leases live
 here too, so a GPU's holders (one whole, or its time-slicing / MPS tenants, or one per
 MIG instance) are the same for every process on the host.
 """
@@ -12,13 +13,30 @@ import contextlib
 import json
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from hetflow.errors import StateError
+from hetflow.state.busy import BusySettings, is_busy, retry_busy, say_on_stderr
 from hetflow.state.datarows import DataRows
+from hetflow.state.integrity import (
+    StoreDamaged,
+    StoreFull,
+    check_whole,
+    damaged_message,
+    disk_full_message,
+    ensure_reserve,
+    free_bytes,
+    id_file,
+    is_corrupt,
+    is_full,
+    new_id,
+    refuse_replacing,
+    release_reserve,
+    write_id,
+)
 from hetflow.state.leases import LEASES_TABLE, Leases
 from hetflow.state.models import (
     STEP_TRANSITIONS,
@@ -88,6 +106,8 @@ CREATE TABLE IF NOT EXISTS cache_entries (
   outputs_json TEXT NOT NULL);
 """
 
+T = TypeVar("T")
+
 
 def _now() -> float:
     return time.time()
@@ -98,19 +118,27 @@ class Store(Leases, Pages, DataRows):
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
         """``read_only``: a reader that can never change the store (a dashboard): SQLite's
-        ``mode=ro`` plus ``query_only``; it creates and migrates nothing, so the store must exist."""
+        ``mode=ro`` plus ``query_only``; it creates and migrates nothing, so the store must exist.
+
+        A writer waits out a busy store (``busy.retry_busy``), refuses a damaged one
+        (``integrity.check_whole``) and will not replace a missing or empty one where one was
+        (``integrity.refuse_replacing``)."""
         self.path = path
         self.read_only = read_only
+        self.busy = BusySettings.from_env()
+        self.say: Callable[[str], None] = say_on_stderr  # where "state store busy" messages go
         if read_only:
             self._open_read_only(path)
             return
+        refuse_replacing(path)
         deadline = time.monotonic() + OPEN_WAIT
         while True:
             try:
                 self._open(path)
+                ensure_reserve(path)
                 return
             except sqlite3.OperationalError as exc:
-                locked = "locked" in str(exc) or "busy" in str(exc)
+                locked = is_busy(exc)
                 with contextlib.suppress(AttributeError, sqlite3.Error):
                     self._db.close()
                 if locked and time.monotonic() < deadline:
@@ -122,24 +150,44 @@ class Store(Leases, Pages, DataRows):
                     raise StateError(
                         f"the state store {path} stayed locked for {OPEN_WAIT:g} s; is another hetflow stuck?"
                     ) from None
+                if is_full(exc):
+                    raise StoreFull(f"cannot open the state store: {disk_full_message(path)}") from None
                 raise StateError(f"cannot open the state store {path}: {exc}") from None
+            except StateError:
+                with contextlib.suppress(AttributeError, sqlite3.Error):
+                    self._db.close()
+                raise
             except sqlite3.DatabaseError as exc:
-                damaged = "point HETFLOW_HOME elsewhere or move the damaged file away"
-                raise StateError(f"cannot open the state store {path}: {exc}; {damaged}") from None
+                with contextlib.suppress(AttributeError, sqlite3.Error):
+                    self._db.close()
+                raise StoreDamaged(damaged_message(path, str(exc))) from None
 
     def _open(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         # isolation_level=None: we issue BEGIN ourselves (BEGIN IMMEDIATE for leases).
-        self._db = sqlite3.connect(str(path), timeout=30, isolation_level=None)
+        self._db = sqlite3.connect(str(path), timeout=self.busy.busy_timeout, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute("PRAGMA busy_timeout=30000")
+        self._db.execute(f"PRAGMA busy_timeout={int(self.busy.busy_timeout * 1000)}")
+        new = not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()
+        if not new:
+            check_whole(self._db, path)  # before anything is written to it
         # Only a new store is written to on open, so readers (ps, show) never wait on a writer.
         self._migrate()
-        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
+        if new:
             self._db.executescript(_SCHEMA + _SCHEMA_DATA)
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+            self._db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (new_id(),))
+        if new or not id_file(path).exists():
+            # the marker that a store exists here (an older hetflow's store gets it on its first open)
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'store_id'").fetchone()
+            try:
+                write_id(path, str(row[0]) if row else new_id())
+            except OSError as exc:
+                if is_full(exc):
+                    raise StoreFull(f"cannot open the state store: {disk_full_message(path)}") from None
+                raise StateError(f"cannot write {id_file(path)}: {exc.strerror}") from None
 
     def _open_read_only(self, path: Path) -> None:
         if not path.is_file():
@@ -218,14 +266,44 @@ class Store(Leases, Pages, DataRows):
 
     @contextmanager
     def _tx(self, immediate: bool = False) -> Iterator[sqlite3.Connection]:
-        self._db.execute("BEGIN IMMEDIATE" if immediate else "BEGIN")
+        """One write transaction.  Always BEGIN IMMEDIATE (``immediate`` is kept for the callers
+        that need it said): the write lock is taken, or waited for, at BEGIN, so no statement
+        inside ever meets a busy store (in WAL mode only BEGIN and, rarely, COMMIT wait for
+        another writer: https://sqlite.org/lang_transaction.html), and the one retry
+        (``busy.retry_busy``) around BEGIN and COMMIT waits out any lock, however long held.
+        A full disk or a damaged page fails with a StateError that says so."""
+        del immediate
+        begun = False
         try:
+            self._retry(lambda: self._db.execute("BEGIN IMMEDIATE"))
+            begun = True
             yield self._db
-        except BaseException:
-            self._db.execute("ROLLBACK")
+            self._retry(lambda: self._db.execute("COMMIT"))
+        except BaseException as exc:
+            if begun and self._db.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    self._db.execute("ROLLBACK")
+            if isinstance(exc, sqlite3.DatabaseError):
+                raise self._store_error(exc) from None
             raise
-        else:
-            self._db.execute("COMMIT")
+
+    def release_reserve(self) -> bool:
+        """The store's disk is full: give back the reserve (``integrity.RESERVE``) so that what
+        must still be recorded (a run stopped) can be; whether there was one to give."""
+        return release_reserve(self.path)
+
+    def _retry(self, call: Callable[[], T]) -> T:
+        return retry_busy(call, db=self.path, settings=self.busy, say=self.say)
+
+    def _store_error(self, exc: sqlite3.DatabaseError) -> Exception:
+        """What a failed write means to a user: a full disk, a damaged store, else the error."""
+        if is_full(exc) or (
+            "disk I/O error" in str(exc) and (free_bytes(self.path) or 0) < 1 << 20
+        ):  # ENOSPC on the WAL can surface as an I/O error
+            return StoreFull(f"the state store cannot be written: {disk_full_message(self.path)}")
+        if is_corrupt(exc):
+            return StoreDamaged(damaged_message(self.path, str(exc)))
+        return exc
 
     # --- runs -------------------------------------------------------------------------
 
