@@ -69,6 +69,7 @@ class Usage:
     image_id: str | None = None  # the image's digest (or, without one, its ID)
     started: float | None = None  # when the container's process started (epoch seconds)
     ended: float | None = None  # when it exited
+    oom_killed: bool | None = None  # True: the engine says the OOM killer ended it (None: it does not say)
 
 
 UNKNOWN = Usage()
@@ -484,6 +485,9 @@ def usage_from_inspect(info: Mapping[str, Any]) -> Usage:
         image_id=str(image) if image else None,
         started=parse_engine_time(state.get("StartedAt")),
         ended=parse_engine_time(state.get("FinishedAt")),
+        # podman and docker inspect's State.OOMKilled; false is no evidence either way (runc
+        # on cgroup v1 leaves it false for a container the OOM killer ended: nextattempt.py)
+        oom_killed=True if state.get("OOMKilled") else None,
     )
 
 

@@ -78,11 +78,20 @@ class Launcher:
         self.data = data or DataManifest()
 
     def launch(
-        self, name: str, s: StepRecord, vname: str, gpus: tuple[Gpu, ...], why: str, slot: Slot | None = None
+        self,
+        name: str,
+        s: StepRecord,
+        vname: str,
+        gpus: tuple[Gpu, ...],
+        why: str,
+        slot: Slot | None = None,
+        step: Step | None = None,
     ) -> None:
         """Start attempt ``s.attempts + 1`` of ``name``: lease, stage, record the intent, submit.
-        ``slot``: a share or MIG step's hold on ``gpus[0]`` (None: the GPUs whole)."""
-        step = self.wf.steps[name]
+        ``slot``: a share or MIG step's hold on ``gpus[0]`` (None: the GPUs whole); ``step``:
+        the step as this attempt runs it (its retry policy grew its resources or chose its
+        fallback variant; None: as written)."""
+        step = step or self.wf.steps[name]
         variant = step.resolved_variants()[vname]
         attempt = s.attempts + 1
         container = container_name(self.run_id, name, attempt)
@@ -171,7 +180,18 @@ class Launcher:
             gpu_request=engine_request(variant, where),
             gpu_sharing=where.gpu_sharing,
         )
-        act = Active(name, attempt, container, variant.resources.cpus * n, variant.resources.memory * n, uuids, why=why)
+        act = Active(
+            name,
+            attempt,
+            container,
+            variant.resources.cpus * n,
+            variant.resources.memory * n,
+            uuids,
+            why=why,
+            variant=vname,
+            node=where.node,
+            replicas=n,
+        )
         active[name] = act
         try:
             self.backend.submit(job)

@@ -33,6 +33,7 @@ from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import read_items
 from hetflow.execute.launch import Launcher
 from hetflow.execute.lifecycle import pid_alive, reconcile
+from hetflow.execute.nextattempt import adjusted
 from hetflow.execute.paths import RunPaths
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, MachineClass, Placement, VariantChooser
@@ -142,7 +143,7 @@ class Runner:
         # Engines that assign GPUs and queue work (Slurm, Ray) follow the cluster plan's
         # placements; this machine's capacity and GPU leases are hetflow's own concern.
         self.dispatch: Dispatch = (
-            ClusterDispatch(node, placements or {}, classes)
+            ClusterDispatch(node, placements or {}, classes, self.attempts.next)
             if self.backend.capabilities.assigns_gpus
             else LocalDispatch(
                 node=node,
@@ -153,6 +154,12 @@ class Runner:
                 pid=self.pid,
                 alive=alive,
             )
+        )
+        # what one node holds, for a retry's growth to stop at (``nextattempt.after_failure``)
+        sizes = {c.name: (float(c.cores), c.memory) for c in classes}
+        self.attempts.cluster = self.backend.capabilities.assigns_gpus
+        self.attempts.limits = (
+            sizes.get if self.attempts.cluster else lambda _: (float(node.cpu.cores), node.memory_bytes)
         )
         self.launcher = Launcher(
             store=store,
@@ -307,11 +314,14 @@ class Runner:
 
     def _try_launch(self, name: str, s: StepRecord) -> bool:
         """Launch the step, or take its result from the cache (True)."""
-        decision = self.dispatch.decide(name, self.wf.steps[name])
+        nxt = self.attempts.next.get(name)
+        step = adjusted(self.wf.steps[name], nxt)
+        decision = self.dispatch.decide(name, step)
         if decision.variant is not None:
             if self._from_cache(name, decision.variant):
                 return True
-            self.launcher.launch(name, s, decision.variant, decision.gpus, decision.why, decision.slot)
+            why = decision.why + (f"; retry: {nxt.describe()}" if nxt is not None and nxt.changes else "")
+            self.launcher.launch(name, s, decision.variant, decision.gpus, why, decision.slot, step)
         elif decision.wait:
             if s.reason != decision.why:
                 self.store.set_step(self.run_id, name, reason=decision.why)
