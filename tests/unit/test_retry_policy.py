@@ -55,7 +55,9 @@ def test_good_retry_policies(retry: str, expect: Retry) -> None:
     ],
     ids=["default", "duration", "mapping-capped", "constant"],
 )
-def test_backoff(retry: str, initial: float | None, factor: float | None, cap: float | None, delays: list[float]) -> None:
+def test_backoff(
+    retry: str, initial: float | None, factor: float | None, cap: float | None, delays: list[float]
+) -> None:
     policy = _policy(retry)
     b = policy.backoff
     if initial is None:
@@ -148,7 +150,13 @@ def test_out_of_memory_needs_exit_137_and_evidence(failure: Failure, oom: bool) 
             1024,
         ),
         (Retry(count=1, memory=4), _fail(exit_code=1), (4.0, 8 << 30), [], None),
-        (Retry(count=1, cpus=2), _fail(exit_code=1), (3.0, 8 << 30), ["cpus 2 -> 3 on retry, capped at the 3 vm has"], None),
+        (
+            Retry(count=1, cpus=2),
+            _fail(exit_code=1),
+            (3.0, 8 << 30),
+            ["cpus 2 -> 3 on retry, capped at the 3 vm has"],
+            None,
+        ),
         (Retry(count=1, fallback=("cpu",)), _fail("gpu", exit_code=3), None, ["variant gpu -> cpu after exit 3"], None),
         (Retry(count=1, fallback=("cpu",)), _fail("cpu", exit_code=3), None, [], None),
         (
