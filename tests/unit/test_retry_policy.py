@@ -256,3 +256,18 @@ def test_steering_keeps_the_chosen_variants_and_says_why(
     steered, why = steer_workflow(wf, steer, lambda s, v: gpu_runs or not v.uses_gpu)
     assert list(steered.steps["train"].resolved_variants()) == kept
     assert why.get("train") == reason
+
+
+@pytest.mark.parametrize(
+    ("text", "kills"),
+    [
+        ("oom_kill_disable 0\nunder_oom 0\noom_kill 2\n", 2),  # v1 memory.oom_control
+        ("low 0\nhigh 0\nmax 5\noom 1\noom_kill 1\noom_group_kill 0\n", 1),  # v2 memory.events
+        ("oom_kill_disable 0\nunder_oom 0\n", None),  # a kernel before 4.13 has no count
+    ],
+    ids=["v1-oom-control", "v2-memory-events", "no-count"],
+)
+def test_the_cgroups_oom_kill_count_is_read(text: str, kills: int | None) -> None:
+    from hetflow.execute.cgroups import parse_oom_kills
+
+    assert parse_oom_kills(text) == kills

@@ -378,7 +378,8 @@ class CliEngine:
         if self._cgroups is None:
             return found
         measured = cgroups.read_usage(self._cgroups, name)
-        return replace(found, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds)
+        oom = True if found.oom_killed or measured.oom_kills else None
+        return replace(found, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds, oom_killed=oom)
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         """Call ``wake`` the moment a container of the run exits (``exits.ExitWatch``: each
