@@ -320,12 +320,16 @@ class Attempts:
         """Work out the step's next attempt after ``failure``; say what changed (and
         record it as a run event), or "" when nothing did."""
         step = self.wf.steps[name]
+        limits = self.limits(failure.node)
+        if limits is not None and step.replicas > 1 and not self.cluster:
+            # this one machine holds every replica of a gang: each may grow to its share only
+            limits = (limits[0] / step.replicas, limits[1] // step.replicas)
         nxt = after_failure(
             step,
             policy or step.retry_policy,
             failure,
             self.next.get(name),
-            self.limits(failure.node),
+            limits,
             cluster=self.cluster,
         )
         self.next[name] = nxt

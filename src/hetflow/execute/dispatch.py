@@ -162,12 +162,14 @@ class ClusterDispatch:
         placements: Mapping[str, Placement],
         classes: Sequence[MachineClass],
         nexts: Mapping[str, NextAttempt] | None = None,
+        reasons: Mapping[str, str] | None = None,
     ) -> None:
         self.node = node  # this machine: its control devices still go into a CPU step's container
         self.placements = dict(placements)
         self.classes = tuple(classes)
         self.nexts: Mapping[str, NextAttempt] = nexts if nexts is not None else {}  # what retries changed
         self.moved: dict[str, tuple[str, str]] = {}  # step -> (variant, class) a retry moved it to
+        self.reasons = dict(reasons or {})  # step -> why the plan has its variant (--variant, --prefer)
         # node class -> GPU model (the engine's GPU type), and -> the one node a class of one
         # names (the engine's node list: a cluster file lists Slurm nodes or Ray nodes by name)
         self.gpu_models = {c.name: c.gpu_model for c in classes if c.gpus}
@@ -182,7 +184,9 @@ class ClusterDispatch:
         avoid = nxt.avoid if nxt is not None else frozenset()
         self.moved.pop(name, None)
         if placed.variant in step.resolved_variants() and placed.machine_class not in avoid:
-            return Decision(placed.variant, (), f"{placed.variant} on {placed.machine_class} (planned)")
+            why = self.reasons.get(name)
+            planned = f"planned; {why}" if why else "planned"
+            return Decision(placed.variant, (), f"{placed.variant} on {placed.machine_class} ({planned})")
         return self._moved(name, step, placed, avoid)
 
     def _moved(self, name: str, step: Step, placed: Placement, avoid: frozenset[str]) -> Decision:

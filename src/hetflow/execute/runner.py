@@ -36,7 +36,7 @@ from hetflow.execute.lifecycle import pid_alive, reconcile
 from hetflow.execute.nextattempt import adjusted
 from hetflow.execute.paths import RunPaths
 from hetflow.inventory import Node
-from hetflow.plan import GreedyChooser, MachineClass, Placement, VariantChooser
+from hetflow.plan import GreedyChooser, MachineClass, Placement, PlanChooser, VariantChooser
 from hetflow.spec import FANOUT_SEP, Workflow, edges_of, expand, fanout_parent, pending_source, topo_order
 from hetflow.state import (
     FAILED,
@@ -143,7 +143,14 @@ class Runner:
         # Engines that assign GPUs and queue work (Slurm, Ray) follow the cluster plan's
         # placements; this machine's capacity and GPU leases are hetflow's own concern.
         self.dispatch: Dispatch = (
-            ClusterDispatch(node, placements or {}, classes, self.attempts.next)
+            ClusterDispatch(
+                node,
+                placements or {},
+                classes,
+                self.attempts.next,
+                # the plan's reasons (--variant/--prefer) ride on the chooser the session built from it
+                reasons=chooser.reasons if isinstance(chooser, PlanChooser) else None,
+            )
             if self.backend.capabilities.assigns_gpus
             else LocalDispatch(
                 node=node,

@@ -32,6 +32,7 @@ from hetflow.spec import compose_yaml, read_yaml_text
 
 BACKENDS = ("local", "slurm", "ray")
 _KEYS = {"backend", "cluster", "workdir", "engine", "slurm", "ray", "cache"}
+_RUN_KEYS = _KEYS | {"variants", "prefer"}  # stored with a run: the command line's too, never a config file's
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,7 @@ class Settings:
     @classmethod
     def from_json(cls, text: str) -> Settings:
         data = json.loads(text or "{}")
-        return cls(**{k: v for k, v in data.items() if k in _KEYS}) if data else cls()
+        return cls(**{k: v for k, v in data.items() if k in _RUN_KEYS}) if data else cls()
 
 
 def load_settings(
