@@ -33,7 +33,10 @@ def test_an_oom_killed_step_is_retried_with_more_memory_and_says_so(hf: Hetflow,
     data = hf.show(hf.last_run())
     step = data["steps"][0]
     assert step["state"] == "succeeded" and step["attempts"] == 2
-    assert [a["exit_code"] for a in step["attempt_history"]] == [137, 0]
+    history = step["attempt_history"]
+    assert [a["exit_code"] for a in history] == [137, 0]
+    assert [a["memory"] for a in history] == [64 << 20, 256 << 20]  # what each attempt asked
+    assert history[1]["message"] == f"retry: {said}"  # the attempt says what changed for it
     assert said in step["reason"]  # the WHY column of `hetflow show`
     assert (step_out(hf, data["id"], "hog") / "ok").read_text() == "fed\n"
     store = Store(hf.home / "state.db", read_only=True)
@@ -70,6 +73,7 @@ def test_a_gpu_variant_failing_at_run_time_is_retried_on_the_cpu_variant(hf: Het
     history = step["attempt_history"]
     assert [(a["variant"], a["exit_code"], a["gpus"]) for a in history] == [("gpu", 3, [0]), ("cpu", 0, [])]
     assert "variant gpu -> cpu after exit 3" in step["reason"]
+    assert history[1]["message"] == "retry: variant gpu -> cpu after exit 3"
     assert (step_out(hf, data["id"], "train") / "model").read_text() == "cpu\n"
 
 

@@ -72,6 +72,7 @@ class Active:
     variant: str = ""  # the variant it runs
     node: str = ""  # where (this machine, or the planned node class)
     replicas: int = 1  # containers of a gang (cpus and memory above count them all)
+    change: str = ""  # what the step's retry policy changed for this attempt, in words
     waiting: str = ""  # what the engine last said it waits for (Slurm's Reason, Ray's), if anything
 
 
@@ -239,7 +240,13 @@ class Attempts:
         detail = f"{message}" + (f"; last output: {' | '.join(tail)}" if tail else "")
         now = self.clock()
         self.store.set_attempt(
-            self.run_id, act.step, act.attempt, state=FAILED, exit_code=exit_code, ended=now, message=detail
+            self.run_id,
+            act.step,
+            act.attempt,
+            state=FAILED,
+            exit_code=exit_code,
+            ended=now,
+            message=detail + (f" (retry: {act.change})" if act.change else ""),
         )
         self.emit(AttemptFinished(0, self.run_id, now, detail, act.step, act.attempt, FAILED, exit_code))
         self.release(act)
@@ -293,7 +300,8 @@ class Attempts:
             reason += f"; next attempt: {changed}" if changed else ""
         if node_fault:
             self.record_usage(act)
-        self.store.set_attempt(self.run_id, act.step, act.attempt, state=state, ended=now, message=reason)
+        said = reason + (f" (retry: {act.change})" if act.change else "")
+        self.store.set_attempt(self.run_id, act.step, act.attempt, state=state, ended=now, message=said)
         self.emit(AttemptFinished(0, self.run_id, now, reason, act.step, act.attempt, state, None))
         self.release(act)
         self.store.set_step(

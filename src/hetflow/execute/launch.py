@@ -86,11 +86,13 @@ class Launcher:
         why: str,
         slot: Slot | None = None,
         step: Step | None = None,
+        change: str = "",
     ) -> None:
         """Start attempt ``s.attempts + 1`` of ``name``: lease, stage, record the intent, submit.
         ``slot``: a share or MIG step's hold on ``gpus[0]`` (None: the GPUs whole); ``step``:
         the step as this attempt runs it (its retry policy grew its resources or chose its
-        fallback variant; None: as written)."""
+        fallback variant; None: as written); ``change``: what the policy changed, in words,
+        kept as the attempt's message (a failure's message comes first)."""
         step = step or self.wf.steps[name]
         variant = step.resolved_variants()[vname]
         attempt = s.attempts + 1
@@ -140,7 +142,7 @@ class Launcher:
                 exit_code=None,
                 started=now,
                 ended=None,
-                message="",
+                message=f"retry: {change}" if change else "",
                 cpus=variant.resources.cpus * n,
                 memory=variant.resources.memory * n,
             )
@@ -191,6 +193,7 @@ class Launcher:
             variant=vname,
             node=where.node,
             replicas=n,
+            change=change,
         )
         active[name] = act
         try:

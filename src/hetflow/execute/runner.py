@@ -327,8 +327,9 @@ class Runner:
         if decision.variant is not None:
             if self._from_cache(name, decision.variant):
                 return True
-            why = decision.why + (f"; retry: {nxt.describe()}" if nxt is not None and nxt.changes else "")
-            self.launcher.launch(name, s, decision.variant, decision.gpus, why, decision.slot, step)
+            change = nxt.describe() if nxt is not None else ""
+            why = decision.why + (f"; retry: {change}" if change else "")
+            self.launcher.launch(name, s, decision.variant, decision.gpus, why, decision.slot, step, change)
         elif decision.wait:
             if s.reason != decision.why:
                 self.store.set_step(self.run_id, name, reason=decision.why)
