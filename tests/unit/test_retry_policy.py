@@ -271,3 +271,18 @@ def test_the_cgroups_oom_kill_count_is_read(text: str, kills: int | None) -> Non
     from hetflow.execute.cgroups import parse_oom_kills
 
     assert parse_oom_kills(text) == kills
+
+
+def test_a_forced_fan_out_step_forces_every_item() -> None:
+    wf = load_steps(
+        """
+        train:
+          foreach: [1, 2]
+          variants:
+            gpu: {image: x, resources: {gpus: 1}}
+            cpu: {image: x}
+        """
+    ).workflow
+    steered, why = steer_workflow(wf, Steer({"train": "cpu"}), lambda s, v: True)
+    assert {n: list(s.resolved_variants()) for n, s in steered.steps.items()} == {"train.0": ["cpu"], "train.1": ["cpu"]}
+    assert set(why.values()) == {"forced by --variant train=cpu"}
