@@ -14,7 +14,7 @@ from hetflow.plan import Steer, parse_steer, steer_workflow
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.spec import Retry
 from tests.unit.builders import MIB, Outcome, load_steps, world
-from tests.unit.test_runner_cluster import NodeFailing, cluster_runner
+from tests.unit.test_runner_cluster import NodeFailing, QueueBackend, cluster_runner
 
 TWO = """
 train:
@@ -217,6 +217,25 @@ def test_a_step_whose_spot_node_died_retries_on_demand(tmp_path: Path, retry: st
             m.startswith("attempt 2: ") and "default on ondemand (moved by its retry policy, avoiding spot-a)" in m
             for m in said
         )
+
+
+def test_a_gpu_variant_failing_on_a_cluster_falls_back_to_the_cpu_variant_on_a_cpu_class(tmp_path: Path) -> None:
+    body = """
+a:
+  variants:
+    gpu: {image: x, resources: {gpus: 1}}
+    cpu: {image: x}
+  outputs: [o]
+  retry: {count: 1, fallback: [cpu]}
+"""
+    w = world(tmp_path, body, outcomes={"a": [Outcome(exit_code=3), Outcome(files={"o": b"cpu"})]})
+    backend = QueueBackend(w.engine)
+    placed = {"a": Placement("a", "gpu", "gpu.t4-0", "gpu.t4", 0.0, 1.0, 1.0, 0, gpus=(0,))}
+    assert cluster_runner(w, backend, placed).execute() == "succeeded"
+    attempts = w.store.attempts(w.run.id, "a")
+    assert [(a.variant, a.node, a.exit_code) for a in attempts] == [("gpu", "gpu.t4", 3), ("cpu", "cpu.std", 0)]
+    assert [backend.jobs[a.container].gpus for a in attempts] == [1, 0]
+    assert attempts[1].message == "retry: variant gpu -> cpu after exit 3"
 
 
 @pytest.mark.parametrize(

@@ -193,12 +193,14 @@ class ClusterDispatch:
         """A retry left the planned (variant, class): its fallback variant, or a class to
         avoid.  The first class that can ever hold a variant takes it: on-demand classes
         before spot ones (nextflow#7396: a step lost with a spot node retries on demand),
-        else in the cluster file's order; the planned variant first, then GPU variants."""
+        a variant using no GPU on a class without GPUs first (the planner's "avoid" GPU
+        policy), else in the cluster file's order; the planned variant first, then GPU ones."""
         variants = step.resolved_variants()
         order = sorted(variants, key=lambda v: (v != placed.variant, -variants[v].resources.gpus))
-        classes = sorted((c for c in self.classes if c.name not in avoid), key=lambda c: c.spot)
+        left = [c for c in self.classes if c.name not in avoid]
         for vname in order:
-            for c in classes:
+            cpu_only = not variants[vname].uses_gpu
+            for c in sorted(left, key=lambda c: (c.spot, cpu_only and c.gpus > 0)):
                 if first_class_rejection(variants[vname], c).ok:
                     self.moved[name] = (vname, c.name)
                     left = f", avoiding {', '.join(sorted(avoid))}" if avoid else ""
