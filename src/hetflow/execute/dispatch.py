@@ -197,10 +197,10 @@ class ClusterDispatch:
         policy), else in the cluster file's order; the planned variant first, then GPU ones."""
         variants = step.resolved_variants()
         order = sorted(variants, key=lambda v: (v != placed.variant, -variants[v].resources.gpus))
-        left = [c for c in self.classes if c.name not in avoid]
+        usable = [c for c in self.classes if c.name not in avoid]
         for vname in order:
             cpu_only = not variants[vname].uses_gpu
-            for c in sorted(left, key=lambda c: (c.spot, cpu_only and c.gpus > 0)):
+            for c in sorted(usable, key=lambda c: (c.spot, cpu_only and c.gpus > 0)):
                 if first_class_rejection(variants[vname], c).ok:
                     self.moved[name] = (vname, c.name)
                     left = f", avoiding {', '.join(sorted(avoid))}" if avoid else ""
