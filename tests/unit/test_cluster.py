@@ -242,7 +242,7 @@ BAD = [
         """,
         "c.yaml:5: error: nodeTypes.0: required key 'cores' is missing\n"
         "c.yaml:7: error: unknown key 'cors' in nodeTypes.0 (did you mean 'cores'?); allowed keys: name, count, "
-        "cores, speed, memory, gpus, price, microarchitecture, labels, rdma",
+        "cores, speed, memory, gpus, price, microarchitecture, labels, rdma, spot",
         id="unknown-key",
     ),
     pytest.param(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -120,9 +121,19 @@ def plan_cmd(
     gpu_policy: str = typer.Option(
         "avoid", "--gpu-policy", help="avoid: steps using no GPU stay off GPU nodes unless that is faster; allow."
     ),
+    variant: list[str] = typer.Option([], "--variant", help="Force a variant: --variant STEP=NAME (repeatable)."),
+    prefer: str | None = typer.Option(None, "--prefer", help="gpu or cpu: the kind to choose where both run."),
 ) -> None:
     """Choose variant, node and GPUs for every step of a workflow on a cluster."""
+    from hetflow.plan import first_class_rejection, load_cluster, parse_steer, steer_workflow
+
+    steer = parse_steer(variant, prefer)
     loaded = _load(workflow, param)
+    classes = load_cluster(cluster).classes()
+    steered, steered_why = steer_workflow(
+        loaded.workflow, steer, lambda s, v: any(first_class_rejection(v, c).ok for c in classes)
+    )
+    loaded = dataclasses.replace(loaded, workflow=steered)
     instance = _instance(loaded, cluster)
     t0 = time.perf_counter()
     plan = _solve(
@@ -145,6 +156,7 @@ def plan_cmd(
         data = plan_json(plan, instance, explain=explain)
         data["planning_seconds"] = round(took, 4)
         data["rightsizing"] = [_suggestion_json(s) for s in suggestions]
+        data["steered"] = steered_why
         print_json(data)
         return
     console.print(plan_table(plan))
@@ -162,6 +174,8 @@ def plan_cmd(
         for step in sorted(plan.placements, key=lambda s: plan.placements[s].start):
             p = plan.placements[step]
             console.print(f"[bold]{step}[/]: {p.variant} on {p.machine_class} ({p.machine})", highlight=False)
+            if step in steered_why:
+                console.print(f"  variant  {p.variant}: {steered_why[step]}", highlight=False)
             for row in explain_step(plan, instance, step):
                 console.print(
                     f"  {row['verdict']:8} {row['variant']} on {row['node_class']}: {row['reason']}", highlight=False

@@ -45,13 +45,18 @@ def run(
     cluster: Path | None = typer.Option(None, "--cluster", help="Cluster file to plan on (slurm, ray)."),
     config: Path | None = typer.Option(None, "--config", help="Settings file (default $HETFLOW_HOME/config.yaml)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Run every step: reuse no cached result, keep none."),
+    variant: list[str] = typer.Option([], "--variant", help="Force a variant: --variant STEP=NAME (repeatable)."),
+    prefer: str | None = typer.Option(None, "--prefer", help="gpu or cpu: the kind to choose where both run."),
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
     from hetflow.execute import load_settings, submit_run
     from hetflow.inventory import discover
+    from hetflow.plan import parse_steer
     from hetflow.spec import load_workflow
 
+    steer = parse_steer(variant, prefer)
     settings = load_settings(config, hetflow_home(), os.environ, backend=backend, cluster=cluster)
+    settings = dataclasses.replace(settings, variants=dict(steer.variants), prefer=steer.prefer)
     if no_cache:
         settings = dataclasses.replace(settings, cache=False)
     loaded = load_workflow(file, parse_params(param))

@@ -14,10 +14,11 @@ from hetflow.execute.backends.base import Backend, JobState, MeasuresOnRelease, 
 from hetflow.execute.diskfull import full_disk_reason, out_of_space, remove_partial
 from hetflow.execute.engine import Usage
 from hetflow.execute.logs import log_tail
+from hetflow.execute.nextattempt import OOM_EXIT, Failure, Limits, NextAttempt, after_failure
 from hetflow.execute.outputs import accept_outputs, missing_outputs
 from hetflow.execute.paths import RunPaths
 from hetflow.execute.publish import PublishError, publish_step
-from hetflow.spec import Step, Workflow
+from hetflow.spec import Retry, Step, Workflow
 from hetflow.state import (
     FAILED,
     STOPPED,
@@ -70,6 +71,10 @@ class Active:
     gpus: tuple[str, ...]  # leased GPU UUIDs
     measured: bool = False  # its usage was read (and its cgroup removed)
     why: str = ""  # the step's reason when it was launched (the variant's choice)
+    variant: str = ""  # the variant it runs
+    node: str = ""  # where (this machine, or the planned node class)
+    replicas: int = 1  # containers of a gang (cpus and memory above count them all)
+    change: str = ""  # what the step's retry policy changed for this attempt, in words
     waiting: str = ""  # what the engine last said it waits for (Slurm's Reason, Ray's), if anything
 
 
@@ -103,6 +108,10 @@ class Attempts:
         self._measure: dict[str, tuple[str, int]] = {}  # container -> (step, attempt) whose usage is due
         self._measured: queue.SimpleQueue[tuple[str, Usage]] = queue.SimpleQueue()
         self.node_faults: dict[str, int] = {}  # step -> attempts ended by their node, this session
+        # step -> what its retry policy changed for its next attempt (``nextattempt``)
+        self.next: dict[str, NextAttempt] = {}
+        self.limits: Callable[[str], Limits] = lambda node: None  # what one node there holds
+        self.cluster = False  # a cluster plan: a failed node class can be avoided
 
     def emit(self, event: RunEvent) -> None:
         """The runner's one way to add to the run's event stream."""
@@ -236,27 +245,43 @@ class Attempts:
     def fail(self, act: Active, exit_code: int | None, message: str, retry: bool = True) -> None:
         """The attempt failed: retry after a backoff while the budget lasts (``retry``
         False: a failure running again cannot mend, such as a result that cannot be published)."""
+        policy = self.wf.steps[act.step].retry_policy
+        peak, oom = self._measure_now(act) if exit_code == OOM_EXIT and policy.memory else (None, None)
         self.record_usage(act)
         tail = log_tail(self.paths.log(act.step, act.attempt), 3)
         detail = f"{message}" + (f"; last output: {' | '.join(tail)}" if tail else "")
         now = self.clock()
         self.store.set_attempt(
-            self.run_id, act.step, act.attempt, state=FAILED, exit_code=exit_code, ended=now, message=detail
+            self.run_id,
+            act.step,
+            act.attempt,
+            state=FAILED,
+            exit_code=exit_code,
+            ended=now,
+            message=detail + (f" (retry: {act.change})" if act.change else ""),
         )
         self.emit(AttemptFinished(0, self.run_id, now, detail, act.step, act.attempt, FAILED, exit_code))
         self.release(act)
         used = act.attempt - self.budget_start.get(act.step, 0)
-        retries = self.wf.steps[act.step].retries
+        retries = policy.count
         if retry and used <= retries:
-            delay = min(self.config.retry_backoff * 2 ** (used - 1), self.config.max_backoff)
+            if policy.backoff is not None:
+                delay = policy.backoff.delay(used, self.config.retry_backoff, self.config.max_backoff)
+            else:
+                delay = min(self.config.retry_backoff * 2 ** (used - 1), self.config.max_backoff)
+            failure = Failure(
+                act.variant, act.node, exit_code, act.cpus / act.replicas, act.memory // act.replicas, oom, peak
+            )
+            changed = self._plan_next(act.step, failure)
             self.store.set_step(
                 self.run_id,
                 act.step,
                 state=WAITING,
                 not_before=now + delay,
                 exit_code=exit_code,
-                reason=f"attempt {act.attempt}: {detail}",
-                event=f"attempt {act.attempt} failed ({detail}); retry {used} of {retries} in {delay:g}s",
+                reason=f"attempt {act.attempt}: {detail}" + (f"; next attempt: {changed}" if changed else ""),
+                event=f"attempt {act.attempt} failed ({detail}); retry {used} of {retries} in {delay:g}s"
+                + (f"; {changed}" if changed else ""),
             )
         else:
             self.store.set_step(
@@ -278,9 +303,17 @@ class Attempts:
         self.budget_start[act.step] = self.budget_start.get(act.step, 0) + 1
         now = self.clock()
         state = FAILED if node_fault else STOPPED
+        policy = self.wf.steps[act.step].retry_policy
+        if node_fault and policy.avoid_failed_node:
+            # only where it runs changes: a lost node says nothing of the step's memory or variant
+            only_node = policy.model_copy(update={"memory": None, "cpus": None, "fallback": ()})
+            failure = Failure(act.variant, act.node, None, act.cpus, act.memory, node_fault=True)
+            changed = self._plan_next(act.step, failure, only_node)
+            reason += f"; next attempt: {changed}" if changed else ""
         if node_fault:
             self.record_usage(act)
-        self.store.set_attempt(self.run_id, act.step, act.attempt, state=state, ended=now, message=reason)
+        said = reason + (f" (retry: {act.change})" if act.change else "")
+        self.store.set_attempt(self.run_id, act.step, act.attempt, state=state, ended=now, message=said)
         self.emit(AttemptFinished(0, self.run_id, now, reason, act.step, act.attempt, state, None))
         self.release(act)
         self.store.set_step(
@@ -292,6 +325,38 @@ class Attempts:
             event=f"{act.container} {'lost with its node' if node_fault else 'dropped by the engine'} ({reason});"
             " submitted again later",
         )
+
+    def _measure_now(self, act: Active) -> tuple[int | None, bool | None]:
+        """Read an attempt's usage before deciding its retry (peak memory and the engine's
+        OOM flag are the out-of-memory evidence), instead of later as its container goes."""
+        if act.measured or not isinstance(self.backend, MeasuresUsage):
+            return None, None
+        act.measured = True
+        u = self.backend.usage(act.container)
+        self._set_usage(act.step, act.attempt, u)
+        return u.peak_memory, u.oom_killed
+
+    def _plan_next(self, name: str, failure: Failure, policy: Retry | None = None) -> str:
+        """Work out the step's next attempt after ``failure``; say what changed (and
+        record it as a run event), or "" when nothing did."""
+        step = self.wf.steps[name]
+        limits = self.limits(failure.node)
+        if limits is not None and step.replicas > 1 and not self.cluster:
+            # this one machine holds every replica of a gang: each may grow to its share only
+            limits = (limits[0] / step.replicas, limits[1] // step.replicas)
+        nxt = after_failure(
+            step,
+            policy or step.retry_policy,
+            failure,
+            self.next.get(name),
+            limits,
+            cluster=self.cluster,
+        )
+        self.next[name] = nxt
+        changed = nxt.describe()
+        if changed:
+            self.emit(Note(0, self.run_id, self.clock(), f"next attempt: {changed}", name, "retry"))
+        return changed
 
     def release(self, act: Active) -> None:
         self.active.pop(act.step, None)

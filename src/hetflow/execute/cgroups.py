@@ -46,6 +46,7 @@ class CgroupLayout:
 class CgroupUsage:
     peak_memory: int | None = None  # bytes
     cpu_seconds: float | None = None  # user + system
+    oom_kills: int | None = None  # processes the OOM killer ended (v1 memory.oom_control, v2 memory.events)
 
 
 def parse_mounts(text: str) -> CgroupLayout | None:
@@ -97,6 +98,17 @@ def parse_cpu_stat(text: str) -> float | None:
     return None
 
 
+def parse_oom_kills(text: str) -> int | None:
+    """The ``oom_kill N`` line of v1 ``memory.oom_control`` or v2 ``memory.events`` (kernel
+    docs: cgroup-v1/memory.rst, admin-guide/cgroup-v2.rst; v2 counts the subtree, v1 only
+    kills in the cgroup itself, so the parent's v1 count stays 0 and the peak tells)."""
+    for line in text.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return None
+
+
 def parent_path(container: str) -> str:
     """The attempt's parent cgroup, as podman's ``--cgroup-parent`` takes it."""
     return f"/{PARENT}/{container}"
@@ -142,10 +154,12 @@ def read_usage(layout: CgroupLayout, container: str) -> CgroupUsage:
     if layout.version == 1:
         peak = _read(layout.memory / rel / "memory.max_usage_in_bytes", parse_int)
         cpu = _read(layout.cpu / rel / "cpuacct.usage", parse_cpuacct_usage)
+        ooms = _read(layout.memory / rel / "memory.oom_control", parse_oom_kills)
     else:
         peak = _read(layout.memory / rel / "memory.peak", parse_int)
         cpu = _read(layout.cpu / rel / "cpu.stat", parse_cpu_stat)
-    return CgroupUsage(peak, cpu)
+        ooms = _read(layout.memory / rel / "memory.events", parse_oom_kills)
+    return CgroupUsage(peak, cpu, ooms)
 
 
 def _read(path: Path, parse: Callable[[str], T | None]) -> T | None:

@@ -17,8 +17,19 @@ from typing import Protocol
 from hetflow.execute.attempts import Active
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.gpu import GpuAccess, gpu_access
+from hetflow.execute.nextattempt import NextAttempt
 from hetflow.inventory import Gpu, GpuSharing, Node
-from hetflow.plan import Capacity, MachineClass, Placement, PlanChooser, Slot, Tenant, VariantChooser, admits
+from hetflow.plan import (
+    Capacity,
+    MachineClass,
+    Placement,
+    PlanChooser,
+    Slot,
+    Tenant,
+    VariantChooser,
+    admits,
+    first_class_rejection,
+)
 from hetflow.spec import Step, Variant
 from hetflow.state import Lease, Store
 
@@ -145,9 +156,20 @@ def tenant(lease: Lease) -> Tenant:
 class ClusterDispatch:
     """A cluster engine: the plan placed every step; the engine assigns GPUs and queues."""
 
-    def __init__(self, node: Node, placements: Mapping[str, Placement], classes: Sequence[MachineClass]) -> None:
+    def __init__(
+        self,
+        node: Node,
+        placements: Mapping[str, Placement],
+        classes: Sequence[MachineClass],
+        nexts: Mapping[str, NextAttempt] | None = None,
+        reasons: Mapping[str, str] | None = None,
+    ) -> None:
         self.node = node  # this machine: its control devices still go into a CPU step's container
         self.placements = dict(placements)
+        self.classes = tuple(classes)
+        self.nexts: Mapping[str, NextAttempt] = nexts if nexts is not None else {}  # what retries changed
+        self.moved: dict[str, tuple[str, str]] = {}  # step -> (variant, class) a retry moved it to
+        self.reasons = dict(reasons or {})  # step -> why the plan has its variant (--variant, --prefer)
         # node class -> GPU model (the engine's GPU type), and -> the one node a class of one
         # names (the engine's node list: a cluster file lists Slurm nodes or Ray nodes by name)
         self.gpu_models = {c.name: c.gpu_model for c in classes if c.gpus}
@@ -158,20 +180,52 @@ class ClusterDispatch:
         placed = self.placements.get(name)
         if placed is None:
             return Decision(None, (), "no node of the cluster can run this step (see 'hetflow plan --explain')")
-        return Decision(placed.variant, (), f"{placed.variant} on {placed.machine_class} (planned)")
+        nxt = self.nexts.get(name)
+        avoid = nxt.avoid if nxt is not None else frozenset()
+        self.moved.pop(name, None)
+        if placed.variant in step.resolved_variants() and placed.machine_class not in avoid:
+            why = self.reasons.get(name)
+            planned = f"planned; {why}" if why else "planned"
+            return Decision(placed.variant, (), f"{placed.variant} on {placed.machine_class} ({planned})")
+        return self._moved(name, step, placed, avoid)
+
+    def _moved(self, name: str, step: Step, placed: Placement, avoid: frozenset[str]) -> Decision:
+        """A retry left the planned (variant, class): its fallback variant, or a class to
+        avoid.  The first class that can ever hold a variant takes it: on-demand classes
+        before spot ones (nextflow#7396: a step lost with a spot node retries on demand),
+        a variant using no GPU on a class without GPUs first (the planner's "avoid" GPU
+        policy), else in the cluster file's order; the planned variant first, then GPU ones."""
+        variants = step.resolved_variants()
+        order = sorted(variants, key=lambda v: (v != placed.variant, -variants[v].resources.gpus))
+        usable = [c for c in self.classes if c.name not in avoid]
+        for vname in order:
+            cpu_only = not variants[vname].uses_gpu
+            for c in sorted(usable, key=lambda c: (c.spot, cpu_only and c.gpus > 0)):
+                if first_class_rejection(variants[vname], c).ok:
+                    self.moved[name] = (vname, c.name)
+                    left = f", avoiding {', '.join(sorted(avoid))}" if avoid else ""
+                    return Decision(vname, (), f"{vname} on {c.name} (moved by its retry policy{left})")
+        if placed.variant in variants:  # nowhere else: the planned class again, said so
+            return Decision(
+                placed.variant,
+                (),
+                f"{placed.variant} on {placed.machine_class} (planned; no other node class can run it)",
+            )
+        return Decision(None, (), f"no node class can run variant(s) {', '.join(variants)} of this retry")
 
     def where(self, name: str) -> Where:
         placed = self.placements[name]
-        pinned = self.pinned_nodes.get(placed.machine_class)
+        vname, cname = self.moved.get(name, (placed.variant, placed.machine_class))
+        pinned = self.pinned_nodes.get(cname)
         return Where(
-            node=placed.machine_class,
-            gpu_model=self.gpu_models.get(placed.machine_class),
+            node=cname,
+            gpu_model=self.gpu_models.get(cname),
             pinned_node=pinned,
             # a pinned node says it all; otherwise the engine picks among the class's nodes
-            node_class=None if pinned else placed.machine_class,
+            node_class=None if pinned else cname,
             nodes=len(placed.per_machine()),
-            gpu_sharing=self.sharing.get(placed.machine_class),
-            shared=placed.share > 0,
+            gpu_sharing=self.sharing.get(cname),
+            shared=placed.share > 0 and vname == placed.variant,
         )
 
     def access(self, variant: Variant, gpus: tuple[Gpu, ...], slot: Slot | None = None) -> GpuAccess:

@@ -69,6 +69,7 @@ class Usage:
     image_id: str | None = None  # the image's digest (or, without one, its ID)
     started: float | None = None  # when the container's process started (epoch seconds)
     ended: float | None = None  # when it exited
+    oom_killed: bool | None = None  # True: the engine says the OOM killer ended it (None: it does not say)
 
 
 UNKNOWN = Usage()
@@ -377,7 +378,8 @@ class CliEngine:
         if self._cgroups is None:
             return found
         measured = cgroups.read_usage(self._cgroups, name)
-        return replace(found, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds)
+        oom = True if found.oom_killed or measured.oom_kills else None
+        return replace(found, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds, oom_killed=oom)
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         """Call ``wake`` the moment a container of the run exits (``exits.ExitWatch``: each
@@ -484,6 +486,9 @@ def usage_from_inspect(info: Mapping[str, Any]) -> Usage:
         image_id=str(image) if image else None,
         started=parse_engine_time(state.get("StartedAt")),
         ended=parse_engine_time(state.get("FinishedAt")),
+        # podman and docker inspect's State.OOMKilled; false is no evidence either way (runc
+        # on cgroup v1 leaves it false for a container the OOM killer ended: nextattempt.py)
+        oom_killed=True if state.get("OOMKilled") else None,
     )
 
 

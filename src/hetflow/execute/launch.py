@@ -78,11 +78,22 @@ class Launcher:
         self.data = data or DataManifest()
 
     def launch(
-        self, name: str, s: StepRecord, vname: str, gpus: tuple[Gpu, ...], why: str, slot: Slot | None = None
+        self,
+        name: str,
+        s: StepRecord,
+        vname: str,
+        gpus: tuple[Gpu, ...],
+        why: str,
+        slot: Slot | None = None,
+        step: Step | None = None,
+        change: str = "",
     ) -> None:
         """Start attempt ``s.attempts + 1`` of ``name``: lease, stage, record the intent, submit.
-        ``slot``: a share or MIG step's hold on ``gpus[0]`` (None: the GPUs whole)."""
-        step = self.wf.steps[name]
+        ``slot``: a share or MIG step's hold on ``gpus[0]`` (None: the GPUs whole); ``step``:
+        the step as this attempt runs it (its retry policy grew its resources or chose its
+        fallback variant; None: as written); ``change``: what the policy changed, in words,
+        kept as the attempt's message (a failure's message comes first)."""
+        step = step or self.wf.steps[name]
         variant = step.resolved_variants()[vname]
         attempt = s.attempts + 1
         container = container_name(self.run_id, name, attempt)
@@ -131,7 +142,7 @@ class Launcher:
                 exit_code=None,
                 started=now,
                 ended=None,
-                message="",
+                message=f"retry: {change}" if change else "",
                 cpus=variant.resources.cpus * n,
                 memory=variant.resources.memory * n,
             )
@@ -171,7 +182,19 @@ class Launcher:
             gpu_request=engine_request(variant, where),
             gpu_sharing=where.gpu_sharing,
         )
-        act = Active(name, attempt, container, variant.resources.cpus * n, variant.resources.memory * n, uuids, why=why)
+        act = Active(
+            name,
+            attempt,
+            container,
+            variant.resources.cpus * n,
+            variant.resources.memory * n,
+            uuids,
+            why=why,
+            variant=vname,
+            node=where.node,
+            replicas=n,
+            change=change,
+        )
         active[name] = act
         try:
             self.backend.submit(job)

@@ -20,13 +20,17 @@ from hetflow.inventory import Node
 from hetflow.plan import (
     Cluster,
     Instance,
+    Steer,
     build_instance,
+    can_run_here,
+    first_class_rejection,
     image_check,
     learn,
     load_cluster,
     plan_heuristic,
     plan_local,
     profile_for,
+    steer_workflow,
 )
 from hetflow.spec import LoadedWorkflow
 from hetflow.state import Store
@@ -73,15 +77,25 @@ def _profile(store: Store, name: str) -> Mapping[tuple[str, str, str], float]:
 
 
 def plan_on_node(
-    store: Store, loaded: LoadedWorkflow, node: Node, pulls: list[str], env: Mapping[str, str] | None = None
+    store: Store,
+    loaded: LoadedWorkflow,
+    node: Node,
+    pulls: list[str],
+    env: Mapping[str, str] | None = None,
+    steer: Steer | None = None,
 ) -> RunPlan:
     """Follow the planner on this machine (HETFLOW_PLANNER=greedy: the plain rule of
-    "GPU variant when a qualifying GPU is free, else CPU"); ``loaded`` is already pinned."""
+    "GPU variant when a qualifying GPU is free, else CPU"); ``loaded`` is already pinned.
+    ``steer``: ``--variant``/``--prefer``, which the plan (or, greedy, the chooser) follows."""
     images = images_of(loaded.workflow)
+    steered, why = steer_workflow(loaded.workflow, steer or Steer(), lambda s, v: can_run_here(s, v, node))
     if (os.environ if env is None else env).get("HETFLOW_PLANNER", PLANNED) == GREEDY:
-        return RunPlan(kind=LOCAL, planner=GREEDY, images=images, pulls=tuple(pulls))
+        # the chooser follows a steered step's variant; the others, the greedy rule
+        chosen = {s: next(iter(steered.steps[s].resolved_variants())) for s in why}
+        return RunPlan(kind=LOCAL, planner=GREEDY, images=images, pulls=tuple(pulls), variants=chosen, reasons=why)
     name = loaded.workflow.name
-    local = plan_local(loaded.workflow, node, _profile(store, name))
+    local = plan_local(steered, node, _profile(store, name))
+    reasons = {s: f"{why[s]}; {r}" if s in why else r for s, r in local.reasons.items()}
     return RunPlan(
         kind=LOCAL,
         planner=PLANNED,
@@ -90,7 +104,7 @@ def plan_on_node(
         pulls=tuple(pulls),
         variants=local.variants,
         priority=local.priority,
-        reasons=local.reasons,
+        reasons={**why, **reasons},
     )
 
 
@@ -117,6 +131,11 @@ def plan_on_cluster(
     """Plan the workflow on the settings' cluster file (history wins over estimates)."""
     assert settings.cluster is not None
     cluster = load_cluster(settings.cluster)
+    classes = cluster.classes()
+    steered, why = steer_workflow(
+        loaded.workflow, settings.steer, lambda s, v: any(first_class_rejection(v, c).ok for c in classes)
+    )
+    loaded = dataclasses.replace(loaded, workflow=steered)
     plan = plan_heuristic(cluster_instance(store, loaded, cluster, resolver))
     return RunPlan(
         kind=CLUSTER,
@@ -125,4 +144,5 @@ def plan_on_cluster(
         variants={s: p.variant for s, p in plan.placements.items()},
         priority={s: p.start for s, p in plan.placements.items()},
         classes=tuple(cluster.classes()),
+        reasons=why,
     )

@@ -34,9 +34,10 @@ from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import read_items
 from hetflow.execute.launch import Launcher
 from hetflow.execute.lifecycle import pid_alive, reconcile, stop_run
+from hetflow.execute.nextattempt import adjusted
 from hetflow.execute.paths import RunPaths
 from hetflow.inventory import Node
-from hetflow.plan import GreedyChooser, MachineClass, Placement, VariantChooser
+from hetflow.plan import GreedyChooser, MachineClass, Placement, PlanChooser, VariantChooser
 from hetflow.spec import FANOUT_SEP, Workflow, edges_of, expand, fanout_parent, pending_source, topo_order
 from hetflow.state import (
     FAILED,
@@ -146,7 +147,14 @@ class Runner:
         # Engines that assign GPUs and queue work (Slurm, Ray) follow the cluster plan's
         # placements; this machine's capacity and GPU leases are hetflow's own concern.
         self.dispatch: Dispatch = (
-            ClusterDispatch(node, placements or {}, classes)
+            ClusterDispatch(
+                node,
+                placements or {},
+                classes,
+                self.attempts.next,
+                # the plan's reasons (--variant/--prefer) ride on the chooser the session built from it
+                reasons=chooser.reasons if isinstance(chooser, PlanChooser) else None,
+            )
             if self.backend.capabilities.assigns_gpus
             else LocalDispatch(
                 node=node,
@@ -157,6 +165,12 @@ class Runner:
                 pid=self.pid,
                 alive=alive,
             )
+        )
+        # what one node holds, for a retry's growth to stop at (``nextattempt.after_failure``)
+        sizes = {c.name: (float(c.cores), c.memory) for c in classes}
+        self.attempts.cluster = self.backend.capabilities.assigns_gpus
+        self.attempts.limits = (
+            sizes.get if self.attempts.cluster else lambda _: (float(node.cpu.cores), node.memory_bytes)
         )
         self.launcher = Launcher(
             store=store,
@@ -326,11 +340,15 @@ class Runner:
 
     def _try_launch(self, name: str, s: StepRecord) -> bool:
         """Launch the step, or take its result from the cache (True)."""
-        decision = self.dispatch.decide(name, self.wf.steps[name])
+        nxt = self.attempts.next.get(name)
+        step = adjusted(self.wf.steps[name], nxt)
+        decision = self.dispatch.decide(name, step)
         if decision.variant is not None:
             if self._from_cache(name, decision.variant):
                 return True
-            self.launcher.launch(name, s, decision.variant, decision.gpus, decision.why, decision.slot)
+            change = nxt.describe() if nxt is not None else ""
+            why = decision.why + (f"; retry: {change}" if change else "")
+            self.launcher.launch(name, s, decision.variant, decision.gpus, why, decision.slot, step, change)
         elif decision.wait:
             if s.reason != decision.why:
                 self.store.set_step(self.run_id, name, reason=decision.why)

@@ -142,7 +142,7 @@ def _check_and_plan(
         if any(p.severity == "error" for p in found):
             raise SpecError(found)
         problems(found)
-        plan = plan_on_node(store, loaded, node, pulls)
+        plan = plan_on_node(store, loaded, node, pulls, steer=settings.steer)
         backend = LocalBackend(engine)
     else:
         backend = backend or make_backend(settings)
@@ -215,7 +215,9 @@ def resume_run(
 
 def chooser_of(plan: RunPlan) -> VariantChooser:
     """The local runner's variant rule: the plan's variants, or greedy."""
-    return GreedyChooser() if plan.planner == GREEDY else PlanChooser(plan.variants, plan.reasons)
+    if plan.planner == GREEDY and not plan.variants:
+        return GreedyChooser()
+    return PlanChooser(plan.variants, plan.reasons)  # greedy with --variant/--prefer: those steps follow them
 
 
 def build_runner(opened: OpenRun, reporter: Reporter | None, config: RunnerConfig | None = None) -> Runner:

@@ -27,10 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from hetflow.errors import SpecError, UsageError
+from hetflow.plan import Steer
 from hetflow.spec import compose_yaml, read_yaml_text
 
 BACKENDS = ("local", "slurm", "ray")
 _KEYS = {"backend", "cluster", "workdir", "engine", "slurm", "ray", "cache"}
+_RUN_KEYS = _KEYS | {"variants", "prefer"}  # stored with a run: the command line's too, never a config file's
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,13 @@ class Settings:
     slurm: Mapping[str, Any] = field(default_factory=dict)  # the backend's own keys (YAML values)
     ray: Mapping[str, Any] = field(default_factory=dict)
     cache: bool = True  # the cross-run cache (`hetflow run --no-cache`: False; a resume keeps it)
+    variants: Mapping[str, str] = field(default_factory=dict)  # `hetflow run --variant STEP=NAME`
+    prefer: str | None = None  # `hetflow run --prefer gpu|cpu`
+
+    @property
+    def steer(self) -> Steer:
+        """The command line's say over variant choice (``plan.steer``)."""
+        return Steer(dict(self.variants), self.prefer)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
@@ -49,7 +58,7 @@ class Settings:
     @classmethod
     def from_json(cls, text: str) -> Settings:
         data = json.loads(text or "{}")
-        return cls(**{k: v for k, v in data.items() if k in _KEYS}) if data else cls()
+        return cls(**{k: v for k, v in data.items() if k in _RUN_KEYS}) if data else cls()
 
 
 def load_settings(

@@ -36,7 +36,7 @@ from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
     from hetflow.plan.build import DEFAULT_ESTIMATE, build_instance
-    from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser, feasibility_problems
+    from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser, can_run_here, feasibility_problems
     from hetflow.plan.cluster import Cluster, load_catalog, load_cluster
     from hetflow.plan.compiled import timeslice_runtime
     from hetflow.plan.cost import gpu_amount
@@ -51,6 +51,7 @@ if TYPE_CHECKING:
     from hetflow.plan.profile import SharedSample, learn, learn_slowdown, profile_for, with_slowdown
     from hetflow.plan.rightsize import OVER_ASK, Suggestion, UsageSample, suggest_sizes
     from hetflow.plan.simulator import simulate
+    from hetflow.plan.steer import Steer, parse_steer, steer_workflow
     from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
     from hetflow.plan.tenancy import Slot, Tenant, admits
     from hetflow.plan.virtual import ClusterPoint, plan_virtual_cluster
@@ -67,6 +68,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "GreedyChooser",
         "PlanChooser",
         "VariantChooser",
+        "can_run_here",
         "feasibility_problems",
     ),
     "cluster": (
@@ -117,6 +119,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "suggest_sizes",
     ),
     "simulator": ("simulate",),
+    "steer": ("Steer", "parse_steer", "steer_workflow"),
     "stored": (
         "machine_class_from_dict",
         "machine_class_to_dict",
@@ -148,12 +151,14 @@ __all__ = [
     "Resolver",
     "SharedSample",
     "Slot",
+    "Steer",
     "Suggestion",
     "Tenant",
     "UsageSample",
     "VariantChooser",
     "admits",
     "build_instance",
+    "can_run_here",
     "check",
     "class_node",
     "explain",
@@ -167,6 +172,7 @@ __all__ = [
     "load_cluster",
     "machine_class_from_dict",
     "machine_class_to_dict",
+    "parse_steer",
     "plan_exact",
     "plan_from_dict",
     "plan_heuristic",
@@ -175,6 +181,7 @@ __all__ = [
     "plan_virtual_cluster",
     "profile_for",
     "simulate",
+    "steer_workflow",
     "suggest_sizes",
     "timeslice_runtime",
     "vendor_ok",

@@ -140,6 +140,13 @@ def _never_here(step: Step, v: Variant, total: Capacity, node: Node) -> Status:
     return st if fraction is None else Status("gpu_fraction", fraction)
 
 
+def can_run_here(step: Step, v: Variant, node: Node) -> bool:
+    """Whether variant ``v`` of ``step`` can ever run on this machine (a gang's replicas together)."""
+    name = next((n for n, o in step.resolved_variants().items() if o == v), None)
+    whole = whole_gang(step).get(name, v) if name is not None else v
+    return _never_here(step, whole, Capacity.of(node), node).ok
+
+
 def fraction_now(
     step: Step, v: Variant, free: Capacity, node: Node, tenants: Sequence[Tenant]
 ) -> tuple[Status, Slot | None, str]:

@@ -120,6 +120,7 @@ class NodeType(_Model):
     microarchitecture: str = "x86_64"
     labels: dict[str, str] = Field(default_factory=dict)
     rdma: bool = Field(default=False, description="the nodes have an RDMA device (InfiniBand / RoCE)")
+    spot: bool = Field(default=False, description="spot / preemptible nodes: may vanish under a step")
 
     @field_validator("name")
     @classmethod
@@ -153,6 +154,7 @@ class NodeType(_Model):
             gpu_rocm=g.rocm if g else "",
             gpu_sharing=g.sharing if g else GpuSharing(),
             mig=g.mig if g else (),
+            spot=self.spot,
         )
 
 

@@ -64,6 +64,7 @@ class MachineClass:
     gpu_sharing: GpuSharing = field(default_factory=GpuSharing)
     mig: tuple[str, ...] = ()  # every GPU's MIG layout (profiles); empty: MIG off
     gpu_kinds: tuple[GpuKind, ...] = ()  # per GPU index when the GPUs are unlike; empty: all alike
+    spot: bool = False  # spot / preemptible capacity: a retry that avoids a failed class tries on-demand first
 
     def gpu_kind(self, index: int) -> GpuKind:
         """GPU ``index`` of a machine of this class, from ``gpu_kinds`` or the class fields."""

@@ -74,6 +74,10 @@ def run_json(
                 "started": a.started,
                 "ended": a.ended,
                 "message": a.message,
+                # what it asked (a retry policy may have grown it) and what it used at most
+                "cpus": a.cpus,
+                "memory": a.memory,
+                "peak_memory": a.peak_memory,
             }
         )
     done = sum(s.state == "succeeded" for s in steps)

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
         mig_profile,
         mig_slices,
     )
+    from hetflow.spec.retry import Backoff, Retry, parse_factor
     from hetflow.spec.units import (
         cc_tuple,
         compute_capability,
@@ -88,6 +89,7 @@ _WHERE = {
         "mig_profile",
         "mig_slices",
     ],
+    "retry": ["Backoff", "Retry", "parse_factor"],
     "units": ["cc_tuple", "compute_capability", "format_bytes", "format_duration", "parse_duration", "parse_memory"],
     "wfcommons": ["convert_wfcommons"],
 }
@@ -97,6 +99,7 @@ __all__ = [
     "FANOUT_SEP",
     "GANG_ENV",
     "RESERVED_ENV",
+    "Backoff",
     "DataSet",
     "Gang",
     "GpuConstraint",
@@ -107,6 +110,7 @@ __all__ = [
     "Publish",
     "ReferenceSyntaxError",
     "Resources",
+    "Retry",
     "Source",
     "Step",
     "Variant",
@@ -132,6 +136,7 @@ __all__ = [
     "mig_profile",
     "mig_slices",
     "parse_duration",
+    "parse_factor",
     "parse_memory",
     "parse_reference",
     "parse_workflow",

@@ -14,6 +14,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from hetflow.spec.imageref import parse_reference
+from hetflow.spec.retry import Retry, retry_policy
 from hetflow.spec.units import cc_tuple, compute_capability, parse_duration, parse_memory
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?\Z")
@@ -441,7 +442,8 @@ class Step(_Model):
     sizes: dict[str, Memory] = Field(
         default_factory=dict, description="expected bytes of outputs, for the planner's transfer cost"
     )
-    retries: int = Field(default=0, ge=0, le=100)
+    retries: int = Field(default=0, ge=0, le=100, description="short for retry: {count: N}")
+    retry: Retry | None = Field(default=None, description="count, backoff, growth, fallback, avoid_failed_node")
     network: bool = False
     optional: bool = Field(default=False, description="skip (with a reason) instead of failing when nothing fits")
     cache: bool = Field(default=True, description="reuse this step's result across runs when its key is unchanged")
@@ -475,7 +477,22 @@ class Step(_Model):
             for name in self.variants:
                 if not NAME_RE.match(name):
                     raise ValueError(f"variant name {name!r} is not valid: {NAME_HINT}")
+        if self.retry is not None and "retries" in self.model_fields_set:
+            raise ValueError("set either 'retries' or 'retry', not both: 'retries: N' is short for 'retry: {count: N}'")
+        if self.retry is not None and self.retry.fallback:
+            names = tuple(self.variants) if self.variants is not None else ("default",)
+            unknown = [v for v in self.retry.fallback if v not in names]
+            if unknown:
+                raise ValueError(
+                    f"retry fallback names variant {unknown[0]!r}, which this step does not have; "
+                    f"its variants: {', '.join(names)}"
+                )
         return self
+
+    @property
+    def retry_policy(self) -> Retry:
+        """How the step retries: its ``retry:``, or ``retries: N`` as ``{count: N}``."""
+        return retry_policy(self.retries, self.retry)
 
     def resolved_variants(self) -> dict[str, Variant]:
         """Every step as named variants; a single-image step has one called 'default'.

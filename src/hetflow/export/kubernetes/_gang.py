@@ -265,7 +265,7 @@ def _mpi_job(ctx: Context, name: str, step: Step, job: Obj) -> Obj:
             "runPolicy": {
                 "suspend": True,  # the driver releases it (spec.runPolicy.suspend: false)
                 "cleanPodPolicy": "Running",  # workers go when the launcher ends
-                "backoffLimit": step.retries,  # the launcher Job's, as a step Job's
+                "backoffLimit": step.retry_policy.count,  # the launcher Job's, as a step Job's
             },
             "mpiReplicaSpecs": {
                 "Launcher": {

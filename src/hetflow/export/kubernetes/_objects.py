@@ -206,7 +206,7 @@ def _step_job(
         "metadata": ctx.meta(job, labels, annotations),
         "spec": {
             "suspend": True,  # the driver releases it when its parents have succeeded
-            "backoffLimit": step.retries,
+            "backoffLimit": step.retry_policy.count,
             # A replacement pod starts only once the failed one is gone, so two attempts
             # never write the same staging directory (Job podReplacementPolicy, 1.29+).
             "podReplacementPolicy": "Failed",

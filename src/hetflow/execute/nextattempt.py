@@ -1,0 +1,151 @@
+"""What changes for a step's next attempt after one failed, by its ``retry:`` policy (pure).
+
+- ``memory: xF``: after an out-of-memory kill, the failed variant asks F times the memory
+  it asked (capped at what the machine or node class has; the note says when capped).
+- ``cpus: xF``: every retry asks F times the CPUs (capped likewise).
+- ``fallback``: the next attempt runs the next variant of the list.
+- ``avoid_failed_node``: the next attempt avoids the node class the failed one ran on.
+
+Each change is said in words (``memory 64Mi -> 256Mi after an out-of-memory kill``); the
+runner shows them as the step's reason and in the run's events.  The changes hold for the
+rest of this executor session (a resumed run starts from the workflow as written, as its
+retry budget does).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from hetflow.spec import Retry, Step, format_bytes
+
+OOM_EXIT = 137  # 128 + SIGKILL: what the kernel's OOM killer leaves (also a plain kill)
+# The cgroup's peak at (nearly) its limit is the OOM evidence where neither the runtime
+# (podman inspect .State.OOMKilled) nor the parent cgroup's oom_kill counter says it: on
+# cgroup v1 the counter is not hierarchical (kernel docs, cgroup-v1/memory.rst 5.x), and
+# the container's own cgroup is gone once it exits.  Seen here: runc, cgroup v1, a 64 MiB
+# limit, an allocation of 200 MiB: exit 137, OOMKilled false, parent peak 64.25 MiB.
+OOM_PEAK_FRACTION = 0.95
+
+
+@dataclass(frozen=True)
+class Failure:
+    """What the runner knows of one failed attempt."""
+
+    variant: str
+    node: str  # what the attempt record names: this machine, or the planned node class
+    exit_code: int | None
+    cpus: float  # what one container asked
+    memory: int
+    oom_killed: bool | None = None  # the engine said so (None: it does not know)
+    peak_memory: int | None = None  # the attempt's cgroup peak, when measured
+    node_fault: bool = False  # the node died or was preempted under it
+
+
+def out_of_memory(f: Failure) -> bool:
+    """Exit 137 with evidence of the OOM killer: the engine's word, or a peak at the limit."""
+    if f.exit_code != OOM_EXIT:
+        return False
+    if f.oom_killed:
+        return True
+    return f.peak_memory is not None and f.peak_memory >= OOM_PEAK_FRACTION * f.memory
+
+
+@dataclass(frozen=True)
+class NextAttempt:
+    """The step's next attempt, as its failures so far changed it."""
+
+    variant: str | None = None  # forced by a fallback (None: the usual choice)
+    memory: Mapping[str, int] = field(default_factory=dict)  # variant -> bytes per container
+    cpus: Mapping[str, float] = field(default_factory=dict)
+    avoid: frozenset[str] = frozenset()  # node classes not to use
+    changes: tuple[str, ...] = ()  # what the last failure changed, in words
+
+    def describe(self) -> str:
+        return "; ".join(self.changes)
+
+
+Limits = tuple[float, int] | None  # (cpus, memory bytes) of the place it ran; None: unknown
+
+
+def after_failure(
+    step: Step, policy: Retry, f: Failure, prior: NextAttempt | None, limits: Limits, *, cluster: bool
+) -> NextAttempt:
+    """The next attempt after failure ``f`` (``limits``: what one node there holds)."""
+    nxt = prior or NextAttempt()
+    changes: list[str] = []
+    memory, cpus = dict(nxt.memory), dict(nxt.cpus)
+    if policy.memory is not None and out_of_memory(f):
+        want = int(f.memory * policy.memory)
+        cap = limits[1] if limits else None
+        got = min(want, cap) if cap else want
+        if got > f.memory:
+            memory[f.variant] = got
+            said = f"memory {_mem(f.memory)} -> {_mem(got)} after an out-of-memory kill (exit {OOM_EXIT})"
+            if got < want:
+                said += f", capped at what {f.node} has (x{policy.memory:g} would be {_mem(want)})"
+            changes.append(said)
+        else:
+            changes.append(f"memory stays {_mem(f.memory)} after an out-of-memory kill: {f.node} has no more")
+    if policy.cpus is not None:
+        want_c = f.cpus * policy.cpus
+        cap_c = limits[0] if limits else None
+        got_c = min(want_c, cap_c) if cap_c else want_c
+        if got_c > f.cpus:
+            cpus[f.variant] = got_c
+            said = f"cpus {f.cpus:g} -> {got_c:g} on retry"
+            if got_c < want_c:
+                said += f", capped at the {cap_c:g} {f.node} has"
+            changes.append(said)
+    variant = nxt.variant
+    names = tuple(step.resolved_variants())
+    to = policy.next_variant(f.variant, names)
+    if to is not None:
+        variant = to
+        why = "a node failure" if f.node_fault else f"exit {f.exit_code}" if f.exit_code is not None else "a failure"
+        changes.append(f"variant {f.variant} -> {to} after {why}")
+    avoid = nxt.avoid
+    if policy.avoid_failed_node:
+        if cluster:
+            avoid = avoid | {f.node}
+            changes.append(f"class {f.node} avoided after {'its node failed' if f.node_fault else 'a failure there'}")
+        else:
+            changes.append(f"avoid_failed_node: {f.node} is the only node here, so the retry runs on it again")
+    return NextAttempt(variant, memory, cpus, avoid, tuple(changes))
+
+
+def adjusted(step: Step, nxt: NextAttempt | None) -> Step:
+    """The step as its next attempt runs: the fallback variant only, resources grown."""
+    if nxt is None or (nxt.variant is None and not nxt.memory and not nxt.cpus):
+        return step
+    if step.variants is None:
+        if step.resources is None and not (nxt.memory or nxt.cpus):
+            return step
+        res = step.resolved_variants()["default"].resources
+        grown = res.model_copy(
+            update={"memory": nxt.memory.get("default", res.memory), "cpus": nxt.cpus.get("default", res.cpus)}
+        )
+        return step.model_copy(update={"resources": grown})
+    variants = {}
+    for name, v in step.variants.items():
+        if nxt.variant is not None and name != nxt.variant:
+            continue
+        r = v.resources
+        if name in nxt.memory or name in nxt.cpus:
+            r = r.model_copy(update={"memory": nxt.memory.get(name, r.memory), "cpus": nxt.cpus.get(name, r.cpus)})
+        variants[name] = v.model_copy(update={"resources": r})
+    return step.model_copy(update={"variants": variants})
+
+
+def without_changes(nxt: NextAttempt) -> NextAttempt:
+    """The same next attempt, its changes said once already."""
+    return replace(nxt, changes=())
+
+
+def _mem(n: int) -> str:
+    """``512Mi``, ``1Gi``, ``1.5Gi``: as a workflow writes memory."""
+    for unit, size in (("Gi", 1024**3), ("Mi", 1024**2), ("Ki", 1024)):
+        if n >= size:
+            value = n / size
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
+    return format_bytes(n)
