@@ -45,7 +45,7 @@ from hetflow.execute.submit import create_run, new_run_id, preflight
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, PlanChooser, VariantChooser
 from hetflow.spec import LoadedWorkflow, Workflow, edges_of, fanout_parent, load_workflow
-from hetflow.state import LAUNCHING, PENDING, RUNNING, RunRecord, Store
+from hetflow.state import LAUNCHING, PENDING, RUN_RUNNING, RUNNING, RunRecord, Store, pid_alive
 
 
 class LocalEngine(ContainerEngine, Puller, Protocol):
@@ -270,6 +270,11 @@ def _apply_edits(
         raise StateError(
             f"{where} and its 'data' differs; resume does not fetch data again: resume it as recorded"
             f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"
+        )
+    if record.state == RUN_RUNNING and record.pid and record.pid != os.getpid() and pid_alive(record.pid):
+        raise StateError(
+            f"{where}, and process {record.pid} is executing it: stop it first (hetflow stop {run_id}),"
+            " then resume it to apply the edit"
         )
     busy = [s.step for s in store.steps(run_id) if s.state in (LAUNCHING, RUNNING)]
     if busy:
