@@ -4,15 +4,22 @@ the store's part: the amended run, and the attempts' workflow_version column on 
 
 from __future__ import annotations
 
+import json
+import os
+import re
 import sqlite3
 from pathlib import Path
+from typing import cast
 
 import pytest
 
+from hetflow.errors import StateError
 from hetflow.execute.amend import ADDED, CHANGED, DOWNSTREAM, EDITED, KEPT, REMOVED, Change, compare, key_parts
 from hetflow.execute.cache import Key, cache_key
+from hetflow.execute.session import LocalEngine, resume_run
 from hetflow.spec import Workflow, load_workflow
 from hetflow.state import AttemptRecord, StepRecord, Store
+from tests.unit.builders import node
 
 BASE = """apiVersion: hetflow/v1
 name: wf
@@ -226,3 +233,79 @@ def test_an_older_store_gains_the_workflow_version_column_and_its_attempts_read_
     assert store.attempts("r1")[0].workflow_version is None
     store.add_attempt(_attempt(2, n=2))
     assert [a.workflow_version for a in store.attempts("r1")] == [None, 2]
+
+
+SMALL = """apiVersion: hetflow/v1
+name: wf
+steps:
+  s:
+    image: img:1
+    command: [sh, -c, "exit 1"]
+"""
+
+
+def _recorded_run(tmp_path: Path, backend_json: str, *, data: str = "", pid: int | None = None) -> tuple[Store, Path]:
+    """A failed run recorded from ``wf.yaml`` (its copy in the run's directory)."""
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(SMALL + data)
+    workdir = tmp_path / "work" / "r1"
+    workdir.mkdir(parents=True)
+    (workdir / "workflow.yaml").write_text(SMALL + data)
+    store = Store(tmp_path / "state.db")
+    store.create_run(
+        run_id="r1",
+        name="wf",
+        workflow_file=str(wf),
+        spec_json="{}",
+        params_json="{}",
+        uid=0,
+        gid=0,
+        workdir=str(workdir),
+        steps=["s"],
+        backend=json.loads(backend_json).get("backend", "local"),
+        backend_json=backend_json,
+    )
+    store.set_step("r1", "s", state="failed")
+    if pid is not None:
+        store.set_run("r1", state="running", pid=pid)
+    return store, wf
+
+
+@pytest.mark.parametrize(
+    ("backend_json", "data", "pid", "message"),
+    [
+        pytest.param(
+            '{"backend": "slurm", "cluster": "/c.yaml"}',
+            "",
+            None,
+            "applying an edit to a run on slurm is not supported: resume it as recorded"
+            " (hetflow resume r1 --as-recorded)",
+            id="cluster-backend",
+        ),
+        pytest.param(
+            "{}",
+            "data:\n  docs: {path: docs}\n",
+            None,
+            "its 'data' differs; resume does not fetch data again",
+            id="data-changed",
+        ),
+        pytest.param(
+            "{}",
+            "",
+            os.getppid(),  # alive, and not this process: another executor holds the run
+            "is executing it: stop it first (hetflow stop r1)",
+            id="executor-alive",
+        ),
+    ],
+)
+def test_resume_refuses_an_edit_it_cannot_apply_and_changes_nothing(
+    tmp_path: Path, backend_json: str, data: str, pid: int | None, message: str
+) -> None:
+    store, wf = _recorded_run(tmp_path, backend_json, pid=pid)
+    (tmp_path / "docs").mkdir()
+    wf.write_text(SMALL.replace("exit 1", "exit 0") + data)
+    with pytest.raises(StateError, match=re.escape(message)):
+        resume_run(store, "r1", node(), engine=cast(LocalEngine, object()))
+    assert [(s.step, s.state) for s in store.steps("r1")] == [("s", "failed")]
+    assert not (tmp_path / "work" / "r1" / "workflow.v1.yaml").exists()
+    assert "exit 1" in (tmp_path / "work" / "r1" / "workflow.yaml").read_text()
