@@ -137,6 +137,11 @@ steps:
     workdir = Path(hf.show(run_id)["workdir"])
     assert (workdir / "workflow.v1.yaml").read_text() == first
     assert "exit 0" in (workdir / "workflow.yaml").read_text()
+    # a run that succeeded is not resumed: an edit since is pointed to a new run (and the cache)
+    write(tmp_path, first.replace("exit 3", "true"))
+    done = hf("resume", run_id)
+    assert "already succeeded; nothing to resume" in done.stdout
+    assert f"{wf} changed since: 'hetflow run {wf}' runs it again" in done.stdout
 
 
 @pytest.mark.parametrize(

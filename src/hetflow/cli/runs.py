@@ -82,13 +82,19 @@ def resume(
     The workflow is read again from its file: an edit is applied (steps whose cache key
     changed run again with what follows them; publish, resources or retries edits take effect
     for the steps that run again)."""
-    from hetflow.execute import resume_run
+    from hetflow.execute import edited_since, resume_run
     from hetflow.inventory import discover
 
     store = open_store()
     record = store.run(store.resolve_run_id(run_id))
     if record.state == RUN_SUCCEEDED:
-        console.print(f"run {record.id} already succeeded; nothing to resume")
+        console.print(f"run {record.id} already succeeded; nothing to resume", highlight=False)
+        if not as_recorded and edited_since(store, record.id):
+            console.print(
+                f"{record.workflow_file} changed since: 'hetflow run {record.workflow_file}' runs it again,"
+                " taking the unchanged steps' results from the cache",
+                highlight=False,
+            )
         return
     opened, reset, amendment = resume_run(
         store, record.id, discover(hetflow_home()), only=step, as_recorded=as_recorded, say=_say

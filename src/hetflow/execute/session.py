@@ -236,6 +236,16 @@ def resume_run(
     return open_run(store, run_id, node, loaded, engine=engine, backend=backend), reset, amendment
 
 
+def edited_since(store: Store, run_id: str) -> bool:
+    """Whether the run's workflow file, read now, defines something other than the run
+    recorded (False when it cannot be read: resume says why)."""
+    try:
+        current = replay(_load_current(store.run(run_id)), store.expansions(run_id))
+        return current.workflow != load_recorded(store, run_id).workflow
+    except HetflowError:
+        return False
+
+
 def _load_current(record: RunRecord) -> LoadedWorkflow:
     """The run's workflow as its original file says now, with the params recorded with it."""
     hint = (
