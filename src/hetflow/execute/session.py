@@ -306,6 +306,16 @@ def _apply_edits(
         raise SpecError(found)
     paths = RunPaths(Path(record.workdir))
     backend = LocalBackend(engine)
+    identities: dict[str, str] = {}
+
+    def identity(image: str) -> str:
+        """As the runner keys a step (``Runner._image_identity``): a pinned digest, else the
+        ID of the image the engine holds (asked once per image)."""
+        if "@sha256:" in image:
+            return image.rsplit("@", 1)[1]
+        if image not in identities:
+            identities[image] = backend.image_id(image) or image
+        return identities[image]
 
     def key_of(wf: Workflow, name: str, variant: str) -> Key | None:
         step = wf.steps[name]
@@ -319,7 +329,7 @@ def _apply_edits(
             step=step,
             variant_name=variant,
             variant=v,
-            image_identity=backend.image_id(v.image) or v.image,
+            image_identity=identity(v.image),
             inputs=digests if digests is not None else dict(step.inputs),  # unknown content: the references
         )
 
