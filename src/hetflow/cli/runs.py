@@ -16,7 +16,7 @@ from rich.console import Console
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
-from hetflow.report import make_reporter, ps_table, run_json, run_state_text, steps_table
+from hetflow.report import make_reporter, ps_table, run_json, run_state_text, steps_table, versions_text
 from hetflow.state import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, RunWatch, Store, executor_gone
 
 if TYPE_CHECKING:
@@ -73,17 +73,36 @@ def resume(
     detach: bool = typer.Option(False, "--detach", "-d", help="Resume in the background."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     step: str | None = typer.Option(None, "--step", help="Retry only this failed step (and what it skipped)."),
+    as_recorded: bool = typer.Option(
+        False, "--as-recorded", help="Follow the workflow recorded with the run, not its file as it is now."
+    ),
 ) -> None:
-    """Resume a stopped, failed or crashed run: keep intact outputs, adopt running containers."""
-    from hetflow.execute import resume_run
+    """Resume a stopped, failed or crashed run: keep intact outputs, adopt running containers.
+
+    The workflow is read again from its file: an edit is applied (steps whose cache key
+    changed run again with what follows them; publish, resources or retries edits take effect
+    for the steps that run again)."""
+    from hetflow.execute import edited_since, resume_run
     from hetflow.inventory import discover
 
     store = open_store()
     record = store.run(store.resolve_run_id(run_id))
     if record.state == RUN_SUCCEEDED:
-        console.print(f"run {record.id} already succeeded; nothing to resume")
+        console.print(f"run {record.id} already succeeded; nothing to resume", highlight=False)
+        if not as_recorded and edited_since(store, record.id):
+            console.print(
+                f"{record.workflow_file} changed since: 'hetflow run {record.workflow_file}' runs it again,"
+                " taking the unchanged steps' results from the cache",
+                highlight=False,
+            )
         return
-    opened, reset = resume_run(store, record.id, discover(hetflow_home()), only=step)
+    opened, reset, amendment = resume_run(
+        store, record.id, discover(hetflow_home()), only=step, as_recorded=as_recorded, say=_say
+    )
+    if amendment.changes:
+        err.print(f"resuming {record.id} with the workflow edited in {record.workflow_file}:", highlight=False)
+        for change in amendment.changes:
+            err.print(f"  {change.text()}", highlight=False)
     if reset:
         err.print(f"resuming {record.id}: re-running {', '.join(reset)}", highlight=False)
     _go(opened, detach=detach, quiet=quiet)
@@ -193,6 +212,9 @@ def show(
         console.print(record.message, highlight=False)
     images = {a.step: a.image for a in store.attempts(rid)}  # the last attempt's image, pinned by digest
     console.print(steps_table(steps, images=images))
+    versions = versions_text(store.attempts(rid))
+    if versions:
+        console.print(versions, highlight=False)
 
 
 def logs(

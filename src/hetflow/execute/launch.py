@@ -73,6 +73,7 @@ class Launcher:
         self.store, self.run_id, self.wf = store, run.id, workflow
         self.uid, self.gid = run.uid, run.gid
         self.paths = attempts.paths
+        self.workflow_version = self.paths.workflow_version()  # what a resume's edit made it
         self.backend, self.dispatch, self.attempts = backend, dispatch, attempts
         self.clock, self.pid = clock, pid
         self.data = data or DataManifest()
@@ -145,6 +146,7 @@ class Launcher:
                 message=f"retry: {change}" if change else "",
                 cpus=variant.resources.cpus * n,
                 memory=variant.resources.memory * n,
+                workflow_version=self.workflow_version,
             )
         )
         gpu_text = slot.describe() if slot is not None else ",".join(map(str, indices)) or "none"

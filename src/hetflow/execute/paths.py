@@ -1,6 +1,7 @@
 """Where a run's files live under its work directory.
 
-<workdir>/workflow.yaml            the workflow as submitted (resume reads this)
+<workdir>/workflow.yaml            the workflow as it runs now (resume reads this)
+<workdir>/workflow.vN.yaml         version N, kept when a resume applied an edited file
 <workdir>/steps/<step>/out/        accepted outputs (moved here atomically)
 <workdir>/attempts/<step>/<n>/out  an attempt's /out while it runs
 <workdir>/logs/<step>.<n>.log      the container's log (k8s-file format)
@@ -25,6 +26,17 @@ class RunPaths:
     @property
     def workflow(self) -> Path:
         return self.workdir / "workflow.yaml"
+
+    def workflow_at(self, version: int) -> Path:
+        """An older version of the workflow, kept by a resume that applied an edited file."""
+        return self.workdir / f"workflow.v{version}.yaml"
+
+    def workflow_version(self) -> int:
+        """The version ``workflow`` holds: 1 as submitted, one more per applied edit."""
+        n = 1
+        while self.workflow_at(n).exists():
+            n += 1
+        return n
 
     @property
     def executor_log(self) -> Path:

@@ -3,30 +3,33 @@ executor do, as library calls (the CLI only parses options and prints).
 
     submit_run    load -> pin (local) -> preflight -> plan -> record the run with its plan
     open_run      a recorded run, ready to execute: its pinned workflow and stored plan
-    resume_run    reset what must run again, then open_run
+    resume_run    apply an edited workflow file (amend), reset what must run again, then open_run
     drive         build the one Runner, run it to the end; Ctrl-C stops the run
 
-Only ``submit_run`` pins and plans.  Every later executor follows the plan stored with the
-run; a run recorded by a hetflow that stored no plan is planned when it is opened, as that
-hetflow did.
+Only ``submit_run`` pins and plans, and ``resume_run`` when it applies an edited workflow
+(it pins the images written differently, and plans the run again).  Every other executor
+follows the plan stored with the run; a run recorded by a hetflow that stored no plan is
+planned when it is opened, as that hetflow did.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from hetflow.errors import Problem, SpecError
+from hetflow.errors import HetflowError, Problem, SpecError, StateError
+from hetflow.execute.amend import Amendment, compare
 from hetflow.execute.attempts import RunnerConfig
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.backends.local import LocalBackend
-from hetflow.execute.cache import ResultCache
+from hetflow.execute.cache import Key, ResultCache, cache_key, input_digests
 from hetflow.execute.data import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.engine import ContainerEngine, make_engine
 from hetflow.execute.fanout import expand_at_submit, replay
@@ -36,13 +39,13 @@ from hetflow.execute.outputs import damaged_outputs
 from hetflow.execute.paths import RunPaths
 from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
 from hetflow.execute.runner import Reporter, Runner
-from hetflow.execute.runplan import GREEDY, LOCAL, RunPlan, apply_images
+from hetflow.execute.runplan import GREEDY, LOCAL, RunPlan, apply_images, images_of
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import create_run, new_run_id, preflight
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, PlanChooser, VariantChooser
-from hetflow.spec import LoadedWorkflow, Workflow, edges_of, load_workflow
-from hetflow.state import RunRecord, Store
+from hetflow.spec import LoadedWorkflow, Workflow, edges_of, fanout_parent, load_workflow
+from hetflow.state import LAUNCHING, PENDING, RUN_RUNNING, RUNNING, RunRecord, Store, pid_alive
 
 
 class LocalEngine(ContainerEngine, Puller, Protocol):
@@ -201,16 +204,176 @@ def resume_run(
     engine: LocalEngine | None = None,
     backend: Backend | None = None,
     only: str | None = None,
-) -> tuple[OpenRun, list[str]]:
+    as_recorded: bool = False,
+    say: Say | None = None,
+) -> tuple[OpenRun, list[str], Amendment]:
     """Make a stopped, failed or crashed run runnable again: the steps to run again (failed,
     stopped, skipped, and succeeded ones whose outputs are damaged, with what follows) go
-    back to pending; ``only``: just that failed step and what it skipped.  Returns the
-    run, opened, and the steps reset."""
-    loaded = load_recorded(store, run_id)
+    back to pending; ``only``: just that failed step and what it skipped.
+
+    The workflow is read again from its original file (Nextflow's -resume) and an edit is
+    applied (``amend``): succeeded steps whose cache key changed run again with what follows
+    them, new steps run, removed ones are dropped, and the steps that run again follow the new
+    definition.  ``as_recorded``: follow the copy recorded with the run, as it is.  Returns
+    the run, opened, the steps reset and what the edit changed."""
+    record = store.run(run_id)
+    amendment = Amendment()
+    if Settings.from_json(record.backend_json).backend == LOCAL:
+        engine = engine or make_engine()
+    if as_recorded:
+        loaded = load_recorded(store, run_id)
+    else:
+        loaded, amendment = _apply_edits(store, record, node, engine, say or (lambda _text: None))
+    for name in amendment.rerun:
+        change = next(c for c in amendment.changes if c.step == name)
+        store.set_step(
+            run_id, name, state=PENDING, exit_code=None, ended=None, reason="", not_before=None, event=change.text()
+        )
     reset = reset_for_resume(
         store, run_id, lambda step: damaged_outputs(store.outputs(run_id, step)), edges_of(loaded.workflow), only=only
     )
-    return open_run(store, run_id, node, loaded, engine=engine, backend=backend), reset
+    reset = sorted(set(reset) | set(amendment.rerun) | set(amendment.added))
+    return open_run(store, run_id, node, loaded, engine=engine, backend=backend), reset, amendment
+
+
+def edited_since(store: Store, run_id: str) -> bool:
+    """Whether the run's workflow file, read now, defines something other than the run
+    recorded (False when it cannot be read: resume says why)."""
+    try:
+        current = replay(_load_current(store.run(run_id)), store.expansions(run_id))
+        return current.workflow != load_recorded(store, run_id).workflow
+    except HetflowError:
+        return False
+
+
+def _load_current(record: RunRecord) -> LoadedWorkflow:
+    """The run's workflow as its original file says now, with the params recorded with it."""
+    hint = (
+        f"resume applies the workflow as this file says now; fix it, or resume with the copy recorded with"
+        f" the run as it is: hetflow resume {record.id} --as-recorded"
+    )
+    try:
+        return load_workflow(record.workflow_file, json.loads(record.params_json))
+    except SpecError as exc:
+        raise SpecError([*exc.problems, Problem(record.workflow_file, 1, hint, "note")]) from None
+
+
+def _apply_edits(
+    store: Store, record: RunRecord, node: Node, engine: LocalEngine | None, say: Say
+) -> tuple[LoadedWorkflow, Amendment]:
+    """Compare the run's recorded workflow with its file now; when they differ, record the new
+    version (the old copy kept as workflow.vN.yaml), pin and plan it, and say what changes.
+    Everything that can be refused is refused before anything is written."""
+    run_id = record.id
+    old = load_recorded(store, run_id)
+    current = replay(_load_current(record), store.expansions(run_id))
+    if current.workflow == old.workflow:
+        return old, Amendment()
+    where = f"{record.workflow_file} changed since run {run_id} was recorded"
+    settings = Settings.from_json(record.backend_json)
+    if settings.backend != LOCAL or engine is None:
+        raise StateError(
+            f"{where}; applying an edit to a run on {settings.backend} is not supported: resume it as recorded"
+            f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"
+        )
+    if current.workflow.data != old.workflow.data:
+        raise StateError(
+            f"{where} and its 'data' differs; resume does not fetch data again: resume it as recorded"
+            f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"
+        )
+    if record.state == RUN_RUNNING and record.pid and record.pid != os.getpid() and pid_alive(record.pid):
+        raise StateError(
+            f"{where}, and process {record.pid} is executing it: stop it first (hetflow stop {run_id}),"
+            " then resume it to apply the edit"
+        )
+    busy = [s.step for s in store.steps(run_id) if s.state in (LAUNCHING, RUNNING)]
+    if busy:
+        raise StateError(
+            f"{where}, and step(s) {', '.join(busy)} of it are still in flight: stop the run first"
+            f" (hetflow stop {run_id}), then resume it to apply the edit"
+        )
+    text = store.plan_json(run_id)
+    recorded = RunPlan.from_json(text) if text is not None else RunPlan()
+    try:
+        current, more = expand_at_submit(current, recorded.data)  # new fan-outs over the run's data
+    except HetflowError as exc:
+        raise StateError(f"{where}: {exc}") from None
+    pinned, pulls = pin(current, node, engine, say)
+    images = _merged_images(old.workflow, current.workflow, pinned.workflow, recorded.images)
+    pinned = dataclasses.replace(current, workflow=apply_images(current.workflow, images))
+    found = list(pinned.notes) + preflight(pinned, node, engine)
+    if any(p.severity == "error" for p in found):
+        raise SpecError(found)
+    paths = RunPaths(Path(record.workdir))
+    backend = LocalBackend(engine)
+    identities: dict[str, str] = {}
+
+    def identity(image: str) -> str:
+        """As the runner keys a step (``Runner._image_identity``): a pinned digest, else the
+        ID of the image the engine holds (asked once per image)."""
+        if "@sha256:" in image:
+            return image.rsplit("@", 1)[1]
+        if image not in identities:
+            identities[image] = backend.image_id(image) or image
+        return identities[image]
+
+    def key_of(wf: Workflow, name: str, variant: str) -> Key | None:
+        step = wf.steps[name]
+        v = step.resolved_variants().get(variant)
+        if v is None:
+            return None
+        digests = input_digests(step, lambda p: store.outputs(run_id, p), paths.step_out, recorded.data)
+        return cache_key(
+            workflow=wf.name,
+            step_name=fanout_parent(name) or name,
+            step=step,
+            variant_name=variant,
+            variant=v,
+            image_identity=identity(v.image),
+            inputs=digests if digests is not None else dict(step.inputs),  # unknown content: the references
+        )
+
+    amendment = compare(apply_images(old.workflow, recorded.images), pinned.workflow, store.steps(run_id), key_of)
+    plan = plan_on_node(store, pinned, node, sorted({*recorded.pulls, *pulls}), steer=settings.steer)
+    plan = dataclasses.replace(plan, data=recorded.data)
+    version = paths.workflow_version() + 1
+    message = f"workflow version {version} applied from {record.workflow_file}" + "".join(
+        f"; {c.text()}" for c in amendment.changes
+    )
+    kept = paths.workflow_at(version - 1)
+    os.replace(paths.workflow, kept)
+    try:
+        paths.workflow.write_text(current.text, encoding="utf-8")
+        store.amend_run(
+            run_id,
+            spec_json=pinned.workflow.model_dump_json(by_alias=True),
+            plan_json=plan.to_json(),
+            add=amendment.added,
+            drop=amendment.removed,
+            expansions=more,
+            message=message,
+        )
+    except BaseException:
+        os.replace(kept, paths.workflow)  # nothing applied: the run stays as recorded
+        raise
+    return current, amendment
+
+
+def _merged_images(
+    old: Workflow, new: Workflow, pinned: Workflow, recorded: Mapping[str, Mapping[str, str]]
+) -> dict[str, dict[str, str]]:
+    """step -> variant -> image: a variant whose image is written as it was keeps the image the
+    run pinned (so an unchanged step is not moved to a newer build); others get the new pin."""
+    written_old, written_new, now = images_of(old), images_of(new), images_of(pinned)
+    images: dict[str, dict[str, str]] = {}
+    for s, variants in now.items():
+        key = s if s in recorded else fanout_parent(s)
+        before = recorded.get(key, {}) if key is not None else {}
+        images[s] = {
+            v: before[v] if v in before and written_old.get(s, {}).get(v) == written_new[s].get(v) else image
+            for v, image in variants.items()
+        }
+    return images
 
 
 def chooser_of(plan: RunPlan) -> VariantChooser:

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from hetflow.report.plan import explain_step, plan_json, plan_table
     from hetflow.report.progress import make_reporter
     from hetflow.report.runreport import run_report_html, timeline_svg
-    from hetflow.report.runs import ps_table, run_json, run_state_text, steps_table
+    from hetflow.report.runs import ps_table, run_json, run_state_text, steps_table, versions_text
     from hetflow.report.trace import (
         DEFAULT_TRACE_FIELDS,
         TRACE_FIELDS,
@@ -36,7 +36,7 @@ _WHERE = {
     "plan": ["explain_step", "plan_json", "plan_table"],
     "progress": ["make_reporter"],
     "runreport": ["run_report_html", "timeline_svg"],
-    "runs": ["ps_table", "run_json", "run_state_text", "steps_table"],
+    "runs": ["ps_table", "run_json", "run_state_text", "steps_table", "versions_text"],
     "trace": [
         "DEFAULT_TRACE_FIELDS",
         "TRACE_FIELDS",
@@ -70,6 +70,7 @@ __all__ = [
     "trace_json",
     "trace_rows",
     "trace_tsv",
+    "versions_text",
     "write_gantt",
 ]
 

@@ -78,6 +78,9 @@ def run_json(
                 "cpus": a.cpus,
                 "memory": a.memory,
                 "peak_memory": a.peak_memory,
+                # the version of the run's workflow it ran (a resume applying an edit adds one);
+                # None: recorded by a hetflow that did not track it
+                "workflow_version": a.workflow_version,
             }
         )
     done = sum(s.state == "succeeded" for s in steps)
@@ -133,6 +136,18 @@ def ps_table(runs: list[tuple[RunRecord, list[StepRecord]]], gone: frozenset[str
             f"{run.uid}:{run.gid}",
         )
     return t
+
+
+def versions_text(attempts: list[AttemptRecord]) -> str | None:
+    """``workflow v1: a#1 b#1; v2: b#2``: which workflow version each attempt ran, once a
+    resume applied an edit (None while every attempt ran the workflow as submitted)."""
+    known = [a for a in attempts if a.workflow_version is not None]
+    if not any(a.workflow_version != 1 for a in known):
+        return None
+    by: dict[int, list[str]] = {}
+    for a in sorted(known, key=lambda a: (a.started or 0.0, a.step, a.attempt)):
+        by.setdefault(a.workflow_version or 0, []).append(f"{a.step}#{a.attempt}")
+    return "workflow " + "; ".join(f"v{v}: {' '.join(names)}" for v, names in sorted(by.items()))
 
 
 def short_image(ref: str) -> str:

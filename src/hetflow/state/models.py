@@ -114,6 +114,10 @@ class AttemptRecord:
     image_id: str | None = None  # digest (or ID) of the image that ran
     run_started: float | None = None  # the container's own start and exit, as the engine saw them
     run_ended: float | None = None
+    # Which version of the run's workflow the attempt ran: 1 as submitted, 2 after the first
+    # resume that applied an edited file (workflow.v1.yaml keeps version 1), ...  None:
+    # recorded by a hetflow that did not track versions.
+    workflow_version: int | None = None
 
 
 # The measured columns of an attempt, which Store.set_usage writes.
