@@ -1,5 +1,7 @@
 """Publishing outputs to a host directory: copy, link, overwrite, never a silent replace;
-to S3 through an object-store seam (the real S3 path is tested against moto's server)."""
+to S3 through an object-store seam (the real S3 path is tested against moto's server).
+The rule of what may be replaced is a named table (``decide``); a real state store records
+what was published, so a workflow replaces its own unchanged result and nothing else."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from hetflow.execute.publish import PublishError, publish_step
+from hetflow.execute.publish import LOCK_NAME, PublishError, Publishing, decide, publish_step
 from hetflow.spec import Publish, Step
+from hetflow.state import PublishRecord, Store
 
 
 def outputs(tmp_path: Path) -> Path:
@@ -39,7 +42,7 @@ def test_a_different_file_is_never_replaced_unless_told(tmp_path: Path) -> None:
     out = outputs(tmp_path)
     (tmp_path / "res").mkdir()
     (tmp_path / "res" / "r.txt").write_text("precious\n")
-    with pytest.raises(PublishError, match=r"already exists and differs.*mode: overwrite"):
+    with pytest.raises(PublishError, match=r"r\.txt already exists and was not published by hetflow.*mode: overwrite"):
         publish_step(step(str(tmp_path / "res"), names=("r.txt",)), out, 0, 0)
     assert (tmp_path / "res" / "r.txt").read_text() == "precious\n"
     publish_step(step(str(tmp_path / "res"), "overwrite", ("r.txt",)), out, os.getuid(), os.getgid())
@@ -83,3 +86,93 @@ def test_s3_publish_refuses_other_bytes_under_a_key_unless_told(tmp_path: Path) 
         publish_step(step("s3://b/p/", names=("r.txt",)), out, 0, 0, s3=lambda endpoint: fs)
     publish_step(step("s3://b/p/", "overwrite", ("r.txt",)), out, 0, 0, s3=lambda endpoint: fs)
     assert fs.objects["b/p/r.txt"] == b"result\n"
+
+
+def rec(workflow: str = "wf", sha: str = "old") -> PublishRecord:
+    return PublishRecord("t", sha, 3, "run-1", "s", workflow, 0.0)
+
+
+# (mode, present, regular, identical, content there, record) -> (action, why)
+RULE = [
+    ("nothing-there", "copy", False, False, False, "", None, "write", ""),
+    ("identical-bytes", "copy", True, True, True, "new", None, "keep", ""),
+    ("identical-link-mode", "link", True, True, True, "new", None, "keep", ""),
+    ("overwrite-anything", "overwrite", True, True, False, "user", None, "replace", "mode: overwrite"),
+    ("overwrite-a-folder", "overwrite", True, False, False, "", None, "replace", "mode: overwrite"),
+    ("a-folder-or-link", "copy", True, False, False, "", rec(), "refuse", "not a regular file"),
+    ("not-published-by-hetflow", "copy", True, True, False, "user", None, "refuse", "not published by hetflow"),
+    ("own-result-unchanged", "copy", True, True, False, "old", rec(), "replace", "result from run run-1"),
+    ("own-result-link-mode", "link", True, True, False, "old", rec(), "replace", "result from run run-1"),
+    ("own-result-edited-since", "copy", True, True, False, "edited", rec(), "refuse", "changed since run run-1"),
+    ("another-workflows-result", "copy", True, True, False, "old", rec("other"), "refuse", "workflow 'other'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "present", "regular", "identical", "there", "record", "action", "why"),
+    [r[1:] for r in RULE],
+    ids=[r[0] for r in RULE],
+)
+def test_the_rule_of_what_may_be_replaced(
+    mode: str,
+    present: bool,
+    regular: bool,
+    identical: bool,
+    there: str,
+    record: PublishRecord | None,
+    action: str,
+    why: str,
+) -> None:
+    v = decide(
+        mode=mode,
+        present=present,
+        regular=regular,
+        identical=identical,
+        unchanged=record is not None and there == record.sha256,
+        record=record,
+        workflow="wf",
+    )
+    assert v.action == action and why in v.why
+
+
+def one(tmp_path: Path, text: str) -> Path:
+    out = tmp_path / f"out-{text.strip()}"
+    out.mkdir()
+    (out / "r.txt").write_text(text)
+    return out
+
+
+def test_a_workflow_replaces_its_own_unchanged_result_and_nothing_else(tmp_path: Path) -> None:
+    store = Store(tmp_path / "home" / "state.db")
+    res = tmp_path / "res"
+    st = step(str(res), names=("r.txt",))
+    first = Publishing(store, "run-1", "wf")
+    first("s", st, one(tmp_path, "one\n"), os.getuid(), os.getgid())
+    r = store.published(str(res.resolve() / "r.txt"))
+    assert r is not None and (r.run_id, r.workflow, r.step, r.size) == ("run-1", "wf", "s", 4)
+    # a rerun of the same workflow with other bytes replaces its own result, and says whose
+    done = Publishing(store, "run-2", "wf")("s", st, one(tmp_path, "two\n"), os.getuid(), os.getgid())
+    assert (res / "r.txt").read_text() == "two\n" and "replaced this workflow's result from run run-1" in done[0]
+    assert store.published(str(res.resolve() / "r.txt")).run_id == "run-2"  # type: ignore[union-attr]
+    # another workflow's result is not this one's to replace
+    with pytest.raises(PublishError, match=r"published by workflow 'wf' \(run run-2\), not this one"):
+        Publishing(store, "run-3", "other")("s", st, one(tmp_path, "three\n"), os.getuid(), os.getgid())
+    # nor is a result edited since it was published
+    (res / "r.txt").write_text("two, edited\n")
+    with pytest.raises(PublishError, match=r"r\.txt already exists and changed since run run-2 published it"):
+        Publishing(store, "run-4", "wf")("s", st, one(tmp_path, "four\n"), os.getuid(), os.getgid())
+    assert (res / "r.txt").read_text() == "two, edited\n"
+    assert sorted(p.name for p in res.iterdir()) == [LOCK_NAME, "r.txt"]  # no staged file left by a refusal
+
+
+def test_s3_publish_replaces_its_own_object_by_its_recorded_etag(tmp_path: Path) -> None:
+    store = Store(tmp_path / "home" / "state.db")
+    fs = FakeS3()
+    st = step("s3://b/p/", names=("r.txt",))
+    Publishing(store, "run-1", "wf", s3=lambda endpoint: fs)("s", st, one(tmp_path, "one\n"), 0, 0)
+    Publishing(store, "run-2", "wf", s3=lambda endpoint: fs)("s", st, one(tmp_path, "two\n"), 0, 0)
+    assert fs.objects["b/p/r.txt"] == b"two\n"
+    fs.objects["b/p/r.txt"] = b"changed by someone"
+    with pytest.raises(PublishError, match=r"s3://b/p/r\.txt already exists and changed since run run-2"):
+        Publishing(store, "run-3", "wf", s3=lambda endpoint: fs)("s", st, one(tmp_path, "three\n"), 0, 0)
+    assert fs.objects["b/p/r.txt"] == b"changed by someone"

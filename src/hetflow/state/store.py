@@ -31,6 +31,7 @@ from hetflow.state.models import (
     UsageRow,
 )
 from hetflow.state.pages import Pages
+from hetflow.state.publishrows import PublishRows
 
 # 3 (later, still 3: a nullable column added where missing, see _migrate): runs.pid_start, the
 #    executor's start time.
@@ -93,7 +94,7 @@ def _now() -> float:
     return time.time()
 
 
-class Store(Leases, Pages, DataRows):
+class Store(Leases, Pages, DataRows, PublishRows):
     """One connection per process; every write is its own short transaction."""
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
@@ -140,6 +141,7 @@ class Store(Leases, Pages, DataRows):
         if not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone():
             self._db.executescript(_SCHEMA + _SCHEMA_DATA)
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+        self._migrate_published()  # old and new stores alike (issue 22: publish records)
 
     def _open_read_only(self, path: Path) -> None:
         if not path.is_file():
