@@ -89,3 +89,33 @@ def test_an_unreadable_bucket_is_refused_before_any_step(hf: Hetflow, tmp_path: 
     s3.create_bucket(Bucket="empty-bucket")
     proc = hf("run", write(tmp_path, WF.replace("in-bucket", "empty-bucket")), extra_env=env, check=False)
     assert proc.returncode == 2 and "s3://empty-bucket/docs/ holds no object" in proc.stderr
+
+
+def test_s3_publish_replaces_its_own_object_and_refuses_one_changed_since(
+    hf: Hetflow, tmp_path: Path, s3: Any, endpoint: str
+) -> None:
+    s3.create_bucket(Bucket="rule-in")
+    s3.create_bucket(Bucket="rule-out")
+    s3.put_object(Bucket="rule-in", Key="docs/a.txt", Body=b"12345")
+    s3.put_object(Bucket="rule-in", Key="docs/sub/b.txt", Body=b"1")
+    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
+    wf = write(tmp_path, WF.replace("in-bucket", "rule-in").replace("out-bucket", "rule-out"))
+
+    def published() -> bytes:
+        body: bytes = s3.get_object(Bucket="rule-out", Key="results/sizes.txt")["Body"].read()
+        return body
+
+    hf("run", wf, extra_env=env)
+    assert published().split() == [b"5", b"1", b"b.txt"]
+    # change an input and rerun: the workflow's own object (its recorded ETag unchanged) is replaced
+    s3.put_object(Bucket="rule-in", Key="docs/a.txt", Body=b"1234567")
+    hf("run", wf, extra_env=env)
+    assert published().split() == [b"7", b"1", b"b.txt"]
+    # an object changed since it was published is refused, and kept
+    s3.put_object(Bucket="rule-out", Key="results/sizes.txt", Body=b"someone else's")
+    s3.put_object(Bucket="rule-in", Key="docs/a.txt", Body=b"12")
+    proc = hf("run", wf, extra_env=env, check=False)
+    total = {s["step"]: s for s in hf.show(hf.last_run())["steps"]}["total"]
+    assert proc.returncode != 0
+    assert "s3://rule-out/results/sizes.txt already exists and changed since run" in total["reason"]
+    assert published() == b"someone else's"
