@@ -65,7 +65,12 @@ class FakeS3:
     def info(self, path: str) -> dict[str, Any]:
         return {"ETag": '"' + hashlib.md5(self.objects[path], usedforsecurity=False).hexdigest() + '"'}
 
-    def put_file(self, lpath: str, rpath: str) -> None:
+    def put_file(self, lpath: str, rpath: str, **kwargs: Any) -> None:
+        """Honours s3fs's ``mode="create"`` and PutObject's ``IfMatch`` as s3fs answers them."""
+        if kwargs.get("mode") == "create" and rpath in self.objects:
+            raise FileExistsError("At least one of the pre-conditions you specified did not hold")
+        if "IfMatch" in kwargs and (rpath not in self.objects or kwargs["IfMatch"] != self.info(rpath)["ETag"]):
+            raise OSError(22, "At least one of the pre-conditions you specified did not hold")
         self.objects[rpath] = Path(lpath).read_bytes()
 
     def find(self, path: str, detail: bool = False) -> Any:
@@ -176,3 +181,39 @@ def test_s3_publish_replaces_its_own_object_by_its_recorded_etag(tmp_path: Path)
     with pytest.raises(PublishError, match=r"s3://b/p/r\.txt already exists and changed since run run-2"):
         Publishing(store, "run-3", "wf", s3=lambda endpoint: fs)("s", st, one(tmp_path, "three\n"), 0, 0)
     assert fs.objects["b/p/r.txt"] == b"changed by someone"
+
+
+class RacingS3(FakeS3):
+    """Someone else writes the key just after hetflow checked it (before its upload)."""
+
+    def __init__(self, sneak: bytes) -> None:
+        super().__init__()
+        self.sneak: bytes | None = sneak
+
+    def info(self, path: str) -> dict[str, Any]:
+        answer = super().info(path) if path in self.objects else {"ETag": ""}
+        if self.sneak is not None:
+            self.objects[path], self.sneak = self.sneak, None
+        return answer
+
+    def exists(self, path: str) -> bool:
+        if self.sneak is not None and path not in self.objects:
+            self.objects[path], self.sneak = self.sneak, None
+            return False
+        return path in self.objects
+
+
+@pytest.mark.parametrize("before", [None, b"one\n"], ids=["new-key-taken-meanwhile", "own-object-replaced-meanwhile"])
+def test_s3_an_object_written_by_someone_else_after_the_check_fails_the_publish(
+    tmp_path: Path, before: bytes | None
+) -> None:
+    store = Store(tmp_path / "home" / "state.db")
+    fs = RacingS3(b"someone else's")
+    st = step("s3://b/p/", names=("r.txt",))
+    if before is not None:
+        fs.sneak = None
+        Publishing(store, "run-1", "wf", s3=lambda endpoint: fs)("s", st, one(tmp_path, "one\n"), 0, 0)
+        fs.sneak = b"someone else's"
+    with pytest.raises(PublishError, match=r"s3://b/p/r\.txt was written by someone else while this run published it"):
+        Publishing(store, "run-2", "wf", s3=lambda endpoint: fs)("s", st, one(tmp_path, "two\n"), 0, 0)
+    assert fs.objects["b/p/r.txt"] == b"someone else's"

@@ -19,13 +19,17 @@ alone decides (never two successes with one file silently lost).  The lock lives
 target's folder, not under HETFLOW_HOME, so that runs with different HETFLOW_HOMEs (or on other
 machines sharing the folder: Linux maps flock to POSIX locks on NFS) are serialised too; they
 do not share records, so each refuses the other's file.  S3 has no such lock: publishers
-sharing one HETFLOW_HOME are serialised by a lock file under it, others rely on the rule's
-ETag check (a narrow window remains between that check and the upload).
+sharing one HETFLOW_HOME are serialised by a lock file under it, and the upload is a
+conditional write (S3's If-None-Match: * for a new key, If-Match: the ETag checked for a
+replacement, both honoured by AWS S3 since 2024 and by moto), so an object written by anyone
+else between the check and the upload makes the step fail, never vanish.  (A file of 100 MiB
+or more is uploaded in parts; s3fs makes only the new-key case conditional there.)
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import os
@@ -43,6 +47,7 @@ from hetflow.spec import Publish, Step
 from hetflow.state import PublishRecord
 
 LOCK_NAME = ".hetflow-publish.lock"
+SINGLE_PUT = 100 * 2**20  # s3fs uploads a file under 2 x its 50 MiB chunk in one PutObject (If-Match goes there)
 OVERWRITE_HINT = "remove it, publish elsewhere, or set 'mode: overwrite'"
 
 
@@ -332,12 +337,41 @@ def _to_s3(
                 if verdict.action == "refuse":
                     raise _refused(rel, url, verdict.why)
                 if verdict.action != "keep":
-                    fs.put_file(str(src), key)
+                    _put(fs, src, key, _condition(verdict, pub.mode, etag, src))
                     etag = _etag(fs, key)
                 _record(ledger, by, url, sha256_file(src), src.stat().st_size, etag)
         except PublishError:
             raise
+        except _Raced:
+            raise PublishError(
+                f"publish {rel!r}: {url} was written by someone else while this run published it (left as"
+                " they wrote it); run again to check it under the rule, or set 'mode: overwrite'"
+            ) from None
         except Exception as exc:
             raise PublishError(f"publish {rel!r} to {url}: {str(exc).splitlines()[0][:300]}") from None
         done.append(_said(rel, url, verdict))
     return done
+
+
+class _Raced(Exception):
+    """A conditional write's precondition failed: the object changed after it was checked."""
+
+
+def _condition(verdict: Verdict, mode: str, etag: str, src: Path) -> dict[str, str]:
+    """The upload's precondition: none where replacing anything is asked for."""
+    if verdict.action == "write":
+        return {"mode": "create"}  # s3fs: PutObject with If-None-Match: *
+    if mode != "overwrite" and src.stat().st_size < SINGLE_PUT:
+        return {"IfMatch": f'"{etag}"'}
+    return {}
+
+
+def _put(fs: ObjectStore, src: Path, key: str, condition: dict[str, str]) -> None:
+    try:
+        fs.put_file(str(src), key, **condition)
+    except FileExistsError:  # s3fs's answer to a failed If-None-Match
+        raise _Raced() from None
+    except OSError as exc:  # s3fs's answer to a failed If-Match (HTTP 412): EINVAL
+        if condition and exc.errno == errno.EINVAL and "condition" in str(exc).lower():
+            raise _Raced() from None
+        raise
