@@ -162,6 +162,9 @@ def test_a_workflow_replaces_its_own_unchanged_result_and_nothing_else(tmp_path:
     # another workflow's result is not this one's to replace
     with pytest.raises(PublishError, match=r"published by workflow 'wf' \(run run-2\), not this one"):
         Publishing(store, "run-3", "other")("s", st, one(tmp_path, "three\n"), os.getuid(), os.getgid())
+    # the same bytes published by another workflow leave the record with the workflow that wrote them
+    Publishing(store, "run-x", "other")("s", st, tmp_path / "out-two", os.getuid(), os.getgid())
+    assert store.published(str(res.resolve() / "r.txt")).run_id == "run-2"  # type: ignore[union-attr]
     # nor is a result edited since it was published
     (res / "r.txt").write_text("two, edited\n")
     with pytest.raises(PublishError, match=r"r\.txt already exists and changed since run run-2 published it"):

@@ -180,6 +180,13 @@ def _said(rel: str, where: str, verdict: Verdict) -> str:
     return f"{rel} -> {where}"
 
 
+def _claims(verdict: Verdict, record: PublishRecord | None, by: By | None) -> bool:
+    """Whether this run records the target as its own: always once it wrote it; for identical
+    bytes left in place, unless another workflow's record holds them (that workflow's rerun
+    may still replace its own result)."""
+    return verdict.action != "keep" or record is None or by is None or record.workflow == by.workflow
+
+
 def _record(ledger: Ledger | None, by: By | None, target: str, sha: str, size: int, etag: str = "") -> None:
     if ledger is not None and by is not None:
         ledger.record_published(PublishRecord(target, sha, size, by.run_id, by.step, by.workflow, time.time(), etag))
@@ -218,13 +225,14 @@ def _to_dir(
             tmp = _stage(src, target, pub.mode == "link", uid, gid)
             try:
                 with _locked(target.parent / LOCK_NAME):
-                    verdict = _judge(pub.mode, target, sha, ledger, by)
+                    verdict, record = _judge(pub.mode, target, sha, ledger, by)
                     if verdict.action == "refuse":
                         raise _refused(rel, str(target), verdict.why)
                     if verdict.action != "keep":
                         os.replace(tmp, target)
                         _fsync_dir(target.parent)
-                    _record(ledger, by, _key(target), sha, size)
+                    if _claims(verdict, record, by):
+                        _record(ledger, by, _key(target), sha, size)
             finally:
                 tmp.unlink(missing_ok=True)
         except OSError as exc:
@@ -233,12 +241,14 @@ def _to_dir(
     return done
 
 
-def _judge(mode: str, target: Path, sha: str, ledger: Ledger | None, by: By | None) -> Verdict:
+def _judge(
+    mode: str, target: Path, sha: str, ledger: Ledger | None, by: By | None
+) -> tuple[Verdict, PublishRecord | None]:
     present = target.exists() or target.is_symlink()
     regular = present and target.is_file() and not target.is_symlink()
     there = sha256_file(target) if regular else ""
     record = ledger.published(_key(target)) if ledger is not None and present else None
-    return decide(
+    verdict = decide(
         mode=mode,
         present=present,
         regular=regular,
@@ -247,6 +257,7 @@ def _judge(mode: str, target: Path, sha: str, ledger: Ledger | None, by: By | No
         record=record,
         workflow=by.workflow if by is not None else "",
     )
+    return verdict, record
 
 
 def _stage(src: Path, target: Path, link: bool, uid: int, gid: int) -> Path:
@@ -339,7 +350,8 @@ def _to_s3(
                 if verdict.action != "keep":
                     _put(fs, src, key, _condition(verdict, pub.mode, etag, src))
                     etag = _etag(fs, key)
-                _record(ledger, by, url, sha256_file(src), src.stat().st_size, etag)
+                if _claims(verdict, record, by):
+                    _record(ledger, by, url, sha256_file(src), src.stat().st_size, etag)
         except PublishError:
             raise
         except _Raced:
