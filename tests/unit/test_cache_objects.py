@@ -5,6 +5,7 @@ run's output, and a cache hit still verifies.  Real files and a real state store
 from __future__ import annotations
 
 import hashlib
+import os
 import stat
 from pathlib import Path
 
@@ -51,3 +52,18 @@ def test_restored_outputs_are_each_runs_own(tmp_path: Path) -> None:
     assert [(f / "r.txt").read_text() for f in finals[1:]] == ["one\n"]
     assert obj.read_text() == "one\n" and (out / "r.txt").read_text() == "one\n"
     assert cache.restore(entry, "run-4", "s", tmp_path / "run-4" / "out") is not None  # the object still verifies
+
+
+def test_an_object_an_older_hetflow_hard_linked_into_a_run_becomes_its_own_file(tmp_path: Path) -> None:
+    store = Store(tmp_path / "home" / "state.db")
+    cache = ResultCache(store, tmp_path / "home" / "cache")
+    out = tmp_path / "run-1" / "out"
+    out.mkdir(parents=True)
+    (out / "r.txt").write_text("one\n")
+    sha = hashlib.sha256(b"one\n").hexdigest()
+    obj = cache.object_path(sha)
+    obj.parent.mkdir(parents=True)
+    os.link(out / "r.txt", obj)  # what hetflow before issue 22 left
+    record = OutputRecord("run-1", "s", "r.txt", sha, 4, str(out / "r.txt"))
+    cache.save(Key("k" * 64, "{}"), workflow="wf", step="s", run_id="run-1", records=[record])
+    assert obj.stat().st_nlink == 1 and obj.stat().st_ino != (out / "r.txt").stat().st_ino

@@ -176,8 +176,8 @@ class ResultCache:
 
     def _keep(self, src: Path, sha: str) -> None:
         target = self.object_path(sha)
-        if target.exists() and target.stat().st_size == src.stat().st_size:
-            return
+        if target.exists() and target.stat().st_size == src.stat().st_size and target.stat().st_nlink == 1:
+            return  # (an object an older hetflow hard-linked into a run is copied afresh: its own file)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{sha}.tmp{os.getpid()}")
         tmp.unlink(missing_ok=True)
