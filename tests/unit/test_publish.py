@@ -220,3 +220,16 @@ def test_s3_an_object_written_by_someone_else_after_the_check_fails_the_publish(
     with pytest.raises(PublishError, match=r"s3://b/p/r\.txt was written by someone else while this run published it"):
         Publishing(store, "run-2", "wf", s3=lambda endpoint: fs)("s", st, one(tmp_path, "two\n"), 0, 0)
     assert fs.objects["b/p/r.txt"] == b"someone else's"
+
+
+def test_a_store_from_before_publish_records_gains_the_table_on_open(tmp_path: Path) -> None:
+    import sqlite3
+
+    Store(tmp_path / "state.db").close()
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.execute("DROP TABLE published")
+    db.commit()
+    db.close()
+    store = Store(tmp_path / "state.db")
+    store.record_published(PublishRecord("/t", "s", 1, "r", "st", "wf", 0.0))
+    assert store.published("/t") == PublishRecord("/t", "s", 1, "r", "st", "wf", 0.0)

@@ -106,7 +106,7 @@ def decide(
     if not regular:
         return Verdict("refuse", "is not a regular file (a folder or a link)")
     if record is None:
-        return Verdict("refuse", "was not published by hetflow")
+        return Verdict("refuse", "was not published by hetflow (no run recorded in this HETFLOW_HOME wrote it)")
     if record.workflow != workflow:
         return Verdict("refuse", f"was published by workflow {record.workflow!r} (run {record.run_id}), not this one")
     if not unchanged:

@@ -48,11 +48,3 @@ class PublishRows:
                 "INSERT OR REPLACE INTO published VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (r.target, r.sha256, r.size, r.run_id, r.step, r.workflow, r.time, r.etag),
             )
-
-    def published_by(self, run_id: str) -> list[PublishRecord]:
-        """The targets whose current record names ``run_id``."""
-        try:
-            rows = self._db.execute("SELECT * FROM published WHERE run_id = ? ORDER BY target", (run_id,)).fetchall()
-        except sqlite3.OperationalError:
-            return []
-        return [PublishRecord(**dict(r)) for r in rows]
