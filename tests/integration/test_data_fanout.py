@@ -80,7 +80,7 @@ def test_publish_never_replaces_a_different_file_unless_told(hf: Hetflow, tmp_pa
     assert proc.returncode != 0
     total = {s["step"]: s for s in hf.show(hf.last_run())["steps"]}["total"]
     assert total["state"] == "failed"
-    assert "already exists and differs" in total["reason"] and "mode: overwrite" in total["reason"]
+    assert "already exists and was not published by hetflow" in total["reason"] and "mode: overwrite" in total["reason"]
     assert total["attempts"] == 1  # publishing again cannot mend it: no retry
     assert (tmp_path / "results" / "total.txt").read_text() == "precious\n"
     hf("run", write(tmp_path, FAN.replace("publish: {to: results}", "publish: {to: results, mode: overwrite}")))

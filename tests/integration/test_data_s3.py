@@ -89,3 +89,84 @@ def test_an_unreadable_bucket_is_refused_before_any_step(hf: Hetflow, tmp_path: 
     s3.create_bucket(Bucket="empty-bucket")
     proc = hf("run", write(tmp_path, WF.replace("in-bucket", "empty-bucket")), extra_env=env, check=False)
     assert proc.returncode == 2 and "s3://empty-bucket/docs/ holds no object" in proc.stderr
+
+
+def test_s3_publish_replaces_its_own_object_and_refuses_one_changed_since(
+    hf: Hetflow, tmp_path: Path, s3: Any, endpoint: str
+) -> None:
+    s3.create_bucket(Bucket="rule-in")
+    s3.create_bucket(Bucket="rule-out")
+    s3.put_object(Bucket="rule-in", Key="docs/a.txt", Body=b"12345")
+    s3.put_object(Bucket="rule-in", Key="docs/sub/b.txt", Body=b"1")
+    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
+    wf = write(tmp_path, WF.replace("in-bucket", "rule-in").replace("out-bucket", "rule-out"))
+
+    def published() -> bytes:
+        body: bytes = s3.get_object(Bucket="rule-out", Key="results/sizes.txt")["Body"].read()
+        return body
+
+    hf("run", wf, extra_env=env)
+    assert published().split() == [b"5", b"1", b"b.txt"]
+    # change an input and rerun: the workflow's own object (its recorded ETag unchanged) is replaced
+    s3.put_object(Bucket="rule-in", Key="docs/a.txt", Body=b"1234567")
+    hf("run", wf, extra_env=env)
+    assert published().split() == [b"7", b"1", b"b.txt"]
+    # an object changed since it was published is refused, and kept
+    s3.put_object(Bucket="rule-out", Key="results/sizes.txt", Body=b"someone else's")
+    s3.put_object(Bucket="rule-in", Key="docs/a.txt", Body=b"12")
+    proc = hf("run", wf, extra_env=env, check=False)
+    total = {s["step"]: s for s in hf.show(hf.last_run())["steps"]}["total"]
+    assert proc.returncode != 0
+    assert "s3://rule-out/results/sizes.txt already exists and changed since run" in total["reason"]
+    assert published() == b"someone else's"
+
+
+class Sneaky:
+    """The real s3fs file system, but someone else (boto3) writes the key right after
+    hetflow has checked it: the conditional upload must notice."""
+
+    def __init__(self, fs: Any, s3: Any, bucket: str, key: str) -> None:
+        self.fs, self.s3, self.bucket, self.key, self.armed = fs, s3, bucket, key, True
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.fs, name)
+
+    def exists(self, path: str) -> bool:
+        there: bool = self.fs.exists(path)
+        if self.armed and not there:
+            self.armed = False
+            self.s3.put_object(Bucket=self.bucket, Key=self.key, Body=b"sneaked in")
+        return there
+
+    def info(self, path: str) -> Any:
+        answer = self.fs.info(path)
+        if self.armed:
+            self.armed = False
+            self.s3.put_object(Bucket=self.bucket, Key=self.key, Body=b"sneaked in")
+        return answer
+
+
+@pytest.mark.parametrize("existing", [False, True], ids=["new-key", "own-object"])
+def test_s3_an_object_written_after_the_check_fails_the_publish_on_real_s3(
+    tmp_path: Path, s3: Any, endpoint: str, existing: bool
+) -> None:
+    from hetflow.execute.data import s3_filesystem
+    from hetflow.execute.publish import PublishError, Publishing
+    from hetflow.spec import Publish, Step
+    from hetflow.state import Store
+
+    bucket = f"race-{'own' if existing else 'new'}"
+    s3.create_bucket(Bucket=bucket)
+    out = tmp_path / "out"
+    out.mkdir()
+    step = Step(image="i", outputs=("r.txt",), publish=(Publish(to=f"s3://{bucket}/p/"),))
+    store = Store(tmp_path / "home" / "state.db")
+    fs = s3_filesystem(endpoint)
+    if existing:
+        (out / "r.txt").write_text("one\n")
+        Publishing(store, "run-1", "wf", s3=lambda e: fs)("s", step, out, 0, 0)
+    (out / "r.txt").write_text("two\n")
+    sneaky = Sneaky(fs, s3, bucket, "p/r.txt")
+    with pytest.raises(PublishError, match="was written by someone else while this run published it"):
+        Publishing(store, "run-2", "wf", s3=lambda e: sneaky)("s", step, out, 0, 0)
+    assert s3.get_object(Bucket=bucket, Key="p/r.txt")["Body"].read() == b"sneaked in"

@@ -1,5 +1,7 @@
 """Publishing outputs to a host directory: copy, link, overwrite, never a silent replace;
-to S3 through an object-store seam (the real S3 path is tested against moto's server)."""
+to S3 through an object-store seam (the real S3 path is tested against moto's server).
+The rule of what may be replaced is a named table (``decide``); a real state store records
+what was published, so a workflow replaces its own unchanged result and nothing else."""
 
 from __future__ import annotations
 
@@ -10,8 +12,9 @@ from typing import Any
 
 import pytest
 
-from hetflow.execute.publish import PublishError, publish_step
+from hetflow.execute.publish import LOCK_NAME, PublishError, Publishing, decide, publish_step
 from hetflow.spec import Publish, Step
+from hetflow.state import PublishRecord, Store
 
 
 def outputs(tmp_path: Path) -> Path:
@@ -39,7 +42,7 @@ def test_a_different_file_is_never_replaced_unless_told(tmp_path: Path) -> None:
     out = outputs(tmp_path)
     (tmp_path / "res").mkdir()
     (tmp_path / "res" / "r.txt").write_text("precious\n")
-    with pytest.raises(PublishError, match=r"already exists and differs.*mode: overwrite"):
+    with pytest.raises(PublishError, match=r"r\.txt already exists and was not published by hetflow.*mode: overwrite"):
         publish_step(step(str(tmp_path / "res"), names=("r.txt",)), out, 0, 0)
     assert (tmp_path / "res" / "r.txt").read_text() == "precious\n"
     publish_step(step(str(tmp_path / "res"), "overwrite", ("r.txt",)), out, os.getuid(), os.getgid())
@@ -62,7 +65,12 @@ class FakeS3:
     def info(self, path: str) -> dict[str, Any]:
         return {"ETag": '"' + hashlib.md5(self.objects[path], usedforsecurity=False).hexdigest() + '"'}
 
-    def put_file(self, lpath: str, rpath: str) -> None:
+    def put_file(self, lpath: str, rpath: str, **kwargs: Any) -> None:
+        """Honours s3fs's ``mode="create"`` and PutObject's ``IfMatch`` as s3fs answers them."""
+        if kwargs.get("mode") == "create" and rpath in self.objects:
+            raise FileExistsError("At least one of the pre-conditions you specified did not hold")
+        if "IfMatch" in kwargs and (rpath not in self.objects or kwargs["IfMatch"] != self.info(rpath)["ETag"]):
+            raise OSError(22, "At least one of the pre-conditions you specified did not hold")
         self.objects[rpath] = Path(lpath).read_bytes()
 
     def find(self, path: str, detail: bool = False) -> Any:
@@ -83,3 +91,145 @@ def test_s3_publish_refuses_other_bytes_under_a_key_unless_told(tmp_path: Path) 
         publish_step(step("s3://b/p/", names=("r.txt",)), out, 0, 0, s3=lambda endpoint: fs)
     publish_step(step("s3://b/p/", "overwrite", ("r.txt",)), out, 0, 0, s3=lambda endpoint: fs)
     assert fs.objects["b/p/r.txt"] == b"result\n"
+
+
+def rec(workflow: str = "wf", sha: str = "old") -> PublishRecord:
+    return PublishRecord("t", sha, 3, "run-1", "s", workflow, 0.0)
+
+
+# (mode, present, regular, identical, content there, record) -> (action, why)
+RULE = [
+    ("nothing-there", "copy", False, False, False, "", None, "write", ""),
+    ("identical-bytes", "copy", True, True, True, "new", None, "keep", ""),
+    ("identical-link-mode", "link", True, True, True, "new", None, "keep", ""),
+    ("overwrite-anything", "overwrite", True, True, False, "user", None, "replace", "mode: overwrite"),
+    ("overwrite-a-folder", "overwrite", True, False, False, "", None, "replace", "mode: overwrite"),
+    ("a-folder-or-link", "copy", True, False, False, "", rec(), "refuse", "not a regular file"),
+    ("not-published-by-hetflow", "copy", True, True, False, "user", None, "refuse", "not published by hetflow"),
+    ("own-result-unchanged", "copy", True, True, False, "old", rec(), "replace", "result from run run-1"),
+    ("own-result-link-mode", "link", True, True, False, "old", rec(), "replace", "result from run run-1"),
+    ("own-result-edited-since", "copy", True, True, False, "edited", rec(), "refuse", "changed since run run-1"),
+    ("another-workflows-result", "copy", True, True, False, "old", rec("other"), "refuse", "workflow 'other'"),
+]
+
+
+@pytest.mark.parametrize(
+    ("mode", "present", "regular", "identical", "there", "record", "action", "why"),
+    [r[1:] for r in RULE],
+    ids=[r[0] for r in RULE],
+)
+def test_the_rule_of_what_may_be_replaced(
+    mode: str,
+    present: bool,
+    regular: bool,
+    identical: bool,
+    there: str,
+    record: PublishRecord | None,
+    action: str,
+    why: str,
+) -> None:
+    v = decide(
+        mode=mode,
+        present=present,
+        regular=regular,
+        identical=identical,
+        unchanged=record is not None and there == record.sha256,
+        record=record,
+        workflow="wf",
+    )
+    assert v.action == action and why in v.why
+
+
+def one(tmp_path: Path, text: str) -> Path:
+    out = tmp_path / f"out-{text.strip()}"
+    out.mkdir()
+    (out / "r.txt").write_text(text)
+    return out
+
+
+def test_a_workflow_replaces_its_own_unchanged_result_and_nothing_else(tmp_path: Path) -> None:
+    store = Store(tmp_path / "home" / "state.db")
+    res = tmp_path / "res"
+    st = step(str(res), names=("r.txt",))
+    first = Publishing(store, "run-1", "wf")
+    first("s", st, one(tmp_path, "one\n"), os.getuid(), os.getgid())
+    r = store.published(str(res.resolve() / "r.txt"))
+    assert r is not None and (r.run_id, r.workflow, r.step, r.size) == ("run-1", "wf", "s", 4)
+    # a rerun of the same workflow with other bytes replaces its own result, and says whose
+    done = Publishing(store, "run-2", "wf")("s", st, one(tmp_path, "two\n"), os.getuid(), os.getgid())
+    assert (res / "r.txt").read_text() == "two\n" and "replaced this workflow's result from run run-1" in done[0]
+    assert store.published(str(res.resolve() / "r.txt")).run_id == "run-2"  # type: ignore[union-attr]
+    # another workflow's result is not this one's to replace
+    with pytest.raises(PublishError, match=r"published by workflow 'wf' \(run run-2\), not this one"):
+        Publishing(store, "run-3", "other")("s", st, one(tmp_path, "three\n"), os.getuid(), os.getgid())
+    # the same bytes published by another workflow leave the record with the workflow that wrote them
+    Publishing(store, "run-x", "other")("s", st, tmp_path / "out-two", os.getuid(), os.getgid())
+    assert store.published(str(res.resolve() / "r.txt")).run_id == "run-2"  # type: ignore[union-attr]
+    # nor is a result edited since it was published
+    (res / "r.txt").write_text("two, edited\n")
+    with pytest.raises(PublishError, match=r"r\.txt already exists and changed since run run-2 published it"):
+        Publishing(store, "run-4", "wf")("s", st, one(tmp_path, "four\n"), os.getuid(), os.getgid())
+    assert (res / "r.txt").read_text() == "two, edited\n"
+    assert sorted(p.name for p in res.iterdir()) == [LOCK_NAME, "r.txt"]  # no staged file left by a refusal
+
+
+def test_s3_publish_replaces_its_own_object_by_its_recorded_etag(tmp_path: Path) -> None:
+    store = Store(tmp_path / "home" / "state.db")
+    fs = FakeS3()
+    st = step("s3://b/p/", names=("r.txt",))
+    Publishing(store, "run-1", "wf", s3=lambda endpoint: fs)("s", st, one(tmp_path, "one\n"), 0, 0)
+    Publishing(store, "run-2", "wf", s3=lambda endpoint: fs)("s", st, one(tmp_path, "two\n"), 0, 0)
+    assert fs.objects["b/p/r.txt"] == b"two\n"
+    fs.objects["b/p/r.txt"] = b"changed by someone"
+    with pytest.raises(PublishError, match=r"s3://b/p/r\.txt already exists and changed since run run-2"):
+        Publishing(store, "run-3", "wf", s3=lambda endpoint: fs)("s", st, one(tmp_path, "three\n"), 0, 0)
+    assert fs.objects["b/p/r.txt"] == b"changed by someone"
+
+
+class RacingS3(FakeS3):
+    """Someone else writes the key just after hetflow checked it (before its upload)."""
+
+    def __init__(self, sneak: bytes) -> None:
+        super().__init__()
+        self.sneak: bytes | None = sneak
+
+    def info(self, path: str) -> dict[str, Any]:
+        answer = super().info(path) if path in self.objects else {"ETag": ""}
+        if self.sneak is not None:
+            self.objects[path], self.sneak = self.sneak, None
+        return answer
+
+    def exists(self, path: str) -> bool:
+        if self.sneak is not None and path not in self.objects:
+            self.objects[path], self.sneak = self.sneak, None
+            return False
+        return path in self.objects
+
+
+@pytest.mark.parametrize("before", [None, b"one\n"], ids=["new-key-taken-meanwhile", "own-object-replaced-meanwhile"])
+def test_s3_an_object_written_by_someone_else_after_the_check_fails_the_publish(
+    tmp_path: Path, before: bytes | None
+) -> None:
+    store = Store(tmp_path / "home" / "state.db")
+    fs = RacingS3(b"someone else's")
+    st = step("s3://b/p/", names=("r.txt",))
+    if before is not None:
+        fs.sneak = None
+        Publishing(store, "run-1", "wf", s3=lambda endpoint: fs)("s", st, one(tmp_path, "one\n"), 0, 0)
+        fs.sneak = b"someone else's"
+    with pytest.raises(PublishError, match=r"s3://b/p/r\.txt was written by someone else while this run published it"):
+        Publishing(store, "run-2", "wf", s3=lambda endpoint: fs)("s", st, one(tmp_path, "two\n"), 0, 0)
+    assert fs.objects["b/p/r.txt"] == b"someone else's"
+
+
+def test_a_store_from_before_publish_records_gains_the_table_on_open(tmp_path: Path) -> None:
+    import sqlite3
+
+    Store(tmp_path / "state.db").close()
+    db = sqlite3.connect(tmp_path / "state.db")
+    db.execute("DROP TABLE published")
+    db.commit()
+    db.close()
+    store = Store(tmp_path / "state.db")
+    store.record_published(PublishRecord("/t", "s", 1, "r", "st", "wf", 0.0))
+    assert store.published("/t") == PublishRecord("/t", "s", 1, "r", "st", "wf", 0.0)

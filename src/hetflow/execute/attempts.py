@@ -17,7 +17,7 @@ from hetflow.execute.logs import log_tail
 from hetflow.execute.nextattempt import OOM_EXIT, Failure, Limits, NextAttempt, after_failure
 from hetflow.execute.outputs import accept_outputs, missing_outputs
 from hetflow.execute.paths import RunPaths
-from hetflow.execute.publish import PublishError, publish_step
+from hetflow.execute.publish import PublishError, Publishing
 from hetflow.spec import Retry, Step, Workflow
 from hetflow.state import (
     FAILED,
@@ -33,7 +33,7 @@ from hetflow.state import (
     record,
 )
 
-Publisher = Callable[[Step, Path, int, int], list[str]]
+Publisher = Callable[[str, Step, Path, int, int], list[str]]  # (step name, step, its outputs, uid, gid)
 
 
 SUBMITTED = "submitted"  # what a queueing engine's job waits for before its first poll (``Launcher``)
@@ -101,7 +101,7 @@ class Attempts:
         self.budget_start = budget_start
         self.active: dict[str, Active] = {}
         self.owner = owner
-        self.publisher: Publisher = publisher or publish_step
+        self.publisher: Publisher = publisher or Publishing(store, run_id, workflow.name)
         self.on_success = on_success
         self._to_remove: list[str] = []
         self._remove_due: float | None = None  # when the oldest finished container must go
@@ -217,7 +217,7 @@ class Attempts:
             return
         if step.publish:
             try:
-                published = self.publisher(step, final, *self.owner)
+                published = self.publisher(act.step, step, final, *self.owner)
             except PublishError as exc:
                 self.fail(act, 0, f"exited 0, but its outputs could not be published: {exc}", retry=False)
                 return
@@ -234,7 +234,7 @@ class Attempts:
     def publish(self, name: str, out_dir: Path) -> bool:
         """Publish a step's outputs taken from the cache; a failure fails the step."""
         try:
-            published = self.publisher(self.wf.steps[name], out_dir, *self.owner)
+            published = self.publisher(name, self.wf.steps[name], out_dir, *self.owner)
         except PublishError as exc:
             why = f"its cached outputs could not be published: {exc}"
             self.store.set_step(self.run_id, name, state=FAILED, ended=self.clock(), reason=why, event=why)

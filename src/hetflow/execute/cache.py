@@ -14,12 +14,17 @@ The key is the sha256 of a canonical JSON of what decides a step's result:
 
 Resources (cores, memory), retries, estimates and the like do not enter it: they do not
 change a result.  Entries live in the state store; their files in HETFLOW_HOME/cache/objects,
-content-addressed and hard-linked (copied across file systems).  A hit is verified before
-use: an object deleted or changed makes the entry go and the step run.
+content-addressed.  Objects and a run's outputs never share an inode (issue 22: a hard link
+let a user editing one run's output in place, with an editor that writes in place or ``>>``,
+change the cache object and every other run's output linked to it; a read-only hard link
+does not stop that, its owner may chmod it): each is its own copy, a reflink where the file
+system can clone (btrfs, XFS: no bytes copied, copy-on-write) and a plain copy elsewhere.
+A hit is verified before use: an object deleted or changed makes the entry go and the step run.
 """
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -35,6 +40,20 @@ from hetflow.spec import DATA_PREFIX, Step, Variant
 from hetflow.state import CacheEntry, OutputRecord, Store
 
 KEY_VERSION = 1
+FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int), the ioctl behind `cp --reflink`
+
+
+def clone_or_copy(src: Path, dest: Path) -> None:
+    """``dest`` becomes a file of its own with ``src``'s bytes: a reflink (FICLONE) where the
+    file system shares blocks copy-on-write, else a copy (``shutil.copyfile``: sendfile, in
+    the kernel).  Never a hard link: see the module's docstring."""
+    with src.open("rb") as fin, dest.open("wb") as fout:
+        try:
+            fcntl.ioctl(fout.fileno(), FICLONE, fin.fileno())
+            return
+        except OSError:
+            pass  # not supported here (ext4, tmpfs, overlay, across file systems): copy
+    shutil.copyfile(src, dest)
 
 
 @dataclass(frozen=True)
@@ -157,19 +176,17 @@ class ResultCache:
 
     def _keep(self, src: Path, sha: str) -> None:
         target = self.object_path(sha)
-        if target.exists() and target.stat().st_size == src.stat().st_size:
-            return
+        if target.exists() and target.stat().st_size == src.stat().st_size and target.stat().st_nlink == 1:
+            return  # (an object an older hetflow hard-linked into a run is copied afresh: its own file)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = target.with_name(f".{sha}.tmp{os.getpid()}")
         tmp.unlink(missing_ok=True)
         try:
-            os.link(src, tmp)
+            clone_or_copy(src, tmp)
         except OSError:
-            try:
-                shutil.copyfile(src, tmp)
-            except OSError:
-                tmp.unlink(missing_ok=True)  # a full disk leaves no partial object behind
-                raise
+            tmp.unlink(missing_ok=True)  # a full disk leaves no partial object behind
+            raise
+        os.chmod(tmp, 0o444)  # nobody edits an object by mistake (the copy is what protects it)
         os.replace(tmp, target)
 
     def lookup(self, key: Key) -> CacheEntry | None:
@@ -212,12 +229,10 @@ class ResultCache:
 
     @staticmethod
     def _place(obj: Path, dest: Path) -> None:
-        """A hard link (a copy across file systems).  A user who edits a run's output in
-        place edits the object too: the next hit's verification finds it and drops the entry."""
-        try:
-            os.link(obj, dest)
-        except OSError:
-            shutil.copyfile(obj, dest)
+        """The run's own copy of an object (a reflink where possible), writable by its owner
+        as a step's outputs are: editing it changes neither the object nor another run."""
+        clone_or_copy(obj, dest)
+        os.chmod(dest, 0o644)
 
     def prune(self, older_than: float | None) -> tuple[int, int]:
         """Drop entries last used before ``older_than`` (all when None) and the objects no

@@ -399,8 +399,9 @@ PublishMode = Literal["copy", "link", "overwrite"]
 class Publish(_Model):
     """Copy (or hard-link) a step's outputs out when it succeeds, like Nextflow's publishDir.
 
-    ``mode: copy`` (the default) and ``link`` never replace a different file already
-    there: the step fails with a message instead; ``overwrite`` says replacing is wanted."""
+    ``mode: copy`` (the default) and ``link`` replace a different file already there only
+    when it is this workflow's own earlier result, unchanged since (``execute.publish``);
+    else the step fails with a message instead; ``overwrite`` says replacing is wanted."""
 
     to: str = Field(min_length=1, description="host directory (relative to the workflow file) or s3://bucket/prefix/")
     outputs: tuple[str, ...] = Field(default=(), description="which outputs; default: all declared outputs")

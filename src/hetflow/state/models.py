@@ -196,3 +196,18 @@ class CacheEntry:
     size: int
     key_json: str
     outputs_json: str
+
+
+@dataclass(frozen=True)
+class PublishRecord:
+    """What hetflow published at one target (``execute.publish``): the file a later run of
+    the same workflow may replace, as long as its content is still ``sha256``."""
+
+    target: str  # a host path (its folder resolved) or s3://bucket/key
+    sha256: str
+    size: int
+    run_id: str
+    step: str
+    workflow: str
+    time: float
+    etag: str = ""  # S3: the object's ETag when it was written ("" for host files)
