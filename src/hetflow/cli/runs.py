@@ -20,7 +20,7 @@ from hetflow.report import make_reporter, ps_table, run_json, run_state_text, st
 from hetflow.state import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, RunWatch, Store, executor_gone
 
 if TYPE_CHECKING:
-    from hetflow.execute import OpenRun
+    from hetflow.execute import Ended, OpenRun
 
 # The execute stage, the hardware probes and the loader are imported where a command needs
 # them: `hetflow ps`, `show` and `logs` read the store only and should answer at once.
@@ -47,10 +47,11 @@ def run(
     no_cache: bool = typer.Option(False, "--no-cache", help="Run every step: reuse no cached result, keep none."),
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
-    from hetflow.execute import load_settings, submit_run
+    from hetflow.execute import grace_from_env, load_settings, submit_run
     from hetflow.inventory import discover
     from hetflow.spec import load_workflow
 
+    grace = grace_from_env(os.environ)  # a bad HETFLOW_STOP_GRACE is refused before the run is recorded
     settings = load_settings(config, hetflow_home(), os.environ, backend=backend, cluster=cluster)
     if no_cache:
         settings = dataclasses.replace(settings, cache=False)
@@ -60,7 +61,7 @@ def run(
     opened = submit_run(
         store, loaded, settings, node, home=hetflow_home(), uid=uid, gid=gid, say=_say, problems=print_problems
     )
-    _go(opened, detach=detach, quiet=quiet)
+    _go(opened, detach=detach, quiet=quiet, grace=grace)
 
 
 def resume(
@@ -70,9 +71,10 @@ def resume(
     step: str | None = typer.Option(None, "--step", help="Retry only this failed step (and what it skipped)."),
 ) -> None:
     """Resume a stopped, failed or crashed run: keep intact outputs, adopt running containers."""
-    from hetflow.execute import resume_run
+    from hetflow.execute import grace_from_env, resume_run
     from hetflow.inventory import discover
 
+    grace = grace_from_env(os.environ)
     store = open_store()
     record = store.run(store.resolve_run_id(run_id))
     if record.state == RUN_SUCCEEDED:
@@ -81,14 +83,14 @@ def resume(
     opened, reset = resume_run(store, record.id, discover(hetflow_home()), only=step)
     if reset:
         err.print(f"resuming {record.id}: re-running {', '.join(reset)}", highlight=False)
-    _go(opened, detach=detach, quiet=quiet)
+    _go(opened, detach=detach, quiet=quiet, grace=grace)
 
 
 def _say(text: str) -> None:
     err.print(text, highlight=False)
 
 
-def _go(opened: OpenRun, *, detach: bool, quiet: bool) -> None:
+def _go(opened: OpenRun, *, detach: bool, quiet: bool, grace: int) -> None:
     from hetflow.execute import RunPaths
 
     run_id = opened.run.id
@@ -105,17 +107,19 @@ def _go(opened: OpenRun, *, detach: bool, quiet: bool) -> None:
             )
         print(run_id)
         return
-    state = _execute(opened, quiet=quiet, out=console)
-    raise typer.Exit(0 if state == RUN_SUCCEEDED else 1)
+    ended = _execute(opened, quiet=quiet, out=console, grace=grace)
+    raise typer.Exit(ended.exit_code)
 
 
-def _execute(opened: OpenRun, *, quiet: bool, out: Console) -> str:
+def _execute(opened: OpenRun, *, quiet: bool, out: Console, grace: int) -> Ended:
+    """Drive the run; SIGINT or SIGTERM stops it (``drive``) and the command exits as a
+    shell's does, 128 + the signal's number."""
     from hetflow.execute import drive
 
-    ended = drive(opened, make_reporter(out, quiet), _say, banner=not quiet)
+    ended = drive(opened, make_reporter(out, quiet), _say, banner=not quiet, grace=grace)
     if not ended.interrupted:
         _summary(opened.store, opened.run.id, out)
-    return ended.state
+    return ended
 
 
 def _summary(store: Store, run_id: str, out: Console) -> None:
@@ -133,13 +137,14 @@ def _summary(store: Store, run_id: str, out: Console) -> None:
 
 def execute_detached(run_id: str) -> None:
     """(internal) The executor of a detached run."""
-    from hetflow.execute import open_run
+    from hetflow.execute import grace_from_env, open_run
     from hetflow.inventory import discover
 
+    grace = grace_from_env(os.environ)  # the submitter's, checked there (its environment is passed on)
     store = open_store()
     opened = open_run(store, run_id, discover(hetflow_home()))
-    state = _execute(opened, quiet=False, out=Console(force_terminal=False))
-    raise typer.Exit(0 if state == RUN_SUCCEEDED else 1)
+    ended = _execute(opened, quiet=False, out=Console(force_terminal=False), grace=grace)
+    raise typer.Exit(ended.exit_code)
 
 
 def ps(
@@ -243,15 +248,23 @@ def logs(
         time.sleep(0 if last else 0.5)
 
 
-def stop(run_id: str = typer.Argument(..., help="Run id.")) -> None:
-    """Stop a run: end its executor, stop its containers, mark it stopped."""
-    from hetflow.execute import Settings, make_backend, stop_run
+def stop(
+    run_id: str = typer.Argument(..., help="Run id."),
+    grace: str = typer.Option(
+        "10s",
+        "--grace",
+        help="How long each step has to save its work after SIGTERM before SIGKILL: 30s, 2m, 0 (at once).",
+    ),
+) -> None:
+    """Stop a run: end its executor, stop its containers (SIGTERM, SIGKILL after the grace), mark it stopped."""
+    from hetflow.execute import Settings, make_backend, parse_grace, stop_run
 
+    seconds = parse_grace(grace)
     store = open_store()
     rid = store.resolve_run_id(run_id)
     record = store.run(rid)
     if record.state in RUN_TERMINAL and record.state != RUN_RUNNING:
         console.print(f"run {rid} is already {record.state}")
         return
-    names = stop_run(store, make_backend(Settings.from_json(record.backend_json)), rid)
+    names = stop_run(store, make_backend(Settings.from_json(record.backend_json)), rid, grace=seconds)
     console.print(f"run {rid} stopped ({len(names)} container(s)); 'hetflow resume {rid}' continues it")
