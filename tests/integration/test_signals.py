@@ -140,3 +140,15 @@ def test_stop_refuses_a_bad_grace(hf: Hetflow, bad: str) -> None:
     proc = hf("stop", "anyrun", "--grace", bad, check=False)
     assert proc.returncode == 2
     assert f"--grace {bad!r}" in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+
+
+def test_sigterm_to_a_detached_executor_stops_the_run(hf: Hetflow, tmp_path: Any) -> None:
+    run_id = hf(
+        "run", "-d", _wf(tmp_path, SLEEPER.format(t=30), SLEEPER.format(t=30)), extra_env={"HETFLOW_STOP_GRACE": "5s"}
+    ).stdout.strip()
+    hf.wait_for(lambda: {s["state"] for s in _steps(hf, run_id).values()} == {"running"})
+    pid = hf.show(run_id)["pid"]
+    os.kill(pid, signal.SIGTERM)  # what systemd or Kubernetes would send
+    hf.wait_for(lambda: hf.show(run_id)["state"] == "stopped" and not os.path.exists(f"/proc/{pid}/comm"))
+    assert run_containers(run_id, running=True) == []
+    assert {s["state"] for s in hf.show(run_id)["steps"]} == {"stopped"}

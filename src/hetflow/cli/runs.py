@@ -90,7 +90,7 @@ def _say(text: str) -> None:
     err.print(text, highlight=False)
 
 
-def _go(opened: OpenRun, *, detach: bool, quiet: bool, grace: int) -> None:
+def _go(opened: OpenRun, *, detach: bool, quiet: bool, grace: int | None) -> None:
     from hetflow.execute import RunPaths
 
     run_id = opened.run.id
@@ -111,7 +111,7 @@ def _go(opened: OpenRun, *, detach: bool, quiet: bool, grace: int) -> None:
     raise typer.Exit(ended.exit_code)
 
 
-def _execute(opened: OpenRun, *, quiet: bool, out: Console, grace: int) -> Ended:
+def _execute(opened: OpenRun, *, quiet: bool, out: Console, grace: int | None) -> Ended:
     """Drive the run; SIGINT or SIGTERM stops it (``drive``) and the command exits as a
     shell's does, 128 + the signal's number."""
     from hetflow.execute import drive
@@ -250,16 +250,17 @@ def logs(
 
 def stop(
     run_id: str = typer.Argument(..., help="Run id."),
-    grace: str = typer.Option(
-        "10s",
+    grace: str | None = typer.Option(
+        None,
         "--grace",
-        help="How long each step has to save its work after SIGTERM before SIGKILL: 30s, 2m, 0 (at once).",
+        help="How long each step has to save its work after SIGTERM before SIGKILL: 30s, 2m, 0 (at once)."
+        " Default: the engine's (podman: 10s; Slurm: the cluster's KillWait).",
     ),
 ) -> None:
     """Stop a run: end its executor, stop its containers (SIGTERM, SIGKILL after the grace), mark it stopped."""
     from hetflow.execute import Settings, make_backend, parse_grace, stop_run
 
-    seconds = parse_grace(grace)
+    seconds = parse_grace(grace) if grace is not None else None
     store = open_store()
     rid = store.resolve_run_id(run_id)
     record = store.run(rid)

@@ -35,7 +35,7 @@ from hetflow.execute.fanout import read_items
 from hetflow.execute.launch import Launcher
 from hetflow.execute.lifecycle import pid_alive, reconcile, stop_run
 from hetflow.execute.paths import RunPaths
-from hetflow.execute.stopping import DEFAULT_GRACE, clear_stop_request, stop_requested
+from hetflow.execute.stopping import clear_stop_request, stop_requested
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, MachineClass, Placement, VariantChooser
 from hetflow.spec import FANOUT_SEP, Workflow, edges_of, expand, fanout_parent, pending_source, topo_order
@@ -104,7 +104,7 @@ class Runner:
         classes: Sequence[MachineClass] = (),
         data: DataManifest | None = None,
         cache: ResultCache | None = None,
-        grace: int = DEFAULT_GRACE,
+        grace: int | None = None,
     ) -> None:
         self.store, self.node, self.wf = store, node, workflow
         self.backend: Backend = backend or LocalBackend(engine)
@@ -125,7 +125,7 @@ class Runner:
         self._image_ids: dict[str, str | None] = {}
         self.order = self._ordered(workflow)
         # SIGINT / SIGTERM: the first stops the run (``grace`` s for each container to save
-        # its work), a second kills every container of the run at once
+        # its work; None: the engine's default), a second kills every container of the run at once
         self.grace = grace
         self.signalled: int | None = None  # the first signal's number
         self.handed_off = False  # that signal was `hetflow stop`'s: the stopper owns the containers

@@ -39,7 +39,6 @@ from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_clu
 from hetflow.execute.runner import Reporter, Runner
 from hetflow.execute.runplan import GREEDY, LOCAL, RunPlan, apply_images
 from hetflow.execute.settings import Settings
-from hetflow.execute.stopping import DEFAULT_GRACE
 from hetflow.execute.submit import create_run, new_run_id, preflight
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, PlanChooser, VariantChooser
@@ -221,7 +220,7 @@ def chooser_of(plan: RunPlan) -> VariantChooser:
 
 
 def build_runner(
-    opened: OpenRun, reporter: Reporter | None, config: RunnerConfig | None = None, *, grace: int = DEFAULT_GRACE
+    opened: OpenRun, reporter: Reporter | None, config: RunnerConfig | None = None, *, grace: int | None = None
 ) -> Runner:
     """The one Runner of this executor, following the stored plan: on this machine the plan's
     variants and order; on a cluster its placements on its machine classes."""
@@ -258,10 +257,10 @@ class Ended:
 
 
 def drive(
-    opened: OpenRun, reporter: Reporter | None, say: Say, *, banner: bool = True, grace: int = DEFAULT_GRACE
+    opened: OpenRun, reporter: Reporter | None, say: Say, *, banner: bool = True, grace: int | None = None
 ) -> Ended:
     """Run to the end.  SIGINT (Ctrl-C) or SIGTERM stops the run (its containers or jobs,
-    each given ``grace`` seconds to save its work; a second signal kills them at once) so
+    each given ``grace`` seconds to save its work, None: the engine's default; a second signal kills them at once) so
     that it can be resumed."""
     runner = build_runner(opened, reporter, grace=grace)
     runner.install_signal_handlers()

@@ -1,7 +1,8 @@
 """How long a stopped step may take to save its work, and who stops a run.
 
 A stop gives each step's container a grace period: SIGTERM first, SIGKILL once the grace
-is over (``podman stop --time N``, podman-stop(1); its default is 10 s, hetflow's too).
+is over (``podman stop --time N``, podman-stop(1); its default is 10 s, hetflow's too;
+Slurm's is the cluster's KillWait, unless a grace is given).
 ``hetflow stop --grace 30s`` sets it for one stop; ``HETFLOW_STOP_GRACE`` for the stop an
 executor makes itself when it gets SIGINT or SIGTERM.
 
@@ -49,10 +50,11 @@ def parse_grace(text: str, *, name: str = "--grace") -> int:
     return math.ceil(float(m.group(1)) * _UNIT[m.group(2) or "s"])
 
 
-def grace_from_env(env: Mapping[str, str]) -> int:
-    """The grace of a stop the executor makes on SIGINT or SIGTERM."""
+def grace_from_env(env: Mapping[str, str]) -> int | None:
+    """The grace of a stop the executor makes on SIGINT or SIGTERM; None (unset): the
+    engine's default (``DEFAULT_GRACE`` for podman, KillWait for Slurm)."""
     text = env.get(GRACE_ENV, "").strip()
-    return parse_grace(text, name=GRACE_ENV) if text else DEFAULT_GRACE
+    return parse_grace(text, name=GRACE_ENV) if text else None
 
 
 def request_stop(paths: RunPaths) -> None:
