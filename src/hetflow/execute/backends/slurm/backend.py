@@ -198,12 +198,13 @@ class SlurmBackend:
         ids = self._ids_for(list(names))
         if not ids:
             return
-        if grace is not None:
-            # the grace is hetflow's, not the cluster's KillWait: SIGTERM (or SIGKILL for 0)
-            # to every step of the job (scancel(1), --signal, --full), wait for the jobs to
-            # leave the queue for up to the grace, then cancel what is left
-            sig = "TERM" if grace > 0 else "KILL"
-            self.client.run(["scancel", f"--signal={sig}", "--full", *ids], check=False)
+        if grace:
+            # the grace is hetflow's, not the cluster's KillWait: SIGTERM to every process of
+            # the job (scancel(1), --signal, --full; the job script stops its container with
+            # podman stop), wait for the jobs to leave the queue for up to the grace, then
+            # cancel what is left.  A grace of 0 is a plain scancel: a SIGKILL would end the
+            # job script before it stopped its container, which runs outside the job.
+            self.client.run(["scancel", "--signal=TERM", "--full", *ids], check=False)
             deadline = time.monotonic() + grace
             while time.monotonic() < deadline and self._any_active(ids):
                 time.sleep(0.5)
