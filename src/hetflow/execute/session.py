@@ -267,8 +267,8 @@ def drive(
     if banner:
         say(opened.banner())
     state = runner.execute()
-    if runner.signalled is None:
-        return Ended(state)
+    if runner.signalled is None or state != RUN_STOPPED:
+        return Ended(state)  # no signal, or one that came as the run ended by itself
     rid = opened.run.id
     by = "hetflow stop" if runner.handed_off else signal.Signals(runner.signalled).name
     say(f"run {rid} stopped by {by}; 'hetflow resume {rid}' continues it")
