@@ -35,11 +35,11 @@ def _wf(tmp: Any, a: str, b: str, name: str = "wf.yaml") -> str:
     return write(tmp, TWO.replace("{a}", a).replace("{b}", b), name)
 
 
-def _start(hf: Hetflow, wf: str, **env: str) -> subprocess.Popen[str]:
+def _start(hf: Hetflow, wf: str, *args: str, **env: str) -> subprocess.Popen[str]:
     """`hetflow run` in the foreground, as a shell job: its own process group, the one a
     terminal's Ctrl-C (or systemd's, Slurm's, `timeout`'s SIGTERM) reaches."""
     return subprocess.Popen(
-        [sys.executable, "-m", "hetflow.cli.main", "run", "-q", wf],
+        [sys.executable, "-m", "hetflow.cli.main", "run", "-q", wf, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -67,7 +67,7 @@ def _ended(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
 
 
 def test_sigterm_stops_the_run_and_resume_completes_it(hf: Hetflow, tmp_path: Any) -> None:
-    proc = _start(hf, _wf(tmp_path, SLEEPER.format(t=3), SLEEPER.format(t=3)), HETFLOW_STOP_GRACE="5s")
+    proc = _start(hf, _wf(tmp_path, SLEEPER.format(t=3), SLEEPER.format(t=3)), "--grace", "5s")
     run_id = _run_id(hf)
     hf.wait_for(lambda: {s["state"] for s in _steps(hf, run_id).values()} == {"running"})
     os.killpg(proc.pid, signal.SIGTERM)
@@ -137,17 +137,24 @@ def test_stop_grace_lets_a_step_save_its_work(hf: Hetflow, tmp_path: Any, grace:
     assert hf.show(run_id)["state"] == "stopped"
 
 
+@pytest.mark.parametrize("command", ["stop", "run", "resume"])
 @pytest.mark.parametrize("bad", ["abc", "10x", "-5s"], ids=["word", "unit", "negative"])
-def test_stop_refuses_a_bad_grace(hf: Hetflow, bad: str) -> None:
-    proc = hf("stop", "anyrun", "--grace", bad, check=False)
+def test_a_bad_grace_is_refused_before_anything_is_done(hf: Hetflow, tmp_path: Any, command: str, bad: str) -> None:
+    target = _wf(tmp_path, "true", "true") if command == "run" else "anyrun"
+    proc = hf(command, target, "--grace", bad, check=False)
     assert proc.returncode == 2
     assert f"--grace {bad!r}" in proc.stderr + proc.stdout and "Traceback" not in proc.stderr
+    assert json.loads(hf("ps", "--all", "--json").stdout) == []  # no run recorded
+
+
+def test_a_bad_grace_in_the_environment_is_refused(hf: Hetflow, tmp_path: Any) -> None:
+    proc = hf("run", _wf(tmp_path, "true", "true"), check=False, extra_env={"HETFLOW_STOP_GRACE": "soon"})
+    assert proc.returncode == 2 and "HETFLOW_STOP_GRACE 'soon'" in proc.stderr + proc.stdout
+    assert json.loads(hf("ps", "--all", "--json").stdout) == []
 
 
 def test_sigterm_to_a_detached_executor_stops_the_run(hf: Hetflow, tmp_path: Any) -> None:
-    run_id = hf(
-        "run", "-d", _wf(tmp_path, SLEEPER.format(t=30), SLEEPER.format(t=30)), extra_env={"HETFLOW_STOP_GRACE": "5s"}
-    ).stdout.strip()
+    run_id = hf("run", "-d", "--grace", "5s", _wf(tmp_path, SLEEPER.format(t=30), SLEEPER.format(t=30))).stdout.strip()
     hf.wait_for(lambda: {s["state"] for s in _steps(hf, run_id).values()} == {"running"})
     pid = hf.show(run_id)["pid"]
     os.kill(pid, signal.SIGTERM)  # what systemd or Kubernetes would send

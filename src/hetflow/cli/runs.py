@@ -26,6 +26,12 @@ if TYPE_CHECKING:
 # them: `hetflow ps`, `show` and `logs` read the store only and should answer at once.
 
 
+GRACE_HELP = (
+    "On SIGINT or SIGTERM, how long each step has to save its work before SIGKILL: 30s, 2m, 0"
+    " (default $HETFLOW_STOP_GRACE, else the engine's: podman 10s, Slurm KillWait)."
+)
+
+
 def register(app: typer.Typer) -> None:
     app.command()(run)
     app.command()(resume)
@@ -45,13 +51,14 @@ def run(
     cluster: Path | None = typer.Option(None, "--cluster", help="Cluster file to plan on (slurm, ray)."),
     config: Path | None = typer.Option(None, "--config", help="Settings file (default $HETFLOW_HOME/config.yaml)."),
     no_cache: bool = typer.Option(False, "--no-cache", help="Run every step: reuse no cached result, keep none."),
+    grace: str | None = typer.Option(None, "--grace", help=GRACE_HELP),
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
-    from hetflow.execute import grace_from_env, load_settings, submit_run
+    from hetflow.execute import load_settings, submit_run
     from hetflow.inventory import discover
     from hetflow.spec import load_workflow
 
-    grace = grace_from_env(os.environ)  # a bad HETFLOW_STOP_GRACE is refused before the run is recorded
+    seconds = _grace(grace)  # a bad one is refused before the run is recorded
     settings = load_settings(config, hetflow_home(), os.environ, backend=backend, cluster=cluster)
     if no_cache:
         settings = dataclasses.replace(settings, cache=False)
@@ -61,7 +68,7 @@ def run(
     opened = submit_run(
         store, loaded, settings, node, home=hetflow_home(), uid=uid, gid=gid, say=_say, problems=print_problems
     )
-    _go(opened, detach=detach, quiet=quiet, grace=grace)
+    _go(opened, detach=detach, quiet=quiet, grace=seconds)
 
 
 def resume(
@@ -69,12 +76,13 @@ def resume(
     detach: bool = typer.Option(False, "--detach", "-d", help="Resume in the background."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     step: str | None = typer.Option(None, "--step", help="Retry only this failed step (and what it skipped)."),
+    grace: str | None = typer.Option(None, "--grace", help=GRACE_HELP),
 ) -> None:
     """Resume a stopped, failed or crashed run: keep intact outputs, adopt running containers."""
-    from hetflow.execute import grace_from_env, resume_run
+    from hetflow.execute import resume_run
     from hetflow.inventory import discover
 
-    grace = grace_from_env(os.environ)
+    seconds = _grace(grace)
     store = open_store()
     record = store.run(store.resolve_run_id(run_id))
     if record.state == RUN_SUCCEEDED:
@@ -83,7 +91,14 @@ def resume(
     opened, reset = resume_run(store, record.id, discover(hetflow_home()), only=step)
     if reset:
         err.print(f"resuming {record.id}: re-running {', '.join(reset)}", highlight=False)
-    _go(opened, detach=detach, quiet=quiet, grace=grace)
+    _go(opened, detach=detach, quiet=quiet, grace=seconds)
+
+
+def _grace(option: str | None) -> int | None:
+    """The grace of a stop the executor makes on a signal: --grace, else HETFLOW_STOP_GRACE."""
+    from hetflow.execute import grace_from_env, parse_grace
+
+    return parse_grace(option) if option is not None else grace_from_env(os.environ)
 
 
 def _say(text: str) -> None:
@@ -103,7 +118,8 @@ def _go(opened: OpenRun, *, detach: bool, quiet: bool, grace: int | None) -> Non
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env=os.environ.copy(),
+                # the executor reads the grace where the user's shell would have put it
+                env=os.environ | ({} if grace is None else {"HETFLOW_STOP_GRACE": f"{grace}s"}),
             )
         print(run_id)
         return
