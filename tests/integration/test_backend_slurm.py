@@ -168,6 +168,22 @@ class TestSlurmBackend(BackendContract, OrderingContract):
         )
         assert ps.stdout.strip() == ""  # stopped and removed (--rm), not left running outside the job
 
+    @pytest.mark.parametrize("grace", [None, 0, 5], ids=["default", "grace-0", "grace-5s"])
+    def test_cancel_with_a_grace_lets_the_step_save_and_ends_the_job(
+        self, backend: SlurmBackend, tmp_path: Path, grace: int | None
+    ) -> None:
+        r = rid()
+        name = f"hf-{r}-save-1"
+        script = "trap 'echo saved > /out/x; exit 0' TERM; echo started; sleep 120 & wait"
+        backend.submit(job(name, tmp_path / "s", script, run_id=r))
+        log = tmp_path / "s" / "log"
+        # the container runs, its trap set: the job script stops it from now on
+        wait_for(backend, r, lambda s: log.exists() and ("stdout", "started") in read_lines(log)[0])
+        backend.cancel([name], grace)
+        st = wait_done(backend, r, [name], timeout=40)[name]
+        assert st.exit_code is not None, st
+        assert (tmp_path / "s" / "x").read_text() == "saved\n"  # the job script stopped the container with SIGTERM
+
     def test_logs_are_cri_records_and_podman_errors_reach_the_log(self, backend: SlurmBackend, tmp_path: Path) -> None:
         r = rid()
         ok, broken = f"hf-{r}-talk-1", f"hf-{r}-noimage-1"

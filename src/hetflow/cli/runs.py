@@ -20,10 +20,16 @@ from hetflow.report import make_reporter, ps_table, run_json, run_state_text, st
 from hetflow.state import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, RunWatch, Store, executor_gone
 
 if TYPE_CHECKING:
-    from hetflow.execute import OpenRun
+    from hetflow.execute import Ended, OpenRun
 
 # The execute stage, the hardware probes and the loader are imported where a command needs
 # them: `hetflow ps`, `show` and `logs` read the store only and should answer at once.
+
+
+GRACE_HELP = (
+    "On SIGINT or SIGTERM, how long each step has to save its work before SIGKILL: 30s, 2m, 0"
+    " (default $HETFLOW_STOP_GRACE, else the engine's: podman 10s, Slurm KillWait)."
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -47,6 +53,7 @@ def run(
     no_cache: bool = typer.Option(False, "--no-cache", help="Run every step: reuse no cached result, keep none."),
     variant: list[str] = typer.Option([], "--variant", help="Force a variant: --variant STEP=NAME (repeatable)."),
     prefer: str | None = typer.Option(None, "--prefer", help="gpu or cpu: the kind to choose where both run."),
+    grace: str | None = typer.Option(None, "--grace", help=GRACE_HELP),
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
     from hetflow.execute import load_settings, submit_run
@@ -55,6 +62,7 @@ def run(
     from hetflow.spec import load_workflow
 
     steer = parse_steer(variant, prefer)
+    seconds = _grace(grace)  # a bad one is refused before the run is recorded
     settings = load_settings(config, hetflow_home(), os.environ, backend=backend, cluster=cluster)
     settings = dataclasses.replace(settings, variants=dict(steer.variants), prefer=steer.prefer)
     if no_cache:
@@ -65,7 +73,7 @@ def run(
     opened = submit_run(
         store, loaded, settings, node, home=hetflow_home(), uid=uid, gid=gid, say=_say, problems=print_problems
     )
-    _go(opened, detach=detach, quiet=quiet)
+    _go(opened, detach=detach, quiet=quiet, grace=seconds)
 
 
 def resume(
@@ -76,6 +84,7 @@ def resume(
     as_recorded: bool = typer.Option(
         False, "--as-recorded", help="Follow the workflow recorded with the run, not its file as it is now."
     ),
+    grace: str | None = typer.Option(None, "--grace", help=GRACE_HELP),
 ) -> None:
     """Resume a stopped, failed or crashed run: keep intact outputs, adopt running containers.
 
@@ -85,6 +94,7 @@ def resume(
     from hetflow.execute import edited_since, resume_run
     from hetflow.inventory import discover
 
+    seconds = _grace(grace)
     store = open_store()
     record = store.run(store.resolve_run_id(run_id))
     if record.state == RUN_SUCCEEDED:
@@ -105,14 +115,21 @@ def resume(
             err.print(f"  {change.text()}", highlight=False)
     if reset:
         err.print(f"resuming {record.id}: re-running {', '.join(reset)}", highlight=False)
-    _go(opened, detach=detach, quiet=quiet)
+    _go(opened, detach=detach, quiet=quiet, grace=seconds)
+
+
+def _grace(option: str | None) -> int | None:
+    """The grace of a stop the executor makes on a signal: --grace, else HETFLOW_STOP_GRACE."""
+    from hetflow.execute import grace_from_env, parse_grace
+
+    return parse_grace(option) if option is not None else grace_from_env(os.environ)
 
 
 def _say(text: str) -> None:
     err.print(text, highlight=False)
 
 
-def _go(opened: OpenRun, *, detach: bool, quiet: bool) -> None:
+def _go(opened: OpenRun, *, detach: bool, quiet: bool, grace: int | None) -> None:
     from hetflow.execute import RunPaths
 
     run_id = opened.run.id
@@ -125,21 +142,24 @@ def _go(opened: OpenRun, *, detach: bool, quiet: bool) -> None:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env=os.environ.copy(),
+                # the executor reads the grace where the user's shell would have put it
+                env=os.environ | ({} if grace is None else {"HETFLOW_STOP_GRACE": f"{grace}s"}),
             )
         print(run_id)
         return
-    state = _execute(opened, quiet=quiet, out=console)
-    raise typer.Exit(0 if state == RUN_SUCCEEDED else 1)
+    ended = _execute(opened, quiet=quiet, out=console, grace=grace)
+    raise typer.Exit(ended.exit_code)
 
 
-def _execute(opened: OpenRun, *, quiet: bool, out: Console) -> str:
+def _execute(opened: OpenRun, *, quiet: bool, out: Console, grace: int | None) -> Ended:
+    """Drive the run; SIGINT or SIGTERM stops it (``drive``) and the command exits as a
+    shell's does, 128 + the signal's number."""
     from hetflow.execute import drive
 
-    ended = drive(opened, make_reporter(out, quiet), _say, banner=not quiet)
+    ended = drive(opened, make_reporter(out, quiet), _say, banner=not quiet, grace=grace)
     if not ended.interrupted:
         _summary(opened.store, opened.run.id, out)
-    return ended.state
+    return ended
 
 
 def _summary(store: Store, run_id: str, out: Console) -> None:
@@ -157,13 +177,14 @@ def _summary(store: Store, run_id: str, out: Console) -> None:
 
 def execute_detached(run_id: str) -> None:
     """(internal) The executor of a detached run."""
-    from hetflow.execute import open_run
+    from hetflow.execute import grace_from_env, open_run
     from hetflow.inventory import discover
 
+    grace = grace_from_env(os.environ)  # the submitter's, checked there (its environment is passed on)
     store = open_store()
     opened = open_run(store, run_id, discover(hetflow_home()))
-    state = _execute(opened, quiet=False, out=Console(force_terminal=False))
-    raise typer.Exit(0 if state == RUN_SUCCEEDED else 1)
+    ended = _execute(opened, quiet=False, out=Console(force_terminal=False), grace=grace)
+    raise typer.Exit(ended.exit_code)
 
 
 def ps(
@@ -270,15 +291,24 @@ def logs(
         time.sleep(0 if last else 0.5)
 
 
-def stop(run_id: str = typer.Argument(..., help="Run id.")) -> None:
-    """Stop a run: end its executor, stop its containers, mark it stopped."""
-    from hetflow.execute import Settings, make_backend, stop_run
+def stop(
+    run_id: str = typer.Argument(..., help="Run id."),
+    grace: str | None = typer.Option(
+        None,
+        "--grace",
+        help="How long each step has to save its work after SIGTERM before SIGKILL: 30s, 2m, 0 (at once)."
+        " Default: the engine's (podman: 10s; Slurm: the cluster's KillWait).",
+    ),
+) -> None:
+    """Stop a run: end its executor, stop its containers (SIGTERM, SIGKILL after the grace), mark it stopped."""
+    from hetflow.execute import Settings, make_backend, parse_grace, stop_run
 
+    seconds = parse_grace(grace) if grace is not None else None
     store = open_store()
     rid = store.resolve_run_id(run_id)
     record = store.run(rid)
     if record.state in RUN_TERMINAL and record.state != RUN_RUNNING:
         console.print(f"run {rid} is already {record.state}")
         return
-    names = stop_run(store, make_backend(Settings.from_json(record.backend_json)), rid)
+    names = stop_run(store, make_backend(Settings.from_json(record.backend_json)), rid, grace=seconds)
     console.print(f"run {rid} stopped ({len(names)} container(s)); 'hetflow resume {rid}' continues it")

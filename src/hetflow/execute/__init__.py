@@ -8,6 +8,7 @@
                 or ClusterDispatch (the cluster plan's placements)
     attempts    attempts in flight: accept outputs, retry with backoff, fail
     lifecycle   stop_run, reset_for_resume, adopting what a dead executor left, pid_alive
+    stopping    a stop's grace period (--grace, HETFLOW_STOP_GRACE) and `hetflow stop`'s request
     doctor      leftovers of crashed runs (containers, networks, leases, stale runs) and repair
     engine      the container engine seam (podman, docker; fakeengine: the fake); container, gpu, paths,
                 logs, outputs: what one container gets and leaves behind
@@ -75,6 +76,7 @@ if TYPE_CHECKING:
         submit_run,
     )
     from hetflow.execute.settings import Settings, load_settings
+    from hetflow.execute.stopping import DEFAULT_GRACE, grace_from_env, parse_grace
     from hetflow.execute.submit import create_run, new_run_id, preflight
 
 _WHERE = {
@@ -123,9 +125,11 @@ _WHERE = {
         "submit_run",
     ],
     "settings": ["Settings", "load_settings"],
+    "stopping": ["DEFAULT_GRACE", "grace_from_env", "parse_grace"],
     "submit": ["create_run", "new_run_id", "preflight"],
 }
 __all__ = [
+    "DEFAULT_GRACE",
     "DRIVER_DIR",
     "LABEL_ATTEMPT",
     "LABEL_RUN",
@@ -176,6 +180,7 @@ __all__ = [
     "edited_since",
     "expand_for_planning",
     "gpu_access",
+    "grace_from_env",
     "input_digests",
     "input_mounts",
     "load_recorded",
@@ -186,6 +191,7 @@ __all__ = [
     "missing_outputs",
     "new_run_id",
     "open_run",
+    "parse_grace",
     "parse_line",
     "pid_alive",
     "pin_images",

@@ -8,7 +8,8 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import cast
 
 from hetflow.errors import StateError
@@ -16,6 +17,8 @@ from hetflow.execute.attempts import Active, Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.local import LocalBackend
 from hetflow.execute.engine import ContainerEngine
+from hetflow.execute.paths import RunPaths
+from hetflow.execute.stopping import request_stop
 from hetflow.spec import descendants
 from hetflow.state import (
     FAILED,
@@ -99,11 +102,16 @@ def stop_run(
     engine: ContainerEngine | Backend,
     run_id: str,
     *,
-    timeout: int = 10,
+    grace: int | None = None,
+    reason: str = "stopped by hetflow stop",
+    stopped: Collection[str] = (),
     alive: Callable[[int], bool] = pid_alive,
 ) -> list[str]:
     """`hetflow stop`: end the executor, stop the run's containers (cancel its jobs), record
-    it all.  Returns the names of the jobs stopped.
+    it all.  Returns the names of the jobs stopped.  ``grace``: the seconds each job has
+    between SIGTERM and SIGKILL (None: the engine's default).  An executor stopping its own
+    run (on SIGINT or SIGTERM) calls it too, with its ``reason`` and the jobs it ``stopped``
+    itself already (a second signal's kill): those are recorded stopped, not kept.
 
     Only attempts still running are stopped.  After a crash, an attempt the store calls
     running may have finished while hetflow was down: its container is kept and its step
@@ -113,18 +121,21 @@ def stop_run(
     backend = cast(Backend, engine) if hasattr(engine, "capabilities") else LocalBackend(engine)
     run = store.run(run_id)
     if run.pid and run.pid != os.getpid() and alive(run.pid):
+        request_stop(RunPaths(Path(run.workdir)))  # this SIGTERM is ours: the executor leaves the containers to us
         os.kill(run.pid, signal.SIGTERM)
         deadline = time.time() + 10
         while alive(run.pid) and time.time() < deadline:
             time.sleep(0.05)
     now = time.time()
-    store.set_run(run_id, state=RUN_STOPPED, ended=now, pid=None, message="stopped by hetflow stop")
+    store.set_run(run_id, state=RUN_STOPPED, ended=now, pid=None, message=reason)
     before = backend.poll(run_id)  # read before stopping anything: what had already ended
     in_flight = [a for a in store.attempts(run_id) if a.state in (LAUNCHING, RUNNING)]
-    ended = [a for a in in_flight if a.container in before and not before[a.container].running]
+    ended = [
+        a for a in in_flight if a.container in before and not before[a.container].running and a.container not in stopped
+    ]
     live = [a for a in in_flight if a not in ended]
     names = [a.container for a in live]
-    backend.cancel(names)
+    backend.cancel(names, grace)
     states = backend.poll(run_id)
     for a in live:
         st = states.get(a.container)
@@ -148,8 +159,8 @@ def stop_run(
                     s.step,
                     state=STOPPED,
                     ended=now,
-                    reason="stopped by hetflow stop",
-                    event="stopped by hetflow stop",
+                    reason=reason,
+                    event=reason,
                 )
     over = sorted(set(before) - {a.container for a in in_flight})  # results stored, removal pending
     backend.release([*names, *over])

@@ -6,6 +6,7 @@
 <workdir>/attempts/<step>/<n>/out  an attempt's /out while it runs
 <workdir>/logs/<step>.<n>.log      the container's log (k8s-file format)
 <workdir>/executor.log             a detached executor's own output
+<workdir>/stop-request             left by `hetflow stop` before it signals the executor
 """
 
 from __future__ import annotations
@@ -41,6 +42,10 @@ class RunPaths:
     @property
     def executor_log(self) -> Path:
         return self.workdir / "executor.log"
+
+    @property
+    def stop_request(self) -> Path:
+        return self.workdir / "stop-request"
 
     def step_out(self, step: str) -> Path:
         return self.workdir / "steps" / step / "out"

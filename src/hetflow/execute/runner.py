@@ -36,6 +36,7 @@ from hetflow.execute.launch import Launcher
 from hetflow.execute.lifecycle import pid_alive, reconcile, stop_run
 from hetflow.execute.nextattempt import adjusted
 from hetflow.execute.paths import RunPaths
+from hetflow.execute.stopping import clear_stop_request, stop_requested
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, MachineClass, Placement, PlanChooser, VariantChooser
 from hetflow.spec import FANOUT_SEP, Workflow, edges_of, expand, fanout_parent, pending_source, topo_order
@@ -107,6 +108,7 @@ class Runner:
         classes: Sequence[MachineClass] = (),
         data: DataManifest | None = None,
         cache: ResultCache | None = None,
+        grace: int | None = None,
     ) -> None:
         self.store, self.node, self.wf = store, node, workflow
         self.backend: Backend = backend or LocalBackend(engine)
@@ -126,7 +128,13 @@ class Runner:
         self.cache = cache
         self._image_ids: dict[str, str | None] = {}
         self.order = self._ordered(workflow)
-        self._signalled = False
+        # SIGINT / SIGTERM: the first stops the run (``grace`` s for each container to save
+        # its work; None: the engine's default), a second kills every container of the run at once
+        self.grace = grace
+        self.signalled: int | None = None  # the first signal's number
+        self.handed_off = False  # that signal was `hetflow stop`'s: the stopper owns the containers
+        self._killer: threading.Thread | None = None
+        self._killed: set[str] = set()  # what the second signal's kill ended: stops, not exits
         budget = {
             # an attempt in flight when the last executor died belongs to this session's budget
             s.step: s.attempts - (1 if s.state in (LAUNCHING, RUNNING) else 0)
@@ -195,9 +203,12 @@ class Runner:
         )
         stop_watch = self.backend.watch(self.run_id, self._wake.set)
         interval = self.config.poll_interval if stop_watch is None else max(0.5, self.config.poll_interval)
+        clear_stop_request(self.paths)  # one left by a stopper whose executor had gone already
         reconcile(self.attempts)
         try:
             while True:
+                if self.signalled is not None:
+                    return self._stop_on_signal()
                 if self._stop_requested():
                     return RUN_STOPPED
                 self.attempts.poll()
@@ -244,16 +255,66 @@ class Runner:
         return max(0.0, min([interval, *due]))
 
     def install_signal_handlers(self) -> None:
-        """SIGTERM (from `hetflow stop`) ends the loop without touching the run: the
-        stopper owns the containers from then on."""
+        """SIGINT (Ctrl-C) and SIGTERM (systemd, Slurm, Kubernetes, ``timeout``) stop the
+        run as ``hetflow stop`` does: the loop ends at its next turn and stops the run's
+        containers, each given the grace to save its work (``_stop_on_signal``).  A SIGTERM
+        that ``hetflow stop`` sent (it leaves a stop request first) only ends the loop: the
+        stopper owns the containers.  A second signal kills every container of the run at
+        once (``_kill_all``).  The handler never writes the store, so whatever it
+        interrupts, the state is never half-written."""
+        signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
 
-        def on_term(signum: int, frame: FrameType | None) -> None:
-            self._signalled = True
+    def _on_signal(self, signum: int, frame: FrameType | None) -> None:
+        if self.signalled is None:
+            self.signalled = signum
+            self.handed_off = stop_requested(self.paths)
+            return
+        if self.handed_off or (self._killer is not None and self._killer.is_alive()):
+            return
+        self.grace = 0  # a stop not begun yet kills at once too
+        # On a thread of its own: the handler runs on the main thread between two of its
+        # bytecodes, maybe while it holds a lock the engine's poll takes.
+        self._killer = threading.Thread(target=self._kill_all, name="kill-run", daemon=True)
+        self._killer.start()
 
-        signal.signal(signal.SIGTERM, on_term)
+    def _kill_all(self) -> None:
+        """Kill every container (cancel every job) of the run the engine says is running,
+        now (a grace of 0: ``podman stop --time 0``, which also ends a stop in progress)."""
+        with contextlib.suppress(Exception):  # the stop in progress cancels what this missed
+            live = [name for name, st in self.backend.poll(self.run_id).items() if st.running]
+            self._killed.update(live)  # before the kill: an exit seen from now on may be its
+            self.backend.cancel(live, 0)
+
+    def _stop_on_signal(self) -> str:
+        """Stop the run as ``hetflow stop`` does.  Exits that happened already are
+        collected first, so a step that finished is recorded finished (its outputs
+        accepted, not run again on resume), whichever signal came."""
+        assert self.signalled is not None
+        if self.handed_off:
+            return RUN_STOPPED
+        name = signal.Signals(self.signalled).name
+        self._collect_exits()
+        stop_run(
+            self.store, self.backend, self.run_id, grace=self.grace, reason=f"stopped by {name}", stopped=self._killed
+        )
+        if self._killer is not None:
+            self._killer.join()  # a second signal's kill: its containers are gone before the executor ends
+        return RUN_STOPPED
+
+    def _collect_exits(self) -> None:
+        """Settle the attempts whose job had ended before the stop, as the loop would
+        (outputs accepted on exit 0), but not those a second signal's kill ended."""
+        if not self.attempts.active:
+            return
+        states = self.backend.poll(self.run_id)
+        for act in list(self.attempts.active.values()):
+            st = states.get(act.container)
+            if st is not None and not st.running and act.container not in self._killed:
+                self.attempts.settle(act, st)
 
     def _stop_requested(self) -> bool:
-        return self._signalled or self.store.run(self.run_id).state == RUN_STOPPED
+        return self.store.run(self.run_id).state == RUN_STOPPED
 
     def _finish(self, steps: list[StepRecord]) -> str:
         failed = [s.step for s in steps if s.state in (FAILED, STOPPED)]

@@ -4,7 +4,7 @@ executor do, as library calls (the CLI only parses options and prints).
     submit_run    load -> pin (local) -> preflight -> plan -> record the run with its plan
     open_run      a recorded run, ready to execute: its pinned workflow and stored plan
     resume_run    apply an edited workflow file (amend), reset what must run again, then open_run
-    drive         build the one Runner, run it to the end; Ctrl-C stops the run
+    drive         build the one Runner, run it to the end; SIGINT or SIGTERM stops the run
 
 Only ``submit_run`` pins and plans, and ``resume_run`` when it applies an edited workflow
 (it pins the images written differently, and plans the run again).  Every other executor
@@ -18,6 +18,7 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +35,7 @@ from hetflow.execute.data import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.engine import ContainerEngine, make_engine
 from hetflow.execute.fanout import expand_at_submit, replay
 from hetflow.execute.images import Resolver, default_resolver
-from hetflow.execute.lifecycle import reset_for_resume, stop_run
+from hetflow.execute.lifecycle import reset_for_resume
 from hetflow.execute.outputs import damaged_outputs
 from hetflow.execute.paths import RunPaths
 from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
@@ -45,7 +46,17 @@ from hetflow.execute.submit import create_run, new_run_id, preflight
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, PlanChooser, VariantChooser
 from hetflow.spec import LoadedWorkflow, Workflow, edges_of, fanout_parent, load_workflow
-from hetflow.state import LAUNCHING, PENDING, RUN_RUNNING, RUNNING, RunRecord, Store, pid_alive
+from hetflow.state import (
+    LAUNCHING,
+    PENDING,
+    RUN_RUNNING,
+    RUN_STOPPED,
+    RUN_SUCCEEDED,
+    RUNNING,
+    RunRecord,
+    Store,
+    pid_alive,
+)
 
 
 class LocalEngine(ContainerEngine, Puller, Protocol):
@@ -383,7 +394,9 @@ def chooser_of(plan: RunPlan) -> VariantChooser:
     return PlanChooser(plan.variants, plan.reasons)  # greedy with --variant/--prefer: those steps follow them
 
 
-def build_runner(opened: OpenRun, reporter: Reporter | None, config: RunnerConfig | None = None) -> Runner:
+def build_runner(
+    opened: OpenRun, reporter: Reporter | None, config: RunnerConfig | None = None, *, grace: int | None = None
+) -> Runner:
     """The one Runner of this executor, following the stored plan: on this machine the plan's
     variants and order; on a cluster its placements on its machine classes."""
     plan = opened.plan
@@ -401,25 +414,37 @@ def build_runner(opened: OpenRun, reporter: Reporter | None, config: RunnerConfi
         classes=plan.classes,
         data=plan.data,
         cache=ResultCache(opened.store, opened.store.path.parent / "cache") if opened.settings.cache else None,
+        grace=grace,
     )
 
 
 @dataclass(frozen=True)
 class Ended:
     state: str
-    interrupted: bool = False  # Ctrl-C: the run was stopped (no summary follows)
+    interrupted: bool = False  # a signal stopped the run (no summary follows)
+    signal: int | None = None  # which: the command exits 128 + it, as a shell's does
+
+    @property
+    def exit_code(self) -> int:
+        if self.signal is not None:
+            return 128 + self.signal  # 130 for SIGINT, 143 for SIGTERM
+        return 0 if self.state == RUN_SUCCEEDED else 1
 
 
-def drive(opened: OpenRun, reporter: Reporter | None, say: Say, *, banner: bool = True) -> Ended:
-    """Run to the end; Ctrl-C stops the run (its containers or jobs) so it can be resumed."""
-    runner = build_runner(opened, reporter)
+def drive(
+    opened: OpenRun, reporter: Reporter | None, say: Say, *, banner: bool = True, grace: int | None = None
+) -> Ended:
+    """Run to the end.  SIGINT (Ctrl-C) or SIGTERM stops the run (its containers or jobs,
+    each given ``grace`` seconds to save its work, None: the engine's default; a second signal kills them at once) so
+    that it can be resumed."""
+    runner = build_runner(opened, reporter, grace=grace)
     runner.install_signal_handlers()
     if banner:
         say(opened.banner())
-    try:
-        return Ended(runner.execute())
-    except KeyboardInterrupt:
-        rid = opened.run.id
-        stop_run(opened.store, opened.backend, rid)
-        say(f"run {rid} stopped; 'hetflow resume {rid}' continues it")
-        return Ended("stopped", interrupted=True)
+    state = runner.execute()
+    if runner.signalled is None or state != RUN_STOPPED:
+        return Ended(state)  # no signal, or one that came as the run ended by itself
+    rid = opened.run.id
+    by = "hetflow stop" if runner.handed_off else signal.Signals(runner.signalled).name
+    say(f"run {rid} stopped by {by}; 'hetflow resume {rid}' continues it")
+    return Ended(RUN_STOPPED, interrupted=True, signal=runner.signalled)

@@ -106,7 +106,9 @@ class Backend(Protocol):
     def poll(self, run_id: str) -> dict[str, JobState]:
         """Every job of the run the engine knows, by name (adoption after a crash)."""
 
-    def cancel(self, names: Iterable[str]) -> None: ...
+    def cancel(self, names: Iterable[str], grace: int | None = None) -> None:
+        """Stop the jobs: SIGTERM, then SIGKILL once ``grace`` seconds have passed (0: at
+        once); None: the engine's own default (podman's 10 s, Slurm's KillWait)."""
 
     def release(self, names: Iterable[str]) -> None:
         """Forget finished jobs whose results are stored (podman rm; nothing for Slurm)."""

@@ -102,7 +102,7 @@ class FakeBackend:
                 self._advance(a)
             return {a.job.name: _job_state(a) for a in mine}
 
-    def cancel(self, names: Iterable[str]) -> None:
+    def cancel(self, names: Iterable[str], grace: int | None = None) -> None:
         with self.state.lock:
             found = [a for a in (self.state.jobs.get(n) for n in names) if a is not None]
             # all at once: a child cancelled with its parent is cancelled, not dropped for the parent

@@ -89,8 +89,9 @@ class LocalBackend:
             extra += [n for n in self.engine.states(run_id) if (rep := replica_of(n)) is not None and rep[0] in wanted]
         return [*wanted, *extra]
 
-    def cancel(self, names: Iterable[str]) -> None:
-        self.engine.stop(self._replicas(names))
+    def cancel(self, names: Iterable[str], grace: int | None = None) -> None:
+        # podman stop --time N: SIGTERM, then SIGKILL after N s (podman-stop(1))
+        self.engine.stop(self._replicas(names), *([] if grace is None else [grace]))
 
     def release(self, names: Iterable[str]) -> None:
         self.release_measured(names, (), None)

@@ -246,9 +246,11 @@ class RayBackend:
         states = self._call(run_id, "states")
         return dict(states) if states else {}
 
-    def cancel(self, names: Iterable[str]) -> None:
+    def cancel(self, names: Iterable[str], grace: int | None = None) -> None:
         """Stop the jobs and wait (a bounded while) for them to end, as ``podman stop``
-        does for the local backend, so that a poll right after sees their exit codes."""
+        does for the local backend, so that a poll right after sees their exit codes.
+        ``grace`` is not passed on: each task stops its container with the stop timeout
+        it was submitted with (``RaySettings.stop_timeout``)."""
         self._connect()
         groups = self._keepers_for(names)
         for run_id, group in groups.items():

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
@@ -193,11 +194,25 @@ class SlurmBackend:
                 by_name[r.name] = r.job_id
         return sorted(set(by_name.values()) | {self._ids[n] for n in wanted if n in self._ids and n not in by_name})
 
-    def cancel(self, names: Iterable[str]) -> None:
+    def cancel(self, names: Iterable[str], grace: int | None = None) -> None:
         ids = self._ids_for(list(names))
-        if ids:
-            # scancel: SIGTERM to every process of the job, SIGKILL after KillWait (scancel(1))
-            self.client.run(["scancel", *ids], check=False)
+        if not ids:
+            return
+        if grace:
+            # the grace is hetflow's, not the cluster's KillWait: SIGTERM to every process of
+            # the job (scancel(1), --signal, --full; the job script stops its container with
+            # podman stop), wait for the jobs to leave the queue for up to the grace, then
+            # cancel what is left.  A grace of 0 is a plain scancel: a SIGKILL would end the
+            # job script before it stopped its container, which runs outside the job.
+            self.client.run(["scancel", "--signal=TERM", "--full", *ids], check=False)
+            deadline = time.monotonic() + grace
+            while time.monotonic() < deadline and self._any_active(ids):
+                time.sleep(0.5)
+        # scancel: SIGTERM to every process of the job, SIGKILL after KillWait (scancel(1))
+        self.client.run(["scancel", *ids], check=False)
+
+    def _any_active(self, ids: Sequence[str]) -> bool:
+        return any(r.job_id in ids and r.state in ACTIVE_STATES for r in self._squeue())
 
     def release(self, names: Iterable[str]) -> None:
         """Forget finished jobs: their files go, except a non-empty NAME.out (diagnostics)."""
