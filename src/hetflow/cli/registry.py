@@ -44,7 +44,9 @@ def serve_cmd(
     upstream: str | None = typer.Option(
         None, "--upstream", help="The registry behind the proxy, e.g. http://127.0.0.1:5000"
     ),
-    listen: str | None = typer.Option(None, "--listen", help="ADDR:PORT (default 127.0.0.1:5050)."),
+    listen: str | None = typer.Option(
+        None, "--listen", help="ADDR:PORT (default 127.0.0.1:5080); beyond loopback, registering needs the admin token."
+    ),
     config: Path | None = typer.Option(None, "--config", help="YAML: upstream, listen, state dir, machine types."),
     state_dir: Path | None = typer.Option(None, "--state-dir", help="Tokens and machine types (persist)."),
 ) -> None:
@@ -54,7 +56,7 @@ def serve_cmd(
 
 @registry_app.command("login")
 def login_cmd(
-    proxy: str = typer.Argument(..., help="The proxy's URL, e.g. http://127.0.0.1:5050"),
+    proxy: str = typer.Argument(..., help="The proxy's URL, e.g. http://127.0.0.1:5080"),
     node: str | None = typer.Option(None, "--node", help="Register this description instead of this machine."),
     name: str | None = typer.Option(None, "--name", help="Machine type name (default: from the hardware)."),
     admin_token: str | None = typer.Option(None, "--admin-token", envvar="HETFLOW_REGISTRY_ADMIN_TOKEN"),
@@ -69,13 +71,22 @@ def login_cmd(
 
 def serve_command(upstream: str | None, listen: str | None, config: Path | None, state_dir: Path | None = None) -> None:
     """``hetflow registry serve --upstream URL [--listen ADDR] [--config FILE]``."""
-    from hetflow.registry import load_settings, serve
+    from hetflow.registry import load_settings, secured, serve
 
-    settings = load_settings(config, upstream=upstream, listen=listen, state_dir=state_dir)
+    settings, made = secured(load_settings(config, upstream=upstream, listen=listen, state_dir=state_dir))
     print(
         f"hetflow registry proxy for {settings.upstream} on http://{settings.listen} (state in {settings.state_dir})",
         file=sys.stderr,
     )
+    if made is not None:
+        # As `hetflow ui` does: reachable beyond this machine (or lending upstream
+        # credentials) means nobody registers hardware without this token.
+        print(
+            f"admin token (registering machine types needs it): {made}\n"
+            "  nodes log in with: HETFLOW_REGISTRY_ADMIN_TOKEN=<token> hetflow registry login URL\n"
+            "  (made for this session; set admin_token: in --config to keep one)",
+            file=sys.stderr,
+        )
     serve(settings)
 
 

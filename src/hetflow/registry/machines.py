@@ -3,8 +3,9 @@
 A machine type is a named ``Node``: the hardware every machine that logs in with
 one of its tokens is taken to have.  ``hetflow registry login`` registers a node's
 hardware; nodes whose hardware is alike for image selection (same CPU
-microarchitecture, level and flags; same GPU models, capabilities, driver and CUDA)
-share one type, as Nomad checks nodes of one computed class once.
+microarchitecture, level and flags; same GPU vendors, models, capabilities or gfx
+targets, driver, CUDA and ROCm versions, and fake flag) share one type, as Nomad
+checks nodes of one computed class once.
 
 Tokens are kept as SHA-256 hashes; a token is shown once, when it is made (tokens of
 predeclared types are also written to ``tokens/<type>``, mode 0600, for the admin).
@@ -29,7 +30,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from hetflow.inventory import Node
 from hetflow.registry.settings import MachineTypeDecl, check_name
 
-__all__ = ["MachineType", "MachineTypeConflict", "MachineTypes", "hardware_key", "suggest_name"]
+__all__ = [
+    "MachineType",
+    "MachineTypeConflict",
+    "MachineTypeLimit",
+    "MachineTypes",
+    "hardware_key",
+    "suggest_name",
+]
 
 STATE_FILE = "machine-types.json"
 
@@ -63,17 +71,35 @@ class MachineTypeConflict(Exception):
     """A name is taken by a machine type with different hardware."""
 
 
+class MachineTypeLimit(Exception):
+    """limits.max_machine_types or max_tokens_per_type reached."""
+
+
 def hardware_key(node: Node) -> str:
     """sha256 of what tells builds apart: CPU family, microarchitecture, psABI level and
-    flags; per GPU its model, capability, memory, driver and CUDA version.  Names, host
-    names, core and memory counts, device paths and UUIDs are left out: two nodes that
-    differ only there run the same builds."""
+    flags; per GPU what ``hetflow.images.match`` and ``nodecheck`` read: its vendor,
+    model, compute capability, architecture (AMD gfx target, Intel family), memory,
+    driver, CUDA and ROCm versions and the fake flag.  Names, host names, core and
+    memory counts, device paths and UUIDs are left out: two nodes that differ only
+    there run the same builds.  (Issue 23: without vendor, gfx target and ROCm a
+    gfx942/ROCm 5.7 node joined a gfx90a/ROCm 6.1 type and got the gfx90a build.)"""
     cpu = node.cpu
     facts = {
         "os": node.os,
         "cpu": [cpu.vendor, cpu.architecture, cpu.microarchitecture, cpu.x86_64_level, sorted(cpu.features)],
         "gpus": sorted(
-            [g.model, g.compute_capability, g.memory_bytes, g.driver_version, g.cuda_version or ""] for g in node.gpus
+            [
+                g.vendor,
+                g.model,
+                g.compute_capability,
+                g.architecture,
+                g.memory_bytes,
+                g.driver_version,
+                g.cuda_version or "",
+                g.rocm_version or "",
+                g.fake,
+            ]
+            for g in node.gpus
         ),
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
@@ -102,18 +128,25 @@ def new_token() -> str:
 
 
 def _write_private(path: Path, text: str) -> None:
+    """Atomically, 0600; a failed write (a full disk) leaves the old file and no temporary."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class MachineTypes:
     """The machine types of one state directory.  Thread-safe; every change is saved."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, max_types: int = 1000, max_tokens: int = 1000) -> None:
         self._dir = state_dir
+        self.max_types = max_types
+        self.max_tokens = max_tokens
         self._dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._records: dict[str, _Record] = {}
@@ -121,7 +154,13 @@ class MachineTypes:
         if path.exists():
             data = json.loads(path.read_text(encoding="utf-8"))
             for name, raw in data.get("types", {}).items():
-                self._records[name] = _Record.model_validate(raw)
+                record = _Record.model_validate(raw)
+                # The key may have learnt new facts since it was saved: recomputed, so a
+                # node joins only a type whose hardware is its own by today's key.
+                record.type = record.type.model_copy(update={"hardware": hardware_key(record.type.node)})
+                self._records[name] = record
+        for stale in self._dir.glob(f"{STATE_FILE}.tmp*"):  # a crash mid-save
+            stale.unlink(missing_ok=True)
 
     def _save(self) -> None:
         data = {"types": {n: r.model_dump(mode="json") for n, r in sorted(self._records.items())}}
@@ -211,6 +250,16 @@ class MachineTypes:
             else:
                 found = next((r for r in self._records.values() if r.type.hardware == key), None)
             created = found is None
+            if found is None and len(self._records) >= self.max_types:
+                raise MachineTypeLimit(
+                    f"the proxy holds {len(self._records)} machine types, its limit (limits.max_machine_types); "
+                    "remove unused ones from the state directory or raise the limit"
+                )
+            if found is not None and len(found.tokens) >= self.max_tokens:
+                raise MachineTypeLimit(
+                    f"machine type {found.type.name!r} has {len(found.tokens)} tokens, its limit "
+                    "(limits.max_tokens_per_type); revoke them (`hetflow registry token revoke`) or raise the limit"
+                )
             if found is None:
                 type_name = name or suggest_name(node)
                 mt = MachineType(
@@ -222,7 +271,13 @@ class MachineTypes:
                 found = self._records[type_name] = _Record(type=mt)
             token = new_token()
             self._add_token(found, token)
-            self._save()
+            try:
+                self._save()
+            except OSError:  # a full disk: nothing half-made stays in memory either
+                found.tokens.pop()
+                if created:
+                    del self._records[found.type.name]
+                raise
             return found.type, token, created
 
     def describe(self) -> list[dict[str, Any]]:
