@@ -176,9 +176,9 @@ class Settings(BaseModel):
     service: str = "hetflow"
     # Bodies up to this size are hashed in full before the first byte goes out, so a
     # mismatch is a clean 502; larger ones stream and the connection is cut instead.
-    # 1 MiB: a slow reader holds at most about two such buffers (issue 23: 8 MiB each, 150
-    # idle clients of a 7.5 MiB blob took 1 GB).
-    verify_buffer_bytes: int = Field(default=1024 * 1024, ge=0)
+    # 256 KiB (one cached-blob read): what a stalled reader can pin is about two chunks
+    # (issue 23: at 8 MiB, 150 idle clients of a 7.5 MiB blob took 1 GB).
+    verify_buffer_bytes: int = Field(default=256 * 1024, ge=0)
     limits: Limits = Field(default_factory=Limits)
     # Hosts (besides the upstream's own) a manifest or tag-list request may be redirected to.
     redirect_hosts: tuple[str, ...] = ()

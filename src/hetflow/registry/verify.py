@@ -269,8 +269,10 @@ class VerifiedBody:
     async def _stream(self, send: Send, chunks: AsyncIterator[bytes], buffered: list[bytes]) -> None:
         await send({"type": "http.response.start", "status": self.status, "headers": self._raw_headers(self.headers)})
         held = buffered.pop()
-        if buffered:
-            await send({"type": "http.response.body", "body": b"".join(buffered), "more_body": True})
+        # One chunk per send: each waits for the client to drain (uvicorn's flow control),
+        # so a stalled reader holds about two chunks, not the whole buffer at once.
+        while buffered:
+            await send({"type": "http.response.body", "body": buffered.pop(0), "more_body": True})
         try:
             async for chunk in chunks:
                 await send({"type": "http.response.body", "body": held, "more_body": True})
