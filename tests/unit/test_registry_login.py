@@ -85,9 +85,7 @@ def test_an_engine_that_refuses_is_an_engine_error(proxy: RunningProxy, tmp_path
 
 
 def test_a_guarded_proxy_wants_the_admin_token(tmp_path: Path) -> None:
-    settings = Settings(
-        upstream="http://upstream.test", state_dir=tmp_path / "s", admin_token="adm1n-token-16chars"
-    )
+    settings = Settings(upstream="http://upstream.test", state_dir=tmp_path / "s", admin_token="adm1n-token-16chars")
     running = start_in_thread(settings, transport=FakeRegistry().transport())
     try:
         with pytest.raises(AuthError, match="needs its admin token"):

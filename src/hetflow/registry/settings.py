@@ -176,7 +176,7 @@ class Settings(BaseModel):
     service: str = "hetflow"
     # Bodies up to this size are hashed in full before the first byte goes out, so a
     # mismatch is a clean 502; larger ones stream and the connection is cut instead.
-    # 256 KiB (one cached-blob read): what a stalled reader can pin is about two chunks
+    # 256 KiB (four 64 KiB cached-blob reads): about what a stalled reader can pin
     # (issue 23: at 8 MiB, 150 idle clients of a 7.5 MiB blob took 1 GB).
     verify_buffer_bytes: int = Field(default=256 * 1024, ge=0)
     limits: Limits = Field(default_factory=Limits)

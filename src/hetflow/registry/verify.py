@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import IO, Protocol
 
 import httpx
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from hetflow.registry.errors import ErrorCode, error_body
 from hetflow.registry.store import new_hasher
@@ -73,7 +73,7 @@ class FileChunks:
     """A cached file in ``chunk``-byte reads, each read and hashed in one executor hop;
     no thread waits between chunks (see the module's docstring)."""
 
-    def __init__(self, path: Path, digest: str, executor: Executor, *, chunk: int = 256 * 1024) -> None:
+    def __init__(self, path: Path, digest: str, executor: Executor, *, chunk: int = 64 * 1024) -> None:
         self.digest = digest
         self.actual: str | None = None
         self._path = path
@@ -200,6 +200,10 @@ class HashedChunks:
                 self.cancel()
 
 
+class _Gone(Exception):
+    """The client disconnected mid-response."""
+
+
 class VerifiedBody:
     """An ASGI app that sends ``chunks`` as the body of a ``status`` response, verified
     against their digest.  ``headers`` should carry ``Content-Length`` when it is
@@ -234,9 +238,27 @@ class VerifiedBody:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         chunks = aiter(self.chunks)
+        gone = asyncio.Event()
+
+        async def watch() -> None:
+            while (await receive())["type"] != "http.disconnect":
+                pass
+            gone.set()
+
+        async def guarded(message: Message) -> None:
+            # uvicorn drops what is sent after the client left, silently: stop reading
+            # instead of reading the rest of the file for nobody.
+            if gone.is_set():
+                raise _Gone
+            await send(message)
+
+        watcher = asyncio.ensure_future(watch())
         try:
-            await self._send(send, chunks)
+            await self._send(guarded, chunks)
+        except _Gone:
+            log.info("%s %s: the client left before the end", self.what, self.chunks.digest)
         finally:
+            watcher.cancel()
             await chunks.aclose()  # type: ignore[attr-defined]  # an async generator: stops the reader
 
     async def _error(self, send: Send, code: str, message: str) -> None:
