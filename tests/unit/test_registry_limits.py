@@ -17,7 +17,7 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from hetflow.cli.registry import serve_cmd
+from hetflow.cli.registry import serve_cmd, token_revoke_command
 from hetflow.errors import UsageError
 from hetflow.images import RegistryError
 from hetflow.images.client import RegistryClient
@@ -416,3 +416,15 @@ def test_machine_types_saved_under_an_older_key_are_rekeyed_on_load(tmp_path: Pa
     (tmp_path / "machine-types.json").write_text(json.dumps(raw))
     again = MachineTypes(tmp_path)
     assert again.get(mt.name) is not None and again.get(mt.name).hardware == mt.hardware  # type: ignore[union-attr]
+
+
+def test_revoking_a_types_tokens_stops_its_bearers_at_a_running_proxy(env: Env) -> None:
+    headers = env.auth("haswell-cpu")
+    assert env.client.get("/v2/", headers=headers).status_code == 200
+    assert token_revoke_command("haswell-cpu", None, env.state) == 1
+    assert env.client.get("/v2/", headers=headers).status_code == 401
+    token = env.token("haswell-cpu")
+    assert env.client.get("/token", auth=("haswell-cpu", token)).status_code == 401
+    assert env.client.get("/v2/", headers=env.auth("a100-node")).status_code == 200  # other types keep theirs
+    with pytest.raises(UsageError, match="no machine type 'nope'"):
+        token_revoke_command("nope", None, env.state)

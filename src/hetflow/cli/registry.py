@@ -30,7 +30,14 @@ from hetflow.errors import EngineError, UsageError
 from hetflow.images import AuthError, RegistryError
 from hetflow.inventory import Node
 
-__all__ = ["LoginResult", "login_command", "register", "register_node", "serve_command"]
+__all__ = [
+    "LoginResult",
+    "login_command",
+    "register",
+    "register_node",
+    "serve_command",
+    "token_revoke_command",
+]
 
 registry_app = typer.Typer(help="A registry proxy that serves each machine type its own index.", no_args_is_help=True)
 
@@ -52,6 +59,36 @@ def serve_cmd(
 ) -> None:
     """Serve the OCI Distribution API in front of a registry, one filtered index per machine type."""
     serve_command(upstream, listen, config, state_dir)
+
+
+token_app = typer.Typer(help="The machine types' tokens.", no_args_is_help=True)
+registry_app.add_typer(token_app, name="token")
+
+
+@token_app.command("revoke")
+def token_revoke_cmd(
+    machine_type: str = typer.Argument(..., help="The machine type whose tokens (and bearers) stop working."),
+    config: Path | None = typer.Option(None, "--config", help="The proxy's YAML (for its state_dir)."),
+    state_dir: Path | None = typer.Option(None, "--state-dir", help="The proxy's state directory."),
+) -> None:
+    """Revoke every token of a machine type; a running proxy refuses them from its next request."""
+    count = token_revoke_command(machine_type, config, state_dir)
+    err.print(f"revoked {count} token(s) of machine type {machine_type}", highlight=False)
+
+
+def token_revoke_command(machine_type: str, config: Path | None, state_dir: Path | None) -> int:
+    from hetflow.registry import MachineTypes, Settings, load_settings
+
+    if config is not None:
+        state = load_settings(config, state_dir=state_dir, upstream="http://unused").state_dir
+    else:
+        state = state_dir or Settings(upstream="http://unused").state_dir
+    if not (state / "machine-types.json").exists():
+        raise UsageError(f"{state} holds no machine types (machine-types.json); give the proxy's --state-dir")
+    try:
+        return MachineTypes(state).revoke_tokens(machine_type)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
 
 
 @registry_app.command("login")

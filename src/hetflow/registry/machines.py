@@ -150,7 +150,28 @@ class MachineTypes:
         self._dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._records: dict[str, _Record] = {}
+        self._seen: int | None = None  # the state file's mtime_ns when last read or written
+        self._load()
+        for stale in self._dir.glob(f"{STATE_FILE}.tmp*"):  # a crash mid-save
+            stale.unlink(missing_ok=True)
+
+    def _mtime(self) -> int | None:
+        try:
+            return (self._dir / STATE_FILE).stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+
+    def _refresh(self) -> None:
+        """Read the state file again if another process (``hetflow registry token revoke``)
+        changed it since: one stat per authentication."""
+        if self._mtime() != self._seen:
+            with self._lock:
+                self._load()
+
+    def _load(self) -> None:
         path = self._dir / STATE_FILE
+        self._seen = self._mtime()
+        self._records = {}
         if path.exists():
             data = json.loads(path.read_text(encoding="utf-8"))
             for name, raw in data.get("types", {}).items():
@@ -159,12 +180,11 @@ class MachineTypes:
                 # node joins only a type whose hardware is its own by today's key.
                 record.type = record.type.model_copy(update={"hardware": hardware_key(record.type.node)})
                 self._records[name] = record
-        for stale in self._dir.glob(f"{STATE_FILE}.tmp*"):  # a crash mid-save
-            stale.unlink(missing_ok=True)
 
     def _save(self) -> None:
         data = {"types": {n: r.model_dump(mode="json") for n, r in sorted(self._records.items())}}
         _write_private(self._dir / STATE_FILE, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        self._seen = self._mtime()
 
     def get(self, name: str) -> MachineType | None:
         record = self._records.get(name)
@@ -175,6 +195,7 @@ class MachineTypes:
 
     def authenticate(self, name: str, token: str) -> str | None:
         """The token id when ``token`` is one of ``name``'s tokens; else None."""
+        self._refresh()
         record = self._records.get(name)
         if record is None:
             return None
@@ -185,6 +206,7 @@ class MachineTypes:
         return None
 
     def has_token_id(self, name: str, token_id: str) -> bool:
+        self._refresh()
         record = self._records.get(name)
         return record is not None and any(t.id == token_id for t in record.tokens)
 
@@ -201,10 +223,18 @@ class MachineTypes:
             self._save()
             return token
 
-    def revoke_tokens(self, name: str) -> None:
+    def revoke_tokens(self, name: str) -> int:
+        """Revoke every token of ``name`` (and so its bearers); how many there were.
+        A running proxy notices at its next authentication (it re-reads the file)."""
         with self._lock:
+            self._load()
+            if name not in self._records:
+                known = ", ".join(sorted(self._records)) or "none"
+                raise KeyError(f"no machine type {name!r} in {self._dir / STATE_FILE}; known: {known}")
+            count = len(self._records[name].tokens)
             self._records[name].tokens.clear()
             self._save()
+            return count
 
     def declare(self, decls: Iterable[MachineTypeDecl], config_dir: Path) -> dict[str, str]:
         """Put the config's machine types in place (the config wins over the saved node).
