@@ -9,9 +9,11 @@ import asyncio
 import errno
 import inspect
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -22,7 +24,16 @@ from hetflow.errors import UsageError
 from hetflow.images import RegistryError
 from hetflow.images.client import RegistryClient
 from hetflow.inventory import Gpu, profile_node
-from hetflow.registry import FakeRegistry, Limits, MachineTypes, Settings, create_app, load_settings, secured
+from hetflow.registry import (
+    FakeRegistry,
+    Limits,
+    MachineTypeDecl,
+    MachineTypes,
+    Settings,
+    create_app,
+    load_settings,
+    secured,
+)
 from hetflow.registry.app import serve
 from hetflow.registry.settings import DEFAULT_LISTEN
 from hetflow.registry.store import BlobWriter
@@ -35,7 +46,12 @@ def _env(tmp_path: Path, fake: FakeRegistry | None = None, **changes: object) ->
     fake = fake or FakeRegistry()
     index = fake.push_builds(REPO, "v1", {"generic": [], "v3": ["x86-64-v3"]})
     state = tmp_path / "state"
-    client = AppClient(create_app(_settings(state, **changes), transport=fake.transport()), "http://proxy.test")
+    settings = (
+        Settings(upstream=UPSTREAM, state_dir=state, **changes)  # type: ignore[arg-type]
+        if "machine_types" in changes
+        else _settings(state, **changes)
+    )
+    client = AppClient(create_app(settings, transport=fake.transport()), "http://proxy.test")
     return Env(fake, client, state, index)
 
 
@@ -428,3 +444,52 @@ def test_revoking_a_types_tokens_stops_its_bearers_at_a_running_proxy(env: Env) 
     assert env.client.get("/v2/", headers=env.auth("a100-node")).status_code == 200  # other types keep theirs
     with pytest.raises(UsageError, match="no machine type 'nope'"):
         token_revoke_command("nope", None, env.state)
+
+
+def test_matching_an_index_does_not_hold_up_other_requests(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
+    import hetflow.registry.proxy as proxy_module
+
+    released = threading.Event()
+    real = proxy_module.filter_index
+
+    def slow(body: bytes, node: Any) -> Any:
+        # Waits for another request to be answered meanwhile: on the event loop, that
+        # request could not be, and the wait would run out (issue 23: 4 s for everyone).
+        assert released.wait(20), "another request was not served while the index was matched"
+        return real(body, node)
+
+    monkeypatch.setattr(proxy_module, "filter_index", slow)
+    headers = env.auth("haswell-cpu")
+    client = env.client
+
+    async def both() -> tuple[httpx.Response, httpx.Response]:
+        async def other() -> httpx.Response:
+            got = await client._client.get("/v2/", headers=headers)
+            released.set()
+            return got
+
+        view, base = await asyncio.gather(client._client.get(f"/v2/{REPO}/manifests/v1", headers=headers), other())
+        return view, base
+
+    view, base = client._loop.run_until_complete(both())
+    assert base.status_code == 200 and view.status_code == 200
+
+
+def test_a_token_scoped_to_repositories_pulls_only_those(tmp_path: Path) -> None:
+    fake = FakeRegistry()
+    fake.push_builds("other/app", "v1", {"generic": []})
+    decl = MachineTypeDecl(name="lab-only", profile="haswell-cpu", repositories=("lab/*",))
+    env = _env(tmp_path, fake, machine_types=(decl,))
+    with env.client:
+        headers = env.auth("lab-only")
+        assert env.client.get(f"/v2/{REPO}/manifests/v1", headers=headers).status_code == 200
+        denied = env.client.get("/v2/other/app/manifests/v1", headers=headers)
+        assert denied.status_code == 403
+        assert "lab/*" in denied.json()["errors"][0]["message"]
+        registered = env.client.post(
+            "/hetflow/v1/machine-types", params={"repositories": "other/*"}, content=_amd_node("gfx90a", "6.1.2")
+        ).json()
+        got = env.client.get("/token", auth=(registered["machine_type"], registered["token"]))
+        bearer = {"Authorization": f"Bearer {got.json()['token']}"}
+        assert env.client.get("/v2/other/app/manifests/v1", headers=bearer).status_code in (200, 404)
+        assert env.client.get(f"/v2/{REPO}/manifests/v1", headers=bearer).status_code == 403

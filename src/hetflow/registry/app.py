@@ -5,7 +5,8 @@ Endpoints besides the OCI ones of ``hetflow.registry.proxy``:
     GET  /v2/                        API version check; 401 with the Bearer challenge
     GET  /token                      Docker token auth: Basic <type>:<token> -> bearer
     POST /token                      the same, as docker's OAuth2 password grant
-    POST /hetflow/v1/machine-types   register a Node (JSON) -> {machine_type, token}
+    POST /hetflow/v1/machine-types   register a Node (JSON) -> {machine_type, token};
+                                     ?repositories=lab/*,x scopes the token to those
     GET  /hetflow/v1/machine-types   the machine types (names and hardware, no tokens)
 
 When ``admin_token`` is set, the /hetflow/v1 endpoints need ``Authorization: Bearer
@@ -23,6 +24,7 @@ cached-blob path holds no thread while it waits (``verify.FileChunks``).
 from __future__ import annotations
 
 import errno
+import fnmatch
 import hmac
 import json
 import logging
@@ -221,7 +223,7 @@ class Registry:
         headers = {"WWW-Authenticate": bearer_challenge(realm, self.settings.service, scope)}
         return error_response(401, ErrorCode.UNAUTHORIZED, message, headers=headers)
 
-    def _caller(self, request: Request, scope: str | None = None) -> MachineType | Response:
+    def _caller(self, request: Request, scope: str | None = None, repo: str | None = None) -> MachineType | Response:
         header = request.headers.get("authorization")
         bearer = parse_bearer(header)
         if bearer is None:
@@ -232,8 +234,15 @@ class Registry:
                 scope,
             )
         grant = self.signer.verify(bearer)
-        if grant is None or not self.types.has_token_id(grant.machine_type, grant.token_id):
+        allowed = None if grant is None else self.types.token_scope(grant.machine_type, grant.token_id)
+        if grant is None or allowed is None:
             return self._challenge(request, "bearer token is invalid, expired or revoked; log in again", scope)
+        if repo is not None and allowed and not any(fnmatch.fnmatchcase(repo, p) for p in allowed):
+            return error_response(
+                403,
+                ErrorCode.DENIED,
+                f"this token of machine type {grant.machine_type!r} may pull {', '.join(allowed)}, not {repo}",
+            )
         mt = self.types.get(grant.machine_type)
         assert mt is not None  # has_token_id found it
         return mt
@@ -288,7 +297,7 @@ class Registry:
                 404, ErrorCode.NAME_INVALID, f"{request.url.path} is not /v2/<name>/(manifests|blobs|tags)/<ref>"
             )
         repo, kind, ref = parsed
-        caller = self._caller(request, f"repository:{repo}:pull")
+        caller = self._caller(request, f"repository:{repo}:pull", repo)
         if isinstance(caller, Response):
             return caller
         if request.method not in ("GET", "HEAD"):
@@ -340,8 +349,9 @@ class Registry:
             return error_response(400, "NODE_INVALID", f"the body is not the JSON of one `hetflow nodes` Node: {err}")
         try:
             # The state file is rewritten on each registration: off the event loop.
+            repositories = [r for r in request.query_params.get("repositories", "").split(",") if r]
             mt, token, created = await run_in_threadpool(
-                self.types.register, node, request.query_params.get("name") or None
+                self.types.register, node, request.query_params.get("name") or None, repositories
             )
         except MachineTypeLimit as err:
             return error_response(403, ErrorCode.DENIED, str(err))

@@ -58,6 +58,8 @@ class _TokenRecord(BaseModel):
 
     id: str
     sha256: str
+    # fnmatch patterns of the repositories the token may pull; () = every repository
+    repositories: tuple[str, ...] = ()
 
 
 class _Record(BaseModel):
@@ -206,14 +208,20 @@ class MachineTypes:
         return None
 
     def has_token_id(self, name: str, token_id: str) -> bool:
+        return self.token_scope(name, token_id) is not None
+
+    def token_scope(self, name: str, token_id: str) -> tuple[str, ...] | None:
+        """The repository patterns of ``name``'s token ``token_id`` (``()``: all); None
+        when there is no such token (never issued, or revoked)."""
         self._refresh()
         record = self._records.get(name)
-        return record is not None and any(t.id == token_id for t in record.tokens)
+        found = next((t for t in record.tokens if t.id == token_id), None) if record else None
+        return None if found is None else found.repositories
 
-    def _add_token(self, record: _Record, token: str) -> None:
+    def _add_token(self, record: _Record, token: str, repositories: Iterable[str] = ()) -> None:
         digest = _token_hash(token)
-        if all(t.sha256 != digest for t in record.tokens):
-            record.tokens.append(_TokenRecord(id=digest[:16], sha256=digest))
+        record.tokens[:] = [t for t in record.tokens if t.sha256 != digest]  # a config's token: its scope now
+        record.tokens.append(_TokenRecord(id=digest[:16], sha256=digest, repositories=tuple(repositories)))
 
     def issue_token(self, name: str) -> str:
         """A new token for ``name`` (its other tokens stay valid)."""
@@ -252,17 +260,19 @@ class MachineTypes:
                 else:
                     record.type = mt
                 if decl.token:
-                    self._add_token(record, decl.token)
+                    self._add_token(record, decl.token, decl.repositories)
                 if not record.tokens:
                     token = new_token()
-                    self._add_token(record, token)
+                    self._add_token(record, token, decl.repositories)
                     made[mt.name] = token
                     (self._dir / "tokens").mkdir(mode=0o700, exist_ok=True)
                     _write_private(self._dir / "tokens" / mt.name, token + "\n")
             self._save()
         return made
 
-    def register(self, node: Node, name: str | None = None) -> tuple[MachineType, str, bool]:
+    def register(
+        self, node: Node, name: str | None = None, repositories: Iterable[str] = ()
+    ) -> tuple[MachineType, str, bool]:
         """Register a node's hardware: ``(type, new token, created)``.
 
         A node whose hardware matches a known type joins it (a fresh token is issued
@@ -300,7 +310,7 @@ class MachineTypes:
                 )
                 found = self._records[type_name] = _Record(type=mt)
             token = new_token()
-            self._add_token(found, token)
+            self._add_token(found, token, repositories)
             try:
                 self._save()
             except OSError:  # a full disk: nothing half-made stays in memory either

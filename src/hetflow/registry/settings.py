@@ -14,6 +14,7 @@
       - name: lab-box
         node_file: nodes/lab.json       # `hetflow nodes --json` output (first node)
         token: hft_...                  # optional fixed token (else one is made)
+        repositories: [lab/*]           # its tokens pull only these (fnmatch); default all
     limits:                             # every limit, with its default (see Limits)
       max_body_bytes: 65536
       max_blob_bytes: 10737418240
@@ -108,6 +109,8 @@ class MachineTypeDecl(BaseModel):
     node: Node | None = None
     node_file: Path | None = None
     token: str | None = Field(default=None, min_length=16)
+    # fnmatch patterns ("lab/*") of the repositories this type's tokens may pull; () = all
+    repositories: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _one_source(self) -> MachineTypeDecl:
