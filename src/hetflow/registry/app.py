@@ -314,6 +314,8 @@ class Registry:
             return error_response(404, ErrorCode.NAME_INVALID, f"unknown endpoint {request.url.path}")
         except RegistryError as err:
             return error_response(502, ErrorCode.UNAVAILABLE, str(err))
+        except OSError as err:  # the filtered-index store on a full disk
+            return _disk_full(err, f"serving {repo}")
 
     # --- machine types -----------------------------------------------------------------
 

@@ -80,7 +80,9 @@ class Limits(BaseModel):
 
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, description="request body (/token, registrations)")
     max_requests_per_client: int = Field(default=64, ge=1, description="requests one client address has open")
-    max_machine_types: int = Field(default=1000, ge=1, description="machine types, registered and declared")
+    # 256 kinds of hardware is more than a lab has; with 1000 tokens each and 64 KiB
+    # bodies it bounds the state file (rewritten on each registration) to tens of MB.
+    max_machine_types: int = Field(default=256, ge=1, description="machine types, registered and declared")
     max_tokens_per_type: int = Field(default=1000, ge=1, description="tokens (registrations) per machine type")
     max_manifest_bytes: int = Field(default=4 * MIB, ge=1024, description="one manifest or index (distribution's)")
     manifest_cache_bytes: int = Field(default=64 * MIB, ge=0, description="verified manifests kept in memory")
