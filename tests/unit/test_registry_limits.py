@@ -493,3 +493,29 @@ def test_a_token_scoped_to_repositories_pulls_only_those(tmp_path: Path) -> None
         bearer = {"Authorization": f"Bearer {got.json()['token']}"}
         assert env.client.get("/v2/other/app/manifests/v1", headers=bearer).status_code in (200, 404)
         assert env.client.get(f"/v2/{REPO}/manifests/v1", headers=bearer).status_code == 403
+
+
+def test_a_scoped_token_gets_no_other_repositorys_cached_blob_under_its_own_name(tmp_path: Path) -> None:
+    fake = FakeRegistry()
+    secret = fake.push_image("other/app", "secret", layer=b"other's secret layer")
+    layer = json.loads(fake.manifests["other/app"][secret["digest"]][0])["layers"][0]["digest"]
+    handle = fake.handle
+
+    def per_repo(request: httpx.Request) -> httpx.Response:
+        # distribution links blobs per repository; the fake shares them: made per-repo here
+        if request.url.path == f"/v2/{REPO}/blobs/{layer}":
+            return httpx.Response(404, json={"errors": [{"code": "BLOB_UNKNOWN", "message": "blob unknown"}]})
+        return handle(request)
+
+    fake.handle = per_repo  # type: ignore[method-assign]
+    decl = MachineTypeDecl(name="lab-only", profile="haswell-cpu", repositories=("lab/*",))
+    env = _env(tmp_path, fake, machine_types=(decl, MachineTypeDecl(profile="a100-node")))
+    with env.client:
+        everyone = env.auth("a100-node")
+        assert env.client.get(f"/v2/other/app/blobs/{layer}", headers=everyone).status_code == 200  # now cached
+        assert env.client.get(f"/v2/other/app/manifests/{secret['digest']}", headers=everyone).status_code == 200
+        scoped = env.auth("lab-only")
+        assert env.client.get(f"/v2/{REPO}/blobs/{layer}", headers=scoped).status_code == 404
+        assert env.client.get(f"/v2/{REPO}/manifests/{secret['digest']}", headers=scoped).status_code == 404
+        own = json.loads(fake.manifests[REPO]["v1"][0])["manifests"][0]["digest"]
+        assert env.client.get(f"/v2/{REPO}/manifests/{own}", headers=scoped).status_code == 200

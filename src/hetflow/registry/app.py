@@ -243,6 +243,7 @@ class Registry:
                 ErrorCode.DENIED,
                 f"this token of machine type {grant.machine_type!r} may pull {', '.join(allowed)}, not {repo}",
             )
+        request.state.scoped = bool(allowed)
         mt = self.types.get(grant.machine_type)
         assert mt is not None  # has_token_id found it
         return mt
@@ -305,6 +306,12 @@ class Registry:
                 405, ErrorCode.UNSUPPORTED, "hetflow's registry proxy is read-only; push to the upstream registry"
             )
         try:
+            if getattr(request.state, "scoped", False):
+                # The cache is by digest, shared by every name: a token scoped to some
+                # repositories gets a digest under a name only if the upstream has it there.
+                unknown = await self.proxy.confirm(repo, kind, ref)
+                if unknown is not None:
+                    return unknown
             if kind == "manifests":
                 return await self.proxy.manifest(request, caller, repo, ref)
             if kind == "blobs":

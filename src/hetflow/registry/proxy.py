@@ -61,6 +61,7 @@ _MEMO_SIZE = 512
 # A 404's list of why no build fits is cut here (issue 23: a 4 MiB index gave a 4 MB body).
 _REASONS_SHOWN = 20
 _REASON_CHARS = 300
+_CONFIRMED_SIZE = 100_000
 
 
 def parse_path(rest: str) -> tuple[str, str, str] | None:
@@ -110,6 +111,7 @@ class Proxy:
         )
         self._manifests: OrderedDict[str, ManifestBody] = OrderedDict()  # verified, by digest
         self._manifest_bytes = 0  # held in _manifests, kept under limits.manifest_cache_bytes
+        self._confirmed: dict[tuple[str, str], None] = {}  # (repo, digest) the upstream has: confirm()
         # (index digest, hardware key) -> the view: resolving is pure, so it is done once.
         self._views: OrderedDict[tuple[str, str], Filtered | NoBuildFits] = OrderedDict()
 
@@ -261,6 +263,27 @@ class Proxy:
         ):
             self._manifest_bytes -= len(self._manifests.popitem(last=False)[1].body)
         return got
+
+    async def confirm(self, repo: str, kind: str, ref: str) -> Response | None:
+        """None when digest ``ref`` is ``repo``'s on the upstream (or a view of ``repo``, or
+        a tag: those are fetched by name anyway); else the upstream's answer to a HEAD."""
+        if kind == "tags" or not DIGEST_RE.match(ref) or (repo, ref) in self._confirmed:
+            return None
+        if kind == "manifests":
+            record = self.filtered.get(ref)
+            if record is not None and record.sources(repo):
+                return None
+        headers = {"Accept": ACCEPT_ANY_MANIFEST} if kind == "manifests" else None
+        response = await self.upstream.request("HEAD", f"/v2/{repo}/{kind}/{ref}", repo=repo, headers=headers)
+        await response.aclose()
+        if response.status_code != 200:
+            status = response.status_code
+            code = ErrorCode.BLOB_UNKNOWN if kind == "blobs" else ErrorCode.MANIFEST_UNKNOWN
+            return error_response(status if status != 200 else 404, code, f"{repo}@{ref}: upstream answered {status}")
+        self._confirmed[(repo, ref)] = None
+        while len(self._confirmed) > _CONFIRMED_SIZE:
+            self._confirmed.pop(next(iter(self._confirmed)))
+        return None
 
     # --- blobs -------------------------------------------------------------------------
 
