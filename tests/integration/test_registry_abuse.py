@@ -225,3 +225,26 @@ def test_a_full_disk_is_a_507_leaves_nothing_and_others_are_served(tmp_path: Pat
                 assert not list((disk / "state").glob("machine-types.json.tmp*"))
         finally:
             proxy.stop()
+
+
+def test_past_the_connection_limit_new_clients_get_a_503_and_service_resumes(tmp_path: Path) -> None:
+    args = (f"--blob=big={30 * MIB}", "--blob=small=1024", "--per-client=1000", "--max-connections=30")
+    with fake_proxy(tmp_path, *args) as p:
+        headers = p.bearer()
+        socks = stalled(p, p.blob_path("big"), headers, 40)
+        try:
+            late = socks[-1]
+            late.settimeout(SERVED_WITHIN_S)
+            assert late.recv(64).startswith(b"HTTP/1.1 503")
+        finally:
+            for s in socks:
+                s.close()
+        deadline = time.monotonic() + SERVED_WITHIN_S  # the stalled ones' handlers notice they left
+        while True:
+            try:
+                served_meanwhile(p, headers, n=5)
+                break
+            except (AssertionError, httpx.HTTPError):
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)

@@ -424,7 +424,14 @@ def serve(settings: Settings, *, log_level: str = "info") -> None:
             "`hetflow registry serve` make one)"
         )
     host, port = parse_listen(settings.listen)
-    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, access_log=False)
+    config = uvicorn.Config(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        limit_concurrency=settings.limits.max_connections,
+    )
     uvicorn.Server(config).run()
 
 
@@ -456,7 +463,10 @@ def start_in_thread(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on"))
+    config = uvicorn.Config(
+        app, log_level=log_level, access_log=False, lifespan="on", limit_concurrency=settings.limits.max_connections
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"hetflow-proxy-{port}")
     thread.start()
     deadline = time.monotonic() + 20

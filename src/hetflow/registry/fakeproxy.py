@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("state", type=Path)
     parser.add_argument("--blob", action="append", default=[], help="NAME=BYTES: a blob of random bytes")
     parser.add_argument("--per-client", type=int, default=Limits().max_requests_per_client)
+    parser.add_argument("--max-connections", type=int, default=Limits().max_connections)
     args = parser.parse_args(argv)
     fake = FakeRegistry()
     fake.push_builds(REPO, "v1", {"generic": []})
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         upstream="http://upstream.test",
         state_dir=args.state,
         machine_types=(MachineTypeDecl(profile=MACHINE_TYPE),),
-        limits=Limits(max_requests_per_client=args.per_client),
+        limits=Limits(max_requests_per_client=args.per_client, max_connections=args.max_connections),
     )
     proxy = start_in_thread(settings, transport=fake.transport())
     token = (args.state / "tokens" / MACHINE_TYPE).read_text().strip()

@@ -80,6 +80,7 @@ class Limits(BaseModel):
 
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, description="request body (/token, registrations)")
     max_requests_per_client: int = Field(default=64, ge=1, description="requests one client address has open")
+    max_connections: int = Field(default=1024, ge=1, description="open connections in all (uvicorn answers 503)")
     # 256 kinds of hardware is more than a lab has; with 1000 tokens each and 64 KiB
     # bodies it bounds the state file (rewritten on each registration) to tens of MB.
     max_machine_types: int = Field(default=256, ge=1, description="machine types, registered and declared")
