@@ -14,6 +14,13 @@ and their index, starts the proxy, and measures
 
 Needs root, podman, docker-registry (``apt-get install -y podman docker-registry``).
 Pulls go into a private storage under a temporary folder, removed at the end.
+
+Then, with ``--slow-readers N`` (default 100; ``--only-slow-readers`` skips the pulls),
+a proxy process in front of the fake upstream (``hetflow.registry.fakeproxy``): the
+latency (p50, p99) of a 1 KiB cached blob alone (the anchor) and while N connections
+from another address ask for a 30 MiB cached blob and never read it, and the proxy
+process's RSS before, while and after they hold on.  Issue 23: before, 40 such readers
+held every blob thread and the small blob timed out.
 """
 
 from __future__ import annotations
@@ -161,13 +168,88 @@ def _paired(proxied: list[float], direct: list[float]) -> float:
     return round(statistics.median(p / d for p, d in zip(proxied, direct, strict=True)), 3)
 
 
+def _percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    return {"p50_ms": round(statistics.median(values) * 1000, 2), "p99_ms": round(p99 * 1000, 2)}
+
+
+def _rss(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def slow_readers(readers: int, requests: int) -> dict[str, object]:
+    """The small cached blob alone and beside ``readers`` stalled readers of a large one."""
+    import sys
+
+    mib = 1024 * 1024
+    with tempfile.TemporaryDirectory(prefix="hetflow-bench-") as tmp:
+        argv = [sys.executable, "-m", "hetflow.registry.fakeproxy", f"{tmp}/state"]
+        argv += [f"--blob=big={30 * mib}", "--blob=small=1024", f"--per-client={readers + 10}"]
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        socks: list[socket.socket] = []
+        try:
+            assert proc.stdout is not None
+            info = json.loads(proc.stdout.readline())
+            url, repo = info["url"], info["repo"]
+            bearer = httpx.get(f"{url}/token", auth=(info["machine_type"], info["token"])).json()["token"]
+            headers = {"Authorization": f"Bearer {bearer}"}
+            with httpx.Client(timeout=60) as client:
+                small = lambda: client.get(f"{url}/v2/{repo}/blobs/{info['blobs']['small']}", headers=headers)  # noqa: E731
+                anchor = _latencies(small, requests)
+                rss_before = _rss(proc.pid)
+                host, port = url.removeprefix("http://").split(":")
+                raw = f"GET /v2/{repo}/blobs/{info['blobs']['big']} HTTP/1.1\r\nHost: {host}\r\n"
+                raw += f"Authorization: Bearer {bearer}\r\n\r\n"
+                for _ in range(readers):
+                    s = socket.socket()
+                    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                    s.bind(("127.0.0.2", 0))  # another client: the per-client limit is not what is measured
+                    s.connect((host, int(port)))
+                    s.sendall(raw.encode())
+                    socks.append(s)
+                time.sleep(1.0)  # let the proxy fill what the stalled sockets take
+                loaded = _latencies(small, requests)
+                rss_during = _rss(proc.pid)
+                for s in socks:
+                    s.close()
+                socks = []
+                time.sleep(1.0)
+                rss_after = _rss(proc.pid)
+        finally:
+            for s in socks:
+                s.close()
+            if proc.stdin is not None:
+                proc.stdin.close()
+            proc.wait(timeout=30)
+    return {
+        "readers": readers,
+        "requests": requests,
+        "anchor": _percentiles(anchor),
+        "with_slow_readers": _percentiles(loaded),
+        "rss_mib": {
+            k: round(v / mib, 1) for k, v in (("before", rss_before), ("during", rss_during), ("after", rss_after))
+        },
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.registry", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=11, help="pulls of each kind (default 11)")
     parser.add_argument("--layer-mib", type=int, default=8, help="random MiB in each build's layer (default 8)")
     parser.add_argument("--requests", type=int, default=200, help="filtered index requests (default 200)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--slow-readers", type=int, default=100, help="stalled readers (default 100; 0: skip)")
+    parser.add_argument("--only-slow-readers", action="store_true", help="skip the podman pulls")
     args = parser.parse_args(argv)
+    slow = slow_readers(args.slow_readers, args.requests) if args.slow_readers else None
+    if args.only_slow_readers:
+        if slow is not None:
+            _print_slow(slow, args.json)
+        return 0
 
     with tempfile.TemporaryDirectory(prefix="hetflow-bench-") as tmp, upstream_registry(Path(tmp)) as host:
         work = Path(tmp)
@@ -226,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
         "upstream_request_median_ms": round(statistics.median(straight) * 1000, 3),
     }
     if args.json:
-        print(json.dumps(figures, indent=2))
+        print(json.dumps({**figures, "slow_readers": slow}, indent=2))
         return 0
     print(f"image: {len(BUILDS)} builds, each busybox + {args.layer_mib} MiB random; {args.rounds} pulls of each kind")
     print(f"builds pulled: direct -> {builds['direct']}, through the proxy as {MACHINE_TYPE} -> {builds['proxy']}")
@@ -240,7 +322,25 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(f"filtered index request through the proxy ({args.requests}): {_ms(via)}")
     print(f"same request straight to the registry ({args.requests}):  {_ms(straight)}")
+    if slow is not None:
+        _print_slow(slow, False)
     return 0
+
+
+def _print_slow(slow: dict[str, object], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"slow_readers": slow}, indent=2))
+        return
+    anchor, loaded, rss = slow["anchor"], slow["with_slow_readers"], slow["rss_mib"]
+    assert isinstance(anchor, dict) and isinstance(loaded, dict) and isinstance(rss, dict)
+    print(f"1 KiB cached blob, {slow['requests']} requests, proxy process (fakeproxy):")
+    print("| case | p50 ms | p99 ms | proxy RSS MiB |")
+    print("|---|---|---|---|")
+    print(f"| alone (anchor) | {anchor['p50_ms']} | {anchor['p99_ms']} | {rss['before']} |")
+    print(
+        f"| {slow['readers']} stalled readers of a 30 MiB blob | {loaded['p50_ms']} | {loaded['p99_ms']} | "
+        f"{rss['during']} (after they leave: {rss['after']}) |"
+    )
 
 
 if __name__ == "__main__":

@@ -85,12 +85,12 @@ def test_an_engine_that_refuses_is_an_engine_error(proxy: RunningProxy, tmp_path
 
 
 def test_a_guarded_proxy_wants_the_admin_token(tmp_path: Path) -> None:
-    settings = Settings(upstream="http://upstream.test", state_dir=tmp_path / "s", admin_token="adm1n-token")
+    settings = Settings(upstream="http://upstream.test", state_dir=tmp_path / "s", admin_token="adm1n-token-16chars")
     running = start_in_thread(settings, transport=FakeRegistry().transport())
     try:
         with pytest.raises(AuthError, match="needs its admin token"):
             register_node(running.url, NODE)
-        assert register_node(running.url, NODE, admin_token="adm1n-token").created
+        assert register_node(running.url, NODE, admin_token="adm1n-token-16chars").created
     finally:
         running.stop()
 

@@ -472,10 +472,12 @@ def test_a_name_taken_by_other_hardware_is_a_conflict(env: Env) -> None:
 
 def test_an_admin_token_guards_registration(tmp_path: Path) -> None:
     fake = FakeRegistry()
-    with _start(fake, tmp_path / "state", admin_token="s3cret-admin") as client:
+    with _start(fake, tmp_path / "state", admin_token="s3cret-admin-16ch") as client:
         assert client.post("/hetflow/v1/machine-types", content=_node_json()).status_code == 401
         assert client.get("/hetflow/v1/machine-types").status_code == 401
         ok = client.post(
-            "/hetflow/v1/machine-types", content=_node_json(), headers={"Authorization": "Bearer s3cret-admin"}
+            "/hetflow/v1/machine-types",
+            content=_node_json(),
+            headers={"Authorization": "Bearer s3cret-admin-16ch"},
         )
         assert ok.status_code == 201

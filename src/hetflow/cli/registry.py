@@ -30,7 +30,14 @@ from hetflow.errors import EngineError, UsageError
 from hetflow.images import AuthError, RegistryError
 from hetflow.inventory import Node
 
-__all__ = ["LoginResult", "login_command", "register", "register_node", "serve_command"]
+__all__ = [
+    "LoginResult",
+    "login_command",
+    "register",
+    "register_node",
+    "serve_command",
+    "token_revoke_command",
+]
 
 registry_app = typer.Typer(help="A registry proxy that serves each machine type its own index.", no_args_is_help=True)
 
@@ -44,7 +51,9 @@ def serve_cmd(
     upstream: str | None = typer.Option(
         None, "--upstream", help="The registry behind the proxy, e.g. http://127.0.0.1:5000"
     ),
-    listen: str | None = typer.Option(None, "--listen", help="ADDR:PORT (default 127.0.0.1:5050)."),
+    listen: str | None = typer.Option(
+        None, "--listen", help="ADDR:PORT (default 127.0.0.1:5080); beyond loopback, registering needs the admin token."
+    ),
     config: Path | None = typer.Option(None, "--config", help="YAML: upstream, listen, state dir, machine types."),
     state_dir: Path | None = typer.Option(None, "--state-dir", help="Tokens and machine types (persist)."),
 ) -> None:
@@ -52,9 +61,39 @@ def serve_cmd(
     serve_command(upstream, listen, config, state_dir)
 
 
+token_app = typer.Typer(help="The machine types' tokens.", no_args_is_help=True)
+registry_app.add_typer(token_app, name="token")
+
+
+@token_app.command("revoke")
+def token_revoke_cmd(
+    machine_type: str = typer.Argument(..., help="The machine type whose tokens (and bearers) stop working."),
+    config: Path | None = typer.Option(None, "--config", help="The proxy's YAML (for its state_dir)."),
+    state_dir: Path | None = typer.Option(None, "--state-dir", help="The proxy's state directory."),
+) -> None:
+    """Revoke every token of a machine type; a running proxy refuses them from its next request."""
+    count = token_revoke_command(machine_type, config, state_dir)
+    err.print(f"revoked {count} token(s) of machine type {machine_type}", highlight=False)
+
+
+def token_revoke_command(machine_type: str, config: Path | None, state_dir: Path | None) -> int:
+    from hetflow.registry import MachineTypes, Settings, load_settings
+
+    if config is not None:
+        state = load_settings(config, state_dir=state_dir, upstream="http://unused").state_dir
+    else:
+        state = state_dir or Settings(upstream="http://unused").state_dir
+    if not (state / "machine-types.json").exists():
+        raise UsageError(f"{state} holds no machine types (machine-types.json); give the proxy's --state-dir")
+    try:
+        return MachineTypes(state).revoke_tokens(machine_type)
+    except KeyError as exc:
+        raise UsageError(str(exc.args[0])) from None
+
+
 @registry_app.command("login")
 def login_cmd(
-    proxy: str = typer.Argument(..., help="The proxy's URL, e.g. http://127.0.0.1:5050"),
+    proxy: str = typer.Argument(..., help="The proxy's URL, e.g. http://127.0.0.1:5080"),
     node: str | None = typer.Option(None, "--node", help="Register this description instead of this machine."),
     name: str | None = typer.Option(None, "--name", help="Machine type name (default: from the hardware)."),
     admin_token: str | None = typer.Option(None, "--admin-token", envvar="HETFLOW_REGISTRY_ADMIN_TOKEN"),
@@ -69,13 +108,22 @@ def login_cmd(
 
 def serve_command(upstream: str | None, listen: str | None, config: Path | None, state_dir: Path | None = None) -> None:
     """``hetflow registry serve --upstream URL [--listen ADDR] [--config FILE]``."""
-    from hetflow.registry import load_settings, serve
+    from hetflow.registry import load_settings, secured, serve
 
-    settings = load_settings(config, upstream=upstream, listen=listen, state_dir=state_dir)
+    settings, made = secured(load_settings(config, upstream=upstream, listen=listen, state_dir=state_dir))
     print(
         f"hetflow registry proxy for {settings.upstream} on http://{settings.listen} (state in {settings.state_dir})",
         file=sys.stderr,
     )
+    if made is not None:
+        # As `hetflow ui` does: reachable beyond this machine (or lending upstream
+        # credentials) means nobody registers hardware without this token.
+        print(
+            f"admin token (registering machine types needs it): {made}\n"
+            "  nodes log in with: HETFLOW_REGISTRY_ADMIN_TOKEN=<token> hetflow registry login URL\n"
+            "  (made for this session; set admin_token: in --config to keep one)",
+            file=sys.stderr,
+        )
     serve(settings)
 
 

@@ -40,6 +40,11 @@ __all__ = ["Challenge", "RegistryClient", "parse_challenge", "verify_digest"]
 
 _PARAM = re.compile(r'([A-Za-z_][A-Za-z0-9_-]*)=(?:"((?:[^"\\]|\\.)*)"|([^,\s]*))')
 _NOT_FOUND_CODES = {"NAME_UNKNOWN", "MANIFEST_UNKNOWN", "BLOB_UNKNOWN", "NOT_FOUND"}
+# distribution refuses manifests over 4 MiB, as hetflow's proxy does; a registry that
+# sends more (issue 23: an endless one ran `hetflow images inspect` out of memory at
+# 3 GB) is refused at the limit.  Error bodies are read up to 64 KiB.
+MANIFEST_LIMIT = 4 * 1024 * 1024
+ERROR_LIMIT = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -147,17 +152,26 @@ class RegistryClient:
         scope: str,
         headers: dict[str, str] | None = None,
         content: bytes | None = None,
+        limit: int | None = None,
     ) -> httpx.Response:
         """Send one request, answering an auth challenge once; raises AuthError when the
-        retry is refused too, RegistryError when the registry cannot be reached."""
+        retry is refused too, RegistryError when the registry cannot be reached.  With
+        ``limit``, a body over ``limit`` bytes is a RegistryError, read no further."""
         if url.startswith("/"):
             url = self.base_url + url
 
         def go() -> httpx.Response:
             try:
-                return self._http.request(
-                    method, url, headers={**(headers or {}), **self._auth_headers(scope)}, content=content
-                )
+                sent = {**(headers or {}), **self._auth_headers(scope)}
+                if limit is None:
+                    return self._http.request(method, url, headers=sent, content=content)
+                request = self._http.build_request(method, url, headers=sent, content=content)
+                streamed = self._http.send(request, stream=True)
+                try:
+                    body = self._read_capped(streamed, limit if streamed.status_code == 200 else ERROR_LIMIT, url)
+                finally:
+                    streamed.close()
+                return httpx.Response(streamed.status_code, headers=streamed.headers, content=body, request=request)
             except httpx.TransportError as exc:
                 raise self._transport_error(url, exc) from exc
 
@@ -195,6 +209,23 @@ class RegistryClient:
         if response.status_code == 401:
             raise self._refused(url, response)
         return response
+
+    @staticmethod
+    def _read_capped(response: httpx.Response, limit: int, url: str) -> bytes:
+        parts: list[bytes] = []
+        size = 0
+        for chunk in response.iter_bytes():
+            size += len(chunk)
+            if size > limit:
+                if response.status_code != 200:  # an error body: what came is enough to report
+                    break
+                raise RegistryError(
+                    f"{url}: the registry sent more than {limit} bytes for a manifest; refused (distribution's "
+                    "limit is 4 MiB)",
+                    url=url,
+                )
+            parts.append(chunk)
+        return b"".join(parts)[:limit]
 
     def _refused(self, url: str, response: httpx.Response) -> AuthError:
         detail = "; ".join(str(e.get("message", e.get("code", ""))) for e in _errors(response)) or "401"
@@ -295,7 +326,13 @@ class RegistryClient:
         The body is checked against ``ref`` when it is a digest and against the
         registry's ``Docker-Content-Digest``."""
         what = f"manifest {repo}{'@' if _is_digest(ref) else ':'}{ref}"
-        response = self._send("GET", f"/v2/{repo}/manifests/{ref}", scope=self._scope(repo), headers={"Accept": accept})
+        response = self._send(
+            "GET",
+            f"/v2/{repo}/manifests/{ref}",
+            scope=self._scope(repo),
+            headers={"Accept": accept},
+            limit=MANIFEST_LIMIT,
+        )
         self._raise_for(response, what, repo)
         body = response.content
         digest = digest_of(body)

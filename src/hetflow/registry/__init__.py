@@ -15,7 +15,8 @@ Public API:
     create_app(settings, transport=None) -> Starlette   the ASGI app      (app)
     serve(settings)                                      run it (uvicorn)   (app)
     start_in_thread(settings) -> RunningProxy            tests and bench    (app)
-    Settings, MachineTypeDecl, load_settings(config, upstream=, listen=)    (settings)
+    Settings, MachineTypeDecl, Limits, load_settings(config, upstream=, listen=)    (settings)
+    secured(settings) -> (settings, made admin token | None)                (settings)
     MachineTypes, MachineType, MachineTypeConflict       types and tokens on disk  (machines)
     FakeRegistry                                         fake upstream, the seam's fake  (fake)
 
@@ -30,10 +31,11 @@ blob bodies (tests).  Benchmark: ``python -m bench.registry``.
 from hetflow.registry.app import RunningProxy, create_app, serve, start_in_thread
 from hetflow.registry.fake import FakeRegistry
 from hetflow.registry.machines import MachineType, MachineTypeConflict, MachineTypes
-from hetflow.registry.settings import MachineTypeDecl, Settings, load_settings
+from hetflow.registry.settings import Limits, MachineTypeDecl, Settings, load_settings, secured
 
 __all__ = [
     "FakeRegistry",
+    "Limits",
     "MachineType",
     "MachineTypeConflict",
     "MachineTypeDecl",
@@ -42,6 +44,7 @@ __all__ = [
     "Settings",
     "create_app",
     "load_settings",
+    "secured",
     "serve",
     "start_in_thread",
 ]

@@ -5,20 +5,31 @@ Endpoints besides the OCI ones of ``hetflow.registry.proxy``:
     GET  /v2/                        API version check; 401 with the Bearer challenge
     GET  /token                      Docker token auth: Basic <type>:<token> -> bearer
     POST /token                      the same, as docker's OAuth2 password grant
-    POST /hetflow/v1/machine-types   register a Node (JSON) -> {machine_type, token}
+    POST /hetflow/v1/machine-types   register a Node (JSON) -> {machine_type, token};
+                                     ?repositories=lab/*,x scopes the token to those
     GET  /hetflow/v1/machine-types   the machine types (names and hardware, no tokens)
 
 When ``admin_token`` is set, the /hetflow/v1 endpoints need ``Authorization: Bearer
-<admin_token>``; else anyone who can reach the proxy may register hardware (tokens
-only pick a view of images the proxy serves to every type anyway).
+<admin_token>``; else anyone who can reach the proxy may register hardware.  ``serve``
+refuses to run without one where that "anyone" reaches beyond this machine or would
+borrow the proxy's upstream credentials (``Settings.needs_admin_token``; the CLI makes
+and prints one, ``settings.secured``).
+
+``_Limits`` wraps every request: a body over ``limits.max_body_bytes`` is refused (413)
+before the app reads it, and one client address may have ``max_requests_per_client``
+requests open at once (429): a slow reader costs an open file and a socket, and the
+cached-blob path holds no thread while it waits (``verify.FileChunks``).
 """
 
 from __future__ import annotations
 
+import errno
+import fnmatch
 import hmac
 import json
 import logging
 import os
+import re
 import secrets
 import socket
 import threading
@@ -34,18 +45,20 @@ import httpx
 import uvicorn
 from pydantic import ValidationError
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from hetflow.errors import UsageError
 from hetflow.images import RegistryError
 from hetflow.inventory import Node
 from hetflow.registry.auth import BearerSigner, bearer_challenge, parse_basic, parse_bearer
-from hetflow.registry.errors import ErrorCode, error_response
-from hetflow.registry.machines import MachineType, MachineTypeConflict, MachineTypes
+from hetflow.registry.errors import ErrorCode, error_body, error_response
+from hetflow.registry.machines import MachineType, MachineTypeConflict, MachineTypeLimit, MachineTypes
 from hetflow.registry.proxy import Proxy, parse_path
-from hetflow.registry.settings import Settings, parse_listen
+from hetflow.registry.settings import Limits, Settings, parse_listen
 from hetflow.registry.store import BlobStore, FilteredStore
 from hetflow.registry.upstream import Upstream
 from hetflow.registry.verify import VerifiedBody
@@ -54,6 +67,9 @@ __all__ = ["RunningProxy", "create_app", "serve", "start_in_thread"]
 
 log = logging.getLogger("hetflow.registry")
 API_VERSION = ("docker-distribution-api-version", "registry/2.0")
+# A Host header worth echoing in the realm; anything else (quotes, spaces, CR/LF) is not
+# pasted into WWW-Authenticate, the listen address stands in for it.
+_HOST_RE = re.compile(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?\Z|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?\Z")
 
 
 def _bearer_key(state_dir: Path) -> bytes:
@@ -81,6 +97,94 @@ class _ApiVersion:
         await self.app(scope, receive, wrapped if scope["type"] == "http" else send)
 
 
+def _plain_error(status: int, code: str, message: str) -> tuple[Message, Message]:
+    body = error_body(code, message)
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 413:
+        headers.append((b"connection", b"close"))  # the unread body is not worth draining
+    return (
+        {"type": "http.response.start", "status": status, "headers": headers},
+        {"type": "http.response.body", "body": body},
+    )
+
+
+class _Limits:
+    """Per-request limits ahead of the app: body size and open requests per client."""
+
+    def __init__(self, app: ASGIApp, limits: Limits) -> None:
+        self.app = app
+        self.limits = limits
+        self.open: dict[str, int] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        client = (scope.get("client") or ("?", 0))[0]
+        if self.open.get(client, 0) >= self.limits.max_requests_per_client:
+            for message in _plain_error(
+                429,
+                ErrorCode.TOOMANYREQUESTS,
+                f"{client} has {self.limits.max_requests_per_client} requests open (limits.max_requests_per_client); "
+                "finish some first",
+            ):
+                await send(message)
+            return
+        self.open[client] = self.open.get(client, 0) + 1
+        try:
+            body = await self._body(scope, receive)
+            if body is None:
+                for message in _plain_error(
+                    413,
+                    ErrorCode.SIZE_INVALID,
+                    f"request body over {self.limits.max_body_bytes} bytes (limits.max_body_bytes)",
+                ):
+                    await send(message)
+                return
+            replayed = False
+
+            async def replay() -> Message:
+                nonlocal replayed
+                if not replayed:
+                    replayed = True
+                    return {"type": "http.request", "body": body, "more_body": False}
+                return await receive()
+
+            await self.app(scope, replay, send)
+        finally:
+            left = self.open[client] - 1
+            if left:
+                self.open[client] = left
+            else:
+                del self.open[client]
+
+    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
+        """The whole request body, or None once it passes the limit (read no further)."""
+        limit = self.limits.max_body_bytes
+        for name, value in scope.get("headers", []):
+            if name == b"content-length" and value.isdigit() and int(value) > limit:
+                return None
+        parts: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] != "http.request":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                return None
+            parts.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(parts)
+
+
+def _disk_full(err: OSError, what: str) -> Response:
+    status = 507 if err.errno in (errno.ENOSPC, errno.EDQUOT) else 503
+    return error_response(status, ErrorCode.UNAVAILABLE, f"{what}: the proxy's state directory: {err.strerror}")
+
+
 class Registry:
     """One proxy: settings, machine types, bearer signer, stores and handlers."""
 
@@ -88,7 +192,9 @@ class Registry:
         self.settings = settings
         state = settings.state_dir
         state.mkdir(parents=True, exist_ok=True)
-        self.types = MachineTypes(state)
+        self.types = MachineTypes(
+            state, max_types=settings.limits.max_machine_types, max_tokens=settings.limits.max_tokens_per_type
+        )
         self.new_tokens = self.types.declare(settings.machine_types, settings.config_dir)
         self.signer = BearerSigner(_bearer_key(state), settings.bearer_ttl_s)
         self.upstream = Upstream(
@@ -96,22 +202,28 @@ class Registry:
             username=settings.upstream_username,
             password=settings.upstream_password,
             transport=transport,
+            idle_timeout_s=settings.limits.upstream_idle_timeout_s,
+            redirect_hosts=settings.redirect_hosts,
         )
         self.proxy = Proxy(
             self.upstream,
-            BlobStore(state / "cache" / "blobs"),
+            BlobStore(state / "cache" / "blobs", quota=settings.limits.cache_quota_bytes),
             FilteredStore(state / "filtered"),
             buffer_limit=settings.verify_buffer_bytes,
+            limits=settings.limits,
         )
 
     # --- auth --------------------------------------------------------------------------
 
     def _challenge(self, request: Request, message: str, scope: str | None = None) -> Response:
-        realm = f"{request.url.scheme}://{request.headers.get('host', request.url.netloc)}/token"
+        host = request.headers.get("host", "")
+        if not _HOST_RE.match(host):
+            host = self.settings.listen
+        realm = f"{request.url.scheme}://{host}/token"
         headers = {"WWW-Authenticate": bearer_challenge(realm, self.settings.service, scope)}
         return error_response(401, ErrorCode.UNAUTHORIZED, message, headers=headers)
 
-    def _caller(self, request: Request, scope: str | None = None) -> MachineType | Response:
+    def _caller(self, request: Request, scope: str | None = None, repo: str | None = None) -> MachineType | Response:
         header = request.headers.get("authorization")
         bearer = parse_bearer(header)
         if bearer is None:
@@ -122,8 +234,16 @@ class Registry:
                 scope,
             )
         grant = self.signer.verify(bearer)
-        if grant is None or not self.types.has_token_id(grant.machine_type, grant.token_id):
+        allowed = None if grant is None else self.types.token_scope(grant.machine_type, grant.token_id)
+        if grant is None or allowed is None:
             return self._challenge(request, "bearer token is invalid, expired or revoked; log in again", scope)
+        if repo is not None and allowed and not any(fnmatch.fnmatchcase(repo, p) for p in allowed):
+            return error_response(
+                403,
+                ErrorCode.DENIED,
+                f"this token of machine type {grant.machine_type!r} may pull {', '.join(allowed)}, not {repo}",
+            )
+        request.state.scoped = bool(allowed)
         mt = self.types.get(grant.machine_type)
         assert mt is not None  # has_token_id found it
         return mt
@@ -178,7 +298,7 @@ class Registry:
                 404, ErrorCode.NAME_INVALID, f"{request.url.path} is not /v2/<name>/(manifests|blobs|tags)/<ref>"
             )
         repo, kind, ref = parsed
-        caller = self._caller(request, f"repository:{repo}:pull")
+        caller = self._caller(request, f"repository:{repo}:pull", repo)
         if isinstance(caller, Response):
             return caller
         if request.method not in ("GET", "HEAD"):
@@ -186,6 +306,12 @@ class Registry:
                 405, ErrorCode.UNSUPPORTED, "hetflow's registry proxy is read-only; push to the upstream registry"
             )
         try:
+            if getattr(request.state, "scoped", False):
+                # The cache is by digest, shared by every name: a token scoped to some
+                # repositories gets a digest under a name only if the upstream has it there.
+                unknown = await self.proxy.confirm(repo, kind, ref)
+                if unknown is not None:
+                    return unknown
             if kind == "manifests":
                 return await self.proxy.manifest(request, caller, repo, ref)
             if kind == "blobs":
@@ -195,6 +321,8 @@ class Registry:
             return error_response(404, ErrorCode.NAME_INVALID, f"unknown endpoint {request.url.path}")
         except RegistryError as err:
             return error_response(502, ErrorCode.UNAVAILABLE, str(err))
+        except OSError as err:  # the filtered-index store on a full disk
+            return _disk_full(err, f"serving {repo}")
 
     # --- machine types -----------------------------------------------------------------
 
@@ -222,13 +350,24 @@ class Registry:
             data: Any = json.loads(await request.body())
             if isinstance(data, list) and len(data) == 1:
                 data = data[0]  # `hetflow nodes --json` prints a list
+            if isinstance(data, dict):
+                # `hetflow nodes --json` adds fields of its own (as load_node, keep the Node's)
+                data = {k: v for k, v in data.items() if k in Node.model_fields}
             node = Node.model_validate(data)
         except (ValueError, ValidationError) as err:
             return error_response(400, "NODE_INVALID", f"the body is not the JSON of one `hetflow nodes` Node: {err}")
         try:
-            mt, token, created = self.types.register(node, request.query_params.get("name") or None)
+            # The state file is rewritten on each registration: off the event loop.
+            repositories = [r for r in request.query_params.get("repositories", "").split(",") if r]
+            mt, token, created = await run_in_threadpool(
+                self.types.register, node, request.query_params.get("name") or None, repositories
+            )
+        except MachineTypeLimit as err:
+            return error_response(403, ErrorCode.DENIED, str(err))
         except (MachineTypeConflict, ValueError) as err:
             return error_response(409, "NAME_CONFLICT", str(err))
+        except OSError as err:
+            return _disk_full(err, "registering a machine type")
         log.info("%s machine type %s for node %s", "created" if created else "joined", mt.name, node.name)
         body = {"machine_type": mt.name, "token": token, "created": created, "node": mt.node.model_dump(mode="json")}
         return JSONResponse(body, status_code=201 if created else 200)
@@ -259,6 +398,7 @@ def create_app(settings: Settings, *, transport: httpx.MockTransport | None = No
         lifespan=registry.lifespan,
     )
     app.state.registry = registry
+    app.add_middleware(_Limits, limits=settings.limits)
     app.add_middleware(_ApiVersion)
     return app
 
@@ -275,9 +415,23 @@ logging.getLogger("uvicorn.error").addFilter(_QuietTlsProbes())
 
 
 def serve(settings: Settings, *, log_level: str = "info") -> None:
-    """Run the proxy on ``settings.listen`` until interrupted."""
+    """Run the proxy on ``settings.listen`` until interrupted.  Refuses (UsageError) to
+    run open to registration where that would reach beyond this machine."""
+    if settings.needs_admin_token and settings.admin_token is None:
+        raise UsageError(
+            f"--listen {settings.listen}: the proxy would let anyone who can reach it register hardware and pull "
+            "(with its upstream credentials, if any); set admin_token: in the config (or let "
+            "`hetflow registry serve` make one)"
+        )
     host, port = parse_listen(settings.listen)
-    config = uvicorn.Config(create_app(settings), host=host, port=port, log_level=log_level, access_log=False)
+    config = uvicorn.Config(
+        create_app(settings),
+        host=host,
+        port=port,
+        log_level=log_level,
+        access_log=False,
+        limit_concurrency=settings.limits.max_connections,
+    )
     uvicorn.Server(config).run()
 
 
@@ -309,7 +463,10 @@ def start_in_thread(
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False, lifespan="on"))
+    config = uvicorn.Config(
+        app, log_level=log_level, access_log=False, lifespan="on", limit_concurrency=settings.limits.max_connections
+    )
+    server = uvicorn.Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"hetflow-proxy-{port}")
     thread.start()
     deadline = time.monotonic() + 20

@@ -80,6 +80,8 @@ class BearerSigner:
 
     def verify(self, bearer: str) -> BearerGrant | None:
         """The grant of a well-formed, correctly signed, unexpired bearer; else None."""
+        if not bearer.isascii():  # compare_digest refuses non-ASCII str (a TypeError, a 500)
+            return None
         parts = bearer.split(".")
         if len(parts) != 3 or parts[0] != _PREFIX:
             return None
@@ -118,5 +120,10 @@ def parse_bearer(header: str | None) -> str | None:
 
 def bearer_challenge(realm: str, service: str, scope: str | None = None) -> str:
     """The ``WWW-Authenticate`` value of token.md's "How to authenticate" section."""
-    challenge = f'Bearer realm="{realm}",service="{service}"'
-    return challenge + (f',scope="{scope}"' if scope else "")
+    challenge = f'Bearer realm="{_quoted(realm)}",service="{_quoted(service)}"'
+    return challenge + (f',scope="{_quoted(scope)}"' if scope else "")
+
+
+def _quoted(value: str) -> str:
+    """A quoted-string's content (RFC 9110 5.6.4): backslash and quote escaped, controls dropped."""
+    return "".join(c for c in value if c >= " " and c != "\x7f").replace("\\", "\\\\").replace('"', '\\"')

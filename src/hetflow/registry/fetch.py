@@ -16,14 +16,21 @@ with the error response the caller should get.  Three things it guarantees:
   upstream that cannot be reached, or a 429/5xx is fetched again from the start.
   ``attempts`` bounds each (default 3, backoff 0.1 s, 0.2 s, ...): corruption in
   transit is transient, a blob that is wrong on the upstream's disk is not.
-* **One upstream fetch per blob at a time.**  Concurrent requests for the same
-  (repository, digest) await the same fill (single-flight); one that asks while it is
-  running is served from the cache it fills.
+* **One upstream fetch per blob at a time.**  Concurrent requests for the same digest,
+  under any repository name, await the same fill (single-flight); one that asks while
+  it is running is served from the cache it fills.
+* **Bounded.**  A body over ``max_blob_bytes`` (or announced as such) is refused, not
+  retried; an upstream silent for the idle timeout (httpx's read timeout) breaks off
+  and is resumed or retried; the whole fill, every attempt included, gives up after
+  ``total_timeout_s`` (issue 23: an endless upstream filled the disk, a slow one held a
+  worker 200 s after every client left).  A full disk answers ``507`` and leaves no
+  temporary file; after each new blob the cache is trimmed to its quota (LRU).
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -58,6 +65,15 @@ class FetchStats:
     failures: int = 0  # fills that gave up
 
 
+class _Refused(Exception):
+    """Not worth another attempt: too large, too slow overall, or the disk is full."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
 class _Failed(Exception):
     """One attempt failed in a way worth retrying; ``code`` and the message go to the client."""
 
@@ -76,7 +92,11 @@ class BlobFetcher:
         attempts: int = 3,
         backoff_s: float = 0.1,
         error: Callable[[int, bytes], Response],
+        max_blob_bytes: int = 10 * 1024**3,
+        total_timeout_s: float = 3600.0,
     ) -> None:
+        self.max_blob_bytes = max_blob_bytes
+        self.total_timeout_s = total_timeout_s
         self.upstream = upstream
         self.blobs = blobs
         self.executor = executor
@@ -84,10 +104,12 @@ class BlobFetcher:
         self.backoff_s = backoff_s
         self.stats = FetchStats()
         self._error = error  # an upstream non-200 as the client's response (proxy.upstream_error)
-        self._inflight: dict[tuple[str, str], asyncio.Future[Response | None]] = {}
+        self._inflight: dict[str, asyncio.Future[Response | None]] = {}
 
     async def fill(self, repo: str, digest: str) -> Response | None:
-        key = (repo, digest)
+        # By digest alone: the bytes are the same under every name (issue 23: one blob
+        # under 20 names was fetched 20 times at once).
+        key = digest
         running = self._inflight.get(key)
         if running is None:
             if self.blobs.size(digest) is not None:
@@ -103,12 +125,19 @@ class BlobFetcher:
     async def _fill(self, repo: str, digest: str) -> Response | None:
         self.stats.fetches += 1
         last = _Failed(ErrorCode.UNAVAILABLE, "not tried")
+        deadline = time.monotonic() + self.total_timeout_s
         for attempt in range(self.attempts):
             if attempt:
                 self.stats.refetches += 1
                 await asyncio.sleep(self._pause(attempt - 1))
             try:
-                answer = await self._attempt(repo, digest)
+                answer = await self._attempt(repo, digest, deadline)
+                if answer is None:
+                    await asyncio.get_running_loop().run_in_executor(self.executor, self.blobs.evict, digest)
+            except _Refused as refused:
+                self.stats.failures += 1
+                log.error("blob %s@%s: %s", repo, digest, refused)
+                return error_response(refused.status, refused.code, f"upstream blob {repo}@{digest}: {refused}")
             except _Failed as failed:
                 last = failed
                 log.warning("blob %s@%s, attempt %d of %d: %s", repo, digest, attempt + 1, self.attempts, failed)
@@ -119,7 +148,7 @@ class BlobFetcher:
         log.error("%s", message)
         return error_response(502, last.code, message, {"digest": digest, "attempts": self.attempts})
 
-    async def _attempt(self, repo: str, digest: str) -> Response | None:
+    async def _attempt(self, repo: str, digest: str, deadline: float) -> Response | None:
         loop = asyncio.get_running_loop()
         try:
             self.stats.requests += 1
@@ -131,16 +160,38 @@ class BlobFetcher:
             if response.status_code in _TRANSIENT:
                 raise _Failed(ErrorCode.UNAVAILABLE, f"upstream answered {response.status_code}")
             return self._error(response.status_code, raw)
-        reader = _Resuming(self, repo, digest, response)
-        chunks = HashedChunks(reader, digest, self.executor, sink=self.blobs.writer(digest), close=reader.close)
+        length = response.headers.get("content-length", "")
+        if length.isdigit() and int(length) > self.max_blob_bytes:
+            await loop.run_in_executor(self.executor, response.close)
+            raise _Refused(502, ErrorCode.SIZE_INVALID, self._too_big())
+        reader = _Resuming(self, repo, digest, response, deadline)
+        try:
+            sink = self.blobs.writer(digest)
+        except OSError as err:
+            await loop.run_in_executor(self.executor, response.close)
+            raise _disk(err) from err
+        chunks = HashedChunks(reader, digest, self.executor, sink=sink, close=reader.close)
         try:
             async for _ in chunks:
                 pass  # the worker thread hashes and writes; the loop only waits
-        except (OSError, httpx.HTTPError, RegistryError) as err:
+        except _Refused:
+            raise
+        except OSError as err:
+            if err.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise _disk(err) from err
+            raise _Failed(ErrorCode.UNAVAILABLE, f"reading the body failed: {err!r}") from err
+        except (httpx.HTTPError, RegistryError) as err:
             raise _Failed(ErrorCode.UNAVAILABLE, f"reading the body failed: {err!r}") from err
         if not chunks.matched:
             raise _Failed(ErrorCode.DIGEST_INVALID, f"the body hashes to {chunks.actual}; not kept")
         return None
+
+    def _too_big(self) -> str:
+        return f"larger than {self.max_blob_bytes} bytes (limits.max_blob_bytes); not cached"
+
+
+def _disk(err: OSError) -> _Refused:
+    return _Refused(507, ErrorCode.UNAVAILABLE, f"the proxy's blob cache cannot store it: {err.strerror}")
 
 
 class _Resuming:
@@ -148,7 +199,8 @@ class _Resuming:
     worker thread, inside ``HashedChunks``): each break is followed by at most
     ``attempts - 1`` requests for the rest."""
 
-    def __init__(self, fetcher: BlobFetcher, repo: str, digest: str, response: httpx.Response) -> None:
+    def __init__(self, fetcher: BlobFetcher, repo: str, digest: str, response: httpx.Response, deadline: float) -> None:
+        self.deadline = deadline
         self.fetcher = fetcher
         self.repo = repo
         self.digest = digest
@@ -174,6 +226,14 @@ class _Resuming:
                         if not chunk:
                             continue
                     offset += len(chunk)
+                    if offset > fetcher.max_blob_bytes:
+                        raise _Refused(502, ErrorCode.SIZE_INVALID, fetcher._too_big())
+                    if time.monotonic() > self.deadline:
+                        raise _Refused(
+                            504,
+                            ErrorCode.UNAVAILABLE,
+                            f"not complete after {fetcher.total_timeout_s:g} s (limits.upstream_total_timeout_s)",
+                        )
                     pending.append(chunk)
                     pending_size += len(chunk)
                     if pending_size >= BLOB_CHUNK:

@@ -3,8 +3,9 @@
 A machine type is a named ``Node``: the hardware every machine that logs in with
 one of its tokens is taken to have.  ``hetflow registry login`` registers a node's
 hardware; nodes whose hardware is alike for image selection (same CPU
-microarchitecture, level and flags; same GPU models, capabilities, driver and CUDA)
-share one type, as Nomad checks nodes of one computed class once.
+microarchitecture, level and flags; same GPU vendors, models, capabilities or gfx
+targets, driver, CUDA and ROCm versions, and fake flag) share one type, as Nomad
+checks nodes of one computed class once.
 
 Tokens are kept as SHA-256 hashes; a token is shown once, when it is made (tokens of
 predeclared types are also written to ``tokens/<type>``, mode 0600, for the admin).
@@ -29,7 +30,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from hetflow.inventory import Node
 from hetflow.registry.settings import MachineTypeDecl, check_name
 
-__all__ = ["MachineType", "MachineTypeConflict", "MachineTypes", "hardware_key", "suggest_name"]
+__all__ = [
+    "MachineType",
+    "MachineTypeConflict",
+    "MachineTypeLimit",
+    "MachineTypes",
+    "hardware_key",
+    "suggest_name",
+]
 
 STATE_FILE = "machine-types.json"
 
@@ -50,6 +58,8 @@ class _TokenRecord(BaseModel):
 
     id: str
     sha256: str
+    # fnmatch patterns of the repositories the token may pull; () = every repository
+    repositories: tuple[str, ...] = ()
 
 
 class _Record(BaseModel):
@@ -63,17 +73,35 @@ class MachineTypeConflict(Exception):
     """A name is taken by a machine type with different hardware."""
 
 
+class MachineTypeLimit(Exception):
+    """limits.max_machine_types or max_tokens_per_type reached."""
+
+
 def hardware_key(node: Node) -> str:
     """sha256 of what tells builds apart: CPU family, microarchitecture, psABI level and
-    flags; per GPU its model, capability, memory, driver and CUDA version.  Names, host
-    names, core and memory counts, device paths and UUIDs are left out: two nodes that
-    differ only there run the same builds."""
+    flags; per GPU what ``hetflow.images.match`` and ``nodecheck`` read: its vendor,
+    model, compute capability, architecture (AMD gfx target, Intel family), memory,
+    driver, CUDA and ROCm versions and the fake flag.  Names, host names, core and
+    memory counts, device paths and UUIDs are left out: two nodes that differ only
+    there run the same builds.  (Issue 23: without vendor, gfx target and ROCm a
+    gfx942/ROCm 5.7 node joined a gfx90a/ROCm 6.1 type and got the gfx90a build.)"""
     cpu = node.cpu
     facts = {
         "os": node.os,
         "cpu": [cpu.vendor, cpu.architecture, cpu.microarchitecture, cpu.x86_64_level, sorted(cpu.features)],
         "gpus": sorted(
-            [g.model, g.compute_capability, g.memory_bytes, g.driver_version, g.cuda_version or ""] for g in node.gpus
+            [
+                g.vendor,
+                g.model,
+                g.compute_capability,
+                g.architecture,
+                g.memory_bytes,
+                g.driver_version,
+                g.cuda_version or "",
+                g.rocm_version or "",
+                g.fake,
+            ]
+            for g in node.gpus
         ),
     }
     return hashlib.sha256(json.dumps(facts, sort_keys=True).encode()).hexdigest()
@@ -102,30 +130,63 @@ def new_token() -> str:
 
 
 def _write_private(path: Path, text: str) -> None:
+    """Atomically, 0600; a failed write (a full disk) leaves the old file and no temporary."""
     tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 class MachineTypes:
     """The machine types of one state directory.  Thread-safe; every change is saved."""
 
-    def __init__(self, state_dir: Path) -> None:
+    def __init__(self, state_dir: Path, *, max_types: int = 1000, max_tokens: int = 1000) -> None:
         self._dir = state_dir
+        self.max_types = max_types
+        self.max_tokens = max_tokens
         self._dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._records: dict[str, _Record] = {}
+        self._seen: int | None = None  # the state file's mtime_ns when last read or written
+        self._load()
+        for stale in self._dir.glob(f"{STATE_FILE}.tmp*"):  # a crash mid-save
+            stale.unlink(missing_ok=True)
+
+    def _mtime(self) -> int | None:
+        try:
+            return (self._dir / STATE_FILE).stat().st_mtime_ns
+        except FileNotFoundError:
+            return None
+
+    def _refresh(self) -> None:
+        """Read the state file again if another process (``hetflow registry token revoke``)
+        changed it since: one stat per authentication."""
+        if self._mtime() != self._seen:
+            with self._lock:
+                self._load()
+
+    def _load(self) -> None:
         path = self._dir / STATE_FILE
+        self._seen = self._mtime()
+        self._records = {}
         if path.exists():
             data = json.loads(path.read_text(encoding="utf-8"))
             for name, raw in data.get("types", {}).items():
-                self._records[name] = _Record.model_validate(raw)
+                record = _Record.model_validate(raw)
+                # The key may have learnt new facts since it was saved: recomputed, so a
+                # node joins only a type whose hardware is its own by today's key.
+                record.type = record.type.model_copy(update={"hardware": hardware_key(record.type.node)})
+                self._records[name] = record
 
     def _save(self) -> None:
         data = {"types": {n: r.model_dump(mode="json") for n, r in sorted(self._records.items())}}
         _write_private(self._dir / STATE_FILE, json.dumps(data, indent=2, sort_keys=True) + "\n")
+        self._seen = self._mtime()
 
     def get(self, name: str) -> MachineType | None:
         record = self._records.get(name)
@@ -136,6 +197,7 @@ class MachineTypes:
 
     def authenticate(self, name: str, token: str) -> str | None:
         """The token id when ``token`` is one of ``name``'s tokens; else None."""
+        self._refresh()
         record = self._records.get(name)
         if record is None:
             return None
@@ -146,13 +208,20 @@ class MachineTypes:
         return None
 
     def has_token_id(self, name: str, token_id: str) -> bool:
-        record = self._records.get(name)
-        return record is not None and any(t.id == token_id for t in record.tokens)
+        return self.token_scope(name, token_id) is not None
 
-    def _add_token(self, record: _Record, token: str) -> None:
+    def token_scope(self, name: str, token_id: str) -> tuple[str, ...] | None:
+        """The repository patterns of ``name``'s token ``token_id`` (``()``: all); None
+        when there is no such token (never issued, or revoked)."""
+        self._refresh()
+        record = self._records.get(name)
+        found = next((t for t in record.tokens if t.id == token_id), None) if record else None
+        return None if found is None else found.repositories
+
+    def _add_token(self, record: _Record, token: str, repositories: Iterable[str] = ()) -> None:
         digest = _token_hash(token)
-        if all(t.sha256 != digest for t in record.tokens):
-            record.tokens.append(_TokenRecord(id=digest[:16], sha256=digest))
+        record.tokens[:] = [t for t in record.tokens if t.sha256 != digest]  # a config's token: its scope now
+        record.tokens.append(_TokenRecord(id=digest[:16], sha256=digest, repositories=tuple(repositories)))
 
     def issue_token(self, name: str) -> str:
         """A new token for ``name`` (its other tokens stay valid)."""
@@ -162,10 +231,18 @@ class MachineTypes:
             self._save()
             return token
 
-    def revoke_tokens(self, name: str) -> None:
+    def revoke_tokens(self, name: str) -> int:
+        """Revoke every token of ``name`` (and so its bearers); how many there were.
+        A running proxy notices at its next authentication (it re-reads the file)."""
         with self._lock:
+            self._load()
+            if name not in self._records:
+                known = ", ".join(sorted(self._records)) or "none"
+                raise KeyError(f"no machine type {name!r} in {self._dir / STATE_FILE}; known: {known}")
+            count = len(self._records[name].tokens)
             self._records[name].tokens.clear()
             self._save()
+            return count
 
     def declare(self, decls: Iterable[MachineTypeDecl], config_dir: Path) -> dict[str, str]:
         """Put the config's machine types in place (the config wins over the saved node).
@@ -183,17 +260,19 @@ class MachineTypes:
                 else:
                     record.type = mt
                 if decl.token:
-                    self._add_token(record, decl.token)
+                    self._add_token(record, decl.token, decl.repositories)
                 if not record.tokens:
                     token = new_token()
-                    self._add_token(record, token)
+                    self._add_token(record, token, decl.repositories)
                     made[mt.name] = token
                     (self._dir / "tokens").mkdir(mode=0o700, exist_ok=True)
                     _write_private(self._dir / "tokens" / mt.name, token + "\n")
             self._save()
         return made
 
-    def register(self, node: Node, name: str | None = None) -> tuple[MachineType, str, bool]:
+    def register(
+        self, node: Node, name: str | None = None, repositories: Iterable[str] = ()
+    ) -> tuple[MachineType, str, bool]:
         """Register a node's hardware: ``(type, new token, created)``.
 
         A node whose hardware matches a known type joins it (a fresh token is issued
@@ -211,6 +290,16 @@ class MachineTypes:
             else:
                 found = next((r for r in self._records.values() if r.type.hardware == key), None)
             created = found is None
+            if found is None and len(self._records) >= self.max_types:
+                raise MachineTypeLimit(
+                    f"the proxy holds {len(self._records)} machine types, its limit (limits.max_machine_types); "
+                    "remove unused ones from the state directory or raise the limit"
+                )
+            if found is not None and len(found.tokens) >= self.max_tokens:
+                raise MachineTypeLimit(
+                    f"machine type {found.type.name!r} has {len(found.tokens)} tokens, its limit "
+                    "(limits.max_tokens_per_type); revoke them (`hetflow registry token revoke`) or raise the limit"
+                )
             if found is None:
                 type_name = name or suggest_name(node)
                 mt = MachineType(
@@ -221,8 +310,14 @@ class MachineTypes:
                 )
                 found = self._records[type_name] = _Record(type=mt)
             token = new_token()
-            self._add_token(found, token)
-            self._save()
+            self._add_token(found, token, repositories)
+            try:
+                self._save()
+            except OSError:  # a full disk: nothing half-made stays in memory either
+                found.tokens.pop()
+                if created:
+                    del self._records[found.type.name]
+                raise
             return found.type, token, created
 
     def describe(self) -> list[dict[str, Any]]:

@@ -18,26 +18,33 @@ upstream's bytes, which any caller could ask the upstream for).
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
 from collections import OrderedDict
-from collections.abc import Iterator
 from concurrent.futures import Executor, ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
 
 import httpx
 from starlette.requests import Request
 from starlette.responses import Response
 
-from hetflow.images import ACCEPT_ANY_MANIFEST, BadDocumentError, digest_of, is_index, sniff_media_type
+from hetflow.images import (
+    ACCEPT_ANY_MANIFEST,
+    BadDocumentError,
+    digest_of,
+    is_index,
+    is_manifest,
+    sniff_media_type,
+)
 from hetflow.registry.errors import STATUS_CODES, ErrorCode, error_response
 from hetflow.registry.fetch import BlobFetcher
 from hetflow.registry.machines import MachineType
+from hetflow.registry.settings import Limits
 from hetflow.registry.store import DIGEST_RE, BlobStore, FilteredRecord, FilteredStore, View, new_hasher
-from hetflow.registry.upstream import BLOB_CHUNK, Upstream
-from hetflow.registry.verify import HashedChunks, VerifiedBody
+from hetflow.registry.upstream import Upstream
+from hetflow.registry.verify import FileChunks, VerifiedBody
 from hetflow.registry.views import Filtered, NoBuildFits, filter_index
 
 __all__ = ["ManifestBody", "Proxy", "parse_path"]
@@ -51,6 +58,10 @@ _TAG = re.compile(r"[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}\Z")
 MANIFEST_LIMIT = 4 * 1024 * 1024  # distribution refuses manifests over 4 MiB, as do we
 ERROR_LIMIT = 64 * 1024
 _MEMO_SIZE = 512
+# A 404's list of why no build fits is cut here (issue 23: a 4 MiB index gave a 4 MB body).
+_REASONS_SHOWN = 20
+_REASON_CHARS = 300
+_CONFIRMED_SIZE = 100_000
 
 
 def parse_path(rest: str) -> tuple[str, str, str] | None:
@@ -79,8 +90,10 @@ class Proxy:
         executor: Executor | None = None,
         attempts: int = 3,
         backoff_s: float = 0.1,
+        limits: Limits | None = None,
     ) -> None:
         self.upstream = upstream
+        self.limits = limits or Limits()
         # Blob reads, hashing and cache writes run here (see hetflow.registry.verify).
         self.executor = executor or ThreadPoolExecutor(max_workers=32, thread_name_prefix="hetflow-blob")
         self.blobs = blobs
@@ -93,8 +106,12 @@ class Proxy:
             attempts=attempts,
             backoff_s=backoff_s,
             error=lambda status, raw: upstream_error(status, raw, "blob"),
+            max_blob_bytes=self.limits.max_blob_bytes,
+            total_timeout_s=self.limits.upstream_total_timeout_s,
         )
         self._manifests: OrderedDict[str, ManifestBody] = OrderedDict()  # verified, by digest
+        self._manifest_bytes = 0  # held in _manifests, kept under limits.manifest_cache_bytes
+        self._confirmed: dict[tuple[str, str], None] = {}  # (repo, digest) the upstream has: confirm()
         # (index digest, hardware key) -> the view: resolving is pure, so it is done once.
         self._views: OrderedDict[tuple[str, str], Filtered | NoBuildFits] = OrderedDict()
 
@@ -121,25 +138,30 @@ class Proxy:
             return got
         if not is_index(got.media_type):
             return _manifest_response(got, head)
-        return self._view(got, mt, repo, ref, head)
+        return await self._view(got, mt, repo, ref, head)
 
-    def _filter(self, index: ManifestBody, mt: MachineType) -> Filtered | NoBuildFits:
+    async def _filter(self, index: ManifestBody, mt: MachineType) -> Filtered | NoBuildFits:
         key = (index.digest, mt.hardware)
         if key in self._views:
             self._views.move_to_end(key)
             return self._views[key]
-        result = self._views[key] = filter_index(index.body, mt.node)
+        # Off the event loop: a large index takes seconds to match (issue 23: 2.7 s for
+        # 4 MiB, every other client waiting).
+        loop = asyncio.get_running_loop()
+        result = self._views[key] = await loop.run_in_executor(self.executor, filter_index, index.body, mt.node)
         while len(self._views) > _MEMO_SIZE:
             self._views.popitem(last=False)
         return result
 
-    def _view(self, index: ManifestBody, mt: MachineType, repo: str, ref: str, head: bool) -> Response:
+    async def _view(self, index: ManifestBody, mt: MachineType, repo: str, ref: str, head: bool) -> Response:
         try:
-            result = self._filter(index, mt)
+            result = await self._filter(index, mt)
         except BadDocumentError as err:
             return error_response(502, ErrorCode.MANIFEST_INVALID, f"upstream index {repo}:{ref}: {err}")
         if isinstance(result, NoBuildFits):
-            reasons = result.reasons
+            reasons = [r[:_REASON_CHARS] for r in result.reasons[:_REASONS_SHOWN]]
+            if len(result.reasons) > _REASONS_SHOWN:
+                reasons.append(f"... and {len(result.reasons) - _REASONS_SHOWN} more")
             message = f"no build of {repo}:{ref} runs on machine type {mt.name!r}: " + " | ".join(reasons)
             return error_response(
                 404, ErrorCode.MANIFEST_UNKNOWN, message, {"machine_type": mt.name, "reasons": reasons}
@@ -168,7 +190,7 @@ class Proxy:
                 if isinstance(got, Response):
                     continue
                 try:
-                    result = self._filter(got, mt)
+                    result = await self._filter(got, mt)
                 except BadDocumentError:
                     continue
                 if not isinstance(result, NoBuildFits) and result.digest == record.digest:
@@ -189,6 +211,7 @@ class Proxy:
         """The upstream's manifest ``ref``, verified: by digest against ``ref``, by tag
         against the upstream's Docker-Content-Digest."""
         by_digest = DIGEST_RE.match(ref) is not None
+        limit = self.limits.max_manifest_bytes
         if by_digest and ref in self._manifests:
             self._manifests.move_to_end(ref)
             return self._manifests[ref]
@@ -200,11 +223,15 @@ class Proxy:
                 return upstream_error(
                     response.status_code, await _read_capped(response, ERROR_LIMIT) or b"", "manifest"
                 )
-            body = await _read_capped(response, MANIFEST_LIMIT)
+            body = await _read_capped(response, limit)
         finally:
             await response.aclose()
         if body is None:
-            return error_response(502, ErrorCode.MANIFEST_INVALID, f"upstream manifest {repo}:{ref} is over 4 MiB")
+            return error_response(
+                502,
+                ErrorCode.MANIFEST_INVALID,
+                f"upstream manifest {repo}:{ref} is over {limit} bytes (limits.max_manifest_bytes)",
+            )
         expected = ref if by_digest else response.headers.get("docker-content-digest", "")
         if expected and DIGEST_RE.match(expected):
             hasher = new_hasher(expected)
@@ -219,11 +246,44 @@ class Proxy:
         media_type = _bare(response.headers.get("content-type")) or sniff_media_type(body) or ""
         if media_type in ("", "application/json", "text/plain"):
             media_type = sniff_media_type(body) or media_type
+        if not (is_index(media_type) or is_manifest(media_type)):
+            # Never passed on as a 200 manifest (issue 23: a redirect to a web page was).
+            return error_response(
+                502,
+                ErrorCode.MANIFEST_INVALID,
+                f"upstream manifest {repo}:{ref} came as {media_type or 'no media type'!r}, not an OCI or Docker "
+                "manifest or index",
+            )
         got = ManifestBody(body, media_type, expected)
-        self._manifests[expected] = got
-        while len(self._manifests) > _MEMO_SIZE:
-            self._manifests.popitem(last=False)
+        if len(body) <= self.limits.manifest_cache_bytes and expected not in self._manifests:
+            self._manifests[expected] = got
+            self._manifest_bytes += len(body)
+        while self._manifests and (
+            len(self._manifests) > _MEMO_SIZE or self._manifest_bytes > self.limits.manifest_cache_bytes
+        ):
+            self._manifest_bytes -= len(self._manifests.popitem(last=False)[1].body)
         return got
+
+    async def confirm(self, repo: str, kind: str, ref: str) -> Response | None:
+        """None when digest ``ref`` is ``repo``'s on the upstream (or a view of ``repo``, or
+        a tag: those are fetched by name anyway); else the upstream's answer to a HEAD."""
+        if kind == "tags" or not DIGEST_RE.match(ref) or (repo, ref) in self._confirmed:
+            return None
+        if kind == "manifests":
+            record = self.filtered.get(ref)
+            if record is not None and record.sources(repo):
+                return None
+        headers = {"Accept": ACCEPT_ANY_MANIFEST} if kind == "manifests" else None
+        response = await self.upstream.request("HEAD", f"/v2/{repo}/{kind}/{ref}", repo=repo, headers=headers)
+        await response.aclose()
+        if response.status_code != 200:
+            status = response.status_code
+            code = ErrorCode.BLOB_UNKNOWN if kind == "blobs" else ErrorCode.MANIFEST_UNKNOWN
+            return error_response(status if status != 200 else 404, code, f"{repo}@{ref}: upstream answered {status}")
+        self._confirmed[(repo, ref)] = None
+        while len(self._confirmed) > _CONFIRMED_SIZE:
+            self._confirmed.pop(next(iter(self._confirmed)))
+        return None
 
     # --- blobs -------------------------------------------------------------------------
 
@@ -242,7 +302,8 @@ class Proxy:
             size = self.blobs.size(digest)
             if size is None:  # dropped again at once (found damaged by a concurrent reader)
                 return error_response(502, ErrorCode.UNAVAILABLE, f"blob {repo}@{digest} left the cache; try again")
-        cached = HashedChunks(_read_file(self.blobs.path(digest)), digest, self.executor)
+        self.blobs.touch(digest)
+        cached = FileChunks(self.blobs.path(digest), digest, self.executor)
         return VerifiedBody(
             cached,
             headers={**headers, "Content-Length": str(size)},
@@ -271,18 +332,13 @@ class Proxy:
                 return upstream_error(
                     response.status_code, await _read_capped(response, ERROR_LIMIT) or b"", "repository"
                 )
-            body = await _read_capped(response, MANIFEST_LIMIT)
+            body = await _read_capped(response, self.limits.max_manifest_bytes)
         finally:
             await response.aclose()
+        if body is None:
+            return error_response(502, ErrorCode.UNAVAILABLE, f"upstream tag list of {repo} is too large")
         headers = {k: v for k, v in response.headers.items() if k.lower() == "link"}
         return Response(body or b"", media_type="application/json", headers=headers)
-
-
-def _read_file(path: Path) -> Iterator[bytes]:
-    """A cached blob in 1 MiB chunks (read in a worker thread by HashedChunks)."""
-    with path.open("rb") as f:
-        while chunk := f.read(BLOB_CHUNK):
-            yield chunk
 
 
 def _bare(media_type: str | None) -> str:

@@ -4,7 +4,9 @@
     listen: 127.0.0.1:5080              # HOST:PORT the proxy binds
     state_dir: /var/lib/hetflow/registry  # machine types, tokens, verified cache
     bearer_ttl_s: 300                   # lifetime of a bearer from /token
-    admin_token: s3cret                 # if set, registering a machine type needs it
+    admin_token: s3cret-at-least-16-chars  # registering a machine type needs it (made and
+                                        # printed when none is set and the proxy listens
+                                        # beyond loopback or holds upstream credentials)
     upstream_username: robot            # credentials for the upstream, if it wants any
     upstream_password: ...
     machine_types:                      # predeclared machine types
@@ -12,6 +14,13 @@
       - name: lab-box
         node_file: nodes/lab.json       # `hetflow nodes --json` output (first node)
         token: hft_...                  # optional fixed token (else one is made)
+        repositories: [lab/*]           # its tokens pull only these (fnmatch); default all
+    limits:                             # every limit, with its default (see Limits)
+      max_body_bytes: 65536
+      max_blob_bytes: 10737418240
+
+Limits bound what one client (or a misbehaving upstream) can take from the proxy:
+memory, disk, connections and worker time; each has a documented default.
 
 Relative ``node_file`` and ``state_dir`` paths are read against the config file's
 folder.  A malformed file is a ``UsageError`` that names the file and the field.
@@ -19,8 +28,10 @@ folder.  A malformed file is a ``UsageError`` that names the file and the field.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -31,12 +42,55 @@ from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
 from hetflow.inventory import PROFILES, Node, profile_names, profile_node
 
-__all__ = ["DEFAULT_LISTEN", "MachineTypeDecl", "Settings", "load_settings", "parse_listen"]
+__all__ = [
+    "DEFAULT_LISTEN",
+    "MIN_ADMIN_TOKEN",
+    "Limits",
+    "MachineTypeDecl",
+    "Settings",
+    "is_loopback",
+    "load_settings",
+    "parse_listen",
+    "secured",
+]
 
 DEFAULT_LISTEN = "127.0.0.1:5080"
 # Machine-type names are the user name of `podman login`, so no colon; kept to the
 # characters of an OCI repository path component so they read well in logs and URLs.
 NAME_RE = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}\Z")
+MIN_ADMIN_TOKEN = 16  # as hetflow.ui.auth's MIN_TOKEN: long enough to resist guessing
+MIB = 1024 * 1024
+
+
+def is_loopback(host: str) -> bool:
+    """True for localhost and 127.0.0.0/8, ::1 (as the dashboard's check, hetflow.ui.auth)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+class Limits(BaseModel):
+    """What one client, or the upstream, may take from the proxy.  Defaults are sized for a
+    lab proxy in front of a few hundred nodes; raise them in the settings file's ``limits:``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024, description="request body (/token, registrations)")
+    max_requests_per_client: int = Field(default=64, ge=1, description="requests one client address has open")
+    max_connections: int = Field(default=1024, ge=1, description="open connections in all (uvicorn answers 503)")
+    # 256 kinds of hardware is more than a lab has; with 1000 tokens each and 64 KiB
+    # bodies it bounds the state file (rewritten on each registration) to tens of MB.
+    max_machine_types: int = Field(default=256, ge=1, description="machine types, registered and declared")
+    max_tokens_per_type: int = Field(default=1000, ge=1, description="tokens (registrations) per machine type")
+    max_manifest_bytes: int = Field(default=4 * MIB, ge=1024, description="one manifest or index (distribution's)")
+    manifest_cache_bytes: int = Field(default=64 * MIB, ge=0, description="verified manifests kept in memory")
+    max_blob_bytes: int = Field(default=10 * 1024 * MIB, ge=1, description="one blob from the upstream")
+    cache_quota_bytes: int = Field(default=50 * 1024 * MIB, ge=1, description="blob cache on disk (LRU eviction)")
+    upstream_idle_timeout_s: float = Field(default=60.0, gt=0, description="upstream silent this long: given up")
+    upstream_total_timeout_s: float = Field(default=3600.0, gt=0, description="one blob download, all attempts")
 
 
 def check_name(name: str) -> str:
@@ -58,6 +112,8 @@ class MachineTypeDecl(BaseModel):
     node: Node | None = None
     node_file: Path | None = None
     token: str | None = Field(default=None, min_length=16)
+    # fnmatch patterns ("lab/*") of the repositories this type's tokens may pull; () = all
+    repositories: tuple[str, ...] = ()
 
     @model_validator(mode="after")
     def _one_source(self) -> MachineTypeDecl:
@@ -119,14 +175,19 @@ class Settings(BaseModel):
     listen: str = DEFAULT_LISTEN
     state_dir: Path = Field(default_factory=lambda: hetflow_home() / "registry")
     bearer_ttl_s: int = Field(default=300, ge=10, le=86400)
-    admin_token: str | None = None
+    admin_token: str | None = Field(default=None, min_length=MIN_ADMIN_TOKEN)
     upstream_username: str | None = None
     upstream_password: str | None = None
     machine_types: tuple[MachineTypeDecl, ...] = ()
     service: str = "hetflow"
     # Bodies up to this size are hashed in full before the first byte goes out, so a
     # mismatch is a clean 502; larger ones stream and the connection is cut instead.
-    verify_buffer_bytes: int = Field(default=8 * 1024 * 1024, ge=0)
+    # 256 KiB (four 64 KiB cached-blob reads): about what a stalled reader can pin
+    # (issue 23: at 8 MiB, 150 idle clients of a 7.5 MiB blob took 1 GB).
+    verify_buffer_bytes: int = Field(default=256 * 1024, ge=0)
+    limits: Limits = Field(default_factory=Limits)
+    # Hosts (besides the upstream's own) a manifest or tag-list request may be redirected to.
+    redirect_hosts: tuple[str, ...] = ()
     config_dir: Path = Field(default=Path("."), description="where relative node_file paths start")
 
     @field_validator("upstream")
@@ -142,6 +203,12 @@ class Settings(BaseModel):
         parse_listen(value)
         return value
 
+    @property
+    def needs_admin_token(self) -> bool:
+        """Anyone beyond this machine could register (and so pull, through the proxy's
+        upstream credentials) unless registering needs the admin token."""
+        return not is_loopback(parse_listen(self.listen)[0]) or self.upstream_username is not None
+
     @model_validator(mode="after")
     def _unique(self) -> Settings:
         names = [d.type_name for d in self.machine_types]
@@ -149,6 +216,15 @@ class Settings(BaseModel):
         if dupes:
             raise ValueError(f"machine type(s) declared twice: {', '.join(dupes)}")
         return self
+
+
+def secured(settings: Settings) -> tuple[Settings, str | None]:
+    """``settings`` with an admin token wherever one is needed (made now, and returned
+    second so the caller prints it, as ``hetflow ui`` does with its token)."""
+    if settings.admin_token is not None or not settings.needs_admin_token:
+        return settings, None
+    token = secrets.token_urlsafe(24)
+    return settings.model_copy(update={"admin_token": token}), token
 
 
 def load_settings(

@@ -8,16 +8,21 @@ Layout under the state directory:
 
 A file appears under its final name only after its bytes hashed to that name
 (written to a temporary file, then renamed), so a reader never sees a partial or
-unverified file there.
+unverified file there.  Temporary ``.part-*`` files a crash left behind are removed
+when a store opens.  The blob cache is bounded (``quota``): after each new blob the
+least recently served blobs go until the rest fit (atime is set on every serve, so
+``noatime`` mounts do not matter).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import tempfile
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -70,16 +75,22 @@ class BlobWriter:
     def discard(self) -> None:
         if self._open:
             self._open = False
-            self._file.close()
-            self._tmp.unlink(missing_ok=True)
+            try:
+                self._file.close()  # flushes: fails again on a full disk
+            except OSError:
+                pass
+            finally:
+                self._tmp.unlink(missing_ok=True)
 
 
 class BlobStore:
     """Verified blobs by digest.  Readers re-hash what they serve (see ``verify``), so a
     file damaged on disk after it was stored is caught and removed, never served."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, *, quota: int | None = None) -> None:
         self.root = root
+        self.quota = quota
+        _clean_parts(root)
 
     def path(self, digest: str) -> Path:
         algorithm, encoded = _encoded(digest)
@@ -96,6 +107,37 @@ class BlobStore:
 
     def remove(self, digest: str) -> None:
         self.path(digest).unlink(missing_ok=True)
+
+    def touch(self, digest: str) -> None:
+        """Mark ``digest`` as just served (its access time), for LRU eviction."""
+        with contextlib.suppress(OSError):
+            os.utime(self.path(digest), (time.time(), self.path(digest).stat().st_mtime))
+
+    def evict(self, keep: str | None = None) -> list[Path]:
+        """Remove the least recently served blobs until the cache fits ``quota``
+        (``keep``, the blob just stored, goes last).  Returns what was removed."""
+        if self.quota is None:
+            return []
+        files: list[tuple[float, int, Path]] = []
+        total = 0
+        keep_path = self.path(keep) if keep else None
+        for path in self.root.glob("*/*"):
+            if path.name.startswith(".part-"):
+                continue
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                continue
+            total += st.st_size
+            files.append((float("inf") if path == keep_path else st.st_atime, st.st_size, path))
+        removed: list[Path] = []
+        for _, size, path in sorted(files, key=lambda f: f[0]):
+            if total <= self.quota:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
+            removed.append(path)
+        return removed
 
     def chunks(self, digest: str) -> Iterator[bytes]:
         with self.path(digest).open("rb") as f:
@@ -134,6 +176,7 @@ class FilteredStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
+        _clean_parts(root)
         self._memo: dict[str, FilteredRecord] = {}
 
     def get(self, digest: str) -> FilteredRecord | None:
@@ -173,6 +216,17 @@ class FilteredStore:
 
 def _atomic_write(path: Path, data: bytes) -> None:
     fd, name = tempfile.mkstemp(dir=path.parent, prefix=".part-")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(name, path)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(name, path)
+    except BaseException:
+        Path(name).unlink(missing_ok=True)
+        raise
+
+
+def _clean_parts(root: Path) -> None:
+    """Remove the temporary files a crash left (nobody writes them before the store opens)."""
+    for pattern in (".part-*", "*/.part-*"):
+        for path in root.glob(pattern):
+            path.unlink(missing_ok=True)

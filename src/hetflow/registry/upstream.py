@@ -13,12 +13,18 @@ If the upstream asks for credentials (401), the configured user and password are
 sent as Basic, or traded for a bearer at the realm the upstream names (Docker token
 authentication, the same flow the proxy offers its own clients).  The Authorization
 that worked is kept per scope, for both clients, until the upstream refuses it.
+
+Redirects: blob GETs follow them anywhere (S3-backed registries send blobs from
+another host; the bytes are checked against their digest before anyone gets them).
+Manifest and tag-list requests follow them only to the upstream's own host or one of
+``redirect_hosts``, and never carry the upstream credentials off the upstream's host.
 """
 
 from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Executor
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -27,6 +33,7 @@ from hetflow.images import Challenge, RegistryError, parse_challenge
 __all__ = ["Upstream", "UpstreamUnavailable"]
 
 BLOB_CHUNK = 1024 * 1024
+_MAX_REDIRECTS = 5
 
 
 class UpstreamUnavailable(RegistryError):
@@ -44,8 +51,13 @@ class Upstream:
         password: str | None = None,
         transport: httpx.MockTransport | None = None,
         timeout: float = 60.0,
+        idle_timeout_s: float | None = None,
+        redirect_hosts: tuple[str, ...] = (),
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._hosts = {urlsplit(self.base_url).netloc.lower(), *(h.lower() for h in redirect_hosts)}
+        # httpx's read timeout is the idle one: the longest wait for the next bytes.
+        timeout = idle_timeout_s or timeout
         self._basic = httpx.BasicAuth(username, password or "") if username else None
         common = {
             "base_url": self.base_url,
@@ -53,7 +65,7 @@ class Upstream:
             "limits": httpx.Limits(max_connections=64, max_keepalive_connections=32),
             "follow_redirects": True,  # S3-backed registries redirect blob GETs
         }
-        self._client = httpx.AsyncClient(transport=transport, **common)  # type: ignore[arg-type]
+        self._client = httpx.AsyncClient(transport=transport, **{**common, "follow_redirects": False})  # type: ignore[arg-type]
         self._sync = httpx.Client(transport=transport, **common)  # type: ignore[arg-type]
         self._auth: dict[str, str] = {}  # scope -> Authorization header that worked
 
@@ -114,10 +126,26 @@ class Upstream:
             raise UpstreamUnavailable(f"upstream {self.base_url} did not answer GET {path}: {err!r}") from err
 
     async def _send(self, method: str, path: str, headers: dict[str, str]) -> httpx.Response:
+        request = self._client.build_request(method, path, headers=headers)
         try:
-            return await self._client.send(self._client.build_request(method, path, headers=headers), stream=True)
+            for _ in range(_MAX_REDIRECTS + 1):
+                response = await self._client.send(request, stream=True)
+                if not response.is_redirect:
+                    return response
+                await response.aclose()
+                target = response.next_request
+                if target is None or target.url.netloc.decode().lower() not in self._hosts:
+                    where = target.url if target is not None else response.headers.get("location")
+                    raise UpstreamUnavailable(
+                        f"upstream {self.base_url} redirected {method} {path} to {where}, not the upstream's host "
+                        "(add the host to redirect_hosts: in the proxy's config to allow it)"
+                    )
+                if target.url.netloc != request.url.netloc:
+                    target.headers.pop("Authorization", None)
+                request = target
         except httpx.HTTPError as err:
             raise UpstreamUnavailable(f"upstream {self.base_url} did not answer {method} {path}: {err!r}") from err
+        raise UpstreamUnavailable(f"upstream {self.base_url}: more than {_MAX_REDIRECTS} redirects for {path}")
 
     async def _negotiate(self, refused: httpx.Response, scope: str) -> None:
         """Work out the Authorization for ``scope`` from the upstream's 401 challenge."""

@@ -1,0 +1,72 @@
+"""A proxy in front of ``FakeRegistry``, in a process of its own, for load tests and the
+bench (``tests/integration/test_registry_abuse.py``, ``python -m bench.registry``):
+its memory is then the process's, measured from outside (``/proc/PID/status``).
+
+    python -m hetflow.registry.fakeproxy STATE_DIR [--blob NAME=BYTES ...] [--per-client N]
+
+prints one JSON line, ``{"url", "pid", "machine_type", "token", "repo", "blobs": {NAME:
+digest}}``, once the proxy accepts connections, warms the blob cache with every blob,
+and serves until its stdin closes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import httpx
+
+from hetflow.registry.app import start_in_thread
+from hetflow.registry.fake import FakeRegistry
+from hetflow.registry.settings import Limits, MachineTypeDecl, Settings
+
+__all__ = ["REPO", "main"]
+
+REPO = "load/app"
+MACHINE_TYPE = "x86-64-v2"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hetflow.registry.fakeproxy")
+    parser.add_argument("state", type=Path)
+    parser.add_argument("--blob", action="append", default=[], help="NAME=BYTES: a blob of random bytes")
+    parser.add_argument("--per-client", type=int, default=Limits().max_requests_per_client)
+    parser.add_argument("--max-connections", type=int, default=Limits().max_connections)
+    args = parser.parse_args(argv)
+    fake = FakeRegistry()
+    fake.push_builds(REPO, "v1", {"generic": []})
+    blobs = {}
+    for spec in args.blob:
+        name, _, size = spec.partition("=")
+        blobs[name] = fake.add_blob(os.urandom(int(size)))
+    settings = Settings(
+        upstream="http://upstream.test",
+        state_dir=args.state,
+        machine_types=(MachineTypeDecl(profile=MACHINE_TYPE),),
+        limits=Limits(max_requests_per_client=args.per_client, max_connections=args.max_connections),
+    )
+    proxy = start_in_thread(settings, transport=fake.transport())
+    token = (args.state / "tokens" / MACHINE_TYPE).read_text().strip()
+    with httpx.Client(base_url=proxy.url, timeout=60) as client:
+        bearer = client.get("/token", auth=(MACHINE_TYPE, token)).json()["token"]
+        for digest in blobs.values():  # into the cache: what follows measures cached reads
+            client.get(f"/v2/{REPO}/blobs/{digest}", headers={"Authorization": f"Bearer {bearer}"}).raise_for_status()
+    info = {
+        "url": proxy.url,
+        "pid": os.getpid(),
+        "machine_type": MACHINE_TYPE,
+        "token": token,
+        "repo": REPO,
+        "blobs": blobs,
+    }
+    print(json.dumps(info), flush=True)
+    sys.stdin.read()  # until the parent closes our stdin (or exits)
+    proxy.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
