@@ -27,7 +27,10 @@ steps:
 
 
 def test_an_oom_killed_step_is_retried_with_more_memory_and_says_so(hf: Hetflow, tmp_path: Path) -> None:
+    litter = Path.cwd() / "oom"  # conmon writes this into its working directory on an OOM kill
+    litter.unlink(missing_ok=True)
     proc = hf("run", "--no-cache", write(tmp_path, OOM))
+    assert not litter.exists()  # the engine runs in the attempt's folder, not where hetflow was started
     said = "memory 64Mi -> 256Mi after an out-of-memory kill (exit 137)"
     assert said in proc.stdout  # the progress line of the failed attempt
     data = hf.show(hf.last_run())

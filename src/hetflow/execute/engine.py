@@ -9,6 +9,7 @@ labels, and are not ``--rm``: an exit code must survive a crash of hetflow so th
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 from collections.abc import Callable, Collection, Iterable, Mapping
@@ -256,7 +257,10 @@ class CliEngine:
             # as a shell loop of `podman run` would: the run stays attached and its exit is
             # the container's (no `wait` after it); a refusal comes back the same way
             attached = [self.binary, *self._global, *run_args(spec, engine=self.name, attached=True)]
-            watch.attach(spec.name, spec.labels, attached, engine=self.name)
+            cwd = os.path.dirname(spec.log_path) if spec.log_path else None
+            watch.attach(
+                spec.name, spec.labels, attached, engine=self.name, cwd=cwd if cwd and os.path.isdir(cwd) else None
+            )
             return
         proc = self._run(run_args(spec, engine=self.name), check=False)
         if proc.returncode != 0:

@@ -140,9 +140,13 @@ class ExitWatch:
             self._exited.pop(name, None)
         threading.Thread(target=self._follow, args=(name, monitor_pid), name=f"exit-{name}", daemon=True).start()
 
-    def attach(self, name: str, labels: Mapping[str, str], argv: list[str], *, engine: str) -> None:
+    def attach(
+        self, name: str, labels: Mapping[str, str], argv: list[str], *, engine: str, cwd: str | None = None
+    ) -> None:
         """Start the container with an attached ``run`` (``argv``), which exits with the
-        container's code; learn its exit from that."""
+        container's code; learn its exit from that.  ``cwd``: where the engine runs (conmon
+        writes a file named ``oom`` into its working directory when the OOM killer strikes,
+        so that should be the attempt's own folder, not wherever hetflow was started)."""
         with self._lock:
             self._labels[name] = dict(labels)
             self._exited.pop(name, None)
@@ -153,6 +157,7 @@ class ExitWatch:
                 stdout=subprocess.DEVNULL,  # the step's output is in its log file
                 stderr=subprocess.PIPE,  # the engine's error, should it refuse (and the step's stderr)
                 env=dict(self._env),
+                cwd=cwd,
                 start_new_session=True,  # a Ctrl-C to hetflow is not one to its containers
             )
         except OSError as exc:
