@@ -88,7 +88,5 @@ def ui(
     if run_id is not None:
         err.print(f"run {run_id}: {config.url()}#/runs/{run_id}", highlight=False, soft_wrap=True)
     if config.token and token is None and token_file is None:
-        err.print(
-            "(the token was made for this session; HETFLOW_UI_TOKEN or --token-file sets one)", highlight=False
-        )
+        err.print("(the token was made for this session; HETFLOW_UI_TOKEN or --token-file sets one)", highlight=False)
     serve(config, sock=sock)
