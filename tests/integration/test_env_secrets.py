@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import secrets
 import threading
+import time
 from pathlib import Path
 
 from tests.integration.hfkit import BUSYBOX, Hetflow, write
@@ -45,6 +46,7 @@ steps:
     def scan() -> None:  # all the while the run starts its container (`podman run` lives a moment only)
         while not done.is_set() and not hits:
             hits.extend(_cmdlines_with(secret.encode()))
+            time.sleep(0.005)  # a `podman run` lives far longer than this; the machine is shared
 
     scanner = threading.Thread(target=scan, daemon=True)
     scanner.start()
