@@ -78,7 +78,8 @@ def _digest(paths: list[Path]) -> str:
     for p in paths:
         h.update(str(p).encode() + b"\0")
         try:
-            h.update(hashlib.sha256(p.read_bytes()).digest())
+            with p.open("rb") as f:  # in chunks: a big file under --root is not read into memory
+                h.update(hashlib.file_digest(f, "sha256").digest())
         except OSError:
             h.update(b"missing")
     return h.hexdigest()
