@@ -9,7 +9,7 @@ import threading
 import time
 from pathlib import Path
 
-from tests.integration.hfkit import BUSYBOX, Hetflow, write
+from tests.integration.hfkit import BUSYBOX, Hetflow, run_containers, write
 
 
 def _cmdlines_with(value: bytes) -> list[str]:
@@ -55,11 +55,13 @@ steps:
         seen: list[Path] = []
 
         def started() -> bool:  # the run's work directory, found without a hetflow command per poll
-            seen[:] = list(hf.home.glob("runs/*/steps/s/out/seen"))
+            seen[:] = list(hf.home.glob("runs/*/attempts/s/1/out/seen"))  # the attempt's /out while it runs
             return bool(seen) and seen[0].stat().st_size > 0
 
         hf.wait_for(started, timeout=90)
         assert seen[0].read_text().strip() == secret  # the step sees it
+        run_id = seen[0].parents[4].name  # runs/RUN/attempts/s/1/out/seen
+        assert run_containers(run_id, running=True)  # the scan below is made while the container runs
         done.set()
         scanner.join(30)
         assert hits == []  # from the run's start until the container runs, no command line held it
