@@ -128,3 +128,31 @@ def test_every_route_of_the_app_is_in_the_lists_above(tmp_path: Path) -> None:
         return "/static/" if path.startswith("/static/") else path
 
     assert {template(p) for p, _ in GETS} | {template(p) for p in POSTS} == routes
+
+
+HARDENED = ("x-frame-options", "x-content-type-options", "referrer-policy", "cross-origin-resource-policy")
+
+
+@pytest.mark.parametrize(
+    ("headers", "status"),
+    [
+        ({}, 401),
+        ({"Authorization": f"Bearer {TOKEN}", "Sec-Fetch-Site": "cross-site"}, 403),
+        ({"Authorization": f"Bearer {TOKEN}", "Sec-Fetch-Site": "same-site"}, 403),
+        ({"Authorization": f"Bearer {TOKEN}", "Host": "127.0.0.1:8901, evil.com"}, 400),
+        ({"Authorization": f"Bearer {TOKEN}", "Sec-Fetch-Site": "same-origin"}, 200),
+    ],
+    ids=["401", "cross-site", "same-site", "two-hosts", "same-origin"],
+)
+def test_refusals_and_answers_carry_the_hardening_headers(ui: Dashboard, headers: dict[str, str], status: int) -> None:
+    answer = httpx.get(f"{ui.base}/api/runs/{RUN}/steps/a/log?offset=0", headers=headers, timeout=60)
+    assert answer.status_code == status, answer.text[:200]
+    assert all(h in answer.headers for h in HARDENED), answer.headers
+    assert answer.headers["cross-origin-resource-policy"] == "same-origin"
+    assert "default-src 'self'" in answer.headers["content-security-policy"]
+
+
+def test_only_the_pages_boot_script_answers_without_the_token(ui: Dashboard) -> None:
+    boot = httpx.get(f"{ui.base}/static/boot.js", timeout=60)
+    assert boot.status_code == 200 and "sessionStorage" in boot.text
+    assert_refused(httpx.get(f"{ui.base}/static/app.js", timeout=60), "app.js without the token")

@@ -44,9 +44,16 @@ def chromium(width: int = 1400, height: int = 1000, *, performance_log: bool = F
     options.binary_location = str(CHROMIUM)
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", f"--window-size={width},{height}"):
         options.add_argument(arg)
-    if performance_log:
-        options.set_capability("goog:loggingPrefs", {"performance": "ALL"})
+    # the console too: a Content-Security-Policy violation is reported there (csp_violations)
+    options.set_capability(
+        "goog:loggingPrefs", {"browser": "ALL", **({"performance": "ALL"} if performance_log else {})}
+    )
     return webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=options)
+
+
+def csp_violations(driver: Any) -> list[str]:
+    """The console's reports of what the page's Content-Security-Policy refused."""
+    return [e["message"] for e in driver.get_log("browser") if "Content Security Policy" in e.get("message", "")]
 
 
 def free_port() -> int:

@@ -33,8 +33,11 @@ def hetflow(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
         (["--host", "no-such-host.invalid"], "--host 'no-such-host.invalid': not an address this machine can bind"),
         (["--port", "70000"], "less than or equal to 65535"),
         (["--open", "ffffffff"], "no run 'ffffffff'"),
+        (["--token-file", "/no/such/token"], "--token-file /no/such/token: cannot read it"),
+        (["--token-file", "/dev/null"], "--token-file /dev/null: the file is empty"),
+        (["--token-file", "/dev/null", "--token", "x" * 20], "give the token once"),
     ],
-    ids=["short-token", "root-missing", "bad-host", "port-range", "unknown-run"],
+    ids=["short-token", "root-missing", "bad-host", "port-range", "unknown-run", "no-token-file", "empty", "both"],
 )
 def test_bad_options_exit_2_with_a_message(tmp_path: Path, args: list[str], message: str) -> None:
     done = hetflow(tmp_path, *args)
@@ -97,3 +100,46 @@ def test_a_given_token_is_kept_and_each_made_token_differs(tmp_path: Path) -> No
     assert given.token == "x" * 20
     assert len(set(made)) == 3
     assert given.url() == f"http://127.0.0.1:8786/?token={'x' * 20}"  # 0.0.0.0: shown as an address to open
+
+
+def _first_lines(tmp_path: Path, args: list[str], env: dict[str, str]) -> str:
+    """What a started ``hetflow ui --port 0`` prints up to its URL, then it is stopped."""
+    base = {"HETFLOW_HOME": str(tmp_path / "home"), "PATH": "/usr/bin:/bin", "PYTHONPATH": ":".join(sys.path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "hetflow.cli.main", "ui", "--port", "0", *args],
+        env={**base, **env},
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    assert proc.stderr is not None
+    try:
+        lines = []
+        for line in proc.stderr:  # ends at the URL line (or when the process dies)
+            lines.append(line)
+            if "http://" in line:
+                break
+        return "".join(lines)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@pytest.mark.parametrize(
+    ("how", "warned"),
+    [("command-line", True), ("environment", False), ("file", False)],
+    ids=["command-line", "environment", "file"],
+)
+def test_the_token_can_stay_out_of_ps_and_on_the_command_line_it_is_warned_about(
+    tmp_path: Path, how: str, warned: bool
+) -> None:
+    token = "s3cret-" + "k" * 20
+    (tmp_path / "token").write_text(token + "\n")
+    args, env = {
+        "command-line": (["--token", token], {}),
+        "environment": ([], {"HETFLOW_UI_TOKEN": token}),
+        "file": (["--token-file", str(tmp_path / "token")], {}),
+    }[how]
+    printed = _first_lines(tmp_path, [*args, "--actions"], env)
+    assert f"?token={token}" in printed  # the token asked for is the one required
+    assert ("visible to every local user" in printed) is warned

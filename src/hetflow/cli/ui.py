@@ -13,15 +13,34 @@ from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
 
 
+def _read_token(path: Path) -> str:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"--token-file {path}: cannot read it ({getattr(exc, 'strerror', None) or exc})") from None
+    token = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not token:
+        raise UsageError(f"--token-file {path}: the file is empty; write the token on its first line")
+    return token
+
+
 def register(app: typer.Typer) -> None:
     app.command("ui")(ui)
 
 
 def ui(
+    ctx: typer.Context,
     host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything not loopback needs the token."),
     port: int = typer.Option(8786, "--port", min=0, max=65535, help="Port to listen on."),
     token: str | None = typer.Option(
-        None, "--token", envvar="HETFLOW_UI_TOKEN", help="Token to require (default: made and printed when needed)."
+        None,
+        "--token",
+        envvar="HETFLOW_UI_TOKEN",
+        help="Token to require (default: made and printed when needed). On the command line it shows in 'ps': "
+        "prefer HETFLOW_UI_TOKEN or --token-file.",
+    ),
+    token_file: Path | None = typer.Option(
+        None, "--token-file", help="Read the token from this file (its first line), kept out of 'ps'."
     ),
     actions: bool = typer.Option(
         False, "--actions", help="Allow stop, resume and retry from the page (needs a token)."
@@ -36,6 +55,18 @@ def ui(
 
     if not root.is_dir():
         raise UsageError(f"--root {root}: not a directory; give the directory holding your workflows")
+    if token_file is not None:
+        if token is not None:
+            raise UsageError("give the token once: --token-file or --token / HETFLOW_UI_TOKEN, not both")
+        token = _read_token(token_file)
+    elif token is not None and getattr(ctx.get_parameter_source("token"), "name", "") == "COMMANDLINE":
+        # argv is world-readable (/proc/PID/cmdline, ps): any local user could read the token.
+        # (By name: typer carries its own copy of click, whose ParameterSource is another enum.)
+        err.print(
+            "hetflow ui: warning: --token on the command line is visible to every local user (ps); "
+            "use HETFLOW_UI_TOKEN or --token-file",
+            highlight=False,
+        )
     config = UiConfig(
         store_path=hetflow_home() / "state.db",
         host=host,
@@ -56,6 +87,6 @@ def ui(
     err.print(f"hetflow ui: {config.url()}", highlight=False, soft_wrap=True)
     if run_id is not None:
         err.print(f"run {run_id}: {config.url()}#/runs/{run_id}", highlight=False, soft_wrap=True)
-    if config.token and token is None:
-        err.print("(the token was made for this session; --token or HETFLOW_UI_TOKEN sets one)", highlight=False)
+    if config.token and token is None and token_file is None:
+        err.print("(the token was made for this session; HETFLOW_UI_TOKEN or --token-file sets one)", highlight=False)
     serve(config, sock=sock)

@@ -11,7 +11,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
+import threading
+import time
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -127,12 +131,43 @@ class Networks(Protocol):
     def remove_network(self, name: str) -> None: ...
 
 
-def run_args(spec: ContainerSpec, *, engine: str = "podman", attached: bool = False) -> list[str]:
+ENV_FILE_WAIT = 120.0  # seconds an attached run's env file waits for its container to be created
+ENV_FILE_MAX = 60_000  # bytes of one NAME=value line podman's --env-file reads (a 64 KiB line buffer)
+
+
+def write_env_file(env: Mapping[str, str]) -> Path:
+    """The step's environment as an ``--env-file`` (mode 0600, in a new private directory),
+    so no value is on a command line that every local user can read in ``ps``.  podman takes
+    each line's value verbatim up to its end: a value with a line break (or one too long for
+    its line buffer) cannot be carried and is refused, naming the variable."""
+    for k, v in env.items():
+        if any(c in v for c in "\n\r\0") or len(k) + len(v) + 1 > ENV_FILE_MAX:
+            raise EngineError(
+                f"env {k}: a value with a line break or over {ENV_FILE_MAX} bytes cannot be passed to the "
+                "container without showing it on a command line; put it in a file under the step's data instead"
+            )
+    directory = Path(tempfile.mkdtemp(prefix="hetflow-env-"))  # mode 0700: this user only
+    path = directory / "env"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.writelines(f"{k}={v}\n" for k, v in sorted(env.items()))
+    return path
+
+
+def drop_env_file(path: Path | None) -> None:
+    if path is not None:
+        shutil.rmtree(path.parent, ignore_errors=True)
+
+
+def run_args(
+    spec: ContainerSpec, *, engine: str = "podman", attached: bool = False, env_file: Path | None = None
+) -> list[str]:
     """The ``run -d`` arguments: the hardening that trusted runtimes apply (all
     capabilities dropped, no-new-privileges, read-only root, tmpfs /tmp, no network
     unless asked), the submitter's UID:GID, and only the devices given.  ``attached``: ``run``
     stays until the container exits and exits with its code (``exits.ExitWatch``), without
-    passing signals on (``--sig-proxy=false``: ``hetflow stop`` stops containers itself)."""
+    passing signals on (``--sig-proxy=false``: ``hetflow stop`` stops containers itself).
+    ``env_file``: the environment is read from it (``write_env_file``), not given as ``--env``."""
     args = [
         "run",
         *(["--sig-proxy=false"] if attached else ["-d"]),
@@ -178,8 +213,11 @@ def run_args(spec: ContainerSpec, *, engine: str = "podman", attached: bool = Fa
         args += ["--device", cdi]
     for gid in spec.group_add:
         args += ["--group-add", gid]
-    for k, v in sorted(spec.env.items()):
-        args += ["--env", f"{k}={v}"]
+    if env_file is not None:
+        args += ["--env-file", str(env_file)]
+    else:
+        for k, v in sorted(spec.env.items()):
+            args += ["--env", f"{k}={v}"]
     return [*args, spec.image, *spec.command]
 
 
@@ -253,16 +291,27 @@ class CliEngine:
         if self._cgroups is not None and cgroups.prepare(self._cgroups, spec.name):
             spec = replace(spec, cgroup_parent=cgroups.parent_path(spec.name))
         watch = self._watching(spec.labels.get(LABEL_RUN))
+        env_file = write_env_file(spec.env) if spec.env else None
         if watch is not None and self.name == "podman":
             # as a shell loop of `podman run` would: the run stays attached and its exit is
             # the container's (no `wait` after it); a refusal comes back the same way
-            attached = [self.binary, *self._global, *run_args(spec, engine=self.name, attached=True)]
+            attached = [self.binary, *self._global, *run_args(spec, engine=self.name, attached=True, env_file=env_file)]
             cwd = os.path.dirname(spec.log_path) if spec.log_path else None
             watch.attach(
                 spec.name, spec.labels, attached, engine=self.name, cwd=cwd if cwd and os.path.isdir(cwd) else None
             )
+            if env_file is not None:
+                threading.Thread(
+                    target=self._drop_once_created,
+                    args=(watch, spec.name, env_file),
+                    name=f"env-{spec.name}",
+                    daemon=True,
+                ).start()
             return
-        proc = self._run(run_args(spec, engine=self.name), check=False)
+        try:
+            proc = self._run(run_args(spec, engine=self.name, env_file=env_file), check=False)
+        finally:
+            drop_env_file(env_file)  # `run -d` has created and started the container (or failed)
         if proc.returncode != 0:
             # A container the runtime could not start stays "created"; remove it so the
             # same deterministic name can be used again.
@@ -272,6 +321,16 @@ class CliEngine:
             raise EngineError(f"{self.name} could not start {spec.name}: {err[-1] if err else proc.returncode}")
         if watch is not None:
             watch.follow(spec.name, spec.labels, None)  # docker: its own `wait`
+
+    def _drop_once_created(self, watch: ExitWatch, name: str, env_file: Path) -> None:
+        """Remove an attached run's env file once its container exists: podman reads the file
+        before it creates the container, so it is on disk for that moment only."""
+        deadline = time.monotonic() + ENV_FILE_WAIT
+        while time.monotonic() < deadline and env_file.exists() and not watch.exited(name):
+            if self._run(["container", "exists", name], check=False, timeout=30).returncode == 0:
+                break
+            time.sleep(0.1)
+        drop_env_file(env_file)
 
     def states(self, run_id: str) -> dict[str, ContainerState]:
         watch = self._watching(run_id)

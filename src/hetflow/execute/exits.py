@@ -125,6 +125,11 @@ class ExitWatch:
                 )
             return out
 
+    def exited(self, name: str) -> bool:
+        """Whether the container (or the attached run that was to start it) has exited."""
+        with self._lock:
+            return name in self._exited
+
     def forget(self, names: Iterable[str]) -> None:
         with self._lock:
             for n in names:

@@ -27,7 +27,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +38,7 @@ from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
 
 import hetflow
 from hetflow.config import SHARE
@@ -47,13 +48,17 @@ from hetflow.inventory import discover
 from hetflow.report import timeline_svg
 from hetflow.state import Store
 from hetflow.ui.auth import Gate, UiConfig
-from hetflow.ui.planning import pareto_answer, plan_answer
-from hetflow.ui.streams import ATTEMPT_OVER, log_events, log_path, log_tail, run_events
+from hetflow.ui.planning import Planner
+from hetflow.ui.streams import ATTEMPT_OVER, MAX_LOG_BYTES, log_events, log_path, log_tail, run_events
 from hetflow.ui.views import (
+    MAX_INT,
     BadRequest,
+    Busy,
     Forbidden,
     RunCache,
+    clean_param,
     cluster_nodes,
+    int_param,
     nodes_json,
     page_query,
     run_detail,
@@ -100,8 +105,8 @@ def finite(data: Any) -> Any:
     return data
 
 
-def _json_error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message}, status_code=status)
+def _json_error(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": message}, status_code=status, headers=headers)
 
 
 def _guarded(fn: Callable[[Request], Any]) -> Handler:
@@ -113,6 +118,8 @@ def _guarded(fn: Callable[[Request], Any]) -> Handler:
             out = await run_in_threadpool(fn, request)
         except Forbidden as exc:
             return _json_error(403, str(exc))
+        except Busy as exc:
+            return _json_error(503, str(exc), {"Retry-After": "2"})
         except BadRequest as exc:
             return _json_error(400, str(exc))
         except (StateError, LookupError) as exc:
@@ -129,13 +136,39 @@ def _guarded(fn: Callable[[Request], Any]) -> Handler:
 
 def _offset(raw: str | None) -> int | None:
     """A log byte offset from a query or a Last-Event-ID (None: start from the tail)."""
-    try:
-        offset = int(raw) if raw else None
-    except ValueError:
-        raise BadRequest(f"offset={raw!r}: give a byte offset from an earlier answer") from None
-    if offset is not None and offset < 0:
-        raise BadRequest(f"offset={raw!r}: give a byte offset from an earlier answer (0 or more)")
-    return offset
+    return None if not raw else int_param("offset", raw, 0, 0, MAX_INT)
+
+
+MAX_RANK = 4096  # replicas of a gang step
+MAX_ATTEMPT = 1_000_000
+
+
+class Streams:
+    """How many event streams are open, at most ``limit`` (each holds a connection and polls
+    the store every half second); one more is a 503 until one closes."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.open = limit, 0
+
+    def response(self, body: AsyncIterator[str]) -> Response:
+        if self.open >= self.limit:
+            return _json_error(
+                503, f"{self.limit} event streams are open; close one or try again later", {"Retry-After": "5"}
+            )
+        self.open += 1  # the event loop's thread only: no lock needed
+        return _CountedStream(body, self)
+
+
+class _CountedStream(StreamingResponse):
+    def __init__(self, body: AsyncIterator[str], streams: Streams) -> None:
+        super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
+        self._streams = streams
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self._streams.open -= 1
 
 
 def create_app(config: UiConfig) -> Starlette:
@@ -143,6 +176,8 @@ def create_app(config: UiConfig) -> Starlette:
     reader = Reader(config.store_path)
     runs_read = RunCache()
     root = config.root.resolve()
+    planner = Planner(root, config.max_planning)
+    streams = Streams(config.max_streams)
 
     def api_config(request: Request) -> dict[str, Any]:
         return {
@@ -172,11 +207,8 @@ def create_app(config: UiConfig) -> Starlette:
         step = request.path_params["step"]
         store.step(rid, step)  # 404 for a step the run does not have
         q = request.query_params
-        try:
-            attempt = int(q["attempt"]) if q.get("attempt") else None
-            rank = int(q.get("rank") or 0)
-        except ValueError:
-            raise BadRequest(f"attempt={q.get('attempt')!r}, rank={q.get('rank')!r}: give whole numbers") from None
+        attempt = int_param("attempt", q["attempt"], 1, 1, MAX_ATTEMPT) if q.get("attempt") else None
+        rank = int_param("rank", q.get("rank"), 0, 0, MAX_RANK)
         return store, rid, step, attempt, rank
 
     def log(request: Request) -> dict[str, Any]:
@@ -185,7 +217,8 @@ def create_app(config: UiConfig) -> Starlette:
         lines, end = log_tail(path, _offset(request.query_params.get("offset")))
         return {
             "lines": lines,
-            "offset": end,
+            "offset": end,  # where to go on from (?offset=): one answer reads at most max_bytes of the log
+            "max_bytes": MAX_LOG_BYTES,
             "attempt": number,
             "rank": rank,
             "done": state in ATTEMPT_OVER,
@@ -204,23 +237,25 @@ def create_app(config: UiConfig) -> Starlette:
         q = request.query_params
         workflow = under_root(root, q.get("workflow"), "workflow")
         cluster = under_root(root, q.get("cluster"), "cluster")
-        return plan_answer(reader(), workflow, cluster, q.get("objective") or "makespan")
+        objective = clean_param("objective", q.get("objective")) or "makespan"
+        return planner.plan(reader(), workflow, cluster, objective)
 
     def pareto(request: Request) -> dict[str, Any]:
         q = request.query_params
-        return pareto_answer(
+        return planner.pareto(
             under_root(root, q.get("workflow"), "workflow"), under_root(root, q.get("catalog"), "catalog")
         )
 
     async def events(request: Request) -> Response:
         try:
             rid = await run_in_threadpool(lambda: reader().resolve_run_id(request.path_params["run_id"]))
-            after = int(request.headers.get("last-event-id") or request.query_params.get("after") or 0)
+            given = request.headers.get("last-event-id") or request.query_params.get("after")
+            after = int_param("after", given, 0, 0, MAX_INT)
         except StateError as exc:
             return _json_error(404, str(exc))
-        except ValueError:
-            return _json_error(400, "after / Last-Event-ID: give an event id (a whole number)")
-        return StreamingResponse(run_events(reader, rid, after), media_type="text/event-stream", headers=SSE_HEADERS)
+        except BadRequest as exc:
+            return _json_error(400, f"{exc} (an event id; Last-Event-ID is read the same way)")
+        return streams.response(run_events(reader, rid, after))
 
     async def log_stream(request: Request) -> Response:
         try:
@@ -231,8 +266,7 @@ def create_app(config: UiConfig) -> Starlette:
             return _json_error(400, str(exc))
         except (StateError, LookupError) as exc:
             return _json_error(404, str(exc).strip("'\""))
-        stream = log_events(reader, rid, step, attempt, rank, offset)
-        return StreamingResponse(stream, media_type="text/event-stream", headers=SSE_HEADERS)
+        return streams.response(log_events(reader, rid, step, attempt, rank, offset))
 
     def action(build: Callable[[str, Request], list[str]]) -> Handler:
         def do(request: Request) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +24,33 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from hetflow.errors import UsageError
 
 LOOPBACK_NAMES = ("localhost",)
-# On every answer: no framing (the action buttons cannot be clicked through another site's
-# page), no MIME sniffing, and no Referer (the page's URL may carry the token).
+# The page runs only its own scripts (no inline script, no eval: share/ui/index.html loads
+# static/boot.js); inline style attributes stay allowed because the page sets progress-bar
+# widths and legend colours with them and the Gantt SVG carries a <style> element.
+CSP = (
+    "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; "
+    "connect-src 'self'; object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+# On every answer, the gate's own refusals too: no framing (the action buttons cannot be
+# clicked through another site's page), no MIME sniffing, no Referer (the page's URL may carry
+# the token), no embedding by another origin (an <img src> on another local site's page cannot
+# make the dashboard read a log: Cross-Origin-Resource-Policy), and the page's CSP.
 HARDENING = [
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
     (b"referrer-policy", b"no-referrer"),
+    (b"cross-origin-resource-policy", b"same-origin"),
+    (b"content-security-policy", CSP.encode()),
 ]
+# Sec-Fetch-Site values a browser sends for the dashboard's own page and for a URL typed or
+# opened from a bookmark; cross-site and same-site (another origin on the same site, such as
+# another port of 127.0.0.1) are refused before any work.  A client that sends no such header
+# (curl, scripts) is not a browser led by another page, and passes.
+FETCH_SITES_ALLOWED = (b"same-origin", b"none")
+# The page's boot script holds no data and is the same for everyone; the page cannot pass the
+# token on the <script src> that loads it (see index.html), so it is the one path without one.
+PUBLIC_PATHS = ("/static/boot.js",)
+_HOST = re.compile(r"^(?:\[(?P<v6>[0-9A-Fa-f:.]+)\]|(?P<name>[A-Za-z0-9.-]+))(?::(?P<port>[0-9]{1,5}))?$")
 MIN_TOKEN = 16
 
 
@@ -57,6 +78,8 @@ class UiConfig:
     actions: bool = False  # stop, resume, retry: POST endpoints
     show_env: bool = False  # show steps' env values (else names only)
     root: Path = Path(".")  # the plans view reads workflow / cluster / catalog files under it
+    max_streams: int = 64  # event streams open at once (runs' events and logs together); 503 beyond
+    max_planning: int = 2  # plans computed at once (/api/plan, /api/pareto); 503 beyond
 
     @property
     def needs_token(self) -> bool:
@@ -88,12 +111,44 @@ def _token_of(scope: Scope) -> str | None:
     return given[0] if given else None
 
 
-def _host_of(scope: Scope) -> str:
-    for key, value in scope.get("headers", ()):
-        if key == b"host":
-            host = str(value.decode("latin-1"))
-            return host.rsplit(":", 1)[0] if not host.endswith("]") else host
-    return ""
+def parse_host(value: str) -> str | None:
+    """The host of a Host header that names exactly one host[:port] (an IPv6 address in
+    brackets, a port of digits), else None: ``127.0.0.1:8901, evil.com`` is refused, not cut."""
+    m = _HOST.match(value)
+    if m is None or (m["port"] is not None and int(m["port"]) > 65535):
+        return None
+    if m["v6"] is not None:
+        try:
+            ipaddress.IPv6Address(m["v6"])
+        except ValueError:
+            return None
+        return f"[{m['v6']}]"
+    return str(m["name"])
+
+
+def _headers(scope: Scope, name: bytes) -> list[bytes]:
+    return [value for key, value in scope.get("headers", ()) if key == name]
+
+
+def _refusal(scope: Scope, token: bytes | None) -> tuple[int, str] | None:
+    """Why the gate refuses ``scope`` (status, message), or None to let it through."""
+    hosts = _headers(scope, b"host")
+    host = parse_host(hosts[0].decode("latin-1")) if len(hosts) == 1 else None
+    if hosts and host is None:
+        return 400, "the Host header must name exactly one host[:port] (an IPv6 address in brackets)"
+    sites = _headers(scope, b"sec-fetch-site")
+    if sites and any(site.strip().lower() not in FETCH_SITES_ALLOWED for site in sites):
+        return 403, "a page on another site or origin may not use this dashboard (Sec-Fetch-Site)"
+    if token is not None:
+        if scope.get("path") in PUBLIC_PATHS and scope["type"] == "http":
+            return None
+        given = _token_of(scope)
+        if given is None or not hmac.compare_digest(given.encode(), token):
+            why = "a token is needed" if given is None else "the token is wrong"
+            return 401, f"{why}: open the URL hetflow ui printed (it ends in ?token=...)"
+    elif not is_loopback(host or ""):
+        return 421, "this dashboard answers only on its loopback address; open http://127.0.0.1:PORT/"
+    return None
 
 
 class Gate:
@@ -105,17 +160,15 @@ class Gate:
         self._token = config.token.encode() if config.token else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] == "lifespan":  # the server's start and stop, not a client
             await self.app(scope, receive, send)
             return
-        if self._token is not None:
-            given = _token_of(scope)
-            if given is None or not hmac.compare_digest(given.encode(), self._token):
-                why = "a token is needed" if given is None else "the token is wrong"
-                await _error(send, 401, f"{why}: open the URL hetflow ui printed (it ends in ?token=...)")
-                return
-        elif not is_loopback(_host_of(scope)):
-            await _error(send, 421, "this dashboard answers only on its loopback address; open http://127.0.0.1:PORT/")
+        refusal = _refusal(scope, self._token)
+        if refusal is not None and scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008, "reason": refusal[1][:120]})  # 1008: policy violation
+            return
+        if refusal is not None:
+            await _error(send, *refusal)
             return
 
         async def send_hardened(message: Message) -> None:
@@ -128,7 +181,7 @@ class Gate:
 
 async def _error(send: Send, status: int, message: str) -> None:
     body = json.dumps({"error": message}).encode()
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *HARDENING]
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="hetflow ui"'))
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -13,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from hetflow.execute import RunPaths, read_lines
+from hetflow.execute import RunPaths, parse_line
 from hetflow.state import (
     RUN_TERMINAL,
     AttemptFinished,
@@ -82,17 +83,71 @@ def log_path(store: Store, run_id: str, step: str, attempt: int | None, rank: in
     return paths.rank_log(step, chosen.attempt, rank), chosen.attempt, chosen.state
 
 
-TAIL = 500
+TAIL = 500  # lines of a log's tail
+MAX_LOG_BYTES = 1 << 20  # bytes of log read for one answer or one stream poll (and the tail's window)
+CUT_MARK = " [... cut: the line is longer than {} bytes]"
 
 
-def log_tail(path: Path, offset: int | None) -> tuple[list[dict[str, str]], int]:
-    """The lines after ``offset`` (None: the last ``TAIL`` lines) and the offset after them."""
-    if not path.exists():
+def _lines_in(data: bytes, full: bool, cap: int) -> tuple[list[dict[str, Any]], int]:
+    """The lines (stream, text) of ``data``, a window of a log that starts at a line, and how
+    many of its bytes they use.  A group of partial (P) records not yet closed is left for
+    the next read, unless it fills the window (``full``): then it is sent cut, as is a single
+    record with no newline that fills it, so a reader always moves on."""
+    end = data.rfind(b"\n") + 1
+    if end == 0 and full:  # one record longer than the window: its start, cut
+        parsed = parse_line(data.decode("utf-8", "replace"))
+        stream, text = (parsed[1], parsed[3]) if parsed else ("stdout", data.decode("utf-8", "replace"))
+        return [{"stream": stream, "text": text + CUT_MARK.format(cap), "cut": True}], len(data)
+    out: list[dict[str, Any]] = []
+    pending, pending_stream, pos, group_start = "", "stdout", 0, 0
+    for raw in data[:end].splitlines(keepends=True):
+        parsed = parse_line(raw.decode("utf-8", "replace"))
+        if not pending:
+            group_start = pos
+        pos += len(raw)
+        if parsed is None:
+            continue
+        _, stream, partial, text = parsed
+        if partial:
+            pending, pending_stream = pending + text, stream
+            continue
+        out.append({"stream": stream, "text": pending + text})
+        pending = ""
+    if not pending:
+        return out, end
+    if group_start == 0 and full:  # a P group longer than the window: sent cut
+        out.append({"stream": pending_stream, "text": pending + CUT_MARK.format(cap), "cut": True})
+        return out, end
+    return out, group_start
+
+
+def log_tail(path: Path, offset: int | None, cap: int = MAX_LOG_BYTES) -> tuple[list[dict[str, Any]], int]:
+    """The lines after byte ``offset`` (None: the last ``TAIL`` lines within the log's last
+    ``cap`` bytes) and the offset to go on from.  At most ``cap`` bytes are read (a seek, never
+    the whole file); a line longer than that comes cut and marked, and a read that starts inside
+    a line (after a cut one) skips to the line's end."""
+    try:
+        f = path.open("rb")
+    except FileNotFoundError:
         return [], offset or 0
-    lines, end = read_lines(path, offset or 0)
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        start = max(0, size - cap) if offset is None else min(offset, size)
+        inside = False
+        if start > 0:
+            f.seek(start - 1)
+            inside = f.read(1) != b"\n"
+        data = f.read(min(cap, size - start))
+    full = len(data) == cap
+    if inside:  # the rest of a line already sent cut (or the tail window's first, partial line)
+        newline = data.find(b"\n")
+        if newline < 0:
+            return [], start + (len(data) if full else 0)
+        start, data, full = start + newline + 1, data[newline + 1 :], False
+    lines, used = _lines_in(data, full, cap)
     if offset is None:
         lines = lines[-TAIL:]
-    return [{"stream": s, "text": t} for s, t in lines], end
+    return lines, start + used
 
 
 async def log_events(
@@ -107,13 +162,28 @@ async def log_events(
     def state_now() -> str:
         return next(a.state for a in open_store().attempts(run_id, step) if a.attempt == number)
 
+    seen = -1  # the log's size at the last read: a log that did not grow is not read again
+
+    def size() -> int:
+        try:
+            return path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
     while True:
         state = await anyio.to_thread.run_sync(state_now)
-        lines, offset = await anyio.to_thread.run_sync(log_tail, path, offset)
+        now = await anyio.to_thread.run_sync(size)
+        lines: list[dict[str, Any]] = []
+        if now != seen or offset is None:
+            seen, before = now, offset
+            lines, after = await anyio.to_thread.run_sync(log_tail, path, offset)
+            offset = after
+            if after != before and after < now:
+                seen = -1  # more was there than one read takes: read on at the next poll
         for i, line in enumerate(lines):
             yield sse("line", line, offset if i == len(lines) - 1 else None)
             last_sent = time.monotonic()
-        if state in ATTEMPT_OVER and not lines:
+        if state in ATTEMPT_OVER and not lines and seen == now:
             yield sse("end", {"attempt": number, "state": state})
             return
         if time.monotonic() - last_sent > PING:

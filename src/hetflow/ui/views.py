@@ -25,12 +25,42 @@ MAX_PAGE = 200
 HIDDEN = "***"  # an env value the dashboard does not show (hetflow ui --show-env shows them)
 
 
+MAX_INT = 2**62  # the largest offset or id a query may give (SQLite's integers are 64-bit)
+
+
 class BadRequest(HetflowError):
     """A query the API cannot answer as asked (400): the message says what to change."""
 
 
 class Forbidden(HetflowError):
     """An action the dashboard was not started to allow (403)."""
+
+
+class Busy(HetflowError):
+    """The dashboard is at a limit it keeps (planning, event streams): 503, try again."""
+
+
+MAX_PARAM = 4096  # characters of one query parameter (a run name filter, a path under --root)
+
+
+def clean_param(name: str, value: str | None) -> str | None:
+    """A text query parameter: a NUL or control character, or one longer than ``MAX_PARAM``, is a 400 naming it."""
+    if value is not None and (len(value) > MAX_PARAM or any(ord(c) < 32 for c in value)):
+        raise BadRequest(f"{name}={value[:40]!r}: no control characters, at most {MAX_PARAM} characters")
+    return value
+
+
+def int_param(name: str, raw: str | None, default: int, low: int, high: int) -> int:
+    """A whole-number query parameter in ``low..high`` (``default`` when absent or empty), else a 400 naming it."""
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw) if raw.strip() == raw and len(raw) <= 20 else None
+    except ValueError:
+        value = None
+    if value is None or not low <= value <= high:
+        raise BadRequest(f"{name}={raw[:40]!r}: give a whole number from {low} to {high}")
+    return value
 
 
 def _duration(run: RunRecord, now: float | None = None) -> float | None:
@@ -58,14 +88,10 @@ def page_query(
 ) -> tuple[str | None, str | None, int, int]:
     """The run list's query parameters, checked: a bad one is a 400 that names it."""
     if state and state not in RUN_STATES:
-        raise BadRequest(f"state={state!r}: use one of {', '.join(RUN_STATES)}")
-    try:
-        n = int(limit) if limit else 50
-        start = int(offset) if offset else 0
-    except ValueError:
-        raise BadRequest(f"limit={limit!r}, offset={offset!r}: give whole numbers") from None
-    if not 1 <= n <= MAX_PAGE or start < 0:
-        raise BadRequest(f"limit must be 1..{MAX_PAGE} and offset 0 or more (got limit={n}, offset={start})")
+        raise BadRequest(f"state={state[:40]!r}: use one of {', '.join(RUN_STATES)}")
+    clean_param("name", name)
+    n = int_param("limit", limit, 50, 1, MAX_PAGE)
+    start = int_param("offset", offset, 0, 0, MAX_INT)
     return state or None, name or None, n, start
 
 
@@ -304,6 +330,7 @@ def under_root(root: Path, rel: str | None, what: str) -> Path:
     """A file the API may read: given, existing, and inside ``root`` (no ``..`` or links out)."""
     if not rel:
         raise BadRequest(f"give {what}=PATH (a file under {root}; /api/files lists them)")
+    clean_param(what, rel)
     base = root.resolve()
     path = (base / rel).resolve()
     if not path.is_relative_to(base):
