@@ -395,6 +395,50 @@ def test_manifest_redirects_go_only_to_the_upstream_or_the_allowlist(
     assert got.status_code == status, got.text
 
 
+@pytest.mark.parametrize(
+    ("location", "allowed", "status"),
+    [
+        ("http://127.0.0.1:8080/blob", (), 502),
+        ("http://169.254.169.254/latest/meta-data", (), 502),
+        ("http://10.1.2.3/blob", (), 502),
+        ("http://does-not-resolve.invalid/blob", (), 502),
+        ("http://10.1.2.3/blob", ("10.1.2.3",), 200),
+        ("http://93.184.215.14/blob", (), 200),
+    ],
+    ids=["loopback", "link-local-metadata", "private", "unresolvable", "allowlisted-private", "public-address"],
+)
+def test_blob_redirects_never_reach_inside_this_network(
+    tmp_path: Path, location: str, allowed: tuple[str, ...], status: int
+) -> None:
+    """A blob may come from a CDN (any public host), never from an address inside the proxy's
+    network unless the config allows that host (the MockTransport answers: nothing leaves)."""
+    fake = FakeRegistry()
+    layer = b"layer served from elsewhere"
+    desc = fake.push_image(REPO, "moved", layer=layer)
+    digest = json.loads(fake.manifests[REPO][desc["digest"]][0])["layers"][0]["digest"]
+    handle = fake.handle
+    reached: list[str] = []
+
+    def patched(request: httpx.Request) -> httpx.Response:
+        if request.url.host != "upstream.test":
+            reached.append(str(request.url))
+            return httpx.Response(200, content=layer)
+        if request.url.path.endswith(f"/blobs/{digest}"):
+            return httpx.Response(307, headers={"Location": location})
+        return handle(request)
+
+    fake.handle = patched  # type: ignore[method-assign]
+    env = _env(tmp_path, fake, redirect_hosts=allowed)
+    with env.client:
+        got = env.get(f"/v2/{REPO}/blobs/{digest}", "haswell-cpu")
+    assert got.status_code == status, got.text
+    if status == 200:
+        assert got.content == layer and reached == [location]
+    else:
+        assert not reached  # refused before a request went there
+        assert "does not resolve" in got.text or "inside this network" in got.text
+
+
 def test_a_web_page_is_never_served_as_a_manifest(tmp_path: Path) -> None:
     fake = FakeRegistry()
     fake.put_manifest(REPO, b"<html>login</html>", "text/html", "page")

@@ -14,8 +14,11 @@ sent as Basic, or traded for a bearer at the realm the upstream names (Docker to
 authentication, the same flow the proxy offers its own clients).  The Authorization
 that worked is kept per scope, for both clients, until the upstream refuses it.
 
-Redirects: blob GETs follow them anywhere (S3-backed registries send blobs from
-another host; the bytes are checked against their digest before anyone gets them).
+Redirects: blob GETs follow them to the upstream's host, one of ``redirect_hosts``, or
+any other host whose every address is public (S3-backed registries send blobs from another
+host, such as a CDN; the bytes are checked against their digest before anyone gets them):
+never to a loopback, private, link-local or otherwise non-global address, so an upstream
+cannot point the proxy at a service inside its network (server-side request forgery).
 Manifest and tag-list requests follow them only to the upstream's own host or one of
 ``redirect_hosts``, and never carry the upstream credentials off the upstream's host.
 """
@@ -23,6 +26,8 @@ Manifest and tag-list requests follow them only to the upstream's own host or on
 from __future__ import annotations
 
 import asyncio
+import ipaddress
+import socket
 from concurrent.futures import Executor
 from urllib.parse import urlsplit
 
@@ -66,7 +71,11 @@ class Upstream:
             "follow_redirects": True,  # S3-backed registries redirect blob GETs
         }
         self._client = httpx.AsyncClient(transport=transport, **{**common, "follow_redirects": False})  # type: ignore[arg-type]
-        self._sync = httpx.Client(transport=transport, **common)  # type: ignore[arg-type]
+        self._sync = httpx.Client(
+            transport=transport,
+            event_hooks={"request": [self._public_or_allowed]},  # every hop of a redirected blob GET
+            **common,  # type: ignore[arg-type]
+        )
         self._auth: dict[str, str] = {}  # scope -> Authorization header that worked
 
     async def aclose(self) -> None:
@@ -118,6 +127,26 @@ class Upstream:
         if start:
             headers["Range"] = f"bytes={start}-"
         return self._send_sync(f"/v2/{repo}/blobs/{digest}", self._headers(self._scope(repo), headers))
+
+    def _public_or_allowed(self, request: httpx.Request) -> None:
+        """A blob GET (or a hop of its redirects) may go to the upstream, ``redirect_hosts``,
+        or a host all of whose addresses are global (``ipaddress.is_global``: RFC 6890)."""
+        if request.url.netloc.decode().lower() in self._hosts:
+            return
+        host = request.url.host
+        try:
+            found = socket.getaddrinfo(host, request.url.port or 443, type=socket.SOCK_STREAM)
+        except OSError as err:
+            raise UpstreamUnavailable(
+                f"upstream {self.base_url} sent a blob request to {host}, which does not resolve: {err}"
+            ) from None
+        inside = sorted({str(info[4][0]) for info in found if not ipaddress.ip_address(info[4][0]).is_global})
+        if inside:
+            raise UpstreamUnavailable(
+                f"upstream {self.base_url} redirected a blob request to {request.url.copy_with(query=None)}, "
+                f"an address inside this network ({', '.join(inside)}); the proxy does not fetch from there "
+                "(add the host to redirect_hosts: in the proxy's config if it is meant)"
+            )
 
     def _send_sync(self, path: str, headers: dict[str, str]) -> httpx.Response:
         try:
