@@ -163,3 +163,21 @@ def test_the_job_script_passes_the_cgroup_parent_to_podman_run(tmp_path: Path) -
     run_line = next(line for line in script.splitlines() if '" run --rm' in line)
     assert '"${cgparent[@]}"' in run_line and "cgparent=()" in script
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_a_jobs_env_values_are_in_a_private_file_beside_its_script_never_in_it(tmp_path: Path) -> None:
+    """Step env (secrets among them) reach the node's podman through NAME.env (0600), so
+    neither the job script nor the node's podman command line carries a value."""
+    from hetflow.execute.backends.slurm.translate import env_file_of
+    from hetflow.execute.engine import write_env_file_at
+
+    secret = "s3cr3t-value"
+    spec = ContainerSpec(name=NAME, image="img", command=("true",), user="1000:1000", labels={}, env={"TOKEN": secret})
+    job = Job(name=NAME, run_id=RUN, step="s", attempt=1, container=spec, cpus=1, memory=1 << 20)
+    script = job_script(job, SlurmSettings(), tmp_path, "/c.conf", "/hooks")
+    assert secret not in script
+    assert f"--env-file {env_file_of(tmp_path, NAME)}" in script
+    written = write_env_file_at(env_file_of(tmp_path, NAME), spec.env)
+    assert written.read_text() == f"TOKEN={secret}\n"
+    assert written.stat().st_mode & 0o777 == 0o600
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)

@@ -140,14 +140,24 @@ def write_env_file(env: Mapping[str, str]) -> Path:
     so no value is on a command line that every local user can read in ``ps``.  podman takes
     each line's value verbatim up to its end: a value with a line break (or one too long for
     its line buffer) cannot be carried and is refused, naming the variable."""
+    directory = Path(tempfile.mkdtemp(prefix="hetflow-env-"))  # mode 0700: this user only
+    try:
+        return write_env_file_at(directory / "env", env)
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def write_env_file_at(path: Path, env: Mapping[str, str]) -> Path:
+    """``env`` as an ``--env-file`` at ``path`` (created mode 0600, replacing an older one):
+    what a cluster job reads on its node (Slurm: beside its job script)."""
     for k, v in env.items():
         if any(c in v for c in "\n\r\0") or len(k) + len(v) + 1 > ENV_FILE_MAX:
             raise EngineError(
                 f"env {k}: a value with a line break or over {ENV_FILE_MAX} bytes cannot be passed to the "
                 "container without showing it on a command line; put it in a file under the step's data instead"
             )
-    directory = Path(tempfile.mkdtemp(prefix="hetflow-env-"))  # mode 0700: this user only
-    path = directory / "env"
+    path.unlink(missing_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.writelines(f"{k}={v}\n" for k, v in sorted(env.items()))

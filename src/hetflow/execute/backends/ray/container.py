@@ -4,27 +4,30 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import ray
 
 from hetflow.config import SHARE, engine_env
 from hetflow.execute.backends.ray.translate import node_name, with_gpus
-from hetflow.execute.engine import ContainerSpec, run_args
+from hetflow.execute.engine import ContainerSpec, drop_env_file, run_args, write_env_file
 
 CANCELLED_CODE = 137  # what `podman stop` gives a container that ignores SIGTERM
 
 
-def foreground_argv(spec: ContainerSpec) -> list[str]:
+def foreground_argv(spec: ContainerSpec, env_file: Path | None = None) -> list[str]:
     """``podman run --rm`` in the foreground: the hardened ``run -d`` arguments without
-    ``-d``; the exit code of ``podman run`` is the container's."""
-    args = run_args(spec, engine="podman")
+    ``-d``; the exit code of ``podman run`` is the container's.  ``env_file``: the step's
+    environment is read from it (``engine.write_env_file``), never given on the command line."""
+    args = run_args(spec, engine="podman", env_file=env_file)
     args.remove("-d")
     return ["podman", "--hooks-dir", str(SHARE / "hooks.d"), args[0], "--rm", *args[1:]]
 
@@ -36,10 +39,11 @@ def run_container(spec: ContainerSpec, stop_timeout: int) -> tuple[int, str, str
     binary = shutil.which("podman")
     if binary is None:
         return 127, "EXITED", f"podman not found on node {_here()}: apt-get install -y podman runc"
-    argv = [binary, *foreground_argv(spec)[1:]]
+    env_file = write_env_file(spec.env) if spec.env else None  # 0600 in a private folder on this node
+    argv = [binary, *foreground_argv(spec, env_file)[1:]]
     env = engine_env()
     proc: subprocess.Popen[bytes] | None = None
-    with tempfile.TemporaryFile() as err:
+    with tempfile.TemporaryFile() as err, _dropped(env_file):
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
             code, status = _wait(proc), "EXITED"
@@ -49,6 +53,14 @@ def run_container(spec: ContainerSpec, stop_timeout: int) -> tuple[int, str, str
         lines = err.read().decode(errors="replace").strip().splitlines()
     reason = lines[-1] if lines and code in (125, 126, 127) else ""
     return code, status, reason
+
+
+@contextlib.contextmanager
+def _dropped(env_file: Path | None) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        drop_env_file(env_file)
 
 
 def _wait(proc: subprocess.Popen[bytes]) -> int:

@@ -16,8 +16,8 @@ from hetflow.execute.backends.slurm.client import SlurmClient, last_line
 from hetflow.execute.backends.slurm.gang import gang_scripts
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
-from hetflow.execute.backends.slurm.translate import job_script, sbatch_args
-from hetflow.execute.engine import CliEngine
+from hetflow.execute.backends.slurm.translate import env_file_of, job_script, sbatch_args
+from hetflow.execute.engine import CliEngine, write_env_file_at
 
 # Codes for jobs that ended with no exit code of their own, as a shell would report them.
 CANCELLED_CODE = common.TERMINATED_CODE  # scancel before the script could record anything
@@ -77,6 +77,8 @@ class SlurmBackend:
             (jobdir / f"{job.name}.task.sh").write_text(task)
             script.write_text(batch)
         else:
+            if job.container.env:
+                write_env_file_at(env_file_of(jobdir, job.name), job.container.env)
             script.write_text(job_script(job, self.settings, jobdir, conf, hooks))
         args = sbatch_args(job, self.settings, deps, jobdir)
         proc = self.client.run(["sbatch", *args, str(script)], check=False)

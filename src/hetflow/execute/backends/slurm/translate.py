@@ -117,10 +117,17 @@ finish "$code"
 """
 
 
+def env_file_of(jobdir: Path, name: str) -> Path:
+    """Where a job's environment waits for its node's ``podman run --env-file``."""
+    return jobdir / f"{name}.env"
+
+
 def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks: str) -> str:
     """The batch script: podman run in the foreground with exactly the GPUs Slurm gave."""
     spec = job.container
-    args = run_args(spec, engine="podman")
+    # the values travel in NAME.env beside the script (0600, written by submit), never in it
+    # or on the node's podman command line
+    args = run_args(spec, engine="podman", env_file=env_file_of(jobdir, job.name) if spec.env else None)
     start = len(args) - len(spec.command) - 1
     if args[:2] != ["run", "-d"] or args[start] != spec.image:
         raise EngineError(f"unexpected podman arguments for {job.name}: {args[:2]} ... {args[start]}")
