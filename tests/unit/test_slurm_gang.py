@@ -118,6 +118,10 @@ def test_the_scripts_are_bash_with_one_arm_per_replica(tmp_path: Path) -> None:
     assert "--network host" in task and "--hostname" not in task
     assert "per=1; launcher=mpi; port=29600; mpi_dir=/w/mpi" in task
     assert "n1) files=(/dev/nvidia3) ;;" in task and 'devdir=/devs/"$node"' in task
+    # each replica's env is read from its own file beside the scripts, never written in them
+    assert "A=1" not in task and "--env A" not in task
+    for i in range(3):
+        assert f"--env-file /j/r1/hf-r1-train-1.r{i}.env" in task
 
 
 def test_a_gang_needs_a_container_per_replica() -> None:

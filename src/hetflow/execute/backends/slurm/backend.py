@@ -13,7 +13,7 @@ from hetflow.execute.backends import common
 from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.backends.slurm import jobfiles, queue
 from hetflow.execute.backends.slurm.client import SlurmClient, last_line
-from hetflow.execute.backends.slurm.gang import gang_scripts
+from hetflow.execute.backends.slurm.gang import gang_scripts, replica_env_file
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import env_file_of, job_script, sbatch_args
@@ -73,6 +73,9 @@ class SlurmBackend:
         jobfiles.clear(jobdir, job.name)
         script = jobdir / f"{job.name}.sh"
         if job.gang is not None:
+            for rank, replica in enumerate(job.ranks or (job.container,)):
+                if replica.env:
+                    write_env_file_at(replica_env_file(jobdir, job.name, rank), replica.env)
             batch, task = gang_scripts(job, self.settings, jobdir, conf, hooks)
             (jobdir / f"{job.name}.task.sh").write_text(task)
             script.write_text(batch)

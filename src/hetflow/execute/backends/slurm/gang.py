@@ -216,9 +216,15 @@ done_ "$code"
 """
 
 
-def _replica_case(rank: int, spec: ContainerSpec) -> str:
+def replica_env_file(jobdir: Path, name: str, rank: int) -> Path:
+    """Where replica ``rank``'s environment waits for its node's ``podman run --env-file``
+    (written 0600 by submit; the task script holds no value)."""
+    return jobdir / f"{name}.r{rank}.env"
+
+
+def _replica_case(rank: int, spec: ContainerSpec, env_file: Path | None) -> str:
     """One ``case`` arm: replica ``rank``'s container name, log, podman options and command."""
-    args = run_args(spec, engine="podman")
+    args = run_args(spec, engine="podman", env_file=env_file)
     start = len(args) - len(spec.command) - 1
     if args[:2] != ["run", "-d"] or args[start] != spec.image:
         raise EngineError(f"unexpected podman arguments for {spec.name}: {args[:2]} ... {args[start]}")
@@ -266,6 +272,9 @@ def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hoo
         barrier=BARRIER_TIMEOUT,
         stop_timeout=int(settings.stop_timeout),
         job_cgroup=JOB_CGROUP,  # the replica's container under the job's cgroup (``cgroup``)
-        logs="".join(_replica_case(i, spec) for i, spec in enumerate(ranks)),
+        logs="".join(
+            _replica_case(i, spec, replica_env_file(jobdir, job.name, i) if spec.env else None)
+            for i, spec in enumerate(ranks)
+        ),
     )
     return batch, task

@@ -15,7 +15,7 @@ PER_ATTEMPT = (".exit", ".start", ".err", ".jobid", ".env")
 RELEASED = (".sh", *PER_ATTEMPT)
 # A gang's attempt also leaves its task script and each replica's host, exit code and
 # podman stderr (``gang``).
-GANG_FILES = (".task.sh", ".r*.host", ".r*.exit", ".r*.err")
+GANG_FILES = (".task.sh", ".r*.host", ".r*.exit", ".r*.err", ".r*.env")
 
 
 def clear(jobdir: Path, name: str) -> None:
