@@ -93,7 +93,8 @@ def test_resume_reruns_an_edited_step_and_its_descendants_and_keeps_the_rest(hf:
     resumed = hf("resume", run_id, "-q")
     assert "b: changed (command): runs again" in resumed.stderr
     assert "d: runs again: upstream step b changed" in resumed.stderr
-    assert "a:" not in resumed.stderr and "c:" not in resumed.stderr
+    said = [line.strip() for line in resumed.stderr.splitlines()]
+    assert not [line for line in said if line.startswith(("a:", "c:"))]  # the kept steps are not named
     assert _attempts(hf, run_id) == {"a": 1, "b": 2, "d": 2, "c": 1, "f": 2}
     workdir = Path(hf.show(run_id)["workdir"])
     assert (workdir / "steps" / "d" / "out" / "d.txt").read_text() == "two\n"
