@@ -83,6 +83,39 @@ def test_a_finished_container_left_by_the_last_executor_is_removed_and_one_in_fl
     )
 
 
+def test_a_gang_network_left_without_its_containers_is_removed_and_one_in_flight_kept(tmp_path: Path) -> None:
+    """A gang's containers are removed before its network, in the background: a kill -9
+    between the two leaves a network no container names (seen in the chaos test). The next
+    executor removes networks of this run's attempts that are over, never one in flight."""
+    from hetflow.execute.gang import network_name
+
+    w = world(
+        tmp_path,
+        "a:\n  image: x\n  outputs: [m]\nb:\n  image: x\n  inputs: {m: a/m}\n",
+        outcomes={"a": [Outcome(0, 1, files={"m": b"data"})], "b": [Outcome(0, 10)]},
+    )
+    crash_at(w, 1004.0)
+    a, b = container_name(w.run.id, "a", 1), container_name(w.run.id, "b", 1)
+    w.engine.networks[network_name(a)] = True  # a finished gang's, its containers already gone
+    w.engine.networks[network_name(b)] = True  # b's attempt is in flight: adopted, its network kept
+    other = network_name(container_name("0ther0000", "a", 1))
+    w.engine.networks[other] = True  # another run's
+    seen: list[set[str]] = []
+    remove = w.engine.remove_network
+
+    def removing(name: str) -> None:
+        seen.append({name, *(n for n in w.engine.networks if n == network_name(b))})
+        remove(name)
+
+    w.engine.remove_network = removing  # type: ignore[method-assign]
+    assert w.execute(pid=4343) == "succeeded"
+    assert seen and seen[0] == {network_name(a), network_name(b)}  # a's went first, while b's stayed
+    assert other in w.engine.networks
+    assert any(
+        e.message.startswith("removed 1 gang network(s) the last executor left") for e in w.store.events(w.run.id)
+    )
+
+
 COLLECTED = [
     pytest.param([Outcome(0, 5, files={"m": b"ok"})], [(1, SUCCEEDED, 0)], 0, id="exit-0-outputs-accepted"),
     pytest.param(

@@ -16,7 +16,8 @@ from hetflow.errors import StateError
 from hetflow.execute.attempts import Active, Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.local import LocalBackend
-from hetflow.execute.engine import ContainerEngine
+from hetflow.execute.engine import ContainerEngine, Networks
+from hetflow.execute.gang import network_name
 from hetflow.execute.paths import RunPaths
 from hetflow.execute.stopping import request_stop
 from hetflow.spec import descendants
@@ -95,6 +96,25 @@ def reconcile(attempts: Attempts) -> None:
         attempts.backend.release(leftover)
         message = f"removed {len(leftover)} finished container(s) the last executor left: {', '.join(leftover[:5])}"
         record(store, Note(0, run_id, time.time(), message + (" ..." if len(leftover) > 5 else ""), None, "collected"))
+    _drop_stale_networks(attempts, in_flight)
+
+
+def _drop_stale_networks(attempts: Attempts, in_flight: set[str]) -> None:
+    """Gang networks of this run whose attempt is over: the last executor removes a gang's
+    containers, then its network, in the background, so a kill -9 between the two leaves the
+    network with no container for ``release`` to find (the rule is doctor's: a network is kept
+    while its gang's attempt is in flight)."""
+    engine = getattr(attempts.backend, "engine", None)
+    listing = getattr(engine, "run_networks", None)
+    if not callable(listing) or not isinstance(engine, Networks):
+        return
+    keep = {network_name(c) for c in in_flight}
+    stale = sorted(n for n, r in listing().items() if r == attempts.run_id and n not in keep)
+    for net in stale:
+        engine.remove_network(net)
+    if stale:
+        message = f"removed {len(stale)} gang network(s) the last executor left: {', '.join(stale[:5])}"
+        record(attempts.store, Note(0, attempts.run_id, time.time(), message, None, "collected"))
 
 
 def stop_run(
