@@ -19,6 +19,7 @@ from hetflow.report import (
     trace_rows,
     trace_tsv,
 )
+from hetflow.report.trace import cell
 from hetflow.state import AttemptRecord, RunRecord, StepRecord
 
 MI, GI = 1 << 20, 1 << 30
@@ -295,3 +296,21 @@ def test_the_most_recent_request_and_the_highest_use_count() -> None:
 def test_cpus_asked_but_idle_get_a_suggestion() -> None:
     got = suggest_sizes([sample(cpus=8.0, memory=GI, cpu_seconds=10.0, seconds=10.0)])  # one core busy
     assert [(s.resource, s.asked, s.used, s.suggest) for s in got] == [("cpus", "8", "1.00", "1.5")]
+
+
+@pytest.mark.parametrize(
+    ("realtime", "cpu", "want"),
+    [(2.0, 1.0, "50.0%"), (1.0, 1.5, "150.0%"), (0.001, 0.057, "-")],
+    ids=["half-a-core", "at-the-threshold", "a-millisecond-step"],
+)
+def test_cpu_percent_is_unknown_for_a_step_too_short_to_measure(realtime: float, cpu: float, want: str) -> None:
+    # the cgroup's CPU time holds the runtime's own start-up: a step of a millisecond showed 5702%
+    a = attempt("a", run_started=T0, run_ended=T0 + realtime, cpu_seconds=cpu)
+    (row,) = trace_rows([a])
+    assert cell("%cpu", row["%cpu"]) == want
+
+
+def test_gpu_use_is_shown_in_percent_and_bytes() -> None:
+    a = attempt("a", gpu_util_mean=62.5, gpu_util_max=99.0, gpu_memory_peak=2 * GI)
+    (row,) = trace_rows([a])
+    assert [cell(f, row[f]) for f in ("gpu_util", "gpu_util_max", "gpu_mem_peak")] == ["62.5%", "99.0%", "2.0 GiB"]

@@ -13,6 +13,7 @@ from pathlib import Path
 from hetflow.execute.backends.base import Backend, JobState, MeasuresOnRelease, MeasuresUsage
 from hetflow.execute.diskfull import full_disk_reason, out_of_space, remove_partial
 from hetflow.execute.engine import Usage
+from hetflow.execute.gpuusage import GpuSampler, nvml_sampler
 from hetflow.execute.logs import log_tail
 from hetflow.execute.nextattempt import OOM_EXIT, Failure, Limits, NextAttempt, after_failure
 from hetflow.execute.outputs import accept_outputs, missing_outputs
@@ -112,6 +113,9 @@ class Attempts:
         self.next: dict[str, NextAttempt] = {}
         self.limits: Callable[[str], Limits] = lambda node: None  # what one node there holds
         self.cluster = False  # a cluster plan: a failed node class can be avoided
+        # NVML sampling of this machine's GPU attempts (``execute.gpuusage``): made when the
+        # first one starts, None where NVML is absent; False until then
+        self._gpu_sampler: GpuSampler | bool | None = False
 
     def emit(self, event: RunEvent) -> None:
         """The runner's one way to add to the run's event stream."""
@@ -153,11 +157,33 @@ class Attempts:
         event = f"{act.container} {status.lower()}: {reason}" if reason else f"{act.container} {status.lower()}"
         self.store.set_step(self.run_id, act.step, reason=shown, event=event)
 
+    def watch_gpus(self, act: Active) -> None:
+        """Sample the GPUs of an attempt that runs on this machine (its container started,
+        or was adopted) until it ends."""
+        if not act.gpus or self.backend.capabilities.assigns_gpus:
+            return  # a cluster engine's attempt runs elsewhere: NVML here knows nothing of it
+        if self._gpu_sampler is False:
+            self._gpu_sampler = nvml_sampler()
+        if isinstance(self._gpu_sampler, GpuSampler):
+            self._gpu_sampler.watch(act.container, act.gpus)
+
+    def _record_gpu(self, act: Active) -> None:
+        if isinstance(self._gpu_sampler, GpuSampler):
+            used = self._gpu_sampler.stop(act.container)
+            if used is not None and used.samples:
+                self.store.set_usage(self.run_id, act.step, act.attempt, **used.fields())
+
+    def close_gpu_sampler(self) -> None:
+        if isinstance(self._gpu_sampler, GpuSampler):
+            self._gpu_sampler.close()
+        self._gpu_sampler = False
+
     def record_usage(self, act: Active) -> None:
         """Store what the attempt used, read before its container (and cgroup) is removed:
         where the backend reads it as it releases the container (podman), that happens
         off the runner's path and ``store_usage`` stores it; a run killed meanwhile leaves
         it unknown.  Backends that cannot measure leave it unknown (NULL), never a guess."""
+        self._record_gpu(act)
         if not isinstance(self.backend, MeasuresUsage) or act.measured:
             return
         act.measured = True  # read once: the cgroup is gone after
@@ -329,6 +355,7 @@ class Attempts:
     def _measure_now(self, act: Active) -> tuple[int | None, bool | None]:
         """Read an attempt's usage before deciding its retry (peak memory and the engine's
         OOM flag are the out-of-memory evidence), instead of later as its container goes."""
+        self._record_gpu(act)
         if act.measured or not isinstance(self.backend, MeasuresUsage):
             return None, None
         act.measured = True

@@ -210,6 +210,7 @@ class Launcher:
         else:
             self.store.set_step(self.run_id, name, state=RUNNING)
         self.store.set_attempt(self.run_id, name, attempt, state=RUNNING)
+        self.attempts.watch_gpus(act)
         self.attempts.emit(AttemptStarted(0, self.run_id, now, f"{container} submitted", name, attempt, container))
 
     def _gang_specs(

@@ -69,6 +69,7 @@ def reconcile(attempts: Attempts) -> None:
             act.why, act.waiting = "", act.why.removeprefix(QUEUED_PREFIX)
         if st is not None and st.running:
             attempts.active[s.step] = act
+            attempts.watch_gpus(act)  # sampled from now on: what ran before hetflow came back is not seen
             store.set_step(run_id, s.step, state=RUNNING, event=f"adopted running container {a.container}")
             store.set_attempt(run_id, s.step, a.attempt, state=RUNNING)
         elif st is not None:

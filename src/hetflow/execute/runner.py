@@ -236,6 +236,7 @@ class Runner:
                 f"{exc}. The run was stopped; once there is room, 'hetflow resume {self.run_id}' continues it"
             ) from None
         finally:
+            self.attempts.close_gpu_sampler()
             self.attempts.flush_removals()
             if stop_watch is not None:
                 stop_watch()  # waits for the removals (and the usage read before each)

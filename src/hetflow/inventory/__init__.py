@@ -5,6 +5,7 @@
     cpu        /proc/cpuinfo and archspec: micro-architecture, x86-64 level, memory
     nvml       GPUs through NVML; procfs: GPUs from /proc/driver/nvidia when NVML is absent
     nvmlmig    MIG instances through NVML (nvidia-smi -L's MIG lines)
+    nvmlusage  what NVIDIA GPUs do now (utilisation, memory, compute processes): the executor samples it
     amd        AMD GPUs from the KFD topology in sysfs (gfx target, render node, ROCm); amdsmi when installed
     intel      Intel GPUs from DRM sysfs (device id -> family, memory)
     sharing    HETFLOW_GPU_SHARING: exclusive | time-slicing:N | mps:N -> GpuSharing
@@ -34,6 +35,7 @@ from hetflow.inventory.models import (
     Node,
     SharingMode,
 )
+from hetflow.inventory.nvmlusage import DeviceSample, NvmlUsage
 from hetflow.inventory.probe import discover
 from hetflow.inventory.profiles import PROFILES, profile_names, profile_node
 from hetflow.inventory.sharing import SHARING_VAR, parse_gpu_sharing
@@ -45,6 +47,7 @@ __all__ = [
     "PROFILES",
     "SHARING_VAR",
     "Cpu",
+    "DeviceSample",
     "Gpu",
     "GpuLink",
     "GpuModel",
@@ -52,6 +55,7 @@ __all__ = [
     "GpuVendorName",
     "MigDevice",
     "Node",
+    "NvmlUsage",
     "SharingMode",
     "discover",
     "gfx_target",

@@ -36,7 +36,7 @@ def cuda_version(encoded: int) -> str:
     return f"{encoded // 1000}.{encoded % 1000 // 10}"
 
 
-def _load_pynvml() -> Any:
+def load_pynvml() -> Any:
     try:
         import pynvml
     except ImportError:  # nvidia-ml-py is a dependency, but a broken install is possible
@@ -240,7 +240,7 @@ def probe_nvml_topology(
     queries that fail leave their fields unknown instead.  ``pci_root`` is sysfs's
     ``/sys/bus/pci/devices`` (a seam for tests), read for NUMA node and CPU affinity.
     """
-    api: Any = _load_pynvml() if nvml is None else nvml
+    api: Any = load_pynvml() if nvml is None else nvml
     if api is None:
         return None
     # pynvml raises NVMLError subclasses; OSError covers a libnvidia-ml.so that exists

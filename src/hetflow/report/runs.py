@@ -78,6 +78,12 @@ def run_json(
                 "cpus": a.cpus,
                 "memory": a.memory,
                 "peak_memory": a.peak_memory,
+                # what its GPUs did, sampled from NVML (percent; bytes; "process" when the
+                # memory is the attempt's own, "device" when it is all that was on its GPUs)
+                "gpu_util_mean": a.gpu_util_mean,
+                "gpu_util_max": a.gpu_util_max,
+                "gpu_memory_peak": a.gpu_memory_peak,
+                "gpu_memory_of": a.gpu_memory_of,
                 # the version of the run's workflow it ran (a resume applying an edit adds one);
                 # None: recorded by a hetflow that did not track it
                 "workflow_version": a.workflow_version,

@@ -5,9 +5,13 @@
 units, ``-`` for unknown.  Field names follow Nextflow's where they mean the same:
 ``submit`` is when hetflow handed the attempt to the engine, ``start``/``end`` when the
 container's process ran (the engine's own times, where it reports them), ``duration``
-submit to end, ``realtime`` start to end, ``%cpu`` CPU time over realtime.  ``peak_rss``
-is the peak of the attempt's cgroup: resident memory plus the page cache it touched,
-what the kernel would count against a memory limit.
+submit to end, ``realtime`` start to end, ``%cpu`` CPU time over realtime (unknown under
+``PCT_MIN_REALTIME``: the cgroup's CPU time also holds the runtime's own start-up, which a
+step of a few milliseconds turns into thousands of percent).  ``peak_rss`` is the peak of
+the attempt's cgroup: resident memory plus the page cache it touched, what the kernel
+would count against a memory limit.  ``gpu_util`` (mean) and ``gpu_util_max`` are NVML's
+utilisation of the attempt's GPUs and ``gpu_mem_peak`` the most GPU memory its processes
+held (``execute.gpuusage``; ``-`` where not sampled).
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ TRACE_FIELDS: tuple[str, ...] = (
     "%cpu",
     "peak_rss",
     "cpu_time",
+    "gpu_util",
+    "gpu_util_max",
+    "gpu_mem_peak",
     "cpus",
     "memory",
     "image",
@@ -53,6 +60,9 @@ def check_trace_fields(fields: Iterable[str]) -> tuple[str, ...]:
     if bad:
         raise UsageError(f"--fields: unknown field(s) {', '.join(bad)}; choose from {', '.join(TRACE_FIELDS)}")
     return out or DEFAULT_TRACE_FIELDS
+
+
+PCT_MIN_REALTIME = 1.0  # seconds
 
 
 def _minus(a: float | None, b: float | None) -> float | None:
@@ -82,7 +92,8 @@ def trace_rows(attempts: Sequence[AttemptRecord], cached: Sequence[StepRecord] =
         start = a.run_started
         end = a.run_ended if a.run_ended is not None else a.ended
         realtime = _minus(a.run_ended, a.run_started)
-        pct = None if a.cpu_seconds is None or not realtime else 100.0 * a.cpu_seconds / realtime
+        measurable = realtime is not None and realtime >= PCT_MIN_REALTIME
+        pct = 100.0 * a.cpu_seconds / realtime if a.cpu_seconds is not None and realtime and measurable else None
         rows.append(
             {
                 "task_id": 0,
@@ -101,6 +112,9 @@ def trace_rows(attempts: Sequence[AttemptRecord], cached: Sequence[StepRecord] =
                 "%cpu": pct,
                 "peak_rss": a.peak_memory,
                 "cpu_time": a.cpu_seconds,
+                "gpu_util": a.gpu_util_mean,
+                "gpu_util_max": a.gpu_util_max,
+                "gpu_mem_peak": a.gpu_memory_peak,
                 "cpus": a.cpus,
                 "memory": a.memory,
                 "image": a.image,
@@ -126,9 +140,9 @@ def cell(field: str, value: Any) -> str:
         return _clock(float(value))
     if field in ("duration", "realtime", "cpu_time"):
         return format_duration(float(value))
-    if field == "%cpu":
+    if field in ("%cpu", "gpu_util", "gpu_util_max"):
         return f"{float(value):.1f}%"
-    if field in ("peak_rss", "memory"):
+    if field in ("peak_rss", "memory", "gpu_mem_peak"):
         return format_bytes(int(value))
     if field == "cpus":
         return f"{float(value):g}"

@@ -118,10 +118,27 @@ class AttemptRecord:
     # resume that applied an edited file (workflow.v1.yaml keeps version 1), ...  None:
     # recorded by a hetflow that did not track versions.
     workflow_version: int | None = None
+    # What its GPUs did, sampled from NVML on this machine (``execute.gpuusage``): percent,
+    # bytes, and whose memory that is ("process": the attempt's own; "device": everything on
+    # its GPUs).  None: not sampled (no NVML, a fake GPU, a cluster engine, too short a step).
+    gpu_util_mean: float | None = None
+    gpu_util_max: float | None = None
+    gpu_memory_peak: int | None = None
+    gpu_memory_of: str | None = None
 
 
 # The measured columns of an attempt, which Store.set_usage writes.
-USAGE_FIELDS = ("peak_memory", "cpu_seconds", "image_id", "run_started", "run_ended")
+USAGE_FIELDS = (
+    "peak_memory",
+    "cpu_seconds",
+    "image_id",
+    "run_started",
+    "run_ended",
+    "gpu_util_mean",
+    "gpu_util_max",
+    "gpu_memory_peak",
+    "gpu_memory_of",
+)
 
 
 @dataclass(frozen=True)

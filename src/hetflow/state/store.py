@@ -81,6 +81,7 @@ CREATE TABLE IF NOT EXISTS attempts (
   image TEXT NOT NULL, state TEXT NOT NULL, exit_code INTEGER, started REAL, ended REAL,
   message TEXT NOT NULL DEFAULT '', cpus REAL, memory INTEGER, peak_memory INTEGER,
   cpu_seconds REAL, image_id TEXT, run_started REAL, run_ended REAL, workflow_version INTEGER,
+  gpu_util_mean REAL, gpu_util_max REAL, gpu_memory_peak INTEGER, gpu_memory_of TEXT,
   PRIMARY KEY (run_id, step, attempt));
 CREATE TABLE IF NOT EXISTS outputs (
   run_id TEXT NOT NULL, step TEXT NOT NULL, name TEXT NOT NULL, sha256 TEXT NOT NULL,
@@ -233,6 +234,7 @@ class Store(Leases, Pages, DataRows, PublishRows):
         self._migrate_attempt_usage()
         self._migrate_leases()
         self._migrate_workflow_version()
+        self._migrate_gpu_usage()
         if "pid_start" not in cols:
             # nullable: a run claimed by an older hetflow has no start time; liveness trusts its pid
             with self._tx(immediate=True) as db:
@@ -273,6 +275,25 @@ class Store(Leases, Pages, DataRows, PublishRows):
         with self._tx(immediate=True) as db:
             if "workflow_version" not in {r["name"] for r in db.execute("PRAGMA table_info(attempts)")}:
                 db.execute("ALTER TABLE attempts ADD COLUMN workflow_version INTEGER")
+
+    # What an attempt's GPUs did (``execute.gpuusage``), all nullable: unknown where not sampled.
+    _GPU_USAGE_COLUMNS = (
+        ("gpu_util_mean", "REAL"),
+        ("gpu_util_max", "REAL"),
+        ("gpu_memory_peak", "INTEGER"),
+        ("gpu_memory_of", "TEXT"),
+    )
+
+    def _migrate_gpu_usage(self) -> None:
+        """attempts' GPU-usage columns, keyed on their presence (a crash half-way is finished here)."""
+        have = {r["name"] for r in self._db.execute("PRAGMA table_info(attempts)")}
+        if not have or all(c in have for c, _ in self._GPU_USAGE_COLUMNS):
+            return
+        with self._tx(immediate=True) as db:
+            have = {r["name"] for r in db.execute("PRAGMA table_info(attempts)")}
+            for column, sql_type in self._GPU_USAGE_COLUMNS:
+                if column not in have:
+                    db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {sql_type}")
 
     def close(self) -> None:
         self._db.close()
@@ -677,4 +698,5 @@ def _attempt(r: sqlite3.Row) -> AttemptRecord:
         run_ended=r["run_ended"],
         # a store an older hetflow wrote, opened read-only (not migrated); sqlite3.Row's "in" tests values
         workflow_version=r["workflow_version"] if "workflow_version" in r.keys() else None,  # noqa: SIM118
+        **{c: r[c] for c, _ in Store._GPU_USAGE_COLUMNS if c in r.keys()},  # noqa: SIM118
     )
