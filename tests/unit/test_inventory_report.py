@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from rich.console import Console
 
-from hetflow.inventory import Cpu, Gpu, GpuLink, Node
+from hetflow.inventory import Cpu, Gpu, GpuLink, Node, node_fields
 from hetflow.report.nodes import TOPOLOGY_LEGEND, node_to_json, render_node, render_topology, topology_rows
 
 GIB = 1024**3
@@ -67,7 +68,8 @@ def test_node_to_json_adds_human_sizes_and_stays_json() -> None:
     assert data["memory_gib"] == 64.0
     assert data["memory_bytes"] == 64 * GIB
     assert data["gpu_count"] == 1
-    assert data["gpus"] == [{**a_gpu(0).model_dump(mode="json"), "memory_bytes": GIB // 2, "memory_gib": 0.5}]
+    want = {**a_gpu(0).model_dump(mode="json"), "memory_bytes": GIB // 2, "memory_gib": 0.5}
+    assert data["gpus"] == [{**want, "product_architecture": "Ampere"}]  # nvidia-smi -q's name for 8.0
     assert json.loads(json.dumps(data)) == data
 
 
@@ -78,7 +80,7 @@ def test_node_to_json_round_trips_to_node() -> None:
     # The added human fields are the only ones a Node (extra="forbid") would refuse.
     del data["memory_gib"], data["gpu_count"]
     for gpu in data["gpus"]:
-        del gpu["memory_gib"]
+        del gpu["memory_gib"], gpu["product_architecture"]
 
     assert Node.model_validate(data) == node
 
@@ -235,3 +237,17 @@ def test_node_to_json_carries_topology() -> None:
     assert isinstance(gpus, list)
     assert (gpus[2]["numa_node"], gpus[2]["cpu_affinity"]) == (1, "16-31,48-63")
     assert gpus[0]["pci_bus_id"] == ""
+
+
+def test_what_nodes_json_printed_on_a_real_h100_reads_back_as_a_node() -> None:
+    # `hetflow nodes --json` on the H100 machine (docs/gpu-runs/2026-11-27-h100), less its added fields
+    data = json.loads((Path(__file__).parent / "data" / "gpu-check" / "h100" / "nodes.json").read_text())[0]
+    node = Node.model_validate(node_fields(data))
+    assert (node.gpus[0].model, node.gpus[0].compute_capability, node.gpus[0].fake) == (
+        "NVIDIA H100 80GB HBM3",
+        "9.0",
+        False,
+    )
+    assert node_to_json(node)["gpus"][0]["product_architecture"] == "Hopper"  # as nvidia-smi -q says
+    with pytest.raises(ValueError, match="memry_bytes"):
+        Node.model_validate(node_fields({**data, "memry_bytes": 1}))  # a typo is still refused

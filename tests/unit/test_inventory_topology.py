@@ -310,3 +310,28 @@ def test_single_gpu_profile_topology_stays_unknown() -> None:
 
     assert t4.gpu_links == ()
     assert (t4.gpus[0].pci_bus_id, t4.gpus[0].numa_node, t4.gpus[0].cpu_affinity) == ("", None, "")
+
+
+@pytest.mark.parametrize(
+    ("nodes", "cpus", "want"),
+    [
+        ({"node0": "0-15"}, "0-15", 0),  # the H100 under Firecracker: -1 everywhere, every CPU in node 0
+        ({"node0": "0-7", "node1": "8-15"}, "8-11", 1),
+        ({"node0": "0-7", "node1": "8-15"}, "0-15", None),  # spans two nodes: no one answer
+        ({}, "0-15", None),  # no node list in sysfs
+    ],
+    ids=["vm-one-node", "second-node", "spans-nodes", "no-node-list"],
+)
+def test_numa_node_from_the_cpu_affinity_when_nvml_and_sysfs_say_minus_one(
+    tmp_path: Path, nodes: dict[str, str], cpus: str, want: int | None
+) -> None:
+    # as nvidia-smi topo -m derives its NUMA Affinity column (docs/gpu-runs/2026-11-27-h100)
+    pci = tmp_path / "sys" / "bus" / "pci" / "devices"
+    write_sysfs(pci, "0000:07:00.0", "-1", cpus)
+    for name, cpus_there in nodes.items():
+        (tmp_path / "sys" / "devices" / "system" / "node" / name).mkdir(parents=True)
+        (tmp_path / "sys" / "devices" / "system" / "node" / name / "cpulist").write_text(cpus_there + "\n")
+
+    gpus, _ = probe(FakeNvml(devices=[device(0, numa_node=-1)]), pci)
+
+    assert gpus[0].numa_node == want

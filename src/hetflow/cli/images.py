@@ -10,7 +10,7 @@ import typer
 from hetflow.cli.common import console, print_json
 from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
-from hetflow.inventory import Node, discover
+from hetflow.inventory import Node, discover, node_fields
 
 images_app = typer.Typer(
     help="Hardware-matched images: which build of an image index fits a node.", no_args_is_help=True
@@ -53,7 +53,7 @@ def load_node(spec: str | None) -> Node:
         if len(entries) != 1:
             raise UsageError(f"--node {spec}: holds {len(entries)} nodes; give a file with one")
         try:
-            return Node.model_validate({k: v for k, v in entries[0].items() if k in Node.model_fields})
+            return Node.model_validate(node_fields(entries[0]))
         except ValueError as exc:
             raise UsageError(f"--node {spec}: not a node description (hetflow nodes --json): {exc}") from None
     from hetflow.inventory import profile_names, profile_node

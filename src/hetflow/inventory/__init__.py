@@ -22,7 +22,7 @@ I/O (files, NVML, podman); everything after discovery works on the returned ``No
 from hetflow.inventory.amd import gfx_target, probe_amd
 from hetflow.inventory.cpu import x86_64_level
 from hetflow.inventory.fake import make_fake_gpus, parse_fake_spec
-from hetflow.inventory.gpumodels import KNOWN_MODELS, MIG_PROFILES, GpuModel, model_by_device_id
+from hetflow.inventory.gpumodels import KNOWN_MODELS, MIG_PROFILES, GpuModel, model_by_device_id, nvidia_architecture
 from hetflow.inventory.intel import intel_family, probe_intel
 from hetflow.inventory.models import (
     DEFAULT_TIMESLICE_SLOWDOWN,
@@ -34,6 +34,7 @@ from hetflow.inventory.models import (
     MigDevice,
     Node,
     SharingMode,
+    node_fields,
 )
 from hetflow.inventory.nvmlusage import DeviceSample, NvmlUsage
 from hetflow.inventory.probe import discover
@@ -62,6 +63,8 @@ __all__ = [
     "intel_family",
     "make_fake_gpus",
     "model_by_device_id",
+    "node_fields",
+    "nvidia_architecture",
     "parse_fake_spec",
     "parse_gpu_sharing",
     "probe_amd",

@@ -73,3 +73,18 @@ def model_by_device_id(vendor: str, device_id: str) -> tuple[str, GpuModel] | No
         if model.vendor == vendor and model.device_id == want:
             return key, model
     return None
+
+
+# nvidia-smi -q's "Product Architecture" by compute capability (NVIDIA's CUDA GPUs page:
+# developer.nvidia.com/cuda-gpus).  Majors hold one architecture, except 7 and 8.
+_NVIDIA_ARCH_MAJOR = {3: "Kepler", 5: "Maxwell", 6: "Pascal", 9: "Hopper", 10: "Blackwell", 12: "Blackwell"}
+_NVIDIA_ARCH = {"7.0": "Volta", "7.2": "Volta", "7.5": "Turing", "8.0": "Ampere", "8.6": "Ampere", "8.7": "Ampere"}
+_NVIDIA_ARCH |= {"8.9": "Ada Lovelace"}
+
+
+def nvidia_architecture(compute_capability: str) -> str:
+    """``"9.0"`` -> ``"Hopper"``, as nvidia-smi names it; ``""`` when unknown."""
+    if compute_capability in _NVIDIA_ARCH:
+        return _NVIDIA_ARCH[compute_capability]
+    major = compute_capability.partition(".")[0]
+    return _NVIDIA_ARCH_MAJOR.get(int(major), "") if major.isdigit() else ""

@@ -223,3 +223,20 @@ class Node(BaseModel):
         """Whether GPUs ``a`` and ``b`` (``a != b``) are joined by NVLink."""
         found = self._pair(a, b)
         return found is not None and found.kind == "NV"
+
+
+def node_fields(data: object) -> object:
+    """What ``hetflow nodes --json`` printed for one node, less the fields it adds for
+    people (``memory_gib``, ``gpu_count``, each GPU's ``memory_gib`` and
+    ``product_architecture``): the Node's own fields, which ``Node.model_validate`` takes
+    (it refuses any other, so a typo in a hand-written file is still caught there when it is
+    not one of the added ones)."""
+    if not isinstance(data, dict):
+        return data
+    added, gpu_added = ("memory_gib", "gpu_count"), ("memory_gib", "product_architecture")
+    out = {k: v for k, v in data.items() if k not in added}
+    if isinstance(out.get("gpus"), list):
+        out["gpus"] = [
+            {k: v for k, v in g.items() if k not in gpu_added} if isinstance(g, dict) else g for g in out["gpus"]
+        ]
+    return out

@@ -49,6 +49,7 @@ def _device(nvml: Any, index: int, driver: str, cuda: str | None, topo: _Topolog
     major, minor_cc = nvml.nvmlDeviceGetCudaComputeCapability(handle)
     minor = int(nvml.nvmlDeviceGetMinorNumber(handle))
     bus_id = topo.bus_id(handle)
+    affinity = topo.cpu_affinity(handle, bus_id)
     mig_enabled, mig = probe_mig(nvml, handle, minor, topo.errors)
     return Gpu(
         index=index,
@@ -61,8 +62,8 @@ def _device(nvml: Any, index: int, driver: str, cuda: str | None, topo: _Topolog
         device_path=f"/dev/nvidia{minor}",
         minor=minor,
         pci_bus_id=bus_id,
-        numa_node=topo.numa_node(handle, bus_id),
-        cpu_affinity=topo.cpu_affinity(handle, bus_id),
+        numa_node=topo.numa_node(handle, bus_id, affinity),
+        cpu_affinity=affinity,
         mig=mig,
         mig_enabled=mig_enabled,
     )
@@ -100,6 +101,36 @@ def cpulist(mask_words: Any) -> str:
     return ",".join(ranges)
 
 
+def cpu_set(text: str) -> set[int]:
+    """A cpulist (``"0-3,8"``) as a set; empty for ``""`` or anything unreadable."""
+    out: set[int] = set()
+    for part in text.strip().split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            return set()
+        out |= set(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def numa_of_cpus(cpus: str, node_root: Path) -> int | None:
+    """The NUMA node that holds every CPU of ``cpus`` (sysfs's ``nodeN/cpulist``), as
+    ``nvidia-smi topo -m`` derives its NUMA Affinity column from a GPU's CPU affinity; None
+    when they span nodes or sysfs says nothing.  A GPU in a VM often has no ``numa_node``
+    of its own (NVML and sysfs both say -1) while its CPUs all sit in node 0: seen on an
+    H100 under Firecracker (docs/gpu-runs/2026-11-27-h100)."""
+    want = cpu_set(cpus)
+    if not want:
+        return None
+    for d in sorted(node_root.glob("node[0-9]*"), key=lambda p: int(p.name[4:])):
+        try:
+            have = cpu_set(d.joinpath("cpulist").read_text())
+        except OSError:
+            continue
+        if want <= have:
+            return int(d.name[4:])
+    return None
+
+
 class _Topology:
     """The best-effort topology queries, each one ``unknown`` when NVML says no."""
 
@@ -124,7 +155,8 @@ class _Topology:
             log.debug("no PCI bus id from NVML: %s", err)
             return ""
 
-    def numa_node(self, handle: Any, bus_id: str) -> int | None:
+    def numa_node(self, handle: Any, bus_id: str, affinity: str = "") -> int | None:
+        """NVML's, else sysfs's, else the node of the GPU's CPU affinity (``numa_of_cpus``)."""
         value: int | None = None
         try:
             value = int(self.nvml.nvmlDeviceGetNumaNodeId(handle))
@@ -132,7 +164,11 @@ class _Topology:
             log.debug("no NUMA node from NVML (%s); trying sysfs", err)
             text = self._sysfs(bus_id, "numa_node")
             value = int(text) if text and text.lstrip("-").isdigit() else None
-        return None if value is None or value < 0 else value
+        if value is None or value < 0:
+            # sysfs's own node list, beside the PCI tree it was given (/sys/bus/pci/devices)
+            root = self.pci_root.parents[2] / "devices" / "system" / "node" if len(self.pci_root.parents) > 2 else None
+            return numa_of_cpus(affinity, root) if root is not None else None
+        return value
 
     def cpu_affinity(self, handle: Any, bus_id: str) -> str:
         text = self._sysfs(bus_id, "local_cpulist")

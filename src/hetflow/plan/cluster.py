@@ -35,7 +35,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from hetflow.errors import Problem, SpecError
-from hetflow.inventory import Gpu, GpuSharing, Node
+from hetflow.inventory import Gpu, GpuSharing, Node, node_fields
 from hetflow.plan.gpuspec import GPU_SPEEDS as GPU_SPEEDS
 from hetflow.plan.gpuspec import GpuSpec as GpuSpec
 from hetflow.plan.gpuspec import default_gpu_speed
@@ -229,23 +229,7 @@ def _gpu_speed(gpu: Gpu) -> float:
     return 1.0 if speed is None else speed
 
 
-# Keys `hetflow nodes --json` adds for people (report/nodes.py node_to_json); the byte
-# fields they are derived from stay the truth, so they are dropped before validation.
-_DERIVED_NODE_KEYS = ("memory_gib", "gpu_count")
-
-
-def _strip_derived(v: object) -> object:
-    if not isinstance(v, dict):
-        return v
-    out = {k: x for k, x in v.items() if k not in _DERIVED_NODE_KEYS}
-    if isinstance(out.get("gpus"), list):
-        out["gpus"] = [
-            {k: x for k, x in g.items() if k != "memory_gib"} if isinstance(g, dict) else g for g in out["gpus"]
-        ]
-    return out
-
-
-ProbedNode = Annotated[Node, BeforeValidator(_strip_derived)]
+ProbedNode = Annotated[Node, BeforeValidator(node_fields)]
 
 
 class _Machines(_Model):

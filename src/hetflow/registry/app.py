@@ -53,7 +53,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hetflow.errors import UsageError
 from hetflow.images import RegistryError
-from hetflow.inventory import Node
+from hetflow.inventory import Node, node_fields
 from hetflow.registry.auth import BearerSigner, bearer_challenge, parse_basic, parse_bearer
 from hetflow.registry.errors import ErrorCode, error_body, error_response
 from hetflow.registry.machines import MachineType, MachineTypeConflict, MachineTypeLimit, MachineTypes
@@ -350,10 +350,7 @@ class Registry:
             data: Any = json.loads(await request.body())
             if isinstance(data, list) and len(data) == 1:
                 data = data[0]  # `hetflow nodes --json` prints a list
-            if isinstance(data, dict):
-                # `hetflow nodes --json` adds fields of its own (as load_node, keep the Node's)
-                data = {k: v for k, v in data.items() if k in Node.model_fields}
-            node = Node.model_validate(data)
+            node = Node.model_validate(node_fields(data))  # less what `hetflow nodes --json` adds
         except (ValueError, ValidationError) as err:
             return error_response(400, "NODE_INVALID", f"the body is not the JSON of one `hetflow nodes` Node: {err}")
         try:

@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
-from hetflow.inventory import PROFILES, Node, profile_names, profile_node
+from hetflow.inventory import PROFILES, Node, node_fields, profile_names, profile_node
 
 __all__ = [
     "DEFAULT_LISTEN",
@@ -151,7 +151,7 @@ def read_node_file(path: Path) -> Node:
             if not data:
                 raise UsageError(f"{path}: the node list is empty")
             data = data[0]
-        return Node.model_validate(data)
+        return Node.model_validate(node_fields(data))
     except OSError as err:
         raise UsageError(f"cannot read node file {path}: {err.strerror}") from err
     except (json.JSONDecodeError, ValidationError) as err:

@@ -10,7 +10,7 @@ from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from hetflow.inventory import Gpu, Node
+from hetflow.inventory import Gpu, Node, nvidia_architecture
 
 _GIB = 1024**3
 _MIB = 1024**2
@@ -26,7 +26,17 @@ def node_to_json(node: Node) -> dict[str, object]:
     data = node.model_dump(mode="json")
     data["memory_gib"] = _gib(node.memory_bytes)
     data["gpu_count"] = len(node.gpus)
-    data["gpus"] = [{**gpu.model_dump(mode="json"), "memory_gib": _gib(gpu.memory_bytes)} for gpu in node.gpus]
+    data["gpus"] = [
+        {
+            **gpu.model_dump(mode="json"),
+            "memory_gib": _gib(gpu.memory_bytes),
+            # nvidia-smi -q's "Product Architecture" (Hopper); AMD's gfx target, Intel's family
+            "product_architecture": nvidia_architecture(gpu.compute_capability)
+            if gpu.vendor == "nvidia"
+            else gpu.architecture,
+        }
+        for gpu in node.gpus
+    ]
     return data
 
 
