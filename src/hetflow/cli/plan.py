@@ -9,6 +9,7 @@ from pathlib import Path
 import typer
 
 from hetflow.cli.common import console, err, open_store, parse_params, print_json
+from hetflow.cli.slowdown import profile_slowdown
 from hetflow.errors import UsageError
 from hetflow.plan import Instance, Plan, Suggestion, UsageSample, learn, suggest_sizes
 from hetflow.report import explain_step, plan_json, plan_table
@@ -37,6 +38,7 @@ def register(app: typer.Typer) -> None:
     app.command("simulate")(simulate_cmd)
     app.add_typer(cluster_app, name="cluster")
     app.add_typer(profile_app, name="profile")
+    profile_app.command("slowdown")(profile_slowdown)
     app.add_typer(import_app, name="import")
     app.add_typer(export_app, name="export")
 

@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from hetflow.execute.logs import log_tail, parse_line, read_lines
     from hetflow.execute.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
     from hetflow.execute.paths import RunPaths, container_name
-    from hetflow.execute.prepare import cluster_instance
+    from hetflow.execute.prepare import cluster_instance, measured_slowdowns
     from hetflow.execute.runner import NullReporter, Reporter, Runner
     from hetflow.execute.runplan import RunPlan, apply_images, stored_plan
     from hetflow.execute.session import (
@@ -86,7 +86,7 @@ _WHERE = {
     "data": ["DataManifest", "resolve_data"],
     "fakeengine": ["FakeEngine"],
     "fanout": ["expand_for_planning"],
-    "prepare": ["cluster_instance"],
+    "prepare": ["cluster_instance", "measured_slowdowns"],
     "container": ["build_spec", "container_env", "input_mounts"],
     "dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
     "engine": [
@@ -188,6 +188,7 @@ __all__ = [
     "log_tail",
     "make_backend",
     "make_engine",
+    "measured_slowdowns",
     "missing_outputs",
     "new_run_id",
     "open_run",

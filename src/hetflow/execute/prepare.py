@@ -20,17 +20,21 @@ from hetflow.inventory import Node
 from hetflow.plan import (
     Cluster,
     Instance,
+    MachineClass,
+    SharedSample,
     Steer,
     build_instance,
     can_run_here,
     first_class_rejection,
     image_check,
     learn,
+    learn_slowdown,
     load_cluster,
     plan_heuristic,
     plan_local,
     profile_for,
     steer_workflow,
+    with_slowdown,
 )
 from hetflow.spec import LoadedWorkflow
 from hetflow.state import Store
@@ -76,6 +80,23 @@ def _profile(store: Store, name: str) -> Mapping[tuple[str, str, str], float]:
     return profile_for(learn(store.history(name)), name)
 
 
+def measured_slowdowns(store: Store) -> dict[str, float]:
+    """The time-slicing slowdown fitted per GPU model from the samples ``hetflow profile
+    slowdown FILE`` recorded (``plan.learn_slowdown``); models without samples are absent."""
+    by_model: dict[str, list[SharedSample]] = {}
+    for s in store.slowdowns():
+        if s.mode == "time-slicing":
+            by_model.setdefault(s.gpu_model, []).append(SharedSample(s.solo, s.shared, s.load))
+    fitted = {m: learn_slowdown(samples) for m, samples in by_model.items()}
+    return {m: s for m, s in fitted.items() if s is not None}
+
+
+def with_measured_slowdowns(store: Store, classes: tuple[MachineClass, ...]) -> tuple[MachineClass, ...]:
+    """``classes`` with the slowdown measured on their GPU model, where the cluster file sets none."""
+    measured = measured_slowdowns(store)
+    return tuple(with_slowdown([c], measured[c.gpu_model])[0] if c.gpu_model in measured else c for c in classes)
+
+
 def plan_on_node(
     store: Store,
     loaded: LoadedWorkflow,
@@ -117,7 +138,7 @@ def cluster_instance(
     task per machine at a time (the SAGA comparison's model)."""
     return build_instance(
         loaded.workflow,
-        cluster.classes(),
+        with_measured_slowdowns(store, cluster.classes()),
         bandwidth=cluster.bandwidth_bytes,
         profile=_profile(store, loaded.workflow.name),
         one_task_per_machine=saga,

@@ -63,6 +63,7 @@ from hetflow.state.models import (
     PublishRecord,
     RunRecord,
     RunView,
+    SlowdownSample,
     StepRecord,
     UsageRow,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "RunStateChanged",
     "RunView",
     "RunWatch",
+    "SlowdownSample",
     "StepRecord",
     "StepStateChanged",
     "Store",

@@ -228,3 +228,18 @@ class PublishRecord:
     workflow: str
     time: float
     etag: str = ""  # S3: the object's ETag when it was written ("" for host files)
+
+
+@dataclass(frozen=True)
+class SlowdownSample:
+    """One measured run of a GPU shared by ``load`` tenants against the same run alone
+    (``tools/gpu-check``'s sharing part, read in by ``hetflow profile slowdown FILE``): the
+    points ``plan.learn_slowdown`` fits the time-slicing model to."""
+
+    gpu_model: str  # as NVML names it ("NVIDIA H100 80GB HBM3"), the cluster file's gpus.model
+    mode: str  # "time-slicing" or "mps"
+    solo: float  # seconds
+    shared: float  # seconds
+    load: float  # tenants on the GPU
+    source: str  # where it was read from (a file)
+    time: float  # when it was recorded

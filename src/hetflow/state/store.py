@@ -50,6 +50,7 @@ from hetflow.state.models import (
 )
 from hetflow.state.pages import Pages
 from hetflow.state.publishrows import PublishRows
+from hetflow.state.slowdownrows import SlowdownRows
 
 # 3 (later, still 3: a nullable column added where missing, see _migrate): runs.pid_start, the
 #    executor's start time.
@@ -115,7 +116,7 @@ def _now() -> float:
     return time.time()
 
 
-class Store(Leases, Pages, DataRows, PublishRows):
+class Store(Leases, Pages, DataRows, PublishRows, SlowdownRows):
     """One connection per process; every write is its own short transaction."""
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
@@ -191,6 +192,7 @@ class Store(Leases, Pages, DataRows, PublishRows):
                     raise StoreFull(f"cannot open the state store: {disk_full_message(path)}") from None
                 raise StateError(f"cannot write {id_file(path)}: {exc.strerror}") from None
         self._migrate_published()  # old and new stores alike (issue 22: publish records)
+        self._migrate_slowdowns()  # measured GPU-sharing slowdowns (tools/gpu-check)
 
     def _open_read_only(self, path: Path) -> None:
         if not path.is_file():
