@@ -9,7 +9,7 @@ APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip 
 	netavark aardvark-dns iptables openssh-client chromium chromium-driver
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 
-.PHONY: deps install demo demo-slurm demo-ray test lint unit integration chaos fuzz bench images clean ui-vendor
+.PHONY: deps install demo demo-slurm demo-ray test lint unit integration chaos fuzz bench images clean ui-vendor gpu-kit
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -77,9 +77,14 @@ demo-slurm: install images  ## a local Slurm cluster (munge, slurmctld, two slur
 demo-ray: install images  ## a local Ray cluster of two nodes runs circuit
 	$(PY) -m demo.clusters ray
 
+# The real-GPU acceptance kit (README "On a real GPU"): what a bare GPU machine lacks for
+# tools/gpu-check, in ./gpu-kit (git-ignored, under 64 MiB), verified by `tools/gpu-check --dry-run`.
+gpu-kit: install
+	PY=$(PY) tools/gpu-kit/build gpu-kit
+
 lint: install
-	$(VENV)/bin/ruff check src tests bench demo
-	$(VENV)/bin/ruff format --check src tests bench demo
+	$(VENV)/bin/ruff check src tests bench demo tools/gpu_check.py
+	$(VENV)/bin/ruff format --check src tests bench demo tools/gpu_check.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -118,7 +123,7 @@ bench: install images
 	$(PY) -m bench.ui
 
 clean:
-	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache gpu-kit
 
 # The dashboard's JavaScript libraries (dagre, Chart.js) are committed under src/hetflow/share/ui/vendor/;
 # this fetches exactly the same versions from npm again (needs node + npm and the network). Nothing depends on it.

@@ -1,0 +1,301 @@
+"""tools/gpu-check, the real-GPU acceptance check, on what can be checked without a GPU:
+its comparison of hetflow's discovery with nvidia-smi, the judging of the injection run,
+the slowdown fit, the report, the kit verification and its arguments.
+
+The nvidia-smi, hetflow and CUDA outputs under data/gpu-check/h100 and docs/gpu-runs are
+real: they came from the check's run on an NVIDIA H100 on 2026-11-27 (README "On a real
+GPU").  Where a test changes one, it says so."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import sys
+import tarfile
+import zipfile
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from hetflow.plan import learn_slowdown
+
+ROOT = Path(__file__).resolve().parents[2]
+H100 = Path(__file__).parent / "data" / "gpu-check" / "h100"
+RUN = ROOT / "docs" / "gpu-runs" / "2026-11-27-h100"
+
+
+def _load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools" / "gpu_check.py")
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = mod  # dataclasses look their module up
+    spec.loader.exec_module(mod)
+    return mod
+
+
+gc = _load()
+
+
+def h100_rows(**gpu_changes: Any) -> list[dict[str, Any]]:
+    node = json.loads((H100 / "nodes.json").read_text())[0]
+    node["gpus"][0].update(gpu_changes)
+    return list(
+        gc.compare_discovery(
+            node,
+            gc.parse_query((H100 / "smi-query.csv").read_text()),
+            gc.parse_smi_xml((H100 / "smi.xml").read_text()),
+            gc.parse_topo((H100 / "smi-topo.txt").read_text()),
+        )
+    )
+
+
+def test_the_h100s_discovery_agreed_with_nvidia_smi_except_numa_and_architecture() -> None:
+    # nodes.json came from the hetflow of that day: no NUMA node (NVML and sysfs said -1) and no
+    # architecture name; both were fixed after it (inventory.nvml.numa_of_cpus, nvidia_architecture)
+    rows = h100_rows()
+    differ = {r["field"]: (r["hetflow"], r["nvidia-smi"], r["strict"]) for r in rows if not r["match"]}
+    assert differ == {"NUMA node": ("", "0", True), "architecture": ("", "Hopper", False)}
+    agreed = {r["field"] for r in rows if r["match"]}
+    assert {"UUID", "model", "memory (MiB)", "compute capability", "driver", "CUDA version", "MIG mode"} <= agreed
+    assert {"PCI bus id", "CPU affinity"} <= agreed
+
+
+def test_with_what_hetflow_says_now_every_field_agrees() -> None:
+    # the two fields as today's hetflow fills them on that machine (changed here, see above)
+    rows = h100_rows(numa_node=0, product_architecture="Hopper")
+    assert [r["field"] for r in rows if not r["match"]] == []
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"memory_bytes": 80 << 30}, "memory (MiB)"),
+        ({"compute_capability": "8.0"}, "compute capability"),
+        ({"cuda_version": "12.4"}, "CUDA version"),
+        ({"mig_enabled": True}, "MIG mode"),
+        ({"cpu_affinity": "0-7"}, "CPU affinity"),
+    ],
+    ids=["memory", "capability", "cuda", "mig", "affinity"],
+)
+def test_a_field_that_differs_is_caught(change: dict[str, Any], field: str) -> None:
+    bad = [r["field"] for r in h100_rows(numa_node=0, **change) if not r["match"] and r["strict"]]
+    assert bad == [field]
+
+
+TWO_NVLINK = (
+    "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\n"
+    "GPU0\t X \tNV12\t0-31\t0\t\tN/A\n"
+    "GPU1\tNV12\t X \t0-31\t0\t\tN/A\n"
+)
+
+
+def test_topology_parses_links_and_affinities() -> None:
+    real = gc.parse_topo((H100 / "smi-topo.txt").read_text())  # escapes and all
+    assert real == {"gpus": {"GPU0": {"links": {}, "cpu_affinity": "0-15", "numa_affinity": "0"}}}
+    two = gc.parse_topo(TWO_NVLINK)["gpus"]
+    assert two["GPU0"] == {"links": {"GPU1": "NV12"}, "cpu_affinity": "0-31", "numa_affinity": "0"}
+
+
+def test_links_compare_nvlink_counts_as_nvidia_smi_prints_them() -> None:
+    node = {"gpus": [{"uuid": f"GPU-{i}", "cpu_affinity": "0-31"} for i in range(2)]}
+    node["gpu_links"] = [{"a": 0, "b": 1, "kind": "NV", "nvlinks": 12}]
+    query = [{k: "" for k in gc.QUERY.split(",")} | {"index": str(i), "uuid": f"GPU-{i}"} for i in range(2)]
+    rows = gc.compare_discovery(node, query, {"cuda_version": "", "gpus": {}}, gc.parse_topo(TWO_NVLINK))
+    assert [r["match"] for r in rows if r["field"] == "links"] == [True, True]
+    node["gpu_links"] = [{"a": 0, "b": 1, "kind": "SYS", "nvlinks": 0}]
+    rows = gc.compare_discovery(node, query, {"cuda_version": "", "gpus": {}}, gc.parse_topo(TWO_NVLINK))
+    assert [r["match"] for r in rows if r["field"] == "links"] == [False, False]
+
+
+# --- sharing -------------------------------------------------------------------------------
+
+
+def test_the_h100s_shared_runs_fit_by_hetflows_learn_slowdown() -> None:
+    modes = json.loads((RUN / "slowdown.json").read_text())["modes"]
+    for mode, want in (("time-slicing", 1.161), ("mps", 0.969)):
+        times = {int(k): v for k, v in modes[mode]["times"].items()}
+        s = gc.fit_slowdown(gc.sharing_samples(times), learn_slowdown)
+        assert s == pytest.approx(want, abs=0.001)
+
+
+def test_the_models_own_point_gives_its_default() -> None:
+    # the seed's measurement: 28.7 s shared by two, 14.6 s alone
+    assert gc.fit_slowdown(gc.sharing_samples({1: [14.6], 2: [28.7, 28.7]}), learn_slowdown) == pytest.approx(
+        0.966, abs=0.001
+    )
+
+
+def test_loop_times_are_read_from_each_process_and_a_silent_one_fails() -> None:
+    assert gc.loop_seconds(["loop n=2048 iters=400 seconds=1.2706 gpu=NVIDIA H100 80GB HBM3 devices=1\n"]) == [1.2706]
+    with pytest.raises(gc.CheckError, match="printed no time"):
+        gc.loop_seconds(["cuda error: out of memory (cudaMalloc(&a, bytes))\n"])
+    with pytest.raises(gc.CheckError, match="no solo run"):
+        gc.sharing_samples({2: [2.0, 2.0]})
+
+
+# --- injection -----------------------------------------------------------------------------
+
+LOGS = (RUN / "injection-logs.txt").read_text()
+USE = {"gpu_util_mean": 80.1, "gpu_util_max": 100.0, "gpu_memory_peak": 593494016, "gpu_memory_of": "process"}
+
+
+def test_the_h100_injection_run_passes() -> None:
+    wrong, seen = gc.judge_injection(gc.step_lines(LOGS, "gpu"), gc.step_lines(LOGS, "cpu"), 0, USE)
+    assert wrong == []
+    assert seen["devices"] == ["nvidia-uvm", "nvidia-uvm-tools", "nvidia0", "nvidiactl"]
+    assert seen["hardening"] == {"CapEff": "0000000000000000", "NoNewPrivs": "1", "Seccomp": "2"}
+
+
+@pytest.mark.parametrize(
+    ("gpu_edit", "cpu_edit", "use", "said"),
+    [
+        (("nvidia0", "nvidia0\nnvidia1"), None, USE, "expected only nvidia0"),
+        (("CapEff:\t0000000000000000", "CapEff:\t00000000a80425fb"), None, USE, "not hardened"),
+        (("ok n=1024", "wrong: 5 of"), None, USE, "did not print its checked result"),
+        (None, ("null", "null\nnvidia0"), USE, "CPU step sees NVIDIA"),
+        (None, ("check-exit=2", "ok n=64\ncheck-exit=0"), USE, "found a GPU in the CPU step"),
+        (None, None, {**USE, "gpu_util_max": None}, "holds no GPU use"),
+    ],
+    ids=["another-gpu", "capabilities", "wrong-result", "cpu-sees-gpu", "cpu-runs-cuda", "no-usage"],
+)
+def test_each_broken_promise_is_named(
+    gpu_edit: tuple[str, str] | None, cpu_edit: tuple[str, str] | None, use: dict[str, Any], said: str
+) -> None:
+    gpu, cpu = gc.step_lines(LOGS, "gpu"), gc.step_lines(LOGS, "cpu")
+    if gpu_edit:
+        gpu = gpu.replace(*gpu_edit)
+    if cpu_edit:
+        cpu = cpu.replace(*cpu_edit)
+    wrong, _ = gc.judge_injection(gpu, cpu, 0, use)
+    assert len(wrong) == 1 and said in wrong[0]
+
+
+def test_why_nccl_refused_is_the_line_after_last_error() -> None:
+    tried = json.loads((RUN / "gpu-check.json").read_text())["parts"][3]["details"]["tried"]
+    assert gc.why_refused(tried[0]["output"][0]) == "Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 60"
+
+
+# --- the report ----------------------------------------------------------------------------
+
+
+def test_the_report_is_a_markdown_table_and_exit_needs_every_part_that_ran() -> None:
+    parts = [gc.Part("discovery", "passed", 4.2, "12 of 12"), gc.Part("sharing", "skipped", summary="dry run")]
+    text = gc.markdown({"date": "d", "device": {"gpu": "H100"}, "parts": [vars(p) for p in parts]})
+    assert "| discovery | passed | 4.2 | 12 of 12 |" in text and "| sharing | skipped |" in text
+    assert gc.overall(parts) == 0
+    assert gc.overall([*parts, gc.Part("gang", "failed", error="x")]) == 1
+    assert gc.overall([gc.Part("gang", "skipped")]) == 1  # nothing ran: nothing passed
+
+
+# --- the kit -------------------------------------------------------------------------------
+
+
+def _wheel(path: Path, name: str, requires: list[str]) -> None:
+    with zipfile.ZipFile(path, "w") as z:
+        meta = "".join(f"Requires-Dist: {r}\n" for r in requires)
+        z.writestr(f"{name}-1.0.dist-info/METADATA", f"Metadata-Version: 2.1\nName: {name}\n{meta}")
+
+
+def make_kit(root: Path) -> Path:
+    """A kit folder with every piece the dry run looks for (stand-ins, not the real files)."""
+    kit = root / "kit"
+    (kit / "wheels").mkdir(parents=True)
+    (kit / "debs").mkdir()
+    _wheel(
+        kit / "wheels" / "hetflow-0.1.0-py3-none-any.whl",
+        "hetflow",
+        ["pydantic>=2.6", "PyYAML>=6", "ray; extra == 'ray'"],
+    )
+    _wheel(kit / "wheels" / "pydantic-2.14.4-py3-none-any.whl", "pydantic", [])
+    _wheel(kit / "wheels" / "pyyaml-6.0.4-cp312-cp312-manylinux2014_x86_64.whl", "pyyaml", [])
+    for d in gc.NEEDED_DEBS:
+        (kit / "debs" / f"{d}_1.0_amd64.deb").write_bytes(b"!<arch>\n")
+    with tarfile.open(kit / "image.oci.tar", "w") as t:
+        for name, data in (("oci-layout", b'{"imageLayoutVersion": "1.0.0"}'), ("index.json", b"{}")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    (kit / "gpu-check").write_text("#!/usr/bin/env python3\n")
+    (kit / "check.cu").write_text("int main() { return 0; }\n")
+    gc.write_manifest(kit)
+    return kit
+
+
+def test_a_complete_kit_passes_the_dry_run(tmp_path: Path) -> None:
+    kit = make_kit(tmp_path)
+    assert gc.verify_kit(kit) == []
+    out = tmp_path / "out"
+    assert gc.main(["--dry-run", "--kit", str(kit), str(out)]) == 0
+    report = json.loads((out / "gpu-check.json").read_text())
+    assert report["mode"] == "dry-run"
+    assert [(p["name"], p["status"]) for p in report["parts"]][:2] == [("kit", "passed"), ("discovery", "skipped")]
+    assert (out / "gpu-check.md").read_text().startswith("### gpu-check")
+
+
+def _change(kit: Path, what: str) -> str:
+    if what == "tampered":
+        (kit / "check.cu").write_text("changed\n")
+        return "check.cu: differs from MANIFEST.json"
+    if what == "dependency":
+        (kit / "wheels" / "pydantic-2.14.4-py3-none-any.whl").unlink()
+        gc.write_manifest(kit)
+        return "hetflow needs pydantic"
+    if what == "ray":
+        _wheel(kit / "wheels" / "ray-2.60.0-cp312-cp312-manylinux2014_x86_64.whl", "ray", [])
+        gc.write_manifest(kit)
+        return "not needed there"
+    if what == "cp311":
+        _wheel(kit / "wheels" / "pydantic_core-2.50.5-cp311-cp311-manylinux2014_x86_64.whl", "pydantic_core", [])
+        gc.write_manifest(kit)
+        return "not installable by CPython 3.12"
+    if what == "podman":
+        (kit / "debs" / "podman_1.0_amd64.deb").unlink()
+        gc.write_manifest(kit)
+        return "no podman .deb"
+    if what == "too-big":
+        with (kit / "debs" / "huge_1.0_amd64.deb").open("wb") as f:
+            f.truncate(65 << 20)  # sparse: no disk spent
+        gc.write_manifest(kit)
+        return "at most 64 MiB"
+    if what == "not-oci":
+        with tarfile.open(kit / "image.oci.tar", "w") as t:
+            t.add(kit / "check.cu", arcname="rootfs.tar")
+        gc.write_manifest(kit)
+        return "not an OCI archive"
+    raise AssertionError(what)
+
+
+@pytest.mark.parametrize("what", ["tampered", "dependency", "ray", "cp311", "podman", "too-big", "not-oci"])
+def test_what_is_wrong_with_a_kit_is_named(tmp_path: Path, what: str) -> None:
+    kit = make_kit(tmp_path)
+    said = _change(kit, what)
+    problems = gc.verify_kit(kit)
+    assert len(problems) == 1 and said in problems[0], problems
+    assert gc.main(["--dry-run", "--kit", str(kit), str(tmp_path / "out")]) == 1
+
+
+def test_no_kit_folder_says_make_gpu_kit(tmp_path: Path) -> None:
+    assert gc.verify_kit(tmp_path / "none") == [
+        f"no kit folder at {tmp_path / 'none'}: run `make gpu-kit` (it writes ./gpu-kit)"
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--parts", "discovery,bogus", "OUT"], "unknown part(s) bogus"),
+        ([], "give OUTDIR"),
+        (["FILE"], "is a file; give a folder"),
+    ],
+    ids=["bad-part", "no-outdir", "outdir-is-a-file"],
+)
+def test_bad_arguments_exit_2_with_a_message(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], said: str
+) -> None:
+    (tmp_path / "FILE").write_text("x")
+    args = [str(tmp_path / a) if a in ("OUT", "FILE") else a for a in args]
+    assert gc.main(args) == 2
+    assert said in capsys.readouterr().err
