@@ -63,10 +63,16 @@ def test_the_h100s_discovery_agreed_with_nvidia_smi_except_numa_and_architecture
     assert {"PCI bus id", "CPU affinity"} <= agreed
 
 
-def test_with_what_hetflow_says_now_every_field_agrees() -> None:
-    # the two fields as today's hetflow fills them on that machine (changed here, see above)
-    rows = h100_rows(numa_node=0, product_architecture="Hopper")
-    assert [r["field"] for r in rows if not r["match"]] == []
+def test_on_the_third_run_after_the_fixes_every_field_agreed() -> None:
+    # the same check's last run that day, with the NUMA and architecture fixes (docs/gpu-runs/2026-11-27-h100-c)
+    run = RUN.parent / "2026-11-27-h100-c"
+    rows = gc.compare_discovery(
+        json.loads((run / "nodes.json").read_text())[0],
+        gc.parse_query((run / "smi-query.csv").read_text()),
+        gc.parse_smi_xml((run / "smi.xml").read_text()),
+        gc.parse_topo((run / "smi-topo.txt").read_text()),
+    )
+    assert len(rows) == 12 and [r["field"] for r in rows if not r["match"]] == []
 
 
 @pytest.mark.parametrize(
@@ -220,6 +226,7 @@ def make_kit(root: Path) -> Path:
             t.addfile(info, io.BytesIO(data))
     (kit / "gpu-check").write_text("#!/usr/bin/env python3\n")
     (kit / "check.cu").write_text("int main() { return 0; }\n")
+    (kit / "sms.cu").write_text("int main() { return 0; }\n")
     gc.write_manifest(kit)
     return kit
 
@@ -299,3 +306,96 @@ def test_bad_arguments_exit_2_with_a_message(
     args = [str(tmp_path / a) if a in ("OUT", "FILE") else a for a in args]
     assert gc.main(args) == 2
     assert said in capsys.readouterr().err
+
+
+# --- leases: hetflow's own time-slicing and MPS tenants ------------------------------------
+
+
+def tenants(overlap: bool = True, gpus: tuple[str, str] = ("GPU-a", "GPU-a")) -> dict[str, Any]:
+    spans = [(10.0, 14.0), (11.0, 15.0) if overlap else (14.5, 18.0)]
+    return {
+        "steps": [
+            {
+                "step": f"tenant.{i}",
+                "state": "succeeded",
+                "attempt_history": [{"gpu_uuids": [g], "started": a, "ended": e}],
+            }
+            for i, (g, (a, e)) in enumerate(zip(gpus, spans, strict=True))
+        ]
+    }
+
+
+def tenant_log(usable: int, share: bool = True, device: int = 132) -> str:
+    lines = ["CUDA_VISIBLE_DEVICES=0", "HETFLOW_GPU_SHARE=0.5" if share else "", "nvidia0", "nvidiactl"]
+    lines += [
+        f"sms usable={usable} device={device}",
+        "loop n=2048 iters=800 seconds=2.5 gpu=NVIDIA H100 80GB HBM3 devices=1",
+    ]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize(
+    ("mode", "usable", "clients", "shown", "share", "said"),
+    [
+        ("time-slicing", 132, 0, tenants(), True, ""),
+        ("mps", 66, 2, tenants(), True, ""),  # as on the H100: the driver itself says 66 under MPS at 50 %
+        ("mps", 132, 2, tenants(), True, "not an MPS client"),
+        ("mps", 66, 1, tenants(), True, "saw 1 client(s) connect"),
+        ("time-slicing", 132, 0, tenants(overlap=False), True, "did not run at the same time"),
+        ("time-slicing", 132, 0, tenants(gpus=("GPU-a", "GPU-b")), True, "ran on different GPUs"),
+        ("time-slicing", 132, 0, tenants(), False, "was not told its share"),
+        ("time-slicing", 66, 0, tenants(), True, "may use 66 of 132 SMs"),
+    ],
+    ids=[
+        "sliced",
+        "mps",
+        "mps-not-a-client",
+        "mps-one-client",
+        "one-after-another",
+        "two-gpus",
+        "no-share",
+        "sliced-limited",
+    ],
+)
+def test_two_half_gpu_tenants_are_judged(
+    mode: str, usable: int, clients: int, shown: dict[str, Any], share: bool, said: str
+) -> None:
+    # under MPS the driver's own SM count is the client's limited one (the H100: 66/66 at 50 %)
+    device = usable if mode == "mps" else 132
+    logs = {f"tenant.{i}": tenant_log(usable, share, device) for i in range(2)}
+    wrong, seen = gc.judge_leases(mode, logs, shown, clients, full_sms=132 if mode == "mps" else None)
+    if not said:
+        assert wrong == [] and seen["sms"]["tenant.0"].startswith(f"{usable}/")
+    else:
+        assert wrong and all(said in w for w in wrong), wrong
+
+
+def test_a_failed_tenant_is_said_plainly() -> None:
+    shown = tenants()
+    shown["steps"][1]["state"] = "failed"
+    wrong, _ = gc.judge_leases("mps", {}, shown, 0)
+    assert wrong == ["mps: the tenants did not both succeed (tenant.0: succeeded, tenant.1: failed)"]
+
+
+def test_tenants_taken_from_the_cache_did_not_run() -> None:
+    # seen on the H100: the mps run's tenants were the time-slicing run's, cached
+    shown = tenants()
+    for s in shown["steps"]:
+        s["attempt_history"] = []
+    wrong, _ = gc.judge_leases("mps", {}, shown, 0)
+    assert wrong == ["mps: the tenants did not run (taken from the cache: run with --no-cache)"]
+
+
+def test_mps_clients_are_counted_from_the_daemons_control_log() -> None:
+    log = (RUN.parent / "2026-11-27-h100-c" / "leases-mps-control.log").read_text()
+    assert gc.mps_clients(log) == 4  # two tenants, two CUDA processes each (sms, then check)
+
+
+def test_the_h100s_mps_tenants_were_mps_clients() -> None:
+    # hetflow's two MPS tenants on the H100, in hardened containers: 66 of 132 SMs each
+    run = RUN.parent / "2026-11-27-h100-c"
+    text = (run / "leases-mps.txt").read_text()
+    logs = {s: gc.step_lines(text, s) for s in ("tenant.0", "tenant.1")}
+    clients = gc.mps_clients((run / "leases-mps-control.log").read_text())
+    wrong, seen = gc.judge_leases("mps", logs, tenants(), clients, full_sms=132)
+    assert wrong == [] and seen["sms"] == {"tenant.0": "66/66", "tenant.1": "66/66"}
