@@ -10,12 +10,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import functools
 import gc
-import hashlib
-import json
-import os
-import pickle
 import re
 import types
 import typing
@@ -27,7 +22,6 @@ from typing import Annotated, Any, ClassVar
 import yaml
 from pydantic import BaseModel, ValidationError
 
-from hetflow.config import hetflow_home
 from hetflow.errors import Problem, SpecError
 from hetflow.spec.checks import check_workflow
 from hetflow.spec.fanout import expand, expand_static, is_fanout
@@ -67,13 +61,12 @@ def load_workflow(
     path: str | Path, overrides: Mapping[str, object] | None = None, base: Path | None = None
 ) -> LoadedWorkflow:
     """Load a workflow file; relative data paths, publish targets and includes are read
-    against ``base`` (default: the file's directory; a resumed run passes the original's)."""
+    against ``base`` (default: the file's directory; a resumed run passes the original's).
+    Always parses: the commands load through ``hetflow.state.load_workflow_cached``, which
+    keeps big parses under HETFLOW_HOME (spec/ reads only the files a workflow names)."""
     p = Path(path)
     text = read_yaml_text(p, "a workflow YAML")
-    base = base or p.resolve().parent
-    if len(text) >= PARSE_CACHE_MIN_BYTES and not os.environ.get("HETFLOW_NO_PARSE_CACHE"):
-        return _load_cached(text, str(p), overrides, base)
-    return parse_workflow(text, str(p), overrides, base=base)
+    return parse_workflow(text, str(p), overrides, base=base or p.resolve().parent)
 
 
 def read_yaml_text(path: Path, what: str) -> str:
@@ -102,71 +95,20 @@ def read_yaml_text(path: Path, what: str) -> str:
         ) from None
 
 
-# --- parsed big workflows, kept by content ---------------------------------------------------
-
-PARSE_CACHE_MIN_BYTES = 256 * 1024  # about 1,000 steps: below that, parsing is quicker than the cache
-_PARSE_CACHE_KEEP = 32
-
-
-@functools.cache
-def _code_digest() -> str:
-    """The spec package's own source: a parse kept by another hetflow is not reused."""
-    h = hashlib.sha256()
-    for f in sorted(Path(__file__).parent.glob("*.py")):
-        h.update(f.read_bytes())
-    return h.hexdigest()
-
-
-def _load_cached(text: str, file: str, overrides: Mapping[str, object] | None, base: Path) -> LoadedWorkflow:
-    """A big workflow parsed before, with the same text, path, params, includes and hetflow,
-    is read back from HETFLOW_HOME/cache/specs instead of parsed again (like Python's .pyc).
-    Anything wrong with the kept copy means a parse; a failed parse is never kept."""
-    key = hashlib.sha256(
-        json.dumps([_code_digest(), file, str(base), sorted((overrides or {}).items(), key=str), text]).encode()
-    ).hexdigest()
-    folder = hetflow_home() / "cache" / "specs"
-    kept = folder / f"{key}.pickle"
-    try:
-        with kept.open("rb") as f, _no_cyclic_gc():
-            includes, loaded = pickle.load(f)
-        if all(_digest_of(Path(i)) == d for i, d in includes) and isinstance(loaded, LoadedWorkflow):
-            return loaded
-    except (OSError, pickle.PickleError, EOFError, ValueError, TypeError, AttributeError):
-        pass
-    loaded = parse_workflow(text, file, overrides, base=base)
-    includes = [(i, _digest_of(Path(i))) for i in loaded.workflow.include]
-    with contextlib.suppress(OSError, pickle.PickleError):
-        folder.mkdir(parents=True, exist_ok=True)
-        tmp = kept.with_suffix(f".tmp{os.getpid()}")
-        with tmp.open("wb") as f:
-            pickle.dump((includes, loaded), f, protocol=pickle.HIGHEST_PROTOCOL)
-        os.replace(tmp, kept)
-        for old in sorted(folder.glob("*.pickle"), key=lambda q: q.stat().st_mtime)[:-_PARSE_CACHE_KEEP]:
-            old.unlink(missing_ok=True)
-    return loaded
-
-
-def _digest_of(path: Path) -> str:
-    try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()
-    except OSError:
-        return ""
-
-
 def parse_workflow(
     text: str, file: str = "<workflow>", overrides: Mapping[str, object] | None = None, base: Path | None = None
 ) -> LoadedWorkflow:
     """Parse, validate and template a workflow; raise SpecError listing every problem."""
-    with _no_cyclic_gc():
+    with no_cyclic_gc():
         return _parse(text, file, overrides, base or Path.cwd())
 
 
 @contextlib.contextmanager
-def _no_cyclic_gc() -> Iterator[None]:
+def no_cyclic_gc() -> Iterator[None]:
     """Parsing allocates hundreds of thousands of small objects and frees almost none, so
     Python's cycle collector would walk the growing heap again and again for nothing (it
-    took 40% of loading a 10,000-step file); it is paused while a file is read and resumed
-    after, as it was."""
+    took 40% of loading a 10,000-step file); it is paused while a file is read (or a kept
+    parse unpickled: ``hetflow.state.parsecache``) and resumed after, as it was."""
     was = gc.isenabled()
     gc.disable()
     try:

@@ -10,6 +10,7 @@ states a run and a step may take, and the run's typed event stream.
     liveness is a running run's executor still there (pid and its start time)
     busy     the retry that waits out a store another process holds locked
     integrity quick_check on open, the store's marker (state.db.id), full disks
+    parsecache big workflows kept parsed under HETFLOW_HOME/cache/specs (``load_workflow_cached``)
 """
 
 from hetflow.state.events import (
@@ -66,12 +67,15 @@ from hetflow.state.models import (
     StepRecord,
     UsageRow,
 )
+from hetflow.state.parsecache import NO_PARSE_CACHE_ENV, PARSE_CACHE_MIN_BYTES, load_workflow_cached
 from hetflow.state.store import SCHEMA_VERSION, Store
 
 __all__ = [
     "FAILED",
     "LAUNCHING",
     "NEW_STORE_ENV",
+    "NO_PARSE_CACHE_ENV",
+    "PARSE_CACHE_MIN_BYTES",
     "PENDING",
     "QUEUED",
     "QUEUED_PREFIX",
@@ -115,6 +119,7 @@ __all__ = [
     "follow",
     "free_bytes",
     "is_full",
+    "load_workflow_cached",
     "mount_point",
     "pid_alive",
     "process_start",
