@@ -14,6 +14,7 @@
     layout       read_layout(dir): OCI image layout directories
     index_build  build_index: per-build tags -> one index with platform.features
     service      inspect_image, resolve_image, build_index_image: what the CLI calls
+    localimages  LocalImages, the seam to podman's local storage (PodmanImages the real one)
     errors       ImageError and its subclasses (all HetflowError)
 
 Data flows one way: reference/oci -> requirements -> nodecheck -> match (pure) -> client/layout (I/O) -> service.
@@ -38,6 +39,7 @@ from hetflow.images.fake import FakeRegistry
 from hetflow.images.gpumatch import ROCM_RELEASES, check_rocm, rocm_distance
 from hetflow.images.index_build import build_index, parse_build_entry
 from hetflow.images.layout import read_layout, write_layout
+from hetflow.images.localimages import LocalImage, LocalImages, PodmanImages
 from hetflow.images.match import (
     ANNOTATION_GPU_GFX,
     ANNOTATION_GPU_INTEL,
@@ -69,9 +71,6 @@ from hetflow.images.oci import (
 from hetflow.images.reference import ImageReference, parse_reference
 from hetflow.images.requirements import Requirements, normalize_arch
 from hetflow.images.service import (
-    LocalImage,
-    LocalImages,
-    PodmanImages,
     ResolveResult,
     build_index_image,
     inspect_image,

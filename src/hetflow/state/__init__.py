@@ -2,6 +2,8 @@
 states a run and a step may take, and the run's typed event stream.
 
     store    Store: runs, steps, attempts, outputs, events, GPU leases, stored plans
+    schema   the tables a new store is created with, and the schema versions
+    attemptrows attempts, their outputs and the measured history (mixed into Store)
     leases   the GPU lease rows Store mixes in (whole GPUs, shares, MIG instances)
     datarows fan-out expansions, cross-run cache entries, file hashes (mixed in too)
     pages    the paged reads a dashboard makes (mixed in too; ``Store(read_only=True)``)
@@ -68,7 +70,8 @@ from hetflow.state.models import (
     UsageRow,
 )
 from hetflow.state.parsecache import NO_PARSE_CACHE_ENV, PARSE_CACHE_MIN_BYTES, load_workflow_cached
-from hetflow.state.store import SCHEMA_VERSION, Store
+from hetflow.state.schema import SCHEMA_VERSION
+from hetflow.state.store import Store
 
 __all__ = [
     "FAILED",
