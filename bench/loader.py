@@ -93,7 +93,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from bench._previous_loader.loader import load_workflow as previous_load
-    from hetflow.spec import load_workflow
+    from hetflow.state import load_workflow_cached as load_workflow
 
     with tempfile.TemporaryDirectory(prefix="hetflow-bench-loader-") as tmp:
         path = Path(tmp) / "big.yaml"

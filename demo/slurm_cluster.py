@@ -3,7 +3,7 @@
 One munged (its own key and socket), one slurmctld, and one slurmd per fake node: every
 slurmd is started with ``-N NAME`` and listens on its own port (``NodeName=... NodeHostname=
 localhost Port=...``), which Debian's Slurm 22.05 allows.  Each node's fake GPUs are mknod'd
-device nodes (inventory.fake) in a folder of its own, ``BASE/dev/NODE``, named by gres.conf,
+device nodes (inventory.fakegpus) in a folder of its own, ``BASE/dev/NODE``, named by gres.conf,
 as a real node's /dev/nvidiaN are.  Exit codes need no accounting database: the backend's
 job script writes them to files, and MinJobAge keeps finished jobs in squeue for a while.
 
@@ -33,7 +33,7 @@ from pathlib import Path
 from hetflow.config import hetflow_home
 from hetflow.errors import EngineError
 from hetflow.execute.backends.slurm import SlurmSettings
-from hetflow.inventory.fake import make_fake_gpus, parse_fake_spec
+from hetflow.inventory.fakegpus import make_fake_gpus, parse_fake_spec
 
 INSTALL = "apt-get install -y slurm-wlm munge"
 PARTITION = "hf"

@@ -41,7 +41,7 @@ from demo.slurm_cluster import FakeNode, make_drm_gpus
 from ray.cluster_utils import Cluster
 
 from hetflow.execute.backends.ray import NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RaySettings
-from hetflow.inventory.fake import make_fake_gpus
+from hetflow.inventory.fakegpus import make_fake_gpus
 from tests.contract.backend_contract import BUSYBOX
 
 # (name, CPUs, fake GPUs, GPU model for make_fake_gpus, Ray accelerator type, node type)

@@ -38,9 +38,9 @@ import pytest
 from demo.images import build_tiny_image
 
 from hetflow.config import engine_env, find_engine
+from hetflow.images import Requirements, parse_requirements
 from hetflow.images.client import RegistryClient
 from hetflow.images.index_build import build_index
-from hetflow.images.match import Requirements, parse_requirements
 
 __all__ = ["Registry", "push_builds", "require_tools", "start_registry", "tiny_build_image"]
 

@@ -23,8 +23,7 @@ from hypothesis import strategies as st
 from hetflow.cli.main import main
 from hetflow.errors import HetflowError, Problem, SpecError
 from hetflow.plan.cluster import parse_catalog, parse_cluster
-from hetflow.spec import parse_workflow
-from hetflow.spec.loader import compose_yaml
+from hetflow.spec import compose_yaml, parse_workflow
 
 TOTAL = int(os.environ.get("HETFLOW_FUZZ_EXAMPLES") or 5000)
 SEED = os.environ.get("HETFLOW_FUZZ_SEED")

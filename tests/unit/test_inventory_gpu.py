@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.inventory import Gpu
-from hetflow.inventory.fakes import FakeNvml, FakeNvmlDevice, MissingNvml
+from hetflow.inventory.fakenvml import FakeNvml, FakeNvmlDevice, MissingNvml
 from hetflow.inventory.nvml import cuda_version, probe_nvml
 from hetflow.inventory.procfs import (
     compute_capability_for,

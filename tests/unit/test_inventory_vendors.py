@@ -11,7 +11,7 @@ import pytest
 
 from hetflow.inventory import discover
 from hetflow.inventory.amd import amdsmi_names, gfx_target, probe_amd, rocm_version
-from hetflow.inventory.fakes import FakeMigDevice, FakeNvml, FakeNvmlDevice, MissingNvml
+from hetflow.inventory.fakenvml import FakeMigDevice, FakeNvml, FakeNvmlDevice, MissingNvml
 from hetflow.inventory.intel import intel_family, probe_intel
 from hetflow.inventory.nvml import probe_nvml
 

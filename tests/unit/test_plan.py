@@ -12,7 +12,7 @@ from hetflow.errors import Problem
 from hetflow.inventory.models import Gpu, Node
 from hetflow.plan.choose import Choice, GreedyChooser, feasibility_problems, variant_order
 from hetflow.plan.filters import Capacity, Status, check, gpu_qualifies, qualifying_gpus
-from hetflow.spec.models import GpuConstraint, Resources, Variant
+from hetflow.spec import GpuConstraint, Resources, Variant
 from tests.unit.builders import GIB, gpu, load_steps, node
 
 T4 = gpu(0, model="Tesla T4", memory_gib=15, cc="7.5")

@@ -8,8 +8,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.plan.instance import Option, Task
-from hetflow.spec import GpuRequest, load_workflow
-from hetflow.spec.models import Resources
+from hetflow.spec import GpuRequest, Resources, load_workflow
 
 
 @pytest.mark.parametrize(

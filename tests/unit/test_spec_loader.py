@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hetflow.errors import Problem, SpecError
-from hetflow.spec.models import GpuConstraint, Resources, Variant
+from hetflow.spec import GpuConstraint, Resources, Variant
 from tests.unit.builders import GIB, MIB, load, load_steps, steps_yaml
 
 # --- valid workflows -------------------------------------------------------------------

@@ -11,8 +11,10 @@ import pytest
 from hetflow.errors import SpecError
 from hetflow.plan.build import build_instance
 from hetflow.plan.instance import Edge, MachineClass
+from hetflow.spec import Resources
 from hetflow.spec.loader import parse_workflow
-from hetflow.spec.models import MIN_MEMORY, NAME_RE, Resources
+from hetflow.spec.models import NAME_RE
+from hetflow.spec.resources import MIN_MEMORY
 from hetflow.spec.wfcommons import (
     PLACEHOLDER_IMAGE,
     TraceTask,

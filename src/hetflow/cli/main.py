@@ -59,12 +59,13 @@ def validate(
     """Check a workflow: format, DAG, data paths, and whether this machine can run it."""
     from hetflow.inventory import discover
     from hetflow.plan import feasibility_problems
-    from hetflow.spec import load_workflow, pending_source
+    from hetflow.spec import pending_source
+    from hetflow.state import load_workflow_cached
 
     pending: dict[str, str] = {}
     steps = 0
     try:
-        loaded = load_workflow(file, parse_params(param))
+        loaded = load_workflow_cached(file, parse_params(param))
         problems = list(loaded.notes) + feasibility_problems(loaded, discover(hetflow_home()))
         steps = len(loaded.workflow.steps)
         for name, step in loaded.workflow.steps.items():

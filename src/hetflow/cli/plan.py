@@ -13,7 +13,8 @@ from hetflow.cli.slowdown import profile_slowdown
 from hetflow.errors import UsageError
 from hetflow.plan import Instance, Plan, Suggestion, UsageSample, learn, suggest_sizes
 from hetflow.report import explain_step, plan_json, plan_table
-from hetflow.spec import LoadedWorkflow, load_workflow, parse_duration
+from hetflow.spec import LoadedWorkflow, parse_duration
+from hetflow.state import load_workflow_cached
 
 cluster_app = typer.Typer(help="Virtual clusters: which nodes to rent.", no_args_is_help=True)
 profile_app = typer.Typer(help="Run times learned from finished runs.", no_args_is_help=True)
@@ -23,7 +24,7 @@ def _load(workflow: Path, param: list[str]) -> LoadedWorkflow:
     """The workflow with its fan-outs over host data expanded (the files are listed)."""
     from hetflow.execute import expand_for_planning
 
-    return expand_for_planning(load_workflow(workflow, parse_params(param)))
+    return expand_for_planning(load_workflow_cached(workflow, parse_params(param)))
 
 
 import_app = typer.Typer(help="Convert workflows from other formats.", no_args_is_help=True)

@@ -59,7 +59,7 @@ def run(
     from hetflow.execute import load_settings, submit_run
     from hetflow.inventory import discover
     from hetflow.plan import parse_steer
-    from hetflow.spec import load_workflow
+    from hetflow.state import load_workflow_cached
 
     steer = parse_steer(variant, prefer)
     seconds = _grace(grace)  # a bad one is refused before the run is recorded
@@ -67,7 +67,7 @@ def run(
     settings = dataclasses.replace(settings, variants=dict(steer.variants), prefer=steer.prefer)
     if no_cache:
         settings = dataclasses.replace(settings, cache=False)
-    loaded = load_workflow(file, parse_params(param))
+    loaded = load_workflow_cached(file, parse_params(param))
     store, node = open_store(), discover(hetflow_home())
     uid, gid = submitter()
     opened = submit_run(

@@ -45,7 +45,7 @@ from hetflow.execute.settings import Settings
 from hetflow.execute.submit import create_run, new_run_id, preflight
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, PlanChooser, VariantChooser
-from hetflow.spec import LoadedWorkflow, Workflow, edges_of, fanout_parent, load_workflow
+from hetflow.spec import LoadedWorkflow, Workflow, edges_of, fanout_parent
 from hetflow.state import (
     LAUNCHING,
     PENDING,
@@ -55,6 +55,7 @@ from hetflow.state import (
     RUNNING,
     RunRecord,
     Store,
+    load_workflow_cached,
     pid_alive,
 )
 
@@ -171,7 +172,8 @@ def load_recorded(store: Store, run_id: str) -> LoadedWorkflow:
     they were when it ran."""
     record = store.run(run_id)
     paths = RunPaths(Path(record.workdir))
-    loaded = load_workflow(paths.workflow, json.loads(record.params_json), base=Path(record.workflow_file).parent)
+    params = json.loads(record.params_json)
+    loaded = load_workflow_cached(paths.workflow, params, base=Path(record.workflow_file).parent)
     return replay(loaded, store.expansions(run_id))
 
 
@@ -264,7 +266,7 @@ def _load_current(record: RunRecord) -> LoadedWorkflow:
         f" the run as it is: hetflow resume {record.id} --as-recorded"
     )
     try:
-        return load_workflow(record.workflow_file, json.loads(record.params_json))
+        return load_workflow_cached(record.workflow_file, json.loads(record.params_json))
     except SpecError as exc:
         raise SpecError([*exc.problems, Problem(record.workflow_file, 1, hint, "note")]) from None
 

@@ -2,8 +2,11 @@
 
     oci          OCI/Docker media types; Platform, Descriptor, Index, Manifest models
                  (unknown fields kept); parse_index, canonical_json, digest_of
+    requirements PURE: Requirements (what one build needs) and how needs are spelled
+                 (GOARCH names, archspec targets, versions, sm_XY)
     match        PURE: requirements_of(entry), resolve(index, node) -> Resolution with
-                 a Verdict (and its reasons) for every entry
+                 a Verdict (and its reasons) for every entry; nodecheck judges one
+                 build's Requirements against a node, gpumatch the AMD/Intel/ROCm rules
     reference    parse_reference("registry:port/repo:tag@digest"); localhost/NAME is
                  podman's local storage
     client       RegistryClient: the distribution API (manifests, blobs, tags) with
@@ -11,9 +14,10 @@
     layout       read_layout(dir): OCI image layout directories
     index_build  build_index: per-build tags -> one index with platform.features
     service      inspect_image, resolve_image, build_index_image: what the CLI calls
+    localimages  LocalImages, the seam to podman's local storage (PodmanImages the real one)
     errors       ImageError and its subclasses (all HetflowError)
 
-Data flows one way: reference/oci -> match (pure) -> client/layout (I/O) -> service.
+Data flows one way: reference/oci -> requirements -> nodecheck -> match (pure) -> client/layout (I/O) -> service.
 
 Other packages import the names below from ``hetflow.images`` itself; the modules are
 this package's own layout.  ``FakeRegistry`` is the fake beside ``RegistryClient`` (an
@@ -35,13 +39,12 @@ from hetflow.images.fake import FakeRegistry
 from hetflow.images.gpumatch import ROCM_RELEASES, check_rocm, rocm_distance
 from hetflow.images.index_build import build_index, parse_build_entry
 from hetflow.images.layout import read_layout, write_layout
+from hetflow.images.localimages import LocalImage, LocalImages, PodmanImages
 from hetflow.images.match import (
     ANNOTATION_GPU_GFX,
     ANNOTATION_GPU_INTEL,
     ANNOTATION_ROCM,
-    Requirements,
     Resolution,
-    normalize_arch,
     parse_requirements,
     platform_for,
     requirements_of,
@@ -66,10 +69,8 @@ from hetflow.images.oci import (
     sniff_media_type,
 )
 from hetflow.images.reference import ImageReference, parse_reference
+from hetflow.images.requirements import Requirements, normalize_arch
 from hetflow.images.service import (
-    LocalImage,
-    LocalImages,
-    PodmanImages,
     ResolveResult,
     build_index_image,
     inspect_image,

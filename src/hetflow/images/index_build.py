@@ -23,14 +23,7 @@ from typing import Any
 
 from hetflow.images.client import RegistryClient
 from hetflow.images.errors import BadDocumentError, ImageError
-from hetflow.images.match import (
-    Requirements,
-    annotations_for,
-    normalize_arch,
-    parse_requirements,
-    platform_for,
-    requirements_of,
-)
+from hetflow.images.match import annotations_for, parse_requirements, platform_for, requirements_of
 from hetflow.images.oci import (
     ACCEPT_ANY_MANIFEST,
     DOCKER_MANIFEST_LIST,
@@ -43,6 +36,7 @@ from hetflow.images.oci import (
     is_index,
     parse_manifest,
 )
+from hetflow.images.requirements import Requirements, normalize_arch
 
 __all__ = ["ANNOTATION_SOURCE", "BuildSpec", "BuiltIndex", "build_index", "entry_descriptor", "parse_build_entry"]
 

@@ -45,8 +45,16 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hetflow.images.gpumatch import parse_gfx, parse_intel, vendor_feature
-from hetflow.images.nodecheck import NodeFacts, _sm, _target, _v, _version, check_requirements, normalize_arch
+from hetflow.images.nodecheck import NodeFacts, check_requirements
 from hetflow.images.oci import Descriptor, Index, Platform, is_index, platform_string
+from hetflow.images.requirements import (
+    Requirements,
+    archspec_target,
+    normalize_arch,
+    parse_version,
+    sm_name,
+    version_text,
+)
 from hetflow.inventory import Node
 
 __all__ = [
@@ -57,14 +65,12 @@ __all__ = [
     "ANNOTATION_LEVEL",
     "ANNOTATION_MICROARCHITECTURE",
     "ANNOTATION_ROCM",
-    "Requirements",
     "Resolution",
     "Verdict",
     "annotations_for",
     "check",
     "describe",
     "features_for",
-    "normalize_arch",
     "parse_requirements",
     "platform_for",
     "requirements_of",
@@ -89,90 +95,6 @@ _NVCAP = re.compile(r"(?:gpu:|nvcap[:-]|cc)?(?P<major>\d+)\.(?P<minor>\d+)\Z")
 _CUDA = re.compile(r"(?:cuda)?\s*(?:>=|:|-)?\s*(?P<major>\d+)(?:\.(?P<minor>\d+))?(?:\.\d+)?\Z")
 
 
-def _depth(name: str) -> int:
-    """How far down archspec's tree a target is: 0 for a family root (x86_64)."""
-    target = _target(name)
-    return len(target.ancestors) if target is not None else 0
-
-
-@dataclass(frozen=True)
-class Requirements:
-    """What one build needs of a node.  Empty fields need nothing.
-
-    ``unknown`` holds features and values hetflow cannot check, and ``not_image`` says
-    why an entry is not a runnable image at all (an attestation, a nested index);
-    either rejects the entry."""
-
-    os: str | None = None
-    architecture: str | None = None  # GOARCH spelling (amd64, arm64)
-    microarchitecture: str | None = None  # an archspec target name
-    x86_64_level: int | None = None  # 2..4; 1 needs nothing beyond amd64
-    gpu: bool = False  # any GPU (implied by gpu_sm and cuda)
-    gpu_sm: tuple[int, int] | None = None  # minimum compute capability (major, minor)
-    gpu_sm_exact: bool = False  # sm_90a: arch-specific code runs only on exactly that capability
-    cuda: tuple[int, int] | None = None  # minimum CUDA version the driver must support
-    gpu_vendor: str | None = None  # "nvidia" | "amd" | "intel": a GPU of that vendor
-    gfx: tuple[str, ...] = ()  # AMD gfx targets the build has code for (any one fits)
-    xe: tuple[str, ...] = ()  # Intel families the build was compiled for (any one fits)
-    rocm: tuple[int, int] | None = None  # ROCm user-space version (driver within 2 releases)
-    unknown: tuple[str, ...] = ()
-    not_image: str | None = None
-
-    @property
-    def needs_gpu(self) -> bool:
-        return (
-            self.gpu
-            or self.gpu_sm is not None
-            or self.cuda is not None
-            or self.gpu_vendor is not None
-            or bool(self.gfx or self.xe)
-            or self.rocm is not None
-        )
-
-    @property
-    def generic(self) -> bool:
-        """True when the build asks nothing of the CPU or GPU beyond os/architecture."""
-        return not (
-            self.microarchitecture or (self.x86_64_level or 1) > 1 or self.needs_gpu or self.unknown or self.not_image
-        )
-
-    def labels(self) -> list[str]:
-        """The requirements as feature strings, in a fixed order (see ``features_for``)."""
-        out = []
-        if self.microarchitecture:
-            out.append(f"cpu:{self.microarchitecture}")
-        if self.x86_64_level and self.x86_64_level > 1:
-            out.append(f"x86-64-v{self.x86_64_level}")
-        if self.gpu_sm is not None:
-            out.append(f"gpu:{_sm(self.gpu_sm, self.gpu_sm_exact)}")
-        elif self.gpu and self.cuda is None and self.gpu_vendor is None:
-            out.append("gpu")
-        if self.cuda is not None:
-            out.append(f"cuda>={_v(self.cuda)}")
-        if self.gfx:
-            out.append(f"gpu:{'+'.join(self.gfx)}")
-        if self.xe:
-            out.append(f"gpu:{'+'.join(self.xe)}")
-        if self.rocm is not None:
-            out.append(f"rocm>={_v(self.rocm)}")
-        if self.gpu_vendor in ("amd", "intel") and not (self.gfx or self.xe or self.rocm):
-            out.append(f"gpu:{self.gpu_vendor}")
-        return out
-
-    def specificity(self) -> tuple[int, ...]:
-        """The ranking key among compatible builds, highest first: a GPU build, then
-        the higher sm (an AMD or Intel build for named targets counts 1), the newer CUDA
-        or ROCm, the deeper CPU target (archspec ancestors; a level counts as its
-        x86_64_vN target), and last a named architecture."""
-        cpu = _depth(self.microarchitecture) + 1 if self.microarchitecture else 0
-        if self.x86_64_level and self.x86_64_level > 1:
-            cpu = max(cpu, _depth(f"x86_64_v{self.x86_64_level}") + 1)
-        sm = self.gpu_sm[0] * 10 + self.gpu_sm[1] if self.gpu_sm else int(bool(self.gfx or self.xe))
-        toolkit = self.cuda or self.rocm
-        cuda = toolkit[0] * 100 + toolkit[1] if toolkit else 0
-        return (int(self.needs_gpu), sm, cuda, cpu, int(self.architecture is not None))
-
-
 # --- reading requirements ----------------------------------------------------------------
 
 
@@ -182,7 +104,7 @@ def _merge(a: Requirements, b: Requirements) -> Requirements:
     unknown = a.unknown + tuple(u for u in b.unknown if u not in a.unknown)
     uarch = a.microarchitecture or b.microarchitecture
     if a.microarchitecture and b.microarchitecture and a.microarchitecture != b.microarchitecture:
-        ta, tb = _target(a.microarchitecture), _target(b.microarchitecture)
+        ta, tb = archspec_target(a.microarchitecture), archspec_target(b.microarchitecture)
         if ta >= tb:
             uarch = a.microarchitecture
         elif tb >= ta:
@@ -227,7 +149,7 @@ def _cpu_name(name: str, source: str) -> Requirements:
             return Requirements(x86_64_level=int(level[1]))
         if candidate in ("x86_64", "aarch64", "ppc64le", "riscv64"):
             return Requirements()
-        if _target(candidate) is not None:
+        if archspec_target(candidate) is not None:
             return Requirements(microarchitecture=candidate)
     return Requirements(unknown=(f"{source}: CPU microarchitecture {name!r} is not one archspec knows",))
 
@@ -301,7 +223,7 @@ def _vendor_annotation(key: str, value: str) -> Requirements:
         return Requirements(gpu_vendor="amd", gfx=gfx)
     if key == ANNOTATION_GPU_INTEL and (xe := parse_intel(value)) is not None:
         return Requirements(gpu_vendor="intel", xe=xe)
-    if key == ANNOTATION_ROCM and (version := _version(value)) is not None and re.fullmatch(r"[\d.\s>=]+", value):
+    if key == ANNOTATION_ROCM and (version := parse_version(value)) is not None and re.fullmatch(r"[\d.\s>=]+", value):
         return Requirements(gpu_vendor="amd", rocm=version)
     what = {ANNOTATION_GPU_GFX: "gfx targets (gfx90a,gfx942)", ANNOTATION_GPU_INTEL: "Intel families (pvc,dg2)"}
     return Requirements(unknown=(f"annotation {key}={value!r} is not {what.get(key, 'a ROCm version (6.2)')}",))
@@ -323,7 +245,7 @@ def _platform(platform: Platform) -> Requirements:
         if variant in ("v8", "v8.0"):
             return out
         name = f"armv{match[1]}.{match[2] or 0}a"
-        if _target(name) is not None:
+        if archspec_target(name) is not None:
             return replace(out, microarchitecture=name)
     return replace(out, unknown=(f"variant {platform.variant!r} of {arch} is not one hetflow can check",))
 
@@ -366,15 +288,15 @@ def annotations_for(req: Requirements) -> dict[str, str]:
     if req.x86_64_level and req.x86_64_level > 1:
         out[ANNOTATION_LEVEL] = str(req.x86_64_level)
     if req.gpu_sm is not None:
-        out[ANNOTATION_GPU_SM] = _sm(req.gpu_sm, req.gpu_sm_exact).removeprefix("sm_")
+        out[ANNOTATION_GPU_SM] = sm_name(req.gpu_sm, req.gpu_sm_exact).removeprefix("sm_")
     if req.cuda is not None:
-        out[ANNOTATION_CUDA] = _v(req.cuda)
+        out[ANNOTATION_CUDA] = version_text(req.cuda)
     if req.gfx:
         out[ANNOTATION_GPU_GFX] = ",".join(req.gfx)
     if req.xe:
         out[ANNOTATION_GPU_INTEL] = ",".join(req.xe)
     if req.rocm is not None:
-        out[ANNOTATION_ROCM] = _v(req.rocm)
+        out[ANNOTATION_ROCM] = version_text(req.rocm)
     return out
 
 

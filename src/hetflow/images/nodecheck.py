@@ -7,54 +7,23 @@ against them and says why, every reason when it does not fit.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
-
-import archspec.cpu
 
 from hetflow.images.gpumatch import check_rocm
+from hetflow.images.requirements import (
+    Requirements,
+    archspec_target,
+    normalize_arch,
+    parse_version,
+    sm_name,
+    version_text,
+)
 from hetflow.inventory import Node
 from hetflow.inventory import x86_64_level as _archspec_level
-
-if TYPE_CHECKING:
-    from hetflow.images.match import Requirements
-
-# Go's GOARCH names, which images use, for the kernel's `uname -m` names, which nodes use.
-_ARCH_ALIASES = {
-    "x86_64": "amd64", "x86-64": "amd64", "x64": "amd64", "amd64": "amd64",
-    "aarch64": "arm64", "arm64": "arm64", "armv8": "arm64",
-    "i386": "386", "i686": "386", "386": "386",
-    "ppc64le": "ppc64le", "powerpc64le": "ppc64le", "s390x": "s390x", "riscv64": "riscv64",
-}  # fmt: skip
-
-
-def normalize_arch(name: str) -> str:
-    """GOARCH spelling of an architecture: ``x86_64`` -> ``amd64``, ``aarch64`` -> ``arm64``."""
-    key = name.strip().lower()
-    return _ARCH_ALIASES.get(key, key)
-
 
 # What each x86-64 psABI level adds that a message can name (x86-64 psABI, section 3.1.1
 # "Processor Architecture"; level 1 is every x86-64 CPU).
 _LEVEL_NEEDS = {2: "SSE4.2 and POPCNT", 3: "AVX2, FMA and BMI2", 4: "AVX-512"}
-
-
-def _target(name: str) -> Any:
-    return archspec.cpu.TARGETS.get(name)
-
-
-def _version(text: str) -> tuple[int, int] | None:
-    match = re.match(r"\s*(\d+)(?:\.(\d+))?", text)
-    return (int(match[1]), int(match[2] or 0)) if match else None
-
-
-def _v(version: tuple[int, int]) -> str:
-    return f"{version[0]}.{version[1]}"
-
-
-def _sm(cc: tuple[int, int], exact: bool = False) -> str:
-    return f"sm_{cc[0]}{cc[1]}{'a' if exact else ''}"
 
 
 @dataclass(frozen=True)
@@ -76,15 +45,15 @@ class NodeFacts:
     def of(cls, node: Node) -> NodeFacts:
         arch = normalize_arch(node.cpu.architecture)
         level = node.cpu.x86_64_level
-        target = _target(node.cpu.microarchitecture)
+        target = archspec_target(node.cpu.microarchitecture)
         if level is None and arch == "amd64":
             level = _archspec_level(target) if target is not None else 1
         nvidia = [g for g in node.gpus if g.vendor == "nvidia"]
         amd = [g for g in node.gpus if g.vendor == "amd"]
-        cudas = [v for g in nvidia if g.cuda_version and (v := _version(g.cuda_version))]
+        cudas = [v for g in nvidia if g.cuda_version and (v := parse_version(g.cuda_version))]
         fakes = [g for g in nvidia if g.fake and not g.cuda_version]
         why = "fake GPU without cuda_version" if fakes else "the driver did not report it"
-        rocms = [v for g in amd if g.rocm_version and (v := _version(g.rocm_version))]
+        rocms = [v for g in amd if g.rocm_version and (v := parse_version(g.rocm_version))]
         fake_rocm = any(g.fake for g in amd)
         return cls(
             os=node.os.lower(),
@@ -114,7 +83,7 @@ def _check_cpu(req: Requirements, facts: NodeFacts, ok: list[str], bad: list[str
             ok.append(f"{need}: node is x86-64-v{facts.level} ({facts.uarch})")
     if req.microarchitecture:
         name = req.microarchitecture
-        wanted, have = _target(name), _target(facts.uarch)
+        wanted, have = archspec_target(name), archspec_target(facts.uarch)
         if name == facts.uarch:
             ok.append(f"cpu:{name}: node is {facts.uarch}")
         elif have is None:
@@ -125,7 +94,7 @@ def _check_cpu(req: Requirements, facts: NodeFacts, ok: list[str], bad: list[str
             bad.append(f"{name} build needs {name} or a newer CPU of its line; node is {facts.uarch}")
 
 
-def _nv(facts: NodeFacts) -> str:
+def _nvidia_prefix(facts: NodeFacts) -> str:
     """``"NVIDIA "`` when the node has GPUs of other vendors (so "no GPU" would be wrong)."""
     return "NVIDIA " if facts.gpus else ""
 
@@ -134,18 +103,18 @@ def _check_gpu(req: Requirements, facts: NodeFacts, ok: list[str], bad: list[str
     if not req.needs_gpu:
         return
     if req.gpu_sm is not None:
-        sm, need = _sm(req.gpu_sm, req.gpu_sm_exact), _v(req.gpu_sm)
+        sm, need = sm_name(req.gpu_sm, req.gpu_sm_exact), version_text(req.gpu_sm)
         best = max(facts.ccs) if facts.ccs else None
         if best is None:
-            bad.append(f"{sm} build needs a GPU with compute capability {need}; node has no {_nv(facts)}GPU")
+            bad.append(f"{sm} build needs a GPU with compute capability {need}; node has no {_nvidia_prefix(facts)}GPU")
         elif req.gpu_sm_exact and req.gpu_sm not in facts.ccs:
             # sm_90a code uses architecture-specific instructions with no PTX fallback.
-            have = ", ".join(sorted({_v(c) for c in facts.ccs}))
+            have = ", ".join(sorted({version_text(c) for c in facts.ccs}))
             bad.append(f"{sm} build runs only on compute capability {need}; node has {have}")
         elif not req.gpu_sm_exact and best < req.gpu_sm:
-            bad.append(f"{sm} build needs compute capability {need}; node has {_v(best)}")
+            bad.append(f"{sm} build needs compute capability {need}; node has {version_text(best)}")
         else:
-            ok.append(f"gpu:{sm}: node has compute capability {_v(best)}")
+            ok.append(f"gpu:{sm}: node has compute capability {version_text(best)}")
     elif req.gpu and req.cuda is None and req.gpu_vendor in (None, "nvidia"):
         count = facts.gpus if req.gpu_vendor is None else len(facts.ccs)
         what = "GPU" if req.gpu_vendor is None else "NVIDIA GPU"
@@ -157,20 +126,22 @@ def _check_gpu(req: Requirements, facts: NodeFacts, ok: list[str], bad: list[str
     if req.cuda is not None:
         # Checked the way the NVIDIA container toolkit checks NVIDIA_REQUIRE_CUDA: the
         # CUDA version the driver supports (nvidia-smi's "CUDA Version") >= the build's.
-        need = _v(req.cuda)
+        need = version_text(req.cuda)
         if not facts.ccs:
             if req.gpu_sm is None:  # else "needs a GPU ...; node has no GPU" is already said
-                bad.append(f"cuda>={need} build needs a driver supporting CUDA {need}; node has no {_nv(facts)}GPU")
+                bad.append(
+                    f"cuda>={need} build needs a driver supporting CUDA {need}; node has no {_nvidia_prefix(facts)}GPU"
+                )
         elif facts.cuda is None:
             bad.append(
                 f"cuda>={need} build needs a driver supporting CUDA {need}; "
                 f"node's driver CUDA version is unknown ({facts.cuda_unknown_why})"
             )
         elif facts.cuda < req.cuda:
-            have = _v(facts.cuda)
+            have = version_text(facts.cuda)
             bad.append(f"cuda>={need} build needs a driver supporting CUDA {need}; node's driver supports {have}")
         else:
-            ok.append(f"cuda>={need}: node's driver supports {_v(facts.cuda)}")
+            ok.append(f"cuda>={need}: node's driver supports {version_text(facts.cuda)}")
 
 
 def _check_other_vendors(req: Requirements, facts: NodeFacts, ok: list[str], bad: list[str]) -> None:
@@ -192,7 +163,7 @@ def _check_other_vendors(req: Requirements, facts: NodeFacts, ok: list[str], bad
             have = ", ".join(sorted(set(facts.xe))) or "no Intel GPU"
             bad.append(f"{label} build was compiled for Intel {', '.join(req.xe)} only; node has {have}")
     if req.rocm is not None:
-        need = _v(req.rocm)
+        need = version_text(req.rocm)
         if not facts.gfx:
             if not req.gfx:
                 bad.append(f"rocm>={need} build needs an AMD GPU; node has none")
@@ -203,7 +174,7 @@ def _check_other_vendors(req: Requirements, facts: NodeFacts, ok: list[str], bad
         elif (why := check_rocm(req.rocm, facts.rocm)) is not None:
             bad.append(why)
         else:
-            ok.append(f"rocm>={need}: node's ROCm {_v(facts.rocm)} is within 2 releases")
+            ok.append(f"rocm>={need}: node's ROCm {version_text(facts.rocm)} is within 2 releases")
     if req.gpu_vendor in ("amd", "intel") and not (req.gfx or req.xe or req.rocm):
         count = len(facts.gfx) if req.gpu_vendor == "amd" else len(facts.xe)
         name = req.gpu_vendor.upper() if req.gpu_vendor == "amd" else "Intel"

@@ -9,9 +9,10 @@
     amd        AMD GPUs from the KFD topology in sysfs (gfx target, render node, ROCm); amdsmi when installed
     intel      Intel GPUs from DRM sysfs (device id -> family, memory)
     sharing    HETFLOW_GPU_SHARING: exclusive | time-slicing:N | mps:N -> GpuSharing
-    fake       HETFLOW_FAKE_GPUS: fake GPUs of every vendor, MIG layouts, for machines without any
-    fakedev    the fakes' device nodes (nvidiaN, nvidia-caps, dri, kfd), made with mknod
-    fakes      FakeNvml: the fake beside NVML for unit tests (import it from there: it loads pynvml)
+    fakegpus   HETFLOW_FAKE_GPUS: made-up GPUs of every vendor, MIG layouts, for machines without any
+    fakedevnodes  the made-up GPUs' device nodes (nvidiaN, nvidia-caps, dri, kfd), made with mknod
+    fakenvml   FakeNvml: a fake pynvml, the NVML probe's seam in unit tests (import it from there:
+               it loads pynvml)
     gpumodels  KNOWN_MODELS: the GPU model table (vendor, memory, capability/gfx/family, PCI id, MIG)
     profiles   PROFILES: named hardware descriptions (the registry's and `--node NAME`)
 
@@ -21,7 +22,7 @@ I/O (files, NVML, podman); everything after discovery works on the returned ``No
 
 from hetflow.inventory.amd import gfx_target, probe_amd
 from hetflow.inventory.cpu import x86_64_level
-from hetflow.inventory.fake import make_fake_gpus, parse_fake_spec
+from hetflow.inventory.fakegpus import make_fake_gpus, parse_fake_spec
 from hetflow.inventory.gpumodels import KNOWN_MODELS, MIG_PROFILES, GpuModel, model_by_device_id, nvidia_architecture
 from hetflow.inventory.intel import intel_family, probe_intel
 from hetflow.inventory.models import (

@@ -1,7 +1,7 @@
 """GPU probe through NVML, the library behind ``nvidia-smi``.
 
 The seam is the ``nvml`` argument: the ``pynvml`` module (from nvidia-ml-py) in
-production, ``hetflow.inventory.fakes.FakeNvml`` in tests.  A machine without the
+production, ``hetflow.inventory.fakenvml.FakeNvml`` in tests.  A machine without the
 NVIDIA driver is normal, so "NVML is not usable" is the answer ``None``, not an error.
 
 Topology (PCI bus id, NUMA node, CPU affinity, and how each pair of GPUs is connected)

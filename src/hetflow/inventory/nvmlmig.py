@@ -6,7 +6,8 @@ For a GPU with MIG mode on (``nvmlDeviceGetMigMode`` current == 1), each slot up
 and compute instance ids and memory come from the MIG handle; its profile from its name
 (NVML names a MIG device ``"NVIDIA A100-SXM4-40GB MIG 1g.5gb"``), else from
 ``nvmlDeviceGetAttributes`` (slices and memory).  The ``/dev/nvidia-caps`` nodes that
-grant access are numbered as in /proc/driver/nvidia-caps/mig-minors (``fakedev.mig_cap_minors``).
+grant access are numbered as in /proc/driver/nvidia-caps/mig-minors (``mig_cap_minors``; the fake
+GPUs' nodes, ``fakedevnodes``, are numbered by it too).
 A GPU or driver without MIG (NotSupported, an old pynvml without the calls) has MIG off.
 """
 
@@ -16,7 +17,6 @@ import logging
 import re
 from typing import Any
 
-from hetflow.inventory.fakedev import mig_cap_minors
 from hetflow.inventory.models import MigDevice
 
 log = logging.getLogger(__name__)
@@ -24,6 +24,14 @@ log = logging.getLogger(__name__)
 NVML_DEVICE_MIG_ENABLE = 1  # nvml.h
 CAPS_DIR = "/dev/nvidia-caps"
 _PROFILE = re.compile(r"(\d)g\.(\d+)gb")
+
+
+def mig_cap_minors(gpu_minor: int, gpu_instance: int, compute_instance: int) -> tuple[int, int]:
+    """The nvidia-caps minors of ``gpuG/giI/access`` and ``gpuG/giI/ciC/access`` as the
+    driver lists them in /proc/driver/nvidia-caps/mig-minors (minors 1 and 2 are the
+    config and monitor caps; each GPU has 15 GIs of 1 + 8 CIs each)."""
+    gi = 3 + gpu_minor * 15 * 9 + gpu_instance * 9
+    return gi, gi + 1 + compute_instance
 
 
 def _text(value: str | bytes) -> str:

@@ -20,7 +20,7 @@ from hetflow.config import find_engine
 from hetflow.errors import EngineError, InventoryError
 from hetflow.inventory.amd import amdsmi_names, probe_amd
 from hetflow.inventory.cpu import probe_cpu, probe_memory
-from hetflow.inventory.fake import ENV_VAR, fake_links, make_fake_gpus
+from hetflow.inventory.fakegpus import ENV_VAR, fake_links, make_fake_gpus
 from hetflow.inventory.intel import probe_intel
 from hetflow.inventory.models import Gpu, GpuLink, Node
 from hetflow.inventory.nvml import probe_nvml_topology

@@ -15,31 +15,24 @@ if TYPE_CHECKING:
     from hetflow.spec.dag import descendants, topo_order
     from hetflow.spec.fanout import Source, expand, file_items, is_fanout, line_items, pending_source
     from hetflow.spec.imageref import DOCKER_HUB, ImageReference, ReferenceSyntaxError, parse_reference
-    from hetflow.spec.loader import (
-        LoadedWorkflow,
-        compose_yaml,
-        did_you_mean,
-        expand_loaded,
-        line_of,
-        load_workflow,
-        parse_workflow,
-        problem_from_error,
-        read_yaml_text,
-    )
+    from hetflow.spec.loader import LoadedWorkflow, expand_loaded, load_workflow, no_cyclic_gc, parse_workflow
     from hetflow.spec.models import (
         DATA_PREFIX,
         FANOUT_SEP,
         DataSet,
         Gang,
-        GpuConstraint,
-        GpuRequest,
-        GpuVendor,
         Publish,
-        Resources,
         Step,
         Variant,
         Workflow,
         fanout_parent,
+    )
+    from hetflow.spec.problems import did_you_mean, problem_from_error
+    from hetflow.spec.resources import (
+        GpuConstraint,
+        GpuRequest,
+        GpuVendor,
+        Resources,
         mig_memory_gb,
         mig_profile,
         mig_slices,
@@ -54,37 +47,32 @@ if TYPE_CHECKING:
         parse_memory,
     )
     from hetflow.spec.wfcommons import convert_wfcommons
+    from hetflow.spec.yamlfile import compose_yaml, line_of, read_yaml_text
 
 _WHERE = {
     "checks": ["GANG_ENV", "RESERVED_ENV", "edges_of"],
     "dag": ["descendants", "topo_order"],
     "imageref": ["DOCKER_HUB", "ImageReference", "ReferenceSyntaxError", "parse_reference"],
     "fanout": ["Source", "expand", "file_items", "is_fanout", "line_items", "pending_source"],
-    "loader": [
-        "LoadedWorkflow",
-        "compose_yaml",
-        "did_you_mean",
-        "expand_loaded",
-        "line_of",
-        "load_workflow",
-        "parse_workflow",
-        "problem_from_error",
-        "read_yaml_text",
-    ],
+    "loader": ["LoadedWorkflow", "expand_loaded", "load_workflow", "no_cyclic_gc", "parse_workflow"],
+    "problems": ["did_you_mean", "problem_from_error"],
+    "yamlfile": ["compose_yaml", "line_of", "read_yaml_text"],
     "models": [
         "DATA_PREFIX",
         "FANOUT_SEP",
         "DataSet",
         "Gang",
-        "GpuConstraint",
-        "GpuRequest",
-        "GpuVendor",
         "Publish",
-        "Resources",
         "Step",
         "Variant",
         "Workflow",
         "fanout_parent",
+    ],
+    "resources": [
+        "GpuConstraint",
+        "GpuRequest",
+        "GpuVendor",
+        "Resources",
         "mig_memory_gb",
         "mig_profile",
         "mig_slices",
@@ -135,6 +123,7 @@ __all__ = [
     "mig_memory_gb",
     "mig_profile",
     "mig_slices",
+    "no_cyclic_gc",
     "parse_duration",
     "parse_factor",
     "parse_memory",

@@ -32,7 +32,8 @@ import yaml
 from pydantic import ValidationError
 
 from hetflow.errors import Problem, SpecError
-from hetflow.spec.models import MIN_MEMORY, NAME_RE, Workflow
+from hetflow.spec.models import NAME_RE, Workflow
+from hetflow.spec.resources import MIN_MEMORY
 
 PLACEHOLDER_IMAGE = "localhost/hetflow-examples/numpy:latest"
 PLACEHOLDER_COMMAND = ("true",)

@@ -2,6 +2,8 @@
 states a run and a step may take, and the run's typed event stream.
 
     store    Store: runs, steps, attempts, outputs, events, GPU leases, stored plans
+    schema   the tables a new store is created with, and the schema versions
+    attemptrows attempts, their outputs and the measured history (mixed into Store)
     leases   the GPU lease rows Store mixes in (whole GPUs, shares, MIG instances)
     datarows fan-out expansions, cross-run cache entries, file hashes (mixed in too)
     pages    the paged reads a dashboard makes (mixed in too; ``Store(read_only=True)``)
@@ -10,6 +12,7 @@ states a run and a step may take, and the run's typed event stream.
     liveness is a running run's executor still there (pid and its start time)
     busy     the retry that waits out a store another process holds locked
     integrity quick_check on open, the store's marker (state.db.id), full disks
+    parsecache big workflows kept parsed under HETFLOW_HOME/cache/specs (``load_workflow_cached``)
 """
 
 from hetflow.state.events import (
@@ -67,12 +70,16 @@ from hetflow.state.models import (
     StepRecord,
     UsageRow,
 )
-from hetflow.state.store import SCHEMA_VERSION, Store
+from hetflow.state.parsecache import NO_PARSE_CACHE_ENV, PARSE_CACHE_MIN_BYTES, load_workflow_cached
+from hetflow.state.schema import SCHEMA_VERSION
+from hetflow.state.store import Store
 
 __all__ = [
     "FAILED",
     "LAUNCHING",
     "NEW_STORE_ENV",
+    "NO_PARSE_CACHE_ENV",
+    "PARSE_CACHE_MIN_BYTES",
     "PENDING",
     "QUEUED",
     "QUEUED_PREFIX",
@@ -117,6 +124,7 @@ __all__ = [
     "follow",
     "free_bytes",
     "is_full",
+    "load_workflow_cached",
     "mount_point",
     "pid_alive",
     "process_start",

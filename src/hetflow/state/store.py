@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hetflow.errors import StateError
+from hetflow.state.attemptrows import AttemptRows
 from hetflow.state.busy import BusySettings, is_busy, retry_busy, say_on_stderr
 from hetflow.state.datarows import DataRows
 from hetflow.state.integrity import (
@@ -37,78 +38,19 @@ from hetflow.state.integrity import (
     release_reserve,
     write_id,
 )
-from hetflow.state.leases import LEASES_TABLE, Leases
+from hetflow.state.leases import Leases
 from hetflow.state.models import (
     STEP_TRANSITIONS,
-    USAGE_FIELDS,
-    AttemptRecord,
     Event,
-    OutputRecord,
     RunRecord,
     StepRecord,
-    UsageRow,
 )
 from hetflow.state.pages import Pages
 from hetflow.state.publishrows import PublishRows
+from hetflow.state.schema import SCHEMA, SCHEMA_DATA, SCHEMA_VERSION
 from hetflow.state.slowdownrows import SlowdownRows
 
-# 3 (later, still 3: a nullable column added where missing, see _migrate): runs.pid_start, the
-#    executor's start time.
-# 3: attempts record what they asked for and used (requested cpus and memory, peak memory,
-#    CPU time, image digest, the container's own start and end); see _migrate.
-# 2: runs keep their plan (run_plans) and events carry typed data (events.data); see _migrate.
-# 4: GPU leases record how they hold a GPU (mode, share, MIG instance) and one GPU may have
-#    several (time-slicing / MPS tenants, MIG instances): keyed (gpu_uuid, container); see
-#    _migrate_leases.
-SCHEMA_VERSION = 4
 OPEN_WAIT = 30.0  # seconds a new process waits for a store another one holds locked
-_SCHEMA = (
-    """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-  id TEXT PRIMARY KEY, name TEXT NOT NULL, workflow_file TEXT NOT NULL, state TEXT NOT NULL,
-  created REAL NOT NULL, started REAL, ended REAL, pid INTEGER, uid INTEGER NOT NULL,
-  gid INTEGER NOT NULL, workdir TEXT NOT NULL, spec_json TEXT NOT NULL,
-  params_json TEXT NOT NULL, message TEXT NOT NULL DEFAULT '',
-  backend TEXT NOT NULL DEFAULT 'local', backend_json TEXT NOT NULL DEFAULT '{}', pid_start INTEGER);
-CREATE TABLE IF NOT EXISTS steps (
-  run_id TEXT NOT NULL REFERENCES runs(id), step TEXT NOT NULL, ord INTEGER NOT NULL,
-  state TEXT NOT NULL, variant TEXT, node TEXT, gpus TEXT NOT NULL DEFAULT '[]',
-  attempts INTEGER NOT NULL DEFAULT 0, exit_code INTEGER, started REAL, ended REAL,
-  reason TEXT NOT NULL DEFAULT '', not_before REAL, PRIMARY KEY (run_id, step));
-CREATE TABLE IF NOT EXISTS attempts (
-  run_id TEXT NOT NULL, step TEXT NOT NULL, attempt INTEGER NOT NULL, variant TEXT NOT NULL,
-  node TEXT NOT NULL, gpus TEXT NOT NULL, gpu_uuids TEXT NOT NULL, container TEXT NOT NULL,
-  image TEXT NOT NULL, state TEXT NOT NULL, exit_code INTEGER, started REAL, ended REAL,
-  message TEXT NOT NULL DEFAULT '', cpus REAL, memory INTEGER, peak_memory INTEGER,
-  cpu_seconds REAL, image_id TEXT, run_started REAL, run_ended REAL, workflow_version INTEGER,
-  gpu_util_mean REAL, gpu_util_max REAL, gpu_memory_peak INTEGER, gpu_memory_of TEXT,
-  PRIMARY KEY (run_id, step, attempt));
-CREATE TABLE IF NOT EXISTS outputs (
-  run_id TEXT NOT NULL, step TEXT NOT NULL, name TEXT NOT NULL, sha256 TEXT NOT NULL,
-  size INTEGER NOT NULL, path TEXT NOT NULL, PRIMARY KEY (run_id, step, name));
-CREATE TABLE IF NOT EXISTS events (
-  id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, step TEXT, time REAL NOT NULL,
-  kind TEXT NOT NULL, message TEXT NOT NULL, data TEXT NOT NULL DEFAULT '{}');
-CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id);
-CREATE TABLE IF NOT EXISTS run_plans (run_id TEXT PRIMARY KEY REFERENCES runs(id), plan_json TEXT NOT NULL);
-"""
-    + LEASES_TABLE
-    + ";\n"
-)
-# 3: fan-outs expanded at submit or run time (run_expansions), remembered file hashes
-# (file_hashes), the cross-run cache's entries (cache_entries)
-_SCHEMA_DATA = """
-CREATE TABLE IF NOT EXISTS run_expansions (
-  run_id TEXT NOT NULL, seq INTEGER NOT NULL, step TEXT NOT NULL, items_json TEXT NOT NULL,
-  PRIMARY KEY (run_id, seq));
-CREATE TABLE IF NOT EXISTS file_hashes (key TEXT PRIMARY KEY, sha256 TEXT NOT NULL, seen REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS cache_entries (
-  key TEXT PRIMARY KEY, workflow TEXT NOT NULL, step TEXT NOT NULL, run_id TEXT NOT NULL,
-  created REAL NOT NULL, used REAL NOT NULL, size INTEGER NOT NULL, key_json TEXT NOT NULL,
-  outputs_json TEXT NOT NULL);
-"""
-
 T = TypeVar("T")
 
 
@@ -116,7 +58,7 @@ def _now() -> float:
     return time.time()
 
 
-class Store(Leases, Pages, DataRows, PublishRows, SlowdownRows):
+class Store(AttemptRows, Leases, Pages, DataRows, PublishRows, SlowdownRows):
     """One connection per process; every write is its own short transaction."""
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
@@ -179,7 +121,7 @@ class Store(Leases, Pages, DataRows, PublishRows, SlowdownRows):
         # Only a new store is written to on open, so readers (ps, show) never wait on a writer.
         self._migrate()
         if new:
-            self._db.executescript(_SCHEMA + _SCHEMA_DATA)
+            self._db.executescript(SCHEMA + SCHEMA_DATA)
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
             self._db.execute("INSERT OR IGNORE INTO meta VALUES ('store_id', ?)", (new_id(),))
         if new or not id_file(path).exists():
@@ -216,7 +158,7 @@ class Store(Leases, Pages, DataRows, PublishRows, SlowdownRows):
         then has no stored plan: resuming it plans again, as that hetflow did."""
         cols = {r["name"] for r in self._db.execute("PRAGMA table_info(runs)")}
         if not cols:
-            return  # a new store: _SCHEMA creates everything
+            return  # a new store: SCHEMA creates everything
         if "backend" not in cols:
             self._db.execute("ALTER TABLE runs ADD COLUMN backend TEXT NOT NULL DEFAULT 'local'")
             self._db.execute("ALTER TABLE runs ADD COLUMN backend_json TEXT NOT NULL DEFAULT '{}'")
@@ -231,7 +173,7 @@ class Store(Leases, Pages, DataRows, PublishRows, SlowdownRows):
                 db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
         tables = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
         if "meta" in tables and "run_expansions" not in tables:
-            self._db.executescript(_SCHEMA_DATA)  # schema 3: fan-out expansions, file hashes, the cache
+            self._db.executescript(SCHEMA_DATA)  # schema 3: fan-out expansions, file hashes, the cache
             self._db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
         self._migrate_attempt_usage()
         self._migrate_leases()
@@ -242,60 +184,6 @@ class Store(Leases, Pages, DataRows, PublishRows, SlowdownRows):
             with self._tx(immediate=True) as db:
                 if "pid_start" not in {r["name"] for r in db.execute("PRAGMA table_info(runs)")}:
                     db.execute("ALTER TABLE runs ADD COLUMN pid_start INTEGER")
-
-    # Schema 3's new attempt columns, all nullable: older attempts read as "unknown".
-    _USAGE_COLUMNS = (
-        ("cpus", "REAL"),
-        ("memory", "INTEGER"),
-        ("peak_memory", "INTEGER"),
-        ("cpu_seconds", "REAL"),
-        ("image_id", "TEXT"),
-        ("run_started", "REAL"),
-        ("run_ended", "REAL"),
-    )
-
-    def _migrate_attempt_usage(self) -> None:
-        """Schema 3: add the usage columns an older store's attempts lack (keyed on their
-        presence, so a store half-upgraded by a crash finishes here)."""
-        have = {r["name"] for r in self._db.execute("PRAGMA table_info(attempts)")}
-        missing = [(c, t) for c, t in self._USAGE_COLUMNS if c not in have]
-        if not have or not missing:
-            return
-        with self._tx(immediate=True) as db:
-            have = {r["name"] for r in db.execute("PRAGMA table_info(attempts)")}  # another process may have won
-            for column, sql_type in missing:
-                if column not in have:
-                    db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {sql_type}")
-            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
-
-    def _migrate_workflow_version(self) -> None:
-        """attempts.workflow_version (nullable: older attempts read as unknown), keyed on its
-        presence so a store half-upgraded by a crash finishes here."""
-        have = {r["name"] for r in self._db.execute("PRAGMA table_info(attempts)")}
-        if not have or "workflow_version" in have:
-            return
-        with self._tx(immediate=True) as db:
-            if "workflow_version" not in {r["name"] for r in db.execute("PRAGMA table_info(attempts)")}:
-                db.execute("ALTER TABLE attempts ADD COLUMN workflow_version INTEGER")
-
-    # What an attempt's GPUs did (``execute.gpuusage``), all nullable: unknown where not sampled.
-    _GPU_USAGE_COLUMNS = (
-        ("gpu_util_mean", "REAL"),
-        ("gpu_util_max", "REAL"),
-        ("gpu_memory_peak", "INTEGER"),
-        ("gpu_memory_of", "TEXT"),
-    )
-
-    def _migrate_gpu_usage(self) -> None:
-        """attempts' GPU-usage columns, keyed on their presence (a crash half-way is finished here)."""
-        have = {r["name"] for r in self._db.execute("PRAGMA table_info(attempts)")}
-        if not have or all(c in have for c, _ in self._GPU_USAGE_COLUMNS):
-            return
-        with self._tx(immediate=True) as db:
-            have = {r["name"] for r in db.execute("PRAGMA table_info(attempts)")}
-            for column, sql_type in self._GPU_USAGE_COLUMNS:
-                if column not in have:
-                    db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {sql_type}")
 
     def close(self) -> None:
         self._db.close()
@@ -512,135 +400,6 @@ class Store(Leases, Pages, DataRows, PublishRows, SlowdownRows):
                 (run_id, _now(), message),
             )
 
-    # --- attempts ---------------------------------------------------------------------
-
-    def add_attempt(self, a: AttemptRecord) -> None:
-        """Record the intent to launch, before the container is started."""
-        with self._tx() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO attempts (run_id, step, attempt, variant, node, gpus, gpu_uuids,"
-                " container, image, state, exit_code, started, ended, message, cpus, memory, workflow_version)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    a.run_id,
-                    a.step,
-                    a.attempt,
-                    a.variant,
-                    a.node,
-                    json.dumps(list(a.gpus)),
-                    json.dumps(list(a.gpu_uuids)),
-                    a.container,
-                    a.image,
-                    a.state,
-                    a.exit_code,
-                    a.started,
-                    a.ended,
-                    a.message,
-                    a.cpus,
-                    a.memory,
-                    a.workflow_version,
-                ),
-            )
-
-    def set_usage(self, run_id: str, step: str, attempt: int, **usage: float | int | str | None) -> None:
-        """Record what an attempt used (``models.USAGE_FIELDS``); None stays unknown."""
-        bad = set(usage) - set(USAGE_FIELDS)
-        if bad:
-            raise ValueError(f"not usage fields of an attempt: {sorted(bad)}")
-        if usage:
-            self.set_attempt(run_id, step, attempt, **usage)
-
-    def set_attempt(self, run_id: str, step: str, attempt: int, **fields: Any) -> None:
-        cols = ", ".join(f"{k} = ?" for k in fields)
-        with self._tx() as db:
-            db.execute(
-                f"UPDATE attempts SET {cols} WHERE run_id = ? AND step = ? AND attempt = ?",
-                (*fields.values(), run_id, step, attempt),
-            )
-
-    def attempts(self, run_id: str, step: str | None = None) -> list[AttemptRecord]:
-        sql, args = "SELECT * FROM attempts WHERE run_id = ?", [run_id]
-        if step is not None:
-            sql += " AND step = ?"
-            args.append(step)
-        rows = self._db.execute(sql + " ORDER BY step, attempt", args).fetchall()
-        return [_attempt(r) for r in rows]
-
-    # --- outputs ----------------------------------------------------------------------
-
-    def succeed_step(
-        self,
-        run_id: str,
-        step: str,
-        attempt: int,
-        outputs: list[OutputRecord],
-        ended: float,
-        exit_code: int,
-    ) -> None:
-        """Outputs, attempt and step state in one transaction: a crash leaves all or none."""
-        with self._tx(immediate=True) as db:
-            db.execute("DELETE FROM outputs WHERE run_id = ? AND step = ?", (run_id, step))
-            db.executemany(
-                "INSERT INTO outputs VALUES (?, ?, ?, ?, ?, ?)",
-                [(o.run_id, o.step, o.name, o.sha256, o.size, o.path) for o in outputs],
-            )
-            db.execute(
-                "UPDATE attempts SET state = 'succeeded', exit_code = ?, ended = ?"
-                " WHERE run_id = ? AND step = ? AND attempt = ?",
-                (exit_code, ended, run_id, step, attempt),
-            )
-            db.execute(
-                "UPDATE steps SET state = 'succeeded', exit_code = ?, ended = ? WHERE run_id = ? AND step = ?",
-                (exit_code, ended, run_id, step),
-            )
-            db.execute(
-                "INSERT INTO events (run_id, step, time, kind, message) VALUES (?, ?, ?, 'succeeded', ?)",
-                (
-                    run_id,
-                    step,
-                    ended,
-                    f"attempt {attempt} succeeded; {len(outputs)} output(s) recorded",
-                ),
-            )
-
-    def outputs(self, run_id: str, step: str | None = None) -> list[OutputRecord]:
-        sql, args = "SELECT * FROM outputs WHERE run_id = ?", [run_id]
-        if step is not None:
-            sql += " AND step = ?"
-            args.append(step)
-        return [OutputRecord(**dict(r)) for r in self._db.execute(sql + " ORDER BY step, name", args)]
-
-    # --- measured history (the planner's profile) ---------------------------------------
-
-    def history(self, workflow: str | None = None) -> list[tuple[str, str, str, str, float]]:
-        """Run times of succeeded attempts: (workflow, step, variant, node, seconds), newest
-        first.  The planner's profile is built from these (per step, variant, node class)."""
-        sql = (
-            "SELECT r.name, a.step, a.variant, a.node, a.ended - a.started FROM attempts a"
-            " JOIN runs r ON r.id = a.run_id WHERE a.state = 'succeeded' AND a.ended IS NOT NULL"
-        )
-        args: list[str] = []
-        if workflow is not None:
-            sql += " AND r.name = ?"
-            args.append(workflow)
-        rows = self._db.execute(sql + " ORDER BY a.ended DESC", args).fetchall()
-        return [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4])) for r in rows]
-
-    def usage_history(self, workflow: str | None = None) -> list[UsageRow]:
-        """Requested and used resources of succeeded attempts, newest first: what the
-        right-sizing suggestions (``plan.rightsize``) are learned from."""
-        sql = (
-            "SELECT r.name, a.step, a.variant, a.cpus, a.memory, a.peak_memory, a.cpu_seconds,"
-            " COALESCE(a.run_ended - a.run_started, a.ended - a.started) FROM attempts a"
-            " JOIN runs r ON r.id = a.run_id WHERE a.state = 'succeeded' AND a.ended IS NOT NULL"
-        )
-        args: list[str] = []
-        if workflow is not None:
-            sql += " AND r.name = ?"
-            args.append(workflow)
-        rows = self._db.execute(sql + " ORDER BY a.ended DESC", args).fetchall()
-        return [UsageRow(*tuple(r)) for r in rows]
-
     # --- events -----------------------------------------------------------------------
 
     def add_event(self, run_id: str, step: str | None, kind: str, message: str, data: str = "{}") -> None:
@@ -672,33 +431,4 @@ def _step(r: sqlite3.Row) -> StepRecord:
         ended=r["ended"],
         reason=r["reason"],
         not_before=r["not_before"],
-    )
-
-
-def _attempt(r: sqlite3.Row) -> AttemptRecord:
-    return AttemptRecord(
-        run_id=r["run_id"],
-        step=r["step"],
-        attempt=r["attempt"],
-        variant=r["variant"],
-        node=r["node"],
-        gpus=tuple(json.loads(r["gpus"])),
-        gpu_uuids=tuple(json.loads(r["gpu_uuids"])),
-        container=r["container"],
-        image=r["image"],
-        state=r["state"],
-        exit_code=r["exit_code"],
-        started=r["started"],
-        ended=r["ended"],
-        message=r["message"],
-        cpus=r["cpus"],
-        memory=r["memory"],
-        peak_memory=r["peak_memory"],
-        cpu_seconds=r["cpu_seconds"],
-        image_id=r["image_id"],
-        run_started=r["run_started"],
-        run_ended=r["run_ended"],
-        # a store an older hetflow wrote, opened read-only (not migrated); sqlite3.Row's "in" tests values
-        workflow_version=r["workflow_version"] if "workflow_version" in r.keys() else None,  # noqa: SIM118
-        **{c: r[c] for c, _ in Store._GPU_USAGE_COLUMNS if c in r.keys()},  # noqa: SIM118
     )

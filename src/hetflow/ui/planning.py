@@ -18,8 +18,8 @@ import yaml
 from hetflow.execute import cluster_instance, expand_for_planning
 from hetflow.plan import ClusterPoint, load_catalog, load_cluster, plan_heuristic, plan_virtual_cluster
 from hetflow.report import gantt_svg, plan_json
-from hetflow.spec import LoadedWorkflow, load_workflow, read_yaml_text
-from hetflow.state import Store
+from hetflow.spec import LoadedWorkflow, read_yaml_text
+from hetflow.state import Store, load_workflow_cached
 from hetflow.ui.views import BadRequest, Busy
 
 OBJECTIVES = ("makespan", "cost")
@@ -66,7 +66,7 @@ def _fixed_part(pattern: str) -> Path:
 
 def _load(workflow: Path, root: Path) -> LoadedWorkflow:
     _includes(workflow, root)
-    loaded = load_workflow(workflow, {})
+    loaded = load_workflow_cached(workflow, {})
     for name, ds in loaded.workflow.data.items():
         if ds.path is not None:  # a file, directory or glob (its fixed part) under root; S3 data is not read to plan
             _inside(root, _fixed_part(ds.path), f"{workflow.name}: data {name!r} path")

@@ -13,7 +13,7 @@ plus ``nvidiactl`` (195:255).  No driver answers on those nodes: opening one fai
 ENXIO, which is fine for steps that only check that a GPU was assigned.
 
 AMD and Intel models (``mi250x:2``, ``max1550``) get DRM nodes instead, and AMD ones
-``kfd`` too (see ``fakedev``); GPU indexes run across vendors in entry order, NVIDIA
+``kfd`` too (see ``fakedevnodes``); GPU indexes run across vendors in entry order, NVIDIA
 minors count NVIDIA GPUs only, and DRM numbers count the AMD and Intel ones.  A ``mig=``
 word anywhere after the model puts every GPU of the entry in MIG mode with that layout:
 ``h100:1:mig=3g.40gb+2g.20gb+1g.10gb+1g.10gb`` or ``a100-80g:2:nvlink:mig=7g.80gb``.
@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from hetflow.errors import InventoryError
-from hetflow.inventory.fakedev import (
+from hetflow.inventory.fakedevnodes import (
     ENV_VAR,
     NVIDIA_MAJOR,
     NVIDIACTL_MINOR,

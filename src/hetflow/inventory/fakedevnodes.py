@@ -1,4 +1,4 @@
-"""Device nodes and MIG instances for fake GPUs (``HETFLOW_FAKE_GPUS``); see ``fake``.
+"""The device nodes and MIG instances of fake GPUs (``HETFLOW_FAKE_GPUS``; the GPUs: ``fakegpus``).
 
 Every node is a real character device made with mknod, so ``--device`` works exactly
 as on a GPU machine; no driver answers on any of them (opening one fails with ENXIO).
@@ -29,6 +29,7 @@ from pathlib import Path
 from hetflow.errors import InventoryError
 from hetflow.inventory.gpumodels import GpuModel
 from hetflow.inventory.models import MigDevice
+from hetflow.inventory.nvmlmig import mig_cap_minors
 
 ENV_VAR = "HETFLOW_FAKE_GPUS"
 NVIDIA_MAJOR = 195
@@ -115,14 +116,6 @@ def fake_mig_uuid(gpu_uuid: str, index: int) -> str:
     """``MIG-fake-`` then 8-4-4-4-12 hex groups, stable per GPU and instance."""
     h = hashlib.sha256(f"{gpu_uuid}:mig:{index}".encode()).hexdigest()
     return f"MIG-fake-{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:32]}"
-
-
-def mig_cap_minors(gpu_minor: int, gpu_instance: int, compute_instance: int) -> tuple[int, int]:
-    """The nvidia-caps minors of ``gpuG/giI/access`` and ``gpuG/giI/ciC/access`` as the
-    driver lists them in /proc/driver/nvidia-caps/mig-minors (minors 1 and 2 are the
-    config and monitor caps; each GPU has 15 GIs of 1 + 8 CIs each)."""
-    gi = 3 + gpu_minor * 15 * 9 + gpu_instance * 9
-    return gi, gi + 1 + compute_instance
 
 
 def make_mig_devices(

@@ -1,4 +1,4 @@
-"""Test fakes for the NVML seam of ``probe_nvml``.
+"""A fake pynvml: the NVML seam of ``probe_nvml`` in tests.
 
 ``FakeNvml`` answers the handful of pynvml functions hetflow calls, from a list of
 ``FakeNvmlDevice`` values; ``MissingNvml`` fails the way pynvml does on a machine
@@ -6,7 +6,7 @@ without the NVIDIA driver.  Both raise pynvml's own exception classes, so code u
 test catches exactly what it would catch on a real machine.
 
 These are for tests (hetflow's and its users'); the GPUs that ``HETFLOW_FAKE_GPUS``
-makes up live in ``hetflow.inventory.fake``.
+makes up live in ``hetflow.inventory.fakegpus``.
 """
 
 from __future__ import annotations

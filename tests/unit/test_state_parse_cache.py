@@ -8,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import SpecError
-from hetflow.spec import load_workflow
-from hetflow.spec.loader import PARSE_CACHE_MIN_BYTES
+from hetflow.spec import load_workflow as parse_file
+from hetflow.state import PARSE_CACHE_MIN_BYTES
+from hetflow.state import load_workflow_cached as load_workflow
 
 
 def big(tmp_path: Path, word: str = "hi", steps: int = 2500) -> Path:
@@ -68,3 +69,18 @@ def test_a_damaged_kept_copy_means_a_parse_and_a_bad_file_is_never_kept(tmp_path
     with pytest.raises(SpecError, match="'use: nope' names no template"):
         load_workflow(path)
     assert len(kept(home)) == 1
+
+
+def test_spec_itself_never_keeps_a_parse(tmp_path: Path, home: Path) -> None:
+    """spec/ is pure: its own load_workflow parses and writes nothing under HETFLOW_HOME."""
+    path = big(tmp_path)
+    assert parse_file(path).workflow.steps["s2"].image == "localhost/x:1"
+    assert not home.exists()
+    assert load_workflow(path).workflow == parse_file(path).workflow
+    assert len(kept(home)) == 1
+
+
+def test_no_parse_cache_env_always_parses(tmp_path: Path, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HETFLOW_NO_PARSE_CACHE", "1")
+    load_workflow(big(tmp_path))
+    assert kept(home) == []

@@ -1,0 +1,135 @@
+"""Workflow params: ``-p key=value`` overrides, and ``{{ params.NAME }}`` substituted in
+commands and env values (``{{ item }}``/``{{ index }}`` are left for a fan-out's items).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import yaml
+
+from hetflow.errors import Problem
+from hetflow.spec.fanout import is_fanout
+from hetflow.spec.models import ParamValue, Workflow
+from hetflow.spec.problems import did_you_mean
+from hetflow.spec.yamlfile import Loc, line_of
+
+_TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
+_PARAM = re.compile(r"^params\.([A-Za-z_][A-Za-z0-9_-]*)$")
+_ITEM_EXPR = re.compile(r"^(item(\.[A-Za-z_][A-Za-z0-9_-]*)?|index)$")
+
+
+def apply_overrides(
+    data: dict[str, Any], overrides: Mapping[str, object], file: str, lines: Mapping[Loc, int]
+) -> list[Problem]:
+    """``-p key=value`` replaces a declared param; the value is read as a YAML scalar so
+    ``-p size=128`` stays a number."""
+    problems: list[Problem] = []
+    params = data.get("params")
+    if overrides and not isinstance(params, dict):
+        params = {}
+        data["params"] = params
+    for key, raw in overrides.items():
+        assert isinstance(params, dict)
+        if key not in params:
+            hint = did_you_mean(key, params)
+            declared = ", ".join(map(str, params)) or "none"
+            problems.append(
+                Problem(
+                    file,
+                    line_of(lines, ("params",)),
+                    f"-p {key}=...: the workflow declares no param {key!r}{hint} (declared: {declared})",
+                )
+            )
+            continue
+        if not isinstance(raw, str) or isinstance(params[key], str):
+            # already typed (resume passes the recorded values), or a declared string stays
+            # a string: `-p tag=1.10` must not become the float 1.1
+            params[key] = raw
+            continue
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if isinstance(params[key], list) and isinstance(value, list):
+            params[key] = value  # -p samples='[a, b]' for a list param
+        else:
+            params[key] = value if isinstance(value, str | int | float | bool) else raw
+    return problems
+
+
+def _one_expression(expr: str, params: Mapping[str, ParamValue], fanout: bool) -> tuple[str | None, str | None]:
+    """What ``{{ expr }}`` becomes (None: it stays as written) and the problem with it, if any."""
+    pm = _PARAM.match(expr)
+    if not pm:
+        if _ITEM_EXPR.match(expr):
+            if fanout:
+                return None, None  # a pending fan-out: filled in when its list is known
+            return None, f"'{{{{ {expr} }}}}' is only defined in a step with 'foreach' or 'matrix'"
+        head = expr.split(".", 1)[0]
+        hint = "" if head == "params" else did_you_mean(head, ("item", "index"))
+        if head in params:
+            return None, f"'{{{{ {expr} }}}}' names nothing; params are written '{{{{ params.{head} }}}}'"
+        return None, (
+            f"'{{{{ {expr} }}}}' names nothing{hint}; "
+            "write '{{ params.NAME }}', or in a fan-out step '{{ item }}', '{{ item.FIELD }}' "
+            "or '{{ index }}'"
+        )
+    name = pm.group(1)
+    if name not in params:
+        hint = did_you_mean(name, params)
+        return None, f"'{{{{ params.{name} }}}}' names no param{hint}; declare it under 'params'"
+    value = params[name]
+    if isinstance(value, list):
+        return None, f"'{{{{ params.{name} }}}}' is a list; iterate it with foreach: '{{{{ params.{name} }}}}'"
+    return (str(value).lower() if isinstance(value, bool) else str(value)), None
+
+
+def render_params(wf: Workflow, file: str, lines: Mapping[Loc, int]) -> tuple[Workflow, list[Problem]]:
+    """Substitute ``{{ params.NAME }}`` in commands and env values."""
+    problems: list[Problem] = []
+
+    def sub(text: str, loc: Loc, fanout: bool) -> str:
+        def one(m: re.Match[str]) -> str:
+            out, problem = _one_expression(m.group(1), wf.params, fanout)
+            if problem is not None:
+                problems.append(Problem(file, line_of(lines, loc), problem))
+            return m.group(0) if out is None else out
+
+        if "{{" not in text:
+            return text
+        if "{{" in _TEMPLATE.sub("", text):
+            problems.append(
+                Problem(
+                    file,
+                    line_of(lines, loc),
+                    f"{text[:60]!r} opens '{{{{' without a matching '}}}}'; close it, e.g. '{{{{ params.NAME }}}}'",
+                )
+            )
+            return text
+        return _TEMPLATE.sub(one, text)
+
+    steps = {}
+    for sname, step in wf.steps.items():
+        fan = is_fanout(step)
+        base: Loc = ("steps", sname)
+        update: dict[str, Any] = {}
+        if step.command is not None:
+            update["command"] = tuple(sub(a, (*base, "command", i), fan) for i, a in enumerate(step.command))
+        update["env"] = {k: sub(v, (*base, "env", k), fan) for k, v in step.env.items()}
+        if step.variants is not None:
+            update["variants"] = {
+                vname: v.model_copy(
+                    update={
+                        "command": tuple(
+                            sub(a, (*base, "variants", vname, "command", i), fan) for i, a in enumerate(v.command)
+                        ),
+                        "env": {k: sub(x, (*base, "variants", vname, "env", k), fan) for k, x in v.env.items()},
+                    }
+                )
+                for vname, v in step.variants.items()
+            }
+        steps[sname] = step.model_copy(update=update)
+    return wf.model_copy(update={"steps": steps}), problems

@@ -1,0 +1,101 @@
+"""Big workflows parsed once, kept by content under ``HETFLOW_HOME/cache/specs``.
+
+``hetflow.spec`` parses a workflow file and reads nothing but the files it names; keeping
+the parse between commands (a ``run`` after a ``plan`` of the same 10,000-step file) is
+state kept under HETFLOW_HOME, so it lives here, beside the store.  A kept parse is a
+pickle of the ``LoadedWorkflow``, read back only when the text, path, params, includes and
+the spec package's own source are all the same (like Python's ``.pyc``).
+
+The spec names are imported inside the functions: ``hetflow.state`` is imported by
+``hetflow ps``, which must not pay for loading the workflow models.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hashlib
+import json
+import os
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from hetflow.config import hetflow_home
+
+if TYPE_CHECKING:
+    from hetflow.spec import LoadedWorkflow
+
+PARSE_CACHE_MIN_BYTES = 256 * 1024  # about 1,000 steps: below that, parsing is quicker than the cache
+NO_PARSE_CACHE_ENV = "HETFLOW_NO_PARSE_CACHE"  # set (to anything): always parse (bench/loader.py's cold figures)
+_KEEP = 32
+
+
+def load_workflow_cached(
+    path: str | Path,
+    overrides: Mapping[str, object] | None = None,
+    base: Path | None = None,
+    *,
+    home: Path | None = None,
+) -> LoadedWorkflow:
+    """``hetflow.spec.load_workflow``, with files of ``PARSE_CACHE_MIN_BYTES`` or more kept
+    parsed under ``home`` (default ``hetflow_home()``) and read back when nothing changed."""
+    from hetflow.spec import parse_workflow, read_yaml_text
+
+    p = Path(path)
+    text = read_yaml_text(p, "a workflow YAML")
+    base = base or p.resolve().parent
+    if len(text) >= PARSE_CACHE_MIN_BYTES and not os.environ.get(NO_PARSE_CACHE_ENV):
+        return _load_kept(text, str(p), overrides, base, (home or hetflow_home()) / "cache" / "specs")
+    return parse_workflow(text, str(p), overrides, base=base)
+
+
+@functools.cache
+def _spec_digest() -> str:
+    """The spec package's own source: a parse kept by another hetflow is not reused."""
+    import hetflow.spec
+
+    h = hashlib.sha256()
+    for f in sorted(Path(hetflow.spec.__file__).parent.glob("*.py")):
+        h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def _load_kept(
+    text: str, file: str, overrides: Mapping[str, object] | None, base: Path, folder: Path
+) -> LoadedWorkflow:
+    """The parse kept in ``folder`` for this text, path, params and includes, else a fresh
+    parse that is then kept.  Anything wrong with the kept copy means a parse; a failed
+    parse is never kept."""
+    from hetflow.spec import LoadedWorkflow, no_cyclic_gc, parse_workflow
+
+    key = hashlib.sha256(
+        json.dumps([_spec_digest(), file, str(base), sorted((overrides or {}).items(), key=str), text]).encode()
+    ).hexdigest()
+    kept = folder / f"{key}.pickle"
+    try:
+        with kept.open("rb") as f, no_cyclic_gc():
+            includes, loaded = pickle.load(f)
+        if all(_digest_of(Path(i)) == d for i, d in includes) and isinstance(loaded, LoadedWorkflow):
+            return loaded
+    except (OSError, pickle.PickleError, EOFError, ValueError, TypeError, AttributeError):
+        pass
+    loaded = parse_workflow(text, file, overrides, base=base)
+    includes = [(i, _digest_of(Path(i))) for i in loaded.workflow.include]
+    with contextlib.suppress(OSError, pickle.PickleError):
+        folder.mkdir(parents=True, exist_ok=True)
+        tmp = kept.with_suffix(f".tmp{os.getpid()}")
+        with tmp.open("wb") as f:
+            pickle.dump((includes, loaded), f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, kept)
+        for old in sorted(folder.glob("*.pickle"), key=lambda q: q.stat().st_mtime)[:-_KEEP]:
+            old.unlink(missing_ok=True)
+    return loaded
+
+
+def _digest_of(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return ""
