@@ -130,6 +130,9 @@ class Networks(Protocol):
 
     def remove_network(self, name: str) -> None: ...
 
+    def run_networks(self) -> dict[str, str]:
+        """Every network hetflow made, with the run it belongs to (its ``LABEL_RUN``)."""
+
 
 ENV_FILE_WAIT = 120.0  # seconds an attached run's env file waits for its container to be created
 ENV_FILE_MAX = 60_000  # bytes of one NAME=value line podman's --env-file reads (a 64 KiB line buffer)

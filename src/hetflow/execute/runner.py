@@ -26,7 +26,7 @@ from typing import Protocol
 from hetflow.errors import HetflowError
 from hetflow.execute.attempts import Attempts, RunnerConfig
 from hetflow.execute.backends.base import Backend
-from hetflow.execute.backends.local import LocalBackend
+from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.cache import Key, ResultCache, cache_key, input_digests
 from hetflow.execute.data import DataManifest
 from hetflow.execute.dispatch import ClusterDispatch, Dispatch, LocalDispatch
@@ -111,7 +111,7 @@ class Runner:
         grace: int | None = None,
     ) -> None:
         self.store, self.node, self.wf = store, node, workflow
-        self.backend: Backend = backend or LocalBackend(engine)
+        self.backend: Backend = backend or make_backend(engine=engine)
         self.run_id = run.id
         self.uid, self.gid = run.uid, run.gid
         self.paths = RunPaths(Path(run.workdir))

@@ -29,7 +29,6 @@ from hetflow.execute.amend import Amendment, compare
 from hetflow.execute.attempts import RunnerConfig
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
-from hetflow.execute.backends.local import LocalBackend
 from hetflow.execute.cache import Key, ResultCache, cache_key, input_digests
 from hetflow.execute.data import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.engine import ContainerEngine, make_engine
@@ -157,7 +156,7 @@ def _check_and_plan(
             raise SpecError(found)
         problems(found)
         plan = plan_on_node(store, loaded, node, pulls, steer=settings.steer)
-        backend = LocalBackend(engine)
+        backend = make_backend(settings, engine=engine)
     else:
         backend = backend or make_backend(settings)
         backend.check()
@@ -198,7 +197,7 @@ def open_run(
         else:
             plan = RunPlan.from_json(text)
             ensure_pulled(plan.pulls, engine)
-        backend = LocalBackend(engine)
+        backend = make_backend(settings, engine=engine)
     else:
         backend = backend or make_backend(settings)
         backend.check()
@@ -316,7 +315,7 @@ def _apply_edits(
     if any(p.severity == "error" for p in found):
         raise SpecError(found)
     paths = RunPaths(Path(record.workdir))
-    backend = LocalBackend(engine)
+    backend = make_backend(settings, engine=engine)
     identities: dict[str, str] = {}
 
     def identity(image: str) -> str:

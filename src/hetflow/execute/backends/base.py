@@ -137,3 +137,13 @@ class MeasuresOnRelease(Protocol):
     ) -> None:
         """Release ``names``; for each in ``measure`` first call ``measured(name, usage)``,
         perhaps later and from another thread."""
+
+
+@runtime_checkable
+class DropsNetworks(Protocol):
+    """A backend that makes a network per gang on this machine (local podman): after a crash
+    the runner asks it to remove the run's networks that no attempt in flight uses."""
+
+    def drop_networks(self, run_id: str, keep: Collection[str]) -> list[str]:
+        """Remove the run's gang networks whose job is not in ``keep`` (names of attempts in
+        flight); the networks removed."""

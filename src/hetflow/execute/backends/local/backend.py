@@ -115,6 +115,19 @@ class LocalBackend:
             for n in sorted(gangs):
                 self.engine.remove_network(network_name(n))
 
+    def drop_networks(self, run_id: str, keep: Collection[str]) -> list[str]:
+        """The run's gang networks whose attempt is over: the last executor removes a gang's
+        containers, then its network, in the background, so a kill -9 between the two leaves
+        the network with no container for ``release`` to find (the rule is doctor's: a
+        network is kept while its gang's attempt is in flight)."""
+        if not isinstance(self.engine, Networks):
+            return []
+        wanted = {network_name(c) for c in keep}
+        stale = sorted(n for n, r in self.engine.run_networks().items() if r == run_id and n not in wanted)
+        for net in stale:
+            self.engine.remove_network(net)
+        return stale
+
     def usage(self, name: str) -> Usage:
         """What the engine measured (podman: the attempt's cgroup); an engine that cannot
         measure (a test's own engine) leaves it unknown.  A gang's is its replica 0's."""

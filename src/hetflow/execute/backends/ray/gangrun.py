@@ -35,7 +35,7 @@ from ray.util.placement_group import placement_group, placement_group_table, rem
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hetflow.execute.backends.base import JobState
-from hetflow.execute.backends.ray.container import CANCELLED_CODE, _step_task, ray_nodes
+from hetflow.execute.backends.ray.container import CANCELLED_CODE, ray_nodes, step_task
 from hetflow.execute.backends.ray.gangs import (
     GangRequest,
     bundle_nodes,
@@ -118,7 +118,7 @@ class GangRun:
             options["resources"] = dict(t.resources)
         for i, spec in enumerate(specs):
             strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i)
-            task = _step_task.options(**options, name=spec.name, scheduling_strategy=strategy)
+            task = step_task.options(**options, name=spec.name, scheduling_strategy=strategy)
             self.refs.append(task.remote(spec, self.device_dir, self.stop_timeout, keeper))
 
     def started(self, rank: int, gpus: tuple[int, ...]) -> None:

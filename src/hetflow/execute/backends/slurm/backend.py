@@ -49,10 +49,7 @@ class SlurmBackend:
 
     def image_id(self, image: str) -> str | None:
         """This machine's podman's answer, on the same assumption as ``image_exists``."""
-        try:
-            return CliEngine(find_engine(self.client.env), self.client.env).image_id(image)
-        except EngineError:
-            return None
+        return common.host_image_id(image, self.client.env)
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         return None  # the runner polls (squeue is cheap)
