@@ -12,7 +12,7 @@ from demo.images import build_tiny_image
 
 from hetflow.execute.backends import LocalBackend, make_backend
 from hetflow.execute.engine import Usage
-from tests.contract.backend_contract import BUSYBOX, BackendContract, job, wait_done
+from tests.contract.backend_contract import BUSYBOX, BackendContract, GangContract, job, wait_done
 from tests.integration.hfkit import run_containers
 
 
@@ -34,7 +34,7 @@ def fresh_backend() -> LocalBackend:
     return local()
 
 
-class TestLocalBackend(BackendContract):
+class TestLocalBackend(BackendContract, GangContract):
     def test_capabilities(self, backend: LocalBackend) -> None:
         caps = backend.capabilities
         assert (caps.name, caps.holds_dependencies, caps.assigns_gpus, caps.multi_node) == (
