@@ -55,6 +55,7 @@ if TYPE_CHECKING:
     )
     from hetflow.execute.fakeengine import FakeEngine
     from hetflow.execute.fanout import expand_for_planning
+    from hetflow.execute.gang import LAUNCH_CONTRACT, Quantity, RankVariable, render_contract
     from hetflow.execute.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
     from hetflow.execute.images import PinResult, default_resolver, pin_images
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, stop_run
@@ -104,6 +105,7 @@ _WHERE = {
         "make_engine",
         "run_args",
     ],
+    "gang": ["LAUNCH_CONTRACT", "Quantity", "RankVariable", "render_contract"],
     "gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],
     "images": ["PinResult", "default_resolver", "pin_images"],
     "doctor": ["Finding", "diagnose", "repair"],
@@ -134,6 +136,7 @@ __all__ = [
     "LABEL_ATTEMPT",
     "LABEL_RUN",
     "LABEL_STEP",
+    "LAUNCH_CONTRACT",
     "CliEngine",
     "ClusterDispatch",
     "ContainerEngine",
@@ -153,6 +156,8 @@ __all__ = [
     "NullReporter",
     "OpenRun",
     "PinResult",
+    "Quantity",
+    "RankVariable",
     "Reporter",
     "ResultCache",
     "RunPaths",
@@ -197,6 +202,7 @@ __all__ = [
     "pin_images",
     "preflight",
     "read_lines",
+    "render_contract",
     "repair",
     "reset_for_resume",
     "resolve_data",
