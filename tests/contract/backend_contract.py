@@ -29,7 +29,7 @@ from pathlib import Path
 
 from hetflow.execute.backends.base import Backend, Job, JobState
 from hetflow.execute.engine import ContainerSpec, Mount
-from hetflow.execute.gang import LABEL_RANK, LABEL_WORLD, network_name, replica_name
+from hetflow.execute.gang.replicas import LABEL_RANK, LABEL_WORLD, network_name, replica_name
 from hetflow.spec import Gang
 
 BUSYBOX = "localhost/hetflow-test/busybox:latest"

@@ -1,4 +1,4 @@
-"""The gang launch contract (``execute.gang.LAUNCH_CONTRACT``): the environment each rank sees
+"""The gang launch contract (``execute.gang.replicas.LAUNCH_CONTRACT``): the environment each rank sees
 is the same for this machine, Slurm, Ray and the Kubernetes export, by one table.
 
 Each row is a launcher, a layout (where the replicas landed) and a producer; the expected
@@ -18,7 +18,7 @@ import pytest
 from hetflow.execute.backends.ray.gangs import NODE_ENV, replica_specs
 from hetflow.execute.backends.slurm.gang import contract_script
 from hetflow.execute.engine import ContainerSpec
-from hetflow.execute.gang import layout, replica_env
+from hetflow.execute.gang.replicas import layout, replica_env
 from hetflow.spec import Gang
 from tests.unit.test_kubernetes import RUN, export
 

@@ -87,7 +87,7 @@ def test_a_gang_network_left_without_its_containers_is_removed_and_one_in_flight
     """A gang's containers are removed before its network, in the background: a kill -9
     between the two leaves a network no container names (seen in the chaos test). The next
     executor removes networks of this run's attempts that are over, never one in flight."""
-    from hetflow.execute.gang import network_name
+    from hetflow.execute.gang.replicas import network_name
 
     w = world(
         tmp_path,

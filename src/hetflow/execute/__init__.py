@@ -18,7 +18,7 @@
     cache       the cross-run cache: keys on content, entries and their objects
     settings    the backend settings a run is started with
     mpilaunch   an mpirun gang's SSH keys, sshd/ssh configs, hostfiles and replica
-                commands (pure: no engine calls; import hetflow.execute.mpilaunch)
+                commands (pure: no engine calls; import hetflow.execute.gang.mpilaunch)
     backends/   the engines a run can use (local, Slurm, Ray)
 
 Names are loaded on first use, so ``import hetflow.execute`` stays cheap.
@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     )
     from hetflow.execute.fakeengine import FakeEngine
     from hetflow.execute.fanout import expand_for_planning
-    from hetflow.execute.gang import LAUNCH_CONTRACT, Quantity, RankVariable, render_contract
+    from hetflow.execute.gang.replicas import LAUNCH_CONTRACT, Quantity, RankVariable, render_contract
     from hetflow.execute.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
     from hetflow.execute.images import PinResult, default_resolver, pin_images
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, stop_run
@@ -105,7 +105,7 @@ _WHERE = {
         "make_engine",
         "run_args",
     ],
-    "gang": ["LAUNCH_CONTRACT", "Quantity", "RankVariable", "render_contract"],
+    "gang.replicas": ["LAUNCH_CONTRACT", "Quantity", "RankVariable", "render_contract"],
     "gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],
     "images": ["PinResult", "default_resolver", "pin_images"],
     "doctor": ["Finding", "diagnose", "repair"],

@@ -17,7 +17,17 @@ from hetflow.execute.container import build_spec
 from hetflow.execute.data import DataManifest
 from hetflow.execute.dispatch import Dispatch, Where
 from hetflow.execute.engine import ContainerSpec, Mount
-from hetflow.execute.gang import (
+from hetflow.execute.gang.mpicommands import launcher_command, mpi_env, worker_command
+from hetflow.execute.gang.mpilaunch import (
+    DEFAULT_PORT,
+    PRIVSEP_DIR,
+    ROOT_SSHD_CAPS,
+    MpiFiles,
+    MpiPeer,
+    placeholder_host,
+    write_mpi_files,
+)
+from hetflow.execute.gang.replicas import (
     LABEL_LAUNCHER,
     LABEL_RANK,
     LABEL_WORLD,
@@ -27,18 +37,6 @@ from hetflow.execute.gang import (
     replica_name,
 )
 from hetflow.execute.gpu import near_cpus
-from hetflow.execute.mpilaunch import (
-    DEFAULT_PORT,
-    PRIVSEP_DIR,
-    ROOT_SSHD_CAPS,
-    MpiFiles,
-    MpiPeer,
-    launcher_command,
-    mpi_env,
-    placeholder_host,
-    worker_command,
-    write_mpi_files,
-)
 from hetflow.execute.paths import container_name
 from hetflow.inventory import Gpu
 from hetflow.plan import Slot
@@ -219,7 +217,7 @@ class Launcher:
         log); rank i gets its own scratch /out and log.
 
         On this machine (hetflow leases the GPUs) each replica also gets its own GPUs and the
-        launch contract (``execute.gang``) on the gang's private network.  For a cluster
+        launch contract (``execute.gang.replicas``) on the gang's private network.  For a cluster
         engine (it assigns GPUs and nodes) the replicas are templates on the host network:
         the backend adds each one's GPUs and contract where it runs, and an MPI gang's hosts
         are placeholders (``mpilaunch.placeholder_host``) it fills in once the nodes are known.
@@ -295,7 +293,7 @@ class Launcher:
     def _mpi(
         self, name: str, attempt: int, hosts: list[str], ports: list[int], variant: Variant
     ) -> tuple[MpiFiles, list[MpiPeer]]:
-        """The gang's ssh keys, configs and hostfile (``execute.mpilaunch``), written next to
+        """The gang's ssh keys, configs and hostfile (``execute.gang.mpilaunch``), written next to
         the attempt's staging directory for the submitter's UID."""
         if not variant.command:
             raise HetflowError(f"step {name!r} uses launcher: mpi but has no command for mpirun to run")

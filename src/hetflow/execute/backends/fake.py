@@ -16,7 +16,7 @@ as Slurm does: a job starts when its parents have succeeded, and is dropped
 ``FakeState`` sees the same jobs, as two hetflow processes see one engine.
 
 A gang job (``Job.ranks``) runs every replica's script and is reported as the job's one name
-by ``execute.gang.gang_state``; one replica failing stops the others (exit 143), as podman's
+by ``execute.gang.replicas.gang_state``; one replica failing stops the others (exit 143), as podman's
 backend does.  ``FakeState.fail_node`` ends every job that runs with ``node_failed``, as
 Slurm's NODE_FAIL or a lost Ray node does.  ``watch`` (with ``watches``) wakes the runner
 from a thread that advances the run's jobs when one of them ends.
@@ -33,7 +33,7 @@ from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState
-from hetflow.execute.gang import gang_state
+from hetflow.execute.gang.replicas import gang_state
 
 CANCELLED_CODE = 143  # 128 + SIGTERM, as `podman stop` and scancel report a stopped job
 NOT_FOUND_CODE = 127  # a shell's "command not found"

@@ -36,7 +36,7 @@ MPI_API = "kubeflow.org/v2beta1"
 # Where mpi-operator mounts the launcher's SSH keys: the pods' HOME is /tmp (read-only root).
 MPI_SSH_DIR = "/tmp/.ssh"
 
-# The launch contract (``execute.gang.LAUNCH_CONTRACT``) as pod fields: one replica per pod,
+# The launch contract (``execute.gang.replicas.LAUNCH_CONTRACT``) as pod fields: one replica per pod,
 # so a pod is torchrun's node (node rank = rank, local rank 0 of 1).  mpi: the rank of a
 # process is OpenMPI's own OMPI_COMM_WORLD_RANK, and ``mpirun -x`` passes the launcher's
 # variables to every rank, so only the contract's gang-wide ones are set.

@@ -3,7 +3,7 @@
 A gang job (``Job.ranks``) is its replicas' containers on one private network of their own
 (``--internal`` unless the step asked for the network), started together: if one cannot
 start, the ones started are removed and the job is refused.  ``poll`` reports the gang as
-the job's one name (``execute.gang.gang_state``) and stops the other replicas as soon as
+the job's one name (``execute.gang.replicas.gang_state``) and stops the other replicas as soon as
 one fails, so a gang fails (and is retried) whole."""
 
 from __future__ import annotations
@@ -13,7 +13,14 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
 from hetflow.execute.engine import LABEL_RUN, UNKNOWN, CliEngine, ContainerEngine, Networks, Usage, make_engine
-from hetflow.execute.gang import LABEL_LAUNCHER, LABEL_WORLD, gang_state, network_name, replica_name, replica_of
+from hetflow.execute.gang.replicas import (
+    LABEL_LAUNCHER,
+    LABEL_WORLD,
+    gang_state,
+    network_name,
+    replica_name,
+    replica_of,
+)
 
 
 class LocalBackend:

@@ -8,7 +8,7 @@ Life of a gang (the keeper owns the group and the tasks, so both outlive the dri
    writes the MPI ssh_config's real hosts (``mpilaunch.resolve_hosts``) and starts one
    task per replica pinned to its bundle (``PlacementGroupSchedulingStrategy``, bundle i),
    each running its container in the foreground with the GPUs Ray assigned to it.
-3. ``state`` folds the replicas into the gang's one state (``execute.gang.gang_state``):
+3. ``state`` folds the replicas into the gang's one state (``execute.gang.replicas.gang_state``):
    one replica failing cancels the others; under ``launcher: mpi`` replica 0 decides and
    the workers (sshd, never ending by themselves) are cancelled when it ends.  The gang is
    reported finished once every replica has ended, and its group is removed then.
@@ -47,8 +47,8 @@ from hetflow.execute.backends.ray.gangs import (
 )
 from hetflow.execute.backends.ray.translate import RayNode, node_name
 from hetflow.execute.engine import ContainerSpec
-from hetflow.execute.gang import gang_state
-from hetflow.execute.mpilaunch import resolve_hosts
+from hetflow.execute.gang.mpilaunch import resolve_hosts
+from hetflow.execute.gang.replicas import gang_state
 from hetflow.spec import Gang
 
 LOST_CODE = 255  # a replica whose worker or node died: a failure, whatever it was doing

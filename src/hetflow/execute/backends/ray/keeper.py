@@ -20,7 +20,7 @@ from hetflow.execute.backends.ray.gangrun import GangRun
 from hetflow.execute.backends.ray.gangs import GangRequest
 from hetflow.execute.backends.ray.translate import TaskRequest, node_name
 from hetflow.execute.engine import ContainerSpec
-from hetflow.execute.gang import replica_of
+from hetflow.execute.gang.replicas import replica_of
 from hetflow.spec import Gang
 
 

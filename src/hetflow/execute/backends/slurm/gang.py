@@ -13,7 +13,7 @@ Where a task lands is Slurm's choice (``--distribution``, ``--ntasks-per-node``)
 replicas learn it from each other, not from a prediction: each task writes
 ``NAME.r<RANK>.host`` (its node's address, from ``scontrol show node``'s NodeAddr, and the
 node's name) into the shared job folder and waits until all ``R`` are there; then every
-replica's launch contract (``execute.gang``) follows: MASTER_ADDR is rank 0's node,
+replica's launch contract (``execute.gang.replicas``) follows: MASTER_ADDR is rank 0's node,
 NODE_RANK is SLURM_NODEID, LOCAL_RANK is SLURM_LOCALID, LOCAL_WORLD_SIZE counts the
 replicas that share its node.  Replicas run on the host network (they talk across nodes);
 an MPI gang's sshd listens on ``port + rank`` and rank 0 fills the ssh_config's
@@ -26,7 +26,7 @@ replicas on one node never share a GPU, and maps them to device nodes as a singl
 Ending: each task writes ``NAME.r<RANK>.exit``.  Under ``launcher: mpi`` replica 0 decides
 (the workers serve its ``mpirun``): when it ends the others are stopped.  Otherwise a
 replica that fails stops the rest.  The batch step folds the replicas' codes into the
-job's (``FOLD``: the first failure hetflow did not cause, as ``execute.gang`` does)
+job's (``FOLD``: the first failure hetflow did not cause, as ``execute.gang.replicas`` does)
 and writes ``NAME.exit`` as a single step's script does, so ``poll`` reads a gang as one job.
 """
 
@@ -43,8 +43,8 @@ from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
 from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.engine import ContainerSpec, run_args
-from hetflow.execute.gang import Quantity, render_contract
-from hetflow.execute.mpilaunch import mpi_folder
+from hetflow.execute.gang.mpilaunch import mpi_folder
+from hetflow.execute.gang.replicas import Quantity, render_contract
 
 BARRIER_TIMEOUT = 300  # seconds a replica waits for the others to report their node
 
@@ -67,7 +67,7 @@ def gang_sbatch_args(job: Job, settings: SlurmSettings) -> list[str]:
 
 
 # The gang's exit code from the replicas' NAME.r<RANK>.exit files, in shell (the batch step
-# runs it): the rule of ``execute.gang.gang_state``, which the unit tests hold it to.  Under
+# runs it): the rule of ``execute.gang.replicas.gang_state``, which the unit tests hold it to.  Under
 # mpi (``lead=1``) replica 0's code; otherwise the first failure hetflow did not cause by
 # stopping a replica (137, 143), then any failure, else 0.  A replica that left no code
 # counts as killed (137).
@@ -216,7 +216,7 @@ for ((r = 0; r < world; r++)); do
 done
 """
 
-# Each quantity of the launch contract (``execute.gang.LAUNCH_CONTRACT``) as the task script
+# Each quantity of the launch contract (``execute.gang.replicas.LAUNCH_CONTRACT``) as the task script
 # holds it once every replica has reported its node (step 1 of ``_TASK``).
 SHELL_VALUES: dict[Quantity, str] = {
     "rank": "$rank",

@@ -13,7 +13,7 @@ index, its place on the node, replica 0's address, the port) under which launche
 - ``launcher: torch``: MASTER_ADDR (replica 0's address), MASTER_PORT, RANK, WORLD_SIZE,
   LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, the names torchrun sets for each worker;
 - ``launcher: mpi``: replica 0 runs ``mpirun`` over a hostfile of every replica
-  (``execute.mpilaunch``, whose ``mpi_env`` adds Open MPI's settings); the others wait for it.
+  (``execute.gang.mpilaunch``, whose ``mpi_env`` adds Open MPI's settings); the others wait for it.
 Every producer renders it with its own values (``render_contract``): this machine and Ray
 with strings (``replica_env``), Slurm's task script with shell expressions evaluated where
 the task lands (``backends.slurm.gang``), the Kubernetes export with pod fields
