@@ -12,8 +12,8 @@ import pytest
 
 from hetflow.execute.attempts import NODE_FAULT_REQUEUES
 from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.fakeengine import FakeEngine
-from hetflow.execute.paths import RunPaths
 from hetflow.execute.runner import Runner
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.report import run_json

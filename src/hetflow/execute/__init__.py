@@ -33,9 +33,11 @@ from hetflow.lazy import lazy_names
 if TYPE_CHECKING:
     from hetflow.execute.attempts import RunnerConfig
     from hetflow.execute.backends.factory import make_backend
-    from hetflow.execute.cache import Key, ResultCache, cache_key, input_digests
     from hetflow.execute.container import build_spec, container_env, input_mounts
-    from hetflow.execute.data import DataManifest, resolve_data
+    from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
+    from hetflow.execute.data.inputs import DataManifest, resolve_data
+    from hetflow.execute.data.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
+    from hetflow.execute.data.paths import RunPaths, container_name
     from hetflow.execute.dispatch import ClusterDispatch, Decision, Dispatch, LocalDispatch
     from hetflow.execute.doctor import Finding, diagnose, repair
     from hetflow.execute.engine import (
@@ -60,8 +62,6 @@ if TYPE_CHECKING:
     from hetflow.execute.images import PinResult, default_resolver, pin_images
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, stop_run
     from hetflow.execute.logs import log_tail, parse_line, read_lines
-    from hetflow.execute.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
-    from hetflow.execute.paths import RunPaths, container_name
     from hetflow.execute.prepare import cluster_instance
     from hetflow.execute.runner import NullReporter, Reporter, Runner
     from hetflow.execute.runplan import RunPlan, apply_images, stored_plan
@@ -83,8 +83,8 @@ if TYPE_CHECKING:
 _WHERE = {
     "backends.factory": ["make_backend"],
     "attempts": ["RunnerConfig"],
-    "cache": ["Key", "ResultCache", "cache_key", "input_digests"],
-    "data": ["DataManifest", "resolve_data"],
+    "data.cache": ["Key", "ResultCache", "cache_key", "input_digests"],
+    "data.inputs": ["DataManifest", "resolve_data"],
     "fakeengine": ["FakeEngine"],
     "fanout": ["expand_for_planning"],
     "prepare": ["cluster_instance"],
@@ -111,8 +111,8 @@ _WHERE = {
     "doctor": ["Finding", "diagnose", "repair"],
     "lifecycle": ["pid_alive", "reset_for_resume", "stop_run"],
     "logs": ["log_tail", "parse_line", "read_lines"],
-    "outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
-    "paths": ["RunPaths", "container_name"],
+    "data.outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
+    "data.paths": ["RunPaths", "container_name"],
     "runner": ["NullReporter", "Reporter", "Runner"],
     "runplan": ["RunPlan", "apply_images", "stored_plan"],
     "session": [

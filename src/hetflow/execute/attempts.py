@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetflow.execute.backends.base import Backend, JobState, MeasuresOnRelease, MeasuresUsage
+from hetflow.execute.data.outputs import accept_outputs, missing_outputs
+from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.data.publish import PublishError, Publishing
 from hetflow.execute.diskfull import full_disk_reason, out_of_space, remove_partial
 from hetflow.execute.engine import Usage
 from hetflow.execute.logs import log_tail
 from hetflow.execute.nextattempt import OOM_EXIT, Failure, Limits, NextAttempt, after_failure
-from hetflow.execute.outputs import accept_outputs, missing_outputs
-from hetflow.execute.paths import RunPaths
-from hetflow.execute.publish import PublishError, Publishing
 from hetflow.spec import Retry, Step, Workflow
 from hetflow.state import (
     FAILED,

@@ -14,7 +14,8 @@ from hetflow.errors import HetflowError
 from hetflow.execute.attempts import SUBMITTED, Active, Attempts
 from hetflow.execute.backends.base import Backend, Job
 from hetflow.execute.container import build_spec
-from hetflow.execute.data import DataManifest
+from hetflow.execute.data.inputs import DataManifest
+from hetflow.execute.data.paths import container_name
 from hetflow.execute.dispatch import Dispatch, Where
 from hetflow.execute.engine import ContainerSpec, Mount
 from hetflow.execute.gang.mpicommands import launcher_command, mpi_env, worker_command
@@ -37,7 +38,6 @@ from hetflow.execute.gang.replicas import (
     replica_name,
 )
 from hetflow.execute.gpu import near_cpus
-from hetflow.execute.paths import container_name
 from hetflow.inventory import Gpu
 from hetflow.plan import Slot
 from hetflow.spec import GpuRequest, Step, Variant, Workflow

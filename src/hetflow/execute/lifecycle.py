@@ -14,7 +14,7 @@ from pathlib import Path
 from hetflow.errors import StateError
 from hetflow.execute.attempts import Active, Attempts
 from hetflow.execute.backends.base import Backend, DropsNetworks
-from hetflow.execute.paths import RunPaths
+from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.stopping import request_stop
 from hetflow.spec import descendants
 from hetflow.state import (

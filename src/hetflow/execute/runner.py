@@ -27,15 +27,15 @@ from hetflow.errors import HetflowError
 from hetflow.execute.attempts import Attempts, RunnerConfig
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
-from hetflow.execute.cache import Key, ResultCache, cache_key, input_digests
-from hetflow.execute.data import DataManifest
+from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
+from hetflow.execute.data.inputs import DataManifest
+from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.dispatch import ClusterDispatch, Dispatch, LocalDispatch
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import read_items
 from hetflow.execute.launch import Launcher
 from hetflow.execute.lifecycle import pid_alive, reconcile, stop_run
 from hetflow.execute.nextattempt import adjusted
-from hetflow.execute.paths import RunPaths
 from hetflow.execute.stopping import clear_stop_request, stop_requested
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, MachineClass, Placement, PlanChooser, VariantChooser

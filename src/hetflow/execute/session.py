@@ -29,14 +29,14 @@ from hetflow.execute.amend import Amendment, compare
 from hetflow.execute.attempts import RunnerConfig
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
-from hetflow.execute.cache import Key, ResultCache, cache_key, input_digests
-from hetflow.execute.data import ObjectStore, resolve_data, s3_filesystem
+from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
+from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
+from hetflow.execute.data.outputs import damaged_outputs
+from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import ContainerEngine, make_engine
 from hetflow.execute.fanout import expand_at_submit, replay
 from hetflow.execute.images import Resolver, default_resolver
 from hetflow.execute.lifecycle import reset_for_resume
-from hetflow.execute.outputs import damaged_outputs
-from hetflow.execute.paths import RunPaths
 from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
 from hetflow.execute.runner import Reporter, Runner
 from hetflow.execute.runplan import GREEDY, LOCAL, RunPlan, apply_images, images_of

@@ -185,7 +185,7 @@ class RunView:
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """A step result kept across runs (see ``execute.cache``)."""
+    """A step result kept across runs (see ``execute.data.cache``)."""
 
     key: str
     workflow: str
@@ -200,7 +200,7 @@ class CacheEntry:
 
 @dataclass(frozen=True)
 class PublishRecord:
-    """What hetflow published at one target (``execute.publish``): the file a later run of
+    """What hetflow published at one target (``execute.data.publish``): the file a later run of
     the same workflow may replace, as long as its content is still ``sha256``."""
 
     target: str  # a host path (its folder resolved) or s3://bucket/key
