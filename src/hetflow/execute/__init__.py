@@ -33,7 +33,6 @@ from hetflow.lazy import lazy_names
 if TYPE_CHECKING:
     from hetflow.execute.attempts import RunnerConfig
     from hetflow.execute.backends.factory import make_backend
-    from hetflow.execute.container import build_spec, container_env, input_mounts
     from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
     from hetflow.execute.data.inputs import DataManifest, resolve_data
     from hetflow.execute.data.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
@@ -58,8 +57,9 @@ if TYPE_CHECKING:
     from hetflow.execute.fakeengine import FakeEngine
     from hetflow.execute.fanout import expand_for_planning
     from hetflow.execute.gang.replicas import LAUNCH_CONTRACT, Quantity, RankVariable, render_contract
-    from hetflow.execute.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
     from hetflow.execute.images import PinResult, default_resolver, pin_images
+    from hetflow.execute.launch.container import build_spec, container_env, input_mounts
+    from hetflow.execute.launch.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, stop_run
     from hetflow.execute.logs import log_tail, parse_line, read_lines
     from hetflow.execute.prepare import cluster_instance
@@ -88,7 +88,7 @@ _WHERE = {
     "fakeengine": ["FakeEngine"],
     "fanout": ["expand_for_planning"],
     "prepare": ["cluster_instance"],
-    "container": ["build_spec", "container_env", "input_mounts"],
+    "launch.container": ["build_spec", "container_env", "input_mounts"],
     "dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
     "engine": [
         "LABEL_ATTEMPT",
@@ -106,7 +106,7 @@ _WHERE = {
         "run_args",
     ],
     "gang.replicas": ["LAUNCH_CONTRACT", "Quantity", "RankVariable", "render_contract"],
-    "gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],
+    "launch.gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],
     "images": ["PinResult", "default_resolver", "pin_images"],
     "doctor": ["Finding", "diagnose", "repair"],
     "lifecycle": ["pid_alive", "reset_for_resume", "stop_run"],

@@ -33,7 +33,7 @@ from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.dispatch import ClusterDispatch, Dispatch, LocalDispatch
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import read_items
-from hetflow.execute.launch import Launcher
+from hetflow.execute.launch.launcher import Launcher
 from hetflow.execute.lifecycle import pid_alive, reconcile, stop_run
 from hetflow.execute.nextattempt import adjusted
 from hetflow.execute.stopping import clear_stop_request, stop_requested

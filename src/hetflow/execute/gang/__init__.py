@@ -5,7 +5,7 @@ launch contract (``LAUNCH_CONTRACT``: the environment each rank sees, rendered a
 machine, Slurm, Ray and the Kubernetes export) and folds the replicas' states into the
 attempt's; ``mpilaunch`` writes what an ``mpirun``-over-ssh gang needs (keys, sshd and ssh
 configs, hostfiles) and ``mpicommands`` the replicas' commands and Open MPI's environment.
-All pure: ``execute.launch`` builds the local replicas' containers from them, and each
+All pure: ``execute.launch.launcher`` builds the local replicas' containers from them, and each
 backend in ``execute.backends`` starts a gang its own way (podman network, srun, Ray
 placement group).
 """

@@ -17,7 +17,7 @@ head node dies, so do the run's jobs (as everything else on a Ray cluster does).
 GPU isolation.  Ray assigns GPUs (``num_gpus``) and tells the task which
 (``ray.get_gpu_ids()``); the task passes exactly those device nodes (plus nvidiactl and
 the other control nodes present) to podman, numbered 0..n-1 inside through
-NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES, as ``execute/gpu.py`` does on one machine.
+NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES, as ``execute/launch/gpu.py`` does on one machine.
 The device nodes are read from ``device_dir`` on the node (``/dev``; a folder of mknod'd
 fake nodes in tests, where ``{node}`` stands for the node's hetflow name).
 

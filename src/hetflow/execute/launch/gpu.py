@@ -12,7 +12,7 @@ Three ways, in order of preference:
 
 Shared NVIDIA GPUs (time-slicing, MPS) are given as one whole GPU is, with the share in
 HETFLOW_GPU_SHARE and, for MPS, the client's limits; a MIG instance as the NVIDIA
-container toolkit gives it (``_nvidia_mig``); AMD and Intel GPUs: ``execute.gpunodes``.
+container toolkit gives it (``_nvidia_mig``); AMD and Intel GPUs: ``execute.launch.gpunodes``.
 
 Whatever an image or a user sets, the container cannot widen its set: device access is
 decided by the nodes we pass (the runtime's device cgroup allows only those), and
@@ -32,10 +32,10 @@ from pathlib import Path
 import yaml
 
 from hetflow.execute.engine import Mount
-from hetflow.execute.gpunodes import (
+from hetflow.execute.launch.gpunodes import (
     GpuAccess as GpuAccess,
 )
-from hetflow.execute.gpunodes import (
+from hetflow.execute.launch.gpunodes import (
     amd_access,
     control_nodes,
     intel_access,

@@ -9,7 +9,7 @@ from pathlib import Path
 from hetflow.execute.data.inputs import DIR, S3, DataManifest
 from hetflow.execute.data.paths import RunPaths, container_name
 from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP, ContainerSpec, Mount
-from hetflow.execute.gpu import GpuAccess
+from hetflow.execute.launch.gpu import GpuAccess
 from hetflow.spec import DATA_PREFIX, RESERVED_ENV, Step, Variant
 
 

@@ -13,7 +13,6 @@ from dataclasses import replace
 from hetflow.errors import HetflowError
 from hetflow.execute.attempts import SUBMITTED, Active, Attempts
 from hetflow.execute.backends.base import Backend, Job
-from hetflow.execute.container import build_spec
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import container_name
 from hetflow.execute.dispatch import Dispatch, Where
@@ -37,7 +36,8 @@ from hetflow.execute.gang.replicas import (
     replica_env,
     replica_name,
 )
-from hetflow.execute.gpu import near_cpus
+from hetflow.execute.launch.container import build_spec
+from hetflow.execute.launch.gpu import near_cpus
 from hetflow.inventory import Gpu
 from hetflow.plan import Slot
 from hetflow.spec import GpuRequest, Step, Variant, Workflow
