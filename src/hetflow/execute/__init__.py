@@ -63,7 +63,8 @@ if TYPE_CHECKING:
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, stop_run
     from hetflow.execute.logs import log_tail, parse_line, read_lines
     from hetflow.execute.prepare import cluster_instance
-    from hetflow.execute.runner import NullReporter, Reporter, Runner
+    from hetflow.execute.runner import Runner
+    from hetflow.execute.runoptions import NullReporter, ProcessSeams, Reporter, RunOptions
     from hetflow.execute.runplan import RunPlan, apply_images, stored_plan
     from hetflow.execute.session import (
         Ended,
@@ -113,7 +114,8 @@ _WHERE = {
     "logs": ["log_tail", "parse_line", "read_lines"],
     "data.outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
     "data.paths": ["RunPaths", "container_name"],
-    "runner": ["NullReporter", "Reporter", "Runner"],
+    "runner": ["Runner"],
+    "runoptions": ["NullReporter", "ProcessSeams", "Reporter", "RunOptions"],
     "runplan": ["RunPlan", "apply_images", "stored_plan"],
     "session": [
         "Ended",
@@ -156,10 +158,12 @@ __all__ = [
     "NullReporter",
     "OpenRun",
     "PinResult",
+    "ProcessSeams",
     "Quantity",
     "RankVariable",
     "Reporter",
     "ResultCache",
+    "RunOptions",
     "RunPaths",
     "RunPlan",
     "Runner",

@@ -38,7 +38,8 @@ from hetflow.execute.fanout import expand_at_submit, replay
 from hetflow.execute.images import Resolver, default_resolver
 from hetflow.execute.lifecycle import reset_for_resume
 from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
-from hetflow.execute.runner import Reporter, Runner
+from hetflow.execute.runner import Runner
+from hetflow.execute.runoptions import Reporter, RunOptions
 from hetflow.execute.runplan import GREEDY, LOCAL, RunPlan, apply_images, images_of
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import create_run, new_run_id, preflight
@@ -399,14 +400,9 @@ def build_runner(
     """The one Runner of this executor, following the stored plan: on this machine the plan's
     variants and order; on a cluster its placements on its machine classes."""
     plan = opened.plan
-    return Runner(
-        store=opened.store,
-        node=opened.node,
-        workflow=opened.workflow,
-        run=opened.store.run(opened.run.id),
+    options = RunOptions(
         reporter=reporter,
         config=config or RunnerConfig.from_env(),
-        backend=opened.backend,
         chooser=chooser_of(plan),
         priority=dict(plan.priority) or None,
         placements=plan.plan.placements if plan.plan is not None and plan.kind != LOCAL else None,
@@ -414,6 +410,10 @@ def build_runner(
         data=plan.data,
         cache=ResultCache(opened.store, opened.store.path.parent / "cache") if opened.settings.cache else None,
         grace=grace,
+    )
+    run = opened.store.run(opened.run.id)
+    return Runner(
+        store=opened.store, node=opened.node, workflow=opened.workflow, run=run, backend=opened.backend, options=options
     )
 
 
