@@ -10,7 +10,7 @@
     lifecycle   stop_run, reset_for_resume, adopting what a dead executor left, pid_alive
     stopping    a stop's grace period (--grace, HETFLOW_STOP_GRACE) and `hetflow stop`'s request
     doctor      leftovers of crashed runs (containers, networks, leases, stale runs) and repair
-    engine      the container engine seam (podman, docker; fakeengine: the fake); container, gpu, paths,
+    engine      the container engine seam (podman: podman and docker; fakeengine: the fake); container, gpu, paths,
                 logs, outputs: what one container gets and leaves behind
     images      pin each step's image to the build for this node
     data        workflow data resolved at submit (host files hashed, S3 listed and fetched)
@@ -43,15 +43,12 @@ if TYPE_CHECKING:
         LABEL_ATTEMPT,
         LABEL_RUN,
         LABEL_STEP,
-        CliEngine,
         ContainerEngine,
         ContainerSpec,
         ContainerState,
-        DockerEngine,
         Mount,
         Usage,
         cri_lines,
-        make_engine,
         run_args,
     )
     from hetflow.execute.fakeengine import FakeEngine
@@ -62,6 +59,7 @@ if TYPE_CHECKING:
     from hetflow.execute.launch.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, stop_run
     from hetflow.execute.logs import log_tail, parse_line, read_lines
+    from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
     from hetflow.execute.prepare import cluster_instance
     from hetflow.execute.runner import Runner
     from hetflow.execute.runoptions import NullReporter, ProcessSeams, Reporter, RunOptions
@@ -95,17 +93,15 @@ _WHERE = {
         "LABEL_ATTEMPT",
         "LABEL_RUN",
         "LABEL_STEP",
-        "CliEngine",
         "ContainerEngine",
         "ContainerSpec",
         "ContainerState",
-        "DockerEngine",
         "Mount",
         "Usage",
         "cri_lines",
-        "make_engine",
         "run_args",
     ],
+    "podman": ["CliEngine", "DockerEngine", "make_engine"],
     "gang.replicas": ["LAUNCH_CONTRACT", "Quantity", "RankVariable", "render_contract"],
     "launch.gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],
     "images": ["PinResult", "default_resolver", "pin_images"],

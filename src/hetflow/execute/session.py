@@ -33,10 +33,11 @@ from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digest
 from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.data.outputs import damaged_outputs
 from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.engine import ContainerEngine, make_engine
+from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import expand_at_submit, replay
 from hetflow.execute.images import Resolver, default_resolver
 from hetflow.execute.lifecycle import reset_for_resume
+from hetflow.execute.podman import make_engine
 from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
 from hetflow.execute.runner import Runner
 from hetflow.execute.runoptions import Reporter, RunOptions

@@ -17,7 +17,8 @@ from hetflow.execute.backends.slurm.gang import gang_scripts, replica_env_file
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import env_file_of, job_script, sbatch_args
-from hetflow.execute.engine import CliEngine, write_env_file_at
+from hetflow.execute.engine import write_env_file_at
+from hetflow.execute.podman import CliEngine
 
 # Codes for jobs that ended with no exit code of their own, as a shell would report them.
 CANCELLED_CODE = common.TERMINATED_CODE  # scancel before the script could record anything
