@@ -270,6 +270,37 @@ def _load_current(record: RunRecord) -> LoadedWorkflow:
         raise SpecError([*exc.problems, Problem(record.workflow_file, 1, hint, "note")]) from None
 
 
+def _refuse_edit(
+    store: Store, record: RunRecord, settings: Settings, engine: LocalEngine | None, *, changed: str, data_changed: bool
+) -> LocalEngine:
+    """StateError, saying what to do instead, when an edit of the run's workflow cannot be
+    applied: a cluster run, changed data, an executor still running it, or steps in flight;
+    else the local run's engine."""
+    run_id = record.id
+    if settings.backend != LOCAL or engine is None:
+        raise StateError(
+            f"{changed}; applying an edit to a run on {settings.backend} is not supported: resume it as recorded"
+            f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"
+        )
+    if data_changed:
+        raise StateError(
+            f"{changed} and its 'data' differs; resume does not fetch data again: resume it as recorded"
+            f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"
+        )
+    if record.state == RUN_RUNNING and record.pid and record.pid != os.getpid() and pid_alive(record.pid):
+        raise StateError(
+            f"{changed}, and process {record.pid} is executing it: stop it first (hetflow stop {run_id}),"
+            " then resume it to apply the edit"
+        )
+    busy = [s.step for s in store.steps(run_id) if s.state in (LAUNCHING, RUNNING)]
+    if busy:
+        raise StateError(
+            f"{changed}, and step(s) {', '.join(busy)} of it are still in flight: stop the run first"
+            f" (hetflow stop {run_id}), then resume it to apply the edit"
+        )
+    return engine
+
+
 def _apply_edits(
     store: Store, record: RunRecord, node: Node, engine: LocalEngine | None, say: Say
 ) -> tuple[LoadedWorkflow, Amendment]:
@@ -283,27 +314,8 @@ def _apply_edits(
         return old, Amendment()
     where = f"{record.workflow_file} changed since run {run_id} was recorded"
     settings = Settings.from_json(record.backend_json)
-    if settings.backend != LOCAL or engine is None:
-        raise StateError(
-            f"{where}; applying an edit to a run on {settings.backend} is not supported: resume it as recorded"
-            f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"
-        )
-    if current.workflow.data != old.workflow.data:
-        raise StateError(
-            f"{where} and its 'data' differs; resume does not fetch data again: resume it as recorded"
-            f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"
-        )
-    if record.state == RUN_RUNNING and record.pid and record.pid != os.getpid() and pid_alive(record.pid):
-        raise StateError(
-            f"{where}, and process {record.pid} is executing it: stop it first (hetflow stop {run_id}),"
-            " then resume it to apply the edit"
-        )
-    busy = [s.step for s in store.steps(run_id) if s.state in (LAUNCHING, RUNNING)]
-    if busy:
-        raise StateError(
-            f"{where}, and step(s) {', '.join(busy)} of it are still in flight: stop the run first"
-            f" (hetflow stop {run_id}), then resume it to apply the edit"
-        )
+    data_changed = current.workflow.data != old.workflow.data
+    engine = _refuse_edit(store, record, settings, engine, changed=where, data_changed=data_changed)
     text = store.plan_json(run_id)
     recorded = RunPlan.from_json(text) if text is not None else RunPlan()
     try:
