@@ -18,7 +18,6 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,10 +25,9 @@ from typing import Protocol
 
 from hetflow.errors import HetflowError, Problem, SpecError, StateError
 from hetflow.execute.amend import Amendment, compare
-from hetflow.execute.attempts import RunnerConfig
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
-from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
+from hetflow.execute.data.cache import Key, cache_key, input_digests
 from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.data.outputs import damaged_outputs
 from hetflow.execute.data.paths import RunPaths
@@ -39,20 +37,15 @@ from hetflow.execute.images import Resolver, default_resolver
 from hetflow.execute.lifecycle import reset_for_resume
 from hetflow.execute.podman import make_engine
 from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
-from hetflow.execute.runner import Runner
-from hetflow.execute.runoptions import Reporter, RunOptions
-from hetflow.execute.runplan import GREEDY, LOCAL, RunPlan, apply_images, images_of
+from hetflow.execute.runplan import LOCAL, RunPlan, apply_images, images_of
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import create_run, new_run_id, preflight
 from hetflow.inventory import Node
-from hetflow.plan import GreedyChooser, PlanChooser, VariantChooser
 from hetflow.spec import LoadedWorkflow, Workflow, edges_of, fanout_parent, load_workflow
 from hetflow.state import (
     LAUNCHING,
     PENDING,
     RUN_RUNNING,
-    RUN_STOPPED,
-    RUN_SUCCEEDED,
     RUNNING,
     RunRecord,
     Store,
@@ -398,65 +391,3 @@ def _merged_images(
             for v, image in variants.items()
         }
     return images
-
-
-def chooser_of(plan: RunPlan) -> VariantChooser:
-    """The local runner's variant rule: the plan's variants, or greedy."""
-    if plan.planner == GREEDY and not plan.variants:
-        return GreedyChooser()
-    return PlanChooser(plan.variants, plan.reasons)  # greedy with --variant/--prefer: those steps follow them
-
-
-def build_runner(
-    opened: OpenRun, reporter: Reporter | None, config: RunnerConfig | None = None, *, grace: int | None = None
-) -> Runner:
-    """The one Runner of this executor, following the stored plan: on this machine the plan's
-    variants and order; on a cluster its placements on its machine classes."""
-    plan = opened.plan
-    options = RunOptions(
-        reporter=reporter,
-        config=config or RunnerConfig.from_env(),
-        chooser=chooser_of(plan),
-        priority=dict(plan.priority) or None,
-        placements=plan.plan.placements if plan.plan is not None and plan.kind != LOCAL else None,
-        classes=plan.classes,
-        data=plan.data,
-        cache=ResultCache(opened.store, opened.store.path.parent / "cache") if opened.settings.cache else None,
-        grace=grace,
-    )
-    run = opened.store.run(opened.run.id)
-    return Runner(
-        store=opened.store, node=opened.node, workflow=opened.workflow, run=run, backend=opened.backend, options=options
-    )
-
-
-@dataclass(frozen=True)
-class Ended:
-    state: str
-    interrupted: bool = False  # a signal stopped the run (no summary follows)
-    signal: int | None = None  # which: the command exits 128 + it, as a shell's does
-
-    @property
-    def exit_code(self) -> int:
-        if self.signal is not None:
-            return 128 + self.signal  # 130 for SIGINT, 143 for SIGTERM
-        return 0 if self.state == RUN_SUCCEEDED else 1
-
-
-def drive(
-    opened: OpenRun, reporter: Reporter | None, say: Say, *, banner: bool = True, grace: int | None = None
-) -> Ended:
-    """Run to the end.  SIGINT (Ctrl-C) or SIGTERM stops the run (its containers or jobs,
-    each given ``grace`` seconds to save its work, None: the engine's default; a second signal kills them at once) so
-    that it can be resumed."""
-    runner = build_runner(opened, reporter, grace=grace)
-    runner.install_signal_handlers()
-    if banner:
-        say(opened.banner())
-    state = runner.execute()
-    if runner.signalled is None or state != RUN_STOPPED:
-        return Ended(state)  # no signal, or one that came as the run ended by itself
-    rid = opened.run.id
-    by = "hetflow stop" if runner.handed_off else signal.Signals(runner.signalled).name
-    say(f"run {rid} stopped by {by}; 'hetflow resume {rid}' continues it")
-    return Ended(RUN_STOPPED, interrupted=True, signal=runner.signalled)
