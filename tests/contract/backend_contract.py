@@ -1,22 +1,45 @@
 """The contract every backend passes (after snakemake-interface-executor-plugins' shared
-tests): subclass ``BackendContract`` in a test module and provide the ``backend`` fixture
-(and ``gpu_backend`` for a backend whose nodes have FAKE GPUs: mknod'd device nodes).
+tests): subclass the classes a backend can honour in a test module and provide the
+``backend`` and ``fresh_backend`` fixtures (``fail_node`` for ``NodeFailureContract``).
+
+    BackendContract      every method of ``execute.backends.base.Backend``: check,
+                         image_exists, image_id, submit, poll (adoption by name), cancel,
+                         release, watch
+    OrderingContract     a backend whose engine holds the DAG's order (holds_dependencies)
+    GangContract         a gang job (``Job.ranks``): every replica runs, one name reports
+                         them, one replica failing fails the gang and stops the others
+    NodeFailureContract  a job whose node fails ends ``node_failed`` (not the step's failure)
 
 Jobs run tiny busybox containers; outputs go to a directory every node can see.  Every test
 here is honest without containers too: the fake backend (tests/unit/test_backend_fake.py)
-interprets the scripts and writes the same files, so checks that need a real container
-(GPU device nodes inside it) live in the real backends' own test classes."""
+interprets the scripts and writes the same files.  Tests wait on events: a job that must
+still run waits for a gate file the test writes (``gated``), and every wait polls a
+condition with a generous limit that only a broken backend reaches.  Checks that need a real
+container (GPU device nodes inside it) live in the real backends' own test classes."""
 
 from __future__ import annotations
 
 import os
+import threading
 import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from hetflow.execute.backends.base import Backend, Job, JobState
 from hetflow.execute.engine import ContainerSpec, Mount
+from hetflow.execute.gang.replicas import LABEL_RANK, LABEL_WORLD, network_name, replica_name
+from hetflow.spec import Gang
 
 BUSYBOX = "localhost/hetflow-test/busybox:latest"
+MISSING = "localhost/hetflow-test/no-such-image:latest"
+LIMIT = 300.0  # seconds: only a backend that never gets there waits this long
+GATE = "until test -f /out/go; do sleep 0.1; done"  # holds a job until the test calls open_gate
+
+
+def new_run_id() -> str:
+    return f"c{uuid.uuid4().hex[:10]}"
 
 
 def job(
@@ -49,21 +72,73 @@ def job(
     )
 
 
-def wait_done(backend: Backend, run_id: str, names: list[str], timeout: float = 120) -> dict[str, JobState]:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
+def gang_job(name: str, out: Path, scripts: Sequence[str], *, run_id: str) -> Job:
+    """A gang of ``len(scripts)`` replicas on this machine, replica ``i`` running
+    ``scripts[i]``; they share ``out`` (each writes its own files there)."""
+    single = job(name, out, scripts[0], run_id=run_id)
+    world = len(scripts)
+    ranks = tuple(
+        replace(
+            single.container,
+            name=replica_name(name, i),
+            command=("sh", "-c", script),
+            labels={**single.container.labels, LABEL_RANK: str(i), LABEL_WORLD: str(world)},
+            network_name=network_name(name),
+            log_path=str(out / f"log-r{i}"),
+        )
+        for i, script in enumerate(scripts)
+    )
+    return replace(single, container=ranks[0], ranks=ranks, gang=Gang(replicas=world))
+
+
+def gated(script: str) -> str:
+    """``script`` once the test opens the gate: the job is surely running until then."""
+    return f"{GATE}; {script}"
+
+
+def open_gate(out: Path) -> None:
+    (out / "go").write_text("")
+
+
+def wait_until(
+    backend: Backend, run_id: str, done: Callable[[Mapping[str, JobState]], bool], what: str
+) -> dict[str, JobState]:
+    """Poll until ``done(states)``; fail after ``LIMIT`` seconds saying ``what`` was awaited."""
+    deadline = time.monotonic() + LIMIT
+    while True:
         states = backend.poll(run_id)
-        if all(n in states and not states[n].running for n in names):
+        if done(states):
             return states
-        time.sleep(0.3)
-    raise AssertionError(f"jobs {names} not finished in {timeout}s: {backend.poll(run_id)}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not seen in {LIMIT:.0f} s; the backend reports {states}")
+        time.sleep(0.1)
+
+
+def wait_done(backend: Backend, run_id: str, names: list[str], timeout: float = LIMIT) -> dict[str, JobState]:
+    """Every job of ``names`` has ended (``timeout``: kept for callers; the limit is ``LIMIT``)."""
+    return wait_until(
+        backend, run_id, lambda st: all(n in st and not st[n].running for n in names), f"jobs {names} finished"
+    )
+
+
+def wait_running(backend: Backend, run_id: str, name: str) -> JobState:
+    """The engine has the job, queued or running (a gated job cannot have ended)."""
+    return wait_until(backend, run_id, lambda st: name in st and st[name].running, f"{name} queued or running")[name]
 
 
 class BackendContract:
-    """Shared tests; ``run_id`` keeps each test's jobs apart."""
+    """Shared tests; each makes its own run id, which keeps its jobs apart."""
+
+    def test_check_passes_and_images_are_known_by_identity(self, backend: Backend) -> None:
+        backend.check()
+        assert backend.image_exists(BUSYBOX)
+        assert not backend.image_exists(MISSING)
+        first = backend.image_id(BUSYBOX)
+        assert first and first == backend.image_id(BUSYBOX), "an image's identity is stable"
+        assert backend.image_id(MISSING) is None
 
     def test_submit_runs_and_reports_exit_code(self, backend: Backend, tmp_path: Path) -> None:
-        rid = f"c{time.time_ns() % 10**9}"
+        rid = new_run_id()
         backend.submit(job(f"hf-{rid}-ok-1", tmp_path / "ok", "echo hi > /out/x", run_id=rid))
         backend.submit(job(f"hf-{rid}-bad-1", tmp_path / "bad", "exit 3", run_id=rid))
         states = wait_done(backend, rid, [f"hf-{rid}-ok-1", f"hf-{rid}-bad-1"])
@@ -73,11 +148,12 @@ class BackendContract:
         backend.release([f"hf-{rid}-ok-1", f"hf-{rid}-bad-1"])
 
     def test_cancel_stops_a_running_job(self, backend: Backend, tmp_path: Path) -> None:
-        rid = f"c{time.time_ns() % 10**9}"
+        rid = new_run_id()
         name = f"hf-{rid}-long-1"
-        backend.submit(job(name, tmp_path / "long", "sleep 120", run_id=rid))
+        backend.submit(job(name, tmp_path / "long", GATE, run_id=rid))
+        wait_running(backend, rid, name)
         backend.cancel([name])
-        states = wait_done(backend, rid, [name], timeout=60)
+        states = wait_done(backend, rid, [name])
         assert states[name].exit_code != 0
         backend.release([name])
 
@@ -85,14 +161,47 @@ class BackendContract:
         self, backend: Backend, fresh_backend: Backend, tmp_path: Path
     ) -> None:
         """After a crash: another instance (another hetflow process) finds the job by name."""
-        rid = f"c{time.time_ns() % 10**9}"
-        name = f"hf-{rid}-adopt-1"
-        backend.submit(job(name, tmp_path / "a", "sleep 2; echo done > /out/x", run_id=rid))
-        seen = fresh_backend.poll(rid)
-        assert name in seen
+        rid = new_run_id()
+        name, out = f"hf-{rid}-adopt-1", tmp_path / "a"
+        backend.submit(job(name, out, gated("echo done > /out/x"), run_id=rid))
+        assert wait_running(fresh_backend, rid, name).running
+        open_gate(out)
         states = wait_done(fresh_backend, rid, [name])
-        assert states[name].exit_code == 0 and (tmp_path / "a" / "x").read_text() == "done\n"
+        assert states[name].exit_code == 0 and (out / "x").read_text() == "done\n"
         fresh_backend.release([name])
+
+    def test_release_forgets_finished_jobs_and_may_be_repeated(self, backend: Backend, tmp_path: Path) -> None:
+        """A released job is never reported running again (podman and the fake forget it;
+        Slurm keeps its record of a finished job), and releasing twice, or a name the
+        engine never had, is no error."""
+        rid = new_run_id()
+        name = f"hf-{rid}-rel-1"
+        backend.submit(job(name, tmp_path / "rel", "exit 4", run_id=rid))
+        wait_done(backend, rid, [name])
+        backend.release([name])
+        backend.release([name, f"hf-{rid}-never-1"])
+        after = backend.poll(rid).get(name)
+        assert after is None or (not after.running and after.exit_code == 4), after
+
+    def test_watch_wakes_when_a_job_ends_or_says_it_cannot(self, backend: Backend, tmp_path: Path) -> None:
+        """``watch`` returns a stopper and calls ``wake`` when a job of the run ends, or
+        returns None (the runner then polls, and the job is still seen to end)."""
+        rid = new_run_id()
+        name, out = f"hf-{rid}-watched-1", tmp_path / "w"
+        woken = threading.Event()
+        stop = backend.watch(rid, woken.set)
+        try:
+            backend.submit(job(name, out, gated("exit 0"), run_id=rid))
+            wait_running(backend, rid, name)
+            woken.clear()  # a start may wake it too; the end must
+            open_gate(out)
+            if stop is not None:
+                assert woken.wait(LIMIT), f"watch never woke the runner after {name} ended"
+            assert wait_done(backend, rid, [name])[name].exit_code == 0
+        finally:
+            if stop is not None:
+                stop()
+        backend.release([name])
 
 
 class OrderingContract:
@@ -100,12 +209,59 @@ class OrderingContract:
 
     def test_dependencies_hold_when_the_engine_orders_jobs(self, backend: Backend, tmp_path: Path) -> None:
         assert backend.capabilities.holds_dependencies
-        rid = f"c{time.time_ns() % 10**9}"
+        rid = new_run_id()
         first, second = f"hf-{rid}-first-1", f"hf-{rid}-second-1"
         shared = tmp_path / "shared"
-        backend.submit(job(first, shared, "sleep 3; echo 1 > /out/first", run_id=rid))
+        backend.submit(job(first, shared, gated("echo 1 > /out/first"), run_id=rid))
         backend.submit(
             job(second, shared, "test -f /out/first && echo ok > /out/second", run_id=rid, depends_on=(first,))
         )
+        wait_running(backend, rid, first)
+        assert backend.poll(rid)[second].running, "the child ran before its parent ended"
+        open_gate(shared)
         states = wait_done(backend, rid, [first, second])
         assert states[second].exit_code == 0 and (shared / "second").read_text() == "ok\n"
+
+
+class GangContract:
+    """For backends that start a gang (``Job.ranks``) on this machine: all replicas or none,
+    reported as the job's one name, failed whole."""
+
+    def test_every_replica_runs_and_one_name_reports_the_gang(self, backend: Backend, tmp_path: Path) -> None:
+        rid = new_run_id()
+        name, out = f"hf-{rid}-gang-1", tmp_path / "g"
+        backend.submit(gang_job(name, out, [f"echo {i} > /out/r{i}" for i in range(3)], run_id=rid))
+        states = wait_done(backend, rid, [name])
+        assert set(states) == {name}, "replicas are not jobs of their own"
+        assert states[name].exit_code == 0
+        assert [(out / f"r{i}").read_text() for i in range(3)] == ["0\n", "1\n", "2\n"]
+        backend.release([name])
+        assert name not in backend.poll(rid)
+
+    def test_a_failing_replica_fails_the_gang_and_stops_the_others(self, backend: Backend, tmp_path: Path) -> None:
+        rid = new_run_id()
+        name, out = f"hf-{rid}-gang-1", tmp_path / "g"
+        backend.submit(gang_job(name, out, [GATE, "exit 5", GATE], run_id=rid))
+        states = wait_done(backend, rid, [name])  # the gate never opens: only a stop ends 0 and 2
+        assert (states[name].exit_code, "replica 1" in states[name].reason) == (5, True), states[name]
+        backend.release([name])
+
+
+class NodeFailureContract:
+    """A backend whose engine reports a node's failure (``JobState.node_failed``): the
+    ``fail_node`` fixture takes the node the run's jobs run on down."""
+
+    def test_a_job_on_a_failed_node_ends_node_failed(
+        self, backend: Backend, fail_node: Callable[[], object], tmp_path: Path
+    ) -> None:
+        rid = new_run_id()
+        single, gang = f"hf-{rid}-one-1", f"hf-{rid}-gang-1"
+        backend.submit(job(single, tmp_path / "one", GATE, run_id=rid))
+        backend.submit(gang_job(gang, tmp_path / "g", [GATE, GATE], run_id=rid))
+        wait_running(backend, rid, single)
+        wait_running(backend, rid, gang)
+        fail_node()
+        states = wait_done(backend, rid, [single, gang])
+        for n in (single, gang):
+            assert states[n].node_failed and not states[n].dependency_failed, states[n]
+        backend.release([single, gang])

@@ -10,24 +10,31 @@ from pathlib import Path
 import pytest
 from demo.images import build_tiny_image
 
-from hetflow.execute.backends.local import LocalBackend
+from hetflow.execute.backends import LocalBackend, make_backend
 from hetflow.execute.engine import Usage
-from tests.contract.backend_contract import BUSYBOX, BackendContract, job, wait_done
+from tests.contract.backend_contract import BUSYBOX, BackendContract, GangContract, job, wait_done
 from tests.integration.hfkit import run_containers
+
+
+def local() -> LocalBackend:
+    """The local backend as every run gets it: from the factory, with no settings."""
+    made = make_backend()
+    assert isinstance(made, LocalBackend)
+    return made
 
 
 @pytest.fixture(scope="module")
 def backend() -> LocalBackend:
     build_tiny_image(BUSYBOX)
-    return LocalBackend()
+    return local()
 
 
 @pytest.fixture
 def fresh_backend() -> LocalBackend:
-    return LocalBackend()
+    return local()
 
 
-class TestLocalBackend(BackendContract):
+class TestLocalBackend(BackendContract, GangContract):
     def test_capabilities(self, backend: LocalBackend) -> None:
         caps = backend.capabilities
         assert (caps.name, caps.holds_dependencies, caps.assigns_gpus, caps.multi_node) == (
@@ -43,7 +50,7 @@ class TestLocalBackend(BackendContract):
 
 def test_a_watched_run_learns_exit_codes_and_engine_refusals_and_measures_on_release(tmp_path: Path) -> None:
     build_tiny_image(BUSYBOX)
-    backend, rid = LocalBackend(), f"w{uuid.uuid4().hex[:8]}"
+    backend, rid = local(), f"w{uuid.uuid4().hex[:8]}"
     woken = threading.Event()
     stop = backend.watch(rid, woken.set)
     assert stop is not None

@@ -30,7 +30,7 @@ from ray.util.placement_group import placement_group_table
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.ray import RayBackend, gang_request
-from hetflow.execute.gang import replica_name
+from hetflow.execute.gang.replicas import replica_name
 from hetflow.spec import Gang
 from tests.contract.backend_contract import job, wait_done
 from tests.integration.hfkit import Hetflow, step_out, write

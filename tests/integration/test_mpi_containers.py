@@ -2,7 +2,7 @@
 
 Every replica runs as UID 1000:1000 (no passwd entry in the image: podman adds one)
 with no capabilities, no-new-privileges, a read-only root and a tmpfs /tmp.  The gang's
-SSH keys and configs come from hetflow.execute.mpilaunch, bind-mounted read-only."""
+SSH keys and configs come from hetflow.execute.gang.mpilaunch, bind-mounted read-only."""
 
 from __future__ import annotations
 
@@ -16,12 +16,10 @@ from pathlib import Path
 import pytest
 
 from hetflow.config import engine_env, find_engine
-from hetflow.execute.mpilaunch import (
+from hetflow.execute.gang.mpicommands import launcher_command, mpi_env, worker_command
+from hetflow.execute.gang.mpilaunch import (
     MPI_MOUNT,
     MpiPeer,
-    launcher_command,
-    mpi_env,
-    worker_command,
     write_mpi_files,
 )
 

@@ -17,6 +17,7 @@ from hetflow.execute.backends.base import Job
 from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_STEP, ContainerEngine, ContainerSpec
 from hetflow.execute.fakeengine import FakeEngine
 from hetflow.execute.runner import Runner, RunnerConfig
+from hetflow.execute.runoptions import ProcessSeams, RunOptions
 from hetflow.execute.submit import create_run
 from hetflow.inventory.models import Cpu, Gpu, GpuSharing, Node
 from hetflow.spec import GpuRequest
@@ -210,11 +211,8 @@ class World:
             node=self.node,
             workflow=self.loaded.workflow,
             run=self.store.run(self.run.id),
-            config=self.config,
-            clock=self.clock,
-            sleep=self.clock.sleep,
-            pid=pid,
-            alive=lambda p: False,
+            options=RunOptions(config=self.config),
+            seams=ProcessSeams(clock=self.clock, sleep=self.clock.sleep, pid=pid, alive=lambda p: False),
         )
 
     def execute(self, *, pid: int = 4242, engine: ContainerEngine | None = None) -> str:

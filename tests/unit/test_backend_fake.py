@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -11,7 +12,15 @@ import pytest
 from hetflow.errors import EngineError
 from hetflow.execute.backends import FakeBackend, FakeState, Job, JobState
 from hetflow.execute.engine import Mount
-from tests.contract.backend_contract import BackendContract, OrderingContract, job
+from tests.contract import backend_contract
+from tests.contract.backend_contract import (
+    BUSYBOX,
+    BackendContract,
+    GangContract,
+    NodeFailureContract,
+    OrderingContract,
+    job,
+)
 
 
 def fast_clock() -> float:
@@ -20,15 +29,20 @@ def fast_clock() -> float:
 
 @pytest.fixture
 def backend() -> FakeBackend:
-    return FakeBackend(FakeState(clock=fast_clock), holds_dependencies=True)
+    return FakeBackend(FakeState(clock=fast_clock, images=frozenset({BUSYBOX})), holds_dependencies=True, watches=True)
 
 
 @pytest.fixture
 def fresh_backend(backend: FakeBackend) -> FakeBackend:
-    return FakeBackend(backend.state, holds_dependencies=True)  # another process, the same engine
+    return FakeBackend(backend.state, holds_dependencies=True, watches=True)  # another process, the same engine
 
 
-class TestFakeBackend(BackendContract, OrderingContract):
+@pytest.fixture
+def fail_node(backend: FakeBackend) -> Callable[[], list[str]]:
+    return backend.state.fail_node
+
+
+class TestFakeBackend(BackendContract, OrderingContract, GangContract, NodeFailureContract):
     def test_capabilities(self, backend: FakeBackend) -> None:
         caps = backend.capabilities
         assert (caps.name, caps.holds_dependencies, caps.assigns_gpus, caps.multi_node) == ("fake", True, False, False)
@@ -60,6 +74,51 @@ def test_the_contract_fails_a_backend_that_does_not_hold_dependencies(tmp_path: 
     wrong = UnorderedFake(FakeState(clock=fast_clock), holds_dependencies=True)
     with pytest.raises(AssertionError):
         OrderingContract().test_dependencies_hold_when_the_engine_orders_jobs(wrong, tmp_path)
+
+
+class NodeBlindFake(FakeBackend):
+    """Wrong on purpose: reports a job whose node failed as the step's own failure."""
+
+    def poll(self, run_id: str) -> dict[str, JobState]:
+        return {
+            n: replace(s, node_failed=False, exit_code=1 if s.node_failed else s.exit_code)
+            for n, s in super().poll(run_id).items()
+        }
+
+
+class HalfGangFake(FakeBackend):
+    """Wrong on purpose: starts only replica 0 of a gang."""
+
+    def submit(self, job: Job) -> None:
+        super().submit(replace(job, ranks=job.ranks[:1]))
+
+
+class SilentWatchFake(FakeBackend):
+    """Wrong on purpose: says it watches, and never wakes anyone."""
+
+    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        return lambda: None
+
+
+def contract_fake(kind: type[FakeBackend]) -> FakeBackend:
+    return kind(FakeState(clock=fast_clock, images=frozenset({BUSYBOX})), watches=True)
+
+
+def test_the_contract_fails_a_backend_that_calls_a_node_failure_the_steps(tmp_path: Path) -> None:
+    wrong = contract_fake(NodeBlindFake)
+    with pytest.raises(AssertionError, match="node_failed"):
+        NodeFailureContract().test_a_job_on_a_failed_node_ends_node_failed(wrong, wrong.state.fail_node, tmp_path)
+
+
+def test_the_contract_fails_a_backend_that_starts_part_of_a_gang(tmp_path: Path) -> None:
+    with pytest.raises((AssertionError, FileNotFoundError)):
+        GangContract().test_every_replica_runs_and_one_name_reports_the_gang(contract_fake(HalfGangFake), tmp_path)
+
+
+def test_the_contract_fails_a_backend_whose_watch_never_wakes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backend_contract, "LIMIT", 0.5)  # the wait a silent watcher runs out
+    with pytest.raises(AssertionError, match="never woke"):
+        BackendContract().test_watch_wakes_when_a_job_ends_or_says_it_cannot(contract_fake(SilentWatchFake), tmp_path)
 
 
 # --- the interpreter and the clock ------------------------------------------------------
@@ -197,3 +256,14 @@ def test_images_exist_unless_the_state_names_them(tmp_path: Path) -> None:
     b = FakeBackend(FakeState(images=frozenset({"a"})))
     assert b.image_exists("a") and not b.image_exists("b")
     assert b.watch("r", lambda: None) is None
+
+
+def test_an_until_loop_waits_for_its_condition_on_the_clock(tmp_path: Path, clock: Clock) -> None:
+    b = FakeBackend(FakeState(clock=clock))
+    b.submit(job("hf-r-u-1", tmp_path, "until test -f /out/go; do sleep 1; done; echo in > /out/x", run_id="r"))
+    clock.now = 5
+    assert b.poll("r")["hf-r-u-1"].running and not (tmp_path / "x").exists()
+    (tmp_path / "go").write_text("")
+    assert b.poll("r")["hf-r-u-1"].running  # the loop's sleep ends at 6
+    clock.now = 6
+    assert b.poll("r")["hf-r-u-1"].exit_code == 0 and (tmp_path / "x").read_text() == "in\n"

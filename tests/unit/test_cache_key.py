@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.execute import DataManifest, ResultCache, cache_key, input_digests
-from hetflow.execute.data import DataFile, DataSetFiles
+from hetflow.execute.data.inputs import DataFile, DataSetFiles
 from hetflow.spec import Resources, Step
 from hetflow.state import OutputRecord, Store
 

@@ -9,7 +9,7 @@ import os
 import stat
 from pathlib import Path
 
-from hetflow.execute.cache import Key, ResultCache, clone_or_copy
+from hetflow.execute.data.cache import Key, ResultCache, clone_or_copy
 from hetflow.state import OutputRecord, Store
 
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from hetflow.execute.data.paths import container_name
 from hetflow.execute.doctor import diagnose, repair
-from hetflow.execute.gang import network_name
-from hetflow.execute.paths import container_name
+from hetflow.execute.gang.replicas import network_name
 from hetflow.state import Lease, RunRecord
 from tests.unit.builders import Crash, Outcome, World, gpu, node, world
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hetflow.execute import stop_run
+from hetflow.execute import make_backend, stop_run
 from hetflow.state import (
     AttemptFinished,
     AttemptStarted,
@@ -50,7 +50,7 @@ def test_a_run_reads_back_as_typed_events_in_order(tmp_path: Path) -> None:
 
 def test_stop_ends_the_stream_with_the_stopped_state(tmp_path: Path) -> None:
     w = world(tmp_path, CHAIN, outcomes={"a": [Outcome(duration=50)]})
-    w.clock.at[1010.0] = lambda: stop_run(w.store, w.engine, w.run.id, alive=lambda p: False)
+    w.clock.at[1010.0] = lambda: stop_run(w.store, make_backend(engine=w.engine), w.run.id, alive=lambda p: False)
     assert w.execute() == "stopped"
     events = list(follow(w.store, w.run.id))
     assert isinstance(events[-1], RunStateChanged) and events[-1].state == "stopped"

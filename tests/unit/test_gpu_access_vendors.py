@@ -1,4 +1,4 @@
-"""What a container is given per GPU vendor and sharing mode (``execute.gpu.gpu_access``):
+"""What a container is given per GPU vendor and sharing mode (``execute.devices.gpu.gpu_access``):
 device nodes, variables, mounts and groups.  The GPUs are FAKE ``Gpu`` values built by
 hand; the DRM-group test mknods nothing: it reads the mode and group of plain files."""
 
@@ -8,8 +8,8 @@ import os
 from pathlib import Path
 
 from hetflow.execute import gpu_access, run_args
-from hetflow.execute.container import build_spec
-from hetflow.execute.paths import RunPaths
+from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.launch.container import build_spec
 from hetflow.inventory import Gpu, GpuSharing, MigDevice, Node
 from hetflow.plan import Slot
 from tests.unit.builders import GIB, cpu, gpu, load_steps

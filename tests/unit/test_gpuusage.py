@@ -1,4 +1,4 @@
-"""Each attempt's GPU use, sampled from NVML (``execute.gpuusage``, ``inventory.nvmlusage``):
+"""Each attempt's GPU use, sampled from NVML (``execute.devices.usage``, ``inventory.nvmlusage``):
 which processes are the attempt's, how samples add up, what NVML's answers become, and the
 runner storing the figures.  No GPU here: NVML is a fake with pynvml's function names (the
 same figures came from a real H100 in tools/gpu-check's run; README "On a real GPU")."""
@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import hetflow.execute.attempts as attempts_mod
-from hetflow.execute.gpuusage import GpuSampler, GpuUsage, Tally, in_attempt
+from hetflow.execute.devices.usage import GpuSampler, GpuUsage, Tally, in_attempt
 from hetflow.inventory import DeviceSample, NvmlUsage
 from hetflow.report import run_json, trace_rows
 from tests.unit.builders import gpu, node, world

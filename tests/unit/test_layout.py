@@ -159,20 +159,7 @@ def test_pending_list_names_real_packages() -> None:
 # A listed import still there passes; a listed import gone fails, so the list cannot go
 # stale: the lead deletes each entry after merging the branch that removes it.  Anything
 # not listed fails.
-PRIVATE_IMPORTS_ALLOWED: dict[str, str] = {
-    "hetflow.execute.backends.ray.backend: from hetflow.execute.backends.ray.container import _probe": (
-        "being fixed by the execute helper (i24-execute)"
-    ),
-    "hetflow.execute.backends.ray.backend: from hetflow.execute.backends.ray.keeper import _Keeper": (
-        "being fixed by the execute helper (i24-execute)"
-    ),
-    "hetflow.execute.backends.ray.gangrun: from hetflow.execute.backends.ray.container import _step_task": (
-        "being fixed by the execute helper (i24-execute)"
-    ),
-    "hetflow.execute.backends.ray.keeper: from hetflow.execute.backends.ray.container import _step_task": (
-        "being fixed by the execute helper (i24-execute)"
-    ),
-}
+PRIVATE_IMPORTS_ALLOWED: dict[str, str] = {}
 
 
 def private_imports(root: Path) -> dict[str, str]:
@@ -243,13 +230,6 @@ LONG_BECAUSE = "long because"
 # it may stay.  A listed entry now within its limit fails, so the list only shrinks: the lead
 # deletes each entry after merging the branch that splits it.
 SIZE_ALLOWED: dict[str, str] = {
-    "execute/engine.py": "being split by the execute helper (i24-execute)",
-    "execute/mpilaunch.py": "being split by the execute helper (i24-execute)",
-    "execute/runner.py": "being split by the execute helper (i24-execute)",
-    "execute/session.py": "being split by the execute helper (i24-execute)",
-    "execute/launch.py::launch": "being split by the execute helper (i24-execute)",
-    "execute/runner.py::__init__": "being split by the execute helper (i24-execute: Runner's 17 parameters)",
-    "execute/session.py::_apply_edits": "being split by the execute helper (i24-execute)",
     "plan/exact.py": "being split by the plan helper (i24-plan)",
     "plan/heuristic.py": "being split by the plan helper (i24-plan)",
     "plan/listpass.py": "being split by the plan helper (i24-plan)",

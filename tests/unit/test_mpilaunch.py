@@ -1,4 +1,4 @@
-"""hetflow.execute.mpilaunch: an MPI gang's files and commands (no containers here;
+"""hetflow.execute.gang.mpilaunch: an MPI gang's files and commands (no containers here;
 tests/integration/test_mpi_containers.py runs them)."""
 
 from __future__ import annotations
@@ -11,18 +11,15 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import HetflowError
-from hetflow.execute import mpilaunch
-from hetflow.execute.mpilaunch import (
+from hetflow.execute.gang import mpilaunch
+from hetflow.execute.gang.mpicommands import launcher_command, mca_params, mpi_env, worker_command
+from hetflow.execute.gang.mpilaunch import (
     MPI_MOUNT,
     MpiError,
     MpiPeer,
     hostfile_text,
-    launcher_command,
-    mca_params,
-    mpi_env,
     mpich_hostfile_text,
     ssh_config_text,
-    worker_command,
     write_mpi_files,
 )
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hetflow.execute.publish import LOCK_NAME, PublishError, Publishing, decide, publish_step
+from hetflow.execute.data.publish import LOCK_NAME, PublishError, Publishing, decide, publish_step
 from hetflow.spec import Publish, Step
 from hetflow.state import PublishRecord, Store
 

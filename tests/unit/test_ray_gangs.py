@@ -24,8 +24,8 @@ from hetflow.execute.backends.ray.gangs import (
 )
 from hetflow.execute.backends.ray.translate import MARKER, NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RayNode
 from hetflow.execute.engine import ContainerSpec, Mount
-from hetflow.execute.gang import replica_name
-from hetflow.execute.mpilaunch import MPI_MOUNT, resolve_hosts
+from hetflow.execute.gang.mpilaunch import MPI_MOUNT, resolve_hosts
+from hetflow.execute.gang.replicas import replica_name
 from hetflow.spec import Gang
 
 GIB = 1 << 30

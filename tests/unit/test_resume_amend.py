@@ -15,7 +15,7 @@ import pytest
 
 from hetflow.errors import StateError
 from hetflow.execute.amend import ADDED, CHANGED, DOWNSTREAM, EDITED, KEPT, REMOVED, Change, compare, key_parts
-from hetflow.execute.cache import Key, cache_key
+from hetflow.execute.data.cache import Key, cache_key
 from hetflow.execute.session import LocalEngine, resume_run
 from hetflow.spec import Workflow, load_workflow
 from hetflow.state import AttemptRecord, StepRecord, Store

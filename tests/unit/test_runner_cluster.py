@@ -12,9 +12,10 @@ import pytest
 
 from hetflow.execute.attempts import NODE_FAULT_REQUEUES
 from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.fakeengine import FakeEngine
-from hetflow.execute.paths import RunPaths
 from hetflow.execute.runner import Runner
+from hetflow.execute.runoptions import ProcessSeams, RunOptions
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.report import run_json
 from hetflow.state import StepRecord
@@ -120,14 +121,9 @@ def cluster_runner(
         node=w.node,
         workflow=w.loaded.workflow,
         run=w.store.run(w.run.id),
-        config=w.config,
-        clock=w.clock,
-        sleep=w.clock.sleep,
-        pid=4242,
-        alive=lambda p: False,
         backend=backend,
-        placements=placements,
-        classes=classes,
+        options=RunOptions(config=w.config, placements=placements, classes=classes),
+        seams=ProcessSeams(clock=w.clock, sleep=w.clock.sleep, pid=4242, alive=lambda p: False),
     )
 
 

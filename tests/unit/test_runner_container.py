@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hetflow.execute.container import build_spec, container_env
+from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.devices.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
 from hetflow.execute.engine import ContainerSpec, Mount, run_args
-from hetflow.execute.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
-from hetflow.execute.paths import RunPaths
+from hetflow.execute.launch.container import build_spec, container_env
 from hetflow.inventory.models import Gpu
 from tests.unit.builders import GIB, gpu, load_steps, node
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import ContainerSpec
-from hetflow.execute.gang import LABEL_RANK, gang_state, layout, replica_env, replica_of
-from hetflow.execute.paths import RunPaths
+from hetflow.execute.gang.replicas import LABEL_RANK, gang_state, layout, replica_env, replica_of
 from hetflow.inventory import GpuLink
 from hetflow.spec import Gang
 from hetflow.state.models import FAILED, SUCCEEDED

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hetflow.execute.data.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
 from hetflow.execute.logs import log_tail, parse_line, read_lines
-from hetflow.execute.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
 from hetflow.state.models import OutputRecord
 
 T = "2024-05-01T10:00:00.123456789Z"

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import StateError
-from hetflow.execute import reset_for_resume, stop_run
+from hetflow.execute import make_backend, reset_for_resume, stop_run
+from hetflow.execute.data.outputs import damaged_outputs
+from hetflow.execute.data.paths import RunPaths, container_name
 from hetflow.execute.engine import ContainerSpec, ContainerState
 from hetflow.execute.fakeengine import FakeEngine
-from hetflow.execute.outputs import damaged_outputs
-from hetflow.execute.paths import RunPaths, container_name
 from hetflow.spec.checks import edges_of
 from hetflow.state.models import FAILED, LAUNCHING, PENDING, RUNNING, SKIPPED, STOPPED, SUCCEEDED
 from tests.unit.builders import Crash, Outcome, World, gpu, node, world
@@ -87,7 +87,7 @@ def test_a_gang_network_left_without_its_containers_is_removed_and_one_in_flight
     """A gang's containers are removed before its network, in the background: a kill -9
     between the two leaves a network no container names (seen in the chaos test). The next
     executor removes networks of this run's attempts that are over, never one in flight."""
-    from hetflow.execute.gang import network_name
+    from hetflow.execute.gang.replicas import network_name
 
     w = world(
         tmp_path,
@@ -271,7 +271,9 @@ def test_stop_run_stops_containers_and_marks_live_steps_stopped(tmp_path: Path) 
         outcomes={"long": [Outcome(0, 100)], "short": [Outcome(0, 1)], "flaky": [Outcome(1, 1)]},
     )
     stopped: list[list[str]] = []
-    w.clock.at[1005.0] = lambda: stopped.append(stop_run(w.store, w.engine, w.run.id, alive=lambda pid: False))
+    w.clock.at[1005.0] = lambda: stopped.append(
+        stop_run(w.store, make_backend(engine=w.engine), w.run.id, alive=lambda pid: False)
+    )
 
     assert w.execute() == "stopped"
 
@@ -294,7 +296,7 @@ def test_stop_run_stops_containers_and_marks_live_steps_stopped(tmp_path: Path) 
 
 def test_a_stopped_run_resumes_and_finishes(tmp_path: Path) -> None:
     w = world(tmp_path, STOP_WORKFLOW, node_=node(gpus=(gpu(0),)), outcomes={"long": [Outcome(0, 100), Outcome(0, 2)]})
-    w.clock.at[1005.0] = lambda: stop_run(w.store, w.engine, w.run.id, alive=lambda pid: False)
+    w.clock.at[1005.0] = lambda: stop_run(w.store, make_backend(engine=w.engine), w.run.id, alive=lambda pid: False)
     assert w.execute() == "stopped"
 
     reset = reset_for_resume(w.store, w.run.id, lambda step: [], edges_of(w.loaded.workflow))
@@ -485,7 +487,7 @@ def test_stop_after_a_crash_keeps_finished_results(
         },
     )
     crash(w)
-    stop_run(w.store, w.engine, w.run.id, alive=lambda pid: False)
+    stop_run(w.store, make_backend(engine=w.engine), w.run.id, alive=lambda pid: False)
 
     assert w.step("a").state == a_state
     assert not [x for x in w.store.attempts(w.run.id, "a") if x.state == STOPPED]

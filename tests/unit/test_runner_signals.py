@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.execute.paths import RunPaths, container_name
+from hetflow.execute.data.paths import RunPaths, container_name
 from hetflow.execute.stopping import request_stop
 from hetflow.state.models import PENDING, RUNNING, STOPPED, SUCCEEDED
 from tests.unit.builders import Outcome, world

@@ -14,8 +14,15 @@ from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm import SlurmSettings, sbatch_args
 from hetflow.execute.backends.slurm.gang import FOLD, gang_scripts
 from hetflow.execute.engine import ContainerSpec, Mount
-from hetflow.execute.gang import gang_state
-from hetflow.execute.mpilaunch import MPI_MOUNT, MpiError, MpiPeer, placeholder_host, resolve_hosts, ssh_config_text
+from hetflow.execute.gang.mpilaunch import (
+    MPI_MOUNT,
+    MpiError,
+    MpiPeer,
+    placeholder_host,
+    resolve_hosts,
+    ssh_config_text,
+)
+from hetflow.execute.gang.replicas import gang_state
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.spec import Gang
 from tests.unit.builders import Outcome, world

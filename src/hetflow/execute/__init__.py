@@ -1,25 +1,28 @@
 """Running steps: from a recorded run to containers or cluster jobs, and back into the store.
 
-    session     submit_run / open_run / resume_run / drive: what ``hetflow run``, ``resume``
-                and the detached executor do (the CLI only parses and prints)
+    session     submit_run / open_run / resume_run: what ``hetflow run``, ``resume``
+                and the detached executor do (the CLI only parses and prints); executor:
+                drive, build_runner, Ended: an opened run driven to its end
     prepare     pin images and plan, once per run; runplan: the RunPlan stored with the run
-    runner      the loop: dispatch ready steps, poll, finalize, retry, persist
+    runner      the loop: dispatch ready steps, poll, finalize, retry, persist; runoptions:
+                what a Runner is given (RunOptions, ProcessSeams, Reporter, the dispatch)
     dispatch    where a step runs: LocalDispatch (capacity, GPU leases, variant chooser)
                 or ClusterDispatch (the cluster plan's placements)
     attempts    attempts in flight: accept outputs, retry with backoff, fail
     lifecycle   stop_run, reset_for_resume, adopting what a dead executor left, pid_alive
     stopping    a stop's grace period (--grace, HETFLOW_STOP_GRACE) and `hetflow stop`'s request
     doctor      leftovers of crashed runs (containers, networks, leases, stale runs) and repair
-    engine      the container engine seam (podman, docker; fakeengine: the fake); container, gpu, paths,
-                logs, outputs: what one container gets and leaves behind
+    engine      the container engine seam; podman: podman and docker (CliEngine, make_engine);
+                fakeengine: the fake; cgroups, exits, logs: what a container used and said
     images      pin each step's image to the build for this node
-    data        workflow data resolved at submit (host files hashed, S3 listed and fetched)
-    fanout      fan-outs expanded at submit or run time; publish: results copied out
-    cache       the cross-run cache: keys on content, entries and their objects
+    fanout      fan-outs expanded at submit or run time
     settings    the backend settings a run is started with
-    mpilaunch   an mpirun gang's SSH keys, sshd/ssh configs, hostfiles and replica
-                commands (pure: no engine calls; import hetflow.execute.mpilaunch)
-    backends/   the engines a run can use (local, Slurm, Ray)
+    launch/     the launch path: Launcher, one attempt's container, its GPUs
+    data/       the data path: inputs resolved at submit, run paths, outputs, publish, cache
+    gang/       the gang path: replica names, the launch contract, an mpirun gang's files
+                and commands (pure: no engine calls)
+    backends/   the engines a run can use (local, Slurm, Ray; a fake for tests), made by
+                backends.make_backend
 
 Names are loaded on first use, so ``import hetflow.execute`` stays cheap.
 """
@@ -33,48 +36,39 @@ from hetflow.lazy import lazy_names
 if TYPE_CHECKING:
     from hetflow.execute.attempts import RunnerConfig
     from hetflow.execute.backends.factory import make_backend
-    from hetflow.execute.cache import Key, ResultCache, cache_key, input_digests
-    from hetflow.execute.container import build_spec, container_env, input_mounts
-    from hetflow.execute.data import DataManifest, resolve_data
+    from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
+    from hetflow.execute.data.inputs import DataManifest, resolve_data
+    from hetflow.execute.data.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
+    from hetflow.execute.data.paths import RunPaths, container_name
+    from hetflow.execute.devices.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
     from hetflow.execute.dispatch import ClusterDispatch, Decision, Dispatch, LocalDispatch
     from hetflow.execute.doctor import Finding, diagnose, repair
     from hetflow.execute.engine import (
         LABEL_ATTEMPT,
         LABEL_RUN,
         LABEL_STEP,
-        CliEngine,
         ContainerEngine,
         ContainerSpec,
         ContainerState,
-        DockerEngine,
         Mount,
         Usage,
         cri_lines,
-        make_engine,
         run_args,
     )
+    from hetflow.execute.executor import Ended, build_runner, drive
     from hetflow.execute.fakeengine import FakeEngine
     from hetflow.execute.fanout import expand_for_planning
-    from hetflow.execute.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
+    from hetflow.execute.gang.replicas import LAUNCH_CONTRACT, Quantity, RankVariable, render_contract
     from hetflow.execute.images import PinResult, default_resolver, pin_images
+    from hetflow.execute.launch.container import build_spec, container_env, input_mounts
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, stop_run
     from hetflow.execute.logs import log_tail, parse_line, read_lines
-    from hetflow.execute.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
-    from hetflow.execute.paths import RunPaths, container_name
+    from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
     from hetflow.execute.prepare import cluster_instance, measured_slowdowns
-    from hetflow.execute.runner import NullReporter, Reporter, Runner
+    from hetflow.execute.runner import Runner
+    from hetflow.execute.runoptions import NullReporter, ProcessSeams, Reporter, RunOptions
     from hetflow.execute.runplan import RunPlan, apply_images, stored_plan
-    from hetflow.execute.session import (
-        Ended,
-        OpenRun,
-        build_runner,
-        drive,
-        edited_since,
-        load_recorded,
-        open_run,
-        resume_run,
-        submit_run,
-    )
+    from hetflow.execute.session import OpenRun, edited_since, load_recorded, open_run, resume_run, submit_run
     from hetflow.execute.settings import Settings, load_settings
     from hetflow.execute.stopping import DEFAULT_GRACE, grace_from_env, parse_grace
     from hetflow.execute.submit import create_run, new_run_id, preflight
@@ -82,42 +76,40 @@ if TYPE_CHECKING:
 _WHERE = {
     "backends.factory": ["make_backend"],
     "attempts": ["RunnerConfig"],
-    "cache": ["Key", "ResultCache", "cache_key", "input_digests"],
-    "data": ["DataManifest", "resolve_data"],
+    "data.cache": ["Key", "ResultCache", "cache_key", "input_digests"],
+    "data.inputs": ["DataManifest", "resolve_data"],
     "fakeengine": ["FakeEngine"],
     "fanout": ["expand_for_planning"],
     "prepare": ["cluster_instance", "measured_slowdowns"],
-    "container": ["build_spec", "container_env", "input_mounts"],
+    "launch.container": ["build_spec", "container_env", "input_mounts"],
     "dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
     "engine": [
         "LABEL_ATTEMPT",
         "LABEL_RUN",
         "LABEL_STEP",
-        "CliEngine",
         "ContainerEngine",
         "ContainerSpec",
         "ContainerState",
-        "DockerEngine",
         "Mount",
         "Usage",
         "cri_lines",
-        "make_engine",
         "run_args",
     ],
-    "gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],
+    "podman": ["CliEngine", "DockerEngine", "make_engine"],
+    "gang.replicas": ["LAUNCH_CONTRACT", "Quantity", "RankVariable", "render_contract"],
+    "devices.gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],
     "images": ["PinResult", "default_resolver", "pin_images"],
     "doctor": ["Finding", "diagnose", "repair"],
     "lifecycle": ["pid_alive", "reset_for_resume", "stop_run"],
     "logs": ["log_tail", "parse_line", "read_lines"],
-    "outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
-    "paths": ["RunPaths", "container_name"],
-    "runner": ["NullReporter", "Reporter", "Runner"],
+    "data.outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
+    "data.paths": ["RunPaths", "container_name"],
+    "runner": ["Runner"],
+    "runoptions": ["NullReporter", "ProcessSeams", "Reporter", "RunOptions"],
     "runplan": ["RunPlan", "apply_images", "stored_plan"],
+    "executor": ["Ended", "build_runner", "drive"],
     "session": [
-        "Ended",
         "OpenRun",
-        "build_runner",
-        "drive",
         "edited_since",
         "load_recorded",
         "open_run",
@@ -134,6 +126,7 @@ __all__ = [
     "LABEL_ATTEMPT",
     "LABEL_RUN",
     "LABEL_STEP",
+    "LAUNCH_CONTRACT",
     "CliEngine",
     "ClusterDispatch",
     "ContainerEngine",
@@ -153,8 +146,12 @@ __all__ = [
     "NullReporter",
     "OpenRun",
     "PinResult",
+    "ProcessSeams",
+    "Quantity",
+    "RankVariable",
     "Reporter",
     "ResultCache",
+    "RunOptions",
     "RunPaths",
     "RunPlan",
     "Runner",
@@ -198,6 +195,7 @@ __all__ = [
     "pin_images",
     "preflight",
     "read_lines",
+    "render_contract",
     "repair",
     "reset_for_resume",
     "resolve_data",

@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hetflow.execute.backends.base import Backend, JobState, MeasuresOnRelease, MeasuresUsage
+from hetflow.execute.data.outputs import accept_outputs, missing_outputs
+from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.data.publish import PublishError, Publishing
+from hetflow.execute.devices.usage import GpuSampler, nvml_sampler
 from hetflow.execute.diskfull import full_disk_reason, out_of_space, remove_partial
 from hetflow.execute.engine import Usage
-from hetflow.execute.gpuusage import GpuSampler, nvml_sampler
 from hetflow.execute.logs import log_tail
 from hetflow.execute.nextattempt import OOM_EXIT, Failure, Limits, NextAttempt, after_failure
-from hetflow.execute.outputs import accept_outputs, missing_outputs
-from hetflow.execute.paths import RunPaths
-from hetflow.execute.publish import PublishError, Publishing
 from hetflow.spec import Retry, Step, Workflow
 from hetflow.state import (
     FAILED,
@@ -113,7 +113,7 @@ class Attempts:
         self.next: dict[str, NextAttempt] = {}
         self.limits: Callable[[str], Limits] = lambda node: None  # what one node there holds
         self.cluster = False  # a cluster plan: a failed node class can be avoided
-        # NVML sampling of this machine's GPU attempts (``execute.gpuusage``): made when the
+        # NVML sampling of this machine's GPU attempts (``execute.devices.usage``): made when the
         # first one starts, None where NVML is absent; False until then
         self._gpu_sampler: GpuSampler | bool | None = False
 

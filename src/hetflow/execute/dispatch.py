@@ -16,7 +16,7 @@ from typing import Protocol
 
 from hetflow.execute.attempts import Active
 from hetflow.execute.backends.base import Backend
-from hetflow.execute.gpu import GpuAccess, gpu_access
+from hetflow.execute.devices.gpu import GpuAccess, gpu_access
 from hetflow.execute.nextattempt import NextAttempt
 from hetflow.inventory import Gpu, GpuSharing, Node
 from hetflow.plan import (

@@ -22,7 +22,7 @@ from typing import Literal, Protocol
 
 from hetflow.errors import StateError
 from hetflow.execute.engine import LABEL_RUN, ContainerState
-from hetflow.execute.gang import network_name, replica_of
+from hetflow.execute.gang.replicas import network_name, replica_of
 from hetflow.state import (
     LAUNCHING,
     RUN_FAILED,

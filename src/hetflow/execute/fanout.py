@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hetflow.errors import HetflowError
-from hetflow.execute.data import DataManifest, Located, NoMemo, data_items, resolve_host
+from hetflow.execute.data.inputs import DataManifest, Located, NoMemo, data_items, resolve_host
 from hetflow.spec import (
     DATA_PREFIX,
     LoadedWorkflow,

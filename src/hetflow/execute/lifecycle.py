@@ -10,15 +10,11 @@ import signal
 import time
 from collections.abc import Callable, Collection
 from pathlib import Path
-from typing import cast
 
 from hetflow.errors import StateError
 from hetflow.execute.attempts import Active, Attempts
-from hetflow.execute.backends.base import Backend
-from hetflow.execute.backends.local import LocalBackend
-from hetflow.execute.engine import ContainerEngine, Networks
-from hetflow.execute.gang import network_name
-from hetflow.execute.paths import RunPaths
+from hetflow.execute.backends.base import Backend, DropsNetworks
+from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.stopping import request_stop
 from hetflow.spec import descendants
 from hetflow.state import (
@@ -101,18 +97,11 @@ def reconcile(attempts: Attempts) -> None:
 
 
 def _drop_stale_networks(attempts: Attempts, in_flight: set[str]) -> None:
-    """Gang networks of this run whose attempt is over: the last executor removes a gang's
-    containers, then its network, in the background, so a kill -9 between the two leaves the
-    network with no container for ``release`` to find (the rule is doctor's: a network is kept
-    while its gang's attempt is in flight)."""
-    engine = getattr(attempts.backend, "engine", None)
-    listing = getattr(engine, "run_networks", None)
-    if not callable(listing) or not isinstance(engine, Networks):
+    """Gang networks of this run that no attempt in flight uses (a backend that makes them:
+    ``DropsNetworks.drop_networks`` says when they are left)."""
+    if not isinstance(attempts.backend, DropsNetworks):
         return
-    keep = {network_name(c) for c in in_flight}
-    stale = sorted(n for n, r in listing().items() if r == attempts.run_id and n not in keep)
-    for net in stale:
-        engine.remove_network(net)
+    stale = attempts.backend.drop_networks(attempts.run_id, in_flight)
     if stale:
         message = f"removed {len(stale)} gang network(s) the last executor left: {', '.join(stale[:5])}"
         record(attempts.store, Note(0, attempts.run_id, time.time(), message, None, "collected"))
@@ -120,7 +109,7 @@ def _drop_stale_networks(attempts: Attempts, in_flight: set[str]) -> None:
 
 def stop_run(
     store: Store,
-    engine: ContainerEngine | Backend,
+    backend: Backend,
     run_id: str,
     *,
     grace: int | None = None,
@@ -139,7 +128,6 @@ def stop_run(
     left as it is, so that ``resume`` collects the result (``reconcile``) instead of running
     the step again.  Containers of attempts that are over (results stored, removal pending)
     are simply removed."""
-    backend = cast(Backend, engine) if hasattr(engine, "capabilities") else LocalBackend(engine)
     run = store.run(run_id)
     if run.pid and run.pid != os.getpid() and alive(run.pid):
         request_stop(RunPaths(Path(run.workdir)))  # this SIGTERM is ours: the executor leaves the containers to us

@@ -14,31 +14,27 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import threading
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
-from typing import Protocol
 
 from hetflow.errors import HetflowError
 from hetflow.execute.attempts import Attempts, RunnerConfig
 from hetflow.execute.backends.base import Backend
-from hetflow.execute.backends.local import LocalBackend
-from hetflow.execute.cache import Key, ResultCache, cache_key, input_digests
-from hetflow.execute.data import DataManifest
-from hetflow.execute.dispatch import ClusterDispatch, Dispatch, LocalDispatch
+from hetflow.execute.backends.factory import make_backend
+from hetflow.execute.data.cache import Key, cache_key, input_digests
+from hetflow.execute.data.inputs import DataManifest
+from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import read_items
-from hetflow.execute.launch import Launcher
-from hetflow.execute.lifecycle import pid_alive, reconcile, stop_run
+from hetflow.execute.launch.launcher import Launcher
+from hetflow.execute.lifecycle import reconcile, stop_run
 from hetflow.execute.nextattempt import adjusted
-from hetflow.execute.paths import RunPaths
+from hetflow.execute.runoptions import NullReporter, ProcessSeams, RunOptions, make_dispatch
 from hetflow.execute.stopping import clear_stop_request, stop_requested
 from hetflow.inventory import Node
-from hetflow.plan import GreedyChooser, MachineClass, Placement, PlanChooser, VariantChooser
 from hetflow.spec import FANOUT_SEP, Workflow, edges_of, expand, fanout_parent, pending_source, topo_order
 from hetflow.state import (
     FAILED,
@@ -66,71 +62,46 @@ from hetflow.state import (
     process_start,
 )
 
-__all__ = ["NullReporter", "Reporter", "Runner", "RunnerConfig"]
-
-
-class Reporter(Protocol):
-    def update(self, run: RunRecord, steps: list[StepRecord]) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class NullReporter:
-    def update(self, run: RunRecord, steps: list[StepRecord]) -> None:
-        pass
-
-    def close(self) -> None:
-        pass
+__all__ = ["Runner", "RunnerConfig"]
 
 
 class Runner:
-    """Runs one run to its end.  Local runs pass ``engine`` (and a ``chooser``); cluster runs
-    pass a ``backend`` that assigns GPUs, with the plan's ``placements`` and ``classes``."""
+    """Runs one run to its end.  Local runs pass ``engine`` (and ``options.chooser``); cluster
+    runs pass a ``backend`` that assigns GPUs, with the plan's ``options.placements`` and
+    ``options.classes`` (``runoptions``)."""
 
     def __init__(
         self,
         *,
         store: Store,
-        engine: ContainerEngine | None = None,
         node: Node,
         workflow: Workflow,
         run: RunRecord,
-        chooser: VariantChooser | None = None,
-        reporter: Reporter | None = None,
-        config: RunnerConfig | None = None,
-        clock: Callable[[], float] = time.time,
-        sleep: Callable[[float], None] | None = None,
-        pid: int | None = None,
-        alive: Callable[[int], bool] = pid_alive,
-        priority: Mapping[str, float] | None = None,
         backend: Backend | None = None,
-        placements: Mapping[str, Placement] | None = None,
-        classes: Sequence[MachineClass] = (),
-        data: DataManifest | None = None,
-        cache: ResultCache | None = None,
-        grace: int | None = None,
+        engine: ContainerEngine | None = None,
+        options: RunOptions = RunOptions(),
+        seams: ProcessSeams = ProcessSeams(),
     ) -> None:
+        """``backend``: the run's (None: the local one, on ``engine``)."""
         self.store, self.node, self.wf = store, node, workflow
-        self.backend: Backend = backend or LocalBackend(engine)
+        self.backend: Backend = backend or make_backend(engine=engine)
         self.run_id = run.id
         self.uid, self.gid = run.uid, run.gid
         self.paths = RunPaths(Path(run.workdir))
-        self.reporter = reporter or NullReporter()
-        self.config = config or RunnerConfig()
-        self.clock, self.alive = clock, alive
+        self.reporter = options.reporter or NullReporter()
+        self.config = options.config or RunnerConfig()
+        self.clock, self.alive = seams.clock, seams.alive
         self._wake = threading.Event()
-        self.sleep = sleep or self._wait
-        self.pid = pid if pid is not None else os.getpid()
-        # Ready steps are dispatched in this order: the plan's start times when a plan is
-        # followed (its ranks, not its clock: a step starts as soon as it can), else file order.
-        self.priority = dict(priority or {})
-        self.data = data or DataManifest()
-        self.cache = cache
+        self.sleep = seams.sleep or self._wait
+        self.pid = seams.own_pid()
+        self.priority = dict(options.priority or {})
+        self.data = options.data or DataManifest()
+        self.cache = options.cache
         self._image_ids: dict[str, str | None] = {}
         self.order = self._ordered(workflow)
         # SIGINT / SIGTERM: the first stops the run (``grace`` s for each container to save
         # its work; None: the engine's default), a second kills every container of the run at once
-        self.grace = grace
+        self.grace = options.grace
         self.signalled: int | None = None  # the first signal's number
         self.handed_off = False  # that signal was `hetflow stop`'s: the stopper owns the containers
         self._killer: threading.Thread | None = None
@@ -147,35 +118,14 @@ class Runner:
             paths=self.paths,
             backend=self.backend,
             config=self.config,
-            clock=clock,
+            clock=self.clock,
             budget_start=budget,
             owner=(run.uid, run.gid),
             on_success=self._keep_result,
         )
-        # Engines that assign GPUs and queue work (Slurm, Ray) follow the cluster plan's
-        # placements; this machine's capacity and GPU leases are hetflow's own concern.
-        self.dispatch: Dispatch = (
-            ClusterDispatch(
-                node,
-                placements or {},
-                classes,
-                self.attempts.next,
-                # the plan's reasons (--variant/--prefer) ride on the chooser the session built from it
-                reasons=chooser.reasons if isinstance(chooser, PlanChooser) else None,
-            )
-            if self.backend.capabilities.assigns_gpus
-            else LocalDispatch(
-                node=node,
-                chooser=chooser or GreedyChooser(),
-                store=store,
-                backend=self.backend,
-                active=self.attempts.active,
-                pid=self.pid,
-                alive=alive,
-            )
-        )
+        self.dispatch = make_dispatch(store, node, self.backend, self.attempts, options, seams)
         # what one node holds, for a retry's growth to stop at (``nextattempt.after_failure``)
-        sizes = {c.name: (float(c.cores), c.memory) for c in classes}
+        sizes = {c.name: (float(c.cores), c.memory) for c in options.classes}
         self.attempts.cluster = self.backend.capabilities.assigns_gpus
         self.attempts.limits = (
             sizes.get if self.attempts.cluster else lambda _: (float(node.cpu.cores), node.memory_bytes)
@@ -187,9 +137,9 @@ class Runner:
             backend=self.backend,
             dispatch=self.dispatch,
             attempts=self.attempts,
-            clock=clock,
+            clock=self.clock,
             pid=self.pid,
-            data=data,
+            data=options.data,
         )
 
     # --- the loop ---------------------------------------------------------------------

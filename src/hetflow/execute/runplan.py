@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hetflow.errors import StateError
-from hetflow.execute.data import DataManifest
+from hetflow.execute.data.inputs import DataManifest
 from hetflow.plan import (
     MachineClass,
     Plan,

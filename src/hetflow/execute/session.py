@@ -18,7 +18,6 @@ import dataclasses
 import json
 import os
 import shutil
-import signal
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,32 +25,27 @@ from typing import Protocol
 
 from hetflow.errors import HetflowError, Problem, SpecError, StateError
 from hetflow.execute.amend import Amendment, compare
-from hetflow.execute.attempts import RunnerConfig
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
-from hetflow.execute.backends.local import LocalBackend
-from hetflow.execute.cache import Key, ResultCache, cache_key, input_digests
-from hetflow.execute.data import ObjectStore, resolve_data, s3_filesystem
-from hetflow.execute.engine import ContainerEngine, make_engine
+from hetflow.execute.data.cache import Key, cache_key, input_digests
+from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
+from hetflow.execute.data.outputs import damaged_outputs
+from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import expand_at_submit, replay
 from hetflow.execute.images import Resolver, default_resolver
 from hetflow.execute.lifecycle import reset_for_resume
-from hetflow.execute.outputs import damaged_outputs
-from hetflow.execute.paths import RunPaths
+from hetflow.execute.podman import make_engine
 from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
-from hetflow.execute.runner import Reporter, Runner
-from hetflow.execute.runplan import GREEDY, LOCAL, RunPlan, apply_images, images_of
+from hetflow.execute.runplan import LOCAL, RunPlan, apply_images, images_of
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import create_run, new_run_id, preflight
 from hetflow.inventory import Node
-from hetflow.plan import GreedyChooser, PlanChooser, VariantChooser
 from hetflow.spec import LoadedWorkflow, Workflow, edges_of, fanout_parent
 from hetflow.state import (
     LAUNCHING,
     PENDING,
     RUN_RUNNING,
-    RUN_STOPPED,
-    RUN_SUCCEEDED,
     RUNNING,
     RunRecord,
     Store,
@@ -158,7 +152,7 @@ def _check_and_plan(
             raise SpecError(found)
         problems(found)
         plan = plan_on_node(store, loaded, node, pulls, steer=settings.steer)
-        backend = LocalBackend(engine)
+        backend = make_backend(settings, engine=engine)
     else:
         backend = backend or make_backend(settings)
         backend.check()
@@ -200,7 +194,7 @@ def open_run(
         else:
             plan = RunPlan.from_json(text)
             ensure_pulled(plan.pulls, engine)
-        backend = LocalBackend(engine)
+        backend = make_backend(settings, engine=engine)
     else:
         backend = backend or make_backend(settings)
         backend.check()
@@ -271,6 +265,37 @@ def _load_current(record: RunRecord) -> LoadedWorkflow:
         raise SpecError([*exc.problems, Problem(record.workflow_file, 1, hint, "note")]) from None
 
 
+def _refuse_edit(
+    store: Store, record: RunRecord, settings: Settings, engine: LocalEngine | None, *, changed: str, data_changed: bool
+) -> LocalEngine:
+    """StateError, saying what to do instead, when an edit of the run's workflow cannot be
+    applied: a cluster run, changed data, an executor still running it, or steps in flight;
+    else the local run's engine."""
+    run_id = record.id
+    if settings.backend != LOCAL or engine is None:
+        raise StateError(
+            f"{changed}; applying an edit to a run on {settings.backend} is not supported: resume it as recorded"
+            f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"
+        )
+    if data_changed:
+        raise StateError(
+            f"{changed} and its 'data' differs; resume does not fetch data again: resume it as recorded"
+            f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"
+        )
+    if record.state == RUN_RUNNING and record.pid and record.pid != os.getpid() and pid_alive(record.pid):
+        raise StateError(
+            f"{changed}, and process {record.pid} is executing it: stop it first (hetflow stop {run_id}),"
+            " then resume it to apply the edit"
+        )
+    busy = [s.step for s in store.steps(run_id) if s.state in (LAUNCHING, RUNNING)]
+    if busy:
+        raise StateError(
+            f"{changed}, and step(s) {', '.join(busy)} of it are still in flight: stop the run first"
+            f" (hetflow stop {run_id}), then resume it to apply the edit"
+        )
+    return engine
+
+
 def _apply_edits(
     store: Store, record: RunRecord, node: Node, engine: LocalEngine | None, say: Say
 ) -> tuple[LoadedWorkflow, Amendment]:
@@ -284,27 +309,8 @@ def _apply_edits(
         return old, Amendment()
     where = f"{record.workflow_file} changed since run {run_id} was recorded"
     settings = Settings.from_json(record.backend_json)
-    if settings.backend != LOCAL or engine is None:
-        raise StateError(
-            f"{where}; applying an edit to a run on {settings.backend} is not supported: resume it as recorded"
-            f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"
-        )
-    if current.workflow.data != old.workflow.data:
-        raise StateError(
-            f"{where} and its 'data' differs; resume does not fetch data again: resume it as recorded"
-            f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"
-        )
-    if record.state == RUN_RUNNING and record.pid and record.pid != os.getpid() and pid_alive(record.pid):
-        raise StateError(
-            f"{where}, and process {record.pid} is executing it: stop it first (hetflow stop {run_id}),"
-            " then resume it to apply the edit"
-        )
-    busy = [s.step for s in store.steps(run_id) if s.state in (LAUNCHING, RUNNING)]
-    if busy:
-        raise StateError(
-            f"{where}, and step(s) {', '.join(busy)} of it are still in flight: stop the run first"
-            f" (hetflow stop {run_id}), then resume it to apply the edit"
-        )
+    data_changed = current.workflow.data != old.workflow.data
+    engine = _refuse_edit(store, record, settings, engine, changed=where, data_changed=data_changed)
     text = store.plan_json(run_id)
     recorded = RunPlan.from_json(text) if text is not None else RunPlan()
     try:
@@ -318,7 +324,7 @@ def _apply_edits(
     if any(p.severity == "error" for p in found):
         raise SpecError(found)
     paths = RunPaths(Path(record.workdir))
-    backend = LocalBackend(engine)
+    backend = make_backend(settings, engine=engine)
     identities: dict[str, str] = {}
 
     def identity(image: str) -> str:
@@ -387,66 +393,3 @@ def _merged_images(
             for v, image in variants.items()
         }
     return images
-
-
-def chooser_of(plan: RunPlan) -> VariantChooser:
-    """The local runner's variant rule: the plan's variants, or greedy."""
-    if plan.planner == GREEDY and not plan.variants:
-        return GreedyChooser()
-    return PlanChooser(plan.variants, plan.reasons)  # greedy with --variant/--prefer: those steps follow them
-
-
-def build_runner(
-    opened: OpenRun, reporter: Reporter | None, config: RunnerConfig | None = None, *, grace: int | None = None
-) -> Runner:
-    """The one Runner of this executor, following the stored plan: on this machine the plan's
-    variants and order; on a cluster its placements on its machine classes."""
-    plan = opened.plan
-    return Runner(
-        store=opened.store,
-        node=opened.node,
-        workflow=opened.workflow,
-        run=opened.store.run(opened.run.id),
-        reporter=reporter,
-        config=config or RunnerConfig.from_env(),
-        backend=opened.backend,
-        chooser=chooser_of(plan),
-        priority=dict(plan.priority) or None,
-        placements=plan.plan.placements if plan.plan is not None and plan.kind != LOCAL else None,
-        classes=plan.classes,
-        data=plan.data,
-        cache=ResultCache(opened.store, opened.store.path.parent / "cache") if opened.settings.cache else None,
-        grace=grace,
-    )
-
-
-@dataclass(frozen=True)
-class Ended:
-    state: str
-    interrupted: bool = False  # a signal stopped the run (no summary follows)
-    signal: int | None = None  # which: the command exits 128 + it, as a shell's does
-
-    @property
-    def exit_code(self) -> int:
-        if self.signal is not None:
-            return 128 + self.signal  # 130 for SIGINT, 143 for SIGTERM
-        return 0 if self.state == RUN_SUCCEEDED else 1
-
-
-def drive(
-    opened: OpenRun, reporter: Reporter | None, say: Say, *, banner: bool = True, grace: int | None = None
-) -> Ended:
-    """Run to the end.  SIGINT (Ctrl-C) or SIGTERM stops the run (its containers or jobs,
-    each given ``grace`` seconds to save its work, None: the engine's default; a second signal kills them at once) so
-    that it can be resumed."""
-    runner = build_runner(opened, reporter, grace=grace)
-    runner.install_signal_handlers()
-    if banner:
-        say(opened.banner())
-    state = runner.execute()
-    if runner.signalled is None or state != RUN_STOPPED:
-        return Ended(state)  # no signal, or one that came as the run ended by itself
-    rid = opened.run.id
-    by = "hetflow stop" if runner.handed_off else signal.Signals(runner.signalled).name
-    say(f"run {rid} stopped by {by}; 'hetflow resume {rid}' continues it")
-    return Ended(RUN_STOPPED, interrupted=True, signal=runner.signalled)

@@ -21,7 +21,7 @@ import re
 from collections.abc import Mapping
 
 from hetflow.errors import UsageError
-from hetflow.execute.paths import RunPaths
+from hetflow.execute.data.paths import RunPaths
 
 __all__ = [
     "DEFAULT_GRACE",

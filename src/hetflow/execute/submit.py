@@ -10,8 +10,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from hetflow.errors import Problem, SpecError
+from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import ContainerEngine
-from hetflow.execute.paths import RunPaths
 from hetflow.inventory import Node
 from hetflow.plan import Capacity, check, feasibility_problems
 from hetflow.spec import LoadedWorkflow

@@ -1,5 +1,5 @@
 """What NVIDIA GPUs are doing now, through NVML: the source the executor samples to record
-each attempt's GPU use (``execute.gpuusage``).
+each attempt's GPU use (``execute.devices.usage``).
 
 Per device, one ``DeviceSample``: the utilisation NVML reports (``nvmlDeviceGetUtilizationRates``:
 the percent of the last sample period, 1/6 s to 1 s, in which a kernel ran: the device's,

@@ -11,7 +11,7 @@ step of a few milliseconds turns into thousands of percent).  ``peak_rss`` is th
 the attempt's cgroup: resident memory plus the page cache it touched, what the kernel
 would count against a memory limit.  ``gpu_util`` (mean) and ``gpu_util_max`` are NVML's
 utilisation of the attempt's GPUs and ``gpu_mem_peak`` the most GPU memory its processes
-held (``execute.gpuusage``; ``-`` where not sampled).
+held (``execute.devices.usage``; ``-`` where not sampled).
 """
 
 from __future__ import annotations

@@ -193,7 +193,7 @@ class Publish(SpecModel):
     """Copy (or hard-link) a step's outputs out when it succeeds, like Nextflow's publishDir.
 
     ``mode: copy`` (the default) and ``link`` replace a different file already there only
-    when it is this workflow's own earlier result, unchanged since (``execute.publish``);
+    when it is this workflow's own earlier result, unchanged since (``execute.data.publish``);
     else the step fails with a message instead; ``overwrite`` says replacing is wanted."""
 
     to: str = Field(min_length=1, description="host directory (relative to the workflow file) or s3://bucket/prefix/")

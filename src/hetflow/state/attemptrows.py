@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from hetflow.state.models import USAGE_FIELDS, AttemptRecord, OutputRecord, UsageRow
 from hetflow.state.schema import SCHEMA_VERSION
 
-# What an attempt's GPUs did (``execute.gpuusage``), all nullable: unknown where not sampled.
+# What an attempt's GPUs did (``execute.devices.usage``), all nullable: unknown where not sampled.
 GPU_USAGE_COLUMNS = (
     ("gpu_util_mean", "REAL"),
     ("gpu_util_max", "REAL"),

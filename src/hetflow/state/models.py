@@ -118,7 +118,7 @@ class AttemptRecord:
     # resume that applied an edited file (workflow.v1.yaml keeps version 1), ...  None:
     # recorded by a hetflow that did not track versions.
     workflow_version: int | None = None
-    # What its GPUs did, sampled from NVML on this machine (``execute.gpuusage``): percent,
+    # What its GPUs did, sampled from NVML on this machine (``execute.devices.usage``): percent,
     # bytes, and whose memory that is ("process": the attempt's own; "device": everything on
     # its GPUs).  None: not sampled (no NVML, a fake GPU, a cluster engine, too short a step).
     gpu_util_mean: float | None = None
@@ -202,7 +202,7 @@ class RunView:
 
 @dataclass(frozen=True)
 class CacheEntry:
-    """A step result kept across runs (see ``execute.cache``)."""
+    """A step result kept across runs (see ``execute.data.cache``)."""
 
     key: str
     workflow: str
@@ -217,7 +217,7 @@ class CacheEntry:
 
 @dataclass(frozen=True)
 class PublishRecord:
-    """What hetflow published at one target (``execute.publish``): the file a later run of
+    """What hetflow published at one target (``execute.data.publish``): the file a later run of
     the same workflow may replace, as long as its content is still ``sha256``."""
 
     target: str  # a host path (its folder resolved) or s3://bucket/key

@@ -1,5 +1,5 @@
 """What hetflow published where, mixed into ``Store`` (one connection, one ``_tx``): the
-record ``execute.publish`` reads to know a target is its own earlier result (same workflow,
+record ``execute.data.publish`` reads to know a target is its own earlier result (same workflow,
 content unchanged since) that it may replace.  The table is added where it is missing
 (presence-keyed, like every migration), by the store's open."""
 

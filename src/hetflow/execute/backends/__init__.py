@@ -4,7 +4,10 @@ The contract is ``base.py`` (after snakemake's executor plugins): a ``Backend`` 
 attempts (``Job``) with ``check``, ``image_exists``, ``submit``, ``poll`` (``JobState`` by
 name, which is also how a restarted runner adopts what still runs), ``cancel``,
 ``release`` and an optional ``watch``; its ``Capabilities`` say what the engine does
-itself (orders dependencies, assigns GPUs, spans nodes).
+itself (orders dependencies, assigns GPUs, spans nodes).  ``factory.make_backend`` makes
+every backend, local included (given the run's container engine); what only one backend
+can do is a ``runtime_checkable`` protocol beside ``Backend`` (``MeasuresUsage``,
+``MeasuresOnRelease``, ``DropsNetworks``) that callers test with ``isinstance``.
 
 One package per engine, each shaped alike: ``settings.py`` (a frozen settings dataclass
 read from the run's Settings), ``translate.py`` (Job -> the engine's objects, pure),

@@ -49,12 +49,12 @@ class Job:
     node: str | None = None  # the plan pins this node (Slurm --nodelist, Ray NodeAffinity)
     node_class: str | None = None  # the plan's node type (Slurm constraint, Ray custom resource)
     depends_on: tuple[str, ...] = ()  # names of jobs that must succeed first (holds_dependencies)
-    # A gang (``execute.gang``): every replica's container, rank 0 (``container``) first; the
+    # A gang (``execute.gang.replicas``): every replica's container, rank 0 (``container``) first; the
     # backend starts all of them together or none, and reports them as this one job.  For a
     # backend that assigns GPUs (a cluster engine), they are templates on the host network
     # with no GPUs and no launch contract: the backend adds both where each replica lands
-    # (``execute.gang.replica_env``) and fills an MPI gang's placeholder hosts
-    # (``execute.mpilaunch.resolve_hosts``).
+    # (``execute.gang.replicas.replica_env``) and fills an MPI gang's placeholder hosts
+    # (``execute.gang.mpilaunch.resolve_hosts``).
     ranks: tuple[ContainerSpec, ...] = ()
     # The gang a cluster backend must start as one job (Slurm: srun over N tasks; Ray: a
     # placement group); None for a step of one container.
@@ -137,3 +137,13 @@ class MeasuresOnRelease(Protocol):
     ) -> None:
         """Release ``names``; for each in ``measure`` first call ``measured(name, usage)``,
         perhaps later and from another thread."""
+
+
+@runtime_checkable
+class DropsNetworks(Protocol):
+    """A backend that makes a network per gang on this machine (local podman): after a crash
+    the runner asks it to remove the run's networks that no attempt in flight uses."""
+
+    def drop_networks(self, run_id: str, keep: Collection[str]) -> list[str]:
+        """Remove the run's gang networks whose job is not in ``keep`` (names of attempts in
+        flight); the networks removed."""

@@ -10,6 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from hetflow.config import find_engine
+from hetflow.errors import EngineError
+from hetflow.execute.podman import CliEngine
+
 __all__ = [
     "KILLED_CODE",
     "LOST_CODE",
@@ -17,6 +21,7 @@ __all__ = [
     "TIMEOUT_CODE",
     "first_line",
     "flag",
+    "host_image_id",
     "pairs",
     "signal_code",
     "text",
@@ -60,3 +65,14 @@ def first_line(message: object, default: str = "") -> str:
     """The first line of an engine's message (an exception's text can run to pages)."""
     lines = str(message).strip().splitlines()
     return lines[0] if lines else default
+
+
+def host_image_id(image: str, env: Mapping[str, str]) -> str | None:
+    """A cluster backend's ``image_id``: this machine's podman's answer (run with ``env``),
+    or None when no engine is here.  A cached result is then reused only where the nodes hold
+    the image this machine holds under that name: they do when they share its image store, as
+    the test clusters do, and a pinned digest says it for every node.  Slurm and Ray ask alike."""
+    try:
+        return CliEngine(find_engine(env), env).image_id(image)
+    except EngineError:
+        return None

@@ -3,15 +3,23 @@
 Each job's command must be ``sh -c SCRIPT``, and the script is interpreted, not run: the
 few shell commands the contract suite and unit tests use (``echo``/``touch`` into mounted
 directories, ``test -f``, ``sleep``, ``exit N``, ``true``, ``false``, ``:``), joined by
-``;``, ``&&`` and ``||``.  Files are written into the real host directories the job mounts
-(read-only mounts refuse), so tests check outputs as they would for a real backend.  What
-it cannot interpret ends the job with 127 and says so, as a shell would.
+``;``, ``&&`` and ``||``, and one loop: ``until COMMAND; do COMMAND; done`` (a test's gate:
+``until test -f /out/go; do sleep 0.1; done`` waits for a file the test writes).  Files
+are written into the real host directories the job mounts (read-only mounts refuse), so
+tests check outputs as they would for a real backend.  What it cannot interpret ends the
+job with 127 and says so, as a shell would.
 
 Jobs advance on a clock: a job ends when its sleeps have passed (``FakeState.clock``; a
 test may pass a faster or a manual one).  With ``holds_dependencies`` the fake orders jobs
 as Slurm does: a job starts when its parents have succeeded, and is dropped
 (``dependency_failed``) when one did not.  Adoption: every FakeBackend built on one
 ``FakeState`` sees the same jobs, as two hetflow processes see one engine.
+
+A gang job (``Job.ranks``) runs every replica's script and is reported as the job's one name
+by ``execute.gang.replicas.gang_state``; one replica failing stops the others (exit 143), as podman's
+backend does.  ``FakeState.fail_node`` ends every job that runs with ``node_failed``, as
+Slurm's NODE_FAIL or a lost Ray node does.  ``watch`` (with ``watches``) wakes the runner
+from a thread that advances the run's jobs when one of them ends.
 """
 
 from __future__ import annotations
@@ -20,15 +28,18 @@ import shlex
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.gang.replicas import gang_state
 
 CANCELLED_CODE = 143  # 128 + SIGTERM, as `podman stop` and scancel report a stopped job
 NOT_FOUND_CODE = 127  # a shell's "command not found"
 _OPERATORS = (";", "&&", "||")
+WATCH_TICK = 0.02  # seconds between a watcher's looks at the clock
+NODE = "fake"  # the one node every job runs on
 
 
 @dataclass
@@ -44,10 +55,12 @@ class _Attempt:
     status: str = "created"
     reason: str = ""
     dependency_failed: bool = False
+    node_failed: bool = False
+    replicas: list[_Attempt] = field(default_factory=list)  # a gang's ranks 1..n-1
 
     @property
     def ended(self) -> bool:
-        return self.code is not None or self.dependency_failed
+        return self.code is not None or self.dependency_failed or self.node_failed
 
 
 @dataclass
@@ -61,12 +74,28 @@ class FakeState:
     released: dict[str, int | None] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def fail_node(self) -> list[str]:
+        """The node goes down: every job that has started and not ended ends ``node_failed``
+        with no exit code of its own; the names of those jobs."""
+        with self.lock:
+            hit = [a for a in self.jobs.values() if a.at is not None and not a.ended]
+            for a in hit:
+                for r in [a, *a.replicas]:
+                    r.node_failed, r.status, r.reason = True, "NODE_FAIL", f"node {NODE} failed"
+            return [a.job.name for a in hit]
+
 
 class FakeBackend:
     def __init__(
-        self, state: FakeState | None = None, *, holds_dependencies: bool = False, multi_node: bool = False
+        self,
+        state: FakeState | None = None,
+        *,
+        holds_dependencies: bool = False,
+        multi_node: bool = False,
+        watches: bool = False,
     ) -> None:
         self.state = state or FakeState()
+        self.watches = watches  # False: watch says it cannot, and the runner polls (a manual clock)
         self.capabilities = Capabilities(name="fake", holds_dependencies=holds_dependencies, multi_node=multi_node)
 
     def check(self) -> None:
@@ -91,7 +120,14 @@ class FakeBackend:
             if unknown:
                 raise EngineError(f"{job.name} depends on {', '.join(unknown)}, which the fake backend does not know")
             self.state.released.pop(job.name, None)
-            attempt = _Attempt(job, _parse(command[2]), None if parents else self.state.clock())
+            start = None if parents else self.state.clock()
+            attempt = _Attempt(job, _parse(command[2]), start)
+            for spec in job.ranks[1:]:
+                if len(spec.command) != 3 or spec.command[:2] != ("sh", "-c"):
+                    raise EngineError(f"the fake backend runs only `sh -c SCRIPT`, not {shlex.join(spec.command)}")
+                attempt.replicas.append(
+                    _Attempt(replace(job, name=spec.name, container=spec), _parse(spec.command[2]), start)
+                )
             self.state.jobs[job.name] = attempt
             self._advance(attempt)
 
@@ -107,7 +143,9 @@ class FakeBackend:
             found = [a for a in (self.state.jobs.get(n) for n in names) if a is not None]
             # all at once: a child cancelled with its parent is cancelled, not dropped for the parent
             for a in [a for a in found if not self._advance(a)]:
-                a.code, a.status, a.reason = CANCELLED_CODE, "exited", "cancelled"
+                for r in [a, *a.replicas]:
+                    if not r.ended:
+                        r.code, r.status, r.reason = CANCELLED_CODE, "exited", "cancelled"
 
     def release(self, names: Iterable[str]) -> None:
         with self.state.lock:
@@ -117,7 +155,26 @@ class FakeBackend:
                     self.state.released[name] = a.code
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
-        return None  # the runner polls
+        """A thread that advances the run's jobs on the clock and calls ``wake`` when one
+        ends (podman's watcher follows its events); the stopper ends it.  None unless made
+        with ``watches``: a test that moves a manual clock wants no thread beside it."""
+        if not self.watches:
+            return None
+        stop = threading.Event()
+
+        def loop() -> None:
+            seen: set[str] = set()
+            while not stop.wait(WATCH_TICK):
+                with self.state.lock:
+                    ended = {
+                        a.job.name for a in self.state.jobs.values() if a.job.run_id == run_id and self._advance(a)
+                    }
+                if ended - seen:
+                    wake()
+                seen = ended
+
+        threading.Thread(target=loop, name=f"fake-watch-{run_id}", daemon=True).start()
+        return stop.set
 
     # --- the engine -------------------------------------------------------------------
 
@@ -133,7 +190,22 @@ class FakeBackend:
         return out
 
     def _advance(self, a: _Attempt) -> bool:
-        """Run the job's commands up to the clock's now; True when it has ended."""
+        """Run the job's commands (every replica's, for a gang) up to the clock's now; True
+        when it has ended.  A gang's replica that fails stops the others."""
+        if not a.replicas:
+            return self._advance_one(a)
+        for r in a.replicas:
+            r.at = a.at if r.at is None else r.at
+        ended = [self._advance_one(r) for r in [a, *a.replicas]]
+        if not all(ended) and any(r.code not in (0, None) for r in [a, *a.replicas]):
+            for r in [a, *a.replicas]:
+                if not r.ended:
+                    r.code, r.status, r.reason = CANCELLED_CODE, "exited", "stopped: another replica failed"
+            return True
+        return all(ended)
+
+    def _advance_one(self, a: _Attempt) -> bool:
+        """Run one container's commands up to the clock's now; True when it has ended."""
         now = self.state.clock()
         if a.at is None and not a.ended:
             codes = self._parent_codes(a)
@@ -156,8 +228,18 @@ class FakeBackend:
             a.pc += 1
             if (op == "&&" and a.last != 0) or (op == "||" and a.last == 0):
                 continue
+            if argv[0] == _UNTIL:  # until COND; do BODY; done: repeat BODY until COND succeeds
+                cond, body = argv[1 : argv.index(_DO)], argv[argv.index(_DO) + 1 :]
+                if _run(a, cond) != 0:
+                    _run(a, body)
+                    a.pc -= 1
+                a.last = 0
+                continue
             a.last = _run(a, argv)
         return a.ended
+
+
+_UNTIL, _DO = "\0until", "\0do"  # a parsed loop: [_UNTIL, *COND, _DO, *BODY] (no word holds NUL)
 
 
 def _parse(script: str) -> list[tuple[str, list[str]]]:
@@ -172,7 +254,24 @@ def _parse(script: str) -> list[tuple[str, list[str]]]:
         else:
             argv.append(token)
     program.append((op, argv))
-    return [(o, a) for o, a in program if a]
+    return _loops([(o, a) for o, a in program if a])
+
+
+def _loops(program: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
+    """``until C; do B; done`` (three entries) as one entry ``[_UNTIL, *C, _DO, *B]``; a
+    malformed loop stays as it is and fails as a command the fake does not know."""
+    out: list[tuple[str, list[str]]] = []
+    i = 0
+    while i < len(program):
+        op, argv = program[i]
+        nxt = program[i + 1 : i + 3]
+        if argv[0] == "until" and len(nxt) == 2 and nxt[0][1][0] == "do" and nxt[1][1] == ["done"]:
+            out.append((op, [_UNTIL, *argv[1:], _DO, *nxt[0][1][1:]]))
+            i += 3
+            continue
+        out.append((op, argv))
+        i += 1
+    return out
 
 
 def _run(a: _Attempt, argv: list[str]) -> int:
@@ -257,13 +356,20 @@ def _fail(a: _Attempt, message: str, code: int = NOT_FOUND_CODE) -> int:
 
 
 def _job_state(a: _Attempt) -> JobState:
-    reason = a.reason if (a.ended and (a.code or a.dependency_failed)) or a.status == "pending" else ""
+    node = None if a.at is None else NODE
+    if a.replicas and not a.node_failed:
+        ranks = [a, *a.replicas]
+        g = gang_state({i: (not r.ended, r.code, r.status) for i, r in enumerate(ranks)}, len(ranks))
+        reason = f"replica {g.failed_rank} failed ({g.status})" if g.failed_rank is not None else ""
+        return JobState(a.job.name, g.running, g.exit_code, g.status, node=node, reason=reason)
+    reason = a.reason if (a.ended and (a.code or a.dependency_failed or a.node_failed)) or a.status == "pending" else ""
     return JobState(
         a.job.name,
         not a.ended,
         a.code,
         a.status,
-        node=None if a.at is None else "fake",
+        node=node,
         reason=reason,
         dependency_failed=a.dependency_failed,
+        node_failed=a.node_failed,
     )

@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 
-from hetflow.execute import LABEL_RUN, LABEL_STEP
+from hetflow.execute import LABEL_RUN, LABEL_STEP, Quantity, render_contract
 from hetflow.export.kubernetes._common import (
     LABEL_NETWORK,
     MANAGED_BY,
@@ -36,16 +36,10 @@ MPI_API = "kubeflow.org/v2beta1"
 # Where mpi-operator mounts the launcher's SSH keys: the pods' HOME is /tmp (read-only root).
 MPI_SSH_DIR = "/tmp/.ssh"
 
-# What each launcher tells every replica (spec.Gang's docstring).  mpi: the rank of a
-# process is OpenMPI's own OMPI_COMM_WORLD_RANK; hetflow exports the world size.
-TORCH_ENV = frozenset(GANG_ENV)
-NONE_ENV = frozenset({"HETFLOW_RANK", "HETFLOW_WORLD_SIZE"})
-MPI_ENV = frozenset({"HETFLOW_WORLD_SIZE", "WORLD_SIZE"})
-
-
-def gang_env_names(launcher: str) -> frozenset[str]:
-    """The variables hetflow sets in every container of a gang with ``launcher``."""
-    return {"torch": TORCH_ENV, "none": NONE_ENV, "mpi": MPI_ENV}[launcher]
+# The launch contract (``execute.gang.replicas.LAUNCH_CONTRACT``) as pod fields: one replica per pod,
+# so a pod is torchrun's node (node rank = rank, local rank 0 of 1).  mpi: the rank of a
+# process is OpenMPI's own OMPI_COMM_WORLD_RANK, and ``mpirun -x`` passes the launcher's
+# variables to every rank, so only the contract's gang-wide ones are set.
 
 
 def gang_objects(ctx: Context, name: str, step: Step, job: Obj, *, rdma_resource: str) -> list[Obj]:
@@ -140,7 +134,7 @@ def _spread(ctx: Context, name: str, step: Step, pod: Obj, extra: Mapping[str, s
 def _env(container: Obj, gang: Mapping[str, Obj]) -> None:
     """The step's variables minus the gang's names (the loader notes that they are
     ignored), then the gang's, sorted by name as every container's are."""
-    kept = [e for e in container.get("env", []) if e["name"] not in GANG_ENV]
+    kept = [e for e in container.get("env", []) if e["name"] not in GANG_ENV and e["name"] not in gang]
     container["env"] = sorted([*kept, *({"name": k, **v} for k, v in gang.items())], key=lambda e: e["name"])
 
 
@@ -156,21 +150,16 @@ def _indexed(ctx: Context, name: str, step: Step, job: Obj) -> list[Obj]:
     pod: Obj = spec["template"]["spec"]
     pod["subdomain"] = service  # each pod resolves as JOB-INDEX.SERVICE
     index: Obj = {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}}
-    values: dict[str, Obj] = {
-        "HETFLOW_RANK": index,
-        "HETFLOW_WORLD_SIZE": {"value": str(gang.replicas)},
+    pod_values: dict[Quantity, Obj] = {
+        "rank": index,
+        "world": {"value": str(gang.replicas)},
+        "node_rank": index,  # one replica per pod: torchrun's node is the pod
+        "local_rank": {"value": "0"},
+        "local_size": {"value": "1"},
+        "master_addr": {"value": f"{job_name}-0.{service}"},
+        "port": {"value": str(gang.port)},
     }
-    if gang.launcher == "torch":
-        values |= {
-            "RANK": index,
-            "WORLD_SIZE": {"value": str(gang.replicas)},
-            "MASTER_ADDR": {"value": f"{job_name}-0.{service}"},
-            "MASTER_PORT": {"value": str(gang.port)},
-            # One replica per pod: torchrun's node is the pod.
-            "LOCAL_RANK": {"value": "0"},
-            "LOCAL_WORLD_SIZE": {"value": "1"},
-            "NODE_RANK": index,
-        }
+    values = render_contract(gang.launcher, pod_values)
     for c in pod["containers"]:
         _env(c, values)
     # Replicas share one staging directory; only replica 0 empties it (the others would
@@ -195,6 +184,10 @@ def _indexed(ctx: Context, name: str, step: Step, job: Obj) -> list[Obj]:
 
 
 def _mpi_job(ctx: Context, name: str, step: Step, job: Obj) -> Obj:
+    """The step's plain ``job`` as a kubeflow MPIJob: its workers (sshd), its launcher
+    (``mpirun``) and the object around them.  Longer than 80 lines on purpose: it is one
+    object, built in the order its YAML reads, and split it would scatter one MPIJob's fields
+    (and the comments that cite the operator's behaviour) across helpers."""
     gang = step.gang
     assert gang is not None
     spec = job["spec"]
@@ -206,7 +199,7 @@ def _mpi_job(ctx: Context, name: str, step: Step, job: Obj) -> Obj:
         raise ValueError(
             f"step {name!r} is an mpi gang without a command; mpirun needs one (write 'command:' in the step)"
         )
-    _env(step_container, {k: {"value": str(gang.replicas)} for k in sorted(MPI_ENV)})
+    _env(step_container, render_contract("mpi", {"world": {"value": str(gang.replicas)}}, gang_wide=True))
     # Processes started over ssh do not inherit the worker pod's environment: mpirun
     # exports the step's own variables with -x.
     # (Not NVIDIA_VISIBLE_DEVICES: the runtime reads it when the container starts.)

@@ -3,7 +3,7 @@
 A gang job (``Job.ranks``) is its replicas' containers on one private network of their own
 (``--internal`` unless the step asked for the network), started together: if one cannot
 start, the ones started are removed and the job is refused.  ``poll`` reports the gang as
-the job's one name (``execute.gang.gang_state``) and stops the other replicas as soon as
+the job's one name (``execute.gang.replicas.gang_state``) and stops the other replicas as soon as
 one fails, so a gang fails (and is retried) whole."""
 
 from __future__ import annotations
@@ -12,8 +12,16 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
-from hetflow.execute.engine import LABEL_RUN, UNKNOWN, CliEngine, ContainerEngine, Networks, Usage, make_engine
-from hetflow.execute.gang import LABEL_LAUNCHER, LABEL_WORLD, gang_state, network_name, replica_name, replica_of
+from hetflow.execute.engine import LABEL_RUN, UNKNOWN, ContainerEngine, Networks, Usage
+from hetflow.execute.gang.replicas import (
+    LABEL_LAUNCHER,
+    LABEL_WORLD,
+    gang_state,
+    network_name,
+    replica_name,
+    replica_of,
+)
+from hetflow.execute.podman import CliEngine, make_engine
 
 
 class LocalBackend:
@@ -114,6 +122,19 @@ class LocalBackend:
         if isinstance(self.engine, Networks):
             for n in sorted(gangs):
                 self.engine.remove_network(network_name(n))
+
+    def drop_networks(self, run_id: str, keep: Collection[str]) -> list[str]:
+        """The run's gang networks whose attempt is over: the last executor removes a gang's
+        containers, then its network, in the background, so a kill -9 between the two leaves
+        the network with no container for ``release`` to find (the rule is doctor's: a
+        network is kept while its gang's attempt is in flight)."""
+        if not isinstance(self.engine, Networks):
+            return []
+        wanted = {network_name(c) for c in keep}
+        stale = sorted(n for n, r in self.engine.run_networks().items() if r == run_id and n not in wanted)
+        for net in stale:
+            self.engine.remove_network(net)
+        return stale
 
     def usage(self, name: str) -> Usage:
         """What the engine measured (podman: the attempt's cgroup); an engine that cannot

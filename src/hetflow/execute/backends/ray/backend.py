@@ -17,7 +17,7 @@ head node dies, so do the run's jobs (as everything else on a Ray cluster does).
 GPU isolation.  Ray assigns GPUs (``num_gpus``) and tells the task which
 (``ray.get_gpu_ids()``); the task passes exactly those device nodes (plus nvidiactl and
 the other control nodes present) to podman, numbered 0..n-1 inside through
-NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES, as ``execute/gpu.py`` does on one machine.
+NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES, as ``execute/devices/gpu.py`` does on one machine.
 The device nodes are read from ``device_dir`` on the node (``/dev``; a folder of mknod'd
 fake nodes in tests, where ``{node}`` stands for the node's hetflow name).
 
@@ -43,15 +43,15 @@ import ray
 from ray.exceptions import RayActorError, RayError, RayTaskError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from hetflow.config import engine_env, find_engine
+from hetflow.config import engine_env
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState
-from hetflow.execute.backends.ray.container import _probe, ray_nodes
+from hetflow.execute.backends.common import host_image_id
+from hetflow.execute.backends.ray.container import probe_node, ray_nodes
 from hetflow.execute.backends.ray.gangs import gang_request
-from hetflow.execute.backends.ray.keeper import _Keeper
+from hetflow.execute.backends.ray.keeper import KeeperActor
 from hetflow.execute.backends.ray.settings import RaySettings
 from hetflow.execute.backends.ray.translate import MARKER, RayNode, node_name, task_request, with_vendor
-from hetflow.execute.engine import CliEngine
 
 HEAD_RESOURCE = "node:__internal_head__"
 
@@ -139,7 +139,7 @@ class RayBackend:
 
     def _probe_nodes(self, nodes: Sequence[RayNode], image: str | None) -> list[tuple[str, bool, bool]]:
         refs = [
-            _probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False)).remote(image)
+            probe_node.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n.node_id, soft=False)).remote(image)
             for n in nodes
         ]
         try:
@@ -158,13 +158,8 @@ class RayBackend:
         return False
 
     def image_id(self, image: str) -> str | None:
-        """Asked of this machine's podman: a cached result is reused only where the nodes
-        hold the image this machine holds under that name (they do when they share its
-        image store, as the test cluster does; a pinned digest says it for every node)."""
-        try:
-            return CliEngine(find_engine(), engine_env()).image_id(image)
-        except EngineError:
-            return None
+        """Asked of this machine's podman (``common.host_image_id``, as Slurm does)."""
+        return host_image_id(image, engine_env())
 
     # the run's keeper
 
@@ -182,7 +177,7 @@ class RayBackend:
 
     def _new_keeper(self, run_id: str) -> Any:
         if run_id not in self._keepers:
-            self._keepers[run_id] = _Keeper.options(
+            self._keepers[run_id] = KeeperActor.options(
                 name=self._actor_name(run_id),
                 namespace=self.settings.namespace,
                 lifetime="detached",

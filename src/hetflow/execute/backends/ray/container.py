@@ -113,7 +113,7 @@ def _here() -> str:
 
 
 @ray.remote(max_retries=0)
-def _step_task(spec: ContainerSpec, device_dir: str, stop_timeout: int, keeper: Any) -> tuple[int, str, str]:
+def step_task(spec: ContainerSpec, device_dir: str, stop_timeout: int, keeper: Any) -> tuple[int, str, str]:
     """One step attempt on the node Ray chose.  Never retried by Ray: hetflow decides."""
     try:
         gpu_ids = [int(i) for i in ray.get_gpu_ids()]
@@ -126,7 +126,7 @@ def _step_task(spec: ContainerSpec, device_dir: str, stop_timeout: int, keeper: 
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def _probe(image: str | None) -> tuple[str, bool, bool]:
+def probe_node(image: str | None) -> tuple[str, bool, bool]:
     """(node, podman found, image present) on the node it runs on."""
     binary = shutil.which("podman")
     present = False

@@ -8,7 +8,7 @@ Life of a gang (the keeper owns the group and the tasks, so both outlive the dri
    writes the MPI ssh_config's real hosts (``mpilaunch.resolve_hosts``) and starts one
    task per replica pinned to its bundle (``PlacementGroupSchedulingStrategy``, bundle i),
    each running its container in the foreground with the GPUs Ray assigned to it.
-3. ``state`` folds the replicas into the gang's one state (``execute.gang.gang_state``):
+3. ``state`` folds the replicas into the gang's one state (``execute.gang.replicas.gang_state``):
    one replica failing cancels the others; under ``launcher: mpi`` replica 0 decides and
    the workers (sshd, never ending by themselves) are cancelled when it ends.  The gang is
    reported finished once every replica has ended, and its group is removed then.
@@ -35,7 +35,7 @@ from ray.util.placement_group import placement_group, placement_group_table, rem
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hetflow.execute.backends.base import JobState
-from hetflow.execute.backends.ray.container import CANCELLED_CODE, _step_task, ray_nodes
+from hetflow.execute.backends.ray.container import CANCELLED_CODE, ray_nodes, step_task
 from hetflow.execute.backends.ray.gangs import (
     GangRequest,
     bundle_nodes,
@@ -47,8 +47,8 @@ from hetflow.execute.backends.ray.gangs import (
 )
 from hetflow.execute.backends.ray.translate import RayNode, node_name
 from hetflow.execute.engine import ContainerSpec
-from hetflow.execute.gang import gang_state
-from hetflow.execute.mpilaunch import resolve_hosts
+from hetflow.execute.gang.mpilaunch import resolve_hosts
+from hetflow.execute.gang.replicas import gang_state
 from hetflow.spec import Gang
 
 LOST_CODE = 255  # a replica whose worker or node died: a failure, whatever it was doing
@@ -118,7 +118,7 @@ class GangRun:
             options["resources"] = dict(t.resources)
         for i, spec in enumerate(specs):
             strategy = PlacementGroupSchedulingStrategy(self.pg, placement_group_bundle_index=i)
-            task = _step_task.options(**options, name=spec.name, scheduling_strategy=strategy)
+            task = step_task.options(**options, name=spec.name, scheduling_strategy=strategy)
             self.refs.append(task.remote(spec, self.device_dir, self.stop_timeout, keeper))
 
     def started(self, rank: int, gpus: tuple[int, ...]) -> None:

@@ -26,8 +26,8 @@ from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.ray.translate import MARKER, NODE_LABEL, NODE_RESOURCE, RayNode, TaskRequest, task_request
 from hetflow.execute.engine import ContainerSpec
-from hetflow.execute.gang import layout, replica_env
-from hetflow.execute.mpilaunch import SSH_CONFIG, mpi_folder
+from hetflow.execute.gang.mpilaunch import SSH_CONFIG, mpi_folder
+from hetflow.execute.gang.replicas import layout, replica_env
 from hetflow.spec import Gang
 
 STRICT_SPREAD = "STRICT_SPREAD"
@@ -150,7 +150,7 @@ def replica_specs(
     names: Mapping[str, str],
 ) -> tuple[ContainerSpec, ...]:
     """Each replica's container where its bundle landed: the template plus the launch
-    contract (``execute.gang.replica_env``) computed from the bundles' nodes and addresses,
+    contract (``execute.gang.replicas.replica_env``) computed from the bundles' nodes and addresses,
     and HETFLOW_NODE (the node's hetflow name).  GPUs are added in the task, by what Ray
     assigned there."""
     if len(node_ids) != len(ranks):

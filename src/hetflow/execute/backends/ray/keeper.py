@@ -15,18 +15,18 @@ from ray.exceptions import NodeDiedError, RayError, TaskCancelledError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from hetflow.execute.backends.base import JobState
-from hetflow.execute.backends.ray.container import CANCELLED_CODE, _step_task, ray_nodes
+from hetflow.execute.backends.ray.container import CANCELLED_CODE, ray_nodes, step_task
 from hetflow.execute.backends.ray.gangrun import GangRun
 from hetflow.execute.backends.ray.gangs import GangRequest
 from hetflow.execute.backends.ray.translate import TaskRequest, node_name
 from hetflow.execute.engine import ContainerSpec
-from hetflow.execute.gang import replica_of
+from hetflow.execute.gang.replicas import replica_of
 from hetflow.spec import Gang
 
 
 @dataclass
 class _Entry:
-    ref: Any  # ObjectRef of _step_task
+    ref: Any  # ObjectRef of step_task
     request: TaskRequest
     node_id: str | None = None
     gpus: tuple[int, ...] = ()
@@ -68,7 +68,7 @@ class RunKeeper:
         if req.node_id:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(req.node_id, soft=False)
         me = ray.get_runtime_context().current_actor
-        ref = _step_task.options(**options).remote(spec, device_dir, stop_timeout, me)
+        ref = step_task.options(**options).remote(spec, device_dir, stop_timeout, me)
         with self.lock:
             self.jobs[name] = _Entry(ref, req)
 
@@ -169,4 +169,4 @@ class RunKeeper:
             return len(self.jobs) + len(self.gangs)
 
 
-_Keeper = ray.remote(num_cpus=0, max_restarts=0)(RunKeeper)
+KeeperActor = ray.remote(num_cpus=0, max_restarts=0)(RunKeeper)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, replace
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
+from hetflow.execute.devices.gpu import DRIVER_DIR, cdi_device_names, driver_mounts
 from hetflow.execute.engine import ContainerSpec
-from hetflow.execute.gpu import DRIVER_DIR, cdi_device_names, driver_mounts
 
 # Where a node says which hetflow node it is: a label (``ray start --labels
 # hetflow/node=gpu-1``) or a custom resource (``--resources '{"hetflow_node:gpu-1": 1}'``).

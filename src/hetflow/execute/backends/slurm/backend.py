@@ -17,7 +17,8 @@ from hetflow.execute.backends.slurm.gang import gang_scripts, replica_env_file
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import env_file_of, job_script, sbatch_args
-from hetflow.execute.engine import CliEngine, write_env_file_at
+from hetflow.execute.engine import write_env_file_at
+from hetflow.execute.podman import CliEngine
 
 # Codes for jobs that ended with no exit code of their own, as a shell would report them.
 CANCELLED_CODE = common.TERMINATED_CODE  # scancel before the script could record anything
@@ -49,10 +50,7 @@ class SlurmBackend:
 
     def image_id(self, image: str) -> str | None:
         """This machine's podman's answer, on the same assumption as ``image_exists``."""
-        try:
-            return CliEngine(find_engine(self.client.env), self.client.env).image_id(image)
-        except EngineError:
-            return None
+        return common.host_image_id(image, self.client.env)
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         return None  # the runner polls (squeue is cheap)

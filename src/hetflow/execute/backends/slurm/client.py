@@ -12,10 +12,12 @@ from hetflow.errors import EngineError
 from hetflow.execute.backends.slurm.queue import SQUEUE_FORMAT, QueueRow, parse_squeue
 from hetflow.execute.backends.slurm.settings import SlurmSettings
 
+# What a user does when Slurm cannot be reached.  (It once named demo.slurm_cluster, a
+# developer's test cluster that is not part of the installed package.)
 HOW = (
     "point SLURM_CONF at the cluster's slurm.conf (or set slurm slurm_conf), make sure munged runs "
-    "(systemctl start munge) with the cluster's key, or start a local test cluster with "
-    "`python -m demo.slurm_cluster start`"
+    "(systemctl start munge) with the cluster's key, and that slurmctld answers `scontrol ping`; "
+    "README 'Beyond one machine: Slurm, Ray, Kubernetes' says what hetflow needs of the cluster"
 )
 
 

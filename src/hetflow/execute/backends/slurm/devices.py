@@ -1,7 +1,7 @@
 """The shell that gives a Slurm job's container the GPUs Slurm assigned, shared by the
 single-step script (``translate``) and a gang's task script (``gang``).
 
-Per vendor (as ``execute/gpu.py`` isolates a local step): NVIDIA GPUs are ``nvidiaN`` with
+Per vendor (as ``execute/devices/gpu.py`` isolates a local step): NVIDIA GPUs are ``nvidiaN`` with
 nvidiactl/nvidia-uvm and NVIDIA_VISIBLE_DEVICES/CUDA_VISIBLE_DEVICES; AMD GPUs their DRM
 render nodes (``dri/renderD*``) with ``kfd`` and ROCR_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES;
 Intel GPUs their render nodes with ZE_AFFINITY_MASK.  Inside, the GPUs are 0..n-1."""
@@ -38,7 +38,7 @@ CASES    *) while read -r m; do files+=("$devdir/PREFIX$m"); done < <(
   for c in CONTROL; do
     if [ -c "$devdir/$c" ]; then gpu+=(--device "$devdir/$c:/dev/$c"); fi
   done
-  # Inside, the GPUs are 0..n-1, as CUDA numbers what it can see (execute/gpu.py).
+  # Inside, the GPUs are 0..n-1, as CUDA numbers what it can see (execute/devices/gpu.py).
   gpu+=(ENV--env "HETFLOW_SLURM_GPUS=$(IFS=,; echo "${given[*]}")")
 """
 

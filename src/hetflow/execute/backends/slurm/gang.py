@@ -13,7 +13,7 @@ Where a task lands is Slurm's choice (``--distribution``, ``--ntasks-per-node``)
 replicas learn it from each other, not from a prediction: each task writes
 ``NAME.r<RANK>.host`` (its node's address, from ``scontrol show node``'s NodeAddr, and the
 node's name) into the shared job folder and waits until all ``R`` are there; then every
-replica's launch contract (``execute.gang``) follows: MASTER_ADDR is rank 0's node,
+replica's launch contract (``execute.gang.replicas``) follows: MASTER_ADDR is rank 0's node,
 NODE_RANK is SLURM_NODEID, LOCAL_RANK is SLURM_LOCALID, LOCAL_WORLD_SIZE counts the
 replicas that share its node.  Replicas run on the host network (they talk across nodes);
 an MPI gang's sshd listens on ``port + rank`` and rank 0 fills the ssh_config's
@@ -26,7 +26,7 @@ replicas on one node never share a GPU, and maps them to device nodes as a singl
 Ending: each task writes ``NAME.r<RANK>.exit``.  Under ``launcher: mpi`` replica 0 decides
 (the workers serve its ``mpirun``): when it ends the others are stopped.  Otherwise a
 replica that fails stops the rest.  The batch step folds the replicas' codes into the
-job's (``FOLD``: the first failure hetflow did not cause, as ``execute.gang`` does)
+job's (``FOLD``: the first failure hetflow did not cause, as ``execute.gang.replicas`` does)
 and writes ``NAME.exit`` as a single step's script does, so ``poll`` reads a gang as one job.
 """
 
@@ -43,7 +43,8 @@ from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
 from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.engine import ContainerSpec, run_args
-from hetflow.execute.mpilaunch import mpi_folder
+from hetflow.execute.gang.mpilaunch import mpi_folder
+from hetflow.execute.gang.replicas import Quantity, render_contract
 
 BARRIER_TIMEOUT = 300  # seconds a replica waits for the others to report their node
 
@@ -66,7 +67,7 @@ def gang_sbatch_args(job: Job, settings: SlurmSettings) -> list[str]:
 
 
 # The gang's exit code from the replicas' NAME.r<RANK>.exit files, in shell (the batch step
-# runs it): the rule of ``execute.gang.gang_state``, which the unit tests hold it to.  Under
+# runs it): the rule of ``execute.gang.replicas.gang_state``, which the unit tests hold it to.  Under
 # mpi (``lead=1``) replica 0's code; otherwise the first failure hetflow did not cause by
 # stopping a replica (137, 143), then any failure, else 0.  A replica that left no code
 # counts as killed (137).
@@ -140,23 +141,7 @@ while :; do
   fi
   sleep 0.2
 done
-hosts=(); nodes=()
-for ((r = 0; r < world; r++)); do read -r h nd < "$jobdir/$name.r$r.host"; hosts+=("$h"); nodes+=("$nd"); done
-local_size=0; for nd in "${{nodes[@]}}"; do [ "$nd" = "$node" ] && local_size=$((local_size + 1)); done
-local_rank=0; for ((r = 0; r < rank; r++)); do [ "${{nodes[$r]}}" = "$node" ] && local_rank=$((local_rank + 1)); done
-node_rank=0; seen=" "
-for ((r = 0; r < world; r++)); do
-  nd=${{nodes[$r]}}; [ "$nd" = "$node" ] && break
-  case "$seen" in *" $nd "*) ;; *) seen="$seen$nd "; node_rank=$((node_rank + 1)) ;; esac
-done
-contract=(--env "HETFLOW_RANK=$rank" --env "HETFLOW_WORLD_SIZE=$world" --env "HETFLOW_NODE_RANK=$node_rank"
-          --env "HETFLOW_LOCAL_RANK=$local_rank" --env "HETFLOW_NODE=$node"
-          --env "HETFLOW_SLURM_JOB=${{SLURM_JOB_ID:-}}")
-if [ "$launcher" = torch ]; then
-  contract+=(--env "MASTER_ADDR=${{hosts[0]}}" --env "MASTER_PORT=$port" --env "RANK=$rank" --env "WORLD_SIZE=$world"
-             --env "LOCAL_RANK=$local_rank" --env "LOCAL_WORLD_SIZE=$local_size" --env "NODE_RANK=$node_rank")
-fi
-if [ "$launcher" = mpi ] && [ "$rank" = 0 ]; then
+{contract}if [ "$launcher" = mpi ] && [ "$rank" = 0 ]; then
   # mpirun reaches replica r at hosts[r] (its ssh alias's HostName; its sshd's port is fixed)
   cfg="$mpi_dir/ssh_config"
   for ((r = 0; r < world; r++)); do
@@ -216,6 +201,45 @@ done_ "$code"
 """
 
 
+# Where the replicas landed, read from the NAME.r<RANK>.host files every task wrote (step 1
+# of ``_TASK``; ``node`` is this task's node), and this replica's launch contract from it:
+# the ``contract`` array of ``podman run`` words.  Kept apart so that the contract's table test
+# runs this very bash (tests/unit/test_gang_contract.py).
+RANK_LAYOUT = """hosts=(); nodes=()
+for ((r = 0; r < world; r++)); do read -r h nd < "$jobdir/$name.r$r.host"; hosts+=("$h"); nodes+=("$nd"); done
+local_size=0; for nd in "${nodes[@]}"; do [ "$nd" = "$node" ] && local_size=$((local_size + 1)); done
+local_rank=0; for ((r = 0; r < rank; r++)); do [ "${nodes[$r]}" = "$node" ] && local_rank=$((local_rank + 1)); done
+node_rank=0; seen=" "
+for ((r = 0; r < world; r++)); do
+  nd=${nodes[$r]}; [ "$nd" = "$node" ] && break
+  case "$seen" in *" $nd "*) ;; *) seen="$seen$nd "; node_rank=$((node_rank + 1)) ;; esac
+done
+"""
+
+# Each quantity of the launch contract (``execute.gang.replicas.LAUNCH_CONTRACT``) as the task script
+# holds it once every replica has reported its node (step 1 of ``_TASK``).
+SHELL_VALUES: dict[Quantity, str] = {
+    "rank": "$rank",
+    "world": "$world",
+    "node_rank": "$node_rank",
+    "local_rank": "$local_rank",
+    "local_size": "$local_size",
+    "master_addr": "${hosts[0]}",
+    "port": "$port",
+}
+
+
+def contract_script(launcher: str) -> str:
+    """Bash that sets ``contract``, the ``podman run --env`` words of a replica under
+    ``launcher``: the launch contract (``"NAME=$value"``, evaluated in the task) and where it
+    runs (HETFLOW_NODE, HETFLOW_SLURM_JOB)."""
+    words = " ".join(f'--env "{name}={value}"' for name, value in render_contract(launcher, SHELL_VALUES).items())
+    return (
+        f"{RANK_LAYOUT}contract=({words})\n"
+        'contract+=(--env "HETFLOW_NODE=$node" --env "HETFLOW_SLURM_JOB=${SLURM_JOB_ID:-}")\n'
+    )
+
+
 def replica_env_file(jobdir: Path, name: str, rank: int) -> Path:
     """Where replica ``rank``'s environment waits for its node's ``podman run --env-file``
     (written 0600 by submit; the task script holds no value)."""
@@ -265,6 +289,7 @@ def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hoo
         lead=lead,
         gpus=int(job.gpus),
         launcher=q(gang.launcher),
+        contract=contract_script(gang.launcher),
         port=gang.port,
         mpi_dir=q(mpi_dir),
         devdir=device_dir(settings),

@@ -6,12 +6,19 @@ runner, resume's adoption, the store) follows the gang through it; replica ``i``
 ``hf-RUN-STEP-ATTEMPT-r<i>``.  A name that ends in ``-r<digits>`` is never an attempt of its
 own (attempt names end in the attempt number).
 
-The launch contract, after torchrun and OpenMPI's mpirun:
+The launch contract, after torchrun and OpenMPI's mpirun, is written once: ``LAUNCH_CONTRACT``
+says which variable holds which quantity of a rank (its rank, the world size, its node's
+index, its place on the node, replica 0's address, the port) under which launchers:
 - every replica: HETFLOW_RANK, HETFLOW_WORLD_SIZE, HETFLOW_NODE_RANK, HETFLOW_LOCAL_RANK;
 - ``launcher: torch``: MASTER_ADDR (replica 0's address), MASTER_PORT, RANK, WORLD_SIZE,
   LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK, the names torchrun sets for each worker;
 - ``launcher: mpi``: replica 0 runs ``mpirun`` over a hostfile of every replica
-  (``execute.mpilaunch``); the others wait for it.
+  (``execute.gang.mpilaunch``, whose ``mpi_env`` adds Open MPI's settings); the others wait for it.
+Every producer renders it with its own values (``render_contract``): this machine and Ray
+with strings (``replica_env``), Slurm's task script with shell expressions evaluated where
+the task lands (``backends.slurm.gang``), the Kubernetes export with pod fields
+(``export.kubernetes``: a pod is a node, so only gang-wide values under mpi, where
+``mpirun -x`` passes the launcher's).  ``tests/unit/test_gang_contract.py`` holds all four.
 
 Pure: names and dictionaries only; the backends start the containers.
 """
@@ -21,6 +28,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Literal, TypeVar
 
 from hetflow.spec import Gang
 
@@ -78,26 +86,65 @@ def layout(hosts: Sequence[str], nodes: Sequence[str]) -> list[Rank]:
     return out
 
 
+# What a variable of the contract holds: the replica's rank, the gang's size, its node's index
+# among the gang's nodes, its index on its node, the replicas on its node, replica 0's address,
+# the gang's port.
+Quantity = Literal["rank", "world", "node_rank", "local_rank", "local_size", "master_addr", "port"]
+GANG_WIDE: frozenset[Quantity] = frozenset({"world", "master_addr", "port"})  # alike on every rank
+EVERY_LAUNCHER = frozenset({"none", "torch", "mpi"})
+TORCH = frozenset({"torch"})
+V = TypeVar("V")
+
+
+@dataclass(frozen=True)
+class RankVariable:
+    """One variable of the launch contract: its ``name``, what it holds, under which launchers."""
+
+    name: str
+    value: Quantity
+    launchers: frozenset[str]
+
+
+LAUNCH_CONTRACT: tuple[RankVariable, ...] = (
+    RankVariable("HETFLOW_RANK", "rank", EVERY_LAUNCHER),
+    RankVariable("HETFLOW_WORLD_SIZE", "world", EVERY_LAUNCHER),
+    RankVariable("HETFLOW_NODE_RANK", "node_rank", EVERY_LAUNCHER),
+    RankVariable("HETFLOW_LOCAL_RANK", "local_rank", EVERY_LAUNCHER),
+    # torchrun's names for each worker (torch.distributed.run's environment variables)
+    RankVariable("MASTER_ADDR", "master_addr", TORCH),
+    RankVariable("MASTER_PORT", "port", TORCH),
+    RankVariable("RANK", "rank", TORCH),
+    RankVariable("WORLD_SIZE", "world", TORCH | {"mpi"}),  # mpi too: what the export has always set
+    RankVariable("LOCAL_RANK", "local_rank", TORCH),
+    RankVariable("LOCAL_WORLD_SIZE", "local_size", TORCH),
+    RankVariable("NODE_RANK", "node_rank", TORCH),
+)
+
+
+def render_contract(launcher: str, values: Mapping[Quantity, V], *, gang_wide: bool = False) -> dict[str, V]:
+    """The contract's variables under ``launcher``, each given its quantity's entry of
+    ``values`` (a string, a shell expression, a pod field: whatever the producer writes).
+    ``gang_wide``: only the variables alike on every rank (a launcher passes them on)."""
+    return {
+        v.name: values[v.value]
+        for v in LAUNCH_CONTRACT
+        if launcher in v.launchers and (not gang_wide or v.value in GANG_WIDE)
+    }
+
+
 def replica_env(gang: Gang, ranks: Sequence[Rank], rank: int) -> dict[str, str]:
     """The variables replica ``rank`` of the gang gets (hetflow's own win over the step's)."""
-    me, world = ranks[rank], len(ranks)
-    env = {
-        "HETFLOW_RANK": str(rank),
-        "HETFLOW_WORLD_SIZE": str(world),
-        "HETFLOW_NODE_RANK": str(me.node_rank),
-        "HETFLOW_LOCAL_RANK": str(me.local_rank),
+    me = ranks[rank]
+    values: dict[Quantity, str] = {
+        "rank": str(rank),
+        "world": str(len(ranks)),
+        "node_rank": str(me.node_rank),
+        "local_rank": str(me.local_rank),
+        "local_size": str(me.local_size),
+        "master_addr": ranks[0].host,
+        "port": str(gang.port),
     }
-    if gang.launcher == "torch":
-        env |= {
-            "MASTER_ADDR": ranks[0].host,
-            "MASTER_PORT": str(gang.port),
-            "RANK": str(rank),
-            "WORLD_SIZE": str(world),
-            "LOCAL_RANK": str(me.local_rank),
-            "LOCAL_WORLD_SIZE": str(me.local_size),
-            "NODE_RANK": str(me.node_rank),
-        }
-    return env
+    return render_contract(gang.launcher, values)
 
 
 @dataclass(frozen=True)

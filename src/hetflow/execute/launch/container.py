@@ -6,10 +6,10 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from hetflow.execute.data import DIR, S3, DataManifest
+from hetflow.execute.data.inputs import DIR, S3, DataManifest
+from hetflow.execute.data.paths import RunPaths, container_name
+from hetflow.execute.devices.gpu import GpuAccess
 from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP, ContainerSpec, Mount
-from hetflow.execute.gpu import GpuAccess
-from hetflow.execute.paths import RunPaths, container_name
 from hetflow.spec import DATA_PREFIX, RESERVED_ENV, Step, Variant
 
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetflow.execute.data import DataManifest, sha256_file
-from hetflow.execute.outputs import sha256_of
+from hetflow.execute.data.inputs import DataManifest, sha256_file
+from hetflow.execute.data.outputs import sha256_of
 from hetflow.spec import DATA_PREFIX, Step, Variant
 from hetflow.state import CacheEntry, OutputRecord, Store
 

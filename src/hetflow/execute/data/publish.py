@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Literal, Protocol
 
 from hetflow.errors import HetflowError
-from hetflow.execute.data import ObjectStore, s3_filesystem, sha256_file
+from hetflow.execute.data.inputs import ObjectStore, s3_filesystem, sha256_file
 from hetflow.spec import Publish, Step
 from hetflow.state import PublishRecord
 

@@ -12,7 +12,7 @@ Three ways, in order of preference:
 
 Shared NVIDIA GPUs (time-slicing, MPS) are given as one whole GPU is, with the share in
 HETFLOW_GPU_SHARE and, for MPS, the client's limits; a MIG instance as the NVIDIA
-container toolkit gives it (``_nvidia_mig``); AMD and Intel GPUs: ``execute.gpunodes``.
+container toolkit gives it (``_nvidia_mig``); AMD and Intel GPUs: ``execute.devices.gpunodes``.
 
 Whatever an image or a user sets, the container cannot widen its set: device access is
 decided by the nodes we pass (the runtime's device cgroup allows only those), and
@@ -31,11 +31,10 @@ from pathlib import Path
 
 import yaml
 
-from hetflow.execute.engine import Mount
-from hetflow.execute.gpunodes import (
+from hetflow.execute.devices.gpunodes import (
     GpuAccess as GpuAccess,
 )
-from hetflow.execute.gpunodes import (
+from hetflow.execute.devices.gpunodes import (
     amd_access,
     control_nodes,
     intel_access,
@@ -43,6 +42,7 @@ from hetflow.execute.gpunodes import (
     mps_env,
     mps_pipe,
 )
+from hetflow.execute.engine import Mount
 from hetflow.inventory import Gpu, MigDevice, Node
 from hetflow.plan import Slot
 

@@ -1,5 +1,5 @@
 """The device nodes and variables a container gets per GPU vendor (AMD, Intel) and the
-pieces NVIDIA's shared modes add (MPS limits and pipe directory); ``execute.gpu`` puts
+pieces NVIDIA's shared modes add (MPS limits and pipe directory); ``execute.devices.gpu`` puts
 them together.
 
 How each vendor's runtime finds its devices, and so what a container must be given:

@@ -8,16 +8,27 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from hetflow.errors import HetflowError
 from hetflow.execute.attempts import SUBMITTED, Active, Attempts
 from hetflow.execute.backends.base import Backend, Job
-from hetflow.execute.container import build_spec
-from hetflow.execute.data import DataManifest
+from hetflow.execute.data.inputs import DataManifest
+from hetflow.execute.data.paths import container_name
+from hetflow.execute.devices.gpu import near_cpus
 from hetflow.execute.dispatch import Dispatch, Where
 from hetflow.execute.engine import ContainerSpec, Mount
-from hetflow.execute.gang import (
+from hetflow.execute.gang.mpicommands import launcher_command, mpi_env, worker_command
+from hetflow.execute.gang.mpilaunch import (
+    DEFAULT_PORT,
+    PRIVSEP_DIR,
+    ROOT_SSHD_CAPS,
+    MpiFiles,
+    MpiPeer,
+    placeholder_host,
+    write_mpi_files,
+)
+from hetflow.execute.gang.replicas import (
     LABEL_LAUNCHER,
     LABEL_RANK,
     LABEL_WORLD,
@@ -26,20 +37,7 @@ from hetflow.execute.gang import (
     replica_env,
     replica_name,
 )
-from hetflow.execute.gpu import near_cpus
-from hetflow.execute.mpilaunch import (
-    DEFAULT_PORT,
-    PRIVSEP_DIR,
-    ROOT_SSHD_CAPS,
-    MpiFiles,
-    MpiPeer,
-    launcher_command,
-    mpi_env,
-    placeholder_host,
-    worker_command,
-    write_mpi_files,
-)
-from hetflow.execute.paths import container_name
+from hetflow.execute.launch.container import build_spec
 from hetflow.inventory import Gpu
 from hetflow.plan import Slot
 from hetflow.spec import GpuRequest, Step, Variant, Workflow
@@ -54,6 +52,22 @@ from hetflow.state import (
     StepRecord,
     Store,
 )
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """One attempt being launched, as ``Launcher.launch``'s helpers see it."""
+
+    name: str
+    step: Step
+    vname: str
+    variant: Variant
+    attempt: int
+    container: str
+    gpus: tuple[Gpu, ...]
+    slot: Slot | None
+    why: str
+    change: str
 
 
 class Launcher:
@@ -98,106 +112,29 @@ class Launcher:
         variant = step.resolved_variants()[vname]
         attempt = s.attempts + 1
         container = container_name(self.run_id, name, attempt)
-        uuids = tuple(g.uuid for g in gpus)
+        go = _Launch(name, step, vname, variant, attempt, container, gpus, slot, why, change)
         if not self.dispatch.reserve(Lease("", self.run_id, name, attempt, container, self.pid), gpus, slot):
             return  # another process took them between our look and our grab
-        staging = self.paths.staging(name, attempt)
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        os.chown(staging, self.uid, self.gid)
-        self.paths.log(name, attempt).parent.mkdir(parents=True, exist_ok=True)
-        spec = build_spec(
-            run_id=self.run_id,
-            step_name=name,
-            step=step,
-            variant=variant,
-            attempt=attempt,
-            uid=self.uid,
-            gid=self.gid,
-            paths=self.paths,
-            # a gang's rank 0 sees its own share of the GPUs (the others: ``_gang_specs``)
-            access=self.dispatch.access(variant, gpus[: variant.resources.gpus] if step.replicas > 1 else gpus, slot),
-            data=self.data,
-        )
-        if not self.backend.capabilities.assigns_gpus:
-            spec = replace(spec, cpuset=near_cpus(gpus[: variant.resources.gpus] if step.replicas > 1 else gpus))
-        ranks: tuple[ContainerSpec, ...] = ()
-        if step.replicas > 1:
-            ranks = self._gang_specs(name, step, spec, gpus, attempt, variant)
+        spec, ranks = self._containers(go)
         where = self.dispatch.where(name)
         now = self.clock()
+        self._record_intent(go, s, where, now)
         n = step.replicas
-        indices = tuple(g.index for g in gpus)
-        self.store.add_attempt(
-            AttemptRecord(
-                run_id=self.run_id,
-                step=name,
-                attempt=attempt,
-                variant=vname,
-                node=where.node,
-                gpus=indices,
-                gpu_uuids=uuids,
-                container=container,
-                image=variant.image,
-                state=LAUNCHING,
-                exit_code=None,
-                started=now,
-                ended=None,
-                message=f"retry: {change}" if change else "",
-                cpus=variant.resources.cpus * n,
-                memory=variant.resources.memory * n,
-                workflow_version=self.workflow_version,
-            )
-        )
-        gpu_text = slot.describe() if slot is not None else ",".join(map(str, indices)) or "none"
-        self.store.set_step(
-            self.run_id,
-            name,
-            state=LAUNCHING,
-            variant=vname,
-            node=where.node,
-            gpus=list(indices),
-            attempts=attempt,
-            started=s.started or now,
-            reason=why,
-            not_before=None,
-            event=f"attempt {attempt}: variant {vname}, GPUs {gpu_text}, container {container} ({why})",
-        )
-        holds = self.backend.capabilities.holds_dependencies
-        active = self.attempts.active
-        job = Job(
-            name=container,
-            run_id=self.run_id,
-            step=name,
-            attempt=attempt,
-            container=ranks[0] if ranks else spec,
-            cpus=variant.resources.cpus,
-            memory=variant.resources.memory,
-            gpus=variant.resources.gpus,
-            gpu_model=where.gpu_model,
-            node=where.pinned_node,
-            node_class=where.node_class,
-            depends_on=tuple(active[d].container for d in step.dependencies() if d in active) if holds else (),
-            ranks=ranks,
-            gang=step.gang if step.replicas > 1 else None,
-            nodes=where.nodes,
-            gpu_request=engine_request(variant, where),
-            gpu_sharing=where.gpu_sharing,
-        )
         act = Active(
             name,
             attempt,
             container,
             variant.resources.cpus * n,
             variant.resources.memory * n,
-            uuids,
+            tuple(g.uuid for g in gpus),
             why=why,
             variant=vname,
             node=where.node,
             replicas=n,
             change=change,
         )
-        active[name] = act
+        job = self._job(go, spec, ranks, where)  # before this attempt is active: its parents' names
+        self.attempts.active[name] = act
         try:
             self.backend.submit(job)
         except HetflowError as exc:
@@ -213,6 +150,102 @@ class Launcher:
         self.attempts.watch_gpus(act)
         self.attempts.emit(AttemptStarted(0, self.run_id, now, f"{container} submitted", name, attempt, container))
 
+    def _containers(self, go: _Launch) -> tuple[ContainerSpec, tuple[ContainerSpec, ...]]:
+        """The attempt's staging folder made, its container built, and a gang's replicas."""
+        name, step, variant, attempt, gpus = go.name, go.step, go.variant, go.attempt, go.gpus
+        staging = self.paths.staging(name, attempt)
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        os.chown(staging, self.uid, self.gid)
+        self.paths.log(name, attempt).parent.mkdir(parents=True, exist_ok=True)
+        # a gang's rank 0 sees its own share of the GPUs (the others: ``_gang_specs``)
+        own = gpus[: variant.resources.gpus] if step.replicas > 1 else gpus
+        spec = build_spec(
+            run_id=self.run_id,
+            step_name=name,
+            step=step,
+            variant=variant,
+            attempt=attempt,
+            uid=self.uid,
+            gid=self.gid,
+            paths=self.paths,
+            access=self.dispatch.access(variant, own, go.slot),
+            data=self.data,
+        )
+        if not self.backend.capabilities.assigns_gpus:
+            spec = replace(spec, cpuset=near_cpus(own))
+        ranks: tuple[ContainerSpec, ...] = ()
+        if step.replicas > 1:
+            ranks = self._gang_specs(name, step, spec, gpus, attempt, variant)
+        return spec, ranks
+
+    def _record_intent(self, go: _Launch, s: StepRecord, where: Where, now: float) -> None:
+        """The attempt row and the step's launching state, written before the engine is asked
+        (a crash in between leaves an intent that ``reconcile`` launches again)."""
+        variant, n = go.variant, go.step.replicas
+        indices = tuple(g.index for g in go.gpus)
+        self.store.add_attempt(
+            AttemptRecord(
+                run_id=self.run_id,
+                step=go.name,
+                attempt=go.attempt,
+                variant=go.vname,
+                node=where.node,
+                gpus=indices,
+                gpu_uuids=tuple(g.uuid for g in go.gpus),
+                container=go.container,
+                image=variant.image,
+                state=LAUNCHING,
+                exit_code=None,
+                started=now,
+                ended=None,
+                message=f"retry: {go.change}" if go.change else "",
+                cpus=variant.resources.cpus * n,
+                memory=variant.resources.memory * n,
+                workflow_version=self.workflow_version,
+            )
+        )
+        gpu_text = go.slot.describe() if go.slot is not None else ",".join(map(str, indices)) or "none"
+        self.store.set_step(
+            self.run_id,
+            go.name,
+            state=LAUNCHING,
+            variant=go.vname,
+            node=where.node,
+            gpus=list(indices),
+            attempts=go.attempt,
+            started=s.started or now,
+            reason=go.why,
+            not_before=None,
+            event=f"attempt {go.attempt}: variant {go.vname}, GPUs {gpu_text}, container {go.container} ({go.why})",
+        )
+
+    def _job(self, go: _Launch, spec: ContainerSpec, ranks: tuple[ContainerSpec, ...], where: Where) -> Job:
+        """What the backend is asked to run: the container (a gang's replicas), its resources,
+        where the plan put it and, for an engine that orders jobs, the parents in flight."""
+        step, res = go.step, go.variant.resources
+        holds = self.backend.capabilities.holds_dependencies
+        active = self.attempts.active
+        return Job(
+            name=go.container,
+            run_id=self.run_id,
+            step=go.name,
+            attempt=go.attempt,
+            container=ranks[0] if ranks else spec,
+            cpus=res.cpus,
+            memory=res.memory,
+            gpus=res.gpus,
+            gpu_model=where.gpu_model,
+            node=where.pinned_node,
+            node_class=where.node_class,
+            depends_on=tuple(active[d].container for d in step.dependencies() if d in active) if holds else (),
+            ranks=ranks,
+            gang=step.gang if step.replicas > 1 else None,
+            nodes=where.nodes,
+            gpu_request=engine_request(go.variant, where),
+            gpu_sharing=where.gpu_sharing,
+        )
+
     def _gang_specs(
         self, name: str, step: Step, lead: ContainerSpec, gpus: tuple[Gpu, ...], attempt: int, variant: Variant
     ) -> tuple[ContainerSpec, ...]:
@@ -220,7 +253,7 @@ class Launcher:
         log); rank i gets its own scratch /out and log.
 
         On this machine (hetflow leases the GPUs) each replica also gets its own GPUs and the
-        launch contract (``execute.gang``) on the gang's private network.  For a cluster
+        launch contract (``execute.gang.replicas``) on the gang's private network.  For a cluster
         engine (it assigns GPUs and nodes) the replicas are templates on the host network:
         the backend adds each one's GPUs and contract where it runs, and an MPI gang's hosts
         are placeholders (``mpilaunch.placeholder_host``) it fills in once the nodes are known.
@@ -296,7 +329,7 @@ class Launcher:
     def _mpi(
         self, name: str, attempt: int, hosts: list[str], ports: list[int], variant: Variant
     ) -> tuple[MpiFiles, list[MpiPeer]]:
-        """The gang's ssh keys, configs and hostfile (``execute.mpilaunch``), written next to
+        """The gang's ssh keys, configs and hostfile (``execute.gang.mpilaunch``), written next to
         the attempt's staging directory for the submitter's UID."""
         if not variant.command:
             raise HetflowError(f"step {name!r} uses launcher: mpi but has no command for mpirun to run")

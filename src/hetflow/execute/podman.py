@@ -1,0 +1,376 @@
+"""The real container engine: podman (``CliEngine``) or docker (``DockerEngine``), driven
+through its command line with the arguments ``engine.run_args`` gives a spec.
+
+Containers are started detached with deterministic names and hetflow labels, and are not
+``--rm``: an exit code must survive a crash of hetflow so that ``resume`` can collect it.
+While a run is watched, exits arrive from attached ``podman run`` processes
+(``exits.ExitWatch``), and removals (after reading each container's cgroup: ``cgroups``)
+happen in the background in batches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from hetflow.config import SHARE, engine_env, find_engine
+from hetflow.errors import EngineError
+from hetflow.execute import cgroups
+from hetflow.execute.engine import (
+    ENV_FILE_WAIT,
+    LABEL_RUN,
+    UNKNOWN,
+    ContainerSpec,
+    ContainerState,
+    Measured,
+    Usage,
+    cri_lines,
+    drop_env_file,
+    run_args,
+    usage_from_inspect,
+    write_env_file,
+)
+from hetflow.execute.exits import Batches, ExitWatch
+
+
+@dataclass(frozen=True)
+class _Removal:
+    """Containers to remove (reading first what those in ``measure`` used), or a network."""
+
+    containers: tuple[str, ...] = ()
+    measure: tuple[str, ...] = ()
+    measured: Measured | None = None
+    network: str = ""
+
+
+class CliEngine:
+    """podman (or docker) through its CLI, with hetflow's containers.conf.
+
+    ``--hooks-dir`` points podman at an empty directory so an installed NVIDIA OCI hook
+    cannot read NVIDIA_VISIBLE_DEVICES from an image and add GPUs behind our back."""
+
+    def __init__(self, binary: str | None = None, env: Mapping[str, str] | None = None) -> None:
+        self.binary = binary or find_engine(env)
+        self.name = Path(self.binary).name
+        self._env = engine_env(env)
+        self._global = ["--hooks-dir", str(SHARE / "hooks.d")] if self.name == "podman" else []
+        # Per-attempt parent cgroups need cgroupfs (hetflow's containers.conf) and root.
+        self._cgroups = cgroups.detect() if self.name == "podman" else None
+        self._watch: ExitWatch | None = None  # the watched run's containers (``watch``)
+        self._watch_run: str | None = None
+        self._later: Batches[_Removal] | None = None  # removals in the background while a run is watched
+
+    def _run(self, args: list[str], *, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        try:
+            proc = subprocess.run(
+                [self.binary, *self._global, *args],
+                capture_output=True,
+                text=True,
+                env=self._env,
+                timeout=timeout,
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            raise EngineError(f"{self.name} {args[0]} did not answer within {timeout:.0f}s") from None
+        except OSError as exc:
+            raise EngineError(f"cannot run {self.binary}: {exc}") from None
+        if check and proc.returncode != 0:
+            raise EngineError(f"{self.name} {args[0]} failed: {proc.stderr.strip() or proc.stdout.strip()}")
+        return proc
+
+    def image_exists(self, image: str) -> bool:
+        return self._run(["image", "exists", image], check=False).returncode == 0
+
+    def create_network(self, name: str, *, internal: bool, labels: Mapping[str, str]) -> None:
+        if self._run(["network", "inspect", name], check=False).returncode == 0:
+            return
+        args = ["network", "create", *(["--internal"] if internal else [])]
+        for k, v in sorted(labels.items()):
+            args += ["--label", f"{k}={v}"]
+        proc = self._run([*args, name], check=False)
+        if proc.returncode != 0:
+            err = proc.stderr.strip().splitlines()
+            raise EngineError(f"{self.name} could not create network {name}: {err[-1] if err else proc.returncode}")
+
+    def remove_network(self, name: str) -> None:
+        self._now_or_later(_Removal(network=name))
+
+    def _remove_network_now(self, name: str) -> None:
+        self._run(["network", "rm", "-f", name], check=False)
+
+    def image_id(self, image: str) -> str | None:
+        """The ID of the image the name points at now (None when there is none)."""
+        proc = self._run(["image", "inspect", "--format", "{{.Id}}", image], check=False)
+        text = proc.stdout.strip()
+        return text if proc.returncode == 0 and text else None
+
+    def pull(self, ref: str, *, insecure: bool = False) -> None:
+        """Pull one build by digest (what the resolver chose), not the tag's first entry."""
+        args = ["pull", "-q", *(["--tls-verify=false"] if insecure and self.name == "podman" else []), ref]
+        self._run(args, timeout=1800)
+
+    def start(self, spec: ContainerSpec) -> None:
+        if self._cgroups is not None and cgroups.prepare(self._cgroups, spec.name):
+            spec = replace(spec, cgroup_parent=cgroups.parent_path(spec.name))
+        watch = self._watching(spec.labels.get(LABEL_RUN))
+        env_file = write_env_file(spec.env) if spec.env else None
+        if watch is not None and self.name == "podman":
+            # as a shell loop of `podman run` would: the run stays attached and its exit is
+            # the container's (no `wait` after it); a refusal comes back the same way
+            attached = [self.binary, *self._global, *run_args(spec, engine=self.name, attached=True, env_file=env_file)]
+            cwd = os.path.dirname(spec.log_path) if spec.log_path else None
+            watch.attach(
+                spec.name, spec.labels, attached, engine=self.name, cwd=cwd if cwd and os.path.isdir(cwd) else None
+            )
+            if env_file is not None:
+                threading.Thread(
+                    target=self._drop_once_created,
+                    args=(watch, spec.name, env_file),
+                    name=f"env-{spec.name}",
+                    daemon=True,
+                ).start()
+            return
+        try:
+            proc = self._run(run_args(spec, engine=self.name, env_file=env_file), check=False)
+        finally:
+            drop_env_file(env_file)  # `run -d` has created and started the container (or failed)
+        if proc.returncode != 0:
+            # A container the runtime could not start stays "created"; remove it so the
+            # same deterministic name can be used again.
+            self._run(["rm", "-f", spec.name], check=False)
+            self._remove_cgroups([spec.name])
+            err = proc.stderr.strip().splitlines()
+            raise EngineError(f"{self.name} could not start {spec.name}: {err[-1] if err else proc.returncode}")
+        if watch is not None:
+            watch.follow(spec.name, spec.labels, None)  # docker: its own `wait`
+
+    def _drop_once_created(self, watch: ExitWatch, name: str, env_file: Path) -> None:
+        """Remove an attached run's env file once its container exists: podman reads the file
+        before it creates the container, so it is on disk for that moment only."""
+        deadline = time.monotonic() + ENV_FILE_WAIT
+        while time.monotonic() < deadline and env_file.exists() and not watch.exited(name):
+            if self._run(["container", "exists", name], check=False, timeout=30).returncode == 0:
+                break
+            time.sleep(0.1)
+        drop_env_file(env_file)
+
+    def states(self, run_id: str) -> dict[str, ContainerState]:
+        watch = self._watching(run_id)
+        if watch is not None:
+            return {
+                name: ContainerState(name, running, code, status, labels, reason)
+                for name, (running, code, status, labels, reason) in watch.snapshot().items()
+            }
+        proc = self._run(["ps", "-a", "--filter", f"label={LABEL_RUN}={run_id}", "--format", "json"])
+        out: dict[str, ContainerState] = {}
+        for c in json.loads(proc.stdout or "[]") or []:
+            names = c.get("Names") or []
+            name = names[0] if isinstance(names, list) and names else str(names)
+            state = str(c.get("State", "")).lower()
+            running = state in (
+                "running",
+                "created",
+                "configured",
+                "initialized",
+                "paused",
+                "stopping",
+            )
+            code = None if running else int(c.get("ExitCode", 0))
+            labels = c.get("Labels") or {}
+            out[name] = ContainerState(name, running, code, state, labels if isinstance(labels, dict) else {})
+        return out
+
+    def all_runs(self) -> dict[str, ContainerState]:
+        """Every container of every hetflow run (label ``hetflow.run``), for ``hetflow doctor``."""
+        out: dict[str, ContainerState] = {}
+        proc = self._run(["ps", "-a", "--filter", f"label={LABEL_RUN}", "--format", "json"])
+        for c in json.loads(proc.stdout or "[]") or []:
+            names = c.get("Names") or []
+            name = names[0] if isinstance(names, list) and names else str(names)
+            state = str(c.get("State", "")).lower()
+            running = state not in ("exited", "stopped", "dead")
+            labels = c.get("Labels") or {}
+            code = None if running else int(c.get("ExitCode", 0))
+            out[name] = ContainerState(name, running, code, state, labels if isinstance(labels, dict) else {})
+        return out
+
+    def run_networks(self) -> dict[str, str]:
+        """Networks hetflow made for gangs: name -> the run in its ``hetflow.run`` label."""
+        proc = self._run(["network", "ls", "--filter", f"label={LABEL_RUN}", "--format", "json"], check=False)
+        out: dict[str, str] = {}
+        for n in json.loads(proc.stdout or "[]") or [] if proc.returncode == 0 else []:
+            labels = n.get("labels") or n.get("Labels") or {}
+            name = n.get("name") or n.get("Name")
+            if name and isinstance(labels, dict) and LABEL_RUN in labels:
+                out[str(name)] = str(labels[LABEL_RUN])
+        return out
+
+    def stop(self, names: Iterable[str], timeout: int = 10) -> None:
+        names = list(names)
+        if names:
+            self._run(["stop", "--ignore", "-t", str(timeout), *names], check=False, timeout=timeout + 60)
+
+    def remove(self, names: Iterable[str], *, measure: Collection[str] = (), measured: Measured | None = None) -> None:
+        """Remove the containers (and their cgroups); while a run is watched, in the
+        background, in order with network removals (``exits.Later``).  For each name in
+        ``measure``, what it used is read first and given to ``measured`` (then perhaps
+        later, from that background thread)."""
+        names = list(names)
+        if not names:
+            return
+        if self._watch is not None:
+            self._watch.forget(names)
+        wanted = tuple(n for n in names if n in measure) if measured is not None else ()
+        self._now_or_later(_Removal(tuple(names), wanted, measured))
+
+    def _now_or_later(self, item: _Removal) -> None:
+        if self._later is not None:
+            self._later.put(item)
+        else:
+            self._removals([item])
+
+    def _removals(self, batch: list[_Removal]) -> None:
+        """One batch: read what the measured containers used (one ``inspect`` for all),
+        remove every container (one ``rm``) and its cgroup, then the networks."""
+        wanted = [(n, r.measured) for r in batch for n in r.measure if r.measured is not None]
+        if wanted:
+            entries = self._inspect_entries([n for n, _ in wanted])
+            for n, measured in wanted:
+                measured(n, self._usage_of(n, entries.get(n)))
+        names = [n for r in batch for n in r.containers]
+        if names:
+            self._remove_now(names)
+        for r in batch:
+            if r.network:
+                self._remove_network_now(r.network)
+
+    def _remove_now(self, names: list[str]) -> None:
+        self._run(["rm", "-f", "--ignore", *names], check=False)
+        self._remove_cgroups(names)
+
+    def _remove_cgroups(self, names: Iterable[str]) -> None:
+        if self._cgroups is not None:
+            for n in names:
+                cgroups.remove(self._cgroups, n)
+
+    def usage(self, name: str) -> Usage:
+        """The image and run times from ``inspect``, peak memory and CPU time from the
+        attempt's parent cgroup (absent when the container ran without one)."""
+        return self._usage_of(name, self._inspect_entry(name))
+
+    def _usage_of(self, name: str, entry: Mapping[str, Any] | None) -> Usage:
+        found = usage_from_inspect(entry) if entry else UNKNOWN
+        if self._cgroups is None:
+            return found
+        measured = cgroups.read_usage(self._cgroups, name)
+        oom = True if found.oom_killed or measured.oom_kills else None
+        return replace(found, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds, oom_killed=oom)
+
+    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """Call ``wake`` the moment a container of the run exits (``exits.ExitWatch``: each
+        container's monitor followed through a pidfd), keep the run's containers known
+        without ``ps``, and remove finished ones in the background; the stopper ends it
+        all, waiting for the removals."""
+        if self._watch is not None:
+            return None  # one run per engine at a time; a second watcher polls
+        watch = ExitWatch(inspect=self._inspect_entry, wait_command=self._wait_command, wake=wake, env=self._env)
+        for name, st in self.states(run_id).items():  # a resumed run's containers
+            if st.running:
+                entry = self._inspect_entry(name) or {}
+                pid = (entry.get("State") or {}).get("ConmonPid")
+                watch.follow(name, st.labels, int(pid) if pid else None)
+            else:
+                watch.known_exit(name, st.labels, st.status, st.exit_code if st.exit_code is not None else 255)
+        self._watch, self._watch_run = watch, run_id
+        self._later = Batches(f"remove-{run_id}", self._removals)
+
+        def stop() -> None:
+            watch.close()
+            later, self._later = self._later, None
+            if later is not None:
+                later.close()
+            self._watch, self._watch_run = None, None
+
+        return stop
+
+    def _watching(self, run_id: str | None) -> ExitWatch | None:
+        return self._watch if self._watch is not None and run_id == self._watch_run else None
+
+    def _inspect_entry(self, name: str) -> Mapping[str, Any] | None:
+        return self._inspect_entries([name]).get(name)
+
+    def _inspect_entries(self, names: list[str]) -> dict[str, Mapping[str, Any]]:
+        """``inspect`` entries by name; one the engine does not have is absent (podman then
+        exits 125 but prints the others)."""
+        proc = self._run(["inspect", "--type", "container", "--format", "json", *names], check=False)
+        try:
+            info = json.loads(proc.stdout or "[]")
+        except json.JSONDecodeError:
+            info = []
+        entries = [e for e in info if isinstance(e, dict)] if isinstance(info, list) else []
+        return {str(e.get("Name", "")).lstrip("/"): e for e in entries}
+
+    def _wait_command(self, name: str, interval: str) -> list[str]:
+        # podman's wait polls, every 250 ms unless told; docker's waits on its own events
+        every = ["--interval", interval] if self.name == "podman" else []
+        return [self.binary, *self._global, "wait", *every, name]
+
+
+class DockerEngine(CliEngine):
+    """docker where podman is absent: the same commands, minus podman's extras (no
+    ``--ignore``, ``ps`` prints one JSON object per line without exit codes, logs stay in
+    docker's json-file and are copied to hetflow's log file before removal)."""
+
+    def __init__(self, binary: str, env: Mapping[str, str] | None = None) -> None:
+        super().__init__(binary, env)  # no per-attempt cgroups: docker has no --cgroups=no-conmon
+        self._logs: dict[str, str] = {}
+
+    def start(self, spec: ContainerSpec) -> None:
+        super().start(spec)
+        if spec.log_path:
+            self._logs[spec.name] = spec.log_path
+
+    def states(self, run_id: str) -> dict[str, ContainerState]:
+        watch = self._watching(run_id)
+        if watch is not None:
+            return {
+                name: ContainerState(name, running, code, status, labels, reason)
+                for name, (running, code, status, labels, reason) in watch.snapshot().items()
+            }
+        proc = self._run(["ps", "-a", "-q", "--filter", f"label={LABEL_RUN}={run_id}"])
+        ids = proc.stdout.split()
+        if not ids:
+            return {}
+        fmt = "{{.Name}} {{.State.Status}} {{.State.ExitCode}}"
+        out: dict[str, ContainerState] = {}
+        for line in self._run(["inspect", "--format", fmt, *ids], check=False).stdout.splitlines():
+            name, status, code = line.strip().lstrip("/").split(" ")
+            running = status in ("created", "running", "restarting", "paused")
+            out[name] = ContainerState(name, running, None if running else int(code), status)
+        return out
+
+    def stop(self, names: Iterable[str], timeout: int = 10) -> None:
+        names = list(names)
+        if names:
+            self._run(["stop", "-t", str(timeout), *names], check=False, timeout=timeout + 60)
+
+    def _remove_now(self, names: list[str]) -> None:
+        for n in names:
+            path = self._logs.pop(n, None)
+            if path:
+                logs = self._run(["logs", "--timestamps", n], check=False)
+                Path(path).write_text(cri_lines(logs.stdout, "stdout") + cri_lines(logs.stderr, "stderr"))
+        self._run(["rm", "-f", *names], check=False)
+
+
+def make_engine(env: Mapping[str, str] | None = None) -> CliEngine:
+    """podman, or docker where podman is absent (or HETFLOW_ENGINE says so)."""
+    binary = find_engine(env)
+    return DockerEngine(binary, env) if Path(binary).name == "docker" else CliEngine(binary, env)
