@@ -32,13 +32,13 @@ this is EASY, one reservation.  Gangs are not modelled (each step is one job).
 from __future__ import annotations
 
 import bisect
-import heapq
 from collections import Counter
 from dataclasses import dataclass
 
 from hetflow.errors import NoFitError
-from hetflow.plan.eventsim import Dag, Node, demand, finish_plan, nodes_of, preference
-from hetflow.plan.instance import Instance, Option, Placement, Plan
+from hetflow.plan.capacity import Machine, fits
+from hetflow.plan.eventsim import EventLoop, demand, finish_plan, preference
+from hetflow.plan.instance import Instance, Option, Plan
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class _Job:
 @dataclass
 class _Reservation:
     at: float
-    node: Node
+    node: Machine
     cores: float  # what the reserved job leaves free on its node at ``at``
     memory: int
     gpus: int
@@ -59,23 +59,17 @@ class _Reservation:
 
 def slurm_backfill(instance: Instance) -> Plan:
     """Priority by age, first fit, EASY backfill (module docstring)."""
-    nodes = nodes_of(instance)
-    by_class: dict[str, list[Node]] = {}
-    for node in nodes:
-        by_class.setdefault(node.cls.name, []).append(node)
-    dag = Dag(instance)
+    loop = EventLoop(instance)
+    by_class, dag = loop.by_class, loop.dag
     tasks = {t.name: t for t in instance.tasks}
     jobs: dict[str, _Job] = {}
     # a shape's nodes, in cluster order, each with the index of the job's option there
-    where: dict[tuple[object, ...], list[tuple[Node, int]]] = {}
+    where: dict[tuple[object, ...], list[tuple[Machine, int]]] = {}
 
     pending: list[tuple[float, int, str]] = []  # (eligible, job id, name), priority order
     shapes_pending: Counter[tuple[object, ...]] = Counter()
-    placements: dict[str, Placement] = {}
-    on_node: dict[int, dict[str, tuple[float, float, int, int]]] = {n.index: {} for n in nodes}  # end, demand
-    held: dict[str, tuple[Node, float, int, tuple[int, ...]]] = {}
-    running: list[tuple[float, int, str]] = []
-    now = 0.0
+    placements = loop.placements
+    on_node: dict[str, dict[str, tuple[float, float, int, int]]] = {n.id: {} for n in loop.nodes}  # end, demand
 
     def submit(name: str) -> None:
         variants = [tuple(o for o in tasks[name].options if o.variant == v) for v in preference(tasks[name].options)]
@@ -92,29 +86,23 @@ def slurm_backfill(instance: Instance) -> Plan:
         if job.shape not in where:
             pairs = [(n, k) for k, o in enumerate(chosen) for n in by_class.get(o.machine_class, ())]
             where[job.shape] = sorted(pairs, key=lambda nk: nk[0].index)
-        bisect.insort(pending, (now, dag.order[name], name))
+        bisect.insort(pending, (loop.now, dag.order[name], name))
         shapes_pending[jobs[name].shape] += 1
 
-    def start(name: str, node: Node, o: Option) -> None:
-        cores, memory, gpus = demand(instance, o)
-        taken = node.take(cores, memory, gpus)
-        begin = dag.data_ready(name, node.id, now, placements)
-        end = begin + o.runtime
-        placements[name] = Placement(name, o.variant, node.id, node.cls.name, begin, end, o.cores, o.memory, taken)
-        held[name] = (node, cores, memory, taken)
-        on_node[node.index][name] = (end, cores, memory, gpus)
-        heapq.heappush(running, (end, dag.order[name], name))
+    def start(name: str, node: Machine, o: Option) -> None:
+        p = loop.start(name, node, o)
+        on_node[node.id][name] = (p.finish, *demand(instance, o))
 
     def reservation(job: _Job) -> _Reservation:
         best: _Reservation | None = None
         for node, k in where[job.shape]:
             cores, memory, gpus = demand(instance, job.options[k])
             free_c, free_m, free_g = node.cores, node.memory, len(node.gpus)
-            for end, c, m, g in sorted(on_node[node.index].values()):
+            for end, c, m, g in sorted(on_node[node.id].values()):
                 if best is not None and end >= best.at:
                     break
                 free_c, free_m, free_g = free_c + c, free_m + m, free_g + g
-                if cores <= free_c + 1e-9 and memory <= free_m and gpus <= free_g:
+                if fits(cores, memory, free_c, free_m) and gpus <= free_g:
                     best = _Reservation(end, node, free_c - cores, free_m - memory, free_g - gpus)
                     break
         if best is None:
@@ -125,7 +113,7 @@ def slurm_backfill(instance: Instance) -> Plan:
         nonlocal pending
         res: _Reservation | None = None
         failed: set[tuple[object, ...]] = set()  # shapes that fit no node now
-        fitting: dict[tuple[object, ...], list[tuple[Node, int]]] = {}  # cleared by every start
+        fitting: dict[tuple[object, ...], list[tuple[Machine, int]]] = {}  # cleared by every start
         kept: list[tuple[float, int, str]] = []
         for i, item in enumerate(pending):
             if len(failed) == len(shapes_pending):  # nothing left can start
@@ -143,9 +131,9 @@ def slurm_backfill(instance: Instance) -> Plan:
                 if res is None or node is not res.node:
                     chosen = (node, o)
                     break
-                ends = dag.data_ready(job.name, node.id, now, placements) + o.runtime
+                ends = dag.data_ready(job.name, node.id, loop.now, placements) + o.runtime
                 cores, memory, gpus = demand(instance, o)
-                if ends <= res.at or (cores <= res.cores + 1e-9 and memory <= res.memory and gpus <= res.gpus):
+                if ends <= res.at or (fits(cores, memory, res.cores, res.memory) and gpus <= res.gpus):
                     if ends > res.at:  # runs past the reserved time on the reserved node: uses the spare
                         res.cores, res.memory, res.gpus = res.cores - cores, res.memory - memory, res.gpus - gpus
                     chosen = (node, o)
@@ -164,21 +152,17 @@ def slurm_backfill(instance: Instance) -> Plan:
                 res = reservation(job)
         pending = kept
 
+    def stuck() -> str:
+        names = sorted(n for _, _, n in pending)
+        return f"jobs {', '.join(names[:5])} fit no node even when the cluster is idle"
+
     for name in dag.sources():
         submit(name)
-    while len(placements) < len(instance.tasks):
-        schedule()
-        if not running:
-            stuck = sorted(n for _, _, n in pending)
-            raise NoFitError(f"jobs {', '.join(stuck[:5])} fit no node even when the cluster is idle")
-        now = running[0][0]
-        while running and running[0][0] <= now:
-            _, _, name = heapq.heappop(running)
-            node, cores, memory, taken = held.pop(name)
-            node.give_back(cores, memory, taken)
-            del on_node[node.index][name]
-            for child in dag.finished(name):
-                submit(child)
+
+    def finished(name: str) -> None:
+        del on_node[placements[name].machine][name]
+
+    loop.run(schedule, submit, stuck, finished=finished)
     return finish_plan(
         instance,
         placements,

@@ -1,5 +1,6 @@
-"""What the cluster-scheduler baselines share: nodes with free resources, the DAG released
-step by step, and the plan they end with (``kubesched.py``, ``backfill.py``).
+"""What the event-driven baselines share (``baseline.py``, ``kubesched.py``, ``backfill.py``):
+machines with free resources (``capacity.Machine``), the DAG released step by step, one
+event loop, and the plan they end with.
 
 A step is released (its pod created, its job made eligible) at the instant its last parent
 finishes.  The scheduler then binds it to a node; the node's resources are held from that
@@ -10,54 +11,30 @@ passes ``check_plan`` and its makespan includes the transfer waits.
 
 In the one-task-per-machine model a node runs one step at a time: every node has one "core"
 and every step asks for one (its GPUs are still counted).
+
+``EventLoop`` is the loop: a baseline's ``schedule`` starts what its policy starts now
+(``EventLoop.start``), then time moves to the next finish, which gives back what the step
+held and releases its children to the baseline's queue.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import heapq
+from collections.abc import Callable
 
+from hetflow.errors import NoFitError
+from hetflow.plan.capacity import Machine
 from hetflow.plan.cost import plan_cost
-from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan
-
-_EPS = 1e-9  # fractional cores add up with rounding error; a hair over capacity still fits
+from hetflow.plan.instance import Instance, Option, Placement, Plan
 
 
-@dataclass
-class Node:
-    """One machine: its capacity and what is free now."""
-
-    index: int  # cluster order: class by class, then by number
-    id: str
-    cls: MachineClass
-    cap_cores: float
-    cap_memory: int
-    cores: float
-    memory: int
-    gpus: list[int] = field(default_factory=list)  # free GPU indices, ascending
-
-    def fits(self, cores: float, memory: int, gpus: int) -> bool:
-        return cores <= self.cores + _EPS and memory <= self.memory and gpus <= len(self.gpus)
-
-    def take(self, cores: float, memory: int, gpus: int) -> tuple[int, ...]:
-        self.cores -= cores
-        self.memory -= memory
-        taken, self.gpus = self.gpus[:gpus], self.gpus[gpus:]
-        return tuple(taken)
-
-    def give_back(self, cores: float, memory: int, gpus: tuple[int, ...]) -> None:
-        self.cores += cores
-        self.memory += memory
-        self.gpus = sorted(self.gpus + list(gpus))
-
-
-def nodes_of(instance: Instance) -> list[Node]:
+def nodes_of(instance: Instance) -> list[Machine]:
     """Every machine, idle, in cluster order."""
     one = instance.one_task_per_machine
-    out: list[Node] = []
+    out: list[Machine] = []
     for c in instance.classes:
         for mid in c.machine_ids():
-            cores, memory = (1.0, 0) if one else (float(c.cores), c.memory)
-            out.append(Node(len(out), mid, c, cores, memory, cores, memory, list(range(c.gpus))))
+            out.append(Machine.idle(len(out), mid, c, one))
     return out
 
 
@@ -114,3 +91,62 @@ class Dag:
 def finish_plan(instance: Instance, placements: dict[str, Placement], algorithm: str, notes: tuple[str, ...]) -> Plan:
     makespan = max((p.finish for p in placements.values()), default=0.0)
     return Plan(placements, makespan, plan_cost(instance, placements), algorithm, notes=notes)
+
+
+class EventLoop:
+    """The event loop of the event-driven baselines (module docstring): the machines, the
+    DAG, the clock, the placements made and the steps running."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        self.dag = Dag(instance)
+        self.nodes = nodes_of(instance)
+        self.by_class: dict[str, list[Machine]] = {}
+        for node in self.nodes:
+            self.by_class.setdefault(node.cls.name, []).append(node)
+        self.now = 0.0
+        self.placements: dict[str, Placement] = {}
+        self._held: dict[str, tuple[Machine, float, int, tuple[int, ...]]] = {}
+        self._running: list[tuple[float, int, str]] = []  # (finish, topological index, step)
+
+    def start(self, name: str, node: Machine, o: Option) -> Placement:
+        """Bind ``name`` as option ``o`` to ``node`` now; it starts when its inputs are there."""
+        cores, memory, gpus = demand(self.instance, o)
+        taken = node.take(cores, memory, gpus)
+        begin = self.dag.data_ready(name, node.id, self.now, self.placements)
+        p = Placement(name, o.variant, node.id, node.cls.name, begin, begin + o.runtime, o.cores, o.memory, taken)
+        self.placements[name] = p
+        self._held[name] = (node, cores, memory, taken)
+        heapq.heappush(self._running, (p.finish, self.dag.order[name], name))
+        return p
+
+    def run(
+        self,
+        schedule: Callable[[], object],
+        release: Callable[[str], object],
+        stuck: Callable[[], str],
+        *,
+        finished: Callable[[str], object] | None = None,
+        after: Callable[[], object] | None = None,
+    ) -> dict[str, Placement]:
+        """Until every step is placed: ``schedule()`` starts what the policy starts now; then
+        the clock moves to the next finish, each step finishing then gives back what it held
+        (``finished(name)`` hears of it) and releases its children (``release(child)``), and
+        ``after()`` runs once they all have.  When nothing runs and steps still wait, raises
+        NoFitError with the message ``stuck()``."""
+        while len(self.placements) < len(self.instance.tasks):
+            schedule()
+            if not self._running:
+                raise NoFitError(stuck())
+            self.now = self._running[0][0]
+            while self._running and self._running[0][0] <= self.now:
+                _, _, name = heapq.heappop(self._running)
+                node, cores, memory, taken = self._held.pop(name)
+                node.give_back(cores, memory, taken)
+                if finished is not None:
+                    finished(name)
+                for child in self.dag.finished(name):
+                    release(child)
+            if after is not None:
+                after()
+        return self.placements

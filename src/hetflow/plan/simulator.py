@@ -30,9 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetflow.plan.capacity import Machine
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import gang_runtime, machine_shares
-from hetflow.plan.instance import Instance, MachineClass, Placement, Plan, placed_option
+from hetflow.plan.instance import Instance, Placement, Plan, placed_option
 from hetflow.plan.sharecheck import planned_load
 from hetflow.spec import format_duration
 
@@ -140,59 +141,25 @@ def _estimate(instance: Instance, p: Placement) -> float:
 
 
 @dataclass
-class _Machine:
-    cls: MachineClass
+class _Queue:
+    """One machine of the simulation: its capacity now and its steps in planned start order."""
+
+    machine: Machine
     queue: list[str]  # task names in planned start order
     next: int = 0
-    cores: float = 0.0
-    memory: int = 0
-    gpus: set[int] = field(default_factory=set)
-    running: int = 0
     wake: float = -1.0  # the wake-up already queued for the head's data, to queue it once
-    tenants: dict[int, list[tuple[str, float, float]]] = field(default_factory=dict)  # GPU -> (task, share, level)
-    migs: set[tuple[int, int]] = field(default_factory=set)  # MIG instances held
-    levels: dict[str, float] = field(default_factory=dict)  # a tenant's planned load
+    levels: dict[str, float] = field(default_factory=dict)  # a shared tenant's planned load
 
-    def fits(self, p: Placement, exclusive: bool) -> bool:
-        if exclusive:
-            return self.running == 0
-        if p.cores > self.cores + _EPS or p.memory > self.memory:
-            return False
-        if p.mig_device is not None:
-            return (p.gpus[0], p.mig_device) not in self.migs
-        if p.share > 0:
-            g = p.gpus[0]
-            here = self.tenants.get(g, [])
-            load = p.share + sum(sh for _, sh, _ in here)
-            level = self.levels.get(p.task, 1.0)
-            return (
-                g in self.gpus
-                and len(here) < self.cls.gpu_sharing.replicas
-                and load <= level + 1e-9
-                and all(load <= lv + 1e-9 for _, _, lv in here)
-            )
-        return all(g in self.gpus and not self.tenants.get(g) for g in p.gpus)
+    def demand(self, p: Placement, one_task: bool) -> tuple[float, int, float]:
+        """(cores, memory, planned load) that ``p`` holds here (one core in the one-task model)."""
+        level = self.levels.get(p.task, 1.0)
+        return (1.0, 0, level) if one_task else (p.cores, p.memory, level)
 
-    def take(self, p: Placement, sign: int) -> None:
-        self.cores -= sign * p.cores
-        self.memory -= sign * p.memory
-        self.running += sign
-        if p.mig_device is not None:
-            if sign > 0:
-                self.migs.add((p.gpus[0], p.mig_device))
-            else:
-                self.migs.discard((p.gpus[0], p.mig_device))
-        elif p.share > 0:
-            here = self.tenants.setdefault(p.gpus[0], [])
-            item = (p.task, p.share, self.levels.get(p.task, 1.0))
-            if sign > 0:
-                here.append(item)
-            else:
-                here.remove(item)
-        elif sign > 0:
-            self.gpus.difference_update(p.gpus)
-        else:
-            self.gpus.update(p.gpus)
+    def fits(self, p: Placement, one_task: bool) -> bool:
+        return self.machine.admits(p, *self.demand(p, one_task))
+
+    def take(self, p: Placement, sign: int, one_task: bool) -> None:
+        self.machine.hold(p, *self.demand(p, one_task), sign)
 
 
 def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 0) -> SimulationResult:
@@ -211,7 +178,7 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
     planned = plan.placements
     runtime = {name: _estimate(instance, planned[name]) * factors[name] for name in order}
 
-    machines: dict[str, _Machine] = {}
+    machines: dict[str, _Queue] = {}
     # What each step holds on each machine: one share for a container, one per machine for a
     # gang, which is queued on every machine it uses and starts on all of them at once.
     shares: dict[str, dict[str, Placement]] = {}
@@ -223,11 +190,11 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
                 cls = instance.machine_class(p.machine_class)
                 if mid not in cls.machine_ids():
                     raise ValueError(f"plan puts {name!r} on {mid!r}, which class {cls.name!r} does not have")
-                machines[mid] = _Machine(cls, [], cores=float(cls.cores), memory=cls.memory, gpus=set(range(cls.gpus)))
+                machines[mid] = _Queue(Machine.idle(len(machines), mid, cls, instance.one_task_per_machine), [])
             machines[mid].queue.append(name)
             o = placed_option(instance.task(p.task).options, p)
             if p.share > 0 and o is not None:
-                machines[mid].levels[name] = planned_load(p, o, machines[mid].cls)
+                machines[mid].levels[name] = planned_load(p, o, machines[mid].machine.cls)
 
     parents: dict[str, list[tuple[str, float]]] = {name: [] for name in order}
     for e in instance.edges:
@@ -283,7 +250,7 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
                     heapq.heappush(events, (ready, seq, ""))
                 break
             for other, share in shares[name].items():
-                machines[other].take(share, +1)
+                machines[other].take(share, +1, exclusive)
                 machines[other].next += 1
             started[name] = now
             seq += 1
@@ -308,7 +275,7 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
                 p = planned[name]
                 done[name] = dataclasses.replace(p, start=started[name], finish=now)
                 for other, share in shares[name].items():
-                    machines[other].take(share, -1)
+                    machines[other].take(share, -1, exclusive)
 
     if len(done) < len(order):
         stuck = sorted(set(order) - set(done), key=order.__getitem__)
