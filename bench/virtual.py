@@ -21,7 +21,8 @@ import time
 from pathlib import Path
 
 from hetflow.plan.cluster import load_catalog
-from hetflow.plan.virtual import ClusterPoint, plan_virtual_cluster
+from hetflow.plan.clusterpoint import ClusterPoint
+from hetflow.plan.virtual import plan_virtual_cluster
 from hetflow.spec.wfcommons import workflow_from_wfcommons
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,7 +7,8 @@ from hypothesis import given, settings
 
 from hetflow.plan.compiled import Compiled
 from hetflow.plan.instance import Instance
-from hetflow.plan.listpass import ListPass, Rule
+from hetflow.plan.listpass import ListPass
+from hetflow.plan.score import Rule
 from hetflow.plan.timeline import MachineTimeline
 from tests.unit.test_planner_builders import instances
 

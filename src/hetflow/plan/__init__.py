@@ -13,16 +13,21 @@ choose      variant choice for the local runner (tenancy: who holds which part o
             GPUs); local: the plan for this machine
 cluster     cluster and catalog files (gpuspec: a node type's GPUs: vendor, sharing,
             MIG layout, speed table); virtual: the virtual-cluster Pareto search,
-            anchors: the single-type and two-type clusters its saving is quoted against
+            anchors: the single-type and two-type clusters its saving is quoted against;
+            clusterpoint: one candidate cluster, planned (what both exchange)
 validate    check_plan: a plan keeps capacity, GPUs and precedence (sharecheck: GPU
             shares within the sharing policy and slowdown model, MIG instances);
             gpuload: one GPU's shared tenants over time; sharewhy: shared vs whole
             for --explain
 rightsize   suggestions for steps asking far more memory or CPUs than they used
+capacity    one machine's capacity now (capacity.Machine: the simulator's and the
+            baselines') and the one GPU-sharing admission rule (sharing_refusal) that
+            the planner, validator, simulator and local leases all ask
 simulator   the discrete-event simulator; cost, bounds, profile, images,
             stored (a Plan as JSON, kept with the run): the rest
 baseline    what the planner is measured against: first fit (baseline), kube-scheduler's
-            default scores (kubesched), Slurm-style EASY backfill (backfill); eventsim
+            default scores (kubesched), Slurm-style EASY backfill (backfill); eventsim:
+            their machines, DAG release and one EventLoop
 
 Names are loaded on first use (as in ``hetflow.execute``), so ``hetflow run`` does not pay
 for the cluster files, the virtual-cluster search or CP-SAT when it plans for one machine.
@@ -38,6 +43,7 @@ if TYPE_CHECKING:
     from hetflow.plan.build import DEFAULT_ESTIMATE, build_instance
     from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser, can_run_here, feasibility_problems
     from hetflow.plan.cluster import Cluster, load_catalog, load_cluster
+    from hetflow.plan.clusterpoint import ClusterPoint
     from hetflow.plan.compiled import timeslice_runtime
     from hetflow.plan.cost import gpu_amount
     from hetflow.plan.exact import plan_exact
@@ -54,7 +60,7 @@ if TYPE_CHECKING:
     from hetflow.plan.steer import Steer, parse_steer, steer_workflow
     from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
     from hetflow.plan.tenancy import Slot, Tenant, admits
-    from hetflow.plan.virtual import ClusterPoint, plan_virtual_cluster
+    from hetflow.plan.virtual import plan_virtual_cluster
 
 _WHERE: dict[str, tuple[str, ...]] = {
     "build": (
@@ -76,6 +82,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "load_catalog",
         "load_cluster",
     ),
+    "clusterpoint": ("ClusterPoint",),
     "compiled": ("timeslice_runtime",),
     "cost": ("gpu_amount",),
     "exact": ("plan_exact",),
@@ -131,7 +138,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "Tenant",
         "admits",
     ),
-    "virtual": ("ClusterPoint", "plan_virtual_cluster"),
+    "virtual": ("plan_virtual_cluster",),
 }
 __all__ = [
     "DEFAULT_ESTIMATE",

@@ -34,16 +34,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
+from hetflow.plan.clusterpoint import ClusterPoint
 from hetflow.plan.instance import Instance, MachineClass, Option
 from hetflow.spec import format_duration
 
-if TYPE_CHECKING:  # virtual imports this module; the point type is only read here
-    from hetflow.plan.virtual import ClusterPoint
-
 Counts = tuple[int, ...]  # one count per catalog type, in catalog order
-Evaluate = Callable[[Counts], "ClusterPoint | None"]
+Evaluate = Callable[[Counts], ClusterPoint | None]
 
 EPS = 1e-9  # seconds: a makespan this close to the deadline meets it
 SWEEP_RATIO = 1.4  # successive sweep values of a pair's first type differ by about this factor

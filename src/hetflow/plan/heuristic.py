@@ -44,7 +44,8 @@ from hetflow.errors import HetflowError
 from hetflow.plan.compiled import Choice, Compiled
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.instance import Instance, Placement, Plan
-from hetflow.plan.listpass import ListPass, Rule, Schedule, build_fixed
+from hetflow.plan.listpass import ListPass, Schedule, build_fixed
+from hetflow.plan.score import Rule
 
 OBJECTIVES = ("makespan", "cost")
 GPU_POLICIES = ("avoid", "allow")

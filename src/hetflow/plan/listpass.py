@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from hetflow.errors import HetflowError
 from hetflow.plan.compiled import Choice, Compiled
-from hetflow.plan.score import score_for
+from hetflow.plan.score import Candidate, Rule, score_for
 from hetflow.plan.timeline import MachineTimeline
 
 
@@ -187,34 +187,6 @@ def release_gang(
 
 
 # --- one list-scheduling pass ---------------------------------------------------------------
-
-# A candidate placement: (finish, avoid-flag, machine, option index, start, choice).  Tuples
-# compare in that order, so ties go to a non-GPU node (gpu_policy "avoid"), then to the
-# lower machine number (class order, then index in class), then to the earlier option:
-# exactly the processor order of the HEFT paper when every class has one machine.  (Within a
-# class of several machines, ``ListPass.scan`` takes the first machine that is free from the
-# ready time on without looking for a busier one that might tie.)
-Candidate = tuple[float, int, int, int, float, Choice]
-
-
-@dataclass(frozen=True)
-class Rule:
-    """How a pass picks among a task's candidates.
-
-    ``eft``: earliest finish (HEFT).  ``lookahead``: earliest finish of the task's most
-    critical child, given the choice.  ``subdeadline``: cheapest that finishes by the task's
-    sub-deadline, else earliest finish.  ``budget``: earliest finish among those within the
-    task's share of the budget, else cheapest.  ``cheapest``: cheapest, then earliest.
-    ``peft``: earliest finish plus the optimistic time still needed after the task on that
-    class (PEFT, Arabnejad and Barbosa, IEEE TPDS 25(3), 2014)."""
-
-    kind: str = "eft"
-    avoid: bool = True  # gpu_policy "avoid"
-    subdeadline: tuple[float, ...] = ()
-    budget: float = math.inf
-    weight: tuple[float, ...] = ()  # budget rule: share of the spare budget per task, over the rest
-    spend: float = 1.0  # budget rule: the share is multiplied by this (no weights: all of the spare)
-    optimistic: tuple[tuple[float, ...], ...] = ()  # peft rule: per task and class, the rest's best case
 
 
 class ListPass:

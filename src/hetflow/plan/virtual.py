@@ -44,6 +44,7 @@ from typing import Any
 
 from hetflow.plan.anchors import EPS, Anchors, search_anchors
 from hetflow.plan.build import build_instance
+from hetflow.plan.clusterpoint import ClusterPoint
 from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Instance, MachineClass, Plan
 from hetflow.spec import Workflow, format_duration
@@ -57,32 +58,6 @@ MIN_GAIN = 0.01  # a growth move must cut the makespan by at least this fraction
 # alike, and 40-odd of them for a 1,700-step trace must take seconds, not minutes; plan the
 # chosen cluster again with the full planner to run it.
 SEARCH_EFFORT = 4
-
-
-@dataclass(frozen=True)
-class ClusterPoint:
-    """One candidate cluster, planned: ``counts`` lists the types it rents (count > 0)."""
-
-    counts: tuple[tuple[str, int], ...]
-    makespan: float  # seconds
-    cost: float  # dollars: every node rented for the whole makespan
-    rate: float  # dollars per hour while it runs
-    plan: Plan = field(repr=False, compare=False)
-
-    def count(self, name: str) -> int:
-        return dict(self.counts).get(name, 0)
-
-    def classes(self, catalog: Sequence[MachineClass]) -> tuple[MachineClass, ...]:
-        """The catalog's types at this point's counts (types not rented left out): the
-        cluster to build an instance for and plan with full effort before running."""
-        return tuple(dataclasses.replace(c, count=self.count(c.name)) for c in catalog if self.count(c.name))
-
-    def describe(self) -> str:
-        nodes = " + ".join(f"{n} x {t}" for t, n in self.counts)
-        return f"{nodes}: {format_duration(self.makespan)}, ${self.cost:,.2f}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"counts": dict(self.counts), "makespan": self.makespan, "cost": self.cost, "rate": self.rate}
 
 
 @dataclass(frozen=True)
