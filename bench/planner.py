@@ -46,15 +46,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hetflow.plan.backfill import slurm_backfill
-from hetflow.plan.baseline import greedy_first_fit
-from hetflow.plan.bounds import gpu_bound, lower_bound
+from hetflow.plan.baselines.backfill import slurm_backfill
+from hetflow.plan.baselines.firstfit import greedy_first_fit
+from hetflow.plan.baselines.kubesched import kube_scheduler
+from hetflow.plan.bounds.lower import gpu_bound, lower_bound
 from hetflow.plan.build import build_instance
-from hetflow.plan.cluster import load_cluster
 from hetflow.plan.cost import plan_cost
-from hetflow.plan.heuristic import heft, plan_heuristic
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Placement, Plan, Task
-from hetflow.plan.kubesched import kube_scheduler
+from hetflow.plan.search.heuristic import heft, plan_heuristic
+from hetflow.plan.sizing.cluster import load_cluster
 from hetflow.plan.validate import check_plan
 from hetflow.spec.wfcommons import workflow_from_wfcommons
 

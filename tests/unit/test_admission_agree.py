@@ -17,11 +17,11 @@ import pytest
 
 from hetflow.inventory import GpuSharing
 from hetflow.plan.capacity import LOAD_TOL
-from hetflow.plan.compiled import timeslice_runtime
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task
+from hetflow.plan.search.compiled import timeslice_runtime
+from hetflow.plan.search.timeline import GpuSlot, MachineTimeline
 from hetflow.plan.simulator import simulate
-from hetflow.plan.timeline import GpuSlot, MachineTimeline
 from hetflow.plan.validate import check_plan
 
 GIB = 1 << 30

@@ -7,11 +7,11 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import given, settings
 
-from hetflow.plan.backfill import slurm_backfill
-from hetflow.plan.baseline import greedy_first_fit
+from hetflow.plan.baselines.backfill import slurm_backfill
+from hetflow.plan.baselines.firstfit import greedy_first_fit
+from hetflow.plan.baselines.kubesched import balanced_allocation, kube_scheduler, least_allocated
 from hetflow.plan.capacity import Machine
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Plan, Task
-from hetflow.plan.kubesched import balanced_allocation, kube_scheduler, least_allocated
 from hetflow.plan.validate import check_plan
 from tests.unit.builders import GIB
 from tests.unit.test_baseline import small_instances

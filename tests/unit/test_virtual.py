@@ -14,8 +14,7 @@ import pytest
 from hetflow.errors import NoFitError
 from hetflow.plan.build import build_instance
 from hetflow.plan.instance import Instance, MachineClass, Plan, Task
-from hetflow.plan.validate import check_plan
-from hetflow.plan.virtual import (
+from hetflow.plan.sizing.virtual import (
     ClusterPoint,
     VirtualClusterResult,
     common_denominator,
@@ -24,6 +23,7 @@ from hetflow.plan.virtual import (
     restrict,
     search_virtual_cluster,
 )
+from hetflow.plan.validate import check_plan
 from hetflow.spec.models import Workflow
 from tests.unit.builders import load_steps
 from tests.unit.test_simulate_support import chain_and_fork, instance, list_schedule, mclass, opt, task

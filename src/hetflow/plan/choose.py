@@ -15,7 +15,7 @@ from hetflow.errors import Problem
 from hetflow.inventory import Gpu, Node
 from hetflow.plan.filters import Capacity, Status, check, qualifying_gpus, vendor_ok
 from hetflow.plan.gpupick import pick_gpus
-from hetflow.plan.tenancy import Slot, Tenant, mig_slot, share_slot
+from hetflow.plan.sharing.tenancy import Slot, Tenant, mig_slot, share_slot
 from hetflow.spec import LoadedWorkflow, Step, Variant
 
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hetflow.plan.instance import Instance, Plan
-from hetflow.plan.sharewhy import share_reason
+from hetflow.plan.sharing.sharewhy import share_reason
 
 _EPS = 1e-9
 

@@ -34,7 +34,7 @@ from hetflow.plan.capacity import Machine
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import gang_runtime, machine_shares
 from hetflow.plan.instance import Instance, Placement, Plan, placed_option
-from hetflow.plan.sharecheck import planned_load
+from hetflow.plan.sharing.sharecheck import planned_load
 from hetflow.spec import format_duration
 
 _EPS = 1e-9

@@ -21,7 +21,7 @@ from hetflow.plan.capacity import fits
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import gang_runtime, machine_shares
 from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task, placed_option
-from hetflow.plan.sharecheck import check_slices, runtime_problem
+from hetflow.plan.sharing.sharecheck import check_slices, runtime_problem
 
 _REL = 1e-9
 

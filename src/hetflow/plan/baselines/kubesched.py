@@ -38,8 +38,8 @@ from __future__ import annotations
 import heapq
 import random
 
+from hetflow.plan.baselines.eventsim import EventLoop, demand, finish_plan, preference
 from hetflow.plan.capacity import Machine
-from hetflow.plan.eventsim import EventLoop, demand, finish_plan, preference
 from hetflow.plan.instance import Instance, Option, Plan
 
 MAX_NODE_SCORE = 100

@@ -21,7 +21,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from hetflow.plan.compiled import Choice
+from hetflow.plan.search.compiled import Choice
 
 # A candidate placement: (finish, avoid-flag, machine, option index, start, choice).  Tuples
 # compare in that order, so ties go to a non-GPU node (gpu_policy "avoid"), then to the

@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from itertools import combinations
 from typing import Any, TypeGuard
 
-from hetflow.plan.clusterpoint import ClusterPoint
 from hetflow.plan.instance import Instance, MachineClass, Option
+from hetflow.plan.sizing.clusterpoint import ClusterPoint
 from hetflow.spec import format_duration
 
 Counts = tuple[int, ...]  # one count per catalog type, in catalog order

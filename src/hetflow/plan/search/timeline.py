@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetflow.plan.capacity import CORE_EPS, LOAD, sharing_refusal
-from hetflow.plan.gpuload import GpuLoad, split_at
+from hetflow.plan.sharing.gpuload import GpuLoad, split_at
 
 
 @dataclass(frozen=True)

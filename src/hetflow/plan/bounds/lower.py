@@ -42,8 +42,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from hetflow.plan.bounds.lpbound import lp_solution
 from hetflow.plan.instance import Instance, Option
-from hetflow.plan.lpbound import lp_solution
 
 LP_LIMIT = 15_000  # task options above which the pruned LP search is skipped (GLOP: ~1 s per 5,000)
 # Bisection: at most this many steps, stopping once hi - lo is within the tolerance of hi;

@@ -42,11 +42,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetflow.plan.anchors import EPS, Anchors, search_anchors
 from hetflow.plan.build import build_instance
-from hetflow.plan.clusterpoint import ClusterPoint
-from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Instance, MachineClass, Plan
+from hetflow.plan.search.heuristic import plan_heuristic
+from hetflow.plan.sizing.anchors import EPS, Anchors, search_anchors
+from hetflow.plan.sizing.clusterpoint import ClusterPoint
 from hetflow.spec import Workflow, format_duration
 
 Planner = Callable[[Instance], Plan]

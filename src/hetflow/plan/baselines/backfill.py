@@ -36,8 +36,8 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hetflow.errors import NoFitError
+from hetflow.plan.baselines.eventsim import EventLoop, demand, finish_plan, preference
 from hetflow.plan.capacity import Machine, fits
-from hetflow.plan.eventsim import EventLoop, demand, finish_plan, preference
 from hetflow.plan.instance import Instance, Option, Plan
 
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from hetflow.plan.eventsim import EventLoop, demand, finish_plan
+from hetflow.plan.baselines.eventsim import EventLoop, demand, finish_plan
 from hetflow.plan.instance import Instance, Option, Plan, Task
 
 

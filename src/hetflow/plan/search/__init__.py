@@ -1,0 +1,9 @@
+"""The planner's search: how hetflow turns an ``Instance`` into a ``Plan``.  ``compiled``
+indexes the instance into arrays (every task's choices: variant, class, GPU slot, run time,
+cost) once; ``timeline`` keeps one machine's cores, memory, GPUs, shared tenants and MIG
+instances over time and answers the earliest start of a demand; ``listpass`` is one
+list-scheduling pass over a priority order, each task placed by a ``score`` plugin
+(earliest finish, look-ahead, PEFT, sub-deadline, budget, cheapest); ``heuristic`` runs
+many passes (HEFT ranks, tie-breaks, rules) and improves the best by local search; ``exact``
+solves small instances with CP-SAT.  Nothing here reads files or the clock.
+"""
