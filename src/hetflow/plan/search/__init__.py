@@ -4,6 +4,8 @@ cost) once; ``timeline`` keeps one machine's cores, memory, GPUs, shared tenants
 instances over time and answers the earliest start of a demand; ``listpass`` is one
 list-scheduling pass over a priority order, each task placed by a ``score`` plugin
 (earliest finish, look-ahead, PEFT, sub-deadline, budget, cheapest); ``heuristic`` runs
-many passes (HEFT ranks, tie-breaks, rules) and improves the best by local search; ``exact``
-solves small instances with CP-SAT.  Nothing here reads files or the clock.
+many passes (priorities from ``ranks``: HEFT's upward and downward ranks, PEFT's table)
+and improves the best by local search along the critical path; ``exact`` solves small
+instances with CP-SAT (``gpuindex`` gives its solution's steps their GPU indices).
+Nothing here reads files or the clock.
 """

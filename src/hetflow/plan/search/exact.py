@@ -49,6 +49,7 @@ from hetflow.errors import HetflowError
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.instance import Instance, Placement, Plan
 from hetflow.plan.search.compiled import Choice, Compiled
+from hetflow.plan.search.gpuindex import gpu_indices
 from hetflow.plan.search.heuristic import OBJECTIVES, plan_heuristic
 
 MAX_TASKS = 200
@@ -377,7 +378,7 @@ class _Model:
             sp = next(sp for sp in self.spread[t] if solver.BooleanValue(sp.present))
             held = [(w.machine, solver.Value(w.count)) for w in sp.machines if solver.BooleanValue(w.present)]
             chosen.append((start, t, sp.choice, _duration(sp.choice, 2), held))
-        gpus = _gpu_indices(problem, chosen)
+        gpus = gpu_indices(problem, chosen)
         for start, t, ch, runtime, held in chosen:
             option = problem.instance.tasks[t].options[ch.index]
             ranks: tuple[tuple[str, tuple[int, ...]], ...] = ()
@@ -425,32 +426,3 @@ def _option_index(problem: Compiled, t: int, p: Placement) -> int:
         if o.variant == p.variant and o.machine_class == p.machine_class:
             return k
     return -1
-
-
-def _gpu_indices(
-    problem: Compiled, chosen: list[tuple[float, int, Choice, float, list[tuple[int, int]]]]
-) -> dict[tuple[int, int], tuple[int, ...]]:
-    """By start time on each machine, the lowest GPU indices free at the start (interval-graph
-    colouring: a GPU given at a start stays busy to the finish, so later starts avoid it);
-    by (task, machine): a gang's replicas there take them in rank order."""
-    free_at: dict[int, list[float]] = {}
-    out: dict[tuple[int, int], tuple[int, ...]] = {}
-    for start, t, ch, runtime, held in sorted(chosen, key=lambda x: (x[0], x[1])):
-        for mach, k in held:
-            g = ch.gpus * k
-            if g == 0:
-                out[(t, mach)] = ()
-                continue
-            busy = free_at.setdefault(mach, [0.0] * problem.classes[problem.machine_class[mach]].gpus)
-            if runtime <= 0:
-                out[(t, mach)] = tuple(range(g))
-                continue
-            ids = [i for i, until in enumerate(busy) if until <= start + 1e-9 * max(1.0, start)][:g]
-            if len(ids) < g:  # cannot happen for a solution of the model; fail loudly if it does
-                raise HetflowError(
-                    f"internal error: no free GPU for task {problem.names[t]!r} on {problem.machine_name[mach]}"
-                )
-            for i in ids:
-                busy[i] = start + runtime
-            out[(t, mach)] = tuple(ids)
-    return out

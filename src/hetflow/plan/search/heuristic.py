@@ -41,10 +41,20 @@ import random
 from dataclasses import dataclass
 
 from hetflow.errors import HetflowError
-from hetflow.plan.cost import plan_cost
-from hetflow.plan.instance import Instance, Placement, Plan
+from hetflow.plan.instance import Instance, Plan
 from hetflow.plan.search.compiled import Choice, Compiled
 from hetflow.plan.search.listpass import ListPass, Schedule, build_fixed
+from hetflow.plan.search.ranks import (
+    critical_path,
+    downward_rank,
+    latest_finish,
+    mean_runtime,
+    optimistic_cost,
+    rounded,
+    to_plan,
+    topological,
+    upward_rank,
+)
 from hetflow.plan.search.score import Rule
 
 OBJECTIVES = ("makespan", "cost")
@@ -67,7 +77,7 @@ def heft(instance: Instance) -> Plan:
 
     On the graph of Topcuoglu et al. (2002, Fig. 2) it gives the published makespan, 80."""
     problem = Compiled(instance)
-    sched = ListPass(problem, Rule("eft", avoid=False), _rounded(upward_rank(problem, mean_runtime(problem)))).run()
+    sched = ListPass(problem, Rule("eft", avoid=False), rounded(upward_rank(problem, mean_runtime(problem)))).run()
     return to_plan(problem, sched, algorithm="heft", objective="makespan")
 
 
@@ -120,64 +130,6 @@ def default_effort(tasks: int, probes: int) -> int:
     return max(3 * _PASS_UNITS, min(2000, int(_PASS_UNITS * _WORK / max(1.0, per_pass))))
 
 
-# --- priorities -----------------------------------------------------------------------------
-
-
-def topological(problem: Compiled) -> list[int]:
-    indeg = [len(ps) for ps in problem.parents]
-    order = [t for t in range(problem.n) if indeg[t] == 0]
-    for t in order:  # the list grows while it is read
-        for c, _ in problem.children[t]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                order.append(c)
-    if len(order) != problem.n:
-        raise HetflowError("the instance's edges form a cycle; a workflow must be a DAG")
-    return order
-
-
-def mean_runtime(problem: Compiled) -> list[float]:
-    return [sum(ch.runtime for ch in chs) / len(chs) for chs in problem.choices]
-
-
-def upward_rank(problem: Compiled, weight: list[float], comm_scale: float = 1.0) -> list[float]:
-    """rank_u(t) = w(t) + max over children c of (transfer time + rank_u(c))."""
-    rank = [0.0] * problem.n
-    for t in reversed(topological(problem)):
-        rank[t] = weight[t] + max((comm * comm_scale + rank[c] for c, comm in problem.children[t]), default=0.0)
-    return rank
-
-
-def downward_rank(problem: Compiled, weight: list[float]) -> list[float]:
-    """rank_d(t) = max over parents p of (rank_d(p) + w(p) + transfer time)."""
-    rank = [0.0] * problem.n
-    for t in topological(problem):
-        rank[t] = max((rank[p] + weight[p] + comm for p, comm in problem.parents[t]), default=0.0)
-    return rank
-
-
-def optimistic_cost(problem: Compiled) -> list[tuple[float, ...]]:
-    """PEFT's optimistic cost table, per class: OCT(t, c) = max over children s of the least,
-    over the options of s, of OCT(s, its class) + its run time + the transfer if the class
-    differs (Arabnejad and Barbosa 2014, eq. 1, with classes for processors)."""
-    k = len(problem.classes)
-    table: list[tuple[float, ...]] = [()] * problem.n
-    for t in reversed(topological(problem)):
-        row = [0.0] * k
-        for s, comm in problem.children[t]:
-            for c in range(k):
-                best = min(table[s][ch.cls] + ch.runtime + (comm if ch.cls != c else 0.0) for ch in problem.choices[s])
-                if best > row[c]:
-                    row[c] = best
-        table[t] = tuple(row)
-    return table
-
-
-def _rounded(values: list[float]) -> list[float]:
-    """Ranks equal on paper may differ in the last bit; round so that ties go by task order."""
-    return [float(f"{v:.12g}") for v in values]
-
-
 # --- objective ------------------------------------------------------------------------------
 
 
@@ -228,7 +180,7 @@ class Search:
         self.avoid = avoid
         self.left = 0 if effort is None else effort
         self.weight = mean_runtime(problem)
-        self.rank = _rounded(upward_rank(problem, self.weight))
+        self.rank = rounded(upward_rank(problem, self.weight))
         self.tiebreak = [0] * problem.n  # topological position: orders tasks that start together
         for i, t in enumerate(topological(problem)):
             self.tiebreak[t] = i
@@ -260,9 +212,9 @@ class Search:
     def portfolio(self) -> None:
         problem, goal, avoid = self.problem, self.goal, self.avoid
         ranks = [self.rank]
-        ranks.append(_rounded([u + d for u, d in zip(self.rank, downward_rank(problem, self.weight), strict=True)]))
+        ranks.append(rounded([u + d for u, d in zip(self.rank, downward_rank(problem, self.weight), strict=True)]))
         fastest = [min(ch.runtime for ch in chs) for chs in problem.choices]
-        ranks.append(_rounded(upward_rank(problem, fastest)))
+        ranks.append(rounded(upward_rank(problem, fastest)))
         # The mean transfer time over machine pairs rather than the full one: (M-1)/M of a
         # pair of distinct machines; with tie_break="saga" also (M-1)/(M+1), over every link
         # counting a machine's own, as SAGA's HEFT does (anrg-saga, schedulers/cpop.py,
@@ -274,7 +226,7 @@ class Search:
                 else ((problem.m - 1) / problem.m,)
             )
             for scale in scales:
-                ranks.append(_rounded(upward_rank(problem, self.weight, comm_scale=scale)))
+                ranks.append(rounded(upward_rank(problem, self.weight, comm_scale=scale)))
         rules: list[tuple[Rule, list[float]]] = []
         if goal.objective == "cost":
             # The likeliest first: a big DAG has budget for only a few passes.
@@ -289,7 +241,7 @@ class Search:
         rules += [(Rule("eft", avoid), r) for r in ranks[1:]]
         table = optimistic_cost(problem)
         oct_rank = [sum(row[ch.cls] for ch in chs) / len(chs) for row, chs in zip(table, problem.choices, strict=True)]
-        rules.append((Rule("peft", avoid, optimistic=tuple(table)), _rounded(oct_rank)))
+        rules.append((Rule("peft", avoid, optimistic=tuple(table)), rounded(oct_rank)))
         rules.append((Rule("peft", avoid, optimistic=tuple(table)), self.rank))
         if problem.n * problem.m <= _LOOKAHEAD_LIMIT:
             rules += [(Rule("lookahead", avoid), r) for r in ranks[:2]]
@@ -317,7 +269,7 @@ class Search:
             else:
                 for t in critical_path(self.problem, current):
                     priority[t] += _NUDGE * top * self.rng.random()
-                trial = _rounded(priority)
+                trial = rounded(priority)
             s = self.run_pass(rule, trial)
             self.offer(s)
             if i % 2 == 1:
@@ -468,69 +420,6 @@ class Search:
                 choice[t], machine[t] = self.rng.choice(options)
         self.left -= 1
         return build_fixed(self.problem, s.start_order(self.tiebreak), choice, machine)
-
-
-def latest_finish(problem: Compiled, s: Schedule) -> list[float]:
-    """How late each task could finish, its machines and run times as in ``s``, and the rest
-    of ``s`` shifted as needed, without delaying the end (contention ignored: a bound)."""
-    latest = [s.makespan] * problem.n
-    for t in reversed(topological(problem)):
-        for c, comm in problem.children[t]:
-            gap = 0.0 if s.machine[c] == s.machine[t] else comm
-            latest[t] = min(latest[t], latest[c] - (s.finish[c] - s.start[c]) - gap)
-    return latest
-
-
-def critical_path(problem: Compiled, s: Schedule) -> list[int]:
-    """The chain of tasks that ends with the last finish: each one waits for the previous one,
-    either for its data or for room on its machine."""
-    if problem.n == 0:
-        return []
-    ends: dict[tuple[int, float], int] = {}
-    for t in range(problem.n):
-        ends.setdefault((s.machine[t], s.finish[t]), t)
-    t = max(range(problem.n), key=lambda u: (s.finish[u], -u))
-    chain = [t]
-    while s.start[t] > 0.0 and len(chain) <= problem.n:
-        nxt = None
-        for p, comm in problem.parents[t]:
-            arrival = s.finish[p] + (0.0 if s.machine[p] == s.machine[t] else comm)
-            if arrival == s.start[t]:
-                nxt = p
-                break
-        if nxt is None:
-            nxt = ends.get((s.machine[t], s.start[t]))
-        if nxt is None:
-            break
-        t = nxt
-        chain.append(t)
-    return chain
-
-
-# --- the result -----------------------------------------------------------------------------
-
-
-def to_plan(problem: Compiled, s: Schedule, *, algorithm: str, objective: str) -> Plan:
-    placements: dict[str, Placement] = {}
-    for t, task in enumerate(problem.instance.tasks):
-        ch = s.choice[t]
-        option = task.options[ch.index]
-        placements[task.name] = Placement(
-            task=task.name,
-            variant=option.variant,
-            machine=problem.machine_name[s.machine[t]],
-            machine_class=option.machine_class,
-            start=s.start[t],
-            finish=s.finish[t],
-            cores=option.cores,
-            memory=option.memory,
-            gpus=s.gpus[t],
-            ranks=tuple((problem.machine_name[m], g) for m, g in s.ranks[t]) if s.ranks and s.ranks[t] else (),
-            share=ch.slot.share if ch.slot is not None else 0.0,
-            mig_device=s.mig_of(t),
-        )
-    makespan = max((p.finish for p in placements.values()), default=0.0)
-    return Plan(placements, makespan, plan_cost(problem.instance, placements), algorithm, objective)
 
 
 def _with_notes(plan: Plan, goal: Goal) -> Plan:
