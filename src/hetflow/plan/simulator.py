@@ -162,25 +162,13 @@ class _Queue:
         self.machine.hold(p, *self.demand(p, one_task), sign)
 
 
-def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 0) -> SimulationResult:
-    """Run ``plan`` on ``instance`` with run times drawn within ``±noise`` of the estimates.
-
-    Raises ValueError when the plan does not fit the instance (a task missing, a machine or
-    option that does not exist) or cannot be executed in its own order (a step planned
-    before its parent on one machine)."""
-    if not 0.0 <= noise < 1.0:
-        raise ValueError(f"noise must be in [0, 1), got {noise}")
-    missing = [t.name for t in instance.tasks if t.name not in plan.placements]
-    if missing:
-        raise ValueError(f"the plan places no {', '.join(missing[:5])}; simulate a complete plan")
-    factors = _runtime_factors(instance, noise, seed)
-    order = {t.name: i for i, t in enumerate(instance.tasks)}
-    planned = plan.placements
-    runtime = {name: _estimate(instance, planned[name]) * factors[name] for name in order}
-
+def _queues(
+    instance: Instance, planned: Mapping[str, Placement], order: Mapping[str, int]
+) -> tuple[dict[str, _Queue], dict[str, dict[str, Placement]]]:
+    """Every machine the plan uses with its steps in planned start order, and what each step
+    holds on each machine: one share for a container, one per machine for a gang, which is
+    queued on every machine it uses and starts on all of them at once."""
     machines: dict[str, _Queue] = {}
-    # What each step holds on each machine: one share for a container, one per machine for a
-    # gang, which is queued on every machine it uses and starts on all of them at once.
     shares: dict[str, dict[str, Placement]] = {}
     for name in sorted(order, key=lambda n: (planned[n].start, order[n])):
         p = planned[name]
@@ -195,95 +183,122 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
             o = placed_option(instance.task(p.task).options, p)
             if p.share > 0 and o is not None:
                 machines[mid].levels[name] = planned_load(p, o, machines[mid].machine.cls)
+    return machines, shares
 
-    parents: dict[str, list[tuple[str, float]]] = {name: [] for name in order}
-    for e in instance.edges:
-        parents[e.child].append((e.parent, e.bytes))
 
-    done: dict[str, Placement] = {}
-    events: list[tuple[float, int, str]] = []  # (time, seq, finishing task or "" for a wake-up)
-    seq = 0
-    now = 0.0
-    exclusive = instance.one_task_per_machine
+class _Replay:
+    """One replay of a plan (``simulate``): the machines' queues, the pending events (a
+    step's finish, or a wake-up when a head's data arrive) and the clock."""
 
-    def arrival(name: str) -> float | None:
+    def __init__(self, instance: Instance, planned: Mapping[str, Placement], runtime: Mapping[str, float]) -> None:
+        self.instance, self.planned, self.runtime = instance, planned, runtime
+        self.order = {t.name: i for i, t in enumerate(instance.tasks)}
+        self.machines, self.shares = _queues(instance, planned, self.order)
+        self.parents: dict[str, list[tuple[str, float]]] = {name: [] for name in self.order}
+        for e in instance.edges:
+            self.parents[e.child].append((e.parent, e.bytes))
+        self.done: dict[str, Placement] = {}
+        self.started: dict[str, float] = {}
+        self.events: list[tuple[float, int, str]] = []  # (time, seq, finishing task or "" for a wake-up)
+        self.seq = 0
+        self.now = 0.0
+        self.exclusive = instance.one_task_per_machine
+
+    def arrival(self, name: str) -> float | None:
         """When the last input of ``name`` is on its machine; None while a parent runs."""
         t = 0.0
-        for parent, nbytes in parents[name]:
-            if parent not in done:
+        for parent, nbytes in self.parents[name]:
+            if parent not in self.done:
                 return None
-            comm = 0.0 if done[parent].machine == planned[name].machine else nbytes / instance.bandwidth
-            t = max(t, done[parent].finish + comm)
+            got = self.done[parent]
+            comm = 0.0 if got.machine == self.planned[name].machine else nbytes / self.instance.bandwidth
+            t = max(t, got.finish + comm)
         return t
 
-    def gang_ready(name: str, mid: str) -> bool:
+    def gang_ready(self, name: str, mid: str) -> bool:
         """A gang at the head of ``mid``'s queue starts only when it heads every queue it is
         in and fits on every machine: all replicas at once (nothing held while waiting)."""
-        for other, share in shares[name].items():
+        for other, share in self.shares[name].items():
             if other == mid:
                 continue
-            om = machines[other]
-            if om.next >= len(om.queue) or om.queue[om.next] != name or not om.fits(share, exclusive):
+            om = self.machines[other]
+            if om.next >= len(om.queue) or om.queue[om.next] != name or not om.fits(share, self.exclusive):
                 return False
         return True
 
-    started: dict[str, float] = {}
-
-    def start_heads(mid: str) -> bool:
+    def start_heads(self, mid: str) -> bool:
         """Start, at ``now``, the steps at the head of ``mid``'s queue that can; True if any did."""
-        nonlocal seq
-        m = machines[mid]
+        m = self.machines[mid]
         any_started = False
         while m.next < len(m.queue):
             name = m.queue[m.next]
-            p = shares[name][mid]
-            ready = arrival(name)
-            if ready is None or not m.fits(p, exclusive):
+            p = self.shares[name][mid]
+            ready = self.arrival(name)
+            if ready is None or not m.fits(p, self.exclusive):
                 break
-            gang = len(shares[name]) > 1
-            if gang and not gang_ready(name, mid):
+            gang = len(self.shares[name]) > 1
+            if gang and not self.gang_ready(name, mid):
                 break
-            if ready > now + _EPS:
+            if ready > self.now + _EPS:
                 if m.wake != ready:
                     m.wake = ready
-                    seq += 1
-                    heapq.heappush(events, (ready, seq, ""))
+                    self.seq += 1
+                    heapq.heappush(self.events, (ready, self.seq, ""))
                 break
-            for other, share in shares[name].items():
-                machines[other].take(share, +1, exclusive)
-                machines[other].next += 1
-            started[name] = now
-            seq += 1
-            heapq.heappush(events, (now + runtime[name], seq, name))
+            for other, share in self.shares[name].items():
+                self.machines[other].take(share, +1, self.exclusive)
+                self.machines[other].next += 1
+            self.started[name] = self.now
+            self.seq += 1
+            heapq.heappush(self.events, (self.now + self.runtime[name], self.seq, name))
             any_started = True
         return any_started
 
-    while True:
-        # Sweep until nothing more starts now: a gang that starts on a later machine of the
-        # sweep may uncover, on an earlier one, a step that was queued behind it.
-        progress = True
-        while progress:
-            progress = False
-            for mid in sorted(machines):
-                progress |= start_heads(mid)
-        if not events:
-            break
-        now = events[0][0]
-        while events and events[0][0] <= now + _EPS:
-            _, _, name = heapq.heappop(events)
-            if name:
-                p = planned[name]
-                done[name] = dataclasses.replace(p, start=started[name], finish=now)
-                for other, share in shares[name].items():
-                    machines[other].take(share, -1, exclusive)
+    def run(self) -> dict[str, Placement]:
+        """Every step as it ran, in the instance's order; ValueError when some never start."""
+        events = self.events
+        while True:
+            # Sweep until nothing more starts now: a gang that starts on a later machine of the
+            # sweep may uncover, on an earlier one, a step that was queued behind it.
+            progress = True
+            while progress:
+                progress = False
+                for mid in sorted(self.machines):
+                    progress |= self.start_heads(mid)
+            if not events:
+                break
+            self.now = events[0][0]
+            while events and events[0][0] <= self.now + _EPS:
+                _, _, name = heapq.heappop(events)
+                if name:
+                    p = self.planned[name]
+                    self.done[name] = dataclasses.replace(p, start=self.started[name], finish=self.now)
+                    for other, share in self.shares[name].items():
+                        self.machines[other].take(share, -1, self.exclusive)
+        if len(self.done) < len(self.order):
+            stuck = sorted(set(self.order) - set(self.done), key=self.order.__getitem__)
+            raise ValueError(
+                f"the plan cannot run in its own order: {', '.join(stuck[:5])} never start "
+                "(a step is planned to start before its parent on the same machine)"
+            )
+        return {name: self.done[name] for name in self.order}
 
-    if len(done) < len(order):
-        stuck = sorted(set(order) - set(done), key=order.__getitem__)
-        raise ValueError(
-            f"the plan cannot run in its own order: {', '.join(stuck[:5])} never start "
-            "(a step is planned to start before its parent on the same machine)"
-        )
-    placements = {name: done[name] for name in order}
+
+def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 0) -> SimulationResult:
+    """Run ``plan`` on ``instance`` with run times drawn within ``±noise`` of the estimates.
+
+    Raises ValueError when the plan does not fit the instance (a task missing, a machine or
+    option that does not exist) or cannot be executed in its own order (a step planned
+    before its parent on one machine)."""
+    if not 0.0 <= noise < 1.0:
+        raise ValueError(f"noise must be in [0, 1), got {noise}")
+    missing = [t.name for t in instance.tasks if t.name not in plan.placements]
+    if missing:
+        raise ValueError(f"the plan places no {', '.join(missing[:5])}; simulate a complete plan")
+    factors = _runtime_factors(instance, noise, seed)
+    planned = plan.placements
+    runtime = {t.name: _estimate(instance, planned[t.name]) * factors[t.name] for t in instance.tasks}
+    placements = _Replay(instance, planned, runtime).run()
     makespan = max((p.finish for p in placements.values()), default=0.0)
     cost = plan_cost(instance, placements)
     simulated = Plan(

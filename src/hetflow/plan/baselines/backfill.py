@@ -57,22 +57,26 @@ class _Reservation:
     gpus: int
 
 
-def slurm_backfill(instance: Instance) -> Plan:
-    """Priority by age, first fit, EASY backfill (module docstring)."""
-    loop = EventLoop(instance)
-    by_class, dag = loop.by_class, loop.dag
-    tasks = {t.name: t for t in instance.tasks}
-    jobs: dict[str, _Job] = {}
-    # a shape's nodes, in cluster order, each with the index of the job's option there
-    where: dict[tuple[object, ...], list[tuple[Machine, int]]] = {}
+class _Backfill:
+    """One run of the Slurm-style scheduler (module docstring) over ``EventLoop``: the jobs
+    submitted, the pending queue in priority order, and what runs on each node until when."""
 
-    pending: list[tuple[float, int, str]] = []  # (eligible, job id, name), priority order
-    shapes_pending: Counter[tuple[object, ...]] = Counter()
-    placements = loop.placements
-    on_node: dict[str, dict[str, tuple[float, float, int, int]]] = {n.id: {} for n in loop.nodes}  # end, demand
+    def __init__(self, instance: Instance) -> None:
+        self.instance = instance
+        self.loop = EventLoop(instance)
+        self.tasks = {t.name: t for t in instance.tasks}
+        self.jobs: dict[str, _Job] = {}
+        # a shape's nodes, in cluster order, each with the index of the job's option there
+        self.where: dict[tuple[object, ...], list[tuple[Machine, int]]] = {}
+        self.pending: list[tuple[float, int, str]] = []  # (eligible, job id, name), priority order
+        self.shapes_pending: Counter[tuple[object, ...]] = Counter()
+        # per node, what runs there: task -> (end, cores, memory, GPUs)
+        self.on_node: dict[str, dict[str, tuple[float, float, int, int]]] = {n.id: {} for n in self.loop.nodes}
 
-    def submit(name: str) -> None:
-        variants = [tuple(o for o in tasks[name].options if o.variant == v) for v in preference(tasks[name].options)]
+    def submit(self, name: str) -> None:
+        instance, by_class = self.instance, self.loop.by_class
+        options = self.tasks[name].options
+        variants = [tuple(o for o in options if o.variant == v) for v in preference(options)]
         chosen = next(
             (
                 opts
@@ -82,23 +86,26 @@ def slurm_backfill(instance: Instance) -> Plan:
             variants[0],
         )
         job = _Job(name, chosen, tuple((o.machine_class, demand(instance, o)) for o in chosen))
-        jobs[name] = job
-        if job.shape not in where:
+        self.jobs[name] = job
+        if job.shape not in self.where:
             pairs = [(n, k) for k, o in enumerate(chosen) for n in by_class.get(o.machine_class, ())]
-            where[job.shape] = sorted(pairs, key=lambda nk: nk[0].index)
-        bisect.insort(pending, (loop.now, dag.order[name], name))
-        shapes_pending[jobs[name].shape] += 1
+            self.where[job.shape] = sorted(pairs, key=lambda nk: nk[0].index)
+        bisect.insort(self.pending, (self.loop.now, self.loop.dag.order[name], name))
+        self.shapes_pending[job.shape] += 1
 
-    def start(name: str, node: Machine, o: Option) -> None:
-        p = loop.start(name, node, o)
-        on_node[node.id][name] = (p.finish, *demand(instance, o))
+    def start(self, name: str, node: Machine, o: Option) -> None:
+        p = self.loop.start(name, node, o)
+        self.on_node[node.id][name] = (p.finish, *demand(self.instance, o))
 
-    def reservation(job: _Job) -> _Reservation:
+    def finished(self, name: str) -> None:
+        del self.on_node[self.loop.placements[name].machine][name]
+
+    def reservation(self, job: _Job) -> _Reservation:
         best: _Reservation | None = None
-        for node, k in where[job.shape]:
-            cores, memory, gpus = demand(instance, job.options[k])
+        for node, k in self.where[job.shape]:
+            cores, memory, gpus = demand(self.instance, job.options[k])
             free_c, free_m, free_g = node.cores, node.memory, len(node.gpus)
-            for end, c, m, g in sorted(on_node[node.id].values()):
+            for end, c, m, g in sorted(self.on_node[node.id].values()):
                 if best is not None and end >= best.at:
                     break
                 free_c, free_m, free_g = free_c + c, free_m + m, free_g + g
@@ -109,60 +116,66 @@ def slurm_backfill(instance: Instance) -> Plan:
             raise NoFitError(f"job {job.name!r} fits none of its nodes even when they are idle")
         return best
 
-    def schedule() -> None:
-        nonlocal pending
+    def pick(
+        self, job: _Job, fitting: list[tuple[Machine, int]], res: _Reservation | None
+    ) -> tuple[Machine, Option] | None:
+        """The first node that fits ``job`` now without delaying the reservation ``res``
+        (a job on the reserved node must end by its time or fit in what it leaves spare)."""
+        for node, k in fitting:
+            o = job.options[k]
+            if res is None or node is not res.node:
+                return node, o
+            ends = self.loop.dag.data_ready(job.name, node.id, self.loop.now, self.loop.placements) + o.runtime
+            cores, memory, gpus = demand(self.instance, o)
+            if ends <= res.at or (fits(cores, memory, res.cores, res.memory) and gpus <= res.gpus):
+                if ends > res.at:  # runs past the reserved time on the reserved node: uses the spare
+                    res.cores, res.memory, res.gpus = res.cores - cores, res.memory - memory, res.gpus - gpus
+                return node, o
+        return None
+
+    def schedule(self) -> None:
         res: _Reservation | None = None
         failed: set[tuple[object, ...]] = set()  # shapes that fit no node now
         fitting: dict[tuple[object, ...], list[tuple[Machine, int]]] = {}  # cleared by every start
         kept: list[tuple[float, int, str]] = []
-        for i, item in enumerate(pending):
-            if len(failed) == len(shapes_pending):  # nothing left can start
-                kept += pending[i:]
+        for i, item in enumerate(self.pending):
+            if len(failed) == len(self.shapes_pending):  # nothing left can start
+                kept += self.pending[i:]
                 break
-            job = jobs[item[2]]
+            job = self.jobs[item[2]]
             if job.shape in failed:
                 kept.append(item)
                 continue
             if job.shape not in fitting:
-                fitting[job.shape] = [(n, k) for n, k in where[job.shape] if n.fits(*demand(instance, job.options[k]))]
-            chosen = None
-            for node, k in fitting[job.shape]:
-                o = job.options[k]
-                if res is None or node is not res.node:
-                    chosen = (node, o)
-                    break
-                ends = dag.data_ready(job.name, node.id, loop.now, placements) + o.runtime
-                cores, memory, gpus = demand(instance, o)
-                if ends <= res.at or (fits(cores, memory, res.cores, res.memory) and gpus <= res.gpus):
-                    if ends > res.at:  # runs past the reserved time on the reserved node: uses the spare
-                        res.cores, res.memory, res.gpus = res.cores - cores, res.memory - memory, res.gpus - gpus
-                    chosen = (node, o)
-                    break
+                fitting[job.shape] = [
+                    (n, k) for n, k in self.where[job.shape] if n.fits(*demand(self.instance, job.options[k]))
+                ]
+            chosen = self.pick(job, fitting[job.shape], res)
             if chosen is not None:
-                start(job.name, *chosen)
-                shapes_pending[job.shape] -= 1
-                if shapes_pending[job.shape] == 0:
-                    del shapes_pending[job.shape]
+                self.start(job.name, *chosen)
+                self.shapes_pending[job.shape] -= 1
+                if self.shapes_pending[job.shape] == 0:
+                    del self.shapes_pending[job.shape]
                 fitting.clear()
                 continue
             kept.append(item)
             if not fitting[job.shape]:
                 failed.add(job.shape)
             if res is None:
-                res = reservation(job)
-        pending = kept
+                res = self.reservation(job)
+        self.pending = kept
 
-    def stuck() -> str:
-        names = sorted(n for _, _, n in pending)
+    def stuck(self) -> str:
+        names = sorted(n for _, _, n in self.pending)
         return f"jobs {', '.join(names[:5])} fit no node even when the cluster is idle"
 
-    for name in dag.sources():
-        submit(name)
 
-    def finished(name: str) -> None:
-        del on_node[placements[name].machine][name]
-
-    loop.run(schedule, submit, stuck, finished=finished)
+def slurm_backfill(instance: Instance) -> Plan:
+    """Priority by age, first fit, EASY backfill (module docstring)."""
+    run = _Backfill(instance)
+    for name in run.loop.dag.sources():
+        run.submit(name)
+    placements = run.loop.run(run.schedule, run.submit, run.stuck, finished=run.finished)
     return finish_plan(
         instance,
         placements,

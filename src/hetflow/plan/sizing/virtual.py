@@ -264,6 +264,52 @@ def _compare(frontier: Sequence[ClusterPoint], common: ClusterPoint, target: flo
 # --- entry points -----------------------------------------------------------------------------------
 
 
+def _rounds(
+    search: _Search,
+    instance: Instance,
+    limits: Counts,
+    name: str | None,
+    deadline: float | None,
+    budget: float | None,
+    anchor_evaluations: int | None,
+) -> tuple[tuple[ClusterPoint, ...], ClusterPoint | None, Anchors | None, float, str]:
+    """Size the common denominator ``name`` and search the anchors until the chosen point
+    stands (``search_virtual_cluster``): (frontier, common, anchors, the deadline compared
+    at, the rule that set it)."""
+    common: ClusterPoint | None = None
+    anchors: Anchors | None = None
+    names = [c.name for c in instance.classes]
+    target, target_rule = 0.0, ""
+    frontier = pareto(search.points())
+    # Sizing the common denominator and searching the anchors plan clusters that join the
+    # frontier and can move the chosen point (the knee above all), and so the deadline to
+    # compare at: go round until the choice stands (plannings are memoized, so a second
+    # round is cheap).
+    # A fourth round only searches the anchors at the last choice's makespan.
+    for last in (False, False, False, True):
+        chosen, rule = choose(frontier, deadline, budget)
+        # the deadline given, else the chosen point's makespan, else the fastest it can do
+        target = deadline if deadline is not None else (chosen.makespan if chosen is not None else 0.0)
+        target_rule = rule
+        if last and (anchors is None or anchors.deadline == target):
+            break
+        if name is not None and not last:
+            common = _size_common(search, names.index(name), target)
+        if target > 0:
+            anchors = search_anchors(
+                instance,
+                lambda counts: search.evaluate(counts, force=True),
+                limits,
+                target,
+                known=search.points(),
+                max_evaluations=anchor_evaluations,
+            )
+        frontier = pareto(search.points())
+        if not last and choose(frontier, deadline, budget)[0] == chosen:
+            break
+    return frontier, common, anchors, target, target_rule
+
+
 def search_virtual_cluster(
     instance: Instance,
     planner: Planner,
@@ -297,34 +343,9 @@ def search_virtual_cluster(
     name = common_type or common_denominator(instance)
     if name is None:
         notes.append("no single type can run every step, so there is no common-denominator cluster to compare with")
-    common, anchors = None, None
-    frontier = pareto(search.points())
-    # Sizing the common denominator and searching the anchors plan clusters that join the
-    # frontier and can move the chosen point (the knee above all), and so the deadline to
-    # compare at: go round until the choice stands (plannings are memoized, so a second
-    # round is cheap).
-    # A fourth round only searches the anchors at the last choice's makespan.
-    for last in (False, False, False, True):
-        chosen, rule = choose(frontier, deadline, budget)
-        # the deadline given, else the chosen point's makespan, else the fastest it can do
-        target = deadline if deadline is not None else (chosen.makespan if chosen is not None else 0.0)
-        target_rule = rule
-        if last and (anchors is None or anchors.deadline == target):
-            break
-        if name is not None and not last:
-            common = _size_common(search, names.index(name), target)
-        if target > 0:
-            anchors = search_anchors(
-                instance,
-                lambda counts: search.evaluate(counts, force=True),
-                limits,
-                target,
-                known=search.points(),
-                max_evaluations=anchor_evaluations,
-            )
-        frontier = pareto(search.points())
-        if not last and choose(frontier, deadline, budget)[0] == chosen:
-            break
+    frontier, common, anchors, target, target_rule = _rounds(
+        search, instance, limits, name, deadline, budget, anchor_evaluations
+    )
     chosen, rule = choose(frontier, deadline, budget)
     comparison = None
     if anchors is not None:
