@@ -3,7 +3,7 @@
 For one step: every (variant, node class) the filters rejected, with the filter's reason,
 then every feasible option that lost to the chosen one, with why it lost.  A ``gpu_share``
 step's other kind on the chosen class (a share when it took a whole GPU, or the reverse)
-is explained by finish times, load and slowdown (``plan.sharewhy``).
+is explained by finish times, load and slowdown (``plan.sharing.sharewhy``).
 """
 
 from __future__ import annotations

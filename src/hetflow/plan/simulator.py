@@ -16,7 +16,7 @@ could be closed (list-scheduling plans).
 
 Slices of GPUs are held as planned and enforced like cores: a shared tenant starts only
 when its GPU is not held whole, fewer than ``replicas`` tenants are on it, and the shares
-on it stay within the load it was planned at (MPS: within 1; ``plan.sharecheck``); a MIG
+on it stay within the load it was planned at (MPS: within 1; ``plan.sharing.sharecheck``); a MIG
 step only when its instance is free.  A time-sliced tenant's run time is its planned one
 (the solo time slowed by the load it was planned at), times its noise factor.
 """

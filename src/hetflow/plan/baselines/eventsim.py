@@ -1,4 +1,4 @@
-"""What the event-driven baselines share (``baseline.py``, ``kubesched.py``, ``backfill.py``):
+"""What the event-driven baselines share (``firstfit.py``, ``kubesched.py``, ``backfill.py``):
 machines with free resources (``capacity.Machine``), the DAG released step by step, one
 event loop, and the plan they end with.
 

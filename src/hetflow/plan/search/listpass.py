@@ -282,7 +282,7 @@ class ListPass:
     # --- choosing -----------------------------------------------------------------------
 
     def pick(self, t: int) -> Candidate:
-        """The rule's score plugin picks (``plan.score``)."""
+        """The rule's score plugin picks (``plan.search.score``)."""
         return score_for(self.rule.kind).pick(self, t)
 
     def allowed(self, cands: list[Candidate]) -> list[Candidate]:

@@ -2,7 +2,7 @@
 
 Filters (``plan.filters``) decide where a task *can* run; a score decides where it
 *should*, as the Kubernetes scheduler framework separates Filter from Score.  A pass
-(``plan.listpass.ListPass``) asks its rule's score to pick one candidate per task; most
+(``plan.search.listpass.ListPass``) asks its rule's score to pick one candidate per task; most
 scores rank the candidates the filters and the GPU policy allowed by a key (lowest wins),
 and earliest finish, the default, searches the machines with pruning instead of listing
 every candidate.
@@ -53,7 +53,7 @@ class Rule:
 
 
 class ListPass(Protocol):
-    """What a score reads of the pass it ranks for (``plan.listpass.ListPass`` is one): its
+    """What a score reads of the pass it ranks for (``plan.search.listpass.ListPass`` is one): its
     rule, its budget so far, and its candidate searches.  A protocol, so that the pass can
     use the scores without the scores importing the pass."""
 

@@ -276,7 +276,7 @@ class MachineTimeline:
         mig: int | None = None,
     ) -> None:
         """Book exactly what a planned placement holds (its GPU indices, its tenant or MIG
-        instance), to ask afterwards what else would fit (``plan.sharewhy``)."""
+        instance), to ask afterwards what else would fit (``plan.sharing.sharewhy``)."""
         if finish <= start:
             return
         if slot is not None and slot.mig and mig is not None:

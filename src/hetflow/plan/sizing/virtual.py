@@ -24,7 +24,7 @@ few that size the common denominator):
    fastest within the budget, else the knee of the frontier.
 
 The saving is quoted at one deadline (the given one, else the chosen point's makespan)
-against two anchors that ``plan.anchors`` searches with the same planner: the cheapest
+against two anchors that ``plan.sizing.anchors`` searches with the same planner: the cheapest
 cluster of a single type, and the cheapest mix of two types, that meet it.  Their points
 join the search's, so the cluster recommended is the cheapest of all that meet the
 deadline: when an anchor search finds it, the saving against that anchor is 0 and the
@@ -323,7 +323,7 @@ def search_virtual_cluster(
 ) -> VirtualClusterResult:
     """The search on a planning instance whose classes are the catalog (``count`` = the
     most rentable); ``planner`` plans one candidate for makespan.  Pure when the planner is.
-    ``anchor_evaluations`` bounds the anchor search (``plan.anchors``) at each deadline."""
+    ``anchor_evaluations`` bounds the anchor search (``plan.sizing.anchors``) at each deadline."""
     if deadline is not None and deadline <= 0:
         raise ValueError(f"deadline must be positive seconds, got {deadline}")
     if budget is not None and budget < 0:
