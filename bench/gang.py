@@ -56,11 +56,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetflow.plan.cluster import load_cluster
 from hetflow.plan.gangs import allreduce_bytes, link_bandwidth
-from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task
+from hetflow.plan.search.heuristic import plan_heuristic
 from hetflow.plan.simulator import simulate
+from hetflow.plan.sizing.cluster import load_cluster
 from hetflow.plan.validate import check_plan
 
 ROOT = Path(__file__).resolve().parent.parent

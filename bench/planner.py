@@ -3,11 +3,11 @@ same run.
 
 1. The baseline table, per instance (the Topcuoglu graph and the five WfInstances traces),
    on ``hetero-16`` with GPU variants (bench rules 2 and 3): hetflow's planner against plain
-   HEFT (``heuristic.heft``), a kube-scheduler-style baseline (``plan.kubesched``: default
+   HEFT (``heuristic.heft``), a kube-scheduler-style baseline (``plan.baselines.kubesched``: default
    filter and LeastAllocated + BalancedAllocation scores, pods in queue order), a
-   Slurm-style one (``plan.backfill``: age priority, EASY backfill) and first fit in
-   cluster order (``plan.baseline``), each as makespan and makespan / LB, where LB is the
-   strong bound ``lower_bound(strong=True)`` (``plan.bounds``: the LP of ``plan.lpbound``,
+   Slurm-style one (``plan.baselines.backfill``: age priority, EASY backfill) and first fit in
+   cluster order (``plan.baselines.firstfit``), each as makespan and makespan / LB, where LB is the
+   strong bound ``lower_bound(strong=True)`` (``plan.bounds.lower``: the LP of ``plan.bounds.lpbound``,
    option pruning, area with heads and tails, GPU steps in whole rounds); the closed-form
    LB of bench rule "Lower bound" (with its GPU term) is printed beside it.
 2. The SAGA table (CPU variants only, every node a single processor of its type's speed,
@@ -46,15 +46,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from hetflow.plan.backfill import slurm_backfill
-from hetflow.plan.baseline import greedy_first_fit
-from hetflow.plan.bounds import gpu_bound, lower_bound
+from hetflow.plan.baselines.backfill import slurm_backfill
+from hetflow.plan.baselines.firstfit import greedy_first_fit
+from hetflow.plan.baselines.kubesched import kube_scheduler
+from hetflow.plan.bounds.lower import gpu_bound, lower_bound
 from hetflow.plan.build import build_instance
-from hetflow.plan.cluster import load_cluster
 from hetflow.plan.cost import plan_cost
-from hetflow.plan.heuristic import heft, plan_heuristic
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Placement, Plan, Task
-from hetflow.plan.kubesched import kube_scheduler
+from hetflow.plan.search.heuristic import heft, plan_heuristic
+from hetflow.plan.sizing.cluster import load_cluster
 from hetflow.plan.validate import check_plan
 from hetflow.spec.wfcommons import workflow_from_wfcommons
 

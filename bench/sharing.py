@@ -31,11 +31,11 @@ from dataclasses import dataclass
 
 from hetflow.inventory import DEFAULT_TIMESLICE_SLOWDOWN
 from hetflow.plan.build import build_instance
-from hetflow.plan.cluster import Cluster, parse_cluster
 from hetflow.plan.cost import gpu_amount
-from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Instance, Plan
+from hetflow.plan.search.heuristic import plan_heuristic
 from hetflow.plan.simulator import simulate
+from hetflow.plan.sizing.cluster import Cluster, parse_cluster
 from hetflow.plan.validate import check_plan
 from hetflow.spec import Workflow, parse_workflow
 

@@ -3,7 +3,7 @@ honest anchors (issue 14).
 
 For each trace, at one deadline: the cheapest single-type cluster meeting it and the
 cheapest two-type mix meeting it (both searched with the planner the virtual search uses,
-plan/anchors.py), and the cheapest cluster found by all the searches (the one hetflow
+plan/sizing/anchors.py), and the cheapest cluster found by all the searches (the one hetflow
 recommends).  The deadline is the one `hetflow cluster plan` uses when none is given: the
 makespan of the knee of the frontier.  The talk's common denominator (every node the type
 that runs every step: gpu.h100 here) is printed too, as the strawman it is: a saving
@@ -20,8 +20,9 @@ import statistics
 import time
 from pathlib import Path
 
-from hetflow.plan.cluster import load_catalog
-from hetflow.plan.virtual import ClusterPoint, plan_virtual_cluster
+from hetflow.plan.sizing.cluster import load_catalog
+from hetflow.plan.sizing.clusterpoint import ClusterPoint
+from hetflow.plan.sizing.virtual import plan_virtual_cluster
 from hetflow.spec.wfcommons import workflow_from_wfcommons
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -7,9 +7,10 @@ import json
 
 import pytest
 
-from hetflow.plan.anchors import Anchors, search_anchors
 from hetflow.plan.instance import Instance
-from hetflow.plan.virtual import ClusterPoint, common_denominator, restrict, search_virtual_cluster
+from hetflow.plan.sizing.anchors import Anchors, search_anchors
+from hetflow.plan.sizing.clusterpoint import ClusterPoint
+from hetflow.plan.sizing.virtual import common_denominator, restrict, search_virtual_cluster
 from tests.unit.test_simulate_support import instance, list_schedule, mclass, opt, task
 
 

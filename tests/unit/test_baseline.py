@@ -10,14 +10,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hetflow.plan.backfill import slurm_backfill
-from hetflow.plan.baseline import greedy_first_fit
-from hetflow.plan.bounds import critical_path, gpu_bound, lower_bound, work_bound
+from hetflow.plan.baselines.backfill import slurm_backfill
+from hetflow.plan.baselines.firstfit import greedy_first_fit
+from hetflow.plan.baselines.kubesched import kube_scheduler
+from hetflow.plan.bounds.lower import critical_path, gpu_bound, lower_bound, work_bound
 from hetflow.plan.build import build_instance
-from hetflow.plan.cluster import load_cluster
-from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Plan, Task
-from hetflow.plan.kubesched import kube_scheduler
+from hetflow.plan.search.heuristic import plan_heuristic
+from hetflow.plan.sizing.cluster import load_cluster
 from hetflow.plan.validate import check_plan
 from hetflow.spec.wfcommons import workflow_from_wfcommons
 from tests.unit.builders import GIB

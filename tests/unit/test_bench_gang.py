@@ -17,8 +17,8 @@ from bench.gang import (
 )
 
 from hetflow.plan.gangs import NVLINK_BW, gang_runtime
-from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import MachineClass
+from hetflow.plan.search.heuristic import plan_heuristic
 
 BW = 1.25e9
 NV = MachineClass("nv8", 1, 96, 1024 * 1024**3, gpus=8, gpu_link="nvlink", nvlink_gpus=8, rdma=True)

@@ -11,14 +11,14 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from hetflow.errors import NoFitError
-from hetflow.plan import lpbound
-from hetflow.plan.backfill import slurm_backfill
-from hetflow.plan.baseline import greedy_first_fit
-from hetflow.plan.bounds import lower_bound
-from hetflow.plan.heuristic import heft, plan_heuristic
+from hetflow.plan.baselines.backfill import slurm_backfill
+from hetflow.plan.baselines.firstfit import greedy_first_fit
+from hetflow.plan.baselines.kubesched import kube_scheduler
+from hetflow.plan.bounds import lpbound
+from hetflow.plan.bounds.lower import lower_bound
+from hetflow.plan.bounds.lpbound import lp_bound
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Plan, Task
-from hetflow.plan.kubesched import kube_scheduler
-from hetflow.plan.lpbound import lp_bound
+from hetflow.plan.search.heuristic import heft, plan_heuristic
 from hetflow.plan.validate import check_plan
 from tests.unit.builders import GIB
 from tests.unit.test_baseline import gpu_heavy_instances
@@ -69,7 +69,7 @@ def test_no_plan_beats_the_strong_bound_on_gpu_heavy_instances(inst: Instance) -
 @given(inst=instances(max_tasks=5))
 def test_the_exact_optimum_is_never_below_the_strong_bound(inst: Instance) -> None:
     pytest.importorskip("ortools")
-    from hetflow.plan.exact import plan_exact
+    from hetflow.plan.search.exact import plan_exact
 
     plan = plan_exact(inst, time_limit=5, workers=1)
     assert plan.makespan >= lower_bound(inst, strong=True) - 1e-9

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import SpecError
-from hetflow.plan.cluster import (
+from hetflow.plan.instance import MachineClass
+from hetflow.plan.sizing.cluster import (
     default_gpu_speed,
     load_catalog,
     load_cluster,
@@ -18,7 +19,6 @@ from hetflow.plan.cluster import (
     parse_catalog,
     parse_cluster,
 )
-from hetflow.plan.instance import MachineClass
 from hetflow.report.nodes import node_to_json
 from tests.unit.builders import GIB, gpu, node
 

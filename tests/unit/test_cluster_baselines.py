@@ -7,11 +7,11 @@ from collections.abc import Sequence
 import pytest
 from hypothesis import given, settings
 
-from hetflow.plan.backfill import slurm_backfill
-from hetflow.plan.baseline import greedy_first_fit
-from hetflow.plan.eventsim import Node
+from hetflow.plan.baselines.backfill import slurm_backfill
+from hetflow.plan.baselines.firstfit import greedy_first_fit
+from hetflow.plan.baselines.kubesched import balanced_allocation, kube_scheduler, least_allocated
+from hetflow.plan.capacity import Machine
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Plan, Task
-from hetflow.plan.kubesched import balanced_allocation, kube_scheduler, least_allocated
 from hetflow.plan.validate import check_plan
 from tests.unit.builders import GIB
 from tests.unit.test_baseline import small_instances
@@ -34,8 +34,8 @@ def at(plan: Plan, name: str) -> tuple[str, float, float]:
     return p.machine, p.start, p.finish
 
 
-def node(cores: float, memory: int, used_cores: float, used_memory: int) -> Node:
-    return Node(0, "n-0", BIG, cores, memory, cores - used_cores, memory - used_memory)
+def node(cores: float, memory: int, used_cores: float, used_memory: int) -> Machine:
+    return Machine(0, "n-0", BIG, cores, memory, cores - used_cores, memory - used_memory)
 
 
 # --- kube-scheduler: the scores --------------------------------------------------------------

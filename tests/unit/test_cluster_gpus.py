@@ -11,9 +11,9 @@ import pytest
 from hetflow.errors import NoFitError, SpecError
 from hetflow.inventory import Gpu
 from hetflow.plan.build import build_instance
-from hetflow.plan.cluster import node_class, parse_cluster
 from hetflow.plan.filters import class_rejections, qualifying_gpus
-from hetflow.plan.heuristic import plan_heuristic
+from hetflow.plan.search.heuristic import plan_heuristic
+from hetflow.plan.sizing.cluster import node_class, parse_cluster
 from hetflow.plan.validate import check_plan
 from hetflow.spec import GpuConstraint, Resources, Variant, parse_workflow
 from tests.unit.builders import GIB, gpu, node

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from hetflow.cli.main import main
 from hetflow.errors import HetflowError, Problem, SpecError
-from hetflow.plan.cluster import parse_catalog, parse_cluster
+from hetflow.plan.sizing.cluster import parse_catalog, parse_cluster
 from hetflow.spec import compose_yaml, parse_workflow
 
 TOTAL = int(os.environ.get("HETFLOW_FUZZ_EXAMPLES") or 5000)

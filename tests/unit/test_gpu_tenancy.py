@@ -12,7 +12,7 @@ import pytest
 
 from hetflow.inventory import Gpu, GpuSharing, MigDevice, Node
 from hetflow.plan import Capacity, GreedyChooser, PlanChooser, Slot, Tenant, admits
-from hetflow.plan.tenancy import load, mig_slot, share_slot
+from hetflow.plan.sharing.tenancy import load, mig_slot, share_slot
 from hetflow.state import SCHEMA_VERSION, Lease, Store
 from tests.unit.builders import GIB, cpu, gpu, load_steps
 

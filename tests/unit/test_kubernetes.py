@@ -30,9 +30,9 @@ from hetflow.export.kubernetes import (
 )
 from hetflow.export.kubernetes._common import DNS_LABEL_RE
 from hetflow.plan.build import build_instance
-from hetflow.plan.cluster import Cluster, load_cluster, parse_cluster
-from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Plan
+from hetflow.plan.search.heuristic import plan_heuristic
+from hetflow.plan.sizing.cluster import Cluster, load_cluster, parse_cluster
 from hetflow.spec.loader import load_workflow
 from hetflow.spec.models import Workflow
 from tests.unit.builders import load_steps

@@ -108,7 +108,7 @@ def run_driver(
     shell: tuple[str, ...] = ("sh",),
     cluster_file: str = "hetero-16.yaml",
 ) -> Outcome:
-    from hetflow.plan.cluster import load_cluster
+    from hetflow.plan.sizing.cluster import load_cluster
 
     cluster = load_cluster(Path(__file__).resolve().parents[2] / "examples" / "clusters" / cluster_file)
     objects = export_kubernetes(workflow, cluster, plan_for(workflow, cluster), run_id=RUN, uid=1, gid=1)

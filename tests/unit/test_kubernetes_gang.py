@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from hetflow.export.kubernetes import export_kubernetes, to_yaml, validate_objects
-from hetflow.plan.cluster import load_cluster
+from hetflow.plan.sizing.cluster import load_cluster
 from hetflow.spec import GANG_ENV
 from hetflow.spec.loader import load_workflow
 from hetflow.spec.models import Workflow

@@ -436,8 +436,8 @@ REQUESTS = [
 def test_node_and_class_views_agree_on_what_fits(gpus: tuple[Gpu, ...], v: Variant) -> None:
     """The planner (a class of alike nodes) and the local preflight (this machine) run the
     same filters, so a machine and its class say the same about whether a variant fits."""
-    from hetflow.plan.cluster import node_class
     from hetflow.plan.filters import class_rejections
+    from hetflow.plan.sizing.cluster import node_class
 
     n = node(cpus=4, memory_gib=16, gpus=gpus)
     local = check(v, Capacity.of(n), where="this machine", now=False, labels=n.labels)

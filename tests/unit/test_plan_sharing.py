@@ -11,13 +11,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetflow.plan.build import build_instance
-from hetflow.plan.cluster import parse_cluster
-from hetflow.plan.compiled import timeslice_runtime
 from hetflow.plan.explanation import explain
-from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Instance, Plan
 from hetflow.plan.profile import SharedSample, learn_slowdown, with_slowdown
+from hetflow.plan.search.compiled import timeslice_runtime
+from hetflow.plan.search.heuristic import plan_heuristic
 from hetflow.plan.simulator import simulate
+from hetflow.plan.sizing.cluster import parse_cluster
 from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
 from hetflow.plan.validate import check_plan
 from hetflow.spec import parse_workflow
@@ -223,7 +223,7 @@ def test_learned_slowdown() -> None:
 
 def test_exact_mode_plans_shares_with_the_heuristic_and_says_so() -> None:
     pytest.importorskip("ortools")
-    from hetflow.plan.exact import plan_exact
+    from hetflow.plan.search.exact import plan_exact
 
     inst = instance("gpu_share: 0.25", 4, TS4)
     plan = plan_exact(inst, time_limit=2)

@@ -9,8 +9,8 @@ import pytest
 
 from hetflow.errors import HetflowError
 from hetflow.plan.cost import plan_cost
-from hetflow.plan.heuristic import heft
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Placement, Plan, Task
+from hetflow.plan.search.heuristic import heft
 from hetflow.plan.validate import check_plan
 
 GIB = 1024**3

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given, settings
 
 from hetflow.errors import HetflowError
-from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Instance, MachineClass, Option, Task
+from hetflow.plan.search.heuristic import plan_heuristic
 from hetflow.plan.validate import check_plan
 from tests.unit.test_planner_builders import instances, random_layered
 from tests.unit.test_planner_heuristic import chain, dollars
@@ -18,7 +18,7 @@ GIB = 1024**3
 
 pytest.importorskip("ortools")
 
-from hetflow.plan.exact import plan_exact  # noqa: E402
+from hetflow.plan.search.exact import plan_exact  # noqa: E402
 
 
 @settings(max_examples=15, deadline=None)

@@ -10,8 +10,8 @@ from hetflow.errors import NoFitError
 from hetflow.plan.build import build_instance
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import NVLINK_BW, PCIE_BW, RDMA_BW, comm_time
-from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task
+from hetflow.plan.search.heuristic import plan_heuristic
 from hetflow.plan.simulator import simulate
 from hetflow.plan.validate import check_plan
 from tests.unit.builders import load_steps
@@ -177,7 +177,7 @@ IB1 = 1e9
 
 
 def _exact(inst: Instance) -> Plan:
-    from hetflow.plan.exact import plan_exact
+    from hetflow.plan.search.exact import plan_exact
 
     plan = plan_exact(inst, time_limit=20, workers=1)
     assert check_plan(inst, plan) == []

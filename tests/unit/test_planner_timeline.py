@@ -5,10 +5,11 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from hetflow.plan.compiled import Compiled
 from hetflow.plan.instance import Instance
-from hetflow.plan.listpass import ListPass, Rule
-from hetflow.plan.timeline import MachineTimeline
+from hetflow.plan.search.compiled import Compiled
+from hetflow.plan.search.listpass import ListPass
+from hetflow.plan.search.score import Rule
+from hetflow.plan.search.timeline import MachineTimeline
 from tests.unit.test_planner_builders import instances
 
 GIB = 1024**3
@@ -70,9 +71,9 @@ def test_every_rule_kind_the_planner_uses_has_its_score_plugin() -> None:
     import re
     from pathlib import Path
 
-    from hetflow.plan.score import SCORES
+    from hetflow.plan.search.score import SCORES
 
-    src = (Path(__file__).resolve().parents[2] / "src" / "hetflow" / "plan" / "heuristic.py").read_text()
+    src = (Path(__file__).resolve().parents[2] / "src" / "hetflow" / "plan" / "search" / "heuristic.py").read_text()
     kinds = set(re.findall(r'Rule\(\s*"(\w+)"', src)) | set(re.findall(r'kind="(\w+)"', src))
     assert kinds, "no Rule kinds found in heuristic.py"
     assert kinds <= set(SCORES), kinds - set(SCORES)
@@ -84,7 +85,7 @@ def test_the_default_score_picks_what_ranking_every_candidate_would(inst: Instan
     """plan.score: earliest finish searches the machines with pruning instead of listing
     every candidate; it must pick what ranking them all by (finish, flag, machine, option)
     picks."""
-    from hetflow.plan.score import SCORES
+    from hetflow.plan.search.score import SCORES
 
     cp = Compiled(inst)
     lp = ListPass(cp, Rule("eft", avoid=False), [0.0] * cp.n)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetflow.plan.heuristic import heft, plan_heuristic
+from hetflow.plan.search.heuristic import heft, plan_heuristic
 from hetflow.plan.validate import check_plan
 from tests.unit.test_planner_builders import topcuoglu
 
@@ -42,7 +42,7 @@ def test_heuristic_beats_heft(seed: int) -> None:
 
 def test_exact_proves_73() -> None:
     pytest.importorskip("ortools")
-    from hetflow.plan.exact import plan_exact
+    from hetflow.plan.search.exact import plan_exact
 
     plan = plan_exact(topcuoglu(), time_limit=20)
     assert plan.makespan == 73

@@ -142,7 +142,7 @@ def list_schedule(inst: Instance) -> Plan:
 
 def _heuristic() -> Callable[[Instance], Plan] | None:
     try:
-        mod = importlib.import_module("hetflow.plan.heuristic")
+        mod = importlib.import_module("hetflow.plan.search.heuristic")
     except ImportError:
         return None
     fn: Callable[[Instance], Plan] = mod.plan_heuristic

@@ -3,26 +3,30 @@
 instance    the planning problem and its answer as frozen values (Instance, Plan)
 filters     one family of feasibility filters (Filter plugins over a NodeView: a
             node class of a cluster file, or this machine, total or free now)
-score       score plugins: how a list pass ranks a task's candidate placements
 build       workflow + node classes -> Instance (filters, estimates, edge sizes)
-heuristic   HEFT-family list scheduling with variant choice and local search
-            (listpass: one pass; compiled: the indexed instance; timeline: one
-            machine's use over time); exact: CP-SAT
+capacity    one machine's capacity now (capacity.Machine: the simulator's and the
+            baselines') and the one GPU-sharing admission rule (sharing_refusal) that
+            the planner, validator, simulator and local leases all ask
+search/     the planner: compiled (the indexed instance), timeline (one machine's use
+            over time), listpass (one pass) + score (score plugins), heuristic
+            (HEFT-family list scheduling with variant choice and local search), exact
+            (CP-SAT)
+baselines/  what the planner is measured against: eventsim (machines, release, one
+            EventLoop), firstfit, kubesched (kube-scheduler's default scores),
+            backfill (Slurm-style EASY backfill)
+bounds/     lower bounds on the makespan: lower (closed form and strong), lpbound (LP)
+sharing/    slices of GPUs: gpuload (a GPU's tenants over time), sharecheck
+            (check_plan's rules for shares and MIG), tenancy (the local runner's
+            GPU leases); search/sharewhy answers --explain for shared vs whole
+sizing/     cluster and catalog files (cluster), the virtual-cluster Pareto search
+            (virtual, over clusterpoint values), the anchors its saving is quoted
+            against (anchors), request right-sizing (rightsize)
 explanation why every other (variant, class) lost, as frozen values report renders
-choose      variant choice for the local runner (tenancy: who holds which part of its
-            GPUs); local: the plan for this machine
-cluster     cluster and catalog files (gpuspec: a node type's GPUs: vendor, sharing,
-            MIG layout, speed table); virtual: the virtual-cluster Pareto search,
-            anchors: the single-type and two-type clusters its saving is quoted against
-validate    check_plan: a plan keeps capacity, GPUs and precedence (sharecheck: GPU
-            shares within the sharing policy and slowdown model, MIG instances);
-            gpuload: one GPU's shared tenants over time; sharewhy: shared vs whole
-            for --explain
-rightsize   suggestions for steps asking far more memory or CPUs than they used
-simulator   the discrete-event simulator; cost, bounds, profile, images,
-            stored (a Plan as JSON, kept with the run): the rest
-baseline    what the planner is measured against: first fit (baseline), kube-scheduler's
-            default scores (kubesched), Slurm-style EASY backfill (backfill); eventsim
+choose      variant choice for the local runner; local: the plan for this machine;
+            gpuspec: a node type's GPUs (vendor, sharing, MIG layout, speed table)
+validate    check_plan: a plan keeps capacity, GPUs and precedence
+simulator   the discrete-event simulator; cost, gangs, gpupick, profile, images,
+            steer, stored (a Plan as JSON, kept with the run): the rest
 
 Names are loaded on first use (as in ``hetflow.execute``), so ``hetflow run`` does not pay
 for the cluster files, the virtual-cluster search or CP-SAT when it plans for one machine.
@@ -37,24 +41,25 @@ from hetflow.lazy import lazy_names
 if TYPE_CHECKING:
     from hetflow.plan.build import DEFAULT_ESTIMATE, build_instance
     from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser, can_run_here, feasibility_problems
-    from hetflow.plan.cluster import Cluster, load_catalog, load_cluster
-    from hetflow.plan.compiled import timeslice_runtime
     from hetflow.plan.cost import gpu_amount
-    from hetflow.plan.exact import plan_exact
     from hetflow.plan.explanation import explain
     from hetflow.plan.filters import Capacity, check, first_class_rejection, vendor_ok
     from hetflow.plan.gpuspec import GPU_SPEEDS, GpuSpec
-    from hetflow.plan.heuristic import plan_heuristic
     from hetflow.plan.images import Resolver, class_node, image_check
     from hetflow.plan.instance import GpuKind, Instance, MachineClass, Placement, Plan
     from hetflow.plan.local import plan_local
     from hetflow.plan.profile import SharedSample, learn, learn_slowdown, profile_for, with_slowdown
-    from hetflow.plan.rightsize import OVER_ASK, Suggestion, UsageSample, suggest_sizes
+    from hetflow.plan.search.compiled import timeslice_runtime
+    from hetflow.plan.search.exact import plan_exact
+    from hetflow.plan.search.heuristic import plan_heuristic
+    from hetflow.plan.sharing.tenancy import Slot, Tenant, admits
     from hetflow.plan.simulator import simulate
+    from hetflow.plan.sizing.cluster import Cluster, load_catalog, load_cluster
+    from hetflow.plan.sizing.clusterpoint import ClusterPoint
+    from hetflow.plan.sizing.rightsize import OVER_ASK, Suggestion, UsageSample, suggest_sizes
+    from hetflow.plan.sizing.virtual import plan_virtual_cluster
     from hetflow.plan.steer import Steer, parse_steer, steer_workflow
     from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
-    from hetflow.plan.tenancy import Slot, Tenant, admits
-    from hetflow.plan.virtual import ClusterPoint, plan_virtual_cluster
 
 _WHERE: dict[str, tuple[str, ...]] = {
     "build": (
@@ -71,14 +76,15 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "can_run_here",
         "feasibility_problems",
     ),
-    "cluster": (
+    "sizing.cluster": (
         "Cluster",
         "load_catalog",
         "load_cluster",
     ),
-    "compiled": ("timeslice_runtime",),
+    "sizing.clusterpoint": ("ClusterPoint",),
+    "search.compiled": ("timeslice_runtime",),
     "cost": ("gpu_amount",),
-    "exact": ("plan_exact",),
+    "search.exact": ("plan_exact",),
     "explanation": ("explain",),
     "filters": (
         "Capacity",
@@ -90,7 +96,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "GPU_SPEEDS",
         "GpuSpec",
     ),
-    "heuristic": ("plan_heuristic",),
+    "search.heuristic": ("plan_heuristic",),
     "images": (
         "Resolver",
         "SharedSample",
@@ -112,7 +118,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "profile_for",
         "with_slowdown",
     ),
-    "rightsize": (
+    "sizing.rightsize": (
         "OVER_ASK",
         "Suggestion",
         "UsageSample",
@@ -126,12 +132,12 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "plan_from_dict",
         "plan_to_dict",
     ),
-    "tenancy": (
+    "sharing.tenancy": (
         "Slot",
         "Tenant",
         "admits",
     ),
-    "virtual": ("ClusterPoint", "plan_virtual_cluster"),
+    "sizing.virtual": ("plan_virtual_cluster",),
 }
 __all__ = [
     "DEFAULT_ESTIMATE",

@@ -15,7 +15,7 @@ from hetflow.errors import Problem
 from hetflow.inventory import Gpu, Node
 from hetflow.plan.filters import Capacity, Status, check, qualifying_gpus, vendor_ok
 from hetflow.plan.gpupick import pick_gpus
-from hetflow.plan.tenancy import Slot, Tenant, mig_slot, share_slot
+from hetflow.plan.sharing.tenancy import Slot, Tenant, mig_slot, share_slot
 from hetflow.spec import LoadedWorkflow, Step, Variant
 
 
@@ -151,7 +151,7 @@ def fraction_now(
     step: Step, v: Variant, free: Capacity, node: Node, tenants: Sequence[Tenant]
 ) -> tuple[Status, Slot | None, str]:
     """For a share or MIG variant: whether it fits now (CPUs, memory and a tenancy of one
-    GPU, ``plan.tenancy``), the slot it takes and why that one."""
+    GPU, ``plan.sharing.tenancy``), the slot it takes and why that one."""
     r = v.gpu_request
     pool = qualifying_gpus(v, gpu_pool(v, node.gpus))
     if r.kind == "mig" and r.mig is not None:
@@ -174,7 +174,7 @@ def variant_order(step: Step) -> list[str]:
 class GreedyChooser:
     """Prefer a GPU variant whose GPUs are free now; fall back to a CPU variant.
 
-    ``tenants``: the live leases of this machine's GPUs (``plan.tenancy``), which a share
+    ``tenants``: the live leases of this machine's GPUs (``plan.sharing.tenancy``), which a share
     or MIG variant is placed among; whole GPUs come from ``free.gpus``."""
 
     def choose(self, step: Step, node: Node, free: Capacity, name: str = "", tenants: Sequence[Tenant] = ()) -> Choice:

@@ -3,7 +3,7 @@
 For one step: every (variant, node class) the filters rejected, with the filter's reason,
 then every feasible option that lost to the chosen one, with why it lost.  A ``gpu_share``
 step's other kind on the chosen class (a share when it took a whole GPU, or the reverse)
-is explained by finish times, load and slowdown (``plan.sharewhy``).
+is explained by finish times, load and slowdown (``plan.search.sharewhy``).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from hetflow.plan.instance import Instance, Plan
-from hetflow.plan.sharewhy import share_reason
+from hetflow.plan.search.sharewhy import share_reason
 
 _EPS = 1e-9
 

@@ -1,7 +1,7 @@
 """The planning problem as plain values: what the planner reads and what it returns.
 
 Built from a workflow, a cluster and the measured profile by ``plan.build``; solved by
-``plan.heuristic`` (list scheduling + local search) or ``plan.exact`` (CP-SAT).  Nothing
+``plan.search.heuristic`` (list scheduling + local search) or ``plan.search.exact`` (CP-SAT).  Nothing
 here does I/O, so ``plan(instance, seed) -> Plan`` is a pure function (STYLE.md habit 1).
 
 Machines of one node type are alike for placement, so options are computed per *class*

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 from hetflow.inventory import Node
 from hetflow.plan.build import build_instance
-from hetflow.plan.cluster import node_class
 from hetflow.plan.explanation import explain
-from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Plan
+from hetflow.plan.search.heuristic import plan_heuristic
+from hetflow.plan.sizing.cluster import node_class
 from hetflow.spec import Workflow
 
 LOCAL_BANDWIDTH = 1.25e9  # unused on one machine (no edge crosses machines), but must be > 0

@@ -16,7 +16,7 @@ could be closed (list-scheduling plans).
 
 Slices of GPUs are held as planned and enforced like cores: a shared tenant starts only
 when its GPU is not held whole, fewer than ``replicas`` tenants are on it, and the shares
-on it stay within the load it was planned at (MPS: within 1; ``plan.sharecheck``); a MIG
+on it stay within the load it was planned at (MPS: within 1; ``plan.sharing.sharecheck``); a MIG
 step only when its instance is free.  A time-sliced tenant's run time is its planned one
 (the solo time slowed by the load it was planned at), times its noise factor.
 """
@@ -30,10 +30,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hetflow.plan.capacity import Machine
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import gang_runtime, machine_shares
-from hetflow.plan.instance import Instance, MachineClass, Placement, Plan, placed_option
-from hetflow.plan.sharecheck import planned_load
+from hetflow.plan.instance import Instance, Placement, Plan, placed_option
+from hetflow.plan.sharing.sharecheck import planned_load
 from hetflow.spec import format_duration
 
 _EPS = 1e-9
@@ -140,59 +141,147 @@ def _estimate(instance: Instance, p: Placement) -> float:
 
 
 @dataclass
-class _Machine:
-    cls: MachineClass
+class _Queue:
+    """One machine of the simulation: its capacity now and its steps in planned start order."""
+
+    machine: Machine
     queue: list[str]  # task names in planned start order
     next: int = 0
-    cores: float = 0.0
-    memory: int = 0
-    gpus: set[int] = field(default_factory=set)
-    running: int = 0
     wake: float = -1.0  # the wake-up already queued for the head's data, to queue it once
-    tenants: dict[int, list[tuple[str, float, float]]] = field(default_factory=dict)  # GPU -> (task, share, level)
-    migs: set[tuple[int, int]] = field(default_factory=set)  # MIG instances held
-    levels: dict[str, float] = field(default_factory=dict)  # a tenant's planned load
+    levels: dict[str, float] = field(default_factory=dict)  # a shared tenant's planned load
 
-    def fits(self, p: Placement, exclusive: bool) -> bool:
-        if exclusive:
-            return self.running == 0
-        if p.cores > self.cores + _EPS or p.memory > self.memory:
-            return False
-        if p.mig_device is not None:
-            return (p.gpus[0], p.mig_device) not in self.migs
-        if p.share > 0:
-            g = p.gpus[0]
-            here = self.tenants.get(g, [])
-            load = p.share + sum(sh for _, sh, _ in here)
-            level = self.levels.get(p.task, 1.0)
-            return (
-                g in self.gpus
-                and len(here) < self.cls.gpu_sharing.replicas
-                and load <= level + 1e-9
-                and all(load <= lv + 1e-9 for _, _, lv in here)
+    def demand(self, p: Placement, one_task: bool) -> tuple[float, int, float]:
+        """(cores, memory, planned load) that ``p`` holds here (one core in the one-task model)."""
+        level = self.levels.get(p.task, 1.0)
+        return (1.0, 0, level) if one_task else (p.cores, p.memory, level)
+
+    def fits(self, p: Placement, one_task: bool) -> bool:
+        return self.machine.admits(p, *self.demand(p, one_task))
+
+    def take(self, p: Placement, sign: int, one_task: bool) -> None:
+        self.machine.hold(p, *self.demand(p, one_task), sign)
+
+
+def _queues(
+    instance: Instance, planned: Mapping[str, Placement], order: Mapping[str, int]
+) -> tuple[dict[str, _Queue], dict[str, dict[str, Placement]]]:
+    """Every machine the plan uses with its steps in planned start order, and what each step
+    holds on each machine: one share for a container, one per machine for a gang, which is
+    queued on every machine it uses and starts on all of them at once."""
+    machines: dict[str, _Queue] = {}
+    shares: dict[str, dict[str, Placement]] = {}
+    for name in sorted(order, key=lambda n: (planned[n].start, order[n])):
+        p = planned[name]
+        shares[name] = {sh.machine: sh for sh in machine_shares(p)}
+        for mid in shares[name]:
+            if mid not in machines:
+                cls = instance.machine_class(p.machine_class)
+                if mid not in cls.machine_ids():
+                    raise ValueError(f"plan puts {name!r} on {mid!r}, which class {cls.name!r} does not have")
+                machines[mid] = _Queue(Machine.idle(len(machines), mid, cls, instance.one_task_per_machine), [])
+            machines[mid].queue.append(name)
+            o = placed_option(instance.task(p.task).options, p)
+            if p.share > 0 and o is not None:
+                machines[mid].levels[name] = planned_load(p, o, machines[mid].machine.cls)
+    return machines, shares
+
+
+class _Replay:
+    """One replay of a plan (``simulate``): the machines' queues, the pending events (a
+    step's finish, or a wake-up when a head's data arrive) and the clock."""
+
+    def __init__(self, instance: Instance, planned: Mapping[str, Placement], runtime: Mapping[str, float]) -> None:
+        self.instance, self.planned, self.runtime = instance, planned, runtime
+        self.order = {t.name: i for i, t in enumerate(instance.tasks)}
+        self.machines, self.shares = _queues(instance, planned, self.order)
+        self.parents: dict[str, list[tuple[str, float]]] = {name: [] for name in self.order}
+        for e in instance.edges:
+            self.parents[e.child].append((e.parent, e.bytes))
+        self.done: dict[str, Placement] = {}
+        self.started: dict[str, float] = {}
+        self.events: list[tuple[float, int, str]] = []  # (time, seq, finishing task or "" for a wake-up)
+        self.seq = 0
+        self.now = 0.0
+        self.exclusive = instance.one_task_per_machine
+
+    def arrival(self, name: str) -> float | None:
+        """When the last input of ``name`` is on its machine; None while a parent runs."""
+        t = 0.0
+        for parent, nbytes in self.parents[name]:
+            if parent not in self.done:
+                return None
+            got = self.done[parent]
+            comm = 0.0 if got.machine == self.planned[name].machine else nbytes / self.instance.bandwidth
+            t = max(t, got.finish + comm)
+        return t
+
+    def gang_ready(self, name: str, mid: str) -> bool:
+        """A gang at the head of ``mid``'s queue starts only when it heads every queue it is
+        in and fits on every machine: all replicas at once (nothing held while waiting)."""
+        for other, share in self.shares[name].items():
+            if other == mid:
+                continue
+            om = self.machines[other]
+            if om.next >= len(om.queue) or om.queue[om.next] != name or not om.fits(share, self.exclusive):
+                return False
+        return True
+
+    def start_heads(self, mid: str) -> bool:
+        """Start, at ``now``, the steps at the head of ``mid``'s queue that can; True if any did."""
+        m = self.machines[mid]
+        any_started = False
+        while m.next < len(m.queue):
+            name = m.queue[m.next]
+            p = self.shares[name][mid]
+            ready = self.arrival(name)
+            if ready is None or not m.fits(p, self.exclusive):
+                break
+            gang = len(self.shares[name]) > 1
+            if gang and not self.gang_ready(name, mid):
+                break
+            if ready > self.now + _EPS:
+                if m.wake != ready:
+                    m.wake = ready
+                    self.seq += 1
+                    heapq.heappush(self.events, (ready, self.seq, ""))
+                break
+            for other, share in self.shares[name].items():
+                self.machines[other].take(share, +1, self.exclusive)
+                self.machines[other].next += 1
+            self.started[name] = self.now
+            self.seq += 1
+            heapq.heappush(self.events, (self.now + self.runtime[name], self.seq, name))
+            any_started = True
+        return any_started
+
+    def run(self) -> dict[str, Placement]:
+        """Every step as it ran, in the instance's order; ValueError when some never start."""
+        events = self.events
+        while True:
+            # Sweep until nothing more starts now: a gang that starts on a later machine of the
+            # sweep may uncover, on an earlier one, a step that was queued behind it.
+            progress = True
+            while progress:
+                progress = False
+                for mid in sorted(self.machines):
+                    progress |= self.start_heads(mid)
+            if not events:
+                break
+            self.now = events[0][0]
+            while events and events[0][0] <= self.now + _EPS:
+                _, _, name = heapq.heappop(events)
+                if name:
+                    p = self.planned[name]
+                    self.done[name] = dataclasses.replace(p, start=self.started[name], finish=self.now)
+                    for other, share in self.shares[name].items():
+                        self.machines[other].take(share, -1, self.exclusive)
+        if len(self.done) < len(self.order):
+            stuck = sorted(set(self.order) - set(self.done), key=self.order.__getitem__)
+            raise ValueError(
+                f"the plan cannot run in its own order: {', '.join(stuck[:5])} never start "
+                "(a step is planned to start before its parent on the same machine)"
             )
-        return all(g in self.gpus and not self.tenants.get(g) for g in p.gpus)
-
-    def take(self, p: Placement, sign: int) -> None:
-        self.cores -= sign * p.cores
-        self.memory -= sign * p.memory
-        self.running += sign
-        if p.mig_device is not None:
-            if sign > 0:
-                self.migs.add((p.gpus[0], p.mig_device))
-            else:
-                self.migs.discard((p.gpus[0], p.mig_device))
-        elif p.share > 0:
-            here = self.tenants.setdefault(p.gpus[0], [])
-            item = (p.task, p.share, self.levels.get(p.task, 1.0))
-            if sign > 0:
-                here.append(item)
-            else:
-                here.remove(item)
-        elif sign > 0:
-            self.gpus.difference_update(p.gpus)
-        else:
-            self.gpus.update(p.gpus)
+        return {name: self.done[name] for name in self.order}
 
 
 def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 0) -> SimulationResult:
@@ -207,116 +296,9 @@ def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 
     if missing:
         raise ValueError(f"the plan places no {', '.join(missing[:5])}; simulate a complete plan")
     factors = _runtime_factors(instance, noise, seed)
-    order = {t.name: i for i, t in enumerate(instance.tasks)}
     planned = plan.placements
-    runtime = {name: _estimate(instance, planned[name]) * factors[name] for name in order}
-
-    machines: dict[str, _Machine] = {}
-    # What each step holds on each machine: one share for a container, one per machine for a
-    # gang, which is queued on every machine it uses and starts on all of them at once.
-    shares: dict[str, dict[str, Placement]] = {}
-    for name in sorted(order, key=lambda n: (planned[n].start, order[n])):
-        p = planned[name]
-        shares[name] = {sh.machine: sh for sh in machine_shares(p)}
-        for mid in shares[name]:
-            if mid not in machines:
-                cls = instance.machine_class(p.machine_class)
-                if mid not in cls.machine_ids():
-                    raise ValueError(f"plan puts {name!r} on {mid!r}, which class {cls.name!r} does not have")
-                machines[mid] = _Machine(cls, [], cores=float(cls.cores), memory=cls.memory, gpus=set(range(cls.gpus)))
-            machines[mid].queue.append(name)
-            o = placed_option(instance.task(p.task).options, p)
-            if p.share > 0 and o is not None:
-                machines[mid].levels[name] = planned_load(p, o, machines[mid].cls)
-
-    parents: dict[str, list[tuple[str, float]]] = {name: [] for name in order}
-    for e in instance.edges:
-        parents[e.child].append((e.parent, e.bytes))
-
-    done: dict[str, Placement] = {}
-    events: list[tuple[float, int, str]] = []  # (time, seq, finishing task or "" for a wake-up)
-    seq = 0
-    now = 0.0
-    exclusive = instance.one_task_per_machine
-
-    def arrival(name: str) -> float | None:
-        """When the last input of ``name`` is on its machine; None while a parent runs."""
-        t = 0.0
-        for parent, nbytes in parents[name]:
-            if parent not in done:
-                return None
-            comm = 0.0 if done[parent].machine == planned[name].machine else nbytes / instance.bandwidth
-            t = max(t, done[parent].finish + comm)
-        return t
-
-    def gang_ready(name: str, mid: str) -> bool:
-        """A gang at the head of ``mid``'s queue starts only when it heads every queue it is
-        in and fits on every machine: all replicas at once (nothing held while waiting)."""
-        for other, share in shares[name].items():
-            if other == mid:
-                continue
-            om = machines[other]
-            if om.next >= len(om.queue) or om.queue[om.next] != name or not om.fits(share, exclusive):
-                return False
-        return True
-
-    started: dict[str, float] = {}
-
-    def start_heads(mid: str) -> bool:
-        """Start, at ``now``, the steps at the head of ``mid``'s queue that can; True if any did."""
-        nonlocal seq
-        m = machines[mid]
-        any_started = False
-        while m.next < len(m.queue):
-            name = m.queue[m.next]
-            p = shares[name][mid]
-            ready = arrival(name)
-            if ready is None or not m.fits(p, exclusive):
-                break
-            gang = len(shares[name]) > 1
-            if gang and not gang_ready(name, mid):
-                break
-            if ready > now + _EPS:
-                if m.wake != ready:
-                    m.wake = ready
-                    seq += 1
-                    heapq.heappush(events, (ready, seq, ""))
-                break
-            for other, share in shares[name].items():
-                machines[other].take(share, +1)
-                machines[other].next += 1
-            started[name] = now
-            seq += 1
-            heapq.heappush(events, (now + runtime[name], seq, name))
-            any_started = True
-        return any_started
-
-    while True:
-        # Sweep until nothing more starts now: a gang that starts on a later machine of the
-        # sweep may uncover, on an earlier one, a step that was queued behind it.
-        progress = True
-        while progress:
-            progress = False
-            for mid in sorted(machines):
-                progress |= start_heads(mid)
-        if not events:
-            break
-        now = events[0][0]
-        while events and events[0][0] <= now + _EPS:
-            _, _, name = heapq.heappop(events)
-            if name:
-                p = planned[name]
-                done[name] = dataclasses.replace(p, start=started[name], finish=now)
-                for other, share in shares[name].items():
-                    machines[other].take(share, -1)
-
-    if len(done) < len(order):
-        stuck = sorted(set(order) - set(done), key=order.__getitem__)
-        raise ValueError(
-            f"the plan cannot run in its own order: {', '.join(stuck[:5])} never start "
-            "(a step is planned to start before its parent on the same machine)"
-        )
-    placements = {name: done[name] for name in order}
+    runtime = {t.name: _estimate(instance, planned[t.name]) * factors[t.name] for t in instance.tasks}
+    placements = _Replay(instance, planned, runtime).run()
     makespan = max((p.finish for p in placements.values()), default=0.0)
     cost = plan_cost(instance, placements)
     simulated = Plan(

@@ -17,10 +17,11 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from hetflow.plan.capacity import fits
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import gang_runtime, machine_shares
 from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task, placed_option
-from hetflow.plan.sharecheck import check_slices, runtime_problem
+from hetflow.plan.sharing.sharecheck import check_slices, runtime_problem
 
 _REL = 1e-9
 
@@ -225,7 +226,7 @@ def _check_capacity(machine: str, cls: MachineClass, items: list[Placement], pro
             del active[p.task]
             continue
         over = []
-        if cores > cls.cores + 1e-9:
+        if not fits(cores, 0, cls.cores, 0):
             over.append(f"{cores:g} of {cls.cores} cores")
         if memory > cls.memory:
             over.append(f"{memory} of {cls.memory} bytes of memory")

@@ -38,14 +38,14 @@ from __future__ import annotations
 import heapq
 import random
 
-from hetflow.errors import NoFitError
-from hetflow.plan.eventsim import Dag, Node, demand, finish_plan, nodes_of, preference
-from hetflow.plan.instance import Instance, Option, Placement, Plan
+from hetflow.plan.baselines.eventsim import EventLoop, demand, finish_plan, preference
+from hetflow.plan.capacity import Machine
+from hetflow.plan.instance import Instance, Option, Plan
 
 MAX_NODE_SCORE = 100
 
 
-def least_allocated(node: Node, cores: float, memory: int) -> int:
+def least_allocated(node: Machine, cores: float, memory: int) -> int:
     """NodeResourcesFit's LeastAllocated score of ``node`` for a pod asking for ``cores``
     and ``memory``: cpu in millicores, memory in bytes, integer arithmetic, as Go does."""
     total = 0
@@ -58,7 +58,7 @@ def least_allocated(node: Node, cores: float, memory: int) -> int:
     return total // 2
 
 
-def balanced_allocation(node: Node, cores: float, memory: int) -> int:
+def balanced_allocation(node: Machine, cores: float, memory: int) -> int:
     """NodeResourcesBalancedAllocation's score: ``(1 - std) * 100`` of the requested fractions."""
     fractions = []
     for cap, used in (
@@ -78,32 +78,25 @@ def _milli(cores: float) -> int:
 def kube_scheduler(instance: Instance, seed: int = 0) -> Plan:
     """kube-scheduler's default filter and scores, pods bound in queue order (module docstring)."""
     rng = random.Random(seed)
-    nodes = nodes_of(instance)
-    by_class: dict[str, list[Node]] = {}
-    for node in nodes:
-        by_class.setdefault(node.cls.name, []).append(node)
-    dag = Dag(instance)
+    loop = EventLoop(instance)
+    order = loop.dag.order
     variants: dict[str, list[list[Option]]] = {}
     shapes: dict[str, tuple[object, ...]] = {}
     for t in instance.tasks:
         variants[t.name] = [[o for o in t.options if o.variant == v] for v in preference(t.options)]
         shapes[t.name] = tuple((o.variant, o.machine_class, demand(instance, o)) for o in t.options)
 
-    queue: list[tuple[float, int, str]] = [(0.0, dag.order[n], n) for n in dag.sources()]
+    queue: list[tuple[float, int, str]] = [(0.0, order[n], n) for n in loop.dag.sources()]
     heapq.heapify(queue)
     unschedulable: list[tuple[float, int, str]] = []
-    placements: dict[str, Placement] = {}
-    held: dict[str, tuple[Node, tuple[float, int], tuple[int, ...]]] = {}
-    running: list[tuple[float, int, str]] = []
-    now = 0.0
 
     def cycle(name: str) -> bool:
         """One scheduling cycle: filter, score, bind; False when no node passes the filter."""
         for options in variants[name]:
-            scored: list[tuple[int, Node, Option]] = []
+            scored: list[tuple[int, Machine, Option]] = []
             for o in options:
                 cores, memory, gpus = demand(instance, o)
-                for node in by_class.get(o.machine_class, ()):
+                for node in loop.by_class.get(o.machine_class, ()):
                     if node.fits(cores, memory, gpus):
                         score = least_allocated(node, cores, memory) + balanced_allocation(node, cores, memory)
                         scored.append((score, node, o))
@@ -111,38 +104,31 @@ def kube_scheduler(instance: Instance, seed: int = 0) -> Plan:
                 continue
             top = max(s for s, _, _ in scored)
             _, node, o = rng.choice([x for x in scored if x[0] == top])
-            cores, memory, gpus = demand(instance, o)
-            taken = node.take(cores, memory, gpus)
-            start = dag.data_ready(name, node.id, now, placements)
-            finish = start + o.runtime
-            placements[name] = Placement(
-                name, o.variant, node.id, node.cls.name, start, finish, o.cores, o.memory, taken
-            )
-            held[name] = (node, (cores, memory), taken)
-            heapq.heappush(running, (finish, dag.order[name], name))
+            loop.start(name, node, o)
             return True
         return False
 
-    while len(placements) < len(instance.tasks):
+    def schedule() -> None:
         failed: set[tuple[object, ...]] = set()  # nothing frees up within a cycle run
         while queue:
             item = heapq.heappop(queue)
             if shapes[item[2]] in failed or not cycle(item[2]):
                 failed.add(shapes[item[2]])
                 unschedulable.append(item)
-        if not running:
-            stuck = sorted(n for _, _, n in unschedulable)
-            raise NoFitError(f"steps {', '.join(stuck[:5])} fit no node even when the cluster is idle")
-        now = running[0][0]
-        while running and running[0][0] <= now:
-            _, _, name = heapq.heappop(running)
-            node, (cores, memory), taken = held.pop(name)
-            node.give_back(cores, memory, taken)
-            for child in dag.finished(name):
-                heapq.heappush(queue, (now, dag.order[child], child))
-        for item in unschedulable:  # a pod finished: MoveAllToActiveOrBackoffQueue
+
+    def release(child: str) -> None:
+        heapq.heappush(queue, (loop.now, order[child], child))
+
+    def retry() -> None:  # a pod finished: MoveAllToActiveOrBackoffQueue
+        for item in unschedulable:
             heapq.heappush(queue, item)
-        unschedulable = []
+        unschedulable.clear()
+
+    def stuck() -> str:
+        names = sorted(n for _, _, n in unschedulable)
+        return f"steps {', '.join(names[:5])} fit no node even when the cluster is idle"
+
+    placements = loop.run(schedule, release, stuck, after=retry)
     return finish_plan(
         instance,
         placements,

@@ -18,13 +18,14 @@ A whole holder excludes tenants and tenants exclude a whole holder.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetflow.inventory import Gpu, GpuSharing, MigDevice
+from hetflow.plan.capacity import REPLICAS, sharing_refusal
 
 WHOLE, TIME_SLICING, MPS, MIG = "whole", "time-slicing", "mps", "mig"
-EPS = 1e-9
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,12 @@ def admits(claim: Tenant, others: Sequence[Tenant], sharing: GpuSharing) -> str 
     if any(t.mode != claim.mode for t in mine):
         held = sorted({t.mode for t in mine if t.mode != claim.mode})
         return f"GPU {claim.gpu_uuid} is held by {', '.join(held)} tenants"
-    if len(mine) >= sharing.replicas:
+    # a live time-sliced lease is not planned at a load (only its count binds); an MPS client is at 1
+    used = sum(t.share for t in mine)
+    why = sharing_refusal(len(mine) + 1, used + claim.share, 1.0 if claim.mode == MPS else math.inf, sharing.replicas)
+    if why == REPLICAS:
         return f"GPU {claim.gpu_uuid} has {len(mine)} of {sharing.replicas} {claim.mode} tenants"
-    if claim.mode == MPS and sum(t.share for t in mine) + claim.share > 1 + EPS:
-        used = sum(t.share for t in mine)
+    if why is not None:
         return f"GPU {claim.gpu_uuid} has {used:g} of its MPS share taken; {claim.share:g} more does not fit"
     return None
 

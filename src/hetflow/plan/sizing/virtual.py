@@ -24,7 +24,7 @@ few that size the common denominator):
    fastest within the budget, else the knee of the frontier.
 
 The saving is quoted at one deadline (the given one, else the chosen point's makespan)
-against two anchors that ``plan.anchors`` searches with the same planner: the cheapest
+against two anchors that ``plan.sizing.anchors`` searches with the same planner: the cheapest
 cluster of a single type, and the cheapest mix of two types, that meet it.  Their points
 join the search's, so the cluster recommended is the cheapest of all that meet the
 deadline: when an anchor search finds it, the saving against that anchor is 0 and the
@@ -40,13 +40,15 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from hetflow.plan.anchors import EPS, Anchors, search_anchors
 from hetflow.plan.build import build_instance
-from hetflow.plan.heuristic import plan_heuristic
 from hetflow.plan.instance import Instance, MachineClass, Plan
-from hetflow.spec import Workflow, format_duration
+from hetflow.plan.search.heuristic import plan_heuristic
+from hetflow.plan.sizing.anchors import EPS, Anchors, search_anchors
+from hetflow.plan.sizing.clusterpoint import ClusterPoint
+from hetflow.plan.sizing.pareto import choose, focus, pareto
+from hetflow.plan.sizing.results import AnchoredComparison, Comparison, VirtualClusterResult, price
+from hetflow.spec import Workflow
 
 Planner = Callable[[Instance], Plan]
 Counts = tuple[int, ...]  # one count per catalog type, in catalog order
@@ -57,189 +59,6 @@ MIN_GAIN = 0.01  # a growth move must cut the makespan by at least this fraction
 # alike, and 40-odd of them for a 1,700-step trace must take seconds, not minutes; plan the
 # chosen cluster again with the full planner to run it.
 SEARCH_EFFORT = 4
-
-
-@dataclass(frozen=True)
-class ClusterPoint:
-    """One candidate cluster, planned: ``counts`` lists the types it rents (count > 0)."""
-
-    counts: tuple[tuple[str, int], ...]
-    makespan: float  # seconds
-    cost: float  # dollars: every node rented for the whole makespan
-    rate: float  # dollars per hour while it runs
-    plan: Plan = field(repr=False, compare=False)
-
-    def count(self, name: str) -> int:
-        return dict(self.counts).get(name, 0)
-
-    def classes(self, catalog: Sequence[MachineClass]) -> tuple[MachineClass, ...]:
-        """The catalog's types at this point's counts (types not rented left out): the
-        cluster to build an instance for and plan with full effort before running."""
-        return tuple(dataclasses.replace(c, count=self.count(c.name)) for c in catalog if self.count(c.name))
-
-    def describe(self) -> str:
-        nodes = " + ".join(f"{n} x {t}" for t, n in self.counts)
-        return f"{nodes}: {format_duration(self.makespan)}, ${self.cost:,.2f}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {"counts": dict(self.counts), "makespan": self.makespan, "cost": self.cost, "rate": self.rate}
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """The strawman: the chosen kind of cluster against the common denominator (every node
-    the one type that runs every step) at one deadline, which is the common denominator's
-    own fastest makespan when it cannot meet the one asked for."""
-
-    deadline: float  # seconds: the deadline both meet
-    common: ClusterPoint
-    virtual: ClusterPoint  # the cheapest evaluated cluster meeting ``deadline``
-    saving: float  # 1 - virtual.cost / common.cost (0.3 = 30% cheaper)
-
-
-@dataclass(frozen=True)
-class AnchoredComparison:
-    """The headline: the cheapest cluster found against the cheapest single type and the
-    cheapest two-type mix, all three meeting one deadline (module docstring)."""
-
-    deadline: float  # seconds
-    deadline_rule: str  # where the deadline comes from, for people
-    virtual: ClusterPoint | None  # the cheapest cluster planned that meets ``deadline``
-    found_by: str  # which search found ``virtual``: "the virtual search", "the one-type search", ...
-    own: ClusterPoint | None  # the virtual search's own cheapest meeting it, before the anchors
-    anchors: Anchors
-
-    @property
-    def single(self) -> ClusterPoint | None:
-        return self.anchors.single
-
-    @property
-    def pair(self) -> ClusterPoint | None:
-        return self.anchors.pair
-
-    @property
-    def saving_vs_single(self) -> float | None:
-        return _saving(self.virtual, self.single)
-
-    @property
-    def saving_vs_pair(self) -> float | None:
-        return _saving(self.virtual, self.pair)
-
-    def lines(self) -> list[str]:
-        out = [f"at a deadline of {format_duration(self.deadline)} ({self.deadline_rule}):"]
-        if self.virtual is None:
-            return [*out, "  no cluster found meets it: nothing to compare"]
-        for label, p in (("cheapest single type meeting it", self.single), ("best two-type mix", self.pair)):
-            out.append(f"  {label}: {p.describe() if p is not None else 'none found'}")
-        out.append(f"  cheapest cluster found: {self.virtual.describe()} (by {self.found_by})")
-        s1, s2 = self.saving_vs_single, self.saving_vs_pair
-        if s1 is not None and s2 is not None:
-            out.append(f"  the virtual cluster costs {s1:.0%} less than the first and {s2:.0%} less than the second")
-        elif s1 is not None:
-            out.append(f"  the virtual cluster costs {s1:.0%} less than the cheapest single type")
-        if len(self.virtual.counts) <= 2:
-            kind = "a single type" if len(self.virtual.counts) == 1 else "a two-type mix"
-            out.append(f"  the cheapest cluster found is itself {kind}: the mix search adds nothing here")
-        if self.own is not None and _price(self.own) > _price(self.virtual):
-            out.append(
-                f"  the virtual search alone found {self.own.describe()}; {self.found_by} found one "
-                f"{_saving(self.virtual, self.own):.0%} cheaper, and it is the one recommended"
-            )
-        if self.anchors.capped:
-            out.append(
-                "  the anchor search ran out of plannings: an anchor may be dearer than the best, the saving too high"
-            )
-        return out
-
-    def to_json(self) -> dict[str, Any]:
-        a = self.anchors
-        return {
-            "deadline": self.deadline,
-            "deadline_rule": self.deadline_rule,
-            "virtual": _point_json(self.virtual),
-            "found_by": self.found_by,
-            "virtual_search_own": _point_json(self.own),
-            "best_single": _point_json(self.single),
-            "best_pair": _point_json(self.pair),
-            "saving_vs_single": self.saving_vs_single,
-            "saving_vs_pair": self.saving_vs_pair,
-            "singles": [c.to_json() for c in a.singles],
-            "pairs": [c.to_json() for c in a.pairs],
-            "anchor_plannings": a.plannings,
-            "anchor_search_capped": a.capped,
-        }
-
-
-def _saving(virtual: ClusterPoint | None, anchor: ClusterPoint | None) -> float | None:
-    """1 - virtual / anchor in cost (0.3: 30% cheaper); None when either is missing."""
-    if virtual is None or anchor is None or anchor.cost <= 0:
-        return None
-    return 1.0 - virtual.cost / anchor.cost
-
-
-def _price(p: ClusterPoint) -> tuple[float, float]:
-    return (p.cost, p.makespan)
-
-
-def _point_json(p: ClusterPoint | None) -> dict[str, Any] | None:
-    return p.to_json() if p is not None else None
-
-
-@dataclass(frozen=True)
-class VirtualClusterResult:
-    frontier: tuple[ClusterPoint, ...]  # non-dominated, by makespan ascending (cost descending)
-    chosen: ClusterPoint | None  # None when no cluster found meets the deadline or budget
-    rule: str  # how ``chosen`` was picked, or why nothing was
-    common_type: str | None  # the one type that can run every step (None if no type can)
-    common: ClusterPoint | None  # that type, sized for the deadline (see Comparison)
-    comparison: AnchoredComparison | None  # the headline: against the searched anchors
-    strawman: Comparison | None  # against the common denominator; flatters (issue 14)
-    evaluated: int  # clusters planned
-    notes: tuple[str, ...] = ()
-    points: tuple[ClusterPoint, ...] = field(default=(), repr=False)  # every cluster planned, in order
-
-    def to_json(self) -> dict[str, Any]:
-        c = self.strawman
-        return {
-            "frontier": [p.to_json() for p in self.frontier],
-            "chosen": self.chosen.to_json() if self.chosen else None,
-            "rule": self.rule,
-            "comparison": self.comparison.to_json() if self.comparison is not None else None,
-            "common_type": self.common_type,
-            "common": self.common.to_json() if self.common else None,
-            "strawman": None
-            if c is None
-            else {
-                "what": "every node the common-denominator type: flatters the saving",
-                "deadline": c.deadline,
-                "common": c.common.to_json(),
-                "virtual": c.virtual.to_json(),
-                "saving": c.saving,
-            },
-            "evaluated": self.evaluated,
-            "notes": list(self.notes),
-        }
-
-    def render(self) -> str:
-        """The frontier (the chosen point marked), the rule, and the comparison, for people."""
-        lines = ["clusters on the frontier (renting every node for the whole run):"]
-        lines += [f"  {'*' if p == self.chosen else ' '} {p.describe()}" for p in self.frontier]
-        lines.append(f"chosen: {self.chosen.describe()} ({self.rule})" if self.chosen else f"none chosen: {self.rule}")
-        if self.comparison is not None:
-            lines += self.comparison.lines()
-        c = self.strawman
-        if c is not None:
-            lines.append(
-                f"strawman, the common denominator ({self.common_type} only), at a deadline of "
-                f"{format_duration(c.deadline)}: {c.common.describe()}; the cheapest cluster meeting it "
-                f"{c.virtual.describe()} costs {c.saving:.0%} less (this saving flatters: it prices the "
-                "type that runs every step, not the cheapest that meets the deadline)"
-            )
-        lines += [f"note: {n}" for n in self.notes]
-        return "\n".join(lines)
-
-
-# --- the search space -----------------------------------------------------------------------
 
 
 def default_evaluations(instance: Instance) -> int:
@@ -398,83 +217,6 @@ class _Search:
                         self.evaluate(_with(counts, i, m))
 
 
-# --- choosing ----------------------------------------------------------------------------------
-
-
-def pareto(points: Sequence[ClusterPoint]) -> tuple[ClusterPoint, ...]:
-    """The non-dominated points by makespan ascending; of equal points the first is kept."""
-    out: list[ClusterPoint] = []
-    for p in sorted(points, key=lambda p: (p.makespan, p.cost)):
-        if not out or p.cost < out[-1].cost - 1e-12:  # cheaper than every faster point
-            out.append(p)
-    return tuple(out)
-
-
-def _knee_distance(frontier: Sequence[ClusterPoint], p: ClusterPoint) -> float:
-    m0, m1 = frontier[0].makespan, frontier[-1].makespan
-    c0, c1 = frontier[-1].cost, frontier[0].cost
-    dm = (p.makespan - m0) / (m1 - m0) if m1 > m0 else 0.0
-    dc = (p.cost - c0) / (c1 - c0) if c1 > c0 else 0.0
-    return math.hypot(dm, dc)
-
-
-def knee(frontier: Sequence[ClusterPoint]) -> ClusterPoint:
-    """The frontier point closest to the ideal (fastest makespan, lowest cost), both axes
-    scaled to [0, 1] over the frontier."""
-    return min(frontier, key=lambda p: _knee_distance(frontier, p))
-
-
-def choose(
-    frontier: Sequence[ClusterPoint], deadline: float | None, budget: float | None
-) -> tuple[ClusterPoint | None, str]:
-    """The point the caller asked for, with the rule used, or None and why not."""
-    if not frontier:
-        return None, "no cluster could run the workflow"
-    if deadline is not None:
-        meet = [p for p in frontier if p.makespan <= deadline]
-        within = [p for p in meet if budget is None or p.cost <= budget]
-        if within:
-            best = min(within, key=lambda p: (p.cost, p.makespan))
-            return best, f"the cheapest cluster meeting the deadline of {format_duration(deadline)}"
-        if meet:
-            cheapest = min(meet, key=lambda p: p.cost)
-            return None, (
-                f"no cluster found meets the deadline of {format_duration(deadline)} within ${budget:,.2f}; "
-                f"the cheapest that meets it costs ${cheapest.cost:,.2f} ({cheapest.describe()})"
-            )
-        fastest = frontier[0]
-        return None, (
-            f"no cluster found meets the deadline of {format_duration(deadline)}; the fastest found takes "
-            f"{format_duration(fastest.makespan)} ({fastest.describe()}): relax the deadline or allow more nodes"
-        )
-    if budget is not None:
-        within = [p for p in frontier if p.cost <= budget]
-        if within:
-            return min(within, key=lambda p: (p.makespan, p.cost)), f"the fastest cluster within ${budget:,.2f}"
-        cheapest = frontier[-1]
-        return None, (
-            f"no cluster found costs at most ${budget:,.2f}; the cheapest found costs ${cheapest.cost:,.2f} "
-            f"({cheapest.describe()})"
-        )
-    return knee(frontier), "the knee of the frontier (no deadline or budget given)"
-
-
-def _focus(deadline: float | None, budget: float | None) -> Callable[[Sequence[ClusterPoint]], float]:
-    """Where on the frontier (an index into it, by makespan) the answer lies: between the
-    slowest point meeting the deadline and the next, between the last point over the
-    budget and the next, or at the knee."""
-
-    def at(frontier: Sequence[ClusterPoint]) -> float:
-        if deadline is not None:
-            return sum(1 for p in frontier if p.makespan <= deadline) - 0.5
-        if budget is not None:
-            return sum(1 for p in frontier if p.cost > budget) - 0.5
-        best = knee(frontier)
-        return float(next(i for i, p in enumerate(frontier) if p is best))
-
-    return at
-
-
 # --- the common denominator -------------------------------------------------------------------------
 
 
@@ -522,40 +264,22 @@ def _compare(frontier: Sequence[ClusterPoint], common: ClusterPoint, target: flo
 # --- entry points -----------------------------------------------------------------------------------
 
 
-def search_virtual_cluster(
+def _rounds(
+    search: _Search,
     instance: Instance,
-    planner: Planner,
-    *,
-    deadline: float | None = None,
-    budget: float | None = None,
-    max_per_type: int | None = None,
-    common_type: str | None = None,
-    max_evaluations: int | None = None,
-    anchor_evaluations: int | None = None,
-) -> VirtualClusterResult:
-    """The search on a planning instance whose classes are the catalog (``count`` = the
-    most rentable); ``planner`` plans one candidate for makespan.  Pure when the planner is.
-    ``anchor_evaluations`` bounds the anchor search (``plan.anchors``) at each deadline."""
-    if deadline is not None and deadline <= 0:
-        raise ValueError(f"deadline must be positive seconds, got {deadline}")
-    if budget is not None and budget < 0:
-        raise ValueError(f"budget must be non-negative dollars, got {budget}")
-    limits = tuple(min(c.count, max_per_type) if max_per_type is not None else c.count for c in instance.classes)
-    total = default_evaluations(instance) if max_evaluations is None else max_evaluations
-    search = _Search(instance, planner, limits, cap=2 * total // 3)
-    notes: list[str] = []
-    search.grow(_cover(instance, limits))
-    search.cap = total
-    search.explore(_focus(deadline, budget))
-    own = search.points()  # the virtual search's own clusters, before any anchor or sizing
-
+    limits: Counts,
+    name: str | None,
+    deadline: float | None,
+    budget: float | None,
+    anchor_evaluations: int | None,
+) -> tuple[tuple[ClusterPoint, ...], ClusterPoint | None, Anchors | None, float, str]:
+    """Size the common denominator ``name`` and search the anchors until the chosen point
+    stands (``search_virtual_cluster``): (frontier, common, anchors, the deadline compared
+    at, the rule that set it)."""
+    common: ClusterPoint | None = None
+    anchors: Anchors | None = None
     names = [c.name for c in instance.classes]
-    if common_type is not None and common_type not in names:
-        raise ValueError(f"common_type {common_type!r} is not a catalog type; the types are {', '.join(names)}")
-    name = common_type or common_denominator(instance)
-    if name is None:
-        notes.append("no single type can run every step, so there is no common-denominator cluster to compare with")
-    common, anchors = None, None
+    target, target_rule = 0.0, ""
     frontier = pareto(search.points())
     # Sizing the common denominator and searching the anchors plan clusters that join the
     # frontier and can move the chosen point (the knee above all), and so the deadline to
@@ -583,6 +307,45 @@ def search_virtual_cluster(
         frontier = pareto(search.points())
         if not last and choose(frontier, deadline, budget)[0] == chosen:
             break
+    return frontier, common, anchors, target, target_rule
+
+
+def search_virtual_cluster(
+    instance: Instance,
+    planner: Planner,
+    *,
+    deadline: float | None = None,
+    budget: float | None = None,
+    max_per_type: int | None = None,
+    common_type: str | None = None,
+    max_evaluations: int | None = None,
+    anchor_evaluations: int | None = None,
+) -> VirtualClusterResult:
+    """The search on a planning instance whose classes are the catalog (``count`` = the
+    most rentable); ``planner`` plans one candidate for makespan.  Pure when the planner is.
+    ``anchor_evaluations`` bounds the anchor search (``plan.sizing.anchors``) at each deadline."""
+    if deadline is not None and deadline <= 0:
+        raise ValueError(f"deadline must be positive seconds, got {deadline}")
+    if budget is not None and budget < 0:
+        raise ValueError(f"budget must be non-negative dollars, got {budget}")
+    limits = tuple(min(c.count, max_per_type) if max_per_type is not None else c.count for c in instance.classes)
+    total = default_evaluations(instance) if max_evaluations is None else max_evaluations
+    search = _Search(instance, planner, limits, cap=2 * total // 3)
+    notes: list[str] = []
+    search.grow(_cover(instance, limits))
+    search.cap = total
+    search.explore(focus(deadline, budget))
+    own = search.points()  # the virtual search's own clusters, before any anchor or sizing
+
+    names = [c.name for c in instance.classes]
+    if common_type is not None and common_type not in names:
+        raise ValueError(f"common_type {common_type!r} is not a catalog type; the types are {', '.join(names)}")
+    name = common_type or common_denominator(instance)
+    if name is None:
+        notes.append("no single type can run every step, so there is no common-denominator cluster to compare with")
+    frontier, common, anchors, target, target_rule = _rounds(
+        search, instance, limits, name, deadline, budget, anchor_evaluations
+    )
     chosen, rule = choose(frontier, deadline, budget)
     comparison = None
     if anchors is not None:
@@ -627,9 +390,9 @@ def _anchored(
 ) -> AnchoredComparison:
     """The cheapest of ``points`` meeting the anchors' deadline, against them."""
     d = anchors.deadline
-    virtual = min((p for p in points if p.makespan <= d + EPS), key=_price, default=None)
-    mine = min((p for p in own if p.makespan <= d + EPS), key=_price, default=None)
-    if virtual is None or (mine is not None and _price(mine) <= _price(virtual)):
+    virtual = min((p for p in points if p.makespan <= d + EPS), key=price, default=None)
+    mine = min((p for p in own if p.makespan <= d + EPS), key=price, default=None)
+    if virtual is None or (mine is not None and price(mine) <= price(virtual)):
         found_by = "the virtual search"
     elif len(virtual.counts) == 1:
         found_by = "the one-type search"

@@ -22,6 +22,7 @@ import itertools
 from collections import defaultdict
 from collections.abc import Mapping
 
+from hetflow.plan.capacity import REPLICAS, sharing_refusal
 from hetflow.plan.instance import MachineClass, Option, Placement
 
 _REL = 1e-9
@@ -114,16 +115,16 @@ def _check_gpu(
             continue
         why = ""
         load = sum(p.share for p in tenants)
+        refusal = sharing_refusal(len(tenants), load, min(level[p.task] for p in tenants), sharing.replicas)
         if whole:
             why = f"{whole[0].task!r} holds it whole"
-        elif len(tenants) > sharing.replicas:
+        elif refusal == REPLICAS:
             why = f"{len(tenants)} tenants, {sharing.describe()} allows {sharing.replicas}"
-        elif sharing.mode == "mps" and load > 1 + 1e-9:
+        elif refusal is not None and sharing.mode == "mps":
             why = f"MPS shares sum to {load:g} > 1"
-        else:
-            slowed = [p.task for p in tenants if load > level[p.task] + 1e-6]
-            if slowed:
-                why = f"load {load:g} slows {', '.join(map(repr, slowed))} beyond the load its run time was planned at"
+        elif refusal is not None:
+            slowed = [p.task for p in tenants if sharing_refusal(1, load, level[p.task], 1) is not None]
+            why = f"load {load:g} slows {', '.join(map(repr, slowed))} beyond the load its run time was planned at"
         if why:
             reported.add(names)
             problems.append(f"GPU {g} of {machine!r} at t={x:g} is over its sharing ({', '.join(names)}): {why}")

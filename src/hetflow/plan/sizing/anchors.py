@@ -34,16 +34,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import combinations
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import Any, TypeGuard
 
 from hetflow.plan.instance import Instance, MachineClass, Option
+from hetflow.plan.sizing.clusterpoint import ClusterPoint
 from hetflow.spec import format_duration
 
-if TYPE_CHECKING:  # virtual imports this module; the point type is only read here
-    from hetflow.plan.virtual import ClusterPoint
-
 Counts = tuple[int, ...]  # one count per catalog type, in catalog order
-Evaluate = Callable[[Counts], "ClusterPoint | None"]
+Evaluate = Callable[[Counts], ClusterPoint | None]
 
 EPS = 1e-9  # seconds: a makespan this close to the deadline meets it
 SWEEP_RATIO = 1.4  # successive sweep values of a pair's first type differ by about this factor
@@ -241,6 +239,49 @@ class _Anchor:
         others = counts[:index] + counts[index + 1 :]
         return [p for c, p in self.asked.items() if c[:index] + c[index + 1 :] == others and c[index] > 0]
 
+    def one(self, g: tuple[int, ...], b: _Bounds, best: float) -> tuple[ClusterPoint | None, str]:
+        """The cheapest cluster of the one type ``g`` meeting the deadline (``search_anchors``)."""
+        (i,) = g
+        zero = (0,) * len(self.limits)
+        return self.size(zero, i, _at_least(b.core_seconds, self.deadline, self.classes[i].cores), b, best)
+
+    def two(self, g: tuple[int, ...], b: _Bounds, best: float) -> tuple[ClusterPoint | None, str]:
+        """The cheapest cluster of the two types ``g`` meeting the deadline: one type's count
+        swept, the other sized for each (``search_anchors``)."""
+        limits, deadline, zero = self.limits, self.deadline, (0,) * len(self.limits)
+        s, o = sorted(g, key=lambda i: (limits[i], -i))  # sweep the type with the smaller limit
+        cs, co = self.classes[s], self.classes[o]
+        found: dict[int, ClusterPoint] = {}
+        tried: set[int] = set()
+        why = ""
+
+        def size_at(v: int) -> None:
+            nonlocal why, best
+            tried.add(v)
+            counts = (*zero[:s], v, *zero[s + 1 :])
+            lo = _at_least(b.core_seconds, deadline, co.cores, v * cs.cores)
+            near = [w for w in found if w < v]  # the other type's count at the nearest fewer: about enough
+            hint = _count(found[max(near)], co.name) if near else None
+            p, why = self.size(counts, o, lo, b, best, hint)
+            if p is not None:
+                found[v] = p
+                best = min(best, p.cost)
+
+        for v in _sweep(limits[s]):
+            size_at(v)
+        while found:  # halve the gaps either side of the best value, down to one node
+            centre = min(found, key=lambda v: _price(found[v]))
+            below = max((v for v in tried if v < centre), default=centre)
+            above = min((v for v in tried if v > centre), default=centre)
+            todo = [v for v in ((below + centre) // 2, (centre + above) // 2) if v not in tried]
+            if not todo:
+                break
+            for v in todo:
+                size_at(v)
+        if not found:
+            return None, why
+        return min(found.values(), key=_price), ""
+
 
 def _price(p: ClusterPoint) -> tuple[float, float]:
     return (p.cost, p.makespan)
@@ -283,7 +324,6 @@ def search_anchors(
     cap = default_anchor_evaluations(instance) if max_evaluations is None else max_evaluations
     a = _Anchor(instance, evaluate, limits, deadline, cap)
     names = [c.name for c in instance.classes]
-    zero = (0,) * len(names)
     seeds: dict[frozenset[str], ClusterPoint] = {}
     for p in known:
         key = frozenset(_types(p))
@@ -334,47 +374,9 @@ def search_anchors(
         out.sort(key=lambda c: (c.point is None, _price(c.point) if c.point is not None else (c.lower_bound, 0.0)))
         return best, out
 
-    def one(g: tuple[int, ...], b: _Bounds, best: float) -> tuple[ClusterPoint | None, str]:
-        (i,) = g
-        return a.size(zero, i, _at_least(b.core_seconds, deadline, instance.classes[i].cores), b, best)
-
-    def two(g: tuple[int, ...], b: _Bounds, best: float) -> tuple[ClusterPoint | None, str]:
-        s, o = sorted(g, key=lambda i: (limits[i], -i))  # sweep the type with the smaller limit
-        cs, co = instance.classes[s], instance.classes[o]
-        found: dict[int, ClusterPoint] = {}
-        tried: set[int] = set()
-        why = ""
-
-        def size_at(v: int) -> None:
-            nonlocal why, best
-            tried.add(v)
-            counts = (*zero[:s], v, *zero[s + 1 :])
-            lo = _at_least(b.core_seconds, deadline, co.cores, v * cs.cores)
-            near = [w for w in found if w < v]  # the other type's count at the nearest fewer: about enough
-            hint = _count(found[max(near)], co.name) if near else None
-            p, why = a.size(counts, o, lo, b, best, hint)
-            if p is not None:
-                found[v] = p
-                best = min(best, p.cost)
-
-        for v in _sweep(limits[s]):
-            size_at(v)
-        while found:  # halve the gaps either side of the best value, down to one node
-            centre = min(found, key=lambda v: _price(found[v]))
-            below = max((v for v in tried if v < centre), default=centre)
-            above = min((v for v in tried if v > centre), default=centre)
-            todo = [v for v in ((below + centre) // 2, (centre + above) // 2) if v not in tried]
-            if not todo:
-                break
-            for v in todo:
-                size_at(v)
-        if not found:
-            return None, why
-        return min(found.values(), key=_price), ""
-
-    single, singles = run([(i,) for i in range(len(names))], one)
+    single, singles = run([(i,) for i in range(len(names))], a.one)
     pair_groups: list[tuple[int, ...]] = list(combinations(range(len(names)), 2))
-    pair, pairs = run(pair_groups, two)
+    pair, pairs = run(pair_groups, a.two)
     pairs = [c for c in pairs if c.why != "cannot run every step"]  # only pairs that can run it all
     return Anchors(deadline, single, pair, tuple(singles), tuple(pairs), len(a.asked), spent)
 

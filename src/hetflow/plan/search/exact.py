@@ -46,10 +46,11 @@ from functools import reduce
 from typing import Any
 
 from hetflow.errors import HetflowError
-from hetflow.plan.compiled import Choice, Compiled
 from hetflow.plan.cost import plan_cost
-from hetflow.plan.heuristic import OBJECTIVES, plan_heuristic
 from hetflow.plan.instance import Instance, Placement, Plan
+from hetflow.plan.search.compiled import Choice, Compiled
+from hetflow.plan.search.gpuindex import gpu_indices
+from hetflow.plan.search.heuristic import OBJECTIVES, plan_heuristic
 
 MAX_TASKS = 200
 MAX_LITERALS = 40_000  # task x option x machine presence literals
@@ -74,17 +75,17 @@ def plan_exact(
     if objective not in OBJECTIVES:
         raise HetflowError(f"objective {objective!r} is not one of {', '.join(OBJECTIVES)}")
     cp_model = _cp_model()
-    cp = Compiled(instance)
-    literals = sum(cp.count[ch.cls] for chs in cp.choices for ch in chs)
-    if cp.n > MAX_TASKS or literals > MAX_LITERALS:
+    problem = Compiled(instance)
+    literals = sum(problem.count[ch.cls] for chs in problem.choices for ch in chs)
+    if problem.n > MAX_TASKS or literals > MAX_LITERALS:
         raise HetflowError(
-            f"the instance has {cp.n} tasks and {literals} (task, option, machine) choices; the exact planner "
+            f"the instance has {problem.n} tasks and {literals} (task, option, machine) choices; the exact planner "
             f"takes at most {MAX_TASKS} tasks and {MAX_LITERALS} choices: use the heuristic planner (plan_heuristic)"
         )
     hint = plan_heuristic(instance, objective=objective, deadline=deadline, budget=budget, gpu_policy="allow")
-    if cp.n == 0:
+    if problem.n == 0:
         return replace(hint, algorithm="exact", optimal=True)
-    if any(ch.slot is not None for chs in cp.choices for ch in chs):
+    if any(ch.slot is not None for chs in problem.choices for ch in chs):
         # CP-SAT's cumulative GPU count cannot say which tenants share one GPU at what load,
         # which MIG instance is free, or which of a mixed machine's GPUs a vendor may take.
         return replace(
@@ -95,7 +96,7 @@ def plan_exact(
                 "this is the heuristic's plan (sharing-aware), not a proven optimum",
             ),
         )
-    model = _Model(cp_model, cp, objective, deadline, budget)
+    model = _Model(cp_model, problem, objective, deadline, budget)
     model.hint(hint, bound=objective == "makespan" and budget is None)
     solver = cp_model.CpSolver()
     solver.parameters.max_time_in_seconds = float(time_limit)
@@ -185,35 +186,35 @@ class _Spread:
 class _Model:
     """The CP-SAT model of one instance (see the module docstring)."""
 
-    def __init__(self, cp_model: Any, cp: Compiled, objective: str, deadline: float | None, budget: float | None):
-        self.cp = cp
+    def __init__(self, cp_model: Any, problem: Compiled, objective: str, deadline: float | None, budget: float | None):
+        self.problem = problem
         self.model = cp_model.CpModel()
         self.notes: list[str] = []
-        durations = [_duration(ch, n) for chs in cp.choices for ch in chs for n in ((1, 2) if ch.gang else (1,))]
-        comms = [comm for ps in cp.parents for _, comm in ps]
-        serial = sum(max(_duration(ch, 2) for ch in chs) for chs in cp.choices) + sum(comms)
+        durations = [_duration(ch, n) for chs in problem.choices for ch in chs for n in ((1, 2) if ch.gang else (1,))]
+        comms = [comm for ps in problem.parents for _, comm in ps]
+        serial = sum(max(_duration(ch, 2) for ch in chs) for chs in problem.choices) + sum(comms)
         self.scale, self.exact = _time_scale(durations + comms, serial)
         if not self.exact:
             self.notes.append(f"times were rounded up to 1/{self.scale} s for CP-SAT, so optimality is not claimed")
         # Everything one after another, paying every transfer: a makespan some plan achieves.
         self.horizon = (
-            sum(max(self.ticks(_duration(ch, n)) for ch in chs for n in (1, 2)) for chs in cp.choices)
+            sum(max(self.ticks(_duration(ch, n)) for ch in chs for n in (1, 2)) for chs in problem.choices)
             + sum(self.ticks(c) for c in comms)
             + 1
         )
         horizon = self.horizon
         m = self.model
-        self.start = [m.NewIntVar(0, horizon, f"S{t}") for t in range(cp.n)]
-        self.end = [m.NewIntVar(0, horizon, f"E{t}") for t in range(cp.n)]
+        self.start = [m.NewIntVar(0, horizon, f"S{t}") for t in range(problem.n)]
+        self.end = [m.NewIntVar(0, horizon, f"E{t}") for t in range(problem.n)]
         self.vars: list[list[_Var]] = []
-        self.spread: list[list[_Spread]] = [[] for _ in range(cp.n)]
-        self.machine_vars: list[list[_Var]] = [[] for _ in range(cp.m)]
-        for t in range(cp.n):
+        self.spread: list[list[_Spread]] = [[] for _ in range(problem.n)]
+        self.machine_vars: list[list[_Var]] = [[] for _ in range(problem.m)]
+        for t in range(problem.n):
             self.vars.append(self._task(t))
         self._edges()
         self._machines()
         self.makespan = m.NewIntVar(0, horizon, "makespan")
-        for t in range(cp.n):
+        for t in range(problem.n):
             m.Add(self.makespan >= self.end[t])
         self._objective(objective, deadline, budget)
 
@@ -223,11 +224,11 @@ class _Model:
         return round(x) if abs(x - round(x)) <= 1e-6 else math.ceil(x)
 
     def _task(self, t: int) -> list[_Var]:
-        cp, m = self.cp, self.model
+        problem, m = self.problem, self.model
         out: list[_Var] = []
         spread: list[_Spread] = []
-        for ch in cp.choices[t]:
-            machines = range(cp.first[ch.cls], cp.first[ch.cls] + cp.count[ch.cls])
+        for ch in problem.choices[t]:
+            machines = range(problem.first[ch.cls], problem.first[ch.cls] + problem.count[ch.cls])
             if ch.gang:
                 if ch.per_node >= ch.replicas:  # all on one machine: the one-node run time
                     d = self.ticks(ch.runtime + ch.comm1)
@@ -237,7 +238,7 @@ class _Model:
                         v = _Var(t, ch, mach, lit, iv, ch.replicas, ch.replicas)
                         out.append(v)
                         self.machine_vars[mach].append(v)
-                if cp.count[ch.cls] >= 2 and ch.per_node * cp.count[ch.cls] >= ch.replicas:
+                if problem.count[ch.cls] >= 2 and ch.per_node * problem.count[ch.cls] >= ch.replicas:
                     spread.append(self._spread(t, ch, machines))
                 continue
             d = self.ticks(ch.runtime)
@@ -280,9 +281,9 @@ class _Model:
 
     def _edges(self) -> None:
         m = self.model
-        gang = [any(ch.gang for ch in chs) for chs in self.cp.choices]
+        gang = [any(ch.gang for ch in chs) for chs in self.problem.choices]
         mach = [sum(v.machine * v.present for v in vs) for vs in self.vars]
-        for c, parents in enumerate(self.cp.parents):
+        for c, parents in enumerate(self.problem.parents):
             for p, comm in parents:
                 m.Add(self.start[c] >= self.end[p])
                 delay = self.ticks(comm)
@@ -296,15 +297,15 @@ class _Model:
                 m.Add(self.start[c] >= self.end[p] + delay).OnlyEnforceIf(same.Not())
 
     def _machines(self) -> None:
-        cp, m = self.cp, self.model
+        problem, m = self.problem, self.model
         for mach, vs in enumerate(self.machine_vars):
             if len(vs) < 2 and all(v.most <= 1 for v in vs):
                 continue
             intervals = [v.interval for v in vs]
-            if cp.one_task:
+            if problem.one_task:
                 m.AddNoOverlap(intervals)
                 continue
-            cls = cp.classes[cp.machine_class[mach]]
+            cls = problem.classes[problem.machine_class[mach]]
             core_unit = 1 if all(float(v.choice.cores).is_integer() for v in vs) else 1000
             self._cumulative(vs, [math.ceil(v.choice.cores * core_unit) for v in vs], cls.cores * core_unit)
             unit = reduce(math.gcd, [v.choice.memory for v in vs], cls.memory) or 1
@@ -319,7 +320,7 @@ class _Model:
 
     def _objective(self, objective: str, deadline: float | None, budget: float | None) -> None:
         m = self.model
-        biggest = max((ch.cost for chs in self.cp.choices for ch in chs), default=0.0)
+        biggest = max((ch.cost for chs in self.problem.choices for ch in chs), default=0.0)
         unit = biggest / 1_000_000 if biggest > 0 else 1.0
         cost = sum(round(_mode_cost(v.choice, 1) / unit) * v.present for vs in self.vars for v in vs) + sum(
             round(_mode_cost(sp.choice, 2) / unit) * sp.present for sps in self.spread for sp in sps
@@ -329,7 +330,9 @@ class _Model:
         if deadline is not None and objective == "cost":
             m.Add(self.makespan <= math.floor(deadline * self.scale + 1e-6))
         if objective == "cost" or budget is not None:
-            whole = all(abs(ch.cost / unit - round(ch.cost / unit)) <= 1e-6 for chs in self.cp.choices for ch in chs)
+            whole = all(
+                abs(ch.cost / unit - round(ch.cost / unit)) <= 1e-6 for chs in self.problem.choices for ch in chs
+            )
             if not whole:
                 self.exact = False
                 self.notes.append("costs were rounded to millionths of the dearest option's for CP-SAT")
@@ -341,28 +344,28 @@ class _Model:
     def hint(self, plan: Plan, bound: bool) -> None:
         """Start the search from ``plan``; with ``bound``, also look only for plans no longer
         than it (valid when times are exact and no budget can make ``plan`` infeasible)."""
-        cp, m = self.cp, self.model
+        problem, m = self.problem, self.model
         if bound and self.exact:
             m.Add(self.makespan <= self.ticks(plan.makespan))
-        for t, name in enumerate(cp.names):
+        for t, name in enumerate(problem.names):
             p = plan.placements[name]
             m.AddHint(self.start[t], min(self.horizon, self.ticks(p.start)))
-            option = _option_index(cp, t, p)
+            option = _option_index(problem, t, p)
             held = {mm: k for mm, (k, _g) in p.per_machine().items()}
             one = len(held) == 1
             for v in self.vars[t]:
-                chosen = cp.machine_name[v.machine] == p.machine and v.choice.index == option and one
+                chosen = problem.machine_name[v.machine] == p.machine and v.choice.index == option and one
                 m.AddHint(v.present, chosen)
             for sp in self.spread[t]:
                 chosen = sp.choice.index == option and not one
                 m.AddHint(sp.present, chosen)
                 for v in sp.machines:
-                    k = held.get(cp.machine_name[v.machine], 0) if chosen else 0
+                    k = held.get(problem.machine_name[v.machine], 0) if chosen else 0
                     m.AddHint(v.present, k > 0)
                     m.AddHint(v.count, k)
 
     def plan(self, solver: Any, objective: str) -> Plan:
-        cp = self.cp
+        problem = self.problem
         placements: dict[str, Placement] = {}
         # what each task holds: its option, its run time, and (machine, replicas) in rank order
         chosen: list[tuple[float, int, Choice, float, list[tuple[int, int]]]] = []
@@ -375,21 +378,21 @@ class _Model:
             sp = next(sp for sp in self.spread[t] if solver.BooleanValue(sp.present))
             held = [(w.machine, solver.Value(w.count)) for w in sp.machines if solver.BooleanValue(w.present)]
             chosen.append((start, t, sp.choice, _duration(sp.choice, 2), held))
-        gpus = _gpu_indices(cp, chosen)
+        gpus = gpu_indices(problem, chosen)
         for start, t, ch, runtime, held in chosen:
-            option = cp.instance.tasks[t].options[ch.index]
+            option = problem.instance.tasks[t].options[ch.index]
             ranks: tuple[tuple[str, tuple[int, ...]], ...] = ()
             if ch.gang:
                 ranks = tuple(
-                    (cp.machine_name[mach], gpus[(t, mach)][i * ch.gpus : (i + 1) * ch.gpus])
+                    (problem.machine_name[mach], gpus[(t, mach)][i * ch.gpus : (i + 1) * ch.gpus])
                     for mach, k in held
                     for i in range(k)
                 )
             mach0 = held[0][0]
-            placements[cp.names[t]] = Placement(
-                task=cp.names[t],
+            placements[problem.names[t]] = Placement(
+                task=problem.names[t],
                 variant=option.variant,
-                machine=cp.machine_name[mach0],
+                machine=problem.machine_name[mach0],
                 machine_class=option.machine_class,
                 start=start,
                 finish=start + runtime,
@@ -399,7 +402,7 @@ class _Model:
                 ranks=ranks,
             )
         makespan = max(p.finish for p in placements.values())
-        return Plan(placements, makespan, plan_cost(cp.instance, placements), "exact", objective)
+        return Plan(placements, makespan, plan_cost(problem.instance, placements), "exact", objective)
 
 
 def _duration(ch: Choice, nodes: int) -> float:
@@ -418,35 +421,8 @@ def _mode_cost(ch: Choice, nodes: int) -> float:
     return ch.cost * _duration(ch, nodes) / cheapest if cheapest > 0 else ch.cost
 
 
-def _option_index(cp: Compiled, t: int, p: Placement) -> int:
-    for k, o in enumerate(cp.instance.tasks[t].options):
+def _option_index(problem: Compiled, t: int, p: Placement) -> int:
+    for k, o in enumerate(problem.instance.tasks[t].options):
         if o.variant == p.variant and o.machine_class == p.machine_class:
             return k
     return -1
-
-
-def _gpu_indices(
-    cp: Compiled, chosen: list[tuple[float, int, Choice, float, list[tuple[int, int]]]]
-) -> dict[tuple[int, int], tuple[int, ...]]:
-    """By start time on each machine, the lowest GPU indices free at the start (interval-graph
-    colouring: a GPU given at a start stays busy to the finish, so later starts avoid it);
-    by (task, machine): a gang's replicas there take them in rank order."""
-    free_at: dict[int, list[float]] = {}
-    out: dict[tuple[int, int], tuple[int, ...]] = {}
-    for start, t, ch, runtime, held in sorted(chosen, key=lambda x: (x[0], x[1])):
-        for mach, k in held:
-            g = ch.gpus * k
-            if g == 0:
-                out[(t, mach)] = ()
-                continue
-            busy = free_at.setdefault(mach, [0.0] * cp.classes[cp.machine_class[mach]].gpus)
-            if runtime <= 0:
-                out[(t, mach)] = tuple(range(g))
-                continue
-            ids = [i for i, until in enumerate(busy) if until <= start + 1e-9 * max(1.0, start)][:g]
-            if len(ids) < g:  # cannot happen for a solution of the model; fail loudly if it does
-                raise HetflowError(f"internal error: no free GPU for task {cp.names[t]!r} on {cp.machine_name[mach]}")
-            for i in ids:
-                busy[i] = start + runtime
-            out[(t, mach)] = tuple(ids)
-    return out

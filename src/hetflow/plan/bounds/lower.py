@@ -23,7 +23,7 @@ positive weights would keep the GPU term valid; the GPU speed is what makes it t
 
 ``lower_bound(instance, strong=True)`` adds two terms that see more:
 
-* the LP of ``plan.lpbound`` (chains and per-class capacities in one model, tasks split
+* the LP of ``plan.bounds.lpbound`` (chains and per-class capacities in one model, tasks split
   fractionally over their options), when OR-tools is installed and the instance is not too
   big for it (``LP_LIMIT`` task options);
 * option pruning by a guess ``G``: an option with ``head + runtime + tail > G`` (``head``
@@ -42,8 +42,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from hetflow.plan.bounds.lpbound import lp_solution
 from hetflow.plan.instance import Instance, Option
-from hetflow.plan.lpbound import lp_solution
 
 LP_LIMIT = 15_000  # task options above which the pruned LP search is skipped (GLOP: ~1 s per 5,000)
 # Bisection: at most this many steps, stopping once hi - lo is within the tolerance of hi;

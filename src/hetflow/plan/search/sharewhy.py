@@ -12,22 +12,22 @@ from __future__ import annotations
 
 import math
 
-from hetflow.plan.compiled import Choice, Compiled
 from hetflow.plan.instance import Instance, Option, Placement, Plan
-from hetflow.plan.sharecheck import planned_load
-from hetflow.plan.timeline import GpuSlot, MachineTimeline
+from hetflow.plan.search.compiled import Choice, Compiled
+from hetflow.plan.search.timeline import GpuSlot, MachineTimeline
+from hetflow.plan.sharing.sharecheck import planned_load
 
 
 def _same_kind(o: Option, p: Placement) -> bool:
     return (o.share > 0) == (p.share > 0) and bool(o.mig) == (p.mig_device is not None)
 
 
-def _choice_of(cp: Compiled, t: int, p: Placement) -> Choice | None:
-    task = cp.instance.tasks[t]
+def _choice_of(problem: Compiled, t: int, p: Placement) -> Choice | None:
+    task = problem.instance.tasks[t]
     took = p.finish - p.start
     found = [
         ch
-        for ch in cp.choices[t]
+        for ch in problem.choices[t]
         if task.options[ch.index].variant == p.variant
         and task.options[ch.index].machine_class == p.machine_class
         and _same_kind(task.options[ch.index], p)
@@ -35,14 +35,14 @@ def _choice_of(cp: Compiled, t: int, p: Placement) -> Choice | None:
     return min(found, key=lambda ch: abs(ch.runtime - took), default=None)
 
 
-def _others_held(cp: Compiled, plan: Plan, step: str) -> list[MachineTimeline]:
-    tls = cp.timelines()
-    where = {name: i for i, name in enumerate(cp.machine_name)}
-    for t, name in enumerate(cp.names):
+def _others_held(problem: Compiled, plan: Plan, step: str) -> list[MachineTimeline]:
+    tls = problem.timelines()
+    where = {name: i for i, name in enumerate(problem.machine_name)}
+    for t, name in enumerate(problem.names):
         p = plan.placements.get(name)
         if name == step or p is None:
             continue
-        ch = _choice_of(cp, t, p)
+        ch = _choice_of(problem, t, p)
         slot = ch.slot if ch is not None else None
         for machine, (k, gpus) in p.per_machine().items():
             if machine in where:
@@ -53,19 +53,19 @@ def _others_held(cp: Compiled, plan: Plan, step: str) -> list[MachineTimeline]:
 def alternative_finish(plan: Plan, instance: Instance, step: str, option: Option) -> tuple[float, GpuSlot | None]:
     """The earliest finish of ``step`` run as ``option`` with every other step where the
     plan put it (inf when it never fits), and the slot it would take."""
-    cp = Compiled(instance)
-    t = cp.names.index(step)
-    tls = _others_held(cp, plan, step)
+    problem = Compiled(instance)
+    t = problem.names.index(step)
+    tls = _others_held(problem, plan, step)
     k = instance.tasks[t].options.index(option)
     best, slot = math.inf, None
-    for ch in cp.choices[t]:
+    for ch in problem.choices[t]:
         if ch.index != k:
             continue
-        for m in range(cp.first[ch.cls], cp.first[ch.cls] + cp.count[ch.cls]):
+        for m in range(problem.first[ch.cls], problem.first[ch.cls] + problem.count[ch.cls]):
             ready = 0.0
-            for parent, comm in cp.parents[t]:
-                pp = plan.placements[cp.names[parent]]
-                ready = max(ready, pp.finish + (0.0 if pp.machine == cp.machine_name[m] else comm))
+            for parent, comm in problem.parents[t]:
+                pp = plan.placements[problem.names[parent]]
+                ready = max(ready, pp.finish + (0.0 if pp.machine == problem.machine_name[m] else comm))
             s = tls[m].earliest_start(ready, ch.runtime, ch.cores, ch.memory, ch.gpus, slot=ch.slot)
             if s + ch.runtime < best:
                 best, slot = s + ch.runtime, ch.slot

@@ -2,7 +2,7 @@
 
 Filters (``plan.filters``) decide where a task *can* run; a score decides where it
 *should*, as the Kubernetes scheduler framework separates Filter from Score.  A pass
-(``plan.listpass.ListPass``) asks its rule's score to pick one candidate per task; most
+(``plan.search.listpass.ListPass``) asks its rule's score to pick one candidate per task; most
 scores rank the candidates the filters and the GPU policy allowed by a key (lowest wins),
 and earliest finish, the default, searches the machines with pruning instead of listing
 every candidate.
@@ -11,15 +11,65 @@ A candidate is ``(finish, avoid-flag, machine, option index, start, choice)``; t
 broken by ``cand[:4]``: finish, then a non-GPU node, then the lower machine, then the
 earlier option (the HEFT paper's processor order).  To add a score: a class with a
 ``name`` and ``pick`` (or ``key``, subclassing ``KeyScore``), registered in ``SCORES``
-under the name a ``Rule.kind`` gives.
+under the name a ``Rule.kind`` gives.  ``Rule`` and ``Candidate`` live here, with the
+scores they parameterize; ``ListPass`` is the protocol of what a score reads of its pass.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+import math
+from dataclasses import dataclass
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from hetflow.plan.listpass import Candidate, ListPass
+from hetflow.plan.search.compiled import Choice
+
+# A candidate placement: (finish, avoid-flag, machine, option index, start, choice).  Tuples
+# compare in that order, so ties go to a non-GPU node (gpu_policy "avoid"), then to the
+# lower machine number (class order, then index in class), then to the earlier option:
+# exactly the processor order of the HEFT paper when every class has one machine.  (Within a
+# class of several machines, ``ListPass.scan`` takes the first machine that is free from the
+# ready time on without looking for a busier one that might tie.)
+Candidate = tuple[float, int, int, int, float, Choice]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How a pass picks among a task's candidates.
+
+    ``eft``: earliest finish (HEFT).  ``lookahead``: earliest finish of the task's most
+    critical child, given the choice.  ``subdeadline``: cheapest that finishes by the task's
+    sub-deadline, else earliest finish.  ``budget``: earliest finish among those within the
+    task's share of the budget, else cheapest.  ``cheapest``: cheapest, then earliest.
+    ``peft``: earliest finish plus the optimistic time still needed after the task on that
+    class (PEFT, Arabnejad and Barbosa, IEEE TPDS 25(3), 2014)."""
+
+    kind: str = "eft"
+    avoid: bool = True  # gpu_policy "avoid"
+    subdeadline: tuple[float, ...] = ()
+    budget: float = math.inf
+    weight: tuple[float, ...] = ()  # budget rule: share of the spare budget per task, over the rest
+    spend: float = 1.0  # budget rule: the share is multiplied by this (no weights: all of the spare)
+    optimistic: tuple[tuple[float, ...], ...] = ()  # peft rule: per task and class, the rest's best case
+
+
+class ListPass(Protocol):
+    """What a score reads of the pass it ranks for (``plan.search.listpass.ListPass`` is one): its
+    rule, its budget so far, and its candidate searches.  A protocol, so that the pass can
+    use the scores without the scores importing the pass."""
+
+    rule: Rule
+    min_cost: list[float]  # per task, its cheapest choice's cost
+    spent: float  # cost of the tasks placed so far
+    cheapest_left: float  # the least the tasks not placed yet can cost
+    weight_left: float  # budget rule: the weights of the tasks not placed yet
+
+    def allowed(self, cands: list[Candidate]) -> list[Candidate]: ...
+
+    def per_choice(self, t: int) -> list[Candidate]: ...
+
+    def earliest(self, t: int) -> Candidate: ...
+
+    def child_finish(self, t: int, cand: Candidate) -> float: ...
 
 
 class Score(Protocol):

@@ -28,9 +28,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hetflow.plan.gpuload import GpuLoad, split_at
-
-_EPS = 1e-9  # fractional cores add up with rounding error; a hair over capacity still fits
+from hetflow.plan.capacity import CORE_EPS, LOAD, sharing_refusal
+from hetflow.plan.sharing.gpuload import GpuLoad, split_at
 
 
 @dataclass(frozen=True)
@@ -73,7 +72,7 @@ class MachineTimeline:
     )  # fmt: skip
 
     def __init__(self, cores: float, memory: int, gpus: int, mig: Sequence[tuple[str, ...]] = ()) -> None:
-        self.cores_cap = float(cores) + _EPS
+        self.cores_cap = float(cores) + CORE_EPS  # a hair over capacity still fits (capacity.fits)
         self.memory_cap = memory
         self.times: list[float] = [0.0]
         self.cores: list[float] = [0.0]
@@ -201,7 +200,7 @@ class MachineTimeline:
         every overlapping tenant's planned level (``GpuLoad.blocked``).  The retry is the
         earliest start at which some GPU fits, each GPU searched on its own (so the machine's
         cores are checked again only there).  A share above its planned level never fits."""
-        if slot.share > slot.level + 1e-9:
+        if sharing_refusal(1, slot.share, slot.level, slot.replicas) == LOAD:
             return None, math.inf
         retry = math.inf
         duration = end - start
@@ -277,7 +276,7 @@ class MachineTimeline:
         mig: int | None = None,
     ) -> None:
         """Book exactly what a planned placement holds (its GPU indices, its tenant or MIG
-        instance), to ask afterwards what else would fit (``plan.sharewhy``)."""
+        instance), to ask afterwards what else would fit (``plan.search.sharewhy``)."""
         if finish <= start:
             return
         if slot is not None and slot.mig and mig is not None:

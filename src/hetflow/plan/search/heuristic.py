@@ -41,10 +41,21 @@ import random
 from dataclasses import dataclass
 
 from hetflow.errors import HetflowError
-from hetflow.plan.compiled import Choice, Compiled
-from hetflow.plan.cost import plan_cost
-from hetflow.plan.instance import Instance, Placement, Plan
-from hetflow.plan.listpass import ListPass, Rule, Schedule, build_fixed
+from hetflow.plan.instance import Instance, Plan
+from hetflow.plan.search.compiled import Choice, Compiled
+from hetflow.plan.search.listpass import ListPass, Schedule, build_fixed
+from hetflow.plan.search.ranks import (
+    critical_path,
+    downward_rank,
+    latest_finish,
+    mean_runtime,
+    optimistic_cost,
+    rounded,
+    to_plan,
+    topological,
+    upward_rank,
+)
+from hetflow.plan.search.score import Rule
 
 OBJECTIVES = ("makespan", "cost")
 GPU_POLICIES = ("avoid", "allow")
@@ -65,9 +76,9 @@ def heft(instance: Instance) -> Plan:
     """Plain HEFT: upward rank, insertion, earliest finish time; no improvements.
 
     On the graph of Topcuoglu et al. (2002, Fig. 2) it gives the published makespan, 80."""
-    cp = Compiled(instance)
-    sched = ListPass(cp, Rule("eft", avoid=False), _rounded(upward_rank(cp, mean_runtime(cp)))).run()
-    return to_plan(cp, sched, algorithm="heft", objective="makespan")
+    problem = Compiled(instance)
+    sched = ListPass(problem, Rule("eft", avoid=False), rounded(upward_rank(problem, mean_runtime(problem)))).run()
+    return to_plan(problem, sched, algorithm="heft", objective="makespan")
 
 
 def plan_heuristic(
@@ -102,12 +113,12 @@ def plan_heuristic(
         raise HetflowError(f"gpu_policy {gpu_policy!r} is not one of {', '.join(GPU_POLICIES)}")
     if tie_break not in TIE_BREAKS:
         raise HetflowError(f"tie_break {tie_break!r} is not one of {', '.join(TIE_BREAKS)}")
-    cp = Compiled(instance)
+    problem = Compiled(instance)
     goal = Goal(objective, deadline, budget)
-    search = Search(cp, goal, seed, gpu_policy == "avoid", effort, saga=tie_break == "saga")
+    search = Search(problem, goal, seed, gpu_policy == "avoid", effort, saga=tie_break == "saga")
     search.portfolio()
     search.local_search()
-    plan = to_plan(cp, search.best, algorithm="heuristic", objective=objective)
+    plan = to_plan(problem, search.best, algorithm="heuristic", objective=objective)
     return _with_notes(plan, goal)
 
 
@@ -117,64 +128,6 @@ def default_effort(tasks: int, probes: int) -> int:
     placement).  Many builds for small DAGs, a few passes for big ones, never under three."""
     per_pass = tasks + probes / 6
     return max(3 * _PASS_UNITS, min(2000, int(_PASS_UNITS * _WORK / max(1.0, per_pass))))
-
-
-# --- priorities -----------------------------------------------------------------------------
-
-
-def topological(cp: Compiled) -> list[int]:
-    indeg = [len(ps) for ps in cp.parents]
-    order = [t for t in range(cp.n) if indeg[t] == 0]
-    for t in order:  # the list grows while it is read
-        for c, _ in cp.children[t]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                order.append(c)
-    if len(order) != cp.n:
-        raise HetflowError("the instance's edges form a cycle; a workflow must be a DAG")
-    return order
-
-
-def mean_runtime(cp: Compiled) -> list[float]:
-    return [sum(ch.runtime for ch in chs) / len(chs) for chs in cp.choices]
-
-
-def upward_rank(cp: Compiled, weight: list[float], comm_scale: float = 1.0) -> list[float]:
-    """rank_u(t) = w(t) + max over children c of (transfer time + rank_u(c))."""
-    rank = [0.0] * cp.n
-    for t in reversed(topological(cp)):
-        rank[t] = weight[t] + max((comm * comm_scale + rank[c] for c, comm in cp.children[t]), default=0.0)
-    return rank
-
-
-def downward_rank(cp: Compiled, weight: list[float]) -> list[float]:
-    """rank_d(t) = max over parents p of (rank_d(p) + w(p) + transfer time)."""
-    rank = [0.0] * cp.n
-    for t in topological(cp):
-        rank[t] = max((rank[p] + weight[p] + comm for p, comm in cp.parents[t]), default=0.0)
-    return rank
-
-
-def optimistic_cost(cp: Compiled) -> list[tuple[float, ...]]:
-    """PEFT's optimistic cost table, per class: OCT(t, c) = max over children s of the least,
-    over the options of s, of OCT(s, its class) + its run time + the transfer if the class
-    differs (Arabnejad and Barbosa 2014, eq. 1, with classes for processors)."""
-    k = len(cp.classes)
-    table: list[tuple[float, ...]] = [()] * cp.n
-    for t in reversed(topological(cp)):
-        row = [0.0] * k
-        for s, comm in cp.children[t]:
-            for c in range(k):
-                best = min(table[s][ch.cls] + ch.runtime + (comm if ch.cls != c else 0.0) for ch in cp.choices[s])
-                if best > row[c]:
-                    row[c] = best
-        table[t] = tuple(row)
-    return table
-
-
-def _rounded(values: list[float]) -> list[float]:
-    """Ranks equal on paper may differ in the last bit; round so that ties go by task order."""
-    return [float(f"{v:.12g}") for v in values]
 
 
 # --- objective ------------------------------------------------------------------------------
@@ -218,36 +171,36 @@ class Search:
     """The portfolio of passes, then the local search, within ``effort`` schedule builds."""
 
     def __init__(
-        self, cp: Compiled, goal: Goal, seed: int, avoid: bool, effort: int | None, *, saga: bool = False
+        self, problem: Compiled, goal: Goal, seed: int, avoid: bool, effort: int | None, *, saga: bool = False
     ) -> None:
-        self.cp = cp
+        self.problem = problem
         self.saga = saga
         self.goal = goal
         self.rng = random.Random(seed)
         self.avoid = avoid
         self.left = 0 if effort is None else effort
-        self.weight = mean_runtime(cp)
-        self.rank = _rounded(upward_rank(cp, self.weight))
-        self.tiebreak = [0] * cp.n  # topological position: orders tasks that start together
-        for i, t in enumerate(topological(cp)):
+        self.weight = mean_runtime(problem)
+        self.rank = rounded(upward_rank(problem, self.weight))
+        self.tiebreak = [0] * problem.n  # topological position: orders tasks that start together
+        for i, t in enumerate(topological(problem)):
             self.tiebreak[t] = i
         # equal priorities: task order (SAGA's), or the longer mean run time first (hetflow's)
         self.pass_order: list[int] | None = None
         if not saga:
-            self.pass_order = [0] * cp.n
-            for i, t in enumerate(sorted(range(cp.n), key=lambda t: (-_tidy(self.weight[t]), t))):
+            self.pass_order = [0] * problem.n
+            for i, t in enumerate(sorted(range(problem.n), key=lambda t: (-_tidy(self.weight[t]), t))):
                 self.pass_order[t] = i
         self.best_rule = Rule("eft", avoid)
-        first = ListPass(cp, self.best_rule, self.rank, self.pass_order)
+        first = ListPass(problem, self.best_rule, self.rank, self.pass_order)
         self.best: Schedule = first.run()
         self.best_key = goal.key(self.best)
         if effort is None:
-            self.left = default_effort(cp.n, first.probes)
+            self.left = default_effort(problem.n, first.probes)
         self.left -= _PASS_UNITS
 
     def run_pass(self, rule: Rule, priority: list[float]) -> Schedule:
         self.left -= _LOOKAHEAD_UNITS if rule.kind == "lookahead" else _PASS_UNITS
-        return ListPass(self.cp, rule, priority, self.pass_order).run()
+        return ListPass(self.problem, rule, priority, self.pass_order).run()
 
     def offer(self, s: Schedule) -> bool:
         key = self.goal.key(s)
@@ -257,19 +210,23 @@ class Search:
         return False
 
     def portfolio(self) -> None:
-        cp, goal, avoid = self.cp, self.goal, self.avoid
+        problem, goal, avoid = self.problem, self.goal, self.avoid
         ranks = [self.rank]
-        ranks.append(_rounded([u + d for u, d in zip(self.rank, downward_rank(cp, self.weight), strict=True)]))
-        fastest = [min(ch.runtime for ch in chs) for chs in cp.choices]
-        ranks.append(_rounded(upward_rank(cp, fastest)))
+        ranks.append(rounded([u + d for u, d in zip(self.rank, downward_rank(problem, self.weight), strict=True)]))
+        fastest = [min(ch.runtime for ch in chs) for chs in problem.choices]
+        ranks.append(rounded(upward_rank(problem, fastest)))
         # The mean transfer time over machine pairs rather than the full one: (M-1)/M of a
         # pair of distinct machines; with tie_break="saga" also (M-1)/(M+1), over every link
         # counting a machine's own, as SAGA's HEFT does (anrg-saga, schedulers/cpop.py,
         # upward_rank): a copy of SAGA's ranking, not a rule of hetflow's own.
-        if cp.m > 1:
-            scales = ((cp.m - 1) / cp.m, (cp.m - 1) / (cp.m + 1)) if self.saga else ((cp.m - 1) / cp.m,)
+        if problem.m > 1:
+            scales = (
+                ((problem.m - 1) / problem.m, (problem.m - 1) / (problem.m + 1))
+                if self.saga
+                else ((problem.m - 1) / problem.m,)
+            )
             for scale in scales:
-                ranks.append(_rounded(upward_rank(cp, self.weight, comm_scale=scale)))
+                ranks.append(rounded(upward_rank(problem, self.weight, comm_scale=scale)))
         rules: list[tuple[Rule, list[float]]] = []
         if goal.objective == "cost":
             # The likeliest first: a big DAG has budget for only a few passes.
@@ -282,11 +239,11 @@ class Search:
             if goal.objective != "cost":
                 rules.append((Rule("cheapest", avoid), self.rank))
         rules += [(Rule("eft", avoid), r) for r in ranks[1:]]
-        table = optimistic_cost(cp)
-        oct_rank = [sum(row[ch.cls] for ch in chs) / len(chs) for row, chs in zip(table, cp.choices, strict=True)]
-        rules.append((Rule("peft", avoid, optimistic=tuple(table)), _rounded(oct_rank)))
+        table = optimistic_cost(problem)
+        oct_rank = [sum(row[ch.cls] for ch in chs) / len(chs) for row, chs in zip(table, problem.choices, strict=True)]
+        rules.append((Rule("peft", avoid, optimistic=tuple(table)), rounded(oct_rank)))
         rules.append((Rule("peft", avoid, optimistic=tuple(table)), self.rank))
-        if cp.n * cp.m <= _LOOKAHEAD_LIMIT:
+        if problem.n * problem.m <= _LOOKAHEAD_LIMIT:
             rules += [(Rule("lookahead", avoid), r) for r in ranks[:2]]
         for rule, priority in rules:
             if self.left < (_LOOKAHEAD_UNITS if rule.kind == "lookahead" else _PASS_UNITS):
@@ -310,9 +267,9 @@ class Search:
                 level = (0.05, 0.15, 0.3)[(i // 2) % 3]
                 trial = [r * (1.0 + level * (2.0 * self.rng.random() - 1.0)) for r in self.rank]
             else:
-                for t in critical_path(self.cp, current):
+                for t in critical_path(self.problem, current):
                     priority[t] += _NUDGE * top * self.rng.random()
-                trial = _rounded(priority)
+                trial = rounded(priority)
             s = self.run_pass(rule, trial)
             self.offer(s)
             if i % 2 == 1:
@@ -330,7 +287,7 @@ class Search:
         reference = self.best
         if reference.makespan > 0:
             scale = deadline / reference.makespan
-            due.append(tuple(f * scale for f in latest_finish(self.cp, reference)))
+            due.append(tuple(f * scale for f in latest_finish(self.problem, reference)))
         critical = max(self.rank, default=0.0)
         tail = [r - w for r, w in zip(self.rank, self.weight, strict=True)]
         stretches = [1.0]
@@ -357,7 +314,7 @@ class Search:
         first plan spends beyond the cheapest, whichever of them meets the deadline."""
         if self.goal.deadline is None:
             return []
-        cheapest = sum(min(ch.cost for ch in chs) for chs in self.cp.choices)
+        cheapest = sum(min(ch.cost for ch in chs) for chs in self.problem.choices)
         extra = max(0.0, self.best.cost - cheapest)
         return [rule for f in (0.25, 0.5) for rule in self.budget_rules(cheapest + f * extra)[1:2]]
 
@@ -400,11 +357,11 @@ class Search:
     def rebuild(self, s: Schedule, order: list[int], t: int, ch: Choice, m: int) -> Schedule:
         choice, machine = list(s.choice), list(s.machine)
         choice[t], machine[t] = ch, m
-        return build_fixed(self.cp, order, choice, machine)
+        return build_fixed(self.problem, order, choice, machine)
 
     def move_order(self, s: Schedule, key: tuple[float, ...]) -> list[int]:
         """Critical tasks first when time is what matters, dearest tasks first when cost is."""
-        rest = list(range(self.cp.n))
+        rest = list(range(self.problem.n))
         self.rng.shuffle(rest)
         cost_first = (self.goal.objective == "cost" and key[0] == 0.0) or (
             self.goal.objective == "makespan" and key[0] > 0.0
@@ -412,7 +369,7 @@ class Search:
         if cost_first:
             rest.sort(key=lambda t: -s.choice[t].cost)
             return rest
-        critical = critical_path(self.cp, s)
+        critical = critical_path(self.problem, s)
         seen = set(critical)
         return critical + [t for t in rest if t not in seen]
 
@@ -420,7 +377,7 @@ class Search:
         """Per class: the machines that ``s`` uses, and one it leaves untouched (or None)."""
         used = set(s.machine)
         out: list[tuple[list[int], int | None]] = []
-        for first, count in zip(self.cp.first, self.cp.count, strict=True):
+        for first, count in zip(self.problem.first, self.problem.count, strict=True):
             machines = range(first, first + count)
             out.append(([m for m in machines if m in used], next((m for m in machines if m not in used), None)))
         return out
@@ -429,16 +386,16 @@ class Search:
         """Other (option, machine) pairs for ``t``: each used machine of the option's class and
         one untouched one (they are all alike); on big classes only the machines of its
         parents and children and a few others."""
-        cp = self.cp
-        related = {s.machine[p] for p, _ in cp.parents[t]} | {s.machine[c] for c, _ in cp.children[t]}
-        has_plain = any(cp.classes[ch.cls].gpus == 0 for ch in cp.choices[t])
+        problem = self.problem
+        related = {s.machine[p] for p, _ in problem.parents[t]} | {s.machine[c] for c, _ in problem.children[t]}
+        has_plain = any(problem.classes[ch.cls].gpus == 0 for ch in problem.choices[t])
         out: list[tuple[Choice, int]] = []
-        for ch in cp.choices[t]:
+        for ch in problem.choices[t]:
             if self.avoid and ch.cpu_on_gpu and has_plain:
                 continue
             if ch.gang:  # a gang's machines are chosen anew when the schedule is rebuilt
                 if ch is not s.choice[t]:
-                    out.append((ch, cp.first[ch.cls]))
+                    out.append((ch, problem.first[ch.cls]))
                 continue
             machines, idle = pool[ch.cls]
             if len(machines) > 8:
@@ -457,75 +414,12 @@ class Search:
         """Move two or three random tasks to random neighbours, from ``s``."""
         choice, machine = list(s.choice), list(s.machine)
         pool = self.pool(s)
-        for t in self.rng.sample(range(self.cp.n), min(self.cp.n, self.rng.randint(2, 3))):
+        for t in self.rng.sample(range(self.problem.n), min(self.problem.n, self.rng.randint(2, 3))):
             options = self.neighbours(t, s, pool)
             if options:
                 choice[t], machine[t] = self.rng.choice(options)
         self.left -= 1
-        return build_fixed(self.cp, s.start_order(self.tiebreak), choice, machine)
-
-
-def latest_finish(cp: Compiled, s: Schedule) -> list[float]:
-    """How late each task could finish, its machines and run times as in ``s``, and the rest
-    of ``s`` shifted as needed, without delaying the end (contention ignored: a bound)."""
-    latest = [s.makespan] * cp.n
-    for t in reversed(topological(cp)):
-        for c, comm in cp.children[t]:
-            gap = 0.0 if s.machine[c] == s.machine[t] else comm
-            latest[t] = min(latest[t], latest[c] - (s.finish[c] - s.start[c]) - gap)
-    return latest
-
-
-def critical_path(cp: Compiled, s: Schedule) -> list[int]:
-    """The chain of tasks that ends with the last finish: each one waits for the previous one,
-    either for its data or for room on its machine."""
-    if cp.n == 0:
-        return []
-    ends: dict[tuple[int, float], int] = {}
-    for t in range(cp.n):
-        ends.setdefault((s.machine[t], s.finish[t]), t)
-    t = max(range(cp.n), key=lambda u: (s.finish[u], -u))
-    chain = [t]
-    while s.start[t] > 0.0 and len(chain) <= cp.n:
-        nxt = None
-        for p, comm in cp.parents[t]:
-            arrival = s.finish[p] + (0.0 if s.machine[p] == s.machine[t] else comm)
-            if arrival == s.start[t]:
-                nxt = p
-                break
-        if nxt is None:
-            nxt = ends.get((s.machine[t], s.start[t]))
-        if nxt is None:
-            break
-        t = nxt
-        chain.append(t)
-    return chain
-
-
-# --- the result -----------------------------------------------------------------------------
-
-
-def to_plan(cp: Compiled, s: Schedule, *, algorithm: str, objective: str) -> Plan:
-    placements: dict[str, Placement] = {}
-    for t, task in enumerate(cp.instance.tasks):
-        ch = s.choice[t]
-        option = task.options[ch.index]
-        placements[task.name] = Placement(
-            task=task.name,
-            variant=option.variant,
-            machine=cp.machine_name[s.machine[t]],
-            machine_class=option.machine_class,
-            start=s.start[t],
-            finish=s.finish[t],
-            cores=option.cores,
-            memory=option.memory,
-            gpus=s.gpus[t],
-            ranks=tuple((cp.machine_name[m], g) for m, g in s.ranks[t]) if s.ranks and s.ranks[t] else (),
-            share=ch.slot.share if ch.slot is not None else 0.0,
-            mig_device=s.mig_of(t),
-        )
-    makespan = max((p.finish for p in placements.values()), default=0.0)
-    return Plan(placements, makespan, plan_cost(cp.instance, placements), algorithm, objective)
+        return build_fixed(self.problem, s.start_order(self.tiebreak), choice, machine)
 
 
 def _with_notes(plan: Plan, goal: Goal) -> Plan:

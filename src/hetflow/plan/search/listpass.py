@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from hetflow.errors import HetflowError
-from hetflow.plan.compiled import Choice, Compiled
-from hetflow.plan.score import score_for
-from hetflow.plan.timeline import MachineTimeline
+from hetflow.plan.search.compiled import Choice, Compiled
+from hetflow.plan.search.score import Candidate, Rule, score_for
+from hetflow.plan.search.timeline import MachineTimeline
 
 
 @dataclass
@@ -50,17 +50,17 @@ class Schedule:
         return sorted(range(len(self.start)), key=lambda t: (self.start[t], tiebreak[t]))
 
 
-def build_fixed(cp: Compiled, order: list[int], choice: list[Choice], machine: list[int]) -> Schedule:
+def build_fixed(problem: Compiled, order: list[int], choice: list[Choice], machine: list[int]) -> Schedule:
     """Place each task, in ``order``, at the earliest fitting start on its given machine."""
-    n = cp.n
-    tls = cp.timelines()
+    n = problem.n
+    tls = problem.timelines()
     start = [0.0] * n
     finish = [0.0] * n
     gpus: list[tuple[int, ...]] = [()] * n
     ranks: list[tuple[tuple[int, tuple[int, ...]], ...]] = [()] * n
     mig: list[int | None] = [None] * n
     machine = list(machine)
-    parents = cp.parents
+    parents = problem.parents
     for t in order:
         m = machine[t]
         ch = choice[t]
@@ -71,10 +71,10 @@ def build_fixed(cp: Compiled, order: list[int], choice: list[Choice], machine: l
                 ready = r
         if ch.gang:
             c = ch.cls
-            pool = range(cp.first[c], cp.first[c] + cp.count[c])
+            pool = range(problem.first[c], problem.first[c] + problem.count[c])
             found = earliest_gang(tls, ch, pool, ready, math.inf)
             if found is None:
-                raise HetflowError(f"gang {cp.names[t]!r} does not fit class {cp.classes[c].name!r}")
+                raise HetflowError(f"gang {problem.names[t]!r} does not fit class {problem.classes[c].name!r}")
             s, f, alloc = found
             start[t], finish[t] = s, f
             ranks[t] = reserve_gang(tls, ch, alloc, s, f)
@@ -83,7 +83,7 @@ def build_fixed(cp: Compiled, order: list[int], choice: list[Choice], machine: l
         tl = tls[m]
         s = tl.earliest_start(ready, ch.runtime, ch.cores, ch.memory, ch.gpus, slot=ch.slot)
         if s == math.inf:
-            raise HetflowError(f"task {cp.names[t]!r} never fits machine {cp.machine_name[m]!r}")
+            raise HetflowError(f"task {problem.names[t]!r} never fits machine {problem.machine_name[m]!r}")
         start[t] = s
         finish[t] = s + ch.runtime
         gpus[t], mig[t] = reserve_one(tl, ch, s, s + ch.runtime)
@@ -188,46 +188,20 @@ def release_gang(
 
 # --- one list-scheduling pass ---------------------------------------------------------------
 
-# A candidate placement: (finish, avoid-flag, machine, option index, start, choice).  Tuples
-# compare in that order, so ties go to a non-GPU node (gpu_policy "avoid"), then to the
-# lower machine number (class order, then index in class), then to the earlier option:
-# exactly the processor order of the HEFT paper when every class has one machine.  (Within a
-# class of several machines, ``ListPass.scan`` takes the first machine that is free from the
-# ready time on without looking for a busier one that might tie.)
-Candidate = tuple[float, int, int, int, float, Choice]
-
-
-@dataclass(frozen=True)
-class Rule:
-    """How a pass picks among a task's candidates.
-
-    ``eft``: earliest finish (HEFT).  ``lookahead``: earliest finish of the task's most
-    critical child, given the choice.  ``subdeadline``: cheapest that finishes by the task's
-    sub-deadline, else earliest finish.  ``budget``: earliest finish among those within the
-    task's share of the budget, else cheapest.  ``cheapest``: cheapest, then earliest.
-    ``peft``: earliest finish plus the optimistic time still needed after the task on that
-    class (PEFT, Arabnejad and Barbosa, IEEE TPDS 25(3), 2014)."""
-
-    kind: str = "eft"
-    avoid: bool = True  # gpu_policy "avoid"
-    subdeadline: tuple[float, ...] = ()
-    budget: float = math.inf
-    weight: tuple[float, ...] = ()  # budget rule: share of the spare budget per task, over the rest
-    spend: float = 1.0  # budget rule: the share is multiplied by this (no weights: all of the spare)
-    optimistic: tuple[tuple[float, ...], ...] = ()  # peft rule: per task and class, the rest's best case
-
 
 class ListPass:
     """One pass of the list scheduler: tasks in priority order, each placed by ``rule``."""
 
-    def __init__(self, cp: Compiled, rule: Rule, priority: list[float], tiebreak: Sequence[int] | None = None) -> None:
-        self.cp = cp
+    def __init__(
+        self, problem: Compiled, rule: Rule, priority: list[float], tiebreak: Sequence[int] | None = None
+    ) -> None:
+        self.problem = problem
         self.rule = rule
         self.priority = priority
         # among ready tasks of equal priority, the lowest ``tiebreak`` goes first (default: task order)
-        self.tiebreak: Sequence[int] = range(cp.n) if tiebreak is None else tiebreak
-        self.tls = cp.timelines()
-        n = cp.n
+        self.tiebreak: Sequence[int] = range(problem.n) if tiebreak is None else tiebreak
+        self.tls = problem.timelines()
+        n = problem.n
         self.done = [False] * n
         self.start = [0.0] * n
         self.finish = [0.0] * n
@@ -237,30 +211,30 @@ class ListPass:
         self.ranks: list[tuple[tuple[int, tuple[int, ...]], ...]] = [()] * n
         self.mig: list[int | None] = [None] * n
         self.allocs: dict[tuple[int, float], Alloc] = {}  # a gang candidate's machines, by (choice id, start)
-        self.next_idle = [0] * len(cp.classes)  # machines first[c] + next_idle[c] ... are untouched
-        self.by_runtime = [sorted(chs, key=lambda ch: ch.runtime) for chs in cp.choices]
-        self.min_cost = [min(ch.cost for ch in chs) for chs in cp.choices]
+        self.next_idle = [0] * len(problem.classes)  # machines first[c] + next_idle[c] ... are untouched
+        self.by_runtime = [sorted(chs, key=lambda ch: ch.runtime) for chs in problem.choices]
+        self.min_cost = [min(ch.cost for ch in chs) for chs in problem.choices]
         self.probes = 0  # machine timelines searched: the pass's work, counted without a clock
         self.spent = 0.0
         self.cheapest_left = sum(self.min_cost)
         self.weight_left = sum(rule.weight)
 
     def run(self) -> Schedule:
-        cp = self.cp
-        indeg = [len(ps) for ps in cp.parents]
+        problem = self.problem
+        indeg = [len(ps) for ps in problem.parents]
         tb = self.tiebreak
-        heap = [(-self.priority[t], tb[t], t) for t in range(cp.n) if indeg[t] == 0]
+        heap = [(-self.priority[t], tb[t], t) for t in range(problem.n) if indeg[t] == 0]
         heapq.heapify(heap)
         placed = 0
         while heap:
             _, _, t = heapq.heappop(heap)
             self.place(t, self.pick(t))
             placed += 1
-            for c, _comm in cp.children[t]:
+            for c, _comm in problem.children[t]:
                 indeg[c] -= 1
                 if indeg[c] == 0:
                     heapq.heappush(heap, (-self.priority[c], tb[c], c))
-        if placed != cp.n:
+        if placed != problem.n:
             raise HetflowError("the instance's edges form a cycle; a workflow must be a DAG")
         choice = [ch for ch in self.choice if ch is not None]
         return Schedule(choice, self.machine, self.start, self.finish, self.gpus, self.ranks, self.mig)
@@ -277,11 +251,11 @@ class ListPass:
             alloc = self.allocs[(id(ch), start)]
             self.ranks[t] = reserve_gang(self.tls, ch, alloc, start, finish)
             self.gpus[t] = self.ranks[t][0][1]
-            top = max(mm for mm, _ in alloc) - self.cp.first[c] + 1
+            top = max(mm for mm, _ in alloc) - self.problem.first[c] + 1
             self.next_idle[c] = max(self.next_idle[c], top)
         else:
             self.gpus[t], self.mig[t] = reserve_one(self.tls[m], ch, start, finish)
-            if m == self.cp.first[c] + self.next_idle[c]:
+            if m == self.problem.first[c] + self.next_idle[c]:
                 self.next_idle[c] += 1
         self.spent += ch.cost
         self.cheapest_left -= self.min_cost[t]
@@ -308,7 +282,7 @@ class ListPass:
     # --- choosing -----------------------------------------------------------------------
 
     def pick(self, t: int) -> Candidate:
-        """The rule's score plugin picks (``plan.score``)."""
+        """The rule's score plugin picks (``plan.search.score``)."""
         return score_for(self.rule.kind).pick(self, t)
 
     def allowed(self, cands: list[Candidate]) -> list[Candidate]:
@@ -316,7 +290,7 @@ class ListPass:
         finish strictly earlier than on the best node without GPUs."""
         if not self.rule.avoid:
             return cands
-        classes = self.cp.classes
+        classes = self.problem.classes
         no_gpu = [c[0] for c in cands if classes[c[5].cls].gpus == 0]
         if not no_gpu:
             return cands
@@ -325,7 +299,7 @@ class ListPass:
 
     def child_finish(self, t: int, cand: Candidate) -> float:
         """The earliest finish of ``t``'s most critical child if ``t`` is placed as ``cand``."""
-        children = self.cp.children[t]
+        children = self.problem.children[t]
         if not children:
             return cand[0]
         child = max(children, key=lambda e: (self.priority[e[0]], -e[0]))[0]
@@ -351,7 +325,7 @@ class ListPass:
     def per_choice(self, t: int) -> list[Candidate]:
         remote, near = self.ready_times(t)
         out = []
-        for ch in self.cp.choices[t]:
+        for ch in self.problem.choices[t]:
             best = self.scan(ch, remote, near, None)
             assert best is not None
             out.append(best)
@@ -365,7 +339,7 @@ class ListPass:
         remote = 0.0
         local: dict[int, float] = {}  # machine -> latest parent finish there
         via: dict[int, float] = {}  # machine -> latest arrival elsewhere from a parent there
-        for p, comm in self.cp.parents[t]:
+        for p, comm in self.problem.parents[t]:
             if not done[p]:
                 continue
             m, f = machine[p], finish[p]
@@ -394,14 +368,14 @@ class ListPass:
         stops as soon as none can beat ``best``."""
         if ch.gang:
             return self.scan_gang(ch, remote, near, best)
-        cp, tls = self.cp, self.tls
+        problem, tls = self.problem, self.tls
         c, rt = ch.cls, ch.runtime
         flag = 1 if self.rule.avoid and ch.cpu_on_gpu else 0
         k = ch.index
         limit = best[0] if best is not None else math.inf
-        first = cp.first[c]
+        first = problem.first[c]
         for m, ready in near.items():
-            if cp.machine_class[m] != c:
+            if problem.machine_class[m] != c:
                 continue
             s = tls[m].earliest_start(ready, rt, ch.cores, ch.memory, ch.gpus, limit, ch.slot)
             self.probes += 1
@@ -420,7 +394,7 @@ class ListPass:
             if tls[m].times[-1] <= remote and m not in near:
                 quick = (lower, flag, m, k, remote, ch)
                 return quick if best is None or quick < best else best
-        if end < first + cp.count[c]:
+        if end < first + problem.count[c]:
             quick = (lower, flag, end, k, remote, ch)
             return quick if best is None or quick < best else best
         for m in range(first, end):
@@ -441,10 +415,10 @@ class ListPass:
         needs the inputs, so the gang is ready when they can be on every machine.  The
         machines tried are the class's touched ones and as many untouched ones (all alike)
         as the gang could use."""
-        cp = self.cp
+        problem = self.problem
         c = ch.cls
-        first = cp.first[c]
-        pool = range(first, first + min(cp.count[c], self.next_idle[c] + ch.replicas))
+        first = problem.first[c]
+        pool = range(first, first + min(problem.count[c], self.next_idle[c] + ch.replicas))
         ready = max([remote, *near.values()])
         limit = best[0] if best is not None else math.inf
         self.probes += len(pool)

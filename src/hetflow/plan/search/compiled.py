@@ -12,7 +12,7 @@ from hetflow.plan.cost import placement_cost
 from hetflow.plan.filters import vendor_ok
 from hetflow.plan.gangs import comm_time, fit_per_node
 from hetflow.plan.instance import Instance, MachineClass, Option, Task
-from hetflow.plan.timeline import GpuSlot, MachineTimeline
+from hetflow.plan.search.timeline import GpuSlot, MachineTimeline
 from hetflow.spec import mig_slices
 
 

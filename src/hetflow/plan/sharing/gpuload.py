@@ -4,9 +4,10 @@ Kept as sorted breakpoints like a machine's cores: ``times[i]`` starts a segment
 until ``times[i + 1]`` (the last one is empty and lasts for ever), with the number of
 tenants, the sum of their shares (the GPU's *load*) and the lowest load any of them was
 planned at.  A tenant of share ``s`` planned at load ``L`` fits a window when, in every
-segment of it, one more tenant stays within ``replicas`` and ``load + s`` stays within
-``L`` and within the segment's lowest planned load; a segment that breaks this can be
-passed only by starting at its end, which is the retry (as for cores).
+segment of it, the segment's tenants with it pass ``capacity.sharing_refusal`` (one more
+tenant within ``replicas``, ``load + s`` within ``L`` and within the segment's lowest
+planned load); a segment that breaks this can be passed only by starting at its end, which
+is the retry (as for cores).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import math
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-_EPS = 1e-9
+from hetflow.plan.capacity import LOAD, sharing_refusal
 
 Tenant = tuple[float, float, float, float]  # start, finish, share, planned load
 
@@ -64,14 +65,14 @@ class GpuLoad:
     def blocked(self, start: float, end: float, share: float, level: float, replicas: int) -> float | None:
         """None when a tenant (``share``, planned at ``level``) fits during ``[start, end)``,
         else the earliest start worth trying again (inf: never)."""
-        if share > level + _EPS:
-            return math.inf
+        if sharing_refusal(1, share, level, replicas) == LOAD:
+            return math.inf  # too big at its own level even alone
         times, count, load, low = self.times, self.count, self.load, self.low
         i = bisect_right(times, start) - 1
         n = len(times)
         while i < n and times[i] < end:
-            total = load[i] + share
-            if count[i] + 1 > replicas or total > level + _EPS or total > low[i] + _EPS:
+            lowest = low[i] if low[i] < level else level
+            if sharing_refusal(count[i] + 1, load[i] + share, lowest, replicas) is not None:
                 return times[i + 1]
             i += 1
         return None

@@ -1,0 +1,9 @@
+"""What the planner is measured against: event-driven simulations of real schedulers that
+see the DAG only as it is released (a step becomes ready when its last parent finishes).
+``eventsim`` holds what they share: the machines (``capacity.Machine``), the release of
+ready steps, the transfer waits and ``EventLoop``, the one loop all three run.
+``firstfit`` places each ready step on the first machine in cluster order that fits it;
+``kubesched`` scores nodes as kube-scheduler's defaults do (LeastAllocated +
+BalancedAllocation); ``backfill`` orders jobs by age and backfills as Slurm's EASY backfill.
+A new baseline is a ``schedule`` function over ``EventLoop`` (see ``firstfit``).
+"""
