@@ -67,6 +67,10 @@ class Hetflow:
         data: dict[str, Any] = json.loads(self("show", run_id, "--json").stdout)
         return data
 
+    def step_states(self, run_id: str) -> dict[str, str]:
+        """Each step's state, as ``hetflow show --json`` gives it."""
+        return {s["step"]: s["state"] for s in self.show(run_id)["steps"]}
+
     def last_run(self) -> str:
         runs = json.loads(self("ps", "--all", "--json").stdout)
         return str(runs[0]["id"])
