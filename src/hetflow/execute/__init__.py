@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from hetflow.execute.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
     from hetflow.execute.images import PinResult, default_resolver, pin_images
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, stop_run
-    from hetflow.execute.logs import log_tail, parse_line, read_lines
+    from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
     from hetflow.execute.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
     from hetflow.execute.paths import RunPaths, container_name
     from hetflow.execute.prepare import cluster_instance
@@ -108,7 +108,7 @@ _WHERE = {
     "images": ["PinResult", "default_resolver", "pin_images"],
     "doctor": ["Finding", "diagnose", "repair"],
     "lifecycle": ["pid_alive", "reset_for_resume", "stop_run"],
-    "logs": ["log_tail", "parse_line", "read_lines"],
+    "logs": ["Records", "group_records", "log_tail", "parse_line", "read_lines"],
     "outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
     "paths": ["RunPaths", "container_name"],
     "runner": ["NullReporter", "Reporter", "Runner"],
@@ -153,6 +153,7 @@ __all__ = [
     "NullReporter",
     "OpenRun",
     "PinResult",
+    "Records",
     "Reporter",
     "ResultCache",
     "RunPaths",
@@ -181,6 +182,7 @@ __all__ = [
     "expand_for_planning",
     "gpu_access",
     "grace_from_env",
+    "group_records",
     "input_digests",
     "input_mounts",
     "load_recorded",
