@@ -30,8 +30,10 @@ from hetflow.state.integrity import (
     StoreDamaged,
     StoreFull,
     disk_full_message,
+    disk_room,
     free_bytes,
     is_full,
+    megabytes,
     mount_point,
 )
 from hetflow.state.liveness import executor_gone, pid_alive, process_start
@@ -111,10 +113,12 @@ __all__ = [
     "StoreFull",
     "UsageRow",
     "disk_full_message",
+    "disk_room",
     "executor_gone",
     "follow",
     "free_bytes",
     "is_full",
+    "megabytes",
     "mount_point",
     "pid_alive",
     "process_start",
