@@ -4,6 +4,7 @@ mknod: these tests prove isolation, not GPU computation), the real CLI in subpro
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
@@ -67,6 +68,10 @@ class Hetflow:
         data: dict[str, Any] = json.loads(self("show", run_id, "--json").stdout)
         return data
 
+    def step_states(self, run_id: str) -> dict[str, str]:
+        """Each step's state, as ``hetflow show --json`` gives it."""
+        return {s["step"]: s["state"] for s in self.show(run_id)["steps"]}
+
     def last_run(self) -> str:
         runs = json.loads(self("ps", "--all", "--json").stdout)
         return str(runs[0]["id"])
@@ -78,6 +83,13 @@ class Hetflow:
                 return
             time.sleep(0.1)
         raise AssertionError("condition not met in time")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a server a test starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 def write(tmp_path: Path, text: str, name: str = "wf.yaml") -> str:

@@ -28,7 +28,6 @@ prove isolation, not GPU computation.  Starting Ray takes seconds: one cluster p
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +42,7 @@ from ray.cluster_utils import Cluster
 from hetflow.execute.backends.ray import NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RaySettings
 from hetflow.inventory.fakegpus import make_fake_gpus
 from tests.contract.backend_contract import BUSYBOX
+from tests.integration.hfkit import free_port
 
 # (name, CPUs, fake GPUs, GPU model for make_fake_gpus, Ray accelerator type, node type)
 NODES = (
@@ -90,12 +90,6 @@ def _node_args(
     return args
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
     yield from _cluster(tmp_path_factory, NODES)
@@ -121,7 +115,7 @@ def _cluster(tmp_path_factory: pytest.TempPathFactory, nodes: tuple[Node, ...]) 
         elif gpus:
             make_fake_gpus(f"{model}:{gpus}", devs / name)
     head, *others = nodes
-    client_port = _free_port()
+    client_port = free_port()
     try:
         head_args = {**_node_args(*head, head=True), "ray_client_server_port": client_port}
         cluster = Cluster(initialize_head=True, head_node_args=head_args)

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterable, Mapping
@@ -41,6 +40,7 @@ from hetflow.config import engine_env, find_engine
 from hetflow.images import Requirements, parse_requirements
 from hetflow.images.client import RegistryClient
 from hetflow.images.index_build import build_index
+from tests.integration.hfkit import free_port
 
 __all__ = ["Registry", "push_builds", "require_tools", "start_registry", "tiny_build_image"]
 
@@ -89,12 +89,6 @@ class Registry:
         self.stop()
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_registry(tmp_path: Path, *, timeout: float = 15) -> Registry:
     """Start ``docker-registry serve CONFIG`` on a free loopback port with its storage under
     ``tmp_path``; returns once ``/v2/`` answers.  Call ``stop()`` (or use ``with``)."""
@@ -103,7 +97,7 @@ def start_registry(tmp_path: Path, *, timeout: float = 15) -> Registry:
     root.mkdir(parents=True, exist_ok=True)
     last_error = ""
     for _attempt in range(3):  # the free port may be taken between probing and binding
-        port = _free_port()
+        port = free_port()
         config = root / "config.yml"
         config.write_text(
             "version: 0.1\n"

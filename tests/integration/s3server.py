@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tests.integration.hfkit import free_port
+
 CREDENTIALS = {
     "AWS_ACCESS_KEY_ID": "hetflow-test",
     "AWS_SECRET_ACCESS_KEY": "hetflow-test-secret",
@@ -19,16 +21,10 @@ CREDENTIALS = {
 }
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @contextmanager
 def s3_server(log: Path) -> Iterator[str]:
     """Start moto_server; yields its endpoint URL."""
-    port = _free_port()
+    port = free_port()
     exe = Path(sys.executable).with_name("moto_server")
     with log.open("w") as out:
         proc = subprocess.Popen(

@@ -186,7 +186,7 @@ class TestRayBackend(BackendContract):
         wait_done(b, r, [name])
         assert f"run-{r}" in run_actors()
         b.release([name])
-        deadline = time.time() + 20
+        deadline = time.time() + 60
         while f"run-{r}" in run_actors():
             assert time.time() < deadline, "the idle run actor is still there"
             time.sleep(0.5)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 from pathlib import Path
 
 from tests.integration.hfkit import BUSYBOX, Hetflow, podman, write
@@ -26,10 +25,6 @@ steps:
 """
 
 
-def _states(hf: Hetflow, run_id: str) -> dict[str, str]:
-    return {s["step"]: s["state"] for s in hf.show(run_id)["steps"]}
-
-
 def _kill_executor(hf: Hetflow, run_id: str) -> None:
     pid = hf.show(run_id)["pid"]
     os.kill(pid, signal.SIGKILL)
@@ -38,15 +33,13 @@ def _kill_executor(hf: Hetflow, run_id: str) -> None:
 
 def test_killed_executor_shows_gone_logs_f_ends_doctor_repairs(hf: Hetflow, tmp_path: Path) -> None:
     run_id = hf("run", "-d", write(tmp_path, WF.format(a=0.2, b=20))).stdout.strip()
-    hf.wait_for(lambda: _states(hf, run_id).get("b") == "running")
+    hf.wait_for(lambda: hf.step_states(run_id).get("b") == "running")
     _kill_executor(hf, run_id)
 
     ps = json.loads(hf("ps", "--json").stdout)
     assert [(r["id"], r["state"], r["executor_gone"]) for r in ps] == [(run_id, "running", True)]
     assert "executor gone: resume or stop" in hf("ps").stdout
-    began = time.time()
-    logs = hf("logs", "-f", run_id, check=False, timeout=30)
-    assert time.time() - began < 10
+    logs = hf("logs", "-f", run_id, check=False, timeout=60)  # ends by itself: a hang fails at the timeout
     assert logs.returncode == 1 and "hello from a" in logs.stdout and "executor" in logs.stderr
 
     # real leftovers of another run that has ended: a container and a gang network
@@ -67,7 +60,8 @@ def test_killed_executor_shows_gone_logs_f_ends_doctor_repairs(hf: Hetflow, tmp_
     assert podman("ps", "-a", "--filter", f"label=hetflow.run={done}", "--format", "{{.Names}}") == []
     assert podman("network", "ls", "--filter", f"label=hetflow.run={done}", "--format", "{{.Name}}") == []
     assert hf.show(run_id)["state"] == "failed"
-    assert f"hf-{run_id}-b-1" in podman("ps", "--format", "{{.Names}}")  # in flight: left for resume
+    # in flight: left for resume (-a: b's 20 s may be over by now on a loaded machine; kept all the same)
+    assert f"hf-{run_id}-b-1" in podman("ps", "-a", "--format", "{{.Names}}")
 
     hf("resume", run_id, "-q", timeout=120)
     data = hf.show(run_id)
@@ -77,13 +71,13 @@ def test_killed_executor_shows_gone_logs_f_ends_doctor_repairs(hf: Hetflow, tmp_
 
 def test_stop_after_a_crash_keeps_a_result_that_finished_while_down(hf: Hetflow, tmp_path: Path) -> None:
     run_id = hf("run", "-d", write(tmp_path, WF.format(a=3, b=0))).stdout.strip()
-    hf.wait_for(lambda: _states(hf, run_id).get("a") == "running")
+    hf.wait_for(lambda: hf.step_states(run_id).get("a") == "running")
     _kill_executor(hf, run_id)
     name = f"hf-{run_id}-a-1"
     hf.wait_for(lambda: name not in podman("ps", "--format", "{{.Names}}"), timeout=30)  # a exits while down
 
     hf("stop", run_id)
-    assert _states(hf, run_id)["a"] == "running"  # its result waits for resume, not stopped
+    assert hf.step_states(run_id)["a"] == "running"  # its result waits for resume, not stopped
     hf("resume", run_id, "-q", timeout=120)
     data = hf.show(run_id)
     assert data["state"] == "succeeded"

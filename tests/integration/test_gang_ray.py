@@ -276,7 +276,7 @@ def test_a_gang_ray_cannot_place_stays_pending_and_says_so(tmp_path: Path, ray_g
     s = backend.settings
     keeper = backend._new_keeper(r)
     ray.get(keeper.submit_gang.remote(job3.name, job3.ranks, job3.gang, req, s.device_dir, s.stop_timeout))
-    deadline, st = time.time() + 20, None
+    deadline, st = time.time() + 60, None
     while time.time() < deadline:
         st = backend.poll(r)[job3.name]
         if "waits for nodes to join" in st.reason:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import socket
 import subprocess
-import time
 import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -140,7 +139,6 @@ def test_mpirun_allreduce_on_the_host_network_with_two_ports_on_loopback(
 def test_torchrun_style_allreduce_across_two_containers(tmp_path: Path, mpi_image: str, gang: str) -> None:
     podman("network", "create", "--internal", gang)
     size = 2
-    started = time.monotonic()
     for rank in reversed(range(size)):  # the worker first: it must retry until rank 0 listens
         env = {
             "MASTER_ADDR": f"{gang}-0",
@@ -160,7 +158,6 @@ def test_torchrun_style_allreduce_across_two_containers(tmp_path: Path, mpi_imag
     output = "".join(out for _, out in results)
     assert [code for code, _ in results] == [0, 0], output
     assert _ok_lines(output) == {"rank 0/2", "rank 1/2"}, output
-    assert time.monotonic() - started < 60
 
 
 def test_an_internal_gang_network_has_no_route_out_but_resolves_replica_names(mpi_image: str, gang: str) -> None:

@@ -17,10 +17,6 @@ def _attempts(hf: Hetflow, run_id: str) -> dict[str, int]:
     return {s["step"]: s["attempts"] for s in hf.show(run_id)["steps"]}
 
 
-def _states(hf: Hetflow, run_id: str) -> dict[str, str]:
-    return {s["step"]: s["state"] for s in hf.show(run_id)["steps"]}
-
-
 PUBLISH = f"""apiVersion: hetflow/v1
 name: pub
 steps:
@@ -40,7 +36,7 @@ def test_resume_after_editing_publish_mode_publishes_with_the_new_mode(hf: Hetfl
     first = hf("run", wf, "-q", check=False)
     assert first.returncode == 1
     run_id = hf.last_run()
-    assert _states(hf, run_id) == {"report": "failed"}
+    assert hf.step_states(run_id) == {"report": "failed"}
     assert "mode: overwrite" in json.dumps(hf.show(run_id))
 
     # the user follows the message, edits the file and resumes: the new mode is applied
@@ -48,7 +44,7 @@ def test_resume_after_editing_publish_mode_publishes_with_the_new_mode(hf: Hetfl
     resumed = hf("resume", run_id, "-q")
     assert "report: definition of publish changed: takes effect as it runs again" in resumed.stderr
     assert (tmp_path / "results" / "report.txt").read_text() == "new\n"
-    assert _states(hf, run_id) == {"report": "succeeded"}
+    assert hf.step_states(run_id) == {"report": "succeeded"}
     assert _attempts(hf, run_id) == {"report": 2}
 
 
@@ -87,7 +83,7 @@ def test_resume_reruns_an_edited_step_and_its_descendants_and_keeps_the_rest(hf:
     wf = write(tmp_path, _branches("one", 1))
     assert hf("run", wf, "-q", "--no-cache", check=False).returncode == 1
     run_id = hf.last_run()
-    assert _states(hf, run_id)["f"] == "failed"
+    assert hf.step_states(run_id)["f"] == "failed"
 
     write(tmp_path, _branches("two", 0))
     resumed = hf("resume", run_id, "-q")

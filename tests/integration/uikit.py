@@ -5,7 +5,6 @@ selenium, screenshots under tests/output/ui, and a synthetic store built with th
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -15,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.integration.hfkit import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -54,12 +55,6 @@ def chromium(width: int = 1400, height: int = 1000, *, performance_log: bool = F
 def csp_violations(driver: Any) -> list[str]:
     """The console's reports of what the page's Content-Security-Policy refused."""
     return [e["message"] for e in driver.get_log("browser") if "Content Security Policy" in e.get("message", "")]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def non_loopback_ip() -> str:

@@ -78,10 +78,10 @@ CASES = [
 def test_each_input_class_gets_one_clear_error(tmp_path: Path, text: str, line: int, message: str) -> None:
     path = tmp_path / "wf.yaml"
     path.write_text(text)
-    started = time.perf_counter()
+    started = time.thread_time()
     with pytest.raises(SpecError) as caught:
         load_workflow(path)
-    assert time.perf_counter() - started < 1.0
+    assert time.thread_time() - started < 1.0  # CPU seconds of this thread: the same on a loaded machine
     assert any(p.file == str(path) and p.line == line and message in p.message for p in caught.value.problems), [
         str(p) for p in caught.value.problems
     ]
@@ -89,9 +89,9 @@ def test_each_input_class_gets_one_clear_error(tmp_path: Path, text: str, line: 
 
 def test_alias_bomb_is_refused_fast_and_small() -> None:
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    started = time.perf_counter()
+    started = time.thread_time()
     _, _, problems = compose_yaml(alias_bomb(12, 20), "bomb.yaml")
-    assert time.perf_counter() - started < 0.5
+    assert time.thread_time() - started < 0.5  # CPU seconds, not wall-clock ones: a busy machine does not count
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before < 50 * 1024  # KiB: under 50 MiB more
     assert problems and "alias bomb" in problems[0].message
 

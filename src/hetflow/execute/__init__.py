@@ -62,7 +62,7 @@ if TYPE_CHECKING:
     from hetflow.execute.images import PinResult, default_resolver, pin_images
     from hetflow.execute.launch.container import build_spec, container_env, input_mounts
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, stop_run
-    from hetflow.execute.logs import log_tail, parse_line, read_lines
+    from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
     from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
     from hetflow.execute.prepare import cluster_instance, measured_slowdowns
     from hetflow.execute.runner import Runner
@@ -101,7 +101,7 @@ _WHERE = {
     "images": ["PinResult", "default_resolver", "pin_images"],
     "doctor": ["Finding", "diagnose", "repair"],
     "lifecycle": ["pid_alive", "reset_for_resume", "stop_run"],
-    "logs": ["log_tail", "parse_line", "read_lines"],
+    "logs": ["Records", "group_records", "log_tail", "parse_line", "read_lines"],
     "data.outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
     "data.paths": ["RunPaths", "container_name"],
     "runner": ["Runner"],
@@ -149,6 +149,7 @@ __all__ = [
     "ProcessSeams",
     "Quantity",
     "RankVariable",
+    "Records",
     "Reporter",
     "ResultCache",
     "RunOptions",
@@ -178,6 +179,7 @@ __all__ = [
     "expand_for_planning",
     "gpu_access",
     "grace_from_env",
+    "group_records",
     "input_digests",
     "input_mounts",
     "load_recorded",

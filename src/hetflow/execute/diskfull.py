@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from hetflow.state import free_bytes, mount_point
+from hetflow.state import disk_room, free_bytes, megabytes
 
 LOW_WATER = 1 << 20  # bytes: less free than this after a failed step counts as a full disk
 
@@ -21,10 +21,6 @@ def _size(path: Path) -> int:
     if path.is_file():
         return path.stat().st_size
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.1f} MB"
 
 
 def is_out_of_space(staging: Path) -> bool:
@@ -53,12 +49,7 @@ def out_of_space(staging: Path) -> str | None:
 
 
 def full_disk_reason(staging: Path, written: int) -> str:
-    mount = mount_point(staging)
-    try:
-        usage = shutil.disk_usage(mount)
-        room = f"{_mb(usage.free)} free now of {_mb(usage.total)}"
-    except OSError:
-        room = "its size unknown"
+    mount, room = disk_room(staging, "free now")
     then = "then 'hetflow resume' runs the step again"
     if written < LOW_WATER:  # not this step's outputs: something else filled the disk
         return (
@@ -67,6 +58,6 @@ def full_disk_reason(staging: Path, written: int) -> str:
         )
     return (
         f"out of disk space: the disk at {mount} (holding {staging.parent}) filled up; the step had written"
-        f" {_mb(written)} of output (removed; {room}); free more than {_mb(written)} there (or point the"
+        f" {megabytes(written)} of output (removed; {room}); free more than {megabytes(written)} there (or point the"
         f" work directory elsewhere), {then}"
     )

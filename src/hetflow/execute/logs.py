@@ -6,6 +6,7 @@ that continues on the next record (CRI logging format)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -17,17 +18,29 @@ def parse_line(raw: str) -> tuple[str, str, bool, str] | None:
     return parts[0], parts[1], parts[2] == "P", text
 
 
-def read_lines(path: Path, offset: int = 0) -> tuple[list[tuple[str, str]], int]:
-    """Complete lines (stream, text) from byte ``offset``; returns the new offset."""
-    try:
-        with path.open("rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except FileNotFoundError:
-        return [], offset
+@dataclass(frozen=True)
+class Records:
+    """The records of a window of a log that starts at a record, as lines.
+
+    ``lines``: the complete lines (stream, text), each P group joined with its closing F
+    record; ``end``: the bytes up to the last newline (a record with no newline yet is not
+    read); ``pending``: the text of a P group that no F record has closed yet ("" when none),
+    its ``pending_stream``, and ``group_start``, the byte where that group begins: a reader
+    goes on from there next time, so the group is read again whole."""
+
+    lines: list[tuple[str, str]]
+    end: int
+    pending: str
+    pending_stream: str
+    group_start: int
+
+
+def group_records(data: bytes) -> Records:
+    """``data`` as lines: the one grouping of P/F records that ``read_lines`` and the
+    dashboard's log feed (``ui.streams``) share."""
     end = data.rfind(b"\n") + 1
     out: list[tuple[str, str]] = []
-    pending = ""
+    pending, pending_stream = "", "stdout"
     pos = 0  # byte position in data of the next record
     group_start = 0  # where the pending partial group began; resume from here next time
     for raw in data[:end].splitlines(keepends=True):
@@ -39,12 +52,24 @@ def read_lines(path: Path, offset: int = 0) -> tuple[list[tuple[str, str]], int]
             continue
         _, stream, partial, text = parsed
         if partial:
-            pending += text
+            pending, pending_stream = pending + text, stream
             continue
         out.append((stream, pending + text))
         pending = ""
+    return Records(out, end, pending, pending_stream, group_start)
+
+
+def read_lines(path: Path, offset: int = 0) -> tuple[list[tuple[str, str]], int]:
+    """Complete lines (stream, text) from byte ``offset``; returns the new offset."""
+    try:
+        with path.open("rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except FileNotFoundError:
+        return [], offset
+    got = group_records(data)
     # A group of P records not yet closed by its F record is read again next time.
-    return out, offset + (group_start if pending else end)
+    return got.lines, offset + (got.group_start if got.pending else got.end)
 
 
 def iter_log(path: Path) -> Iterator[tuple[str, str]]:

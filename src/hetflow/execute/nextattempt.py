@@ -68,6 +68,13 @@ class NextAttempt:
 Limits = tuple[float, int] | None  # (cpus, memory bytes) of the place it ran; None: unknown
 
 
+def _grow(had: float, factor: float, cap: float | None) -> tuple[float, float]:
+    """What ``had`` times ``factor`` is (what the policy asks), and that capped at ``cap``,
+    what one node there holds (None: unknown, no cap): the one rule for memory and CPUs."""
+    want = had * factor
+    return want, min(want, cap) if cap else want
+
+
 def after_failure(
     step: Step, policy: Retry, f: Failure, prior: NextAttempt | None, limits: Limits, *, cluster: bool
 ) -> NextAttempt:
@@ -76,9 +83,7 @@ def after_failure(
     changes: list[str] = []
     memory, cpus = dict(nxt.memory), dict(nxt.cpus)
     if policy.memory is not None and out_of_memory(f):
-        want = int(f.memory * policy.memory)
-        cap = limits[1] if limits else None
-        got = min(want, cap) if cap else want
+        want, got = (int(n) for n in _grow(f.memory, policy.memory, limits[1] if limits else None))
         if got > f.memory:
             memory[f.variant] = got
             said = f"memory {_mem(f.memory)} -> {_mem(got)} after an out-of-memory kill (exit {OOM_EXIT})"
@@ -88,9 +93,8 @@ def after_failure(
         else:
             changes.append(f"memory stays {_mem(f.memory)} after an out-of-memory kill: {f.node} has no more")
     if policy.cpus is not None:
-        want_c = f.cpus * policy.cpus
         cap_c = limits[0] if limits else None
-        got_c = min(want_c, cap_c) if cap_c else want_c
+        want_c, got_c = _grow(f.cpus, policy.cpus, cap_c)
         if got_c > f.cpus:
             cpus[f.variant] = got_c
             said = f"cpus {f.cpus:g} -> {got_c:g} on retry"

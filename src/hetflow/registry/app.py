@@ -15,7 +15,7 @@ refuses to run without one where that "anyone" reaches beyond this machine or wo
 borrow the proxy's upstream credentials (``Settings.needs_admin_token``; the CLI makes
 and prints one, ``settings.secured``).
 
-``_Limits`` wraps every request: a body over ``limits.max_body_bytes`` is refused (413)
+``gates.RequestLimits`` wraps every request: a body over ``limits.max_body_bytes`` is refused (413)
 before the app reads it, and one client address may have ``max_requests_per_client``
 requests open at once (429): a slow reader costs an open file and a socket, and the
 cached-blob path holds no thread while it waits (``verify.FileChunks``).
@@ -49,16 +49,16 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hetflow.errors import UsageError
 from hetflow.images import RegistryError
 from hetflow.inventory import Node, node_fields
 from hetflow.registry.auth import BearerSigner, bearer_challenge, parse_basic, parse_bearer
-from hetflow.registry.errors import ErrorCode, error_body, error_response
+from hetflow.registry.errors import ErrorCode, error_response
+from hetflow.registry.gates import ApiVersion, RequestLimits
 from hetflow.registry.machines import MachineType, MachineTypeConflict, MachineTypeLimit, MachineTypes
 from hetflow.registry.proxy import Proxy, parse_path
-from hetflow.registry.settings import Limits, Settings, parse_listen
+from hetflow.registry.settings import Settings, parse_listen
 from hetflow.registry.store import BlobStore, FilteredStore
 from hetflow.registry.upstream import Upstream
 from hetflow.registry.verify import VerifiedBody
@@ -66,7 +66,6 @@ from hetflow.registry.verify import VerifiedBody
 __all__ = ["RunningProxy", "create_app", "serve", "start_in_thread"]
 
 log = logging.getLogger("hetflow.registry")
-API_VERSION = ("docker-distribution-api-version", "registry/2.0")
 # A Host header worth echoing in the realm; anything else (quotes, spaces, CR/LF) is not
 # pasted into WWW-Authenticate, the listen address stands in for it.
 _HOST_RE = re.compile(r"[A-Za-z0-9.-]+(:[0-9]{1,5})?\Z|\[[0-9A-Fa-f:.]+\](:[0-9]{1,5})?\Z")
@@ -80,104 +79,6 @@ def _bearer_key(state_dir: Path) -> bytes:
         with os.fdopen(fd, "wb") as f:
             f.write(secrets.token_bytes(32))
     return path.read_bytes()
-
-
-class _ApiVersion:
-    """Adds ``Docker-Distribution-API-Version`` to every response, as distribution does."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        async def wrapped(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", []), tuple(v.encode() for v in API_VERSION)]
-            await send(message)
-
-        await self.app(scope, receive, wrapped if scope["type"] == "http" else send)
-
-
-def _plain_error(status: int, code: str, message: str) -> tuple[Message, Message]:
-    body = error_body(code, message)
-    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    if status == 413:
-        headers.append((b"connection", b"close"))  # the unread body is not worth draining
-    return (
-        {"type": "http.response.start", "status": status, "headers": headers},
-        {"type": "http.response.body", "body": body},
-    )
-
-
-class _Limits:
-    """Per-request limits ahead of the app: body size and open requests per client."""
-
-    def __init__(self, app: ASGIApp, limits: Limits) -> None:
-        self.app = app
-        self.limits = limits
-        self.open: dict[str, int] = {}
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-        client = (scope.get("client") or ("?", 0))[0]
-        if self.open.get(client, 0) >= self.limits.max_requests_per_client:
-            for message in _plain_error(
-                429,
-                ErrorCode.TOOMANYREQUESTS,
-                f"{client} has {self.limits.max_requests_per_client} requests open (limits.max_requests_per_client); "
-                "finish some first",
-            ):
-                await send(message)
-            return
-        self.open[client] = self.open.get(client, 0) + 1
-        try:
-            body = await self._body(scope, receive)
-            if body is None:
-                for message in _plain_error(
-                    413,
-                    ErrorCode.SIZE_INVALID,
-                    f"request body over {self.limits.max_body_bytes} bytes (limits.max_body_bytes)",
-                ):
-                    await send(message)
-                return
-            replayed = False
-
-            async def replay() -> Message:
-                nonlocal replayed
-                if not replayed:
-                    replayed = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
-
-            await self.app(scope, replay, send)
-        finally:
-            left = self.open[client] - 1
-            if left:
-                self.open[client] = left
-            else:
-                del self.open[client]
-
-    async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
-        """The whole request body, or None once it passes the limit (read no further)."""
-        limit = self.limits.max_body_bytes
-        for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > limit:
-                return None
-        parts: list[bytes] = []
-        size = 0
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                break
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                return None
-            parts.append(chunk)
-            if not message.get("more_body", False):
-                break
-        return b"".join(parts)
 
 
 def _disk_full(err: OSError, what: str) -> Response:
@@ -395,8 +296,8 @@ def create_app(settings: Settings, *, transport: httpx.MockTransport | None = No
         lifespan=registry.lifespan,
     )
     app.state.registry = registry
-    app.add_middleware(_Limits, limits=settings.limits)
-    app.add_middleware(_ApiVersion)
+    app.add_middleware(RequestLimits, limits=settings.limits)
+    app.add_middleware(ApiVersion)
     return app
 
 

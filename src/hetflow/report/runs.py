@@ -162,25 +162,31 @@ def short_image(ref: str) -> str:
     return f"{name}@{digest[:19]}" if sep else ref
 
 
+STEP_COLUMNS = ("STEP", "STATE", "VARIANT", "NODE", "GPUS", "ATTEMPTS", "EXIT", "STARTED", "ELAPSED")
+
+
+def _step_cells(s: StepRecord, now: float | None) -> list[str]:
+    """A step's cells after STEP and STATE, the same in the plain and the rich table."""
+    return [
+        s.variant or "-",
+        s.node or "-",
+        gpus_text(s.gpus),
+        str(s.attempts),
+        "-" if s.exit_code is None else str(s.exit_code),
+        when(s.started)[11:] if s.started else "-",
+        elapsed(s.started, s.ended, now),
+    ]
+
+
 def _plain_steps(
     steps: list[StepRecord], *, reasons: bool, now: float | None, images: dict[str, str] | None
 ) -> PlainTable:
-    headers = ["STEP", "STATE", "VARIANT", "NODE", "GPUS", "ATTEMPTS", "EXIT", "STARTED", "ELAPSED"]
+    headers = list(STEP_COLUMNS)
     headers += ["IMAGE"] if images is not None else []
     headers += ["WHY"] if reasons else []
     rows = []
     for s in steps:
-        row = [
-            s.step,
-            s.shown_state,
-            s.variant or "-",
-            s.node or "-",
-            gpus_text(s.gpus),
-            str(s.attempts),
-            "-" if s.exit_code is None else str(s.exit_code),
-            when(s.started)[11:] if s.started else "-",
-            elapsed(s.started, s.ended, now),
-        ]
+        row = [s.step, s.shown_state, *_step_cells(s, now)]
         row += [short_image(images.get(s.step, "-"))] if images is not None else []
         row += [s.reason] if reasons else []
         rows.append(row)
@@ -197,34 +203,14 @@ def steps_table(
     if len(steps) > BIG:
         return _plain_steps(steps, reasons=reasons, now=now, images=images)
     t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in (
-        "STEP",
-        "STATE",
-        "VARIANT",
-        "NODE",
-        "GPUS",
-        "ATTEMPTS",
-        "EXIT",
-        "STARTED",
-        "ELAPSED",
-    ):
+    for col in STEP_COLUMNS:
         t.add_column(col, no_wrap=True)
     if images is not None:
         t.add_column("IMAGE", overflow="fold")
     if reasons:
         t.add_column("WHY", overflow="fold")
     for s in steps:
-        row: list[Any] = [
-            s.step,
-            styled(s.shown_state),
-            s.variant or "-",
-            s.node or "-",
-            gpus_text(s.gpus),
-            str(s.attempts),
-            "-" if s.exit_code is None else str(s.exit_code),
-            when(s.started)[11:] if s.started else "-",
-            elapsed(s.started, s.ended, now),
-        ]
+        row: list[Any] = [s.step, styled(s.shown_state), *_step_cells(s, now)]
         if images is not None:
             row.append(short_image(images.get(s.step, "-")))
         if reasons:

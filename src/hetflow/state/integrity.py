@@ -165,7 +165,8 @@ def mount_point(path: Path) -> Path:
     return p
 
 
-def _mb(n: float) -> str:
+def megabytes(n: float) -> str:
+    """``n`` bytes as '12.3 MB', as every disk message says them."""
     return f"{n / 1e6:.1f} MB"
 
 
@@ -176,15 +177,22 @@ def free_bytes(path: Path) -> int | None:
         return None
 
 
-def disk_full_message(path: Path, need: int | None = None) -> str:
-    """'the disk at /mnt (holding PATH) is full: 0.0 MB free of 8.4 MB; free at least ...'"""
+def disk_room(path: Path, free: str = "free") -> tuple[Path, str]:
+    """The mount point of the disk holding ``path`` and its room in words: '0.0 MB free of
+    8.4 MB' (``free`` is the middle word: 'free now'), or 'its size unknown'.  The one reading
+    of a disk's room that the store's and a step's out-of-disk messages share."""
     mount = mount_point(path)
     try:
         usage = shutil.disk_usage(mount)
-        room = f"{_mb(usage.free)} free of {_mb(usage.total)}"
     except OSError:
-        room = "its size unknown"
-    wanted = f"free at least {_mb(need)} there" if need else "free space there"
+        return mount, "its size unknown"
+    return mount, f"{megabytes(usage.free)} {free} of {megabytes(usage.total)}"
+
+
+def disk_full_message(path: Path, need: int | None = None) -> str:
+    """'the disk at /mnt (holding PATH) is full: 0.0 MB free of 8.4 MB; free at least ...'"""
+    mount, room = disk_room(path)
+    wanted = f"free at least {megabytes(need)} there" if need else "free space there"
     return f"the disk at {mount} (holding {path}) is full: {room}; {wanted}"
 
 

@@ -171,13 +171,21 @@ class _CountedStream(StreamingResponse):
             self._streams.open -= 1
 
 
-def create_app(config: UiConfig) -> Starlette:
-    """The dashboard for ``config`` (already ``checked()``: a token where one is needed)."""
-    reader = Reader(config.store_path)
+def _step_query(reader: Reader, request: Request) -> tuple[Store, str, str, int | None, int]:
+    """The store, run id, step, attempt (None: the last) and rank a step's log request names."""
+    store = reader()
+    rid = store.resolve_run_id(request.path_params["run_id"])
+    step = request.path_params["step"]
+    store.step(rid, step)  # 404 for a step the run does not have
+    q = request.query_params
+    attempt = int_param("attempt", q["attempt"], 1, 1, MAX_ATTEMPT) if q.get("attempt") else None
+    rank = int_param("rank", q.get("rank"), 0, 0, MAX_RANK)
+    return store, rid, step, attempt, rank
+
+
+def _run_routes(config: UiConfig, reader: Reader) -> list[Route]:
+    """What the runs pages read: the config, a page of runs, one run, its Gantt chart, a step's log."""
     runs_read = RunCache()
-    root = config.root.resolve()
-    planner = Planner(root, config.max_planning)
-    streams = Streams(config.max_streams)
 
     def api_config(request: Request) -> dict[str, Any]:
         return {
@@ -201,18 +209,8 @@ def create_app(config: UiConfig) -> Starlette:
         svg = timeline_svg(store.run(rid), store.attempts(rid), stored_plan(store, rid))
         return Response(svg or NO_ATTEMPT_SVG, media_type="image/svg+xml")
 
-    def _step(request: Request) -> tuple[Store, str, str, int | None, int]:
-        store = reader()
-        rid = store.resolve_run_id(request.path_params["run_id"])
-        step = request.path_params["step"]
-        store.step(rid, step)  # 404 for a step the run does not have
-        q = request.query_params
-        attempt = int_param("attempt", q["attempt"], 1, 1, MAX_ATTEMPT) if q.get("attempt") else None
-        rank = int_param("rank", q.get("rank"), 0, 0, MAX_RANK)
-        return store, rid, step, attempt, rank
-
     def log(request: Request) -> dict[str, Any]:
-        store, rid, step, attempt, rank = _step(request)
+        store, rid, step, attempt, rank = _step_query(reader, request)
         path, number, state = log_path(store, rid, step, attempt, rank)
         lines, end = log_tail(path, _offset(request.query_params.get("offset")))
         return {
@@ -223,6 +221,53 @@ def create_app(config: UiConfig) -> Starlette:
             "rank": rank,
             "done": state in ATTEMPT_OVER,
         }
+
+    return [
+        Route("/api/config", _guarded(api_config)),
+        Route("/api/runs", _guarded(runs)),
+        Route("/api/runs/{run_id}", _guarded(run)),
+        Route("/api/runs/{run_id}/gantt.svg", _guarded(gantt)),
+        Route("/api/runs/{run_id}/steps/{step}/log", _guarded(log)),
+    ]
+
+
+def _stream_routes(config: UiConfig, reader: Reader) -> list[Route]:
+    """The live feeds (server-sent events): a run's events and a step's log as it grows."""
+    streams = Streams(config.max_streams)
+
+    async def events(request: Request) -> Response:
+        try:
+            rid = await run_in_threadpool(lambda: reader().resolve_run_id(request.path_params["run_id"]))
+            given = request.headers.get("last-event-id") or request.query_params.get("after")
+            after = int_param("after", given, 0, 0, MAX_INT)
+        except StateError as exc:
+            return _json_error(404, str(exc))
+        except BadRequest as exc:
+            return _json_error(400, f"{exc} (an event id; Last-Event-ID is read the same way)")
+        return streams.response(run_events(reader, rid, after))
+
+    async def log_stream(request: Request) -> Response:
+        try:
+            _, rid, step, attempt, rank = await run_in_threadpool(_step_query, reader, request)
+            await run_in_threadpool(lambda: log_path(reader(), rid, step, attempt, rank))
+            offset = _offset(request.headers.get("last-event-id") or request.query_params.get("offset"))
+        except BadRequest as exc:
+            return _json_error(400, str(exc))
+        except (StateError, LookupError) as exc:
+            return _json_error(404, str(exc).strip("'\""))
+        return streams.response(log_events(reader, rid, step, attempt, rank, offset))
+
+    return [
+        Route("/api/runs/{run_id}/events", events),
+        Route("/api/runs/{run_id}/steps/{step}/log/stream", log_stream),
+    ]
+
+
+def _machine_routes(config: UiConfig, reader: Reader) -> list[Route]:
+    """The machines and the planning pages: this machine, live clusters, the files under
+    --root, a plan and a Pareto front."""
+    root = config.root.resolve()
+    planner = Planner(root, config.max_planning)
 
     def nodes(request: Request) -> list[dict[str, Any]]:
         return nodes_json(discover(config.store_path.parent), reader().leases())
@@ -246,27 +291,17 @@ def create_app(config: UiConfig) -> Starlette:
             under_root(root, q.get("workflow"), "workflow"), under_root(root, q.get("catalog"), "catalog")
         )
 
-    async def events(request: Request) -> Response:
-        try:
-            rid = await run_in_threadpool(lambda: reader().resolve_run_id(request.path_params["run_id"]))
-            given = request.headers.get("last-event-id") or request.query_params.get("after")
-            after = int_param("after", given, 0, 0, MAX_INT)
-        except StateError as exc:
-            return _json_error(404, str(exc))
-        except BadRequest as exc:
-            return _json_error(400, f"{exc} (an event id; Last-Event-ID is read the same way)")
-        return streams.response(run_events(reader, rid, after))
+    return [
+        Route("/api/nodes", _guarded(nodes)),
+        Route("/api/clusters", _guarded(clusters)),
+        Route("/api/files", _guarded(files)),
+        Route("/api/plan", _guarded(plan)),
+        Route("/api/pareto", _guarded(pareto)),
+    ]
 
-    async def log_stream(request: Request) -> Response:
-        try:
-            _, rid, step, attempt, rank = await run_in_threadpool(_step, request)
-            await run_in_threadpool(lambda: log_path(reader(), rid, step, attempt, rank))
-            offset = _offset(request.headers.get("last-event-id") or request.query_params.get("offset"))
-        except BadRequest as exc:
-            return _json_error(400, str(exc))
-        except (StateError, LookupError) as exc:
-            return _json_error(404, str(exc).strip("'\""))
-        return streams.response(log_events(reader, rid, step, attempt, rank, offset))
+
+def _action_routes(config: UiConfig, reader: Reader) -> list[Route]:
+    """Stop, resume and retry: the CLI command a user would type (403 without --actions)."""
 
     def action(build: Callable[[str, Request], list[str]]) -> Handler:
         def do(request: Request) -> dict[str, Any]:
@@ -277,23 +312,7 @@ def create_app(config: UiConfig) -> Starlette:
 
         return _guarded(do)
 
-    async def index(request: Request) -> Response:
-        return FileResponse(PAGE / "index.html", headers={"Cache-Control": "no-store"})
-
-    routes = [
-        Route("/", index),
-        Route("/api/config", _guarded(api_config)),
-        Route("/api/runs", _guarded(runs)),
-        Route("/api/runs/{run_id}", _guarded(run)),
-        Route("/api/runs/{run_id}/events", events),
-        Route("/api/runs/{run_id}/gantt.svg", _guarded(gantt)),
-        Route("/api/runs/{run_id}/steps/{step}/log", _guarded(log)),
-        Route("/api/runs/{run_id}/steps/{step}/log/stream", log_stream),
-        Route("/api/nodes", _guarded(nodes)),
-        Route("/api/clusters", _guarded(clusters)),
-        Route("/api/files", _guarded(files)),
-        Route("/api/plan", _guarded(plan)),
-        Route("/api/pareto", _guarded(pareto)),
+    return [
         Route("/api/runs/{run_id}/stop", action(lambda rid, r: ["stop", rid]), methods=["POST"]),
         Route("/api/runs/{run_id}/resume", action(lambda rid, r: ["resume", rid, "--detach"]), methods=["POST"]),
         Route(
@@ -301,6 +320,22 @@ def create_app(config: UiConfig) -> Starlette:
             action(lambda rid, r: ["resume", rid, "--step", r.path_params["step"], "--detach"]),
             methods=["POST"],
         ),
+    ]
+
+
+def create_app(config: UiConfig) -> Starlette:
+    """The dashboard for ``config`` (already ``checked()``: a token where one is needed)."""
+    reader = Reader(config.store_path)
+
+    async def index(request: Request) -> Response:
+        return FileResponse(PAGE / "index.html", headers={"Cache-Control": "no-store"})
+
+    routes: list[Route | Mount] = [
+        Route("/", index),
+        *_run_routes(config, reader),
+        *_stream_routes(config, reader),
+        *_machine_routes(config, reader),
+        *_action_routes(config, reader),
         Mount("/static", app=StaticFiles(directory=PAGE, check_dir=False), name="static"),
     ]
     app = Starlette(routes=routes)

@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 
-from hetflow.execute import RunPaths, parse_line
+from hetflow.execute import RunPaths, group_records, parse_line
 from hetflow.state import (
     RUN_TERMINAL,
     AttemptFinished,
@@ -98,27 +98,14 @@ def _lines_in(data: bytes, full: bool, cap: int) -> tuple[list[dict[str, Any]], 
         parsed = parse_line(data.decode("utf-8", "replace"))
         stream, text = (parsed[1], parsed[3]) if parsed else ("stdout", data.decode("utf-8", "replace"))
         return [{"stream": stream, "text": text + CUT_MARK.format(cap), "cut": True}], len(data)
-    out: list[dict[str, Any]] = []
-    pending, pending_stream, pos, group_start = "", "stdout", 0, 0
-    for raw in data[:end].splitlines(keepends=True):
-        parsed = parse_line(raw.decode("utf-8", "replace"))
-        if not pending:
-            group_start = pos
-        pos += len(raw)
-        if parsed is None:
-            continue
-        _, stream, partial, text = parsed
-        if partial:
-            pending, pending_stream = pending + text, stream
-            continue
-        out.append({"stream": stream, "text": pending + text})
-        pending = ""
-    if not pending:
+    got = group_records(data)
+    out: list[dict[str, Any]] = [{"stream": stream, "text": text} for stream, text in got.lines]
+    if not got.pending:
         return out, end
-    if group_start == 0 and full:  # a P group longer than the window: sent cut
-        out.append({"stream": pending_stream, "text": pending + CUT_MARK.format(cap), "cut": True})
+    if got.group_start == 0 and full:  # a P group longer than the window: sent cut
+        out.append({"stream": got.pending_stream, "text": got.pending + CUT_MARK.format(cap), "cut": True})
         return out, end
-    return out, group_start
+    return out, got.group_start
 
 
 def log_tail(path: Path, offset: int | None, cap: int = MAX_LOG_BYTES) -> tuple[list[dict[str, Any]], int]:

@@ -577,8 +577,13 @@
     }
 
     // The server ends the stream once the run is over; after an action (resume, retry) the run may
-    // start again, so for a while after one the page reopens it from the last event it saw.
-    let lastId = 0, es = null, watchUntil = 0;
+    // start again, so the page reopens it from the last event it saw until it sees the run leave the
+    // state it had when the action was taken (watchFrom), backing off to one try in 5 s, for at most
+    // WATCH_MS.  A fixed 20 s window was too short on a loaded machine: a resumed executor took longer
+    // to start, the page stopped watching and showed "stopped" while the run went on to succeed
+    // (test_stop_and_resume_from_the_page, issue 24).
+    const WATCH_MS = 600000;
+    let lastId = 0, es = null, watchUntil = 0, watchFrom = null, reopenMs = 1000;
     function startEvents(cursor) {
       if (es) es.close();
       lastId = Math.max(lastId, cursor || 0);
@@ -598,6 +603,7 @@
           updateSummary();
         } else if (e.type === "RunStateChanged") {
           run.state = e.state;
+          if (e.state !== watchFrom) watchFrom = null; // the action took: the stream now runs to the end
           updateSummary();
           refetch();
         } else if (e.type === "AttemptStarted" || e.type === "AttemptFinished") {
@@ -610,8 +616,12 @@
       const mine = es;
       es.addEventListener("end", (ev) => {
         mine.close();
-        if (Date.now() < watchUntil) setTimeout(() => { if (v.alive && es === mine) startEvents(lastId); }, 1000);
         try { const d = JSON.parse(ev.data); if (d.state) run.state = d.state; } catch (x) { /* keep */ }
+        if (run.state !== watchFrom) watchFrom = null;
+        if (watchFrom !== null && Date.now() < watchUntil) {
+          setTimeout(() => { if (v.alive && es === mine) startEvents(lastId); }, reopenMs);
+          reopenMs = Math.min(5000, reopenMs * 1.5);
+        }
         updateSummary();
         refetch();
         refreshGantt();
@@ -734,9 +744,19 @@
       }
     }
 
+    // One action at a time: 'hetflow stop' marks the run stopped before it has stopped its
+    // containers and recorded their steps, so a Resume clicked in that window (the page already
+    // shows "stopped") was undone by the stop's last writes and the resumed run failed at once
+    // (test_stop_and_resume_from_the_page, issue 24).  The buttons stay off until the answer.
+    let acting = null;
     async function act(path, confirmText) {
+      if (acting) { showError("action: '" + acting + "' is still running; wait for its answer"); return; }
       if (confirmText && !window.confirm(confirmText)) return;
       const msg = $("#action-message") || $("#step-details");
+      const before = run.state;
+      acting = path.split("/").pop();
+      const buttons = [...document.querySelectorAll("#run-actions button")];
+      for (const b of buttons) b.disabled = true;
       try {
         const r = await (await api(path, { method: "POST" })).json();
         const m = el("div", { class: "message", text: r.message || "ok" });
@@ -744,11 +764,16 @@
         const old = $("#run-actions .message");
         if (old) old.remove();
         (box || msg).appendChild(m);
-        watchUntil = Date.now() + 20000;
+        watchFrom = run.state === before ? before : null; // changed already: the reopened stream runs to the end
+        watchUntil = Date.now() + WATCH_MS;
+        reopenMs = 1000;
         startEvents(lastId);
         refetch();
       } catch (e) {
         showError("action: " + e.message);
+      } finally {
+        acting = null;
+        for (const b of buttons) b.disabled = false;
       }
     }
 
