@@ -33,6 +33,7 @@ from hetflow.state import (
     RunStateChanged,
     Store,
     pid_alive,
+    process_start,
     record,
 )
 
@@ -136,7 +137,11 @@ def stop_run(
         while alive(run.pid) and time.time() < deadline:
             time.sleep(0.05)
     now = time.time()
-    store.set_run(run_id, state=RUN_STOPPED, ended=now, pid=None, message=reason)
+    # This process holds the run while it stops it: a resume meanwhile is refused (the
+    # claim is a live pid) instead of being undone by the steps recorded stopped below; the
+    # run is marked stopped once they are (seen on the dashboard: Resume clicked as soon as
+    # the run showed stopped failed its step).
+    store.set_run(run_id, pid=os.getpid(), pid_start=process_start(os.getpid()), message=f"stopping: {reason}")
     before = backend.poll(run_id)  # read before stopping anything: what had already ended
     in_flight = [a for a in store.attempts(run_id) if a.state in (LAUNCHING, RUNNING)]
     ended = [
@@ -173,6 +178,7 @@ def stop_run(
                 )
     over = sorted(set(before) - {a.container for a in in_flight})  # results stored, removal pending
     backend.release([*names, *over])
+    store.set_run(run_id, state=RUN_STOPPED, ended=now, pid=None, message=reason)
     record(store, RunStateChanged(0, run_id, now, f"stopped; {len(names)} container(s) stopped", RUN_STOPPED))
     return names
 

@@ -49,8 +49,8 @@ from hetflow.state import (
     RUNNING,
     RunRecord,
     Store,
+    executor_gone,
     load_workflow_cached,
-    pid_alive,
 )
 
 
@@ -224,6 +224,14 @@ def resume_run(
     definition.  ``as_recorded``: follow the copy recorded with the run, as it is.  Returns
     the run, opened, the steps reset and what the edit changed."""
     record = store.run(run_id)
+    if record.state == RUN_RUNNING and not executor_gone(record):
+        # a live process holds the run: its executor, or a `hetflow stop` still recording
+        # (lifecycle.stop_run): resetting steps now would be undone by it
+        doing = "stopped" if record.message.startswith("stopping") else "executed"
+        raise StateError(
+            f"run {run_id} is being {doing} by process {record.pid}; wait for it to end"
+            + ("" if doing == "stopped" else f", or 'hetflow stop {run_id}' stops it")
+        )
     amendment = Amendment()
     if Settings.from_json(record.backend_json).backend == LOCAL:
         engine = engine or make_engine()
@@ -281,11 +289,6 @@ def _refuse_edit(
         raise StateError(
             f"{changed} and its 'data' differs; resume does not fetch data again: resume it as recorded"
             f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"
-        )
-    if record.state == RUN_RUNNING and record.pid and record.pid != os.getpid() and pid_alive(record.pid):
-        raise StateError(
-            f"{changed}, and process {record.pid} is executing it: stop it first (hetflow stop {run_id}),"
-            " then resume it to apply the edit"
         )
     busy = [s.step for s in store.steps(run_id) if s.state in (LAUNCHING, RUNNING)]
     if busy:
