@@ -25,8 +25,8 @@ END = "<!-- end of tree -->"
 
 def first_sentence(doc: str) -> str:
     text = " ".join(doc.split())
-    m = re.match(r"(.+?[.:;])(\s|$)", text)
-    return (m.group(1) if m else text).rstrip(":;.") + "."
+    m = re.match(r"(.+?\.)(\s|$)", text)
+    return (m.group(1) if m else text).rstrip(".") + "."
 
 
 def tree() -> str:
@@ -37,7 +37,9 @@ def tree() -> str:
         doc = ast.get_docstring(ast.parse((pkg / "__init__.py").read_text())) or ""
         depth = len(pkg.relative_to(SRC).parts)
         pad = "  " * depth
-        lines.append(f"{pad}{rel.removeprefix('hetflow/') or 'hetflow'}/  {first_sentence(doc) if doc else ''}".rstrip())
+        lines.append(
+            f"{pad}{rel.removeprefix('hetflow/') or 'hetflow'}/  {first_sentence(doc) if doc else ''}".rstrip()
+        )
         modules = sorted(m.stem for m in pkg.glob("*.py") if m.stem != "__init__")
         if modules:
             lines.append(f"{pad}  " + " ".join(modules))
