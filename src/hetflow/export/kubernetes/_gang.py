@@ -185,9 +185,9 @@ def _indexed(ctx: Context, name: str, step: Step, job: Obj) -> list[Obj]:
 
 def _mpi_job(ctx: Context, name: str, step: Step, job: Obj) -> Obj:
     """The step's plain ``job`` as a kubeflow MPIJob: its workers (sshd), its launcher
-    (``mpirun``) and the object around them.  Longer than 80 lines on purpose: it is one
-    object, built in the order its YAML reads, and split it would scatter one MPIJob's fields
-    (and the comments that cite the operator's behaviour) across helpers."""
+    (``mpirun``) and the object around them.  Long because it is one object, built in the
+    order its YAML reads: split, it would scatter one MPIJob's fields (and the comments that
+    cite the operator's behaviour) across helpers."""
     gang = step.gang
     assert gang is not None
     spec = job["spec"]
