@@ -293,7 +293,7 @@ def _recorded_run(tmp_path: Path, backend_json: str, *, data: str = "", pid: int
             "{}",
             "",
             os.getppid(),  # alive, and not this process: another executor holds the run
-            "is executing it: stop it first (hetflow stop r1)",
+            "wait for it to end, or 'hetflow stop r1' stops it",  # refused before the edit is read
             id="executor-alive",
         ),
     ],
