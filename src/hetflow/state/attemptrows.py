@@ -42,42 +42,34 @@ class AttemptRows:
         ("run_ended", "REAL"),
     )
 
-    def _migrate_attempt_usage(self) -> None:
-        """Schema 3: add the usage columns an older store's attempts lack (keyed on their
-        presence, so a store half-upgraded by a crash finishes here)."""
+    def _add_attempt_columns(self, columns: tuple[tuple[str, str], ...], *, version: bool = False) -> None:
+        """Add the nullable ``columns`` an older store's attempts lack, keyed on their
+        presence, so a store half-upgraded by a crash finishes here; ``version``: record
+        SCHEMA_VERSION in the same transaction."""
         have = {r["name"] for r in self._db.execute("PRAGMA table_info(attempts)")}
-        missing = [(c, t) for c, t in self._USAGE_COLUMNS if c not in have]
-        if not have or not missing:
+        if not have or all(c in have for c, _ in columns):
             return
         with self._tx(immediate=True) as db:
             have = {r["name"] for r in db.execute("PRAGMA table_info(attempts)")}  # another process may have won
-            for column, sql_type in missing:
+            for column, sql_type in columns:
                 if column not in have:
                     db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {sql_type}")
-            db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+            if version:
+                db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+    def _migrate_attempt_usage(self) -> None:
+        """Schema 3: the usage columns (older attempts read as unknown)."""
+        self._add_attempt_columns(self._USAGE_COLUMNS, version=True)
 
     def _migrate_workflow_version(self) -> None:
-        """attempts.workflow_version (nullable: older attempts read as unknown), keyed on its
-        presence so a store half-upgraded by a crash finishes here."""
-        have = {r["name"] for r in self._db.execute("PRAGMA table_info(attempts)")}
-        if not have or "workflow_version" in have:
-            return
-        with self._tx(immediate=True) as db:
-            if "workflow_version" not in {r["name"] for r in db.execute("PRAGMA table_info(attempts)")}:
-                db.execute("ALTER TABLE attempts ADD COLUMN workflow_version INTEGER")
-
-    # --- attempts ---------------------------------------------------------------------
+        """attempts.workflow_version (nullable: older attempts read as unknown)."""
+        self._add_attempt_columns((("workflow_version", "INTEGER"),))
 
     def _migrate_gpu_usage(self) -> None:
-        """attempts' GPU-usage columns, keyed on their presence (a crash half-way is finished here)."""
-        have = {r["name"] for r in self._db.execute("PRAGMA table_info(attempts)")}
-        if not have or all(c in have for c, _ in GPU_USAGE_COLUMNS):
-            return
-        with self._tx(immediate=True) as db:
-            have = {r["name"] for r in db.execute("PRAGMA table_info(attempts)")}
-            for column, sql_type in GPU_USAGE_COLUMNS:
-                if column not in have:
-                    db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {sql_type}")
+        """attempts' GPU-usage columns (``execute.devices.usage``)."""
+        self._add_attempt_columns(GPU_USAGE_COLUMNS)
+
+    # --- attempts ---------------------------------------------------------------------
 
     def add_attempt(self, a: AttemptRecord) -> None:
         """Record the intent to launch, before the container is started."""
