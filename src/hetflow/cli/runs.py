@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -130,21 +129,18 @@ def _say(text: str) -> None:
 
 
 def _go(opened: OpenRun, *, detach: bool, quiet: bool, grace: int | None) -> None:
-    from hetflow.execute import RunPaths
+    from hetflow.execute import RunPaths, spawn_executor
 
     run_id = opened.run.id
     if detach:
-        paths = RunPaths(Path(opened.run.workdir))
-        with paths.executor_log.open("ab") as log:
-            subprocess.Popen(
-                [sys.executable, "-m", "hetflow.cli.main", "_execute", run_id],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                # the executor reads the grace where the user's shell would have put it
-                env=os.environ | ({} if grace is None else {"HETFLOW_STOP_GRACE": f"{grace}s"}),
-            )
+        # the executor reads the grace where the user's shell would have put it
+        spawn_executor(
+            opened.store,
+            run_id,
+            [sys.executable, "-m", "hetflow.cli.main", "_execute", run_id],
+            log=RunPaths(Path(opened.run.workdir)).executor_log,
+            env=os.environ | ({} if grace is None else {"HETFLOW_STOP_GRACE": f"{grace}s"}),
+        )
         print(run_id)
         return
     ended = _execute(opened, quiet=quiet, out=console, grace=grace)

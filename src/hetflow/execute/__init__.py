@@ -61,7 +61,7 @@ if TYPE_CHECKING:
     from hetflow.execute.gang.replicas import LAUNCH_CONTRACT, Quantity, RankVariable, render_contract
     from hetflow.execute.images import PinResult, default_resolver, pin_images
     from hetflow.execute.launch.container import build_spec, container_env, input_mounts
-    from hetflow.execute.lifecycle import pid_alive, reset_for_resume, stop_run
+    from hetflow.execute.lifecycle import pid_alive, reset_for_resume, spawn_executor, stop_run
     from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
     from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
     from hetflow.execute.prepare import cluster_instance, measured_slowdowns
@@ -100,7 +100,7 @@ _WHERE = {
     "devices.gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],
     "images": ["PinResult", "default_resolver", "pin_images"],
     "doctor": ["Finding", "diagnose", "repair"],
-    "lifecycle": ["pid_alive", "reset_for_resume", "stop_run"],
+    "lifecycle": ["pid_alive", "reset_for_resume", "spawn_executor", "stop_run"],
     "logs": ["Records", "group_records", "log_tail", "parse_line", "read_lines"],
     "data.outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
     "data.paths": ["RunPaths", "container_name"],
@@ -204,6 +204,7 @@ __all__ = [
     "resume_run",
     "run_args",
     "sha256_of",
+    "spawn_executor",
     "stop_run",
     "stored_plan",
     "submit_run",

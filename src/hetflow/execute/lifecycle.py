@@ -7,8 +7,9 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import subprocess
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from hetflow.errors import StateError
@@ -37,7 +38,7 @@ from hetflow.state import (
     record,
 )
 
-__all__ = ["pid_alive", "reconcile", "reset_for_resume", "stop_run"]  # pid_alive: from state.liveness
+__all__ = ["pid_alive", "reconcile", "reset_for_resume", "spawn_executor", "stop_run"]  # pid_alive: from state.liveness
 
 
 def reconcile(attempts: Attempts) -> None:
@@ -224,3 +225,29 @@ def reset_for_resume(
         if s.step in reset and s.state != PENDING:
             store.set_step(run_id, s.step, state=PENDING, exit_code=None, ended=None, reason="", not_before=None)
     return sorted(reset)
+
+
+def spawn_executor(store: Store, run_id: str, argv: Sequence[str], *, log: Path, env: Mapping[str, str]) -> int:
+    """Start ``argv``, the run's detached executor (``run -d``, ``resume -d``), in a session
+    of its own with its output appended to ``log``, and make it the run's holder before
+    returning its pid: from then on ``ps`` and ``resume`` see the run held by a live process,
+    not one left by a dead executor while the new one is still starting (its own claim, of
+    the same pid, then changes nothing).  When another live process claimed the run in the
+    meantime (a second ``resume`` at once), the new executor is killed and StateError says
+    who holds the run."""
+    with log.open("ab") as out:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env),
+        )
+    try:
+        store.claim_run(run_id, proc.pid, pid_alive, start=process_start(proc.pid))
+    except StateError:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc.pid
