@@ -30,7 +30,7 @@ import math
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, field_validator, model_validator
 
@@ -312,38 +312,32 @@ class Catalog(_Machines):
 
 # --- loading ----------------------------------------------------------------------------
 
+_Kind = TypeVar("_Kind", "Cluster", "Catalog")  # the file kinds read here
+
 
 def load_cluster(path: str | Path) -> Cluster:
     """Read a ``kind: Cluster`` file; raise SpecError listing every problem with its line."""
-    model = _load(path, Cluster)
-    assert isinstance(model, Cluster)
-    return model
+    return _load(path, Cluster)
 
 
 def parse_cluster(text: str, file: str = "<cluster>") -> Cluster:
-    model = _parse(text, file, Cluster)
-    assert isinstance(model, Cluster)
-    return model
+    return _parse(text, file, Cluster)
 
 
 def load_catalog(path: str | Path) -> Catalog:
-    model = _load(path, Catalog)
-    assert isinstance(model, Catalog)
-    return model
+    return _load(path, Catalog)
 
 
 def parse_catalog(text: str, file: str = "<catalog>") -> Catalog:
-    model = _parse(text, file, Catalog)
-    assert isinstance(model, Catalog)
-    return model
+    return _parse(text, file, Catalog)
 
 
-def _load(path: str | Path, kind: type[Cluster | Catalog]) -> Cluster | Catalog:
+def _load(path: str | Path, kind: type[_Kind]) -> _Kind:
     p = Path(path)
     return _parse(read_yaml_text(p, f"a {kind.__name__.lower()} YAML"), str(p), kind)
 
 
-def _parse(text: str, file: str, kind: type[Cluster | Catalog]) -> Cluster | Catalog:
+def _parse(text: str, file: str, kind: type[_Kind]) -> _Kind:
     want = kind.__name__
     shape = f"a {want.lower()} file is a YAML mapping with apiVersion, kind: {want}, name and nodeTypes"
     if not text.strip():
