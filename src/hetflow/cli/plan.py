@@ -10,8 +10,9 @@ import typer
 
 from hetflow.cli.common import console, err, open_store, parse_params, print_json
 from hetflow.cli.slowdown import profile_slowdown
+from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
-from hetflow.plan import Instance, Plan, Suggestion, UsageSample, learn, suggest_sizes
+from hetflow.plan import Cluster, Instance, Plan, Suggestion, UsageSample, learn, suggest_sizes
 from hetflow.report import explain_step, plan_json, plan_table
 from hetflow.spec import LoadedWorkflow, parse_duration
 from hetflow.state import load_workflow_cached
@@ -30,7 +31,14 @@ def _load(workflow: Path, param: list[str]) -> LoadedWorkflow:
 import_app = typer.Typer(help="Convert workflows from other formats.", no_args_is_help=True)
 export_app = typer.Typer(help="Write a planned run for another system.", no_args_is_help=True)
 
-CLUSTER_OPT = typer.Option(..., "--cluster", help="Cluster file (YAML, kind: Cluster).")
+CLUSTER_OPT = typer.Option(
+    ..., "--cluster", help="Cluster file (YAML, kind: Cluster), or what `hetflow nodes --json` prints."
+)
+HERE_OPT = typer.Option(
+    None,
+    "--cluster",
+    help="Cluster file (YAML, kind: Cluster), or what `hetflow nodes --json` prints; default: this machine.",
+)
 PARAM_OPT = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE.")
 
 
@@ -75,11 +83,24 @@ def _suggestion_json(s: Suggestion) -> dict[str, object]:
     return {**s.__dict__, "message": s.message}
 
 
-def _instance(loaded: LoadedWorkflow, cluster_file: Path, *, saga: bool = False) -> Instance:
-    from hetflow.execute import cluster_instance
+def _machines(cluster_file: Path | None) -> Cluster:
+    """The cluster file's machines; without one, this machine (as `hetflow nodes` sees it)."""
     from hetflow.plan import load_cluster
 
-    return cluster_instance(open_store(), loaded, load_cluster(cluster_file), saga=saga)
+    if cluster_file is not None:
+        return load_cluster(cluster_file)
+    from hetflow.inventory import discover
+
+    node = discover(hetflow_home())
+    return Cluster.model_validate(
+        {"apiVersion": "hetflow/v1", "kind": "Cluster", "name": node.name, "nodes": [node.model_dump()]}
+    )
+
+
+def _instance(loaded: LoadedWorkflow, machines: Cluster, *, saga: bool = False) -> Instance:
+    from hetflow.execute import cluster_instance
+
+    return cluster_instance(open_store(), loaded, machines, saga=saga)
 
 
 def _solve(
@@ -110,7 +131,7 @@ def _solve(
 
 def plan_cmd(
     workflow: Path = typer.Argument(..., help="Workflow YAML."),
-    cluster: Path = CLUSTER_OPT,
+    cluster: Path | None = HERE_OPT,
     param: list[str] = PARAM_OPT,
     objective: str = typer.Option("makespan", "--objective", help="makespan or cost."),
     deadline: str | None = typer.Option(None, "--deadline", help="e.g. 2h, 90m (with --objective cost)."),
@@ -127,17 +148,18 @@ def plan_cmd(
     variant: list[str] = typer.Option([], "--variant", help="Force a variant: --variant STEP=NAME (repeatable)."),
     prefer: str | None = typer.Option(None, "--prefer", help="gpu or cpu: the kind to choose where both run."),
 ) -> None:
-    """Choose variant, node and GPUs for every step of a workflow on a cluster."""
-    from hetflow.plan import first_class_rejection, load_cluster, parse_steer, steer_workflow
+    """Choose variant, node and GPUs for every step of a workflow on a cluster (default: this machine)."""
+    from hetflow.plan import first_class_rejection, parse_steer, steer_workflow
 
     steer = parse_steer(variant, prefer)
     loaded = _load(workflow, param)
-    classes = load_cluster(cluster).classes()
+    machines = _machines(cluster)
+    classes = machines.classes()
     steered, steered_why = steer_workflow(
         loaded.workflow, steer, lambda s, v: any(first_class_rejection(v, c).ok for c in classes)
     )
     loaded = dataclasses.replace(loaded, workflow=steered)
-    instance = _instance(loaded, cluster)
+    instance = _instance(loaded, machines)
     t0 = time.perf_counter()
     plan = _solve(
         instance,
@@ -187,7 +209,7 @@ def plan_cmd(
 
 def simulate_cmd(
     workflow: Path = typer.Argument(..., help="Workflow YAML."),
-    cluster: Path = CLUSTER_OPT,
+    cluster: Path | None = HERE_OPT,
     param: list[str] = PARAM_OPT,
     noise: float = typer.Option(0.2, "--noise", help="Run-time spread around the estimates (0.2 = ±20%)."),
     seed: int = typer.Option(0, "--seed"),
@@ -200,7 +222,7 @@ def simulate_cmd(
     if not 0 <= noise < 1:
         raise UsageError(f"--noise {noise}: give a spread in [0, 1), e.g. 0.2 for ±20%")
     loaded = _load(workflow, param)
-    instance = _instance(loaded, cluster)
+    instance = _instance(loaded, _machines(cluster))
     plan = _solve(instance, objective="makespan", deadline=None, budget=None, exact=False, time_limit=0, seed=seed)
     result = simulate(instance, plan, noise=noise, seed=seed)
     if gantt is not None:
@@ -329,13 +351,14 @@ def export_kubernetes_cmd(
     from hetflow.plan import load_cluster
 
     loaded = _load(workflow, param)
+    machines = load_cluster(cluster)
     if loaded.workflow.data or any(step.publish for step in loaded.workflow.steps.values()):
         raise UsageError(
             f"{workflow}: the Kubernetes export does not carry workflow data or publish targets yet; "
             "put the data on the work directory's volume and read it from a step, or run with --backend slurm|ray"
         )
     plan = _solve(
-        _instance(loaded, cluster),
+        _instance(loaded, machines),
         objective=objective,
         deadline=None,
         budget=None,
@@ -344,7 +367,6 @@ def export_kubernetes_cmd(
         seed=seed,
         gpu_policy=gpu_policy,
     )
-    machines = load_cluster(cluster)
     try:
         objects = k8s.export_kubernetes(
             loaded.workflow,

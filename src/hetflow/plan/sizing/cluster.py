@@ -313,6 +313,7 @@ class Catalog(_Machines):
 # --- loading ----------------------------------------------------------------------------
 
 _Kind = TypeVar("_Kind", "Cluster", "Catalog")  # the file kinds read here
+_Loc = tuple[str | int, ...]  # a place in a YAML document (spec.yamlfile)
 
 
 def load_cluster(path: str | Path) -> Cluster:
@@ -337,6 +338,28 @@ def _load(path: str | Path, kind: type[_Kind]) -> _Kind:
     return _parse(read_yaml_text(p, f"a {kind.__name__.lower()} YAML"), str(p), kind)
 
 
+def _probed_nodes(data: object) -> bool:
+    """Whether ``data`` is what ``hetflow nodes --json`` prints (a list of node descriptions,
+    or one): machines described by discovery rather than a cluster file."""
+    entries = data if isinstance(data, list) else [data]
+    return bool(entries) and all(isinstance(e, dict) and "cpu" in e and "kind" not in e for e in entries)
+
+
+def _as_cluster(data: object, lines: Mapping[_Loc, int], file: str) -> tuple[dict[str, object], dict[_Loc, int]]:
+    """``hetflow nodes --json`` output as a cluster of those nodes (each a class of one), its
+    lines kept for the problems' sake."""
+    entries = data if isinstance(data, list) else [data]
+    prefix: _Loc = ("nodes",) if isinstance(data, list) else ("nodes", 0)
+    moved = {(*prefix, *loc): line for loc, line in lines.items()}
+    cluster: dict[str, object] = {
+        "apiVersion": "hetflow/v1",
+        "kind": "Cluster",
+        "name": Path(file).stem or "nodes",
+        "nodes": entries,
+    }
+    return cluster, moved
+
+
 def _parse(text: str, file: str, kind: type[_Kind]) -> _Kind:
     want = kind.__name__
     shape = f"a {want.lower()} file is a YAML mapping with apiVersion, kind: {want}, name and nodeTypes"
@@ -345,8 +368,10 @@ def _parse(text: str, file: str, kind: type[_Kind]) -> _Kind:
     data, lines, problems = compose_yaml(text, file)
     if problems:
         raise SpecError(problems)
+    if kind is Cluster and _probed_nodes(data):
+        data, lines = _as_cluster(data, lines, file)
     if not isinstance(data, dict):
-        raise SpecError([Problem(file, 1, shape)])
+        raise SpecError([Problem(file, 1, shape + ", or what `hetflow nodes --json` prints")])
     got = data.get("kind")
     if got != want:
         other = "load_catalog" if got == "Catalog" else "load_cluster" if got == "Cluster" else None
