@@ -15,11 +15,21 @@ from rich.console import Console
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
-from hetflow.report import make_reporter, ps_table, run_json, run_state_text, steps_table, versions_text
+from hetflow.report import (
+    make_reporter,
+    preview_table,
+    ps_table,
+    run_json,
+    run_state_text,
+    steps_table,
+    versions_text,
+)
 from hetflow.state import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, RunWatch, Store, executor_gone
 
 if TYPE_CHECKING:
-    from hetflow.execute import Ended, OpenRun
+    from hetflow.execute import Ended, OpenRun, Settings
+    from hetflow.inventory import Node
+    from hetflow.spec import LoadedWorkflow
 
 # The execute stage, the hardware probes and the loader are imported where a command needs
 # them: `hetflow ps`, `show` and `logs` read the store only and should answer at once.
@@ -53,6 +63,10 @@ def run(
     variant: list[str] = typer.Option([], "--variant", help="Force a variant: --variant STEP=NAME (repeatable)."),
     prefer: str | None = typer.Option(None, "--prefer", help="gpu or cpu: the kind to choose where both run."),
     grace: str | None = typer.Option(None, "--grace", help=GRACE_HELP),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", "-n", help="Say what would run, what is cached and what is skipped; start nothing."
+    ),
+    json_out: bool = typer.Option(False, "--json", help="With --dry-run: machine-readable output."),
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
     from hetflow.execute import load_settings, submit_run
@@ -66,8 +80,13 @@ def run(
     settings = dataclasses.replace(settings, variants=dict(steer.variants), prefer=steer.prefer)
     if no_cache:
         settings = dataclasses.replace(settings, cache=False)
+    if json_out and not dry_run:
+        raise UsageError("--json goes with --dry-run (a run's progress as JSON: hetflow show RUN --json)")
     loaded = load_workflow_cached(file, parse_params(param))
     store, node = open_store(), discover(hetflow_home())
+    if dry_run:
+        _dry_run(store, loaded, settings, node, json_out=json_out)
+        return
     uid, gid = submitter()
     opened = submit_run(
         store, loaded, settings, node, home=hetflow_home(), uid=uid, gid=gid, say=_say, problems=print_problems
@@ -115,6 +134,28 @@ def resume(
     if reset:
         err.print(f"resuming {record.id}: re-running {', '.join(reset)}", highlight=False)
     _go(opened, detach=detach, quiet=quiet, grace=seconds)
+
+
+def _dry_run(store: Store, loaded: LoadedWorkflow, settings: Settings, node: Node, *, json_out: bool) -> None:
+    from hetflow.execute import preview_run
+
+    preview = preview_run(store, loaded, settings, node, cache_root=hetflow_home() / "cache")
+    if json_out:
+        print_json(preview.to_json())
+        return
+    for note in preview.notes:
+        err.print(note, highlight=False)
+    console.print(preview_table(preview.steps))
+    for ref in preview.pulls:
+        console.print(f"would pull {ref}", highlight=False)
+    n = preview.counts()
+    span = f"; planned makespan {preview.makespan:.1f}s if every step ran" if preview.makespan is not None else ""
+    console.print(
+        f"dry run of {preview.workflow} ({preview.backend}): {n['runs']} step(s) would run"
+        f" (~{preview.run_seconds():.1f}s of step time), {n['cached']} cached, {n['skipped']} skipped{span};"
+        " nothing was started or recorded",
+        highlight=False,
+    )
 
 
 def _grace(option: str | None) -> int | None:

@@ -65,6 +65,7 @@ if TYPE_CHECKING:
     from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
     from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
     from hetflow.execute.prepare import cluster_instance, measured_slowdowns
+    from hetflow.execute.preview import Preview, StepPreview, preview_run
     from hetflow.execute.runner import Runner
     from hetflow.execute.runoptions import NullReporter, ProcessSeams, Reporter, RunOptions
     from hetflow.execute.runplan import RunPlan, apply_images, stored_plan
@@ -81,6 +82,7 @@ _WHERE = {
     "fakeengine": ["FakeEngine"],
     "fanout": ["expand_for_planning"],
     "prepare": ["cluster_instance", "measured_slowdowns"],
+    "preview": ["Preview", "StepPreview", "preview_run"],
     "launch.container": ["build_spec", "container_env", "input_mounts"],
     "dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
     "engine": [
@@ -146,6 +148,7 @@ __all__ = [
     "NullReporter",
     "OpenRun",
     "PinResult",
+    "Preview",
     "ProcessSeams",
     "Quantity",
     "RankVariable",
@@ -158,6 +161,7 @@ __all__ = [
     "Runner",
     "RunnerConfig",
     "Settings",
+    "StepPreview",
     "Usage",
     "accept_outputs",
     "apply_images",
@@ -196,6 +200,7 @@ __all__ = [
     "pid_alive",
     "pin_images",
     "preflight",
+    "preview_run",
     "read_lines",
     "render_contract",
     "repair",

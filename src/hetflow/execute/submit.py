@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from hetflow.errors import Problem, SpecError
@@ -18,8 +18,11 @@ from hetflow.spec import LoadedWorkflow
 from hetflow.state import RunRecord, Store
 
 
-def preflight(loaded: LoadedWorkflow, node: Node, engine: ContainerEngine | None) -> list[Problem]:
-    """Feasibility on this node, then the images of every variant that could run here."""
+def preflight(
+    loaded: LoadedWorkflow, node: Node, engine: ContainerEngine | None, *, pulled: Collection[str] = ()
+) -> list[Problem]:
+    """Feasibility on this node, then the images of every variant that could run here;
+    ``pulled``: images a run pulls first (a dry run has not pulled them)."""
     problems = feasibility_problems(loaded, node)
     if engine is None:
         return problems
@@ -31,7 +34,7 @@ def preflight(loaded: LoadedWorkflow, node: Node, engine: ContainerEngine | None
             if not check(v, total, where="this machine", now=False, labels=node.labels).ok:
                 continue
             if v.image not in seen:
-                seen[v.image] = engine.image_exists(v.image)
+                seen[v.image] = v.image in pulled or engine.image_exists(v.image)
             if not seen[v.image]:
                 loc = ("steps", sname, "variants", vname, "image") if step.variants else ("steps", sname, "image")
                 label = f"step {sname!r}" + (f" variant {vname!r}" if step.variants else "")

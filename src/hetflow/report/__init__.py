@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from hetflow.report.gantt import gantt_svg, write_gantt
     from hetflow.report.nodes import node_to_json, render_node, render_topology
     from hetflow.report.plan import explain_step, plan_json, plan_table
+    from hetflow.report.preview import preview_table
     from hetflow.report.progress import make_reporter
     from hetflow.report.runreport import run_report_html, timeline_svg
     from hetflow.report.runs import ps_table, run_json, run_state_text, steps_table, versions_text
@@ -34,6 +35,7 @@ _WHERE = {
     "gantt": ["gantt_svg", "write_gantt"],
     "nodes": ["node_to_json", "render_node", "render_topology"],
     "plan": ["explain_step", "plan_json", "plan_table"],
+    "preview": ["preview_table"],
     "progress": ["make_reporter"],
     "runreport": ["run_report_html", "timeline_svg"],
     "runs": ["ps_table", "run_json", "run_state_text", "steps_table", "versions_text"],
@@ -59,6 +61,7 @@ __all__ = [
     "node_to_json",
     "plan_json",
     "plan_table",
+    "preview_table",
     "ps_table",
     "render_node",
     "render_topology",
