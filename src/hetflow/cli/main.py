@@ -13,7 +13,7 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from hetflow.cli.common import console, err, parse_params, print_json, print_problems
+from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
 from hetflow.config import check_environment, hetflow_home
 from hetflow.errors import HetflowError, SpecError, UsageError
 
@@ -55,10 +55,11 @@ def validate(
     file: Path = typer.Argument(..., help="Workflow YAML."),
     param: list[str] = PARAM_OPT,
     json_out: bool = typer.Option(False, "--json", help="Problems as JSON."),
+    offline: bool = typer.Option(False, "--offline", help="Ask no registry and no S3 endpoint (said in a note)."),
 ) -> None:
-    """Check a workflow: format, DAG, data paths, and whether this machine can run it."""
+    """Check a workflow: everything `hetflow run` would refuse on this machine, all at once."""
+    from hetflow.execute import check_run
     from hetflow.inventory import discover
-    from hetflow.plan import feasibility_problems
     from hetflow.spec import pending_source
     from hetflow.state import load_workflow_cached
 
@@ -66,7 +67,7 @@ def validate(
     steps = 0
     try:
         loaded = load_workflow_cached(file, parse_params(param))
-        problems = list(loaded.notes) + feasibility_problems(loaded, discover(hetflow_home()))
+        problems = check_run(open_store(), loaded, discover(hetflow_home()), offline=offline)
         steps = len(loaded.workflow.steps)
         for name, step in loaded.workflow.steps.items():
             src = pending_source(step)

@@ -65,7 +65,7 @@ if TYPE_CHECKING:
     from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
     from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
     from hetflow.execute.prepare import cluster_instance, measured_slowdowns
-    from hetflow.execute.preview import Preview, StepPreview, preview_run
+    from hetflow.execute.preview import Preview, StepPreview, check_run, preview_run
     from hetflow.execute.runner import Runner
     from hetflow.execute.runoptions import NullReporter, ProcessSeams, Reporter, RunOptions
     from hetflow.execute.runplan import RunPlan, apply_images, stored_plan
@@ -82,7 +82,7 @@ _WHERE = {
     "fakeengine": ["FakeEngine"],
     "fanout": ["expand_for_planning"],
     "prepare": ["cluster_instance", "measured_slowdowns"],
-    "preview": ["Preview", "StepPreview", "preview_run"],
+    "preview": ["Preview", "StepPreview", "check_run", "preview_run"],
     "launch.container": ["build_spec", "container_env", "input_mounts"],
     "dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
     "engine": [
@@ -169,6 +169,7 @@ __all__ = [
     "build_spec",
     "cache_key",
     "cdi_device_names",
+    "check_run",
     "cluster_instance",
     "container_env",
     "container_name",

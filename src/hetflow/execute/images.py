@@ -17,7 +17,8 @@ from hetflow.images import NotFoundError, ResolveResult, parse_reference, resolv
 from hetflow.inventory import Node
 from hetflow.spec import Step, Workflow
 
-Resolver = Callable[[str, Node], ResolveResult]
+# None: leave the image as written (a check that could not, or need not, ask its registry)
+Resolver = Callable[[str, Node], ResolveResult | None]
 
 
 @dataclass

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetflow.errors import SpecError
+from hetflow.errors import HetflowError, NoFitError, Problem, SpecError
 from hetflow.execute.data.cache import ResultCache, cache_key, input_digests
 from hetflow.execute.data.inputs import (
     S3,
@@ -47,6 +47,8 @@ from hetflow.execute.prepare import plan_on_cluster, plan_on_node
 from hetflow.execute.runplan import LOCAL, RunPlan
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import preflight
+from hetflow.images import ResolveResult, parse_reference
+from hetflow.images.errors import NotFoundError
 from hetflow.inventory import Node
 from hetflow.plan import can_run_here
 from hetflow.spec import DATA_PREFIX, LoadedWorkflow, Step, edges_of, fanout_parent, pending_source, topo_order
@@ -264,3 +266,114 @@ def _records(outputs_json: str, step: str) -> list[OutputRecord]:
     """A cache entry's outputs as the records a run would store once it took them."""
     out: list[Mapping[str, Any]] = json.loads(outputs_json)
     return [OutputRecord("", step, o["name"], o["sha256"], o["size"], "") for o in out]
+
+
+def check_run(
+    store: Store,
+    loaded: LoadedWorkflow,
+    node: Node,
+    *,
+    offline: bool = False,
+    engine: Any = None,
+    resolver: Resolver = default_resolver,
+    s3: Callable[[str | None], ObjectStore] = s3_filesystem,
+) -> list[Problem]:
+    """``hetflow validate``: everything ``hetflow run`` would refuse on this machine, all at
+    once (a run stops at the first stage that fails): the workflow's notes, data paths and
+    globs, S3 prefixes, fan-outs over data, images (present here, or resolvable to a build for
+    this machine), and whether a variant of every step fits.  ``offline``: nothing is asked of
+    the network (S3, registries); what is left unchecked is said in a note."""
+    problems: list[Problem] = list(loaded.notes)
+    unchecked: list[str] = []
+    if offline:
+        unchecked += [f"data {n!r} ({ds.url})" for n, ds in loaded.workflow.data.items() if ds.is_s3]
+        loaded = dataclasses.replace(loaded, workflow=_without_s3(loaded))
+    try:
+        manifest = _listed(resolve_data(loaded, memo=store, s3=s3))
+        loaded, _ = expand_at_submit(loaded, manifest)
+    except SpecError as exc:
+        problems += exc.problems
+    except HetflowError as exc:  # a fan-out over data that cannot be read
+        problems.append(Problem(loaded.file, 1, str(exc)))
+    try:
+        engine = engine or make_engine()
+    except HetflowError as exc:
+        unchecked.append(f"images (no container engine: {exc})")
+        engine = None
+    if engine is not None:
+        images = _ImageCheck(loaded, offline, resolver)
+        try:
+            pinned = pin_images(loaded.workflow, node, images.resolve)
+            loaded, pulls = dataclasses.replace(loaded, workflow=pinned.workflow), pinned.pulls
+        except NoFitError as exc:
+            problems.append(Problem(loaded.file, 1, str(exc)))
+            pulls = []
+        problems += images.problems
+        unchecked += images.unchecked
+        pulls = [*pulls, *images.left]
+    else:
+        pulls = []
+    problems += preflight(loaded, node, engine, pulled=pulls)
+    if unchecked:
+        what = "; ".join(unchecked)
+        problems.append(Problem(loaded.file, 1, f"not checked {'offline' if offline else 'here'}: {what}", "note"))
+    return sorted(_unique(problems), key=lambda p: (p.file, p.line))  # in the file's order
+
+
+def _without_s3(loaded: LoadedWorkflow) -> Any:
+    data = {n: ds for n, ds in loaded.workflow.data.items() if not ds.is_s3}
+    return loaded.workflow.model_copy(update={"data": data})
+
+
+def _unique(problems: list[Problem]) -> list[Problem]:
+    """Each problem once (the notes of loading come back from preflight's feasibility)."""
+    seen: set[tuple[str, int, str, str]] = set()
+    out = []
+    for p in problems:
+        key = (p.file, p.line, p.message, p.severity)
+        if key not in seen:
+            seen.add(key)
+            out.append(p)
+    return out
+
+
+class _ImageCheck:
+    """A resolver for ``pin_images`` that records a registry's refusal as the image's problem
+    (with the line of its first use) and goes on, so every image is reported in one pass."""
+
+    def __init__(self, loaded: LoadedWorkflow, offline: bool, resolver: Resolver) -> None:
+        self.loaded, self.offline, self.resolver = loaded, offline, resolver
+        self.problems: list[Problem] = []
+        self.unchecked: list[str] = []
+        self.left: list[str] = []  # registry images left as written: not the local store's to hold
+
+    def resolve(self, image: str, node: Node) -> ResolveResult | None:
+        """The image's builds, or None (left as written) where its registry is not asked
+        (offline) or refused (the problem is recorded)."""
+        if self.offline and not parse_reference(image).local:
+            self.unchecked.append(f"image {image} (a registry)")
+            self.left.append(image)
+            return None
+        try:
+            return self.resolver(image, node)
+        except NotFoundError:
+            if parse_reference(image).local:
+                raise  # pin_images leaves a missing local image to preflight, which names its line
+            self._refused(image, f"image {image!r} was not found in its registry; check the name and tag")
+        except HetflowError as exc:
+            self._refused(image, f"image {image!r}: {exc}")
+        self.left.append(image)
+        return None
+
+    def _refused(self, image: str, message: str) -> None:
+        self.problems.append(Problem(self.loaded.file, _image_line(self.loaded, image), message))
+
+
+def _image_line(loaded: LoadedWorkflow, image: str) -> int:
+    """The line of the first step (or variant) that names ``image``."""
+    for sname, step in loaded.workflow.steps.items():
+        for vname, v in step.resolved_variants().items():
+            if v.image == image:
+                loc = ("steps", sname, "variants", vname, "image") if step.variants else ("steps", sname, "image")
+                return loaded.line(*loc)
+    return 1

@@ -17,7 +17,7 @@ from hetflow.images import ResolveResult
 from hetflow.inventory import Cpu, Gpu, Node, x86_64_level
 from hetflow.plan.instance import MachineClass
 
-Resolver = Callable[[str, Node], ResolveResult]
+Resolver = Callable[[str, Node], ResolveResult | None]  # None: not asked, left as written
 
 
 def class_node(c: MachineClass) -> Node:
@@ -65,7 +65,9 @@ def image_check(resolver: Resolver) -> Callable[[str, MachineClass], str | None]
                 cache[key] = None  # unreadable from here: not a reason to reject
             else:
                 cache[key] = (
-                    None if res.chosen else f"image {image} has no build for {c.name}: " + "; ".join(res.explain())
+                    None
+                    if res is None or res.chosen  # None: not asked (the resolver left it as written)
+                    else f"image {image} has no build for {c.name}: " + "; ".join(res.explain())
                 )
         return cache[key]
 

@@ -135,7 +135,7 @@ def pinned_image_for(classes: Iterable[MachineClass], resolver: Resolver) -> Ima
             except HetflowError:
                 cache[key] = image
             else:
-                cache[key] = res.pinned or image
+                cache[key] = (res.pinned if res is not None else None) or image
         return cache[key]
 
     return image_for
