@@ -35,7 +35,9 @@ class Capabilities:
 
 # A job given ``Job.publish`` ends with this code when it exited 0 but left a declared output
 # out of /out (or could not move /out into place): not 0, so the engine never starts its
-# dependants; the executor reports it as local does ("exited 0 but did not write ...").
+# dependants; the executor reports it as local does ("exited 0 but did not write ...") when a
+# declared output is indeed missing from /out (a container that exits 120 itself and leaves one
+# out reads the same), else as the exit code it is, the job's log saying why.
 PUBLISH_FAILED_CODE = 120
 
 
