@@ -9,7 +9,7 @@ APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip 
 	netavark aardvark-dns iptables openssh-client chromium chromium-driver
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 
-.PHONY: deps install demo demo-slurm demo-ray test lint unit integration chaos fuzz bench images clean ui-vendor gpu-kit
+.PHONY: deps install demo demo-slurm demo-ray test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -108,6 +108,14 @@ test: install lint
 chaos: install images
 	HETFLOW_CHAOS_STEPS=$${HETFLOW_CHAOS_STEPS:-200} HETFLOW_CHAOS_KILLS=$${HETFLOW_CHAOS_KILLS:-20} \
 		$(PY) -m pytest tests/integration/test_chaos.py -q -s
+
+# issue 30's race, widened on purpose: a chain of 20 steps, each reading its parent's output, run
+# 10 times on the local Slurm cluster (the executor polling every 8 s, so Slurm starts each child
+# long before hetflow sees its parent end) and 10 times on the local Ray cluster; every step must
+# succeed on its first attempt (`make test` runs one chain of 5 on each).
+race: install images
+	HETFLOW_RACE_STEPS=$${HETFLOW_RACE_STEPS:-20} HETFLOW_RACE_REPEATS=$${HETFLOW_RACE_REPEATS:-10} \
+		$(PY) -m pytest tests/integration/test_run_slurm.py tests/integration/test_run_ray.py -q -k chain_never
 
 bench: install images
 	$(PY) -m pip install -q -e '.[bench]'

@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from hetflow.execute.backends.base import Backend, Job, JobState
+from hetflow.execute.backends.base import PUBLISH_FAILED_CODE, Backend, Job, JobState, Publish
 from hetflow.execute.engine import ContainerSpec, Mount
 from hetflow.execute.gang.replicas import LABEL_RANK, LABEL_WORLD, network_name, replica_name
 from hetflow.spec import Gang
@@ -221,6 +221,56 @@ class OrderingContract:
         open_gate(shared)
         states = wait_done(backend, rid, [first, second])
         assert states[second].exit_code == 0 and (shared / "second").read_text() == "ok\n"
+
+    def test_a_dependant_never_starts_before_its_parents_outputs_are_in_place(
+        self, backend: Backend, tmp_path: Path
+    ) -> None:
+        """issue 30: the engine starts a child as soon as its parent's job ends, and nobody
+        here moves the parent's outputs (no executor, no ``accept_outputs``): the parent's
+        job must put them in place itself (``Job.publish``), before it ends 0.  The child
+        reads them where dependants mount them (``final``), never from the parent's /out."""
+        assert backend.capabilities.holds_dependencies
+        rid = new_run_id()
+        parent, child = f"hf-{rid}-parent-1", f"hf-{rid}-child-1"
+        staging, final = tmp_path / "attempts" / "parent" / "1" / "out", tmp_path / "steps" / "parent" / "out"
+        final.parent.mkdir(parents=True)
+        (final.parent / "out").mkdir()  # an earlier attempt's outputs: replaced whole
+        (final / "stale").write_text("old\n")
+        made = job(parent, staging, "echo 1 > /out/x && echo 2 > /out/y", run_id=rid)
+        made = replace(
+            made,
+            container=replace(made.container, log_path=str(tmp_path / "parent.log")),
+            publish=Publish(str(staging), str(final), ("x", "y")),
+        )
+        backend.submit(made)
+        reads = "test -f /in/out/x && test -f /in/out/y && echo ok > /out/r"
+        reader = job(child, tmp_path / "child", reads, run_id=rid)
+        mounts = (*reader.container.mounts, Mount(str(final.parent), "/in", read_only=True))
+        backend.submit(replace(reader, container=replace(reader.container, mounts=mounts), depends_on=(parent,)))
+        states = wait_done(backend, rid, [parent, child])
+        assert (states[parent].exit_code, states[child].exit_code) == (0, 0), states
+        assert (tmp_path / "child" / "r").read_text() == "ok\n"
+        assert sorted(p.name for p in final.iterdir()) == ["x", "y"] and not staging.exists()
+        assert not (final.parent / "out.old").exists()
+        backend.release([parent, child])
+
+    def test_a_job_that_left_a_declared_output_out_ends_non_zero_and_its_dependant_never_runs(
+        self, backend: Backend, tmp_path: Path
+    ) -> None:
+        """Exit 0 without every declared output would release the child onto missing
+        inputs: the job ends ``PUBLISH_FAILED_CODE`` instead, and leaves /out as it was."""
+        rid = new_run_id()
+        parent, child = f"hf-{rid}-parent-1", f"hf-{rid}-child-1"
+        staging, final = tmp_path / "attempts" / "parent" / "1" / "out", tmp_path / "steps" / "parent" / "out"
+        made = job(parent, staging, "echo 1 > /out/x", run_id=rid)
+        backend.submit(replace(made, publish=Publish(str(staging), str(final), ("x", "missing one"))))
+        backend.submit(job(child, tmp_path / "child", "echo ran > /out/r", run_id=rid, depends_on=(parent,)))
+        states = wait_done(backend, rid, [parent, child])
+        assert states[parent].exit_code == PUBLISH_FAILED_CODE, states[parent]
+        assert states[child].dependency_failed and not (tmp_path / "child" / "r").exists(), states[child]
+        assert (staging / "x").read_text() == "1\n" and not final.exists()
+        assert "did not write declared output(s) missing one under /out" in (staging / "log").read_text()
+        backend.release([parent, child])
 
 
 class GangContract:

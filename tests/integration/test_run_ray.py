@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.integration.hfkit import Hetflow, write
+from tests.integration.racechain import RAY_POLL, REPEATS, run_chain
 from tests.integration.ray_fixture import RayCluster, ray_cluster  # noqa: F401  (module fixture)
 from tests.integration.test_data_fanout import check_cluster_fan
 from tests.integration.test_run_slurm import WORKFLOW
@@ -54,3 +56,20 @@ def test_data_fanout_and_publish_on_ray(hf: Hetflow, tmp_path: Path, ray_cluster
         "ray": {"address": ray_cluster.address, "device_dir": f"{ray_cluster.devs}/{{node}}", "stop_timeout": 2},
     }
     check_cluster_fan(hf, tmp_path, write(tmp_path, yaml.safe_dump(settings), "config.yaml"))
+
+
+@pytest.mark.parametrize("repeat", range(REPEATS), ids=lambda r: f"run-{r}")
+def test_a_chain_never_starts_a_step_before_its_input_is_in_place(
+    hf: Hetflow,
+    tmp_path: Path,
+    ray_cluster: RayCluster,  # noqa: F811
+    repeat: int,
+) -> None:
+    """issue 30: Ray does not hold dependencies, so the executor submits a child only after it
+    accepted its parent's outputs (``Runner._schedule``); a slow poll only slows the chain."""
+    settings = {
+        "backend": "ray",
+        "cluster": write(tmp_path, CLUSTER, "cluster.yaml"),
+        "ray": {"address": ray_cluster.address, "device_dir": f"{ray_cluster.devs}/{{node}}", "stop_timeout": 2},
+    }
+    run_chain(hf, tmp_path, write(tmp_path, yaml.safe_dump(settings), "config.yaml"), RAY_POLL)

@@ -8,9 +8,11 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
 from demo.slurm_cluster import LocalSlurm
 
 from tests.integration.hfkit import BUSYBOX, Hetflow, write
+from tests.integration.racechain import REPEATS, SLURM_POLL, run_chain
 from tests.integration.slurm_fixture import slurm_cluster, slurm_config  # noqa: F401  (module fixture)
 from tests.integration.test_data_fanout import check_cluster_fan
 
@@ -150,3 +152,34 @@ def test_a_queued_job_is_shown_queued_and_one_whose_id_was_never_recorded_is_ado
         check=True,
     ).stdout.split()
     assert sorted(j for j in jobs if j.startswith(f"hf-{run_id}-")) == [f"hf-{run_id}-gen-1", f"hf-{run_id}-use-1"]
+
+
+@pytest.mark.parametrize("repeat", range(REPEATS), ids=lambda r: f"run-{r}")
+def test_a_chain_never_starts_a_step_before_its_input_is_in_place(
+    hf: Hetflow,
+    tmp_path: Path,
+    slurm_cluster: LocalSlurm,  # noqa: F811
+    repeat: int,
+) -> None:
+    """issue 30: with the executor polling every HETFLOW_RACE_POLL seconds, Slurm starts each
+    child (afterok) long before hetflow sees its parent end; the parent's job has put its
+    outputs in place itself (``backends.slurm.publish``), so every step succeeds at once."""
+    run_chain(hf, tmp_path, _config(tmp_path, slurm_cluster), SLURM_POLL)
+
+
+def test_a_job_that_exited_0_without_its_outputs_fails_as_locally_and_its_child_never_runs(
+    hf: Hetflow,
+    tmp_path: Path,
+    slurm_cluster: LocalSlurm,  # noqa: F811
+) -> None:
+    """The job ends non-zero rather than release its child onto a missing input; hetflow
+    says it as it does locally, with the container's own exit code 0."""
+    lazy = WORKFLOW.replace("echo data > /out/d.txt; echo gen-ran", "echo gen-ran")
+    config = _config(tmp_path, slurm_cluster)
+    proc = hf("run", "-q", "--config", config, write(tmp_path, lazy), check=False, timeout=300)
+    data = hf.show(hf.last_run())
+    steps = {s["step"]: s for s in data["steps"]}
+    assert proc.returncode == 1 and steps["gen"]["state"] == "failed", proc.stdout
+    assert steps["gen"]["reason"].startswith("exited 0 but did not write declared output(s) d.txt under /out"), steps
+    assert steps["gen"]["exit_code"] == 0 and steps["use"]["state"] in ("skipped", "stopped"), steps
+    assert not (Path(data["workdir"]) / "steps" / "gen" / "out").exists()

@@ -11,6 +11,7 @@ import pytest
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends import FakeBackend, FakeState, Job, JobState
+from hetflow.execute.backends.base import Publish
 from hetflow.execute.engine import Mount
 from tests.contract import backend_contract
 from tests.contract.backend_contract import (
@@ -267,3 +268,25 @@ def test_an_until_loop_waits_for_its_condition_on_the_clock(tmp_path: Path, cloc
     assert b.poll("r")["hf-r-u-1"].running  # the loop's sleep ends at 6
     clock.now = 6
     assert b.poll("r")["hf-r-u-1"].exit_code == 0 and (tmp_path / "x").read_text() == "in\n"
+
+
+@pytest.mark.parametrize(
+    ("scripts", "published"),
+    [
+        pytest.param(["echo 0 > /out/x", "true"], True, id="every-replica-ended-0"),
+        pytest.param(["echo 0 > /out/x", "exit 4"], False, id="a-replica-failed"),
+    ],
+)
+def test_a_gang_publishes_rank_0s_out_only_when_every_replica_ended_0(
+    tmp_path: Path, clock: Clock, scripts: list[str], published: bool
+) -> None:
+    b = FakeBackend(FakeState(clock=clock), holds_dependencies=True)
+    staging, final = tmp_path / "st", tmp_path / "steps" / "g" / "out"
+    made = backend_contract.gang_job("hf-r-g-1", staging, scripts, run_id="r")
+    b.submit(
+        replace(
+            made, container=replace(made.container, log_path=None), publish=Publish(str(staging), str(final), ("x",))
+        )
+    )
+    state = b.poll("r")["hf-r-g-1"]
+    assert (state.exit_code == 0, final.exists(), staging.exists()) == (published, published, not published), state

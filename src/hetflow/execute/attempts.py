@@ -10,8 +10,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetflow.execute.backends.base import Backend, JobState, MeasuresOnRelease, MeasuresUsage
-from hetflow.execute.data.outputs import accept_outputs, missing_outputs
+from hetflow.execute.backends.base import (
+    PUBLISH_FAILED_CODE,
+    Backend,
+    JobState,
+    MeasuresOnRelease,
+    MeasuresUsage,
+)
+from hetflow.execute.data.outputs import accept_outputs, missing_message, missing_outputs
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.data.publish import PublishError, Publishing
 from hetflow.execute.devices.usage import GpuSampler, nvml_sampler
@@ -220,6 +226,13 @@ class Attempts:
         step = self.wf.steps[act.step]
         staging = self.paths.staging(act.step, act.attempt)
         final = self.paths.step_out(act.step)
+        if exit_code == PUBLISH_FAILED_CODE and self.backend.capabilities.holds_dependencies and staging.exists():
+            # the job exited 0 but left a declared output out, so it did not publish (``base.Publish``):
+            # said as local says it, and recorded as the container's own exit 0
+            unwritten = missing_outputs(staging, step.outputs)
+            if unwritten:
+                self.fail(act, 0, missing_message(unwritten))
+                return
         if exit_code != 0:
             full = out_of_space(staging)  # removes the partial outputs of a step that filled its disk
             if full is not None:
@@ -229,10 +242,12 @@ class Attempts:
             return
         self.record_usage(act)
         if not staging.exists() and final.exists():
-            staging = final  # crashed after the rename, before the commit
+            # the job published its outputs itself (``base.Publish``), or this executor crashed
+            # after the rename, before the commit: they are verified and hashed where they are
+            staging = final
         missing = missing_outputs(staging, step.outputs)
         if missing:
-            self.fail(act, 0, "exited 0 but did not write declared output(s) " + ", ".join(missing) + " under /out")
+            self.fail(act, 0, missing_message(missing))
             return
         try:
             records = accept_outputs(self.run_id, act.step, staging, final, step.outputs)

@@ -33,6 +33,29 @@ class Capabilities:
     queues: bool = False
 
 
+# A job given ``Job.publish`` ends with this code when it exited 0 but left a declared output
+# out of /out (or could not move /out into place): not 0, so the engine never starts its
+# dependants; the executor reports it as local does ("exited 0 but did not write ...") when a
+# declared output is indeed missing from /out (a container that exits 120 itself and leaves one
+# out reads the same), else as the exit code it is, the job's log saying why.
+PUBLISH_FAILED_CODE = 120
+
+
+@dataclass(frozen=True)
+class Publish:
+    """The job puts its own outputs in place before it ends 0 (a backend that holds
+    dependencies: Slurm starts a dependant as soon as its parent's job ends, before the
+    executor has seen that end, issue 30).  Every name in ``declared`` must exist under
+    ``staging`` (the attempt's /out; a gang's rank 0); then ``staging`` is renamed to
+    ``final`` (the step's outputs, which dependants mount) on its file system, an old
+    ``final`` moved aside first and removed after, as ``execute.data.outputs.accept_outputs``
+    does.  The executor then only verifies and hashes what is in ``final``."""
+
+    staging: str
+    final: str
+    declared: tuple[str, ...] = ()
+
+
 @dataclass(frozen=True)
 class Job:
     """One step attempt for a backend to run."""
@@ -67,6 +90,9 @@ class Job:
     # How the planned node class shares its GPUs (time-slicing or MPS for a share); None:
     # unknown, the backend's settings decide (Slurm ``share_gres``).
     gpu_sharing: GpuSharing | None = None
+    # Where the job moves its outputs before it ends 0 (``Publish``); None: the executor moves
+    # them when it sees the job end (a backend that does not hold dependencies).
+    publish: Publish | None = None
 
 
 @dataclass(frozen=True)

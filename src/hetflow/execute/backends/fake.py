@@ -12,7 +12,9 @@ job with 127 and says so, as a shell would.
 Jobs advance on a clock: a job ends when its sleeps have passed (``FakeState.clock``; a
 test may pass a faster or a manual one).  With ``holds_dependencies`` the fake orders jobs
 as Slurm does: a job starts when its parents have succeeded, and is dropped
-(``dependency_failed``) when one did not.  Adoption: every FakeBackend built on one
+(``dependency_failed``) when one did not; a job given ``Job.publish`` moves its outputs into
+place the moment it ends 0, before any dependant can start, as the Slurm job script does
+(or ends ``PUBLISH_FAILED_CODE`` when a declared output is missing).  Adoption: every FakeBackend built on one
 ``FakeState`` sees the same jobs, as two hetflow processes see one engine.
 
 A gang job (``Job.ranks``) runs every replica's script and is reported as the job's one name
@@ -32,7 +34,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hetflow.errors import EngineError
-from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.backends.base import PUBLISH_FAILED_CODE, Capabilities, Job, JobState
+from hetflow.execute.data.outputs import missing_message, missing_outputs, move_into_place
 from hetflow.execute.gang.replicas import gang_state
 
 CANCELLED_CODE = 143  # 128 + SIGTERM, as `podman stop` and scancel report a stopped job
@@ -57,6 +60,7 @@ class _Attempt:
     dependency_failed: bool = False
     node_failed: bool = False
     replicas: list[_Attempt] = field(default_factory=list)  # a gang's ranks 1..n-1
+    published: bool = False  # ``Job.publish`` was carried out (once, when the job ended 0)
 
     @property
     def ended(self) -> bool:
@@ -190,8 +194,18 @@ class FakeBackend:
         return out
 
     def _advance(self, a: _Attempt) -> bool:
-        """Run the job's commands (every replica's, for a gang) up to the clock's now; True
-        when it has ended.  A gang's replica that fails stops the others."""
+        """Run the job's commands (every replica's, for a gang) up to the clock's now, then
+        publish its outputs if it ended 0 (``_publish``); True when it has ended."""
+        ended = self._advance_all(a)
+        if ended and not a.published and a.job.publish is not None:
+            a.published = True
+            if all(r.code == 0 for r in [a, *a.replicas]):
+                _publish(a)
+        return ended
+
+    def _advance_all(self, a: _Attempt) -> bool:
+        """Every replica's commands up to now; True when the job has ended.  A gang's replica
+        that fails stops the others."""
         if not a.replicas:
             return self._advance_one(a)
         for r in a.replicas:
@@ -347,6 +361,24 @@ def _log(a: _Attempt, stream: str, text: str) -> int:
         with open(a.job.container.log_path, "a") as f:
             f.writelines(f"{stamp} {stream} F {line}\n" for line in text.rstrip("\n").split("\n"))
     return 0
+
+
+def _publish(a: _Attempt) -> None:
+    """What the Slurm job script does after its container ends 0 (``base.Publish``), under the
+    engine's lock, so no dependant starts before it: every declared output under staging, then
+    staging renamed to final; else the job ends ``PUBLISH_FAILED_CODE`` and staging stays."""
+    assert a.job.publish is not None
+    staging, final = Path(a.job.publish.staging), Path(a.job.publish.final)
+    missing = missing_outputs(staging, a.job.publish.declared)
+    if missing:
+        _log(a, "stderr", f"hetflow: {missing_message(missing)}")
+        a.code, a.reason = PUBLISH_FAILED_CODE, missing_message(missing)
+        return
+    try:
+        move_into_place(staging, final)
+    except OSError as exc:
+        _log(a, "stderr", f"hetflow: could not move /out into place ({final}): {exc.strerror or exc}")
+        a.code, a.reason = PUBLISH_FAILED_CODE, f"could not move /out into place: {exc.strerror or exc}"
 
 
 def _fail(a: _Attempt, message: str, code: int = NOT_FOUND_CODE) -> int:

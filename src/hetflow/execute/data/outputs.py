@@ -46,6 +46,13 @@ def accept_outputs(run_id: str, step: str, staging: Path, final: Path, declared:
     ]
     if staging == final:  # already in place (resume after a crash between rename and commit)
         return records
+    move_into_place(staging, final)
+    return records
+
+
+def move_into_place(staging: Path, final: Path) -> None:
+    """Rename ``staging`` to ``final``: an old ``final`` is moved aside first and removed
+    after (the Slurm job script does the same in shell: ``backends.slurm.publish``)."""
     final.parent.mkdir(parents=True, exist_ok=True)
     trash = final.with_name(final.name + ".old")
     if final.exists():
@@ -55,7 +62,11 @@ def accept_outputs(run_id: str, step: str, staging: Path, final: Path, declared:
     shutil.rmtree(trash, ignore_errors=True)
     with contextlib.suppress(OSError):  # the attempt's now-empty directory
         staging.parent.rmdir()
-    return records
+
+
+def missing_message(missing: Sequence[str]) -> str:
+    """Why an attempt that exited 0 failed, on every backend (the Slurm job script prints it too)."""
+    return "exited 0 but did not write declared output(s) " + ", ".join(missing) + " under /out"
 
 
 def damaged_outputs(records: Sequence[OutputRecord]) -> list[str]:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, replace
 
 from hetflow.errors import HetflowError
 from hetflow.execute.attempts import SUBMITTED, Active, Attempts
-from hetflow.execute.backends.base import Backend, Job
+from hetflow.execute.backends.base import Backend, Job, Publish
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import container_name
 from hetflow.execute.devices.gpu import near_cpus
@@ -244,7 +244,15 @@ class Launcher:
             nodes=where.nodes,
             gpu_request=engine_request(go.variant, where),
             gpu_sharing=where.gpu_sharing,
+            # an engine that orders jobs starts a child as soon as this job ends, before the executor
+            # sees that end: the job moves its outputs (a gang's: rank 0's /out) into place itself
+            publish=self._publish(go) if holds else None,
         )
+
+    def _publish(self, go: _Launch) -> Publish:
+        """Where the job moves its outputs before it ends 0: its /out (a gang's rank 0's) to the
+        step's folder that its children mount."""
+        return Publish(str(self.paths.staging(go.name, go.attempt)), str(self.paths.step_out(go.name)), go.step.outputs)
 
     def _gang_specs(
         self, name: str, step: Step, lead: ContainerSpec, gpus: tuple[Gpu, ...], attempt: int, variant: Variant

@@ -27,6 +27,11 @@ retries (``attempts.NODE_FAULT_REQUEUES`` times); Slurm never requeues an attemp
 found again by its name and comment in squeue.  The container's cgroup goes under the job's
 (``cgroup``: podman run --cgroup-parent), so Slurm's limits and kill reach it.
 
+Outputs (issue 30).  Slurm starts a child as soon as its parent's job ends, before hetflow has
+seen that end, so the job script itself moves the step's outputs from the attempt's /out into
+``steps/STEP/out`` (one rename on the shared file system) once the container ends 0, and ends
+non-zero when a declared output is missing (``publish``); the executor only verifies and hashes.
+
 The container's output goes to ``job.container.log_path`` in CRI format (podman's k8s-file
 driver, as with the local backend); the script adds its own messages there as CRI records
 (``TIME stderr F hetflow: ...``) when the container could not be started.
@@ -41,7 +46,8 @@ Modules: ``settings`` (SlurmSettings, gres types), ``gres`` (a GPU request as gr
 gpu, shard, mps, MIG profiles), ``translate`` (sbatch options and the
 batch script, pure), ``gang`` (a gang's allocation and scripts, pure), ``client`` (the
 commands), ``queue`` (squeue/scontrol/sacct parsing), ``cgroup`` (the job's cgroup for podman),
-``jobfiles`` (the files above), ``backend`` (submit, poll, cancel, release).
+``jobfiles`` (the files above), ``publish`` (the outputs put in place by the job),
+``backend`` (submit, poll, cancel, release).
 """
 
 from hetflow.execute.backends.slurm.backend import SlurmBackend

@@ -41,6 +41,7 @@ from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
 from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
+from hetflow.execute.backends.slurm.publish import publish_script
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.engine import ContainerSpec, run_args
 from hetflow.execute.gang.mpilaunch import mpi_folder
@@ -105,7 +106,7 @@ srun --ntasks={world} --cpus-per-task={cpus} --kill-on-bad-exit=0 --job-name="$n
 pid=$!
 while kill -0 "$pid" 2>/dev/null; do wait "$pid"; done
 {fold}if [ "$stopping" = 1 ] && [ "$code" = 0 ]; then code=143; fi
-finish "$code"
+{publish}finish "$code"
 """
 
 _TASK = """#!/bin/bash
@@ -278,6 +279,7 @@ def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hoo
         lead=lead,
         cpus=max(1, math.ceil(job.cpus)),
         fold=FOLD,
+        publish=publish_script(job),  # rank 0's /out in place before the job ends 0 (``publish``)
     )
     task = _TASK.format(
         name=q(job.name),

@@ -20,6 +20,7 @@ from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
 from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.gang import gang_sbatch_args
 from hetflow.execute.backends.slurm.gres import gpu_vendor, gres_args, mps_env
+from hetflow.execute.backends.slurm.publish import publish_script
 from hetflow.execute.backends.slurm.settings import SlurmSettings
 from hetflow.execute.engine import run_args
 
@@ -113,7 +114,7 @@ fi
 if [ "$code" -ge 125 ] && [ "$code" -le 127 ] && [ -s "$jobdir/$name.err" ]; then
   cri "$podman run exited $code: $(tail -n 3 "$jobdir/$name.err" | tr '\\n' ' ')"
 fi
-finish "$code"
+{publish}finish "$code"
 """
 
 
@@ -150,4 +151,5 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
         job_cgroup=JOB_CGROUP,
         options=" ".join(q(a) for a in args[2:start]),
         image_command=" ".join(q(a) for a in args[start:]),
+        publish=publish_script(job),  # the outputs in place before the job ends 0 (``publish``)
     )
