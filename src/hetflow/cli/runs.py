@@ -236,37 +236,50 @@ def show(
 
 def logs(
     run_id: str = typer.Argument(..., help="Run id."),
-    step: str | None = typer.Argument(None, help="One step (default: all)."),
+    step: str | None = typer.Argument(
+        None, help="One step, or a fan-out's items (count: count.0, count.1, ...); default: all."
+    ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
     attempt: int | None = typer.Option(None, "--attempt", help="One attempt (default: all)."),
-    rank: int = typer.Option(0, "--rank", min=0, help="A gang step's replica (default: rank 0)."),
+    rank: int | None = typer.Option(
+        None,
+        "--rank",
+        min=0,
+        metavar="N",
+        help="One replica of a gang step (default: every replica, lines prefixed [rankN]:; an mpi gang's rank 0).",
+    ),
 ) -> None:
-    """Print the output of a run's containers (a gang's rank 0 unless --rank says which)."""
-    from hetflow.execute import RunPaths, read_lines
+    """Print the output of a run's containers: a step's, a fan-out's items', a gang's ranks'."""
+    from hetflow.execute import RunPaths, attempt_label, attempt_sources, read_lines, recorded_gangs, select_steps
 
     store = open_store()
     rid = store.resolve_run_id(run_id)
     record = store.run(rid)
-    names = [s.step for s in store.steps(rid)]
-    if step is not None and step not in names:
-        raise UsageError(f"run {rid} has no step {step!r}; its steps: {', '.join(names)}")
+    wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
+    order = {name: i for i, name in enumerate(wanted)}  # a group's items in index order: count.2 before count.10
+    gangs = recorded_gangs(record)
     paths = RunPaths(Path(record.workdir))
     offsets: dict[Path, int] = {}
     watch = RunWatch(store, rid)  # the run's event stream says when it ends
     last = False  # the run has ended: one more pass prints what its containers wrote last
     while True:
-        for a in store.attempts(rid, step):
+        shown = [a for a in store.attempts(rid, None if group else step) if a.step in order]
+        if group:
+            shown.sort(key=lambda a: (order[a.step], a.attempt))
+        for a in shown:
             if attempt is not None and a.attempt != attempt:
                 continue
-            path = paths.rank_log(a.step, a.attempt, rank)
-            if rank and not path.exists():
-                if step is not None and not follow:
-                    raise UsageError(f"step {a.step!r} attempt {a.attempt} has no replica {rank}: not a gang this big")
-                continue
-            lines, offsets[path] = read_lines(path, offsets.get(path, 0))
-            prefix = f"{a.step}.{a.attempt} | " if step is None or attempt is None else ""
-            for stream, text in lines:
-                print(prefix + text, file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)
+            label = attempt_label(a, group=group, whole=step is None or (attempt is None and not group))
+            for source in attempt_sources(paths, a, gangs, rank=rank, label=label):
+                if rank and not source.path.exists():
+                    if step is not None and not group and not follow:
+                        raise UsageError(
+                            f"step {a.step!r} attempt {a.attempt} has no replica {rank}: not a gang this big"
+                        )
+                    continue
+                lines, offsets[source.path] = read_lines(source.path, offsets.get(source.path, 0))
+                for stream, text in lines:
+                    print(source.prefix + text, file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)
         if not follow or last:
             break
         watch.poll()
