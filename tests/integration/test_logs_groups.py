@@ -4,6 +4,7 @@ item's name; a gang's ranks, each prefixed like torchrun's `[rank1]:`; `--rank N
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import pytest
 
@@ -65,3 +66,25 @@ def test_a_name_that_is_neither_step_nor_fan_out_is_refused_with_the_groups_name
     proc = hf("logs", rid, "cont", check=False)
     assert proc.returncode == 2
     assert f"run {rid} has no step 'cont' (did you mean 'count'?); its steps: count (count.0..2), pair" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("typed", "offered"),
+    [
+        ("hetflow logs ", lambda rid: [rid]),
+        ("hetflow logs RID c", lambda rid: ["count", "count.0", "count.1", "count.2"]),
+        ("hetflow logs nosuchrun ", lambda rid: []),
+    ],
+    ids=["run-ids", "steps-and-groups", "unknown-run"],
+)
+def test_tab_offers_the_runs_and_their_steps_and_groups(run: tuple[Hetflow, str], typed: str, offered: Any) -> None:
+    hf, rid = run
+    words = typed.replace("RID", rid)
+    env = {
+        "_HETFLOW_COMPLETE": "bash_complete",
+        "COMP_WORDS": words,
+        "COMP_CWORD": str(len(words.split()) - (0 if words.endswith(" ") else 1)),
+    }
+    proc = hf(extra_env=env)
+    assert proc.stdout.split() == offered(rid)
+    assert proc.stderr == ""

@@ -13,6 +13,7 @@ import typer
 from rich.console import Console
 
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
+from hetflow.cli.shell import complete_runs, complete_steps
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
 from hetflow.report import make_reporter, ps_table, run_json, run_state_text, steps_table, versions_text
@@ -76,7 +77,7 @@ def run(
 
 
 def resume(
-    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough).", autocompletion=complete_runs),
     detach: bool = typer.Option(False, "--detach", "-d", help="Resume in the background."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     step: str | None = typer.Option(None, "--step", help="Retry only this failed step (and what it skipped)."),
@@ -201,7 +202,7 @@ def ps(
 
 
 def show(
-    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough).", autocompletion=complete_runs),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
     gantt: Path | None = typer.Option(None, "--gantt", help="Draw the actual schedule: FILE.svg, .html or .png."),
 ) -> None:
@@ -235,9 +236,11 @@ def show(
 
 
 def logs(
-    run_id: str = typer.Argument(..., help="Run id."),
+    run_id: str = typer.Argument(..., help="Run id.", autocompletion=complete_runs),
     step: str | None = typer.Argument(
-        None, help="One step, or a fan-out's items (count: count.0, count.1, ...); default: all."
+        None,
+        help="One step, or a fan-out's items (count: count.0, count.1, ...); default: all.",
+        autocompletion=complete_steps,
     ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
     attempt: int | None = typer.Option(None, "--attempt", help="One attempt (default: all)."),
@@ -301,7 +304,7 @@ def logs(
 
 
 def stop(
-    run_id: str = typer.Argument(..., help="Run id."),
+    run_id: str = typer.Argument(..., help="Run id.", autocompletion=complete_runs),
     grace: str | None = typer.Option(
         None,
         "--grace",
