@@ -4,6 +4,7 @@ item's name; a gang's ranks, each prefixed like torchrun's `[rank1]:`; `--rank N
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -88,3 +89,25 @@ def test_tab_offers_the_runs_and_their_steps_and_groups(run: tuple[Hetflow, str]
     proc = hf(extra_env=env)
     assert proc.stdout.split() == offered(rid)
     assert proc.stderr == ""
+
+
+PENDING = f"""
+apiVersion: hetflow/v1
+name: later
+steps:
+  names:
+    image: {BUSYBOX}
+    command: [sh, -c, "sleep 3; printf 'a\\\\nb\\\\n' > /out/names.txt"]
+    outputs: [names.txt]
+  greet:
+    foreach: {{lines: names/names.txt}}
+    image: {BUSYBOX}
+    command: [echo, "hello {{{{ item }}}}"]
+"""
+
+
+def test_following_a_fan_out_before_its_list_is_known_shows_its_items(hf: Hetflow, tmp_path: Path) -> None:
+    rid = hf("run", "-d", write(tmp_path, PENDING)).stdout.strip()
+    assert "greet" in hf.step_states(rid)  # still one step: its list comes from 'names', sleeping
+    proc = hf("logs", "-f", rid, "greet", timeout=60)
+    assert proc.stdout.splitlines() == ["greet.0 | hello a", "greet.1 | hello b"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -259,13 +260,16 @@ def logs(
     rid = store.resolve_run_id(run_id)
     record = store.run(rid)
     wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
-    order = {name: i for i, name in enumerate(wanted)}  # a group's items in index order: count.2 before count.10
     gangs = recorded_gangs(record)
     paths = RunPaths(Path(record.workdir))
     offsets: dict[Path, int] = {}
     watch = RunWatch(store, rid)  # the run's event stream says when it ends
     last = False  # the run has ended: one more pass prints what its containers wrote last
     while True:
+        if follow and step is not None:  # a fan-out waiting for its list is one step until it expands into items
+            with contextlib.suppress(UsageError):
+                wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
+        order = {name: i for i, name in enumerate(wanted)}  # a group's items in index order: count.2 before count.10
         shown = [a for a in store.attempts(rid, None if group else step) if a.step in order]
         if group:
             shown.sort(key=lambda a: (order[a.step], a.attempt))
