@@ -3,7 +3,7 @@
 typer 0.29 prints a parameter's Python type as a parser tag (``<bool>``, ``<str>``,
 ``<list[str]>``) and a required argument as ``{file}`` in the usage line (typer/core.py:
 ``_TyperParameter.display_type``, ``TyperOption.display_type_rich``,
-``TyperArgument._usage_display_name``); typers before it, built on click, printed click's
+``TyperArgument._usage_display_name``, ``display_name_raw``); typers before it, built on click, printed click's
 metavars (``FILE``, ``TEXT``, nothing on a flag).  hetflow's commands give an option that takes
 a value a metavar where the name says something (``-p NAME=VALUE``, ``RUN``); ``plain_help()``
 makes typer show those, no type on a flag, a shared parameter's name from ``METAVARS`` or
@@ -12,7 +12,7 @@ else its name in capitals where it has no metavar, and arguments as click writes
 
 It changes how help is displayed, nothing that is parsed, and only where typer has those
 methods: on a typer without them click's own metavars show, which carry no tags either.
-tests/unit/test_cli_help.py reads every command's --help for tags, so a typer that renames
+tests/unit/test_cli_habits.py reads every command's --help for tags, so a typer that renames
 the methods fails there rather than in front of a user.
 """
 
@@ -43,7 +43,11 @@ def plain_help() -> None:
         setattr(argument, "display_name_raw", property(_argument_name))  # noqa: B010
 
 
-def _option_type(self: Any, ctx: Any) -> str | None:
+# The replacements take whatever a later typer passes (``*_``): a changed call shows
+# hetflow's names still, or typer's own where the method is gone, never a crash.
+
+
+def _option_type(self: Any, *_: Any, **__: Any) -> str | None:
     """The value an option takes: its metavar, else its name in capitals; none for a flag."""
     if self.is_flag or self.count:
         return None
@@ -53,7 +57,7 @@ def _option_type(self: Any, ctx: Any) -> str | None:
     return name + "..." if self.nargs != 1 else name
 
 
-def _argument_type(self: Any, ctx: Any) -> str | None:
+def _argument_type(self: Any, *_: Any, **__: Any) -> str | None:
     """None: the help's first column already names an argument by its metavar."""
     return None
 
@@ -65,7 +69,7 @@ def _argument_name(self: Any) -> str:
     return METAVARS.get(self.name, str(self.name or "arg").upper())
 
 
-def _argument_usage(self: Any) -> str:
+def _argument_usage(self: Any, *_: Any, **__: Any) -> str:
     """``FILE``, ``[STEP]``, ``FILES...``: click's usage for an argument."""
     name = _argument_name(self)
     if not self.required:
