@@ -32,16 +32,42 @@ def containers_conf(env: Mapping[str, str] | None = None) -> Path:
     return Path(env.get("HETFLOW_CONTAINERS_CONF") or SHARE / "containers.conf")
 
 
+DRIVEN_ENGINES = ("podman", "docker")
+# Container runtimes a user may name that take neither podman's nor docker's command line
+# (apptainer/singularity run SIF images; nerdctl is close to docker but not what hetflow tests):
+# named, they are refused with what hetflow drives, rather than started with podman's arguments.
+UNDRIVEN_ENGINES = frozenset(
+    {"apptainer", "singularity", "nerdctl", "ctr", "crictl", "containerd", "enroot", "ch-run", "sarus", "shifter"}
+    | {"runc", "crun", "lxc", "lxd", "udocker", "buildah", "charliecloud"}
+)
+
+
 def find_engine(env: Mapping[str, str] | None = None) -> str:
-    """The container engine binary: ``$HETFLOW_ENGINE``, else podman, else docker."""
+    """The container engine binary: ``$HETFLOW_ENGINE``, else podman, else docker.
+
+    ``HETFLOW_ENGINE`` may name podman, docker, a path to either, or a wrapper command that
+    takes their arguments (bench/overhead.py's recorder); a runtime hetflow does not drive
+    (``UNDRIVEN_ENGINES``: apptainer, ...) is refused naming the variable."""
     env = os.environ if env is None else env
     wanted = env.get("HETFLOW_ENGINE")
-    for name in [wanted] if wanted else ["podman", "docker"]:
+    if wanted and Path(wanted).name in UNDRIVEN_ENGINES:
+        raise EngineError(
+            f"HETFLOW_ENGINE={wanted}: hetflow drives {' and '.join(DRIVEN_ENGINES)} only; "
+            f"{Path(wanted).name} is not supported. Unset HETFLOW_ENGINE to use podman "
+            "(apt-get install -y podman runc), or set HETFLOW_ENGINE=docker"
+        )
+    for name in [wanted] if wanted else DRIVEN_ENGINES:
         path = shutil.which(name, path=env.get("PATH"))
         if path:
             return path
+    if wanted:
+        raise EngineError(
+            f"HETFLOW_ENGINE={wanted} is not on PATH; it names the container engine: "
+            f"{' or '.join(DRIVEN_ENGINES)} (a path to either, or a command taking their arguments), "
+            "or unset it to use whichever of them is installed"
+        )
     raise EngineError(
-        f"no container engine found (looked for {wanted or 'podman, docker'} on PATH); "
+        f"no container engine found (looked for {', '.join(DRIVEN_ENGINES)} on PATH); "
         "install podman: apt-get install -y podman runc"
     )
 

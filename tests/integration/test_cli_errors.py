@@ -105,3 +105,10 @@ def test_unknown_step_for_logs_lists_the_steps(hf: Hetflow, tmp_path: Path) -> N
     hf("run", write(tmp_path, GOOD), "-q")
     proc = hf("logs", hf.last_run(), "zzz", check=False)
     assert proc.returncode == 2 and "has no step 'zzz'; its steps: a" in proc.stderr
+
+
+def test_an_engine_hetflow_does_not_drive_is_refused_before_anything_is_recorded(hf: Hetflow, tmp_path: Path) -> None:
+    proc = hf("run", write(tmp_path, GOOD), extra_env={"HETFLOW_ENGINE": "apptainer"}, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "HETFLOW_ENGINE=apptainer: hetflow drives podman and docker only; apptainer is not supported" in proc.stderr
+    assert hf("ps", "--all").stdout.startswith("no runs")

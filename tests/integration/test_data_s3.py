@@ -170,3 +170,17 @@ def test_s3_an_object_written_after_the_check_fails_the_publish_on_real_s3(
     with pytest.raises(PublishError, match="was written by someone else while this run published it"):
         Publishing(store, "run-2", "wf", s3=lambda e: sneaky)("s", step, out, 0, 0)
     assert s3.get_object(Bucket=bucket, Key="p/r.txt")["Body"].read() == b"sneaked in"
+
+
+def test_s3_publish_goes_to_the_endpoint_the_data_declares(hf: Hetflow, tmp_path: Path, s3: Any, endpoint: str) -> None:
+    """No AWS_ENDPOINT_URL: the data entry's `endpoint:` is the only word on where S3 is, and
+    the publish to another bucket goes there too (it went to s3.amazonaws.com before)."""
+    s3.create_bucket(Bucket="ep-in")
+    s3.create_bucket(Bucket="ep-out")
+    s3.put_object(Bucket="ep-in", Key="docs/a.txt", Body=b"12345")
+    s3.put_object(Bucket="ep-in", Key="docs/sub/b.txt", Body=b"1")
+    declared = WF.replace("docs: s3://in-bucket/docs/", f'docs: {{url: "s3://ep-in/docs/", endpoint: "{endpoint}"}}')
+    hf.env.pop("AWS_ENDPOINT_URL", None)
+    hf("run", write(tmp_path, declared.replace("out-bucket", "ep-out")), extra_env=CREDENTIALS)
+    body = s3.get_object(Bucket="ep-out", Key="results/sizes.txt")["Body"].read()
+    assert body.split() == [b"5", b"1", b"b.txt"]

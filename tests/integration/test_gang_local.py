@@ -44,8 +44,9 @@ def test_torch_and_mpi_gangs_run_every_rank_and_clean_up(hf: Hetflow, tmp_path: 
         ("torch", "succeeded", 1),
         ("mpi", "succeeded", 1),
     }
-    # torch: each replica ran the program and printed its own line; rank 0's /out is the step's
-    assert len(ok_lines(hf("logs", rid, "torch").stdout)) == 1
+    # torch: each replica ran the program and printed its own line, shown prefixed with its
+    # rank as torchrun does; --rank picks one; rank 0's /out is the step's
+    assert [line.split(":")[0] for line in ok_lines(hf("logs", rid, "torch").stdout)] == ["[rank0]", "[rank1]"]
     rank1 = hf("logs", rid, "torch", "--rank", "1").stdout
     assert len(ok_lines(rank1)) == 1 and "rank 1/2" in rank1
     assert (step_out(hf, rid, "torch") / "rank.txt").read_text().strip() == "0"

@@ -100,7 +100,7 @@ def _seen(text: str) -> dict[int, dict[str, str]]:
     """Each replica's SHOW line by rank."""
     out: dict[int, dict[str, str]] = {}
     for line in text.splitlines():
-        body = line.split(" | ", 1)[-1]
+        body = line.split(" | ", 1)[-1].split("]: ", 1)[-1]  # `hetflow logs` prefixes a gang's lines [rankN]:
         if body.startswith("rank=") and "world=" in body:
             fields = dict(f.split("=", 1) for f in body.split() if "=" in f)
             out[int(fields["rank"])] = fields

@@ -472,3 +472,32 @@ def test_infinite_memory_is_a_spec_error_not_a_crash() -> None:
 def test_a_step_name_with_a_trailing_newline_is_rejected() -> None:
     with pytest.raises(SpecError):
         load(steps_yaml('"a\\n": {image: x}\n'))
+
+
+# --- S3 publish endpoints ------------------------------------------------------------------
+
+MINIO, OTHER = "http://127.0.0.1:9000", "http://10.0.0.2:9000"
+TWO = {"a": f"{{url: s3://a/, endpoint: {MINIO}}}", "b": f"{{url: s3://b/, endpoint: {OTHER}}}"}
+
+
+@pytest.mark.parametrize(
+    ("data", "publish", "endpoint"),
+    [
+        ({"in": f"{{url: s3://in/, endpoint: {MINIO}}}"}, "{to: s3://out/r/}", MINIO),
+        (TWO, "{to: s3://b/r/}", OTHER),
+        (TWO, "{to: s3://c/r/}", None),
+        ({"a": f"{{url: s3://a/, endpoint: {MINIO}}}", "b": "s3://b/"}, "{to: s3://b/r/}", None),
+        ({"in": f"{{url: s3://in/, endpoint: {MINIO}}}"}, f"{{to: s3://out/r/, endpoint: {OTHER}}}", OTHER),
+        ({"in": "s3://in/"}, "{to: s3://out/r/}", None),
+        ({"in": f"{{url: s3://in/, endpoint: {MINIO}}}"}, "{to: results}", None),
+    ],
+    ids=["the-one-declared", "same-bucket", "ambiguous", "same-bucket-without", "its-own-wins", "none", "host-dir"],
+)
+def test_an_s3_publish_takes_the_endpoint_the_data_declares(
+    data: dict[str, str], publish: str, endpoint: str | None
+) -> None:
+    declared = "".join(f"  {name}: {entry}\n" for name, entry in data.items())
+    step = f"  s:\n    image: i\n    outputs: [r]\n    publish: {publish}\n"
+    loaded = load(V1 + f"name: w\ndata:\n{declared}steps:\n{step}")
+    (pub,) = loaded.workflow.steps["s"].publish
+    assert pub.endpoint == endpoint

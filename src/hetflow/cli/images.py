@@ -110,7 +110,9 @@ def resolve_cmd(
 @images_app.command("build-index")
 def build_index_cmd(
     target: str = typer.Argument(..., help="REGISTRY/REPO:TAG to push the index as."),
-    builds: list[str] = typer.Argument(..., help="TAG=FEATURES per build, e.g. generic v3=x86-64-v3 gpu=gpu:sm_80"),
+    builds: list[str] = typer.Argument(
+        ..., metavar="TAG=FEATURES...", help="One per build, e.g. generic v3=x86-64-v3 gpu=gpu:sm_80"
+    ),
     json_out: bool = typer.Option(False, "--json"),
     tls_verify: bool | None = TLS_OPT,
     username: str | None = USER_OPT,

@@ -14,9 +14,12 @@ import typer
 from rich.markup import escape
 
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
+from hetflow.cli.helptext import plain_help
+from hetflow.cli.shell import completion_words
 from hetflow.config import check_environment, hetflow_home
 from hetflow.errors import HetflowError, SpecError, UsageError
 
+plain_help()
 app = typer.Typer(
     name="hetflow",
     help="Containerized CPU/GPU workflows on heterogeneous machines.",
@@ -37,14 +40,43 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "cache": ("cache",),
     "doctor": ("doctor",),
     "ui": ("ui",),
+    "shell": ("completion",),
 }
 
 
 def register_commands(argv: list[str]) -> None:
     first = next((a for a in argv if not a.startswith("-")), None)
+    if first is None and argv and argv[0] in VERSION_FLAGS:
+        return  # `hetflow --version` needs no command
     wanted = [module for module, names in COMMANDS.items() if first in names]
     for module in wanted or COMMANDS:
         importlib.import_module(f"hetflow.cli.{module}").register(app)
+
+
+VERSION_FLAGS = ("--version", "-V")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        import hetflow
+
+        try:
+            number = version("hetflow")  # what pip installed, as `pip show hetflow` says
+        except PackageNotFoundError:  # a source tree on PYTHONPATH, never installed
+            number = hetflow.__version__
+        console.print(f"hetflow {number}", highlight=False)
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _hetflow(
+    version: bool = typer.Option(
+        False, *VERSION_FLAGS, is_eager=True, callback=_version, help="Print hetflow's version and exit."
+    ),
+) -> None:
+    """Containerized CPU/GPU workflows on heterogeneous machines."""
 
 
 PARAM_OPT = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE (repeatable).")
@@ -126,7 +158,8 @@ def main(argv: list[str] | None = None) -> None:
         if any("\x00" in a for a in args):
             raise UsageError("an argument holds a NUL byte; remove it")
         check_environment()
-        register_commands(args)
+        words = completion_words(os.environ)  # a shell asking for completions, which names no command in args
+        register_commands(args if words is None else words)
         app(args=args, prog_name="hetflow")
     except SpecError as exc:
         print_problems(exc.problems)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -13,6 +14,7 @@ import typer
 from rich.console import Console
 
 from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
+from hetflow.cli.shell import complete_runs, complete_steps
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
 from hetflow.report import (
@@ -95,7 +97,7 @@ def run(
 
 
 def resume(
-    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough).", autocompletion=complete_runs),
     detach: bool = typer.Option(False, "--detach", "-d", help="Resume in the background."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
     step: str | None = typer.Option(None, "--step", help="Retry only this failed step (and what it skipped)."),
@@ -242,7 +244,7 @@ def ps(
 
 
 def show(
-    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough)."),
+    run_id: str = typer.Argument(..., help="Run id (a unique prefix is enough).", autocompletion=complete_runs),
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
     gantt: Path | None = typer.Option(None, "--gantt", help="Draw the actual schedule: FILE.svg, .html or .png."),
 ) -> None:
@@ -276,38 +278,56 @@ def show(
 
 
 def logs(
-    run_id: str = typer.Argument(..., help="Run id."),
-    step: str | None = typer.Argument(None, help="One step (default: all)."),
+    run_id: str = typer.Argument(..., help="Run id.", autocompletion=complete_runs),
+    step: str | None = typer.Argument(
+        None,
+        help="One step, or a fan-out's items (count: count.0, count.1, ...); default: all.",
+        autocompletion=complete_steps,
+    ),
     follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
     attempt: int | None = typer.Option(None, "--attempt", help="One attempt (default: all)."),
-    rank: int = typer.Option(0, "--rank", min=0, help="A gang step's replica (default: rank 0)."),
+    rank: int | None = typer.Option(
+        None,
+        "--rank",
+        min=0,
+        metavar="N",
+        help="One replica of a gang step (default: every replica, lines prefixed [rankN]:; an mpi gang's rank 0).",
+    ),
 ) -> None:
-    """Print the output of a run's containers (a gang's rank 0 unless --rank says which)."""
-    from hetflow.execute import RunPaths, read_lines
+    """Print the output of a run's containers: a step's, a fan-out's items', a gang's ranks'."""
+    from hetflow.execute import RunPaths, attempt_label, attempt_sources, read_lines, recorded_gangs, select_steps
 
     store = open_store()
     rid = store.resolve_run_id(run_id)
     record = store.run(rid)
-    names = [s.step for s in store.steps(rid)]
-    if step is not None and step not in names:
-        raise UsageError(f"run {rid} has no step {step!r}; its steps: {', '.join(names)}")
+    wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
+    gangs = recorded_gangs(record)
     paths = RunPaths(Path(record.workdir))
     offsets: dict[Path, int] = {}
     watch = RunWatch(store, rid)  # the run's event stream says when it ends
     last = False  # the run has ended: one more pass prints what its containers wrote last
     while True:
-        for a in store.attempts(rid, step):
+        if follow and step is not None:  # a fan-out waiting for its list is one step until it expands into items
+            with contextlib.suppress(UsageError):
+                wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
+        order = {name: i for i, name in enumerate(wanted)}  # a group's items in index order: count.2 before count.10
+        shown = [a for a in store.attempts(rid, None if group else step) if a.step in order]
+        if group:
+            shown.sort(key=lambda a: (order[a.step], a.attempt))
+        for a in shown:
             if attempt is not None and a.attempt != attempt:
                 continue
-            path = paths.rank_log(a.step, a.attempt, rank)
-            if rank and not path.exists():
-                if step is not None and not follow:
-                    raise UsageError(f"step {a.step!r} attempt {a.attempt} has no replica {rank}: not a gang this big")
-                continue
-            lines, offsets[path] = read_lines(path, offsets.get(path, 0))
-            prefix = f"{a.step}.{a.attempt} | " if step is None or attempt is None else ""
-            for stream, text in lines:
-                print(prefix + text, file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)
+            label = attempt_label(a, group=group, whole=step is None or (attempt is None and not group))
+            for source in attempt_sources(paths, a, gangs, rank=rank, label=label):
+                if rank and not source.path.exists():
+                    if step is not None and not group and not follow:
+                        raise UsageError(
+                            f"step {a.step!r} attempt {a.attempt} has no replica {rank}: not a gang this big"
+                        )
+                    continue
+                lines, offsets[source.path] = read_lines(source.path, offsets.get(source.path, 0))
+                for stream, text in lines:
+                    print(source.prefix + text, file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)
         if not follow or last:
             break
         watch.poll()
@@ -329,7 +349,7 @@ def logs(
 
 
 def stop(
-    run_id: str = typer.Argument(..., help="Run id."),
+    run_id: str = typer.Argument(..., help="Run id.", autocompletion=complete_runs),
     grace: str | None = typer.Option(
         None,
         "--grace",

@@ -13,7 +13,8 @@
     stopping    a stop's grace period (--grace, HETFLOW_STOP_GRACE) and `hetflow stop`'s request
     doctor      leftovers of crashed runs (containers, networks, leases, stale runs) and repair
     engine      the container engine seam; podman: podman and docker (CliEngine, make_engine);
-                fakeengine: the fake; cgroups, exits, logs: what a container used and said
+                fakeengine: the fake; cgroups, exits, logs: what a container used and said;
+                logsources: which logs ``hetflow logs`` prints (a step, a fan-out, a gang's ranks)
     images      pin each step's image to the build for this node
     fanout      fan-outs expanded at submit or run time
     settings    the backend settings a run is started with
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
     from hetflow.execute.launch.container import build_spec, container_env, input_mounts
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, spawn_executor, stop_run
     from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
+    from hetflow.execute.logsources import LogSource, attempt_label, attempt_sources, recorded_gangs, select_steps
     from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
     from hetflow.execute.prepare import cluster_instance, measured_slowdowns
     from hetflow.execute.preview import Preview, StepPreview, check_run, preview_run
@@ -104,6 +106,7 @@ _WHERE = {
     "doctor": ["Finding", "diagnose", "repair"],
     "lifecycle": ["pid_alive", "reset_for_resume", "spawn_executor", "stop_run"],
     "logs": ["Records", "group_records", "log_tail", "parse_line", "read_lines"],
+    "logsources": ["LogSource", "attempt_label", "attempt_sources", "recorded_gangs", "select_steps"],
     "data.outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
     "data.paths": ["RunPaths", "container_name"],
     "runner": ["Runner"],
@@ -144,6 +147,7 @@ __all__ = [
     "GpuAccess",
     "Key",
     "LocalDispatch",
+    "LogSource",
     "Mount",
     "NullReporter",
     "OpenRun",
@@ -165,6 +169,8 @@ __all__ = [
     "Usage",
     "accept_outputs",
     "apply_images",
+    "attempt_label",
+    "attempt_sources",
     "build_runner",
     "build_spec",
     "cache_key",
@@ -203,12 +209,14 @@ __all__ = [
     "preflight",
     "preview_run",
     "read_lines",
+    "recorded_gangs",
     "render_contract",
     "repair",
     "reset_for_resume",
     "resolve_data",
     "resume_run",
     "run_args",
+    "select_steps",
     "sha256_of",
     "spawn_executor",
     "stop_run",

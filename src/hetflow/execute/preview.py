@@ -47,8 +47,7 @@ from hetflow.execute.prepare import plan_on_cluster, plan_on_node
 from hetflow.execute.runplan import LOCAL, RunPlan
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import preflight
-from hetflow.images import ResolveResult, parse_reference
-from hetflow.images.errors import NotFoundError
+from hetflow.images import NotFoundError, ResolveResult, parse_reference
 from hetflow.inventory import Node
 from hetflow.plan import can_run_here
 from hetflow.spec import DATA_PREFIX, LoadedWorkflow, Step, edges_of, fanout_parent, pending_source, topo_order

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import pwd
 import time
+from functools import cache
 from typing import Any
 
 from rich.table import Table
@@ -139,9 +141,19 @@ def ps_table(runs: list[tuple[RunRecord, list[StepRecord]]], gone: frozenset[str
             f"{done}/{len(steps)}",
             when(run.created),
             elapsed(run.started, run.ended),
-            f"{run.uid}:{run.gid}",
+            user_name(run.uid),
         )
     return t
+
+
+@cache
+def user_name(uid: int) -> str:
+    """The user's login name as ``ps -o user`` shows it, else the uid: a container's or another
+    machine's uid need not be in this machine's passwd (getpwuid(3))."""
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
 
 
 def versions_text(attempts: list[AttemptRecord]) -> str | None:

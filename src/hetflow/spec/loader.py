@@ -104,6 +104,7 @@ def _parse(text: str, file: str, overrides: Mapping[str, object] | None, base: P
     _item_lines(wf, lines)
     wf, template_problems = render_params(wf, file, lines)
     problems += template_problems
+    wf = publish_endpoints(wf)
     wf = absolute_paths(wf, base)
     problems += check_workflow(wf, file, lambda loc: line_of(lines, loc))
     problems = list(dict.fromkeys(problems))  # a fan-out's items repeat their step's problems
@@ -148,6 +149,38 @@ def _workflow_publish(wf: Workflow, file: str, lines: Mapping[Loc, int]) -> tupl
         n: s.model_copy(update={"publish": (*s.publish, *extra[n])}) if n in extra else s for n, s in wf.steps.items()
     }
     return wf.model_copy(update={"steps": steps, "publish": ()}), problems
+
+
+def publish_endpoints(wf: Workflow) -> Workflow:
+    """An S3 publish with no ``endpoint:`` of its own takes the one the workflow's S3 data
+    declares: the data entry's on the same bucket, else the one endpoint all its S3 data
+    names (every entry the same) (results go back to the server the inputs came from, as a user reading
+    ``data: {url: s3://in/, endpoint: http://minio:9000}`` expects); with none, or several
+    that do not say which, AWS_ENDPOINT_URL or AWS itself decides, as before."""
+
+    def bucket(url: str) -> str:
+        return url.removeprefix("s3://").split("/", 1)[0]
+
+    declared = [(bucket(d.url), d.endpoint) for d in wf.data.values() if d.url is not None]
+    if not any(e for _, e in declared):
+        return wf
+    by_bucket = dict(declared)  # a bucket the data reads: its entry's endpoint, even none
+    every = {e for _, e in declared}
+
+    def endpoint_of(p: Publish) -> str | None:
+        if p.endpoint is not None or not p.to.startswith("s3://"):
+            return p.endpoint
+        if bucket(p.to) in by_bucket:
+            return by_bucket[bucket(p.to)]
+        return next(iter(every)) if len(every) == 1 else None
+
+    steps = {
+        n: s.model_copy(update={"publish": tuple(p.model_copy(update={"endpoint": endpoint_of(p)}) for p in s.publish)})
+        if s.publish
+        else s
+        for n, s in wf.steps.items()
+    }
+    return wf.model_copy(update={"steps": steps})
 
 
 def _item_lines(wf: Workflow, lines: dict[Loc, int]) -> None:
