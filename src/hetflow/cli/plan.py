@@ -352,6 +352,12 @@ def export_kubernetes_cmd(
 
     loaded = _load(workflow, param)
     machines = load_cluster(cluster)
+    conditional = sorted(n for n, step in loaded.workflow.steps.items() if step.when is not None)
+    if conditional:
+        raise UsageError(
+            f"{workflow}: the Kubernetes export does not carry 'when:' conditions yet (step(s)"
+            f" {', '.join(conditional)}); run with --backend slurm|ray, or drop the condition for the export"
+        )
     if loaded.workflow.data or any(step.publish for step in loaded.workflow.steps.values()):
         raise UsageError(
             f"{workflow}: the Kubernetes export does not carry workflow data or publish targets yet; "

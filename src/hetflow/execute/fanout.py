@@ -6,21 +6,26 @@ from __future__ import annotations
 
 import json
 import posixpath
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from hetflow.errors import HetflowError
 from hetflow.execute.data.inputs import DataManifest, Located, NoMemo, data_items, resolve_host
+from hetflow.execute.data.paths import RunPaths
 from hetflow.spec import (
     DATA_PREFIX,
+    FANOUT_SEP,
     LoadedWorkflow,
     Source,
+    Workflow,
+    expand,
     expand_loaded,
     file_items,
     line_items,
     pending_source,
 )
+from hetflow.state import FAILED, SUCCEEDED, Store
 
 Expansion = tuple[str, str]  # (step, items as JSON), as the store records it
 
@@ -85,3 +90,33 @@ def read_items(source: Source, out_dir: Path) -> list[Any]:
         raise HetflowError(f"foreach files: {source.ref} is missing")
     rels = [p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()]
     return file_items(source.ref, rels)
+
+
+def expand_ready(
+    store: Store, run_id: str, wf: Workflow, paths: RunPaths, clock: Callable[[], float]
+) -> Iterator[tuple[Workflow, str, list[str]]]:
+    """Expand each pending fan-out of ``wf`` whose upstream step has succeeded: read its
+    list, record the items in the store, and yield (the workflow with them in the step's
+    place, the step, its items' names) for the executor to follow.  A list that cannot be
+    read or expanded fails the step, saying why."""
+    pending = [(n, src) for n, s in wf.steps.items() if (src := pending_source(s)) and src.step]
+    if not pending:
+        return
+    steps = {s.step: s for s in store.steps(run_id)}
+    for name, src in pending:
+        assert src.step is not None
+        if name not in steps or steps[src.step].state != SUCCEEDED:
+            continue
+        try:
+            items = read_items(src, paths.step_out(src.step))
+            expanded, problems = expand(wf, {name: items}, wf.name, lambda loc: 0)
+            if problems:
+                raise HetflowError("; ".join(p.message for p in problems))
+        except (OSError, HetflowError) as exc:
+            why = f"cannot expand the fan-out: {exc}"
+            store.set_step(run_id, name, state=FAILED, ended=clock(), reason=why, event=why)
+            continue
+        names = [f"{name}{FANOUT_SEP}{i}" for i in range(len(items))]
+        store.expand_step(run_id, name, names, json.dumps(items))
+        wf = expanded
+        yield wf, name, names

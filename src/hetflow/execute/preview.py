@@ -50,7 +50,18 @@ from hetflow.execute.submit import preflight
 from hetflow.images import NotFoundError, ResolveResult, parse_reference
 from hetflow.inventory import Node
 from hetflow.plan import can_run_here
-from hetflow.spec import DATA_PREFIX, LoadedWorkflow, Step, edges_of, fanout_parent, pending_source, topo_order
+from hetflow.spec import (
+    DATA_PREFIX,
+    SKIPPED_BY_CONDITION,
+    LoadedWorkflow,
+    Step,
+    edges_of,
+    evaluate,
+    fanout_parent,
+    output_refs,
+    pending_source,
+    topo_order,
+)
 from hetflow.state import OutputRecord, Store
 
 RUNS, CACHED, SKIPPED = "runs", "cached", "skipped"
@@ -172,20 +183,32 @@ class _Walk:
         self.plan, self.node, self.settings = plan, node, settings
         self.manifest, self.s3_sets, self.cache, self.image_id = manifest, s3_sets, cache, image_id
         self.status: dict[str, str] = {}
+        self.reasons: dict[str, str] = {}
         self.outputs: dict[str, list[OutputRecord]] = {}  # a cached step's outputs, from its entry
 
     def step(self, name: str) -> StepPreview:
         step = self.wf.steps[name]
         vname, where, gpus, estimate = self._placed(name, step)
-        skipped = self._skipped(name, step, vname)
+        skipped = self._skipped(name, step, vname) or self._condition_false(step)
         if skipped:
             return self._say(name, SKIPPED, vname, where, gpus, estimate, skipped)
         status, why, key, run = self._cached(name, step, vname)
+        if step.when is not None and output_refs(step.when):
+            parents = sorted({r.split("/", 1)[0] for r in output_refs(step.when)})
+            why = f"if when: {step.when} (decided once {', '.join(map(repr, parents))} succeeded); {why}"
         return self._say(name, status, vname, where, gpus, estimate, why, key, run)
 
+    def _condition_false(self, step: Step) -> str:
+        """The reason a step's params-only ``when:`` skips it ('' when it holds or reads an
+        output, which only the run can read)."""
+        if step.when is None or output_refs(step.when):
+            return ""
+        return "" if evaluate(step.when, self.wf.params) else f"{SKIPPED_BY_CONDITION}when: {step.when}"
+
     def _say(self, name: str, status: str, *args: Any) -> StepPreview:
-        self.status[name] = status
-        return StepPreview(name, status, *args)
+        preview = StepPreview(name, status, *args)
+        self.status[name], self.reasons[name] = status, preview.why
+        return preview
 
     def _placed(self, name: str, step: Step) -> tuple[str, str, tuple[int, ...], float | None]:
         """The plan's variant, place, GPUs and time for the step."""
@@ -201,7 +224,9 @@ class _Walk:
     def _skipped(self, name: str, step: Step, vname: str) -> str:
         broken = [d for d in step.dependencies() if self.status.get(d) == SKIPPED]
         if broken:
-            return f"upstream step {broken[0]!r} skipped"
+            why = f"upstream step {broken[0]!r} skipped"
+            by_condition = all(self.reasons.get(d, "").startswith(SKIPPED_BY_CONDITION) for d in broken)
+            return SKIPPED_BY_CONDITION + why if by_condition else why
         if not vname and step.optional:
             return "optional step: no variant fits " + ("this machine" if self.settings.backend == LOCAL else "a node")
         return ""

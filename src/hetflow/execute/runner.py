@@ -13,29 +13,35 @@ an attempt ends is ``attempts``; stop and resume are ``lifecycle``.
 from __future__ import annotations
 
 import contextlib
-import json
 import signal
 import threading
 from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from hetflow.errors import HetflowError
 from hetflow.execute.attempts import Attempts, RunnerConfig
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
+from hetflow.execute.conditions import condition_holds
 from hetflow.execute.data.cache import Key, cache_key, input_digests
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import ContainerEngine
-from hetflow.execute.fanout import read_items
+from hetflow.execute.fanout import expand_ready
 from hetflow.execute.launch.launcher import Launcher
 from hetflow.execute.lifecycle import reconcile, stop_run
 from hetflow.execute.nextattempt import adjusted
 from hetflow.execute.runoptions import NullReporter, ProcessSeams, RunOptions, make_dispatch
 from hetflow.execute.stopping import clear_stop_request, stop_requested
 from hetflow.inventory import Node
-from hetflow.spec import FANOUT_SEP, Workflow, edges_of, expand, fanout_parent, pending_source, topo_order
+from hetflow.spec import (
+    SKIPPED_BY_CONDITION,
+    Workflow,
+    edges_of,
+    fanout_parent,
+    pending_source,
+    topo_order,
+)
 from hetflow.state import (
     FAILED,
     LAUNCHING,
@@ -269,7 +275,8 @@ class Runner:
 
     def _finish(self, steps: list[StepRecord]) -> str:
         failed = [s.step for s in steps if s.state in (FAILED, STOPPED)]
-        skipped_req = [s.step for s in steps if s.state == SKIPPED and not self.wf.steps[s.step].optional]
+        excused = [s for s in steps if self.wf.steps[s.step].optional or s.reason.startswith(SKIPPED_BY_CONDITION)]
+        skipped_req = [s.step for s in steps if s.state == SKIPPED and s not in excused]  # not by its when: either
         if failed or skipped_req:
             state = RUN_FAILED
             msg = "failed: " + ", ".join(failed + skipped_req)
@@ -289,27 +296,8 @@ class Runner:
     # --- fan-outs known at run time ------------------------------------------------------
 
     def _expand_ready(self) -> None:
-        """Expand each pending fan-out whose upstream step has succeeded: read its list,
-        put its items in its place (store first, then this executor's workflow)."""
-        pending = [(n, src) for n, s in self.wf.steps.items() if (src := pending_source(s)) and src.step]
-        if not pending:
-            return
-        steps = {s.step: s for s in self.store.steps(self.run_id)}
-        for name, src in pending:
-            assert src.step is not None
-            if name not in steps or steps[src.step].state != SUCCEEDED:
-                continue
-            try:
-                items = read_items(src, self.paths.step_out(src.step))
-                wf, problems = expand(self.wf, {name: items}, self.wf.name, lambda loc: 0)
-                if problems:
-                    raise HetflowError("; ".join(p.message for p in problems))
-            except (OSError, HetflowError) as exc:
-                why = f"cannot expand the fan-out: {exc}"
-                self.store.set_step(self.run_id, name, state=FAILED, ended=self.clock(), reason=why, event=why)
-                continue
-            names = [f"{name}{FANOUT_SEP}{i}" for i in range(len(items))]
-            self.store.expand_step(self.run_id, name, names, json.dumps(items))
+        """Expand each pending fan-out whose upstream step has succeeded (``fanout.expand_ready``)."""
+        for wf, name, names in expand_ready(self.store, self.run_id, self.wf, self.paths, self.clock):
             self._set_workflow(wf, name, names)
 
     def _set_workflow(self, wf: Workflow, parent: str, items: Sequence[str]) -> None:
@@ -333,6 +321,8 @@ class Runner:
             broken = [d for d in deps if steps[d].state in (FAILED, SKIPPED, STOPPED)]
             if broken:
                 why = f"upstream step {broken[0]!r} {steps[broken[0]].state}"
+                if all(steps[d].reason.startswith(SKIPPED_BY_CONDITION) for d in broken):
+                    why = SKIPPED_BY_CONDITION + why  # skipped as its parent was: not a failure
                 self.store.set_step(self.run_id, name, state=SKIPPED, ended=now, reason=why, event=f"skipped: {why}")
                 steps[name] = self.store.step(self.run_id, name)
                 continue
@@ -342,8 +332,14 @@ class Runner:
                 continue
             if s.not_before and s.not_before > now:
                 continue
+            if self.wf.steps[name].when is not None and not self._condition(name, steps):
+                steps[name] = self.store.step(self.run_id, name)
+                continue
             if self._try_launch(name, s):
                 steps[name] = self.store.step(self.run_id, name)  # from the cache: its children may go now
+
+    def _condition(self, name: str, steps: dict[str, StepRecord]) -> bool:
+        return condition_holds(self.store, self.run_id, self.wf, self.paths, name, steps, self.clock)
 
     def _submitted_ahead(self, step: str) -> bool:
         """With an engine that holds the DAG's order (Slurm afterok), a child is submitted

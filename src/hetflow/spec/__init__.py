@@ -47,6 +47,7 @@ if TYPE_CHECKING:
         parse_memory,
     )
     from hetflow.spec.wfcommons import convert_wfcommons
+    from hetflow.spec.when import CONDITION_MAX_BYTES, SKIPPED_BY_CONDITION, ConditionError, evaluate, output_refs
     from hetflow.spec.yamlfile import compose_yaml, line_of, read_yaml_text
 
 _WHERE = {
@@ -54,6 +55,7 @@ _WHERE = {
     "dag": ["descendants", "topo_order"],
     "imageref": ["DOCKER_HUB", "ImageReference", "ReferenceSyntaxError", "parse_reference"],
     "fanout": ["Source", "expand", "file_items", "is_fanout", "line_items", "pending_source"],
+    "when": ["CONDITION_MAX_BYTES", "SKIPPED_BY_CONDITION", "ConditionError", "evaluate", "output_refs"],
     "loader": ["LoadedWorkflow", "expand_loaded", "load_workflow", "no_cyclic_gc", "parse_workflow"],
     "problems": ["did_you_mean", "problem_from_error"],
     "yamlfile": ["compose_yaml", "line_of", "read_yaml_text"],
@@ -82,12 +84,15 @@ _WHERE = {
     "wfcommons": ["convert_wfcommons"],
 }
 __all__ = [
+    "CONDITION_MAX_BYTES",
     "DATA_PREFIX",
     "DOCKER_HUB",
     "FANOUT_SEP",
     "GANG_ENV",
     "RESERVED_ENV",
+    "SKIPPED_BY_CONDITION",
     "Backoff",
+    "ConditionError",
     "DataSet",
     "Gang",
     "GpuConstraint",
@@ -110,6 +115,7 @@ __all__ = [
     "descendants",
     "did_you_mean",
     "edges_of",
+    "evaluate",
     "expand",
     "expand_loaded",
     "fanout_parent",
@@ -124,6 +130,7 @@ __all__ = [
     "mig_profile",
     "mig_slices",
     "no_cyclic_gc",
+    "output_refs",
     "parse_duration",
     "parse_factor",
     "parse_memory",

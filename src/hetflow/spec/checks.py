@@ -12,6 +12,7 @@ from hetflow.errors import Problem
 from hetflow.spec.dag import children, find_cycle
 from hetflow.spec.imageref import ReferenceSyntaxError, parse_reference
 from hetflow.spec.models import DATA_PREFIX, ENV_NAME, Workflow, fanout_parent
+from hetflow.spec.when import when_problems
 
 LineOf = Callable[[tuple[str | int, ...]], int]
 
@@ -63,6 +64,7 @@ def check_workflow(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
     problems += _check_env(wf, file, line_of)
     problems += _check_gang(wf, file, line_of)
     problems += _check_images(wf, file, line_of)
+    problems += when_problems(wf, file, line_of)
     return problems
 
 

@@ -257,7 +257,10 @@ def _item_step(
 ) -> Step:
     base: Loc = ("steps", name)
 
-    def sub(text: str, loc: Loc) -> str:
+    def sub(text: str, loc: Loc, literal: bool = False) -> str:
+        """``literal``: values as a condition's literals (strings quoted: spec.when)."""
+        show = _literal if literal else _text
+
         def one(m: re.Match[str]) -> str:
             expr = m.group(1)
             im = _ITEM.match(expr)
@@ -277,18 +280,20 @@ def _item_step(
                         )
                     )
                     return m.group(0)
-                return _text(item)
+                return show(item)
             if not isinstance(item, dict) or field not in item:
                 have = ", ".join(f"item.{k}" for k in item) if isinstance(item, dict) else "item (a value)"
                 problems.append(
                     Problem(file, line_of(loc), f"'{{{{ item.{field} }}}}' of step {name!r}: the items have {have}")
                 )
                 return m.group(0)
-            return _text(item[field])
+            return show(item[field])
 
         return _TEMPLATE.sub(one, text) if "{{" in text else text
 
     update: dict[str, Any] = {"foreach": None, "matrix": None}
+    if step.when is not None:
+        update["when"] = sub(step.when, (*base, "when"), literal=True)
     if step.image is not None:
         update["image"] = sub(step.image, (*base, "image"))
     if step.command is not None:
@@ -322,6 +327,11 @@ def _item_step(
 
 def _text(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def _literal(value: Any) -> str:
+    """An item's value as a literal of a condition (``spec.when``): a string quoted."""
+    return repr(value) if isinstance(value, str) else _text(value)
 
 
 def _retarget(step: Step, counts: Mapping[str, int]) -> Step:

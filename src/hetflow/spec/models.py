@@ -23,6 +23,7 @@ from hetflow.spec.retry import Retry, retry_policy
 from hetflow.spec.units import parse_duration
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?\Z")
+_WHEN_OUTPUT = re.compile(r"""output\(\s*['"]([^'"]+)['"]\s*\)""")  # spec.when reads the same
 NAME_HINT = "use 1-63 lowercase letters, digits, '-' or '_', starting and ending alphanumeric"
 
 MAX_ESTIMATE = 365 * 24 * 3600.0  # a year: the planner's time line, and a sane typo catcher
@@ -249,6 +250,10 @@ class Step(SpecModel):
     )
     matrix: dict[str, object] | None = Field(default=None, description="axes (lists) and an optional 'exclude'")
     gang: Gang | None = Field(default=None, description="run as several replicas started together (MPI, torchrun)")
+    when: str | None = Field(
+        default=None,
+        description="run only when this condition holds: params.NAME, output('STEP/OUT'), and/or/not, comparisons",
+    )
 
     @field_validator("command", mode="before")
     @classmethod
@@ -320,6 +325,8 @@ class Step(SpecModel):
         first-seen order; workflow data (``data.NAME``) is no step."""
         deps = list(self.needs)
         refs = list(self.inputs.values())
+        if self.when:  # output('STEP/OUT') in the condition: read once STEP has succeeded
+            refs += _WHEN_OUTPUT.findall(self.when)
         if isinstance(self.foreach, dict) and len(self.foreach) == 1:  # {files|lines: STEP/OUT}: read from STEP
             source = next(iter(self.foreach.values()))
             if isinstance(source, str) and "/" in source:
