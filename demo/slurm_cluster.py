@@ -33,7 +33,9 @@ from pathlib import Path
 from hetflow.config import hetflow_home
 from hetflow.errors import EngineError
 from hetflow.execute.backends.slurm import SlurmSettings
-from hetflow.inventory.fakegpus import make_fake_gpus, parse_fake_spec
+from hetflow.execute.devices.migtable import MigInstance
+from hetflow.execute.devices.migtable import mig_instances as mig_instances_of
+from hetflow.inventory.fakegpus import make_fake_gpus, parse_fake_entries
 
 INSTALL = "apt-get install -y slurm-wlm munge"
 PARTITION = "hf"
@@ -93,6 +95,7 @@ class LocalSlurm:
             workdir=str(self.workdir),
             slurm_conf=str(self.conf_path),
             stop_timeout=5,
+            mig_devices={n.name: m for n in self.nodes if (m := mig_instances(self.base, n))},
         )
         return replace(s, **changes)  # type: ignore[arg-type]
 
@@ -135,11 +138,12 @@ def slurm_conf(base: Path, nodes: Sequence[FakeNode], ports: Mapping[str, int]) 
         "DefMemPerCPU=100",
     ]
     for n in nodes:
-        types = _gpu_types(n) + _drm_types(n)
+        types = _gpu_types(n) + _drm_types(n) + _mig_types(n)
         nvidia = sum(count for _, count in _gpu_types(n))
+        shared = nvidia + sum(count for _, count in _drm_types(n))  # shards: on any vendor's GPU
         gres = ",".join(
             [f"gpu:{model}:{count}" for model, count in types]
-            + ([f"shard:{n.shards * nvidia}"] if n.shards and nvidia else [])
+            + ([f"shard:{n.shards * shared}"] if n.shards and shared else [])
             + ([f"mps:{n.mps * nvidia}"] if n.mps and nvidia else [])
         )
         lines.append(
@@ -176,6 +180,14 @@ def gres_conf(base: Path, nodes: Sequence[FakeNode]) -> str:
             files = dri / (f"renderD{minor}" if count == 1 else f"renderD[{minor}-{minor + count - 1}]")
             lines.append(f"NodeName={n.name} Name=gpu Type={model} File={files}")
             minor += count
+        for k in range(minor - 128):  # an AMD or Intel GPU shared by time-slicing: shards on its render node
+            if n.shards:
+                render = base / "dev" / n.name / "dri" / f"renderD{128 + k}"
+                lines.append(f"NodeName={n.name} Name=shard Count={n.shards} File={render}")
+        # a GPU in MIG mode: one record per instance, its GPU's node and its two nvidia-caps
+        # nodes (gres.conf(5) MultipleFiles), typed by profile as AutoDetect=nvml names them
+        for m in mig_instances(base, n):
+            lines.append(f"NodeName={n.name} Name=gpu Type={m.profile} MultipleFiles={','.join(m.files)}")
     return "\n".join(lines) + "\n"
 
 
@@ -198,10 +210,29 @@ def make_drm_gpus(node: FakeNode, folder: Path) -> None:
         os.mknod(folder / "kfd", 0o666 | stat.S_IFCHR, os.makedev(238, 0))
 
 
+def mig_instances(base: Path, node: FakeNode) -> tuple[MigInstance, ...]:
+    """The node's fake MIG instances (made under ``base/dev/NODE`` if missing), in gres
+    order: after the node's whole GPUs."""
+    if "mig=" not in node.gpus:
+        return ()
+    gpus, _ = make_fake_gpus(node.gpus, base / "dev" / node.name)
+    return mig_instances_of(gpus, first_index=sum(count for _, count in _gpu_types(node)))
+
+
+def _mig_types(node: FakeNode) -> list[tuple[str, int]]:
+    """The node's MIG gres (profile, count), in layout order."""
+    counts: dict[str, int] = {}
+    for e in parse_fake_entries(node.gpus):
+        for profile in e.mig * e.count:
+            counts[profile] = counts.get(profile, 0) + 1
+    return list(counts.items())
+
+
 def _gpu_types(node: FakeNode) -> list[tuple[str, int]]:
-    """The node's (gres type, count) in device order; neighbours of one type merge."""
+    """The node's whole-GPU (gres type, count) in device order (a GPU in MIG mode is its
+    instances: ``_mig_types``); neighbours of one type merge."""
     out: list[tuple[str, int]] = []
-    for model, count in parse_fake_spec(node.gpus):
+    for model, count in ((e.model, e.count) for e in parse_fake_entries(node.gpus) if not e.mig):
         if out and out[-1][0] == model:
             out[-1] = (model, out[-1][1] + count)
         else:
