@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import queue
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hetflow.execute.backends.base import Backend, JobState, MeasuresOnRelease, MeasuresUsage
@@ -142,7 +142,7 @@ class Attempts:
         elif st.node_failed and self.node_faults.get(act.step, 0) < NODE_FAULT_REQUEUES:
             self.node_faults[act.step] = self.node_faults.get(act.step, 0) + 1
             where = f" on {st.node}" if st.node else ""
-            self.requeue(act, f"{st.status}{where}: {st.reason or 'the node failed'}", node_fault=True)
+            self.requeue(act, f"{st.status}{where}: {st.reason or 'the node failed'}", node_fault=True, lost=st.node)
         else:
             self.finalize(act, st.exit_code if st.exit_code is not None else 255, st.reason)
 
@@ -320,7 +320,7 @@ class Attempts:
                 event=f"attempt {act.attempt} failed ({detail}); no retries left",
             )
 
-    def requeue(self, act: Active, reason: str, *, node_fault: bool = False) -> None:
+    def requeue(self, act: Active, reason: str, *, node_fault: bool = False, lost: str | None = None) -> None:
         """The engine dropped a job whose parent failed, or the job's node failed under it:
         not this step's failure.  It goes back to pending (under a new attempt name, outside
         the retry budget).  A node fault's attempt is recorded failed, never succeeded: the
@@ -336,6 +336,10 @@ class Attempts:
             failure = Failure(act.variant, act.node, None, act.cpus, act.memory, node_fault=True)
             changed = self._plan_next(act.step, failure, only_node)
             reason += f"; next attempt: {changed}" if changed else ""
+        if node_fault and lost and self.cluster:
+            # never pinned to the dead node again, whatever the policy (``ClusterDispatch.decide``)
+            prior = self.next.get(act.step) or NextAttempt()
+            self.next[act.step] = replace(prior, lost_nodes=prior.lost_nodes | {lost})
         if node_fault:
             self.record_usage(act)
         said = reason + (f" (retry: {act.change})" if act.change else "")
