@@ -16,12 +16,16 @@ import ray
 import yaml
 from demo.images import build_tiny_image
 from ray.cluster_utils import Cluster
+from ray.util.placement_group import placement_group_table
 
 from hetflow.config import engine_env
 from hetflow.execute.backends.ray import RayBackend, RaySettings
+from hetflow.execute.gang.replicas import replica_name
+from hetflow.spec import Gang
 from hetflow.state import Store
 from tests.contract.backend_contract import BUSYBOX, job, wait_done
 from tests.integration.hfkit import Hetflow, step_out, write
+from tests.integration.hfkit import podman as podman_names
 from tests.integration.ray_fixture import _node_args
 
 NODES = (("fault-head", 2, 0, None, None, "fault-head"), ("fault-w1", 2, 0, None, None, "fault-w"))
@@ -124,3 +128,52 @@ def test_a_retry_after_its_pinned_node_died_runs_on_the_other_node(
         assert any(f"on {other} (moved: node {lost} failed under it)" in m for m in said), said
     finally:
         subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+
+
+GANG_NODES = (("fault-g1", 2, 0, None, None, "fault-g"), ("fault-g2", 2, 0, None, None, "fault-g"))
+
+
+def test_a_gang_whose_node_is_removed_ends_whole_as_a_node_fault(
+    cluster: tuple[Cluster, dict[str, Any]], tmp_path: Path
+) -> None:
+    # two replicas, one per node of a type: one node goes; the gang is a node fault (hetflow
+    # runs it again whole) and the other replica is stopped, not left running
+    c, workers = cluster
+    for node in GANG_NODES:
+        workers[node[0]] = c.add_node(**_node_args(*node, head=False))
+    c.wait_for_nodes()
+    backend = RayBackend(RaySettings(address=c.address, stop_timeout=2))
+    r = f"g{time.time_ns() % 10**9}"
+    name = f"hf-{r}-gang-1"
+    script = "echo up > /out/up; sleep 60"
+    ranks = tuple(
+        replace(job(replica_name(name, i), tmp_path / f"rank{i}", script, run_id=r).container, network_name="host")
+        for i in range(2)
+    )
+    lead = job(name, tmp_path / "rank0", script, run_id=r)
+    gang = Gang(replicas=2, per_node=1, port=29790)
+    backend.submit(replace(lead, container=ranks[0], ranks=ranks, gang=gang, node_class="fault-g", nodes=2))
+    deadline = time.time() + 60
+    while not all((tmp_path / f"rank{i}" / "up").exists() for i in range(2)):
+        assert time.time() < deadline, backend.poll(r)
+        time.sleep(0.2)
+    (pg,) = [g for g in placement_group_table().values() if g["name"] == name and g["state"] == "CREATED"]
+    names = {n["NodeID"]: (n.get("Labels") or {}).get("hetflow/node") for n in ray.nodes()}
+    on = {i: names[pg["bundles_to_node_id"][i]] for i in range(2)}
+    lost, survivor = on[1], 0
+    try:
+        c.remove_node(workers.pop(lost))
+        st = wait_done(backend, r, [name], timeout=90)[name]
+        assert (st.status, st.node_failed) == ("NODE_LOST", True), st
+        assert f"replica 1 lost with its node {lost}" in st.reason, st.reason
+        # reported only once the others ended: the survivor's container is gone (or going)
+        filt = f"name=^{replica_name(name, survivor)}$"
+        deadline = time.time() + 30
+        while podman_names("ps", "--filter", filt, "--format", "{{.Names}}"):
+            assert time.time() < deadline, f"replica {survivor} still runs after its gang's node was removed"
+            time.sleep(0.2)
+    finally:
+        backend.release([name])
+        for i in range(2):
+            gone = replica_name(name, i)
+            subprocess.run(["podman", "rm", "-f", "--ignore", gone], env=engine_env(), capture_output=True)

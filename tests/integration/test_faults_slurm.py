@@ -19,9 +19,12 @@ from demo.slurm_cluster import LocalSlurm
 
 from hetflow.config import engine_env
 from hetflow.execute.backends.slurm import SlurmBackend
+from hetflow.execute.gang.replicas import replica_name
+from hetflow.spec import Gang
 from hetflow.state import Store
 from tests.contract.backend_contract import BUSYBOX, job, wait_done
 from tests.integration.hfkit import Hetflow, step_out, write
+from tests.integration.hfkit import podman as podman_names
 from tests.integration.slurm_fixture import local_cluster, slurm_config
 
 
@@ -146,3 +149,43 @@ def test_a_retry_after_its_pinned_node_died_runs_on_the_other_node(
     finally:
         restart_slurmd(cluster, lost)
         subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+
+
+def test_a_gang_whose_node_dies_ends_whole_as_a_node_fault(cluster: LocalSlurm, tmp_path: Path) -> None:
+    # a gang of two replicas, one on each node: the node of one dies; the job is a node fault
+    # (hetflow runs the whole gang again) and the other replica's container is stopped
+    backend = SlurmBackend(cluster.settings())
+    r = f"g{time.time_ns() % 10**9}"
+    name = f"hf-{r}-gang-1"
+    script = "echo up > /out/up; sleep 60"
+    ranks = tuple(
+        replace(job(replica_name(name, i), tmp_path / f"rank{i}", script, run_id=r).container, network_name="host")
+        for i in range(2)
+    )
+    lead = job(name, tmp_path / "rank0", script, run_id=r)
+    gang = replace(lead, container=ranks[0], ranks=ranks, gang=Gang(replicas=2, per_node=1, port=29590), nodes=2)
+    backend.submit(gang)
+    jobdir = cluster.workdir / r
+    hf_up = [tmp_path / f"rank{i}" / "up" for i in range(2)]
+    deadline = time.time() + 60
+    while not all(p.exists() for p in hf_up):
+        assert time.time() < deadline, backend.poll(r)
+        time.sleep(0.2)
+    where = {i: (jobdir / f"{name}.r{i}.host").read_text().split()[1] for i in range(2)}
+    lost = "hf-t4"
+    survivor = next(i for i, n in where.items() if n != lost)
+    kill_slurmd(cluster, lost)
+    try:
+        st = wait_done(backend, r, [name], timeout=90)[name]
+        assert (st.status, st.node_failed) == ("NODE_FAIL", True), st
+        # the replica on the surviving node does not keep running (its task's TERM trap stops it)
+        filt = f"name=^{replica_name(name, survivor)}$"
+        deadline = time.time() + 30
+        while podman_names("ps", "--filter", filt, "--format", "{{.Names}}"):
+            assert time.time() < deadline, f"replica {survivor} still runs after its gang's node failed"
+            time.sleep(0.2)
+    finally:
+        restart_slurmd(cluster, lost)
+        for i in range(2):
+            gone = replica_name(name, i)
+            subprocess.run(["podman", "rm", "-f", "--ignore", gone], env=engine_env(), capture_output=True)
