@@ -10,8 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.errors import EngineError
-from hetflow.execute.backends.ray import RayNode, accelerator_type, task_request, with_gpus, with_vendor
+from hetflow.errors import EngineError, UsageError
+from hetflow.execute.backends.ray import (
+    RayNode,
+    RaySettings,
+    accelerator_type,
+    task_request,
+    with_gpus,
+    with_vendor,
+)
 from hetflow.execute.backends.ray.container import held_mig
 from hetflow.execute.backends.ray.translate import with_mig
 from hetflow.execute.devices.migtable import MigInstance
@@ -99,3 +106,13 @@ def test_a_mig_task_holds_one_free_instance_and_its_container_sees_only_it(tmp_p
     )
     assert out.env["NVIDIA_VISIBLE_DEVICES"] == out.env["CUDA_VISIBLE_DEVICES"] == "MIG-b"
     assert "HETFLOW_MIG_PROFILE" not in out.env
+
+
+def test_the_mig_table_is_read_from_the_ray_section_and_a_bad_one_is_named() -> None:
+    raw = {"n": [{"uuid": "MIG-a", "gpu_uuid": "GPU-0", "profile": "1g.10gb", "files": ["/d/nvidia0", "/d/c21"]}]}
+    (mig,) = RaySettings.from_mapping({"mig_devices": raw}).mig_devices["n"]
+    assert (mig.uuid, mig.gpu_uuid, mig.files, mig.index) == ("MIG-a", "GPU-0", ("/d/nvidia0", "/d/c21"), 0)
+    with pytest.raises(UsageError, match=r"ray.mig_devices.n\[0\] is .*profile: 1g.10gb"):
+        RaySettings.from_mapping({"mig_devices": {"n": [{"uuid": "MIG-a"}]}})
+    with pytest.raises(UsageError, match=r"ray\.mig_devices must map node names"):
+        RaySettings.from_mapping({"mig_devices": "[1, 2]"})

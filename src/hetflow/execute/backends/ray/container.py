@@ -156,9 +156,15 @@ def held_mig(node: str, profile: str, instances: Sequence[MigInstance]) -> Itera
     ``mig-<profile>`` but does not say which instance, as hetflow's GPU leases do locally.
     None when every listed one is held (the table lists fewer than the node declares)."""
     folder = Path(tempfile.gettempdir()) / "hetflow-mig"
-    folder.mkdir(exist_ok=True)
+    if not folder.is_dir():
+        folder.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):
+            folder.chmod(0o1777)  # shared by every user's tasks on the node, as /tmp is
     for mig in (m for m in instances if m.profile == profile):
-        fd = os.open(folder / f"{mig.uuid}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:  # read-only is enough for flock, so another user's lock file opens too
+            fd = os.open(folder / f"{mig.uuid}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError:
+            continue
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
