@@ -106,8 +106,16 @@ class LocalSlurm:
 # --- configuration ---------------------------------------------------------------------
 
 
-def slurm_conf(base: Path, nodes: Sequence[FakeNode], ports: Mapping[str, int]) -> str:
-    """slurm.conf(5) for the cluster: cons_tres with gpu gres, no cgroups, no accounting."""
+# cgroup.conf(5) of a cluster started with ``cgroups``: each job's memory limit in its cgroup
+# (cgroup v1, as this machine has; no swap limit: a machine without swap needs none) and
+# devices left alone (the fake GPUs reach containers through podman's own device rules).
+CGROUP_CONF = "CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\nConstrainCores=no\nConstrainDevices=no\n"
+
+
+def slurm_conf(base: Path, nodes: Sequence[FakeNode], ports: Mapping[str, int], *, cgroups: bool = False) -> str:
+    """slurm.conf(5) for the cluster: cons_tres with gpu gres, no accounting; no cgroups, or
+    (``cgroups``) proctrack/cgroup and task/cgroup, so a job's memory limit and scancel hold
+    every process in its cgroup: the step's container too (its cgroup parent is the job's)."""
     lines = [
         "ClusterName=hetflow",
         "SlurmctldHost=localhost",
@@ -120,8 +128,10 @@ def slurm_conf(base: Path, nodes: Sequence[FakeNode], ports: Mapping[str, int]) 
         f"SlurmdPidFile={base / 'run' / 'slurmd-%n.pid'}",
         f"SlurmctldLogFile={base / 'log' / 'slurmctld.log'}",
         f"SlurmdLogFile={base / 'log' / 'slurmd-%n.log'}",
-        # no cgroups here: processes tracked through /proc, no task binding
-        "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none",
+        # no cgroups by default: processes tracked through /proc, no task binding
+        "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup"
+        if cgroups
+        else "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none",
         "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core_Memory\nGresTypes=gpu,shard,mps",
         "MpiDefault=none\nJobAcctGatherType=jobacct_gather/none",
         # No slurmdbd: sacct cannot answer; a human-readable record of ended jobs goes here.
@@ -301,12 +311,15 @@ def cluster_running(base: Path) -> LocalSlurm | None:
     return cluster if _node_states({**os.environ, **cluster.env}) else None
 
 
-def start_cluster(base: Path, nodes: Sequence[FakeNode] = DEFAULT_NODES, *, timeout: float = 60) -> LocalSlurm:
-    """Start (or find running) the cluster under ``base``; returns once every node is idle."""
+def start_cluster(
+    base: Path, nodes: Sequence[FakeNode] = DEFAULT_NODES, *, timeout: float = 60, cgroups: bool = False
+) -> LocalSlurm:
+    """Start (or find running) the cluster under ``base``; returns once every node is idle.
+    ``cgroups``: with Slurm's cgroup plugins (``slurm_conf``; needs a writable cgroup v1)."""
     base = Path(base).resolve()
     nodes = tuple(nodes)
     running = cluster_running(base)
-    if running is not None and running.nodes == nodes:
+    if running is not None and running.nodes == nodes and (base / "etc" / "cgroup.conf").exists() == cgroups:
         return running
     missing = [p for p in ("munged", "slurmctld", "slurmd", "sinfo", "sbatch") if not shutil.which(p)]
     if missing:
@@ -326,7 +339,10 @@ def start_cluster(base: Path, nodes: Sequence[FakeNode] = DEFAULT_NODES, *, time
             make_drm_gpus(n, base / "dev" / n.name)
     ports = {"slurmctld": _free_port(), **{n.name: _free_port() for n in nodes}}
     conf = base / "etc" / "slurm.conf"
-    conf.write_text(slurm_conf(base, nodes, ports))
+    conf.write_text(slurm_conf(base, nodes, ports, cgroups=cgroups))
+    (base / "etc" / "cgroup.conf").unlink(missing_ok=True)
+    if cgroups:
+        (base / "etc" / "cgroup.conf").write_text(CGROUP_CONF)
     (base / "etc" / "gres.conf").write_text(gres_conf(base, nodes))
     (base / "nodes.json").write_text(json.dumps([asdict(n) for n in nodes]))
     cluster = LocalSlurm(base, conf, nodes)
