@@ -11,7 +11,8 @@ from pathlib import Path
 
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.ray import RayBackend
-from hetflow.spec import GpuRequest
+from hetflow.execute.gang.replicas import replica_name
+from hetflow.spec import Gang, GpuRequest
 from tests.contract.backend_contract import job, wait_done
 from tests.integration.ray_fixture import RayCluster, ray_acc_cluster
 
@@ -126,3 +127,30 @@ def test_mig_steps_see_their_own_instance_and_an_amd_share_its_gpu(ray_acc_clust
         "ROCR_VISIBLE_DEVICES": "0",
     }
     backend.release([j.name for j in jobs])
+
+
+def test_an_amd_gangs_replicas_each_see_their_own_render_node(ray_acc_cluster: RayCluster, tmp_path: Path) -> None:
+    # two replicas packed on the MI250X node, one GPU each: AMD's device nodes, not nvidiaN
+    backend = RayBackend(ray_acc_cluster.settings())
+    name = "hf-racc3-gang-1"
+    see = "for d in /dev/nvidia[0-9]* /dev/kfd /dev/dri/*; do [ -e $d ] && echo $d; done > /out/devs; sleep 2"
+    ranks = tuple(
+        replace(job(replica_name(name, i), tmp_path / f"r{i}", see, run_id="racc3").container, network_name="host")
+        for i in range(2)
+    )
+    lead = job(name, tmp_path / "r0", see, run_id="racc3", gpus=1)
+    gang = replace(
+        lead,
+        container=ranks[0],
+        ranks=ranks,
+        gang=Gang(replicas=2, port=29795),
+        gpu_model="AMD Instinct MI250X",
+        gpu_request=GpuRequest(count=1, vendor="amd"),
+    )
+    backend.submit(gang)
+    st = wait_done(backend, "racc3", [name], timeout=90)[name]
+    assert st.exit_code == 0, st
+    seen = [_read(tmp_path / f"r{i}", "devs") for i in range(2)]
+    assert all(d[0] == "/dev/kfd" and len(d) == 2 and d[1].startswith("/dev/dri/renderD") for d in seen), seen
+    assert seen[0][1] != seen[1][1]  # each its own GPU
+    backend.release([name])
