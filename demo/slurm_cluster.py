@@ -33,7 +33,9 @@ from pathlib import Path
 from hetflow.config import hetflow_home
 from hetflow.errors import EngineError
 from hetflow.execute.backends.slurm import SlurmSettings
-from hetflow.inventory.fakegpus import make_fake_gpus, parse_fake_spec
+from hetflow.execute.devices.migtable import MigInstance
+from hetflow.execute.devices.migtable import mig_instances as mig_instances_of
+from hetflow.inventory.fakegpus import make_fake_gpus, parse_fake_entries
 
 INSTALL = "apt-get install -y slurm-wlm munge"
 PARTITION = "hf"
@@ -93,6 +95,7 @@ class LocalSlurm:
             workdir=str(self.workdir),
             slurm_conf=str(self.conf_path),
             stop_timeout=5,
+            mig_devices={n.name: m for n in self.nodes if (m := mig_instances(self.base, n))},
         )
         return replace(s, **changes)  # type: ignore[arg-type]
 
@@ -103,8 +106,16 @@ class LocalSlurm:
 # --- configuration ---------------------------------------------------------------------
 
 
-def slurm_conf(base: Path, nodes: Sequence[FakeNode], ports: Mapping[str, int]) -> str:
-    """slurm.conf(5) for the cluster: cons_tres with gpu gres, no cgroups, no accounting."""
+# cgroup.conf(5) of a cluster started with ``cgroups``: each job's memory limit in its cgroup
+# (cgroup v1, as this machine has; no swap limit: a machine without swap needs none) and
+# devices left alone (the fake GPUs reach containers through podman's own device rules).
+CGROUP_CONF = "CgroupPlugin=cgroup/v1\nConstrainRAMSpace=yes\nConstrainCores=no\nConstrainDevices=no\n"
+
+
+def slurm_conf(base: Path, nodes: Sequence[FakeNode], ports: Mapping[str, int], *, cgroups: bool = False) -> str:
+    """slurm.conf(5) for the cluster: cons_tres with gpu gres, no accounting; no cgroups, or
+    (``cgroups``) proctrack/cgroup and task/cgroup, so a job's memory limit and scancel hold
+    every process in its cgroup: the step's container too (its cgroup parent is the job's)."""
     lines = [
         "ClusterName=hetflow",
         "SlurmctldHost=localhost",
@@ -117,8 +128,10 @@ def slurm_conf(base: Path, nodes: Sequence[FakeNode], ports: Mapping[str, int]) 
         f"SlurmdPidFile={base / 'run' / 'slurmd-%n.pid'}",
         f"SlurmctldLogFile={base / 'log' / 'slurmctld.log'}",
         f"SlurmdLogFile={base / 'log' / 'slurmd-%n.log'}",
-        # no cgroups here: processes tracked through /proc, no task binding
-        "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none",
+        # no cgroups by default: processes tracked through /proc, no task binding
+        "ProctrackType=proctrack/cgroup\nTaskPlugin=task/cgroup"
+        if cgroups
+        else "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none",
         "SelectType=select/cons_tres\nSelectTypeParameters=CR_Core_Memory\nGresTypes=gpu,shard,mps",
         "MpiDefault=none\nJobAcctGatherType=jobacct_gather/none",
         # No slurmdbd: sacct cannot answer; a human-readable record of ended jobs goes here.
@@ -135,11 +148,12 @@ def slurm_conf(base: Path, nodes: Sequence[FakeNode], ports: Mapping[str, int]) 
         "DefMemPerCPU=100",
     ]
     for n in nodes:
-        types = _gpu_types(n) + _drm_types(n)
+        types = _gpu_types(n) + _drm_types(n) + _mig_types(n)
         nvidia = sum(count for _, count in _gpu_types(n))
+        shared = nvidia + sum(count for _, count in _drm_types(n))  # shards: on any vendor's GPU
         gres = ",".join(
             [f"gpu:{model}:{count}" for model, count in types]
-            + ([f"shard:{n.shards * nvidia}"] if n.shards and nvidia else [])
+            + ([f"shard:{n.shards * shared}"] if n.shards and shared else [])
             + ([f"mps:{n.mps * nvidia}"] if n.mps and nvidia else [])
         )
         lines.append(
@@ -176,6 +190,14 @@ def gres_conf(base: Path, nodes: Sequence[FakeNode]) -> str:
             files = dri / (f"renderD{minor}" if count == 1 else f"renderD[{minor}-{minor + count - 1}]")
             lines.append(f"NodeName={n.name} Name=gpu Type={model} File={files}")
             minor += count
+        for k in range(minor - 128):  # an AMD or Intel GPU shared by time-slicing: shards on its render node
+            if n.shards:
+                render = base / "dev" / n.name / "dri" / f"renderD{128 + k}"
+                lines.append(f"NodeName={n.name} Name=shard Count={n.shards} File={render}")
+        # a GPU in MIG mode: one record per instance, its GPU's node and its two nvidia-caps
+        # nodes (gres.conf(5) MultipleFiles), typed by profile as AutoDetect=nvml names them
+        for m in mig_instances(base, n):
+            lines.append(f"NodeName={n.name} Name=gpu Type={m.profile} MultipleFiles={','.join(m.files)}")
     return "\n".join(lines) + "\n"
 
 
@@ -198,10 +220,29 @@ def make_drm_gpus(node: FakeNode, folder: Path) -> None:
         os.mknod(folder / "kfd", 0o666 | stat.S_IFCHR, os.makedev(238, 0))
 
 
+def mig_instances(base: Path, node: FakeNode) -> tuple[MigInstance, ...]:
+    """The node's fake MIG instances (made under ``base/dev/NODE`` if missing), in gres
+    order: after the node's whole GPUs."""
+    if "mig=" not in node.gpus:
+        return ()
+    gpus, _ = make_fake_gpus(node.gpus, base / "dev" / node.name)
+    return mig_instances_of(gpus, first_index=sum(count for _, count in _gpu_types(node)))
+
+
+def _mig_types(node: FakeNode) -> list[tuple[str, int]]:
+    """The node's MIG gres (profile, count), in layout order."""
+    counts: dict[str, int] = {}
+    for e in parse_fake_entries(node.gpus):
+        for profile in e.mig * e.count:
+            counts[profile] = counts.get(profile, 0) + 1
+    return list(counts.items())
+
+
 def _gpu_types(node: FakeNode) -> list[tuple[str, int]]:
-    """The node's (gres type, count) in device order; neighbours of one type merge."""
+    """The node's whole-GPU (gres type, count) in device order (a GPU in MIG mode is its
+    instances: ``_mig_types``); neighbours of one type merge."""
     out: list[tuple[str, int]] = []
-    for model, count in parse_fake_spec(node.gpus):
+    for model, count in ((e.model, e.count) for e in parse_fake_entries(node.gpus) if not e.mig):
         if out and out[-1][0] == model:
             out[-1] = (model, out[-1][1] + count)
         else:
@@ -270,12 +311,15 @@ def cluster_running(base: Path) -> LocalSlurm | None:
     return cluster if _node_states({**os.environ, **cluster.env}) else None
 
 
-def start_cluster(base: Path, nodes: Sequence[FakeNode] = DEFAULT_NODES, *, timeout: float = 60) -> LocalSlurm:
-    """Start (or find running) the cluster under ``base``; returns once every node is idle."""
+def start_cluster(
+    base: Path, nodes: Sequence[FakeNode] = DEFAULT_NODES, *, timeout: float = 60, cgroups: bool = False
+) -> LocalSlurm:
+    """Start (or find running) the cluster under ``base``; returns once every node is idle.
+    ``cgroups``: with Slurm's cgroup plugins (``slurm_conf``; needs a writable cgroup v1)."""
     base = Path(base).resolve()
     nodes = tuple(nodes)
     running = cluster_running(base)
-    if running is not None and running.nodes == nodes:
+    if running is not None and running.nodes == nodes and (base / "etc" / "cgroup.conf").exists() == cgroups:
         return running
     missing = [p for p in ("munged", "slurmctld", "slurmd", "sinfo", "sbatch") if not shutil.which(p)]
     if missing:
@@ -295,7 +339,10 @@ def start_cluster(base: Path, nodes: Sequence[FakeNode] = DEFAULT_NODES, *, time
             make_drm_gpus(n, base / "dev" / n.name)
     ports = {"slurmctld": _free_port(), **{n.name: _free_port() for n in nodes}}
     conf = base / "etc" / "slurm.conf"
-    conf.write_text(slurm_conf(base, nodes, ports))
+    conf.write_text(slurm_conf(base, nodes, ports, cgroups=cgroups))
+    (base / "etc" / "cgroup.conf").unlink(missing_ok=True)
+    if cgroups:
+        (base / "etc" / "cgroup.conf").write_text(CGROUP_CONF)
     (base / "etc" / "gres.conf").write_text(gres_conf(base, nodes))
     (base / "nodes.json").write_text(json.dumps([asdict(n) for n in nodes]))
     cluster = LocalSlurm(base, conf, nodes)

@@ -28,8 +28,8 @@ prove isolation, not GPU computation.  Starting Ray takes seconds: one cluster p
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +40,7 @@ from demo.slurm_cluster import FakeNode, make_drm_gpus
 from ray.cluster_utils import Cluster
 
 from hetflow.execute.backends.ray import NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RaySettings
+from hetflow.execute.devices.migtable import MigInstance, mig_instances
 from hetflow.inventory.fakegpus import make_fake_gpus
 from tests.contract.backend_contract import BUSYBOX
 from tests.integration.hfkit import free_port
@@ -62,6 +63,9 @@ ACC_NODES = (
 )
 # more custom resources a node declares: its MIG instances, its GPU vendor
 EXTRA_RESOURCES = {"acc-a100": {"mig-1g.10gb": 2.0}, "acc-amd": {"gpu_vendor:amd": 1.0}}
+# a node whose fake GPU is made from a HETFLOW_FAKE_GPUS entry of its own: acc-a100's in MIG
+# mode with the two 1g.10gb instances it declares (their nvidia-caps nodes; to Ray still 1 GPU)
+FAKE_SPECS = {"acc-a100": "a100-80g:1:mig=1g.10gb+1g.10gb"}
 Node = tuple[str, int, int, str | None, str | None, str]
 
 
@@ -70,10 +74,13 @@ class RayCluster:
     address: str  # the head's GCS: HOST:PORT
     client_address: str  # Ray Client: ray://127.0.0.1:PORT
     devs: Path  # DEVS/<node>/nvidiaN
+    migs: Mapping[str, tuple[MigInstance, ...]] = field(default_factory=dict)  # node -> its fake MIG instances
 
     def settings(self) -> RaySettings:
         # stop_timeout 2: busybox `sleep` as PID 1 ignores SIGTERM, so a cancel waits it out
-        return RaySettings(address=self.address, device_dir=f"{self.devs}/{{node}}", stop_timeout=2)
+        return RaySettings(
+            address=self.address, device_dir=f"{self.devs}/{{node}}", stop_timeout=2, mig_devices=self.migs
+        )
 
 
 def _node_args(
@@ -108,12 +115,15 @@ def ray_gang_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCl
 def _cluster(tmp_path_factory: pytest.TempPathFactory, nodes: tuple[Node, ...]) -> Iterator[RayCluster]:
     build_tiny_image(BUSYBOX)
     devs = tmp_path_factory.mktemp("raydevs")
+    migs: dict[str, tuple[MigInstance, ...]] = {}
     for name, _, gpus, model, _, _ in nodes:
         (devs / name).mkdir()
         if gpus and model and model.startswith("amd:"):  # render nodes and kfd (demo.slurm_cluster)
             make_drm_gpus(FakeNode(name, drm=f"{model[4:]}:{gpus}", drm_vendor="amd"), devs / name)
         elif gpus:
-            make_fake_gpus(f"{model}:{gpus}", devs / name)
+            made, _ = make_fake_gpus(FAKE_SPECS.get(name, f"{model}:{gpus}"), devs / name)
+            if instances := mig_instances(made):
+                migs[name] = instances
     head, *others = nodes
     client_port = free_port()
     try:
@@ -126,7 +136,7 @@ def _cluster(tmp_path_factory: pytest.TempPathFactory, nodes: tuple[Node, ...]) 
     except Exception as exc:  # no skip: a machine that cannot start Ray fails these tests
         pytest.fail(f"Ray could not start a {len(nodes)}-node test cluster: {type(exc).__name__}: {exc}")
     try:
-        yield RayCluster(cluster.address, f"ray://127.0.0.1:{client_port}", devs)
+        yield RayCluster(cluster.address, f"ray://127.0.0.1:{client_port}", devs, migs)
     finally:
         ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]

@@ -19,11 +19,14 @@ from tests.integration.hfkit import write
 
 
 @contextmanager
-def local_cluster(nodes: Sequence[FakeNode] = DEFAULT_NODES, prefix: str = "hfslurm-") -> Iterator[LocalSlurm]:
-    """A local Slurm cluster of ``nodes`` in a fresh folder, stopped and removed after."""
+def local_cluster(
+    nodes: Sequence[FakeNode] = DEFAULT_NODES, prefix: str = "hfslurm-", *, cgroups: bool = False
+) -> Iterator[LocalSlurm]:
+    """A local Slurm cluster of ``nodes`` in a fresh folder, stopped and removed after;
+    ``cgroups``: with Slurm's cgroup plugins (``demo.slurm_cluster.slurm_conf``)."""
     # A short folder: slurmd's step sockets live under it (Unix sockets: 108 bytes).
     base = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    cluster = start_cluster(base, nodes)
+    cluster = start_cluster(base, nodes, cgroups=cgroups)
     try:
         yield cluster
     finally:

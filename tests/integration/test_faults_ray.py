@@ -13,12 +13,19 @@ from typing import Any
 
 import pytest
 import ray
+import yaml
 from demo.images import build_tiny_image
 from ray.cluster_utils import Cluster
+from ray.util.placement_group import placement_group_table
 
 from hetflow.config import engine_env
 from hetflow.execute.backends.ray import RayBackend, RaySettings
+from hetflow.execute.gang.replicas import replica_name
+from hetflow.spec import Gang
+from hetflow.state import Store
 from tests.contract.backend_contract import BUSYBOX, job, wait_done
+from tests.integration.hfkit import Hetflow, step_out, write
+from tests.integration.hfkit import podman as podman_names
 from tests.integration.ray_fixture import _node_args
 
 NODES = (("fault-head", 2, 0, None, None, "fault-head"), ("fault-w1", 2, 0, None, None, "fault-w"))
@@ -69,3 +76,104 @@ def test_a_step_whose_worker_node_is_removed_ends_as_a_node_fault_and_runs_again
         # the lost attempt's container, which outlived its Ray worker on this one machine
         subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
     assert not (tmp_path / "1" / "o").exists()
+
+
+PINNED = (("fault-p1", 2, 0, None, None, "fault-p"), ("fault-p2", 2, 0, None, None, "fault-p"))
+CLUSTER = """apiVersion: hetflow/v1
+kind: Cluster
+name: two-pinned
+nodeTypes:
+  - {name: fault-p1, count: 1, cores: 2, memory: 1Gi, price: 1.0}
+  - {name: fault-p2, count: 1, cores: 2, memory: 1Gi, price: 1.0}
+"""
+# the first attempt waits to be lost with its node; the next one ends at once
+WORKFLOW = f"""apiVersion: hetflow/v1
+name: lostnode
+steps:
+  s:
+    image: {BUSYBOX}
+    command: [sh, -c, 'if [ "$HETFLOW_ATTEMPT" = 1 ]; then sleep 60; fi; echo $HETFLOW_ATTEMPT > /out/o']
+    resources: {{cpus: 1, memory: 128Mi}}
+    outputs: [o]
+"""
+
+
+def test_a_retry_after_its_pinned_node_died_runs_on_the_other_node(
+    hf: Hetflow, cluster: tuple[Cluster, dict[str, Any]], tmp_path: Path
+) -> None:
+    # both node types are one named node: the plan pins the step (NodeAffinity); the retry
+    # after that node died must not be pinned there again (Ray would refuse it as unknown)
+    c, workers = cluster
+    for node in PINNED:
+        workers[node[0]] = c.add_node(**_node_args(*node, head=False))
+    c.wait_for_nodes()
+    settings = {"backend": "ray", "cluster": write(tmp_path, CLUSTER, "cluster.yaml"), "ray": {"address": c.address}}
+    config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    run_id = hf("run", "--detach", "--config", config, write(tmp_path, WORKFLOW)).stdout.strip()
+    first = f"hf-{run_id}-s-1"
+    backend = RayBackend(RaySettings(address=c.address, stop_timeout=2))
+    hf.wait_for(lambda: (st := backend.poll(run_id).get(first)) is not None and st.status == "RUNNING", timeout=120)
+    lost = backend.poll(run_id)[first].node
+    assert lost in ("fault-p1", "fault-p2")
+    other = ({"fault-p1", "fault-p2"} - {lost}).pop()
+    try:
+        c.remove_node(workers.pop(lost))
+        hf.wait_for(lambda: hf.show(run_id)["state"] in ("succeeded", "failed"), timeout=120)
+        data = hf.show(run_id)
+        assert data["state"] == "succeeded", data
+        (step,) = data["steps"]
+        assert (step["node"], step["attempts"]) == (other, 2), step
+        assert (step_out(hf, run_id, "s") / "o").read_text() == "2\n"
+        said = [e.message for e in Store(hf.home / "state.db", read_only=True).events(run_id) if e.step == "s"]
+        assert any(f"on {other} (moved: node {lost} failed under it)" in m for m in said), said
+    finally:
+        subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+
+
+GANG_NODES = (("fault-g1", 2, 0, None, None, "fault-g"), ("fault-g2", 2, 0, None, None, "fault-g"))
+
+
+def test_a_gang_whose_node_is_removed_ends_whole_as_a_node_fault(
+    cluster: tuple[Cluster, dict[str, Any]], tmp_path: Path
+) -> None:
+    # two replicas, one per node of a type: one node goes; the gang is a node fault (hetflow
+    # runs it again whole) and the other replica is stopped, not left running
+    c, workers = cluster
+    for node in GANG_NODES:
+        workers[node[0]] = c.add_node(**_node_args(*node, head=False))
+    c.wait_for_nodes()
+    backend = RayBackend(RaySettings(address=c.address, stop_timeout=2))
+    r = f"g{time.time_ns() % 10**9}"
+    name = f"hf-{r}-gang-1"
+    script = "echo up > /out/up; sleep 60"
+    ranks = tuple(
+        replace(job(replica_name(name, i), tmp_path / f"rank{i}", script, run_id=r).container, network_name="host")
+        for i in range(2)
+    )
+    lead = job(name, tmp_path / "rank0", script, run_id=r)
+    gang = Gang(replicas=2, per_node=1, port=29790)
+    backend.submit(replace(lead, container=ranks[0], ranks=ranks, gang=gang, node_class="fault-g", nodes=2))
+    deadline = time.time() + 60
+    while not all((tmp_path / f"rank{i}" / "up").exists() for i in range(2)):
+        assert time.time() < deadline, backend.poll(r)
+        time.sleep(0.2)
+    (pg,) = [g for g in placement_group_table().values() if g["name"] == name and g["state"] == "CREATED"]
+    names = {n["NodeID"]: (n.get("Labels") or {}).get("hetflow/node") for n in ray.nodes()}
+    on = {i: names[pg["bundles_to_node_id"][i]] for i in range(2)}
+    lost, survivor = on[1], 0
+    try:
+        c.remove_node(workers.pop(lost))
+        st = wait_done(backend, r, [name], timeout=90)[name]
+        assert (st.status, st.node_failed) == ("NODE_LOST", True), st
+        assert f"replica 1 lost with its node {lost}" in st.reason, st.reason
+        # reported only once the others ended: the survivor's container is gone (or going)
+        filt = f"name=^{replica_name(name, survivor)}$"
+        deadline = time.time() + 30
+        while podman_names("ps", "--filter", filt, "--format", "{{.Names}}"):
+            assert time.time() < deadline, f"replica {survivor} still runs after its gang's node was removed"
+            time.sleep(0.2)
+    finally:
+        backend.release([name])
+        for i in range(2):
+            gone = replica_name(name, i)
+            subprocess.run(["podman", "rm", "-f", "--ignore", gone], env=engine_env(), capture_output=True)

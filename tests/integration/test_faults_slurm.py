@@ -19,8 +19,13 @@ from demo.slurm_cluster import LocalSlurm
 
 from hetflow.config import engine_env
 from hetflow.execute.backends.slurm import SlurmBackend
+from hetflow.execute.gang.replicas import replica_name
+from hetflow.spec import Gang
+from hetflow.state import Store
 from tests.contract.backend_contract import BUSYBOX, job, wait_done
-from tests.integration.slurm_fixture import local_cluster
+from tests.integration.hfkit import Hetflow, step_out, write
+from tests.integration.hfkit import podman as podman_names
+from tests.integration.slurm_fixture import local_cluster, slurm_config
 
 
 @pytest.fixture(scope="module")
@@ -87,3 +92,100 @@ def test_a_step_whose_slurmd_is_killed_ends_as_a_node_fault_and_runs_again_elsew
         # the lost attempt's container, which outlived its slurmd on this one machine
         subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
     assert not (tmp_path / "1" / "o").exists()
+
+
+CLUSTER = """apiVersion: hetflow/v1
+kind: Cluster
+name: two-pinned
+nodeTypes:
+  - {name: hf-a100, count: 1, cores: 2, memory: 3Gi, price: 4.0}
+  - {name: hf-t4, count: 1, cores: 2, memory: 3Gi, price: 0.8}
+"""
+# the first attempt waits to be lost with its node; the next one ends at once
+WORKFLOW = f"""apiVersion: hetflow/v1
+name: lostnode
+steps:
+  s:
+    image: {BUSYBOX}
+    command: [sh, -c, 'if [ "$HETFLOW_ATTEMPT" = 1 ]; then sleep 60; fi; echo $HETFLOW_ATTEMPT > /out/o']
+    resources: {{cpus: 1, memory: 256Mi}}
+    outputs: [o]
+"""
+
+
+def _squeue(c: LocalSlurm, name: str) -> tuple[str, str]:
+    out = subprocess.run(
+        ["squeue", "--noheader", "--states=all", f"--name={name}", "--format=%T %N"],
+        env={**os.environ, **c.env},
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return (out[0], out[1]) if len(out) == 2 else ("", "")
+
+
+def test_a_retry_after_its_pinned_node_died_runs_on_the_other_node(
+    hf: Hetflow, cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    # both node types are one named node: the plan pins the step (--nodelist); the retry that
+    # follows the node's death must not be pinned there again (Slurm would hold it pending)
+    config = slurm_config(tmp_path, cluster, CLUSTER)
+    run_id = hf("run", "--detach", "--config", config, write(tmp_path, WORKFLOW)).stdout.strip()
+    first = f"hf-{run_id}-s-1"
+    hf.wait_for(lambda: _squeue(cluster, first)[0] == "RUNNING", timeout=120)
+    lost = _squeue(cluster, first)[1]
+    other = ({"hf-a100", "hf-t4"} - {lost}).pop()
+    kill_slurmd(cluster, lost)
+    try:
+        hf.wait_for(lambda: hf.show(run_id)["state"] in ("succeeded", "failed"), timeout=120)
+        data = hf.show(run_id)
+        assert data["state"] == "succeeded", data
+        (step,) = data["steps"]
+        assert (step["node"], step["attempts"]) == (other, 2), step
+        assert (step_out(hf, run_id, "s") / "o").read_text() == "2\n"
+        assert _squeue(cluster, f"hf-{run_id}-s-2") == ("COMPLETED", other)
+        # the run's events say where the retry went and why
+        said = [e.message for e in Store(hf.home / "state.db", read_only=True).events(run_id) if e.step == "s"]
+        assert any(f"on {other} (moved: node {lost} failed under it)" in m for m in said), said
+    finally:
+        restart_slurmd(cluster, lost)
+        subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+
+
+def test_a_gang_whose_node_dies_ends_whole_as_a_node_fault(cluster: LocalSlurm, tmp_path: Path) -> None:
+    # a gang of two replicas, one on each node: the node of one dies; the job is a node fault
+    # (hetflow runs the whole gang again) and the other replica's container is stopped
+    backend = SlurmBackend(cluster.settings())
+    r = f"g{time.time_ns() % 10**9}"
+    name = f"hf-{r}-gang-1"
+    script = "echo up > /out/up; sleep 60"
+    ranks = tuple(
+        replace(job(replica_name(name, i), tmp_path / f"rank{i}", script, run_id=r).container, network_name="host")
+        for i in range(2)
+    )
+    lead = job(name, tmp_path / "rank0", script, run_id=r)
+    gang = replace(lead, container=ranks[0], ranks=ranks, gang=Gang(replicas=2, per_node=1, port=29590), nodes=2)
+    backend.submit(gang)
+    jobdir = cluster.workdir / r
+    hf_up = [tmp_path / f"rank{i}" / "up" for i in range(2)]
+    deadline = time.time() + 60
+    while not all(p.exists() for p in hf_up):
+        assert time.time() < deadline, backend.poll(r)
+        time.sleep(0.2)
+    where = {i: (jobdir / f"{name}.r{i}.host").read_text().split()[1] for i in range(2)}
+    lost = "hf-t4"
+    survivor = next(i for i, n in where.items() if n != lost)
+    kill_slurmd(cluster, lost)
+    try:
+        st = wait_done(backend, r, [name], timeout=90)[name]
+        assert (st.status, st.node_failed) == ("NODE_FAIL", True), st
+        # the replica on the surviving node does not keep running (its task's TERM trap stops it)
+        filt = f"name=^{replica_name(name, survivor)}$"
+        deadline = time.time() + 30
+        while podman_names("ps", "--filter", filt, "--format", "{{.Names}}"):
+            assert time.time() < deadline, f"replica {survivor} still runs after its gang's node failed"
+            time.sleep(0.2)
+    finally:
+        restart_slurmd(cluster, lost)
+        for i in range(2):
+            gone = replica_name(name, i)
+            subprocess.run(["podman", "rm", "-f", "--ignore", gone], env=engine_env(), capture_output=True)

@@ -1,8 +1,10 @@
-"""Shares and other vendors on a real local Slurm (slurmctld + four slurmd, fake GPUs:
+"""Shares, MIG and other vendors on a real local Slurm (slurmctld + four slurmd, fake GPUs:
 mknod'd device nodes, so this proves what Slurm allocates and what the container is given,
 not GPU computation): two half-GPU time-slicing shares run at once on one GPU as gres/shard,
 an MPS share takes gres/mps with its thread percentage, AMD and Intel jobs take their gres
-types and see only their render nodes (+ /dev/kfd for AMD) and their vendor's variables."""
+types and see only their render nodes (+ /dev/kfd for AMD) and their vendor's variables;
+two MIG steps at once each see only their own instance, by its UUID, as on this machine; an
+AMD or Intel share takes one shard of its GPU and sees that GPU with its share."""
 
 from __future__ import annotations
 
@@ -26,8 +28,9 @@ from tests.integration.slurm_fixture import local_cluster
 NODES = (
     FakeNode("hf-shard", "a100:1", shards=4),
     FakeNode("hf-mps", "t4:1", mps=100),
-    FakeNode("hf-amd", drm="mi250x:2", drm_vendor="amd"),
-    FakeNode("hf-intel", drm="max1550:1", drm_vendor="intel"),
+    FakeNode("hf-amd", drm="mi250x:2", drm_vendor="amd", shards=2),
+    FakeNode("hf-intel", drm="max1550:1", drm_vendor="intel", shards=2),
+    FakeNode("hf-mig", "a100-80g:1:mig=1g.10gb+1g.10gb"),
 )
 SEES = (
     "for d in /dev/nvidia* /dev/kfd /dev/dri/*; do [ -e $d ] && echo $d; done > /out/devs; "
@@ -105,3 +108,59 @@ def test_shares_and_vendors_get_their_gres_and_only_their_devices(cluster: Local
 def _times(line: str) -> tuple[str, str]:
     fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
     return fields["StartTime"], fields["EndTime"]
+
+
+# what a MIG or AMD/Intel share container sees: its device nodes (caps included) and the
+# variables the local path sets (execute/devices/gpu.py)
+SEES_ALL = (
+    "for d in /dev/nvidia[0-9]* /dev/nvidiactl /dev/nvidia-caps/* /dev/kfd /dev/dri/*; do [ -e $d ] && echo $d; done"
+    " > /out/devs; env | grep -E '^(CUDA|NVIDIA|ROCR|HIP|ZE|HETFLOW_GPU|HETFLOW_MIG)_' | sort > /out/env; sleep 3"
+)
+
+
+def test_mig_steps_see_their_instance_and_amd_intel_shares_their_gpu(cluster: LocalSlurm, tmp_path: Path) -> None:
+    build_tiny_image(BUSYBOX)
+    settings = cluster.settings()
+    backend = SlurmBackend(settings)
+    r = "acc2"
+
+    def mk(key: str, req: GpuRequest, model: str | None = None, node: str | None = None) -> Job:
+        j = job(f"hf-{r}-{key}-1", tmp_path / key, SEES_ALL, run_id=r, gpus=req.count)
+        sharing = GpuSharing(mode="time-slicing", replicas=2)
+        return replace(j, gpu_model=model, gpu_request=req, gpu_sharing=sharing, node=node)
+
+    jobs = {
+        "mig-a": mk("mig-a", GpuRequest(mig="1g.10gb")),
+        "mig-b": mk("mig-b", GpuRequest(mig="1g.10gb")),
+        # a share names no GPU type in Slurm (gres/shard has none): the plan's node pins it
+        "amd-half": mk("amd-half", GpuRequest(share=0.5, vendor="amd"), "AMD Instinct MI250X", "hf-amd"),
+        "intel-half": mk(
+            "intel-half", GpuRequest(share=0.5, vendor="intel"), "Intel Data Center GPU Max 1550", "hf-intel"
+        ),
+    }
+    for j in jobs.values():
+        backend.submit(j)
+    states = wait_done(backend, r, [j.name for j in jobs.values()])
+    assert {k: states[j.name].exit_code for k, j in jobs.items()} == dict.fromkeys(jobs, 0), states
+
+    def seen(key: str) -> tuple[list[str], dict[str, str]]:
+        env = dict(line.split("=", 1) for line in (tmp_path / key / "env").read_text().split())
+        return (tmp_path / key / "devs").read_text().split(), env
+
+    table = {m.uuid: m for m in settings.mig_devices["hf-mig"]}
+    uuids = set()
+    for key in ("mig-a", "mig-b"):
+        devs, env = seen(key)
+        uuid = env["NVIDIA_VISIBLE_DEVICES"]
+        assert uuid in table and env["CUDA_VISIBLE_DEVICES"] == env["HETFLOW_MIG_UUID"] == uuid, env
+        assert env["HETFLOW_GPU_UUIDS"] == table[uuid].gpu_uuid
+        caps = sorted(f"/dev/nvidia-caps/{Path(f).name}" for f in table[uuid].files[1:])
+        assert devs == ["/dev/nvidia0", "/dev/nvidiactl", *caps], devs  # its own two caps only
+        uuids.add(uuid)
+    assert uuids == set(table)  # the two ran at once on the two instances
+    devs, env = seen("amd-half")
+    assert devs[0] == "/dev/kfd" and len(devs) == 2 and devs[1] in ("/dev/dri/renderD128", "/dev/dri/renderD129")
+    assert env == {"HETFLOW_GPU_SHARE": "0.5", "HIP_VISIBLE_DEVICES": "0", "ROCR_VISIBLE_DEVICES": "0"}
+    assert seen("intel-half") == (["/dev/dri/renderD128"], {"HETFLOW_GPU_SHARE": "0.5", "ZE_AFFINITY_MASK": "0"})
+    assert "TresPerNode=gres:shard:1" in _scontrol(cluster, jobs["amd-half"].name)
+    backend.release([j.name for j in jobs.values()])

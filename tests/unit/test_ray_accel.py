@@ -6,11 +6,22 @@ container given AMD/Intel render nodes (fake paths; nothing opened)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from hetflow.errors import EngineError
-from hetflow.execute.backends.ray import RayNode, accelerator_type, task_request, with_gpus, with_vendor
+from hetflow.errors import EngineError, UsageError
+from hetflow.execute.backends.ray import (
+    RayNode,
+    RaySettings,
+    accelerator_type,
+    task_request,
+    with_gpus,
+    with_vendor,
+)
+from hetflow.execute.backends.ray.container import held_mig
+from hetflow.execute.backends.ray.translate import with_mig
+from hetflow.execute.devices.migtable import MigInstance
 from hetflow.spec import GpuRequest
 from tests.unit.builders import gpu_job
 
@@ -67,4 +78,41 @@ def test_an_amd_or_intel_task_gets_its_render_nodes() -> None:
     assert "CUDA_VISIBLE_DEVICES" not in out.env
     intel = with_gpus(with_vendor(replace(job, gpu_request=GpuRequest(count=2, vendor="intel"))), [0, 1], "/d")
     assert intel.env["ZE_AFFINITY_MASK"] == "0,1" and len(intel.devices) == 2
-    assert with_vendor(gpu_job(GpuRequest(share=0.5))).env == {}
+    assert "HETFLOW_GPU_VENDOR" not in out.env  # the task's marker stays out of the container
+    # a share is told its share, as on this machine (execute/devices/gpu.py)
+    assert with_vendor(gpu_job(GpuRequest(share=0.5))).env == {
+        "HETFLOW_GPU_SHARE": "0.5",
+        "HETFLOW_GPU_SHARING": "time-slicing",
+    }
+
+
+def test_a_mig_task_holds_one_free_instance_and_its_container_sees_only_it(tmp_path: Path) -> None:
+    a = MigInstance("MIG-a", "1g.10gb", ("/d/nvidia0", "/d/nvidia-caps/nvidia-cap21", "/d/nvidia-caps/nvidia-cap22"))
+    b = MigInstance("MIG-b", "1g.10gb", ("/d/nvidia0", "/d/nvidia-caps/nvidia-cap30", "/d/nvidia-caps/nvidia-cap31"))
+    other = MigInstance("MIG-c", "3g.40gb", ("/d/nvidia1", "/d/nvidia-caps/nvidia-cap40"))
+    with held_mig("n1", "1g.10gb", (other, a, b)) as first, held_mig("n1", "1g.10gb", (other, a, b)) as second:
+        assert (first, second) == (a, b)  # a held instance is skipped
+        with held_mig("n1", "1g.10gb", (a, b)) as third:
+            assert third is None  # every one held: the task says so (step_task's message)
+    with held_mig("n1", "1g.10gb", (a, b)) as again:
+        assert again == a  # released with the container
+    spec = with_vendor(gpu_job(GpuRequest(mig="1g.10gb")))
+    assert spec.env["HETFLOW_MIG_PROFILE"] == "1g.10gb"
+    out = with_mig(spec, b, str(tmp_path))
+    assert out.devices == (
+        ("/d/nvidia0", "/dev/nvidia0"),
+        ("/d/nvidia-caps/nvidia-cap30", "/dev/nvidia-caps/nvidia-cap30"),
+        ("/d/nvidia-caps/nvidia-cap31", "/dev/nvidia-caps/nvidia-cap31"),
+    )
+    assert out.env["NVIDIA_VISIBLE_DEVICES"] == out.env["CUDA_VISIBLE_DEVICES"] == "MIG-b"
+    assert "HETFLOW_MIG_PROFILE" not in out.env
+
+
+def test_the_mig_table_is_read_from_the_ray_section_and_a_bad_one_is_named() -> None:
+    raw = {"n": [{"uuid": "MIG-a", "gpu_uuid": "GPU-0", "profile": "1g.10gb", "files": ["/d/nvidia0", "/d/c21"]}]}
+    (mig,) = RaySettings.from_mapping({"mig_devices": raw}).mig_devices["n"]
+    assert (mig.uuid, mig.gpu_uuid, mig.files, mig.index) == ("MIG-a", "GPU-0", ("/d/nvidia0", "/d/c21"), 0)
+    with pytest.raises(UsageError, match=r"ray.mig_devices.n\[0\] is .*profile: 1g.10gb"):
+        RaySettings.from_mapping({"mig_devices": {"n": [{"uuid": "MIG-a"}]}})
+    with pytest.raises(UsageError, match=r"ray\.mig_devices must map node names"):
+        RaySettings.from_mapping({"mig_devices": "[1, 2]"})

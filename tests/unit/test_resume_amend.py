@@ -8,6 +8,7 @@ import json
 import os
 import re
 import sqlite3
+from collections.abc import Callable
 from pathlib import Path
 from typing import cast
 
@@ -16,7 +17,8 @@ import pytest
 from hetflow.errors import StateError
 from hetflow.execute.amend import ADDED, CHANGED, DOWNSTREAM, EDITED, KEPT, REMOVED, Change, compare, key_parts
 from hetflow.execute.data.cache import Key, cache_key
-from hetflow.execute.session import LocalEngine, resume_run
+from hetflow.execute.session import LocalEngine, edited_since, load_recorded, resume_run
+from hetflow.execute.submit import create_run
 from hetflow.spec import Workflow, load_workflow
 from hetflow.state import AttemptRecord, StepRecord, Store
 from tests.unit.builders import node
@@ -309,3 +311,36 @@ def test_resume_refuses_an_edit_it_cannot_apply_and_changes_nothing(
     assert [(s.step, s.state) for s in store.steps("r1")] == [("s", "failed")]
     assert not (tmp_path / "work" / "r1" / "workflow.v1.yaml").exists()
     assert "exit 1" in (tmp_path / "work" / "r1" / "workflow.yaml").read_text()
+
+
+INCLUDING = """apiVersion: hetflow/v1
+name: inc
+include: [lib/templates.yaml]
+steps:
+  s: {use: t}
+"""
+
+
+@pytest.mark.parametrize(
+    "after",
+    [
+        lambda lib: lib.write_text("templates:\n  t: {image: localhost/changed:2}\n"),
+        lambda lib: lib.unlink(),
+    ],
+    ids=["include-edited", "include-removed"],
+)
+def test_a_runs_include_files_are_recorded_with_it_and_read_from_there(
+    tmp_path: Path, after: Callable[[Path], None]
+) -> None:
+    lib = tmp_path / "lib" / "templates.yaml"
+    lib.parent.mkdir()
+    lib.write_text("templates:\n  t: {image: localhost/recorded:1, command: [true]}\n")
+    wf = tmp_path / "wf.yaml"
+    wf.write_text(INCLUDING)
+    store = Store(tmp_path / "state.db")
+    run = create_run(store, load_workflow(wf), tmp_path / "home", 0, 0)
+    after(lib)
+    # the run's own copy (a detached executor, resume --as-recorded) reads what it was submitted with
+    assert load_recorded(store, run.id).workflow.steps["s"].image == "localhost/recorded:1"
+    # the file as it is now is an edit: a plain resume sees it (and applies or refuses it)
+    assert edited_since(store, run.id) == lib.exists()

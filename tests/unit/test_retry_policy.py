@@ -4,6 +4,7 @@ class that failed under it.  ``--variant``/``--prefer`` parsing and steering are
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -306,3 +307,30 @@ def test_a_forced_fan_out_step_forces_every_item() -> None:
     kept = {n: list(s.resolved_variants()) for n, s in steered.steps.items()}
     assert kept == {"train.0": ["cpu"], "train.1": ["cpu"]}
     assert set(why.values()) == {"forced by --variant train=cpu"}
+
+
+PINNED = (MachineClass("n1", 1, 16, 64 << 30), MachineClass("n2", 1, 16, 64 << 30))
+
+
+@pytest.mark.parametrize(
+    ("n2_memory", "second", "said"),
+    [
+        (64 << 30, "n2", "default on n2 (moved: node n1 failed under it)"),
+        (1 << 30, "n1", "node n1 failed under it and no other node class can run variant(s) default"),
+    ],
+    ids=["moves-to-a-node-that-fits", "none-fits-says-why"],
+)
+def test_a_retry_after_its_pinned_node_died_is_not_pinned_there_again(
+    tmp_path: Path, n2_memory: int, second: str, said: str
+) -> None:
+    # no retry policy: a node fault alone moves the retry off the node that died
+    body = "a:\n  image: x\n  outputs: [o]\n  resources: {memory: 4Gi}\n"
+    w = world(tmp_path, body, outcomes={"a": [Outcome(files={"o": b"1"}), Outcome(files={"o": b"2"})]})
+    backend = NodeFailing(w.engine, lost=1)  # its job ends NODE_FAIL on n1
+    placed = {"a": Placement("a", "default", "n1-0", "n1", 0.0, 1.0, 1.0, 0)}
+    classes = (PINNED[0], replace(PINNED[1], memory=n2_memory))
+    assert cluster_runner(w, backend, placed, classes).execute() == "succeeded"
+    attempts = w.store.attempts(w.run.id, "a")
+    assert [backend.jobs[a.container].node for a in attempts] == ["n1", second]  # Slurm --nodelist
+    events = [e.message for e in w.store.events(w.run.id) if e.step == "a"]
+    assert any(m.startswith("attempt 2: ") and said in m for m in events), events

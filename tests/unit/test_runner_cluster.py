@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hetflow.execute import reset_for_resume
 from hetflow.execute.attempts import NODE_FAULT_REQUEUES
 from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.data.paths import RunPaths
@@ -18,6 +19,7 @@ from hetflow.execute.runner import Runner
 from hetflow.execute.runoptions import ProcessSeams, RunOptions
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.report import run_json
+from hetflow.spec.checks import edges_of
 from hetflow.state import StepRecord
 from tests.unit.builders import Outcome, World, world
 
@@ -270,3 +272,19 @@ def test_a_step_whose_node_fails_runs_again_outside_its_retries_and_succeeds_onc
         out = RunPaths(Path(w.store.run(rid).workdir)).step_out("a")
         assert (out / "o").read_bytes() == str(a_runs).encode()
         assert sum(e.message.endswith("succeeded") for e in w.store.events(rid) if e.step == "a") == 1
+
+
+def test_the_node_fault_bound_holds_across_a_resume(tmp_path: Path) -> None:
+    # every attempt up to the 5th loses its node: the first session requeues three (the
+    # bound), the 4th is the step's failure; a resume gives the step its retries again, but
+    # not its node-fault requeues, counted from the recorded attempts
+    outcomes = {"a": [Outcome(files={"o": str(i).encode()}) for i in range(1, 8)]}
+    w = world(tmp_path, FLAT, outcomes=outcomes)
+    backend = NodeFailing(w.engine, lost=5)
+    assert cluster_runner(w, backend).execute() == "failed"
+    assert w.store.node_faults(w.run.id, "a") == NODE_FAULT_REQUEUES
+    assert "a" in reset_for_resume(w.store, w.run.id, lambda step: [], edges_of(w.loaded.workflow))
+    assert cluster_runner(w, backend).execute() == "failed"  # before: a 4th requeue, then a success
+    a = w.store.attempts(w.run.id, "a")
+    assert len(a) == 5 and a[-1].state == "failed" and "the node failed" in a[-1].message
+    assert w.store.node_faults(w.run.id, "a") == NODE_FAULT_REQUEUES

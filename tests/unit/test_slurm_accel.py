@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,9 @@ import pytest
 from hetflow.errors import UsageError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm import SlurmSettings, sbatch_args
-from hetflow.execute.backends.slurm.devices import gpu_devices
-from hetflow.execute.backends.slurm.gres import gpu_vendor, gres_args, mps_env
+from hetflow.execute.backends.slurm.devices import gpu_devices, mig_devices
+from hetflow.execute.backends.slurm.gres import gpu_vendor, gres_args, mps_env, share_env
+from hetflow.execute.devices.migtable import MigInstance, parse_mig_devices
 from hetflow.inventory import GpuSharing
 from hetflow.spec import GpuRequest
 from tests.unit.builders import gpu_job
@@ -163,3 +165,67 @@ def test_a_share_job_reads_its_gpu_from_gpu_device_ordinal() -> None:
 
 def test_gres_args_for_a_cpu_job_are_empty() -> None:
     assert gres_args(gpu_job(None), SlurmSettings()) == []
+
+
+def _mig_run(devdir: Path, given: str, cuda: str = "") -> subprocess.CompletedProcess[str]:
+    caps = devdir / "nvidia-caps"
+    for minor in (21, 22, 30, 31):
+        _node(caps / f"nvidia-cap{minor}", 236, minor)
+    table = [
+        MigInstance(
+            "MIG-a", "1g.10gb", (f"{devdir}/nvidia0", f"{caps}/nvidia-cap21", f"{caps}/nvidia-cap22"), "GPU-0", 0
+        ),
+        MigInstance(
+            "MIG-b", "1g.10gb", (f"{devdir}/nvidia0", f"{caps}/nvidia-cap30", f"{caps}/nvidia-cap31"), "GPU-0", 1
+        ),
+    ]
+    block = mig_devices(SlurmSettings(mig_devices={"n1": tuple(table)}), "fail")
+    script = (
+        f'set -u\ndevdir={devdir}\nnode=n1\ncri() {{ echo "$*" >&2; }}\nfail() {{ exit "$1"; }}\n'
+        f'CUDA_VISIBLE_DEVICES="{cuda}"\ngpu=()\nIFS=, read -r -a given <<< "{given}"\n'
+        f'{block}printf "%s\\n" "${{gpu[@]}}"\n'
+    )
+    return subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize(
+    ("given", "cuda", "uuid", "caps"),
+    [
+        ("1", "", "MIG-b", (30, 31)),  # a static gres.conf: by Slurm's gres index
+        ("0", "MIG-b", "MIG-b", (30, 31)),  # AutoDetect=nvml: Slurm's own UUID wins
+        ("0", "0", "MIG-a", (21, 22)),
+    ],
+    ids=["by-index", "by-slurm-uuid", "index-0"],
+)
+def test_a_mig_job_gets_its_instance_by_slurms_index_or_uuid(
+    devdir: Path, given: str, cuda: str, uuid: str, caps: tuple[int, int]
+) -> None:
+    proc = _mig_run(devdir, given, cuda)
+    assert proc.returncode == 0, proc.stderr
+    args = proc.stdout.splitlines()
+    assert _pairs(args, "--device") == [
+        f"{devdir}/nvidia0:/dev/nvidia0",
+        *(f"{devdir}/nvidia-caps/nvidia-cap{c}:/dev/nvidia-caps/nvidia-cap{c}" for c in caps),
+        f"{devdir}/nvidiactl:/dev/nvidiactl",
+    ]
+    env = _pairs(args, "--env")
+    assert f"NVIDIA_VISIBLE_DEVICES={uuid}" in env and f"CUDA_VISIBLE_DEVICES={uuid}" in env
+    assert f"HETFLOW_MIG_UUID={uuid}" in env and "HETFLOW_GPU_UUIDS=GPU-0" in env
+
+
+def test_a_mig_index_the_table_lacks_fails_naming_the_setting(devdir: Path) -> None:
+    proc = _mig_run(devdir, "5")
+    assert proc.returncode == 125 and "slurm.mig_devices lists no such instance of n1" in proc.stderr
+
+
+def test_shares_are_told_their_share_as_locally() -> None:
+    ts = GpuSharing(mode="time-slicing", replicas=4)
+    amd = gpu_job(GpuRequest(share=0.5, vendor="amd"), "AMD Instinct MI250X")
+    assert share_env(amd, SlurmSettings()) == {"HETFLOW_GPU_SHARE": "0.5"}
+    nv = replace(gpu_job(GpuRequest(share=0.25)), gpu_sharing=ts)
+    assert share_env(nv, SlurmSettings()) == {"HETFLOW_GPU_SHARE": "0.25", "HETFLOW_GPU_SHARING": "time-slicing"}
+    assert share_env(gpu_job(GpuRequest(count=1)), SlurmSettings()) == {}
+    mig = parse_mig_devices({"n": [{"uuid": "MIG-x", "profile": "1g.10gb", "files": ["/d/nvidia0", "/d/c1"]}]}, "s")
+    assert mig["n"][0].index == 0 and mig["n"][0].files == ("/d/nvidia0", "/d/c1")
+    with pytest.raises(UsageError, match=r"slurm.mig_devices.n\[0\] is .*give \{uuid: MIG-"):
+        SlurmSettings.from_mapping({"mig_devices": {"n": [{"uuid": "MIG-x"}]}})

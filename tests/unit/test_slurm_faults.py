@@ -91,6 +91,24 @@ def test_an_exit_file_of_this_job_wins_over_the_node_fault(tmp_path: Path) -> No
     assert (st.running, st.exit_code, st.node_failed) == (False, 0, False)
 
 
+@pytest.mark.parametrize(
+    ("state", "reason", "running", "node_failed"),
+    [
+        ("COMPLETING", "NodeDown", True, False),  # one node went down: wait for slurmctld's verdict
+        ("NODE_FAIL", "NodeDown", False, True),  # then: a node fault, though the batch step wrote a code
+        ("COMPLETING", "None", False, False),  # an ordinary end: the exit file's code
+    ],
+    ids=["completing-node-down", "node-fail", "completing"],
+)
+def test_a_gang_whose_node_went_down_is_a_node_fault_though_its_batch_step_wrote_a_code(
+    tmp_path: Path, state: str, reason: str, running: bool, node_failed: bool
+) -> None:
+    # a gang's batch step on a surviving node folds its replicas' codes (137: one never
+    # reported) and writes NAME.exit while the job is still COMPLETING (test_faults_slurm.py)
+    st = backend(tmp_path, FakeClient(rows=[row(state, reason)]), exit_line="137 7").poll(RUN)[NAME]
+    assert (st.running, st.node_failed) == (running, node_failed), st
+
+
 def test_an_exit_file_of_an_earlier_job_under_the_name_is_not_this_jobs(tmp_path: Path) -> None:
     client = FakeClient(rows=[row("NODE_FAIL")], shown={"7": "JobId=7 JobState=NODE_FAIL ExitCode=0:0"})
     st = backend(tmp_path, client, exit_line="0 6").poll(RUN)[NAME]

@@ -6,6 +6,7 @@ launcher hands a cluster engine (host network, no GPUs, no contract yet)."""
 from __future__ import annotations
 
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,7 +25,7 @@ from hetflow.execute.gang.mpilaunch import (
 )
 from hetflow.execute.gang.replicas import gang_state
 from hetflow.plan.instance import MachineClass, Placement
-from hetflow.spec import Gang
+from hetflow.spec import Gang, GpuRequest
 from tests.unit.builders import Outcome, world
 from tests.unit.test_runner_cluster import QueueBackend, cluster_runner
 
@@ -183,3 +184,22 @@ def test_a_cluster_engine_gets_replica_templates_and_the_plans_nodes(tmp_path: P
     assert "HostName hetflow-host-0" in config and "Port 29601" in config
     outs = {next(m.source for m in r.mounts if m.target == "/out") for r in job.ranks}
     assert len(outs) == 2  # rank 1 writes scratch, not the step's /out
+
+
+@pytest.mark.parametrize(
+    ("vendor", "model", "nodes", "control", "variable"),
+    [
+        ("amd", "AMD Instinct MI250X", "dri/renderD", "kfd", "ROCR_VISIBLE_DEVICES"),
+        ("intel", "Intel Data Center GPU Max 1550", "dri/renderD", "none", "ZE_AFFINITY_MASK"),
+        ("nvidia", "NVIDIA A100-SXM4-40GB", "nvidia", "nvidiactl nvidia-uvm nvidia-uvm-tools", "CUDA_VISIBLE_DEVICES"),
+    ],
+    ids=["amd", "intel", "nvidia"],
+)
+def test_a_gangs_replicas_get_their_vendors_device_nodes(
+    vendor: str, model: str, nodes: str, control: str, variable: str
+) -> None:
+    # as a single step's script does (devices.gpu_devices): before, every gang got NVIDIA's
+    job = replace(_job(Gang(replicas=2), gpus=1), gpu_model=model, gpu_request=GpuRequest(count=1, vendor=vendor))
+    _, task = gang_scripts(job, SlurmSettings(), Path("/j/r1"), "/c.conf", "/hooks")
+    assert f'files+=("$devdir/{nodes}$m")' in task and f'--env "{variable}=$inside"' in task
+    assert f"for c in {control}; do" in task

@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import queue
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from hetflow.execute.backends.base import (
@@ -44,9 +44,10 @@ Publisher = Callable[[str, Step, Path, int, int], list[str]]  # (step name, step
 
 
 SUBMITTED = "submitted"  # what a queueing engine's job waits for before its first poll (``Launcher``)
-# A step whose node fails under it runs again outside its retries this many times (per
-# executor session, like the budget); after that a node fault counts as a failure, so a step
-# that brings its nodes down (or a cluster losing every node) cannot loop forever.
+# A step whose node fails under it runs again outside its retries this many times in all
+# (counted from its recorded attempts, so ``hetflow resume`` does not restart the count, as it
+# does the retry budget); after that a node fault counts as a failure, so a step that brings
+# its nodes down (or a cluster losing every node) cannot loop forever.
 NODE_FAULT_REQUEUES = 3
 REMOVE_BATCH = 16  # finished containers removed together (``Attempts.flush_removals``)
 REMOVE_WITHIN = 5.0  # seconds a finished container may wait for its batch
@@ -114,7 +115,6 @@ class Attempts:
         self._remove_due: float | None = None  # when the oldest finished container must go
         self._measure: dict[str, tuple[str, int]] = {}  # container -> (step, attempt) whose usage is due
         self._measured: queue.SimpleQueue[tuple[str, Usage]] = queue.SimpleQueue()
-        self.node_faults: dict[str, int] = {}  # step -> attempts ended by their node, this session
         # step -> what its retry policy changed for its next attempt (``nextattempt``)
         self.next: dict[str, NextAttempt] = {}
         self.limits: Callable[[str], Limits] = lambda node: None  # what one node there holds
@@ -145,10 +145,10 @@ class Attempts:
         step's doing (a parent failed, the node failed), else accept or fail it."""
         if st.dependency_failed:
             self.requeue(act, st.reason or "a dependency failed")
-        elif st.node_failed and self.node_faults.get(act.step, 0) < NODE_FAULT_REQUEUES:
-            self.node_faults[act.step] = self.node_faults.get(act.step, 0) + 1
+        elif st.node_failed and self.store.node_faults(self.run_id, act.step) < NODE_FAULT_REQUEUES:
+            # counted from the recorded attempts (attempts.node_fault), so a resume does not restart it
             where = f" on {st.node}" if st.node else ""
-            self.requeue(act, f"{st.status}{where}: {st.reason or 'the node failed'}", node_fault=True)
+            self.requeue(act, f"{st.status}{where}: {st.reason or 'the node failed'}", node_fault=True, lost=st.node)
         else:
             self.finalize(act, st.exit_code if st.exit_code is not None else 255, st.reason)
 
@@ -335,7 +335,7 @@ class Attempts:
                 event=f"attempt {act.attempt} failed ({detail}); no retries left",
             )
 
-    def requeue(self, act: Active, reason: str, *, node_fault: bool = False) -> None:
+    def requeue(self, act: Active, reason: str, *, node_fault: bool = False, lost: str | None = None) -> None:
         """The engine dropped a job whose parent failed, or the job's node failed under it:
         not this step's failure.  It goes back to pending (under a new attempt name, outside
         the retry budget).  A node fault's attempt is recorded failed, never succeeded: the
@@ -351,10 +351,15 @@ class Attempts:
             failure = Failure(act.variant, act.node, None, act.cpus, act.memory, node_fault=True)
             changed = self._plan_next(act.step, failure, only_node)
             reason += f"; next attempt: {changed}" if changed else ""
+        if node_fault and lost and self.cluster:
+            # never pinned to the dead node again, whatever the policy (``ClusterDispatch.decide``)
+            prior = self.next.get(act.step) or NextAttempt()
+            self.next[act.step] = replace(prior, lost_nodes=prior.lost_nodes | {lost})
         if node_fault:
             self.record_usage(act)
         said = reason + (f" (retry: {act.change})" if act.change else "")
-        self.store.set_attempt(self.run_id, act.step, act.attempt, state=state, ended=now, message=said)
+        faulted = {"node_fault": 1} if node_fault else {}
+        self.store.set_attempt(self.run_id, act.step, act.attempt, state=state, ended=now, message=said, **faulted)
         self.emit(AttemptFinished(0, self.run_id, now, reason, act.step, act.attempt, state, None))
         self.release(act)
         self.store.set_step(

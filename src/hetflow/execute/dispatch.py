@@ -182,30 +182,46 @@ class ClusterDispatch:
             return Decision(None, (), "no node of the cluster can run this step (see 'hetflow plan --explain')")
         nxt = self.nexts.get(name)
         avoid = nxt.avoid if nxt is not None else frozenset()
+        # a class pinned to a node that died under an attempt: Slurm would hold the retry
+        # pending there, Ray refuse it, so it moves like an avoided class
+        lost = nxt.lost_nodes if nxt is not None else frozenset()
+        dead = {c: n for c, n in self.pinned_nodes.items() if n in lost}
         self.moved.pop(name, None)
-        if placed.variant in step.resolved_variants() and placed.machine_class not in avoid:
+        if placed.variant in step.resolved_variants() and placed.machine_class not in avoid | set(dead):
             why = self.reasons.get(name)
             planned = f"planned; {why}" if why else "planned"
             return Decision(placed.variant, (), f"{placed.variant} on {placed.machine_class} ({planned})")
-        return self._moved(name, step, placed, avoid)
+        return self._moved(name, step, placed, avoid, dead)
 
-    def _moved(self, name: str, step: Step, placed: Placement, avoid: frozenset[str]) -> Decision:
+    def _moved(
+        self, name: str, step: Step, placed: Placement, avoid: frozenset[str], dead: Mapping[str, str] | None = None
+    ) -> Decision:
         """A retry left the planned (variant, class): its fallback variant, or a class to
         avoid.  The first class that can ever hold a variant takes it: on-demand classes
         before spot ones (nextflow#7396: a step lost with a spot node retries on demand),
         a variant using no GPU on a class without GPUs first (the planner's "avoid" GPU
         policy), else in the cluster file's order; the planned variant first, then GPU ones."""
+        dead = dead or {}
         variants = step.resolved_variants()
         order = sorted(variants, key=lambda v: (v != placed.variant, -variants[v].resources.gpus))
-        usable = [c for c in self.classes if c.name not in avoid]
+        usable = [c for c in self.classes if c.name not in avoid and c.name not in dead]
+        lost = f"node {', '.join(sorted(dead.values()))} failed under it" if dead else ""
         for vname in order:
             cpu_only = not variants[vname].uses_gpu
             for c in sorted(usable, key=lambda c: (c.spot, cpu_only and c.gpus > 0)):
                 if first_class_rejection(variants[vname], c).ok:
                     self.moved[name] = (vname, c.name)
                     left = f", avoiding {', '.join(sorted(avoid))}" if avoid else ""
-                    return Decision(vname, (), f"{vname} on {c.name} (moved by its retry policy{left})")
+                    by = f"moved: {lost}" if lost and placed.machine_class in dead else "moved by its retry policy"
+                    return Decision(vname, (), f"{vname} on {c.name} ({by}{left})")
         if placed.variant in variants:  # nowhere else: the planned class again, said so
+            if placed.machine_class in dead:
+                return Decision(
+                    placed.variant,
+                    (),
+                    f"{placed.variant} on {placed.machine_class} (planned; {lost} and no other node class can run "
+                    f"variant(s) {', '.join(variants)}: submitted there again, it runs once the node is back)",
+                )
             return Decision(
                 placed.variant,
                 (),

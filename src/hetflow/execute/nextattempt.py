@@ -5,6 +5,8 @@
 - ``cpus: xF``: every retry asks F times the CPUs (capped likewise).
 - ``fallback``: the next attempt runs the next variant of the list.
 - ``avoid_failed_node``: the next attempt avoids the node class the failed one ran on.
+- whatever the policy, an attempt whose node died is never pinned to that node again
+  (``lost_nodes``): the retry goes to another node class that fits, or says why none does.
 
 Each change is said in words (``memory 64Mi -> 256Mi after an out-of-memory kill``); the
 runner shows them as the step's reason and in the run's events.  The changes hold for the
@@ -60,6 +62,9 @@ class NextAttempt:
     cpus: Mapping[str, float] = field(default_factory=dict)
     avoid: frozenset[str] = frozenset()  # node classes not to use
     changes: tuple[str, ...] = ()  # what the last failure changed, in words
+    # nodes that died under an attempt of the step: a retry is never pinned to one again
+    # (Slurm would hold it pending, Ray refuse it); ``ClusterDispatch`` moves it off them
+    lost_nodes: frozenset[str] = frozenset()
 
     def describe(self) -> str:
         return "; ".join(self.changes)
@@ -115,7 +120,7 @@ def after_failure(
             changes.append(f"class {f.node} avoided after {'its node failed' if f.node_fault else 'a failure there'}")
         else:
             changes.append(f"avoid_failed_node: {f.node} is the only node here, so the retry runs on it again")
-    return NextAttempt(variant, memory, cpus, avoid, tuple(changes))
+    return NextAttempt(variant, memory, cpus, avoid, tuple(changes), nxt.lost_nodes)
 
 
 def adjusted(step: Step, nxt: NextAttempt | None) -> Step:

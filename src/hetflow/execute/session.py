@@ -167,7 +167,9 @@ def load_recorded(store: Store, run_id: str) -> LoadedWorkflow:
     record = store.run(run_id)
     paths = RunPaths(Path(record.workdir))
     params = json.loads(record.params_json)
-    loaded = load_workflow_cached(paths.workflow, params, base=Path(record.workflow_file).parent)
+    # the include: files as they were read when the run was recorded (none before they were kept)
+    includes = json.loads(paths.includes.read_text(encoding="utf-8")) if paths.includes.exists() else None
+    loaded = load_workflow_cached(paths.workflow, params, base=Path(record.workflow_file).parent, includes=includes)
     return replay(loaded, store.expansions(run_id))
 
 
@@ -365,7 +367,7 @@ def _apply_edits(
     kept = paths.workflow_at(version - 1)
     os.replace(paths.workflow, kept)
     try:
-        paths.workflow.write_text(current.text, encoding="utf-8")
+        paths.record_workflow(current.text, current.includes)
         store.amend_run(
             run_id,
             spec_json=pinned.workflow.model_dump_json(by_alias=True),

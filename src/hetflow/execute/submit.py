@@ -84,7 +84,7 @@ def create_run(
     run_id = workdir.name
     paths = RunPaths(workdir)
     workdir.mkdir(parents=True, exist_ok=True)
-    paths.workflow.write_text(loaded.text, encoding="utf-8")
+    paths.record_workflow(loaded.text, loaded.includes)
     store.create_run(
         run_id=run_id,
         name=loaded.workflow.name,

@@ -42,6 +42,9 @@ class LoadedWorkflow:
     lines: Mapping[Loc, int] = field(repr=False)
     params: Mapping[str, ParamValue] = field(default_factory=dict)
     notes: tuple[Problem, ...] = ()
+    # the texts of the ``include:`` files as they were read, by path: recorded with a run, so
+    # its recorded workflow reads them, not the files as they are later
+    includes: Mapping[str, str] = field(default_factory=dict, repr=False)
 
     def line(self, *loc: str | int) -> int:
         return line_of(self.lines, loc)
@@ -60,11 +63,17 @@ def load_workflow(
 
 
 def parse_workflow(
-    text: str, file: str = "<workflow>", overrides: Mapping[str, object] | None = None, base: Path | None = None
+    text: str,
+    file: str = "<workflow>",
+    overrides: Mapping[str, object] | None = None,
+    base: Path | None = None,
+    includes: Mapping[str, str] | None = None,
 ) -> LoadedWorkflow:
-    """Parse, validate and template a workflow; raise SpecError listing every problem."""
+    """Parse, validate and template a workflow; raise SpecError listing every problem.
+    ``includes``: the texts of its ``include:`` files by path, used instead of reading them
+    (a run's recorded copies, ``LoadedWorkflow.includes``)."""
     with no_cyclic_gc():
-        return _parse(text, file, overrides, base or Path.cwd())
+        return _parse(text, file, overrides, base or Path.cwd(), dict(includes or {}))
 
 
 @contextlib.contextmanager
@@ -82,14 +91,16 @@ def no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _parse(text: str, file: str, overrides: Mapping[str, object] | None, base: Path) -> LoadedWorkflow:
+def _parse(
+    text: str, file: str, overrides: Mapping[str, object] | None, base: Path, includes: dict[str, str]
+) -> LoadedWorkflow:
     data, lines, problems = compose_yaml(text, file)
     if problems:
         raise SpecError(problems)
     if not isinstance(data, dict):
         raise SpecError([Problem(file, 1, "a workflow is a YAML mapping with apiVersion, name and steps")])
     problems = apply_overrides(data, overrides or {}, file, lines)
-    template_problems = apply_templates(data, file, lines, base, compose_yaml)
+    template_problems = apply_templates(data, file, lines, base, compose_yaml, includes)
     if template_problems:
         raise SpecError(problems + template_problems)
     try:
@@ -110,7 +121,7 @@ def _parse(text: str, file: str, overrides: Mapping[str, object] | None, base: P
     problems = list(dict.fromkeys(problems))  # a fan-out's items repeat their step's problems
     if any(p.severity == "error" for p in problems):
         raise SpecError(problems)
-    return LoadedWorkflow(wf, file, text, dict(lines), dict(wf.params), tuple(problems))
+    return LoadedWorkflow(wf, file, text, dict(lines), dict(wf.params), tuple(problems), includes)
 
 
 def expand_loaded(loaded: LoadedWorkflow, known: Mapping[str, Sequence[Any]]) -> LoadedWorkflow:

@@ -21,9 +21,11 @@ Compose = Callable[[str, str], tuple[Any, dict[Loc, int], list[Problem]]]
 
 
 def apply_templates(
-    data: dict[str, Any], file: str, lines: dict[Loc, int], base: Path, compose: Compose
+    data: dict[str, Any], file: str, lines: dict[Loc, int], base: Path, compose: Compose, texts: dict[str, str]
 ) -> list[Problem]:
-    """Merge every step's ``use:`` template into it, in place; returns the problems found."""
+    """Merge every step's ``use:`` template into it, in place; returns the problems found.
+    ``texts``: included files' texts by path, read from there instead of the file (a run's
+    recorded copies), and filled with each file read, so a run can record what it used."""
     steps = data.get("steps")
     templates = data.get("templates", {})
     includes = data.get("include", [])
@@ -40,7 +42,7 @@ def apply_templates(
                 continue
             path = Path(inc) if Path(inc).is_absolute() else base / inc
             try:
-                text = path.read_text(encoding="utf-8")
+                text = texts[str(path)] = texts.get(str(path)) or path.read_text(encoding="utf-8")
             except OSError as exc:
                 problems.append(Problem(file, where, f"include {inc!r}: cannot read {path}: {exc.strerror or exc}"))
                 continue

@@ -69,6 +69,21 @@ class AttemptRows:
         """attempts' GPU-usage columns (``execute.devices.usage``)."""
         self._add_attempt_columns(GPU_USAGE_COLUMNS)
 
+    def _migrate_node_fault(self) -> None:
+        """attempts.node_fault (nullable; 1: lost with its node and run again outside the step's
+        retries), for old and new stores alike: the node-fault budget is counted from it."""
+        self._add_attempt_columns((("node_fault", "INTEGER"),))
+
+    def node_faults(self, run_id: str, step: str) -> int:
+        """How many of the step's attempts were lost with their node and run again outside its
+        retries (``attempts.NODE_FAULT_REQUEUES`` bounds them, across resumes)."""
+        if "node_fault" not in {r["name"] for r in self._db.execute("PRAGMA table_info(attempts)")}:
+            return 0  # a store an older hetflow wrote, opened read-only
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM attempts WHERE run_id = ? AND step = ? AND node_fault = 1", (run_id, step)
+        ).fetchone()
+        return int(row[0])
+
     # --- attempts ---------------------------------------------------------------------
 
     def add_attempt(self, a: AttemptRecord) -> None:

@@ -38,14 +38,19 @@ def load_workflow_cached(
     base: Path | None = None,
     *,
     home: Path | None = None,
+    includes: Mapping[str, str] | None = None,
 ) -> LoadedWorkflow:
     """``hetflow.spec.load_workflow``, with files of ``PARSE_CACHE_MIN_BYTES`` or more kept
-    parsed under ``home`` (default ``hetflow_home()``) and read back when nothing changed."""
+    parsed under ``home`` (default ``hetflow_home()``) and read back when nothing changed.
+    ``includes``: a run's recorded include texts (``LoadedWorkflow.includes``), read instead
+    of the files; such a parse is not kept (its key would be the files')."""
     from hetflow.spec import parse_workflow, read_yaml_text
 
     p = Path(path)
     text = read_yaml_text(p, "a workflow YAML")
     base = base or p.resolve().parent
+    if includes:
+        return parse_workflow(text, str(p), overrides, base=base, includes=includes)
     if len(text) >= PARSE_CACHE_MIN_BYTES and not os.environ.get(NO_PARSE_CACHE_ENV):
         return _load_kept(text, str(p), overrides, base, (home or hetflow_home()) / "cache" / "specs")
     return parse_workflow(text, str(p), overrides, base=base)

@@ -135,6 +135,7 @@ class Store(AttemptRows, Leases, Pages, DataRows, PublishRows, SlowdownRows):
                 raise StateError(f"cannot write {id_file(path)}: {exc.strerror}") from None
         self._migrate_published()  # old and new stores alike (issue 22: publish records)
         self._migrate_slowdowns()  # measured GPU-sharing slowdowns (tools/gpu-check)
+        self._migrate_node_fault()  # attempts lost with their node: the budget survives resume
 
     def _open_read_only(self, path: Path) -> None:
         if not path.is_file():

@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,18 @@ class RunPaths:
     @property
     def workflow(self) -> Path:
         return self.workdir / "workflow.yaml"
+
+    @property
+    def includes(self) -> Path:
+        """The texts of the files the workflow's ``include:`` named, as they were read when
+        it was recorded (JSON, path -> text): its recorded copy reads these, not the files."""
+        return self.workdir / "include.json"
+
+    def record_workflow(self, text: str, includes: Mapping[str, str]) -> None:
+        """Keep the workflow's text and its include files' texts (``includes``) with the run."""
+        self.workflow.write_text(text, encoding="utf-8")
+        if includes:
+            self.includes.write_text(json.dumps(dict(includes)), encoding="utf-8")
 
     def workflow_at(self, version: int) -> Path:
         """An older version of the workflow, kept by a resume that applied an edited file."""

@@ -37,6 +37,7 @@ import os
 import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import ray
@@ -221,10 +222,12 @@ class RayBackend:
         s = self.settings
         if job.gang is not None and job.ranks:
             gang = gang_request(job, self.nodes())
-            call: tuple[Any, ...] = ("submit_gang", job.name, job.ranks, job.gang, gang, s.device_dir, s.stop_timeout)
+            ranks = tuple(with_vendor(replace(job, container=r)) for r in job.ranks)  # AMD/Intel: render nodes
+            call: tuple[Any, ...] = ("submit_gang", job.name, ranks, job.gang, gang, s.device_dir, s.stop_timeout)
         else:
             req = task_request(job, self.nodes())
-            call = ("submit", job.name, with_vendor(job), req, s.device_dir, s.stop_timeout)
+            migs = s.mig_devices if job.gpu_request is not None and job.gpu_request.kind == "mig" else {}
+            call = ("submit", job.name, with_vendor(job), req, s.device_dir, s.stop_timeout, dict(migs))
         for _ in range(2):  # the run's actor may have just ended for idleness: make a new one
             keeper = self._new_keeper(job.run_id)
             try:

@@ -5,19 +5,21 @@
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import select
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import ray
 
 from hetflow.config import SHARE, engine_env
-from hetflow.execute.backends.ray.translate import node_name, with_gpus
+from hetflow.execute.backends.ray.translate import MIG_ENV, node_name, with_gpus, with_mig
+from hetflow.execute.devices.migtable import MigInstance
 from hetflow.execute.engine import ContainerSpec, drop_env_file, run_args, write_env_file
 
 CANCELLED_CODE = 137  # what `podman stop` gives a container that ignores SIGTERM
@@ -113,16 +115,67 @@ def _here() -> str:
 
 
 @ray.remote(max_retries=0)
-def step_task(spec: ContainerSpec, device_dir: str, stop_timeout: int, keeper: Any) -> tuple[int, str, str]:
-    """One step attempt on the node Ray chose.  Never retried by Ray: hetflow decides."""
+def step_task(
+    spec: ContainerSpec,
+    device_dir: str,
+    stop_timeout: int,
+    keeper: Any,
+    migs: Mapping[str, tuple[MigInstance, ...]] | None = None,
+) -> tuple[int, str, str]:
+    """One step attempt on the node Ray chose.  Never retried by Ray: hetflow decides.
+    ``migs``: the cluster's MIG instances by node (``ray.mig_devices``), for a MIG step."""
     try:
         gpu_ids = [int(i) for i in ray.get_gpu_ids()]
         keeper.started.remote(spec.name, ray.get_runtime_context().get_node_id(), tuple(gpu_ids))
-        if "{node}" in device_dir and gpu_ids:
+        profile = spec.env.get(MIG_ENV)
+        if "{node}" in device_dir and (gpu_ids or profile):
             device_dir = device_dir.replace("{node}", _here())
+        if profile:
+            node = _here()
+            with held_mig(node, profile, (migs or {}).get(node, ())) as mig:
+                if mig is None:
+                    listed = len((migs or {}).get(node, ()))
+                    return (
+                        125,
+                        "EXITED",
+                        (
+                            f"node {node} gave a mig-{profile} but ray.mig_devices lists no free {profile} instance "
+                            f"of it ({listed} instance(s) listed for {node}); list the node's instances there"
+                        ),
+                    )
+                return run_container(with_mig(spec, mig, device_dir), stop_timeout)
         return run_container(with_gpus(spec, gpu_ids, device_dir), stop_timeout)
     except KeyboardInterrupt:
         return CANCELLED_CODE, "CANCELLED", "cancelled before its container started"
+
+
+@contextlib.contextmanager
+def held_mig(node: str, profile: str, instances: Sequence[MigInstance]) -> Iterator[MigInstance | None]:
+    """One of the node's ``profile`` instances no other task holds, held (an flock on a file
+    named by its UUID in the node's temporary folder) while the container runs: Ray counts
+    ``mig-<profile>`` but does not say which instance, as hetflow's GPU leases do locally.
+    None when every listed one is held (the table lists fewer than the node declares)."""
+    folder = Path(tempfile.gettempdir()) / "hetflow-mig"
+    if not folder.is_dir():
+        folder.mkdir(exist_ok=True)
+        with contextlib.suppress(OSError):
+            folder.chmod(0o1777)  # shared by every user's tasks on the node, as /tmp is
+    for mig in (m for m in instances if m.profile == profile):
+        try:  # read-only is enough for flock, so another user's lock file opens too
+            fd = os.open(folder / f"{mig.uuid}.lock", os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            continue
+        try:
+            yield mig
+        finally:
+            os.close(fd)  # closing drops the lock
+        return
+    yield None
 
 
 @ray.remote(num_cpus=0, max_retries=0)

@@ -11,7 +11,9 @@ Life of a gang (the keeper owns the group and the tasks, so both outlive the dri
 3. ``state`` folds the replicas into the gang's one state (``execute.gang.replicas.gang_state``):
    one replica failing cancels the others; under ``launcher: mpi`` replica 0 decides and
    the workers (sshd, never ending by themselves) are cancelled when it ends.  The gang is
-   reported finished once every replica has ended, and its group is removed then.
+   reported finished once every replica has ended, and its group is removed then.  A
+   replica whose node died makes the gang a node fault (``node_failed``): the others are
+   stopped first, and hetflow runs the whole gang again as a new attempt.
 
 A group Ray cannot place stays PENDING, and says why: Ray's scheduling state, and whether
 the alive nodes are only busy or could never hold it by their totals (``gangs.shortfall``:
@@ -30,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import ray
-from ray.exceptions import RayError, TaskCancelledError
+from ray.exceptions import NodeDiedError, RayError, TaskCancelledError
 from ray.util.placement_group import placement_group, placement_group_table, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -52,6 +54,7 @@ from hetflow.execute.gang.replicas import gang_state
 from hetflow.spec import Gang
 
 LOST_CODE = 255  # a replica whose worker or node died: a failure, whatever it was doing
+NODE_LOST = "NODE_LOST"  # the status of a replica, and then of its gang, whose node died
 START_FAILED = 125  # as podman says for a container it could not start
 
 
@@ -138,7 +141,7 @@ class GangRun:
             return JobState(self.name, True, None, "PENDING", reason=self._pending_reason())
         for i, ref in enumerate(self.refs):
             if i not in self.done and ref in ready:
-                self.done[i] = _finished(ref)
+                self.done[i] = _finished(ref, self.node_ids[i] if i < len(self.node_ids) else None)
         replicas = {
             i: (False, *self.done[i][:2]) if i in self.done else (True, None, "RUNNING") for i in range(len(self.refs))
         }
@@ -152,6 +155,15 @@ class GangRun:
             return JobState(self.name, True, None, f"stopping: {g.status}", where, gpus)
         if g.running:
             return JobState(self.name, True, None, "RUNNING", where, gpus)
+        lost = [r for r in sorted(self.done) if self.done[r][1] == NODE_LOST]
+        if lost and not self.cancelled:
+            # a node died under a replica: every other one was stopped above, and the gang is a
+            # node fault (JobState.node_failed), run again whole as a new attempt, not a failure
+            node = names(self.node_ids[lost[0]]) if lost[0] < len(self.node_ids) else "?"
+            why = f"replica {lost[0]} lost with its node {node} ({self.done[lost[0]][2]}); the others were stopped"
+            self.result = JobState(self.name, False, None, NODE_LOST, where, gpus, why, node_failed=True)
+            self.remove()
+            return self.result
         reasons = [self.done[r][2] for r in sorted(self.done) if self.done[r][2]]
         why = f"replica {g.failed_rank} failed ({g.status})" if g.failed_rank is not None else ""
         reason = "; ".join([why, *reasons]) if why else ""
@@ -201,7 +213,7 @@ class GangRun:
                 remove_placement_group(self.pg)
 
 
-def _finished(ref: Any) -> tuple[int, str, str]:
+def _finished(ref: Any, node_id: str | None) -> tuple[int, str, str]:
     try:
         code, status, reason = ray.get(ref)
         return int(code), str(status), str(reason)
@@ -209,4 +221,7 @@ def _finished(ref: Any) -> tuple[int, str, str]:
         return CANCELLED_CODE, "CANCELLED", ""
     except RayError as exc:  # the worker or its node died, Ray killed it for memory
         text = str(exc).strip().splitlines()
-        return LOST_CODE, "LOST", f"{type(exc).__name__}: {text[0] if text else ''}"
+        why = f"{type(exc).__name__}: {text[0] if text else ''}"
+        # its node went (removed, its raylet died), as ``keeper`` tells for a single task
+        gone = node_id is not None and not any(n["NodeID"] == node_id and n.get("Alive") for n in ray_nodes())
+        return LOST_CODE, NODE_LOST if isinstance(exc, NodeDiedError) or gone else "LOST", why

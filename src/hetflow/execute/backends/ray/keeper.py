@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,7 @@ from hetflow.execute.backends.ray.container import CANCELLED_CODE, ray_nodes, st
 from hetflow.execute.backends.ray.gangrun import GangRun
 from hetflow.execute.backends.ray.gangs import GangRequest
 from hetflow.execute.backends.ray.translate import TaskRequest, node_name
+from hetflow.execute.devices.migtable import MigInstance
 from hetflow.execute.engine import ContainerSpec
 from hetflow.execute.gang.replicas import replica_of
 from hetflow.spec import Gang
@@ -56,7 +58,15 @@ class RunKeeper:
                 ray.kill(ray.get_runtime_context().current_actor, no_restart=True)
                 return
 
-    def submit(self, name: str, spec: ContainerSpec, req: TaskRequest, device_dir: str, stop_timeout: int) -> None:
+    def submit(
+        self,
+        name: str,
+        spec: ContainerSpec,
+        req: TaskRequest,
+        device_dir: str,
+        stop_timeout: int,
+        migs: Mapping[str, tuple[MigInstance, ...]] | None = None,
+    ) -> None:
         self.touched = time.monotonic()
         if name in self.jobs or name in self.gangs:
             raise ValueError(f"a job named {name} was already submitted to Ray")
@@ -68,7 +78,7 @@ class RunKeeper:
         if req.node_id:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(req.node_id, soft=False)
         me = ray.get_runtime_context().current_actor
-        ref = step_task.options(**options).remote(spec, device_dir, stop_timeout, me)
+        ref = step_task.options(**options).remote(spec, device_dir, stop_timeout, me, migs)
         with self.lock:
             self.jobs[name] = _Entry(ref, req)
 

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 
 from hetflow.errors import UsageError
+from hetflow.execute.devices.migtable import MigInstance, parse_mig_devices
 from hetflow.execute.settings import Settings
 
 NAMESPACE = "hetflow"
@@ -30,6 +31,9 @@ class RaySettings:
     num_gpus: int | None = None
     resources: Mapping[str, float] = field(default_factory=dict)
     device_dir: str = "/dev"
+    # node -> its MIG instances, so a MIG step's container gets its instance by UUID
+    # (``execute.devices.migtable``; Ray itself only counts a node's mig-<profile>)
+    mig_devices: Mapping[str, tuple[MigInstance, ...]] = field(default_factory=dict)
     stop_timeout: int = 10  # seconds between SIGTERM and SIGKILL on cancel (podman stop -t)
     idle_timeout: float = 300.0  # a run's actor ends after this long with no job to answer for
 
@@ -51,6 +55,9 @@ class RaySettings:
             raise UsageError(f"ray settings: unknown key(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
         kw: dict[str, Any] = {}
         for key, raw in m.items():
+            if key == "mig_devices":  # a mapping in a config file, YAML text in a variable
+                kw[key] = parse_mig_devices(raw, "ray.mig_devices")
+                continue
             text = str(raw).strip()
             try:
                 kw[key] = _setting(key, text)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.devices.gpu import DRIVER_DIR, cdi_device_names, driver_mounts
+from hetflow.execute.devices.migtable import MigInstance
 from hetflow.execute.engine import ContainerSpec
 
 # Where a node says which hetflow node it is: a label (``ray start --labels
@@ -197,16 +198,40 @@ def _check_fits(job: Job, req: TaskRequest, nodes: Sequence[RayNode]) -> None:
 
 
 VENDOR_ENV = "HETFLOW_GPU_VENDOR"  # how the task learns whose device nodes to pass (amd, intel)
+MIG_ENV = "HETFLOW_MIG_PROFILE"  # how the task learns it takes a MIG instance (``with_mig``); not passed on
 _DRM_ENV = {"amd": ("ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES"), "intel": ("ZE_AFFINITY_MASK",)}
 
 
 def with_vendor(job: Job) -> ContainerSpec:
     """The job's container spec, marked with its GPU vendor when that is AMD or Intel (the
-    task passes their DRM render nodes instead of nvidiaN: ``with_gpus``)."""
+    task passes their DRM render nodes instead of nvidiaN: ``with_gpus``), with its MIG
+    profile (``with_mig``), and with a share's variables as this machine gives them
+    (``execute/devices/gpu.py``: HETFLOW_GPU_SHARE, and HETFLOW_GPU_SHARING for NVIDIA)."""
     req = job.gpu_request
-    if req is None or req.vendor not in _DRM_ENV:
+    if req is None:
         return job.container
-    return replace(job.container, env={**job.container.env, VENDOR_ENV: req.vendor})
+    env = dict(job.container.env)
+    if req.vendor in _DRM_ENV:
+        env[VENDOR_ENV] = req.vendor
+    if req.kind == "mig" and req.mig:
+        env[MIG_ENV] = req.mig
+    if req.kind == "share":
+        env["HETFLOW_GPU_SHARE"] = f"{float(req.share or 0.0):g}"
+        if req.vendor not in _DRM_ENV:
+            sharing = job.gpu_sharing
+            env["HETFLOW_GPU_SHARING"] = sharing.mode if sharing is not None and sharing.shared else "time-slicing"
+    return replace(job.container, env=env) if env != job.container.env else job.container
+
+
+def with_mig(spec: ContainerSpec, mig: MigInstance, device_dir: str) -> ContainerSpec:
+    """The spec with exactly one MIG instance, as this machine gives it (``gpu._nvidia_mig``):
+    the parent GPU's node, only the instance's nvidia-caps nodes, the control nodes of
+    ``device_dir``, and its UUID in NVIDIA_VISIBLE_DEVICES and CUDA_VISIBLE_DEVICES."""
+    env = {k: v for k, v in spec.env.items() if k != MIG_ENV} | mig.env()
+    devices = tuple(d for d in spec.devices if not os.path.basename(d[1]).startswith("nvidia"))
+    devices += mig.devices()
+    devices += tuple((f"{device_dir}/{c}", f"/dev/{c}") for c in CONTROL_DEVICES if os.path.exists(f"{device_dir}/{c}"))
+    return replace(spec, env=env, devices=devices)
 
 
 def with_gpus(spec: ContainerSpec, gpu_ids: Sequence[int], device_dir: str) -> ContainerSpec:
@@ -246,7 +271,8 @@ def with_gpus(spec: ContainerSpec, gpu_ids: Sequence[int], device_dir: str) -> C
 
 def _with_drm(spec: ContainerSpec, gpu_ids: Sequence[int], device_dir: str, vendor: str) -> ContainerSpec:
     inside = ",".join(str(i) for i in range(len(gpu_ids)))
-    env = {**spec.env, **dict.fromkeys(_DRM_ENV[vendor], inside), "HETFLOW_RAY_GPU_IDS": ",".join(map(str, gpu_ids))}
+    env = {k: v for k, v in spec.env.items() if k != VENDOR_ENV}  # the task's marker, not the step's
+    env |= {**dict.fromkeys(_DRM_ENV[vendor], inside), "HETFLOW_RAY_GPU_IDS": ",".join(map(str, gpu_ids))}
     devices = spec.devices + tuple(
         (f"{device_dir}/dri/renderD{128 + i}", f"/dev/dri/renderD{128 + i}") for i in gpu_ids
     )

@@ -137,7 +137,12 @@ class SlurmBackend:
         start = jobfiles.read_start(jobdir / f"{name}.start")
         node = (row.node if row and row.node and row.node != "(null)" else None) or start.get("node") or None
         gpus = tuple(int(g) for g in start.get("gpus", "").split(",") if g.isdigit())
-        if row is not None and row.state in ACTIVE_STATES and not (done is not None and row.state == "COMPLETING"):
+        # a job that ends because one of its nodes went down shows COMPLETING (Reason=NodeDown)
+        # until slurmctld says NODE_FAIL, while a gang's batch step on a surviving node may
+        # already have written its code: wait for the verdict (seen on the test cluster)
+        down = row is not None and row.state == "COMPLETING" and row.reason == "NodeDown"
+        ended = done is not None and row is not None and row.state == "COMPLETING" and not down
+        if row is not None and row.state in ACTIVE_STATES and not ended:
             reason = "" if row.reason in ("None", "(null)") else row.reason
             if row.state == "PENDING" and not reason:
                 reason = "not yet scheduled"  # squeue's Reason=None before the scheduler's first pass
@@ -146,7 +151,10 @@ class SlurmBackend:
             return JobState(name, True, None, row.state, node, gpus, reason)
         if done is not None:
             status = row.state if row is not None else ("COMPLETED" if done == 0 else "FAILED")
-            return JobState(name, False, done, status, node, gpus, queue.end_reason(status))
+            # a script that outlived its node's end (a gang's batch step on a surviving node folds
+            # its replicas' codes after slurmctld ended the job) wrote a code; NODE_FAIL says why
+            lost = status in NODE_FAULTS and done != 0
+            return JobState(name, False, done, status, node, gpus, queue.end_reason(status), node_failed=lost)
         if row is not None and row.state == "CANCELLED" and row.reason == NEVER_SATISFIED:
             parents = queue.dependency_names(row.dependency, names)
             why = f"{NEVER_SATISFIED}: {parents} did not succeed; Slurm cancelled this job without running it"

@@ -12,6 +12,7 @@ import shlex
 from collections.abc import Mapping
 
 from hetflow.execute.backends.slurm.settings import SlurmSettings
+from hetflow.execute.devices.migtable import MigInstance
 
 # Shell, shared by the single-step and the gang scripts: the GPUs whose gres indices are in
 # the array ``given`` become ``gpu`` (podman's --device and --env arguments).  Slurm numbers
@@ -84,3 +85,59 @@ def device_dir(settings: SlurmSettings) -> str:
     q = shlex.quote
     prefix, _, suffix = settings.device_dir.partition("{node}")
     return q(prefix) + ('"$node"' + q(suffix) if "{node}" in settings.device_dir else "")
+
+
+# Shell: a MIG job's one instance (``execute.devices.migtable``).  Slurm gives its gres index
+# (SLURM_JOB_GPUS) and, where it detects MIG through NVML, the instance's UUID in
+# CUDA_VISIBLE_DEVICES; the node's table (slurm.mig_devices) says which UUID and device files
+# that is.  The container gets the parent GPU's node, only the instance's nvidia-caps nodes,
+# the control nodes and NVIDIA_VISIBLE_DEVICES=CUDA_VISIBLE_DEVICES=MIG-..., as on this
+# machine (``execute/devices/gpu.py``, ``_nvidia_mig``).
+_MIG_DEVICES = """  migs=()
+  case "$node" in
+CASES  esac
+  pick=""
+  for m in "${migs[@]}"; do  # Slurm's UUID first, then its gres index
+    read -r idx uuid _ <<< "$m"
+    if [ "$uuid" = "${CUDA_VISIBLE_DEVICES:-}" ]; then pick="$m"; break; fi
+  done
+  if [ -z "$pick" ]; then
+    for m in "${migs[@]}"; do
+      read -r idx uuid _ <<< "$m"
+      if [ "${#given[@]}" = 1 ] && [ "$idx" = "${given[0]}" ]; then pick="$m"; break; fi
+    done
+  fi
+  if [ -z "$pick" ]; then
+    cri "Slurm gave MIG gres '$(IFS=,; echo "${given[*]}")' on $node, but slurm.mig_devices lists" \
+      "no such instance of $node (${#migs[@]} listed); add it"
+    FAIL 125
+  fi
+  read -r idx uuid gpu_uuid profile mfiles <<< "$pick"
+  IFS=, read -r -a mfiles <<< "$mfiles"
+  for f in "${mfiles[@]}"; do
+    if [ ! -c "$f" ]; then cri "MIG instance $uuid on $node: $f is not a device node"; FAIL 125; fi
+    b=$(basename "$f")
+    case "$b" in nvidia-cap*) gpu+=(--device "$f:/dev/nvidia-caps/$b") ;; *) gpu+=(--device "$f:/dev/$b") ;; esac
+  done
+  for c in nvidiactl nvidia-uvm nvidia-uvm-tools; do
+    if [ -c "$devdir/$c" ]; then gpu+=(--device "$devdir/$c:/dev/$c"); fi
+  done
+  gpu+=(--env "NVIDIA_VISIBLE_DEVICES=$uuid" --env "CUDA_VISIBLE_DEVICES=$uuid" --env "HETFLOW_MIG_UUID=$uuid"
+        --env "NVIDIA_DRIVER_CAPABILITIES=compute,utility" --env "HETFLOW_SLURM_GPUS=$(IFS=,; echo "${given[*]}")")
+  if [ "$gpu_uuid" != - ]; then gpu+=(--env "HETFLOW_GPU_UUIDS=$gpu_uuid"); fi
+"""
+
+
+def mig_devices(settings: SlurmSettings, fail: str) -> str:
+    """The ``_MIG_DEVICES`` block for a script whose exit function is ``fail``: each node's
+    instances as ``INDEX UUID GPU_UUID PROFILE FILE,FILE,...`` words."""
+    q = shlex.quote
+    cases = "".join(
+        f"    {q(node)}) migs=({' '.join(q(_mig_word(m)) for m in instances)}) ;;\n"
+        for node, instances in settings.mig_devices.items()
+    )
+    return _MIG_DEVICES.replace("CASES", cases).replace("FAIL", fail)
+
+
+def _mig_word(m: MigInstance) -> str:
+    return f"{m.index} {m.uuid} {m.gpu_uuid or '-'} {m.profile} {','.join(m.files)}"

@@ -41,6 +41,7 @@ from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
 from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
+from hetflow.execute.backends.slurm.gres import gpu_vendor
 from hetflow.execute.backends.slurm.publish import publish_script
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.engine import ContainerSpec, run_args
@@ -295,7 +296,7 @@ def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hoo
         port=gang.port,
         mpi_dir=q(mpi_dir),
         devdir=device_dir(settings),
-        gpu_devices=gpu_devices(settings, "done_"),
+        gpu_devices=gpu_devices(settings, "done_", gpu_vendor(job)),  # AMD/Intel replicas: their render nodes
         barrier=BARRIER_TIMEOUT,
         stop_timeout=int(settings.stop_timeout),
         job_cgroup=JOB_CGROUP,  # the replica's container under the job's cgroup (``cgroup``)

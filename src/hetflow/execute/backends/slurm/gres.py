@@ -86,3 +86,15 @@ def gpu_vendor(job: Job) -> str:
     """Whose device nodes the container gets: nvidia (the default, and ``any``), amd or intel."""
     vendor = job.gpu_request.vendor if job.gpu_request is not None else "nvidia"
     return vendor if vendor in ("amd", "intel") else "nvidia"
+
+
+def share_env(job: Job, settings: SlurmSettings) -> dict[str, str]:
+    """What a share's container is told, as on this machine (``execute/devices/gpu.py``): its
+    share in HETFLOW_GPU_SHARE and, on a time-slicing or MPS class, HETFLOW_GPU_SHARING."""
+    req = job.gpu_request
+    if req is None or req.kind != "share":
+        return {}
+    env = {"HETFLOW_GPU_SHARE": f"{float(req.share or 0.0):g}"}
+    if gpu_vendor(job) == "nvidia":
+        env["HETFLOW_GPU_SHARING"] = "mps" if share_gres_kind(job, settings) == "mps" else "time-slicing"
+    return env

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from hetflow.errors import UsageError
 from hetflow.execute.backends.common import flag, pairs, text
+from hetflow.execute.devices.migtable import MigInstance, parse_mig_devices
 from hetflow.execute.settings import Settings
 from hetflow.inventory import KNOWN_MODELS
 
@@ -45,6 +46,9 @@ class SlurmSettings:
     # node -> its GPU device files in gres.conf's File= order, where that order is not the
     # device minors' (the default: the nvidiaN files of device_dir, sorted by N).
     gres_files: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # node -> its MIG instances (UUID and device files per gres index), so a MIG job's
+    # container gets its instance as on this machine (``execute.devices.migtable``)
+    mig_devices: Mapping[str, tuple[MigInstance, ...]] = field(default_factory=dict)
     workdir: str | None = None  # shared by every node; default $HETFLOW_HOME/slurm
     bin_dir: str | None = None  # where sbatch, squeue, ... are; default PATH
     slurm_conf: str | None = None  # SLURM_CONF for the client commands
@@ -72,7 +76,8 @@ class SlurmSettings:
                     gres_files: {node1: [/dev/nvidia2, /dev/nvidia3]},          # or "node1=/dev/a:/dev/b,..."
                     extra_args: "--time=60", use_features: true, device_dir: /dev, slurm_conf: ...,
                     bin_dir: ..., podman: podman, containers_conf: ..., stop_timeout: 10, workdir: ...,
-                    share_gres: shard, shards_per_gpu: 4}
+                    share_gres: shard, shards_per_gpu: 4,
+                    mig_devices: {node1: [{uuid: MIG-..., profile: 1g.10gb, files: [/dev/nvidia0, ...]}]}}
 
         Job files go to ``slurm.workdir``, else to the shared ``workdir``'s ``slurm`` folder."""
         raw_files = m.get("gres_files")
@@ -90,6 +95,7 @@ class SlurmSettings:
             gres_types=pairs(m.get("gres_types")),
             device_dir=text(m, "device_dir") or "/dev",
             gres_files=files,
+            mig_devices=parse_mig_devices(m.get("mig_devices"), "slurm.mig_devices"),
             workdir=shared,
             bin_dir=text(m, "bin_dir"),
             slurm_conf=text(m, "slurm_conf"),

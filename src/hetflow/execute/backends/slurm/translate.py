@@ -17,9 +17,9 @@ from pathlib import Path
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
-from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
+from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices, mig_devices
 from hetflow.execute.backends.slurm.gang import gang_sbatch_args
-from hetflow.execute.backends.slurm.gres import gpu_vendor, gres_args, mps_env
+from hetflow.execute.backends.slurm.gres import gpu_vendor, gres_args, mps_env, share_env
 from hetflow.execute.backends.slurm.publish import publish_script
 from hetflow.execute.backends.slurm.settings import SlurmSettings
 from hetflow.execute.engine import run_args
@@ -134,6 +134,12 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
         raise EngineError(f"unexpected podman arguments for {job.name}: {args[:2]} ... {args[start]}")
     q = shlex.quote
     shared = job.gpu_request is not None and job.gpu_request.kind == "share"
+    mig = job.gpu_request is not None and job.gpu_request.kind == "mig"
+    devices = (
+        mig_devices(settings, "finish")  # its one MIG instance, by the node's table
+        if mig
+        else gpu_devices(settings, "finish", gpu_vendor(job), {**mps_env(job, settings), **share_env(job, settings)})
+    )
     return _SCRIPT.format(
         name=q(job.name),
         run_id=job.run_id,
@@ -146,7 +152,7 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
         # a shard or mps job gets no SLURM_JOB_GPUS (Slurm 22.05): its GPU's index is in
         # GPU_DEVICE_ORDINAL, which Slurm sets for every gres that names GPU files
         gpu_list='"${SLURM_JOB_GPUS:-${GPU_DEVICE_ORDINAL:-}}"' if shared else '"${SLURM_JOB_GPUS:-}"',
-        gpu_devices=gpu_devices(settings, "finish", gpu_vendor(job), mps_env(job, settings)),
+        gpu_devices=devices,
         stop_timeout=int(settings.stop_timeout),
         job_cgroup=JOB_CGROUP,
         options=" ".join(q(a) for a in args[2:start]),
