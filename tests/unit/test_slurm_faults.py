@@ -181,3 +181,23 @@ def test_a_jobs_env_values_are_in_a_private_file_beside_its_script_never_in_it(t
     assert written.read_text() == f"TOKEN={secret}\n"
     assert written.stat().st_mode & 0o777 == 0o600
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+@pytest.mark.parametrize(
+    ("line", "started", "ended"),
+    [
+        ("PENDING|Priority|(null)|N/A|N/A", None, None),
+        ("PENDING|Resources|(null)|1795750000|N/A", None, None),  # %S of a pending job is a forecast
+        ("RUNNING|None|n1|1795750000|1795753600", 1795750000.0, None),  # %e of a running one: its time limit
+        ("COMPLETING|None|n1|1795750000|1795750009", 1795750000.0, 1795750009.0),
+        ("COMPLETED|None|n1|1795750000|1795750009", 1795750000.0, 1795750009.0),
+        ("CANCELLED|None|(null)|0|1795750009", None, 1795750009.0),  # cancelled while pending
+    ],
+    ids=["pending", "pending-forecast", "running", "completing", "completed", "cancelled-pending"],
+)
+def test_squeue_times_are_slurms_start_and_end_only_once_they_happened(
+    line: str, started: float | None, ended: float | None
+) -> None:
+    state, reason, node, start, end = line.split("|")
+    (r,) = parse_squeue(f"7|{NAME}|{state}|{reason}|{node}|(null)|{COMMENT}|{start}|{end}")
+    assert (r.comment, r.started(), r.ended()) == (COMMENT, started, ended)

@@ -203,7 +203,7 @@ class GangRun:
 
 def _finished(ref: Any) -> tuple[int, str, str]:
     try:
-        code, status, reason = ray.get(ref)
+        code, status, reason, *_ = ray.get(ref)  # what each replica used is not summed (yet)
         return int(code), str(status), str(reason)
     except TaskCancelledError:
         return CANCELLED_CODE, "CANCELLED", ""

@@ -1,5 +1,7 @@
 """The Slurm backend: submit (sbatch), watch (squeue + the job's exit file), cancel
-(scancel), clean up (the job files); what each job file holds is in the package's docstring."""
+(scancel), clean up (the job files); what each job file holds is in the package's docstring.
+Times are Slurm's own (squeue's StartTime and EndTime: ``JobState.started``, ``.ended``);
+what a job used is measured by its script on the node (``usage``)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from hetflow.execute.backends.slurm.gang import gang_scripts, replica_env_file
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import env_file_of, job_script, sbatch_args
-from hetflow.execute.engine import write_env_file_at
+from hetflow.execute.backends.slurm.usage import read_usage
+from hetflow.execute.engine import Usage, write_env_file_at
 from hetflow.execute.podman import CliEngine
 
 # Codes for jobs that ended with no exit code of their own, as a shell would report them.
@@ -143,10 +146,12 @@ class SlurmBackend:
                 reason = "not yet scheduled"  # squeue's Reason=None before the scheduler's first pass
             if reason == "Dependency":
                 reason = f"waiting for {queue.dependency_names(row.dependency, names)}"
-            return JobState(name, True, None, row.state, node, gpus, reason)
+            return JobState(name, True, None, row.state, node, gpus, reason, started=row.started())
         if done is not None:
             status = row.state if row is not None else ("COMPLETED" if done == 0 else "FAILED")
-            return JobState(name, False, done, status, node, gpus, queue.end_reason(status))
+            started, ended = (row.started(), row.ended()) if row is not None else (None, None)
+            reason = queue.end_reason(status)
+            return JobState(name, False, done, status, node, gpus, reason, started=started, ended=ended)
         if row is not None and row.state == "CANCELLED" and row.reason == NEVER_SATISFIED:
             parents = queue.dependency_names(row.dependency, names)
             why = f"{NEVER_SATISFIED}: {parents} did not succeed; Slurm cancelled this job without running it"
@@ -184,8 +189,23 @@ class SlurmBackend:
         elif code is None or (code == 0 and state != "COMPLETED"):
             code = LOST_CODE
         return JobState(
-            name, False, code, state, node or None, (), queue.end_reason(state), node_failed=state in NODE_FAULTS
+            name,
+            False,
+            code,
+            state,
+            node or None,
+            (),
+            queue.end_reason(state),
+            node_failed=state in NODE_FAULTS,
+            started=row.started() if row else None,
+            ended=row.ended() if row else None,
         )
+
+    def usage(self, name: str) -> Usage:
+        """What the job's container used and when it ran, as its job script measured them on
+        the node (NAME.usage: ``usage``); unknown (None) where it could not."""
+        found = sorted(self.workdir.glob(f"*/{name}.usage"))
+        return read_usage(found[0]) if found else Usage()
 
     # --- cancel / clean up --------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.gang import gang_sbatch_args
 from hetflow.execute.backends.slurm.gres import gpu_vendor, gres_args, mps_env
 from hetflow.execute.backends.slurm.settings import SlurmSettings
+from hetflow.execute.backends.slurm.usage import MEASURE_END, MEASURE_START
 from hetflow.execute.engine import run_args
 
 
@@ -106,7 +107,7 @@ while kill -0 "$pid" 2>/dev/null; do
   fi
 done
 wait "$pid"; code=$?
-if [ "$stopping" = 1 ]; then
+{measure_end}if [ "$stopping" = 1 ]; then
   "$podman" --hooks-dir "$hooks" rm -f --ignore "$name" >/dev/null 2>&1  # podman itself may have been killed
   if [ "$code" = 0 ]; then code=143; fi
 fi
@@ -147,7 +148,8 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
         gpu_list='"${SLURM_JOB_GPUS:-${GPU_DEVICE_ORDINAL:-}}"' if shared else '"${SLURM_JOB_GPUS:-}"',
         gpu_devices=gpu_devices(settings, "finish", gpu_vendor(job), mps_env(job, settings)),
         stop_timeout=int(settings.stop_timeout),
-        job_cgroup=JOB_CGROUP,
+        job_cgroup=JOB_CGROUP + MEASURE_START,  # the container's own cgroup, for its usage (``usage``)
+        measure_end=MEASURE_END,
         options=" ".join(q(a) for a in args[2:start]),
         image_command=" ".join(q(a) for a in args[start:]),
     )
