@@ -70,8 +70,8 @@ class PlainReporter:
     def update(self, run: RunRecord, steps: list[StepRecord]) -> None:
         for s in steps:
             # queued -> running is a change worth a line, and so is what a queued job waits for
-            # (Slurm's Reason: Dependency, Priority, Resources; Ray's)
-            key = (s.shown_state, s.attempts, s.reason if s.shown_state == QUEUED else "")
+            # (Slurm's Reason: Dependency, Priority, Resources; Ray's), not each parent that ended
+            key = (s.shown_state, s.attempts, s.reason.partition(" for ")[0] if s.shown_state == QUEUED else "")
             if self.seen.get(s.step) == key:
                 continue
             self.seen[s.step] = key
