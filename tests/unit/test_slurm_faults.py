@@ -103,8 +103,9 @@ def test_an_exit_file_of_an_earlier_job_under_the_name_is_not_this_jobs(tmp_path
         ("PENDING", "Resources", "Resources"),
         ("PENDING", "None", "not yet scheduled"),  # before the scheduler's first pass
         ("RUNNING", "None", ""),
+        ("COMPLETING", "None", "its processes are ending"),  # no exit file yet
     ],
-    ids=["resources", "not-yet-scheduled", "running"],
+    ids=["resources", "not-yet-scheduled", "running", "completing"],
 )
 def test_a_queued_job_says_why_it_waits(tmp_path: Path, state: str, reason: str, shown: str) -> None:
     st = backend(tmp_path, FakeClient(rows=[row(state, reason)])).poll(RUN)[NAME]

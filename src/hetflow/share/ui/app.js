@@ -683,7 +683,10 @@
       if (s.env && Object.keys(s.env).length) add(dl, item("env", Object.entries(s.env).map(([k, val]) => k + "=" + val).join("  ")));
       for (const a of hist) {
         add(dl, item("attempt " + a.attempt, a.state + " on " + dash(a.node) + (a.gpus && a.gpus.length ? " GPUs " + a.gpus.join(",") : "") +
-          ", exit " + dash(a.exit_code) + ", " + fmtTime(a.started) + (a.message ? " — " + a.message : "")));
+          ", exit " + dash(a.exit_code) + ", submitted " + fmtTime(a.started) +
+          (a.run_started ? ", ran " + fmtTime(a.run_started) + " for " + fmtDur((a.run_ended || Date.now() / 1000) - a.run_started) : "") +
+          (a.peak_memory ? ", peak " + fmtBytes(a.peak_memory) : "") + (a.cpu_seconds ? ", CPU " + fmtDur(a.cpu_seconds) : "") +
+          (a.message ? " — " + a.message : "")));
       }
       const outs = (run.outputs || []).filter((o) => o.step === name);
       for (const o of outs) add(dl, item("output", o.name + " (" + o.size + " B, sha256 " + String(o.sha256).slice(0, 12) + ")"));

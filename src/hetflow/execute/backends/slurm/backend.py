@@ -144,6 +144,8 @@ class SlurmBackend:
             reason = "" if row.reason in ("None", "(null)") else row.reason
             if row.state == "PENDING" and not reason:
                 reason = "not yet scheduled"  # squeue's Reason=None before the scheduler's first pass
+            if row.state == "COMPLETING" and not reason:
+                reason = "its processes are ending"  # shown "completing: ...", not queued (note_wait)
             if reason == "Dependency":
                 reason = f"waiting for {queue.dependency_names(row.dependency, names)}"
             return JobState(name, True, None, row.state, node, gpus, reason, started=row.started())
