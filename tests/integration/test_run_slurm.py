@@ -133,6 +133,9 @@ def test_a_queued_job_is_shown_queued_and_one_whose_id_was_never_recorded_is_ado
     hf.wait_for(lambda: shown() == {"gen": ("running", False), "use": ("running", True)}, timeout=120)
     table = hf("show", run_id).stdout
     assert any(line.split()[:2] == ["use", "queued"] for line in table.splitlines()), table
+    use = {s["step"]: s for s in hf.show(run_id)["steps"]}["use"]
+    # Slurm's reason (Dependency, on gen's job) and no start: Slurm has not started it
+    assert (use["reason"], use["started"]) == (f"pending: waiting for hf-{run_id}-gen-1", None), use
     pid = hf.show(run_id)["pid"]
     os.kill(pid, signal.SIGKILL)
     recorded = [p for root in (hf.home, slurm_cluster.base) for p in root.rglob(f"{run_id}/*.jobid")]
