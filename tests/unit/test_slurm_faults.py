@@ -42,6 +42,10 @@ class FakeClient:
     def sacct(self, job_id: str) -> str | None:
         return self.acct.get(job_id)
 
+    def sacct_times(self, job_id: str) -> tuple[float | None, float | None]:
+        start, _, end = self.acct.get(f"{job_id} times", "|").partition("|")
+        return (float(start) if start else None), (float(end) if end else None)
+
 
 def backend(
     tmp_path: Path, client: FakeClient, *, jobid: str | None = "7", exit_line: str | None = None
@@ -202,3 +206,23 @@ def test_squeue_times_are_slurms_start_and_end_only_once_they_happened(
     state, reason, node, start, end = line.split("|")
     (r,) = parse_squeue(f"7|{NAME}|{state}|{reason}|{node}|(null)|{COMMENT}|{start}|{end}")
     assert (r.comment, r.started(), r.ended()) == (COMMENT, started, ended)
+
+
+@pytest.mark.parametrize(
+    ("rows", "acct", "times"),
+    [
+        (  # slurmctld's record (squeue's %S and %e) first
+            parse_squeue(f"7|{NAME}|COMPLETED|None|n1|(null)|{COMMENT}|1795750001|1795750008"),
+            {"7 times": "1795750000|1795750009"},
+            (1795750001.0, 1795750008.0),
+        ),
+        ([], {"7 times": "1795750000|1795750009"}, (1795750000.0, 1795750009.0)),
+        ([], {}, (None, None)),  # no accounting: unknown
+    ],
+    ids=["squeue", "forgotten-sacct", "forgotten-no-accounting"],
+)
+def test_a_finished_jobs_times_come_from_squeue_then_accounting(
+    tmp_path: Path, rows: list[QueueRow], acct: dict[str, str], times: tuple[float | None, float | None]
+) -> None:
+    st = backend(tmp_path, FakeClient(rows=rows, acct=acct), exit_line="0 7").poll(RUN)[NAME]
+    assert (st.running, st.exit_code, (st.started, st.ended)) == (False, 0, times)

@@ -151,7 +151,8 @@ class SlurmBackend:
             return JobState(name, True, None, row.state, node, gpus, reason, started=row.started())
         if done is not None:
             status = row.state if row is not None else ("COMPLETED" if done == 0 else "FAILED")
-            started, ended = (row.started(), row.ended()) if row is not None else (None, None)
+            # slurmctld forgot it (MinJobAge): accounting's record, where slurmdbd runs
+            started, ended = (row.started(), row.ended()) if row is not None else self.client.sacct_times(job_id)
             reason = queue.end_reason(status)
             return JobState(name, False, done, status, node, gpus, reason, started=started, ended=ended)
         if row is not None and row.state == "CANCELLED" and row.reason == NEVER_SATISFIED:
