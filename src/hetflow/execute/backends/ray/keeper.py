@@ -142,10 +142,12 @@ class RunKeeper:
         return JobState(name, False, int(code), status, node, e.gpus, reason, started=started, ended=ended)
 
     def usage(self, name: str) -> Usage:
-        """What the job's container used (unknown until it has ended, or for a gang)."""
+        """What the job's container used (unknown until it has ended); a gang's: its rank 0's,
+        as the local backend measures a gang (the attempt's own container)."""
         with self.lock:
-            e = self.jobs.get(name)
-            return e.usage if e is not None and e.usage is not None else Usage()
+            e, g = self.jobs.get(name), self.gangs.get(name)
+            found = e.usage if e is not None else (g.used.get(0) if g is not None else None)
+            return found if found is not None else Usage()
 
     def _alive(self, node_id: str) -> bool:
         return any(n["NodeID"] == node_id and n.get("Alive") for n in ray_nodes())
