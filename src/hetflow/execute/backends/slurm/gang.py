@@ -42,6 +42,7 @@ from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
 from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
+from hetflow.execute.backends.slurm.usage import MEASURE_END, MEASURE_START
 from hetflow.execute.engine import ContainerSpec, run_args
 from hetflow.execute.gang.mpilaunch import mpi_folder
 from hetflow.execute.gang.replicas import Quantity, render_contract
@@ -166,7 +167,7 @@ if [ "$per" -gt 0 ]; then
 #    (mpi: replica 0 ended; otherwise: another replica failed).
 "$podman" --hooks-dir "$hooks" rm -f --ignore "$cname" >/dev/null 2>&1
 if [ "$stopping" = 1 ]; then done_ 143; fi
-{job_cgroup}"$podman" --hooks-dir "$hooks" run --rm --attach stdout \\
+{job_cgroup}{measure_start}"$podman" --hooks-dir "$hooks" run --rm --attach stdout \\
   "${{opts[@]}}" "${{cgparent[@]}}" "${{gpu[@]}}" "${{contract[@]}}" "${{image_cmd[@]}}" \\
   </dev/null >/dev/null 2>"$jobdir/$name.r$rank.err" &
 pid=$!
@@ -188,7 +189,7 @@ while kill -0 "$pid" 2>/dev/null; do
   sleep 0.5
 done
 wait "$pid"; code=$?
-if [ "$stopped" = 1 ]; then
+{measure_end}if [ "$stopped" = 1 ]; then
   "$podman" --hooks-dir "$hooks" rm -f --ignore "$cname" >/dev/null 2>&1
   if [ "$code" = 0 ] && [ "$stopping" = 1 ]; then code=143; fi
   # a worker stopped because its launcher ended has done its part
@@ -297,6 +298,9 @@ def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hoo
         barrier=BARRIER_TIMEOUT,
         stop_timeout=int(settings.stop_timeout),
         job_cgroup=JOB_CGROUP,  # the replica's container under the job's cgroup (``cgroup``)
+        # rank 0's container measured, as locally: the attempt's own (NAME.usage, ``usage``)
+        measure_start=f'usecg=""\nif [ "$rank" = 0 ]; then\n{MEASURE_START}fi\n',
+        measure_end=f'if [ "$rank" = 0 ]; then\n{MEASURE_END}fi\n',
         logs="".join(
             _replica_case(i, spec, replica_env_file(jobdir, job.name, i) if spec.env else None)
             for i, spec in enumerate(ranks)
