@@ -17,6 +17,7 @@ from hetflow.execute.backends.slurm.backend import LOST_CODE
 from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP, job_cgroup
 from hetflow.execute.backends.slurm.queue import QueueRow, parse_squeue
 from hetflow.execute.backends.slurm.translate import job_script
+from hetflow.execute.backends.slurm.usage import refined
 from hetflow.execute.engine import ContainerSpec
 
 RUN = "r1"
@@ -226,3 +227,20 @@ def test_a_finished_jobs_times_come_from_squeue_then_accounting(
 ) -> None:
     st = backend(tmp_path, FakeClient(rows=rows, acct=acct), exit_line="0 7").poll(RUN)[NAME]
     assert (st.running, st.exit_code, (st.started, st.ended)) == (False, 0, times)
+
+
+@pytest.mark.parametrize(
+    ("slurm", "own", "shown"),
+    [
+        (1795750000.0, "1795750000.42", 1795750000.42),  # the same second: the job's own stamp
+        (1795750001.0, 1795750000.93, 1795750000.93),  # an end stamped just before Slurm's
+        (1795750000.0, "1795750007.5", 1795750000.0),  # a node's clock off: Slurm's
+        (1795750000.0, None, 1795750000.0),
+        (None, "1795750000.42", None),  # Slurm has not started it: no stamp makes it started
+    ],
+    ids=["refined", "end-before", "clock-off", "no-stamp", "not-started"],
+)
+def test_slurms_whole_seconds_are_refined_by_the_jobs_own_stamps(
+    slurm: float | None, own: float | str | None, shown: float | None
+) -> None:
+    assert refined(slurm, own) == shown

@@ -19,7 +19,7 @@ from hetflow.execute.backends.slurm.gang import gang_scripts, replica_env_file
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import env_file_of, job_script, sbatch_args
-from hetflow.execute.backends.slurm.usage import read_usage
+from hetflow.execute.backends.slurm.usage import read_usage, refined
 from hetflow.execute.engine import Usage, write_env_file_at
 from hetflow.execute.podman import CliEngine
 
@@ -148,11 +148,14 @@ class SlurmBackend:
                 reason = "its processes are ending"  # shown "completing: ...", not queued (note_wait)
             if reason == "Dependency":
                 reason = f"waiting for {queue.dependency_names(row.dependency, names)}"
-            return JobState(name, True, None, row.state, node, gpus, reason, started=row.started())
+            started = refined(row.started(), start.get("started"))
+            return JobState(name, True, None, row.state, node, gpus, reason, started=started)
         if done is not None:
             status = row.state if row is not None else ("COMPLETED" if done == 0 else "FAILED")
             # slurmctld forgot it (MinJobAge): accounting's record, where slurmdbd runs
             started, ended = (row.started(), row.ended()) if row is not None else self.client.sacct_times(job_id)
+            started = refined(started, start.get("started"))
+            ended = refined(ended, read_usage(jobdir / f"{name}.usage").ended)
             reason = queue.end_reason(status)
             return JobState(name, False, done, status, node, gpus, reason, started=started, ended=ended)
         if row is not None and row.state == "CANCELLED" and row.reason == NEVER_SATISFIED:

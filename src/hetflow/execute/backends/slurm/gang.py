@@ -100,6 +100,7 @@ finish() {{ printf '%s %s\\n' "$1" "${{SLURM_JOB_ID:-}}" > "$exitf.$$" && mv -f 
 node="${{SLURMD_NODENAME:-$(hostname -s)}}"
 printf 'node=%s\\njob=%s\\ngpus=%s\\nnodes=%s\\n' "$node" "${{SLURM_JOB_ID:-}}" "${{SLURM_JOB_GPUS:-}}" \\
   "${{SLURM_JOB_NODELIST:-}}" > "$jobdir/$name.start"
+echo "started=$(date +%s.%N)" >> "$jobdir/$name.start"  # Slurm's StartTime to the second, refined (``usage``)
 if [ "$stopping" = 1 ]; then finish 143; fi
 srun --ntasks={world} --cpus-per-task={cpus} --kill-on-bad-exit=0 --job-name="$name" \\
   /bin/bash "$jobdir/$name.task.sh" </dev/null &

@@ -82,6 +82,7 @@ rm -f "$exitf"
 cri() {{ printf '%s stderr F hetflow: %s\\n' "$(date -u +%Y-%m-%dT%H:%M:%S.%N+00:00)" "$*" >> "$log"; }}
 finish() {{ printf '%s %s\\n' "$1" "${{SLURM_JOB_ID:-}}" > "$exitf.$$" && mv -f "$exitf.$$" "$exitf"; exit "$1"; }}
 printf 'node=%s\\njob=%s\\ngpus=%s\\n' "$node" "${{SLURM_JOB_ID:-}}" "${{SLURM_JOB_GPUS:-}}" > "$jobdir/$name.start"
+echo "started=$(date +%s.%N)" >> "$jobdir/$name.start"  # Slurm's StartTime to the second, refined (``usage``)
 
 gpu=()
 slurm_gpus={gpu_list}

@@ -82,6 +82,14 @@ def read_usage(path: Path) -> Usage:
     )
 
 
+def refined(slurm: float | None, own: float | str | None) -> float | None:
+    """Slurm's StartTime or EndTime (whole seconds) to the fraction, from the job's own stamp
+    on its node (NAME.start's ``started``, NAME.usage's ``ended``) where the two agree to
+    within a second; Slurm's where they do not (a node's clock off) or there is no stamp."""
+    mine = _seconds(own) if isinstance(own, str) else own
+    return mine if slurm is not None and mine is not None and abs(mine - slurm) < 1 else slurm
+
+
 def _seconds(text: str) -> float | None:
     try:
         return float(text) if text else None
