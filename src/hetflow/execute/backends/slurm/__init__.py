@@ -9,7 +9,7 @@
 Every node must see the work directory; a run's job files live in ``WORKDIR/RUN``::
 
     NAME.sh     the batch script           NAME.jobid  Slurm's job id (adoption after a restart)
-    NAME.start  node, job id, SLURM_JOB_GPUS, written when the job starts
+    NAME.start  node, job id, SLURM_JOB_GPUS, the node's clock, written when the job starts
     NAME.exit   "CODE JOBID", written last (atomically) by the job script
     NAME.out    the script's own output: podman's errors, slurmstepd's CANCELLED notes
     NAME.err    podman's stderr (its own messages; the container's streams go to the log)
