@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from hetflow.execute.backends.base import PUBLISH_FAILED_CODE, Backend, Job, JobState, Publish
+from hetflow.execute.backends.base import PUBLISH_FAILED_CODE, Backend, Job, JobState, MeasuresUsage, Publish
 from hetflow.execute.engine import ContainerSpec, Mount
 from hetflow.execute.gang.replicas import LABEL_RANK, LABEL_WORLD, network_name, replica_name
 from hetflow.spec import Gang
@@ -203,6 +203,45 @@ class BackendContract:
                 stop()
         backend.release([name])
 
+    def test_reported_start_and_end_are_when_the_job_ran(self, backend: Backend, tmp_path: Path) -> None:
+        """The start and end a backend reports (``JobState.started``/``.ended``: Slurm's
+        StartTime/EndTime, a Ray task's; else what it measured, ``MeasuresUsage``: podman's
+        StartedAt/FinishedAt) bracket the job's run: the start is not before its submission
+        nor after its first command, the end not before its gate opened (2 s after the
+        submission at the soonest: an end taken from the start or the submission fails) nor
+        after it was seen done.  One second of slack: Slurm keeps whole seconds."""
+        rid = new_run_id()
+        name, out = f"hf-{rid}-timed-1", tmp_path / "t"
+        submitted = time.time()
+        backend.submit(job(name, out, "touch /out/began; " + gated("exit 0"), run_id=rid))
+        began = _seen(lambda: (out / "began").exists(), f"{name} began")
+        opened = _seen(lambda: time.time() >= submitted + 2, "2 s after the submission")
+        open_gate(out)
+        st = wait_done(backend, rid, [name])[name]
+        done = time.time()
+        started, ended = reported_times(backend, st)
+        assert started is not None and submitted - 1 <= started <= began + 1, (submitted, started, began)
+        assert ended is not None and opened - 1 <= ended <= done + 1, (opened, ended, done)
+        backend.release([name])
+
+
+def reported_times(backend: Backend, st: JobState) -> tuple[float | None, float | None]:
+    """A finished job's start and end: the engine's (JobState), else what the backend measured."""
+    if st.started is not None or not isinstance(backend, MeasuresUsage):
+        return st.started, st.ended
+    u = backend.usage(st.name)
+    return u.started, u.ended
+
+
+def _seen(happened: Callable[[], bool], what: str) -> float:
+    """When ``happened()`` was first seen true (polled)."""
+    deadline = time.monotonic() + LIMIT
+    while not happened():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not seen in {LIMIT:.0f} s")
+        time.sleep(0.05)
+    return time.time()
+
 
 class OrderingContract:
     """For backends whose engine holds the DAG's order (capabilities.holds_dependencies)."""
@@ -271,6 +310,27 @@ class OrderingContract:
         assert (staging / "x").read_text() == "1\n" and not final.exists()
         assert "did not write declared output(s) missing one under /out" in (staging / "log").read_text()
         backend.release([parent, child])
+
+    def test_a_held_jobs_start_is_when_the_engine_started_it(self, backend: Backend, tmp_path: Path) -> None:
+        """A child held behind its gated parent starts, as reported, once the parent has
+        ended (the gate opened 2 s after the child's submission at the soonest): not at its
+        submission.  One second of slack: Slurm keeps whole seconds."""
+        rid = new_run_id()
+        first, second = f"hf-{rid}-first-1", f"hf-{rid}-second-1"
+        shared = tmp_path / "held"
+        backend.submit(job(first, shared, gated("exit 0"), run_id=rid))
+        submitted = time.time()
+        backend.submit(job(second, shared, "exit 0", run_id=rid, depends_on=(first,)))
+        wait_running(backend, rid, first)
+        opened = _seen(lambda: time.time() >= submitted + 2, "2 s after the submission")
+        open_gate(shared)
+        states = wait_done(backend, rid, [first, second])
+        started, _ = reported_times(backend, states[second])
+        assert started is not None and started >= opened - 1, (
+            f"{second} reported started at {started}, before its parent ended (gate opened at {opened}; "
+            f"submitted at {submitted})"
+        )
+        backend.release([first, second])
 
 
 class GangContract:

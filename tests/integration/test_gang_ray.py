@@ -153,6 +153,8 @@ steps:
         assert where[1] == "0" and where[2].endswith(":29710"), where  # numbered 0 inside
         nodes.add(where[0])
     assert nodes == {"gang-w1", "gang-w2"}
+    (row,) = json.loads(hf("trace", rid, "--json").stdout)  # rank 0's container, measured by its task
+    assert row["peak_rss"] > 1 << 20 and row["cpu_time"] > 0, row
 
 
 def test_a_failing_replica_fails_and_reruns_the_whole_gang(

@@ -137,6 +137,9 @@ def test_mpi_and_torch_gangs_span_two_slurm_nodes(
     assert (step_out(hf, rid, "torch") / "rank.txt").read_text().strip() == "0"
     for rank in (0, 1):
         assert "allreduce sum = 3 (expected 3) ok" in hf("logs", rid, "torch", "--rank", str(rank)).stdout
+    # each gang's rank 0 container was measured by its task on the node, as locally
+    for row in json.loads(hf("trace", rid, "--json").stdout):
+        assert row["peak_rss"] > 1 << 20 and row["cpu_time"] > 0, row
 
 
 def test_replicas_on_one_node_split_its_gpus(

@@ -13,7 +13,7 @@ from tests.integration.hfkit import Hetflow, write
 from tests.integration.racechain import RAY_POLL, REPEATS, run_chain
 from tests.integration.ray_fixture import RayCluster, ray_cluster  # noqa: F401  (module fixture)
 from tests.integration.test_data_fanout import check_cluster_fan
-from tests.integration.test_run_slurm import WORKFLOW
+from tests.integration.test_run_slurm import MIB, USAGE, WORKFLOW
 
 # Node types named after the Ray nodes (a class of one is pinned to the node of its name).
 CLUSTER = """apiVersion: hetflow/v1
@@ -73,3 +73,27 @@ def test_a_chain_never_starts_a_step_before_its_input_is_in_place(
         "ray": {"address": ray_cluster.address, "device_dir": f"{ray_cluster.devs}/{{node}}", "stop_timeout": 2},
     }
     run_chain(hf, tmp_path, write(tmp_path, yaml.safe_dump(settings), "config.yaml"), RAY_POLL)
+
+
+def test_step_times_are_the_tasks_and_usage_is_measured_on_the_node(
+    hf: Hetflow,
+    tmp_path: Path,
+    ray_cluster: RayCluster,  # noqa: F811
+) -> None:
+    """show's STARTED/ENDED are when the Ray task ran (the held step's after its parent's end,
+    not its submission); the trace has the container's peak memory (near the 64 MiB it
+    allocated) and CPU time, measured by the task on its node."""
+    settings = {
+        "backend": "ray",
+        "cluster": write(tmp_path, CLUSTER, "cluster.yaml"),
+        "ray": {"address": ray_cluster.address, "device_dir": f"{ray_cluster.devs}/{{node}}", "stop_timeout": 2},
+    }
+    config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    hf("run", "-q", "--no-cache", "--config", config, write(tmp_path, USAGE), timeout=300)
+    run_id = hf.last_run()
+    steps = {s["step"]: s for s in hf.show(run_id)["steps"]}
+    hog = {r["step"]: r for r in json.loads(hf("trace", run_id, "--json").stdout)}["hog"]
+    assert steps["first"]["ended"] <= steps["hog"]["started"] <= hog["start"] <= hog["end"], (steps, hog)
+    assert hog["end"] <= steps["hog"]["ended"] and hog["submit"] < steps["hog"]["started"], (steps, hog)
+    assert 64 * MIB <= hog["peak_rss"] <= 64 * MIB + 48 * MIB, hog
+    assert hog["cpu_time"] > 0, hog

@@ -5,6 +5,7 @@ The cluster's GPUs are FAKE (mknod'd device nodes): placement and isolation, not
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 from pathlib import Path
 
@@ -134,6 +135,9 @@ def test_a_queued_job_is_shown_queued_and_one_whose_id_was_never_recorded_is_ado
     hf.wait_for(lambda: shown() == {"gen": ("running", False), "use": ("running", True)}, timeout=120)
     table = hf("show", run_id).stdout
     assert any(line.split()[:2] == ["use", "queued"] for line in table.splitlines()), table
+    use = {s["step"]: s for s in hf.show(run_id)["steps"]}["use"]
+    # Slurm's reason (Dependency, on gen's job) and no start: Slurm has not started it
+    assert (use["reason"], use["started"]) == (f"pending: waiting for hf-{run_id}-gen-1", None), use
     pid = hf.show(run_id)["pid"]
     os.kill(pid, signal.SIGKILL)
     recorded = [p for root in (hf.home, slurm_cluster.base) for p in root.rglob(f"{run_id}/*.jobid")]
@@ -183,3 +187,54 @@ def test_a_job_that_exited_0_without_its_outputs_fails_as_locally_and_its_child_
     assert steps["gen"]["reason"].startswith("exited 0 but did not write declared output(s) d.txt under /out"), steps
     assert steps["gen"]["exit_code"] == 0 and steps["use"]["state"] in ("skipped", "stopped"), steps
     assert not (Path(data["workdir"]) / "steps" / "gen" / "out").exists()
+
+
+# A step that allocates 64 MiB (dd's block buffer, filled from /dev/zero 8 times) behind one
+# that holds it in Slurm's queue for a while.
+USAGE = f"""apiVersion: hetflow/v1
+name: slurmuse
+steps:
+  first:
+    image: {BUSYBOX}
+    command: [sh, -c, "sleep 2"]
+    resources: {{cpus: 1, memory: 128Mi}}
+    estimate: 2s
+    outputs: []
+  hog:
+    needs: [first]
+    image: {BUSYBOX}
+    command: [sh, -c, "dd if=/dev/zero of=/dev/null bs=64M count=8"]
+    resources: {{cpus: 1, memory: 256Mi}}
+    estimate: 2s
+"""
+MIB = 1 << 20
+
+
+def slurm_times(cluster: LocalSlurm, job_name: str) -> tuple[float, float]:
+    """Slurm's own StartTime and EndTime of a finished job (MinJobAge keeps it in squeue)."""
+    env = {**os.environ, **cluster.env, "SLURM_TIME_FORMAT": "%s"}
+    args = ["squeue", "--me", "--states=all", "--noheader", "--format=%S|%e", f"--name={job_name}"]
+    start, end = subprocess.run(args, env=env, capture_output=True, text=True, check=True).stdout.split("|")
+    return float(start), float(end)
+
+
+def test_step_times_are_slurms_and_usage_is_measured_on_the_node(
+    hf: Hetflow,
+    tmp_path: Path,
+    slurm_cluster: LocalSlurm,  # noqa: F811
+) -> None:
+    """show's STARTED/ENDED are Slurm's StartTime/EndTime, to the fraction (the held step's is
+    after its submission); the trace has the container's peak memory (near the 64 MiB it allocated)
+    and CPU time, measured by the job script on the node."""
+    hf("run", "-q", "--no-cache", "--config", _config(tmp_path, slurm_cluster), write(tmp_path, USAGE), timeout=300)
+    run_id = hf.last_run()
+    steps = {s["step"]: s for s in hf.show(run_id)["steps"]}
+    trace = {r["step"]: r for r in json.loads(hf("trace", run_id, "--json").stdout)}
+    for name in ("first", "hog"):  # Slurm keeps whole seconds: the job's own stamps give the fraction
+        start, end = slurm_times(slurm_cluster, f"hf-{run_id}-{name}-1")
+        assert abs(steps[name]["started"] - start) < 1 and abs(steps[name]["ended"] - end) < 1, (name, start, end)
+    hog = trace["hog"]
+    assert hog["submit"] < steps["first"]["ended"] <= steps["hog"]["started"], (hog, steps)  # held, then started
+    assert steps["hog"]["started"] - 1 <= hog["start"] <= hog["end"] <= steps["hog"]["ended"] + 1, hog
+    assert 64 * MIB <= hog["peak_rss"] <= 64 * MIB + 48 * MIB, hog
+    assert hog["cpu_time"] > 0, hog

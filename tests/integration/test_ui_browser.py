@@ -381,3 +381,32 @@ def test_stop_and_resume_from_the_page(driver: Any, hf: Hetflow, tmp_path: Path)
         wait_until(lambda: css(driver, "#run-state").text == "succeeded", 180, "#run-state succeeded after resume")
         assert hf.show(run_id)["state"] == "succeeded"
         screenshot(driver, "resumed")
+
+
+def test_a_step_a_cluster_engine_queues_shows_queued_with_its_reason(driver: Any, tmp_path: Path) -> None:
+    """A step handed to Slurm that Slurm has not started (its reason says why) shows queued,
+    with no start and no elapsed time, beside one that runs, whose attempt says when the
+    engine ran it and what it used."""
+    home = tmp_path / "home"
+    store = Store(home / "state.db")
+    try:
+        synthetic_run(store, home, "rqueued1", steps=["a", "b"], state="running", backend="slurm")
+        store.set_step("rqueued1", "b", reason="pending: Resources", started=None)
+        handed = store.attempts("rqueued1", "a")[0].started or 0.0
+        store.set_usage("rqueued1", "a", 1, run_started=handed + 3, run_ended=handed + 5.5)
+        store.set_usage("rqueued1", "a", 1, peak_memory=64 << 20, cpu_seconds=1.5)
+    finally:
+        store.close()
+    with dashboard(home) as ui:
+        driver.get(ui.url("#/runs/rqueued1"))
+        rendered(driver, "run")
+        b = css(driver, '#steps-table tbody tr[data-step="b"]')
+        wait_until(lambda: b.find_element("css selector", "td.state").text == "queued", 30, "b shown queued")
+        assert b.find_element("css selector", "td.state").get_attribute("title") == "pending: Resources"
+        assert [b.find_element("css selector", f"td.{c}").text for c in ("started", "duration")] == ["-", "-"]
+        a = css(driver, '#steps-table tbody tr[data-step="a"]')
+        assert a.find_element("css selector", "td.state").text == "running"
+        screenshot(driver, "run-queued-step")
+        a.click()  # its attempt: handed over, then run by the engine for 2.5 s, and what it used
+        css(driver, '#step-panel[data-step="a"]')
+        wait_until(lambda: "for 2.5s, peak 64 MiB, CPU 1.5s" in css(driver, "#step-panel").text, 30, "a's usage")

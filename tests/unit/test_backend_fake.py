@@ -122,6 +122,24 @@ def test_the_contract_fails_a_backend_whose_watch_never_wakes(tmp_path: Path, mo
         BackendContract().test_watch_wakes_when_a_job_ends_or_says_it_cannot(contract_fake(SilentWatchFake), tmp_path)
 
 
+class SubmittedTimesFake(FakeBackend):
+    """Wrong on purpose: reports each job's start as its submission (issue 30's Slurm STARTED)."""
+
+    def submit(self, job: Job) -> None:
+        self.__dict__.setdefault("submitted", {})[job.name] = time.time()
+        super().submit(job)
+
+    def poll(self, run_id: str) -> dict[str, JobState]:
+        at: dict[str, float] = self.__dict__.get("submitted", {})
+        return {n: replace(s, started=at.get(n, s.started)) for n, s in super().poll(run_id).items()}
+
+
+def test_the_contract_fails_a_backend_that_reports_the_submission_as_the_start(tmp_path: Path) -> None:
+    wrong = SubmittedTimesFake(FakeState(clock=fast_clock, images=frozenset({BUSYBOX})), holds_dependencies=True)
+    with pytest.raises(AssertionError, match="before its parent ended"):
+        OrderingContract().test_a_held_jobs_start_is_when_the_engine_started_it(wrong, tmp_path)
+
+
 # --- the interpreter and the clock ------------------------------------------------------
 
 
@@ -215,7 +233,10 @@ def test_a_released_parent_still_counts_and_an_unknown_one_is_refused(tmp_path: 
     b.submit(job("hf-r-p-1", tmp_path, "true", run_id="r"))
     b.release(["hf-r-p-1"])
     b.submit(job("hf-r-c-1", tmp_path, "true", run_id="r", depends_on=("hf-r-p-1",)))
-    assert b.poll("r") == {"hf-r-c-1": JobState("hf-r-c-1", False, 0, "exited", "fake")}
+    st = b.poll("r")
+    assert {n: replace(s, started=None, ended=None) for n, s in st.items()} == {
+        "hf-r-c-1": JobState("hf-r-c-1", False, 0, "exited", "fake")
+    }
     with pytest.raises(EngineError, match="does not know"):
         b.submit(job("hf-r-d-1", tmp_path, "true", run_id="r", depends_on=("hf-r-x-1",)))
 

@@ -5,7 +5,7 @@ submitted again without using its own retries, and placements follow the cluster
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -205,6 +205,41 @@ def test_a_step_whose_job_the_engine_queues_is_shown_queued_then_running(tmp_pat
     assert shown.index(("running", "queued")) < shown.index(("running", "running"))
     rows = run_json(w.store.run(w.run.id), w.store.steps(w.run.id))["steps"]
     assert [r["queued"] for r in rows] == [False, False, False]  # all over
+
+
+@dataclass
+class Timed(QueueBackend):
+    """Says when it started and ended each job (Slurm's StartTime and EndTime), on its own clock."""
+
+    began: dict[str, float] = field(default_factory=dict)
+    finished: dict[str, float] = field(default_factory=dict)
+
+    def poll(self, run_id: str) -> dict[str, JobState]:
+        out = super().poll(run_id)
+        for n, st in out.items():
+            if n not in self.held and n not in self.dropped:
+                self.began.setdefault(n, self.engine.clock())
+                if not st.running:
+                    self.finished.setdefault(n, self.engine.clock())
+                out[n] = replace(st, started=self.began[n], ended=self.finished.get(n))
+        return out
+
+
+def test_a_queued_steps_started_and_ended_are_the_engines_not_its_submission(tmp_path: Path) -> None:
+    w = world(
+        tmp_path, CHAIN, outcomes={"a": [Outcome(files={"o": b"1"}, duration=5)], "b": [Outcome(files={"o": b"2"})]}
+    )
+    backend = Timed(w.engine)
+    assert cluster_runner(w, backend).execute() == "succeeded"
+    rid = w.run.id
+    submitted = {n: t for n, _, t in backend.submitted}
+    for step in ("a", "b", "c"):
+        name, s = f"hf-{rid}-{step}-1", w.step(step)
+        (a,) = w.store.attempts(rid, step)
+        assert (s.started, s.ended) == (backend.began[name], backend.finished[name])
+        assert (a.started, a.run_started, a.ended) == (submitted[name], backend.began[name], backend.finished[name])
+    # b was handed over while a ran; it started only after a ended
+    assert w.store.attempts(rid, "b")[0].started < w.step("a").ended <= w.step("b").started
 
 
 @pytest.mark.parametrize(

@@ -17,6 +17,7 @@ from hetflow.execute.backends.slurm.backend import LOST_CODE
 from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP, job_cgroup
 from hetflow.execute.backends.slurm.queue import QueueRow, parse_squeue
 from hetflow.execute.backends.slurm.translate import job_script
+from hetflow.execute.backends.slurm.usage import refined
 from hetflow.execute.engine import ContainerSpec
 
 RUN = "r1"
@@ -41,6 +42,10 @@ class FakeClient:
 
     def sacct(self, job_id: str) -> str | None:
         return self.acct.get(job_id)
+
+    def sacct_times(self, job_id: str) -> tuple[float | None, float | None]:
+        start, _, end = self.acct.get(f"{job_id} times", "|").partition("|")
+        return (float(start) if start else None), (float(end) if end else None)
 
 
 def backend(
@@ -121,8 +126,9 @@ def test_an_exit_file_of_an_earlier_job_under_the_name_is_not_this_jobs(tmp_path
         ("PENDING", "Resources", "Resources"),
         ("PENDING", "None", "not yet scheduled"),  # before the scheduler's first pass
         ("RUNNING", "None", ""),
+        ("COMPLETING", "None", "its processes are ending"),  # no exit file yet
     ],
-    ids=["resources", "not-yet-scheduled", "running"],
+    ids=["resources", "not-yet-scheduled", "running", "completing"],
 )
 def test_a_queued_job_says_why_it_waits(tmp_path: Path, state: str, reason: str, shown: str) -> None:
     st = backend(tmp_path, FakeClient(rows=[row(state, reason)])).poll(RUN)[NAME]
@@ -199,3 +205,60 @@ def test_a_jobs_env_values_are_in_a_private_file_beside_its_script_never_in_it(t
     assert written.read_text() == f"TOKEN={secret}\n"
     assert written.stat().st_mode & 0o777 == 0o600
     subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+@pytest.mark.parametrize(
+    ("line", "started", "ended"),
+    [
+        ("PENDING|Priority|(null)|N/A|N/A", None, None),
+        ("PENDING|Resources|(null)|1795750000|N/A", None, None),  # %S of a pending job is a forecast
+        ("RUNNING|None|n1|1795750000|1795753600", 1795750000.0, None),  # %e of a running one: its time limit
+        ("COMPLETING|None|n1|1795750000|1795750009", 1795750000.0, 1795750009.0),
+        ("COMPLETED|None|n1|1795750000|1795750009", 1795750000.0, 1795750009.0),
+        ("CANCELLED|None|(null)|0|1795750009", None, 1795750009.0),  # cancelled while pending
+    ],
+    ids=["pending", "pending-forecast", "running", "completing", "completed", "cancelled-pending"],
+)
+def test_squeue_times_are_slurms_start_and_end_only_once_they_happened(
+    line: str, started: float | None, ended: float | None
+) -> None:
+    state, reason, node, start, end = line.split("|")
+    (r,) = parse_squeue(f"7|{NAME}|{state}|{reason}|{node}|(null)|{COMMENT}|{start}|{end}")
+    assert (r.comment, r.started(), r.ended()) == (COMMENT, started, ended)
+
+
+@pytest.mark.parametrize(
+    ("rows", "acct", "times"),
+    [
+        (  # slurmctld's record (squeue's %S and %e) first
+            parse_squeue(f"7|{NAME}|COMPLETED|None|n1|(null)|{COMMENT}|1795750001|1795750008"),
+            {"7 times": "1795750000|1795750009"},
+            (1795750001.0, 1795750008.0),
+        ),
+        ([], {"7 times": "1795750000|1795750009"}, (1795750000.0, 1795750009.0)),
+        ([], {}, (None, None)),  # no accounting: unknown
+    ],
+    ids=["squeue", "forgotten-sacct", "forgotten-no-accounting"],
+)
+def test_a_finished_jobs_times_come_from_squeue_then_accounting(
+    tmp_path: Path, rows: list[QueueRow], acct: dict[str, str], times: tuple[float | None, float | None]
+) -> None:
+    st = backend(tmp_path, FakeClient(rows=rows, acct=acct), exit_line="0 7").poll(RUN)[NAME]
+    assert (st.running, st.exit_code, (st.started, st.ended)) == (False, 0, times)
+
+
+@pytest.mark.parametrize(
+    ("slurm", "own", "shown"),
+    [
+        (1795750000.0, "1795750000.42", 1795750000.42),  # the same second: the job's own stamp
+        (1795750001.0, 1795750000.93, 1795750000.93),  # an end stamped just before Slurm's
+        (1795750000.0, "1795750007.5", 1795750000.0),  # a node's clock off: Slurm's
+        (1795750000.0, None, 1795750000.0),
+        (None, "1795750000.42", None),  # Slurm has not started it: no stamp makes it started
+    ],
+    ids=["refined", "end-before", "clock-off", "no-stamp", "not-started"],
+)
+def test_slurms_whole_seconds_are_refined_by_the_jobs_own_stamps(
+    slurm: float | None, own: float | str | None, shown: float | None
+) -> None:
+    assert refined(slurm, own) == shown

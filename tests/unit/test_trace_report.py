@@ -12,6 +12,7 @@ from hetflow.errors import UsageError
 from hetflow.plan import Placement, Plan, UsageSample, suggest_sizes
 from hetflow.report import (
     DEFAULT_TRACE_FIELDS,
+    actual_schedule,
     cached_steps,
     check_trace_fields,
     run_report_html,
@@ -314,3 +315,15 @@ def test_gpu_use_is_shown_in_percent_and_bytes() -> None:
     a = attempt("a", gpu_util_mean=62.5, gpu_util_max=99.0, gpu_memory_peak=2 * GI)
     (row,) = trace_rows([a])
     assert [cell(f, row[f]) for f in ("gpu_util", "gpu_util_max", "gpu_mem_peak")] == ["62.5%", "99.0%", "2.0 GiB"]
+
+
+@pytest.mark.parametrize(
+    ("run_started", "start"),
+    [(None, 0.0), (T0 + 2, 2.0)],
+    ids=["local-launch-is-its-start", "queued-by-a-cluster-engine"],
+)
+def test_the_actual_schedule_draws_an_attempt_from_when_it_ran(run_started: float | None, start: float) -> None:
+    """A cluster engine's job was handed over (``started``) before it ran (``run_started``):
+    the run's lane shows it from its run, not its wait in the queue."""
+    plan, _ = actual_schedule(run_record(), [attempt("a", run_started=run_started, ended=T0 + 3)])
+    assert (plan.placements["a"].start, plan.placements["a"].finish) == (start, 3.0)

@@ -84,6 +84,9 @@ class Active:
     replicas: int = 1  # containers of a gang (cpus and memory above count them all)
     change: str = ""  # what the step's retry policy changed for this attempt, in words
     waiting: str = ""  # what the engine last said it waits for (Slurm's Reason, Ray's), if anything
+    # when a queueing engine started and ended its job, by its own record (``Attempts.note_times``)
+    started: float | None = None
+    ended: float | None = None
 
 
 class Attempts:
@@ -135,10 +138,29 @@ class Attempts:
             st = states.get(act.container)
             if st is None:
                 self.fail(act, None, f"container {act.container} disappeared")
-            elif not st.running:
+                continue
+            self.note_times(act, st)
+            if not st.running:
                 self.settle(act, st)
             elif st.reason != act.waiting:
                 self.note_wait(act, st.status, st.reason)
+
+    def note_times(self, act: Active, st: JobState) -> None:
+        """A queueing engine's own start and end of the job (Slurm's StartTime/EndTime, a Ray
+        task's): the start is the attempt's run_started (its ``started`` stays the submission,
+        the trace's submit) and the step's first start (``show``'s STARTED), the end its ended."""
+        if not self.backend.capabilities.queues:
+            return  # this machine's engine starts the container when asked: the launch is its start
+        if st.ended is not None and not st.running:
+            act.ended = st.ended
+        # a job said to run (no wait reason) with no time of the engine's counts from now
+        started = st.started if st.started is not None or not st.running or st.reason else self.clock()
+        if act.started is not None or started is None:
+            return
+        act.started = started
+        self.store.set_attempt(self.run_id, act.step, act.attempt, run_started=started)
+        if self.store.step(self.run_id, act.step).started is None:
+            self.store.set_step(self.run_id, act.step, started=started)
 
     def settle(self, act: Active, st: JobState) -> None:
         """The engine says the attempt's job is over: requeue it when that was not the
@@ -196,7 +218,12 @@ class Attempts:
         if isinstance(self.backend, MeasuresOnRelease):
             self._measure[act.container] = (act.step, act.attempt)
             return
-        self._set_usage(act.step, act.attempt, self.backend.usage(act.container))
+        self._set_usage(act.step, act.attempt, self._timed(act, self.backend.usage(act.container)))
+
+    @staticmethod
+    def _timed(act: Active, u: Usage) -> Usage:
+        """``u`` with the engine's start and end of the job where it has none of its own."""
+        return replace(u, started=u.started or act.started, ended=u.ended or act.ended)
 
     def _set_usage(self, step: str, attempt: int, u: Usage) -> None:
         self.store.set_usage(
@@ -266,7 +293,8 @@ class Attempts:
         if self.on_success is not None:
             self.on_success(act.step, records)
         now = self.clock()
-        self.store.succeed_step(self.run_id, act.step, act.attempt, records, now, 0)
+        ended = act.ended if act.ended is not None else now  # the engine's end of the job, where it said
+        self.store.succeed_step(self.run_id, act.step, act.attempt, records, ended, 0)
         self.emit(
             AttemptFinished(0, self.run_id, now, f"{act.container} succeeded", act.step, act.attempt, SUCCEEDED, 0)
         )
@@ -292,13 +320,14 @@ class Attempts:
         tail = log_tail(self.paths.log(act.step, act.attempt), 3)
         detail = f"{message}" + (f"; last output: {' | '.join(tail)}" if tail else "")
         now = self.clock()
+        ended = act.ended if act.ended is not None else now  # the engine's end of the job, where it said
         self.store.set_attempt(
             self.run_id,
             act.step,
             act.attempt,
             state=FAILED,
             exit_code=exit_code,
-            ended=now,
+            ended=ended,
             message=detail + (f" (retry: {act.change})" if act.change else ""),
         )
         self.emit(AttemptFinished(0, self.run_id, now, detail, act.step, act.attempt, FAILED, exit_code))
@@ -330,7 +359,7 @@ class Attempts:
                 act.step,
                 state=FAILED,
                 exit_code=exit_code,
-                ended=now,
+                ended=ended,
                 reason=detail,
                 event=f"attempt {act.attempt} failed ({detail}); no retries left",
             )
@@ -379,7 +408,7 @@ class Attempts:
         if act.measured or not isinstance(self.backend, MeasuresUsage):
             return None, None
         act.measured = True
-        u = self.backend.usage(act.container)
+        u = self._timed(act, self.backend.usage(act.container))
         self._set_usage(act.step, act.attempt, u)
         return u.peak_memory, u.oom_killed
 

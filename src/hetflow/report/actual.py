@@ -15,14 +15,16 @@ def actual_schedule(run: RunRecord, attempts: list[AttemptRecord]) -> tuple[Plan
     for a in attempts:
         if a.started is None:
             continue
-        end = a.ended if a.ended is not None else (run.ended or a.started)
+        # from when it ran, not when it was handed over: a cluster engine queues its jobs
+        begun = a.run_started if a.run_started is not None else a.started
+        end = a.ended if a.ended is not None else (run.ended or begun)
         label = a.step if a.state == "succeeded" else f"{a.step}#{a.attempt} ({a.state})"
         placements[label] = Placement(
             task=label,
             variant=a.variant,
             machine=f"{a.node}-0",
             machine_class=a.node,
-            start=a.started - t0,
+            start=begun - t0,
             finish=end - t0,
             cores=0.0,
             memory=0,

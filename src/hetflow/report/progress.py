@@ -12,7 +12,7 @@ from rich.live import Live
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from hetflow.report.runs import gpus_text, steps_table
+from hetflow.report.runs import gpus_text, steps_table, when
 from hetflow.state import PENDING, QUEUED, STEP_TERMINAL, SUCCEEDED, RunRecord, StepRecord
 
 LIVE_ROWS = 40
@@ -65,11 +65,13 @@ class PlainReporter:
 
     def __init__(self, out: TextIO | None = None) -> None:
         self.out = out or sys.stdout
-        self.seen: dict[str, tuple[str, int]] = {}
+        self.seen: dict[str, tuple[str, int, str]] = {}
 
     def update(self, run: RunRecord, steps: list[StepRecord]) -> None:
         for s in steps:
-            key = (s.shown_state, s.attempts)  # queued -> running is a change worth a line
+            # queued -> running is a change worth a line, and so is what a queued job waits for
+            # (Slurm's Reason: Dependency, Priority, Resources; Ray's), not each parent that ended
+            key = (s.shown_state, s.attempts, s.reason.partition(" for ")[0] if s.shown_state == QUEUED else "")
             if self.seen.get(s.step) == key:
                 continue
             self.seen[s.step] = key
@@ -79,6 +81,8 @@ class PlainReporter:
                 extra = f" attempt={s.attempts} ({s.reason})"
             elif s.state in ("launching", "running"):
                 extra = f" variant={s.variant} gpus={gpus_text(s.gpus)} attempt={s.attempts}"
+                # when the engine started it (a cluster's job may have started before this look)
+                extra += f" started={when(s.started)[11:]}" if s.started and s.state == "running" else ""
             elif s.reason and s.state in ("waiting", "failed", "skipped"):
                 extra = f" ({s.reason})"
             print(f"{stamp} {run.id} {s.step}: {s.shown_state}{extra}", file=self.out, flush=True)

@@ -80,6 +80,11 @@ def run_json(
                 "cpus": a.cpus,
                 "memory": a.memory,
                 "peak_memory": a.peak_memory,
+                "cpu_seconds": a.cpu_seconds,
+                # the container's (a cluster job's) own start and end, as its engine or node saw them;
+                # "started" above is when it was handed to the engine
+                "run_started": a.run_started,
+                "run_ended": a.run_ended,
                 # what its GPUs did, sampled from NVML (percent; bytes; "process" when the
                 # memory is the attempt's own, "device" when it is all that was on its GPUs)
                 "gpu_util_mean": a.gpu_util_mean,

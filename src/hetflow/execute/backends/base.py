@@ -111,6 +111,11 @@ class JobState:
     # died) or the engine preempted it: not the step's failure; hetflow runs it again as a
     # new attempt, outside the step's retries up to ``attempts.NODE_FAULT_REQUEUES`` times.
     node_failed: bool = False
+    # When the engine started and ended the job (epoch seconds), from its own record (Slurm's
+    # StartTime/EndTime, the Ray task's start and end on its node); None: not started or
+    # ended yet, or the engine does not say (then the executor's clock is used).
+    started: float | None = None
+    ended: float | None = None
 
 
 class Backend(Protocol):
@@ -146,8 +151,8 @@ class Backend(Protocol):
 @runtime_checkable
 class MeasuresUsage(Protocol):
     """A backend (or container engine) that can say what a finished job used: podman reads
-    the job's cgroup.  Slurm and Ray do not implement it yet: their attempts record usage
-    unknown (NULL)."""
+    the job's cgroup; a Slurm job script and a Ray task read their container's cgroup the
+    same way on the node (the figures they could not read stay unknown, NULL)."""
 
     def usage(self, name: str) -> Usage:
         """Peak memory, CPU time, image and run times of a finished job, before ``release``."""

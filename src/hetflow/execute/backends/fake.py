@@ -61,6 +61,10 @@ class _Attempt:
     node_failed: bool = False
     replicas: list[_Attempt] = field(default_factory=list)  # a gang's ranks 1..n-1
     published: bool = False  # ``Job.publish`` was carried out (once, when the job ended 0)
+    # when it started running and ended, by the wall clock (JobState.started, .ended: the
+    # engine's own record, as Slurm's StartTime and EndTime are; the fake's clock may be fast)
+    began: float | None = None
+    finished: float | None = None
 
     @property
     def ended(self) -> bool:
@@ -235,6 +239,7 @@ class FakeBackend:
             a.at, a.reason = now, ""
         while not a.ended and a.at is not None and a.at <= now:
             a.status = "running"
+            a.began = a.began or time.time()
             if a.pc == len(a.program):
                 a.code, a.status = a.last, "exited"
                 break
@@ -250,6 +255,8 @@ class FakeBackend:
                 a.last = 0
                 continue
             a.last = _run(a, argv)
+        if a.ended and a.began is not None and a.finished is None:
+            a.finished = time.time()
         return a.ended
 
 
@@ -404,4 +411,6 @@ def _job_state(a: _Attempt) -> JobState:
         reason=reason,
         dependency_failed=a.dependency_failed,
         node_failed=a.node_failed,
+        started=a.began,
+        ended=a.finished,
     )

@@ -214,7 +214,8 @@ class Launcher:
             node=where.node,
             gpus=list(indices),
             attempts=go.attempt,
-            started=s.started or now,
+            # a queueing engine's job starts when the engine says (Attempts.note_times), not now
+            started=s.started if self.backend.capabilities.queues else (s.started or now),
             reason=go.why,
             not_before=None,
             event=f"attempt {go.attempt}: variant {go.vname}, GPUs {gpu_text}, container {go.container} ({go.why})",

@@ -479,7 +479,10 @@
     function fillRow(tr, s) {
       const c = tr.children;
       tr.dataset.state = s.state;
-      c[1].textContent = s.state;
+      // handed to a cluster engine that has not started it (Slurm PENDING): queued, with the engine's reason
+      tr.dataset.queued = s.queued ? "1" : "";
+      c[1].textContent = s.queued ? "queued" : s.state;
+      c[1].title = s.queued ? s.reason || "" : "";
       c[2].textContent = dash(s.node);
       c[3].textContent = fmtGpus(s.gpus);
       c[4].textContent = dash(s.variant);
@@ -596,7 +599,8 @@
           const s = steps.get(e.step);
           s.state = e.state;
           if (DONE.has(e.state) && !s.ended) s.ended = e.time;
-          if (e.state === "running" && !s.started) s.started = e.time;
+          if (e.state !== "running") s.queued = false;
+          if (e.state === "running" && !s.started && !s.queued) s.started = e.time;
           updateStep(e.step);
           if (selected === e.step) renderDetails(e.step);
           run.steps_done = [...steps.values()].filter((q) => q.state === "succeeded" || q.state === "skipped").length;
@@ -606,6 +610,8 @@
           if (e.state !== watchFrom) watchFrom = null; // the action took: the stream now runs to the end
           updateSummary();
           refetch();
+        } else if (e.type === "Note" && e.step && steps.has(e.step)) {
+          refetch(); // a step's news (a queued job's reason, its start): the run's record says what it is now
         } else if (e.type === "AttemptStarted" || e.type === "AttemptFinished") {
           refetch();
           if (e.type === "AttemptFinished") refreshGantt();
@@ -677,7 +683,10 @@
       if (s.env && Object.keys(s.env).length) add(dl, item("env", Object.entries(s.env).map(([k, val]) => k + "=" + val).join("  ")));
       for (const a of hist) {
         add(dl, item("attempt " + a.attempt, a.state + " on " + dash(a.node) + (a.gpus && a.gpus.length ? " GPUs " + a.gpus.join(",") : "") +
-          ", exit " + dash(a.exit_code) + ", " + fmtTime(a.started) + (a.message ? " — " + a.message : "")));
+          ", exit " + dash(a.exit_code) + ", submitted " + fmtTime(a.started) +
+          (a.run_started ? ", ran " + fmtTime(a.run_started) + " for " + fmtDur((a.run_ended || Date.now() / 1000) - a.run_started) : "") +
+          (a.peak_memory ? ", peak " + fmtBytes(a.peak_memory) : "") + (a.cpu_seconds ? ", CPU " + fmtDur(a.cpu_seconds) : "") +
+          (a.message ? " — " + a.message : "")));
       }
       const outs = (run.outputs || []).filter((o) => o.step === name);
       for (const o of outs) add(dl, item("output", o.name + " (" + o.size + " B, sha256 " + String(o.sha256).slice(0, 12) + ")"));

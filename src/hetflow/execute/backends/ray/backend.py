@@ -53,6 +53,7 @@ from hetflow.execute.backends.ray.gangs import gang_request
 from hetflow.execute.backends.ray.keeper import KeeperActor
 from hetflow.execute.backends.ray.settings import RaySettings
 from hetflow.execute.backends.ray.translate import MARKER, RayNode, node_name, task_request, with_vendor
+from hetflow.execute.engine import Usage
 
 HEAD_RESOURCE = "node:__internal_head__"
 
@@ -268,6 +269,15 @@ class RayBackend:
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         return None  # the runner polls; one actor call per poll answers for the whole run
+
+    def usage(self, name: str) -> Usage:
+        """What the job's container used, as its task measured it on its node (``container``)."""
+        self._connect()
+        for run_id, _ in self._keepers_for([name]).items():
+            found = self._call(run_id, "usage", name)
+            if isinstance(found, Usage):
+                return found
+        return Usage()
 
 
 def _init(address: str, kw: dict[str, Any], attempts: int = 3) -> None:

@@ -1,5 +1,11 @@
 """Inside the step task, on the node Ray chose: the container in the foreground
 (``podman run --rm``), stopped when Ray cancels the task; and the node probe.
+
+What the container used is measured here as local podman's is (``execute.cgroups``): a
+parent cgroup of its own, ``/hetflow/NAME``, whose counters outlive the container, read once
+``podman run`` returns and then removed.  The task returns it (``Usage``: peak memory, CPU
+time, and the node's clock around ``podman run``) with the exit code; where the task may not
+make the cgroup (rootless podman, a read-only cgroup file system) the figures stay unknown.
 """
 
 from __future__ import annotations
@@ -11,16 +17,19 @@ import select
 import shutil
 import subprocess
 import tempfile
+import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import ray
 
 from hetflow.config import SHARE, engine_env
+from hetflow.execute import cgroups
 from hetflow.execute.backends.ray.translate import MIG_ENV, node_name, with_gpus, with_mig
 from hetflow.execute.devices.migtable import MigInstance
-from hetflow.execute.engine import ContainerSpec, drop_env_file, run_args, write_env_file
+from hetflow.execute.engine import ContainerSpec, Usage, drop_env_file, run_args, write_env_file
 
 CANCELLED_CODE = 137  # what `podman stop` gives a container that ignores SIGTERM
 
@@ -34,27 +43,38 @@ def foreground_argv(spec: ContainerSpec, env_file: Path | None = None) -> list[s
     return ["podman", "--hooks-dir", str(SHARE / "hooks.d"), args[0], "--rm", *args[1:]]
 
 
-def run_container(spec: ContainerSpec, stop_timeout: int) -> tuple[int, str, str]:
-    """Run to the end; (exit code, status, reason).  A Ray cancel arrives as
+def run_container(spec: ContainerSpec, stop_timeout: int) -> tuple[int, str, str, Usage]:
+    """Run to the end; (exit code, status, reason, what it used).  A Ray cancel arrives as
     KeyboardInterrupt (ray.cancel, force=False): the container is stopped, and stopped
     again until ``podman run`` returns, since it may not have existed at the first stop."""
     binary = shutil.which("podman")
     if binary is None:
-        return 127, "EXITED", f"podman not found on node {_here()}: apt-get install -y podman runc"
+        return 127, "EXITED", f"podman not found on node {_here()}: apt-get install -y podman runc", Usage()
+    layout = cgroups.detect()
+    if layout is not None and cgroups.prepare(layout, spec.name):
+        spec = replace(spec, cgroup_parent=cgroups.parent_path(spec.name))
     env_file = write_env_file(spec.env) if spec.env else None  # 0600 in a private folder on this node
     argv = [binary, *foreground_argv(spec, env_file)[1:]]
     env = engine_env()
     proc: subprocess.Popen[bytes] | None = None
+    started = time.time()
     with tempfile.TemporaryFile() as err, _dropped(env_file):
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
             code, status = _wait(proc), "EXITED"
         except KeyboardInterrupt:
             code, status = _stop(binary, spec.name, proc, stop_timeout, env), "CANCELLED"
+        ended = time.time()
         err.seek(0)
         lines = err.read().decode(errors="replace").strip().splitlines()
+    used = Usage(started=started, ended=ended)
+    if spec.cgroup_parent and layout is not None:
+        measured = cgroups.read_usage(layout, spec.name)
+        cgroups.remove(layout, spec.name)
+        oom = True if measured.oom_kills else None
+        used = replace(used, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds, oom_killed=oom)
     reason = lines[-1] if lines and code in (125, 126, 127) else ""
-    return code, status, reason
+    return code, status, reason, used
 
 
 @contextlib.contextmanager
@@ -121,12 +141,14 @@ def step_task(
     stop_timeout: int,
     keeper: Any,
     migs: Mapping[str, tuple[MigInstance, ...]] | None = None,
-) -> tuple[int, str, str]:
+) -> tuple[int, str, str, Usage]:
     """One step attempt on the node Ray chose.  Never retried by Ray: hetflow decides.
+    It tells the keeper when Ray started it (the node's clock), the step's start.
     ``migs``: the cluster's MIG instances by node (``ray.mig_devices``), for a MIG step."""
     try:
+        began = time.time()
         gpu_ids = [int(i) for i in ray.get_gpu_ids()]
-        keeper.started.remote(spec.name, ray.get_runtime_context().get_node_id(), tuple(gpu_ids))
+        keeper.started.remote(spec.name, ray.get_runtime_context().get_node_id(), tuple(gpu_ids), began)
         profile = spec.env.get(MIG_ENV)
         if "{node}" in device_dir and (gpu_ids or profile):
             device_dir = device_dir.replace("{node}", _here())
@@ -142,11 +164,12 @@ def step_task(
                             f"node {node} gave a mig-{profile} but ray.mig_devices lists no free {profile} instance "
                             f"of it ({listed} instance(s) listed for {node}); list the node's instances there"
                         ),
+                        Usage(),
                     )
                 return run_container(with_mig(spec, mig, device_dir), stop_timeout)
         return run_container(with_gpus(spec, gpu_ids, device_dir), stop_timeout)
     except KeyboardInterrupt:
-        return CANCELLED_CODE, "CANCELLED", "cancelled before its container started"
+        return CANCELLED_CODE, "CANCELLED", "cancelled before its container started", Usage()
 
 
 @contextlib.contextmanager

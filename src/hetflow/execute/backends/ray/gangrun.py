@@ -48,7 +48,7 @@ from hetflow.execute.backends.ray.gangs import (
     shortfall,
 )
 from hetflow.execute.backends.ray.translate import RayNode, node_name
-from hetflow.execute.engine import ContainerSpec
+from hetflow.execute.engine import ContainerSpec, Usage
 from hetflow.execute.gang.mpilaunch import resolve_hosts
 from hetflow.execute.gang.replicas import gang_state
 from hetflow.spec import Gang
@@ -77,6 +77,7 @@ class GangRun:
         self.node_ids: list[str] = []
         self.gpus: dict[int, tuple[int, ...]] = {}
         self.done: dict[int, tuple[int, str, str]] = {}
+        self.used: dict[int, Usage] = {}  # what each ended replica's container used (its task measured it)
         self.cancelled = False
         self.stopping = False
         self.removed = False
@@ -141,7 +142,10 @@ class GangRun:
             return JobState(self.name, True, None, "PENDING", reason=self._pending_reason())
         for i, ref in enumerate(self.refs):
             if i not in self.done and ref in ready:
-                self.done[i] = _finished(ref, self.node_ids[i] if i < len(self.node_ids) else None)
+                code, status, reason, self.used[i] = _finished(
+                    ref, self.node_ids[i] if i < len(self.node_ids) else None
+                )
+                self.done[i] = (code, status, reason)
         replicas = {
             i: (False, *self.done[i][:2]) if i in self.done else (True, None, "RUNNING") for i in range(len(self.refs))
         }
@@ -213,15 +217,15 @@ class GangRun:
                 remove_placement_group(self.pg)
 
 
-def _finished(ref: Any, node_id: str | None) -> tuple[int, str, str]:
+def _finished(ref: Any, node_id: str | None) -> tuple[int, str, str, Usage]:
     try:
-        code, status, reason = ray.get(ref)
-        return int(code), str(status), str(reason)
+        code, status, reason, used = ray.get(ref)
+        return int(code), str(status), str(reason), used
     except TaskCancelledError:
-        return CANCELLED_CODE, "CANCELLED", ""
+        return CANCELLED_CODE, "CANCELLED", "", Usage()
     except RayError as exc:  # the worker or its node died, Ray killed it for memory
         text = str(exc).strip().splitlines()
         why = f"{type(exc).__name__}: {text[0] if text else ''}"
         # its node went (removed, its raylet died), as ``keeper`` tells for a single task
         gone = node_id is not None and not any(n["NodeID"] == node_id and n.get("Alive") for n in ray_nodes())
-        return LOST_CODE, NODE_LOST if isinstance(exc, NodeDiedError) or gone else "LOST", why
+        return LOST_CODE, NODE_LOST if isinstance(exc, NodeDiedError) or gone else "LOST", why, Usage()

@@ -21,7 +21,7 @@ from hetflow.execute.backends.ray.gangrun import GangRun
 from hetflow.execute.backends.ray.gangs import GangRequest
 from hetflow.execute.backends.ray.translate import TaskRequest, node_name
 from hetflow.execute.devices.migtable import MigInstance
-from hetflow.execute.engine import ContainerSpec
+from hetflow.execute.engine import ContainerSpec, Usage
 from hetflow.execute.gang.replicas import replica_of
 from hetflow.spec import Gang
 
@@ -34,6 +34,8 @@ class _Entry:
     gpus: tuple[int, ...] = ()
     cancelled: bool = False
     result: JobState | None = None
+    started: float | None = None  # when Ray started the task (its node's clock)
+    usage: Usage | None = None  # what its container used, as the task measured it
 
 
 class RunKeeper:
@@ -102,10 +104,11 @@ class RunKeeper:
         me = ray.get_runtime_context().current_actor
         threading.Thread(target=run.wait_and_start, args=(self.lock, me, self._name), daemon=True).start()
 
-    def started(self, name: str, node_id: str, gpus: tuple[int, ...]) -> None:
+    def started(self, name: str, node_id: str, gpus: tuple[int, ...], at: float | None = None) -> None:
         with self.lock:
             if name in self.jobs:
                 self.jobs[name].node_id, self.jobs[name].gpus = node_id, gpus
+                self.jobs[name].started = at
             elif (rep := replica_of(name) or (name, 0))[0] in self.gangs:
                 self.gangs[rep[0]].started(rep[1], gpus)
 
@@ -127,12 +130,12 @@ class RunKeeper:
     def _live(self, name: str, e: _Entry) -> JobState:
         if e.node_id is None:
             return JobState(name, True, None, "PENDING", reason=f"waiting for Ray to place it ({e.request.describe()})")
-        return JobState(name, True, None, "RUNNING", self._name(e.node_id), e.gpus)
+        return JobState(name, True, None, "RUNNING", self._name(e.node_id), e.gpus, started=e.started)
 
     def _finished(self, name: str, e: _Entry) -> JobState:
         node = self._name(e.node_id) if e.node_id else None
         try:
-            code, status, reason = ray.get(e.ref)
+            code, status, reason, e.usage = ray.get(e.ref)
         except TaskCancelledError:
             code, status, reason = CANCELLED_CODE, "CANCELLED", "cancelled"
         except RayError as exc:  # the worker or its node died, Ray killed it for memory, a bug
@@ -143,7 +146,18 @@ class RunKeeper:
             if isinstance(exc, NodeDiedError) or (e.node_id is not None and not self._alive(e.node_id)):
                 return JobState(name, False, None, "NODE_LOST", node, e.gpus, why, node_failed=True)
             return JobState(name, False, None, "LOST", node, e.gpus, why)
-        return JobState(name, False, int(code), status, node, e.gpus, reason)
+        # the task's own note of its start may not have reached the keeper yet: its container's start then
+        started = e.started if e.started is not None or e.usage is None else e.usage.started
+        ended = e.usage.ended if e.usage is not None else None
+        return JobState(name, False, int(code), status, node, e.gpus, reason, started=started, ended=ended)
+
+    def usage(self, name: str) -> Usage:
+        """What the job's container used (unknown until it has ended); a gang's: its rank 0's,
+        as the local backend measures a gang (the attempt's own container)."""
+        with self.lock:
+            e, g = self.jobs.get(name), self.gangs.get(name)
+            found = e.usage if e is not None else (g.used.get(0) if g is not None else None)
+            return found if found is not None else Usage()
 
     def _alive(self, node_id: str) -> bool:
         return any(n["NodeID"] == node_id and n.get("Alive") for n in ray_nodes())

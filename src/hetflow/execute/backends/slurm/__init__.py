@@ -9,10 +9,11 @@
 Every node must see the work directory; a run's job files live in ``WORKDIR/RUN``::
 
     NAME.sh     the batch script           NAME.jobid  Slurm's job id (adoption after a restart)
-    NAME.start  node, job id, SLURM_JOB_GPUS, written when the job starts
+    NAME.start  node, job id, SLURM_JOB_GPUS, the node's clock, written when the job starts
     NAME.exit   "CODE JOBID", written last (atomically) by the job script
     NAME.out    the script's own output: podman's errors, slurmstepd's CANCELLED notes
     NAME.err    podman's stderr (its own messages; the container's streams go to the log)
+    NAME.usage  the container's peak memory, CPU time, start and end, measured by the script (``usage``)
 
 Exit codes come from the ``.exit`` file first: it is the container's own code and it outlives
 slurmctld's memory of the job, which needs no accounting database (sacct answers only where
@@ -46,8 +47,8 @@ Modules: ``settings`` (SlurmSettings, gres types), ``gres`` (a GPU request as gr
 gpu, shard, mps, MIG profiles), ``translate`` (sbatch options and the
 batch script, pure), ``gang`` (a gang's allocation and scripts, pure), ``client`` (the
 commands), ``queue`` (squeue/scontrol/sacct parsing), ``cgroup`` (the job's cgroup for podman),
-``jobfiles`` (the files above), ``publish`` (the outputs put in place by the job),
-``backend`` (submit, poll, cancel, release).
+``usage`` (what the container used, measured on its node), ``jobfiles`` (the files above),
+``publish`` (the outputs put in place by the job), ``backend`` (submit, poll, cancel, release).
 """
 
 from hetflow.execute.backends.slurm.backend import SlurmBackend

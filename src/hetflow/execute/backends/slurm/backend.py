@@ -1,5 +1,7 @@
 """The Slurm backend: submit (sbatch), watch (squeue + the job's exit file), cancel
-(scancel), clean up (the job files); what each job file holds is in the package's docstring."""
+(scancel), clean up (the job files); what each job file holds is in the package's docstring.
+Times are Slurm's own (squeue's StartTime and EndTime: ``JobState.started``, ``.ended``);
+what a job used is measured by its script on the node (``usage``)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,8 @@ from hetflow.execute.backends.slurm.gang import gang_scripts, replica_env_file
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import env_file_of, job_script, sbatch_args
-from hetflow.execute.engine import write_env_file_at
+from hetflow.execute.backends.slurm.usage import read_usage, refined
+from hetflow.execute.engine import Usage, write_env_file_at
 from hetflow.execute.podman import CliEngine
 
 # Codes for jobs that ended with no exit code of their own, as a shell would report them.
@@ -141,20 +144,30 @@ class SlurmBackend:
         # until slurmctld says NODE_FAIL, while a gang's batch step on a surviving node may
         # already have written its code: wait for the verdict (seen on the test cluster)
         down = row is not None and row.state == "COMPLETING" and row.reason == "NodeDown"
-        ended = done is not None and row is not None and row.state == "COMPLETING" and not down
-        if row is not None and row.state in ACTIVE_STATES and not ended:
+        finished = done is not None and row is not None and row.state == "COMPLETING" and not down
+        if row is not None and row.state in ACTIVE_STATES and not finished:
             reason = "" if row.reason in ("None", "(null)") else row.reason
             if row.state == "PENDING" and not reason:
                 reason = "not yet scheduled"  # squeue's Reason=None before the scheduler's first pass
+            if row.state == "COMPLETING" and not reason:
+                reason = "its processes are ending"  # shown "completing: ...", not queued (note_wait)
             if reason == "Dependency":
                 reason = f"waiting for {queue.dependency_names(row.dependency, names)}"
-            return JobState(name, True, None, row.state, node, gpus, reason)
+            started = refined(row.started(), start.get("started"))
+            return JobState(name, True, None, row.state, node, gpus, reason, started=started)
         if done is not None:
             status = row.state if row is not None else ("COMPLETED" if done == 0 else "FAILED")
             # a script that outlived its node's end (a gang's batch step on a surviving node folds
             # its replicas' codes after slurmctld ended the job) wrote a code; NODE_FAIL says why
             lost = status in NODE_FAULTS and done != 0
-            return JobState(name, False, done, status, node, gpus, queue.end_reason(status), node_failed=lost)
+            # slurmctld forgot it (MinJobAge): accounting's record, where slurmdbd runs
+            started, ended = (row.started(), row.ended()) if row is not None else self.client.sacct_times(job_id)
+            started = refined(started, start.get("started"))
+            ended = refined(ended, read_usage(jobdir / f"{name}.usage").ended)
+            reason = queue.end_reason(status)
+            return JobState(
+                name, False, done, status, node, gpus, reason, started=started, ended=ended, node_failed=lost
+            )
         if row is not None and row.state == "CANCELLED" and row.reason == NEVER_SATISFIED:
             parents = queue.dependency_names(row.dependency, names)
             why = f"{NEVER_SATISFIED}: {parents} did not succeed; Slurm cancelled this job without running it"
@@ -192,8 +205,23 @@ class SlurmBackend:
         elif code is None or (code == 0 and state != "COMPLETED"):
             code = LOST_CODE
         return JobState(
-            name, False, code, state, node or None, (), queue.end_reason(state), node_failed=state in NODE_FAULTS
+            name,
+            False,
+            code,
+            state,
+            node or None,
+            (),
+            queue.end_reason(state),
+            node_failed=state in NODE_FAULTS,
+            started=row.started() if row else None,
+            ended=row.ended() if row else None,
         )
+
+    def usage(self, name: str) -> Usage:
+        """What the job's container used and when it ran, as its job script measured them on
+        the node (NAME.usage: ``usage``); unknown (None) where it could not."""
+        found = sorted(self.workdir.glob(f"*/{name}.usage"))
+        return read_usage(found[0]) if found else Usage()
 
     # --- cancel / clean up --------------------------------------------------------------
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hetflow.errors import EngineError
-from hetflow.execute.backends.slurm.queue import SQUEUE_FORMAT, QueueRow, parse_squeue
+from hetflow.execute.backends.slurm.queue import SQUEUE_FORMAT, TIME_FORMAT, QueueRow, engine_time, parse_squeue
 from hetflow.execute.backends.slurm.settings import SlurmSettings
 
 # What a user does when Slurm cannot be reached.  (It once named demo.slurm_cluster, a
@@ -34,14 +34,17 @@ class SlurmClient:
             self.env["SLURM_CONF"] = settings.slurm_conf
         self._sacct: bool | None = None  # does accounting answer?
 
-    def run(self, args: list[str], *, timeout: float = 60, check: bool = True) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, args: list[str], *, timeout: float = 60, check: bool = True, env: Mapping[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        """``env``: set for this command only, over the client's."""
         command = str(Path(self.bin_dir) / args[0]) if self.bin_dir else args[0]
         try:
             proc = subprocess.run(
                 [command, *args[1:]],
                 capture_output=True,
                 text=True,
-                env=self.env,
+                env={**self.env, **(env or {})},
                 timeout=timeout,
                 check=False,
                 stdin=subprocess.DEVNULL,
@@ -68,7 +71,9 @@ class SlurmClient:
 
     def squeue(self) -> list[QueueRow]:
         """Every job of this user that slurmctld remembers (MinJobAge after its end)."""
-        proc = self.run(["squeue", "--me", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}"], timeout=60)
+        proc = self.run(
+            ["squeue", "--me", "--noheader", "--states=all", f"--format={SQUEUE_FORMAT}"], timeout=60, env=TIME_FORMAT
+        )
         return parse_squeue(proc.stdout)
 
     def show_job(self, job_id: str) -> str | None:
@@ -76,11 +81,24 @@ class SlurmClient:
         proc = self.run(["scontrol", "--oneliner", "show", "job", job_id], check=False)
         return proc.stdout if proc.returncode == 0 else None
 
-    def sacct(self, job_id: str) -> str | None:
-        """sacct's line for the job, or None without accounting (it needs slurmdbd)."""
+    def accounting(self) -> bool:
+        """Does sacct answer (slurmdbd runs)?  Asked once."""
         if self._sacct is None:
             self._sacct = self.run(["sacct", "-n", "-X", "-j", "1"], check=False).returncode == 0
-        if not self._sacct:
+        return self._sacct
+
+    def sacct(self, job_id: str) -> str | None:
+        """sacct's line for the job, or None without accounting (it needs slurmdbd)."""
+        if not self.accounting():
             return None
         proc = self.run(["sacct", "-n", "-P", "-X", "-j", job_id, "--format=State,ExitCode,NodeList"], check=False)
         return proc.stdout if proc.returncode == 0 else None
+
+    def sacct_times(self, job_id: str) -> tuple[float | None, float | None]:
+        """Slurm's StartTime and EndTime of a job slurmctld has forgotten, from accounting;
+        (None, None) without it (no slurmdbd)."""
+        if not job_id or not self.accounting():
+            return None, None
+        proc = self.run(["sacct", "-n", "-P", "-X", "-j", job_id, "--format=Start,End"], check=False, env=TIME_FORMAT)
+        start, _, end = proc.stdout.strip().partition("|")
+        return (engine_time(start), engine_time(end)) if proc.returncode == 0 else (None, None)

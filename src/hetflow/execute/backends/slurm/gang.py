@@ -44,6 +44,7 @@ from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.gres import gpu_vendor
 from hetflow.execute.backends.slurm.publish import publish_script
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
+from hetflow.execute.backends.slurm.usage import MEASURE_END, MEASURE_START
 from hetflow.execute.engine import ContainerSpec, run_args
 from hetflow.execute.gang.mpilaunch import mpi_folder
 from hetflow.execute.gang.replicas import Quantity, render_contract
@@ -101,6 +102,7 @@ finish() {{ printf '%s %s\\n' "$1" "${{SLURM_JOB_ID:-}}" > "$exitf.$$" && mv -f 
 node="${{SLURMD_NODENAME:-$(hostname -s)}}"
 printf 'node=%s\\njob=%s\\ngpus=%s\\nnodes=%s\\n' "$node" "${{SLURM_JOB_ID:-}}" "${{SLURM_JOB_GPUS:-}}" \\
   "${{SLURM_JOB_NODELIST:-}}" > "$jobdir/$name.start"
+echo "started=$(date +%s.%N)" >> "$jobdir/$name.start"  # Slurm's StartTime to the second, refined (``usage``)
 if [ "$stopping" = 1 ]; then finish 143; fi
 srun --ntasks={world} --cpus-per-task={cpus} --kill-on-bad-exit=0 --job-name="$name" \\
   /bin/bash "$jobdir/$name.task.sh" </dev/null &
@@ -168,7 +170,7 @@ if [ "$per" -gt 0 ]; then
 #    (mpi: replica 0 ended; otherwise: another replica failed).
 "$podman" --hooks-dir "$hooks" rm -f --ignore "$cname" >/dev/null 2>&1
 if [ "$stopping" = 1 ]; then done_ 143; fi
-{job_cgroup}"$podman" --hooks-dir "$hooks" run --rm --attach stdout \\
+{job_cgroup}{measure_start}"$podman" --hooks-dir "$hooks" run --rm --attach stdout \\
   "${{opts[@]}}" "${{cgparent[@]}}" "${{gpu[@]}}" "${{contract[@]}}" "${{image_cmd[@]}}" \\
   </dev/null >/dev/null 2>"$jobdir/$name.r$rank.err" &
 pid=$!
@@ -190,7 +192,7 @@ while kill -0 "$pid" 2>/dev/null; do
   sleep 0.5
 done
 wait "$pid"; code=$?
-if [ "$stopped" = 1 ]; then
+{measure_end}if [ "$stopped" = 1 ]; then
   "$podman" --hooks-dir "$hooks" rm -f --ignore "$cname" >/dev/null 2>&1
   if [ "$code" = 0 ] && [ "$stopping" = 1 ]; then code=143; fi
   # a worker stopped because its launcher ended has done its part
@@ -300,6 +302,9 @@ def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hoo
         barrier=BARRIER_TIMEOUT,
         stop_timeout=int(settings.stop_timeout),
         job_cgroup=JOB_CGROUP,  # the replica's container under the job's cgroup (``cgroup``)
+        # rank 0's container measured, as locally: the attempt's own (NAME.usage, ``usage``)
+        measure_start=f'usecg=""\nif [ "$rank" = 0 ]; then\n{MEASURE_START}fi\n',
+        measure_end=f'if [ "$rank" = 0 ]; then\n{MEASURE_END}fi\n',
         logs="".join(
             _replica_case(i, spec, replica_env_file(jobdir, job.name, i) if spec.env else None)
             for i, spec in enumerate(ranks)

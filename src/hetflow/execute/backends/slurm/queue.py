@@ -8,8 +8,12 @@ from dataclasses import dataclass
 
 from hetflow.execute.backends.common import signal_code
 
-# squeue's columns: job id, name, state, reason, node, dependency, comment (squeue(1), -o).
-SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%E|%k"
+# squeue's columns: job id, name, state, reason, node, dependency, comment (squeue(1), -o);
+# then the job's start and end time, as epoch seconds under TIME_FORMAT.
+SQUEUE_FORMAT = "%i|%j|%T|%r|%N|%E|%k|%S|%e"
+# Slurm's clients print times through strftime(3) with this format (squeue(1),
+# SLURM_TIME_FORMAT): "%s", epoch seconds, reads the same in every time zone.
+TIME_FORMAT = {"SLURM_TIME_FORMAT": "%s"}
 # Job states (squeue %T) in which a job has not ended (squeue(1), JOB STATE CODES).
 ACTIVE_STATES = frozenset(
     {
@@ -34,6 +38,18 @@ class QueueRow:
     node: str
     dependency: str
     comment: str
+    # squeue's %S and %e: Slurm's StartTime and EndTime ("N/A", or an expected time, while
+    # the job waits or runs: ``started``, ``ended`` say which count)
+    start: str = ""
+    end: str = ""
+
+    def started(self) -> float | None:
+        """When Slurm started the job; None while it is pending (%S is then a forecast)."""
+        return None if self.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD") else engine_time(self.start)
+
+    def ended(self) -> float | None:
+        """When the job ended; None while it runs (%e is then its time limit's end)."""
+        return None if self.state in ACTIVE_STATES and self.state != "COMPLETING" else engine_time(self.end)
 
 
 def parse_squeue(stdout: str) -> list[QueueRow]:
@@ -41,8 +57,16 @@ def parse_squeue(stdout: str) -> list[QueueRow]:
     for line in stdout.splitlines():
         parts = line.split("|", 6)
         if len(parts) == 7:
-            rows.append(QueueRow(*(p.strip() for p in parts)))
+            comment, *times = parts[6].rsplit("|", 2)  # the times follow the comment
+            start, end = (t.strip() for t in times) if len(times) == 2 else ("", "")
+            job_id, name, state, reason, node, dependency = (p.strip() for p in parts[:6])
+            rows.append(QueueRow(job_id, name, state, reason, node, dependency, comment.strip(), start, end))
     return rows
+
+
+def engine_time(text: str) -> float | None:
+    """A time Slurm printed under TIME_FORMAT (epoch seconds); None for N/A, Unknown, NONE, 0."""
+    return float(text) if text.isdigit() and int(text) > 0 else None
 
 
 def job_number(job_id: str) -> int:

@@ -22,6 +22,7 @@ from hetflow.execute.backends.slurm.gang import gang_sbatch_args
 from hetflow.execute.backends.slurm.gres import gpu_vendor, gres_args, mps_env, share_env
 from hetflow.execute.backends.slurm.publish import publish_script
 from hetflow.execute.backends.slurm.settings import SlurmSettings
+from hetflow.execute.backends.slurm.usage import MEASURE_END, MEASURE_START
 from hetflow.execute.engine import run_args
 
 
@@ -82,6 +83,7 @@ rm -f "$exitf"
 cri() {{ printf '%s stderr F hetflow: %s\\n' "$(date -u +%Y-%m-%dT%H:%M:%S.%N+00:00)" "$*" >> "$log"; }}
 finish() {{ printf '%s %s\\n' "$1" "${{SLURM_JOB_ID:-}}" > "$exitf.$$" && mv -f "$exitf.$$" "$exitf"; exit "$1"; }}
 printf 'node=%s\\njob=%s\\ngpus=%s\\n' "$node" "${{SLURM_JOB_ID:-}}" "${{SLURM_JOB_GPUS:-}}" > "$jobdir/$name.start"
+echo "started=$(date +%s.%N)" >> "$jobdir/$name.start"  # Slurm's StartTime to the second, refined (``usage``)
 
 gpu=()
 slurm_gpus={gpu_list}
@@ -107,7 +109,7 @@ while kill -0 "$pid" 2>/dev/null; do
   fi
 done
 wait "$pid"; code=$?
-if [ "$stopping" = 1 ]; then
+{measure_end}if [ "$stopping" = 1 ]; then
   "$podman" --hooks-dir "$hooks" rm -f --ignore "$name" >/dev/null 2>&1  # podman itself may have been killed
   if [ "$code" = 0 ]; then code=143; fi
 fi
@@ -154,7 +156,8 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
         gpu_list='"${SLURM_JOB_GPUS:-${GPU_DEVICE_ORDINAL:-}}"' if shared else '"${SLURM_JOB_GPUS:-}"',
         gpu_devices=devices,
         stop_timeout=int(settings.stop_timeout),
-        job_cgroup=JOB_CGROUP,
+        job_cgroup=JOB_CGROUP + MEASURE_START,  # the container's own cgroup, for its usage (``usage``)
+        measure_end=MEASURE_END,
         options=" ".join(q(a) for a in args[2:start]),
         image_command=" ".join(q(a) for a in args[start:]),
         publish=publish_script(job),  # the outputs in place before the job ends 0 (``publish``)
