@@ -14,6 +14,7 @@ from hetflow.report import (
     TRACE_FIELDS,
     cached_steps,
     check_trace_fields,
+    item_labels,
     run_report_html,
     trace_json,
     trace_rows,
@@ -58,7 +59,8 @@ def report(
 
     store = open_store()
     rid = store.resolve_run_id(run_id)
-    page = run_report_html(store.run(rid), store.steps(rid), store.attempts(rid), stored_plan(store, rid))
+    labels = item_labels(store.expansions(rid))
+    page = run_report_html(store.run(rid), store.steps(rid), store.attempts(rid), stored_plan(store, rid), labels)
     try:
         output.write_text(page, encoding="utf-8")
     except OSError as exc:

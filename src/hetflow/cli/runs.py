@@ -18,11 +18,13 @@ from hetflow.cli.shell import complete_runs, complete_steps
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
 from hetflow.report import (
+    item_labels,
     make_reporter,
     preview_table,
     ps_table,
     run_json,
     run_state_text,
+    step_items,
     steps_table,
     versions_text,
 )
@@ -258,7 +260,8 @@ def show(
         write_gantt(*actual_schedule(record, store.attempts(rid)), gantt)
         err.print(f"schedule of run {rid} drawn to {gantt}", highlight=False)
     if json_out:
-        data = run_json(record, steps, store.attempts(rid), executor_gone=executor_gone(record))
+        items = step_items(store.expansions(rid))
+        data = run_json(record, steps, store.attempts(rid), executor_gone=executor_gone(record), items=items)
         data["outputs"] = [o.__dict__ for o in store.outputs(rid)]
         print_json(data)
         return
@@ -271,7 +274,7 @@ def show(
     if record.message:
         console.print(record.message, highlight=False)
     images = {a.step: a.image for a in store.attempts(rid)}  # the last attempt's image, pinned by digest
-    console.print(steps_table(steps, images=images))
+    console.print(steps_table(steps, images=images, items=item_labels(store.expansions(rid))))
     versions = versions_text(store.attempts(rid))
     if versions:
         console.print(versions, highlight=False)

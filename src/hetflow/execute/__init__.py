@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING
 from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from hetflow.execute.attempts import RunnerConfig
     from hetflow.execute.backends.factory import make_backend
     from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
     from hetflow.execute.data.inputs import DataManifest, resolve_data
@@ -68,6 +67,7 @@ if TYPE_CHECKING:
     from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
     from hetflow.execute.prepare import cluster_instance, measured_slowdowns
     from hetflow.execute.preview import Preview, StepPreview, check_run, preview_run
+    from hetflow.execute.runconfig import RunnerConfig
     from hetflow.execute.runner import Runner
     from hetflow.execute.runoptions import NullReporter, ProcessSeams, Reporter, RunOptions
     from hetflow.execute.runplan import RunPlan, apply_images, stored_plan
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "backends.factory": ["make_backend"],
-    "attempts": ["RunnerConfig"],
+    "runconfig": ["RunnerConfig"],
     "data.cache": ["Key", "ResultCache", "cache_key", "input_digests"],
     "data.inputs": ["DataManifest", "resolve_data"],
     "fakeengine": ["FakeEngine"],

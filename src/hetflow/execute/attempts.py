@@ -4,7 +4,6 @@ the next decision, so a run killed at any instant resumes from the store."""
 
 from __future__ import annotations
 
-import os
 import queue
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
@@ -24,7 +23,8 @@ from hetflow.execute.devices.usage import GpuSampler, nvml_sampler
 from hetflow.execute.diskfull import full_disk_reason, out_of_space, remove_partial
 from hetflow.execute.engine import Usage
 from hetflow.execute.logs import log_tail
-from hetflow.execute.nextattempt import OOM_EXIT, Failure, Limits, NextAttempt, after_failure
+from hetflow.execute.nextattempt import OOM_EXIT, Failure, Limits, NextAttempt, after_failure, exit_reason
+from hetflow.execute.runconfig import RunnerConfig
 from hetflow.spec import Retry, Step, Workflow
 from hetflow.state import (
     FAILED,
@@ -51,20 +51,6 @@ SUBMITTED = "submitted"  # what a queueing engine's job waits for before its fir
 NODE_FAULT_REQUEUES = 3
 REMOVE_BATCH = 16  # finished containers removed together (``Attempts.flush_removals``)
 REMOVE_WITHIN = 5.0  # seconds a finished container may wait for its batch
-
-
-@dataclass(frozen=True)
-class RunnerConfig:
-    poll_interval: float = 0.25
-    retry_backoff: float = 2.0  # seconds before the first retry; doubles each time
-    max_backoff: float = 300.0
-
-    @classmethod
-    def from_env(cls) -> RunnerConfig:
-        return cls(
-            poll_interval=float(os.environ.get("HETFLOW_POLL_INTERVAL", "0.25")),
-            retry_backoff=float(os.environ.get("HETFLOW_RETRY_BACKOFF", "2")),
-        )
 
 
 @dataclass
@@ -455,14 +441,3 @@ class Attempts:
                 self.backend.release_measured(names, measure, lambda n, u: self._measured.put((n, u)))
             else:
                 self.backend.release(names)
-
-
-def exit_reason(code: int) -> str:
-    hints = {
-        125: "the container engine failed to run the container",
-        126: "the command could not be executed (permission?)",
-        127: "the command was not found in the image",
-        137: "killed (SIGKILL: out of memory, or stopped)",
-        143: "terminated (SIGTERM)",
-    }
-    return f"exited with code {code}" + (f" ({hints[code]})" if code in hints else "")

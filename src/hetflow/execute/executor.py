@@ -8,9 +8,9 @@ from __future__ import annotations
 import signal
 from dataclasses import dataclass
 
-from hetflow.execute.attempts import RunnerConfig
 from hetflow.execute.data.cache import ResultCache
 from hetflow.execute.prepare import Say
+from hetflow.execute.runconfig import RunnerConfig
 from hetflow.execute.runner import Runner
 from hetflow.execute.runoptions import Reporter, RunOptions
 from hetflow.execute.runplan import GREEDY, LOCAL, RunPlan

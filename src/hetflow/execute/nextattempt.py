@@ -158,3 +158,14 @@ def _mem(n: int) -> str:
             value = n / size
             return f"{value:.0f}{unit}" if value == int(value) else f"{value:.1f}{unit}"
     return format_bytes(n)
+
+
+def exit_reason(code: int) -> str:
+    hints = {
+        125: "the container engine failed to run the container",
+        126: "the command could not be executed (permission?)",
+        127: "the command was not found in the image",
+        137: "killed (SIGKILL: out of memory, or stopped)",
+        143: "terminated (SIGTERM)",
+    }
+    return f"exited with code {code}" + (f" ({hints[code]})" if code in hints else "")

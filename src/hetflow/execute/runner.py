@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from hetflow.execute.attempts import Attempts, RunnerConfig
+from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.conditions import condition_holds
@@ -31,6 +31,7 @@ from hetflow.execute.fanout import expand_ready
 from hetflow.execute.launch.launcher import Launcher
 from hetflow.execute.lifecycle import reconcile, stop_run
 from hetflow.execute.nextattempt import adjusted
+from hetflow.execute.runconfig import RunnerConfig
 from hetflow.execute.runoptions import NullReporter, ProcessSeams, RunOptions, make_dispatch
 from hetflow.execute.stopping import clear_stop_request, stop_requested
 from hetflow.inventory import Node

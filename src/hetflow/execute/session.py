@@ -112,6 +112,8 @@ def submit_run(
     try:
         manifest = data.fetch(loaded, workdir / "data")
         loaded, expansions = expand_at_submit(loaded, manifest)
+        # the items known when the file was read too, so that each item's values are shown
+        expansions = [(n, json.dumps(list(items))) for n, items in loaded.fanouts.items()] + expansions
         opened = _check_and_plan(store, loaded, settings, node, say, problems, engine, backend, resolver)
     except BaseException:
         shutil.rmtree(workdir, ignore_errors=True)

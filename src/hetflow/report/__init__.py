@@ -14,6 +14,7 @@ from hetflow.lazy import lazy_names
 if TYPE_CHECKING:
     from hetflow.report.actual import actual_schedule
     from hetflow.report.gantt import gantt_svg, write_gantt
+    from hetflow.report.items import item_label, item_labels, step_items
     from hetflow.report.nodes import node_to_json, render_node, render_topology
     from hetflow.report.plan import explain_step, plan_json, plan_table
     from hetflow.report.preview import preview_table
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "actual": ["actual_schedule"],
     "gantt": ["gantt_svg", "write_gantt"],
+    "items": ["item_label", "item_labels", "step_items"],
     "nodes": ["node_to_json", "render_node", "render_topology"],
     "plan": ["explain_step", "plan_json", "plan_table"],
     "preview": ["preview_table"],
@@ -57,6 +59,8 @@ __all__ = [
     "check_trace_fields",
     "explain_step",
     "gantt_svg",
+    "item_label",
+    "item_labels",
     "make_reporter",
     "node_to_json",
     "plan_json",
@@ -68,6 +72,7 @@ __all__ = [
     "run_json",
     "run_report_html",
     "run_state_text",
+    "step_items",
     "steps_table",
     "timeline_svg",
     "trace_json",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from html import escape
 
@@ -125,7 +125,7 @@ def _meter(used: float | None, asked: float | None) -> str:
     return f'<span class="meter" title="{pct:.0f}% of the request"><span style="width:{pct:.1f}%"></span></span>'
 
 
-def _resources(uses: list[StepUse]) -> str:
+def _resources(uses: list[StepUse], items: Mapping[str, str]) -> str:
     head = "".join(
         f"<th>{h}</th>"
         for h in ("step", "attempts", "memory asked", "peak memory", "", "CPUs asked", "cores used", "", "CPU time", "")
@@ -140,7 +140,7 @@ def _resources(uses: list[StepUse]) -> str:
         flag = f'<td class="flag" data-flag="over-ask">{"; ".join(flags)}</td>' if flags else "<td></td>"
         rows.append(
             f'<tr data-step="{escape(u.step)}">'
-            + _cell(u.step)
+            + _cell(f"{u.step} {items[u.step]}" if u.step in items else u.step)
             + _cell(str(u.attempts), "num")
             + _cell(format_bytes(u.memory) if u.memory else "-", "num")
             + _cell(format_bytes(u.peak_memory) if u.peak_memory is not None else "unknown", "num")
@@ -186,9 +186,14 @@ def timeline_svg(run: RunRecord, attempts: list[AttemptRecord], planned: Plan | 
 
 
 def run_report_html(
-    run: RunRecord, steps: list[StepRecord], attempts: list[AttemptRecord], planned: Plan | None
+    run: RunRecord,
+    steps: list[StepRecord],
+    attempts: list[AttemptRecord],
+    planned: Plan | None,
+    items: Mapping[str, str] | None = None,
 ) -> str:
-    """The whole page for one run; ``planned`` is the plan stored with it, if any."""
+    """The whole page for one run; ``planned`` is the plan stored with it, if any; ``items``:
+    fan-out items' values by step (``report.items.item_labels``), shown beside their names."""
     by_step: dict[str, list[AttemptRecord]] = {}
     for a in attempts:
         by_step.setdefault(a.step, []).append(a)
@@ -218,7 +223,7 @@ def run_report_html(
         f"{timeline_html}</section>\n"
         f'<section id="resources"><h2>Resources: asked and used</h2>'
         f'<p class="note">Peak memory is the attempt\'s cgroup peak; cores used are CPU time over run time. '
-        f"{escape(measure_note)}</p>{_resources(uses)}</section>\n"
+        f"{escape(measure_note)}</p>{_resources(uses, items or {})}</section>\n"
         f'<section id="trace"><h2>Trace</h2>{_trace(attempts, steps)}</section>\n'
         "</body>\n</html>\n"
     )

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import pwd
 import time
+from collections.abc import Mapping
 from functools import cache
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
+from hetflow.report.items import item_label
 from hetflow.report.tables import BIG, PlainTable, plain_table
 from hetflow.spec import format_duration
 from hetflow.state import QUEUED, AttemptRecord, RunRecord, StepRecord
@@ -53,49 +55,55 @@ def run_state_text(run: RunRecord, gone: bool) -> str:
     return f"{run.state} ({EXECUTOR_GONE})" if gone else run.state
 
 
+def attempt_json(a: AttemptRecord) -> dict[str, Any]:
+    """One attempt in ``show --json`` and the dashboard."""
+    return {
+        "attempt": a.attempt,
+        "variant": a.variant,
+        "node": a.node,
+        "gpus": list(a.gpus),
+        "gpu_uuids": list(a.gpu_uuids),
+        "container": a.container,
+        "image": a.image,
+        "state": a.state,
+        "exit_code": a.exit_code,
+        "started": a.started,
+        "ended": a.ended,
+        "message": a.message,
+        # what it asked (a retry policy may have grown it) and what it used at most
+        "cpus": a.cpus,
+        "memory": a.memory,
+        "peak_memory": a.peak_memory,
+        "cpu_seconds": a.cpu_seconds,
+        # the container's (a cluster job's) own start and end, as its engine or node saw them;
+        # "started" above is when it was handed to the engine
+        "run_started": a.run_started,
+        "run_ended": a.run_ended,
+        # what its GPUs did, sampled from NVML (percent; bytes; "process" when the
+        # memory is the attempt's own, "device" when it is all that was on its GPUs)
+        "gpu_util_mean": a.gpu_util_mean,
+        "gpu_util_max": a.gpu_util_max,
+        "gpu_memory_peak": a.gpu_memory_peak,
+        "gpu_memory_of": a.gpu_memory_of,
+        # the version of the run's workflow it ran (a resume applying an edit adds one);
+        # None: recorded by a hetflow that did not track it
+        "workflow_version": a.workflow_version,
+    }
+
+
 def run_json(
     run: RunRecord,
     steps: list[StepRecord],
     attempts: list[AttemptRecord] | None = None,
     *,
     executor_gone: bool = False,
+    items: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
+    """``items``: fan-out items' values by step (``report.items.step_items``)."""
+    items = items or {}
     by_step: dict[str, list[dict[str, Any]]] = {}
     for a in attempts or []:
-        by_step.setdefault(a.step, []).append(
-            {
-                "attempt": a.attempt,
-                "variant": a.variant,
-                "node": a.node,
-                "gpus": list(a.gpus),
-                "gpu_uuids": list(a.gpu_uuids),
-                "container": a.container,
-                "image": a.image,
-                "state": a.state,
-                "exit_code": a.exit_code,
-                "started": a.started,
-                "ended": a.ended,
-                "message": a.message,
-                # what it asked (a retry policy may have grown it) and what it used at most
-                "cpus": a.cpus,
-                "memory": a.memory,
-                "peak_memory": a.peak_memory,
-                "cpu_seconds": a.cpu_seconds,
-                # the container's (a cluster job's) own start and end, as its engine or node saw them;
-                # "started" above is when it was handed to the engine
-                "run_started": a.run_started,
-                "run_ended": a.run_ended,
-                # what its GPUs did, sampled from NVML (percent; bytes; "process" when the
-                # memory is the attempt's own, "device" when it is all that was on its GPUs)
-                "gpu_util_mean": a.gpu_util_mean,
-                "gpu_util_max": a.gpu_util_max,
-                "gpu_memory_peak": a.gpu_memory_peak,
-                "gpu_memory_of": a.gpu_memory_of,
-                # the version of the run's workflow it ran (a resume applying an edit adds one);
-                # None: recorded by a hetflow that did not track it
-                "workflow_version": a.workflow_version,
-            }
-        )
+        by_step.setdefault(a.step, []).append(attempt_json(a))
     done = sum(s.state == "succeeded" for s in steps)
     return {
         "id": run.id,
@@ -115,6 +123,8 @@ def run_json(
         "steps": [
             {
                 "step": s.step,
+                "item": items.get(s.step),  # a fan-out item's values (None: not an item)
+                "item_label": item_label(items[s.step]) if s.step in items else None,
                 "state": s.state,
                 "queued": s.shown_state == QUEUED,  # handed to the engine, which has not started it
                 "variant": s.variant,
@@ -196,14 +206,20 @@ def _step_cells(s: StepRecord, now: float | None) -> list[str]:
 
 
 def _plain_steps(
-    steps: list[StepRecord], *, reasons: bool, now: float | None, images: dict[str, str] | None
+    steps: list[StepRecord],
+    *,
+    reasons: bool,
+    now: float | None,
+    images: dict[str, str] | None,
+    items: Mapping[str, str] | None,
 ) -> PlainTable:
     headers = list(STEP_COLUMNS)
+    headers[1:1] = ["ITEM"] if items else []
     headers += ["IMAGE"] if images is not None else []
     headers += ["WHY"] if reasons else []
     rows = []
     for s in steps:
-        row = [s.step, s.shown_state, *_step_cells(s, now)]
+        row = [s.step, *([items.get(s.step, "")] if items else []), s.shown_state, *_step_cells(s, now)]
         row += [short_image(images.get(s.step, "-"))] if images is not None else []
         row += [s.reason] if reasons else []
         rows.append(row)
@@ -216,18 +232,24 @@ def steps_table(
     reasons: bool = True,
     now: float | None = None,
     images: dict[str, str] | None = None,
+    items: Mapping[str, str] | None = None,
 ) -> Table | PlainTable:
+    """``items``: a fan-out item's values by step (``report.items``), in an ITEM column."""
     if len(steps) > BIG:
-        return _plain_steps(steps, reasons=reasons, now=now, images=images)
+        return _plain_steps(steps, reasons=reasons, now=now, images=images, items=items)
     t = Table(box=None, header_style="bold", pad_edge=False)
-    for col in STEP_COLUMNS:
+    columns = list(STEP_COLUMNS)
+    columns[1:1] = ["ITEM"] if items else []
+    for col in columns:
         t.add_column(col, no_wrap=True)
     if images is not None:
         t.add_column("IMAGE", overflow="fold")
     if reasons:
         t.add_column("WHY", overflow="fold")
     for s in steps:
-        row: list[Any] = [s.step, styled(s.shown_state), *_step_cells(s, now)]
+        # Text: a label such as [lr=0.1] is no markup
+        row: list[Any] = [s.step, *([Text(items.get(s.step, ""))] if items else []), styled(s.shown_state)]
+        row += _step_cells(s, now)
         if images is not None:
             row.append(short_image(images.get(s.step, "-")))
         if reasons:

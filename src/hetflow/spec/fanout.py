@@ -75,7 +75,7 @@ def static_items(
             Problem(file, line_of((*base, "matrix")), f"step {name!r} has both 'foreach' and 'matrix'; keep one")
         ]
     if step.matrix is not None:
-        return _matrix(name, step.matrix, file, line_of)
+        return _matrix(name, _matrix_params(step.matrix, params), file, line_of)
     f = step.foreach
     where = line_of((*base, "foreach"))
     if isinstance(f, list):
@@ -165,6 +165,26 @@ def _source_problems(name: str, kind: str, ref: Any, file: str, line: int) -> tu
     return None, []
 
 
+def _matrix_params(matrix: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """A matrix whose axes may be list params (``lr: '{{ params.lrs }}'``, so a sweep is set
+    from the command line: ``-p lrs='[0.1, 0.01]'``); an unknown or scalar param is left as
+    written for ``_matrix`` to refuse."""
+    out = dict(matrix)
+    for axis, values in matrix.items():
+        m = _PARAM_ONLY.match(values) if isinstance(values, str) else None
+        if m and isinstance(params.get(m.group(1)), list):
+            out[axis] = params[m.group(1)]
+        elif isinstance(values, list) and axis != "exclude":  # a value that is a scalar param, as its value
+            out[axis] = [_param_value(v, params) for v in values]
+    return out
+
+
+def _param_value(value: Any, params: Mapping[str, Any]) -> Any:
+    m = _PARAM_ONLY.match(value) if isinstance(value, str) else None
+    found = params.get(m.group(1)) if m else None
+    return found if isinstance(found, str | int | float | bool) else value
+
+
 def _matrix(
     name: str, matrix: Mapping[str, Any], file: str, line_of: LineOf
 ) -> tuple[list[Item] | None, list[Problem]]:
@@ -186,7 +206,8 @@ def _matrix(
                 Problem(
                     file,
                     line_of(("steps", name, "matrix", axis)),
-                    f"matrix axis {axis!r} of step {name!r} is {values!r}; give a non-empty list of values",
+                    f"matrix axis {axis!r} of step {name!r} is {values!r}; give a non-empty list of values"
+                    + (" (or a param declared as a list)" if isinstance(values, str) and "params." in values else ""),
                 )
             )
     if not isinstance(exclude, list) or not all(isinstance(e, dict) for e in exclude):
@@ -236,8 +257,9 @@ def expand(
     return wf.model_copy(update={"steps": steps}), problems
 
 
-def expand_static(wf: Workflow, file: str, line_of: LineOf) -> tuple[Workflow, list[Problem]]:
-    """Expand every fan-out whose list is known when the file is read."""
+def expand_static(wf: Workflow, file: str, line_of: LineOf) -> tuple[Workflow, list[Problem], dict[str, list[Item]]]:
+    """Expand every fan-out whose list is known when the file is read; also the items, by
+    step (recorded with a run, so that each item's values can be shown)."""
     known: dict[str, list[Item]] = {}
     problems: list[Problem] = []
     for name, step in wf.steps.items():
@@ -248,8 +270,9 @@ def expand_static(wf: Workflow, file: str, line_of: LineOf) -> tuple[Workflow, l
         if items is not None:
             known[name] = items
     if problems:
-        return wf, problems
-    return expand(wf, known, file, line_of)
+        return wf, problems, {}
+    expanded, problems = expand(wf, known, file, line_of)
+    return expanded, problems, known
 
 
 def _item_step(

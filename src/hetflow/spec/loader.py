@@ -45,6 +45,9 @@ class LoadedWorkflow:
     # the texts of the ``include:`` files as they were read, by path: recorded with a run, so
     # its recorded workflow reads them, not the files as they are later
     includes: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # the items of each fan-out known when the file was read (a list, a range, a matrix, a
+    # list param), by step: recorded with a run so that each item's values can be shown
+    fanouts: Mapping[str, Sequence[Any]] = field(default_factory=dict, repr=False)
 
     def line(self, *loc: str | int) -> int:
         return line_of(self.lines, loc)
@@ -110,7 +113,7 @@ def _parse(
         raise SpecError(problems) from None
     wf, publish_problems = _workflow_publish(wf, file, lines)
     problems += publish_problems
-    wf, fanout_problems = expand_static(wf, file, lambda loc: line_of(lines, loc))
+    wf, fanout_problems, fanouts = expand_static(wf, file, lambda loc: line_of(lines, loc))
     problems += fanout_problems
     _item_lines(wf, lines)
     wf, template_problems = render_params(wf, file, lines)
@@ -121,7 +124,7 @@ def _parse(
     problems = list(dict.fromkeys(problems))  # a fan-out's items repeat their step's problems
     if any(p.severity == "error" for p in problems):
         raise SpecError(problems)
-    return LoadedWorkflow(wf, file, text, dict(lines), dict(wf.params), tuple(problems), includes)
+    return LoadedWorkflow(wf, file, text, dict(lines), dict(wf.params), tuple(problems), includes, fanouts)
 
 
 def expand_loaded(loaded: LoadedWorkflow, known: Mapping[str, Sequence[Any]]) -> LoadedWorkflow:

@@ -16,7 +16,7 @@ from hetflow.errors import HetflowError
 from hetflow.execute import RunPlan, load_recorded
 from hetflow.inventory import Node
 from hetflow.plan import MachineClass
-from hetflow.report import node_to_json, run_json
+from hetflow.report import node_to_json, run_json, step_items
 from hetflow.spec import edges_of, fanout_parent
 from hetflow.state import RUN_TERMINAL, SUCCEEDED, Lease, RunRecord, Store, executor_gone
 
@@ -181,7 +181,9 @@ def run_detail(store: Store, run_id: str, cache: RunCache, *, show_env: bool = F
     """``hetflow show --json`` plus the DAG, each step's last image, retries and env names."""
     rid = store.resolve_run_id(run_id)
     record, steps, attempts = store.run(rid), store.steps(rid), store.attempts(rid)
-    data = run_json(record, steps, attempts, executor_gone=executor_gone(record))
+    data = run_json(
+        record, steps, attempts, executor_gone=executor_gone(record), items=step_items(store.expansions(rid))
+    )
     data["outputs"] = [o.__dict__ for o in store.outputs(rid)]
     data["backend"] = record.backend
     data["duration"] = _duration(record)

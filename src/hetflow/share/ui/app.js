@@ -470,7 +470,10 @@
 
     function stepRow(s) {
       const tr = el("tr", { class: "clickable", "data-step": s.step, "data-state": s.state });
-      tr.append(el("td", { class: "step", text: s.step }), el("td", { class: "state" }), el("td", { class: "node" }),
+      // a fan-out item's values beside its name (train.3 [lr=0.01,bs=32])
+      const name = el("td", { class: "step", text: s.step });
+      if (s.item_label) name.appendChild(el("span", { class: "item", text: " " + s.item_label }));
+      tr.append(name, el("td", { class: "state" }), el("td", { class: "node" }),
         el("td", { class: "gpus" }), el("td", { class: "variant" }), el("td", { class: "image" }), el("td", { class: "exit num" }),
         el("td", { class: "retries num" }), el("td", { class: "started" }), el("td", { class: "duration num" }), el("td", { class: "act" }));
       fillRow(tr, s);
