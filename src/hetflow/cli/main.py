@@ -13,7 +13,15 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
+from hetflow.cli.common import (
+    PARAMS_FILE_HELP,
+    console,
+    err,
+    gather_params,
+    open_store,
+    print_json,
+    print_problems,
+)
 from hetflow.cli.helptext import plain_help
 from hetflow.cli.shell import completion_words
 from hetflow.config import check_environment, hetflow_home
@@ -86,6 +94,7 @@ PARAM_OPT = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VA
 def validate(
     file: Path = typer.Argument(..., help="Workflow YAML."),
     param: list[str] = PARAM_OPT,
+    params_file: Path | None = typer.Option(None, "--params-file", metavar="FILE", help=PARAMS_FILE_HELP),
     json_out: bool = typer.Option(False, "--json", help="Problems as JSON."),
     offline: bool = typer.Option(False, "--offline", help="Ask no registry and no S3 endpoint (said in a note)."),
 ) -> None:
@@ -98,7 +107,8 @@ def validate(
     pending: dict[str, str] = {}
     steps = 0
     try:
-        loaded = load_workflow_cached(file, parse_params(param))
+        params, origins = gather_params(param, params_file)
+        loaded = load_workflow_cached(file, params, origins=origins)
         problems = check_run(open_store(), loaded, discover(hetflow_home()), offline=offline)
         steps = len(loaded.workflow.steps)
         for name, step in loaded.workflow.steps.items():

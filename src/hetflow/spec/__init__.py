@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         Workflow,
         fanout_parent,
     )
+    from hetflow.spec.overrides import RESOURCE_KINDS, Origin, ResourceOverrides, override_resources, resource_problem
     from hetflow.spec.problems import did_you_mean, problem_from_error
     from hetflow.spec.resources import (
         GpuConstraint,
@@ -55,6 +56,7 @@ _WHERE = {
     "imageref": ["DOCKER_HUB", "ImageReference", "ReferenceSyntaxError", "parse_reference"],
     "fanout": ["Source", "expand", "file_items", "is_fanout", "line_items", "pending_source"],
     "loader": ["LoadedWorkflow", "expand_loaded", "load_workflow", "no_cyclic_gc", "parse_workflow"],
+    "overrides": ["RESOURCE_KINDS", "Origin", "ResourceOverrides", "override_resources", "resource_problem"],
     "problems": ["did_you_mean", "problem_from_error"],
     "yamlfile": ["compose_yaml", "line_of", "read_yaml_text"],
     "models": [
@@ -87,6 +89,7 @@ __all__ = [
     "FANOUT_SEP",
     "GANG_ENV",
     "RESERVED_ENV",
+    "RESOURCE_KINDS",
     "Backoff",
     "DataSet",
     "Gang",
@@ -95,8 +98,10 @@ __all__ = [
     "GpuVendor",
     "ImageReference",
     "LoadedWorkflow",
+    "Origin",
     "Publish",
     "ReferenceSyntaxError",
+    "ResourceOverrides",
     "Resources",
     "Retry",
     "Source",
@@ -124,6 +129,7 @@ __all__ = [
     "mig_profile",
     "mig_slices",
     "no_cyclic_gc",
+    "override_resources",
     "parse_duration",
     "parse_factor",
     "parse_memory",
@@ -132,6 +138,7 @@ __all__ = [
     "pending_source",
     "problem_from_error",
     "read_yaml_text",
+    "resource_problem",
     "topo_order",
 ]
 

@@ -26,6 +26,7 @@ from hetflow.errors import Problem, SpecError
 from hetflow.spec.checks import check_workflow
 from hetflow.spec.fanout import expand, expand_static
 from hetflow.spec.models import ParamValue, Publish, Workflow, fanout_parent
+from hetflow.spec.overrides import Origin
 from hetflow.spec.params import apply_overrides, render_params
 from hetflow.spec.problems import did_you_mean, problem_from_error
 from hetflow.spec.templates import apply_templates
@@ -48,7 +49,10 @@ class LoadedWorkflow:
 
 
 def load_workflow(
-    path: str | Path, overrides: Mapping[str, object] | None = None, base: Path | None = None
+    path: str | Path,
+    overrides: Mapping[str, object] | None = None,
+    base: Path | None = None,
+    origins: Mapping[str, Origin] | None = None,
 ) -> LoadedWorkflow:
     """Load a workflow file; relative data paths, publish targets and includes are read
     against ``base`` (default: the file's directory; a resumed run passes the original's).
@@ -56,15 +60,20 @@ def load_workflow(
     keeps big parses under HETFLOW_HOME (spec/ reads only the files a workflow names)."""
     p = Path(path)
     text = read_yaml_text(p, "a workflow YAML")
-    return parse_workflow(text, str(p), overrides, base=base or p.resolve().parent)
+    return parse_workflow(text, str(p), overrides, base=base or p.resolve().parent, origins=origins)
 
 
 def parse_workflow(
-    text: str, file: str = "<workflow>", overrides: Mapping[str, object] | None = None, base: Path | None = None
+    text: str,
+    file: str = "<workflow>",
+    overrides: Mapping[str, object] | None = None,
+    base: Path | None = None,
+    origins: Mapping[str, Origin] | None = None,
 ) -> LoadedWorkflow:
-    """Parse, validate and template a workflow; raise SpecError listing every problem."""
+    """Parse, validate and template a workflow; raise SpecError listing every problem.
+    ``origins``: where each override was written (``spec.overrides.Origin``; default ``-p``)."""
     with no_cyclic_gc():
-        return _parse(text, file, overrides, base or Path.cwd())
+        return _parse(text, file, overrides, base or Path.cwd(), origins or {})
 
 
 @contextlib.contextmanager
@@ -82,13 +91,15 @@ def no_cyclic_gc() -> Iterator[None]:
             gc.enable()
 
 
-def _parse(text: str, file: str, overrides: Mapping[str, object] | None, base: Path) -> LoadedWorkflow:
+def _parse(
+    text: str, file: str, overrides: Mapping[str, object] | None, base: Path, origins: Mapping[str, Origin]
+) -> LoadedWorkflow:
     data, lines, problems = compose_yaml(text, file)
     if problems:
         raise SpecError(problems)
     if not isinstance(data, dict):
         raise SpecError([Problem(file, 1, "a workflow is a YAML mapping with apiVersion, name and steps")])
-    problems = apply_overrides(data, overrides or {}, file, lines)
+    problems = apply_overrides(data, overrides or {}, file, lines, origins)
     template_problems = apply_templates(data, file, lines, base, compose_yaml)
     if template_problems:
         raise SpecError(problems + template_problems)
