@@ -38,6 +38,8 @@ profiles:
     resources: {template: {bb: {memory: 96Mi}}}
   big:
     resources: {step: {show: {memory: 128Mi}}}
+  typo:
+    resources: {template: {bbb: {cpus: 2}}}
 """
     )
     params = tmp_path / "p.yaml"
@@ -67,10 +69,18 @@ def test_a_profile_reaches_the_container_and_a_params_file_the_command(
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--profile", "bgi"], "config.yaml has no profile 'bgi' (did you mean 'big'?); its profiles: small, big"),
-        (["--params-file", "LIST"], "p.yaml:1: a params file is a mapping of param names to values"),
+        (
+            ["run", "--profile", "bgi"],
+            "config.yaml has no profile 'bgi' (did you mean 'big'?); its profiles: small, big, typo",
+        ),
+        (["run", "--params-file", "LIST"], "p.yaml:1: a params file is a mapping of param names to values"),
+        (
+            ["validate", "--profile", "typo"],
+            "config.yaml:9: error: profile 'typo': resources.template.bbb: workflow 'prof' has no template 'bbb'"
+            " (did you mean 'bb'?); its templates: bb",
+        ),
     ],
-    ids=["unknown-profile", "params-file-not-a-mapping"],
+    ids=["run-unknown-profile", "run-params-file-not-a-mapping", "validate-override-of-no-template"],
 )
 def test_a_bad_profile_or_params_file_exits_2_and_names_it(
     hf: Hetflow, tmp_path: Path, busybox: str, args: list[str], message: str
@@ -78,7 +88,7 @@ def test_a_bad_profile_or_params_file_exits_2_and_names_it(
     wf, config, params = _files(tmp_path, busybox)
     params.write_text("- n\n")
     args = [str(params) if a == "LIST" else a for a in args]
-    proc = hf("run", str(wf), "--config", str(config), *args, check=False)
+    proc = hf(args[0], str(wf), "--config", str(config), *args[1:], check=False)
     assert proc.returncode == 2
     assert message in " ".join(proc.stderr.split())
     assert "Traceback" not in proc.stderr
