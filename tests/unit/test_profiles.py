@@ -3,6 +3,7 @@ profiles < params file < -p), resources by template or step, every bad input nam
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -137,6 +138,28 @@ def test_a_settings_file_param_the_workflow_lacks_is_skipped_with_a_note(tmp_pat
     (note,) = loaded.notes
     assert (note.file, note.line, note.severity) == (str(tmp_path / "config.yaml"), 3, "note")
     assert "declares no param 'batch'" in note.message
+
+
+def test_what_a_profile_names_must_exist_what_the_top_level_names_may_not(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text(
+        "params: {batch: 32}\nresources: {template: {java: {cpus: 2}}}\n"
+        "profiles:\n  p: {params: {batch: 64}}\n  r: {resources: {template: {java: {cpus: 4}}}}\n"
+    )
+    settings = load_settings(None, tmp_path, {})
+    loaded = apply_resources(
+        parse_workflow(WORKFLOW, "w.yaml"), settings.resources, settings.resource_origins, strict=True
+    )
+    assert [(n.line, n.severity) for n in loaded.notes] == [(2, "note")]
+    assert "has no template 'java'" in loaded.notes[0].message
+    settings = load_settings(None, tmp_path, {}, profiles=("p",))
+    params, origins = layer_params(settings.params, settings.param_origins, None, {})
+    lacks = "profile 'p': param 'batch': workflow w.yaml declares no param 'batch'"
+    with pytest.raises(SpecError, match=re.escape(lacks)):
+        parse_workflow(WORKFLOW, "w.yaml", params, origins=origins)
+    settings = load_settings(None, tmp_path, {}, profiles=("r",))
+    lacks = "profile 'r': resources.template.java: workflow 'w' has no template 'java'"
+    with pytest.raises(SpecError, match=re.escape(lacks)):
+        apply_resources(parse_workflow(WORKFLOW, "w.yaml"), settings.resources, settings.resource_origins, strict=True)
 
 
 def test_a_recorded_run_skips_an_override_its_edited_file_no_longer_matches() -> None:

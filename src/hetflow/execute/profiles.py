@@ -11,7 +11,10 @@ As Nextflow's ``-profile a,b`` and ``-params-file``, and Snakemake's ``--profile
 --backend/--cluster; a profile is chosen on the command line, the environment is ambient).
 
 Every value is checked where it is read, and a bad one is named as ``FILE:LINE: what to
-change`` (UsageError, exit 2).
+change`` (UsageError, exit 2).  What a workflow lacks (a param it does not declare, a
+template or step an override names) is refused when a profile, the params file or ``-p``
+names it (chosen for this run), and skipped with a note when the file's top level does (it
+serves every workflow).
 """
 
 from __future__ import annotations
@@ -55,14 +58,15 @@ class Layers:
         for name, value in (section.get("params") or {}).items():
             self.params[str(name)] = value
             where = line_of(lines, (*loc, "params", name))
-            # a settings file serves every workflow: a param one does not declare is skipped
-            self.param_origins[str(name)] = Origin(file, where, part, optional=True)
+            # the file's top level serves every workflow: a param one does not declare is
+            # skipped with a note; a profile is chosen for this run, and refused as -p is
+            self.param_origins[str(name)] = Origin(file, where, part, optional=not part)
         for kind, named in (section.get("resources") or {}).items():
             for name, values in named.items():
                 mine = self.resources.setdefault(kind, {})
                 mine[name] = {**mine.get(name, {}), **values}
                 where = line_of(lines, (*loc, "resources", kind, name))
-                self.resource_origins[(kind, name)] = Origin(file, where, part)
+                self.resource_origins[(kind, name)] = Origin(file, where, part, optional=not part)
 
 
 def check_section(section: Mapping[str, Any], lines: Mapping[Loc, int], file: str, loc: Loc) -> str | None:
@@ -189,9 +193,9 @@ def apply_resources(
     if not resources:
         return loaded
     wf, problems = override_resources(loaded.workflow, resources, origins or {}, strict=strict)
-    if problems:
+    if any(p.severity == "error" for p in problems):
         raise SpecError(problems)
-    return dataclasses.replace(loaded, workflow=wf)
+    return dataclasses.replace(loaded, workflow=wf, notes=(*loaded.notes, *problems))
 
 
 def _param_value(value: object) -> bool:

@@ -67,8 +67,9 @@ def override_resources(
 ) -> tuple[Workflow, list[Problem]]:
     """``wf`` with every matched step's resources overridden; the problems name the file and
     line the override was written at.  ``strict`` (a new run): a template or step the
-    workflow does not have is refused; a run read back from the store skips it (its file may
-    have been edited since)."""
+    workflow does not have is refused (a note, where its origin is ``optional``: a settings
+    file's top level serves every workflow); a run read back from the store skips it (its
+    file may have been edited since)."""
     problems: list[Problem] = []
     by_template = overrides.get("template", {})
     by_step = overrides.get("step", {})
@@ -85,10 +86,12 @@ def override_resources(
                             where.file,
                             where.line,
                             f"{where.part + ': ' if where.part else ''}resources.{kind}.{name}: workflow "
-                            f"{wf.name!r} has no {kind} {name!r}{did_you_mean(name, known)}; its {kind}s: {listed}",
+                            f"{wf.name!r} has no {kind} {name!r}{did_you_mean(name, known)}; its {kind}s: {listed}"
+                            + ("; skipped" if where.optional else ""),
+                            "note" if where.optional else "error",
                         )
                     )
-        if problems:
+        if any(p.severity == "error" for p in problems):
             return wf, problems
     changed: dict[str, Step] = {}
     for sname, step in wf.steps.items():
