@@ -43,10 +43,11 @@ from hetflow.spec import (
 Loc = tuple[str | int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass
 class Layers:
     """What a settings file's sections (and the profiles chosen) give a run, with where each
-    value was written."""
+    value was written: built up by ``add`` inside ``load_settings``, which hands its parts
+    on in the frozen ``Settings``."""
 
     params: dict[str, Any] = field(default_factory=dict)
     param_origins: dict[str, Origin] = field(default_factory=dict)
