@@ -61,9 +61,11 @@ def test_a_profile_reaches_the_container_and_a_params_file_the_command(
     # greeting: the profile over the settings file; n: the params file over both; code: -p over the params file
     assert "greeting=small n=7" in logs
     assert str(128 * 2**20) in logs  # the later profile's step override over the earlier one's template override
-    hf("resume", run_id, "-q", check=False)  # the step fails again (code=3 was recorded): its limit is the same
-    attempts = [line for line in hf("logs", run_id, "show").stdout.splitlines() if line.endswith(str(128 * 2**20))]
-    assert len(attempts) == 2, attempts
+    # resume reads the run back: the merged params (code=3 too, so the step fails again) and the limit
+    hf("resume", run_id, "-q", check=False)
+    lines = hf("logs", run_id, "show").stdout.splitlines()
+    assert len([line for line in lines if line.endswith(str(128 * 2**20))]) == 2, lines
+    assert len([line for line in lines if line.endswith("greeting=small n=7")]) == 2, lines
 
 
 @pytest.mark.parametrize(
