@@ -67,7 +67,7 @@ def test_help_shows_no_parser_tags(command: str) -> None:
 @pytest.mark.parametrize(
     ("command", "expected"),
     [
-        ("run", ["Usage: hetflow run [OPTIONS] FILE", "-p      NAME=VALUE", "--variant           STEP=NAME"]),
+        ("run", ["Usage: hetflow run [OPTIONS] FILE", "-p      NAME=VALUE", "--variant              STEP=NAME"]),
         ("logs", ["Usage: hetflow logs [OPTIONS] RUN [STEP]"]),
         ("images build-index", ["Usage: hetflow images build-index [OPTIONS] TARGET TAG=FEATURES..."]),
     ],

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -13,6 +14,9 @@ from rich.markup import escape
 from hetflow.config import hetflow_home
 from hetflow.errors import Problem, UsageError
 from hetflow.state import Store
+
+if TYPE_CHECKING:
+    from hetflow.spec import Origin
 
 # Off a terminal rich would wrap tables at 80 columns; logs and pipes read better unwrapped.
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -33,6 +37,24 @@ def parse_params(items: Iterable[str]) -> dict[str, str]:
             raise UsageError(f"-p {item!r}: write -p NAME=VALUE, e.g. -p size=1024")
         out[key.strip()] = value
     return out
+
+
+PARAMS_FILE_HELP = "Params from a YAML or JSON mapping, NAME: VALUE; -p wins over it (README: Profiles and params)."
+
+
+def gather_params(
+    param: Iterable[str],
+    params_file: Path | None,
+    settings_params: Mapping[str, Any] | None = None,
+    settings_origins: Mapping[str, Origin] | None = None,
+) -> tuple[dict[str, object], dict[str, Origin]]:
+    """The params to load a workflow with, and where each was written: the settings file and
+    its profiles < ``--params-file`` < ``-p`` (``hetflow.execute.layer_params``)."""
+    from hetflow.execute import layer_params, read_params_file
+
+    cli = parse_params(param)
+    from_file = read_params_file(params_file) if params_file is not None else None
+    return layer_params(settings_params or {}, settings_origins or {}, from_file, cli)
 
 
 MAX_NOTES = 20  # every error is printed; of the notes (a big fan-out repeats one), this many

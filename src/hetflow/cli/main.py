@@ -13,7 +13,15 @@ from pathlib import Path
 import typer
 from rich.markup import escape
 
-from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
+from hetflow.cli.common import (
+    PARAMS_FILE_HELP,
+    console,
+    err,
+    gather_params,
+    open_store,
+    print_json,
+    print_problems,
+)
 from hetflow.cli.helptext import plain_help
 from hetflow.cli.shell import completion_words
 from hetflow.config import check_environment, hetflow_home
@@ -86,19 +94,31 @@ PARAM_OPT = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VA
 def validate(
     file: Path = typer.Argument(..., help="Workflow YAML."),
     param: list[str] = PARAM_OPT,
+    params_file: Path | None = typer.Option(None, "--params-file", metavar="FILE", help=PARAMS_FILE_HELP),
+    config: Path | None = typer.Option(
+        None, "--config", metavar="FILE", help="Settings file (default $HETFLOW_HOME/config.yaml)."
+    ),
+    profile: list[str] = typer.Option(
+        [], "--profile", metavar="NAME,...", help="Check with the settings file's profiles, as `hetflow run` would."
+    ),
     json_out: bool = typer.Option(False, "--json", help="Problems as JSON."),
     offline: bool = typer.Option(False, "--offline", help="Ask no registry and no S3 endpoint (said in a note)."),
 ) -> None:
     """Check a workflow: everything `hetflow run` would refuse on this machine, all at once."""
-    from hetflow.execute import check_run
+    from hetflow.execute import apply_resources, check_run, load_settings, split_profiles
     from hetflow.inventory import discover
     from hetflow.spec import pending_source
     from hetflow.state import load_workflow_cached
 
+    # the params and resources a run would take from the settings file; validate checks on
+    # this machine (check_run), so the file's backend (and the cluster it needs) is not asked for
+    settings = load_settings(config, hetflow_home(), os.environ, backend="local", profiles=split_profiles(profile))
     pending: dict[str, str] = {}
     steps = 0
     try:
-        loaded = load_workflow_cached(file, parse_params(param))
+        params, origins = gather_params(param, params_file, settings.params, settings.param_origins)
+        loaded = load_workflow_cached(file, params, origins=origins)
+        loaded = apply_resources(loaded, settings.resources, settings.resource_origins, strict=True)
         problems = check_run(open_store(), loaded, discover(hetflow_home()), offline=offline)
         steps = len(loaded.workflow.steps)
         for name, step in loaded.workflow.steps.items():

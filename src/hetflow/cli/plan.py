@@ -8,7 +8,7 @@ from pathlib import Path
 
 import typer
 
-from hetflow.cli.common import console, err, open_store, parse_params, print_json
+from hetflow.cli.common import PARAMS_FILE_HELP, console, err, gather_params, open_store, print_json
 from hetflow.cli.slowdown import profile_slowdown
 from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
@@ -21,11 +21,12 @@ cluster_app = typer.Typer(help="Virtual clusters: which nodes to rent.", no_args
 profile_app = typer.Typer(help="Run times learned from finished runs.", no_args_is_help=True)
 
 
-def _load(workflow: Path, param: list[str]) -> LoadedWorkflow:
+def _load(workflow: Path, param: list[str], params_file: Path | None = None) -> LoadedWorkflow:
     """The workflow with its fan-outs over host data expanded (the files are listed)."""
     from hetflow.execute import expand_for_planning
 
-    return expand_for_planning(load_workflow_cached(workflow, parse_params(param)))
+    params, origins = gather_params(param, params_file)
+    return expand_for_planning(load_workflow_cached(workflow, params, origins=origins))
 
 
 import_app = typer.Typer(help="Convert workflows from other formats.", no_args_is_help=True)
@@ -40,6 +41,7 @@ HERE_OPT = typer.Option(
     help="Cluster file (YAML, kind: Cluster), or what `hetflow nodes --json` prints; default: this machine.",
 )
 PARAM_OPT = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE.")
+PARAMS_FILE_OPT = typer.Option(None, "--params-file", metavar="FILE", help=PARAMS_FILE_HELP)
 
 
 def register(app: typer.Typer) -> None:
@@ -133,6 +135,7 @@ def plan_cmd(
     workflow: Path = typer.Argument(..., help="Workflow YAML."),
     cluster: Path | None = HERE_OPT,
     param: list[str] = PARAM_OPT,
+    params_file: Path | None = PARAMS_FILE_OPT,
     objective: str = typer.Option("makespan", "--objective", help="makespan or cost."),
     deadline: str | None = typer.Option(None, "--deadline", help="e.g. 2h, 90m (with --objective cost)."),
     budget: str | None = typer.Option(None, "--budget", help="dollars (with --objective makespan)."),
@@ -152,7 +155,7 @@ def plan_cmd(
     from hetflow.plan import first_class_rejection, parse_steer, steer_workflow
 
     steer = parse_steer(variant, prefer)
-    loaded = _load(workflow, param)
+    loaded = _load(workflow, param, params_file)
     machines = _machines(cluster)
     classes = machines.classes()
     steered, steered_why = steer_workflow(
@@ -211,6 +214,7 @@ def simulate_cmd(
     workflow: Path = typer.Argument(..., help="Workflow YAML."),
     cluster: Path | None = HERE_OPT,
     param: list[str] = PARAM_OPT,
+    params_file: Path | None = PARAMS_FILE_OPT,
     noise: float = typer.Option(0.2, "--noise", help="Run-time spread around the estimates (0.2 = ±20%)."),
     seed: int = typer.Option(0, "--seed"),
     json_out: bool = typer.Option(False, "--json"),
@@ -221,7 +225,7 @@ def simulate_cmd(
 
     if not 0 <= noise < 1:
         raise UsageError(f"--noise {noise}: give a spread in [0, 1), e.g. 0.2 for ±20%")
-    loaded = _load(workflow, param)
+    loaded = _load(workflow, param, params_file)
     instance = _instance(loaded, _machines(cluster))
     plan = _solve(instance, objective="makespan", deadline=None, budget=None, exact=False, time_limit=0, seed=seed)
     result = simulate(instance, plan, noise=noise, seed=seed)

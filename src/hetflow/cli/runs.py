@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
-from hetflow.cli.common import console, err, open_store, parse_params, print_json, print_problems
+from hetflow.cli.common import PARAMS_FILE_HELP, console, err, gather_params, open_store, print_json, print_problems
 from hetflow.cli.shell import complete_runs, complete_steps
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
@@ -63,6 +63,13 @@ def run(
     backend: str | None = typer.Option(None, "--backend", help="local (default), slurm or ray."),
     cluster: Path | None = typer.Option(None, "--cluster", help="Cluster file to plan on (slurm, ray)."),
     config: Path | None = typer.Option(None, "--config", help="Settings file (default $HETFLOW_HOME/config.yaml)."),
+    profile: list[str] = typer.Option(
+        [],
+        "--profile",
+        metavar="NAME,...",
+        help="Apply the settings file's profiles, in order (later wins): --profile slurm,gpu.",
+    ),
+    params_file: Path | None = typer.Option(None, "--params-file", metavar="FILE", help=PARAMS_FILE_HELP),
     no_cache: bool = typer.Option(False, "--no-cache", help="Run every step: reuse no cached result, keep none."),
     variant: list[str] = typer.Option([], "--variant", help="Force a variant: --variant STEP=NAME (repeatable)."),
     prefer: str | None = typer.Option(None, "--prefer", help="gpu or cpu: the kind to choose where both run."),
@@ -73,20 +80,24 @@ def run(
     json_out: bool = typer.Option(False, "--json", help="With --dry-run: machine-readable output."),
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
-    from hetflow.execute import load_settings, submit_run
+    from hetflow.execute import apply_resources, load_settings, split_profiles, submit_run
     from hetflow.inventory import discover
     from hetflow.plan import parse_steer
     from hetflow.state import load_workflow_cached
 
     steer = parse_steer(variant, prefer)
     seconds = _grace(grace)  # a bad one is refused before the run is recorded
-    settings = load_settings(config, hetflow_home(), os.environ, backend=backend, cluster=cluster)
+    settings = load_settings(
+        config, hetflow_home(), os.environ, backend=backend, cluster=cluster, profiles=split_profiles(profile)
+    )
     settings = dataclasses.replace(settings, variants=dict(steer.variants), prefer=steer.prefer)
     if no_cache:
         settings = dataclasses.replace(settings, cache=False)
     if json_out and not dry_run:
         raise UsageError("--json goes with --dry-run (a run's progress as JSON: hetflow show RUN --json)")
-    loaded = load_workflow_cached(file, parse_params(param))
+    params, origins = gather_params(param, params_file, settings.params, settings.param_origins)
+    loaded = load_workflow_cached(file, params, origins=origins)
+    loaded = apply_resources(loaded, settings.resources, settings.resource_origins, strict=True)
     store, node = open_store(), discover(hetflow_home())
     if dry_run:
         _dry_run(store, loaded, settings, node, json_out=json_out)

@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
     from hetflow.execute.prepare import cluster_instance, measured_slowdowns
     from hetflow.execute.preview import Preview, StepPreview, check_run, preview_run
+    from hetflow.execute.profiles import apply_resources, layer_params, read_params_file, split_profiles
     from hetflow.execute.runconfig import RunnerConfig
     from hetflow.execute.runner import Runner
     from hetflow.execute.runoptions import NullReporter, ProcessSeams, Reporter, RunOptions
@@ -121,6 +122,7 @@ _WHERE = {
         "resume_run",
         "submit_run",
     ],
+    "profiles": ["apply_resources", "layer_params", "read_params_file", "split_profiles"],
     "settings": ["Settings", "load_settings"],
     "stopping": ["DEFAULT_GRACE", "grace_from_env", "parse_grace"],
     "submit": ["create_run", "new_run_id", "preflight"],
@@ -169,6 +171,7 @@ __all__ = [
     "Usage",
     "accept_outputs",
     "apply_images",
+    "apply_resources",
     "attempt_label",
     "attempt_sources",
     "build_runner",
@@ -193,6 +196,7 @@ __all__ = [
     "group_records",
     "input_digests",
     "input_mounts",
+    "layer_params",
     "load_recorded",
     "load_settings",
     "log_tail",
@@ -209,6 +213,7 @@ __all__ = [
     "preflight",
     "preview_run",
     "read_lines",
+    "read_params_file",
     "recorded_gangs",
     "render_contract",
     "repair",
@@ -219,6 +224,7 @@ __all__ = [
     "select_steps",
     "sha256_of",
     "spawn_executor",
+    "split_profiles",
     "stop_run",
     "stored_plan",
     "submit_run",

@@ -37,6 +37,7 @@ from hetflow.execute.images import Resolver, default_resolver
 from hetflow.execute.lifecycle import reset_for_resume
 from hetflow.execute.podman import make_engine
 from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
+from hetflow.execute.profiles import apply_resources
 from hetflow.execute.runplan import LOCAL, RunPlan, apply_images, images_of
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import create_run, new_run_id, preflight
@@ -172,7 +173,12 @@ def load_recorded(store: Store, run_id: str) -> LoadedWorkflow:
     # the include: files as they were read when the run was recorded (none before they were kept)
     includes = json.loads(paths.includes.read_text(encoding="utf-8")) if paths.includes.exists() else None
     loaded = load_workflow_cached(paths.workflow, params, base=Path(record.workflow_file).parent, includes=includes)
-    return replay(loaded, store.expansions(run_id))
+    return replay(_recorded_resources(loaded, record), store.expansions(run_id))
+
+
+def _recorded_resources(loaded: LoadedWorkflow, record: RunRecord) -> LoadedWorkflow:
+    """The resource overrides the run was started with (a profile's; ``profiles``), again."""
+    return apply_resources(loaded, Settings.from_json(record.backend_json).resources, strict=False)
 
 
 def open_run(
@@ -272,7 +278,8 @@ def _load_current(record: RunRecord) -> LoadedWorkflow:
         f" the run as it is: hetflow resume {record.id} --as-recorded"
     )
     try:
-        return load_workflow_cached(record.workflow_file, json.loads(record.params_json))
+        loaded = load_workflow_cached(record.workflow_file, json.loads(record.params_json))
+        return _recorded_resources(loaded, record)
     except SpecError as exc:
         raise SpecError([*exc.problems, Problem(record.workflow_file, 1, hint, "note")]) from None
 

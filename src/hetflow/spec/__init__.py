@@ -27,6 +27,7 @@ if TYPE_CHECKING:
         Workflow,
         fanout_parent,
     )
+    from hetflow.spec.overrides import RESOURCE_KINDS, Origin, ResourceOverrides, override_resources, resource_problem
     from hetflow.spec.problems import did_you_mean, problem_from_error
     from hetflow.spec.resources import (
         GpuConstraint,
@@ -57,6 +58,7 @@ _WHERE = {
     "fanout": ["Source", "expand", "file_items", "is_fanout", "line_items", "pending_source"],
     "when": ["CONDITION_MAX_BYTES", "SKIPPED_BY_CONDITION", "ConditionError", "evaluate", "output_refs"],
     "loader": ["LoadedWorkflow", "expand_loaded", "load_workflow", "no_cyclic_gc", "parse_workflow"],
+    "overrides": ["RESOURCE_KINDS", "Origin", "ResourceOverrides", "override_resources", "resource_problem"],
     "problems": ["did_you_mean", "problem_from_error"],
     "yamlfile": ["compose_yaml", "line_of", "read_yaml_text"],
     "models": [
@@ -90,6 +92,7 @@ __all__ = [
     "FANOUT_SEP",
     "GANG_ENV",
     "RESERVED_ENV",
+    "RESOURCE_KINDS",
     "SKIPPED_BY_CONDITION",
     "Backoff",
     "ConditionError",
@@ -100,8 +103,10 @@ __all__ = [
     "GpuVendor",
     "ImageReference",
     "LoadedWorkflow",
+    "Origin",
     "Publish",
     "ReferenceSyntaxError",
+    "ResourceOverrides",
     "Resources",
     "Retry",
     "Source",
@@ -131,6 +136,7 @@ __all__ = [
     "mig_slices",
     "no_cyclic_gc",
     "output_refs",
+    "override_resources",
     "parse_duration",
     "parse_factor",
     "parse_memory",
@@ -139,6 +145,7 @@ __all__ = [
     "pending_source",
     "problem_from_error",
     "read_yaml_text",
+    "resource_problem",
     "topo_order",
 ]
 

@@ -26,6 +26,7 @@ from hetflow.errors import Problem, SpecError
 from hetflow.spec.checks import check_workflow
 from hetflow.spec.fanout import expand, expand_static
 from hetflow.spec.models import ParamValue, Publish, Workflow, fanout_parent
+from hetflow.spec.overrides import Origin
 from hetflow.spec.params import apply_overrides, render_params
 from hetflow.spec.problems import did_you_mean, problem_from_error
 from hetflow.spec.templates import apply_templates
@@ -54,7 +55,10 @@ class LoadedWorkflow:
 
 
 def load_workflow(
-    path: str | Path, overrides: Mapping[str, object] | None = None, base: Path | None = None
+    path: str | Path,
+    overrides: Mapping[str, object] | None = None,
+    base: Path | None = None,
+    origins: Mapping[str, Origin] | None = None,
 ) -> LoadedWorkflow:
     """Load a workflow file; relative data paths, publish targets and includes are read
     against ``base`` (default: the file's directory; a resumed run passes the original's).
@@ -62,7 +66,7 @@ def load_workflow(
     keeps big parses under HETFLOW_HOME (spec/ reads only the files a workflow names)."""
     p = Path(path)
     text = read_yaml_text(p, "a workflow YAML")
-    return parse_workflow(text, str(p), overrides, base=base or p.resolve().parent)
+    return parse_workflow(text, str(p), overrides, base=base or p.resolve().parent, origins=origins)
 
 
 def parse_workflow(
@@ -71,12 +75,14 @@ def parse_workflow(
     overrides: Mapping[str, object] | None = None,
     base: Path | None = None,
     includes: Mapping[str, str] | None = None,
+    origins: Mapping[str, Origin] | None = None,
 ) -> LoadedWorkflow:
     """Parse, validate and template a workflow; raise SpecError listing every problem.
     ``includes``: the texts of its ``include:`` files by path, used instead of reading them
-    (a run's recorded copies, ``LoadedWorkflow.includes``)."""
+    (a run's recorded copies, ``LoadedWorkflow.includes``).
+    ``origins``: where each override was written (``spec.overrides.Origin``; default ``-p``)."""
     with no_cyclic_gc():
-        return _parse(text, file, overrides, base or Path.cwd(), dict(includes or {}))
+        return _parse(text, file, overrides, base or Path.cwd(), dict(includes or {}), origins or {})
 
 
 @contextlib.contextmanager
@@ -95,14 +101,19 @@ def no_cyclic_gc() -> Iterator[None]:
 
 
 def _parse(
-    text: str, file: str, overrides: Mapping[str, object] | None, base: Path, includes: dict[str, str]
+    text: str,
+    file: str,
+    overrides: Mapping[str, object] | None,
+    base: Path,
+    includes: dict[str, str],
+    origins: Mapping[str, Origin],
 ) -> LoadedWorkflow:
     data, lines, problems = compose_yaml(text, file)
     if problems:
         raise SpecError(problems)
     if not isinstance(data, dict):
         raise SpecError([Problem(file, 1, "a workflow is a YAML mapping with apiVersion, name and steps")])
-    problems = apply_overrides(data, overrides or {}, file, lines)
+    problems = apply_overrides(data, overrides or {}, file, lines, origins)
     template_problems = apply_templates(data, file, lines, base, compose_yaml, includes)
     if template_problems:
         raise SpecError(problems + template_problems)

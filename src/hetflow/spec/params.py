@@ -13,6 +13,7 @@ import yaml
 from hetflow.errors import Problem
 from hetflow.spec.fanout import is_fanout
 from hetflow.spec.models import ParamValue, Workflow
+from hetflow.spec.overrides import Origin
 from hetflow.spec.problems import did_you_mean
 from hetflow.spec.yamlfile import Loc, line_of
 
@@ -22,10 +23,17 @@ _ITEM_EXPR = re.compile(r"^(item(\.[A-Za-z_][A-Za-z0-9_-]*)?|index)$")
 
 
 def apply_overrides(
-    data: dict[str, Any], overrides: Mapping[str, object], file: str, lines: Mapping[Loc, int]
+    data: dict[str, Any],
+    overrides: Mapping[str, object],
+    file: str,
+    lines: Mapping[Loc, int],
+    origins: Mapping[str, Origin] | None = None,
 ) -> list[Problem]:
     """``-p key=value`` replaces a declared param; the value is read as a YAML scalar so
-    ``-p size=128`` stays a number."""
+    ``-p size=128`` stays a number.  A value typed already (a params file's, a settings
+    file's, the recorded ones a resume passes) is taken as it is.  ``origins``: where a
+    value was written, for the message when the workflow declares no such param (an
+    ``optional`` one, from a settings file, is skipped with a note)."""
     problems: list[Problem] = []
     params = data.get("params")
     if overrides and not isinstance(params, dict):
@@ -36,13 +44,27 @@ def apply_overrides(
         if key not in params:
             hint = did_you_mean(key, params)
             declared = ", ".join(map(str, params)) or "none"
-            problems.append(
-                Problem(
-                    file,
-                    line_of(lines, ("params",)),
-                    f"-p {key}=...: the workflow declares no param {key!r}{hint} (declared: {declared})",
+            origin = (origins or {}).get(key)
+            if origin is None or not origin.file:
+                problems.append(
+                    Problem(
+                        file,
+                        line_of(lines, ("params",)),
+                        f"-p {key}=...: the workflow declares no param {key!r}{hint} (declared: {declared})",
+                    )
                 )
-            )
+            else:
+                part = f"{origin.part}: " if origin.part else ""
+                what = "skipped" if origin.optional else f"remove it there, or declare it under 'params' in {file}"
+                problems.append(
+                    Problem(
+                        origin.file,
+                        origin.line,
+                        f"{part}param {key!r}: workflow {file} declares no param {key!r}{hint}"
+                        f" (declared: {declared}); {what}",
+                        "note" if origin.optional else "error",
+                    )
+                )
             continue
         if not isinstance(raw, str) or isinstance(params[key], str):
             # already typed (resume passes the recorded values), or a declared string stays

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from hetflow.config import hetflow_home
 
 if TYPE_CHECKING:
-    from hetflow.spec import LoadedWorkflow
+    from hetflow.spec import LoadedWorkflow, Origin
 
 PARSE_CACHE_MIN_BYTES = 256 * 1024  # about 1,000 steps: below that, parsing is quicker than the cache
 NO_PARSE_CACHE_ENV = "HETFLOW_NO_PARSE_CACHE"  # set (to anything): always parse (bench/loader.py's cold figures)
@@ -39,21 +39,23 @@ def load_workflow_cached(
     *,
     home: Path | None = None,
     includes: Mapping[str, str] | None = None,
+    origins: Mapping[str, Origin] | None = None,
 ) -> LoadedWorkflow:
     """``hetflow.spec.load_workflow``, with files of ``PARSE_CACHE_MIN_BYTES`` or more kept
     parsed under ``home`` (default ``hetflow_home()``) and read back when nothing changed.
     ``includes``: a run's recorded include texts (``LoadedWorkflow.includes``), read instead
-    of the files; such a parse is not kept (its key would be the files')."""
+    of the files; such a parse is not kept (its key would be the files').
+    ``origins``: where each override was written (``hetflow.spec.Origin``; default ``-p``)."""
     from hetflow.spec import parse_workflow, read_yaml_text
 
     p = Path(path)
     text = read_yaml_text(p, "a workflow YAML")
     base = base or p.resolve().parent
     if includes:
-        return parse_workflow(text, str(p), overrides, base=base, includes=includes)
+        return parse_workflow(text, str(p), overrides, base=base, includes=includes, origins=origins)
     if len(text) >= PARSE_CACHE_MIN_BYTES and not os.environ.get(NO_PARSE_CACHE_ENV):
-        return _load_kept(text, str(p), overrides, base, (home or hetflow_home()) / "cache" / "specs")
-    return parse_workflow(text, str(p), overrides, base=base)
+        return _load_kept(text, str(p), overrides, base, (home or hetflow_home()) / "cache" / "specs", origins or {})
+    return parse_workflow(text, str(p), overrides, base=base, origins=origins)
 
 
 @functools.cache
@@ -68,7 +70,12 @@ def _spec_digest() -> str:
 
 
 def _load_kept(
-    text: str, file: str, overrides: Mapping[str, object] | None, base: Path, folder: Path
+    text: str,
+    file: str,
+    overrides: Mapping[str, object] | None,
+    base: Path,
+    folder: Path,
+    origins: Mapping[str, Origin],
 ) -> LoadedWorkflow:
     """The parse kept in ``folder`` for this text, path, params and includes, else a fresh
     parse that is then kept.  Anything wrong with the kept copy means a parse; a failed
@@ -76,7 +83,17 @@ def _load_kept(
     from hetflow.spec import LoadedWorkflow, no_cyclic_gc, parse_workflow
 
     key = hashlib.sha256(
-        json.dumps([_spec_digest(), file, str(base), sorted((overrides or {}).items(), key=str), text]).encode()
+        json.dumps(
+            [
+                _spec_digest(),
+                file,
+                str(base),
+                sorted((overrides or {}).items(), key=str),
+                # a settings file's param the workflow lacks is a note, -p's an error: not the same parse
+                sorted((k, o.file, o.line, o.part, o.optional) for k, o in origins.items()),
+                text,
+            ]
+        ).encode()
     ).hexdigest()
     kept = folder / f"{key}.pickle"
     try:
@@ -86,7 +103,7 @@ def _load_kept(
             return loaded
     except (OSError, pickle.PickleError, EOFError, ValueError, TypeError, AttributeError):
         pass
-    loaded = parse_workflow(text, file, overrides, base=base)
+    loaded = parse_workflow(text, file, overrides, base=base, origins=origins)
     includes = [(i, _digest_of(Path(i))) for i in loaded.workflow.include]
     with contextlib.suppress(OSError, pickle.PickleError):
         folder.mkdir(parents=True, exist_ok=True)
