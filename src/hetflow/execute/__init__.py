@@ -18,6 +18,7 @@
     images      pin each step's image to the build for this node
     fanout      fan-outs expanded at submit or run time
     settings    the backend settings a run is started with
+    secrets     step secrets: looked up in the environment or a secrets file, masked in logs
     launch/     the launch path: Launcher, one attempt's container, its GPUs
     data/       the data path: inputs resolved at submit, run paths, outputs, publish, cache
     gang/       the gang path: replica names, the launch contract, an mpirun gang's files
@@ -71,6 +72,7 @@ if TYPE_CHECKING:
     from hetflow.execute.runner import Runner
     from hetflow.execute.runoptions import NullReporter, ProcessSeams, Reporter, RunOptions
     from hetflow.execute.runplan import RunPlan, apply_images, stored_plan
+    from hetflow.execute.secrets import SECRETS_FILE_ENV, Secrets, activate, gather_available, mask
     from hetflow.execute.session import OpenRun, edited_since, load_recorded, open_run, resume_run, submit_run
     from hetflow.execute.settings import Settings, load_settings
     from hetflow.execute.stopping import DEFAULT_GRACE, grace_from_env, parse_grace
@@ -112,6 +114,7 @@ _WHERE = {
     "runner": ["Runner"],
     "runoptions": ["NullReporter", "ProcessSeams", "Reporter", "RunOptions"],
     "runplan": ["RunPlan", "apply_images", "stored_plan"],
+    "secrets": ["SECRETS_FILE_ENV", "Secrets", "activate", "gather_available", "mask"],
     "executor": ["Ended", "build_runner", "drive"],
     "session": [
         "OpenRun",
@@ -132,6 +135,7 @@ __all__ = [
     "LABEL_RUN",
     "LABEL_STEP",
     "LAUNCH_CONTRACT",
+    "SECRETS_FILE_ENV",
     "CliEngine",
     "ClusterDispatch",
     "ContainerEngine",
@@ -164,10 +168,12 @@ __all__ = [
     "RunPlan",
     "Runner",
     "RunnerConfig",
+    "Secrets",
     "Settings",
     "StepPreview",
     "Usage",
     "accept_outputs",
+    "activate",
     "apply_images",
     "attempt_label",
     "attempt_sources",
@@ -188,6 +194,7 @@ __all__ = [
     "driver_mounts",
     "edited_since",
     "expand_for_planning",
+    "gather_available",
     "gpu_access",
     "grace_from_env",
     "group_records",
@@ -198,6 +205,7 @@ __all__ = [
     "log_tail",
     "make_backend",
     "make_engine",
+    "mask",
     "measured_slowdowns",
     "missing_outputs",
     "new_run_id",

@@ -45,6 +45,7 @@ from hetflow.execute.images import Resolver, default_resolver, pin_images
 from hetflow.execute.podman import make_engine
 from hetflow.execute.prepare import plan_on_cluster, plan_on_node
 from hetflow.execute.runplan import LOCAL, RunPlan
+from hetflow.execute.secrets import active, secret_digests
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import preflight
 from hetflow.images import NotFoundError, ResolveResult, parse_reference
@@ -235,6 +236,11 @@ class _Walk:
         inputs = input_digests(step, lambda p: self.outputs.get(p, []), _nowhere, self.manifest)
         if inputs is None:
             return RUNS, "an input's content cannot be known before the run", "", ""
+        unset = [n for n in step.secrets if n not in active().values]
+        if unset:
+            return RUNS, f"secret {unset[0]} is not set here: the cache is looked up at run time", "", ""
+        if self.cache is None:
+            return RUNS, "no cache", "", ""
         key = cache_key(
             workflow=self.wf.name,
             step_name=fanout_parent(name) or name,
@@ -243,8 +249,9 @@ class _Walk:
             variant=variant,
             image_identity=identity,
             inputs=inputs,
+            secrets=secret_digests(step.secrets, self.cache.root.parent),
         )
-        entry = self.cache.lookup(key) if self.cache is not None else None
+        entry = self.cache.lookup(key)
         if entry is None:
             return RUNS, f"not in the cache (key {key.digest[:12]})", key.digest, ""
         self.outputs[name] = _records(entry.outputs_json, name)
