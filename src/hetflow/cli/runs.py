@@ -73,7 +73,10 @@ def run(
         False, "--dry-run", "-n", help="Say what would run, what is cached and what is skipped; start nothing."
     ),
     json_out: bool = typer.Option(False, "--json", help="With --dry-run: machine-readable output."),
-    secrets_file: Path | None = typer.Option(None, "--secrets-file", help=SECRETS_HELP),
+    secrets_file: Path | None = typer.Option(None, "--secrets-file", metavar="FILE", help=SECRETS_HELP),
+    notify: list[str] = typer.Option(
+        [], "--notify", metavar="URL", help="POST JSON here on each step failure and at the run's end (repeatable)."
+    ),
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
     from hetflow.execute import load_settings, submit_run
@@ -87,6 +90,7 @@ def run(
     settings = dataclasses.replace(settings, variants=dict(steer.variants), prefer=steer.prefer)
     if no_cache:
         settings = dataclasses.replace(settings, cache=False)
+    settings = dataclasses.replace(settings, notify=_notify_urls(settings, notify))
     if json_out and not dry_run:
         raise UsageError("--json goes with --dry-run (a run's progress as JSON: hetflow show RUN --json)")
     loaded = load_workflow_cached(file, parse_params(param))
@@ -112,7 +116,7 @@ def resume(
         False, "--as-recorded", help="Follow the workflow recorded with the run, not its file as it is now."
     ),
     grace: str | None = typer.Option(None, "--grace", help=GRACE_HELP),
-    secrets_file: Path | None = typer.Option(None, "--secrets-file", help=SECRETS_HELP),
+    secrets_file: Path | None = typer.Option(None, "--secrets-file", metavar="FILE", help=SECRETS_HELP),
 ) -> None:
     """Resume a stopped, failed or crashed run: keep intact outputs, adopt running containers.
 
@@ -167,6 +171,18 @@ def _dry_run(store: Store, loaded: LoadedWorkflow, settings: Settings, node: Nod
         " nothing was started or recorded",
         highlight=False,
     )
+
+
+def _notify_urls(settings: Settings, given: list[str]) -> tuple[str, ...]:
+    """The settings file's ``notify:`` and then --notify's, each checked (recorded with the run,
+    so its detached executor and a resume notify them too)."""
+    from hetflow.execute import check_urls, urls_of
+
+    try:
+        configured = check_urls(urls_of(settings.notify), "notify: in the settings file:")
+    except (TypeError, ValueError):
+        raise UsageError("notify: in the settings file is a URL or a list of URLs") from None
+    return tuple(dict.fromkeys([*configured, *check_urls(given)]))
 
 
 def _secrets_file(path: Path | None) -> None:

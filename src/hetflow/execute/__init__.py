@@ -18,6 +18,7 @@
     images      pin each step's image to the build for this node
     fanout      fan-outs expanded at submit or run time
     settings    the backend settings a run is started with
+    notify      JSON POSTs of a run's step failures and end (--notify URL), off the run's path
     secrets     step secrets: looked up in the environment or a secrets file, masked in logs
     launch/     the launch path: Launcher, one attempt's container, its GPUs
     data/       the data path: inputs resolved at submit, run paths, outputs, publish, cache
@@ -66,6 +67,7 @@ if TYPE_CHECKING:
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, spawn_executor, stop_run
     from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
     from hetflow.execute.logsources import LogSource, attempt_label, attempt_sources, recorded_gangs, select_steps
+    from hetflow.execute.notify import NOTIFY_FAILED, Notifier, Notify, check_urls, payload, urls_of
     from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
     from hetflow.execute.prepare import cluster_instance, measured_slowdowns
     from hetflow.execute.preview import Preview, StepPreview, check_run, preview_run
@@ -114,6 +116,7 @@ _WHERE = {
     "runner": ["Runner"],
     "runoptions": ["NullReporter", "ProcessSeams", "Reporter", "RunOptions"],
     "runplan": ["RunPlan", "apply_images", "stored_plan"],
+    "notify": ["NOTIFY_FAILED", "Notifier", "Notify", "check_urls", "payload", "urls_of"],
     "secrets": ["SECRETS_FILE_ENV", "Secrets", "activate", "gather_available", "mask"],
     "executor": ["Ended", "build_runner", "drive"],
     "session": [
@@ -135,6 +138,7 @@ __all__ = [
     "LABEL_RUN",
     "LABEL_STEP",
     "LAUNCH_CONTRACT",
+    "NOTIFY_FAILED",
     "SECRETS_FILE_ENV",
     "CliEngine",
     "ClusterDispatch",
@@ -153,6 +157,8 @@ __all__ = [
     "LocalDispatch",
     "LogSource",
     "Mount",
+    "Notifier",
+    "Notify",
     "NullReporter",
     "OpenRun",
     "PinResult",
@@ -182,6 +188,7 @@ __all__ = [
     "cache_key",
     "cdi_device_names",
     "check_run",
+    "check_urls",
     "cluster_instance",
     "container_env",
     "container_name",
@@ -212,6 +219,7 @@ __all__ = [
     "open_run",
     "parse_grace",
     "parse_line",
+    "payload",
     "pid_alive",
     "pin_images",
     "preflight",
@@ -230,6 +238,7 @@ __all__ = [
     "stop_run",
     "stored_plan",
     "submit_run",
+    "urls_of",
 ]
 
 __getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

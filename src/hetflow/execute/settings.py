@@ -21,7 +21,7 @@ overridden by the environment, as the engines' own tools do (SLURM_CONF, RAY_ADD
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,7 +31,7 @@ from hetflow.plan import Steer
 from hetflow.spec import compose_yaml, read_yaml_text
 
 BACKENDS = ("local", "slurm", "ray")
-_KEYS = {"backend", "cluster", "workdir", "engine", "slurm", "ray", "cache"}
+_KEYS = {"backend", "cluster", "workdir", "engine", "slurm", "ray", "cache", "notify"}
 _RUN_KEYS = _KEYS | {"variants", "prefer"}  # stored with a run: the command line's too, never a config file's
 
 
@@ -43,6 +43,7 @@ class Settings:
     engine: str = "podman"
     slurm: Mapping[str, Any] = field(default_factory=dict)  # the backend's own keys (YAML values)
     ray: Mapping[str, Any] = field(default_factory=dict)
+    notify: str | Sequence[str] = ()  # `notify: URL` or a list: POSTs of a run's end and step failures (notify.py)
     cache: bool = True  # the cross-run cache (`hetflow run --no-cache`: False; a resume keeps it)
     variants: Mapping[str, str] = field(default_factory=dict)  # `hetflow run --variant STEP=NAME`
     prefer: str | None = None  # `hetflow run --prefer gpu|cpu`
@@ -51,6 +52,11 @@ class Settings:
     def steer(self) -> Steer:
         """The command line's say over variant choice (``plan.steer``)."""
         return Steer(dict(self.variants), self.prefer)
+
+    def __post_init__(self) -> None:
+        # `notify:` is one URL or a list (YAML, JSON): a tuple, so a run's settings read back equal
+        if not isinstance(self.notify, str):
+            object.__setattr__(self, "notify", tuple(self.notify))
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
