@@ -123,3 +123,10 @@ def test_a_resume_needs_the_secrets_again(tmp_path: Path, hf: Hetflow) -> None:
 
     resumed = hf("resume", run_id, check=False, extra_env=values)
     assert resumed.returncode == 1 and "re-running t" in resumed.stderr, resumed.stderr
+
+
+def test_secrets_on_a_cluster_backend_are_refused_naming_them(tmp_path: Path, hf: Hetflow) -> None:
+    values = {"API_TOKEN": "t", "DB_PASS": "p"}
+    proc = hf("run", _workflow(tmp_path), "--backend", "slurm", "--cluster", "c.yaml", check=False, extra_env=values)
+    assert proc.returncode == 2 and "secrets (API_TOKEN, DB_PASS)" in proc.stderr and "slurm" in proc.stderr
+    assert json.loads(hf("ps", "--all", "--json").stdout) == []
