@@ -45,7 +45,7 @@ def test_a_post_is_tried_again_only_when_asking_again_can_help(
 ) -> None:
     post, slept = Answers(*answers), []
     notifier = Notifier(tmp_path / "state.db", "r", Notify(("http://h/x",), tries=3), post=post, sleep=slept.append)
-    assert notifier._try("http://h/x", {}) == (None if delivered else why)
+    assert notifier.try_post("http://h/x", {}) == (None if delivered else why)
     assert post.calls == calls
     assert slept == [0.5, 1.0][: calls - 1]  # the backoff doubles
 
@@ -55,7 +55,7 @@ def test_an_undelivered_notification_is_a_note_in_the_runs_events(tmp_path: Path
     store.close()
     to = Notify(("http://u:pw@h:81/x?k=v",), tries=2)
     notifier = Notifier(tmp_path / "state.db", "r1", to, post=Answers(500), sleep=lambda _: None)
-    notifier._deliver({"event": "run-ended", "step": None})
+    notifier.deliver({"event": "run-ended", "step": None})
     reader = Store(tmp_path / "state.db", read_only=True)
     notes = [e for e in reader.events("r1") if e.kind == NOTIFY_FAILED]
     reader.close()

@@ -176,7 +176,7 @@ class Notifier:
                 for event in watch.poll():
                     body = self._payload(reader, event)
                     if body is not None:
-                        self._deliver(body)
+                        self.deliver(body)
                 if watch.ended or last:
                     return
                 self.sleep(self.interval)
@@ -201,16 +201,17 @@ class Notifier:
             )
         return None
 
-    def _deliver(self, body: dict[str, Any]) -> None:
+    def deliver(self, body: dict[str, Any]) -> None:
+        """POST ``body`` to every URL; one that cannot be delivered becomes a note."""
         for url in self.notify.urls:
-            why = self._try(url, body)
+            why = self.try_post(url, body)
             if why is None:
                 self.sent.append(body)
                 continue
             what = body["event"] + (f" of step {body['step']}" if body["step"] else "")
             self._note(f"notification ({what}) to {_shown(url)} failed after {self.notify.tries} tries: {why}")
 
-    def _try(self, url: str, body: Mapping[str, Any]) -> str | None:
+    def try_post(self, url: str, body: Mapping[str, Any]) -> str | None:
         """None once delivered (a 2xx), else why the last try failed."""
         why = ""
         for n in range(self.notify.tries):
