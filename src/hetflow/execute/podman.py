@@ -125,16 +125,25 @@ class CliEngine:
             spec = replace(spec, cgroup_parent=cgroups.parent_path(spec.name))
         watch = self._watching(spec.labels.get(LABEL_RUN))
         secrets = self._create_secrets(spec)
-        env_file = write_env_file(spec.env) if spec.env else None
+        try:
+            env_file = write_env_file(spec.env) if spec.env else None
+        except BaseException:
+            self._drop_secrets(secrets)
+            raise
         if watch is not None and self.name == "podman":
             # as a shell loop of `podman run` would: the run stays attached and its exit is
             # the container's (no `wait` after it); a refusal comes back the same way
             attached = [self.binary, *self._global, *run_args(spec, engine=self.name, attached=True, env_file=env_file)]
             cwd = os.path.dirname(spec.log_path) if spec.log_path else None
-            watch.attach(
-                spec.name, spec.labels, attached, engine=self.name, cwd=cwd if cwd and os.path.isdir(cwd) else None
-            )
-            if env_file is not None:
+            try:
+                watch.attach(
+                    spec.name, spec.labels, attached, engine=self.name, cwd=cwd if cwd and os.path.isdir(cwd) else None
+                )
+            except BaseException:
+                drop_env_file(env_file)
+                self._drop_secrets(secrets)
+                raise
+            if env_file is not None or secrets:
                 threading.Thread(
                     target=self._drop_once_created,
                     args=(watch, spec.name, env_file, secrets),
@@ -157,12 +166,12 @@ class CliEngine:
         if watch is not None:
             watch.follow(spec.name, spec.labels, None)  # docker: its own `wait`
 
-    def _drop_once_created(self, watch: ExitWatch, name: str, env_file: Path, secrets: list[str]) -> None:
+    def _drop_once_created(self, watch: ExitWatch, name: str, env_file: Path | None, secrets: list[str]) -> None:
         """Remove an attached run's env file (and its podman secrets) once its container
         exists: podman reads the file, and copies each secret into the container's storage,
         before it creates the container, so they are on disk for that moment only."""
         deadline = time.monotonic() + ENV_FILE_WAIT
-        while time.monotonic() < deadline and env_file.exists() and not watch.exited(name):
+        while time.monotonic() < deadline and (env_file is None or env_file.exists()) and not watch.exited(name):
             if self._run(["container", "exists", name], check=False, timeout=30).returncode == 0:
                 break
             time.sleep(0.1)
