@@ -130,3 +130,12 @@ def test_secrets_on_a_cluster_backend_are_refused_naming_them(tmp_path: Path, hf
     proc = hf("run", _workflow(tmp_path), "--backend", "slurm", "--cluster", "c.yaml", check=False, extra_env=values)
     assert proc.returncode == 2 and "secrets (API_TOKEN, DB_PASS)" in proc.stderr and "slurm" in proc.stderr
     assert json.loads(hf("ps", "--all", "--json").stdout) == []
+
+
+def test_validate_notes_each_secret_this_environment_lacks(tmp_path: Path, hf: Hetflow) -> None:
+    proc = hf("validate", _workflow(tmp_path), extra_env={"API_TOKEN": "t"})
+    notes = [line for line in proc.stderr.splitlines() if "secret" in line]
+    assert notes == [
+        f"{tmp_path / 'wf.yaml'}:6: note: step 's': secret 'DB_PASS' is not set here; hetflow run"
+        " needs it in its environment or in --secrets-file FILE"
+    ], proc.stderr
