@@ -16,7 +16,7 @@ from rich.console import Console
 from hetflow.cli.common import PARAMS_FILE_HELP, console, err, gather_params, open_store, print_json, print_problems
 from hetflow.cli.shell import complete_runs, complete_steps
 from hetflow.config import hetflow_home, submitter
-from hetflow.errors import UsageError
+from hetflow.errors import HetflowError, UsageError
 from hetflow.report import (
     item_labels,
     make_reporter,
@@ -33,12 +33,16 @@ from hetflow.state import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, RunWatch, St
 if TYPE_CHECKING:
     from hetflow.execute import Ended, OpenRun, Settings
     from hetflow.inventory import Node
-    from hetflow.spec import LoadedWorkflow
+    from hetflow.spec import LoadedWorkflow, Workflow
 
 # The execute stage, the hardware probes and the loader are imported where a command needs
 # them: `hetflow ps`, `show` and `logs` read the store only and should answer at once.
 
 
+SECRETS_HELP = (
+    "NAME=VALUE lines: values of the steps' secrets (else read from the environment; never stored)."
+    " A detached run and a resume read it again."
+)
 GRACE_HELP = (
     "On SIGINT or SIGTERM, how long each step has to save its work before SIGKILL: 30s, 2m, 0"
     " (default $HETFLOW_STOP_GRACE, else the engine's: podman 10s, Slurm KillWait)."
@@ -78,6 +82,10 @@ def run(
         False, "--dry-run", "-n", help="Say what would run, what is cached and what is skipped; start nothing."
     ),
     json_out: bool = typer.Option(False, "--json", help="With --dry-run: machine-readable output."),
+    secrets_file: Path | None = typer.Option(None, "--secrets-file", metavar="FILE", help=SECRETS_HELP),
+    notify: list[str] = typer.Option(
+        [], "--notify", metavar="URL", help="POST JSON here on each step failure and at the run's end (repeatable)."
+    ),
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
     from hetflow.execute import apply_resources, load_settings, split_profiles, submit_run
@@ -93,13 +101,16 @@ def run(
     settings = dataclasses.replace(settings, variants=dict(steer.variants), prefer=steer.prefer)
     if no_cache:
         settings = dataclasses.replace(settings, cache=False)
+    settings = dataclasses.replace(settings, notify=_notify_urls(settings, notify))
     if json_out and not dry_run:
         raise UsageError("--json goes with --dry-run (a run's progress as JSON: hetflow show RUN --json)")
     params, origins = gather_params(param, params_file, settings.params, settings.param_origins)
     loaded = load_workflow_cached(file, params, origins=origins)
     loaded = apply_resources(loaded, settings.resources, settings.resource_origins, strict=True)
+    _secrets_file(secrets_file)
     store, node = open_store(), discover(hetflow_home())
     if dry_run:
+        _known_secrets(loaded.workflow)  # a step with secrets is looked up in the cache by their digests
         _dry_run(store, loaded, settings, node, json_out=json_out)
         return
     uid, gid = submitter()
@@ -118,6 +129,7 @@ def resume(
         False, "--as-recorded", help="Follow the workflow recorded with the run, not its file as it is now."
     ),
     grace: str | None = typer.Option(None, "--grace", help=GRACE_HELP),
+    secrets_file: Path | None = typer.Option(None, "--secrets-file", metavar="FILE", help=SECRETS_HELP),
 ) -> None:
     """Resume a stopped, failed or crashed run: keep intact outputs, adopt running containers.
 
@@ -128,6 +140,7 @@ def resume(
     from hetflow.inventory import discover
 
     seconds = _grace(grace)
+    _secrets_file(secrets_file)
     store = open_store()
     record = store.run(store.resolve_run_id(run_id))
     if record.state == RUN_SUCCEEDED:
@@ -171,6 +184,36 @@ def _dry_run(store: Store, loaded: LoadedWorkflow, settings: Settings, node: Nod
         " nothing was started or recorded",
         highlight=False,
     )
+
+
+def _notify_urls(settings: Settings, given: list[str]) -> tuple[str, ...]:
+    """The settings file's ``notify:`` and then --notify's, each checked (recorded with the run,
+    so its detached executor and a resume notify them too)."""
+    from hetflow.execute import check_urls, urls_of
+
+    try:
+        configured = check_urls(urls_of(settings.notify), "notify: in the settings file:")
+    except (TypeError, ValueError):
+        raise UsageError("notify: in the settings file is a URL or a list of URLs") from None
+    return tuple(dict.fromkeys([*configured, *check_urls(given)]))
+
+
+def _secrets_file(path: Path | None) -> None:
+    """--secrets-file: where this process (and a detached executor it starts, which inherits
+    its environment) reads step secrets; the path is passed on, never the values."""
+    from hetflow.execute import SECRETS_FILE_ENV
+
+    if path is not None:
+        if not path.is_file():
+            raise UsageError(f"--secrets-file {path}: no such file (it holds NAME=VALUE lines)")
+        os.environ[SECRETS_FILE_ENV] = str(path.resolve())
+
+
+def _known_secrets(workflow: Workflow) -> None:
+    """Mask in this process's output what it knows of the workflow's secrets (a reader needs none)."""
+    from hetflow.execute import activate, gather_available
+
+    activate(gather_available({n for s in workflow.steps.values() for n in s.secrets}, os.environ))
 
 
 def _grace(option: str | None) -> int | None:
@@ -309,12 +352,22 @@ def logs(
     ),
 ) -> None:
     """Print the output of a run's containers: a step's, a fan-out's items', a gang's ranks'."""
-    from hetflow.execute import RunPaths, attempt_label, attempt_sources, read_lines, recorded_gangs, select_steps
+    from hetflow.execute import (
+        RunPaths,
+        attempt_label,
+        attempt_sources,
+        load_recorded,
+        read_lines,
+        recorded_gangs,
+        select_steps,
+    )
 
     store = open_store()
     rid = store.resolve_run_id(run_id)
     record = store.run(rid)
     wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
+    with contextlib.suppress(HetflowError):  # the run's file gone: its ended attempts' logs are masked already
+        _known_secrets(load_recorded(store, rid).workflow)
     gangs = recorded_gangs(record)
     paths = RunPaths(Path(record.workdir))
     offsets: dict[Path, int] = {}

@@ -18,6 +18,8 @@
     images      pin each step's image to the build for this node
     fanout      fan-outs expanded at submit or run time
     settings    the backend settings a run is started with
+    notify      JSON POSTs of a run's step failures and end (--notify URL), off the run's path
+    secrets     step secrets: looked up in the environment or a secrets file, masked in logs
     launch/     the launch path: Launcher, one attempt's container, its GPUs
     data/       the data path: inputs resolved at submit, run paths, outputs, publish, cache
     gang/       the gang path: replica names, the launch contract, an mpirun gang's files
@@ -64,6 +66,7 @@ if TYPE_CHECKING:
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, spawn_executor, stop_run
     from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
     from hetflow.execute.logsources import LogSource, attempt_label, attempt_sources, recorded_gangs, select_steps
+    from hetflow.execute.notify import NOTIFY_FAILED, Notifier, Notify, check_urls, payload, urls_of
     from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
     from hetflow.execute.prepare import cluster_instance, measured_slowdowns
     from hetflow.execute.preview import Preview, StepPreview, check_run, preview_run
@@ -72,6 +75,7 @@ if TYPE_CHECKING:
     from hetflow.execute.runner import Runner
     from hetflow.execute.runoptions import NullReporter, ProcessSeams, Reporter, RunOptions
     from hetflow.execute.runplan import RunPlan, apply_images, stored_plan
+    from hetflow.execute.secrets import SECRETS_FILE_ENV, Secrets, activate, gather_available, mask
     from hetflow.execute.session import OpenRun, edited_since, load_recorded, open_run, resume_run, submit_run
     from hetflow.execute.settings import Settings, load_settings
     from hetflow.execute.stopping import DEFAULT_GRACE, grace_from_env, parse_grace
@@ -113,6 +117,8 @@ _WHERE = {
     "runner": ["Runner"],
     "runoptions": ["NullReporter", "ProcessSeams", "Reporter", "RunOptions"],
     "runplan": ["RunPlan", "apply_images", "stored_plan"],
+    "notify": ["NOTIFY_FAILED", "Notifier", "Notify", "check_urls", "payload", "urls_of"],
+    "secrets": ["SECRETS_FILE_ENV", "Secrets", "activate", "gather_available", "mask"],
     "executor": ["Ended", "build_runner", "drive"],
     "session": [
         "OpenRun",
@@ -134,6 +140,8 @@ __all__ = [
     "LABEL_RUN",
     "LABEL_STEP",
     "LAUNCH_CONTRACT",
+    "NOTIFY_FAILED",
+    "SECRETS_FILE_ENV",
     "CliEngine",
     "ClusterDispatch",
     "ContainerEngine",
@@ -151,6 +159,8 @@ __all__ = [
     "LocalDispatch",
     "LogSource",
     "Mount",
+    "Notifier",
+    "Notify",
     "NullReporter",
     "OpenRun",
     "PinResult",
@@ -166,10 +176,12 @@ __all__ = [
     "RunPlan",
     "Runner",
     "RunnerConfig",
+    "Secrets",
     "Settings",
     "StepPreview",
     "Usage",
     "accept_outputs",
+    "activate",
     "apply_images",
     "apply_resources",
     "attempt_label",
@@ -179,6 +191,7 @@ __all__ = [
     "cache_key",
     "cdi_device_names",
     "check_run",
+    "check_urls",
     "cluster_instance",
     "container_env",
     "container_name",
@@ -191,6 +204,7 @@ __all__ = [
     "driver_mounts",
     "edited_since",
     "expand_for_planning",
+    "gather_available",
     "gpu_access",
     "grace_from_env",
     "group_records",
@@ -202,12 +216,14 @@ __all__ = [
     "log_tail",
     "make_backend",
     "make_engine",
+    "mask",
     "measured_slowdowns",
     "missing_outputs",
     "new_run_id",
     "open_run",
     "parse_grace",
     "parse_line",
+    "payload",
     "pid_alive",
     "pin_images",
     "preflight",
@@ -228,6 +244,7 @@ __all__ = [
     "stop_run",
     "stored_plan",
     "submit_run",
+    "urls_of",
 ]
 
 __getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

@@ -25,6 +25,7 @@ from hetflow.execute.engine import Usage
 from hetflow.execute.logs import log_tail
 from hetflow.execute.nextattempt import OOM_EXIT, Failure, Limits, NextAttempt, after_failure, exit_reason
 from hetflow.execute.runconfig import RunnerConfig
+from hetflow.execute.secrets import scrub_logs
 from hetflow.spec import Retry, Step, Workflow
 from hetflow.state import (
     FAILED,
@@ -422,6 +423,7 @@ class Attempts:
 
     def release(self, act: Active) -> None:
         self.active.pop(act.step, None)
+        scrub_logs(self.paths.log(act.step, act.attempt))  # the step's secrets leave its log as ***
         if act.gpus:
             self.store.release_gpus(act.container)
         self._to_remove.append(act.container)

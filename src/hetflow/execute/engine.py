@@ -58,6 +58,8 @@ class ContainerSpec:
     cap_add: tuple[str, ...] = ()  # capabilities given back (only a root MPI gang's sshd: mpilaunch)
     tmpfs: tuple[str, ...] = ()  # more tmpfs mounts beside /tmp, "PATH:OPTIONS"
     group_add: tuple[str, ...] = ()  # supplementary GIDs: the host groups of its GPUs' DRM nodes (gpunodes)
+    # the step's secrets, NAME -> value (also in ``env``): files /run/secrets/NAME (podman --secret); never shown
+    secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,11 @@ def write_env_file_at(path: Path, env: Mapping[str, str]) -> Path:
     return path
 
 
+def secret_name(container: str, name: str) -> str:
+    """The podman secret holding one container's secret NAME while the container is created."""
+    return f"{container}-{name}"
+
+
 def drop_env_file(path: Path | None) -> None:
     if path is not None:
         shutil.rmtree(path.parent, ignore_errors=True)
@@ -211,6 +218,16 @@ def run_args(
         args += ["--device", cdi]
     for gid in spec.group_add:
         args += ["--group-add", gid]
+    if spec.secrets:
+        # podman-run(1) --secret: type=mount copies the secret into the container's storage when
+        # the container is created, as NAME under /run/secrets (a tmpfs here: the root is read-only)
+        uid, _, gid = spec.user.partition(":")
+        args += ["--tmpfs", "/run/secrets:rw,nosuid,nodev,noexec,size=1m,mode=0755"]
+        for name in sorted(spec.secrets):
+            args += [
+                "--secret",
+                f"{secret_name(spec.name, name)},type=mount,target={name},uid={uid},gid={gid},mode=0400",
+            ]
     if env_file is not None:
         args += ["--env-file", str(env_file)]
     else:

@@ -9,6 +9,7 @@ import signal
 from dataclasses import dataclass
 
 from hetflow.execute.data.cache import ResultCache
+from hetflow.execute.notify import start_notifier
 from hetflow.execute.prepare import Say
 from hetflow.execute.runconfig import RunnerConfig
 from hetflow.execute.runner import Runner
@@ -74,7 +75,12 @@ def drive(
     runner.install_signal_handlers()
     if banner:
         say(opened.banner())
-    state = runner.execute()
+    notifier = start_notifier(opened.store.path, opened.run.id, opened.settings.notify)
+    try:
+        state = runner.execute()
+    finally:
+        if notifier is not None:
+            notifier.finish()  # the run has ended: its last POSTs, for at most their budget
     if runner.signalled is None or state != RUN_STOPPED:
         return Ended(state)  # no signal, or one that came as the run ended by itself
     rid = opened.run.id

@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from hetflow.execute.secrets import active, mask
+
 
 def parse_line(raw: str) -> tuple[str, str, bool, str] | None:
     parts = raw.rstrip("\n").split(" ", 3)
@@ -68,8 +70,10 @@ def read_lines(path: Path, offset: int = 0) -> tuple[list[tuple[str, str]], int]
     except FileNotFoundError:
         return [], offset
     got = group_records(data)
+    # every reader of a step's output in this process shows a secret it knows as *** (``secrets``)
+    lines = [(stream, mask(text)) for stream, text in got.lines] if active().values else got.lines
     # A group of P records not yet closed by its F record is read again next time.
-    return got.lines, offset + (got.group_start if got.pending else got.end)
+    return lines, offset + (got.group_start if got.pending else got.end)
 
 
 def iter_log(path: Path) -> Iterator[tuple[str, str]]:

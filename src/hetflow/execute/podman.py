@@ -34,6 +34,7 @@ from hetflow.execute.engine import (
     cri_lines,
     drop_env_file,
     run_args,
+    secret_name,
     usage_from_inspect,
     write_env_file,
 )
@@ -67,7 +68,9 @@ class CliEngine:
         self._watch_run: str | None = None
         self._later: Batches[_Removal] | None = None  # removals in the background while a run is watched
 
-    def _run(self, args: list[str], *, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    def _run(
+        self, args: list[str], *, check: bool = True, timeout: float = 120, stdin: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
         try:
             proc = subprocess.run(
                 [self.binary, *self._global, *args],
@@ -76,6 +79,7 @@ class CliEngine:
                 env=self._env,
                 timeout=timeout,
                 check=False,
+                input=stdin,
             )
         except subprocess.TimeoutExpired:
             raise EngineError(f"{self.name} {args[0]} did not answer within {timeout:.0f}s") from None
@@ -120,19 +124,29 @@ class CliEngine:
         if self._cgroups is not None and cgroups.prepare(self._cgroups, spec.name):
             spec = replace(spec, cgroup_parent=cgroups.parent_path(spec.name))
         watch = self._watching(spec.labels.get(LABEL_RUN))
-        env_file = write_env_file(spec.env) if spec.env else None
+        secrets = self._create_secrets(spec)
+        try:
+            env_file = write_env_file(spec.env) if spec.env else None
+        except BaseException:
+            self._drop_secrets(secrets)
+            raise
         if watch is not None and self.name == "podman":
             # as a shell loop of `podman run` would: the run stays attached and its exit is
             # the container's (no `wait` after it); a refusal comes back the same way
             attached = [self.binary, *self._global, *run_args(spec, engine=self.name, attached=True, env_file=env_file)]
             cwd = os.path.dirname(spec.log_path) if spec.log_path else None
-            watch.attach(
-                spec.name, spec.labels, attached, engine=self.name, cwd=cwd if cwd and os.path.isdir(cwd) else None
-            )
-            if env_file is not None:
+            try:
+                watch.attach(
+                    spec.name, spec.labels, attached, engine=self.name, cwd=cwd if cwd and os.path.isdir(cwd) else None
+                )
+            except BaseException:
+                drop_env_file(env_file)
+                self._drop_secrets(secrets)
+                raise
+            if env_file is not None or secrets:
                 threading.Thread(
                     target=self._drop_once_created,
-                    args=(watch, spec.name, env_file),
+                    args=(watch, spec.name, env_file, secrets),
                     name=f"env-{spec.name}",
                     daemon=True,
                 ).start()
@@ -141,6 +155,7 @@ class CliEngine:
             proc = self._run(run_args(spec, engine=self.name, env_file=env_file), check=False)
         finally:
             drop_env_file(env_file)  # `run -d` has created and started the container (or failed)
+            self._drop_secrets(secrets)
         if proc.returncode != 0:
             # A container the runtime could not start stays "created"; remove it so the
             # same deterministic name can be used again.
@@ -151,15 +166,41 @@ class CliEngine:
         if watch is not None:
             watch.follow(spec.name, spec.labels, None)  # docker: its own `wait`
 
-    def _drop_once_created(self, watch: ExitWatch, name: str, env_file: Path) -> None:
-        """Remove an attached run's env file once its container exists: podman reads the file
-        before it creates the container, so it is on disk for that moment only."""
+    def _drop_once_created(self, watch: ExitWatch, name: str, env_file: Path | None, secrets: list[str]) -> None:
+        """Remove an attached run's env file (and its podman secrets) once its container
+        exists: podman reads the file, and copies each secret into the container's storage,
+        before it creates the container, so they are on disk for that moment only."""
         deadline = time.monotonic() + ENV_FILE_WAIT
-        while time.monotonic() < deadline and env_file.exists() and not watch.exited(name):
+        while time.monotonic() < deadline and (env_file is None or env_file.exists()) and not watch.exited(name):
             if self._run(["container", "exists", name], check=False, timeout=30).returncode == 0:
                 break
             time.sleep(0.1)
         drop_env_file(env_file)
+        self._drop_secrets(secrets)
+
+    def _create_secrets(self, spec: ContainerSpec) -> list[str]:
+        """One podman secret per value of ``spec.secrets`` (the value on stdin, never on a
+        command line), named after the container; an older one of that name (a crashed
+        executor's) is replaced."""
+        made: list[str] = []
+        try:
+            for name, value in sorted(spec.secrets.items()):
+                secret = secret_name(spec.name, name)
+                self._run(["secret", "rm", secret], check=False)
+                proc = self._run(["secret", "create", secret, "-"], check=False, stdin=value)
+                if proc.returncode != 0:
+                    raise EngineError(
+                        f"{self.name} could not hold secret {name} for {spec.name}: {proc.stderr.strip()}"
+                    )
+                made.append(secret)
+        except BaseException:
+            self._drop_secrets(made)
+            raise
+        return made
+
+    def _drop_secrets(self, secrets: list[str]) -> None:
+        if secrets:
+            self._run(["secret", "rm", *secrets], check=False)
 
     def states(self, run_id: str) -> dict[str, ContainerState]:
         watch = self._watching(run_id)
@@ -333,6 +374,9 @@ class DockerEngine(CliEngine):
         self._logs: dict[str, str] = {}
 
     def start(self, spec: ContainerSpec) -> None:
+        if spec.secrets:
+            # docker's secrets belong to swarm services; `docker run` has no --secret
+            raise EngineError(f"step secrets ({', '.join(sorted(spec.secrets))}) need podman; docker cannot mount them")
         super().start(spec)
         if spec.log_path:
             self._logs[spec.name] = spec.log_path

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +46,7 @@ from hetflow.execute.images import Resolver, default_resolver, pin_images
 from hetflow.execute.podman import make_engine
 from hetflow.execute.prepare import plan_on_cluster, plan_on_node
 from hetflow.execute.runplan import LOCAL, RunPlan
+from hetflow.execute.secrets import active, gather_available, secret_digests
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import preflight
 from hetflow.images import NotFoundError, ResolveResult, parse_reference
@@ -260,6 +262,11 @@ class _Walk:
         inputs = input_digests(step, lambda p: self.outputs.get(p, []), _nowhere, self.manifest)
         if inputs is None:
             return RUNS, "an input's content cannot be known before the run", "", ""
+        unset = [n for n in step.secrets if n not in active().values]
+        if unset:
+            return RUNS, f"secret {unset[0]} is not set here: the cache is looked up at run time", "", ""
+        if self.cache is None:
+            return RUNS, "no cache", "", ""
         key = cache_key(
             workflow=self.wf.name,
             step_name=fanout_parent(name) or name,
@@ -268,8 +275,9 @@ class _Walk:
             variant=variant,
             image_identity=identity,
             inputs=inputs,
+            secrets=secret_digests(step.secrets, self.cache.root.parent),
         )
-        entry = self.cache.lookup(key) if self.cache is not None else None
+        entry = self.cache.lookup(key)
         if entry is None:
             return RUNS, f"not in the cache (key {key.digest[:12]})", key.digest, ""
         self.outputs[name] = _records(entry.outputs_json, name)
@@ -337,11 +345,30 @@ def check_run(
         pulls = [*pulls, *images.left]
     else:
         pulls = []
-    problems += preflight(loaded, node, engine, pulled=pulls)
+    problems += preflight(loaded, node, engine, pulled=pulls) + _secrets_unset(loaded)
     if unchecked:
         what = "; ".join(unchecked)
         problems.append(Problem(loaded.file, 1, f"not checked {'offline' if offline else 'here'}: {what}", "note"))
     return sorted(_unique(problems), key=lambda p: (p.file, p.line))  # in the file's order
+
+
+def _secrets_unset(loaded: LoadedWorkflow) -> list[Problem]:
+    """A note for each secret this environment (or HETFLOW_SECRETS_FILE) lacks: run refuses it
+    unless it is given then (a check in CI has no values, so not an error)."""
+    steps = loaded.workflow.steps
+    have = gather_available({n for s in steps.values() for n in s.secrets}, os.environ).values
+    return [
+        Problem(
+            loaded.file,
+            loaded.line("steps", name, "secrets"),
+            f"step {name!r}: secret {secret!r} is not set here; hetflow run needs it in its environment or in"
+            " --secrets-file FILE",
+            "note",
+        )
+        for name, step in steps.items()
+        for secret in step.secrets
+        if secret not in have
+    ]
 
 
 def _without_s3(loaded: LoadedWorkflow) -> Any:

@@ -33,6 +33,7 @@ from hetflow.execute.lifecycle import reconcile, stop_run
 from hetflow.execute.nextattempt import adjusted
 from hetflow.execute.runconfig import RunnerConfig
 from hetflow.execute.runoptions import NullReporter, ProcessSeams, RunOptions, make_dispatch
+from hetflow.execute.secrets import secret_digests
 from hetflow.execute.stopping import clear_stop_request, stop_requested
 from hetflow.inventory import Node
 from hetflow.spec import (
@@ -377,9 +378,7 @@ class Runner:
         if variant is None:
             return None
         identity = self._image_identity(variant.image)
-        inputs = input_digests(
-            step, lambda parent: self.store.outputs(self.run_id, parent), self.paths.step_out, self.data
-        )
+        inputs = input_digests(step, lambda p: self.store.outputs(self.run_id, p), self.paths.step_out, self.data)
         if identity is None or inputs is None:
             return None
         return cache_key(
@@ -392,6 +391,7 @@ class Runner:
             variant=variant,
             image_identity=identity,
             inputs=inputs,
+            secrets=secret_digests(step.secrets, self.store.path.parent),
         )
 
     def _image_identity(self, image: str) -> str | None:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from hetflow.errors import HetflowError, Problem, SpecError, StateError
+from hetflow.errors import HetflowError, Problem, SpecError, StateError, UsageError
 from hetflow.execute.amend import Amendment, compare
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
@@ -39,6 +39,7 @@ from hetflow.execute.podman import make_engine
 from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
 from hetflow.execute.profiles import apply_resources
 from hetflow.execute.runplan import LOCAL, RunPlan, apply_images, images_of
+from hetflow.execute.secrets import activate, gather, secret_digests
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import create_run, new_run_id, preflight
 from hetflow.inventory import Node
@@ -106,7 +107,9 @@ def submit_run(
     ``resolver`` default to the real ones (tests pass fakes).
 
     Workflow data is resolved first (host files hashed, S3 listed, then downloaded into the
-    run's directory) and fan-outs over it expanded, so the plan sees every item."""
+    run's directory) and fan-outs over it expanded, so the plan sees every item.  A step's
+    secrets are looked up first (``execute.secrets``): a missing one is refused here."""
+    _use_secrets(loaded.workflow, settings)
     data = resolve_data(loaded, memo=store, s3=s3)
     run_id = new_run_id()
     workdir = (Path(settings.workdir) if settings.workdir else home / "runs") / run_id
@@ -210,7 +213,22 @@ def open_run(
         backend.check()
         plan = RunPlan.from_json(text) if text is not None else plan_on_cluster(store, loaded, settings)
     workflow = apply_images(loaded.workflow, plan.images)
+    _use_secrets(workflow, settings, resume=True)
     return OpenRun(store, record, workflow, plan, settings, node, backend, engine)
+
+
+def _use_secrets(workflow: Workflow, settings: Settings, *, resume: bool = False) -> None:
+    """This process's values of the workflow's secrets (from its environment and secrets
+    file), or UsageError naming each one missing.  They are never recorded, so every process
+    that executes the run (a detached executor, a resume) looks them up again."""
+    named = sorted({n for s in workflow.steps.values() for n in s.secrets})
+    if named and settings.backend != LOCAL:
+        raise UsageError(
+            f"secrets ({', '.join(named)}) reach containers on this machine only; the {settings.backend} backend "
+            "would have to write them into its job files: run with --backend local, or give the job its secret "
+            "through the cluster's own means"
+        )
+    activate(gather(workflow, os.environ, resume=resume))
 
 
 def resume_run(
@@ -242,6 +260,8 @@ def resume_run(
             f"run {run_id} is being {doing} by process {record.pid}; wait for it to end"
             + ("" if doing == "stopped" else f", or 'hetflow stop {run_id}' stops it")
         )
+    # before anything is reset: a resume without its secrets changes nothing
+    _use_secrets(load_recorded(store, run_id).workflow, Settings.from_json(record.backend_json), resume=True)
     amendment = Amendment()
     if Settings.from_json(record.backend_json).backend == LOCAL:
         engine = engine or make_engine()
@@ -342,8 +362,7 @@ def _apply_edits(
     identities: dict[str, str] = {}
 
     def identity(image: str) -> str:
-        """As the runner keys a step (``Runner._image_identity``): a pinned digest, else the
-        ID of the image the engine holds (asked once per image)."""
+        """As the runner keys a step (``Runner._image_identity``): a pinned digest, else the engine's image ID."""
         if "@sha256:" in image:
             return image.rsplit("@", 1)[1]
         if image not in identities:
@@ -364,6 +383,7 @@ def _apply_edits(
             variant=v,
             image_identity=identity(v.image),
             inputs=digests if digests is not None else dict(step.inputs),  # unknown content: the references
+            secrets=secret_digests(step.secrets, store.path.parent),
         )
 
     amendment = compare(apply_images(old.workflow, recorded.images), pinned.workflow, store.steps(run_id), key_of)

@@ -40,7 +40,7 @@ from hetflow.plan import Steer
 from hetflow.spec import Origin, compose_yaml, line_of, read_yaml_text
 
 BACKENDS = ("local", "slurm", "ray")
-_KEYS = {"backend", "cluster", "workdir", "engine", "slurm", "ray", "cache"}
+_KEYS = {"backend", "cluster", "workdir", "engine", "slurm", "ray", "cache", "notify"}
 _SECTIONS = {"params", "resources"}  # what a file's top level and a profile give a run, beside _KEYS
 _FILE_KEYS = _KEYS | _SECTIONS | {"profiles"}
 # stored with a run: the command line's too, never a config file's; the resource overrides
@@ -56,6 +56,7 @@ class Settings:
     engine: str = "podman"
     slurm: Mapping[str, Any] = field(default_factory=dict)  # the backend's own keys (YAML values)
     ray: Mapping[str, Any] = field(default_factory=dict)
+    notify: str | Sequence[str] = ()  # `notify: URL` or a list: POSTs of a run's end and step failures (notify.py)
     cache: bool = True  # the cross-run cache (`hetflow run --no-cache`: False; a resume keeps it)
     variants: Mapping[str, str] = field(default_factory=dict)  # `hetflow run --variant STEP=NAME`
     prefer: str | None = None  # `hetflow run --prefer gpu|cpu`
@@ -69,6 +70,11 @@ class Settings:
     def steer(self) -> Steer:
         """The command line's say over variant choice (``plan.steer``)."""
         return Steer(dict(self.variants), self.prefer)
+
+    def __post_init__(self) -> None:
+        # `notify:` is one URL or a list (YAML, JSON): a tuple, so a run's settings read back equal
+        if not isinstance(self.notify, str):
+            object.__setattr__(self, "notify", tuple(self.notify))
 
     def to_json(self) -> str:
         return json.dumps({k: v for k, v in asdict(self).items() if k in _RUN_KEYS}, sort_keys=True)

@@ -229,6 +229,10 @@ class Step(SpecModel):
     gpu: GpuConstraint | None = None
     estimate: Annotated[Duration | None, AfterValidator(_estimate)] = None
     env: dict[str, str] = Field(default_factory=dict)
+    secrets: tuple[str, ...] = Field(
+        default=(),
+        description="secret names: from the environment or --secrets-file, as $NAME and /run/secrets/NAME",
+    )
     node_selector: dict[str, str] = Field(default_factory=dict, description="applies to every variant")
     variants: dict[str, Variant] | None = None
     needs: tuple[str, ...] = ()
@@ -259,6 +263,20 @@ class Step(SpecModel):
     @classmethod
     def _command(cls, v: object) -> object:
         return _coerce_command(v)
+
+    @field_validator("secrets")
+    @classmethod
+    def _secrets(cls, v: tuple[str, ...]) -> tuple[str, ...]:
+        # a secret is an env var NAME and a file /run/secrets/NAME: a POSIX name is both
+        for name in v:
+            if not ENV_NAME.match(name) or name.startswith("HETFLOW_"):
+                raise ValueError(
+                    f"secret name {name!r} is not valid: use letters, digits and '_', not starting with a digit "
+                    "nor with HETFLOW_ (e.g. API_TOKEN)"
+                )
+        if len(set(v)) != len(v):
+            raise ValueError(f"secrets lists a name twice: {', '.join(sorted({n for n in v if v.count(n) > 1}))}")
+        return v
 
     @model_validator(mode="after")
     def _one_form(self) -> Step:

@@ -10,7 +10,10 @@ The key is the sha256 of a canonical JSON of what decides a step's result:
 - the declared outputs;
 - the content of every input: the sha256 an upstream step's output was recorded with in
   this run (an upstream step rerun with identical bytes leaves the key unchanged), and
-  the content digest of workflow data (host files or S3 objects).
+  the content digest of workflow data (host files or S3 objects);
+- the step's secrets (``secrets:``), each as an HMAC-SHA256 of its value under a random salt
+  kept in HETFLOW_HOME/secrets.salt (``execute.secrets``): a changed secret runs the step again,
+  and the key in the store cannot be tried against guessed values without the salt.
 
 Resources (cores, memory), retries, estimates and the like do not enter it: they do not
 change a result.  Entries live in the state store; their files in HETFLOW_HOME/cache/objects,
@@ -71,8 +74,11 @@ def cache_key(
     variant: Variant,
     image_identity: str,
     inputs: Mapping[str, str],
+    secrets: Mapping[str, str] | None = None,
 ) -> Key:
-    """The key of one step's result (see the module's docstring for what is in it)."""
+    """The key of one step's result (see the module's docstring for what is in it).
+    ``secrets``: NAME -> salted digest of its value (``execute.secrets``), never the value;
+    absent for a step without secrets, so keys made before secrets existed still match."""
     doc: dict[str, Any] = {
         "version": KEY_VERSION,
         "workflow": workflow,
@@ -85,6 +91,8 @@ def cache_key(
         "outputs": sorted(step.outputs),
         "inputs": dict(sorted(inputs.items())),
     }
+    if secrets:
+        doc["secrets"] = dict(sorted(secrets.items()))
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     return Key(hashlib.sha256(text.encode()).hexdigest(), text)
 

@@ -25,7 +25,10 @@ def build_spec(
     paths: RunPaths,
     access: GpuAccess,
     data: DataManifest | None = None,
+    secrets: Mapping[str, str] | None = None,
 ) -> ContainerSpec:
+    """``secrets``: the values of the step's ``secrets`` (``execute.secrets``), given as
+    variables (over the step's own ``env``) and as files under /run/secrets."""
     name = container_name(run_id, step_name, attempt)
     mounts = [Mount(str(paths.staging(step_name, attempt)), "/out", read_only=False)]
     mounts += input_mounts(step, paths, data or DataManifest())
@@ -37,7 +40,7 @@ def build_spec(
         user=f"{uid}:{gid}",
         labels={LABEL_RUN: run_id, LABEL_STEP: step_name, LABEL_ATTEMPT: str(attempt)},
         env=container_env(
-            variant.env,
+            {**variant.env, **(secrets or {})},
             {**access.env, "HETFLOW_RUN_ID": run_id, "HETFLOW_STEP": step_name, "HETFLOW_ATTEMPT": str(attempt)},
         ),
         mounts=tuple(mounts),
@@ -48,6 +51,7 @@ def build_spec(
         memory=variant.resources.memory,
         network=step.network,
         log_path=str(paths.log(step_name, attempt)),
+        secrets=dict(secrets or {}),
     )
 
 

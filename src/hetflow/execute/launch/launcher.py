@@ -38,6 +38,7 @@ from hetflow.execute.gang.replicas import (
     replica_name,
 )
 from hetflow.execute.launch.container import build_spec
+from hetflow.execute.secrets import active
 from hetflow.inventory import Gpu
 from hetflow.plan import Slot
 from hetflow.spec import GpuRequest, Step, Variant, Workflow
@@ -171,6 +172,7 @@ class Launcher:
             paths=self.paths,
             access=self.dispatch.access(variant, own, go.slot),
             data=self.data,
+            secrets=active().of(step.secrets),
         )
         if not self.backend.capabilities.assigns_gpus:
             spec = replace(spec, cpuset=near_cpus(own))
