@@ -242,7 +242,9 @@ class _Walk:
         src = pending_source(step)
         if src is not None and src.step is not None:
             return RUNS, f"a fan-out over {src.ref}: its items are known when {src.step!r} has succeeded", "", ""
-        ran = [d for d in step.dependencies() if self.status.get(d) == RUNS]
+        # only inputs enter the key: a parent named in needs (or by a condition) alone does not
+        sources = {r.split("/", 1)[0] for r in step.inputs.values() if not r.startswith(DATA_PREFIX)}
+        ran = [d for d in step.dependencies() if d in sources and self.status.get(d) == RUNS]
         if ran:
             return RUNS, f"its input comes from {ran[0]!r}, which runs", "", ""
         s3 = [r for r in step.inputs.values() if r.startswith(DATA_PREFIX) and _data_set(r) in self.s3_sets]
