@@ -69,12 +69,22 @@ class Output:
         self.text += line
 
 
+# Step a waits for a gate file the test writes (its data directory is mounted live), so the
+# lock is surely held when it ends: a fixed sleep raced the test's polling on a loaded machine.
+GATED = TWO_STEPS.replace(
+    'command: [sh, -c, "sleep 1; echo a > /out/a.txt"]',
+    'inputs: {g: data.gate}\n    command: [sh, -c, "until [ -f /in/g/go ]; do sleep 0.1; done; echo a > /out/a.txt"]',
+).replace("steps:", "data:\n  gate: gate\nsteps:", 1)
+
+
 def test_a_run_waits_out_a_store_another_process_holds_locked(hf: Hetflow, tmp_path: Path) -> None:
     """SQLite's own wait is cut to 0.5 s (HETFLOW_STORE_BUSY_TIMEOUT): holding the lock for
     several times that used to crash the executor with 'database is locked'."""
     hf("run", write(tmp_path, ONE_STEP, "one.yaml"), "-q")  # the store exists, as it would
+    (tmp_path / "gate").mkdir()
+    (tmp_path / "gate" / "closed").write_text("")
     env = {"HETFLOW_STORE_BUSY_TIMEOUT": "0.5"}
-    run = hf.popen("run", write(tmp_path, TWO_STEPS), extra_env=env)
+    run = hf.popen("run", write(tmp_path, GATED), extra_env=env)
     out = Output(run)
     locker: subprocess.Popen[str] | None = None
     try:
@@ -86,6 +96,7 @@ def test_a_run_waits_out_a_store_another_process_holds_locked(hf: Hetflow, tmp_p
             text=True,
         )
         assert locker.stdout is not None and locker.stdout.readline().strip() == "held"
+        (tmp_path / "gate" / "go").write_text("")
         # step a ends within the hold: its result waits for the lock instead of crashing the run
         hf.wait_for(lambda: "state store busy" in out.text, timeout=60)
         assert f"(pid {locker.pid})" in out.text  # the holder, read from /proc/locks

@@ -4,6 +4,10 @@ which commands must say exactly what the modules register, or a command would va
 from __future__ import annotations
 
 import importlib
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import typer
@@ -27,3 +31,24 @@ def test_the_command_table_matches_what_each_module_registers(module: str) -> No
 def test_no_command_is_in_two_modules() -> None:
     names = [n for names in COMMANDS.values() for n in names]
     assert len(names) == len(set(names))
+
+
+@pytest.mark.parametrize("argv", [["ps", "--all", "--json"], ["ps"], ["show", "nope"]], ids=["ps-json", "ps", "show"])
+def test_the_store_reading_commands_load_no_execute_stage(argv: list[str], tmp_path: Path) -> None:
+    """`hetflow ps` and `show` read the store only and should answer at once (`logs` reads
+    the run's recorded workflow too, for its secrets' names): a
+    module-level import of the dry run's table once made `ps` load the execute stage, the
+    image resolver and httpx (0.22 s -> 0.45 s a call), which every poll of a script pays."""
+    code = (
+        "import sys\n"
+        "from hetflow.cli.main import main\n"
+        "try:\n"
+        f"    main({argv!r})\n"
+        "except SystemExit:\n"
+        "    pass\n"
+        "heavy = sorted(m for m in sys.modules if m.startswith(('hetflow.execute.images', 'hetflow.plan', 'httpx')))\n"
+        "print(heavy)\n"
+    )
+    env = {**os.environ, "HETFLOW_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
+    assert out.strip().splitlines()[-1] == "[]"

@@ -20,7 +20,6 @@ from hetflow.errors import HetflowError, UsageError
 from hetflow.report import (
     item_labels,
     make_reporter,
-    preview_table,
     ps_table,
     run_json,
     run_state_text,
@@ -166,6 +165,7 @@ def resume(
 
 def _dry_run(store: Store, loaded: LoadedWorkflow, settings: Settings, node: Node, *, json_out: bool) -> None:
     from hetflow.execute import preview_run
+    from hetflow.report import preview_table
 
     preview = preview_run(store, loaded, settings, node, cache_root=hetflow_home() / "cache")
     if json_out:

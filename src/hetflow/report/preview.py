@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.table import Table
 from rich.text import Text
 
-from hetflow.execute import StepPreview
 from hetflow.report.runs import gpus_text
 from hetflow.report.tables import BIG, PlainTable, plain_table
 from hetflow.spec import format_duration
+
+if TYPE_CHECKING:  # the type only: `hetflow ps` must not load the execute stage
+    from hetflow.execute import StepPreview
 
 PREVIEW_COLUMNS = ("STEP", "WOULD", "VARIANT", "NODE", "GPUS", "EST.", "WHY")
 _STYLE = {"runs": "cyan", "cached": "green", "skipped": "magenta"}
