@@ -85,8 +85,19 @@ def recorded_runs(wf: Path, home: Path, podman: str) -> list[list[str]]:
     log = home / "runs.log"
     shim = home / "podman-recorder"
     # one write per call (appends that small are atomic): hetflow calls the engine from several threads
+    # a step's environment comes in an --env-file that hetflow removes once the container
+    # exists: the shim keeps a copy for the loop's replay (the same variables, read alike)
+    kept = home / "env"
+    kept.mkdir(exist_ok=True)
     shim.write_text(
-        f'#!/bin/bash\nline=$(printf "%q " "$@")\nprintf "%s\\n" "$line" >> {shlex.quote(str(log))}\n'
+        '#!/bin/bash\nargs=("$@")\n'
+        "for ((k = 0; k < ${#args[@]}; k++)); do\n"
+        '  if [ "${args[k]}" = "--env-file" ]; then\n'
+        '    f="${args[k+1]}"; keep="' + str(kept) + '/$(basename "$(dirname "$f")").env"\n'
+        '    cp "$f" "$keep" && args[k+1]="$keep"\n'
+        "  fi\n"
+        "done\n"
+        f'line=$(printf "%q " "${{args[@]}}")\nprintf "%s\\n" "$line" >> {shlex.quote(str(log))}\n'
         f'exec {shlex.quote(podman)} "$@"\n'
     )
     shim.chmod(0o755)
