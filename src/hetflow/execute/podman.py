@@ -40,6 +40,8 @@ from hetflow.execute.engine import (
 )
 from hetflow.execute.exits import Batches, ExitWatch
 
+ENV_FILE_FIRST_ASK = 0.3  # seconds: an attached run creates its container in about this (2 cores, podman 4.3)
+
 
 @dataclass(frozen=True)
 class _Removal:
@@ -171,6 +173,9 @@ class CliEngine:
         exists: podman reads the file, and copies each secret into the container's storage,
         before it creates the container, so they are on disk for that moment only."""
         deadline = time.monotonic() + ENV_FILE_WAIT
+        # each question is a podman process that takes podman's lock: ask first once podman
+        # has usually created the container, not at once (three questions a step slowed starts)
+        time.sleep(ENV_FILE_FIRST_ASK)
         while time.monotonic() < deadline and (env_file is None or env_file.exists()) and not watch.exited(name):
             if self._run(["container", "exists", name], check=False, timeout=30).returncode == 0:
                 break
