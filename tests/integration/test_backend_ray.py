@@ -20,7 +20,7 @@ from hetflow.errors import EngineError, UsageError
 from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.ray import RayBackend, RayNode, RaySettings, accelerator_type, task_request
 from hetflow.execute.settings import Settings
-from tests.contract.backend_contract import BackendContract, job, wait_done
+from tests.contract.backend_contract import BackendContract, job, open_gate, wait_done
 from tests.integration.ray_fixture import RayCluster, ray_cluster
 
 __all__ = ["ray_cluster"]  # the module fixture, used by the fixtures below
@@ -163,16 +163,17 @@ class TestRayBackend(BackendContract):
         script = textwrap.dedent(f"""
             from pathlib import Path
             from hetflow.execute.backends.ray import RayBackend, RaySettings
-            from tests.contract.backend_contract import job
+            from tests.contract.backend_contract import gated, job
             b = RayBackend(RaySettings(address={address!r}))
-            b.submit(job({name!r}, Path({str(tmp_path)!r}), "sleep 3; echo done > /out/x", run_id={r!r}))
+            b.submit(job({name!r}, Path({str(tmp_path)!r}), gated("echo done > /out/x"), run_id={r!r}))
             print("result:", b.poll({r!r})[{name!r}].status)
         """)
         proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert result(proc.stdout) in (["PENDING"], ["RUNNING"]), proc.stdout
         st = backend.poll(r)[name]
-        assert st.running, st  # the driver is gone, the job is not
+        assert st.running, st  # the driver is gone, the job is not (it waits for the gate)
+        open_gate(tmp_path)
         states = wait_done(backend, r, [name])
         assert states[name].exit_code == 0 and (tmp_path / "x").read_text() == "done\n"
         assert not container_exists(name)  # podman run --rm
@@ -194,9 +195,10 @@ class TestRayBackend(BackendContract):
 
 
 def result(stdout: str) -> list[str]:
-    """The words a child script printed after "result:"; Ray's own warnings may come after."""
-    lines = [line for line in stdout.splitlines() if line.startswith("result: ")]
-    return lines[-1].split()[1:] if lines else []
+    """The words a child script printed after "result:"; Ray's own warnings may come before or
+    after, even on the same line (a raylet warning without its line break was seen in a suite run)."""
+    lines = [line.rpartition("result: ")[2] for line in stdout.splitlines() if "result: " in line]
+    return lines[-1].split() if lines else []
 
 
 def container_exists(name: str) -> bool:
