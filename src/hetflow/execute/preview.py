@@ -59,7 +59,6 @@ from hetflow.spec import (
     Step,
     edges_of,
     evaluate,
-    fanout_parent,
     output_refs,
     pending_source,
     topo_order,
@@ -271,7 +270,7 @@ class _Walk:
             return RUNS, "no cache", "", ""
         key = cache_key(
             workflow=self.wf.name,
-            step_name=fanout_parent(name) or name,
+            step_name=name,
             step=step,
             variant_name=vname,
             variant=variant,

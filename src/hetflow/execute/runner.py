@@ -40,7 +40,6 @@ from hetflow.spec import (
     SKIPPED_BY_CONDITION,
     Workflow,
     edges_of,
-    fanout_parent,
     pending_source,
     topo_order,
 )
@@ -383,9 +382,7 @@ class Runner:
             return None
         return cache_key(
             workflow=self.wf.name,
-            # a fan-out's item is keyed by its step, not its index: a file added to a
-            # data set shifts the indexes but leaves the other items' results reusable
-            step_name=fanout_parent(name) or name,
+            step_name=name,
             step=step,
             variant_name=vname,
             variant=variant,

@@ -377,7 +377,7 @@ def _apply_edits(
         digests = input_digests(step, lambda p: store.outputs(run_id, p), paths.step_out, recorded.data)
         return cache_key(
             workflow=wf.name,
-            step_name=fanout_parent(name) or name,
+            step_name=name,
             step=step,
             variant_name=variant,
             variant=v,

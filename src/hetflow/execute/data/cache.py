@@ -39,7 +39,7 @@ from typing import Any
 
 from hetflow.execute.data.inputs import DataManifest, sha256_file
 from hetflow.execute.data.outputs import sha256_of
-from hetflow.spec import DATA_PREFIX, Step, Variant
+from hetflow.spec import DATA_PREFIX, Step, Variant, fanout_parent
 from hetflow.state import CacheEntry, OutputRecord, Store
 
 KEY_VERSION = 1
@@ -78,11 +78,13 @@ def cache_key(
 ) -> Key:
     """The key of one step's result (see the module's docstring for what is in it).
     ``secrets``: NAME -> salted digest of its value (``execute.secrets``), never the value;
-    absent for a step without secrets, so keys made before secrets existed still match."""
+    absent for a step without secrets, so keys made before secrets existed still match.
+    A fan-out's item (``X.3``) is keyed by its step (``X``), not its index: a file added to a
+    data set shifts the indexes but leaves the other items' results reusable."""
     doc: dict[str, Any] = {
         "version": KEY_VERSION,
         "workflow": workflow,
-        "step": step_name,
+        "step": fanout_parent(step_name) or step_name,
         "image": image_identity,
         "variant": variant_name,
         "command": list(variant.command),
