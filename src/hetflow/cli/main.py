@@ -155,16 +155,52 @@ def nodes(
     topo: bool = typer.Option(
         False, "--topo", help="Also the GPU interconnect matrix, like `nvidia-smi topo -m` (--json always has it)."
     ),
+    backend: str | None = typer.Option(
+        None, "--backend", help="kubernetes: the nodes its API server lists (--json: a cluster file for --cluster)."
+    ),
+    config: Path | None = typer.Option(None, "--config", help="Settings file (default $HETFLOW_HOME/config.yaml)."),
 ) -> None:
-    """Describe this machine's hardware, like `docker info` plus `nvidia-smi`."""
+    """Describe this machine's hardware, like `docker info` plus `nvidia-smi`; with --backend
+    kubernetes, the cluster's nodes as its API server lists them (what hetflow plans on)."""
     from hetflow.inventory import discover
     from hetflow.report import node_to_json, render_node
 
+    if backend is not None and backend != "local":
+        _cluster_nodes(backend, config, json_out=json_out)
+        return
     node = discover(hetflow_home())
     if json_out:
         print_json([node_to_json(node)])
     else:
         console.print(render_node(node, topo=topo))
+
+
+def _cluster_nodes(backend: str, config: Path | None, *, json_out: bool) -> None:
+    from rich.table import Table
+
+    from hetflow.execute import load_settings
+    from hetflow.execute.backends.kubernetes import Inventory, KubeApi, KubernetesSettings, node_types
+
+    if backend != "kubernetes":
+        raise UsageError(f"--backend {backend}: nodes lists a cluster's nodes for kubernetes only (Slurm: sinfo)")
+    settings = load_settings(config, hetflow_home(), os.environ, backend="kubernetes")
+    inventory = Inventory(KubeApi(KubernetesSettings.from_backend(settings)))
+    found = inventory.nodes()
+    if json_out:
+        print_json(inventory.cluster())
+        return
+    _, members = node_types(found)
+    type_of = {m: t for t, ms in members.items() for m in ms}
+    table = Table("NODE", "TYPE", "CPUS", "MEMORY", "GPUS", "MODEL", "CC", "VIA", box=None)
+    for n in found:
+        via = "-" if not n.gpus else ("DRA" if n.dra else "device plugin")
+        gpus = str(n.gpus) if n.gpus else "-"
+        table.add_row(
+            n.name, type_of[n.name], str(n.cores), f"{n.memory / 2**30:.0f}Gi", gpus, n.model or "-",
+            n.compute_capability or "-", via,
+        )  # fmt: skip
+    console.print(table)
+    console.print(f"{len(found)} Ready node(s) in {len(members)} node type(s)", highlight=False)
 
 
 BAD_INPUT = HetflowError.exit_code  # 2, as for every HetflowError (README "Exit status")

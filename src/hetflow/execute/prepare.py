@@ -12,6 +12,7 @@ import os
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
+from hetflow.errors import EngineError, UsageError
 from hetflow.execute.images import Resolver, default_resolver, pin_images
 from hetflow.execute.runplan import CLUSTER, GREEDY, LOCAL, PLANNED, RunPlan, images_of
 from hetflow.execute.settings import Settings
@@ -146,12 +147,28 @@ def cluster_instance(
     )
 
 
+def cluster_of(settings: Settings) -> Cluster:
+    """The settings' cluster file; without one, for the Kubernetes backend, the nodes its API
+    server lists (``backends.kubernetes.inventory``)."""
+    if settings.cluster is not None:
+        return load_cluster(settings.cluster)
+    if settings.backend == "kubernetes":
+        from hetflow.execute.backends.kubernetes import Inventory, KubeApi, KubernetesSettings
+
+        api = KubeApi(KubernetesSettings.from_backend(settings))
+        data = Inventory(api).cluster()
+        if not data["nodeTypes"]:
+            raise EngineError(f"the Kubernetes cluster at {api.where} has no Ready, schedulable node to plan on")
+        return Cluster.model_validate(data)
+    raise UsageError(f"the {settings.backend} backend plans on a cluster file: give --cluster FILE")
+
+
 def plan_on_cluster(
     store: Store, loaded: LoadedWorkflow, settings: Settings, resolver: Resolver = default_resolver
 ) -> RunPlan:
-    """Plan the workflow on the settings' cluster file (history wins over estimates)."""
-    assert settings.cluster is not None
-    cluster = load_cluster(settings.cluster)
+    """Plan the workflow on the settings' cluster file, or on what the Kubernetes API server
+    lists (history wins over estimates)."""
+    cluster = cluster_of(settings)
     classes = cluster.classes()
     steered, why = steer_workflow(
         loaded.workflow, settings.steer, lambda s, v: any(first_class_rejection(v, c).ok for c in classes)

@@ -4,11 +4,12 @@ container engine on the nodes, the cluster file to plan with.
 Read from ``--config FILE`` or ``$HETFLOW_HOME/config.yaml`` (absent: defaults), then
 overridden by the environment, as the engines' own tools do (SLURM_CONF, RAY_ADDRESS):
 
-    HETFLOW_BACKEND          local | slurm | ray
+    HETFLOW_BACKEND          local | slurm | ray | kubernetes
     HETFLOW_CLUSTER          the cluster file (node types) to plan with
     HETFLOW_WORKDIR          the shared work directory for runs (multi-node backends)
     HETFLOW_SLURM_PARTITION, HETFLOW_SLURM_ACCOUNT
     HETFLOW_RAY_ADDRESS      ray://HOST:PORT, HOST:PORT or auto
+    HETFLOW_KUBE_NAMESPACE, HETFLOW_KUBE_CONTEXT (KUBECONFIG as kubectl reads it)
 
     # config.yaml
     backend: slurm
@@ -16,6 +17,7 @@ overridden by the environment, as the engines' own tools do (SLURM_CONF, RAY_ADD
     workdir: /shared/hetflow
     slurm: {partition: gpu, account: ml}
     ray: {address: "ray://head:10001"}
+    kubernetes: {namespace: ml, context: prod}   # see execute/backends/kubernetes/settings.py
     params: {lr: 0.01}                           # defaults for workflows' params
     resources: {template: {python: {memory: 2Gi}}, step: {train: {cpus: 8}}}
     profiles:                                    # hetflow run --profile slurm,gpu
@@ -39,8 +41,9 @@ from hetflow.execute.profiles import Layers, check_section, choose_profiles
 from hetflow.plan import Steer
 from hetflow.spec import Origin, compose_yaml, line_of, read_yaml_text
 
-BACKENDS = ("local", "slurm", "ray")
-_KEYS = {"backend", "cluster", "workdir", "engine", "slurm", "ray", "cache", "notify"}
+BACKENDS = ("local", "slurm", "ray", "kubernetes")
+_KEYS = {"backend", "cluster", "workdir", "engine", "slurm", "ray", "kubernetes", "cache", "notify"}
+_BACKEND_SECTIONS = ("slurm", "ray", "kubernetes")
 _SECTIONS = {"params", "resources"}  # what a file's top level and a profile give a run, beside _KEYS
 _FILE_KEYS = _KEYS | _SECTIONS | {"profiles"}
 # stored with a run: the command line's too, never a config file's; the resource overrides
@@ -56,6 +59,7 @@ class Settings:
     engine: str = "podman"
     slurm: Mapping[str, Any] = field(default_factory=dict)  # the backend's own keys (YAML values)
     ray: Mapping[str, Any] = field(default_factory=dict)
+    kubernetes: Mapping[str, Any] = field(default_factory=dict)
     notify: str | Sequence[str] = ()  # `notify: URL` or a list: POSTs of a run's end and step failures (notify.py)
     cache: bool = True  # the cross-run cache (`hetflow run --no-cache`: False; a resume keeps it)
     variants: Mapping[str, str] = field(default_factory=dict)  # `hetflow run --variant STEP=NAME`
@@ -111,7 +115,7 @@ def load_settings(
     if path.exists():
         data, lines = _read(path)
     layers, chosen = _layers(data, lines, path, profiles)
-    for key in ("slurm", "ray"):
+    for key in _BACKEND_SECTIONS:
         for where, part in [("", data), *((f"profile {n!r}: ", b) for n, b in chosen)]:
             if not isinstance(part.get(key, {}), dict):
                 raise UsageError(f"{path}: {where}{key!r} must be a mapping")
@@ -119,7 +123,7 @@ def load_settings(
     _environment(data, env)
     for _, body in chosen:  # a profile is chosen on this command line: it wins over the environment
         for key, value in body.items():
-            if key in ("slurm", "ray"):
+            if key in _BACKEND_SECTIONS:
                 data[key] = {**data[key], **{str(k): v for k, v in (value or {}).items()}}
             elif key in _KEYS:
                 data[key] = value
@@ -133,7 +137,8 @@ def load_settings(
             f"backend {chosen_backend!r} is not one of {', '.join(BACKENDS)} (--backend, HETFLOW_BACKEND, a profile"
             f" or {path})"
         )
-    if chosen_backend != "local" and not data.get("cluster"):
+    # Kubernetes: the API server lists the nodes (``backends.kubernetes.inventory``)
+    if chosen_backend not in ("local", "kubernetes") and not data.get("cluster"):
         raise UsageError(
             f"the {chosen_backend} backend plans on a cluster file: give --cluster FILE (node types; see"
             f" examples/clusters), HETFLOW_CLUSTER, or 'cluster:' in {path}"
@@ -184,6 +189,8 @@ def _environment(data: dict[str, Any], env: Mapping[str, str]) -> None:
         "HETFLOW_SLURM_PARTITION": ("slurm", "partition"),
         "HETFLOW_SLURM_ACCOUNT": ("slurm", "account"),
         "HETFLOW_RAY_ADDRESS": ("ray", "address"),
+        "HETFLOW_KUBE_NAMESPACE": ("kubernetes", "namespace"),
+        "HETFLOW_KUBE_CONTEXT": ("kubernetes", "context"),
     }.items():
         if env.get(var):
             data[section] = {**data[section], key: env[var]}

@@ -22,4 +22,8 @@ def make_backend(settings: Settings | None = None, *, engine: ContainerEngine | 
         from hetflow.execute.backends.ray import RayBackend, RaySettings
 
         return RayBackend(RaySettings.from_backend(settings))
+    if name == "kubernetes" and settings is not None:
+        from hetflow.execute.backends.kubernetes import KubernetesBackend, KubernetesSettings
+
+        return KubernetesBackend(KubernetesSettings.from_backend(settings))
     return LocalBackend(engine)

@@ -1,0 +1,274 @@
+"""Kubernetes: each step attempt is a batch/v1 Job (a gang: an Indexed Job and a headless
+Service) created through the API server; the real kube-scheduler places its pods, the Job
+controller runs them, and hetflow reads what happened from the API.
+
+- ``submit`` creates the attempt's objects (``translate``): the Job first, then what it owns
+  (a DRA ResourceClaimTemplate, a gang's Service) with an ownerReference to it, so deleting
+  the Job deletes them.  An object that exists already is adopted (a resumed executor).
+- ``poll`` lists the run's Jobs and pods by label (``hetflow.run``) and reads each attempt's
+  state (``states``); ``watch`` keeps two API watches (pods, Jobs) and wakes the runner on
+  every change, so the runner polls only when something happened.
+- ``cancel`` deletes the Jobs with foreground propagation and the given grace, and waits (a
+  bounded while) for their pods to go; ``release`` deletes finished Jobs the same way.
+- Logs: while a runner watches, each pod's log is followed through the API
+  (``pods/log?follow=true``) into the attempt's log file (``logs``).
+- Adoption is by label: a new backend instance finds the run's Jobs the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from hetflow.config import engine_env
+from hetflow.errors import EngineError
+from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.backends.common import TERMINATED_CODE, host_image_id
+from hetflow.execute.backends.kubernetes.api import Conflict, KubeApi, NotFound
+from hetflow.execute.backends.kubernetes.inventory import Inventory
+from hetflow.execute.backends.kubernetes.logs import LogFollowers
+from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
+from hetflow.execute.backends.kubernetes.states import job_state, pod_state
+from hetflow.execute.backends.kubernetes.translate import (
+    ANNOTATION_JOB,
+    LABEL_JOB,
+    Placement,
+    job_objects,
+    label_value,
+    network_policy,
+    object_name,
+    owned_by,
+)
+from hetflow.execute.engine import LABEL_RUN, Usage
+
+ANNOTATION_LOGS = "hetflow.logs"  # JSON list: each replica's log file, rank order
+# What a run needs to be allowed in its namespace (checked by ``check``, named when missing).
+NEEDED = (
+    ("create", "batch", "jobs"),
+    ("delete", "batch", "jobs"),
+    ("list", "batch", "jobs"),
+    ("watch", "", "pods"),
+    ("list", "", "pods"),
+    ("get", "", "pods/log"),
+    ("create", "", "services"),
+    ("list", "", "events"),
+)
+PATHS = {
+    "Job": ("jobs", "batch/v1"),
+    "Service": ("services", ""),
+    "NetworkPolicy": ("networkpolicies", "networking.k8s.io/v1"),
+}
+PATHS["ResourceClaimTemplate"] = ("resourceclaimtemplates", "resource.k8s.io/v1")
+
+
+class KubernetesBackend:
+    capabilities = Capabilities(
+        name="kubernetes", holds_dependencies=False, assigns_gpus=True, multi_node=True, queues=True
+    )
+
+    def __init__(self, settings: KubernetesSettings | None = None, api: KubeApi | None = None) -> None:
+        self.settings = settings or KubernetesSettings()
+        self._api = api
+        self._gone: dict[str, JobState] = {}  # cancelled here: their Jobs are deleted
+        self._seen: dict[str, list[Any]] = {}  # job name -> its pods when last polled (usage)
+        self._policies: set[str] = set()
+        self._inventory: Inventory | None = None
+        self._logs = LogFollowers()
+        self._watching = 0
+
+    @property
+    def api(self) -> KubeApi:
+        if self._api is None:
+            self._api = KubeApi(self.settings)
+        return self._api
+
+    @property
+    def inventory(self) -> Inventory:
+        if self._inventory is None:
+            self._inventory = Inventory(self.api)
+        return self._inventory
+
+    # the contract
+
+    def check(self) -> None:
+        """The API server answers, the namespace exists, and RBAC lets this user do what a run does."""
+        api = self.api
+        api.get("/version")
+        api.get(f"/api/v1/namespaces/{api.namespace}")
+        for verb, group, resource in NEEDED:
+            kind, _, sub = resource.partition("/")
+            attrs = {"namespace": api.namespace, "verb": verb, "group": group, "resource": kind, "subresource": sub}
+            review = api.create(
+                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+                {
+                    "apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SelfSubjectAccessReview",
+                    "spec": {"resourceAttributes": attrs},
+                },
+            )
+            if not review.get("status", {}).get("allowed"):
+                full = f"{resource}.{group}" if group else resource
+                raise EngineError(
+                    f"Kubernetes RBAC does not let the kubeconfig's user {verb} {full} in namespace {api.namespace}: "
+                    f"grant it with a Role and RoleBinding (kubectl create role hetflow --verb={verb} "
+                    f"--resource={full} -n {api.namespace}; then a rolebinding to the user)"
+                )
+
+    def image_exists(self, image: str) -> bool:
+        """The API server cannot say whether a registry holds an image: a missing one shows
+        when its pod starts (ErrImagePull), which ``states`` turns into the attempt's failure
+        with Kubernetes' message."""
+        return True
+
+    def image_id(self, image: str) -> str | None:
+        return host_image_id(image, engine_env())
+
+    def submit(self, job: Job) -> None:
+        api = self.api
+        objects = job_objects(job, self.settings, self._placement(job))
+        kube_job = objects[-1]
+        logs = [r.log_path or "" for r in (job.ranks or (job.container,))]
+        kube_job["metadata"]["annotations"][ANNOTATION_LOGS] = json.dumps(logs)
+        if not job.container.network:
+            self._policy(job.run_id)
+        try:
+            created = api.create(api.ns("jobs", "batch/v1"), kube_job)
+        except Conflict:  # submitted before (a resumed executor): adopt it
+            created = api.get(f"{api.ns('jobs', 'batch/v1')}/{kube_job['metadata']['name']}")
+        uid, name = created["metadata"]["uid"], created["metadata"]["name"]
+        for obj in objects[:-1]:
+            resource, group = PATHS[obj["kind"]]
+            with contextlib.suppress(Conflict):
+                api.create(api.ns(resource, group), owned_by(obj, uid, name))
+
+    def poll(self, run_id: str) -> dict[str, JobState]:
+        api = self.api
+        selector = f"{LABEL_RUN}={label_value(run_id)}"
+        jobs = api.items(api.ns("jobs", "batch/v1"), labelSelector=selector)
+        pods = api.items(api.ns("pods"), labelSelector=selector)
+        by_job: dict[str, list[Any]] = {}
+        for p in pods:
+            by_job.setdefault(p["metadata"].get("labels", {}).get(LABEL_JOB, ""), []).append(p)
+        out: dict[str, JobState] = {}
+        for j in jobs:
+            meta = j["metadata"]
+            full = meta.get("annotations", {}).get(ANNOTATION_JOB, meta["name"])
+            mine = by_job.get(meta["name"], [])
+            pending = (
+                self._pending_reason(meta["name"]) if not mine and not j.get("status", {}).get("conditions") else ""
+            )
+            out[full] = job_state(full, j, mine, pending)
+            self._seen[full] = mine
+            if self._watching:
+                self._logs.follow(api, meta, mine)
+        for name, state in self._gone.items():
+            if name.startswith(f"hf-{run_id}-"):
+                out.setdefault(name, state)
+        return out
+
+    def _pending_reason(self, name: str) -> str:
+        """Why a Job has no pod yet, in Kubernetes' words (a quota: FailedCreate)."""
+        try:
+            events = self.api.items(
+                self.api.ns("events"), fieldSelector=f"involvedObject.name={name},involvedObject.kind=Job"
+            )
+        except EngineError:
+            return ""
+        failed = [e for e in events if e.get("reason") == "FailedCreate"]
+        return str(failed[-1].get("message", "")) if failed else ""
+
+    def cancel(self, names: Iterable[str], grace: int | None = None) -> None:
+        """Delete the Jobs (foreground: their pods first, each given ``grace`` seconds after
+        SIGTERM; None: the pods' terminationGracePeriodSeconds) and wait for the pods to go."""
+        api = self.api
+        names = list(names)
+        for name in names:
+            pods = self._seen.get(name, [])
+            ended = [pod_state(name, p) for p in pods]
+            done = next((s for s in ended if not s.running), None)
+            self._gone[name] = done or JobState(name, running=False, exit_code=TERMINATED_CODE, status="Cancelled")
+            obj = object_name(name)
+            api.delete(f"{api.ns('jobs', 'batch/v1')}/{obj}", propagationPolicy="Foreground", gracePeriodSeconds=grace)
+            for p in pods:
+                api.delete(f"{api.ns('pods')}/{p['metadata']['name']}", gracePeriodSeconds=grace)
+        deadline = time.monotonic() + (grace if grace is not None else self.settings.stop_timeout) + 20
+        wanted = {object_name(n) for n in names}
+        while wanted and time.monotonic() < deadline:
+            pods = api.items(api.ns("pods"), labelSelector=f"{LABEL_JOB} in ({','.join(sorted(wanted))})")
+            if not pods:
+                break
+            time.sleep(0.2)
+
+    def release(self, names: Iterable[str]) -> None:
+        api = self.api
+        for name in names:
+            self._gone.pop(name, None)
+            self._seen.pop(name, None)
+            self._logs.finish(object_name(name))
+            api.delete(f"{api.ns('jobs', 'batch/v1')}/{object_name(name)}", propagationPolicy="Foreground")
+
+    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """Watch the run's pods and Jobs; each change wakes the runner."""
+        api = self.api
+        stop = threading.Event()
+        selector = f"{LABEL_RUN}={label_value(run_id)}"
+
+        def changed(kind: str, obj: Mapping[str, Any]) -> None:
+            wake()
+
+        threads = [
+            threading.Thread(
+                target=api.watch, args=(path, changed, stop), kwargs={"labelSelector": selector}, daemon=True
+            )
+            for path in (api.ns("pods"), api.ns("jobs", "batch/v1"))
+        ]
+        for t in threads:
+            t.start()
+        self._watching += 1
+
+        def close() -> None:
+            stop.set()
+            self._watching -= 1
+            self._logs.close()
+
+        return close
+
+    def usage(self, name: str) -> Usage:
+        """When the attempt's container ran and whether the OOM killer ended it, from its pod's
+        status (peak memory and CPU time need the metrics API: unknown)."""
+        states = [pod_state(name, p) for p in self._seen.get(name, [])]
+        done = [s for s in states if not s.running]
+        if not done:
+            return Usage()
+        first = done[0]
+        return Usage(started=first.started, ended=first.ended, oom_killed=first.status == "OOMKilled")
+
+    # placement
+
+    def _placement(self, job: Job) -> Placement:
+        nodes: tuple[str, ...] = ()
+        if job.node:
+            nodes = (job.node,)
+        elif job.node_class:
+            nodes = self.inventory.members(job.node_class)
+        dra = False
+        if job.gpus or (job.gpu_request is not None and job.gpu_request.any):
+            mode = self.settings.gpu_api
+            dra = mode == "dra" or (mode == "auto" and self.inventory.dra(nodes))
+        return Placement(nodes=nodes, dra=dra)
+
+    def _policy(self, run_id: str) -> None:
+        if run_id in self._policies:
+            return
+        api = self.api
+        try:
+            api.create(api.ns("networkpolicies", "networking.k8s.io/v1"), network_policy(run_id, self.settings))
+        except Conflict:
+            pass
+        except NotFound:
+            pass  # an API server without NetworkPolicy: nothing enforces them there anyway
+        self._policies.add(run_id)

@@ -1,0 +1,295 @@
+"""A step attempt in Kubernetes' terms (pure functions, no client import): the Job, its pod
+template, the DRA ResourceClaimTemplate of a GPU step, a gang's Indexed Job and headless
+Service, and the run's deny-all NetworkPolicy.
+
+The pod is the local runner's container (``engine.run_args``) in the API's words: the
+submitter's UID:GID (``runAsUser``/``runAsGroup``), every capability dropped, no privilege
+escalation, a read-only root with a memory-backed /tmp, the RuntimeDefault seccomp profile,
+no service-account token, the command as the image's arguments, and only the mounts the
+step has (inputs read-only, /out).  ``restartPolicy: Never`` and ``backoffLimit: 0``:
+hetflow retries, as a new attempt with its own name, so that each attempt has one pod, one
+log and one exit code.  A pod ended by a disruption (its node gone, an eviction, a
+preemption: the ``DisruptionTarget`` condition) fails the Job through a ``podFailurePolicy``
+rule, which ``states`` reads as a node fault rather than the step's failure.
+
+GPUs, by what the API server serves (``gpu_api``): device-plugin resources
+(``nvidia.com/gpu``, ``nvidia.com/mig-<profile>``, ``amd.com/gpu``, ``gpu.intel.com/i915``)
+with the plan's node affinity; or, for whole NVIDIA GPUs, a DRA ResourceClaimTemplate
+(resource.k8s.io/v1) whose CEL selectors say what the plan chose: the product name and the
+device memory the step needs (attributes of NVIDIA's DRA driver, ``gpu.nvidia.com``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+from hetflow.errors import EngineError
+from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
+from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP, ContainerSpec
+
+Obj = dict[str, Any]
+LABEL_JOB = "hetflow.job"
+LABEL_NETWORK = "hetflow.network"  # none | allowed: what the run's NetworkPolicy selects on
+ANNOTATION_JOB = "hetflow.job-name"  # the attempt's full name when the object's is shortened
+MANAGED_BY = {"app.kubernetes.io/managed-by": "hetflow"}
+HOSTNAME = "kubernetes.io/hostname"
+VENDOR_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "intel": "gpu.intel.com/i915"}
+MIG_RESOURCE = "nvidia.com/mig-"
+DRA_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: the attribute and capacity domain
+CLAIM = "gpus"  # the pod's name for its GPU claim
+NAME_MAX = 56  # an Indexed Job's pods are NAME-INDEX and their hostname must stay a DNS label
+_DNS = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the plan sends the attempt, in the cluster's words: the nodes it may run on
+    (its pinned node, or every node of its planned class); empty: anywhere that fits."""
+
+    nodes: tuple[str, ...] = ()
+    dra: bool = False  # GPUs through a ResourceClaim (the API serves resource.k8s.io/v1)
+
+
+def object_name(job_name: str) -> str:
+    """``job_name`` (hf-RUN-STEP-ATTEMPT) as a Job name: a DNS label of at most ``NAME_MAX``
+    characters; a name that is not one as it stands gets a hash of itself, so two never meet."""
+    if _DNS.match(job_name) and len(job_name) <= NAME_MAX:
+        return job_name
+    digest = hashlib.sha256(job_name.encode()).hexdigest()[:8]
+    plain = re.sub(r"[^a-z0-9-]+", "-", job_name.lower())[: NAME_MAX - 9].strip("-")
+    return f"{plain}-{digest}"
+
+
+def label_value(text: str) -> str:
+    value = re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:63]
+    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
+
+
+def job_labels(job: Job, settings: KubernetesSettings) -> dict[str, str]:
+    return {
+        **{k: label_value(v) for k, v in settings.labels.items()},
+        **MANAGED_BY,
+        LABEL_RUN: label_value(job.run_id),
+        LABEL_STEP: label_value(job.step),
+        LABEL_ATTEMPT: str(job.attempt),
+        LABEL_JOB: object_name(job.name),
+    }
+
+
+def job_objects(job: Job, settings: KubernetesSettings, where: Placement) -> list[Obj]:
+    """The objects one attempt needs, in creation order: a ResourceClaimTemplate (DRA GPUs),
+    a headless Service (a gang), then the Job."""
+    name = object_name(job.name)
+    labels = job_labels(job, settings)
+    meta = {"name": name, "labels": labels, "annotations": {ANNOTATION_JOB: job.name}}
+    pod = _pod(job, settings, where, labels)
+    out: list[Obj] = []
+    claim = _claim_template(job, settings, meta) if where.dra and _gpu_count(job) else None
+    if claim is not None:
+        out.append(claim)
+        pod["spec"]["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": name}]
+        pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": CLAIM}]
+    spec: Obj = {
+        "backoffLimit": 0,
+        "template": pod,
+        # a disruption (node gone, eviction, preemption) fails the Job at once, with a reason
+        # ``states`` tells apart from the step's own failure
+        "podFailurePolicy": {"rules": [{"action": "FailJob", "onPodConditions": [{"type": "DisruptionTarget"}]}]},
+    }
+    if job.gang is not None and job.ranks:
+        replicas = len(job.ranks)
+        spec |= {"completionMode": "Indexed", "completions": replicas, "parallelism": replicas}
+        pod["spec"]["subdomain"] = name
+        out.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": dict(meta),
+                "spec": {"clusterIP": "None", "selector": {LABEL_JOB: name}, "publishNotReadyAddresses": True},
+            }
+        )
+    out.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec})
+    return out
+
+
+def network_policy(run_id: str, settings: KubernetesSettings) -> Obj:
+    """No ingress or egress for the run's pods without ``network: true`` (a CNI that enforces
+    NetworkPolicy makes it so; ``--network none`` on one machine)."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {"name": object_name(f"hf-{run_id}-no-network"), "labels": {**MANAGED_BY, LABEL_RUN: run_id}},
+        "spec": {
+            "podSelector": {"matchLabels": {LABEL_RUN: label_value(run_id), LABEL_NETWORK: "none"}},
+            "policyTypes": ["Ingress", "Egress"],
+        },
+    }
+
+
+def _pod(job: Job, settings: KubernetesSettings, where: Placement, labels: Mapping[str, str]) -> Obj:
+    spec = job.container
+    uid, _, gid = spec.user.partition(":")
+    volumes, mounts = _volumes(spec, settings)
+    container: Obj = {
+        "name": "step",
+        "image": spec.image,
+        "imagePullPolicy": settings.image_pull_policy,
+        "args": list(spec.command),
+        "env": [{"name": k, "value": v} for k, v in sorted(spec.env.items())],
+        "resources": _resources(job, where),
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "privileged": False,
+            "readOnlyRootFilesystem": True,
+        },
+        "volumeMounts": mounts,
+    }
+    if spec.secrets:
+        raise EngineError(
+            f"step {job.step}: secrets are not passed to Kubernetes pods yet; put them in a Secret the pod mounts, "
+            "or run the step with --backend local"
+        )
+    security: Obj = {"runAsUser": int(uid), "runAsGroup": int(gid or uid), "seccompProfile": {"type": "RuntimeDefault"}}
+    if int(uid) != 0:
+        security["runAsNonRoot"] = True
+    pod_spec: Obj = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": settings.stop_timeout,
+        "securityContext": security,
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if where.nodes:
+        term = {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": sorted(where.nodes)}]}
+        pod_spec["affinity"] = {
+            "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        }
+    if _gpu_count(job) or job.gpus:
+        # GPU nodes are commonly tainted with their resource's name (NVIDIA's and AMD's guides)
+        pod_spec["tolerations"] = [{"key": k, "operator": "Exists", "effect": "NoSchedule"} for k in _gpu_limits(job)]
+    network = "allowed" if spec.network else "none"
+    return {"metadata": {"labels": {**labels, LABEL_NETWORK: network}}, "spec": pod_spec}
+
+
+def _volumes(spec: ContainerSpec, settings: KubernetesSettings) -> tuple[list[Obj], list[Obj]]:
+    volumes: list[Obj] = [{"name": "tmp", "emptyDir": {"medium": "Memory", "sizeLimit": _quantity(spec.tmpfs_size)}}]
+    mounts: list[Obj] = [{"name": "tmp", "mountPath": "/tmp"}]
+    for i, extra in enumerate(spec.tmpfs):
+        path = extra.partition(":")[0]
+        volumes.append({"name": f"tmp{i + 1}", "emptyDir": {"medium": "Memory"}})
+        mounts.append({"name": f"tmp{i + 1}", "mountPath": path})
+    if settings.volume == "claim":
+        assert settings.claim is not None and settings.claim_root is not None
+        volumes.append({"name": "work", "persistentVolumeClaim": {"claimName": settings.claim}})
+        root = PurePosixPath(settings.claim_root)
+        for m in spec.mounts:
+            source = PurePosixPath(m.source)
+            if not source.is_relative_to(root):
+                raise EngineError(
+                    f"{m.source} (mounted at {m.target}) is not under kubernetes.claim_root {root}: put the run's "
+                    "work directory (workdir:) and its data on the claim"
+                )
+            mounts.append(
+                {
+                    "name": "work",
+                    "mountPath": m.target,
+                    "subPath": str(source.relative_to(root)),
+                    "readOnly": m.read_only,
+                }
+            )
+        return volumes, mounts
+    for i, m in enumerate(spec.mounts):
+        volumes.append({"name": f"m{i}", "hostPath": {"path": m.source}})
+        mounts.append({"name": f"m{i}", "mountPath": m.target, "readOnly": m.read_only})
+    return volumes, mounts
+
+
+def _resources(job: Job, where: Placement) -> Obj:
+    amounts: Obj = {"cpu": _cpu(job.cpus), "memory": str(max(1, job.memory))}
+    if not where.dra or not _gpu_count(job):
+        amounts |= _gpu_limits(job)
+    # requests == limits: the Guaranteed QoS class, as a container with --cpus/--memory gets on one machine
+    return {"requests": dict(amounts), "limits": dict(amounts)}
+
+
+def _gpu_limits(job: Job) -> dict[str, str]:
+    req = job.gpu_request
+    if req is None:
+        return {VENDOR_RESOURCE["nvidia"]: str(job.gpus)} if job.gpus else {}
+    if not req.any:
+        return {}
+    vendor = "nvidia" if req.vendor == "any" else req.vendor
+    if req.kind == "mig":
+        return {f"{MIG_RESOURCE}{req.mig}": "1"}
+    if req.kind == "share":
+        return {VENDOR_RESOURCE[vendor]: "1"}  # one time-slicing replica (NVIDIA), one device otherwise
+    return {VENDOR_RESOURCE[vendor]: str(req.count)}
+
+
+def _gpu_count(job: Job) -> int:
+    """Whole NVIDIA GPUs the attempt asks for (what a DRA claim carries); 0 for anything else."""
+    req = job.gpu_request
+    if req is None:
+        return job.gpus
+    return req.count if req.kind == "whole" and req.vendor in ("nvidia", "any") else 0
+
+
+def cel_selectors(model: str | None, memory: int) -> list[str]:
+    """CEL over NVIDIA's DRA driver's attributes: the planned product, the memory needed."""
+    out = []
+    if model:
+        out.append(f'device.attributes["{DRA_DRIVER}"].productName == {_cel_string(model)}')
+    if memory:
+        out.append(f'device.capacity["{DRA_DRIVER}"].memory.compareTo(quantity("{memory}")) >= 0')
+    return out
+
+
+def _claim_template(job: Job, settings: KubernetesSettings, meta: Obj) -> Obj:
+    memory = job.gpu_request.memory if job.gpu_request is not None else 0
+    exactly: Obj = {"deviceClassName": settings.device_class, "allocationMode": "ExactCount", "count": _gpu_count(job)}
+    selectors = cel_selectors(job.gpu_model, memory)
+    if selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaimTemplate",
+        "metadata": dict(meta),
+        "spec": {"spec": {"devices": {"requests": [{"name": CLAIM, "exactly": exactly}]}}},
+    }
+
+
+def _cel_string(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _cpu(cpus: float) -> str:
+    return f"{max(1, math.ceil(cpus * 1000))}m"
+
+
+def _quantity(size: str) -> str:
+    """podman's tmpfs size (256m, 1g) as a Kubernetes quantity (256Mi, 1Gi)."""
+    m = re.fullmatch(r"(\d+)([kmg]?)", size.strip().lower())
+    if m is None:
+        return size
+    return m.group(1) + {"": "", "k": "Ki", "m": "Mi", "g": "Gi"}[m.group(2)]
+
+
+def owned_by(obj: Obj, job_uid: str, job_name: str) -> Obj:
+    """``obj`` owned by the Job, so that deleting the Job deletes it (the garbage collector)."""
+    ref = {"apiVersion": "batch/v1", "kind": "Job", "name": job_name, "uid": job_uid, "blockOwnerDeletion": True}
+    obj["metadata"]["ownerReferences"] = [ref]
+    return obj
+
+
+def gang_ranks(job: Job) -> Sequence[ContainerSpec]:
+    return job.ranks
