@@ -178,18 +178,17 @@ def nodes(
 def _cluster_nodes(backend: str, config: Path | None, *, json_out: bool) -> None:
     from rich.table import Table
 
-    from hetflow.execute import load_settings
-    from hetflow.execute.backends.kubernetes import Inventory, KubeApi, KubernetesSettings, node_types
+    from hetflow.execute import kubernetes_inventory, load_settings
 
     if backend != "kubernetes":
         raise UsageError(f"--backend {backend}: nodes lists a cluster's nodes for kubernetes only (Slurm: sinfo)")
     settings = load_settings(config, hetflow_home(), os.environ, backend="kubernetes")
-    inventory = Inventory(KubeApi(KubernetesSettings.from_backend(settings)))
+    inventory = kubernetes_inventory(settings)
     found = inventory.nodes()
     if json_out:
         print_json(inventory.cluster())
         return
-    _, members = node_types(found)
+    _, members = inventory.types()
     type_of = {m: t for t, ms in members.items() for m in ms}
     table = Table("NODE", "TYPE", "CPUS", "MEMORY", "GPUS", "MODEL", "CC", "VIA", box=None)
     for n in found:

@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from hetflow.execute.logsources import LogSource, attempt_label, attempt_sources, recorded_gangs, select_steps
     from hetflow.execute.notify import NOTIFY_FAILED, Notifier, Notify, check_urls, payload, urls_of
     from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
-    from hetflow.execute.prepare import cluster_instance, measured_slowdowns
+    from hetflow.execute.prepare import cluster_instance, kubernetes_inventory, measured_slowdowns
     from hetflow.execute.preview import Preview, StepPreview, check_run, preview_run
     from hetflow.execute.profiles import apply_resources, layer_params, read_params_file, split_profiles
     from hetflow.execute.runconfig import RunnerConfig
@@ -88,7 +88,7 @@ _WHERE = {
     "data.inputs": ["DataManifest", "resolve_data"],
     "fakeengine": ["FakeEngine"],
     "fanout": ["expand_for_planning"],
-    "prepare": ["cluster_instance", "measured_slowdowns"],
+    "prepare": ["cluster_instance", "kubernetes_inventory", "measured_slowdowns"],
     "preview": ["Preview", "StepPreview", "check_run", "preview_run"],
     "launch.container": ["build_spec", "container_env", "input_mounts"],
     "dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
@@ -210,6 +210,7 @@ __all__ = [
     "group_records",
     "input_digests",
     "input_mounts",
+    "kubernetes_inventory",
     "layer_params",
     "load_recorded",
     "load_settings",

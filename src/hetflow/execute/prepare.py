@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from hetflow.errors import EngineError, UsageError
 from hetflow.execute.images import Resolver, default_resolver, pin_images
@@ -39,6 +39,9 @@ from hetflow.plan import (
 )
 from hetflow.spec import LoadedWorkflow
 from hetflow.state import Store
+
+if TYPE_CHECKING:
+    from hetflow.execute.backends.kubernetes import Inventory
 
 Say = Callable[[str], None]
 
@@ -147,18 +150,25 @@ def cluster_instance(
     )
 
 
+def kubernetes_inventory(settings: Settings) -> Inventory:
+    """The nodes of the Kubernetes cluster the settings name (kubeconfig, context)."""
+    from hetflow.execute.backends.kubernetes import Inventory, KubeApi, KubernetesSettings
+
+    return Inventory(KubeApi(KubernetesSettings.from_backend(settings)))
+
+
 def cluster_of(settings: Settings) -> Cluster:
     """The settings' cluster file; without one, for the Kubernetes backend, the nodes its API
     server lists (``backends.kubernetes.inventory``)."""
     if settings.cluster is not None:
         return load_cluster(settings.cluster)
     if settings.backend == "kubernetes":
-        from hetflow.execute.backends.kubernetes import Inventory, KubeApi, KubernetesSettings
-
-        api = KubeApi(KubernetesSettings.from_backend(settings))
-        data = Inventory(api).cluster()
+        inventory = kubernetes_inventory(settings)
+        data = inventory.cluster()
         if not data["nodeTypes"]:
-            raise EngineError(f"the Kubernetes cluster at {api.where} has no Ready, schedulable node to plan on")
+            raise EngineError(
+                f"the Kubernetes cluster at {inventory.api.where} has no Ready, schedulable node to plan on"
+            )
         return Cluster.model_validate(data)
     raise UsageError(f"the {settings.backend} backend plans on a cluster file: give --cluster FILE")
 

@@ -178,6 +178,10 @@ class Inventory:
             self._members = node_types(self._nodes)[1]
         return self._nodes
 
+    def types(self) -> tuple[list[dict[str, Any]], dict[str, tuple[str, ...]]]:
+        """The node types and each one's member nodes (``node_types``)."""
+        return node_types(self.nodes())
+
     def cluster(self, name: str = "kubernetes") -> dict[str, Any]:
         """The cluster file's mapping (``plan.load_cluster``'s input) for these nodes."""
         types, _ = node_types(self.nodes())
