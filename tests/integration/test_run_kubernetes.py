@@ -1,0 +1,173 @@
+"""`hetflow run --backend kubernetes` against a real control plane (kube-apiserver, the Job
+controller, the real kube-scheduler; tests/integration/kube_fixture.py) whose nodes are kwok's:
+simulated nodes with device-plugin GPUs (GFD labels) and DRA GPUs (a ResourceSlice).  kwok
+starts no container: a pod's outcome is the test convention's stage, chosen by the step's name
+(demo/kube_objects.py: default succeeds, ``fails`` exits 3, ``flaky`` fails its first attempt,
+``oom`` is OOMKilled, ``holds`` runs until deleted), so these workflows declare no outputs.
+Real containers through Kubernetes: tests/integration/test_kube_kubelet.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import yaml
+from demo.kube_cluster import LocalKube
+
+from tests.integration.hfkit import BUSYBOX, Hetflow, write
+from tests.integration.kube_fixture import api_client, kube_cluster, wait_for  # noqa: F401  (module fixture)
+
+NAMESPACE = "default"
+
+
+def kube_config(tmp_path: Path, cluster: LocalKube, kubeconfig: Path | None = None, **kube: object) -> str:
+    settings = {
+        "backend": "kubernetes",
+        "workdir": str(tmp_path / "work"),
+        "kubernetes": {"kubeconfig": str(kubeconfig or cluster.kubeconfig), "namespace": NAMESPACE,
+                       "stop_timeout": 1, **kube},
+    }  # fmt: skip
+    return write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+
+
+def step(command: str = "true", **extra: Any) -> dict[str, Any]:
+    return {"image": BUSYBOX, "command": ["sh", "-c", command], "resources": {"cpus": 1, "memory": "256Mi"}} | extra
+
+
+def workflow(name: str, steps: dict[str, Any]) -> str:
+    return yaml.safe_dump({"apiVersion": "hetflow/v1", "name": name, "steps": steps})
+
+
+def jobs(cluster: LocalKube, run_id: str) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    batch = client.BatchV1Api(api_client(cluster.kubeconfig))
+    found = batch.list_namespaced_job(NAMESPACE, label_selector=f"hetflow.run={run_id}").to_dict()
+    return list(found["items"])
+
+
+def pods(cluster: LocalKube, run_id: str) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client(cluster.kubeconfig))
+    return list(core.list_namespaced_pod(NAMESPACE, label_selector=f"hetflow.run={run_id}").to_dict()["items"])
+
+
+GPU_WF = {
+    "prep": step(estimate="1s"),
+    "train": {
+        "after": ["prep"],
+        "variants": {
+            "gpu": step(resources={"cpus": 2, "memory": "1Gi", "gpus": 2}, gpu={"min_compute_capability": "9.0"},
+                        estimate="2s"),
+            "cpu": step(estimate="600s"),
+        },
+    },
+    "embed": {
+        "after": ["prep"],
+        "variants": {
+            "gpu": step(resources={"cpus": 2, "memory": "1Gi", "gpus": 1}, gpu={"models": ["A100"]}, estimate="2s"),
+            "cpu": step(estimate="600s"),
+        },
+    },
+}  # fmt: skip
+
+
+def test_nodes_lists_the_clusters_nodes_as_the_planner_sees_them(
+    hf: Hetflow,
+    tmp_path: Path,
+    kube_cluster: LocalKube,  # noqa: F811
+) -> None:
+    config = kube_config(tmp_path, kube_cluster)
+    table = hf("nodes", "--backend", "kubernetes", "--config", config).stdout
+    assert "kwok-a100" in table and "device plugin" in table and "DRA" in table
+    cluster = json.loads(hf("nodes", "--backend", "kubernetes", "--config", config, "--json").stdout)
+    types = {t["name"]: t for t in cluster["nodeTypes"]}
+    assert types["k8s-8c-32g"]["count"] == 2  # the two CPU nodes, alike, are one node type
+    assert types["kwok-h100-dra"]["gpus"]["model"] == "NVIDIA H100 80GB HBM3"
+    assert types["kwok-a100"]["gpus"] | {"count": 4} == types["kwok-a100"]["gpus"]
+    # what --json prints is a cluster file: plan reads it
+    saved = write(tmp_path, json.dumps(cluster), "cluster.json")
+    plan = hf("plan", write(tmp_path, workflow("gpus", GPU_WF)), "--cluster", saved, "--json").stdout
+    assert "kwok-h100-dra" in plan
+
+
+def test_a_cpu_and_gpu_workflow_runs_where_the_plan_put_it_through_the_real_scheduler(
+    hf: Hetflow,
+    tmp_path: Path,
+    kube_cluster: LocalKube,  # noqa: F811
+) -> None:
+    config = kube_config(tmp_path, kube_cluster)
+    hf("run", "-q", "--config", config, write(tmp_path, workflow("gpus", GPU_WF)), timeout=180)
+    run_id = hf.last_run()
+    data = hf.show(run_id)
+    assert data["state"] == "succeeded", data
+    steps = {s["step"]: s for s in data["steps"]}
+    assert (steps["train"]["variant"], steps["train"]["node"]) == ("gpu", "kwok-h100-dra")
+    assert (steps["embed"]["variant"], steps["embed"]["node"]) == ("gpu", "kwok-a100")
+    bound = {p["metadata"]["labels"]["hetflow.step"]: p for p in pods(kube_cluster, run_id)}
+    # the real kube-scheduler bound each pod to the planned node: DRA claim and device plugin
+    assert bound["train"]["spec"]["node_name"] == "kwok-h100-dra"
+    assert bound["train"]["spec"]["resource_claims"][0]["name"] == "gpus"
+    assert bound["embed"]["spec"]["node_name"] == "kwok-a100"
+    limits = bound["embed"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits["nvidia.com/gpu"] == "1"
+
+
+def test_a_failure_is_retried_and_oom_and_exit_codes_are_reported(
+    hf: Hetflow,
+    tmp_path: Path,
+    kube_cluster: LocalKube,  # noqa: F811
+) -> None:
+    config = kube_config(tmp_path, kube_cluster)
+    wf = {"flaky": step(retries=1), "fails": step(), "oom": step()}
+    proc = hf("run", "-q", "--config", config, write(tmp_path, workflow("outcomes", wf)), check=False, timeout=180)
+    assert proc.returncode == 1, proc.stderr
+    steps = {s["step"]: s for s in hf.show(hf.last_run())["steps"]}
+    assert steps["flaky"]["state"] == "succeeded" and steps["flaky"]["attempts"] == 2
+    assert steps["fails"]["state"] == "failed" and steps["fails"]["exit_code"] == 3
+    assert steps["oom"]["state"] == "failed" and steps["oom"]["exit_code"] == 137
+    assert "memory" in json.dumps(steps["oom"]).lower()
+
+
+def test_stop_deletes_the_jobs_and_resume_adopts_what_a_killed_executor_left(
+    hf: Hetflow,
+    tmp_path: Path,
+    kube_cluster: LocalKube,  # noqa: F811
+) -> None:
+    config = kube_config(tmp_path, kube_cluster)
+    wf = write(tmp_path, workflow("holding", {"holds": step()}))
+    run_id = hf("run", "-d", "--config", config, wf).stdout.strip().split()[-1]
+    wait_for("the pod runs", lambda: hf.step_states(run_id).get("holds") == "running", timeout=120)
+    first = [j["metadata"]["uid"] for j in jobs(kube_cluster, run_id)]
+    assert len(first) == 1
+    executor = hf.show(run_id)["executor_pid"]
+    os.kill(executor, signal.SIGKILL)
+    hf("resume", "-d", run_id)
+    wait_for("the resumed executor holds the run", lambda: hf.show(run_id).get("executor_pid") not in (None, executor))
+    # adopted: the same Job, not a second attempt
+    assert [j["metadata"]["uid"] for j in jobs(kube_cluster, run_id)] == first
+    hf("stop", run_id, timeout=120)
+    wait_for("the run's Jobs are deleted", lambda: not jobs(kube_cluster, run_id) or None, timeout=60)
+    assert hf.show(run_id)["state"] in ("stopped", "failed")
+
+
+def test_bad_access_is_a_clear_error_naming_what_to_fix(
+    hf: Hetflow,
+    tmp_path: Path,
+    kube_cluster: LocalKube,  # noqa: F811
+) -> None:
+    wf = write(tmp_path, workflow("denied", {"a": step()}))
+    restricted = kube_config(tmp_path, kube_cluster, kube_cluster.restricted_kubeconfig)
+    proc = hf("run", "-q", "--config", restricted, wf, check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert "RBAC" in proc.stderr and "jobs" in proc.stderr, proc.stderr
+    missing = kube_config(tmp_path, kube_cluster, namespace="no-such-ns")
+    proc = hf("run", "-q", "--config", missing, wf, check=False)
+    assert proc.returncode == 2 and "namespace 'no-such-ns' does not exist" in proc.stderr, proc.stderr
+    gone = tmp_path / "nowhere.yaml"
+    proc = hf("run", "-q", "--config", kube_config(tmp_path, kube_cluster, gone), wf, check=False)
+    assert proc.returncode == 2 and f"no kubeconfig at {gone}" in proc.stderr, proc.stderr
