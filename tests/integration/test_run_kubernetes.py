@@ -8,16 +8,20 @@ Real containers through Kubernetes: tests/integration/test_kube_kubelet.py."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import yaml
 from demo.kube_cluster import LocalKube
 
-from tests.integration.hfkit import BUSYBOX, Hetflow, write
+from tests.integration.hfkit import BUSYBOX, Hetflow, free_port, write
 from tests.integration.kube_fixture import api_client, kube_cluster, wait_for  # noqa: F401  (module fixture)
 
 NAMESPACE = "default"
@@ -49,17 +53,35 @@ def jobs(cluster: LocalKube, run_id: str) -> list[dict[str, Any]]:
     return list(found["items"])
 
 
-def pods(cluster: LocalKube, run_id: str) -> list[dict[str, Any]]:
-    from kubernetes import client
+@contextmanager
+def pods_seen(cluster: LocalKube) -> Iterator[dict[str, dict[str, Any]]]:
+    """Every hetflow pod of the namespace as last seen while the block runs (the backend deletes
+    a finished attempt's Job and pods once its result is stored), by pod name."""
+    from kubernetes import client, watch
 
+    seen: dict[str, dict[str, Any]] = {}
     core = client.CoreV1Api(api_client(cluster.kubeconfig))
-    return list(core.list_namespaced_pod(NAMESPACE, label_selector=f"hetflow.run={run_id}").to_dict()["items"])
+    w = watch.Watch()
+
+    def follow() -> None:
+        stream = w.stream(core.list_namespaced_pod, NAMESPACE, label_selector="app.kubernetes.io/managed-by=hetflow")
+        with contextlib.suppress(Exception):  # w.stop() ends the stream; a closed connection too
+            for event in stream:
+                pod = event["object"].to_dict()
+                seen[pod["metadata"]["name"]] = pod
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        w.stop()
 
 
 GPU_WF = {
     "prep": step(estimate="1s"),
     "train": {
-        "after": ["prep"],
+        "needs": ["prep"],
         "variants": {
             "gpu": step(resources={"cpus": 2, "memory": "1Gi", "gpus": 2}, gpu={"min_compute_capability": "9.0"},
                         estimate="2s"),
@@ -67,7 +89,7 @@ GPU_WF = {
         },
     },
     "embed": {
-        "after": ["prep"],
+        "needs": ["prep"],
         "variants": {
             "gpu": step(resources={"cpus": 2, "memory": "1Gi", "gpus": 1}, gpu={"models": ["A100"]}, estimate="2s"),
             "cpu": step(estimate="600s"),
@@ -101,14 +123,20 @@ def test_a_cpu_and_gpu_workflow_runs_where_the_plan_put_it_through_the_real_sche
     kube_cluster: LocalKube,  # noqa: F811
 ) -> None:
     config = kube_config(tmp_path, kube_cluster)
-    hf("run", "-q", "--config", config, write(tmp_path, workflow("gpus", GPU_WF)), timeout=180)
+    with pods_seen(kube_cluster) as seen:
+        hf("run", "-q", "--config", config, write(tmp_path, workflow("gpus", GPU_WF)), timeout=180)
     run_id = hf.last_run()
     data = hf.show(run_id)
     assert data["state"] == "succeeded", data
     steps = {s["step"]: s for s in data["steps"]}
     assert (steps["train"]["variant"], steps["train"]["node"]) == ("gpu", "kwok-h100-dra")
     assert (steps["embed"]["variant"], steps["embed"]["node"]) == ("gpu", "kwok-a100")
-    bound = {p["metadata"]["labels"]["hetflow.step"]: p for p in pods(kube_cluster, run_id)}
+    bound = {
+        p["metadata"]["labels"]["hetflow.step"]: p
+        for p in seen.values()
+        if p["metadata"]["labels"]["hetflow.run"] == run_id
+    }
+    assert not jobs(kube_cluster, run_id)  # released: each Job deleted once its result was stored
     # the real kube-scheduler bound each pod to the planned node: DRA claim and device plugin
     assert bound["train"]["spec"]["node_name"] == "kwok-h100-dra"
     assert bound["train"]["spec"]["resource_claims"][0]["name"] == "gpus"
@@ -144,10 +172,10 @@ def test_stop_deletes_the_jobs_and_resume_adopts_what_a_killed_executor_left(
     wait_for("the pod runs", lambda: hf.step_states(run_id).get("holds") == "running", timeout=120)
     first = [j["metadata"]["uid"] for j in jobs(kube_cluster, run_id)]
     assert len(first) == 1
-    executor = hf.show(run_id)["executor_pid"]
+    executor = hf.show(run_id)["pid"]
     os.kill(executor, signal.SIGKILL)
     hf("resume", "-d", run_id)
-    wait_for("the resumed executor holds the run", lambda: hf.show(run_id).get("executor_pid") not in (None, executor))
+    wait_for("the resumed executor holds the run", lambda: hf.show(run_id).get("pid") not in (None, executor))
     # adopted: the same Job, not a second attempt
     assert [j["metadata"]["uid"] for j in jobs(kube_cluster, run_id)] == first
     hf("stop", run_id, timeout=120)
@@ -168,6 +196,11 @@ def test_bad_access_is_a_clear_error_naming_what_to_fix(
     missing = kube_config(tmp_path, kube_cluster, namespace="no-such-ns")
     proc = hf("run", "-q", "--config", missing, wf, check=False)
     assert proc.returncode == 2 and "namespace 'no-such-ns' does not exist" in proc.stderr, proc.stderr
+    closed = tmp_path / "closed-kubeconfig"
+    server = yaml.safe_load(kube_cluster.kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
+    closed.write_text(kube_cluster.kubeconfig.read_text().replace(server, f"https://127.0.0.1:{free_port()}"))
+    proc = hf("run", "-q", "--config", kube_config(tmp_path, kube_cluster, closed), wf, check=False)
+    assert proc.returncode == 2 and "cannot reach the Kubernetes API server at https://127.0.0.1:" in proc.stderr
     gone = tmp_path / "nowhere.yaml"
     proc = hf("run", "-q", "--config", kube_config(tmp_path, kube_cluster, gone), wf, check=False)
     assert proc.returncode == 2 and f"no kubeconfig at {gone}" in proc.stderr, proc.stderr

@@ -12,6 +12,7 @@ unknown, the API server unreachable, the credentials refused (401), RBAC forbidd
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
@@ -28,6 +29,10 @@ TIMEOUT = httpx.Timeout(30.0, connect=5.0)
 
 class NotFound(EngineError):
     """The object is not there (404)."""
+
+
+class Forbidden(EngineError):
+    """RBAC refused the request (403)."""
 
 
 class Conflict(EngineError):
@@ -65,9 +70,11 @@ class KubeApi:
         token = cfg.api_key.get("authorization") or cfg.api_key.get("BearerToken")
         if token:
             headers["Authorization"] = token if token.startswith("Bearer ") else f"Bearer {token}"
-        verify: Any = (cfg.ssl_ca_cert or True) if cfg.verify_ssl else False
-        cert = (cfg.cert_file, cfg.key_file) if cfg.cert_file and cfg.key_file else None
-        self._kw: dict[str, Any] = {"base_url": self.host, "headers": headers, "verify": verify, "cert": cert}
+        try:
+            tls = _tls(cfg)
+        except (ssl.SSLError, OSError) as exc:
+            raise EngineError(f"kubeconfig {path}: its certificates cannot be used: {exc}") from None
+        self._kw: dict[str, Any] = {"base_url": self.host, "headers": headers, "verify": tls}
         self._local = threading.local()
 
     @property
@@ -103,7 +110,7 @@ class KubeApi:
                 f"the Kubernetes API server at {self.where} refused the credentials (401 Unauthorized): {message}"
             )
         if r.status_code == 403:
-            return EngineError(f"Kubernetes RBAC forbids this (403): {message}; {grant_hint(status, self.namespace)}")
+            return Forbidden(f"Kubernetes RBAC forbids this (403): {message}; {grant_hint(status, self.namespace)}")
         if r.status_code == 404:
             if "namespaces" in path and status.get("details", {}).get("kind") == "namespaces":
                 return EngineError(
@@ -178,6 +185,20 @@ class KubeApi:
             except (EngineError, httpx.HTTPError, ValueError):
                 version = None
                 stop.wait(1.0)
+
+
+def _tls(cfg: Any) -> ssl.SSLContext | bool:
+    """The kubeconfig's TLS as one SSLContext (httpx takes client certificates only this way
+    since 0.28): its CA (else the system's), its client certificate and key."""
+    if not cfg.verify_ssl:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    else:
+        ctx = ssl.create_default_context(cafile=cfg.ssl_ca_cert or None)
+    if cfg.cert_file and cfg.key_file:
+        ctx.load_cert_chain(cfg.cert_file, cfg.key_file)
+    return ctx
 
 
 def grant_hint(status: Mapping[str, Any], namespace: str) -> str:

@@ -28,7 +28,7 @@ from hetflow.config import engine_env
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.backends.common import TERMINATED_CODE, host_image_id
-from hetflow.execute.backends.kubernetes.api import Conflict, KubeApi, NotFound
+from hetflow.execute.backends.kubernetes.api import Conflict, Forbidden, KubeApi, NotFound
 from hetflow.execute.backends.kubernetes.inventory import Inventory
 from hetflow.execute.backends.kubernetes.logs import LogFollowers
 from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
@@ -98,7 +98,6 @@ class KubernetesBackend:
         """The API server answers, the namespace exists, and RBAC lets this user do what a run does."""
         api = self.api
         api.get("/version")
-        api.get(f"/api/v1/namespaces/{api.namespace}")
         for verb, group, resource in NEEDED:
             kind, _, sub = resource.partition("/")
             attrs = {"namespace": api.namespace, "verb": verb, "group": group, "resource": kind, "subresource": sub}
@@ -117,6 +116,8 @@ class KubernetesBackend:
                     f"grant it with a Role and RoleBinding (kubectl create role hetflow --verb={verb} "
                     f"--resource={full} -n {api.namespace}; then a rolebinding to the user)"
                 )
+        with contextlib.suppress(Forbidden):  # a user of one namespace may not read namespaces
+            api.get(f"/api/v1/namespaces/{api.namespace}")
 
     def image_exists(self, image: str) -> bool:
         """The API server cannot say whether a registry holds an image: a missing one shows

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from hetflow.execute.backends.kubernetes.api import Forbidden
 from hetflow.inventory import KNOWN_MODELS
 
 if TYPE_CHECKING:
@@ -169,12 +170,15 @@ class Inventory:
 
     def nodes(self) -> list[KubeNode]:
         if self._nodes is None:
-            slices = (
-                self.api.items("/apis/resource.k8s.io/v1/resourceslices")
-                if self.api.served("resource.k8s.io/v1")
-                else []
-            )
-            self._nodes = read_nodes(self.api.items("/api/v1/nodes"), slices)
+            try:
+                served = self.api.served("resource.k8s.io/v1")
+                slices = self.api.items("/apis/resource.k8s.io/v1/resourceslices") if served else []
+                self._nodes = read_nodes(self.api.items("/api/v1/nodes"), slices)
+            except Forbidden as exc:
+                raise Forbidden(
+                    f"{exc}. hetflow plans on the cluster's nodes: grant list on nodes and resourceslices "
+                    "(a ClusterRole), or plan on a cluster file (--cluster FILE)"
+                ) from None
             self._members = node_types(self._nodes)[1]
         return self._nodes
 
