@@ -123,6 +123,9 @@ def test_a_cpu_and_gpu_workflow_runs_where_the_plan_put_it_through_the_real_sche
     kube_cluster: LocalKube,  # noqa: F811
 ) -> None:
     config = kube_config(tmp_path, kube_cluster)
+    marker = f"log line {tmp_path.name}"  # kwok serves this file as every pod's log, through the API server
+    with kube_cluster.logs_file.open("a") as f:
+        f.write(f"2026-11-27T08:00:00.000000000Z stdout F {marker}\n")
     with pods_seen(kube_cluster) as seen:
         hf("run", "-q", "--config", config, write(tmp_path, workflow("gpus", GPU_WF)), timeout=180)
     run_id = hf.last_run()
@@ -143,6 +146,8 @@ def test_a_cpu_and_gpu_workflow_runs_where_the_plan_put_it_through_the_real_sche
     assert bound["embed"]["spec"]["node_name"] == "kwok-a100"
     limits = bound["embed"]["spec"]["containers"][0]["resources"]["limits"]
     assert limits["nvidia.com/gpu"] == "1"
+    # each pod's log was followed through the API into hetflow's log of the step
+    assert marker in hf("logs", run_id, "prep").stdout
 
 
 def test_a_failure_is_retried_and_oom_and_exit_codes_are_reported(

@@ -1,13 +1,12 @@
 """Pod logs followed through the API server into hetflow's log files.
 
 A runner that watches a run (``KubernetesBackend.watch``) follows each of its pods' logs
-(``GET pods/NAME/log?follow=true``) on a thread of its own, appending to the attempt's log
-file (a gang: each replica's, by its completion index), so ``hetflow logs -f`` and the
-dashboard read them as they read a local container's.  A follower started again (a resumed
-executor) asks for what it has not written yet with ``sinceTime`` of nothing: it starts the
-file over, since the API gives no byte offset.  A pod whose node serves no logs (kwok's
-simulated nodes without a logs configuration) leaves the file empty, with the API's reason
-on the follower's last line.
+(``GET pods/NAME/log?follow=true&timestamps=true``) on a thread of its own, writing the
+attempt's log file (a gang: each replica's, by its completion index) in the CRI format that
+podman's k8s-file driver writes, so ``hetflow logs -f`` and the dashboard read them as they
+read a local container's.  A follower started again (a resumed executor) writes the file over
+from the start: the API gives no byte offset.  A pod whose node serves no log leaves the
+API's reason as the file's one line.
 """
 
 from __future__ import annotations
@@ -15,6 +14,7 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -25,6 +25,16 @@ if TYPE_CHECKING:
 
 ANNOTATION_LOGS = "hetflow.logs"
 INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+def cri_line(line: str) -> str:
+    """A line of ``pods/log?timestamps=true`` (``TIME TEXT``) in the CRI log format that
+    podman's k8s-file driver writes and ``hetflow logs`` reads (``TIME STREAM F TEXT``); the
+    API merges stdout and stderr, so every line is stdout."""
+    stamp, _, text = line.partition(" ")
+    if not stamp[:4].isdigit() or "T" not in stamp:
+        stamp, text = datetime.now(UTC).isoformat().replace("+00:00", "Z"), line
+    return f"{stamp} stdout F {text}\n"
 
 
 class LogFollowers:
@@ -54,18 +64,19 @@ class LogFollowers:
 
     def _copy(self, api: KubeApi, pod: str, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with path.open("wb") as out:
+        with path.open("w", encoding="utf-8") as out:
             try:
-                with api.stream(f"{api.ns('pods')}/{pod}/log", container="step", follow="true") as r:
-                    for chunk in r.iter_bytes():
-                        out.write(chunk)
+                params = {"container": "step", "follow": "true", "timestamps": "true"}
+                with api.stream(f"{api.ns('pods')}/{pod}/log", **params) as r:
+                    for line in r.iter_lines():
+                        out.write(cri_line(line))
                         out.flush()
                         if self._stop.is_set():
                             return
             except EngineError as exc:
-                out.write(f"[hetflow: the API server gave no log for pod {pod}: {exc}]\n".encode())
+                out.write(cri_line(f"[hetflow: the API server gave no log for pod {pod}: {exc}]"))
             except Exception as exc:  # a stream cut by the server: keep what came
-                out.write(f"[hetflow: the log stream of pod {pod} ended: {type(exc).__name__}]\n".encode())
+                out.write(cri_line(f"[hetflow: the log stream of pod {pod} ended: {type(exc).__name__}]"))
 
     def finish(self, job: str) -> None:
         """Wait (briefly) for the followers of a released Job's pods to write their last bytes."""
