@@ -177,14 +177,17 @@ def _phase(cluster: LocalKube, label: str, pods: int, threads: int, rate: float,
     return ok
 
 
-def bench(cluster: LocalKube, pods: int, threads: int = 16, paced: int = 200, rate: float = 20) -> bool:
+def bench(
+    cluster: LocalKube, pods: int, threads: int = 16, paced: int = 200, rate: float = 20, scheduler_qps: int = 0
+) -> bool:
     """Two phases on one cluster: ``pods`` pods at once (saturation: the scheduler's
     throughput, and the latency of a queue), then ``paced`` pods at ``rate``/s (latency, as
     clusterloader2 measures the SLO: pods created at a steady pace).  True when both hold the SLO."""
     with _client(cluster) as http:
         version = http.get("/version").json()["gitVersion"]
     print(f"Kubernetes {version} control plane on 127.0.0.1 (etcd, apiserver, controller-manager, kube-scheduler")
-    print(f"with its default client limits: 50 requests/s, one bind per pod), {len(cluster.nodes)} kwok nodes")
+    limit = f"{scheduler_qps}/s (--scheduler-qps)" if scheduler_qps else "50/s, its default"
+    print(f"its client limited to {limit}: one bind per pod), {len(cluster.nodes)} kwok nodes")
     ok = _phase(cluster, "saturation", pods, threads, 0.0, 600)
     if paced:
         ok = _phase(cluster, "paced", paced, threads, rate, 600) and ok
@@ -203,16 +206,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=16, help="client threads creating pods")
     ap.add_argument("--paced", type=int, default=200, help="pods of the paced phase (0: none)")
     ap.add_argument("--rate", type=float, default=20.0, help="pods/s of the paced phase")
+    ap.add_argument("--scheduler-qps", type=int, default=0, help="the scheduler's client limit (default: 50/s)")
     ap.add_argument("--keep", action="store_true", help="leave the cluster running (its folder is printed)")
     args = ap.parse_args(argv)
     base = Path(tempfile.mkdtemp(prefix="hfkbench-", dir="/tmp"))
     nodes = [KwokNode(f"kwok-{i:03d}", cpus=32, memory="128Gi") for i in range(args.nodes)]
     try:
         t0 = time.monotonic()
-        cluster = start_cluster(base, nodes, timeout=600)
+        cluster = start_cluster(base, nodes, timeout=600, scheduler_qps=args.scheduler_qps)
         print(f"cluster of {args.nodes} kwok nodes up in {time.monotonic() - t0:.1f} s ({base})")
         try:
-            bench(cluster, args.pods, args.threads, args.paced, args.rate)
+            bench(cluster, args.pods, args.threads, args.paced, args.rate, args.scheduler_qps)
         finally:
             if not args.keep:
                 stop_cluster(base)

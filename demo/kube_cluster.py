@@ -273,9 +273,12 @@ def _healthy(url: str) -> Callable[[], bool]:
 # --- start and stop ------------------------------------------------------------------------
 
 
-def start_cluster(base: Path, nodes: Sequence[KwokNode] = DEFAULT_NODES, *, timeout: float = 240) -> LocalKube:
+def start_cluster(
+    base: Path, nodes: Sequence[KwokNode] = DEFAULT_NODES, *, timeout: float = 240, scheduler_qps: int = 0
+) -> LocalKube:
     """Start a fresh cluster under ``base`` (one running there is stopped first) with ``nodes``;
-    returns once every component is healthy and every node Ready."""
+    returns once every component is healthy and every node Ready.  ``scheduler_qps``: the
+    scheduler's client limit (default: its own, 50 requests/s)."""
     base = Path(base).resolve()
     binp = kube_bin()
     stop_cluster(base)
@@ -284,7 +287,7 @@ def start_cluster(base: Path, nodes: Sequence[KwokNode] = DEFAULT_NODES, *, time
         (base / d).mkdir(parents=True)
     ports = {p: _free_port() for p in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")}
     server = f"https://127.0.0.1:{ports['apiserver']}"
-    write_files(base, server)
+    write_files(base, server, scheduler_qps)
     args = component_args(base, binp, ports)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
