@@ -209,10 +209,18 @@ def _free_port() -> int:
 
 
 def _spawn(base: Path, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-    """``name`` in its own session (it outlives a demo's Python), output to BASE/log/NAME.log."""
+    """``name`` in its own session (it outlives a demo's Python), output to BASE/log/NAME.log.
+    HOME is BASE/kwok: kwok would read a user's ~/.kwok/kwok.yaml (kwokctl's) before ours."""
+    env = {**os.environ, "HOME": str(base / "kwok")}
     with (base / "log" / f"{name}.log").open("ab") as log:
         proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=base
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=base,
+            env=env,
         )
     (base / "run" / f"{name}.pid").write_text(str(proc.pid))
     return proc
