@@ -187,7 +187,7 @@ def bench(
         version = http.get("/version").json()["gitVersion"]
     print(f"Kubernetes {version} control plane on 127.0.0.1 (etcd, apiserver, controller-manager, kube-scheduler")
     limit = f"{scheduler_qps}/s (--scheduler-qps)" if scheduler_qps else "50/s, its default"
-    print(f"its client limited to {limit}: one bind per pod), {len(cluster.nodes)} kwok nodes")
+    print(f"whose client is limited to {limit}: one bind per pod), {len(cluster.nodes)} kwok nodes")
     ok = _phase(cluster, "saturation", pods, threads, 0.0, 600)
     if paced:
         ok = _phase(cluster, "paced", paced, threads, rate, 600) and ok
