@@ -9,7 +9,7 @@ APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip 
 	netavark aardvark-dns iptables openssh-client chromium chromium-driver
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 
-.PHONY: deps install demo demo-slurm demo-ray test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit
+.PHONY: deps install kube demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -77,6 +77,14 @@ demo-slurm: install images  ## a local Slurm cluster (munge, slurmctld, two slur
 demo-ray: install images  ## a local Ray cluster of two nodes runs circuit
 	$(PY) -m demo.clusters ray
 
+# The Kubernetes test control plane (kube-apiserver, -controller-manager, -scheduler, etcd, kwok),
+# built once from Go modules into /var/cache/hetflow/kube (tools/kube/build: cached after).
+kube:
+	tools/kube/build
+
+demo-kubernetes: install images kube  ## a local Kubernetes control plane with kwok GPU nodes
+	$(PY) -m demo.kube_cluster demo
+
 # The real-GPU acceptance kit (README "On a real GPU"): what a bare GPU machine lacks for
 # tools/gpu-check, in ./gpu-kit (git-ignored, under 64 MiB), verified by `tools/gpu-check --dry-run`.
 gpu-kit: install
@@ -100,7 +108,7 @@ fuzz: install
 	HETFLOW_FUZZ_EXAMPLES=$${HETFLOW_FUZZ_EXAMPLES:-12000} $(PY) -m pytest tests/unit/test_fuzz_input.py \
 		tests/unit/test_input_hostile.py -q --timeout=1800 --hypothesis-show-statistics
 
-test: install lint
+test: install lint kube
 	$(PY) -m pytest tests -q -ra
 
 # kill -9 of every hetflow process of a 200-step run at 20 seeded random points, each followed
@@ -117,13 +125,14 @@ race: install images
 	HETFLOW_RACE_STEPS=$${HETFLOW_RACE_STEPS:-20} HETFLOW_RACE_REPEATS=$${HETFLOW_RACE_REPEATS:-10} \
 		$(PY) -m pytest tests/integration/test_run_slurm.py tests/integration/test_run_ray.py -q -k chain_never
 
-bench: install images
+bench: install images kube
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.overhead
 	$(PY) -m bench.planner
 	$(PY) -m bench.virtual
 	$(PY) -m bench.slurm
 	$(PY) -m bench.ray
+	$(PY) -m bench.kubernetes
 	$(PY) -m bench.loader
 	$(PY) -m bench.scale
 	$(PY) -m bench.gang

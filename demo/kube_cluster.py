@@ -209,10 +209,18 @@ def _free_port() -> int:
 
 
 def _spawn(base: Path, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-    """``name`` in its own session (it outlives a demo's Python), output to BASE/log/NAME.log."""
+    """``name`` in its own session (it outlives a demo's Python), output to BASE/log/NAME.log.
+    HOME is BASE/kwok: kwok would read a user's ~/.kwok/kwok.yaml (kwokctl's) before ours."""
+    env = {**os.environ, "HOME": str(base / "kwok")}
     with (base / "log" / f"{name}.log").open("ab") as log:
         proc = subprocess.Popen(
-            args, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=base
+            args,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=base,
+            env=env,
         )
     (base / "run" / f"{name}.pid").write_text(str(proc.pid))
     return proc
@@ -273,9 +281,12 @@ def _healthy(url: str) -> Callable[[], bool]:
 # --- start and stop ------------------------------------------------------------------------
 
 
-def start_cluster(base: Path, nodes: Sequence[KwokNode] = DEFAULT_NODES, *, timeout: float = 240) -> LocalKube:
+def start_cluster(
+    base: Path, nodes: Sequence[KwokNode] = DEFAULT_NODES, *, timeout: float = 240, scheduler_qps: int = 0
+) -> LocalKube:
     """Start a fresh cluster under ``base`` (one running there is stopped first) with ``nodes``;
-    returns once every component is healthy and every node Ready."""
+    returns once every component is healthy and every node Ready.  ``scheduler_qps``: the
+    scheduler's client limit (default: its own, 50 requests/s)."""
     base = Path(base).resolve()
     binp = kube_bin()
     stop_cluster(base)
@@ -284,7 +295,7 @@ def start_cluster(base: Path, nodes: Sequence[KwokNode] = DEFAULT_NODES, *, time
         (base / d).mkdir(parents=True)
     ports = {p: _free_port() for p in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")}
     server = f"https://127.0.0.1:{ports['apiserver']}"
-    write_files(base, server)
+    write_files(base, server, scheduler_qps)
     args = component_args(base, binp, ports)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:

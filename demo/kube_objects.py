@@ -426,14 +426,16 @@ def component_args(base: Path, binp: Path, ports: Mapping[str, int]) -> dict[str
     # fmt: on
 
 
-def write_files(base: Path, server: str) -> None:
-    """Everything the components read: PKI, kubeconfigs, kwok's configuration, the scheduler's."""
+def write_files(base: Path, server: str, scheduler_qps: int = 0) -> None:
+    """Everything the components read: PKI, kubeconfigs, kwok's configuration, the scheduler's
+    (its client limited to 50 requests/s, burst 100, by default; ``scheduler_qps``: another limit)."""
     write_pki(base / "pki")
     (base / "kubeconfig").write_text(kubeconfig(server, base / "pki", "admin"))
     (base / "kubeconfig-restricted").write_text(kubeconfig(server, base / "pki", "restricted"))
     (base / "kwok" / "pod.log").write_text(cri_log(["kwok: a simulated container (it ran nothing)"]))
     (base / "kwok" / "kwok.yaml").write_text(kwok_config(base / "kwok" / "pod.log"))
+    qps = f"  qps: {scheduler_qps}\n  burst: {2 * scheduler_qps}\n" if scheduler_qps else ""
     (base / "scheduler.yaml").write_text(
         "apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n"
-        f"clientConnection:\n  kubeconfig: {base / 'kubeconfig'}\nleaderElection:\n  leaderElect: false\n"
+        f"clientConnection:\n  kubeconfig: {base / 'kubeconfig'}\n{qps}leaderElection:\n  leaderElect: false\n"
     )

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from demo.kube_cluster import DEFAULT_NODES, LocalKube
+from demo.kube_objects import KwokNode
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -186,3 +187,21 @@ def test_restricted_identity_is_refused_a_job(kube_cluster: LocalKube) -> None:
     assert refused.value.status == 403
     message = json.loads(refused.value.body)["message"]
     assert 'User "hf-restricted" cannot create resource "jobs"' in message
+
+
+def test_add_node_with_dra_gpus_then_delete_it(kube_cluster: LocalKube, core: client.CoreV1Api) -> None:
+    resource = client.ResourceV1Api(api_client(kube_cluster.kubeconfig))
+    node = KwokNode("kwok-l4-added", cpus=4, dra_gpus=(("NVIDIA L4", "Ada Lovelace", "8.9", "550.54.15", "24Gi"),))
+    kube_cluster.add_node(node)  # returns once Ready
+
+    def slice_of(name: str) -> Any:
+        return [s for s in resource.list_resource_slice().items if s.spec.node_name == name]
+
+    (published,) = slice_of(node.name)
+    (device,) = published.spec.devices
+    assert device.attributes["cudaComputeCapability"].version == "8.9.0"
+    assert node.name in {n.name for n in kube_cluster.nodes}
+    kube_cluster.delete_node(node.name)
+    # the garbage collector removes the slice with its owner, the Node, as a kubelet's
+    wait_for("the deleted node's ResourceSlice gone", lambda: not slice_of(node.name))
+    assert node.name not in {n.metadata.name for n in core.list_node().items}
