@@ -275,6 +275,22 @@ phase: Running
 startTime: {{ $now | Quote }}
 """
 
+# a running pod deleted: every container ended by SIGTERM, the pod Failed; its conditions
+# (the API server's DisruptionTarget on an eviction) left as they are
+_TERMINATED = """{{ $now := Now }}
+containerStatuses:
+{{ range .spec.containers }}
+- image: {{ .image | Quote }}
+  name: {{ .name | Quote }}
+  ready: false
+  restartCount: 0
+  started: false
+  state:
+    terminated: {exitCode: 143, reason: Error, startedAt: {{ $now | Quote }}, finishedAt: {{ $now | Quote }}}
+{{ end }}
+phase: Failed
+"""
+
 # every container terminated with EXIT and REASON; the pod PHASE
 _END = """{{ $now := Now }}
 conditions:
@@ -353,12 +369,25 @@ def kwok_config(logs_file: Path, delay_ms: int = 300) -> str:
             _end(137, "OOMKilled", "Failed"),
             delay_ms,
         ),
-        # kwok's pod-delete: a deleted pod loses its finalizers and goes at once (no kubelet
-        # to wait for its grace period)
+        # a kubelet's part when a running pod is deleted (stopped, evicted, preempted): its
+        # container ends on SIGTERM and the pod is Failed, keeping the conditions the API
+        # server gave it (DisruptionTarget), before it may go: the Job controller reads that
+        _stage(
+            "pod-terminate",
+            [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}, _RUNNING],
+            {"statusTemplate": _TERMINATED},
+        ),
+        # kwok's pod-delete (kustomize/stage/pod/general): a deleted pod that no longer runs
+        # goes once its finalizers are gone (the Job controller removes its tracking finalizer
+        # when it has counted the pod), at once: no kubelet to wait for its grace period
         _stage(
             "pod-delete",
-            [{"key": ".metadata.deletionTimestamp", "operator": "Exists"}],
-            {"finalizers": {"empty": True}, "delete": True},
+            [
+                {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
+                {"key": ".status.phase", "operator": "NotIn", "values": ["Running"]},
+                {"key": ".metadata.finalizers", "operator": "DoesNotExist"},
+            ],
+            {"delete": True},
         ),
     ]
     logs: Obj = {

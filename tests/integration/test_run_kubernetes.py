@@ -54,7 +54,9 @@ def jobs(cluster: LocalKube, run_id: str) -> list[dict[str, Any]]:
 
 
 @contextmanager
-def pods_seen(cluster: LocalKube) -> Iterator[dict[str, dict[str, Any]]]:
+def pods_seen(
+    cluster: LocalKube, events: list[tuple[str, str, bool]] | None = None
+) -> Iterator[dict[str, dict[str, Any]]]:
     """Every hetflow pod of the namespace as last seen while the block runs (the backend deletes
     a finished attempt's Job and pods once its result is stored), by pod name."""
     from kubernetes import client, watch
@@ -69,6 +71,11 @@ def pods_seen(cluster: LocalKube) -> Iterator[dict[str, dict[str, Any]]]:
             for event in stream:
                 pod = event["object"].to_dict()
                 seen[pod["metadata"]["name"]] = pod
+                if events is not None:  # (step, pod, holding its resources) in the API's order
+                    ended = pod["status"]["phase"] in ("Succeeded", "Failed") or event["type"] == "DELETED"
+                    events.append(
+                        (pod["metadata"]["labels"].get("hetflow.step", ""), pod["metadata"]["name"], not ended)
+                    )
 
     thread = threading.Thread(target=follow, daemon=True)
     thread.start()
@@ -209,3 +216,80 @@ def test_bad_access_is_a_clear_error_naming_what_to_fix(
     gone = tmp_path / "nowhere.yaml"
     proc = hf("run", "-q", "--config", kube_config(tmp_path, kube_cluster, gone), wf, check=False)
     assert proc.returncode == 2 and f"no kubeconfig at {gone}" in proc.stderr, proc.stderr
+
+
+def gang_step(replicas: int) -> dict[str, Any]:
+    resources = {"cpus": 1, "memory": "256Mi", "gpus": 1}
+    return step(resources=resources, gpu={"models": ["A100"]}, gang={"replicas": replicas, "launcher": "torch"})
+
+
+def test_gangs_are_admitted_all_or_nothing_so_two_never_hold_part_of_the_gpus(
+    hf: Hetflow,
+    tmp_path: Path,
+    kube_cluster: LocalKube,  # noqa: F811
+) -> None:
+    """Two gangs of 3 replicas, each replica one of the A100 node's 4 GPUs: as plain Jobs the
+    scheduler could bind 2 + 2 and both would wait forever; admitted whole, one runs at a time."""
+    config = kube_config(tmp_path, kube_cluster)
+    wf = write(tmp_path, workflow("gangs", {"ga": gang_step(3), "gb": gang_step(3)}))
+    events: list[tuple[str, str, bool]] = []  # (step, pod, live) in the API's order
+    with pods_seen(kube_cluster, events) as seen:
+        hf("run", "-q", "--config", config, wf, timeout=180)
+    run_id = hf.last_run()
+    assert hf.show(run_id)["state"] == "succeeded"
+    mine = [p for p in seen.values() if p["metadata"]["labels"]["hetflow.run"] == run_id]
+    assert sorted(p["metadata"]["labels"]["hetflow.step"] for p in mine) == ["ga"] * 3 + ["gb"] * 3
+    env = {e["name"]: e for e in mine[0]["spec"]["containers"][0]["env"]}
+    assert env["WORLD_SIZE"]["value"] == "3" and "job-completion-index" in str(env["RANK"]["value_from"])
+    live: dict[str, set[str]] = {"ga": set(), "gb": set()}
+    for step_name, pod_name, alive in events:
+        if step_name in live:
+            (live[step_name].add if alive else live[step_name].discard)(pod_name)
+            assert not (live["ga"] and live["gb"]), "both gangs held pods at once"
+
+
+def test_a_quota_keeps_a_step_queued_with_kubernetes_reason(
+    hf: Hetflow,
+    tmp_path: Path,
+    kube_cluster: LocalKube,  # noqa: F811
+) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client(kube_cluster.kubeconfig))
+    ns = "hf-quota"
+    core.create_namespace({"metadata": {"name": ns}})
+    core.create_namespaced_resource_quota(ns, {"metadata": {"name": "none"}, "spec": {"hard": {"pods": "0"}}})
+    config = kube_config(tmp_path, kube_cluster, namespace=ns)
+    run_id = hf("run", "-d", "--config", config, write(tmp_path, workflow("quota", {"a": step()}))).stdout.split()[-1]
+
+    def queued_reason() -> str | None:
+        s = hf.show(run_id)["steps"][0]
+        return str(s.get("reason") or "") if s.get("queued") else None
+
+    reason = wait_for("the step queued with the quota's reason", lambda: "exceeded quota" in (queued_reason() or ""))
+    assert reason
+    core.delete_namespaced_resource_quota("none", ns)
+    wait_for("the run succeeds once the quota is gone", lambda: hf.show(run_id)["state"] == "succeeded", timeout=120)
+
+
+def test_an_evicted_pod_is_a_node_fault_run_again_as_a_new_attempt(
+    hf: Hetflow,
+    tmp_path: Path,
+    kube_cluster: LocalKube,  # noqa: F811
+) -> None:
+    from kubernetes import client
+
+    core = client.CoreV1Api(api_client(kube_cluster.kubeconfig))
+    config = kube_config(tmp_path, kube_cluster)
+    run_id = hf("run", "-d", "--config", config, write(tmp_path, workflow("evict", {"holds": step()}))).stdout.split()[
+        -1
+    ]
+    wait_for("the pod runs", lambda: hf.step_states(run_id).get("holds") == "running", timeout=120)
+    pod = next(p for p in core.list_namespaced_pod(NAMESPACE, label_selector=f"hetflow.run={run_id}").items)
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": pod.metadata.name}}
+    core.create_namespaced_pod_eviction(pod.metadata.name, NAMESPACE, eviction)
+    wait_for("a second attempt's Job", lambda: any(j["metadata"]["labels"]["hetflow.attempt"] == "2"
+                                                   for j in jobs(kube_cluster, run_id)), timeout=120)  # fmt: skip
+    step_row = hf.show(run_id)["steps"][0]
+    assert step_row["attempts"] == 2
+    hf("stop", run_id, timeout=120)

@@ -255,3 +255,14 @@ def test_nodes_alike_form_one_type_and_gpus_come_from_gfd_labels_or_resource_sli
 def test_bad_settings_are_named(given: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         KubernetesSettings.from_mapping(given)
+
+
+def test_an_evicted_pod_is_a_node_fault_even_before_its_job_fails() -> None:
+    evicted = pod(
+        "Failed",
+        {"terminated": {"exitCode": 143, "reason": "Error"}},
+        conditions=[{"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI"}],
+    )
+    s = pod_state("j", evicted)
+    assert s.node_failed and s.exit_code == 255 and "EvictionByEvictionAPI" in s.reason
+    assert job_state("j", {"status": {}}, [evicted]).node_failed

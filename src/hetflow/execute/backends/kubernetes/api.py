@@ -121,6 +121,18 @@ class KubeApi:
             return Conflict(message)
         return EngineError(f"the Kubernetes API refused {method} {path} ({r.status_code}): {message}")
 
+    def patch(self, path: str, patch: Obj) -> Obj:
+        """A JSON merge patch (RFC 7386) of the object at ``path``."""
+        try:
+            r = self.http.patch(
+                path, content=json.dumps(patch), headers={"Content-Type": "application/merge-patch+json"}
+            )
+        except httpx.HTTPError as exc:
+            raise EngineError(f"cannot reach the Kubernetes API server at {self.where}: {exc}") from None
+        if r.status_code >= 400:
+            raise self._error(r, "PATCH", path)
+        return dict(r.json())
+
     def get(self, path: str, **params: Any) -> Obj:
         return self.request("GET", path, **params)
 

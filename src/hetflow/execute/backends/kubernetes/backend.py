@@ -28,6 +28,7 @@ from hetflow.config import engine_env
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.backends.common import TERMINATED_CODE, host_image_id
+from hetflow.execute.backends.kubernetes.admission import fits, free_room, pod_requests
 from hetflow.execute.backends.kubernetes.api import Conflict, Forbidden, KubeApi, NotFound
 from hetflow.execute.backends.kubernetes.inventory import Inventory
 from hetflow.execute.backends.kubernetes.logs import LogFollowers
@@ -37,6 +38,7 @@ from hetflow.execute.backends.kubernetes.translate import (
     ANNOTATION_JOB,
     LABEL_JOB,
     Placement,
+    allowed_nodes,
     job_objects,
     label_value,
     network_policy,
@@ -50,6 +52,7 @@ ANNOTATION_LOGS = "hetflow.logs"  # JSON list: each replica's log file, rank ord
 NEEDED = (
     ("create", "batch", "jobs"),
     ("delete", "batch", "jobs"),
+    ("patch", "batch", "jobs"),
     ("list", "batch", "jobs"),
     ("watch", "", "pods"),
     ("list", "", "pods"),
@@ -154,14 +157,21 @@ class KubernetesBackend:
         by_job: dict[str, list[Any]] = {}
         for p in pods:
             by_job.setdefault(p["metadata"].get("labels", {}).get(LABEL_JOB, ""), []).append(p)
+        held = [j for j in jobs if j.get("spec", {}).get("suspend") and not j["metadata"].get("deletionTimestamp")]
+        admitted = self._admit(held) if held else set()
+        waiting = {j["metadata"]["name"] for j in held}
         out: dict[str, JobState] = {}
         for j in jobs:
             meta = j["metadata"]
             full = meta.get("annotations", {}).get(ANNOTATION_JOB, meta["name"])
             mine = by_job.get(meta["name"], [])
-            pending = (
-                self._pending_reason(meta["name"]) if not mine and not j.get("status", {}).get("conditions") else ""
-            )
+            if meta["name"] in waiting and meta["name"] not in admitted:
+                n = j["spec"].get("completions", 1)
+                pending = f"waiting for room for all {n} replicas at once (a gang is admitted all or nothing)"
+            elif not mine and not j.get("status", {}).get("conditions"):
+                pending = self._pending_reason(meta["name"])
+            else:
+                pending = ""
             out[full] = job_state(full, j, mine, pending)
             self._seen[full] = mine
             if self._watching:
@@ -170,6 +180,22 @@ class KubernetesBackend:
             if name.startswith(f"hf-{run_id}-"):
                 out.setdefault(name, state)
         return out
+
+    def _admit(self, held: list[dict[str, Any]]) -> set[str]:
+        """Un-suspend the held gangs that fit now, oldest first (``admission``); their names."""
+        api = self.api
+        try:
+            every_pod = api.items("/api/v1/pods")
+        except Forbidden:  # a user of one namespace: its own pods are what it can count
+            every_pod = api.items(api.ns("pods"))
+        room = free_room(api.items("/api/v1/nodes"), every_pod)
+        admitted = set()
+        for j in sorted(held, key=lambda j: str(j["metadata"].get("creationTimestamp", ""))):
+            template = j["spec"]["template"]["spec"]
+            if fits(room, pod_requests(template), int(j["spec"].get("completions", 1)), allowed_nodes(template)):
+                api.patch(f"{api.ns('jobs', 'batch/v1')}/{j['metadata']['name']}", {"spec": {"suspend": False}})
+                admitted.add(j["metadata"]["name"])
+        return admitted
 
     def _pending_reason(self, name: str) -> str:
         """Why a Job has no pod yet, in Kubernetes' words (a quota: FailedCreate)."""

@@ -71,6 +71,13 @@ def pod_state(name: str, pod: Obj) -> JobState:
     status = pod.get("status", {})
     node = pod.get("spec", {}).get("nodeName")
     done = _terminated(pod)
+    disrupted = condition(pod, DISRUPTION)
+    if disrupted is not None and (done is not None or status.get("phase") in ("Succeeded", "Failed")):
+        # evicted, preempted, its node gone: not the step's failure (the Job's FailJob rule agrees)
+        why = f"{disrupted.get('reason', '')}: {disrupted.get('message', '')}".strip(": ")
+        ended = epoch(done.get("finishedAt")) if done else None
+        return JobState(name, running=False, exit_code=LOST_CODE, status="NODE_FAIL", node=node, reason=why,
+                        node_failed=True, ended=ended)  # fmt: skip
     if done is not None:
         oom = done.get("reason") == "OOMKilled"
         code = int(done.get("exitCode", LOST_CODE))

@@ -33,6 +33,8 @@ from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
 from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP, ContainerSpec
+from hetflow.execute.gang.replicas import Quantity, render_contract
+from hetflow.spec import GANG_ENV
 
 Obj = dict[str, Any]
 LABEL_JOB = "hetflow.job"
@@ -44,6 +46,7 @@ VENDOR_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "intel": "g
 MIG_RESOURCE = "nvidia.com/mig-"
 DRA_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: the attribute and capacity domain
 CLAIM = "gpus"  # the pod's name for its GPU claim
+INDEX = "batch.kubernetes.io/job-completion-index"  # the Job controller's annotation on each pod
 NAME_MAX = 56  # an Indexed Job's pods are NAME-INDEX and their hostname must stay a DNS label
 _DNS = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
 
@@ -105,8 +108,10 @@ def job_objects(job: Job, settings: KubernetesSettings, where: Placement) -> lis
     }
     if job.gang is not None and job.ranks:
         replicas = len(job.ranks)
-        spec |= {"completionMode": "Indexed", "completions": replicas, "parallelism": replicas}
+        # created suspended: no pod, nothing held, until ``admission`` sees room for every replica
+        spec |= {"completionMode": "Indexed", "completions": replicas, "parallelism": replicas, "suspend": True}
         pod["spec"]["subdomain"] = name
+        _gang_env(pod["spec"]["containers"][0], job, name)
         out.append(
             {
                 "apiVersion": "v1",
@@ -117,6 +122,31 @@ def job_objects(job: Job, settings: KubernetesSettings, where: Placement) -> lis
         )
     out.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec})
     return out
+
+
+def _gang_env(container: Obj, job: Job, name: str) -> None:
+    """The launch contract with pod fields, as the export renders it: a pod is a node, its
+    rank the Job's completion index, replica 0 reachable as NAME-0.NAME (the headless Service)."""
+    gang = job.gang
+    assert gang is not None
+    if gang.launcher == "mpi":
+        raise EngineError(
+            f"step {job.step}: an mpi gang runs on Kubernetes through the MPI operator, not as an Indexed Job: "
+            "use 'hetflow export kubernetes' (an MPIJob) or launcher: torch"
+        )
+    index: Obj = {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX}']"}}}
+    values: dict[Quantity, Obj] = {
+        "rank": index,
+        "world": {"value": str(len(job.ranks))},
+        "node_rank": index,
+        "local_rank": {"value": "0"},
+        "local_size": {"value": "1"},
+        "master_addr": {"value": f"{name}-0.{name}"},
+        "port": {"value": str(gang.port)},
+    }
+    contract = render_contract(gang.launcher, values)
+    kept = [e for e in container["env"] if e["name"] not in contract and e["name"] not in GANG_ENV]
+    container["env"] = sorted([*kept, *({"name": k, **v} for k, v in contract.items())], key=lambda e: e["name"])
 
 
 def network_policy(run_id: str, settings: KubernetesSettings) -> Obj:
@@ -282,6 +312,17 @@ def _quantity(size: str) -> str:
     if m is None:
         return size
     return m.group(1) + {"": "", "k": "Ki", "m": "Mi", "g": "Gi"}[m.group(2)]
+
+
+def allowed_nodes(pod_spec: Mapping[str, Any]) -> tuple[str, ...]:
+    """The hostnames a pod's required node affinity allows (``_pod`` writes one term); empty: any."""
+    affinity = pod_spec.get("affinity", {}).get("nodeAffinity", {})
+    terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms") or ()
+    for term in terms:
+        for e in term.get("matchExpressions") or ():
+            if e.get("key") == HOSTNAME and e.get("operator") == "In":
+                return tuple(e.get("values") or ())
+    return ()
 
 
 def owned_by(obj: Obj, job_uid: str, job_name: str) -> Obj:

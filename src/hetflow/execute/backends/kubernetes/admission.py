@@ -1,0 +1,86 @@
+"""Gangs all or nothing, without Kueue: a gang's Indexed Job is created suspended (no pod,
+nothing held) and admitted, un-suspended, only when the nodes it may use have room for every
+replica at once, as Kueue admits a Workload.  Without this two gangs that each got part of
+their replicas scheduled would hold GPUs waiting for each other, forever.
+
+Room is what kube-scheduler's NodeResourcesFit counts: a node's allocatable minus the requests
+of the pods bound to it that have not ended; pods admitted but not yet bound (the scheduler
+is still placing them) are counted too, placed first-fit, so two gangs admitted in one poll
+never count the same room twice.  Each replica is then placed first-fit on its own copy of
+that room.  Resources counted: cpu, memory and the extended resources (nvidia.com/gpu, ...);
+DRA devices are not (the scheduler allocates them; a gang of DRA GPUs is admitted on CPU and
+memory alone, said here).  Pure functions: the API's JSON in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from hetflow.execute.backends.kubernetes.inventory import quantity
+
+Room = dict[str, dict[str, float]]  # node -> resource -> free amount
+
+
+def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, float]:
+    """What a pod asks the scheduler for: the sum of its containers' requests."""
+    out: dict[str, float] = {}
+    for c in pod_spec.get("containers") or ():
+        for k, v in ((c.get("resources") or {}).get("requests") or {}).items():
+            out[k] = out.get(k, 0.0) + quantity(v)
+    return out
+
+
+def free_room(nodes: Sequence[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> Room:
+    """Each Ready, schedulable node's allocatable minus its live pods' requests; pods not yet
+    bound are placed first-fit on what is left."""
+    room: Room = {}
+    for n in nodes:
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True" for c in n.get("status", {}).get("conditions") or ()
+        )
+        if ready and not n.get("spec", {}).get("unschedulable"):
+            alloc = n.get("status", {}).get("allocatable") or {}
+            room[n["metadata"]["name"]] = {k: quantity(v) for k, v in alloc.items()}
+    unbound = []
+    for p in pods:
+        if p.get("status", {}).get("phase") in ("Succeeded", "Failed") or p.get("metadata", {}).get(
+            "deletionTimestamp"
+        ):
+            continue
+        need = pod_requests(p.get("spec", {}))
+        node = p.get("spec", {}).get("nodeName")
+        if node in room:
+            _take(room[node], need)
+        elif not node:
+            unbound.append(need)
+    for need in unbound:
+        place(room, need, ())
+    return room
+
+
+def place(room: Room, need: Mapping[str, float], allowed: Sequence[str]) -> str | None:
+    """Put ``need`` on the first node (of ``allowed``; empty: any) with room; the node, or None."""
+    for name in sorted(room):
+        if allowed and name not in allowed:
+            continue
+        free = room[name]
+        if all(free.get(k, 0.0) + 1e-9 >= v for k, v in need.items()):
+            _take(free, need)
+            return name
+    return None
+
+
+def fits(room: Room, need: Mapping[str, float], replicas: int, allowed: Sequence[str]) -> bool:
+    """Whether ``replicas`` pods of ``need`` fit at once (placed on ``room``, which it takes)."""
+    trial = {n: dict(r) for n, r in room.items()}
+    if all(place(trial, need, allowed) is not None for _ in range(replicas)):
+        room.clear()
+        room.update(trial)
+        return True
+    return False
+
+
+def _take(free: dict[str, float], need: Mapping[str, float]) -> None:
+    for k, v in need.items():
+        free[k] = free.get(k, 0.0) - v
