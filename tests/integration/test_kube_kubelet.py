@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from demo.images import build_examples
 from demo.kube_kubelet import RealNode, start_node
 from demo.kube_pki import ControlPlane, control_plane, node_kubeconfig
 from kubernetes import client, config
@@ -26,19 +27,27 @@ class Cluster:
     plane: ControlPlane
     node: RealNode
     api: Any  # kubernetes.client.CoreV1Api (the client is untyped)
+    batch: Any  # kubernetes.client.BatchV1Api
     base: Path
 
 
 @pytest.fixture(scope="module")
-def cluster(busybox: str) -> Iterator[Cluster]:
+def numpy_image() -> str:
+    """The examples' NumPy image (built once; found up to date in a second or so after)."""
+    return build_examples(Path(__file__).resolve().parents[2] / "examples", gpu=False, mpi=False, log=lambda _: None)[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(busybox: str, numpy_image: str) -> Iterator[Cluster]:
     # A short folder: containerd's sockets live under it (Unix sockets: 108 bytes).
     base = Path(tempfile.mkdtemp(prefix="hfkubelet-", dir="/tmp"))
     plane = control_plane(base / "plane")
     try:
-        node = start_node(base / "node", node_kubeconfig(plane.base, plane.server, NODE), plane.server, NODE)
+        kubeconfig = node_kubeconfig(plane.base, plane.server, NODE)
+        node = start_node(base / "node", kubeconfig, plane.server, NODE, images=(busybox, numpy_image))
         try:
-            api = client.CoreV1Api(config.new_client_from_config(str(plane.kubeconfig)))
-            yield Cluster(plane, node, api, base)
+            api_client = config.new_client_from_config(str(plane.kubeconfig))
+            yield Cluster(plane, node, client.CoreV1Api(api_client), client.BatchV1Api(api_client), base)
         finally:
             node.stop()
     finally:
@@ -96,3 +105,24 @@ def test_hardened_pod_runs_as_a_real_container(cluster: Cluster, busybox: str) -
     assert (out / "who").read_text().strip() == "1000"
     log = cluster.api.read_namespaced_pod_log("hardened", "default", container="main")
     assert log.split() == ["CapEff:", "0000000000000000", "NoNewPrivs:", "1", "Seccomp:", "2", "ro"], log
+
+
+def test_a_job_of_the_numpy_example_image_is_scheduled_and_runs(cluster: Cluster, numpy_image: str) -> None:
+    """kube-scheduler places the Job's pod by its node selector; the Job controller sees it
+    succeed; NumPy computed inside the example image."""
+    code = "import numpy; print('sum', int(numpy.arange(10).sum()))"
+    template = _hardened_pod("unused", numpy_image, cluster.base, "")["spec"]
+    del template["nodeName"], template["volumes"], template["containers"][0]["volumeMounts"]
+    template["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    template["containers"][0]["command"] = ["python3", "-c", code]
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "numpy"},
+           "spec": {"backoffLimit": 0, "template": {"spec": template}}}  # fmt: skip
+    cluster.batch.create_namespaced_job("default", job)
+    deadline = time.monotonic() + 90
+    while not ((status := cluster.batch.read_namespaced_job("numpy", "default").status).succeeded or status.failed):
+        assert time.monotonic() < deadline, f"job numpy not done after 90 s: {status}"
+        time.sleep(0.2)
+    assert (status.succeeded, status.failed) == (1, None)
+    (pod,) = cluster.api.list_namespaced_pod("default", label_selector="job-name=numpy").items
+    assert pod.spec.node_name == NODE
+    assert cluster.api.read_namespaced_pod_log(pod.metadata.name, "default") == "sum 45\n"
