@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 HETFLOW := $(VENV)/bin/hetflow
 APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip ca-certificates \
 	gcc libc6-dev docker-registry skopeo slurm-wlm munge \
-	netavark aardvark-dns iptables openssh-client chromium chromium-driver
+	netavark aardvark-dns iptables openssh-client chromium chromium-driver containerd containernetworking-plugins iproute2
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 
 .PHONY: deps install kube demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit

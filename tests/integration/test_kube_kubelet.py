@@ -1,0 +1,128 @@
+"""A real node: containerd and a kubelet (demo/kube_kubelet.py) join a minimal control plane
+(demo/kube_pki.py) and run a pod of hetflow's busybox image as a real container, with the
+hardening hetflow's steps get.  No skip: where the node cannot start, the test fails with why."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from demo.images import build_examples
+from demo.kube_kubelet import RealNode, start_node
+from demo.kube_pki import ControlPlane, control_plane, node_kubeconfig
+from kubernetes import client, config
+
+pytestmark = pytest.mark.integration
+NODE = "real-0"
+
+
+@dataclass
+class Cluster:
+    plane: ControlPlane
+    node: RealNode
+    api: Any  # kubernetes.client.CoreV1Api (the client is untyped)
+    batch: Any  # kubernetes.client.BatchV1Api
+    base: Path
+
+
+@pytest.fixture(scope="module")
+def numpy_image() -> str:
+    """The examples' NumPy image (built once; found up to date in a second or so after)."""
+    return build_examples(Path(__file__).resolve().parents[2] / "examples", gpu=False, mpi=False, log=lambda _: None)[1]
+
+
+@pytest.fixture(scope="module")
+def cluster(busybox: str, numpy_image: str) -> Iterator[Cluster]:
+    # A short folder: containerd's sockets live under it (Unix sockets: 108 bytes).
+    base = Path(tempfile.mkdtemp(prefix="hfkubelet-", dir="/tmp"))
+    plane = control_plane(base / "plane")
+    try:
+        kubeconfig = node_kubeconfig(plane.base, plane.server, NODE)
+        node = start_node(base / "node", kubeconfig, plane.server, NODE, images=(busybox, numpy_image))
+        try:
+            api_client = config.new_client_from_config(str(plane.kubeconfig))
+            yield Cluster(plane, node, client.CoreV1Api(api_client), client.BatchV1Api(api_client), base)
+        finally:
+            node.stop()
+    finally:
+        plane.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _hardened_pod(name: str, image: str, host_dir: Path, script: str) -> dict[str, Any]:
+    """A pod as hetflow hardens a step's container, with ``host_dir`` at /out (hostPath)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": NODE,
+            "restartPolicy": "Never",
+            "securityContext": {"runAsUser": 1000, "runAsGroup": 1000, "seccompProfile": {"type": "RuntimeDefault"}},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": image,
+                    "imagePullPolicy": "Never",  # no registry: containerd has it imported
+                    "command": ["sh", "-c", script],
+                    "securityContext": {
+                        "readOnlyRootFilesystem": True,
+                        "allowPrivilegeEscalation": False,
+                        "capabilities": {"drop": ["ALL"]},
+                    },
+                    "volumeMounts": [{"name": "out", "mountPath": "/out"}],
+                }
+            ],
+            "volumes": [{"name": "out", "hostPath": {"path": str(host_dir), "type": "Directory"}}],
+        },
+    }
+
+
+def _finished(api: Any, name: str, timeout: float = 90) -> Any:
+    deadline = time.monotonic() + timeout
+    while (pod := api.read_namespaced_pod(name, "default")).status.phase not in ("Succeeded", "Failed"):
+        assert time.monotonic() < deadline, f"pod {name} still {pod.status.phase} after {timeout} s: {pod.status}"
+        time.sleep(0.2)
+    return pod
+
+
+def test_hardened_pod_runs_as_a_real_container(cluster: Cluster, busybox: str) -> None:
+    out = cluster.base / "out"
+    out.mkdir()
+    out.chmod(0o777)
+    status = "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status"
+    script = f"id -u > /out/who; {status}; touch /x 2>/dev/null || echo ro; exit 3"
+    cluster.api.create_namespaced_pod("default", _hardened_pod("hardened", busybox, out, script))
+    pod = _finished(cluster.api, "hardened")
+    state = pod.status.container_statuses[0].state.terminated
+    assert (pod.status.phase, state.exit_code, state.reason) == ("Failed", 3, "Error")
+    assert (out / "who").read_text().strip() == "1000"
+    log = cluster.api.read_namespaced_pod_log("hardened", "default", container="main")
+    assert log.split() == ["CapEff:", "0000000000000000", "NoNewPrivs:", "1", "Seccomp:", "2", "ro"], log
+
+
+def test_a_job_of_the_numpy_example_image_is_scheduled_and_runs(cluster: Cluster, numpy_image: str) -> None:
+    """kube-scheduler places the Job's pod by its node selector; the Job controller sees it
+    succeed; NumPy computed inside the example image."""
+    code = "import numpy; print('sum', int(numpy.arange(10).sum()))"
+    template = _hardened_pod("unused", numpy_image, cluster.base, "")["spec"]
+    del template["nodeName"], template["volumes"], template["containers"][0]["volumeMounts"]
+    template["nodeSelector"] = {"kubernetes.io/hostname": NODE}
+    template["containers"][0]["command"] = ["python3", "-c", code]
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "numpy"},
+           "spec": {"backoffLimit": 0, "template": {"spec": template}}}  # fmt: skip
+    cluster.batch.create_namespaced_job("default", job)
+    deadline = time.monotonic() + 90
+    while not ((status := cluster.batch.read_namespaced_job("numpy", "default").status).succeeded or status.failed):
+        assert time.monotonic() < deadline, f"job numpy not done after 90 s: {status}"
+        time.sleep(0.2)
+    assert (status.succeeded, status.failed) == (1, None)
+    (pod,) = cluster.api.list_namespaced_pod("default", label_selector="job-name=numpy").items
+    assert pod.spec.node_name == NODE
+    assert cluster.api.read_namespaced_pod_log(pod.metadata.name, "default") == "sum 45\n"
