@@ -13,15 +13,20 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 from demo.kube_cluster import DEFAULT_NODES, LocalKube, start_cluster
+from demo.kube_kubelet import RealNode, start_node
 from demo.kube_objects import KwokNode
 from kubernetes import client, config
 
+from hetflow.execute.backends.kubernetes import KubernetesSettings
+
 T = TypeVar("T")
+REAL_NODE = "real-0"
 
 
 @contextmanager
@@ -59,3 +64,39 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60) -> T
         if time.monotonic() > deadline:
             pytest.fail(f"{what}: not within {timeout:.0f} s")
         time.sleep(0.2)
+
+
+@dataclass(frozen=True)
+class RealKube:
+    """The control plane with one real node (containerd and a kubelet: demo/kube_kubelet.py)
+    and no kwok node, so every pod runs as a real container here."""
+
+    cluster: LocalKube
+    node: RealNode
+
+    def settings(self, **changes: object) -> KubernetesSettings:
+        base: dict[str, object] = {"kubeconfig": str(self.cluster.kubeconfig), "image_pull_policy": "Never"}
+        return KubernetesSettings.from_mapping({**base, "stop_timeout": 2, **changes})
+
+
+@contextmanager
+def real_kube(images: Sequence[str], prefix: str = "hfkr-") -> Iterator[RealKube]:
+    base = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: containerd's sockets live under it
+    try:
+        cluster = start_cluster(base / "c", nodes=())
+        try:
+            node = start_node(base / "n", cluster.kubeconfig, "", REAL_NODE, images=images)
+            try:
+                yield RealKube(cluster, node)
+            finally:
+                node.stop()
+        finally:
+            cluster.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def kube_real(busybox: str) -> Iterator[RealKube]:
+    with real_kube((busybox,)) as real:
+        yield real

@@ -82,6 +82,7 @@ class KubernetesBackend:
         self._inventory: Inventory | None = None
         self._logs = LogFollowers()
         self._watching = 0
+        self._images: set[str] = set()
 
     @property
     def api(self) -> KubeApi:
@@ -123,10 +124,22 @@ class KubernetesBackend:
             api.get(f"/api/v1/namespaces/{api.namespace}")
 
     def image_exists(self, image: str) -> bool:
-        """The API server cannot say whether a registry holds an image: a missing one shows
-        when its pod starts (ErrImagePull), which ``states`` turns into the attempt's failure
-        with Kubernetes' message."""
-        return True
+        """Whether the image is there to run: on a node (each kubelet lists the images it
+        holds in its Node's status), or, unless the pull policy is Never or the reference
+        names no registry (``localhost/``), in a registry, which only the pod's start can tell
+        (ErrImagePull: ``states`` makes it the attempt's failure, in Kubernetes' words)."""
+        if image in self._images:
+            return True
+        held = {
+            n
+            for node in self.api.items("/api/v1/nodes")
+            for i in node.get("status", {}).get("images") or ()
+            for n in i.get("names") or ()
+        }
+        if image in held or f"docker.io/{image}" in held or f"docker.io/library/{image}" in held:
+            self._images.add(image)
+            return True
+        return self.settings.image_pull_policy != "Never" and not image.startswith("localhost/")
 
     def image_id(self, image: str) -> str | None:
         return host_image_id(image, engine_env())
