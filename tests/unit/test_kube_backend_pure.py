@@ -222,13 +222,15 @@ def test_nodes_alike_form_one_type_and_gpus_come_from_gfd_labels_or_resource_sli
         },
         node("dra", "16", "128Gi"),
         {**node("down", "8", "32Gi"), "status": {"allocatable": {"cpu": "8"}, "conditions": []}},
+        {**node("tainted", "8", "32Gi"), "spec": {"taints": [{"key": "dedicated", "effect": "NoSchedule"}]}},
+        {**node("gputaint", "8", "32Gi"), "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}},
     ]
     slices = [{"spec": {"driver": "gpu.nvidia.com", "nodeName": "dra", "devices": [
         {"name": f"gpu-{i}", "attributes": {"productName": {"string": "NVIDIA H100 80GB HBM3"},
                                              "cudaComputeCapability": {"version": "9.0.0"}},
          "capacity": {"memory": {"value": "80Gi"}}} for i in range(2)]}}]  # fmt: skip
     found = {n.name: n for n in read_nodes(nodes, slices)}
-    assert "down" not in found
+    assert "down" not in found and "tainted" not in found and "gputaint" in found
     assert (found["a100"].gpus, found["a100"].model, found["a100"].compute_capability) == (
         4,
         "NVIDIA A100-SXM4-40GB",
@@ -236,7 +238,7 @@ def test_nodes_alike_form_one_type_and_gpus_come_from_gfd_labels_or_resource_sli
     )
     assert (found["dra"].gpus, found["dra"].dra, found["dra"].gpu_memory) == (2, True, 80 * 2**30)
     types, members = node_types(list(found.values()))
-    assert members["k8s-8c-32g"] == ("cpu-0", "cpu-1")
+    assert members["k8s-8c-32g"] == ("cpu-0", "cpu-1", "gputaint")
     assert members["a100"] == ("a100",) and members["dra"] == ("dra",)
     by_name = {t["name"]: t for t in types}
     assert by_name["dra"]["gpus"]["computeCapability"] == "9.0" and by_name["k8s-8c-32g"]["count"] == 2

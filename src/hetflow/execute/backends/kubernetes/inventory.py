@@ -7,7 +7,8 @@ Nodes alike (same allocatable CPUs and memory, same GPUs, same architecture) for
 type; a type of one node is named after it (the plan pins that node), a larger one
 ``k8s-<cores>c-<memory>g[-<count>x<gpu>]`` with its member nodes kept here, so an attempt
 planned on the type may land on any of them (node affinity on their hostnames).  Nodes not
-Ready, or cordoned, are left out.
+Ready, cordoned, or tainted against hetflow's pods (a NoSchedule or NoExecute taint other
+than a GPU resource's, which GPU pods tolerate) are left out.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def read_nodes(nodes: Sequence[Mapping[str, Any]], slices: Sequence[Mapping[str,
     for n in nodes:
         meta, spec, status = n["metadata"], n.get("spec", {}), n.get("status", {})
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or ())
-        if not ready or spec.get("unschedulable"):
+        if not ready or spec.get("unschedulable") or _repelled(spec.get("taints") or ()):
             continue
         labels = meta.get("labels") or {}
         alloc = status.get("allocatable") or status.get("capacity") or {}
@@ -106,6 +107,12 @@ def read_nodes(nodes: Sequence[Mapping[str, Any]], slices: Sequence[Mapping[str,
             )
         )
     return out
+
+
+def _repelled(taints: Sequence[Mapping[str, Any]]) -> bool:
+    """A taint hetflow's pods do not tolerate keeps them off the node: any NoSchedule or
+    NoExecute taint but the GPU resources' own (GPU pods tolerate those, ``translate``)."""
+    return any(t.get("effect") in ("NoSchedule", "NoExecute") and t.get("key") not in RESOURCES for t in taints)
 
 
 def _dra_gpus(devices: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
