@@ -241,7 +241,7 @@ def test_nodes_alike_form_one_type_and_gpus_come_from_gfd_labels_or_resource_sli
     assert members["k8s-8c-32g"] == ("cpu-0", "cpu-1", "gputaint")
     assert members["a100"] == ("a100",) and members["dra"] == ("dra",)
     by_name = {t["name"]: t for t in types}
-    assert by_name["dra"]["gpus"]["computeCapability"] == "9.0" and by_name["k8s-8c-32g"]["count"] == 2
+    assert by_name["dra"]["gpus"]["computeCapability"] == "9.0" and by_name["k8s-8c-32g"]["count"] == 3
 
 
 @pytest.mark.parametrize(
