@@ -268,3 +268,16 @@ def test_an_evicted_pod_is_a_node_fault_even_before_its_job_fails() -> None:
     s = pod_state("j", evicted)
     assert s.node_failed and s.exit_code == 255 and "EvictionByEvictionAPI" in s.reason
     assert job_state("j", {"status": {}}, [evicted]).node_failed
+
+
+def test_pods_without_network_are_selected_by_the_namespaces_one_deny_all_policy() -> None:
+    from hetflow.execute.backends.kubernetes.translate import network_policy
+
+    policy = network_policy()
+    selector = policy["spec"]["podSelector"]["matchLabels"]
+    assert policy["spec"]["policyTypes"] == ["Ingress", "Egress"] and "ingress" not in policy["spec"]
+    closed = kube_job(job_objects(job(), KubernetesSettings(), Placement()))["spec"]["template"]["metadata"]["labels"]
+    assert selector.items() <= closed.items()
+    networked = ContainerSpec(**{**SPEC.__dict__, "network": True})
+    opened = kube_job(job_objects(job(container=networked), KubernetesSettings(), Placement()))
+    assert not selector.items() <= opened["spec"]["template"]["metadata"]["labels"].items()

@@ -78,7 +78,7 @@ class KubernetesBackend:
         self._api = api
         self._gone: dict[str, JobState] = {}  # cancelled here: their Jobs are deleted
         self._seen: dict[str, list[Any]] = {}  # job name -> its pods when last polled (usage)
-        self._policies: set[str] = set()
+        self._policy_made = False
         self._inventory: Inventory | None = None
         self._logs = LogFollowers()
         self._watching = 0
@@ -151,7 +151,7 @@ class KubernetesBackend:
         logs = [r.log_path or "" for r in (job.ranks or (job.container,))]
         kube_job["metadata"]["annotations"][ANNOTATION_LOGS] = json.dumps(logs)
         if not job.container.network:
-            self._policy(job.run_id)
+            self._policy()
         try:
             created = api.create(api.ns("jobs", "batch/v1"), kube_job)
         except Conflict:  # submitted before (a resumed executor): adopt it
@@ -301,14 +301,11 @@ class KubernetesBackend:
             dra = mode == "dra" or (mode == "auto" and self.inventory.dra(nodes))
         return Placement(nodes=nodes, dra=dra)
 
-    def _policy(self, run_id: str) -> None:
-        if run_id in self._policies:
+    def _policy(self) -> None:
+        """The namespace's deny-all policy for pods without network (``translate``), once."""
+        if self._policy_made:
             return
         api = self.api
-        try:
-            api.create(api.ns("networkpolicies", "networking.k8s.io/v1"), network_policy(run_id, self.settings))
-        except Conflict:
-            pass
-        except NotFound:
-            pass  # an API server without NetworkPolicy: nothing enforces them there anyway
-        self._policies.add(run_id)
+        with contextlib.suppress(Conflict, NotFound):  # NotFound: no NetworkPolicy API, nothing enforces one
+            api.create(api.ns("networkpolicies", "networking.k8s.io/v1"), network_policy())
+        self._policy_made = True

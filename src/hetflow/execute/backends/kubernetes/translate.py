@@ -39,6 +39,7 @@ from hetflow.spec import GANG_ENV
 Obj = dict[str, Any]
 LABEL_JOB = "hetflow.job"
 LABEL_NETWORK = "hetflow.network"  # none | allowed: what the run's NetworkPolicy selects on
+NETWORK_POLICY = "hetflow-no-network"
 ANNOTATION_JOB = "hetflow.job-name"  # the attempt's full name when the object's is shortened
 MANAGED_BY = {"app.kubernetes.io/managed-by": "hetflow"}
 HOSTNAME = "kubernetes.io/hostname"
@@ -149,15 +150,16 @@ def _gang_env(container: Obj, job: Job, name: str) -> None:
     container["env"] = sorted([*kept, *({"name": k, **v} for k, v in contract.items())], key=lambda e: e["name"])
 
 
-def network_policy(run_id: str, settings: KubernetesSettings) -> Obj:
-    """No ingress or egress for the run's pods without ``network: true`` (a CNI that enforces
-    NetworkPolicy makes it so; ``--network none`` on one machine)."""
+def network_policy() -> Obj:
+    """No ingress or egress for hetflow's pods without ``network: true`` (a CNI that enforces
+    NetworkPolicy makes it so; ``--network none`` on one machine): one policy per namespace,
+    selecting by label, so no run leaves one behind."""
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
-        "metadata": {"name": object_name(f"hf-{run_id}-no-network"), "labels": {**MANAGED_BY, LABEL_RUN: run_id}},
+        "metadata": {"name": NETWORK_POLICY, "labels": dict(MANAGED_BY)},
         "spec": {
-            "podSelector": {"matchLabels": {LABEL_RUN: label_value(run_id), LABEL_NETWORK: "none"}},
+            "podSelector": {"matchLabels": {**MANAGED_BY, LABEL_NETWORK: "none"}},
             "policyTypes": ["Ingress", "Egress"],
         },
     }
