@@ -196,7 +196,9 @@ def test_a_gang_runs_until_every_index_succeeded_and_fails_with_the_first_failur
     bad = pod("Failed", {"terminated": {"exitCode": 7, "finishedAt": T1}})
     assert job_state("j", gang, [ok, run]).running
     assert job_state("j", gang, [ok, ok]).exit_code == 0
-    assert job_state("j", gang, [ok, bad]).exit_code == 7
+    bad["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] = "1"
+    failed = job_state("j", gang, [ok, bad])
+    assert failed.exit_code == 7 and failed.reason.startswith("replica 1 ended with 7")
 
 
 def node(name: str, cpu: str, mem: str, labels: dict[str, str] | None = None, **alloc: str) -> dict[str, Any]:

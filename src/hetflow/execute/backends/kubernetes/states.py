@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -131,9 +132,12 @@ def job_state(name: str, job: Obj, pods: Sequence[Obj], pending_reason: str = ""
         if failed is not None:
             return JobState(name, running=False, exit_code=LOST_CODE, status="Failed", reason=failed.get("message", ""))
         return JobState(name, running=True, exit_code=None, status="PENDING", reason=pending_reason)
-    bad = [s for s in states if not s.running and s.exit_code != 0]
+    bad = [(i, s) for i, s in enumerate(states) if not s.running and s.exit_code != 0]
     if bad:
-        first = min(bad, key=lambda s: s.ended or 0.0)
+        index, first = min(bad, key=lambda b: b[1].ended or 0.0)
+        if _completions(job) > 1:  # a gang: say which replica failed, as the other backends do
+            why = f"replica {_index(sorted(pods, key=_index)[index])} ended with {first.exit_code}"
+            first = replace(first, reason=f"{why}: {first.reason}" if first.reason else why)
         return first
     if all(not s.running for s in states) and (
         condition(job, "Complete") is not None or len(states) == _completions(job)
