@@ -283,3 +283,19 @@ def test_pods_without_network_are_selected_by_the_namespaces_one_deny_all_policy
     networked = ContainerSpec(**{**SPEC.__dict__, "network": True})
     opened = kube_job(job_objects(job(container=networked), KubernetesSettings(), Placement()))
     assert not selector.items() <= opened["spec"]["template"]["metadata"]["labels"].items()
+
+
+@pytest.mark.parametrize(
+    ("p", "reason"),
+    [
+        (pod("Pending", None, ""), "Pending: not scheduled yet"),
+        (pod("Pending", {"waiting": {"reason": "ContainerCreating"}}), "ContainerCreating"),
+        (pod("Running", {"running": {}}), "ContainerCreating"),
+    ],
+    ids=["unscheduled", "creating", "running-without-start"],
+)
+def test_a_pod_not_yet_started_always_says_why(p: dict[str, Any], reason: str) -> None:
+    """The runner counts a job reported running with no reason as started now: a pod whose
+    container has not started must never read so (its start would be the executor's clock)."""
+    s = pod_state("j", p)
+    assert (s.running, s.status, s.reason, s.started) == (True, "PENDING", reason, None)

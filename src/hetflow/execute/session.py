@@ -81,7 +81,8 @@ class OpenRun:
             return f"run {self.run.id} of {self.workflow.name} on {node.name} ({node.cpu.cores} CPUs, {gpus})"
         makespan = self.plan.plan.makespan if self.plan.plan is not None else 0.0
         return (
-            f"run {self.run.id} of {self.workflow.name} on {self.settings.backend} (cluster {self.settings.cluster}, "
+            f"run {self.run.id} of {self.workflow.name} on {self.settings.backend} "
+            f"(cluster {self.settings.cluster or 'as its API server lists it'}, "
             f"planned makespan {makespan:.1f}s)"
         )
 

@@ -37,6 +37,7 @@ from hetflow.execute.backends.kubernetes.states import job_state, pod_state
 from hetflow.execute.backends.kubernetes.translate import (
     ANNOTATION_JOB,
     LABEL_JOB,
+    NETWORK_POLICY,
     Placement,
     allowed_nodes,
     job_objects,
@@ -56,6 +57,7 @@ NEEDED = (
     ("list", "batch", "jobs"),
     ("watch", "", "pods"),
     ("list", "", "pods"),
+    ("delete", "", "pods"),
     ("get", "", "pods/log"),
     ("create", "", "services"),
     ("list", "", "events"),
@@ -122,6 +124,15 @@ class KubernetesBackend:
                 )
         with contextlib.suppress(Forbidden):  # a user of one namespace may not read namespaces
             api.get(f"/api/v1/namespaces/{api.namespace}")
+        try:
+            self._policy()
+        except Forbidden:
+            raise EngineError(
+                f"Kubernetes RBAC does not let the kubeconfig's user create networkpolicies in namespace "
+                f"{api.namespace}, and NetworkPolicy {NETWORK_POLICY} (no network for steps without network: true) "
+                "is not there: grant create on networkpolicies.networking.k8s.io, or have an admin create it "
+                "(hetflow export kubernetes writes one)"
+            ) from None
 
     def image_exists(self, image: str) -> bool:
         """Whether the image is there to run: on a node (each kubelet lists the images it
@@ -306,6 +317,14 @@ class KubernetesBackend:
         if self._policy_made:
             return
         api = self.api
-        with contextlib.suppress(Conflict, NotFound):  # NotFound: no NetworkPolicy API, nothing enforces one
-            api.create(api.ns("networkpolicies", "networking.k8s.io/v1"), network_policy())
+        path = api.ns("networkpolicies", "networking.k8s.io/v1")
+        try:
+            api.create(path, network_policy())
+        except (Conflict, NotFound):  # there already; NotFound: no NetworkPolicy API, nothing enforces one
+            pass
+        except Forbidden:  # RBAC is asked before existence: it may be there all the same (an admin's)
+            try:
+                api.get(f"{path}/{NETWORK_POLICY}")
+            except (NotFound, Forbidden):
+                raise Forbidden(f"cannot create NetworkPolicy {NETWORK_POLICY}") from None
         self._policy_made = True

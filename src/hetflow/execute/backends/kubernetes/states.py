@@ -101,13 +101,17 @@ def pod_state(name: str, pod: Obj) -> JobState:
         return JobState(name, running=False, exit_code=code, status=phase, node=node, reason=status.get("message", ""))
     if phase == "Running":
         running = (_container(pod).get("state") or {}).get("running") or {}
+        if not running.get("startedAt"):  # the pod runs, its container not yet: still starting
+            return JobState(name, running=True, exit_code=None, status="PENDING", node=node, reason="ContainerCreating")
         return JobState(
             name, running=True, exit_code=None, status="RUNNING", node=node, started=epoch(running.get("startedAt"))
         )
     scheduled = next((c for c in status.get("conditions") or () if c.get("type") == "PodScheduled"), None)
-    reason = ""
+    waiting = (_container(pod).get("state") or {}).get("waiting") or {}
     if scheduled is not None and scheduled.get("status") == "False":
         reason = f"{scheduled.get('reason', '')}: {scheduled.get('message', '')}".strip(": ")
+    else:  # never empty: a pending pod has not started (the runner counts a reasonless one as started now)
+        reason = waiting.get("reason") or ("ContainerCreating" if node else "Pending: not scheduled yet")
     return JobState(name, running=True, exit_code=None, status="PENDING", node=node, reason=reason)
 
 
