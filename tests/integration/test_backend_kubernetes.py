@@ -168,3 +168,20 @@ def test_the_work_directory_on_a_persistent_volume_claim(hf: Hetflow, tmp_path: 
     finally:
         core.delete_namespaced_persistent_volume_claim("hf-work", "default")
         core.delete_persistent_volume("hf-work")
+
+
+def test_a_second_run_takes_every_step_from_the_cache(hf: Hetflow, tmp_path: Path, kube_real: RealKube) -> None:
+    """The same workflow again: every step comes from hetflow's cache (no Job created for
+    it), and its result is published again."""
+    first = _data_run(hf, tmp_path, _real_settings(kube_real), tmp_path / "work")
+    assert [s["attempts"] for s in hf.show(first)["steps"]] == [1, 1, 1]  # ran: nothing cached before
+    (tmp_path / "results" / "total").unlink()
+    with _jobs_seen(kube_real) as seen:
+        second = _data_run(hf, tmp_path, _real_settings(kube_real), tmp_path / "work")
+    assert second != first
+    steps = hf.show(second)["steps"]
+    assert {s["step"] for s in steps} == {"count.0", "count.1", "total"}, steps
+    assert all(s["attempts"] == 0 and s["reason"].startswith(f"cached: from run {first}") for s in steps), steps
+    assert hf("show", second).stdout.count("cached: from run") == 3
+    assert [n for n, j in seen.items() if j.spec.template.metadata.labels.get("hetflow.run") == second] == []
+    assert (tmp_path / "results" / "total").read_text().strip() == "5"
