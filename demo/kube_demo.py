@@ -100,12 +100,12 @@ def real(home: Path, env: dict[str, str]) -> None:
         cluster = start_cluster(base / "c", nodes=())
         node = start_node(base / "n", cluster.kubeconfig, "", REAL_NODE, images=images)
         print(f"control plane + node {REAL_NODE} ({node.ip}) up in {time.monotonic() - t0:.1f} s", flush=True)
-        work = base / "work"
-        work.mkdir()
+        work = home / "demo-kubernetes" / "runs"  # kept after the demo: hetflow show/logs/ui still find the outputs
+        work.mkdir(parents=True, exist_ok=True)
         config = home / "k8s-config.yaml"
         settings = {
             "backend": "kubernetes",
-            "workdir": str(work / "runs"),
+            "workdir": str(work),
             "kubernetes": {"kubeconfig": str(cluster.kubeconfig), "image_pull_policy": "Never"},
         }
         config.write_text(yaml.safe_dump(settings, sort_keys=False))
@@ -115,6 +115,7 @@ def real(home: Path, env: dict[str, str]) -> None:
         run_id = _last_run(env)
         _hetflow("show", run_id, env=env)
         _hetflow("logs", run_id, "signoff", env=env)
+        print(f"\nthe sign-off report: {work / run_id / 'steps' / 'signoff' / 'out' / 'report.json'}", flush=True)
     finally:
         start = time.monotonic()
         if node is not None:
