@@ -82,8 +82,8 @@ demo-ray: install images  ## a local Ray cluster of two nodes runs circuit
 kube:
 	tools/kube/build
 
-demo-kubernetes: install images kube  ## a local Kubernetes control plane with kwok GPU nodes
-	$(PY) -m demo.kube_cluster demo
+demo-kubernetes: install images kube  ## a local Kubernetes control plane: kwok GPU nodes planned on, then circuit as real pods on a kubelet
+	$(PY) -m demo.kube_demo
 
 # The real-GPU acceptance kit (README "On a real GPU"): what a bare GPU machine lacks for
 # tools/gpu-check, in ./gpu-kit (git-ignored, under 64 MiB), verified by `tools/gpu-check --dry-run`.

@@ -188,21 +188,24 @@ def _nodes_ready(api: _Api, names: Sequence[str]) -> bool:
 # --- processes -----------------------------------------------------------------------------
 
 
-def kube_bin() -> Path:
+def kube_bin(*, kubelet: bool = False) -> Path:
     """The folder of the control plane's binaries; built first (tools/kube/build, once and
-    cached) where its stamp is missing."""
+    cached) where its stamp is missing (``kubelet``: the kubelet too, demo/kube_kubelet.py)."""
     out = subprocess.run([str(BUILD), "--print-dir"], capture_output=True, text=True, check=False)
     folder = Path(out.stdout.strip())
     if out.returncode != 0 or not folder.name:
         raise EngineError(f"{BUILD} --print-dir failed: {out.stderr.strip()}")
-    if not any(folder.glob(".built-*")) or not all((folder / p).exists() for p in PROGRAMS):
+    stamps = [".built-*-kwok-*"] + [".built-kubelet-*"] * kubelet
+    programs = PROGRAMS + ("kubelet",) * kubelet
+    if not all(any(folder.glob(s)) for s in stamps) or not all((folder / p).exists() for p in programs):
         print(f"building the Kubernetes test control plane ({BUILD}; ~15 min the first time)", file=sys.stderr)
-        if subprocess.run([str(BUILD)], check=False).returncode != 0:
+        env = {**os.environ, "KUBE_KUBELET": "1"} if kubelet else None
+        if subprocess.run([str(BUILD)], env=env, check=False).returncode != 0:
             raise EngineError(f"{BUILD} failed; its log: {folder.parent / 'build.log'}")
     return folder
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
@@ -293,7 +296,7 @@ def start_cluster(
     for d in ("etcd", "kwok", "pki", "log", "run"):
         shutil.rmtree(base / d, ignore_errors=True)
         (base / d).mkdir(parents=True)
-    ports = {p: _free_port() for p in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")}
+    ports = {p: free_port() for p in ("etcd", "etcd-peer", "apiserver", "controller-manager", "scheduler", "kwok")}
     server = f"https://127.0.0.1:{ports['apiserver']}"
     write_files(base, server, scheduler_qps)
     args = component_args(base, binp, ports)

@@ -1,9 +1,9 @@
 """A real Kubernetes node on this machine: containerd (Debian's package) and a kubelet built by
 tools/kube/build (``KUBE_KUBELET=1``), so pods of hetflow's images run as real containers
-through a test control plane.  ``start_node`` joins a cluster given a kubeconfig (a node
-identity, demo.kube_pki.node_kubeconfig, or an admin's); demo.kube_pki.control_plane starts a
-minimal one, demo.kube_cluster the full test cluster (kwok leaves this node alone: it manages
-only nodes annotated kwok.x-k8s.io/node=fake).  Measured here: the node Ready 1.1 s after
+through a test control plane.  ``start_node`` joins a cluster given a kubeconfig (the
+cluster's admin's, or a node identity system:node:NAME); demo.kube_cluster.start_cluster starts
+the control plane, with ``nodes=()`` for one without kwok nodes (kwok leaves this node alone
+anyway: it manages only nodes annotated kwok.x-k8s.io/node=fake).  Measured here: the node Ready 1.1 s after
 start_node (busybox imported), a pod created to Succeeded about 2 s.
 
 What this machine needs, and why each piece is set the way it is:
@@ -58,7 +58,7 @@ from typing import Any
 import httpx
 import yaml
 
-from demo.kube_pki import free_port, kube_bin
+from demo.kube_cluster import free_port, kube_bin
 from hetflow.config import engine_env
 from hetflow.errors import EngineError
 

@@ -3,20 +3,27 @@ kubelet with containerd (demo/kube_kubelet.py), so each job is a real container 
 busybox image; the backend contract (tests/contract/backend_contract.py) holds as for local
 podman, Slurm and Ray.  Not here: the gang contract (an Indexed Job runs one command on every
 replica, and the contract gives each replica its own; a torch gang runs on kwok nodes in
-test_run_kubernetes.py) and the node-failure contract (evictions: test_run_kubernetes.py)."""
+test_run_kubernetes.py) and the node-failure contract (evictions: test_run_kubernetes.py).
+Then a workflow with data: on a hostPath work directory, on a PersistentVolumeClaim
+(``claim``/``claim_root``), and run twice (the second run all from hetflow's cache)."""
 
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from kubernetes import client, watch
 
 from hetflow.execute.backends.kubernetes import KubernetesBackend
 from tests.contract.backend_contract import BackendContract
 from tests.integration.hfkit import BUSYBOX, Hetflow, write
-from tests.integration.kube_fixture import REAL_NODE, RealKube, kube_real
+from tests.integration.kube_fixture import REAL_NODE, RealKube, api_client, kube_real, wait_for
 
 __all__ = ["kube_real"]  # the module-scoped cluster fixture, used below
 
@@ -64,31 +71,117 @@ steps:
 """
 
 
+def _data_run(hf: Hetflow, folder: Path, kube: dict[str, object], workdir: Path) -> str:
+    """DATA_WF and its two input files in ``folder``, run with ``kube`` as the kubernetes
+    settings and ``workdir``; returns the run's id (it must succeed)."""
+    (folder / "inputs").mkdir(exist_ok=True)
+    for name, words in (("a.txt", "one two three"), ("b.txt", "four five")):
+        (folder / "inputs" / name).write_text(words + "\n")
+    settings = {"backend": "kubernetes", "workdir": str(workdir), "kubernetes": kube}
+    config = write(folder, yaml.safe_dump(settings), "config.yaml")
+    hf("run", "-q", "--config", config, write(folder, DATA_WF), timeout=300)
+    run_id = hf.last_run()
+    data = hf.show(run_id)
+    assert data["state"] == "succeeded", data
+    return run_id
+
+
+def _real_settings(kube_real: RealKube, **more: str) -> dict[str, object]:
+    return {"kubeconfig": str(kube_real.cluster.kubeconfig), "image_pull_policy": "Never", **more}
+
+
 def test_a_workflow_with_data_runs_in_real_containers_and_publishes(
     hf: Hetflow, tmp_path: Path, kube_real: RealKube
 ) -> None:
     """Host files fanned out, gathered and published, every step a real pod on the real node;
     the work directory is a hostPath at the same path (one node: no shared file system needed)."""
-    (tmp_path / "inputs").mkdir()
-    for name, words in (("a.txt", "one two three"), ("b.txt", "four five")):
-        (tmp_path / "inputs" / name).write_text(words + "\n")
-    config = write(
-        tmp_path,
-        yaml.safe_dump(
-            {
-                "backend": "kubernetes",
-                "workdir": str(tmp_path / "work"),
-                "kubernetes": {"kubeconfig": str(kube_real.cluster.kubeconfig), "image_pull_policy": "Never"},
-            }
-        ),
-        "config.yaml",
-    )
-    hf("run", "-q", "--config", config, write(tmp_path, DATA_WF), timeout=300)
-    run_id = hf.last_run()
-    data = hf.show(run_id)
-    assert data["state"] == "succeeded", data
-    assert {s["node"] for s in data["steps"]} == {REAL_NODE}
+    run_id = _data_run(hf, tmp_path, _real_settings(kube_real), tmp_path / "work")
+    assert {s["node"] for s in hf.show(run_id)["steps"]} == {REAL_NODE}
     assert (tmp_path / "results" / "total").read_text().strip() == "5"
     log = hf("logs", run_id, "count").stdout
     assert "counted a.txt" in log and "counted b.txt" in log
     assert f"count.0 | {os.getuid()}\n" in log  # the submitter's UID, as on one machine
+
+
+@contextmanager
+def _jobs_seen(kube_real: RealKube) -> Iterator[dict[str, Any]]:
+    """Every hetflow Job created in "default" while the block runs (name -> the Job, as first
+    seen): hetflow deletes each Job once its step is done, so a list after a run finds none."""
+    batch = client.BatchV1Api(api_client(kube_real.cluster.kubeconfig))
+    seen: dict[str, Any] = {}
+    stop = threading.Event()
+    version = batch.list_namespaced_job("default").metadata.resource_version
+
+    def follow() -> None:
+        """Watch from ``version`` in one-second watches (the server ends each), until stopped."""
+        nonlocal version
+        while not stop.is_set():
+            for event in watch.Watch().stream(
+                batch.list_namespaced_job, "default", resource_version=version, timeout_seconds=1
+            ):
+                seen.setdefault(event["object"].metadata.name, event["object"])
+                version = event["object"].metadata.resource_version
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stop.set()
+        thread.join(timeout=30)
+
+
+def test_the_work_directory_on_a_persistent_volume_claim(hf: Hetflow, tmp_path: Path, kube_real: RealKube) -> None:
+    """``claim``/``claim_root``: every mount is a subPath of one PersistentVolumeClaim (here a
+    hostPath PersistentVolume at ``root``, bound statically), so the pods see the work
+    directory only through the claim; the result is published from it."""
+    root = tmp_path / "claim"
+    root.mkdir()
+    core = client.CoreV1Api(api_client(kube_real.cluster.kubeconfig))
+    pv = {"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "hf-work"},
+          "spec": {"capacity": {"storage": "1Gi"}, "accessModes": ["ReadWriteMany"], "storageClassName": "",
+                   "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": str(root), "type": "Directory"},
+                   "claimRef": {"namespace": "default", "name": "hf-work"}}}  # fmt: skip
+    pvc = {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "hf-work"},
+           "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "", "volumeName": "hf-work",
+                    "resources": {"requests": {"storage": "1Gi"}}}}  # fmt: skip
+    core.create_persistent_volume(pv)
+    try:
+        core.create_namespaced_persistent_volume_claim("default", pvc)
+        wait_for(
+            "claim hf-work Bound (the PV controller's static binding)",
+            lambda: core.read_namespaced_persistent_volume_claim("hf-work", "default").status.phase == "Bound",
+        )
+        kube = _real_settings(kube_real, claim="hf-work", claim_root=str(root))
+        with _jobs_seen(kube_real) as seen:
+            run_id = _data_run(hf, root, kube, root / "runs")
+        assert (root / "results" / "total").read_text().strip() == "5"
+        assert any((root / "runs" / run_id).rglob("n")), "the steps' outputs are not on the claim"
+        jobs = [j for j in seen.values() if j.spec.template.metadata.labels.get("hetflow.run") == run_id]
+        volumes = [v for j in jobs for v in j.spec.template.spec.volumes]
+        assert len(jobs) == 3 and {v.persistent_volume_claim.claim_name for v in volumes if v.name == "work"} == {
+            "hf-work"
+        }, jobs
+        assert [v.name for v in volumes if v.host_path is not None] == []  # only the claim: no hostPath
+        mounts = [m for j in jobs for m in j.spec.template.spec.containers[0].volume_mounts if m.name == "work"]
+        assert all(m.sub_path.startswith(f"runs/{run_id}/") or m.sub_path.startswith("inputs") for m in mounts), mounts
+    finally:
+        core.delete_namespaced_persistent_volume_claim("hf-work", "default")
+        core.delete_persistent_volume("hf-work")
+
+
+def test_a_second_run_takes_every_step_from_the_cache(hf: Hetflow, tmp_path: Path, kube_real: RealKube) -> None:
+    """The same workflow again: every step comes from hetflow's cache (no Job created for
+    it), and its result is published again."""
+    first = _data_run(hf, tmp_path, _real_settings(kube_real), tmp_path / "work")
+    assert [s["attempts"] for s in hf.show(first)["steps"]] == [1, 1, 1]  # ran: nothing cached before
+    (tmp_path / "results" / "total").unlink()
+    with _jobs_seen(kube_real) as seen:
+        second = _data_run(hf, tmp_path, _real_settings(kube_real), tmp_path / "work")
+    assert second != first
+    steps = hf.show(second)["steps"]
+    assert {s["step"] for s in steps} == {"count.0", "count.1", "total"}, steps
+    assert all(s["attempts"] == 0 and s["reason"].startswith(f"cached: from run {first}") for s in steps), steps
+    assert hf("show", second).stdout.count("cached: from run") == 3
+    assert [n for n, j in seen.items() if j.spec.template.metadata.labels.get("hetflow.run") == second] == []
+    assert (tmp_path / "results" / "total").read_text().strip() == "5"

@@ -1,11 +1,10 @@
-"""A real node: containerd and a kubelet (demo/kube_kubelet.py) join a minimal control plane
-(demo/kube_pki.py) and run a pod of hetflow's busybox image as a real container, with the
-hardening hetflow's steps get.  No skip: where the node cannot start, the test fails with why."""
+"""A real node: containerd and a kubelet (demo/kube_kubelet.py) join the test control plane
+(demo/kube_cluster.py, without kwok nodes: kube_fixture.real_kube) and run a pod of hetflow's
+busybox image as a real container, with the hardening hetflow's steps get.  No skip: where the
+node cannot start, the test fails with why."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -14,21 +13,19 @@ from typing import Any
 
 import pytest
 from demo.images import build_examples
-from demo.kube_kubelet import RealNode, start_node
-from demo.kube_pki import ControlPlane, control_plane, node_kubeconfig
-from kubernetes import client, config
+from kubernetes import client
+
+from tests.integration.kube_fixture import REAL_NODE, RealKube, api_client, real_kube
 
 pytestmark = pytest.mark.integration
-NODE = "real-0"
+NODE = REAL_NODE
 
 
 @dataclass
 class Cluster:
-    plane: ControlPlane
-    node: RealNode
+    real: RealKube
     api: Any  # kubernetes.client.CoreV1Api (the client is untyped)
     batch: Any  # kubernetes.client.BatchV1Api
-    base: Path
 
 
 @pytest.fixture(scope="module")
@@ -39,20 +36,9 @@ def numpy_image() -> str:
 
 @pytest.fixture(scope="module")
 def cluster(busybox: str, numpy_image: str) -> Iterator[Cluster]:
-    # A short folder: containerd's sockets live under it (Unix sockets: 108 bytes).
-    base = Path(tempfile.mkdtemp(prefix="hfkubelet-", dir="/tmp"))
-    plane = control_plane(base / "plane")
-    try:
-        kubeconfig = node_kubeconfig(plane.base, plane.server, NODE)
-        node = start_node(base / "node", kubeconfig, plane.server, NODE, images=(busybox, numpy_image))
-        try:
-            api_client = config.new_client_from_config(str(plane.kubeconfig))
-            yield Cluster(plane, node, client.CoreV1Api(api_client), client.BatchV1Api(api_client), base)
-        finally:
-            node.stop()
-    finally:
-        plane.stop()
-        shutil.rmtree(base, ignore_errors=True)
+    with real_kube((busybox, numpy_image), prefix="hfkubelet-") as real:
+        api = api_client(real.cluster.kubeconfig)
+        yield Cluster(real, client.CoreV1Api(api), client.BatchV1Api(api))
 
 
 def _hardened_pod(name: str, image: str, host_dir: Path, script: str) -> dict[str, Any]:
@@ -92,8 +78,8 @@ def _finished(api: Any, name: str, timeout: float = 90) -> Any:
     return pod
 
 
-def test_hardened_pod_runs_as_a_real_container(cluster: Cluster, busybox: str) -> None:
-    out = cluster.base / "out"
+def test_hardened_pod_runs_as_a_real_container(cluster: Cluster, busybox: str, tmp_path: Path) -> None:
+    out = tmp_path / "out"
     out.mkdir()
     out.chmod(0o777)
     status = "grep -E '^(CapEff|NoNewPrivs|Seccomp):' /proc/self/status"
@@ -111,7 +97,7 @@ def test_a_job_of_the_numpy_example_image_is_scheduled_and_runs(cluster: Cluster
     """kube-scheduler places the Job's pod by its node selector; the Job controller sees it
     succeed; NumPy computed inside the example image."""
     code = "import numpy; print('sum', int(numpy.arange(10).sum()))"
-    template = _hardened_pod("unused", numpy_image, cluster.base, "")["spec"]
+    template = _hardened_pod("unused", numpy_image, Path("/unused"), "")["spec"]
     del template["nodeName"], template["volumes"], template["containers"][0]["volumeMounts"]
     template["nodeSelector"] = {"kubernetes.io/hostname": NODE}
     template["containers"][0]["command"] = ["python3", "-c", code]
