@@ -32,7 +32,9 @@ pytestmark = pytest.mark.timeout(1800)
 
 TOTAL = int(os.environ.get("HETFLOW_FUZZ_EXAMPLES") or 5000)
 SEED = os.environ.get("HETFLOW_FUZZ_SEED")
-SHARE = {"workflow": 0.45, "yaml": 0.30, "cluster": 0.22, "cli": 0.03}  # a command line costs ~150 ms
+# A command line costs 0.2-1 s (a valid workflow and cluster are planned, exported): 50 of the
+# default 5,000 (176 s of a loaded suite at 150 cases); ``make fuzz`` runs 12,000: 120 of them.
+SHARE = {"workflow": 0.45, "yaml": 0.30, "cluster": 0.22, "cli": 0.01}
 
 
 def budget(kind: str) -> Any:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,25 +49,27 @@ class LogFollowers:
         paths = json.loads(job_meta.get("annotations", {}).get(ANNOTATION_LOGS, "[]") or "[]")
         for pod in pods:
             meta, status = pod["metadata"], pod.get("status", {})
-            started = any(
-                ("running" in (c.get("state") or {}) or "terminated" in (c.get("state") or {}))
-                for c in status.get("containerStatuses") or ()
-            )
+            states = [c.get("state") or {} for c in status.get("containerStatuses") or ()]
+            started = any("running" in st or "terminated" in st for st in states)
+            ended = bool(states) and all("terminated" in st for st in states)
             index = int(meta.get("annotations", {}).get(INDEX, 0))
             if not started or index >= len(paths) or not paths[index]:
                 continue
             with self._lock:
                 if meta["name"] in self._started:
                     continue
-                t = threading.Thread(target=self._copy, args=(api, meta["name"], Path(paths[index])), daemon=True)
+                args = (api, meta["name"], Path(paths[index]), not ended)
+                t = threading.Thread(target=self._copy, args=args, daemon=True)
                 self._started[meta["name"]] = t
             t.start()
 
-    def _copy(self, api: KubeApi, pod: str, path: Path) -> None:
+    def _copy(self, api: KubeApi, pod: str, path: Path, follow: bool) -> None:
+        """Write the pod's log to ``path``; ``follow``: while it runs (a kubelet ends the
+        stream when the container exits), else what it wrote, at once."""
         path.parent.mkdir(parents=True, exist_ok=True)
         with path.open("w", encoding="utf-8") as out:
             try:
-                params = {"container": "step", "follow": "true", "timestamps": "true"}
+                params = {"container": "step", "follow": "true" if follow else "false", "timestamps": "true"}
                 with api.stream(f"{api.ns('pods')}/{pod}/log", **params) as r:
                     for line in r.iter_lines():
                         out.write(cri_line(line))
@@ -78,12 +81,16 @@ class LogFollowers:
             except Exception as exc:  # a stream cut by the server: keep what came
                 out.write(cri_line(f"[hetflow: the log stream of pod {pod} ended: {type(exc).__name__}]"))
 
-    def finish(self, job: str) -> None:
-        """Wait (briefly) for the followers of a released Job's pods to write their last bytes."""
+    def finish(self, job: str, wait: float = 2.0) -> None:
+        """Give the followers of a released Job's pods ``wait`` seconds in all to write their
+        last bytes (a kubelet ends a followed stream when the container exits; a node that
+        keeps it open, as kwok's log server does, is not waited for longer)."""
         with self._lock:
-            threads = [t for name, t in self._started.items() if name.startswith(f"{job}-")]
+            mine = [name for name in self._started if name.startswith(f"{job}-")]
+            threads = [self._started.pop(name) for name in mine]
+        deadline = time.monotonic() + wait
         for t in threads:
-            t.join(timeout=5)
+            t.join(timeout=max(0.0, deadline - time.monotonic()))
 
     def close(self) -> None:
         self._stop.set()
