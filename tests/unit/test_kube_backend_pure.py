@@ -187,6 +187,7 @@ def test_a_disruption_is_a_node_fault_and_a_quota_keeps_the_job_queued() -> None
     assert s.node_failed and not s.running
     queued = job_state("j", {"status": {}}, [], 'pods "p" is forbidden: exceeded quota: q')
     assert queued.running and queued.status == "PENDING" and "exceeded quota" in queued.reason
+    assert job_state("j", {"status": {}}, []).reason == "Pending: no pod made yet"
 
 
 def test_a_gang_runs_until_every_index_succeeded_and_fails_with_the_first_failure() -> None:

@@ -135,7 +135,8 @@ def job_state(name: str, job: Obj, pods: Sequence[Obj], pending_reason: str = ""
             return JobState(name, running=False, exit_code=0, status="Succeeded")
         if failed is not None:
             return JobState(name, running=False, exit_code=LOST_CODE, status="Failed", reason=failed.get("message", ""))
-        return JobState(name, running=True, exit_code=None, status="PENDING", reason=pending_reason)
+        why = pending_reason or "Pending: no pod made yet"  # never empty: the runner would count it as started
+        return JobState(name, running=True, exit_code=None, status="PENDING", reason=why)
     bad = [(i, s) for i, s in enumerate(states) if not s.running and s.exit_code != 0]
     if bad:
         index, first = min(bad, key=lambda b: b[1].ended or 0.0)
