@@ -269,7 +269,8 @@ def test_a_quota_keeps_a_step_queued_with_kubernetes_reason(
     reason = wait_for("the step queued with the quota's reason", lambda: "exceeded quota" in (queued_reason() or ""))
     assert reason
     core.delete_namespaced_resource_quota("none", ns)
-    wait_for("the run succeeds once the quota is gone", lambda: hf.show(run_id)["state"] == "succeeded", timeout=120)
+    # the Job controller retries a refused pod creation with an exponential backoff: give it room
+    wait_for("the run succeeds once the quota is gone", lambda: hf.show(run_id)["state"] == "succeeded", timeout=300)
 
 
 def test_an_evicted_pod_is_a_node_fault_run_again_as_a_new_attempt(
