@@ -133,6 +133,7 @@ bench: install images kube
 	$(PY) -m bench.slurm
 	$(PY) -m bench.ray
 	$(PY) -m bench.kubernetes
+	$(PY) -m bench.kube_hetflow
 	$(PY) -m bench.loader
 	$(PY) -m bench.scale
 	$(PY) -m bench.gang

@@ -256,10 +256,11 @@ class KubernetesBackend:
 
     def release(self, names: Iterable[str]) -> None:
         api = self.api
+        names = list(names)
+        self._logs.finish([object_name(n) for n in names])  # one short wait for the lot
         for name in names:
             self._gone.pop(name, None)
             self._seen.pop(name, None)
-            self._logs.finish(object_name(name))
             api.delete(f"{api.ns('jobs', 'batch/v1')}/{object_name(name)}", propagationPolicy="Foreground")
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:

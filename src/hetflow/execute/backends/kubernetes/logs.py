@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -81,12 +81,13 @@ class LogFollowers:
             except Exception as exc:  # a stream cut by the server: keep what came
                 out.write(cri_line(f"[hetflow: the log stream of pod {pod} ended: {type(exc).__name__}]"))
 
-    def finish(self, job: str, wait: float = 2.0) -> None:
-        """Give the followers of a released Job's pods ``wait`` seconds in all to write their
+    def finish(self, jobs: Iterable[str], wait: float = 2.0) -> None:
+        """Give the followers of released Jobs' pods ``wait`` seconds in all to write their
         last bytes (a kubelet ends a followed stream when the container exits; a node that
         keeps it open, as kwok's log server does, is not waited for longer)."""
+        prefixes = tuple(f"{job}-" for job in jobs)
         with self._lock:
-            mine = [name for name in self._started if name.startswith(f"{job}-")]
+            mine = [name for name in self._started if name.startswith(prefixes)]
             threads = [self._started.pop(name) for name in mine]
         deadline = time.monotonic() + wait
         for t in threads:
