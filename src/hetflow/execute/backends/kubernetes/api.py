@@ -87,9 +87,17 @@ class KubeApi:
 
     # requests
 
-    def request(self, method: str, path: str, body: Obj | None = None, **params: Any) -> Obj:
+    def request(
+        self, method: str, path: str, body: Obj | None = None, *, content_type: str | None = None, **params: Any
+    ) -> Obj:
+        """``body`` as JSON (``content_type``: another media type for it, a PATCH's)."""
+        query = {k: v for k, v in params.items() if v is not None}
         try:
-            r = self.http.request(method, path, json=body, params={k: v for k, v in params.items() if v is not None})
+            if content_type is None:
+                r = self.http.request(method, path, json=body, params=query)
+            else:
+                headers = {"Content-Type": content_type}
+                r = self.http.request(method, path, content=json.dumps(body), headers=headers, params=query)
         except httpx.HTTPError as exc:
             raise EngineError(
                 f"cannot reach the Kubernetes API server at {self.where}: {exc or type(exc).__name__}; "
@@ -123,15 +131,7 @@ class KubeApi:
 
     def patch(self, path: str, patch: Obj) -> Obj:
         """A JSON merge patch (RFC 7386) of the object at ``path``."""
-        try:
-            r = self.http.patch(
-                path, content=json.dumps(patch), headers={"Content-Type": "application/merge-patch+json"}
-            )
-        except httpx.HTTPError as exc:
-            raise EngineError(f"cannot reach the Kubernetes API server at {self.where}: {exc}") from None
-        if r.status_code >= 400:
-            raise self._error(r, "PATCH", path)
-        return dict(r.json())
+        return self.request("PATCH", path, patch, content_type="application/merge-patch+json")
 
     def get(self, path: str, **params: Any) -> Obj:
         return self.request("GET", path, **params)

@@ -31,7 +31,7 @@ from hetflow.execute.backends.common import TERMINATED_CODE, host_image_id
 from hetflow.execute.backends.kubernetes.admission import fits, free_room, pod_requests
 from hetflow.execute.backends.kubernetes.api import Conflict, Forbidden, KubeApi, NotFound
 from hetflow.execute.backends.kubernetes.inventory import Inventory
-from hetflow.execute.backends.kubernetes.logs import LogFollowers
+from hetflow.execute.backends.kubernetes.logs import ANNOTATION_LOGS, LogFollowers
 from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
 from hetflow.execute.backends.kubernetes.states import job_state, pod_state
 from hetflow.execute.backends.kubernetes.translate import (
@@ -48,7 +48,6 @@ from hetflow.execute.backends.kubernetes.translate import (
 )
 from hetflow.execute.engine import LABEL_RUN, Usage
 
-ANNOTATION_LOGS = "hetflow.logs"  # JSON list: each replica's log file, rank order
 # What a run needs to be allowed in its namespace (checked by ``check``, named when missing).
 NEEDED = (
     ("create", "batch", "jobs"),
@@ -62,12 +61,12 @@ NEEDED = (
     ("create", "", "services"),
     ("list", "", "events"),
 )
-PATHS = {
+PATHS = {  # kind -> (resource, group/version): where ``KubeApi.ns`` puts it
     "Job": ("jobs", "batch/v1"),
     "Service": ("services", ""),
     "NetworkPolicy": ("networkpolicies", "networking.k8s.io/v1"),
+    "ResourceClaimTemplate": ("resourceclaimtemplates", "resource.k8s.io/v1"),
 }
-PATHS["ResourceClaimTemplate"] = ("resourceclaimtemplates", "resource.k8s.io/v1")
 
 
 class KubernetesBackend:
@@ -91,6 +90,10 @@ class KubernetesBackend:
         if self._api is None:
             self._api = KubeApi(self.settings)
         return self._api
+
+    @property
+    def _jobs(self) -> str:
+        return self.api.ns(*PATHS["Job"])
 
     @property
     def inventory(self) -> Inventory:
@@ -164,19 +167,18 @@ class KubernetesBackend:
         if not job.container.network:
             self._policy()
         try:
-            created = api.create(api.ns("jobs", "batch/v1"), kube_job)
+            created = api.create(self._jobs, kube_job)
         except Conflict:  # submitted before (a resumed executor): adopt it
-            created = api.get(f"{api.ns('jobs', 'batch/v1')}/{kube_job['metadata']['name']}")
+            created = api.get(f"{self._jobs}/{kube_job['metadata']['name']}")
         uid, name = created["metadata"]["uid"], created["metadata"]["name"]
         for obj in objects[:-1]:
-            resource, group = PATHS[obj["kind"]]
             with contextlib.suppress(Conflict):
-                api.create(api.ns(resource, group), owned_by(obj, uid, name))
+                api.create(api.ns(*PATHS[obj["kind"]]), owned_by(obj, uid, name))
 
     def poll(self, run_id: str) -> dict[str, JobState]:
         api = self.api
         selector = f"{LABEL_RUN}={label_value(run_id)}"
-        jobs = api.items(api.ns("jobs", "batch/v1"), labelSelector=selector)
+        jobs = api.items(self._jobs, labelSelector=selector)
         pods = api.items(api.ns("pods"), labelSelector=selector)
         by_job: dict[str, list[Any]] = {}
         for p in pods:
@@ -217,7 +219,7 @@ class KubernetesBackend:
         for j in sorted(held, key=lambda j: str(j["metadata"].get("creationTimestamp", ""))):
             template = j["spec"]["template"]["spec"]
             if fits(room, pod_requests(template), int(j["spec"].get("completions", 1)), allowed_nodes(template)):
-                api.patch(f"{api.ns('jobs', 'batch/v1')}/{j['metadata']['name']}", {"spec": {"suspend": False}})
+                api.patch(f"{self._jobs}/{j['metadata']['name']}", {"spec": {"suspend": False}})
                 admitted.add(j["metadata"]["name"])
         return admitted
 
@@ -243,7 +245,7 @@ class KubernetesBackend:
             done = next((s for s in ended if not s.running), None)
             self._gone[name] = done or JobState(name, running=False, exit_code=TERMINATED_CODE, status="Cancelled")
             obj = object_name(name)
-            api.delete(f"{api.ns('jobs', 'batch/v1')}/{obj}", propagationPolicy="Foreground", gracePeriodSeconds=grace)
+            api.delete(f"{self._jobs}/{obj}", propagationPolicy="Foreground", gracePeriodSeconds=grace)
             for p in pods:
                 api.delete(f"{api.ns('pods')}/{p['metadata']['name']}", gracePeriodSeconds=grace)
         deadline = time.monotonic() + (grace if grace is not None else self.settings.stop_timeout) + 20
@@ -261,7 +263,7 @@ class KubernetesBackend:
         for name in names:
             self._gone.pop(name, None)
             self._seen.pop(name, None)
-            api.delete(f"{api.ns('jobs', 'batch/v1')}/{object_name(name)}", propagationPolicy="Foreground")
+            api.delete(f"{self._jobs}/{object_name(name)}", propagationPolicy="Foreground")
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         """Watch the run's pods and Jobs; each change wakes the runner."""
@@ -276,7 +278,7 @@ class KubernetesBackend:
             threading.Thread(
                 target=api.watch, args=(path, changed, stop), kwargs={"labelSelector": selector}, daemon=True
             )
-            for path in (api.ns("pods"), api.ns("jobs", "batch/v1"))
+            for path in (api.ns("pods"), self._jobs)
         ]
         for t in threads:
             t.start()
@@ -318,7 +320,7 @@ class KubernetesBackend:
         if self._policy_made:
             return
         api = self.api
-        path = api.ns("networkpolicies", "networking.k8s.io/v1")
+        path = api.ns(*PATHS["NetworkPolicy"])
         try:
             api.create(path, network_policy())
         except (Conflict, NotFound):  # there already; NotFound: no NetworkPolicy API, nothing enforces one

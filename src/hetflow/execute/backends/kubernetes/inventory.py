@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hetflow.execute.backends.kubernetes.api import Forbidden
+from hetflow.execute.backends.kubernetes.translate import DRA_DRIVER, VENDOR_RESOURCE
 from hetflow.inventory import KNOWN_MODELS
 
 if TYPE_CHECKING:
@@ -27,8 +28,7 @@ if TYPE_CHECKING:
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_MEMORY = "nvidia.com/gpu.memory"
 GFD_MAJOR, GFD_MINOR = "nvidia.com/gpu.compute.major", "nvidia.com/gpu.compute.minor"
-DRA_DRIVER = "gpu.nvidia.com"
-RESOURCES = {"nvidia.com/gpu": "nvidia", "amd.com/gpu": "amd", "gpu.intel.com/i915": "intel"}
+RESOURCES = {resource: vendor for vendor, resource in VENDOR_RESOURCE.items()}  # GPU resource -> vendor
 _UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
 
 
