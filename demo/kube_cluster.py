@@ -13,7 +13,7 @@ Pod logs: kwok's log server stands in for each node's kubelet (the node's Intern
 its daemonEndpoints port are kwok's), so ``read_namespaced_pod_log`` works for kwok pods; every
 container's log is BASE/kwok/pod.log (one ClusterLogs rule: kwok starts no container).
 
-    python -m demo.kube_cluster start|status|stop|demo [--base DIR]
+    python -m demo.kube_cluster start|status|stop [--base DIR]   (make demo-kubernetes: demo/kube_demo.py)
 """
 
 from __future__ import annotations
@@ -429,7 +429,7 @@ def nodes_table(cluster: LocalKube) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m demo.kube_cluster", description=__doc__)
-    ap.add_argument("command", choices=["start", "status", "stop", "demo"])
+    ap.add_argument("command", choices=["start", "status", "stop"])
     ap.add_argument("--base", type=Path, default=None, help="default: $HETFLOW_HOME/kube-cluster")
     args = ap.parse_args(argv)
     base = (args.base or hetflow_home() / "kube-cluster").resolve()
@@ -449,11 +449,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cluster = start_cluster(base)
         print(f"Kubernetes test cluster up in {time.monotonic() - t0:.1f} s: {cluster.server}")
         print(nodes_table(cluster))
-        if args.command == "demo":
-            cluster.stop()
-            print(f"stopped the cluster under {base}")
-        else:
-            print(f"export KUBECONFIG={cluster.kubeconfig}")
+        print(f"export KUBECONFIG={cluster.kubeconfig}")
         return 0
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)

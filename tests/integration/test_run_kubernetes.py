@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 from demo.kube_cluster import LocalKube
+from kubernetes import client, watch
 
 from tests.integration.hfkit import BUSYBOX, Hetflow, free_port, write
 from tests.integration.kube_fixture import api_client, kube_cluster, wait_for  # noqa: F401  (module fixture)
@@ -45,9 +46,12 @@ def workflow(name: str, steps: dict[str, Any]) -> str:
     return yaml.safe_dump({"apiVersion": "hetflow/v1", "name": name, "steps": steps})
 
 
-def jobs(cluster: LocalKube, run_id: str) -> list[dict[str, Any]]:
-    from kubernetes import client
+def core_api(cluster: LocalKube) -> Any:
+    """The cluster's core/v1 API as its admin (kubernetes.client.CoreV1Api: untyped)."""
+    return client.CoreV1Api(api_client(cluster.kubeconfig))
 
+
+def jobs(cluster: LocalKube, run_id: str) -> list[dict[str, Any]]:
     batch = client.BatchV1Api(api_client(cluster.kubeconfig))
     found = batch.list_namespaced_job(NAMESPACE, label_selector=f"hetflow.run={run_id}").to_dict()
     return list(found["items"])
@@ -59,10 +63,8 @@ def pods_seen(
 ) -> Iterator[dict[str, dict[str, Any]]]:
     """Every hetflow pod of the namespace as last seen while the block runs (the backend deletes
     a finished attempt's Job and pods once its result is stored), by pod name."""
-    from kubernetes import client, watch
-
     seen: dict[str, dict[str, Any]] = {}
-    core = client.CoreV1Api(api_client(cluster.kubeconfig))
+    core = core_api(cluster)
     w = watch.Watch()
 
     def follow() -> None:
@@ -253,9 +255,7 @@ def test_a_quota_keeps_a_step_queued_with_kubernetes_reason(
     tmp_path: Path,
     kube_cluster: LocalKube,  # noqa: F811
 ) -> None:
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client(kube_cluster.kubeconfig))
+    core = core_api(kube_cluster)
     ns = "hf-quota"
     core.create_namespace({"metadata": {"name": ns}})
     core.create_namespaced_resource_quota(ns, {"metadata": {"name": "none"}, "spec": {"hard": {"pods": "0"}}})
@@ -278,9 +278,7 @@ def test_an_evicted_pod_is_a_node_fault_run_again_as_a_new_attempt(
     tmp_path: Path,
     kube_cluster: LocalKube,  # noqa: F811
 ) -> None:
-    from kubernetes import client
-
-    core = client.CoreV1Api(api_client(kube_cluster.kubeconfig))
+    core = core_api(kube_cluster)
     config = kube_config(tmp_path, kube_cluster)
     run_id = hf("run", "-d", "--config", config, write(tmp_path, workflow("evict", {"holds": step()}))).stdout.split()[
         -1
