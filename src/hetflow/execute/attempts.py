@@ -16,6 +16,7 @@ from hetflow.execute.backends.base import (
     MeasuresOnRelease,
     MeasuresUsage,
 )
+from hetflow.execute.batching import is_batch, note_start, refine
 from hetflow.execute.data.outputs import accept_outputs, missing_message, missing_outputs
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.data.publish import PublishError, Publishing
@@ -122,11 +123,13 @@ class Attempts:
             return
         states = self.backend.poll(self.run_id)
         for act in list(self.active.values()):
-            st = states.get(act.container)
+            st = refine(self.paths, states, act.step, act.attempt, act.container)
             if st is None:
                 self.fail(act, None, f"container {act.container} disappeared")
                 continue
             self.note_times(act, st)
+            if is_batch(act.container) and not st.running:  # its own start and end, not its batch's
+                act.ended = note_start(self.store, self.run_id, act.step, act.attempt, st)
             if not st.running:
                 self.settle(act, st)
             elif st.reason != act.waiting:
@@ -426,6 +429,8 @@ class Attempts:
         scrub_logs(self.paths.log(act.step, act.attempt))  # the step's secrets leave its log as ***
         if act.gpus:
             self.store.release_gpus(act.container)
+        if is_batch(act.container) and any(a.container == act.container for a in self.active.values()):
+            return  # a batch goes once the last of its items in flight is settled
         self._to_remove.append(act.container)
         if self._remove_due is None:
             self._remove_due = self.clock() + REMOVE_WITHIN

@@ -107,10 +107,11 @@ class LocalDispatch:
     def free(self, live: list[Lease] | None = None) -> Capacity:
         """This machine less what this run's attempts hold and the GPUs leased by live
         holders (a GPU with any tenant is not free whole)."""
-        cpus = self.node.cpu.cores - sum(a.cpus for a in self.active.values())
-        mem = self.node.memory_bytes - sum(a.memory for a in self.active.values())
-        held = {lease.gpu_uuid for lease in (self.live_leases() if live is None else live)}
-        return Capacity(cpus, mem, tuple(g for g in self.node.gpus if g.uuid not in held))
+        held = {a.container: (a.cpus, a.memory) for a in self.active.values()}  # a batch's items: one container
+        cpus = self.node.cpu.cores - sum(c for c, _ in held.values())
+        mem = self.node.memory_bytes - sum(m for _, m in held.values())
+        leased = {lease.gpu_uuid for lease in (self.live_leases() if live is None else live)}
+        return Capacity(cpus, mem, tuple(g for g in self.node.gpus if g.uuid not in leased))
 
     def stale(self, lease: Lease) -> bool:
         """A lease is dead when its process is gone and its container is not running."""

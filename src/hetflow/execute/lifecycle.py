@@ -15,6 +15,7 @@ from pathlib import Path
 from hetflow.errors import StateError
 from hetflow.execute.attempts import Active, Attempts
 from hetflow.execute.backends.base import Backend, DropsNetworks
+from hetflow.execute.batching import is_batch, refine
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.stopping import request_stop
 from hetflow.spec import descendants
@@ -57,11 +58,12 @@ def reconcile(attempts: Attempts) -> None:
             continue
         a = history[-1]
         in_flight.add(a.container)
-        st = states.get(a.container)
+        st = refine(attempts.paths, states, s.step, a.attempt, a.container)
         variant = wf.steps[s.step].resolved_variants()[a.variant]
         n = wf.steps[s.step].replicas  # a gang holds every replica's share
         r = variant.resources
         act = Active(s.step, a.attempt, a.container, r.cpus * n, r.memory * n, a.gpu_uuids, why=s.reason or "")
+        act.measured = is_batch(a.container)  # a batch's usage is not one item's
         if act.why.startswith(QUEUED_PREFIX):
             # shown queued when the last executor ended: the next poll says whether it still is
             act.why, act.waiting = "", act.why.removeprefix(QUEUED_PREFIX)
@@ -145,11 +147,12 @@ def stop_run(
     store.set_run(run_id, pid=os.getpid(), pid_start=process_start(os.getpid()), message=f"stopping: {reason}")
     before = backend.poll(run_id)  # read before stopping anything: what had already ended
     in_flight = [a for a in store.attempts(run_id) if a.state in (LAUNCHING, RUNNING)]
-    ended = [
-        a for a in in_flight if a.container in before and not before[a.container].running and a.container not in stopped
-    ]
+    paths = RunPaths(Path(run.workdir))
+    seen = {(a.step, a.attempt): refine(paths, before, a.step, a.attempt, a.container) for a in in_flight}
+    done = {k: st for k, st in seen.items() if st is not None and not st.running}
+    ended = [a for a in in_flight if (a.step, a.attempt) in done and a.container not in stopped]
     live = [a for a in in_flight if a not in ended]
-    names = [a.container for a in live]
+    names = list(dict.fromkeys(a.container for a in live))  # a batch's items share its container
     backend.cancel(names, grace)
     states = backend.poll(run_id)
     for a in live:
@@ -161,7 +164,7 @@ def stop_run(
     for a in ended:
         store.release_gpus(a.container)  # the container is over; finalize on resume releases again (no-op)
         message = (
-            f"{a.container} finished while hetflow was down (exit {before[a.container].exit_code});"
+            f"{a.container} finished while hetflow was down (exit {done[(a.step, a.attempt)].exit_code});"
             " kept for 'hetflow resume' to collect"
         )
         record(store, Note(0, run_id, now, message, a.step, "collected"))
@@ -178,7 +181,8 @@ def stop_run(
                     event=reason,
                 )
     over = sorted(set(before) - {a.container for a in in_flight})  # results stored, removal pending
-    backend.release([*names, *over])
+    kept = {a.container for a in ended}  # a batch with an item left to collect stays for resume
+    backend.release([*(n for n in names if n not in kept), *over])
     store.set_run(run_id, state=RUN_STOPPED, ended=now, pid=None, message=reason)
     record(store, RunStateChanged(0, run_id, now, f"stopped; {len(names)} container(s) stopped", RUN_STOPPED))
     return names

@@ -22,12 +22,14 @@ from types import FrameType
 from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
+from hetflow.execute.batching import is_batch, refine
 from hetflow.execute.conditions import condition_holds
 from hetflow.execute.data.cache import Key, cache_key, input_digests
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import expand_ready
+from hetflow.execute.launch.batch import Batcher
 from hetflow.execute.launch.launcher import Launcher
 from hetflow.execute.lifecycle import reconcile, stop_run
 from hetflow.execute.nextattempt import adjusted
@@ -106,9 +108,7 @@ class Runner:
         self.cache = options.cache
         self._image_ids: dict[str, str | None] = {}
         self.order = self._ordered(workflow)
-        # SIGINT / SIGTERM: the first stops the run (``grace`` s for each container to save
-        # its work; None: the engine's default), a second kills every container of the run at once
-        self.grace = options.grace
+        self.grace = options.grace  # SIGINT/SIGTERM: the first stops the run (each container given ``grace``)
         self.signalled: int | None = None  # the first signal's number
         self.handed_off = False  # that signal was `hetflow stop`'s: the stopper owns the containers
         self._killer: threading.Thread | None = None
@@ -148,6 +148,7 @@ class Runner:
             pid=self.pid,
             data=options.data,
         )
+        self.batcher = Batcher(self.launcher, workflow)
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -267,7 +268,7 @@ class Runner:
             return
         states = self.backend.poll(self.run_id)
         for act in list(self.attempts.active.values()):
-            st = states.get(act.container)
+            st = refine(self.paths, states, act.step, act.attempt, act.container)
             if st is not None and not st.running and act.container not in self._killed:
                 self.attempts.settle(act, st)
 
@@ -302,10 +303,9 @@ class Runner:
             self._set_workflow(wf, name, names)
 
     def _set_workflow(self, wf: Workflow, parent: str, items: Sequence[str]) -> None:
-        for item in items:
-            if parent in self.priority:
-                self.priority[item] = self.priority[parent]
+        self.priority.update({item: self.priority[parent] for item in items if parent in self.priority})
         self.wf = self.attempts.wf = self.launcher.wf = wf
+        self.batcher.set_workflow(wf)
         self.dispatch.inherit(parent, items)
         self.order = self._ordered(wf)
 
@@ -333,28 +333,33 @@ class Runner:
                 continue
             if s.not_before and s.not_before > now:
                 continue
-            if self.wf.steps[name].when is not None and not self._condition(name, steps):
+            if self.wf.steps[name].when is not None and not condition_holds(
+                self.store, self.run_id, self.wf, self.paths, name, steps, self.clock
+            ):
                 steps[name] = self.store.step(self.run_id, name)
                 continue
             if self._try_launch(name, s):
                 steps[name] = self.store.step(self.run_id, name)  # from the cache: its children may go now
-
-    def _condition(self, name: str, steps: dict[str, StepRecord]) -> bool:
-        return condition_holds(self.store, self.run_id, self.wf, self.paths, name, steps, self.clock)
+        self.batcher.launch()  # the fan-out items this pass held for batches
 
     def _submitted_ahead(self, step: str) -> bool:
-        """With an engine that holds the DAG's order (Slurm afterok), a child is submitted
-        as soon as its parent is: the engine starts it when the parent succeeds."""
-        return self.backend.capabilities.holds_dependencies and step in self.attempts.active
+        """With an engine that holds the DAG's order (Slurm afterok), a child is submitted as soon
+        as its parent is, unless that is an item of a batch (its outputs are in place once collected)."""
+        act = self.attempts.active.get(step)
+        return self.backend.capabilities.holds_dependencies and act is not None and not is_batch(act.container)
 
     def _try_launch(self, name: str, s: StepRecord) -> bool:
         """Launch the step, or take its result from the cache (True)."""
+        if self.batcher.full(name):
+            return False  # its fan-out has as many items held for batches as can start now
         nxt = self.attempts.next.get(name)
         step = adjusted(self.wf.steps[name], nxt)
         decision = self.dispatch.decide(name, step)
         if decision.variant is not None:
             if self._from_cache(name, decision.variant):
                 return True
+            if nxt is None and self.batcher.defer(name, s, step, decision):
+                return False
             change = nxt.describe() if nxt is not None else ""
             why = decision.why + (f"; retry: {change}" if change else "")
             self.launcher.launch(name, s, decision.variant, decision.gpus, why, decision.slot, step, change)

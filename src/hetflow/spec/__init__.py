@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
+    from hetflow.spec.batch import AUTO_BATCH, AUTO_MAX_ESTIMATE, AUTO_MIN_ITEMS, Batch
     from hetflow.spec.checks import GANG_ENV, RESERVED_ENV, edges_of
     from hetflow.spec.dag import descendants, topo_order
     from hetflow.spec.fanout import Source, expand, file_items, is_fanout, line_items, pending_source
@@ -82,10 +83,14 @@ _WHERE = {
         "mig_slices",
     ],
     "retry": ["Backoff", "Retry", "parse_factor"],
+    "batch": ["AUTO_BATCH", "AUTO_MAX_ESTIMATE", "AUTO_MIN_ITEMS", "Batch"],
     "units": ["cc_tuple", "compute_capability", "format_bytes", "format_duration", "parse_duration", "parse_memory"],
     "wfcommons": ["convert_wfcommons"],
 }
 __all__ = [
+    "AUTO_BATCH",
+    "AUTO_MAX_ESTIMATE",
+    "AUTO_MIN_ITEMS",
     "CONDITION_MAX_BYTES",
     "DATA_PREFIX",
     "DOCKER_HUB",
@@ -95,6 +100,7 @@ __all__ = [
     "RESOURCE_KINDS",
     "SKIPPED_BY_CONDITION",
     "Backoff",
+    "Batch",
     "ConditionError",
     "DataSet",
     "Gang",

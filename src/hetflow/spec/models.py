@@ -11,6 +11,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
+from hetflow.spec.batch import Batch, coerce_batch
 from hetflow.spec.imageref import parse_reference
 from hetflow.spec.resources import (
     GpuConstraint,
@@ -254,6 +255,9 @@ class Step(SpecModel):
     )
     matrix: dict[str, object] | None = Field(default=None, description="axes (lists) and an optional 'exclude'")
     gang: Gang | None = Field(default=None, description="run as several replicas started together (MPI, torchrun)")
+    batch: Annotated[Batch | bool | None, BeforeValidator(coerce_batch)] = Field(
+        default=None, description="fan-out items run several to a container: N, {max: N, target: 30s}, or false"
+    )
     when: str | None = Field(
         default=None,
         description="run only when this condition holds: params.NAME, output('STEP/OUT'), and/or/not, comparisons",

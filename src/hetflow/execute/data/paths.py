@@ -70,6 +70,10 @@ class RunPaths:
     def log(self, step: str, attempt: int) -> Path:
         return self.workdir / "logs" / f"{step}.{attempt}.log"
 
+    def batch(self, container: str) -> Path:
+        """The folder of a batch container (``execute.batching``): its entry, items, exit codes."""
+        return self.workdir / "batches" / container
+
     def rank_log(self, step: str, attempt: int, rank: int) -> Path:
         """Replica ``rank``'s log of a gang attempt (rank 0 writes the attempt's own log)."""
         return self.log(step, attempt) if rank == 0 else self.workdir / "logs" / f"{step}.{attempt}.rank{rank}.log"

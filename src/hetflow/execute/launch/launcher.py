@@ -56,7 +56,7 @@ from hetflow.state import (
 
 
 @dataclass(frozen=True)
-class _Launch:
+class Launch:
     """One attempt being launched, as ``Launcher.launch``'s helpers see it."""
 
     name: str
@@ -113,13 +113,13 @@ class Launcher:
         variant = step.resolved_variants()[vname]
         attempt = s.attempts + 1
         container = container_name(self.run_id, name, attempt)
-        go = _Launch(name, step, vname, variant, attempt, container, gpus, slot, why, change)
+        go = Launch(name, step, vname, variant, attempt, container, gpus, slot, why, change)
         if not self.dispatch.reserve(Lease("", self.run_id, name, attempt, container, self.pid), gpus, slot):
             return  # another process took them between our look and our grab
         spec, ranks = self._containers(go)
         where = self.dispatch.where(name)
         now = self.clock()
-        self._record_intent(go, s, where, now)
+        self.record_intent(go, s, where, now)
         n = step.replicas
         act = Active(
             name,
@@ -151,7 +151,7 @@ class Launcher:
         self.attempts.watch_gpus(act)
         self.attempts.emit(AttemptStarted(0, self.run_id, now, f"{container} submitted", name, attempt, container))
 
-    def _containers(self, go: _Launch) -> tuple[ContainerSpec, tuple[ContainerSpec, ...]]:
+    def _containers(self, go: Launch) -> tuple[ContainerSpec, tuple[ContainerSpec, ...]]:
         """The attempt's staging folder made, its container built, and a gang's replicas."""
         name, step, variant, attempt, gpus = go.name, go.step, go.variant, go.attempt, go.gpus
         staging = self.paths.staging(name, attempt)
@@ -181,7 +181,7 @@ class Launcher:
             ranks = self._gang_specs(name, step, spec, gpus, attempt, variant)
         return spec, ranks
 
-    def _record_intent(self, go: _Launch, s: StepRecord, where: Where, now: float) -> None:
+    def record_intent(self, go: Launch, s: StepRecord, where: Where, now: float) -> None:
         """The attempt row and the step's launching state, written before the engine is asked
         (a crash in between leaves an intent that ``reconcile`` launches again)."""
         variant, n = go.variant, go.step.replicas
@@ -223,7 +223,7 @@ class Launcher:
             event=f"attempt {go.attempt}: variant {go.vname}, GPUs {gpu_text}, container {go.container} ({go.why})",
         )
 
-    def _job(self, go: _Launch, spec: ContainerSpec, ranks: tuple[ContainerSpec, ...], where: Where) -> Job:
+    def _job(self, go: Launch, spec: ContainerSpec, ranks: tuple[ContainerSpec, ...], where: Where) -> Job:
         """What the backend is asked to run: the container (a gang's replicas), its resources,
         where the plan put it and, for an engine that orders jobs, the parents in flight."""
         step, res = go.step, go.variant.resources
@@ -252,7 +252,7 @@ class Launcher:
             publish=self._publish(go) if holds else None,
         )
 
-    def _publish(self, go: _Launch) -> Publish:
+    def _publish(self, go: Launch) -> Publish:
         """Where the job moves its outputs before it ends 0: its /out (a gang's rank 0's) to the
         step's folder that its children mount."""
         return Publish(str(self.paths.staging(go.name, go.attempt)), str(self.paths.step_out(go.name)), go.step.outputs)
