@@ -9,11 +9,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hetflow.state import Store
 from tests.integration.hfkit import Hetflow, write
 from tests.integration.racechain import RAY_POLL, REPEATS, run_chain
 from tests.integration.ray_fixture import RayCluster, ray_cluster  # noqa: F401  (module fixture)
 from tests.integration.test_data_fanout import check_cluster_fan
-from tests.integration.test_run_slurm import MIB, USAGE, WORKFLOW
+from tests.integration.test_run_slurm import MIB, PACKED, USAGE, WORKFLOW
 
 # Node types named after the Ray nodes (a class of one is pinned to the node of its name).
 CLUSTER = """apiVersion: hetflow/v1
@@ -97,3 +98,20 @@ def test_step_times_are_the_tasks_and_usage_is_measured_on_the_node(
     assert hog["end"] <= steps["hog"]["ended"] and hog["submit"] < steps["hog"]["started"], (steps, hog)
     assert 64 * MIB <= hog["peak_rss"] <= 64 * MIB + 48 * MIB, hog
     assert hog["cpu_time"] > 0, hog
+
+
+def test_small_items_are_packed_into_few_ray_tasks(hf: Hetflow, tmp_path: Path, ray_cluster: RayCluster) -> None:  # noqa: F811
+    settings = {
+        "backend": "ray",
+        "cluster": write(tmp_path, CLUSTER, "cluster.yaml"),
+        "ray": {"address": ray_cluster.address, "device_dir": f"{ray_cluster.devs}/{{node}}", "stop_timeout": 2},
+    }
+    config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    hf("run", "-q", "--config", config, write(tmp_path, PACKED.format(items=30, batch=10), "packed.yaml"), timeout=300)
+    data = hf.show(hf.last_run())
+    assert data["state"] == "succeeded"
+    store = Store(hf.home / "state.db")
+    tasks = {a.container for s in store.steps(data["id"]) for a in store.attempts(data["id"], s.step)}
+    assert len(tasks) == 4 and sum(t.endswith("-batch") for t in tasks) == 3  # 30 items in 3 tasks, and the gather
+    assert (Path(data["workdir"]) / "steps" / "gather" / "out" / "n.txt").read_text().strip() == "30"
+    assert "item 17" in hf("logs", data["id"], "work.17").stdout

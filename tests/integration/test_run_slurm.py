@@ -55,6 +55,28 @@ steps:
 """
 
 
+# fan-out items packed several to a job (issue 26); Slurm's and Ray's tests run it
+PACKED = f"""apiVersion: hetflow/v1
+name: packed
+steps:
+  work:
+    image: {BUSYBOX}
+    foreach: {{{{range: {{items}}}}}}
+    command: [sh, -c, "echo item {{{{{{{{ item }}}}}}}}; echo {{{{{{{{ item }}}}}}}} > /out/o.txt"]
+    resources: {{{{cpus: 1, memory: 64Mi}}}}
+    estimate: 1s
+    outputs: [o.txt]
+    batch: {{batch}}
+  gather:
+    image: {BUSYBOX}
+    needs: [work]
+    inputs: {{{{parts: work/o.txt}}}}
+    command: [sh, -c, "cat /in/parts/*/o.txt | wc -l > /out/n.txt"]
+    resources: {{{{cpus: 1, memory: 64Mi}}}}
+    outputs: [n.txt]
+"""
+
+
 def _config(tmp_path: Path, cluster: LocalSlurm) -> str:
     return slurm_config(tmp_path, cluster, CLUSTER)
 
@@ -238,3 +260,25 @@ def test_step_times_are_slurms_and_usage_is_measured_on_the_node(
     assert steps["hog"]["started"] - 1 <= hog["start"] <= hog["end"] <= steps["hog"]["ended"] + 1, hog
     assert 64 * MIB <= hog["peak_rss"] <= 64 * MIB + 48 * MIB, hog
     assert hog["cpu_time"] > 0, hog
+
+
+def test_small_items_are_packed_into_few_slurm_jobs_with_per_item_state(
+    hf: Hetflow,
+    tmp_path: Path,
+    slurm_cluster: LocalSlurm,  # noqa: F811
+) -> None:
+    """250 fan-out items and a gather with ``batch: 100``: 4 sbatch calls (Slurm's own count of
+    the run's jobs), not 251; every item's state, exit code, log and output is its own."""
+    wf = PACKED.format(items=250, batch=100)
+    hf("run", "-q", "--config", _config(tmp_path, slurm_cluster), write(tmp_path, wf, "packed.yaml"), timeout=600)
+    data = hf.show(hf.last_run())
+    assert data["state"] == "succeeded" and len(data["steps"]) == 251
+    jobs = subprocess.run(
+        ["scontrol", "show", "job", "--oneliner"], env=slurm_cluster.env, capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    names = [line.split("JobName=", 1)[1].split()[0] for line in jobs if f"hf-{data['id']}-" in line]
+    assert len(names) == 4 and sum(n.endswith("-batch") for n in names) == 3  # 100 + 100 + 50, and the gather
+    workdir = Path(data["workdir"])
+    assert (workdir / "steps" / "gather" / "out" / "n.txt").read_text().strip() == "250"
+    assert (workdir / "steps" / "work.137" / "out" / "o.txt").read_text() == "137\n"
+    assert "item 137" in hf("logs", data["id"], "work.137").stdout

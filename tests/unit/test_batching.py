@@ -26,7 +26,7 @@ from hetflow.execute.batching import (
     write_batch,
 )
 from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.engine import ContainerSpec, Mount
+from hetflow.execute.engine import ContainerSpec, Mount, run_args
 from hetflow.spec import AUTO_BATCH, Batch, Workflow, parse_workflow
 
 
@@ -81,11 +81,15 @@ def test_policy_batches_items_only_and_auto_only_wide_short_fanouts() -> None:
     narrow = _wf()
     assert Policy(narrow).of("w.0", narrow.steps["w.0"]) is None  # 3 items: no automatic batching
     wide = _wf(items=150)
-    assert Policy(wide).of("w.0", wide.steps["w.0"]) == AUTO_BATCH
+    assert Policy(wide, lambda image: ()).of("w.0", wide.steps["w.0"]) == AUTO_BATCH
+    # an image with an ENTRYPOINT, or one the engine cannot tell: its items are not batched unasked
+    assert Policy(wide, lambda image: ("python",)).of("w.0", wide.steps["w.0"]) is None
+    assert Policy(wide).of("w.0", wide.steps["w.0"]) is None
+    assert Policy(wide, lambda image: None).of("w.0", wide.steps["w.0"]) is None
     long = _wf(items=150, estimate="5m")
-    assert Policy(long).of("w.0", long.steps["w.0"]) is None  # long items gain nothing
+    assert Policy(long, lambda image: ()).of("w.0", long.steps["w.0"]) is None  # long items gain nothing
     off = _wf("    batch: false", items=150)
-    assert Policy(off).of("w.0", off.steps["w.0"]) is None
+    assert Policy(off, lambda image: ()).of("w.0", off.steps["w.0"]) is None
 
 
 def test_policy_leaves_out_secrets_and_gangs() -> None:
@@ -125,7 +129,10 @@ def test_items_share_a_container_only_when_all_but_command_env_and_out_agree() -
 def test_batch_spec_keeps_hardening_and_inputs_and_adds_its_folder(tmp_path: Path) -> None:
     first = _spec("w.0", ("echo", "0"), "/o0")
     spec = batch_spec(first, "hf-r1-w.0-1-batch", tmp_path, "w")
-    assert spec.command == ("sh", "/.hetflow/batch/run") and spec.user == first.user and spec.cpus == 0.5
+    assert (spec.entrypoint, spec.command) == (("sh",), ("/.hetflow/batch/run",))
+    assert spec.user == first.user and spec.cpus == 0.5
+    args = run_args(spec, engine="podman")
+    assert args[args.index("--entrypoint") + 1] == '["sh"]' and args[-2:] == ["busybox", "/.hetflow/batch/run"]
     assert {m.target for m in spec.mounts} == {"/in/x", "/out", "/.hetflow/batch"}
     assert "HETFLOW_STEP" not in spec.env and spec.env["A"] == "it's"
     assert spec.labels["hetflow.step"] == "w" and is_batch(spec.name)

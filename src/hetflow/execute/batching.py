@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -75,10 +75,15 @@ def key(step: str, attempt: int) -> str:
 
 
 class Policy:
-    """Which steps run batched, and how many items to a container (``spec.batch``)."""
+    """Which steps run batched, and how many items to a container (``spec.batch``).
+    ``entrypoint``: the image's ENTRYPOINT, where the engine can say (None: it cannot); an
+    item runs its command with none, so a step is batched by default only when its image
+    has none either."""
 
-    def __init__(self, workflow: Workflow) -> None:
+    def __init__(self, workflow: Workflow, entrypoint: Callable[[str], tuple[str, ...] | None] | None = None) -> None:
         self._widths: dict[str, int] = {}
+        self._entrypoint = entrypoint
+        self._entrypoints: dict[str, tuple[str, ...] | None] = {}
         self.set_workflow(workflow)
 
     def set_workflow(self, workflow: Workflow) -> None:
@@ -101,7 +106,15 @@ class Policy:
         estimate = step.estimate
         if estimate is None or estimate > AUTO_MAX_ESTIMATE or self._widths.get(parent, 0) < AUTO_MIN_ITEMS:
             return None
-        return AUTO_BATCH
+        images = {v.image for v in step.resolved_variants().values()}
+        return AUTO_BATCH if all(self._no_entrypoint(i) for i in images) else None
+
+    def _no_entrypoint(self, image: str) -> bool:
+        if self._entrypoint is None:
+            return False
+        if image not in self._entrypoints:
+            self._entrypoints[image] = self._entrypoint(image)
+        return self._entrypoints[image] == ()
 
 
 @dataclass(frozen=True)
@@ -151,7 +164,8 @@ def batch_spec(first: ContainerSpec, name: str, folder: Path, step: str) -> Cont
     return replace(
         first,
         name=name,
-        command=("sh", f"{MOUNT}/run"),
+        entrypoint=("sh",),  # the image's own ENTRYPOINT would be handed the entry as arguments
+        command=(f"{MOUNT}/run",),
         env=env,
         labels={**labels, LABEL_RUN: first.labels.get(LABEL_RUN, "")},
         mounts=tuple(mounts),

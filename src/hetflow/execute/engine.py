@@ -10,6 +10,7 @@ labels, and are not ``--rm``: an exit code must survive a crash of hetflow so th
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -58,6 +59,7 @@ class ContainerSpec:
     cap_add: tuple[str, ...] = ()  # capabilities given back (only a root MPI gang's sshd: mpilaunch)
     tmpfs: tuple[str, ...] = ()  # more tmpfs mounts beside /tmp, "PATH:OPTIONS"
     group_add: tuple[str, ...] = ()  # supplementary GIDs: the host groups of its GPUs' DRM nodes (gpunodes)
+    entrypoint: tuple[str, ...] | None = None  # replaces the image's ENTRYPOINT (a batch's entry); None: the image's
     # the step's secrets, NAME -> value (also in ``env``): files /run/secrets/NAME (podman --secret); never shown
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
@@ -233,6 +235,8 @@ def run_args(
     else:
         for k, v in sorted(spec.env.items()):
             args += ["--env", f"{k}={v}"]
+    if spec.entrypoint is not None:
+        args += ["--entrypoint", json.dumps(list(spec.entrypoint))]
     return [*args, spec.image, *spec.command]
 
 

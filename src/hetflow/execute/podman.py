@@ -117,6 +117,17 @@ class CliEngine:
         text = proc.stdout.strip()
         return text if proc.returncode == 0 and text else None
 
+    def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
+        """The image's ENTRYPOINT (() when it has none; None when there is no such image)."""
+        proc = self._run(["image", "inspect", "--format", "{{json .Config.Entrypoint}}", image], check=False)
+        if proc.returncode != 0:
+            return None
+        try:
+            got = json.loads(proc.stdout.strip() or "null")
+        except ValueError:
+            return None
+        return tuple(str(a) for a in got) if isinstance(got, list) else ()
+
     def pull(self, ref: str, *, insecure: bool = False) -> None:
         """Pull one build by digest (what the resolver chose), not the tag's first entry."""
         args = ["pull", "-q", *(["--tls-verify=false"] if insecure and self.name == "podman" else []), ref]

@@ -173,6 +173,7 @@ def _pod(job: Job, settings: KubernetesSettings, where: Placement, labels: Mappi
         "name": "step",
         "image": spec.image,
         "imagePullPolicy": settings.image_pull_policy,
+        **({"command": list(spec.entrypoint)} if spec.entrypoint is not None else {}),
         "args": list(spec.command),
         "env": [{"name": k, "value": v} for k, v in sorted(spec.env.items())],
         "resources": _resources(job, where),

@@ -40,6 +40,11 @@ class LocalBackend:
         lookup = getattr(self.engine, "image_id", None)  # engines made for tests may not say
         return lookup(image) if lookup is not None else None
 
+    def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
+        """The image's ENTRYPOINT, () for none; None where the engine cannot say."""
+        lookup = getattr(self.engine, "image_entrypoint", None)
+        return lookup(image) if lookup is not None else None
+
     def submit(self, job: Job) -> None:
         if not job.ranks:
             self.engine.start(job.container)
