@@ -16,6 +16,7 @@ from hetflow.execute.batching import (
     Item,
     Policy,
     batch_name,
+    batch_notes,
     batch_spec,
     collect,
     is_batch,
@@ -194,3 +195,12 @@ def test_entry_runs_each_item_once_in_order_and_skips_those_done(tmp_path: Path)
     assert not (folder / "log" / "w.1.1").exists()  # skipped, not run twice
     assert (folder / "log" / "w.2.1").read_text().endswith(" stdout F item 2\n")
     assert (folder / "out" / "w.2.1" / "o.txt").read_text() == "2\n"
+
+
+def test_batch_notes_name_each_batched_fanout() -> None:
+    notes = batch_notes(_wf("    batch: {max: 40, target: 2s}"))
+    assert notes == [
+        "w: 3 items run up to 2 to a container (its batch: up to 40 items to a container, about 2s of work each);"
+        " each keeps its own attempt, log, outputs and retries"
+    ]
+    assert batch_notes(_wf()) == []

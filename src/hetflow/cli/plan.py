@@ -199,6 +199,12 @@ def plan_cmd(
     if gantt is not None:
         console.print(f"schedule drawn to {gantt}")
     if explain:
+        from hetflow.execute import batch_notes, make_engine
+
+        # unasked, items are batched where podman says the image has no ENTRYPOINT: this machine's
+        entrypoint = make_engine().image_entrypoint if cluster is None else None
+        for note in batch_notes(loaded.workflow, entrypoint):
+            console.print(f"[bold]batch[/]: {note}", highlight=False)
         for step in sorted(plan.placements, key=lambda s: plan.placements[s].start):
             p = plan.placements[step]
             console.print(f"[bold]{step}[/]: {p.variant} on {p.machine_class} ({p.machine})", highlight=False)

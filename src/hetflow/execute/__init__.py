@@ -38,6 +38,7 @@ from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
     from hetflow.execute.backends.factory import make_backend
+    from hetflow.execute.batching import batch_notes
     from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
     from hetflow.execute.data.inputs import DataManifest, resolve_data
     from hetflow.execute.data.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
@@ -115,6 +116,7 @@ _WHERE = {
     "data.outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
     "data.paths": ["RunPaths", "container_name"],
     "runner": ["Runner"],
+    "batching": ["batch_notes"],
     "runoptions": ["NullReporter", "ProcessSeams", "Reporter", "RunOptions"],
     "runplan": ["RunPlan", "apply_images", "stored_plan"],
     "notify": ["NOTIFY_FAILED", "Notifier", "Notify", "check_urls", "payload", "urls_of"],
@@ -186,6 +188,7 @@ __all__ = [
     "apply_resources",
     "attempt_label",
     "attempt_sources",
+    "batch_notes",
     "build_runner",
     "build_spec",
     "cache_key",

@@ -94,6 +94,10 @@ class Policy:
                 widths[parent] = widths.get(parent, 0) + 1
         self._widths = widths
 
+    def width(self, parent: str) -> int:
+        """The items of fan-out ``parent``."""
+        return self._widths.get(parent, 0)
+
     def of(self, name: str, step: Step) -> Batch | None:
         """The step's batching, None when it runs in a container of its own: not an item of
         a fan-out, ``batch: false``, or short of what a batch needs (one command run by
@@ -262,3 +266,20 @@ def refine(paths: RunPaths, states: Mapping[str, JobState], step: str, attempt: 
     if not is_batch(container):
         return states.get(container)
     return item_state(paths, step, attempt, container, states.get(container))
+
+
+def batch_notes(workflow: Workflow, entrypoint: Callable[[str], tuple[str, ...] | None] | None = None) -> list[str]:
+    """One line for each fan-out whose items run batched (``hetflow plan --explain``)."""
+    policy = Policy(workflow, entrypoint)
+    notes: dict[str, str] = {}
+    for name, step in workflow.steps.items():
+        parent = fanout_parent(name)
+        batch = policy.of(name, step) if parent is not None and parent not in notes else None
+        if parent is None or batch is None:
+            continue
+        how = "its batch" if isinstance(step.batch, Batch) else "automatic for a wide fan-out of short items"
+        notes[parent] = (
+            f"{parent}: {policy.width(parent)} items run up to {batch.size(step.estimate)} to a container "
+            f"({how}: {batch.describe()}); each keeps its own attempt, log, outputs and retries"
+        )
+    return list(notes.values())
