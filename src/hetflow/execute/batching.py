@@ -254,9 +254,10 @@ def item_state(paths: RunPaths, step: str, attempt: int, container: str, batch: 
 
 
 def note_start(store: Store, run_id: str, step: str, attempt: int, st: JobState) -> float | None:
-    """Record when a finished item of a batch began (its batch began before it); returns its end."""
+    """Record when a finished item of a batch began and ended (its batch began before it: the
+    trace's realtime is the item's own); returns its end."""
     if st.started is not None:
-        store.set_attempt(run_id, step, attempt, run_started=st.started)
+        store.set_attempt(run_id, step, attempt, run_started=st.started, run_ended=st.ended)
         store.set_step(run_id, step, started=st.started)
     return st.ended
 
