@@ -19,6 +19,7 @@ from hetflow.execute.ociruntime import (
     RuntimeChoice,
     choose,
     decide,
+    podman_probe,
     probe_command,
 )
 
@@ -177,3 +178,31 @@ def test_the_probe_container_has_every_steps_hardening(tmp_path: Path) -> None:
     assert cmd[cmd.index("--network") + 1] == "none"
     assert cmd[-3:-1] == ["--rootfs", str(tmp_path)]  # the root, then the command
     assert cmd[-1].endswith("/true")
+
+
+def test_the_probe_stops_once_a_runtime_refused_and_removes_its_container(tmp_path: Path) -> None:
+    """``podman_probe`` against a stand-in podman (a script) whose crun refuses as crun 1.8 does
+    on a hybrid cgroup layout: crun's refusal is kept, runc is started once, the refused
+    container is removed."""
+    calls = tmp_path / "calls"
+    fake = tmp_path / "podman"
+    fake.write_text(
+        "#!/bin/sh\n"
+        f'echo "$*" >> {calls}\n'
+        'case "$*" in *"--runtime crun run"*)\n'
+        '  echo "Error: OCI runtime error: crun: cgroups in hybrid mode not supported" >&2; exit 126;;\n'
+        "esac\n"
+    )
+    fake.chmod(0o755)
+
+    results = podman_probe([str(fake)], {}, tmp_path / "cache")(["runc", "crun"])
+
+    assert results["crun"] == ProbeResult(None, "OCI runtime error: crun: cgroups in hybrid mode not supported")
+    assert results["runc"].seconds is not None and results["runc"].error == ""
+    said = calls.read_text().splitlines()
+    assert [line.split()[:3] for line in said] == [
+        ["--runtime", "runc", "run"],
+        ["--runtime", "crun", "run"],
+        ["rm", "-f", "--ignore"],
+    ]
+    assert said[2].split()[-1] == said[1].split()[said[1].split().index("--name") + 1]

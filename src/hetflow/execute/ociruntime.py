@@ -274,6 +274,8 @@ def podman_probe(podman: Sequence[str], env: Mapping[str, str], cache: Path) -> 
         best: dict[str, float] = {}
         errors: dict[str, str] = {}
         for n in range(PROBE_ROUNDS):
+            if errors and all(rt in best or rt in errors for rt in runtimes):
+                break  # one refused: nothing left to compare, the others are known to work
             for rt in runtimes:
                 if rt in errors:
                     continue
