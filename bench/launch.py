@@ -8,6 +8,8 @@ this machine's CPUs allow, four ways in each mode, interleaved:
   real run passes: hooks directory, hardening, limits, labels, mounts, log file, the attempt's
   parent cgroup; only ``--rm`` is added), serially and through ``xargs -P K``;
 * ``hetflow run --no-cache`` with ``HETFLOW_OCI_RUNTIME=R``;
+* (serial only) the runtime alone, ``R run`` of an OCI bundle of the same image's root with the
+  same hardening (bench.overhead's runc bundle): the floor under any engine;
 
 for R in runc and crun.  ``launch_rows(steps)`` returns one dict per timed run (for
 bench/throughput.py); ``python -m bench.launch [--steps 50] [--repeat 1]`` prints the medians.
@@ -33,7 +35,16 @@ from pathlib import Path
 
 from demo.images import build_tiny_image
 
-from bench.overhead import BUSYBOX, drop_cgroups, hetflow_cmd, make_sources, timed, trivial_workflow
+from bench.overhead import (
+    BUSYBOX,
+    drop_cgroups,
+    hetflow_cmd,
+    make_sources,
+    mounted_rootfs,
+    runc_bundle,
+    timed,
+    trivial_workflow,
+)
 from hetflow.config import engine_env, find_engine
 
 RUNTIMES = ("runc", "crun")
@@ -139,6 +150,16 @@ def launch_rows(steps: int, repeat: int = 1, home: Path | None = None) -> list[d
     wrap, note = crun_wrapper(podman, home)
     rows: list[dict[str, object]] = []
     try:
+        with mounted_rootfs(BUSYBOX) as rootfs:
+            runc_bundle(rootfs, home / "bundle", cpus=float(at_once))
+            for n in range(repeat):  # the floor: the runtime alone on the same root, no engine
+                for rt in RUNTIMES if n % 2 == 0 else RUNTIMES[::-1]:
+                    alone = home / f"{rt}-alone.sh"
+                    alone.write_text(
+                        f"for i in $(seq {steps}); do {rt} --root {shlex.quote(str(home / f'state-{rt}'))} run"
+                        f" --bundle {shlex.quote(str(home / 'bundle'))} hetflow-launch-$$-$i >/dev/null; done\n"
+                    )
+                    rows.append(_row("serial", f"{rt} alone", rt, timed([*wrap, "bash", str(alone)]), steps, note))
         for n in range(repeat):
             for mode in ("serial", "parallel"):
                 order = RUNTIMES if n % 2 == 0 else RUNTIMES[::-1]
