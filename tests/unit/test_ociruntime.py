@@ -206,3 +206,13 @@ def test_the_probe_stops_once_a_runtime_refused_and_removes_its_container(tmp_pa
         ["rm", "-f", "--ignore"],
     ]
     assert said[2].split()[-1] == said[1].split()[said[1].split().index("--name") + 1]
+
+
+def test_without_a_writable_cache_the_probe_says_so_and_auto_stays_on_runc(tmp_path: Path) -> None:
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")
+
+    results = podman_probe(["/bin/false"], {}, blocked / "cache")(["runc", "crun"])
+
+    assert all(r.seconds is None and "cannot make the probe's root" in r.error for r in results.values())
+    assert decide(results, version).name == "runc"

@@ -270,7 +270,10 @@ def podman_probe(podman: Sequence[str], env: Mapping[str, str], cache: Path) -> 
     start of each (a loaded machine only ever adds time), or the first refusal."""
 
     def probe(runtimes: Sequence[str]) -> dict[str, ProbeResult]:
-        root, mounts = probe_root(cache)
+        try:
+            root, mounts = probe_root(cache)
+        except OSError as exc:  # no writable cache directory: no probe, and auto stays on runc
+            return {rt: ProbeResult(None, f"cannot make the probe's root: {exc}") for rt in runtimes}
         best: dict[str, float] = {}
         errors: dict[str, str] = {}
         for n in range(PROBE_ROUNDS):
