@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 HETFLOW := $(VENV)/bin/hetflow
-APT_PACKAGES := podman runc busybox-static debootstrap python3-venv python3-pip ca-certificates \
+APT_PACKAGES := podman runc crun busybox-static debootstrap python3-venv python3-pip ca-certificates \
 	gcc libc6-dev docker-registry skopeo slurm-wlm munge \
 	netavark aardvark-dns iptables openssh-client chromium chromium-driver containerd containernetworking-plugins iproute2
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow

@@ -31,7 +31,8 @@ def mpi_image() -> str:
 
 @pytest.fixture
 def hf(tmp_path: Path, busybox: str) -> Hetflow:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("HETFLOW_", "SUDO_"))}
+    # HETFLOW_OCI_RUNTIME is kept: `HETFLOW_OCI_RUNTIME=crun pytest tests/integration` runs the suite on crun
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HETFLOW_", "SUDO_")) or k == "HETFLOW_OCI_RUNTIME"}
     env.update(
         HETFLOW_HOME=str(tmp_path / "home"), HETFLOW_RETRY_BACKOFF="0.2", HETFLOW_POLL_INTERVAL="0.1", COLUMNS="200"
     )

@@ -9,6 +9,7 @@ import importlib
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 from rich.markup import escape
@@ -25,7 +26,10 @@ from hetflow.cli.common import (
 from hetflow.cli.helptext import plain_help
 from hetflow.cli.shell import completion_words
 from hetflow.config import check_environment, hetflow_home
-from hetflow.errors import HetflowError, SpecError, UsageError
+from hetflow.errors import EngineError, HetflowError, SpecError, UsageError
+
+if TYPE_CHECKING:
+    from hetflow.execute import RuntimeChoice
 
 plain_help()
 app = typer.Typer(
@@ -169,10 +173,26 @@ def nodes(
         _cluster_nodes(backend, config, json_out=json_out)
         return
     node = discover(hetflow_home())
+    runtime = _container_runtime()
+    if runtime is not None:
+        node = node.model_copy(update={"container_runtime": runtime.describe()})
     if json_out:
         print_json([node_to_json(node)])
     else:
         console.print(render_node(node, topo=topo))
+
+
+def _container_runtime() -> RuntimeChoice | None:
+    """The OCI runtime podman starts steps with (a probe the first time: ``ociruntime``);
+    None for docker or without an engine (``hetflow run`` says what is missing)."""
+    from hetflow.execute import make_engine
+
+    try:
+        return make_engine().runtime()
+    except EngineError as exc:
+        if "HETFLOW_OCI_RUNTIME" in str(exc):
+            raise
+        return None
 
 
 def _cluster_nodes(backend: str, config: Path | None, *, json_out: bool) -> None:

@@ -14,7 +14,8 @@
     doctor      leftovers of crashed runs (containers, networks, leases, stale runs) and repair
     engine      the container engine seam; podman: podman and docker (CliEngine, make_engine);
                 fakeengine: the fake; cgroups, exits, logs: what a container used and said;
-                logsources: which logs ``hetflow logs`` prints (a step, a fan-out, a gang's ranks)
+                logsources: which logs ``hetflow logs`` prints (a step, a fan-out, a gang's ranks);
+                ociruntime: runc or crun under podman (HETFLOW_OCI_RUNTIME, one cached probe)
     images      pin each step's image to the build for this node
     fanout      fan-outs expanded at submit or run time
     settings    the backend settings a run is started with
@@ -68,6 +69,7 @@ if TYPE_CHECKING:
     from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
     from hetflow.execute.logsources import LogSource, attempt_label, attempt_sources, recorded_gangs, select_steps
     from hetflow.execute.notify import NOTIFY_FAILED, Notifier, Notify, check_urls, payload, urls_of
+    from hetflow.execute.ociruntime import RuntimeChoice
     from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
     from hetflow.execute.prepare import cluster_instance, kubernetes_inventory, measured_slowdowns
     from hetflow.execute.preview import Preview, StepPreview, check_run, preview_run
@@ -106,6 +108,7 @@ _WHERE = {
         "run_args",
     ],
     "podman": ["CliEngine", "DockerEngine", "make_engine"],
+    "ociruntime": ["RuntimeChoice"],
     "gang.replicas": ["LAUNCH_CONTRACT", "Quantity", "RankVariable", "render_contract"],
     "devices.gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],
     "images": ["PinResult", "default_resolver", "pin_images"],
@@ -178,6 +181,7 @@ __all__ = [
     "RunPlan",
     "Runner",
     "RunnerConfig",
+    "RuntimeChoice",
     "Secrets",
     "Settings",
     "StepPreview",

@@ -39,6 +39,7 @@ from hetflow.execute.engine import (
     write_env_file,
 )
 from hetflow.execute.exits import Batches, ExitWatch
+from hetflow.execute.ociruntime import RuntimeChoice, check_setting, engine_choice, which_on
 
 ENV_FILE_FIRST_ASK = 0.3  # seconds: an attached run creates its container in about this (2 cores, podman 4.3)
 
@@ -69,6 +70,9 @@ class CliEngine:
         self._watch: ExitWatch | None = None  # the watched run's containers (``watch``)
         self._watch_run: str | None = None
         self._later: Batches[_Removal] | None = None  # removals in the background while a run is watched
+        if self.name == "podman":
+            check_setting(self._env, which_on(self._env))  # HETFLOW_OCI_RUNTIME naming nothing: refused now
+        self._runtime: RuntimeChoice | None = None  # chosen at the first start (``runtime``)
 
     def _run(
         self, args: list[str], *, check: bool = True, timeout: float = 120, stdin: str | None = None
@@ -133,7 +137,17 @@ class CliEngine:
         args = ["pull", "-q", *(["--tls-verify=false"] if insecure and self.name == "podman" else []), ref]
         self._run(args, timeout=1800)
 
+    def runtime(self) -> RuntimeChoice | None:
+        """The OCI runtime podman starts this engine's containers with, and why (``ociruntime``:
+        a probe once per machine state, cached in HETFLOW_HOME); None for docker."""
+        if self.name == "podman" and self._runtime is None:
+            conf = self._env["CONTAINERS_CONF"]
+            self._runtime = engine_choice([self.binary, *self._global], self._env, conf)
+            self._global = [*self._global, "--runtime", self._runtime.name]
+        return self._runtime
+
     def start(self, spec: ContainerSpec) -> None:
+        self.runtime()
         if self._cgroups is not None and cgroups.prepare(self._cgroups, spec.name):
             spec = replace(spec, cgroup_parent=cgroups.parent_path(spec.name))
         watch = self._watching(spec.labels.get(LABEL_RUN))

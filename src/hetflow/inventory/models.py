@@ -195,6 +195,9 @@ class Node(BaseModel):
         default=(), description="nvidiactl, nvidia-uvm and friends present on the host"
     )
     container_engine: str | None = Field(default=None, description="podman or docker, if found")
+    container_runtime: str | None = Field(
+        default=None, description="the OCI runtime podman starts steps with, and why (execute.ociruntime)"
+    )
     labels: dict[str, str] = Field(default_factory=dict, description="from HETFLOW_NODE_LABELS=k=v,k2=v2")
     gpu_links: tuple[GpuLink, ...] = Field(
         default=(), description="how each pair of GPUs is connected (nvidia-smi topo -m); missing pairs unknown"

@@ -60,6 +60,7 @@ def _summary(node: Node) -> Table:
         ("CPUs", str(node.cpu.cores)),
         ("Total Memory", f"{_gib(node.memory_bytes):.2f} GiB"),
         ("Container engine", node.container_engine or "none found"),
+        *([("Container runtime", node.container_runtime)] if node.container_runtime else []),
         ("GPU source", node.gpu_source),
         ("GPU sharing", sharing_text(node)),
     ]
