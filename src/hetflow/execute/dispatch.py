@@ -108,7 +108,8 @@ class LocalDispatch:
         """This machine less what this run's attempts hold and the GPUs leased by live
         holders (a GPU with any tenant is not free whole)."""
         held = {a.container: (a.cpus, a.memory) for a in self.active.values()}  # a batch's items: one container
-        cpus = self.node.cpu.cores - sum(c for c, _ in held.values())
+        # rounded: twenty 0.1-CPU steps must leave 0.0 free, not -1e-16 (or 0.1 as 0.09999...)
+        cpus = round(self.node.cpu.cores - sum(c for c, _ in held.values()), 9)
         mem = self.node.memory_bytes - sum(m for _, m in held.values())
         leased = {lease.gpu_uuid for lease in (self.live_leases() if live is None else live)}
         return Capacity(cpus, mem, tuple(g for g in self.node.gpus if g.uuid not in leased))
