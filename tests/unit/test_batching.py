@@ -204,3 +204,34 @@ def test_batch_notes_name_each_batched_fanout() -> None:
         " each keeps its own attempt, log, outputs and retries"
     ]
     assert batch_notes(_wf()) == []
+
+
+def test_free_cores_count_a_batch_once_and_do_not_drift_below_a_share() -> None:
+    from typing import Any, cast
+
+    from hetflow.execute.attempts import Active
+    from hetflow.execute.dispatch import LocalDispatch
+    from hetflow.inventory import Cpu, Node
+
+    node = Node(
+        name="h",
+        cpu=Cpu(model="x", vendor="x", architecture="x86_64", microarchitecture="x86_64", cores=2),
+        memory_bytes=1 << 30,
+    )
+    active: dict[str, Active] = {}
+    dispatch = LocalDispatch(
+        node=node,
+        chooser=cast(Any, None),
+        store=cast(Any, None),
+        backend=cast(Any, None),
+        active=active,
+        pid=1,
+        alive=lambda pid: True,
+    )
+    for i in range(19):
+        active[f"s{i}"] = Active(f"s{i}", 1, f"c{i}", 0.1, 1 << 20, ())
+    assert dispatch.free([]).cpus == 0.1  # not 0.0999...: a 20th step of 0.1 CPU fits
+    for i in range(5):  # five items of one batch hold one container's share
+        active[f"w.{i}"] = Active(f"w.{i}", 1, "hf-r-w.0-1-batch", 0.1, 1 << 20, ())
+    assert dispatch.free([]).cpus == 0.0
+    assert dispatch.free([]).memory == (1 << 30) - 20 * (1 << 20)
