@@ -77,6 +77,7 @@ class Compiled:
             comm = self.transfer_time(e.bytes)
             self.parents[index[e.child]].append((index[e.parent], comm))
             self.children[index[e.parent]].append((index[e.child], comm))
+        self.by_name = {cls.name: c for c, cls in enumerate(self.classes)}
         self.choices = [self._compile(task) for task in instance.tasks]
 
     def transfer_time(self, nbytes: float) -> float:
@@ -87,7 +88,7 @@ class Compiled:
         return nbytes / self.instance.bandwidth
 
     def _compile(self, task: Task) -> list[Choice]:
-        by_name = {cls.name: c for c, cls in enumerate(self.classes)}
+        by_name = self.by_name
         out: list[Choice] = []
         why: list[str] = [f"{r.variant} on {r.machine_class}: {r.reason}" for r in task.rejected]
         for k, o in enumerate(task.options):
