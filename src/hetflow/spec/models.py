@@ -12,6 +12,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from hetflow.spec.imageref import parse_reference
+from hetflow.spec.naming import DATA_PREFIX
 from hetflow.spec.resources import (
     GpuConstraint,
     GpuRequest,
@@ -136,18 +137,6 @@ class Gang(SpecModel):
     def nodes_at_least(self) -> int:
         """The fewest nodes the gang can be spread over (per_node replicas on each)."""
         return 1 if self.per_node is None else -(-self.replicas // self.per_node)
-
-
-FANOUT_SEP = "."  # item i of fan-out step X is the step "X.i" (step names have no dots)
-
-
-def fanout_parent(name: str) -> str | None:
-    """``align.3`` -> ``align``; None for a step that is not a fan-out item."""
-    head, sep, tail = name.rpartition(FANOUT_SEP)
-    return head if sep and tail.isdigit() else None
-
-
-DATA_PREFIX = "data."  # inputs: {ref: data.NAME} or data.NAME/path/in/it
 
 
 def _coerce_data(v: object) -> object:
