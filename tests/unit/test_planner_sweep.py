@@ -176,3 +176,25 @@ def test_small_plans_are_the_plans_without_the_fast_paths(inst: Instance) -> Non
         slow(m)
         assert placements(inst, "heft") == fast
     assert Compiled(inst).n == len(fast)
+
+
+def oct_by_option(problem: Compiled) -> list[tuple[float, ...]]:
+    """PEFT's table as the paper writes it: per edge and class, the least over every option."""
+    k = len(problem.classes)
+    table: list[tuple[float, ...]] = [()] * problem.n
+    for t in reversed(problem.order()):
+        row = [0.0] * k
+        for s, comm in problem.children[t]:
+            for c in range(k):
+                best = min(table[s][ch.cls] + ch.runtime + (comm if ch.cls != c else 0.0) for ch in problem.choices[s])
+                row[c] = max(row[c], best)
+        table[t] = tuple(row)
+    return table
+
+
+@pytest.mark.parametrize(("steps", "machines", "seed"), [(60, 16, 1), (300, 64, 2), (40, 4, 3)])
+def test_the_optimistic_cost_table_is_the_per_option_formula(steps: int, machines: int, seed: int) -> None:
+    from hetflow.plan.search.ranks import optimistic_cost
+
+    problem = Compiled(random_layered(steps, machines, seed=seed))
+    assert optimistic_cost(problem) == oct_by_option(problem)

@@ -214,8 +214,8 @@ class ListPass:
         self.allocs: dict[tuple[int, float], Alloc] = {}  # a gang candidate's machines, by (choice id, start)
         self.next_idle = [0] * len(problem.classes)  # machines first[c] + next_idle[c] ... are untouched
         self.tails = Tails(self.tls, len(problem.classes))
-        self.by_runtime = [sorted(chs, key=lambda ch: ch.runtime) for chs in problem.choices]
-        self.min_cost = [min(ch.cost for ch in chs) for chs in problem.choices]
+        self.by_runtime = problem.by_runtime
+        self.min_cost = problem.min_cost
         self.probes = 0  # machine timelines searched: the pass's work, counted without a clock
         self.spent = 0.0
         self.cheapest_left = sum(self.min_cost)
