@@ -23,7 +23,7 @@ from hetflow.errors import NoFitError
 from hetflow.plan.filters import class_rejections, vendor_ok
 from hetflow.plan.gangs import gang_rejections
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Rejection, Task
-from hetflow.spec import GpuConstraint, Resources, Variant, Workflow, edges_of, topo_order
+from hetflow.spec import GpuConstraint, Resources, Variant, Workflow, edges_of, no_cyclic_gc, topo_order
 
 DEFAULT_ESTIMATE = 60.0  # seconds, for a variant with no estimate and no profile
 
@@ -50,7 +50,18 @@ def build_instance(
     ``spec.checks``) and ``instance_notes`` says so."""
     if bandwidth <= 0:
         raise ValueError(f"bandwidth must be positive bytes/s, got {bandwidth}")
-    profile = profile or {}
+    with no_cyclic_gc():  # many small objects, no cycles: the collector would walk the heap for nothing
+        return _build(workflow, classes, bandwidth, profile or {}, one_task_per_machine, image_check)
+
+
+def _build(
+    workflow: Workflow,
+    classes: Sequence[MachineClass],
+    bandwidth: float,
+    profile: Profile,
+    one_task_per_machine: bool,
+    image_check: ImageCheck | None,
+) -> Instance:
     deps = edges_of(workflow)
     # (resources, GPU constraint, image, labels) -> class -> why not: many steps ask alike,
     # and hashing a variant's request once per variant (not per class) matters at 10,000 steps
