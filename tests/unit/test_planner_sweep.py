@@ -198,3 +198,29 @@ def test_the_optimistic_cost_table_is_the_per_option_formula(steps: int, machine
 
     problem = Compiled(random_layered(steps, machines, seed=seed))
     assert optimistic_cost(problem) == oct_by_option(problem)
+
+
+ALIKE = """
+apiVersion: hetflow/v1
+name: alike
+steps:
+  a: {image: busybox, command: [x], resources: {cpus: 1, memory: 1Gi}, estimate: 10s}
+  b: {image: busybox, command: [x], resources: {cpus: 1, memory: 1Gi}, estimate: 10s}
+  c: {image: busybox, command: [x], resources: {cpus: 1, memory: 1Gi}, estimate: 10s, needs: [a, b]}
+"""
+
+
+def test_alike_steps_share_options_but_not_a_measured_run_time() -> None:
+    """plan.build builds the options of alike steps once; a profile's measured time for one of
+    them must stay that step's own."""
+    from hetflow.plan.build import build_instance
+    from hetflow.plan.instance import MachineClass
+    from hetflow.spec import parse_workflow
+
+    wf = parse_workflow(ALIKE, "alike.yaml").workflow
+    gib8 = 8 * 2**30
+    classes = (MachineClass("slow", count=1, cores=4, memory=gib8), MachineClass("fast", 1, 4, gib8, speed=2.0))
+    inst = build_instance(wf, classes, bandwidth=1e9, profile={("b", "default", "fast"): 1.5})
+    runtimes = {t.name: {o.machine_class: o.runtime for o in t.options} for t in inst.tasks}
+    estimated = {"slow": 10.0, "fast": 5.0}
+    assert runtimes == {"a": estimated, "b": {"slow": 10.0, "fast": 1.5}, "c": estimated}
