@@ -38,7 +38,9 @@ def test_the_store_reading_commands_load_no_execute_stage(argv: list[str], tmp_p
     """`hetflow ps` and `show` read the store only and should answer at once (`logs` reads
     the run's recorded workflow too, for its secrets' names): a
     module-level import of the dry run's table once made `ps` load the execute stage, the
-    image resolver and httpx (0.22 s -> 0.45 s a call), which every poll of a script pays."""
+    image resolver and httpx (0.22 s -> 0.45 s a call), which every poll of a script pays.
+    Nor pydantic: typer's coercion of a flag left out, and the spec models for a fan-out
+    item's name, once loaded it (``hetflow.cli.flags``, ``hetflow.spec.naming``)."""
     code = (
         "import sys\n"
         "from hetflow.cli.main import main\n"
@@ -46,9 +48,40 @@ def test_the_store_reading_commands_load_no_execute_stage(argv: list[str], tmp_p
         f"    main({argv!r})\n"
         "except SystemExit:\n"
         "    pass\n"
-        "heavy = sorted(m for m in sys.modules if m.startswith(('hetflow.execute.images', 'hetflow.plan', 'httpx')))\n"
+        "heavy = sorted(m for m in sys.modules if m.startswith(('hetflow.execute.images', 'hetflow.plan', 'httpx',"
+        " 'pydantic', 'hetflow.spec.models')))\n"
         "print(heavy)\n"
     )
     env = {**os.environ, "HETFLOW_HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout
     assert out.strip().splitlines()[-1] == "[]"
+
+
+def test_the_coercion_patch_changes_no_value() -> None:
+    """``hetflow.cli.flags``: strings and flags pass through, every other type is still
+    coerced by typer, a value left out is None, a bad value is still refused."""
+    from typer.testing import CliRunner
+
+    from hetflow.cli.flags import install
+
+    install()
+    got: dict[str, object] = {}
+    app = typer.Typer()
+
+    @app.command()
+    def cmd(
+        name: str,
+        count: int = typer.Option(1, "--count"),
+        where: Path | None = typer.Option(None, "--where"),
+        tags: list[str] = typer.Option([], "--tag"),
+        flag: bool = typer.Option(False, "--flag"),
+    ) -> None:
+        got.update(name=name, count=count, where=where, tags=tags, flag=flag)
+
+    runner = CliRunner()
+    assert runner.invoke(app, ["x", "--count", "3", "--where", "a/b", "--tag", "t", "--flag"]).exit_code == 0
+    assert got == {"name": "x", "count": 3, "where": Path("a/b"), "tags": ["t"], "flag": True}
+    assert runner.invoke(app, ["y"]).exit_code == 0
+    assert got == {"name": "y", "count": 1, "where": None, "tags": [], "flag": False}
+    refused = runner.invoke(app, ["z", "--count", "many"])
+    assert refused.exit_code == 2 and "Invalid value" in refused.output

@@ -284,3 +284,21 @@ def test_results_render() -> None:
     console.print(inspect_image(REF, transport=registry.transport()).render())
     text = console.export_text()
     assert "chosen" in text and "x86-64-v3 build needs AVX2, FMA and BMI2" in text and "gpu:sm_80, cuda>=12.2" in text
+
+
+def test_resolving_loads_the_registry_client_only_when_a_registry_is_asked() -> None:
+    """`hetflow plan` checks every image against every node class through ``resolve_image``;
+    a local image needs no registry, so neither the client nor httpx (with the click and
+    pygments its own CLI loads, about 0.2 s) is imported until a client is made."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "from hetflow.images import NotFoundError, ResolveResult, parse_reference, resolve_image\n"
+        "print('httpx' in sys.modules, 'hetflow.images.client' in sys.modules)\n"
+        "from hetflow.images import RegistryClient\n"
+        "print('httpx' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split("\n")
+    assert out[:2] == ["False False", "True"]

@@ -23,6 +23,7 @@ from hetflow.cli.common import (
     print_json,
     print_problems,
 )
+from hetflow.cli.flags import install as flags_without_pydantic
 from hetflow.cli.helptext import plain_help
 from hetflow.cli.shell import completion_words
 from hetflow.config import check_environment, hetflow_home
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from hetflow.execute import RuntimeChoice
 
 plain_help()
+flags_without_pydantic()
 app = typer.Typer(
     name="hetflow",
     help="Containerized CPU/GPU workflows on heterogeneous machines.",

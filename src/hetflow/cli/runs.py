@@ -19,7 +19,6 @@ from hetflow.config import hetflow_home, submitter
 from hetflow.errors import HetflowError, UsageError
 from hetflow.report import (
     item_labels,
-    make_reporter,
     ps_table,
     run_json,
     run_state_text,
@@ -250,6 +249,7 @@ def _execute(opened: OpenRun, *, quiet: bool, out: Console, grace: int | None) -
     """Drive the run; SIGINT or SIGTERM stops it (``drive``) and the command exits as a
     shell's does, 128 + the signal's number."""
     from hetflow.execute import drive
+    from hetflow.report import make_reporter  # rich's live display: only a run draws it
 
     ended = drive(opened, make_reporter(out, quiet), _say, banner=not quiet, grace=grace)
     if not ended.interrupted:

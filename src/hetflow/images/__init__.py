@@ -22,60 +22,116 @@ Data flows one way: reference/oci -> requirements -> nodecheck -> match (pure) -
 Other packages import the names below from ``hetflow.images`` itself; the modules are
 this package's own layout.  ``FakeRegistry`` is the fake beside ``RegistryClient`` (an
 in-memory distribution API behind ``httpx.MockTransport``), ``LocalImages`` the seam
-for podman's local storage (``PodmanImages`` the real one).
+for podman's local storage (``PodmanImages`` the real one).  Names load on first use
+(``hetflow.lazy``, as in ``hetflow.spec``): resolving a local image, as every ``hetflow plan``
+does, loads neither the registry client nor httpx.
 """
 
-from hetflow.images.client import Challenge, RegistryClient, parse_challenge
-from hetflow.images.errors import (
-    AuthError,
-    BadDocumentError,
-    BadReferenceError,
-    DigestMismatchError,
-    ImageError,
-    NotFoundError,
-    RegistryError,
-)
-from hetflow.images.fake import FakeRegistry
-from hetflow.images.gpumatch import ROCM_RELEASES, check_rocm, rocm_distance
-from hetflow.images.index_build import build_index, parse_build_entry
-from hetflow.images.layout import read_layout, write_layout
-from hetflow.images.localimages import LocalImage, LocalImages, PodmanImages
-from hetflow.images.match import (
-    ANNOTATION_GPU_GFX,
-    ANNOTATION_GPU_INTEL,
-    ANNOTATION_ROCM,
-    Resolution,
-    parse_requirements,
-    platform_for,
-    requirements_of,
-    resolve,
-)
-from hetflow.images.oci import (
-    ACCEPT_ANY_MANIFEST,
-    DOCKER_MANIFEST,
-    DOCKER_MANIFEST_LIST,
-    OCI_CONFIG,
-    OCI_INDEX,
-    OCI_MANIFEST,
-    Descriptor,
-    Index,
-    Platform,
-    canonical_json,
-    digest_of,
-    is_index,
-    is_manifest,
-    parse_index,
-    parse_manifest,
-    sniff_media_type,
-)
-from hetflow.images.reference import ImageReference, parse_reference
-from hetflow.images.requirements import Requirements, normalize_arch
-from hetflow.images.service import (
-    ResolveResult,
-    build_index_image,
-    inspect_image,
-    resolve_image,
-)
+from typing import TYPE_CHECKING
+
+from hetflow.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from hetflow.images.client import Challenge, RegistryClient, parse_challenge
+    from hetflow.images.errors import (
+        AuthError,
+        BadDocumentError,
+        BadReferenceError,
+        DigestMismatchError,
+        ImageError,
+        NotFoundError,
+        RegistryError,
+    )
+    from hetflow.images.fake import FakeRegistry
+    from hetflow.images.gpumatch import ROCM_RELEASES, check_rocm, rocm_distance
+    from hetflow.images.index_build import build_index, parse_build_entry
+    from hetflow.images.layout import read_layout, write_layout
+    from hetflow.images.localimages import LocalImage, LocalImages, PodmanImages
+    from hetflow.images.match import (
+        ANNOTATION_GPU_GFX,
+        ANNOTATION_GPU_INTEL,
+        ANNOTATION_ROCM,
+        Resolution,
+        parse_requirements,
+        platform_for,
+        requirements_of,
+        resolve,
+    )
+    from hetflow.images.oci import (
+        ACCEPT_ANY_MANIFEST,
+        DOCKER_MANIFEST,
+        DOCKER_MANIFEST_LIST,
+        OCI_CONFIG,
+        OCI_INDEX,
+        OCI_MANIFEST,
+        Descriptor,
+        Index,
+        Platform,
+        canonical_json,
+        digest_of,
+        is_index,
+        is_manifest,
+        parse_index,
+        parse_manifest,
+        sniff_media_type,
+    )
+    from hetflow.images.reference import ImageReference, parse_reference
+    from hetflow.images.requirements import Requirements, normalize_arch
+    from hetflow.images.service import (
+        ResolveResult,
+        build_index_image,
+        inspect_image,
+        resolve_image,
+    )
+
+_WHERE = {
+    "client": ["Challenge", "RegistryClient", "parse_challenge"],
+    "errors": [
+        "AuthError",
+        "BadDocumentError",
+        "BadReferenceError",
+        "DigestMismatchError",
+        "ImageError",
+        "NotFoundError",
+        "RegistryError",
+    ],
+    "fake": ["FakeRegistry"],
+    "gpumatch": ["ROCM_RELEASES", "check_rocm", "rocm_distance"],
+    "index_build": ["build_index", "parse_build_entry"],
+    "layout": ["read_layout", "write_layout"],
+    "localimages": ["LocalImage", "LocalImages", "PodmanImages"],
+    "match": [
+        "ANNOTATION_GPU_GFX",
+        "ANNOTATION_GPU_INTEL",
+        "ANNOTATION_ROCM",
+        "Resolution",
+        "parse_requirements",
+        "platform_for",
+        "requirements_of",
+        "resolve",
+    ],
+    "oci": [
+        "ACCEPT_ANY_MANIFEST",
+        "DOCKER_MANIFEST",
+        "DOCKER_MANIFEST_LIST",
+        "Descriptor",
+        "Index",
+        "OCI_CONFIG",
+        "OCI_INDEX",
+        "OCI_MANIFEST",
+        "Platform",
+        "canonical_json",
+        "digest_of",
+        "is_index",
+        "is_manifest",
+        "parse_index",
+        "parse_manifest",
+        "sniff_media_type",
+    ],
+    "reference": ["ImageReference", "parse_reference"],
+    "requirements": ["Requirements", "normalize_arch"],
+    "service": ["ResolveResult", "build_index_image", "inspect_image", "resolve_image"],
+}
 
 __all__ = [
     "ACCEPT_ANY_MANIFEST",
@@ -132,3 +188,5 @@ __all__ = [
     "sniff_media_type",
     "write_layout",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

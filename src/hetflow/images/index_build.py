@@ -19,9 +19,8 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hetflow.images.client import RegistryClient
 from hetflow.images.errors import BadDocumentError, ImageError
 from hetflow.images.match import annotations_for, parse_requirements, platform_for, requirements_of
 from hetflow.images.oci import (
@@ -37,6 +36,9 @@ from hetflow.images.oci import (
     parse_manifest,
 )
 from hetflow.images.requirements import Requirements, normalize_arch
+
+if TYPE_CHECKING:  # a client is passed in: the registry's I/O (and httpx) load only when one is made
+    from hetflow.images.client import RegistryClient
 
 __all__ = ["ANNOTATION_SOURCE", "BuildSpec", "BuiltIndex", "build_index", "entry_descriptor", "parse_build_entry"]
 

@@ -14,16 +14,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 from pydantic import BaseModel, ConfigDict
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
 from hetflow.errors import NoFitError
-from hetflow.images.client import RegistryClient
 from hetflow.images.errors import BadDocumentError, NotFoundError
 from hetflow.images.index_build import BuildSpec, BuiltIndex, build_index, parse_build_entry
 from hetflow.images.localimages import LocalImage, LocalImages, PodmanImages
@@ -40,6 +38,11 @@ from hetflow.images.oci import (
 )
 from hetflow.images.reference import ImageReference, parse_reference
 from hetflow.inventory import Node
+
+if TYPE_CHECKING:  # the registry client (and httpx) load only when a registry is asked
+    import httpx
+
+    from hetflow.images.client import RegistryClient
 
 __all__ = [
     "EntryInfo",
@@ -222,6 +225,8 @@ def _client(
     token: str | None,
     transport: httpx.BaseTransport | None,
 ) -> RegistryClient:
+    from hetflow.images.client import RegistryClient
+
     return RegistryClient(
         ref.base_url(insecure=insecure),
         username=username,

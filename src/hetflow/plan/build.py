@@ -23,13 +23,14 @@ from hetflow.errors import NoFitError
 from hetflow.plan.filters import class_rejections, vendor_ok
 from hetflow.plan.gangs import gang_rejections
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Rejection, Task
-from hetflow.spec import GpuConstraint, Resources, Variant, Workflow, edges_of, topo_order
+from hetflow.spec import GpuConstraint, Resources, Variant, Workflow, edges_of, no_cyclic_gc, topo_order
 
 DEFAULT_ESTIMATE = 60.0  # seconds, for a variant with no estimate and no profile
 
 Profile = Mapping[tuple[str, str, str], float]  # (step, variant, class) -> measured seconds
 ImageCheck = Callable[[str, MachineClass], str | None]  # (image, class) -> why not, or None
 Found = tuple[tuple[str, str], ...]  # (code, reason) of every filter a (variant, class) fails
+Request = tuple[Resources, GpuConstraint | None, str, tuple[tuple[str, str], ...]]  # what filters read of a variant
 # --- the builder ------------------------------------------------------------------------
 
 
@@ -50,14 +51,27 @@ def build_instance(
     ``spec.checks``) and ``instance_notes`` says so."""
     if bandwidth <= 0:
         raise ValueError(f"bandwidth must be positive bytes/s, got {bandwidth}")
-    profile = profile or {}
+    with no_cyclic_gc():  # many small objects, no cycles: the collector would walk the heap for nothing
+        return _build(workflow, classes, bandwidth, profile or {}, one_task_per_machine, image_check)
+
+
+def _build(
+    workflow: Workflow,
+    classes: Sequence[MachineClass],
+    bandwidth: float,
+    profile: Profile,
+    one_task_per_machine: bool,
+    image_check: ImageCheck | None,
+) -> Instance:
     deps = edges_of(workflow)
     # (resources, GPU constraint, image, labels) -> class -> why not: many steps ask alike,
     # and hashing a variant's request once per variant (not per class) matters at 10,000 steps
-    cache: dict[tuple[Resources, GpuConstraint | None, str, tuple[tuple[str, str], ...]], dict[str, Found]] = {}
+    cache: dict[Request, dict[str, Found]] = {}
+    # (request, estimate, variant name, class) -> (run time from the estimate, its options):
+    # alike steps get equal options, built once
+    made: dict[tuple[Request, float | None, str, str], tuple[float, list[Option]]] = {}
 
-    def rejections_of(v: Variant) -> dict[str, Found]:
-        key = (v.resources, v.gpu, v.image, tuple(sorted(v.node_selector.items())))
+    def rejections_of(v: Variant, key: Request) -> dict[str, Found]:
         per_class = cache.get(key)
         if per_class is None:
             per_class = {}
@@ -76,7 +90,8 @@ def build_instance(
         options: list[Option] = []
         rejected: list[Rejection] = []
         for vname, v in step.resolved_variants().items():
-            per_class = rejections_of(v)
+            key = (v.resources, v.gpu, v.image, tuple(sorted(v.node_selector.items())))
+            per_class = rejections_of(v, key)
             for c in classes:
                 found = per_class[c.name]
                 res = v.resources
@@ -88,8 +103,12 @@ def build_instance(
                 if found:
                     rejected += [Rejection(vname, c.name, code, reason) for code, reason in found]
                     continue
-                runtime = profile.get((name, vname, c.name), _scaled_estimate(v, c))
-                options += gpu_options(v, c, vname, runtime)
+                got = made.get((key, v.estimate, vname, c.name))
+                if got is None:
+                    estimate = _scaled_estimate(v, c)
+                    got = made[(key, v.estimate, vname, c.name)] = (estimate, gpu_options(v, c, vname, estimate))
+                measured = profile.get((name, vname, c.name))
+                options += got[1] if measured is None else gpu_options(v, c, vname, measured)
         if options and step.gang is not None:
             g = step.gang
             tasks.append(Task(name, tuple(options), tuple(rejected), g.replicas, g.per_node or 0, float(g.comm)))

@@ -17,17 +17,8 @@ if TYPE_CHECKING:
     from hetflow.spec.fanout import Source, expand, file_items, is_fanout, line_items, pending_source
     from hetflow.spec.imageref import DOCKER_HUB, ImageReference, ReferenceSyntaxError, parse_reference
     from hetflow.spec.loader import LoadedWorkflow, expand_loaded, load_workflow, no_cyclic_gc, parse_workflow
-    from hetflow.spec.models import (
-        DATA_PREFIX,
-        FANOUT_SEP,
-        DataSet,
-        Gang,
-        Publish,
-        Step,
-        Variant,
-        Workflow,
-        fanout_parent,
-    )
+    from hetflow.spec.models import DataSet, Gang, Publish, Step, Variant, Workflow
+    from hetflow.spec.naming import DATA_PREFIX, FANOUT_SEP, fanout_parent
     from hetflow.spec.overrides import RESOURCE_KINDS, Origin, ResourceOverrides, override_resources, resource_problem
     from hetflow.spec.problems import did_you_mean, problem_from_error
     from hetflow.spec.resources import (
@@ -62,17 +53,8 @@ _WHERE = {
     "overrides": ["RESOURCE_KINDS", "Origin", "ResourceOverrides", "override_resources", "resource_problem"],
     "problems": ["did_you_mean", "problem_from_error"],
     "yamlfile": ["compose_yaml", "line_of", "read_yaml_text"],
-    "models": [
-        "DATA_PREFIX",
-        "FANOUT_SEP",
-        "DataSet",
-        "Gang",
-        "Publish",
-        "Step",
-        "Variant",
-        "Workflow",
-        "fanout_parent",
-    ],
+    "models": ["DataSet", "Gang", "Publish", "Step", "Variant", "Workflow"],
+    "naming": ["DATA_PREFIX", "FANOUT_SEP", "fanout_parent"],
     "resources": [
         "GpuConstraint",
         "GpuRequest",

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from hetflow.errors import Problem
 from hetflow.spec.dag import children, find_cycle
 from hetflow.spec.imageref import ReferenceSyntaxError, parse_reference
-from hetflow.spec.models import DATA_PREFIX, ENV_NAME, Workflow, fanout_parent
+from hetflow.spec.models import ENV_NAME, Workflow
+from hetflow.spec.naming import DATA_PREFIX, fanout_parent
 from hetflow.spec.when import when_problems
 
 LineOf = Callable[[tuple[str | int, ...]], int]

@@ -23,7 +23,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetflow.errors import Problem
-from hetflow.spec.models import DATA_PREFIX, FANOUT_SEP, Step, Workflow
+from hetflow.spec.models import Step, Workflow
+from hetflow.spec.naming import DATA_PREFIX, FANOUT_SEP
 
 Loc = tuple[str | int, ...]
 LineOf = Callable[[Loc], int]

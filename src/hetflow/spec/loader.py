@@ -25,7 +25,8 @@ from pydantic import ValidationError
 from hetflow.errors import Problem, SpecError
 from hetflow.spec.checks import check_workflow
 from hetflow.spec.fanout import expand, expand_static
-from hetflow.spec.models import ParamValue, Publish, Workflow, fanout_parent
+from hetflow.spec.models import ParamValue, Publish, Workflow
+from hetflow.spec.naming import fanout_parent
 from hetflow.spec.overrides import Origin
 from hetflow.spec.params import apply_overrides, render_params
 from hetflow.spec.problems import did_you_mean, problem_from_error

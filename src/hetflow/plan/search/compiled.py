@@ -77,7 +77,40 @@ class Compiled:
             comm = self.transfer_time(e.bytes)
             self.parents[index[e.child]].append((index[e.parent], comm))
             self.children[index[e.parent]].append((index[e.child], comm))
-        self.choices = [self._compile(task) for task in instance.tasks]
+        self.by_name = {cls.name: c for c, cls in enumerate(self.classes)}
+        # Steps that ask alike (a fan-out's items, a generated workflow) have equal options:
+        # their choices are compiled once and the (read-only) lists shared.  Not a gang's: a
+        # pass keys a gang candidate's machines by its choice's identity.
+        alike: dict[tuple[Option, ...], tuple[list[Choice], list[Choice], float]] = {}
+        self.choices: list[list[Choice]] = []
+        self.by_runtime: list[list[Choice]] = []  # what every pass asks of the choices, once
+        self.min_cost: list[float] = []
+        for task in instance.tasks:
+            got = alike.get(task.options) if task.replicas == 1 else None
+            if got is None:
+                chs = self._compile(task)
+                got = (chs, sorted(chs, key=lambda ch: ch.runtime), min(ch.cost for ch in chs))
+                if task.replicas == 1:
+                    alike[task.options] = got
+            self.choices.append(got[0])
+            self.by_runtime.append(got[1])
+            self.min_cost.append(got[2])
+        self._order: list[int] | None = None
+
+    def order(self) -> list[int]:
+        """The tasks in a topological order (Kahn's, sources in task order), computed once."""
+        if self._order is None:
+            indeg = [len(ps) for ps in self.parents]
+            order = [t for t in range(self.n) if indeg[t] == 0]
+            for t in order:  # the list grows while it is read
+                for c, _ in self.children[t]:
+                    indeg[c] -= 1
+                    if indeg[c] == 0:
+                        order.append(c)
+            if len(order) != self.n:
+                raise HetflowError("the instance's edges form a cycle; a workflow must be a DAG")
+            self._order = order
+        return list(self._order)
 
     def transfer_time(self, nbytes: float) -> float:
         if nbytes <= 0:
@@ -87,7 +120,7 @@ class Compiled:
         return nbytes / self.instance.bandwidth
 
     def _compile(self, task: Task) -> list[Choice]:
-        by_name = {cls.name: c for c, cls in enumerate(self.classes)}
+        by_name = self.by_name
         out: list[Choice] = []
         why: list[str] = [f"{r.variant} on {r.machine_class}: {r.reason}" for r in task.rejected]
         for k, o in enumerate(task.options):

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from hetflow.errors import HetflowError
 from hetflow.plan.search.compiled import Choice, Compiled
 from hetflow.plan.search.score import Candidate, Rule, score_for
+from hetflow.plan.search.sweep import Tails, plain, sweep
 from hetflow.plan.search.timeline import MachineTimeline
 
 
@@ -212,8 +213,9 @@ class ListPass:
         self.mig: list[int | None] = [None] * n
         self.allocs: dict[tuple[int, float], Alloc] = {}  # a gang candidate's machines, by (choice id, start)
         self.next_idle = [0] * len(problem.classes)  # machines first[c] + next_idle[c] ... are untouched
-        self.by_runtime = [sorted(chs, key=lambda ch: ch.runtime) for chs in problem.choices]
-        self.min_cost = [min(ch.cost for ch in chs) for chs in problem.choices]
+        self.tails = Tails(self.tls, len(problem.classes))
+        self.by_runtime = problem.by_runtime
+        self.min_cost = problem.min_cost
         self.probes = 0  # machine timelines searched: the pass's work, counted without a clock
         self.spent = 0.0
         self.cheapest_left = sum(self.min_cost)
@@ -247,6 +249,7 @@ class ListPass:
         self.machine[t] = m
         self.choice[t] = ch
         c = ch.cls
+        self.tails.booking(c, None if ch.gang else m)
         if ch.gang:
             alloc = self.allocs[(id(ch), start)]
             self.ranks[t] = reserve_gang(self.tls, ch, alloc, start, finish)
@@ -272,6 +275,7 @@ class ListPass:
             release_one(self.tls[self.machine[t]], ch, self.start[t], self.finish[t], self.gpus[t], self.mig[t])
             self.mig[t] = None
         self.next_idle[ch.cls] = idle_before
+        self.tails.booking(ch.cls, None)
         self.done[t] = False
         self.choice[t] = None
         self.spent -= ch.cost
@@ -390,13 +394,18 @@ class ListPass:
         # The lower bound is reached on a machine with nothing left to run after the ready
         # time, or on an untouched one: take the first such, without looking for a busier
         # machine that might tie (that search is what makes a big cluster slow).
-        for m in range(first, end):
-            if tls[m].times[-1] <= remote and m not in near:
-                quick = (lower, flag, m, k, remote, ch)
-                return quick if best is None or quick < best else best
+        if self.tails.least(c, range(first, end)) <= remote:
+            for m in range(first, end):
+                if tls[m].times[-1] <= remote and m not in near:
+                    quick = (lower, flag, m, k, remote, ch)
+                    return quick if best is None or quick < best else best
         if end < first + problem.count[c]:
             quick = (lower, flag, end, k, remote, ch)
             return quick if best is None or quick < best else best
+        if plain(ch):
+            best, probes = sweep(tls, range(first, end), near, ch, flag, remote, best)
+            self.probes += probes
+            return best
         for m in range(first, end):
             if best is not None and (lower > limit or (lower == limit and (flag, m, k) > best[1:4])):
                 break

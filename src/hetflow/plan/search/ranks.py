@@ -6,7 +6,6 @@ task's latest finish (what the heuristic's local search kicks), and ``to_plan``.
 
 from __future__ import annotations
 
-from hetflow.errors import HetflowError
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.instance import Placement, Plan
 from hetflow.plan.search.compiled import Compiled
@@ -14,16 +13,7 @@ from hetflow.plan.search.listpass import Schedule
 
 
 def topological(problem: Compiled) -> list[int]:
-    indeg = [len(ps) for ps in problem.parents]
-    order = [t for t in range(problem.n) if indeg[t] == 0]
-    for t in order:  # the list grows while it is read
-        for c, _ in problem.children[t]:
-            indeg[c] -= 1
-            if indeg[c] == 0:
-                order.append(c)
-    if len(order) != problem.n:
-        raise HetflowError("the instance's edges form a cycle; a workflow must be a DAG")
-    return order
+    return problem.order()
 
 
 def mean_runtime(problem: Compiled) -> list[float]:
@@ -52,14 +42,29 @@ def optimistic_cost(problem: Compiled) -> list[tuple[float, ...]]:
     differs (Arabnejad and Barbosa 2014, eq. 1, with classes for processors)."""
     k = len(problem.classes)
     table: list[tuple[float, ...]] = [()] * problem.n
+    # Per task s and class c: the least OCT(s, its class) + run time over the options of s on
+    # c (inf: none there), so that an edge costs k steps, not k x options.  Adding the
+    # transfer after the least is the same float as adding it to each (addition is monotone).
+    least: list[list[float]] = [[]] * problem.n
+    inf = float("inf")
     for t in reversed(topological(problem)):
         row = [0.0] * k
         for s, comm in problem.children[t]:
+            on = least[s]
+            at = on.index(min(on))  # the best class for s, and the best of the others
+            second = min((x for c, x in enumerate(on) if c != at), default=inf)
             for c in range(k):
-                best = min(table[s][ch.cls] + ch.runtime + (comm if ch.cls != c else 0.0) for ch in problem.choices[s])
+                other = (second if c == at else on[at]) + comm  # the best on another class, moved
+                best = on[c] if on[c] <= other else other
                 if best > row[c]:
                     row[c] = best
         table[t] = tuple(row)
+        here = [inf] * k
+        for ch in problem.choices[t]:
+            x = table[t][ch.cls] + ch.runtime
+            if x < here[ch.cls]:
+                here[ch.cls] = x
+        least[t] = here
     return table
 
 

@@ -67,6 +67,7 @@ class MachineTimeline:
         "mig_dev",
         "mig_ends",
         "mig_starts",
+        "runs",
         "tenants",
         "times",
     )  # fmt: skip
@@ -89,6 +90,10 @@ class MachineTimeline:
         self.mig_dev = [(g, i, p) for g in range(min(gpus, len(mig))) for i, p in enumerate(mig[g])]
         self.mig_starts: list[list[float]] = [[] for _ in self.mig_dev]
         self.mig_ends: list[list[float]] = [[] for _ in self.mig_dev]
+        # Per demand (what may stay in use of cores, memory, GPU count), the maximal runs of
+        # segments too full for it, as (starts, ends): ``earliest_start`` jumps a whole run at a
+        # time instead of walking its segments.  Built when first asked, dropped on any booking.
+        self.runs: dict[tuple[float, int, int], tuple[list[float], list[float]]] = {}
 
     @property
     def tail(self) -> float:
@@ -112,35 +117,53 @@ class MachineTimeline:
         t = ready
         if duration <= 0.0:
             return t if t <= limit else math.inf
-        times, used_cores, used_memory, used_gpus = self.times, self.cores, self.memory, self.gpus
-        n = len(times)
-        cap_cores = self.cores_cap - cores
-        cap_memory = self.memory_cap - memory
         cap_gpus = self.gpus_cap - (0 if slot is not None and slot.sliced else gpus)
-        i = bisect_right(times, t) - 1
+        key = (self.cores_cap - cores, self.memory_cap - memory, cap_gpus)
+        found = self.runs.get(key)
+        starts, ends = found if found is not None else self.blocked(key)
+        count = len(starts)
+        k = bisect_right(ends, t)  # the first run that ends after t
         while True:
             end = t + duration
             if end > limit:
                 return math.inf
-            j = i
-            while j < n and times[j] < end:
-                if used_cores[j] > cap_cores or used_memory[j] > cap_memory or used_gpus[j] > cap_gpus:
-                    break
-                j += 1
-            else:
-                if gpus == 0:
-                    return t
-                later = self._gpu_retry(t, end, gpus, slot)
-                if later is None:
-                    return t
-                if later == math.inf:  # no GPU of the kind asked for on this machine
-                    return math.inf
-                t = later
-                i = bisect_right(times, t) - 1
+            if k < count and starts[k] < end:
+                # Run k is too full and overlaps the window: nothing can start before it ends.
+                t = ends[k]
+                k += 1
                 continue
-            # Segment j is too full: nothing can start before it ends.
-            i = j + 1
-            t = times[i]
+            if gpus == 0:
+                return t
+            later = self.gpu_retry(t, end, gpus, slot)
+            if later is None:
+                return t
+            if later == math.inf:  # no GPU of the kind asked for on this machine
+                return math.inf
+            t = later
+            k = bisect_right(ends, t)
+
+    def blocked(self, key: tuple[float, int, int]) -> tuple[list[float], list[float]]:
+        """The maximal runs of segments whose use exceeds ``key`` (cores, memory, GPU count
+        that may be in use), as sorted (starts, ends); cached in ``runs`` until the next booking.
+        The last segment is always empty, so a run ends; a demand over the machine's capacity
+        (which ``Compiled`` filters out) gets a run that lasts for ever."""
+        cap_cores, cap_memory, cap_gpus = key
+        used_cores, used_memory, used_gpus = self.cores, self.memory, self.gpus
+        starts: list[float] = []
+        ends: list[float] = []
+        inside = False
+        for j, x in enumerate(self.times):
+            full = used_cores[j] > cap_cores or used_memory[j] > cap_memory or used_gpus[j] > cap_gpus
+            if full and not inside:
+                starts.append(x)
+                inside = True
+            elif inside and not full:
+                ends.append(x)
+                inside = False
+        if inside:
+            ends.append(math.inf)
+        self.runs[key] = (starts, ends)
+        return starts, ends
 
     def _free_gpus(
         self, start: float, end: float, only: tuple[int, ...] | None = None, tenants: bool = True
@@ -169,7 +192,7 @@ class MachineTimeline:
                 free.append(g)
         return free, retry
 
-    def _gpu_retry(self, start: float, end: float, gpus: int, slot: GpuSlot | None = None) -> float | None:
+    def gpu_retry(self, start: float, end: float, gpus: int, slot: GpuSlot | None = None) -> float | None:
         if slot is not None and slot.mig:
             dev, retry = self._free_mig(start, end, slot)
             return None if dev is not None else retry
@@ -304,10 +327,40 @@ class MachineTimeline:
             self.cores[k] += cores
             self.memory[k] += memory
             self.gpus[k] += gpus
+        if self.runs:
+            self._grow_runs(a, b)
+
+    def _grow_runs(self, a: int, b: int) -> None:
+        """After segments ``a`` to ``b - 1`` got fuller: add those now too full to each kept
+        run list, merging with the runs they touch (a booking only ever adds blocked time)."""
+        times, used_cores, used_memory, used_gpus = self.times, self.cores, self.memory, self.gpus
+        for (cap_cores, cap_memory, cap_gpus), (starts, ends) in self.runs.items():
+            pieces: list[tuple[float, float]] = []
+            for j in range(a, b):
+                if used_cores[j] > cap_cores or used_memory[j] > cap_memory or used_gpus[j] > cap_gpus:
+                    if pieces and pieces[-1][1] == times[j]:
+                        pieces[-1] = (pieces[-1][0], times[j + 1])
+                    else:
+                        pieces.append((times[j], times[j + 1]))
+            if not pieces:
+                continue
+            lo = bisect_left(ends, times[a])  # runs that end before the booking stay as they are
+            hi = bisect_right(starts, times[b])  # and so do those that start after it
+            merged_starts: list[float] = []
+            merged_ends: list[float] = []
+            for x, y in sorted([*zip(starts[lo:hi], ends[lo:hi], strict=True), *pieces]):
+                if merged_ends and x <= merged_ends[-1]:
+                    merged_ends[-1] = max(merged_ends[-1], y)
+                else:
+                    merged_starts.append(x)
+                    merged_ends.append(y)
+            starts[lo:hi] = merged_starts
+            ends[lo:hi] = merged_ends
 
     def _unbook(self, start: float, finish: float, cores: float, memory: int, gpus: int) -> None:
         if finish <= start:
             return
+        self.runs.clear()
         a = bisect_left(self.times, start)
         b = bisect_left(self.times, finish)
         for k in range(a, b):
