@@ -14,7 +14,7 @@ from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
 from hetflow.plan import Cluster, Instance, Plan, Suggestion, UsageSample, learn, suggest_sizes
 from hetflow.report import explain_step, plan_json, plan_table
-from hetflow.spec import LoadedWorkflow, parse_duration
+from hetflow.spec import LoadedWorkflow, Workflow, parse_duration
 from hetflow.state import load_workflow_cached
 
 cluster_app = typer.Typer(help="Virtual clusters: which nodes to rent.", no_args_is_help=True)
@@ -199,21 +199,25 @@ def plan_cmd(
     if gantt is not None:
         console.print(f"schedule drawn to {gantt}")
     if explain:
-        from hetflow.execute import batch_notes, make_engine
+        _explain(plan, instance, steered_why, loaded.workflow, local=cluster is None)
 
-        # unasked, items are batched where podman says the image has no ENTRYPOINT: this machine's
-        entrypoint = make_engine().image_entrypoint if cluster is None else None
-        for note in batch_notes(loaded.workflow, entrypoint):
-            console.print(f"[bold]batch[/]: {note}", highlight=False)
-        for step in sorted(plan.placements, key=lambda s: plan.placements[s].start):
-            p = plan.placements[step]
-            console.print(f"[bold]{step}[/]: {p.variant} on {p.machine_class} ({p.machine})", highlight=False)
-            if step in steered_why:
-                console.print(f"  variant  {p.variant}: {steered_why[step]}", highlight=False)
-            for row in explain_step(plan, instance, step):
-                console.print(
-                    f"  {row['verdict']:8} {row['variant']} on {row['node_class']}: {row['reason']}", highlight=False
-                )
+
+def _explain(plan: Plan, instance: Instance, steered_why: dict[str, str], workflow: Workflow, *, local: bool) -> None:
+    """``--explain``: the batched fan-outs, then why each step went where it did."""
+    from hetflow.execute import batch_notes, make_engine
+
+    # unasked, items are batched where podman says the image has no ENTRYPOINT: this machine's
+    for note in batch_notes(workflow, make_engine().image_entrypoint if local else None):
+        console.print(f"[bold]batch[/]: {note}", highlight=False)
+    for step in sorted(plan.placements, key=lambda s: plan.placements[s].start):
+        p = plan.placements[step]
+        console.print(f"[bold]{step}[/]: {p.variant} on {p.machine_class} ({p.machine})", highlight=False)
+        if step in steered_why:
+            console.print(f"  variant  {p.variant}: {steered_why[step]}", highlight=False)
+        for row in explain_step(plan, instance, step):
+            console.print(
+                f"  {row['verdict']:8} {row['variant']} on {row['node_class']}: {row['reason']}", highlight=False
+            )
 
 
 def simulate_cmd(
