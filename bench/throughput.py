@@ -221,8 +221,9 @@ def batch_supported(home: Path) -> str:
     proc = subprocess.run(hetflow_cmd("run", "--dry-run", str(wf)), env=env, capture_output=True, text=True)
     if proc.returncode == 0:
         return ""
-    said = [ln.strip() for ln in (proc.stderr or proc.stdout).splitlines() if "batch" in ln]
-    return f"not measured: this hetflow refuses batch: ({(said[0][:60] if said else proc.returncode)})"
+    text = (proc.stderr or proc.stdout).replace(f"{wf}:", "")
+    said = [ln.split(";")[0].split("error:")[-1].strip() for ln in text.splitlines() if "batch" in ln]
+    return f"not measured: this hetflow refuses batch: ({said[0][:70] if said else proc.returncode})"
 
 
 def measure_fanout(n: int, repeat: int, batch: int, home: Path, out: dict[str, Value]) -> None:
