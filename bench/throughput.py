@@ -205,8 +205,8 @@ def measure_dag(kind: str, n: int, repeat: int, home: Path, out: dict[str, Value
     for k, ts in times.items():
         out[f"{kind}.{k}"] = median(ts)
     print(
-        f"{kind} {n}: Snakemake --cores {peer.at_once}, loop {'in order' if kind == 'chain' else peer.at_once}"
-        f" at a time; hetflow ran at most {max(peaks)} at once; runs (s): "
+        f"{kind} {n}: Snakemake --cores {peer.at_once}, the loop {'in order' if kind == 'chain' else peer.at_once}"
+        f"{'' if kind == 'chain' else ' at a time'}; hetflow ran at most {max(peaks)} at once; runs (s): "
         + ", ".join(f"{k} {' '.join(f'{t:.1f}' for t in ts)}" for k, ts in times.items()),
         flush=True,
     )
