@@ -136,6 +136,7 @@ bench: install images kube
 	$(PY) -m bench.kube_hetflow
 	$(PY) -m bench.loader
 	$(PY) -m bench.scale
+	$(PY) -m bench.throughput
 	$(PY) -m bench.gang
 	$(PY) -m bench.sharing
 	$(PY) -m bench.ui
