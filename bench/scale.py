@@ -29,7 +29,8 @@ from demo.images import build_tiny_image
 IMAGE = "localhost/hetflow-test/busybox:latest"
 
 
-def workflow(n: int) -> str:
+def workflow(n: int, batch: str = "") -> str:
+    """``batch``: the fan-out's ``batch:`` ("" leaves it out: hetflow batches it by itself)."""
     return f"""apiVersion: hetflow/v1
 name: scale
 steps:
@@ -40,7 +41,7 @@ steps:
     resources: {{cpus: 0.25, memory: 32Mi}}
     estimate: 1s
     outputs: [o.txt]
-  done:
+{f"    batch: {batch}" + chr(10) if batch else ""}  done:
     image: {IMAGE}
     needs: [work]
     command: ["true"]
@@ -77,17 +78,14 @@ def pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--every", type=float, default=2.0)
-    args = ap.parse_args()
+def measure(steps: int = 2000, every: float = 2.0, batch: str = "") -> dict[str, float]:
+    """Run the fan-out detached and sample ps/show (processes) and the executor's memory."""
     build_tiny_image(IMAGE)
     with tempfile.TemporaryDirectory(prefix="hetflow-bench-scale-") as tmp:
         home = Path(tmp) / "home"
         env = {**os.environ, "HETFLOW_HOME": str(home)}
         wf = Path(tmp) / "scale.yaml"
-        wf.write_text(workflow(args.steps))
+        wf.write_text(workflow(steps, batch))
         t0 = time.perf_counter()
         _, out = hetflow(["run", "--detach", str(wf)], env)
         run_id = out.split()[-1] if out.strip() else json.loads(hetflow(["ps", "--json"], env)[1])[0]["id"]
@@ -106,32 +104,54 @@ def main() -> None:
                 peak_rss = max(peak_rss, rss(int(pid))[1])
             if run["state"] not in ("pending", "running"):
                 break
-            time.sleep(args.every)
+            time.sleep(every)
         wall = time.perf_counter() - t0
         db = sum(p.stat().st_size for p in home.glob("state.db*"))
         data = json.loads(hetflow(["show", run["id"], "--json"], env)[1])
-        steps = len(data["steps"])
         import sqlite3
 
         con = sqlite3.connect(home / "state.db")
         events = con.execute("SELECT COUNT(*) FROM events WHERE run_id = ?", (run["id"],)).fetchone()[0]
         attempts = con.execute("SELECT COUNT(*) FROM attempts WHERE run_id = ?", (run["id"],)).fetchone()[0]
-    print(f"run {run['id']}: {run['state']}, {steps} steps ({args.steps} fan-out items + 1) in {wall:.0f} s")
+    return {
+        "state_ok": float(run["state"] == "succeeded"),
+        "steps": float(len(data["steps"])),
+        "wall_s": wall,
+        "peak_rss": float(peak_rss),
+        "db_bytes": float(db),
+        "attempts": float(attempts),
+        "events": float(events),
+        "calls": float(len(ps_times)),
+        "ps_p50_s": statistics.median(ps_times),
+        "ps_p95_s": pct(ps_times, 0.95),
+        "ps_max_s": max(ps_times),
+        "show_p50_s": statistics.median(show_times),
+        "show_p95_s": pct(show_times, 0.95),
+        "show_max_s": max(show_times),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--every", type=float, default=2.0)
+    ap.add_argument("--batch", default="", help="the fan-out's batch: (false: a container each, as before issue 26)")
+    args = ap.parse_args()
+    m = measure(args.steps, args.every, args.batch)
+    steps = int(m["steps"])
+    print(f"{steps} steps ({args.steps} fan-out items + 1), batch: {args.batch or '(automatic)'}")
     print()
     print("| measure | value |")
     print("|---|---|")
-    print(f"| wall time | {wall:.0f} s ({wall / steps * 1000:.0f} ms per step) |")
-    print(f"| executor peak RSS (VmHWM, sampled every {args.every:g} s) | {peak_rss / 2**20:.0f} MiB |")
-    print(f"| state store with WAL, after the run | {db / 2**20:.1f} MiB |")
-    print(f"| rows: steps / attempts / events | {steps} / {attempts} / {events} |")
-    print(
-        f"| `hetflow ps --all --json` during the run, p50 / p95 / max ({len(ps_times)} calls) | "
-        f"{statistics.median(ps_times):.2f} / {pct(ps_times, 0.95):.2f} / {max(ps_times):.2f} s |"
-    )
-    print(
-        f"| `hetflow show RUN --json` during the run, p50 / p95 / max ({len(show_times)} calls) | "
-        f"{statistics.median(show_times):.2f} / {pct(show_times, 0.95):.2f} / {max(show_times):.2f} s |"
-    )
+    print(f"| wall time | {m['wall_s']:.0f} s ({m['wall_s'] / steps * 1000:.0f} ms per step) |")
+    print(f"| executor peak RSS (VmHWM, sampled every {args.every:g} s) | {m['peak_rss'] / 2**20:.0f} MiB |")
+    print(f"| state store with WAL, after the run | {m['db_bytes'] / 2**20:.1f} MiB |")
+    print(f"| rows: steps / attempts / events | {steps} / {m['attempts']:.0f} / {m['events']:.0f} |")
+    for cmd, k in (("ps --all --json", "ps"), ("show RUN --json", "show")):
+        print(
+            f"| `hetflow {cmd}` during the run, p50 / p95 / max ({m['calls']:.0f} calls) | "
+            f"{m[k + '_p50_s']:.2f} / {m[k + '_p95_s']:.2f} / {m[k + '_max_s']:.2f} s |"
+        )
 
 
 if __name__ == "__main__":

@@ -105,6 +105,17 @@ def slurm_pack(cluster: LocalSlurm, items: int = 10_000, batch: int = 200) -> di
     return {"steps": items + 1, "sbatch_calls": len(mine), "wall_s": wall}
 
 
+def sbatch_calls(items: int = 10_000, batch: int = 200, base: Path = Path("/tmp/hf-slurmpack")) -> dict[str, float]:
+    """``slurm_pack`` on the local test cluster, started for it (and stopped after) if not running."""
+    running = cluster_running(base)
+    cluster = start_cluster(base)
+    try:
+        return slurm_pack(cluster, items, batch)
+    finally:
+        if running is None:
+            stop_cluster(base)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.slurmpack", description=__doc__)
     ap.add_argument("--items", type=int, default=10_000)
@@ -112,13 +123,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--base", type=Path, default=Path("/tmp/hf-slurmpack"), help="the test cluster's folder")
     args = ap.parse_args(argv)
     try:
-        running = cluster_running(args.base)
-        cluster = start_cluster(args.base)
-        try:
-            got = slurm_pack(cluster, args.items, args.batch)
-        finally:
-            if running is None:
-                stop_cluster(args.base)
+        got = sbatch_calls(args.items, args.batch, args.base)
     except EngineError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -16,9 +16,11 @@ Rows (medians of the repeats; ratio = hetflow / anchor, lower is better):
   includes start-up, planning and the gather);
 * parts other modules measure, each called if it exists and otherwise shown as
   "not measured: ..." (the contracts, so they can be dropped in):
-  ``bench.planscale.plan_scale(steps, nodes) -> (plan_seconds, cold_cli_seconds)``,
-  ``bench.cachedrerun.cached_rerun(n) -> seconds``,
-  ``bench.slurmbatch.sbatch_calls(n) -> int`` (sbatch calls for n small steps).
+  ``bench.planscale.measure`` (plan only against plain HEFT on the same instance, cold CLI),
+  ``bench.batchitem.per_item`` (an item's cost inside a batch, from its entry's marks),
+  ``bench.cachedrerun.cached_rerun`` (a fully cached rerun against the file's dry run),
+  ``bench.slurmpack.sbatch_calls`` (Slurm's own count of a run's jobs on the local cluster),
+  ``bench.scale.measure`` (ps/show p95 as processes while the fan-out runs).
 
 The batched rows run only when this hetflow accepts ``batch:`` on a step (checked with a
 dry run); otherwise they say so.  ``--quick`` uses small sizes (a smoke test: its figures
@@ -120,10 +122,22 @@ def specs(wide: int, chain: int, items: int, batch: int, plan: int, cached: int,
         Spec(
             f"{chain} chain, no batching", "podman loop, same flags", "chain.loop", "chain.hetflow", Target("faster", 1)
         ),
-        Spec("per item inside a batch (wall/items)", "-", None, "batch.per_item_ms", Target("under", 20), "ms"),
-        Spec(f"plan {plan:,} x 256, plan only", "-", None, "plan.plan", Target("under", 1)),
+        Spec("per item, batched fan-out (wall/items)", "-", None, "batch.per_item_ms", Target("info"), "ms"),
+        Spec(
+            "per item inside a batch (its entry)",
+            "a container each",
+            "batch.alone_ms",
+            "batch.entry_ms",
+            Target("under", 20),
+            "ms",
+        ),
+        Spec(f"plan {plan:,} x 256, plan only", "plain HEFT", "plan.heft", "plan.plan", Target("under", 1)),
         Spec(f"plan {plan:,} x 256, cold CLI", "-", None, "plan.cli", Target("under", 3)),
-        Spec(f"cached rerun of {cached:,} steps", "-", None, "cached.rerun", Target("under", 5)),
+        Spec(
+            f"cached rerun of {cached:,} steps", "dry run of the file", "cached.dry", "cached.rerun", Target("under", 5)
+        ),
+        Spec(f"ps p95 during {items:,}-item run", "-", None, "live.ps", Target("under", 1)),
+        Spec(f"show p95 during {items:,}-item run", "-", None, "live.show", Target("under", 1)),
         Spec(
             f"Slurm, {slurm:,} small steps",
             "one sbatch per step",
@@ -263,26 +277,44 @@ def optional(
     return call(fn)
 
 
-def measure_others(plan: int, cached: int, slurm: int) -> dict[str, Value]:
+def measure_others(plan: int, cached: int, slurm: int, scale_items: int) -> dict[str, Value]:
     out: dict[str, Value] = {}
 
     def planning(fn: Callable[..., object]) -> dict[str, Value]:
-        got = fn(plan, 256)
-        if not (isinstance(got, tuple) and len(got) == 2):
-            why = f"not measured: plan_scale returned {got!r}, not (plan seconds, cold CLI seconds)"
-            return {"plan.plan": why, "plan.cli": why}
-        return {"plan.plan": float(got[0]), "plan.cli": float(got[1])}
+        got = fn(plan, rounds=3)
+        assert isinstance(got, dict)
+        gen = got["plan"]["generated"]
+        return {"plan.plan": gen["hetflow_s"], "plan.heft": gen["heft_s"], "plan.cli": got["cli"]["plan_cold_s"]}
 
-    out |= optional("bench.planscale", "plan_scale", planning, ["plan.plan", "plan.cli"])
+    out |= optional("bench.planscale", "measure", planning, ["plan.plan", "plan.heft", "plan.cli"])
+
+    def per_item(fn: Callable[..., object]) -> dict[str, Value]:
+        got = fn(200)
+        assert isinstance(got, dict)
+        return {"batch.entry_ms": 1000 * got["per_item_in_batch_s"], "batch.alone_ms": 1000 * got["alone_per_item_s"]}
+
+    out |= optional("bench.batchitem", "per_item", per_item, ["batch.entry_ms", "batch.alone_ms"])
 
     def rerun(fn: Callable[..., object]) -> dict[str, Value]:
-        return {"cached.rerun": float(fn(cached))}  # type: ignore[arg-type]
+        got = fn(cached)
+        assert isinstance(got, dict)
+        return {"cached.rerun": float(got["rerun_s"]), "cached.dry": float(got["dry_run_s"])}
+
+    out |= optional("bench.cachedrerun", "cached_rerun", rerun, ["cached.rerun", "cached.dry"])
 
     def sbatch(fn: Callable[..., object]) -> dict[str, Value]:
-        return {"slurm.sbatch": float(fn(slurm))}  # type: ignore[arg-type]
+        got = fn(slurm)
+        assert isinstance(got, dict)
+        return {"slurm.sbatch": float(got["sbatch_calls"])}
 
-    out |= optional("bench.cachedrerun", "cached_rerun", rerun, ["cached.rerun"])
-    out |= optional("bench.slurmbatch", "sbatch_calls", sbatch, ["slurm.sbatch"])
+    out |= optional("bench.slurmpack", "sbatch_calls", sbatch, ["slurm.sbatch"])
+
+    def saturated(fn: Callable[..., object]) -> dict[str, Value]:
+        got = fn(scale_items, 1.0)
+        assert isinstance(got, dict)
+        return {"live.ps": got["ps_p95_s"], "live.show": got["show_p95_s"]}
+
+    out |= optional("bench.scale", "measure", saturated, ["live.ps", "live.show"])
     return out
 
 
@@ -319,7 +351,7 @@ def main() -> None:
         if "fanout" not in args.skip:
             measure_fanout(args.items, args.repeat_fanout, args.batch, Path(tmp) / "fanout", measured)
     if "others" not in args.skip:
-        measured |= measure_others(args.plan_steps, args.cached_steps, args.slurm_steps)
+        measured |= measure_others(args.plan_steps, args.cached_steps, args.slurm_steps, args.items)
     table = specs(args.wide, args.chain, args.items, args.batch, args.plan_steps, args.cached_steps, args.slurm_steps)
     print(render(build_rows(table, measured)))
 
