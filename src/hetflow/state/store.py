@@ -432,7 +432,7 @@ def _step(r: sqlite3.Row) -> StepRecord:
         state=r["state"],
         variant=r["variant"],
         node=r["node"],
-        gpus=tuple(json.loads(r["gpus"])),
+        gpus=() if r["gpus"] == "[]" else tuple(json.loads(r["gpus"])),  # most steps: no GPU, no parse
         attempts=r["attempts"],
         exit_code=r["exit_code"],
         started=r["started"],

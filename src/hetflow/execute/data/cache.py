@@ -148,6 +148,7 @@ class ResultCache:
     def __init__(self, store: Store, root: Path) -> None:
         self.store, self.root = store, root
         self.objects = root / "objects"
+        self._objects = os.fspath(self.objects)
 
     def object_path(self, sha256: str) -> Path:
         return self.objects / sha256[:2] / sha256
@@ -210,7 +211,9 @@ class ResultCache:
     ) -> list[OutputRecord] | None:
         """Put the entry's outputs in ``final`` (verified first); None, and the entry dropped,
         when an object is gone or changed.  ``touch`` False: the caller records the entry's
-        use itself (``Store.cache_steps``, many at once)."""
+        use itself (``Store.cache_steps``, many at once).  Paths are strings here: a cached
+        rerun restores thousands of entries, and pathlib's objects cost more than the system
+        calls."""
         manifest = json.loads(entry.outputs_json)
         small: dict[str, bytes] = {}  # a small object's bytes, read once: verified, then written
         for out in manifest:
@@ -221,41 +224,45 @@ class ResultCache:
                     return None
                 if data is not None:
                     small[sha] = data
-        staging = final.with_name(final.name + ".cache")
+        done = os.fspath(final)
+        staging, trash = done + ".cache", done + ".old"
         if os.path.lexists(staging):  # left by a restore that was interrupted
             shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
+        os.makedirs(staging)
         records = []
         for out in manifest:
-            target = staging / out["name"]
+            target = os.path.join(staging, out["name"])
             if "/" in out["name"]:
-                target.parent.mkdir(parents=True, exist_ok=True)
+                os.makedirs(os.path.dirname(target), exist_ok=True)
             if out["dir"]:
-                target.mkdir(exist_ok=True)
+                os.makedirs(target, exist_ok=True)
             for rel, sha, _size in out["files"]:
-                dest = target / rel if rel else target
+                dest = os.path.join(target, rel) if rel else target
                 if "/" in rel:
-                    dest.parent.mkdir(parents=True, exist_ok=True)
-                self._place(self.object_path(sha), dest, small.get(sha))
+                    os.makedirs(os.path.dirname(dest), exist_ok=True)
+                self._place(self._object(sha), dest, small.get(sha))
             records.append(
                 OutputRecord(run_id, step, out["name"], out["sha256"], out["size"], str(final / out["name"]))
             )
-        trash = final.with_name(final.name + ".old")
-        if os.path.lexists(final):
+        if os.path.lexists(done):
             shutil.rmtree(trash, ignore_errors=True)
-            os.replace(final, trash)
-        os.replace(staging, final)
+            os.replace(done, trash)
+        os.replace(staging, done)
         if os.path.lexists(trash):
             shutil.rmtree(trash, ignore_errors=True)
         if touch:
             self.store.touch_cache_entry(entry.key)
         return records
 
+    def _object(self, sha256: str) -> str:
+        """``object_path`` as a string."""
+        return os.path.join(self._objects, sha256[:2], sha256)
+
     def _verify(self, sha: str, size: int) -> tuple[bool, bytes | None]:
         """Whether the object is a file of ``size`` bytes whose sha256 is ``sha``; with its
         bytes when it is small (``SMALL``), so that placing it reads it no second time."""
         try:
-            fd = os.open(self.object_path(sha), os.O_RDONLY)
+            fd = os.open(self._object(sha), os.O_RDONLY)
         except OSError:
             return False, None
         with os.fdopen(fd, "rb") as f:
@@ -271,13 +278,13 @@ class ResultCache:
             return h.hexdigest() == sha, None
 
     @staticmethod
-    def _place(obj: Path, dest: Path, data: bytes | None = None) -> None:
+    def _place(obj: str, dest: str, data: bytes | None = None) -> None:
         """The run's own copy of an object (a reflink where possible), writable by its owner
         as a step's outputs are: editing it changes neither the object nor another run.  A
         small object's bytes already read (``data``) are written as they are: a file of its
         own all the same, and a few system calls instead of a clone attempt and a copy."""
         if data is None:
-            clone_or_copy(obj, dest)
+            clone_or_copy(Path(obj), Path(dest))
             os.chmod(dest, 0o644)
             return
         fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
