@@ -16,6 +16,7 @@ from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.runner import Runner
 from hetflow.execute.runoptions import ProcessSeams, RunOptions
 from hetflow.execute.submit import create_run
+from hetflow.spec import Resources
 from hetflow.state import SUCCEEDED, CachedResult, OutputRecord
 from tests.unit.builders import Outcome, World, load_steps, world
 
@@ -189,3 +190,19 @@ def test_cache_steps_records_what_cache_step_records_for_each(tmp_path: Path) ->
 
     assert seen(bulk) == seen(single)
     assert [s.state for s in bulk.store.steps(bulk.run.id)] == [SUCCEEDED, SUCCEEDED]
+
+
+def test_an_item_whose_own_resources_never_fit_is_not_taken_with_its_siblings(tmp_path: Path) -> None:
+    # the pass decides the items of a fan-out once; an item with resources of its own (a
+    # settings override of one item) is decided alone: here it can never run on 4 cores
+    body = "s:\n  image: img\n  foreach: [a, b, c]\n  command: [w, '{{ item }}']\n  outputs: [o.txt]\n"
+    r = _two_runs(tmp_path, body, files={f"s.{i}": {"o.txt": b"x\n"} for i in range(3)})
+    wf = r.runner.wf
+    big = wf.steps["s.1"].model_copy(update={"resources": Resources(cpus=64)})
+    r.runner.wf = wf.model_copy(update={"steps": {**wf.steps, "s.1": big}})
+
+    assert r.runner.execute() == "failed"
+
+    steps = {s.step: s for s in r.w.store.steps(r.second)}
+    assert steps["s.1"].state == "failed" and "no variant can run on this machine" in steps["s.1"].reason
+    assert all(steps[s].reason.startswith(f"cached: from run {r.first}") for s in ("s.0", "s.2"))

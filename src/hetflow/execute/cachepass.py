@@ -28,10 +28,11 @@ from hetflow.execute.backends.base import Backend
 from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.dispatch import Dispatch
+from hetflow.execute.dispatch import Dispatch, LocalDispatch
 from hetflow.execute.nextattempt import NextAttempt, adjusted
 from hetflow.execute.secrets import secret_digests
-from hetflow.spec import Workflow, pending_source
+from hetflow.plan import PlanChooser
+from hetflow.spec import Workflow, fanout_parent, pending_source
 from hetflow.state import FAILED, PENDING, SUCCEEDED, WAITING, CachedResult, Note, OutputRecord, StepRecord, Store
 
 FLUSH_EVERY = 1000  # steps recorded per transaction: a stop midway loses at most these (they are taken again)
@@ -135,17 +136,18 @@ class CachePass:
         steps = {s.step: s for s in self.store.steps(self.run_id)}
         now = self.clock()
         taken = 0
+        decided: dict[tuple[object, ...], str | None] = {}
         try:
             for name in order:
                 s = steps[name]
                 if not self._ready(wf, name, s, steps, active, now) or name in self._missed:
                     continue
-                decision = dispatch.decide(name, adjusted(wf.steps[name], nexts.get(name)))
-                if decision.variant is None:
+                vname = self._variant(wf, name, dispatch, nexts, decided)
+                if vname is None:
                     continue  # waits for resources or fits nowhere: the schedule records why
-                state = self.take(wf, name, decision.variant)
+                state = self.take(wf, name, vname)
                 if state is not None:
-                    steps[name] = self._as_recorded(s, state, decision.variant)
+                    steps[name] = self._as_recorded(s, state, vname)
                     taken += state == SUCCEEDED
         finally:
             self.flush()
@@ -160,6 +162,32 @@ class CachePass:
             return False
         self._seen = seen
         return True
+
+    @staticmethod
+    def _variant(
+        wf: Workflow,
+        name: str,
+        dispatch: Dispatch,
+        nexts: Mapping[str, NextAttempt],
+        decided: dict[tuple[object, ...], str | None],
+    ) -> str | None:
+        """The variant the dispatch decides for the step now.  On this machine, items of one
+        fan-out that share what the choice reads get one answer in a pass (``decided``): the
+        same resources, GPU ask, node selector, gang and variants objects (an item copies its
+        step's and templates only its command, env, image, inputs and outputs; a settings
+        override of one item's resources, or templated variants, give it objects of its own)
+        and the same planned variant; the machine's free capacity does not change while the
+        pass takes steps.  A retry's adjusted step is decided alone."""
+        step, parent = wf.steps[name], fanout_parent(name)
+        if parent is None or name in nexts or not isinstance(dispatch, LocalDispatch):
+            return dispatch.decide(name, adjusted(step, nexts.get(name))).variant
+        chooser = dispatch.chooser
+        planned = chooser.variants.get(name) if isinstance(chooser, PlanChooser) else None
+        shape = (step.resources, step.gpu, step.node_selector, step.gang, step.variants)
+        key = (parent, planned, *map(id, shape))
+        if key not in decided:
+            decided[key] = dispatch.decide(name, step).variant
+        return decided[key]
 
     @staticmethod
     def _ready(
