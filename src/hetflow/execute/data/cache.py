@@ -62,6 +62,17 @@ def clone_or_copy(src: Path, dest: Path) -> None:
     shutil.copyfile(src, dest)
 
 
+def _new_folder(path: str) -> bool:
+    """Make the folder ``path`` (and its parents); whether it is new (False: it was there)."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return False
+    except FileNotFoundError:
+        os.makedirs(path)
+    return True
+
+
 @dataclass(frozen=True)
 class Key:
     digest: str
@@ -226,9 +237,12 @@ class ResultCache:
                     small[sha] = data
         done = os.fspath(final)
         staging, trash = done + ".cache", done + ".old"
-        if os.path.lexists(staging):  # left by a restore that was interrupted
+        fresh = _new_folder(os.path.dirname(done))
+        if fresh:  # nothing of the step here yet (a new run): write in place, nothing to swap
+            staging = done
+        elif os.path.lexists(staging):  # left by a restore that was interrupted
             shutil.rmtree(staging, ignore_errors=True)
-        os.makedirs(staging)
+        os.mkdir(staging)
         records = []
         for out in manifest:
             target = os.path.join(staging, out["name"])
@@ -244,12 +258,13 @@ class ResultCache:
             records.append(
                 OutputRecord(run_id, step, out["name"], out["sha256"], out["size"], str(final / out["name"]))
             )
-        if os.path.lexists(done):
-            shutil.rmtree(trash, ignore_errors=True)
-            os.replace(done, trash)
-        os.replace(staging, done)
-        if os.path.lexists(trash):
-            shutil.rmtree(trash, ignore_errors=True)
+        if not fresh:
+            if os.path.lexists(done):
+                shutil.rmtree(trash, ignore_errors=True)
+                os.replace(done, trash)
+            os.replace(staging, done)
+            if os.path.lexists(trash):
+                shutil.rmtree(trash, ignore_errors=True)
         if touch:
             self.store.touch_cache_entry(entry.key)
         return records
@@ -270,8 +285,8 @@ class ResultCache:
             if not stat.S_ISREG(st.st_mode) or st.st_size != size:
                 return False, None
             if size <= SMALL:
-                data = f.read()
-                return hashlib.sha256(data).hexdigest() == sha, data
+                data = os.read(fd, size + 1)  # one read: a regular file gives what it has
+                return len(data) == size and hashlib.sha256(data).hexdigest() == sha, data
             h = hashlib.sha256()
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
