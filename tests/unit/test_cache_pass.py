@@ -13,10 +13,11 @@ import pytest
 
 from hetflow.execute.data.cache import ResultCache
 from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.dispatch import Decision
 from hetflow.execute.runner import Runner
 from hetflow.execute.runoptions import ProcessSeams, RunOptions
 from hetflow.execute.submit import create_run
-from hetflow.spec import Resources
+from hetflow.spec import Resources, Step
 from hetflow.state import SUCCEEDED, CachedResult, OutputRecord
 from tests.unit.builders import Outcome, World, load_steps, world
 
@@ -206,3 +207,25 @@ def test_an_item_whose_own_resources_never_fit_is_not_taken_with_its_siblings(tm
     steps = {s.step: s for s in r.w.store.steps(r.second)}
     assert steps["s.1"].state == "failed" and "no variant can run on this machine" in steps["s.1"].reason
     assert all(steps[s].reason.startswith(f"cached: from run {r.first}") for s in ("s.0", "s.2"))
+
+
+def test_items_waiting_for_capacity_are_asked_about_once_a_turn(tmp_path: Path) -> None:
+    # 40 items, 4 run at once: the schedule asks the dispatch about each launch and once a
+    # turn for all the items alike that must wait, not about every waiting item every turn
+    body = "s:\n  image: img\n  foreach: {range: 40}\n  command: [w, '{{ item }}']\n  resources: {cpus: 1}\n"
+    w = world(tmp_path, body)
+    runner = w.runner()
+    asked: list[str] = []
+    decide = runner.dispatch.decide
+
+    def counting(name: str, step: Step) -> Decision:
+        asked.append(name)
+        return decide(name, step)
+
+    runner.dispatch.decide = counting  # type: ignore[method-assign]
+    runner.decisions.dispatch = runner.dispatch
+    assert runner.execute() == "succeeded"
+    assert len(w.script.log) == 40
+    turns = len({s.at for s in w.script.log})
+    assert turns == 10
+    assert len(asked) <= 40 + 2 * turns  # each launch, and at most a wait or two a turn (not ~40 a turn)

@@ -28,12 +28,23 @@ from hetflow.execute.backends.base import Backend
 from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.dispatch import Dispatch, LocalDispatch
+from hetflow.execute.decisions import Shape, shape
+from hetflow.execute.dispatch import Dispatch
 from hetflow.execute.nextattempt import NextAttempt, adjusted
 from hetflow.execute.secrets import secret_digests
-from hetflow.plan import PlanChooser
-from hetflow.spec import Workflow, fanout_parent, pending_source
-from hetflow.state import FAILED, PENDING, SUCCEEDED, WAITING, CachedResult, Note, OutputRecord, StepRecord, Store
+from hetflow.spec import Workflow, pending_source
+from hetflow.state import (
+    FAILED,
+    PENDING,
+    STEP_TERMINAL,
+    SUCCEEDED,
+    WAITING,
+    CachedResult,
+    Note,
+    OutputRecord,
+    StepRecord,
+    Store,
+)
 
 FLUSH_EVERY = 1000  # steps recorded per transaction: a stop midway loses at most these (they are taken again)
 
@@ -59,6 +70,7 @@ class CachePass:
         self._missed: dict[str, tuple[str, int]] = {}  # step -> (variant, generation) looked up in vain
         self._keys: dict[tuple[str, str], Key | None] = {}  # (step, variant) -> its key, once known
         self._seen: tuple[int, int, int] | None = None  # (steps, succeeded, generation) at the last pass
+        self._settled: set[str] = set()  # steps the pass has no more to do with: ended, taken, not cached
         self._image_ids: dict[str, str | None] = {}
         self._taken: dict[str, list[OutputRecord]] = {}  # outputs of the steps taken, not yet in the store
         self._pending: list[CachedResult] = []
@@ -131,15 +143,21 @@ class CachePass:
         active: Collection[str],
     ) -> int:
         """Take every ready step that has a sound entry; returns how many were taken."""
-        if self.cache is None or not self._changed():
+        if self.cache is None:
             return 0
+        open_ = [n for n in order if n not in self._settled and n not in self._missed]
+        if not open_ or not self._changed():
+            return 0  # every step looked up, taken or ended already: the store is not read
         steps = {s.step: s for s in self.store.steps(self.run_id)}
         now = self.clock()
         taken = 0
-        decided: dict[tuple[object, ...], str | None] = {}
+        decided: dict[Shape, str | None] = {}
         try:
-            for name in order:
+            for name in open_:
                 s = steps[name]
+                if s.state in STEP_TERMINAL or not wf.steps[name].cache or wf.steps[name].when is not None:
+                    self._settled.add(name)  # never the pass's again
+                    continue
                 if not self._ready(wf, name, s, steps, active, now) or name in self._missed:
                     continue
                 vname = self._variant(wf, name, dispatch, nexts, decided)
@@ -148,6 +166,7 @@ class CachePass:
                 state = self.take(wf, name, vname)
                 if state is not None:
                     steps[name] = self._as_recorded(s, state, vname)
+                    self._settled.add(name)
                     taken += state == SUCCEEDED
         finally:
             self.flush()
@@ -169,22 +188,15 @@ class CachePass:
         name: str,
         dispatch: Dispatch,
         nexts: Mapping[str, NextAttempt],
-        decided: dict[tuple[object, ...], str | None],
+        decided: dict[Shape, str | None],
     ) -> str | None:
-        """The variant the dispatch decides for the step now.  On this machine, items of one
-        fan-out that share what the choice reads get one answer in a pass (``decided``): the
-        same resources, GPU ask, node selector, gang and variants objects (an item copies its
-        step's and templates only its command, env, image, inputs and outputs; a settings
-        override of one item's resources, or templated variants, give it objects of its own)
-        and the same planned variant; the machine's free capacity does not change while the
-        pass takes steps.  A retry's adjusted step is decided alone."""
-        step, parent = wf.steps[name], fanout_parent(name)
-        if parent is None or name in nexts or not isinstance(dispatch, LocalDispatch):
+        """The variant the dispatch decides for the step now; items of one fan-out alike
+        (``decisions.shape``) get one answer in a pass: the machine's free capacity does not
+        change while the pass takes steps.  A retry's adjusted step is decided alone."""
+        step = wf.steps[name]
+        key = None if name in nexts else shape(name, step, dispatch)
+        if key is None:
             return dispatch.decide(name, adjusted(step, nexts.get(name))).variant
-        chooser = dispatch.chooser
-        planned = chooser.variants.get(name) if isinstance(chooser, PlanChooser) else None
-        shape = (step.resources, step.gpu, step.node_selector, step.gang, step.variants)
-        key = (parent, planned, *map(id, shape))
         if key not in decided:
             decided[key] = dispatch.decide(name, step).variant
         return decided[key]

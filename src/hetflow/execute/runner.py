@@ -27,6 +27,7 @@ from hetflow.execute.conditions import condition_holds
 from hetflow.execute.data.cache import Key
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.decisions import Decisions
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import expand_ready
 from hetflow.execute.launch.launcher import Launcher
@@ -147,16 +148,8 @@ class Runner:
             pid=self.pid,
             data=options.data,
         )
-        self.cached = CachePass(
-            store=store,
-            run_id=run.id,
-            cache=self.cache,
-            backend=self.backend,
-            paths=self.paths,
-            data=self.data,
-            attempts=self.attempts,
-            clock=self.clock,
-        )
+        self.decisions = Decisions(self.dispatch)  # the turn's answers for a fan-out's many items
+        self.cached = self._cache_pass()  # the turn's steps taken from the cross-run cache at once
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -179,6 +172,7 @@ class Runner:
                     return RUN_STOPPED
                 self.attempts.poll()
                 self._expand_ready()
+                self.decisions.new_turn()
                 self.cached.run(self.wf, self.order, self.dispatch, self.attempts.next, self.attempts.active)
                 self._schedule()
                 self.attempts.flush_removals(now=False)
@@ -361,7 +355,7 @@ class Runner:
         """Launch the step, or take its result from the cache (True)."""
         nxt = self.attempts.next.get(name)
         step = adjusted(self.wf.steps[name], nxt)
-        decision = self.dispatch.decide(name, step)
+        decision = self.decisions.decide(name, step, nxt is not None)
         if decision.variant is not None:
             if self._from_cache(name, decision.variant):
                 return True
@@ -376,6 +370,18 @@ class Runner:
         return False
 
     # --- the cross-run cache ---------------------------------------------------------------
+
+    def _cache_pass(self) -> CachePass:
+        return CachePass(
+            store=self.store,
+            run_id=self.run_id,
+            cache=self.cache,
+            backend=self.backend,
+            paths=self.paths,
+            data=self.data,
+            attempts=self.attempts,
+            clock=self.clock,
+        )
 
     def _key(self, name: str, vname: str) -> Key | None:
         """The step's cache key, or None when it is not cached (``cachepass``)."""
