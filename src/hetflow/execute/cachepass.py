@@ -14,8 +14,9 @@ What the pass leaves is the schedule's, as before: a step with a ``when`` condit
 waiting for its list, a step that waits for resources or fits nowhere (the schedule says
 why), and every miss.  A miss is remembered (``known_miss``) so that the schedule launches it
 without looking again until this run adds an entry; a damaged entry is said once, then the
-step runs.  A pass that could find nothing new (no step added or succeeded, no entry added
-since the last) is skipped, so a run that misses pays no second walk of its steps a turn.
+step runs.  A pass is skipped without reading the store when every step is looked up, taken
+or ended, and when nothing could be new (no step added or succeeded, no entry added since
+the last pass), so a run that misses pays no second walk of its steps a turn.
 """
 
 from __future__ import annotations
