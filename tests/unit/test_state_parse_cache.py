@@ -84,3 +84,21 @@ def test_no_parse_cache_env_always_parses(tmp_path: Path, home: Path, monkeypatc
     monkeypatch.setenv("HETFLOW_NO_PARSE_CACHE", "1")
     load_workflow(big(tmp_path))
     assert kept(home) == []
+
+
+def test_a_small_file_that_expands_to_many_steps_is_kept_and_a_small_workflow_is_not(
+    tmp_path: Path, home: Path
+) -> None:
+    fanout = tmp_path / "fanout.yaml"
+    fanout.write_text(
+        "apiVersion: hetflow/v1\nname: fan\nsteps:\n  w:\n    image: localhost/x:1\n"
+        "    foreach: {range: 1200}\n    command: [echo, '{{ item }}']\n"
+    )
+    assert fanout.stat().st_size < PARSE_CACHE_MIN_BYTES
+    first = load_workflow(fanout)
+    assert len(first.workflow.steps) == 1200 and len(kept(home)) == 1
+    assert load_workflow(fanout).workflow == first.workflow
+    small = tmp_path / "small.yaml"
+    small.write_text("apiVersion: hetflow/v1\nname: s\nsteps:\n  a: {image: 'localhost/x:1', command: ['true']}\n")
+    assert load_workflow(small).workflow.steps["a"].command == ("true",)
+    assert len(kept(home)) == 1

@@ -22,6 +22,7 @@ items of a fan-out over an upstream step's output, GPUs a greedy run takes when 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 from collections.abc import Callable, Mapping
@@ -139,7 +140,7 @@ def preview_run(
             raise SpecError(found)
         plan = plan_on_node(store, loaded, node, list(pinned.pulls), steer=settings.steer)
         notes = tuple(str(p) for p in found) + tuple(f"note: {n}" for n in pinned.notes)
-        local_id: Callable[[str], str | None] = engine.image_id
+        local_id: Callable[[str], str | None] = functools.cache(engine.image_id)  # one podman call an image
         pulls = tuple(pinned.pulls)
     else:
         plan = plan_on_cluster(store, loaded, settings, resolver)

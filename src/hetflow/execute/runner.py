@@ -23,10 +23,12 @@ from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.batching import is_batch, refine
+from hetflow.execute.cachepass import CachePass
 from hetflow.execute.conditions import condition_holds
-from hetflow.execute.data.cache import Key, cache_key, input_digests
+from hetflow.execute.data.cache import Key
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.decisions import Decisions
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import expand_ready
 from hetflow.execute.launch.batch import Batcher
@@ -35,7 +37,6 @@ from hetflow.execute.lifecycle import reconcile, stop_run
 from hetflow.execute.nextattempt import adjusted
 from hetflow.execute.runconfig import RunnerConfig
 from hetflow.execute.runoptions import NullReporter, ProcessSeams, RunOptions, make_dispatch
-from hetflow.execute.secrets import secret_digests
 from hetflow.execute.stopping import clear_stop_request, stop_requested
 from hetflow.inventory import Node
 from hetflow.spec import (
@@ -106,7 +107,6 @@ class Runner:
         self.priority = dict(options.priority or {})
         self.data = options.data or DataManifest()
         self.cache = options.cache
-        self._image_ids: dict[str, str | None] = {}
         self.order = self._ordered(workflow)
         self.grace = options.grace  # SIGINT/SIGTERM: the first stops the run (each container given ``grace``)
         self.signalled: int | None = None  # the first signal's number
@@ -149,6 +149,8 @@ class Runner:
             data=options.data,
         )
         self.batcher = Batcher(self.launcher, workflow)
+        self.decisions = Decisions(self.dispatch)  # the turn's answers for a fan-out's many items
+        self.cached = self._cache_pass()  # the turn's steps taken from the cross-run cache at once
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -171,6 +173,8 @@ class Runner:
                     return RUN_STOPPED
                 self.attempts.poll()
                 self._expand_ready()
+                self.decisions.new_turn()
+                self.cached.run(self.wf, self.order, self.dispatch, self.attempts.next, self.attempts.active)
                 self._schedule()
                 self.attempts.flush_removals(now=False)
                 self.attempts.store_usage()
@@ -354,7 +358,7 @@ class Runner:
             return False  # its fan-out has as many items held for batches as can start now
         nxt = self.attempts.next.get(name)
         step = adjusted(self.wf.steps[name], nxt)
-        decision = self.dispatch.decide(name, step)
+        decision = self.decisions.decide(name, step, nxt is not None)
         if decision.variant is not None:
             if self._from_cache(name, decision.variant):
                 return True
@@ -372,56 +376,30 @@ class Runner:
 
     # --- the cross-run cache ---------------------------------------------------------------
 
-    def _key(self, name: str, vname: str) -> Key | None:
-        """The step's cache key, or None when it is not cached (``cache: false``, the run's
-        --no-cache, or an image or input whose content cannot be known)."""
-        step = self.wf.steps[name]
-        if self.cache is None or not step.cache:
-            return None
-        variant = step.resolved_variants().get(vname)
-        if variant is None:
-            return None
-        identity = self._image_identity(variant.image)
-        inputs = input_digests(step, lambda p: self.store.outputs(self.run_id, p), self.paths.step_out, self.data)
-        if identity is None or inputs is None:
-            return None
-        return cache_key(
-            workflow=self.wf.name,
-            step_name=name,
-            step=step,
-            variant_name=vname,
-            variant=variant,
-            image_identity=identity,
-            inputs=inputs,
-            secrets=secret_digests(step.secrets, self.store.path.parent),
+    def _cache_pass(self) -> CachePass:
+        return CachePass(
+            store=self.store,
+            run_id=self.run_id,
+            cache=self.cache,
+            backend=self.backend,
+            paths=self.paths,
+            data=self.data,
+            attempts=self.attempts,
+            clock=self.clock,
         )
 
-    def _image_identity(self, image: str) -> str | None:
-        if "@sha256:" in image:
-            return image.rsplit("@", 1)[1]
-        if image not in self._image_ids:
-            self._image_ids[image] = self.backend.image_id(image)
-        return self._image_ids[image]
+    def _key(self, name: str, vname: str) -> Key | None:
+        """The step's cache key, or None when it is not cached (``cachepass``)."""
+        return self.cached.key(self.wf, name, vname)
 
     def _from_cache(self, name: str, vname: str) -> bool:
-        """Take the step's result from the cache when its key has a sound entry."""
-        key = self._key(name, vname)
-        if key is None or self.cache is None:
+        """Take the step's result from the cache when its key has a sound entry (most are taken
+        by the turn's ``CachePass.run`` already; this is for the steps it leaves)."""
+        if self.cached.known_miss(name, vname):
             return False
-        entry = self.cache.lookup(key)
-        if entry is None:
-            return False
-        records = self.cache.restore(entry, self.run_id, name, self.paths.step_out(name))
-        if records is None:
-            self.attempts.emit(
-                Note(0, self.run_id, self.clock(), f"cache entry {key.digest[:12]} was damaged; running", name, "cache")
-            )
-            return False
-        if self.wf.steps[name].publish and not self.attempts.publish(name, self.paths.step_out(name)):
-            return True  # the step failed: its cached outputs could not be published (it says why)
-        why = f"cached: from run {entry.run_id} (key {key.digest[:12]})"
-        self.store.cache_step(self.run_id, name, vname, records, why)
-        return True
+        taken = self.cached.take(self.wf, name, vname) is not None
+        self.cached.flush()
+        return taken
 
     def _keep_result(self, name: str, records: Sequence[OutputRecord]) -> None:
         """A step succeeded: keep its result under its key for later runs."""
@@ -430,6 +408,7 @@ class Runner:
         if key is not None and self.cache is not None:
             try:
                 self.cache.save(key, workflow=self.wf.name, step=name, run_id=self.run_id, records=records)
+                self.cached.saved()
             except OSError as exc:  # the step's result stands; only the cache lacks it
                 if not is_full(exc):
                     raise

@@ -7,6 +7,7 @@ unknown keys so a typo is reported (with its line) instead of silently ignored.
 from __future__ import annotations
 
 import re
+import weakref
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator, model_validator
@@ -64,6 +65,9 @@ def _coerce_command(v: object) -> object:
     if isinstance(v, list):
         return [str(x).lower() if isinstance(x, bool) else str(x) if isinstance(x, int | float) else x for x in v]
     return v
+
+
+_RESOLVED: dict[int, dict[str, Variant]] = {}  # id of a Step -> its resolved variants (Step.resolved_variants)
 
 
 class Variant(SpecModel):
@@ -308,7 +312,16 @@ class Step(SpecModel):
         """Every step as named variants; a single-image step has one called 'default'.
 
         Step-level ``env`` and ``node_selector`` apply to every variant (a variant's own
-        keys win)."""
+        keys win).  Worked out once a step (it is frozen): the planner, the dispatch, the
+        checks and the cache key each ask, several times a step of a 10,000-step run."""
+        known = _RESOLVED.get(id(self))
+        if known is None:
+            known = _RESOLVED[id(self)] = self._resolve_variants()
+            # the entry goes with the step, before its id can be another object's
+            weakref.finalize(self, _RESOLVED.pop, id(self), None)
+        return dict(known)
+
+    def _resolve_variants(self) -> dict[str, Variant]:
         if self.variants is not None:
             if not self.env and not self.node_selector:
                 return dict(self.variants)

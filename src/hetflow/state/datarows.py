@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING
 
-from hetflow.state.models import CacheEntry, OutputRecord
+from hetflow.state.models import CachedResult, CacheEntry, OutputRecord
 
 
 def _now() -> float:
@@ -104,21 +105,32 @@ class DataRows:
     def cache_step(self, run_id: str, step: str, variant: str, outputs: list[OutputRecord], reason: str) -> None:
         """The step's result came from the cache: record its outputs, and the step succeeded
         with no attempt."""
-        now = _now()
+        self.cache_steps(run_id, [CachedResult(step, variant, tuple(outputs), reason, "", _now())])
+
+    def cache_steps(self, run_id: str, results: Sequence[CachedResult]) -> None:
+        """Record many steps taken from the cache in one transaction (a cached rerun of
+        thousands of steps pays one commit, not two a step): each step's outputs, the step
+        succeeded (if it was still pending or waiting) with its event, and each entry's last
+        use.  The rows are those ``cache_step`` writes for one."""
+        if not results:
+            return
         with self._tx() as db:
-            db.execute("DELETE FROM outputs WHERE run_id = ? AND step = ?", (run_id, step))
+            db.executemany("DELETE FROM outputs WHERE run_id = ? AND step = ?", [(run_id, r.step) for r in results])
             db.executemany(
                 "INSERT INTO outputs VALUES (?, ?, ?, ?, ?, ?)",
-                [(o.run_id, o.step, o.name, o.sha256, o.size, o.path) for o in outputs],
+                [(o.run_id, o.step, o.name, o.sha256, o.size, o.path) for r in results for o in r.outputs],
             )
-            db.execute(
+            db.executemany(
                 "UPDATE steps SET state = 'succeeded', variant = ?, started = ?, ended = ?, exit_code = 0, reason = ?"
                 " WHERE run_id = ? AND step = ? AND state IN ('pending', 'waiting')",
-                (variant, now, now, reason, run_id, step),
+                [(r.variant, r.time, r.time, r.reason, run_id, r.step) for r in results],
             )
-            db.execute(
+            db.executemany(
                 "INSERT INTO events (run_id, step, time, kind, message) VALUES (?, ?, ?, 'succeeded', ?)",
-                (run_id, step, now, reason),
+                [(run_id, r.step, r.time, r.reason) for r in results],
+            )
+            db.executemany(
+                "UPDATE cache_entries SET used = ? WHERE key = ?", [(r.time, r.key) for r in results if r.key]
             )
 
     # --- remembered file hashes -----------------------------------------------------------

@@ -216,6 +216,19 @@ class CacheEntry:
 
 
 @dataclass(frozen=True)
+class CachedResult:
+    """A step whose result was taken from the cache, to be recorded (``Store.cache_steps``):
+    its outputs, the step succeeded with ``reason`` at ``time``, and entry ``key`` used."""
+
+    step: str
+    variant: str
+    outputs: tuple[OutputRecord, ...]
+    reason: str
+    key: str
+    time: float
+
+
+@dataclass(frozen=True)
 class PublishRecord:
     """What hetflow published at one target (``execute.data.publish``): the file a later run of
     the same workflow may replace, as long as its content is still ``sha256``."""

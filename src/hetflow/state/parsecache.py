@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from hetflow.spec import LoadedWorkflow, Origin
 
 PARSE_CACHE_MIN_BYTES = 256 * 1024  # about 1,000 steps: below that, parsing is quicker than the cache
+PARSE_CACHE_MIN_STEPS = 1000  # a smaller file whose fan-outs expand to this many steps is kept too
 NO_PARSE_CACHE_ENV = "HETFLOW_NO_PARSE_CACHE"  # set (to anything): always parse (bench/loader.py's cold figures)
 _KEEP = 32
 
@@ -41,8 +42,10 @@ def load_workflow_cached(
     includes: Mapping[str, str] | None = None,
     origins: Mapping[str, Origin] | None = None,
 ) -> LoadedWorkflow:
-    """``hetflow.spec.load_workflow``, with files of ``PARSE_CACHE_MIN_BYTES`` or more kept
-    parsed under ``home`` (default ``hetflow_home()``) and read back when nothing changed.
+    """``hetflow.spec.load_workflow``, with files of ``PARSE_CACHE_MIN_BYTES`` or more, and
+    smaller ones that expand to ``PARSE_CACHE_MIN_STEPS`` steps or more (``matrix``, ``range``:
+    a few lines, thousands of steps), kept parsed under ``home`` (default ``hetflow_home()``)
+    and read back when nothing changed.
     ``includes``: a run's recorded include texts (``LoadedWorkflow.includes``), read instead
     of the files; such a parse is not kept (its key would be the files').
     ``origins``: where each override was written (``hetflow.spec.Origin``; default ``-p``)."""
@@ -53,9 +56,10 @@ def load_workflow_cached(
     base = base or p.resolve().parent
     if includes:
         return parse_workflow(text, str(p), overrides, base=base, includes=includes, origins=origins)
-    if len(text) >= PARSE_CACHE_MIN_BYTES and not os.environ.get(NO_PARSE_CACHE_ENV):
-        return _load_kept(text, str(p), overrides, base, (home or hetflow_home()) / "cache" / "specs", origins or {})
-    return parse_workflow(text, str(p), overrides, base=base, origins=origins)
+    if os.environ.get(NO_PARSE_CACHE_ENV):
+        return parse_workflow(text, str(p), overrides, base=base, origins=origins)
+    folder = (home or hetflow_home()) / "cache" / "specs"
+    return _load_kept(text, str(p), overrides, base, folder, origins or {}, big=len(text) >= PARSE_CACHE_MIN_BYTES)
 
 
 @functools.cache
@@ -76,10 +80,13 @@ def _load_kept(
     base: Path,
     folder: Path,
     origins: Mapping[str, Origin],
+    *,
+    big: bool,
 ) -> LoadedWorkflow:
     """The parse kept in ``folder`` for this text, path, params and includes, else a fresh
-    parse that is then kept.  Anything wrong with the kept copy means a parse; a failed
-    parse is never kept."""
+    parse that is then kept if the text is ``big`` or it has ``PARSE_CACHE_MIN_STEPS`` steps
+    (a small file without a kept copy costs a hash of its text and a failed open).  Anything
+    wrong with the kept copy means a parse; a failed parse is never kept."""
     from hetflow.spec import LoadedWorkflow, no_cyclic_gc, parse_workflow
 
     key = hashlib.sha256(
@@ -104,6 +111,8 @@ def _load_kept(
     except (OSError, pickle.PickleError, EOFError, ValueError, TypeError, AttributeError):
         pass
     loaded = parse_workflow(text, file, overrides, base=base, origins=origins)
+    if not big and len(loaded.workflow.steps) < PARSE_CACHE_MIN_STEPS:
+        return loaded
     includes = [(i, _digest_of(Path(i))) for i in loaded.workflow.include]
     with contextlib.suppress(OSError, pickle.PickleError):
         folder.mkdir(parents=True, exist_ok=True)

@@ -341,6 +341,13 @@ class Store(AttemptRows, Leases, Pages, DataRows, PublishRows, SlowdownRows):
         rows = self._db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY ord", (run_id,)).fetchall()
         return [_step(r) for r in rows]
 
+    def progress_counts(self, run_id: str) -> tuple[int, int]:
+        """(steps, succeeded steps) of the run: a cheap sign that something became ready."""
+        row = self._db.execute(
+            "SELECT COUNT(*), COALESCE(SUM(state = 'succeeded'), 0) FROM steps WHERE run_id = ?", (run_id,)
+        ).fetchone()
+        return int(row[0]), int(row[1])
+
     def step(self, run_id: str, step: str) -> StepRecord:
         row = self._db.execute("SELECT * FROM steps WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
         if row is None:
@@ -425,7 +432,7 @@ def _step(r: sqlite3.Row) -> StepRecord:
         state=r["state"],
         variant=r["variant"],
         node=r["node"],
-        gpus=tuple(json.loads(r["gpus"])),
+        gpus=() if r["gpus"] == "[]" else tuple(json.loads(r["gpus"])),  # most steps: no GPU, no parse
         attempts=r["attempts"],
         exit_code=r["exit_code"],
         started=r["started"],

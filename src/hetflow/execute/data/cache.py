@@ -21,7 +21,8 @@ content-addressed.  Objects and a run's outputs never share an inode (issue 22: 
 let a user editing one run's output in place, with an editor that writes in place or ``>>``,
 change the cache object and every other run's output linked to it; a read-only hard link
 does not stop that, its owner may chmod it): each is its own copy, a reflink where the file
-system can clone (btrfs, XFS: no bytes copied, copy-on-write) and a plain copy elsewhere.
+system can clone (btrfs, XFS: no bytes copied, copy-on-write) and a plain copy elsewhere
+(a restored object of up to ``SMALL`` bytes is written from the bytes read to verify it).
 A hit is verified before use: an object deleted or changed makes the entry go and the step run.
 """
 
@@ -32,6 +33,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -43,6 +45,7 @@ from hetflow.spec import DATA_PREFIX, Step, Variant, fanout_parent
 from hetflow.state import CacheEntry, OutputRecord, Store
 
 KEY_VERSION = 1
+SMALL = 1 << 20  # bytes: an object up to this size is read once on restore (verified, then written)
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int), the ioctl behind `cp --reflink`
 
 
@@ -57,6 +60,17 @@ def clone_or_copy(src: Path, dest: Path) -> None:
         except OSError:
             pass  # not supported here (ext4, tmpfs, overlay, across file systems): copy
     shutil.copyfile(src, dest)
+
+
+def _new_folder(path: str) -> bool:
+    """Make the folder ``path`` (and its parents); whether it is new (False: it was there)."""
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return False
+    except FileNotFoundError:
+        os.makedirs(path)
+    return True
 
 
 @dataclass(frozen=True)
@@ -145,6 +159,7 @@ class ResultCache:
     def __init__(self, store: Store, root: Path) -> None:
         self.store, self.root = store, root
         self.objects = root / "objects"
+        self._objects = os.fspath(self.objects)
 
     def object_path(self, sha256: str) -> Path:
         return self.objects / sha256[:2] / sha256
@@ -202,47 +217,99 @@ class ResultCache:
     def lookup(self, key: Key) -> CacheEntry | None:
         return self.store.cache_entry(key.digest)
 
-    def restore(self, entry: CacheEntry, run_id: str, step: str, final: Path) -> list[OutputRecord] | None:
+    def restore(
+        self, entry: CacheEntry, run_id: str, step: str, final: Path, touch: bool = True
+    ) -> list[OutputRecord] | None:
         """Put the entry's outputs in ``final`` (verified first); None, and the entry dropped,
-        when an object is gone or changed."""
+        when an object is gone or changed.  ``touch`` False: the caller records the entry's
+        use itself (``Store.cache_steps``, many at once).  Paths are strings here: a cached
+        rerun restores thousands of entries, and pathlib's objects cost more than the system
+        calls."""
         manifest = json.loads(entry.outputs_json)
+        small: dict[str, bytes] = {}  # a small object's bytes, read once: verified, then written
         for out in manifest:
             for _rel, sha, size in out["files"]:
-                obj = self.object_path(sha)
-                if not obj.is_file() or obj.stat().st_size != size or sha256_file(obj) != sha:
+                sound, data = self._verify(sha, size)
+                if not sound:
                     self.store.drop_cache_entry(entry.key)
                     return None
-        staging = final.with_name(final.name + ".cache")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
+                if data is not None:
+                    small[sha] = data
+        done = os.fspath(final)
+        staging, trash = done + ".cache", done + ".old"
+        fresh = _new_folder(os.path.dirname(done))
+        if fresh:  # nothing of the step here yet (a new run): write in place, nothing to swap
+            staging = done
+        elif os.path.lexists(staging):  # left by a restore that was interrupted
+            shutil.rmtree(staging, ignore_errors=True)
+        os.mkdir(staging)
         records = []
         for out in manifest:
-            target = staging / out["name"]
-            target.parent.mkdir(parents=True, exist_ok=True)
+            target = os.path.join(staging, out["name"])
+            if "/" in out["name"]:
+                os.makedirs(os.path.dirname(target), exist_ok=True)
             if out["dir"]:
-                target.mkdir(exist_ok=True)
+                os.makedirs(target, exist_ok=True)
             for rel, sha, _size in out["files"]:
-                dest = target / rel if rel else target
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                self._place(self.object_path(sha), dest)
+                dest = os.path.join(target, rel) if rel else target
+                if "/" in rel:
+                    os.makedirs(os.path.dirname(dest), exist_ok=True)
+                self._place(self._object(sha), dest, small.get(sha))
             records.append(
                 OutputRecord(run_id, step, out["name"], out["sha256"], out["size"], str(final / out["name"]))
             )
-        trash = final.with_name(final.name + ".old")
-        if final.exists():
-            shutil.rmtree(trash, ignore_errors=True)
-            os.replace(final, trash)
-        os.replace(staging, final)
-        shutil.rmtree(trash, ignore_errors=True)
-        self.store.touch_cache_entry(entry.key)
+        if not fresh:
+            if os.path.lexists(done):
+                shutil.rmtree(trash, ignore_errors=True)
+                os.replace(done, trash)
+            os.replace(staging, done)
+            if os.path.lexists(trash):
+                shutil.rmtree(trash, ignore_errors=True)
+        if touch:
+            self.store.touch_cache_entry(entry.key)
         return records
 
+    def _object(self, sha256: str) -> str:
+        """``object_path`` as a string."""
+        return os.path.join(self._objects, sha256[:2], sha256)
+
+    def _verify(self, sha: str, size: int) -> tuple[bool, bytes | None]:
+        """Whether the object is a file of ``size`` bytes whose sha256 is ``sha``; with its
+        bytes when it is small (``SMALL``), so that placing it reads it no second time."""
+        try:
+            fd = os.open(self._object(sha), os.O_RDONLY)
+        except OSError:
+            return False, None
+        with os.fdopen(fd, "rb") as f:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode) or st.st_size != size:
+                return False, None
+            if size <= SMALL:
+                data = os.read(fd, size + 1)  # one read: a regular file gives what it has
+                return len(data) == size and hashlib.sha256(data).hexdigest() == sha, data
+            h = hashlib.sha256()
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+            return h.hexdigest() == sha, None
+
     @staticmethod
-    def _place(obj: Path, dest: Path) -> None:
+    def _place(obj: str, dest: str, data: bytes | None = None) -> None:
         """The run's own copy of an object (a reflink where possible), writable by its owner
-        as a step's outputs are: editing it changes neither the object nor another run."""
-        clone_or_copy(obj, dest)
-        os.chmod(dest, 0o644)
+        as a step's outputs are: editing it changes neither the object nor another run.  A
+        small object's bytes already read (``data``) are written as they are: a file of its
+        own all the same, and a few system calls instead of a clone attempt and a copy."""
+        if data is None:
+            clone_or_copy(Path(obj), Path(dest))
+            os.chmod(dest, 0o644)
+            return
+        fd = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            os.fchmod(fd, 0o644)  # whatever the umask, as the copy's chmod
+        finally:
+            os.close(fd)
 
     def prune(self, older_than: float | None) -> tuple[int, int]:
         """Drop entries last used before ``older_than`` (all when None) and the objects no
