@@ -66,8 +66,10 @@ def chain_workflow(n: int) -> str:
 
 
 def fanout_workflow(n: int, batch: int = 0) -> str:
-    """bench.scale's workload; ``batch`` > 0 adds ``batch: B`` to the fan-out step."""
-    packed = f"    batch: {batch}\n" if batch else ""
+    """bench.scale's workload; ``batch`` > 0 adds ``batch: B`` to the fan-out step, 0 says
+    ``batch: false`` (a container per item, as before issue 26: 2,000 short items would
+    otherwise be batched by hetflow unasked)."""
+    packed = f"    batch: {batch}\n" if batch else "    batch: false\n"
     return f"""apiVersion: hetflow/v1
 name: fanout
 steps:
