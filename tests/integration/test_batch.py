@@ -5,7 +5,6 @@ or run twice; a stop keeps what the batch had finished."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from pathlib import Path
@@ -97,6 +96,7 @@ def test_kill_9_during_a_batch_then_resume_loses_no_item_and_runs_none_twice(hf:
     assert data["state"] == "succeeded"
     attempts = _attempts(hf, run_id)
     assert [len(attempts[f"work.{i}"]) for i in range(12)] == [1] * 12  # none launched again
+    assert all(attempts[f"work.{i}"][0].container.endswith("-batch") for i in range(12))  # 4 batches of 3
     workdir = Path(data["workdir"])
     ran = [p.name for p in (workdir / "batches").glob("*/rc/*")]
     assert sorted(ran) == sorted(f"work.{i}.1" for i in range(12))  # each item ran once, in its batch
@@ -104,16 +104,15 @@ def test_kill_9_during_a_batch_then_resume_loses_no_item_and_runs_none_twice(hf:
 
 
 def test_stop_during_a_batch_keeps_the_items_it_finished(hf: Hetflow, tmp_path: Path) -> None:
+    # 16 items on 4 free slots: 4 batches of 4; only items 0 and 1 end before the stop
     cmd = "if [ {{ item }} -ge 2 ]; then sleep 60; fi; echo {{ item }} > /out/o.txt"
-    run_id = hf("run", "-d", _workflow(tmp_path, items="{range: 4}", cmd=cmd, batch="4")).stdout.strip()
+    run_id = hf("run", "-d", _workflow(tmp_path, items="{range: 16}", cmd=cmd, batch="4")).stdout.strip()
     hf.wait_for(lambda: hf.step_states(run_id).get("work.1") == "succeeded", timeout=120)
     hf("stop", run_id, "--grace", "0")
     states = hf.step_states(run_id)
-    assert (states["work.0"], states["work.1"], states["work.2"], states["work.3"]) == (
-        "succeeded",
-        "succeeded",
-        "stopped",
-        "stopped",
-    )
-    events = json.loads(hf("show", run_id, "--json").stdout)
-    assert events["state"] == "stopped"
+    assert (states["work.0"], states["work.1"]) == ("succeeded", "succeeded")
+    assert {states[f"work.{i}"] for i in range(2, 16)} == {"stopped"}
+    attempts = _attempts(hf, run_id)
+    assert attempts["work.1"][0].container == attempts["work.2"][0].container  # stopped in the same batch
+    assert attempts["work.1"][0].container.endswith("-batch")
+    assert hf.show(run_id)["state"] == "stopped"
