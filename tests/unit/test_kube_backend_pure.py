@@ -300,3 +300,36 @@ def test_a_pod_not_yet_started_always_says_why(p: dict[str, Any], reason: str) -
     container has not started must never read so (its start would be the executor's clock)."""
     s = pod_state("j", p)
     assert (s.running, s.status, s.reason, s.started) == (True, "PENDING", reason, None)
+
+
+def test_a_gang_let_go_whose_pods_are_not_made_yet_keeps_its_room() -> None:
+    """The admission race seen in the suite: gang A un-suspended at one poll, its pods not made
+    yet at the next; its room must still count, or gang B is admitted over it."""
+    from hetflow.execute.backends.kubernetes.admission import fits, free_room
+    from hetflow.execute.backends.kubernetes.backend import starting
+
+    gpu_pod = {"containers": [{"resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "1"}}}]}
+
+    def gang(name: str, **extra: Any) -> dict[str, Any]:
+        meta = {"name": name, **extra.pop("metadata", {})}
+        return {"metadata": meta, "spec": {"completions": 3, "template": {"spec": gpu_pod}, **extra}}
+
+    a = gang("a")
+    jobs = [
+        a,
+        gang("held", suspend=True),
+        {**gang("done"), "status": {"conditions": [{"type": "Complete", "status": "True"}]}},
+        gang("going", metadata={"deletionTimestamp": "2026-11-27T00:00:00Z"}),
+        gang("full"),
+    ]
+    pods = {"a": [{"metadata": {"name": "a-0"}}], "full": [{}, {}, {}]}
+    assert [(j["metadata"]["name"], n) for j, n in starting(jobs, pods)] == [("a", 2)]
+    nodes = [{"metadata": {"name": "n"}, "status": {"allocatable": {"nvidia.com/gpu": "4", "cpu": "16"},
+              "conditions": [{"type": "Ready", "status": "True"}]}}]  # fmt: skip
+    running = [{"metadata": {"name": "a-0"}, "spec": {"nodeName": "n", **gpu_pod}, "status": {"phase": "Running"}}]
+    need = {"nvidia.com/gpu": 1.0, "cpu": 1.0}
+    room = free_room(nodes, running)
+    assert fits({k: dict(v) for k, v in room.items()}, need, 3, ())  # a's missing pods not counted: B fits
+    for _, missing in starting(jobs, pods):
+        fits(room, need, missing, ())
+    assert not fits(room, need, 3, ())  # counted: one GPU left, B waits

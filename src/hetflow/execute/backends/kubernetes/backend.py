@@ -184,7 +184,7 @@ class KubernetesBackend:
         for p in pods:
             by_job.setdefault(p["metadata"].get("labels", {}).get(LABEL_JOB, ""), []).append(p)
         held = [j for j in jobs if j.get("spec", {}).get("suspend") and not j["metadata"].get("deletionTimestamp")]
-        admitted = self._admit(held) if held else set()
+        admitted = self._admit(held, starting(jobs, by_job)) if held else set()
         waiting = {j["metadata"]["name"] for j in held}
         out: dict[str, JobState] = {}
         for j in jobs:
@@ -207,14 +207,20 @@ class KubernetesBackend:
                 out.setdefault(name, state)
         return out
 
-    def _admit(self, held: list[dict[str, Any]]) -> set[str]:
-        """Un-suspend the held gangs that fit now, oldest first (``admission``); their names."""
+    def _admit(self, held: list[dict[str, Any]], starting: list[tuple[dict[str, Any], int]]) -> set[str]:
+        """Un-suspend the held gangs that fit now, oldest first (``admission``); their names.
+        ``starting``: Jobs let go whose pods the job controller has not all made yet, with how
+        many it has not: their room is taken first (else a gang admitted at the last poll, its
+        pods not there yet, left room for another to be admitted over it)."""
         api = self.api
         try:
             every_pod = api.items("/api/v1/pods")
         except Forbidden:  # a user of one namespace: its own pods are what it can count
             every_pod = api.items(api.ns("pods"))
         room = free_room(api.items("/api/v1/nodes"), every_pod)
+        for j, missing in starting:
+            template = j["spec"]["template"]["spec"]
+            fits(room, pod_requests(template), missing, allowed_nodes(template))
         admitted = set()
         for j in sorted(held, key=lambda j: str(j["metadata"].get("creationTimestamp", ""))):
             template = j["spec"]["template"]["spec"]
@@ -331,3 +337,19 @@ class KubernetesBackend:
             except (NotFound, Forbidden):
                 raise Forbidden(f"cannot create NetworkPolicy {NETWORK_POLICY}") from None
         self._policy_made = True
+
+
+def starting(jobs: list[dict[str, Any]], pods: dict[str, list[Any]]) -> list[tuple[dict[str, Any], int]]:
+    """Jobs running (not suspended, not ended, not going) with fewer pods than completions, and how
+    many pods each still lacks."""
+    out = []
+    for j in jobs:
+        spec, status = j.get("spec", {}), j.get("status", {})
+        conditions = status.get("conditions") or ()
+        ended = any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed") for c in conditions)
+        if spec.get("suspend") or ended or j["metadata"].get("deletionTimestamp"):
+            continue
+        missing = int(spec.get("completions", 1)) - len(pods.get(j["metadata"]["name"], []))
+        if missing > 0:
+            out.append((j, missing))
+    return out
