@@ -44,6 +44,7 @@ from bench.overhead import (
     runc_bundle,
     timed,
     trivial_workflow,
+    write_recorder,
 )
 from hetflow.config import engine_env, find_engine
 
@@ -60,18 +61,7 @@ def record(wf: Path, home: Path, podman: str) -> list[list[str]]:
     shim_dir.mkdir(parents=True, exist_ok=True)
     kept.mkdir(exist_ok=True)
     shim = shim_dir / "podman"
-    shim.write_text(
-        '#!/bin/bash\nargs=("$@")\n'
-        "for ((k = 0; k < ${#args[@]}; k++)); do\n"
-        '  if [ "${args[k]}" = "--env-file" ]; then\n'
-        '    f="${args[k+1]}"; keep="' + str(kept) + '/$(basename "$(dirname "$f")").env"\n'
-        '    cp "$f" "$keep" && args[k+1]="$keep"\n'
-        "  fi\n"
-        "done\n"
-        f'line=$(printf "%q " "${{args[@]}}")\nprintf "%s\\n" "$line" >> {shlex.quote(str(log))}\n'
-        f'exec {shlex.quote(podman)} "$@"\n'
-    )
-    shim.chmod(0o755)
+    write_recorder(shim, kept, log, podman)
     env = {**os.environ, "HETFLOW_HOME": str(home / "h"), "HETFLOW_ENGINE": str(shim), "HETFLOW_OCI_RUNTIME": "runc"}
     timed(hetflow_cmd("run", "-q", "--no-cache", str(wf)), env=env)
     runs = [a for a in (shlex.split(line) for line in log.read_text().splitlines()) if run_at(a) >= 0]

@@ -55,6 +55,24 @@ ROOT = Path(__file__).resolve().parent.parent
 MEMORY = 512 * 1024 * 1024  # hetflow's default request for a step that names none
 
 
+def write_recorder(shim: Path, kept: Path, log: Path, podman: str) -> None:
+    """An engine shim that appends each call's arguments to ``log`` (one write a call), keeps a
+    copy in ``kept`` of each ``--env-file`` (hetflow removes it once the container exists) and
+    points the arguments at the copy, then runs ``podman``."""
+    shim.write_text(
+        '#!/bin/bash\nargs=("$@")\n'
+        "for ((k = 0; k < ${#args[@]}; k++)); do\n"
+        '  if [ "${args[k]}" = "--env-file" ]; then\n'
+        '    f="${args[k+1]}"; keep="' + str(kept) + '/$(basename "$(dirname "$f")").env"\n'
+        '    cp "$f" "$keep" && args[k+1]="$keep"\n'
+        "  fi\n"
+        "done\n"
+        f'line=$(printf "%q " "${{args[@]}}")\nprintf "%s\\n" "$line" >> {shlex.quote(str(log))}\n'
+        f'exec {shlex.quote(podman)} "$@"\n'
+    )
+    shim.chmod(0o755)
+
+
 def timed(cmd: list[str], env: dict[str, str] | None = None, cwd: Path | None = None) -> float:
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, env=env, cwd=cwd, capture_output=True, text=True, check=False)
@@ -89,18 +107,7 @@ def recorded_runs(wf: Path, home: Path, podman: str) -> list[list[str]]:
     # exists: the shim keeps a copy for the loop's replay (the same variables, read alike)
     kept = home / "env"
     kept.mkdir(exist_ok=True)
-    shim.write_text(
-        '#!/bin/bash\nargs=("$@")\n'
-        "for ((k = 0; k < ${#args[@]}; k++)); do\n"
-        '  if [ "${args[k]}" = "--env-file" ]; then\n'
-        '    f="${args[k+1]}"; keep="' + str(kept) + '/$(basename "$(dirname "$f")").env"\n'
-        '    cp "$f" "$keep" && args[k+1]="$keep"\n'
-        "  fi\n"
-        "done\n"
-        f'line=$(printf "%q " "${{args[@]}}")\nprintf "%s\\n" "$line" >> {shlex.quote(str(log))}\n'
-        f'exec {shlex.quote(podman)} "$@"\n'
-    )
-    shim.chmod(0o755)
+    write_recorder(shim, kept, log, podman)
     env = {**os.environ, "HETFLOW_HOME": str(home / "recording"), "HETFLOW_ENGINE": str(shim)}
     timed(hetflow_cmd("run", "-q", "--no-cache", str(wf)), env=env)
     runs = []

@@ -28,29 +28,15 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.loader import generate
+from bench.loader import generate, median_time
+from bench.scale import pct
 
 ROOT = Path(__file__).resolve().parent.parent
 HETERO16 = ROOT / "examples" / "clusters" / "hetero-16.yaml"
-
-
-def median_time(fn: Callable[[], object], rounds: int) -> float:
-    times = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
-def pct(xs: list[float], q: float) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
 def _process(args: list[str], env: dict[str, str], check: bool = True) -> float:
