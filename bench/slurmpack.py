@@ -23,20 +23,10 @@ from pathlib import Path
 
 import yaml
 from demo.images import TINY_IMAGE, build_tiny_image
+from demo.slurm_cluster import CLUSTER_FILE as CLUSTER
 from demo.slurm_cluster import LocalSlurm, cluster_running, start_cluster, stop_cluster
 
 from hetflow.errors import EngineError
-
-CLUSTER = """apiVersion: hetflow/v1
-kind: Cluster
-name: local-slurm
-bandwidth: 10Gbit/s
-nodeTypes:
-  - {name: hf-a100, count: 1, cores: 2, memory: 3Gi, price: 4.0,
-     gpus: {model: NVIDIA A100-SXM4-40GB, count: 2, memory: 40Gi, computeCapability: "8.0"}}
-  - {name: hf-t4, count: 1, cores: 2, memory: 3Gi, price: 0.8,
-     gpus: {model: Tesla T4, count: 1, memory: 16Gi, computeCapability: "7.5"}}
-"""
 
 
 def workflow(items: int, batch: int, image: str) -> str:

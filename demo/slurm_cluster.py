@@ -67,6 +67,19 @@ DEFAULT_NODES = (
 )
 
 
+# the hetflow cluster file describing DEFAULT_NODES (node type = node name; the planner places on it)
+CLUSTER_FILE = """apiVersion: hetflow/v1
+kind: Cluster
+name: local-slurm
+bandwidth: 10Gbit/s
+nodeTypes:
+  - {name: hf-a100, count: 1, cores: 2, memory: 3Gi, price: 4.0,
+     gpus: {model: NVIDIA A100-SXM4-40GB, count: 2, memory: 40Gi, computeCapability: "8.0"}}
+  - {name: hf-t4, count: 1, cores: 2, memory: 3Gi, price: 0.8,
+     gpus: {model: Tesla T4, count: 1, memory: 16Gi, computeCapability: "7.5"}}
+"""
+
+
 @dataclass(frozen=True)
 class LocalSlurm:
     base: Path

@@ -10,23 +10,13 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from demo.slurm_cluster import CLUSTER_FILE as CLUSTER
 from demo.slurm_cluster import LocalSlurm
 
 from tests.integration.hfkit import BUSYBOX, Hetflow, write
 from tests.integration.racechain import REPEATS, SLURM_POLL, run_chain
 from tests.integration.slurm_fixture import slurm_cluster, slurm_config  # noqa: F401  (module fixture)
 from tests.integration.test_data_fanout import check_cluster_fan
-
-CLUSTER = """apiVersion: hetflow/v1
-kind: Cluster
-name: local-slurm
-bandwidth: 10Gbit/s
-nodeTypes:
-  - {name: hf-a100, count: 1, cores: 2, memory: 3Gi, price: 4.0,
-     gpus: {model: NVIDIA A100-SXM4-40GB, count: 2, memory: 40Gi, computeCapability: "8.0"}}
-  - {name: hf-t4, count: 1, cores: 2, memory: 3Gi, price: 0.8,
-     gpus: {model: Tesla T4, count: 1, memory: 16Gi, computeCapability: "7.5"}}
-"""
 
 WORKFLOW = f"""apiVersion: hetflow/v1
 name: slurmdag
