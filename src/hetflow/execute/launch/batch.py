@@ -11,14 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetflow.errors import HetflowError
-from hetflow.execute.attempts import SUBMITTED, Active
+from hetflow.execute.attempts import Active
 from hetflow.execute.backends.base import Job
 from hetflow.execute.batching import Item, Policy, batch_name, batch_spec, same_container, write_batch
 from hetflow.execute.dispatch import Decision, LocalDispatch
 from hetflow.execute.launch.container import build_spec
 from hetflow.execute.launch.launcher import Launch, Launcher
 from hetflow.spec import Step, Workflow, fanout_parent
-from hetflow.state import QUEUED_PREFIX, RUNNING, AttemptStarted, StepRecord
+from hetflow.state import StepRecord
 
 
 @dataclass(frozen=True)
@@ -187,12 +187,6 @@ def launch_batch(lr: Launcher, chunk: Sequence[Deferred], vname: str, why: str) 
         for act in acts:
             lr.attempts.fail(act, None, str(exc))
         return left
-    queued = lr.backend.capabilities.queues
     for act in acts:
-        if queued:
-            act.waiting = SUBMITTED
-        reason = {"reason": f"{QUEUED_PREFIX}{SUBMITTED}"} if queued else {}
-        lr.store.set_step(lr.run_id, act.step, state=RUNNING, **reason)
-        lr.store.set_attempt(lr.run_id, act.step, act.attempt, state=RUNNING)
-        lr.attempts.emit(AttemptStarted(0, lr.run_id, now, f"{name} submitted", act.step, act.attempt, name))
+        lr.submitted(act, now)
     return left

@@ -141,15 +141,21 @@ class Launcher:
         except HetflowError as exc:
             self.attempts.fail(act, None, str(exc))
             return
-        if self.backend.capabilities.queues:
-            # queued until the engine's first answer says otherwise (note_wait on the next poll)
-            act.waiting = SUBMITTED
-            self.store.set_step(self.run_id, name, state=RUNNING, reason=f"{QUEUED_PREFIX}{SUBMITTED}")
-        else:
-            self.store.set_step(self.run_id, name, state=RUNNING)
-        self.store.set_attempt(self.run_id, name, attempt, state=RUNNING)
+        self.submitted(act, now)
         self.attempts.watch_gpus(act)
-        self.attempts.emit(AttemptStarted(0, self.run_id, now, f"{container} submitted", name, attempt, container))
+
+    def submitted(self, act: Active, now: float) -> None:
+        """The engine took the attempt's job: the step runs (or, with a queueing engine, is
+        queued until the engine's first answer says otherwise: note_wait on the next poll)."""
+        if self.backend.capabilities.queues:
+            act.waiting = SUBMITTED
+            self.store.set_step(self.run_id, act.step, state=RUNNING, reason=f"{QUEUED_PREFIX}{SUBMITTED}")
+        else:
+            self.store.set_step(self.run_id, act.step, state=RUNNING)
+        self.store.set_attempt(self.run_id, act.step, act.attempt, state=RUNNING)
+        self.attempts.emit(
+            AttemptStarted(0, self.run_id, now, f"{act.container} submitted", act.step, act.attempt, act.container)
+        )
 
     def _containers(self, go: Launch) -> tuple[ContainerSpec, tuple[ContainerSpec, ...]]:
         """The attempt's staging folder made, its container built, and a gang's replicas."""
