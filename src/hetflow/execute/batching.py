@@ -33,7 +33,7 @@ from pathlib import Path
 
 from hetflow.execute.backends.base import JobState
 from hetflow.execute.data.paths import RunPaths, container_name
-from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP, ContainerSpec, Mount
+from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_STEP, ContainerSpec, Mount
 from hetflow.spec import AUTO_BATCH, AUTO_MAX_ESTIMATE, AUTO_MIN_ITEMS, Batch, Step, Workflow, fanout_parent
 from hetflow.state import Store
 
@@ -164,14 +164,13 @@ def batch_spec(first: ContainerSpec, name: str, folder: Path, step: str) -> Cont
     mounts = [m for m in first.mounts if m.target != "/out"]
     mounts += [Mount(str(folder / "scratch"), "/out", read_only=False), Mount(str(folder), MOUNT, read_only=False)]
     env = {k: v for k, v in first.env.items() if k not in PER_ITEM_ENV}
-    labels = {**first.labels, LABEL_STEP: step, LABEL_ATTEMPT: "1"}
     return replace(
         first,
         name=name,
         entrypoint=("sh",),  # the image's own ENTRYPOINT would be handed the entry as arguments
         command=(f"{MOUNT}/run",),
         env=env,
-        labels={**labels, LABEL_RUN: first.labels.get(LABEL_RUN, "")},
+        labels={**first.labels, LABEL_STEP: step, LABEL_ATTEMPT: "1"},  # the run's label as the items'
         mounts=tuple(mounts),
         log_path=str(folder / "batch.log"),
     )
