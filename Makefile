@@ -9,7 +9,7 @@ APT_PACKAGES := podman runc crun busybox-static debootstrap python3-venv python3
 	netavark aardvark-dns iptables openssh-client chromium chromium-driver containerd containernetworking-plugins iproute2
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 
-.PHONY: deps install kube demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit
+.PHONY: deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -82,6 +82,11 @@ demo-ray: install images  ## a local Ray cluster of two nodes runs circuit
 kube:
 	tools/kube/build
 
+# CRIU 4.1.1 (Debian 12's 3.17 fails on this kernel: tools/build-criu says why) as
+# $(VENV)/libexec/hetflow/criu, where hetflow looks for it (checkpoint: on a step).
+criu:
+	tools/build-criu $(VENV)
+
 demo-kubernetes: install images kube  ## a local Kubernetes control plane: kwok GPU nodes planned on, then circuit as real pods on a kubelet
 	$(PY) -m demo.kube_demo
 
@@ -99,7 +104,7 @@ lint: install
 unit: install
 	$(PY) -m pytest tests/unit -q
 
-integration: install
+integration: install criu
 	$(PY) -m pytest tests/integration -q
 
 # `make test` (and `make unit`) run the short fuzz (5,000 cases) and the input suite; this
@@ -108,7 +113,7 @@ fuzz: install
 	HETFLOW_FUZZ_EXAMPLES=$${HETFLOW_FUZZ_EXAMPLES:-12000} $(PY) -m pytest tests/unit/test_fuzz_input.py \
 		tests/unit/test_input_hostile.py -q --timeout=1800 --hypothesis-show-statistics
 
-test: install lint kube
+test: install lint kube criu
 	$(PY) -m pytest tests -q -ra
 
 # kill -9 of every hetflow process of a 200-step run at 20 seeded random points, each followed
