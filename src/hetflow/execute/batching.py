@@ -101,9 +101,10 @@ class Policy:
     def of(self, name: str, step: Step) -> Batch | None:
         """The step's batching, None when it runs in a container of its own: not an item of
         a fan-out, ``batch: false``, or short of what a batch needs (one command run by
-        ``sh``, no gang, no GPUs, no secrets: a secret never goes into a file)."""
+        ``sh``, no gang, no GPUs, no secrets: a secret never goes into a file; no checkpoint:
+        one is of one container's processes)."""
         parent = fanout_parent(name)
-        if parent is None or step.batch is False or step.replicas > 1 or step.secrets:
+        if parent is None or step.batch is False or step.replicas > 1 or step.secrets or step.checkpoint:
             return None
         if isinstance(step.batch, Batch):
             return step.batch

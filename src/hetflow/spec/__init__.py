@@ -12,6 +12,7 @@ from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
     from hetflow.spec.batch import AUTO_BATCH, AUTO_MAX_ESTIMATE, AUTO_MIN_ITEMS, Batch
+    from hetflow.spec.checkpoint import DEFAULT_STOP_GRACE, Checkpoint
     from hetflow.spec.checks import GANG_ENV, RESERVED_ENV, edges_of
     from hetflow.spec.dag import descendants, topo_order
     from hetflow.spec.fanout import Source, expand, file_items, is_fanout, line_items, pending_source
@@ -65,6 +66,7 @@ _WHERE = {
         "mig_slices",
     ],
     "retry": ["Backoff", "Retry", "parse_factor"],
+    "checkpoint": ["DEFAULT_STOP_GRACE", "Checkpoint"],
     "batch": ["AUTO_BATCH", "AUTO_MAX_ESTIMATE", "AUTO_MIN_ITEMS", "Batch"],
     "units": ["cc_tuple", "compute_capability", "format_bytes", "format_duration", "parse_duration", "parse_memory"],
     "wfcommons": ["convert_wfcommons"],
@@ -75,6 +77,7 @@ __all__ = [
     "AUTO_MIN_ITEMS",
     "CONDITION_MAX_BYTES",
     "DATA_PREFIX",
+    "DEFAULT_STOP_GRACE",
     "DOCKER_HUB",
     "FANOUT_SEP",
     "GANG_ENV",
@@ -83,6 +86,7 @@ __all__ = [
     "SKIPPED_BY_CONDITION",
     "Backoff",
     "Batch",
+    "Checkpoint",
     "ConditionError",
     "DataSet",
     "Gang",

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
 from hetflow.spec.batch import Batch, coerce_batch
+from hetflow.spec.checkpoint import Checkpoint, checkpoint_problem, coerce_checkpoint, coerce_grace
 from hetflow.spec.imageref import parse_reference
 from hetflow.spec.naming import DATA_PREFIX
 from hetflow.spec.resources import (
@@ -255,6 +256,12 @@ class Step(SpecModel):
         default=None,
         description="run only when this condition holds: params.NAME, output('STEP/OUT'), and/or/not, comparisons",
     )
+    checkpoint: Annotated[Checkpoint | None, BeforeValidator(coerce_checkpoint)] = Field(
+        default=None, description="true, {every: 10m} (CRIU) or {mode: app}: what survives a stop, crash or move"
+    )
+    stop_grace: Annotated[float | None, BeforeValidator(coerce_grace)] = Field(
+        default=None, description="seconds between SIGTERM and SIGKILL when the step is stopped (default 10s)"
+    )
 
     @field_validator("command", mode="before")
     @classmethod
@@ -291,6 +298,7 @@ class Step(SpecModel):
             for name in self.variants:
                 if not NAME_RE.match(name):
                     raise ValueError(f"variant name {name!r} is not valid: {NAME_HINT}")
+        checkpoint_problem(self.checkpoint, gang=self.gang is not None, network=self.network, batch=self.batch)
         if self.retry is not None and "retries" in self.model_fields_set:
             raise ValueError("set either 'retries' or 'retry', not both: 'retries: N' is short for 'retry: {count: N}'")
         if self.retry is not None and self.retry.fallback:
