@@ -74,6 +74,16 @@ class RunPaths:
         """The folder of a batch container (``execute.batching``): its entry, items, exit codes."""
         return self.workdir / "batches" / container
 
+    def checkpoints(self, step: str) -> Path:
+        """A step's checkpoints, kept across its attempts, resumes and moves: CRIU images of
+        its containers (``ATTEMPT.tar`` with ``ATTEMPT.json``) and ``app/``, the step's own
+        state (HETFLOW_CHECKPOINT_DIR, ``checkpoint: {mode: app}``)."""
+        return self.workdir / "checkpoints" / step
+
+    def app_checkpoint(self, step: str) -> Path:
+        """What a step sees as ``$HETFLOW_CHECKPOINT_DIR``: the same folder for every attempt."""
+        return self.checkpoints(step) / "app"
+
     def rank_log(self, step: str, attempt: int, rank: int) -> Path:
         """Replica ``rank``'s log of a gang attempt (rank 0 writes the attempt's own log)."""
         return self.log(step, attempt) if rank == 0 else self.workdir / "logs" / f"{step}.{attempt}.rank{rank}.log"
