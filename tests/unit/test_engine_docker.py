@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from hetflow.execute.engine import ContainerSpec, cri_lines, run_args
+from hetflow.execute.engines import DockerEngine, make_engine
 from hetflow.execute.logs import read_lines
-from hetflow.execute.podman import DockerEngine, make_engine
 
 FAKE_DOCKER = """#!/bin/sh
 echo "$@" >> "$CALLS"

@@ -12,7 +12,7 @@
     lifecycle   stop_run, reset_for_resume, adopting what a dead executor left, pid_alive
     stopping    a stop's grace period (--grace, HETFLOW_STOP_GRACE) and `hetflow stop`'s request
     doctor      leftovers of crashed runs (containers, networks, leases, stale runs) and repair
-    engine      the container engine seam; podman: podman and docker (CliEngine, make_engine);
+    engine      the container engine seam; podman: podman (CliEngine); engines: docker, make_engine;
                 fakeengine: the fake; cgroups, exits, logs: what a container used and said;
                 logsources: which logs ``hetflow logs`` prints (a step, a fan-out, a gang's ranks);
                 ociruntime: runc or crun under podman (HETFLOW_OCI_RUNTIME, one cached probe)
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
         cri_lines,
         run_args,
     )
+    from hetflow.execute.engines import DockerEngine, make_engine
     from hetflow.execute.executor import Ended, build_runner, drive
     from hetflow.execute.fakeengine import FakeEngine
     from hetflow.execute.fanout import expand_for_planning
@@ -70,7 +71,7 @@ if TYPE_CHECKING:
     from hetflow.execute.logsources import LogSource, attempt_label, attempt_sources, recorded_gangs, select_steps
     from hetflow.execute.notify import NOTIFY_FAILED, Notifier, Notify, check_urls, payload, urls_of
     from hetflow.execute.ociruntime import RuntimeChoice
-    from hetflow.execute.podman import CliEngine, DockerEngine, make_engine
+    from hetflow.execute.podman import CliEngine
     from hetflow.execute.prepare import cluster_instance, kubernetes_inventory, measured_slowdowns
     from hetflow.execute.preview import Preview, StepPreview, check_run, preview_run
     from hetflow.execute.profiles import apply_resources, layer_params, read_params_file, split_profiles
@@ -107,7 +108,8 @@ _WHERE = {
         "cri_lines",
         "run_args",
     ],
-    "podman": ["CliEngine", "DockerEngine", "make_engine"],
+    "podman": ["CliEngine"],
+    "engines": ["DockerEngine", "make_engine"],
     "ociruntime": ["RuntimeChoice"],
     "gang.replicas": ["LAUNCH_CONTRACT", "Quantity", "RankVariable", "render_contract"],
     "devices.gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],

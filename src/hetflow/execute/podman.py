@@ -31,7 +31,6 @@ from hetflow.execute.engine import (
     ContainerState,
     Measured,
     Usage,
-    cri_lines,
     drop_env_file,
     run_args,
     secret_name,
@@ -75,14 +74,20 @@ class CliEngine:
         self._runtime: RuntimeChoice | None = None  # chosen at the first start (``runtime``)
 
     def _run(
-        self, args: list[str], *, check: bool = True, timeout: float = 120, stdin: str | None = None
+        self,
+        args: list[str],
+        *,
+        check: bool = True,
+        timeout: float = 120,
+        stdin: str | None = None,
+        env: Mapping[str, str] | None = None,
     ) -> subprocess.CompletedProcess[str]:
         try:
             proc = subprocess.run(
                 [self.binary, *self._global, *args],
                 capture_output=True,
                 text=True,
-                env=self._env,
+                env={**self._env, **env} if env else self._env,
                 timeout=timeout,
                 check=False,
                 input=stdin,
@@ -94,6 +99,19 @@ class CliEngine:
         if check and proc.returncode != 0:
             raise EngineError(f"{self.name} {args[0]} failed: {proc.stderr.strip() or proc.stdout.strip()}")
         return proc
+
+    def command(self, args: list[str], *, timeout: float, env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+        """``podman ARGS`` with hetflow's flags and ``env`` over its environment, unchecked
+        (``execute.checkpoint``: checkpoint and restore, with CRIU first on PATH)."""
+        self.runtime()
+        return self._run(args, check=False, timeout=timeout, env=env)
+
+    def follow(self, name: str, labels: Mapping[str, str]) -> None:
+        """Watch a container started outside ``start`` (a restored one) as ``start``'s are."""
+        watch = self._watching(labels.get(LABEL_RUN))
+        if watch is not None:
+            pid = ((self._inspect_entry(name) or {}).get("State") or {}).get("ConmonPid")
+            watch.follow(name, labels, int(pid) if pid else None)
 
     def image_exists(self, image: str) -> bool:
         return self._run(["image", "exists", image], check=False).returncode == 0
@@ -392,59 +410,3 @@ class CliEngine:
         # podman's wait polls, every 250 ms unless told; docker's waits on its own events
         every = ["--interval", interval] if self.name == "podman" else []
         return [self.binary, *self._global, "wait", *every, name]
-
-
-class DockerEngine(CliEngine):
-    """docker where podman is absent: the same commands, minus podman's extras (no
-    ``--ignore``, ``ps`` prints one JSON object per line without exit codes, logs stay in
-    docker's json-file and are copied to hetflow's log file before removal)."""
-
-    def __init__(self, binary: str, env: Mapping[str, str] | None = None) -> None:
-        super().__init__(binary, env)  # no per-attempt cgroups: docker has no --cgroups=no-conmon
-        self._logs: dict[str, str] = {}
-
-    def start(self, spec: ContainerSpec) -> None:
-        if spec.secrets:
-            # docker's secrets belong to swarm services; `docker run` has no --secret
-            raise EngineError(f"step secrets ({', '.join(sorted(spec.secrets))}) need podman; docker cannot mount them")
-        super().start(spec)
-        if spec.log_path:
-            self._logs[spec.name] = spec.log_path
-
-    def states(self, run_id: str) -> dict[str, ContainerState]:
-        watch = self._watching(run_id)
-        if watch is not None:
-            return {
-                name: ContainerState(name, running, code, status, labels, reason)
-                for name, (running, code, status, labels, reason) in watch.snapshot().items()
-            }
-        proc = self._run(["ps", "-a", "-q", "--filter", f"label={LABEL_RUN}={run_id}"])
-        ids = proc.stdout.split()
-        if not ids:
-            return {}
-        fmt = "{{.Name}} {{.State.Status}} {{.State.ExitCode}}"
-        out: dict[str, ContainerState] = {}
-        for line in self._run(["inspect", "--format", fmt, *ids], check=False).stdout.splitlines():
-            name, status, code = line.strip().lstrip("/").split(" ")
-            running = status in ("created", "running", "restarting", "paused")
-            out[name] = ContainerState(name, running, None if running else int(code), status)
-        return out
-
-    def stop(self, names: Iterable[str], timeout: int = 10) -> None:
-        names = list(names)
-        if names:
-            self._run(["stop", "-t", str(timeout), *names], check=False, timeout=timeout + 60)
-
-    def _remove_now(self, names: list[str]) -> None:
-        for n in names:
-            path = self._logs.pop(n, None)
-            if path:
-                logs = self._run(["logs", "--timestamps", n], check=False)
-                Path(path).write_text(cri_lines(logs.stdout, "stdout") + cri_lines(logs.stderr, "stderr"))
-        self._run(["rm", "-f", *names], check=False)
-
-
-def make_engine(env: Mapping[str, str] | None = None) -> CliEngine:
-    """podman, or docker where podman is absent (or HETFLOW_ENGINE says so)."""
-    binary = find_engine(env)
-    return DockerEngine(binary, env) if Path(binary).name == "docker" else CliEngine(binary, env)

@@ -42,9 +42,9 @@ from hetflow.execute.data.inputs import (
     resolve_data,
     s3_filesystem,
 )
+from hetflow.execute.engines import make_engine
 from hetflow.execute.fanout import expand_at_submit
 from hetflow.execute.images import Resolver, default_resolver, pin_images
-from hetflow.execute.podman import make_engine
 from hetflow.execute.prepare import plan_on_cluster, plan_on_node
 from hetflow.execute.runplan import LOCAL, RunPlan
 from hetflow.execute.secrets import active, gather_available, secret_digests

@@ -32,10 +32,10 @@ from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.data.outputs import damaged_outputs
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import ContainerEngine
+from hetflow.execute.engines import make_engine
 from hetflow.execute.fanout import expand_at_submit, replay
 from hetflow.execute.images import Resolver, default_resolver
 from hetflow.execute.lifecycle import reset_for_resume
-from hetflow.execute.podman import make_engine
 from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
 from hetflow.execute.profiles import apply_resources
 from hetflow.execute.runplan import LOCAL, RunPlan, apply_images, images_of

@@ -13,6 +13,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
 from hetflow.execute.engine import LABEL_RUN, UNKNOWN, ContainerEngine, Networks, Usage
+from hetflow.execute.engines import make_engine
 from hetflow.execute.gang.replicas import (
     LABEL_LAUNCHER,
     LABEL_WORLD,
@@ -21,7 +22,7 @@ from hetflow.execute.gang.replicas import (
     replica_name,
     replica_of,
 )
-from hetflow.execute.podman import CliEngine, make_engine
+from hetflow.execute.podman import CliEngine
 
 
 class LocalBackend:
