@@ -60,6 +60,7 @@ class ContainerSpec:
     tmpfs: tuple[str, ...] = ()  # more tmpfs mounts beside /tmp, "PATH:OPTIONS"
     group_add: tuple[str, ...] = ()  # supplementary GIDs: the host groups of its GPUs' DRM nodes (gpunodes)
     entrypoint: tuple[str, ...] | None = None  # replaces the image's ENTRYPOINT (a batch's entry); None: the image's
+    passwd: bool = True  # podman adds the UID to /etc/passwd; false for a step CRIU may restore (podman 4.3)
     # the step's secrets, NAME -> value (also in ``env``): files /run/secrets/NAME (podman --secret); never shown
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
 
@@ -208,6 +209,9 @@ def run_args(
     if spec.cgroup_parent and engine == "podman":
         # The monitor (conmon) stays out of the parent, so the parent counts the step only.
         args += ["--cgroups=no-conmon", "--cgroup-parent", spec.cgroup_parent]
+    if not spec.passwd and engine == "podman":
+        # a restored container would look for the passwd file podman made for the old one
+        args.append("--passwd=false")
     if spec.log_path and engine == "podman":
         # podman writes the log where hetflow keeps it (CRI format); docker keeps its own
         # json-file log, copied out by DockerEngine.remove before the container goes.

@@ -13,9 +13,10 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from hetflow.errors import StateError
-from hetflow.execute.attempts import Active, Attempts
-from hetflow.execute.backends.base import Backend, DropsNetworks
+from hetflow.execute.attempts import NODE_FAULT_REQUEUES, Active, Attempts
+from hetflow.execute.backends.base import Backend, DropsNetworks, JobState
 from hetflow.execute.batching import is_batch, refine
+from hetflow.execute.checkpoint import CheckpointImages
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.stopping import request_stop
 from hetflow.spec import descendants
@@ -72,6 +73,14 @@ def reconcile(attempts: Attempts) -> None:
             attempts.watch_gpus(act)  # sampled from now on: what ran before hetflow came back is not seen
             store.set_step(run_id, s.step, state=RUNNING, event=f"adopted running container {a.container}")
             store.set_attempt(run_id, s.step, a.attempt, state=RUNNING)
+        elif s.state == RUNNING and _restorable(attempts, s.step, st):
+            # killed with the executor (a crash of the machine, kill -9 of everything): the
+            # step's checkpoint is the work kept, so this is a lost attempt, not the step's failure
+            attempts.active[s.step] = act
+            what = "disappeared" if st is None else f"was killed (exit {st.exit_code})"
+            attempts.requeue(
+                act, f"{a.container} {what} while hetflow was down; its checkpoint is restored", node_fault=True
+            )
         elif st is not None:
             message = f"{a.container} finished while hetflow was down (exit {st.exit_code})"
             record(store, Note(0, run_id, time.time(), message, s.step, "collected"))
@@ -98,6 +107,19 @@ def reconcile(attempts: Attempts) -> None:
         message = f"removed {len(leftover)} finished container(s) the last executor left: {', '.join(leftover[:5])}"
         record(store, Note(0, run_id, time.time(), message + (" ..." if len(leftover) > 5 else ""), None, "collected"))
     _drop_stale_networks(attempts, in_flight)
+
+
+def _restorable(attempts: Attempts, step: str, st: JobState | None) -> bool:
+    """Whether an attempt that ended while hetflow was down was lost rather than failed: it
+    was killed by a signal (or is gone), its step has CRIU checkpoints and one was taken,
+    and the step's lost attempts are not used up."""
+    killed = st is None or (st.exit_code is not None and st.exit_code > 128)
+    c = attempts.wf.steps[step].checkpoint if step in attempts.wf.steps else None
+    if not killed or c is None or not c.transparent or (st is not None and st.running):
+        return False
+    if attempts.store.node_faults(attempts.run_id, step) >= NODE_FAULT_REQUEUES:
+        return False
+    return CheckpointImages(attempts.paths).latest(step) is not None
 
 
 def _drop_stale_networks(attempts: Attempts, in_flight: set[str]) -> None:

@@ -106,6 +106,12 @@ class CliEngine:
         self.runtime()
         return self._run(args, check=False, timeout=timeout, env=env)
 
+    def prepare_cgroup(self, name: str) -> str | None:
+        """The parent cgroup a container ``name`` is measured in, made now (None: not measured)."""
+        if self._cgroups is not None and cgroups.prepare(self._cgroups, name):
+            return cgroups.parent_path(name)
+        return None
+
     def follow(self, name: str, labels: Mapping[str, str]) -> None:
         """Watch a container started outside ``start`` (a restored one) as ``start``'s are."""
         watch = self._watching(labels.get(LABEL_RUN))

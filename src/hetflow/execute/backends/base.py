@@ -10,8 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.engine import ContainerSpec, Usage
 from hetflow.inventory import GpuSharing
 from hetflow.spec import Gang, GpuRequest
@@ -93,6 +95,9 @@ class Job:
     # Where the job moves its outputs before it ends 0 (``Publish``); None: the executor moves
     # them when it sees the job end (a backend that does not hold dependencies).
     publish: Publish | None = None
+    # Start the attempt from this checkpoint of an earlier one (``checkpoint:``), not from zero;
+    # a backend that cannot (``Checkpoints``) starts it afresh.
+    restore: Restore | None = None
 
 
 @dataclass(frozen=True)
@@ -178,3 +183,13 @@ class DropsNetworks(Protocol):
     def drop_networks(self, run_id: str, keep: Collection[str]) -> list[str]:
         """Remove the run's gang networks whose job is not in ``keep`` (names of attempts in
         flight); the networks removed."""
+
+
+@runtime_checkable
+class Checkpoints(Protocol):
+    """A backend that can dump a running job with CRIU (``checkpoint:``) and start a job from
+    such a dump (``Job.restore``)."""
+
+    def checkpoint(self, name: str, dest: Path, *, leave_running: bool) -> float:
+        """Dump job ``name`` to ``dest`` (stopping it unless ``leave_running``); the seconds
+        it took.  HetflowError saying why when it cannot."""

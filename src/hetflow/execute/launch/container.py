@@ -52,6 +52,7 @@ def build_spec(
         network=step.network,
         log_path=str(paths.log(step_name, attempt)),
         secrets=dict(secrets or {}),
+        passwd=step.checkpoint is None or not step.checkpoint.transparent,
     )
 
 

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from hetflow.errors import HetflowError
 from hetflow.execute.attempts import SUBMITTED, Active, Attempts
 from hetflow.execute.backends.base import Backend, Job, Publish
+from hetflow.execute.checkpoint import CheckpointImages, Restore
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import container_name
 from hetflow.execute.devices.gpu import near_cpus
@@ -49,9 +51,11 @@ from hetflow.state import (
     AttemptRecord,
     AttemptStarted,
     Lease,
+    Note,
     RunRecord,
     StepRecord,
     Store,
+    record,
 )
 
 
@@ -137,12 +141,42 @@ class Launcher:
         job = self._job(go, spec, ranks, where)  # before this attempt is active: its parents' names
         self.attempts.active[name] = act
         try:
-            self.backend.submit(job)
+            self._submit(job)
         except HetflowError as exc:
             self.attempts.fail(act, None, str(exc))
             return
         self.submitted(act, now)
         self.attempts.watch_gpus(act)
+
+    def _submit(self, job: Job) -> None:
+        """Submit ``job``; one to be restored from a checkpoint that cannot be is started
+        afresh (said in a note), so a bad image costs the work since, never the step."""
+        r = job.restore
+        if r is None:
+            self.backend.submit(job)
+            return
+        images = CheckpointImages(self.paths)
+        try:
+            self.backend.submit(job)
+        except HetflowError as exc:
+            self._note(job.step, f"{exc}; attempt {job.attempt} starts from zero", "checkpoint")
+            self.backend.submit(replace(job, restore=None))
+            return
+        images.note_restored(job.step, job.attempt, r)
+        when = time.strftime("%H:%M:%S", time.localtime(r.taken))
+        self._note(job.step, f"{job.name} restored from attempt {r.from_attempt}'s checkpoint of {when}", "restored")
+
+    def _restore_point(self, go: Launch) -> Restore | None:
+        """The checkpoint a new attempt starts from: the newest of an earlier attempt of a step
+        with CRIU checkpoints, unless the retry policy changed what the step runs with."""
+        c = go.step.checkpoint
+        if c is None or not c.transparent or go.change or go.step.replicas > 1:
+            return None
+        saved = CheckpointImages(self.paths).latest(go.name, before=go.attempt)
+        return CheckpointImages(self.paths).restore_point(saved) if saved is not None else None
+
+    def _note(self, step: str, message: str, kind: str) -> None:
+        record(self.store, Note(0, self.run_id, self.clock(), message, step, kind))
 
     def submitted(self, act: Active, now: float) -> None:
         """The engine took the attempt's job: the step runs (or, with a queueing engine, is
@@ -256,6 +290,7 @@ class Launcher:
             # an engine that orders jobs starts a child as soon as this job ends, before the executor
             # sees that end: the job moves its outputs (a gang's: rank 0's /out) into place itself
             publish=self._publish(go) if holds else None,
+            restore=self._restore_point(go),
         )
 
     def _publish(self, go: Launch) -> Publish:

@@ -9,9 +9,11 @@ one fails, so a gang fails (and is retried) whole."""
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping
+from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
+from hetflow.execute.checkpoint import CriuPodman
 from hetflow.execute.engine import LABEL_RUN, UNKNOWN, ContainerEngine, Networks, Usage
 from hetflow.execute.engines import make_engine
 from hetflow.execute.gang.replicas import (
@@ -47,6 +49,9 @@ class LocalBackend:
         return lookup(image) if lookup is not None else None
 
     def submit(self, job: Job) -> None:
+        if job.restore is not None and isinstance(self.engine, CliEngine) and not job.ranks:
+            CriuPodman(self.engine).restore(job.restore, job.container)
+            return
         if not job.ranks:
             self.engine.start(job.container)
             return
@@ -63,6 +68,11 @@ class LocalBackend:
             self.engine.remove(started)
             self.engine.remove_network(net)
             raise
+
+    def checkpoint(self, name: str, dest: Path, *, leave_running: bool) -> float:
+        if not isinstance(self.engine, CliEngine):
+            raise EngineError(f"the {self.engine.name} engine cannot checkpoint containers")
+        return CriuPodman(self.engine).dump(name, dest, leave_running=leave_running)
 
     def poll(self, run_id: str) -> dict[str, JobState]:
         states = self.engine.states(run_id)

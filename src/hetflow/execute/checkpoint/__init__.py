@@ -1,0 +1,27 @@
+"""Checkpoints: what of a running step survives a stop, a crash, a lost node or a move.
+
+``criu`` finds a CRIU that works on this kernel (``make criu`` builds one) and says why not;
+``images`` keeps each attempt's last good CRIU image (and the outputs as they were at that
+moment) in the run's folder; ``archive`` readies an image for a new attempt (its name, ID,
+labels, cgroup and output folder); ``podmanck`` dumps and restores containers through podman;
+``schedule`` takes a step's periodic checkpoints off the runner's path.
+"""
+
+from __future__ import annotations
+
+from hetflow.execute.checkpoint.criu import CRIU_ENV, CriuSupport, criu_support, find_criu
+from hetflow.execute.checkpoint.images import CheckpointImages, Restore, Saved
+from hetflow.execute.checkpoint.podmanck import CriuPodman
+from hetflow.execute.checkpoint.schedule import Checkpointer
+
+__all__ = [
+    "CRIU_ENV",
+    "CheckpointImages",
+    "Checkpointer",
+    "CriuPodman",
+    "CriuSupport",
+    "Restore",
+    "Saved",
+    "criu_support",
+    "find_criu",
+]

@@ -1,0 +1,66 @@
+"""Ready a checkpoint image to be restored as another container: a new attempt's name, ID,
+labels, cgroup and ``/out`` folder.
+
+``podman container restore --import`` creates the container that ``config.dump`` and
+``spec.dump`` in the image describe.  Restored under a new name (``--name``), podman 4.3 keeps
+paths of the old container's ID in the OCI spec; so hetflow gives the image the new attempt's
+identity itself: a fresh ID, its name and labels, the attempt's cgroup parent and staging
+folder in place of the old ones.  The two small files are appended to the uncompressed tar
+(a later member replaces an earlier one of the same name when podman extracts it), so a
+2 GiB image is not copied to be restored.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import secrets
+import tarfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from hetflow.errors import EngineError
+
+
+def retarget(image: Path, *, name: str, labels: Mapping[str, str], replace: Mapping[str, str]) -> str:
+    """Give ``image`` a new container ID and ``name``, ``labels`` over its own, and each
+    ``replace`` key (an old path) changed to its value in both dumps; returns the new ID."""
+    try:
+        with tarfile.open(image, "r:") as tar:
+            config = json.loads(_member(tar, "config.dump"))
+            spec = _member(tar, "spec.dump").decode()
+    except (OSError, tarfile.TarError, KeyError, ValueError) as exc:
+        raise EngineError(f"checkpoint image {image} cannot be read: {exc}") from None
+    old_id = str(config.get("id", ""))
+    new_id = secrets.token_hex(32)
+    config.update(id=new_id, name=name, labels={**(config.get("labels") or {}), **labels})
+    text = json.dumps(config)
+    for old, new in {**({old_id: new_id} if old_id else {}), **replace}.items():
+        text, spec = text.replace(old, new), spec.replace(old, new)
+    with tarfile.open(image, "a:") as tar:
+        for member, data in (("config.dump", text.encode()), ("spec.dump", spec.encode())):
+            info = tarfile.TarInfo(member)
+            info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
+            tar.addfile(info, io.BytesIO(data))
+    return new_id
+
+
+def _member(tar: tarfile.TarFile, name: str) -> bytes:
+    """The last member called ``name`` (an image retargeted before holds several)."""
+    found = [m for m in tar.getmembers() if m.name == name]
+    if not found:
+        raise KeyError(f"no {name}")
+    f = tar.extractfile(found[-1])
+    if f is None:
+        raise KeyError(f"{name} is not a file")
+    return f.read()
+
+
+def config_value(image: Path, key: str) -> object:
+    """One field of the image's ``config.dump`` (None when it cannot be read)."""
+    try:
+        with tarfile.open(image, "r:") as tar:
+            return json.loads(_member(tar, "config.dump")).get(key)
+    except (OSError, tarfile.TarError, KeyError, ValueError):
+        return None

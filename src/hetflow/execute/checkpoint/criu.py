@@ -1,0 +1,79 @@
+"""Which CRIU hetflow checkpoints with, and whether it works here.
+
+Looked for in order: ``$HETFLOW_CRIU``, ``PREFIX/libexec/hetflow/criu`` (``make criu`` builds
+CRIU 4.1.1 there: Debian 12's 3.17 fails on current kernels), then ``criu`` on PATH.  It works
+when ``criu check`` passes, the engine is podman (docker's checkpoints are experimental) and
+hetflow runs as root (CRIU needs it; rootless podman cannot checkpoint).  The answer is a
+``CriuSupport`` that ``hetflow nodes`` prints and ``validate``/``run`` refuse ``checkpoint:`` with.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+CRIU_ENV = "HETFLOW_CRIU"
+BUILT = Path(sys.prefix) / "libexec" / "hetflow" / "criu"
+
+
+@dataclass(frozen=True)
+class CriuSupport:
+    ok: bool
+    path: str | None
+    version: str
+    reason: str  # why not (empty when ok)
+
+    def describe(self) -> str:
+        if self.ok:
+            return f"yes: CRIU {self.version} ({self.path})"
+        return f"no: {self.reason}"
+
+    @property
+    def directory(self) -> str:
+        """The folder to put first on PATH for podman's runtime to find this CRIU."""
+        return str(Path(self.path).parent) if self.path else ""
+
+
+def find_criu(env: Mapping[str, str]) -> str | None:
+    given = env.get(CRIU_ENV)
+    if given:
+        return given
+    if BUILT.is_file() and os.access(BUILT, os.X_OK):
+        return str(BUILT)
+    return shutil.which("criu", path=env.get("PATH"))
+
+
+def criu_support(env: Mapping[str, str] | None = None, *, engine: str = "podman") -> CriuSupport:
+    """Whether podman can checkpoint containers here, and with which CRIU (asked once per
+    process and CRIU binary: ``criu check`` takes about 50 ms)."""
+    env = os.environ if env is None else env
+    path = find_criu(env)
+    if engine != "podman":
+        return CriuSupport(False, path, "", f"the engine is {engine}; checkpoints need podman")
+    if path is None:
+        return CriuSupport(False, None, "", "no CRIU found: run 'make criu' (or set HETFLOW_CRIU to a criu binary)")
+    return _check(path, os.geteuid())
+
+
+@functools.lru_cache(maxsize=8)
+def _check(path: str, euid: int) -> CriuSupport:
+    if euid != 0:
+        return CriuSupport(False, path, "", "CRIU needs root (rootless podman cannot checkpoint); run hetflow as root")
+    try:
+        version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
+        check = subprocess.run([path, "check"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return CriuSupport(False, path, "", f"{path} cannot run: {exc}")
+    ver = next((ln.split(":", 1)[1].strip() for ln in version.splitlines() if ln.startswith("Version:")), "?")
+    if check.returncode != 0:
+        said = [ln for ln in (check.stderr or check.stdout).splitlines() if ln.strip()]
+        why = said[-1] if said else f"exit {check.returncode}"
+        hint = " (Debian 12's CRIU 3.17 fails on this kernel: run 'make criu')" if ver.startswith("3.") else ""
+        return CriuSupport(False, path, ver, f"'{path} check' fails: {why}{hint}")
+    return CriuSupport(True, path, ver, "")

@@ -1,0 +1,154 @@
+"""A step's CRIU images in the run's folder (``RunPaths.checkpoints``), kept across attempts.
+
+Per attempt, the last good checkpoint only: ``ATTEMPT.tar`` (podman's export of the CRIU
+dump), ``ATTEMPT.out/`` (the attempt's ``/out`` copied the moment the dump ended, so a
+restored process finds its outputs as it left them, not as a later, lost, moment left them)
+and ``ATTEMPT.json`` (when, how big, how long, which container).  A new image is written
+beside the old one and renamed over it, so a crash mid-dump keeps the previous one.
+``restored-ATTEMPT.json`` says which checkpoint an attempt was restored from (``hetflow
+logs`` prints the older attempt's lines up to that moment before the restored ones).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from hetflow.execute.data.paths import RunPaths
+
+
+@dataclass(frozen=True)
+class Saved:
+    """One attempt's last good checkpoint."""
+
+    step: str
+    attempt: int
+    container: str
+    taken: float  # epoch seconds when the dump ended
+    size: int  # bytes of the image
+    seconds: float  # how long the dump took (the step was paused that long)
+    image: str
+    outputs: str  # the attempt's /out at that moment
+    staging: str  # where that attempt's /out was (a restore moves the mount to the new one)
+
+
+@dataclass(frozen=True)
+class Restore:
+    """What a new attempt is restored from (``Job.restore``)."""
+
+    image: str
+    outputs: str
+    staging_was: str
+    from_attempt: int
+    taken: float
+
+
+class CheckpointImages:
+    def __init__(self, paths: RunPaths) -> None:
+        self.paths = paths
+
+    def folder(self, step: str) -> Path:
+        return self.paths.checkpoints(step)
+
+    def image(self, step: str, attempt: int) -> Path:
+        return self.folder(step) / f"{attempt}.tar"
+
+    def part(self, step: str, attempt: int) -> Path:
+        """Where a dump is written before it is known good."""
+        folder = self.folder(step)
+        folder.mkdir(parents=True, exist_ok=True)
+        part = folder / f"{attempt}.tar.part"
+        part.unlink(missing_ok=True)
+        return part
+
+    def commit(self, step: str, attempt: int, container: str, part: Path, seconds: float) -> Saved:
+        """Make a finished dump the attempt's checkpoint, with its outputs as they are now."""
+        staging = self.paths.staging(step, attempt)
+        folder = self.folder(step)
+        out, out_part = folder / f"{attempt}.out", folder / f"{attempt}.out.part"
+        shutil.rmtree(out_part, ignore_errors=True)
+        if staging.is_dir():
+            shutil.copytree(staging, out_part, symlinks=True)
+        else:
+            out_part.mkdir(parents=True)
+        taken = time.time()
+        image = self.image(step, attempt)
+        part.replace(image)
+        shutil.rmtree(out, ignore_errors=True)
+        out_part.replace(out)
+        saved = Saved(
+            step, attempt, container, taken, image.stat().st_size, seconds, str(image), str(out), str(staging)
+        )
+        _write_json(folder / f"{attempt}.json", asdict(saved))
+        return saved
+
+    def saved(self, step: str, attempt: int) -> Saved | None:
+        data = _read_json(self.folder(step) / f"{attempt}.json")
+        if data is None:
+            return None
+        try:
+            found = Saved(**data)
+        except TypeError:
+            return None
+        return found if Path(found.image).is_file() else None
+
+    def latest(self, step: str, before: int | None = None) -> Saved | None:
+        """The newest checkpoint of an attempt of ``step`` before attempt ``before``."""
+        folder = self.folder(step)
+        if not folder.is_dir():
+            return None
+        found = []
+        for meta in folder.glob("*.json"):
+            if meta.stem.isdigit() and (before is None or int(meta.stem) < before):
+                s = self.saved(step, int(meta.stem))
+                if s is not None:
+                    found.append(s)
+        return max(found, key=lambda s: s.taken, default=None)
+
+    def restore_point(self, saved: Saved) -> Restore:
+        return Restore(saved.image, saved.outputs, saved.staging, saved.attempt, saved.taken)
+
+    def note_restored(self, step: str, attempt: int, r: Restore) -> None:
+        _write_json(self.folder(step) / f"restored-{attempt}.json", {"from_attempt": r.from_attempt, "taken": r.taken})
+
+    def restored_from(self, step: str, attempt: int) -> tuple[int, float] | None:
+        """(attempt, time) of the checkpoint ``attempt`` was restored from, if it was."""
+        data = _read_json(self.folder(step) / f"restored-{attempt}.json")
+        if data is None:
+            return None
+        return int(data["from_attempt"]), float(data["taken"])
+
+    def drop_images(self, step: str) -> int:
+        """Remove the step's images and output copies (it succeeded: nothing to restore),
+        keeping the small records; returns the bytes freed."""
+        folder, freed = self.folder(step), 0
+        if not folder.is_dir():
+            return 0
+        for p in folder.iterdir():
+            if p.name.endswith((".tar", ".tar.part")):
+                with contextlib.suppress(OSError):
+                    freed += p.stat().st_size
+                    p.unlink()
+            elif p.name.endswith((".out", ".out.part")) and p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+        return freed
+
+
+def _write_json(path: Path, data: object) -> None:
+    part = path.with_name(f"{path.name}.{os.getpid()}")
+    part.write_text(json.dumps(data), encoding="utf-8")
+    part.replace(path)
+
+
+def _read_json(path: Path) -> dict[str, Any] | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None

@@ -1,0 +1,98 @@
+"""Checkpoint and restore step containers through podman, with the CRIU ``criu`` found.
+
+A dump is ``podman container checkpoint --export IMAGE --compress none`` (uncompressed: the
+fastest to write, and ``archive.retarget`` appends to it), with ``--leave-running`` for a
+periodic one.  A restore readies the image for the new attempt (``archive``), copies the
+outputs kept with it into the attempt's ``/out``, and ``podman container restore --import``s
+it; podman then logs to its own file, which is hard-linked as the attempt's log (same file
+system) or linked to by a symlink, and the container is watched as a started one is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import time
+from pathlib import Path
+
+from hetflow.errors import EngineError
+from hetflow.execute.checkpoint.archive import config_value, retarget
+from hetflow.execute.checkpoint.criu import CriuSupport, criu_support
+from hetflow.execute.checkpoint.images import Restore
+from hetflow.execute.engine import ContainerSpec
+from hetflow.execute.podman import CliEngine
+
+DUMP_TIMEOUT = 1800.0  # seconds: a dump of tens of GiB to a slow disk
+
+
+class CriuPodman:
+    def __init__(self, engine: CliEngine, support: CriuSupport | None = None) -> None:
+        self.engine = engine
+        self.support = support or criu_support(engine=engine.name)
+
+    def _env(self) -> dict[str, str]:
+        if not self.support.ok:
+            raise EngineError(f"cannot checkpoint here: {self.support.reason}")
+        return {"PATH": f"{self.support.directory}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+
+    def dump(self, name: str, dest: Path, *, leave_running: bool) -> float:
+        """Dump container ``name`` to ``dest``; returns the seconds it took (the container is
+        paused that long).  EngineError with podman's (CRIU's) words when it fails."""
+        env = self._env()
+        args = ["container", "checkpoint", "--export", str(dest), "--compress", "none"]
+        start = time.monotonic()
+        proc = self.engine.command(
+            [*args, *(["--leave-running"] if leave_running else []), name], timeout=DUMP_TIMEOUT, env=env
+        )
+        took = time.monotonic() - start
+        if proc.returncode != 0 or not dest.is_file():
+            dest.unlink(missing_ok=True)
+            raise EngineError(f"checkpoint of {name} failed: {_last_error(proc.stderr or proc.stdout)}")
+        return took
+
+    def restore(self, r: Restore, spec: ContainerSpec) -> None:
+        """Start ``spec``'s container (a new attempt) from checkpoint ``r``."""
+        env = self._env()
+        staging = next((m.source for m in spec.mounts if m.target == "/out"), None)
+        replace = {r.staging_was: staging} if staging and staging != r.staging_was else {}
+        if staging:
+            shutil.copytree(r.outputs, staging, symlinks=True, dirs_exist_ok=True)
+        parent = self.engine.prepare_cgroup(spec.name)
+        old_parent = _old_parent(r.image)
+        if parent and old_parent:
+            replace[old_parent] = parent
+        retarget(Path(r.image), name=spec.name, labels=spec.labels, replace=replace)
+        proc = self.engine.command(["container", "restore", "--import", r.image], timeout=DUMP_TIMEOUT, env=env)
+        if proc.returncode != 0:
+            self.engine.command(["rm", "-f", spec.name], timeout=60, env={})
+            raise EngineError(
+                f"restore of {spec.name} from {r.image} failed: {_last_error(proc.stderr or proc.stdout)}"
+            )
+        if spec.log_path:
+            self._link_log(spec.name, Path(spec.log_path))
+        self.engine.follow(spec.name, spec.labels)
+
+    def _link_log(self, name: str, log: Path) -> None:
+        """podman logs a restored container to its own file: make it the attempt's log too."""
+        proc = self.engine.command(["inspect", "--format", "{{.HostConfig.LogConfig.Path}}", name], timeout=60, env={})
+        path = proc.stdout.strip()
+        if proc.returncode != 0 or not path or path == str(log):
+            return
+        log.parent.mkdir(parents=True, exist_ok=True)
+        log.unlink(missing_ok=True)
+        try:
+            os.link(path, log)  # survives podman removing the container
+        except OSError:
+            with contextlib.suppress(OSError):
+                log.symlink_to(path)
+
+
+def _old_parent(image: str) -> str | None:
+    value = config_value(Path(image), "cgroupParent")
+    return value if isinstance(value, str) and value else None
+
+
+def _last_error(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "no message"
