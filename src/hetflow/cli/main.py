@@ -177,7 +177,10 @@ def nodes(
     node = discover(hetflow_home())
     runtime = _container_runtime()
     if runtime is not None:
-        node = node.model_copy(update={"container_runtime": runtime.describe()})
+        from hetflow.execute import criu_support
+
+        support = criu_support(engine=node.container_engine or "podman").describe()
+        node = node.model_copy(update={"container_runtime": runtime.describe(), "checkpoints": support})
     if json_out:
         print_json([node_to_json(node)])
     else:

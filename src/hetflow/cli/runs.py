@@ -423,6 +423,11 @@ def stop(
         help="How long each step has to save its work after SIGTERM before SIGKILL: 30s, 2m, 0 (at once)."
         " Default: the engine's (podman: 10s; Slurm: the cluster's KillWait).",
     ),
+    checkpoint: bool = typer.Option(
+        False,
+        "--checkpoint",
+        help="Dump the steps with CRIU checkpoints (checkpoint: in the workflow) first: resume restores them.",
+    ),
 ) -> None:
     """Stop a run: end its executor, stop its containers (SIGTERM, SIGKILL after the grace), mark it stopped."""
     from hetflow.execute import Settings, make_backend, parse_grace, stop_run
@@ -434,5 +439,6 @@ def stop(
     if record.state in RUN_TERMINAL and record.state != RUN_RUNNING:
         console.print(f"run {rid} is already {record.state}")
         return
-    names = stop_run(store, make_backend(Settings.from_json(record.backend_json)), rid, grace=seconds)
+    backend = make_backend(Settings.from_json(record.backend_json))
+    names = stop_run(store, backend, rid, grace=seconds, checkpoint=checkpoint)
     console.print(f"run {rid} stopped ({len(names)} container(s)); 'hetflow resume {rid}' continues it")

@@ -40,6 +40,7 @@ from hetflow.lazy import lazy_names
 if TYPE_CHECKING:
     from hetflow.execute.backends.factory import make_backend
     from hetflow.execute.batching import batch_notes
+    from hetflow.execute.checkpoint import CriuSupport, criu_support
     from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
     from hetflow.execute.data.inputs import DataManifest, resolve_data
     from hetflow.execute.data.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
@@ -122,6 +123,7 @@ _WHERE = {
     "data.paths": ["RunPaths", "container_name"],
     "runner": ["Runner"],
     "batching": ["batch_notes"],
+    "checkpoint": ["CriuSupport", "criu_support"],
     "runoptions": ["NullReporter", "ProcessSeams", "Reporter", "RunOptions"],
     "runplan": ["RunPlan", "apply_images", "stored_plan"],
     "notify": ["NOTIFY_FAILED", "Notifier", "Notify", "check_urls", "payload", "urls_of"],
@@ -154,6 +156,7 @@ __all__ = [
     "ContainerEngine",
     "ContainerSpec",
     "ContainerState",
+    "CriuSupport",
     "DataManifest",
     "Decision",
     "Dispatch",
@@ -206,6 +209,7 @@ __all__ = [
     "container_name",
     "create_run",
     "cri_lines",
+    "criu_support",
     "damaged_outputs",
     "default_resolver",
     "diagnose",

@@ -5,6 +5,7 @@ hetflow was down, launches that never reached the engine)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -12,14 +13,14 @@ import time
 from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
-from hetflow.errors import StateError
+from hetflow.errors import HetflowError, StateError
 from hetflow.execute.attempts import NODE_FAULT_REQUEUES, Active, Attempts
-from hetflow.execute.backends.base import Backend, DropsNetworks, JobState
+from hetflow.execute.backends.base import Backend, Checkpoints, DropsNetworks, JobState
 from hetflow.execute.batching import is_batch, refine
 from hetflow.execute.checkpoint import CheckpointImages
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.stopping import request_stop
-from hetflow.spec import descendants
+from hetflow.spec import descendants, fanout_parent, format_bytes
 from hetflow.state import (
     FAILED,
     LAUNCHING,
@@ -32,7 +33,9 @@ from hetflow.state import (
     SUCCEEDED,
     WAITING,
     AttemptFinished,
+    AttemptRecord,
     Note,
+    RunRecord,
     RunStateChanged,
     Store,
     pid_alive,
@@ -142,6 +145,7 @@ def stop_run(
     reason: str = "stopped by hetflow stop",
     stopped: Collection[str] = (),
     alive: Callable[[int], bool] = pid_alive,
+    checkpoint: bool = False,
 ) -> list[str]:
     """`hetflow stop`: end the executor, stop the run's containers (cancel its jobs), record
     it all.  Returns the names of the jobs stopped.  ``grace``: the seconds each job has
@@ -153,7 +157,8 @@ def stop_run(
     running may have finished while hetflow was down: its container is kept and its step
     left as it is, so that ``resume`` collects the result (``reconcile``) instead of running
     the step again.  Containers of attempts that are over (results stored, removal pending)
-    are simply removed."""
+    are simply removed.  ``checkpoint`` (``hetflow stop --checkpoint``): the attempts of
+    steps with CRIU checkpoints are dumped (which stops them) first, so resume restores them."""
     run = store.run(run_id)
     if run.pid and run.pid != os.getpid() and alive(run.pid):
         request_stop(RunPaths(Path(run.workdir)))  # this SIGTERM is ours: the executor leaves the containers to us
@@ -175,6 +180,8 @@ def stop_run(
     ended = [a for a in in_flight if (a.step, a.attempt) in done and a.container not in stopped]
     live = [a for a in in_flight if a not in ended]
     names = list(dict.fromkeys(a.container for a in live))  # a batch's items share its container
+    if checkpoint:
+        _dump_for_resume(store, backend, run, [a for a in live if a.container not in stopped])
     backend.cancel(names, grace)
     states = backend.poll(run_id)
     for a in live:
@@ -208,6 +215,43 @@ def stop_run(
     store.set_run(run_id, state=RUN_STOPPED, ended=now, pid=None, message=reason)
     record(store, RunStateChanged(0, run_id, now, f"stopped; {len(names)} container(s) stopped", RUN_STOPPED))
     return names
+
+
+def _dump_for_resume(store: Store, backend: Backend, run: RunRecord, live: Sequence[AttemptRecord]) -> None:
+    """``stop --checkpoint``: dump each attempt of a step with CRIU checkpoints (stopping it);
+    one that cannot be dumped is said in a note and stopped as any other."""
+    steps = checkpointed_steps(run)
+    images = CheckpointImages(RunPaths(Path(run.workdir)))
+    for a in live:
+        if a.step not in steps and (fanout_parent(a.step) or "") not in steps:
+            continue
+        if not isinstance(backend, Checkpoints):
+            message = f"the {backend.capabilities.name} backend cannot checkpoint {a.container}; it is stopped"
+        else:
+            part = images.part(a.step, a.attempt)
+            try:
+                took = backend.checkpoint(a.container, part, leave_running=False)
+                saved = images.commit(a.step, a.attempt, a.container, part, took)
+                message = f"checkpoint of {a.container} for resume: {format_bytes(saved.size)} in {took:.2f}s"
+            except HetflowError as exc:
+                part.unlink(missing_ok=True)
+                message = f"{exc}; {a.container} is stopped without a checkpoint"
+        record(store, Note(0, run.id, time.time(), message, a.step, "checkpoint"))
+
+
+def checkpointed_steps(run: RunRecord) -> set[str]:
+    """The steps of the run's recorded workflow with CRIU checkpoints (``checkpoint:``, not
+    ``mode: app``), read from its JSON without validating it again (``logsources`` does too)."""
+    try:
+        steps = json.loads(run.spec_json).get("steps", {})
+    except ValueError:
+        return set()
+    out = set()
+    for name, step in steps.items() if isinstance(steps, dict) else ():
+        c = step.get("checkpoint") if isinstance(step, dict) else None
+        if isinstance(c, dict) and c.get("mode", "criu") == "criu":
+            out.add(name)
+    return out
 
 
 def reset_for_resume(

@@ -423,7 +423,8 @@ class Runner:
         return taken
 
     def _keep_result(self, name: str, records: Sequence[OutputRecord]) -> None:
-        """A step succeeded: keep its result under its key for later runs."""
+        """A step succeeded: keep its result under its key for later runs (its checkpoints go)."""
+        CheckpointImages(self.paths).drop_images(name)
         step = self.store.step(self.run_id, name)
         key = self._key(name, step.variant or "")
         if key is not None and self.cache is not None:

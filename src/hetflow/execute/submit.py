@@ -10,6 +10,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from hetflow.errors import Problem, SpecError
+from hetflow.execute.checkpoint import criu_support
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import ContainerEngine
 from hetflow.inventory import Node
@@ -26,6 +27,7 @@ def preflight(
     problems = feasibility_problems(loaded, node)
     if engine is None:
         return problems
+    problems += checkpoint_problems(loaded, engine.name)
     total = Capacity.of(node)
     seen: dict[str, bool] = {}
     missing: dict[str, list[tuple[str, int]]] = {}  # image -> (who, line), in file order
@@ -51,6 +53,26 @@ def preflight(
             )
         )
     return problems
+
+
+def checkpoint_problems(loaded: LoadedWorkflow, engine: str) -> list[Problem]:
+    """``checkpoint:`` (CRIU) on a machine where podman cannot checkpoint: refused before
+    anything runs, with the reason (``hetflow nodes`` says it too) and the alternative."""
+    steps = [n for n, s in loaded.workflow.steps.items() if s.checkpoint is not None and s.checkpoint.transparent]
+    if not steps:
+        return []
+    support = criu_support(engine=engine)
+    if support.ok:
+        return []
+    more = f" (and {len(steps) - 1} more step(s))" if len(steps) > 1 else ""
+    return [
+        Problem(
+            loaded.file,
+            loaded.line("steps", steps[0], "checkpoint"),
+            f"step {steps[0]!r}{more}: checkpoint: CRIU checkpoints do not work here: {support.reason}; "
+            "or write checkpoint: {mode: app} (the step saves its own state under $HETFLOW_CHECKPOINT_DIR)",
+        )
+    ]
 
 
 def new_run_id() -> str:

@@ -61,6 +61,7 @@ def _summary(node: Node) -> Table:
         ("Total Memory", f"{_gib(node.memory_bytes):.2f} GiB"),
         ("Container engine", node.container_engine or "none found"),
         *([("Container runtime", node.container_runtime)] if node.container_runtime else []),
+        *([("Checkpoints", node.checkpoints)] if node.checkpoints else []),
         ("GPU source", node.gpu_source),
         ("GPU sharing", sharing_text(node)),
     ]
