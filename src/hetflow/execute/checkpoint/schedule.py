@@ -44,7 +44,8 @@ class Done:
 
     def message(self) -> str:
         if self.saved is None:
-            return f"checkpoint of {self.due.container} failed: {self.error}"
+            said = self.error if self.due.container in self.error else f"{self.due.container}: {self.error}"
+            return f"checkpoint failed: {said}; the last good one stays"
         s = self.saved
         return f"checkpoint of {s.container}: {format_bytes(s.size)} in {s.seconds:.2f}s (kept as {Path(s.image).name})"
 

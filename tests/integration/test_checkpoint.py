@@ -1,0 +1,122 @@
+"""Transparent checkpoints with real podman and the CRIU that ``make criu`` builds (issue 27):
+a counter checkpointed every 2 s whose executor and container are killed with SIGKILL
+continues from its last checkpoint on resume; ``stop --checkpoint`` then ``resume`` continues
+it too; an image that cannot be restored costs the work since, not the step; and where CRIU
+does not work, ``checkpoint:`` is refused before anything runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from hetflow.execute import criu_support
+from tests.integration.hfkit import BUSYBOX, Hetflow, podman, write
+
+pytestmark = pytest.mark.skipif(
+    not criu_support().ok, reason=f"CRIU checkpoints do not work here ({criu_support().reason}); run 'make criu'"
+)
+
+TICKS = 24
+COUNTER = f"""apiVersion: hetflow/v1
+name: counter
+steps:
+  count:
+    image: {BUSYBOX}
+    command: [sh, -c, "i=0; while [ $i -lt {TICKS} ]; do i=$((i+1)); echo tick $i; echo $i > /out/n; sleep 0.5; done"]
+    outputs: [n]
+    resources: {{cpus: 0.5, memory: 64Mi}}
+    checkpoint: {{CHECKPOINT}}
+"""
+
+
+def _counter(tmp_path: Path, checkpoint: str) -> str:
+    return write(tmp_path, COUNTER.replace("{CHECKPOINT}", checkpoint))
+
+
+def _ticks(hf: Hetflow, run_id: str, attempt: int) -> list[int]:
+    logs = hf("logs", run_id, "count", "--attempt", str(attempt)).stdout
+    return [int(line.rsplit(" ", 1)[1]) for line in logs.splitlines() if "tick " in line]
+
+
+def _checkpoint(hf: Hetflow, run_id: str, attempt: int) -> dict[str, object] | None:
+    meta = hf.home / "runs" / run_id / "checkpoints" / "count" / f"{attempt}.json"
+    return json.loads(meta.read_text()) if meta.is_file() else None
+
+
+def _snapshot(meta: dict[str, object]) -> int:
+    """The counter in the outputs kept with a checkpoint (what /out/n said at the dump)."""
+    return int((Path(str(meta["outputs"])) / "n").read_text())
+
+
+def test_killed_with_the_executor_resumes_from_its_last_checkpoint(hf: Hetflow, tmp_path: Path) -> None:
+    run_id = hf("run", "-d", _counter(tmp_path, "{every: 2s}")).stdout.strip()
+    # wait for a checkpoint taken after a few ticks, so that zero and the checkpoint differ
+    hf.wait_for(lambda: (m := _checkpoint(hf, run_id, 1)) is not None and _snapshot(m) >= 4, timeout=120)
+    meta = _checkpoint(hf, run_id, 1)
+    assert meta is not None
+    os.kill(hf.show(run_id)["pid"], signal.SIGKILL)  # the executor, then its container: a crash of both
+    podman("kill", f"hf-{run_id}-count-1")
+    hf.wait_for(lambda: f"hf-{run_id}-count-1" not in podman("ps", "--format", "{{.Names}}"))
+    killed_at = max(_ticks(hf, run_id, 1))
+    kept = _snapshot(_checkpoint(hf, run_id, 1) or meta)  # the last checkpoint before the kill
+
+    hf("resume", run_id, timeout=180)
+    assert hf.step_states(run_id) == {"count": "succeeded"}
+    restored = _ticks(hf, run_id, 2)
+    # attempt 2 went on from the checkpoint, not from tick 1: at most the ticks since it are redone
+    assert kept + 1 <= restored[0] <= kept + 2, (kept, restored[:3])
+    assert restored[0] <= killed_at + 1 and restored[-1] == TICKS
+    assert restored == list(range(restored[0], TICKS + 1))
+    attempts = json.loads(hf("trace", run_id, "--json").stdout)
+    assert [(a["attempt"], a["status"]) for a in attempts] == [(1, "failed"), (2, "succeeded")]
+    out = hf.home / "runs" / run_id / "steps" / "count" / "out" / "n"
+    assert out.read_text().strip() == str(TICKS)
+    # the step succeeded: its images are gone, the small records stay
+    folder = hf.home / "runs" / run_id / "checkpoints" / "count"
+    assert not list(folder.glob("*.tar")) and (folder / "restored-2.json").is_file()
+
+
+def test_stop_checkpoint_then_resume_continues(hf: Hetflow, tmp_path: Path) -> None:
+    run_id = hf("run", "-d", _counter(tmp_path, "true")).stdout.strip()
+    hf.wait_for(lambda: len(_ticks(hf, run_id, 1)) >= 4, timeout=120)
+    assert _checkpoint(hf, run_id, 1) is None  # checkpoint: true dumps only when stopped
+    hf("stop", "--checkpoint", run_id)
+    meta = _checkpoint(hf, run_id, 1)
+    assert meta is not None and int(str(meta["size"])) > 0
+    stopped_at = max(_ticks(hf, run_id, 1))
+    hf("resume", run_id, timeout=180)
+    restored = _ticks(hf, run_id, 2)
+    assert restored[0] == stopped_at + 1 and restored[-1] == TICKS  # nothing lost: dumped as it stopped
+
+
+def test_an_image_that_cannot_be_restored_starts_the_attempt_from_zero(hf: Hetflow, tmp_path: Path) -> None:
+    run_id = hf("run", "-d", _counter(tmp_path, "true")).stdout.strip()
+    hf.wait_for(lambda: len(_ticks(hf, run_id, 1)) >= 2, timeout=120)
+    hf("stop", "--checkpoint", run_id)
+    meta = _checkpoint(hf, run_id, 1)
+    assert meta is not None
+    Path(str(meta["image"])).write_bytes(b"damaged")
+    hf("resume", run_id, timeout=180)
+    assert hf.step_states(run_id) == {"count": "succeeded"}
+    assert _ticks(hf, run_id, 2) == list(range(1, TICKS + 1))
+
+
+def test_checkpoint_is_refused_where_criu_fails(hf: Hetflow, tmp_path: Path) -> None:
+    fake = tmp_path / "criu"
+    fake.write_text(
+        '#!/bin/sh\n[ "$1" = --version ] && echo "Version: 3.17.1" && exit 0\necho "vdso: bad" >&2; exit 1\n'
+    )
+    fake.chmod(0o755)
+    wf = _counter(tmp_path, "{every: 2s}")
+    proc = hf("run", wf, check=False, extra_env={"HETFLOW_CRIU": str(fake)})
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    said = proc.stdout + proc.stderr
+    assert "checkpoint: CRIU checkpoints do not work here" in said and "vdso: bad" in said
+    assert "checkpoint: {mode: app}" in said
+    assert json.loads(hf("ps", "--all", "--json").stdout) == []  # nothing was started
+    nodes = hf("nodes", extra_env={"HETFLOW_CRIU": str(fake)}).stdout
+    assert "Checkpoints" in nodes and "no: " in nodes

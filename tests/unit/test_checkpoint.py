@@ -1,0 +1,242 @@
+"""Checkpoints (issue 27), the pure and file parts: the ``checkpoint:``/``stop_grace:`` fields
+and their refusals, a step's images kept per attempt, an image retargeted to a new attempt,
+the periodic schedule (with a fake dump: no CRIU here), the CRIU probe (with fake binaries),
+and the refusal of ``checkpoint:`` where CRIU does not work."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import tarfile
+import threading
+from pathlib import Path
+
+import pytest
+
+from hetflow.errors import EngineError, SpecError
+from hetflow.execute.checkpoint import Checkpointer, CheckpointImages, criu_support
+from hetflow.execute.checkpoint.archive import config_value, retarget
+from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.engine import ContainerSpec, run_args
+from hetflow.execute.lifecycle import checkpointed_steps
+from hetflow.execute.submit import checkpoint_problems
+from hetflow.spec import Checkpoint, Workflow, parse_workflow
+
+
+def _wf(extra: str, *, network: bool = False) -> Workflow:
+    text = f"""apiVersion: hetflow/v1
+name: c
+steps:
+  s:
+    image: busybox
+    command: ["true"]
+    network: {str(network).lower()}
+{extra}
+"""
+    return parse_workflow(text, "wf.yaml").workflow
+
+
+def test_checkpoint_forms() -> None:
+    assert _wf("    checkpoint: true").steps["s"].checkpoint == Checkpoint()
+    assert _wf("    checkpoint: false").steps["s"].checkpoint is None
+    assert _wf("    checkpoint: {every: 10m}").steps["s"].checkpoint == Checkpoint(every=600.0)
+    app = _wf("    checkpoint: {mode: app, every: 30s}", network=True).steps["s"].checkpoint
+    assert app == Checkpoint(every=30.0, mode="app") and not app.transparent
+    assert _wf("    stop_grace: 1m").steps["s"].stop_grace == 60.0
+    assert _wf("").steps["s"].checkpoint is None and _wf("").steps["s"].stop_grace is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "network", "said"),
+    [
+        ("    checkpoint: {every: 10m}", True, "it has a network (network: true); write checkpoint: {mode: app}"),
+        ("    checkpoint: true\n    gang: {replicas: 2}", False, "a gang's replicas talk to each other"),
+        ("    checkpoint: {every: 0.5s}", False, "too often"),
+        ("    checkpoint: 5", False, "write true, {every: 10m} or {mode: app}"),
+        ("    checkpoint: {mode: dmtcp}", False, "steps.s.checkpoint.mode"),
+        ("    stop_grace: 2h", False, "stop_grace '2h' must be from 0s to 1h"),
+        (
+            "    foreach: {range: 3}\n    checkpoint: true\n    batch: 2",
+            False,
+            "checkpoint and batch do not go together",
+        ),
+    ],
+)
+def test_bad_checkpoint_is_refused_naming_the_field(extra: str, network: bool, said: str) -> None:
+    with pytest.raises(SpecError) as err:
+        _wf(extra, network=network)
+    assert said in str(err.value)
+
+
+def test_a_checkpointed_step_runs_without_podmans_passwd_entry() -> None:
+    spec = ContainerSpec(name="n", image="i", command=(), user="0:0", labels={}, env={}, passwd=False)
+    assert "--passwd=false" in run_args(spec)
+    assert "--passwd=false" not in run_args(
+        ContainerSpec(name="n", image="i", command=(), user="0:0", labels={}, env={})
+    )
+
+
+def _commit(images: CheckpointImages, paths: RunPaths, attempt: int, value: str) -> None:
+    staging = paths.staging("s", attempt)
+    staging.mkdir(parents=True, exist_ok=True)
+    (staging / "n").write_text(value)
+    part = images.part("s", attempt)
+    part.write_bytes(b"image " + value.encode())
+    images.commit("s", attempt, f"hf-r-s-{attempt}", part, 0.25)
+
+
+def test_images_keep_the_last_good_dump_per_attempt_with_its_outputs(tmp_path: Path) -> None:
+    paths = RunPaths(tmp_path)
+    images = CheckpointImages(paths)
+    assert images.latest("s") is None
+    _commit(images, paths, 1, "3")
+    _commit(images, paths, 1, "7")  # the attempt's next dump replaces its last
+    (paths.staging("s", 1) / "n").write_text("9")  # written after the dump: not in the checkpoint
+    saved = images.latest("s", before=2)
+    assert saved is not None and saved.attempt == 1 and saved.size == len(b"image 7") and saved.seconds == 0.25
+    assert (Path(saved.outputs) / "n").read_text() == "7"
+    assert images.latest("s", before=1) is None  # only earlier attempts are restored from
+    images.part("s", 2).write_bytes(b"half")  # a dump that never finished is no checkpoint
+    assert images.latest("s").attempt == 1  # type: ignore[union-attr]
+    r = images.restore_point(saved)
+    images.note_restored("s", 2, r)
+    assert images.restored_from("s", 2) == (1, saved.taken) and images.restored_from("s", 1) is None
+    assert images.drop_images("s") == len(b"image 7") + len(b"half")
+    assert images.latest("s") is None and not Path(saved.outputs).exists()
+
+
+def _image(path: Path, old_id: str) -> None:
+    config = {"id": old_id, "name": "hf-r-s-1", "labels": {"hetflow.attempt": "1", "keep": "x"}, "cgroupParent": "/p/1"}
+    spec = {"mounts": [{"source": f"/store/{old_id}/userdata/hosts"}, {"source": "/runs/r/attempts/s/1/out"}]}
+    with tarfile.open(path, "w") as tar:
+        for name, data in (("config.dump", json.dumps(config)), ("spec.dump", json.dumps(spec)), ("checkpoint/x", "x")):
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data.encode()))
+
+
+def test_retarget_gives_the_image_the_new_attempts_identity(tmp_path: Path) -> None:
+    image, old = tmp_path / "1.tar", "a" * 64
+    _image(image, old)
+    replace = {"/runs/r/attempts/s/1/out": "/runs/r/attempts/s/2/out", "/p/1": "/p/2"}
+    new_id = retarget(image, name="hf-r-s-2", labels={"hetflow.attempt": "2"}, replace=replace)
+    again = retarget(image, name="hf-r-s-3", labels={"hetflow.attempt": "3"}, replace={})  # the last one counts
+    assert new_id != old and again != new_id and len(again) == 64
+    assert config_value(image, "name") == "hf-r-s-3" and config_value(image, "id") == again
+    assert config_value(image, "labels") == {"hetflow.attempt": "3", "keep": "x"}
+    assert config_value(image, "cgroupParent") == "/p/2"
+    with tarfile.open(image) as tar:
+        specs = [m for m in tar.getmembers() if m.name == "spec.dump"]
+        text = tar.extractfile(specs[-1]).read().decode()  # type: ignore[union-attr]
+    assert f"/store/{again}/userdata/hosts" in text and "/attempts/s/2/out" in text and old not in text
+    (tmp_path / "bad.tar").write_bytes(b"not a tar")
+    with pytest.raises(EngineError, match="cannot be read"):
+        retarget(tmp_path / "bad.tar", name="x", labels={}, replace={})
+
+
+class FakeDumps:
+    """Dumps that write a small file, or fail for the containers named in ``fail``."""
+
+    def __init__(self, fail: set[str] | None = None) -> None:
+        self.fail = fail or set()
+        self.calls: list[str] = []
+        self.done = threading.Semaphore(0)
+
+    def checkpoint(self, name: str, dest: Path, *, leave_running: bool) -> float:
+        assert leave_running
+        self.calls.append(name)
+        try:
+            if name in self.fail:
+                raise EngineError(f"checkpoint of {name} failed: CRIU said no")
+            dest.write_bytes(b"dump")
+            return 0.1
+        finally:
+            self.done.release()
+
+
+def _drain(c: Checkpointer, running: list[tuple[str, int, str]], now: float, want: int) -> list[str]:
+    said: list[str] = []
+    for _ in range(200):
+        said += [d.message() for d in c.tick(running, now)]
+        if len(said) >= want:
+            return said
+        threading.Event().wait(0.01)
+    raise AssertionError(f"expected {want} result(s), got {said}")
+
+
+def test_periodic_dumps_are_due_every_interval_and_reported_once(tmp_path: Path) -> None:
+    settings = {"s": Checkpoint(every=10.0), "app": Checkpoint(every=10.0, mode="app"), "t": Checkpoint()}
+    dumps = FakeDumps(fail={"hf-r-t2-1"})
+    c = Checkpointer(CheckpointImages(RunPaths(tmp_path)), settings.get, dumps)
+    running = [("s", 1, "hf-r-s-1"), ("app", 1, "hf-r-app-1"), ("t", 1, "hf-r-t-1")]
+    assert c.tick(running, 0.0) == [] and c.tick(running, 9.9) == [] and dumps.calls == []
+    said = _drain(c, running, 10.0, 1)
+    assert dumps.calls == ["hf-r-s-1"]  # app steps get a signal (appcheckpoint), t only dumps when stopped
+    assert "checkpoint of hf-r-s-1: 4 B in 0.10s (kept as 1.tar)" in said[0]
+    assert c.tick(running, 15.0) == [] and dumps.calls == ["hf-r-s-1"]  # next due 10 s after this one
+    settings["t2"] = Checkpoint(every=5.0)
+    failing = [*running, ("t2", 1, "hf-r-t2-1")]
+    c.tick(failing, 16.0)
+    said = _drain(c, failing, 21.0, 2)  # s is due again too
+    assert "checkpoint failed: checkpoint of hf-r-t2-1 failed: CRIU said no; the last good one stays" in said
+    c.close()
+
+
+def test_a_dump_of_an_attempt_that_just_ended_is_no_news(tmp_path: Path) -> None:
+    dumps = FakeDumps(fail={"hf-r-s-1"})
+    c = Checkpointer(CheckpointImages(RunPaths(tmp_path)), {"s": Checkpoint(every=1.0)}.get, dumps)
+    c.tick([("s", 1, "hf-r-s-1")], 0.0)
+    c.tick([("s", 1, "hf-r-s-1")], 1.0)
+    assert dumps.done.acquire(timeout=30)
+    assert c.tick([], 2.0) == []  # it failed because it ended: nothing to say
+    c.close()
+
+
+def _fake_criu(tmp_path: Path, check_rc: int, version: str = "4.1.1") -> str:
+    path = tmp_path / f"criu-{check_rc}"
+    path.write_text(
+        f'#!/bin/sh\nif [ "$1" = --version ]; then echo "Version: {version}"; exit 0; fi\n'
+        f'echo "Error (criu/vdso.c:613): vdso: Failed to fill self vdso symtable" >&2\nexit {check_rc}\n'
+    )
+    path.chmod(0o755)
+    return str(path)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the probe says 'needs root' before it runs criu")
+def test_criu_probe_says_why_not(tmp_path: Path) -> None:
+    ok = criu_support({"HETFLOW_CRIU": _fake_criu(tmp_path, 0)})
+    assert ok.ok and ok.version == "4.1.1" and ok.describe().startswith("yes: CRIU 4.1.1")
+    old = criu_support({"HETFLOW_CRIU": _fake_criu(tmp_path, 1, "3.17.1")})
+    assert not old.ok and "Failed to fill self vdso symtable" in old.reason and "make criu" in old.reason
+    assert "need podman" in criu_support({"HETFLOW_CRIU": ok.path or ""}, engine="docker").reason
+    missing = criu_support({"HETFLOW_CRIU": str(tmp_path / "nothing")})
+    assert not missing.ok and "cannot run" in missing.reason
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the probe says 'needs root' before it runs criu")
+def test_checkpoint_is_refused_where_criu_does_not_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HETFLOW_CRIU", _fake_criu(tmp_path, 1, "3.17.1"))
+    loaded = parse_workflow(
+        "apiVersion: hetflow/v1\nname: c\nsteps:\n  s:\n    image: busybox\n    command: [x]\n"
+        "    checkpoint: {every: 1m}\n  a:\n    image: busybox\n    command: [x]\n    checkpoint: {mode: app}\n",
+        "wf.yaml",
+    )
+    (p,) = checkpoint_problems(loaded, "podman")
+    assert p.line == 7 and "step 's': checkpoint: CRIU checkpoints do not work here" in p.message
+    assert "vdso" in p.message and "checkpoint: {mode: app}" in p.message
+    app_only = parse_workflow(
+        "apiVersion: hetflow/v1\nname: c\nsteps:\n  a:\n    image: b\n    command: [x]\n    checkpoint: {mode: app}\n",
+        "wf.yaml",
+    )
+    assert checkpoint_problems(app_only, "podman") == []
+
+
+def test_checkpointed_steps_are_read_from_the_recorded_workflow() -> None:
+    wf = _wf("    checkpoint: {every: 10m}")
+    record = type("R", (), {"spec_json": wf.model_dump_json(by_alias=True)})()
+    assert checkpointed_steps(record) == {"s"}  # type: ignore[arg-type]
+    record.spec_json = _wf("    checkpoint: {mode: app}", network=True).model_dump_json(by_alias=True)
+    assert checkpointed_steps(record) == set()  # type: ignore[arg-type]
+    record.spec_json = "not json"
+    assert checkpointed_steps(record) == set()  # type: ignore[arg-type]
