@@ -294,6 +294,8 @@ HEADS = [
     ["profile", "show"],
     ["nodes"],
     ["export", "kubernetes"],
+    ["migrate"],
+    ["drain"],
 ]
 ARGS = st.one_of(
     st.sampled_from(

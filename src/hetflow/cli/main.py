@@ -53,6 +53,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "registry": ("registry",),
     "cache": ("cache",),
     "doctor": ("doctor",),
+    "moves": ("migrate", "drain"),
     "ui": ("ui",),
     "shell": ("completion",),
 }

@@ -70,6 +70,7 @@ if TYPE_CHECKING:
     from hetflow.execute.lifecycle import pid_alive, reset_for_resume, spawn_executor, stop_run
     from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
     from hetflow.execute.logsources import LogSource, attempt_label, attempt_sources, recorded_gangs, select_steps
+    from hetflow.execute.moves import drain_node, migrate_step
     from hetflow.execute.notify import NOTIFY_FAILED, Notifier, Notify, check_urls, payload, urls_of
     from hetflow.execute.ociruntime import RuntimeChoice
     from hetflow.execute.podman import CliEngine
@@ -124,6 +125,7 @@ _WHERE = {
     "runner": ["Runner"],
     "batching": ["batch_notes"],
     "checkpoint": ["CriuSupport", "criu_support"],
+    "moves": ["drain_node", "migrate_step"],
     "runoptions": ["NullReporter", "ProcessSeams", "Reporter", "RunOptions"],
     "runplan": ["RunPlan", "apply_images", "stored_plan"],
     "notify": ["NOTIFY_FAILED", "Notifier", "Notify", "check_urls", "payload", "urls_of"],
@@ -213,6 +215,7 @@ __all__ = [
     "damaged_outputs",
     "default_resolver",
     "diagnose",
+    "drain_node",
     "drive",
     "driver_mounts",
     "edited_since",
@@ -232,6 +235,7 @@ __all__ = [
     "make_engine",
     "mask",
     "measured_slowdowns",
+    "migrate_step",
     "missing_outputs",
     "new_run_id",
     "open_run",

@@ -189,6 +189,10 @@ class ClusterDispatch:
         lost = nxt.lost_nodes if nxt is not None else frozenset()
         dead = {c: n for c, n in self.pinned_nodes.items() if n in lost}
         self.moved.pop(name, None)
+        to = nxt.move_to if nxt is not None else None
+        if to is not None and to != placed.machine_class:  # hetflow migrate --to: only that class will do
+            d = self._moved(name, step, placed, avoid | {c.name for c in self.classes if c.name != to}, dead)
+            return replace(d, why=f"{d.variant} on {to} (moved there by hetflow migrate)") if d.variant else d
         if placed.variant in step.resolved_variants() and placed.machine_class not in avoid | set(dead):
             why = self.reasons.get(name)
             planned = f"planned; {why}" if why else "planned"

@@ -65,6 +65,7 @@ class NextAttempt:
     # nodes that died under an attempt of the step: a retry is never pinned to one again
     # (Slurm would hold it pending, Ray refuse it); ``ClusterDispatch`` moves it off them
     lost_nodes: frozenset[str] = frozenset()
+    move_to: str | None = None  # ``hetflow migrate --to NODE``: the node (or node class) to run on next
 
     def describe(self) -> str:
         return "; ".join(self.changes)

@@ -20,11 +20,11 @@ from pathlib import Path
 from types import FrameType
 
 from hetflow.execute.attempts import Attempts
-from hetflow.execute.backends.base import Backend, Checkpoints
+from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.batching import is_batch, refine
 from hetflow.execute.cachepass import CachePass
-from hetflow.execute.checkpoint import Checkpointer, CheckpointImages
+from hetflow.execute.checkpoint import CheckpointImages
 from hetflow.execute.conditions import condition_holds
 from hetflow.execute.data.cache import Key
 from hetflow.execute.data.inputs import DataManifest
@@ -35,6 +35,7 @@ from hetflow.execute.fanout import expand_ready
 from hetflow.execute.launch.batch import Batcher
 from hetflow.execute.launch.launcher import Launcher
 from hetflow.execute.lifecycle import reconcile, stop_run
+from hetflow.execute.moves import Moves
 from hetflow.execute.nextattempt import adjusted
 from hetflow.execute.runconfig import RunnerConfig
 from hetflow.execute.runoptions import NullReporter, ProcessSeams, RunOptions, make_dispatch
@@ -42,7 +43,6 @@ from hetflow.execute.stopping import clear_stop_request, stop_requested
 from hetflow.inventory import Node
 from hetflow.spec import (
     SKIPPED_BY_CONDITION,
-    Checkpoint,
     Workflow,
     edges_of,
     pending_source,
@@ -150,11 +150,7 @@ class Runner:
             pid=self.pid,
             data=options.data,
         )
-        self.checkpointer = (
-            Checkpointer(CheckpointImages(self.paths), self._checkpoint_of, self.backend)
-            if isinstance(self.backend, Checkpoints)
-            else None
-        )
+        self.moves = Moves(self.attempts, lambda: self.wf)  # periodic checkpoints, hetflow migrate
         self.batcher = Batcher(self.launcher, workflow)
         self.decisions = Decisions(self.dispatch)  # the turn's answers for a fan-out's many items
         self.cached = self._cache_pass()  # the turn's steps taken from the cross-run cache at once
@@ -179,7 +175,7 @@ class Runner:
                 if self._stop_requested():
                     return RUN_STOPPED
                 self.attempts.poll()
-                self._checkpoints()
+                self.moves.turn()
                 self._expand_ready()
                 self.decisions.new_turn()
                 self.cached.run(self.wf, self.order, self.dispatch, self.attempts.next, self.attempts.active)
@@ -206,8 +202,7 @@ class Runner:
                 f"{exc}. The run was stopped; once there is room, 'hetflow resume {self.run_id}' continues it"
             ) from None
         finally:
-            if self.checkpointer is not None:
-                self.checkpointer.close()
+            self.moves.close()
             self.attempts.close_gpu_sampler()
             self.attempts.flush_removals()
             if stop_watch is not None:
@@ -215,17 +210,6 @@ class Runner:
             with contextlib.suppress(StoreFull):  # the usage of a store that is full stays unknown
                 self.attempts.store_usage()
             self.reporter.close()
-
-    def _checkpoints(self) -> None:
-        """Periodic CRIU checkpoints (``checkpoint: {every}``): the due ones queued, the done ones noted."""
-        if self.checkpointer is None:
-            return
-        running = [(a.step, a.attempt, a.container) for a in self.attempts.active.values() if not a.waiting]
-        for done in self.checkpointer.tick(running):
-            self.attempts.emit(Note(0, self.run_id, self.clock(), done.message(), done.due.step, "checkpoint"))
-
-    def _checkpoint_of(self, step: str) -> Checkpoint | None:
-        return s.checkpoint if (s := self.wf.steps.get(step)) is not None else None
 
     def _wait(self, timeout: float) -> None:
         """Sleep until the engine reports an exit, or ``timeout``."""

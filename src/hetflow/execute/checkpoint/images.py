@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -63,9 +64,7 @@ class CheckpointImages:
         """Where a dump is written before it is known good."""
         folder = self.folder(step)
         folder.mkdir(parents=True, exist_ok=True)
-        part = folder / f"{attempt}.tar.part"
-        part.unlink(missing_ok=True)
-        return part
+        return folder / f"{attempt}.tar.part.{secrets.token_hex(4)}"  # one per dump: two never share one
 
     def commit(self, step: str, attempt: int, container: str, part: Path, seconds: float) -> Saved:
         """Make a finished dump the attempt's checkpoint, with its outputs as they are now."""
@@ -131,7 +130,7 @@ class CheckpointImages:
         if not folder.is_dir():
             return 0
         for p in folder.iterdir():
-            if p.name.endswith((".tar", ".tar.part")):
+            if p.name.endswith(".tar") or ".tar.part." in p.name:
                 with contextlib.suppress(OSError):
                     freed += p.stat().st_size
                     p.unlink()

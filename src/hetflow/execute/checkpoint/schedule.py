@@ -59,6 +59,7 @@ class Checkpointer:
         self._work: queue.Queue[Due | None] = queue.Queue()
         self._done: queue.Queue[Done] = queue.Queue()
         self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
 
     def tick(self, running: Iterable[tuple[str, int, str]], now: float | None = None) -> list[Done]:
         """Queue the dumps due among ``running`` (step, attempt, container); returns the
@@ -97,8 +98,17 @@ class Checkpointer:
         while (due := self._work.get()) is not None:
             self._done.put(self.take(due))
 
+    def exclusive(self) -> threading.Lock:
+        """Held while a dump runs: ``hetflow migrate`` takes it so that its dump is never
+        overtaken by an older periodic one of the same container."""
+        return self._lock
+
     def take(self, due: Due) -> Done:
         """One dump, made the attempt's checkpoint when it succeeds."""
+        with self._lock:
+            return self._take(due)
+
+    def _take(self, due: Due) -> Done:
         part = self.images.part(due.step, due.attempt)
         try:
             seconds = self.dump.checkpoint(due.container, part, leave_running=True)
