@@ -62,7 +62,11 @@ def reconcile(attempts: Attempts) -> None:
         variant = wf.steps[s.step].resolved_variants()[a.variant]
         n = wf.steps[s.step].replicas  # a gang holds every replica's share
         r = variant.resources
+        elastic = (g := wf.steps[s.step].gang) is not None and g.elastic is not None
+        if elastic and r.cpus and a.cpus:  # an elastic gang may run fewer (its attempt says how many)
+            n = min(n, max(1, round(a.cpus / r.cpus)))
         act = Active(s.step, a.attempt, a.container, r.cpus * n, r.memory * n, a.gpu_uuids, why=s.reason or "")
+        act.replicas = n
         act.measured = is_batch(a.container)  # a batch's usage is not one item's
         if act.why.startswith(QUEUED_PREFIX):
             # shown queued when the last executor ended: the next poll says whether it still is
