@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from hetflow.config import check_environment
+from hetflow.errors import UsageError
 from hetflow.execute.gang.elastic import RESIZED, Need, elastic_env, grow_to, sizes, with_replicas
 from hetflow.execute.gang.replicas import LABEL_RANK
 from hetflow.state.models import SUCCEEDED
@@ -107,3 +109,13 @@ def test_a_gang_that_fits_whole_starts_at_max_and_one_that_never_can_stays_at_wh
     assert w.step("train").attempts == 1
     started = [e.message for e in w.store.events(w.run.id) if e.step == "train" and e.message.startswith("attempt 1:")]
     assert len(started) == 1 and "4 of 6 replicas (min 2)" in started[0], started
+
+
+@pytest.mark.parametrize(("raw", "ok"), [("0", True), ("45.5", True), ("-1", False), ("soon", False)])
+def test_grow_every_is_checked_before_any_command(raw: str, ok: bool, tmp_path: Path) -> None:
+    env = {"HETFLOW_HOME": str(tmp_path / "home"), "HETFLOW_GROW_EVERY": raw}
+    if ok:
+        check_environment(env)
+        return
+    with pytest.raises(UsageError, match=f"HETFLOW_GROW_EVERY={raw!r}: give a number of seconds from 0 to 86400"):
+        check_environment(env)
