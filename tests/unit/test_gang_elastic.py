@@ -14,7 +14,7 @@ from hetflow.errors import UsageError
 from hetflow.execute.gang.elastic import RESIZED, Need, elastic_env, grow_to, sizes, with_replicas
 from hetflow.execute.gang.replicas import LABEL_RANK
 from hetflow.state.models import SUCCEEDED
-from tests.unit.builders import Outcome, World, gpu, load_steps, node, world
+from tests.unit.builders import Crash, Outcome, World, gpu, load_steps, node, world
 
 HALF = Need(0.5, 64 << 20)
 GROW = [
@@ -99,6 +99,25 @@ def test_a_gang_starts_with_what_fits_and_grows_when_gpus_free_up(tmp_path: Path
     assert (first.state, first.message) == ("stopped", RESIZED + "gang train grows from 2 to 4 replicas (GPUs freed)")
     notes = [e.message for e in w.store.events(w.run.id) if e.kind == "elastic"]
     assert notes == ["gang train grows from 2 to 4 replicas (GPUs freed)"]
+
+
+@pytest.mark.parametrize("stopped", [pytest.param(True, id="stopped-before"), pytest.param(False, id="still-running")])
+def test_an_executor_killed_while_a_gang_grows_grows_it_on_resume(tmp_path: Path, stopped: bool) -> None:
+    hog = "\nhog:\n  image: hog\n  resources: {cpus: 1, memory: 1Gi, gpus: 2}\n"
+    done = Outcome(files={"model.txt": b"m"})
+    w = four_gpus(tmp_path, hog + ELASTIC, {"hog": [Outcome(duration=10)], "train": [Outcome(duration=1000), done]})
+    real_stop = w.engine.stop
+    if not stopped:  # killed after the growth was recorded, before podman stop reached the replicas
+        w.engine.stop = lambda names, timeout=10: None  # type: ignore[method-assign]
+    w.clock.crash_at = 1010.5  # the hog ends at 1010, the growth is decided in that turn
+    with pytest.raises(Crash):
+        w.execute(pid=4242)
+    assert w.store.attempts(w.run.id, "train")[0].message.startswith(RESIZED)
+    w.engine.stop = real_stop  # type: ignore[method-assign]
+    assert w.execute(pid=4343) == "succeeded"
+    history = w.store.attempts(w.run.id, "train")
+    assert [(a.attempt, a.state) for a in history] == [(1, "stopped"), (2, "succeeded")]  # a growth, not a failure
+    assert len([s for s in w.script.starts("train") if s.attempt == 2]) == 4
 
 
 def test_a_gang_that_fits_whole_starts_at_max_and_one_that_never_can_stays_at_what_fits(tmp_path: Path) -> None:

@@ -16,9 +16,10 @@ gang's own hold given back), the gang grows:
    which starts the next attempt with as many replicas as fit (``LocalDispatch.decide``) and
    ``TORCHELASTIC_RESTART_COUNT`` one higher.
 
-An executor killed while a gang stops to grow finds, on resume, an attempt that exited 143:
-that counts as a failure (and a retry), as any stop hetflow did not record would.  Cluster
-backends do not grow gangs (they run them at ``max``).
+The growth is recorded (the attempt's message, ``resized: ...``) before the replicas are
+stopped, so an executor killed meanwhile is repaired on resume: ``lifecycle.reconcile`` settles
+the attempt as a growth too (requeued, not a failure) and the next attempt starts with what
+fits.  Cluster backends do not grow gangs (they run them at ``max``).
 """
 
 from __future__ import annotations
@@ -60,7 +61,11 @@ class ElasticGangs:
         now = self.clock()
         for act in list(self.attempts.active.values()):
             step = self.attempts.wf.steps.get(act.step)
-            if step is None or step.gang is None or step.gang.elastic is None or act.step in self.resizing:
+            if step is None or step.gang is None or step.gang.elastic is None:
+                continue
+            if act.resize:  # growing: stopped by this executor, or adopted mid-growth by resume (stopped again)
+                if act.step not in self.resizing:
+                    self._stop(act, step)
                 continue
             since = now - self.seen.setdefault(act.container, now)
             target = self._target(act, step, self.dispatch, since)
@@ -97,15 +102,22 @@ class ElasticGangs:
         note = grow_note(act.step, n, target, freed_kind(per))
         act.resize = RESIZED + note
         act.cpus, act.memory = per.cpus * target, per.memory * target
+        run_id, store = self.attempts.run_id, self.attempts.store
+        self.attempts.emit(Note(0, run_id, self.clock(), note, act.step, "elastic"))
+        # the intent first: an executor killed from here on finds it on resume (``lifecycle.reconcile``)
+        store.set_attempt(run_id, act.step, act.attempt, message=act.resize)
+        store.set_step(run_id, act.step, reason=f"{note}: stopping its replicas")
+        self._stop(act, step)
+
+    def _stop(self, act: Active, step: Step) -> None:
+        """Stop the gang's replicas (SIGTERM, then ``stop_grace``) on a thread of its own."""
         self.resizing.add(act.step)
-        self.attempts.emit(Note(0, self.attempts.run_id, self.clock(), note, act.step, "elastic"))
-        self.attempts.store.set_step(self.attempts.run_id, act.step, reason=f"{note}: stopping its replicas")
         grace = math.ceil(step.stop_grace if step.stop_grace is not None else DEFAULT_STOP_GRACE)
-        stop = threading.Thread(target=self._stop, args=(act.container, grace), name=f"grow-{act.step}", daemon=True)
+        stop = threading.Thread(target=self._cancel, args=(act.container, grace), name=f"grow-{act.step}", daemon=True)
         stop.start()
         self.stops.append(stop)
 
-    def _stop(self, container: str, grace: int) -> None:
+    def _cancel(self, container: str, grace: int) -> None:
         # a stop that fails leaves the gang running: it ends as it would have (settled as usual)
         with contextlib.suppress(HetflowError):
             self.backend.cancel([container], grace)

@@ -17,6 +17,7 @@ from hetflow.execute.attempts import Active, Attempts
 from hetflow.execute.backends.base import Backend, DropsNetworks
 from hetflow.execute.batching import is_batch, refine
 from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.gang.elastic import RESIZED
 from hetflow.execute.stopping import request_stop
 from hetflow.spec import descendants
 from hetflow.state import (
@@ -67,6 +68,7 @@ def reconcile(attempts: Attempts) -> None:
             n = min(n, max(1, round(a.cpus / r.cpus)))
         act = Active(s.step, a.attempt, a.container, r.cpus * n, r.memory * n, a.gpu_uuids, why=s.reason or "")
         act.replicas = n
+        act.resize = a.message if a.message.startswith(RESIZED) else ""  # stopped to grow (``execute.elastic``)
         act.measured = is_batch(a.container)  # a batch's usage is not one item's
         if act.why.startswith(QUEUED_PREFIX):
             # shown queued when the last executor ended: the next poll says whether it still is
