@@ -13,8 +13,10 @@ from hetflow.config import check_environment
 from hetflow.errors import UsageError
 from hetflow.execute.gang.elastic import RESIZED, Need, elastic_env, grow_to, sizes, with_replicas
 from hetflow.execute.gang.replicas import LABEL_RANK
+from hetflow.plan import Placement
 from hetflow.state.models import SUCCEEDED
 from tests.unit.builders import Crash, Outcome, World, gpu, load_steps, node, world
+from tests.unit.test_runner_cluster import CLASSES, QueueBackend, cluster_runner
 
 HALF = Need(0.5, 64 << 20)
 GROW = [
@@ -138,3 +140,16 @@ def test_grow_every_is_checked_before_any_command(raw: str, ok: bool, tmp_path: 
         return
     with pytest.raises(UsageError, match=f"HETFLOW_GROW_EVERY={raw!r}: give a number of seconds from 0 to 86400"):
         check_environment(env)
+
+
+def test_a_cluster_runs_an_elastic_gang_as_a_fixed_gang_of_max(tmp_path: Path) -> None:
+    cpu = ELASTIC.replace("gpus: 1}", "gpus: 0}")
+    w = world(tmp_path, cpu, outcomes={"train": [Outcome(files={"model.txt": b"m"})]})
+    w.config = replace(w.config, grow_every=0.0)
+    backend = QueueBackend(w.engine)
+    placed = Placement("train", "default", "cpu.std-0", "cpu.std", 0.0, 1.0, 1.0, 0)
+    assert cluster_runner(w, backend, {"train": placed}, CLASSES).execute() == "succeeded"
+    (job,) = backend.jobs.values()
+    assert job.gang is not None and job.gang.replicas == 4 and len(job.ranks) == 4
+    assert not [k for r in job.ranks for k in r.env if k.startswith(("PET_", "TORCHELASTIC_", "HETFLOW_GANG_"))]
+    assert w.step("train").attempts == 1
