@@ -79,6 +79,8 @@ class ElasticGangs:
     def _target(self, act: Active, step: Step, dispatch: LocalDispatch, since: float) -> int:
         """The size the gang can grow to now (``act.replicas``: not now)."""
         assert step.gang is not None and step.gang.elastic is not None
+        if act.replicas >= step.gang.elastic.max or since < self.every:
+            return act.replicas  # no store or engine read each turn for a gang that cannot grow now
         n = max(1, act.replicas)
         per = Need(act.cpus / n, act.memory // n, len(act.gpus) // n)
         live = dispatch.live_leases()

@@ -118,10 +118,10 @@ class Gang(SpecModel):
     (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK),
     ``mpi`` runs the command under ``mpirun`` in replica 0 with a hostfile of the others
     (kubeflow mpi-operator's launcher/worker shape), ``none`` only HETFLOW_RANK and
-    HETFLOW_WORLD_SIZE.  ``replicas: {min, max}`` makes it elastic (``spec.elastic``).  ``gpu_link`` is
-    what a replica's GPUs must share on their node
-    (NVLink, a NUMA node, or anything: the default only prefers NVLink); ``network: rdma``
-    asks for nodes with an RDMA device (/dev/infiniband/*, passed to each replica)."""
+    HETFLOW_WORLD_SIZE.  ``replicas: {min, max}`` makes it elastic (``spec.elastic``).
+    ``gpu_link`` is what a replica's GPUs must share on their node (NVLink, a NUMA node, or
+    anything: the default only prefers NVLink); ``network: rdma`` asks for nodes with an
+    RDMA device (/dev/infiniband/*, passed to each replica)."""
 
     replicas: int = Field(ge=1, le=1024, description="containers started together, each with the step's resources")
     per_node: int | None = Field(default=None, ge=1, description="at most this many replicas on one node")
