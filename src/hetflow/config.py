@@ -93,7 +93,11 @@ def submitter(env: Mapping[str, str] | None = None) -> tuple[int, int]:
 
 
 # Numbers hetflow reads from the environment, and what each must be (see README "Settings").
-_NUMERIC_ENV = {"HETFLOW_POLL_INTERVAL": (0.001, 3600.0), "HETFLOW_RETRY_BACKOFF": (0.0, 3600.0)}
+_NUMERIC_ENV = {
+    "HETFLOW_POLL_INTERVAL": (0.001, 3600.0),
+    "HETFLOW_RETRY_BACKOFF": (0.0, 3600.0),
+    "HETFLOW_GROW_EVERY": (0.0, 86400.0),  # an elastic gang's least time between growths
+}
 
 
 def check_environment(env: Mapping[str, str] | None = None) -> None:

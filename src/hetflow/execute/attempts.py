@@ -71,6 +71,7 @@ class Active:
     node: str = ""  # where (this machine, or the planned node class)
     replicas: int = 1  # containers of a gang (cpus and memory above count them all)
     change: str = ""  # what the step's retry policy changed for this attempt, in words
+    resize: str = ""  # an elastic gang stopped to grow: why (``execute.elastic``; settled as a requeue)
     waiting: str = ""  # what the engine last said it waits for (Slurm's Reason, Ray's), if anything
     # when a queueing engine started and ended its job, by its own record (``Attempts.note_times``)
     started: float | None = None
@@ -155,8 +156,8 @@ class Attempts:
     def settle(self, act: Active, st: JobState) -> None:
         """The engine says the attempt's job is over: requeue it when that was not the
         step's doing (a parent failed, the node failed), else accept or fail it."""
-        if st.dependency_failed:
-            self.requeue(act, st.reason or "a dependency failed")
+        if st.dependency_failed or (act.resize and st.exit_code != 0):
+            self.requeue(act, act.resize or st.reason or "a dependency failed")
         elif st.node_failed and self.store.node_faults(self.run_id, act.step) < NODE_FAULT_REQUEUES:
             # counted from the recorded attempts (attempts.node_fault), so a resume does not restart it
             where = f" on {st.node}" if st.node else ""
@@ -322,8 +323,7 @@ class Attempts:
         )
         self.emit(AttemptFinished(0, self.run_id, now, detail, act.step, act.attempt, FAILED, exit_code))
         self.release(act)
-        used = act.attempt - self.budget_start.get(act.step, 0)
-        retries = policy.count
+        used, retries = act.attempt - self.budget_start.get(act.step, 0), policy.count
         if retry and used <= retries:
             if policy.backoff is not None:
                 delay = policy.backoff.delay(used, self.config.retry_backoff, self.config.max_backoff)
@@ -355,11 +355,11 @@ class Attempts:
             )
 
     def requeue(self, act: Active, reason: str, *, node_fault: bool = False, lost: str | None = None) -> None:
-        """The engine dropped a job whose parent failed, or the job's node failed under it:
-        not this step's failure.  It goes back to pending (under a new attempt name, outside
-        the retry budget).  A node fault's attempt is recorded failed, never succeeded: the
-        new attempt has its own name and staging folder, so whatever the lost one still
-        writes is never accepted as the step's result (nor counted twice)."""
+        """The engine dropped a job whose parent failed, the job's node failed under it, or an
+        elastic gang stopped to grow: not this step's failure.  It goes back to pending (under
+        a new attempt name, outside the retry budget).  A node fault's attempt is recorded
+        failed, never succeeded: the new attempt has its own name and staging folder, so
+        whatever the lost one still writes is never accepted as the step's result (nor twice)."""
         self.budget_start[act.step] = self.budget_start.get(act.step, 0) + 1
         now = self.clock()
         state = FAILED if node_fault else STOPPED
@@ -377,6 +377,7 @@ class Attempts:
         if node_fault:
             self.record_usage(act)
         said = reason + (f" (retry: {act.change})" if act.change else "")
+        how = "lost with its node" if node_fault else "stopped to grow" if act.resize else "dropped by the engine"
         faulted = {"node_fault": 1} if node_fault else {}
         self.store.set_attempt(self.run_id, act.step, act.attempt, state=state, ended=now, message=said, **faulted)
         self.emit(AttemptFinished(0, self.run_id, now, reason, act.step, act.attempt, state, None))
@@ -387,8 +388,7 @@ class Attempts:
             state=WAITING,
             not_before=None,
             reason=f"requeued: {reason}",
-            event=f"{act.container} {'lost with its node' if node_fault else 'dropped by the engine'} ({reason});"
-            " submitted again later",
+            event=f"{act.container} {how} ({reason}); submitted again later",
         )
 
     def _measure_now(self, act: Active) -> tuple[int | None, bool | None]:

@@ -17,6 +17,7 @@ from typing import Protocol
 from hetflow.execute.attempts import Active
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.devices.gpu import GpuAccess, gpu_access
+from hetflow.execute.gang.elastic import sizes, with_replicas
 from hetflow.execute.nextattempt import NextAttempt
 from hetflow.inventory import Gpu, GpuSharing, Node
 from hetflow.plan import (
@@ -46,6 +47,7 @@ class Decision:
     why: str = ""
     wait: bool = False
     slot: Slot | None = None  # a share or MIG step: how it holds gpus[0]; None: whole GPUs
+    replicas: int | None = None  # an elastic gang: the replicas it starts with (None: as written)
 
 
 @dataclass(frozen=True)
@@ -93,12 +95,20 @@ class LocalDispatch:
         self.active, self.pid, self.alive = active, pid, alive
 
     def decide(self, name: str, step: Step) -> Decision:
+        """The choice for the step as written; an elastic gang (``spec.elastic``) as many
+        replicas as fit now, from its max down to its min (the min's answer when none fit)."""
         live = self.live_leases()
-        choice = self.chooser.choose(step, self.node, self.free(live), name, tuple(map(tenant, live)))
-        if choice.variant is None:
-            prefix = "waiting for resources: " if choice.wait else "no variant can run on this machine: "
-            return Decision(None, (), prefix + choice.explain(), choice.wait)
-        return Decision(choice.variant, choice.gpus, choice.explain(), slot=choice.slot)
+        free, tenants = self.free(live), tuple(map(tenant, live))
+        tried = sizes(step)
+        for n in tried:
+            choice = self.chooser.choose(with_replicas(step, n), self.node, free, name, tenants)
+            if choice.variant is not None:
+                if len(tried) == 1:
+                    return Decision(choice.variant, choice.gpus, choice.explain(), slot=choice.slot)
+                why = f"{choice.explain()}; {n} of {tried[0]} replicas (min {tried[-1]})"
+                return Decision(choice.variant, choice.gpus, why, slot=choice.slot, replicas=n)
+        prefix = "waiting for resources: " if choice.wait else "no variant can run on this machine: "
+        return Decision(None, (), prefix + choice.explain(), choice.wait)
 
     def live_leases(self) -> list[Lease]:
         """The leases of every run on the host whose holder is alive."""

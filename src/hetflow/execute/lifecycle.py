@@ -19,6 +19,7 @@ from hetflow.execute.backends.base import Backend, Checkpoints, DropsNetworks, J
 from hetflow.execute.batching import is_batch, refine
 from hetflow.execute.checkpoint import CheckpointImages
 from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.gang.elastic import RESIZED
 from hetflow.execute.stopping import request_stop
 from hetflow.spec import descendants, fanout_parent, format_bytes
 from hetflow.state import (
@@ -66,7 +67,12 @@ def reconcile(attempts: Attempts) -> None:
         variant = wf.steps[s.step].resolved_variants()[a.variant]
         n = wf.steps[s.step].replicas  # a gang holds every replica's share
         r = variant.resources
+        elastic = (g := wf.steps[s.step].gang) is not None and g.elastic is not None
+        if elastic and r.cpus and a.cpus:  # an elastic gang may run fewer (its attempt says how many)
+            n = min(n, max(1, round(a.cpus / r.cpus)))
         act = Active(s.step, a.attempt, a.container, r.cpus * n, r.memory * n, a.gpu_uuids, why=s.reason or "")
+        act.replicas = n
+        act.resize = a.message if a.message.startswith(RESIZED) else ""  # stopped to grow (``execute.elastic``)
         act.measured = is_batch(a.container)  # a batch's usage is not one item's
         if act.why.startswith(QUEUED_PREFIX):
             # shown queued when the last executor ended: the next poll says whether it still is

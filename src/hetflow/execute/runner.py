@@ -30,8 +30,10 @@ from hetflow.execute.data.cache import Key
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.decisions import Decisions
+from hetflow.execute.elastic import ElasticGangs
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.fanout import expand_ready
+from hetflow.execute.gang.elastic import with_replicas
 from hetflow.execute.launch.batch import Batcher
 from hetflow.execute.launch.launcher import Launcher
 from hetflow.execute.lifecycle import reconcile, stop_run
@@ -153,6 +155,10 @@ class Runner:
         self.moves = Moves(self.attempts, lambda: self.wf)  # periodic checkpoints, hetflow migrate
         self.batcher = Batcher(self.launcher, workflow)
         self.decisions = Decisions(self.dispatch)  # the turn's answers for a fan-out's many items
+        every = self.config.grow_every
+        self.elastic = ElasticGangs(
+            dispatch=self.dispatch, attempts=self.attempts, backend=self.backend, clock=self.clock, every=every
+        )
         self.cached = self._cache_pass()  # the turn's steps taken from the cross-run cache at once
 
     # --- the loop ---------------------------------------------------------------------
@@ -176,6 +182,9 @@ class Runner:
                     return RUN_STOPPED
                 self.attempts.poll()
                 self.moves.turn()
+                for name in self.elastic.turn():  # a gang stopped to grow starts again before others take its room
+                    if (s := self.store.step(self.run_id, name)).state == WAITING:
+                        self._try_launch(name, s)
                 self._expand_ready()
                 self.decisions.new_turn()
                 self.cached.run(self.wf, self.order, self.dispatch, self.attempts.next, self.attempts.active)
@@ -203,6 +212,7 @@ class Runner:
             ) from None
         finally:
             self.moves.close()
+            self.elastic.close()
             self.attempts.close_gpu_sampler()
             self.attempts.flush_removals()
             if stop_watch is not None:
@@ -364,6 +374,8 @@ class Runner:
         nxt = self.attempts.next.get(name)
         step = adjusted(self.wf.steps[name], nxt)
         decision = self.decisions.decide(name, step, nxt is not None)
+        if decision.replicas is not None:  # an elastic gang: as many replicas as fit now
+            step = with_replicas(step, decision.replicas)
         if decision.variant is not None:
             if self._from_cache(name, decision.variant):
                 return True

@@ -14,6 +14,7 @@ from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_v
 
 from hetflow.spec.batch import Batch, coerce_batch
 from hetflow.spec.checkpoint import Checkpoint, checkpoint_problem, coerce_checkpoint, coerce_grace
+from hetflow.spec.elastic import Elastic, coerce_replicas, elastic_checkpoint_problem, elastic_problem
 from hetflow.spec.imageref import parse_reference
 from hetflow.spec.naming import DATA_PREFIX
 from hetflow.spec.resources import (
@@ -117,9 +118,10 @@ class Gang(SpecModel):
     (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK),
     ``mpi`` runs the command under ``mpirun`` in replica 0 with a hostfile of the others
     (kubeflow mpi-operator's launcher/worker shape), ``none`` only HETFLOW_RANK and
-    HETFLOW_WORLD_SIZE.  ``gpu_link`` is what a replica's GPUs must share on their node
-    (NVLink, a NUMA node, or anything: the default only prefers NVLink); ``network: rdma``
-    asks for nodes with an RDMA device (/dev/infiniband/*, passed to each replica)."""
+    HETFLOW_WORLD_SIZE.  ``replicas: {min, max}`` makes it elastic (``spec.elastic``).
+    ``gpu_link`` is what a replica's GPUs must share on their node (NVLink, a NUMA node, or
+    anything: the default only prefers NVLink); ``network: rdma`` asks for nodes with an
+    RDMA device (/dev/infiniband/*, passed to each replica)."""
 
     replicas: int = Field(ge=1, le=1024, description="containers started together, each with the step's resources")
     per_node: int | None = Field(default=None, ge=1, description="at most this many replicas on one node")
@@ -130,9 +132,13 @@ class Gang(SpecModel):
     comm: Memory = Field(
         default=0, description="bytes each replica exchanges over the run (an allreduce), for the planner's model"
     )
+    elastic: Elastic | None = Field(default=None, description="set by replicas: {min, max}: the size's range")
+
+    _replicas = model_validator(mode="before")(coerce_replicas)
 
     @model_validator(mode="after")
     def _fits(self) -> Gang:
+        elastic_problem(self.elastic, self.replicas)
         if self.per_node is not None and self.per_node > self.replicas:
             raise ValueError(
                 f"per_node ({self.per_node}) is more than replicas ({self.replicas}); "
@@ -299,6 +305,7 @@ class Step(SpecModel):
                 if not NAME_RE.match(name):
                     raise ValueError(f"variant name {name!r} is not valid: {NAME_HINT}")
         checkpoint_problem(self.checkpoint, gang=self.gang is not None, network=self.network, batch=self.batch)
+        elastic_checkpoint_problem(self.gang.elastic if self.gang else None, self.checkpoint)
         if self.retry is not None and "retries" in self.model_fields_set:
             raise ValueError("set either 'retries' or 'retry', not both: 'retries: N' is short for 'retry: {count: N}'")
         if self.retry is not None and self.retry.fallback:

@@ -20,6 +20,7 @@ from hetflow.execute.data.paths import container_name
 from hetflow.execute.devices.gpu import near_cpus
 from hetflow.execute.dispatch import Dispatch, Where
 from hetflow.execute.engine import ContainerSpec, Mount
+from hetflow.execute.gang.elastic import RESIZED, elastic_env, is_gang
 from hetflow.execute.gang.mpicommands import launcher_command, mpi_env, worker_command
 from hetflow.execute.gang.mpilaunch import (
     DEFAULT_PORT,
@@ -200,7 +201,7 @@ class Launcher:
         os.chown(staging, self.uid, self.gid)
         self.paths.log(name, attempt).parent.mkdir(parents=True, exist_ok=True)
         # a gang's rank 0 sees its own share of the GPUs (the others: ``_gang_specs``)
-        own = gpus[: variant.resources.gpus] if step.replicas > 1 else gpus
+        own = gpus[: variant.resources.gpus] if is_gang(step) else gpus
         spec = build_spec(
             run_id=self.run_id,
             step_name=name,
@@ -217,9 +218,18 @@ class Launcher:
         if not self.backend.capabilities.assigns_gpus:
             spec = replace(spec, cpuset=near_cpus(own))
         ranks: tuple[ContainerSpec, ...] = ()
-        if step.replicas > 1:
-            ranks = self._gang_specs(name, step, spec, gpus, attempt, variant)
+        if is_gang(step):
+            lead = replace(spec, env={**spec.env, **self._elastic_env(name, step)})
+            ranks = self._gang_specs(name, step, lead, gpus, attempt, variant)
         return spec, ranks
+
+    def _elastic_env(self, name: str, step: Step) -> dict[str, str]:
+        """An elastic gang's range and torchrun's elastic variables (``gang.elastic``), on this
+        machine only (a cluster runs it at max); TORCHELASTIC_RESTART_COUNT: its growths so far."""
+        if step.gang is None or step.gang.elastic is None or self.backend.capabilities.assigns_gpus:
+            return {}
+        grown = sum(a.message.startswith(RESIZED) for a in self.store.attempts(self.run_id, name))
+        return elastic_env(step, self.run_id, name, grown)
 
     def record_intent(self, go: Launch, s: StepRecord, where: Where, now: float) -> None:
         """The attempt row and the step's launching state, written before the engine is asked
@@ -283,7 +293,7 @@ class Launcher:
             node_class=where.node_class,
             depends_on=tuple(active[d].container for d in step.dependencies() if d in active) if holds else (),
             ranks=ranks,
-            gang=step.gang if step.replicas > 1 else None,
+            gang=step.gang if is_gang(step) else None,
             nodes=where.nodes,
             gpu_request=engine_request(go.variant, where),
             gpu_sharing=where.gpu_sharing,
