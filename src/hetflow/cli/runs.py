@@ -305,6 +305,8 @@ def show(
     gantt: Path | None = typer.Option(None, "--gantt", help="Draw the actual schedule: FILE.svg, .html or .png."),
 ) -> None:
     """Every step of a run: state, variant, node, GPUs, attempts, exit code, times, why."""
+    from hetflow.execute import kept_checkpoints
+
     store = open_store()
     rid = store.resolve_run_id(run_id)
     record, steps = store.run(rid), store.steps(rid)
@@ -317,6 +319,7 @@ def show(
         items = step_items(store.expansions(rid))
         data = run_json(record, steps, store.attempts(rid), executor_gone=executor_gone(record), items=items)
         data["outputs"] = [o.__dict__ for o in store.outputs(rid)]
+        data["checkpoints"] = [c.__dict__ for c in kept_checkpoints(record.workdir)]
         print_json(data)
         return
     console.print(
@@ -329,6 +332,8 @@ def show(
         console.print(record.message, highlight=False)
     images = {a.step: a.image for a in store.attempts(rid)}  # the last attempt's image, pinned by digest
     console.print(steps_table(steps, images=images, items=item_labels(store.expansions(rid))))
+    for c in kept_checkpoints(record.workdir):
+        console.print(c.describe(), highlight=False)
     versions = versions_text(store.attempts(rid))
     if versions:
         console.print(versions, highlight=False)

@@ -40,7 +40,7 @@ from hetflow.lazy import lazy_names
 if TYPE_CHECKING:
     from hetflow.execute.backends.factory import make_backend
     from hetflow.execute.batching import batch_notes
-    from hetflow.execute.checkpoint import CriuSupport, criu_support
+    from hetflow.execute.checkpoint import CriuSupport, criu_support, kept_checkpoints
     from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
     from hetflow.execute.data.inputs import DataManifest, resolve_data
     from hetflow.execute.data.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
@@ -124,7 +124,7 @@ _WHERE = {
     "data.paths": ["RunPaths", "container_name"],
     "runner": ["Runner"],
     "batching": ["batch_notes"],
-    "checkpoint": ["CriuSupport", "criu_support"],
+    "checkpoint": ["CriuSupport", "criu_support", "kept_checkpoints"],
     "moves": ["drain_node", "migrate_step"],
     "runoptions": ["NullReporter", "ProcessSeams", "Reporter", "RunOptions"],
     "runplan": ["RunPlan", "apply_images", "stored_plan"],
@@ -226,6 +226,7 @@ __all__ = [
     "group_records",
     "input_digests",
     "input_mounts",
+    "kept_checkpoints",
     "kubernetes_inventory",
     "layer_params",
     "load_recorded",

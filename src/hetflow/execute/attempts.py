@@ -355,11 +355,10 @@ class Attempts:
             )
 
     def requeue(self, act: Active, reason: str, *, node_fault: bool = False, lost: str | None = None) -> None:
-        """The engine dropped a job whose parent failed, the job's node failed under it, or an
-        elastic gang stopped to grow: not this step's failure.  It goes back to pending (under
-        a new attempt name, outside the retry budget).  A node fault's attempt is recorded
-        failed, never succeeded: the new attempt has its own name and staging folder, so
-        whatever the lost one still writes is never accepted as the step's result (nor twice)."""
+        """A job dropped as its parent failed, lost with its node, stopped to grow (an elastic
+        gang) or to move (migrate): not the step's failure.  Pending again (a new attempt name,
+        outside the retry budget).  A node fault's attempt is recorded failed, never succeeded:
+        the new attempt has its own name and staging, so the lost one's writes never count."""
         self.budget_start[act.step] = self.budget_start.get(act.step, 0) + 1
         now = self.clock()
         state = FAILED if node_fault else STOPPED
@@ -378,6 +377,7 @@ class Attempts:
             self.record_usage(act)
         said = reason + (f" (retry: {act.change})" if act.change else "")
         how = "lost with its node" if node_fault else "stopped to grow" if act.resize else "dropped by the engine"
+        how = "checkpointed to move" if reason.startswith("migrated") else how
         faulted = {"node_fault": 1} if node_fault else {}
         self.store.set_attempt(self.run_id, act.step, act.attempt, state=state, ended=now, message=said, **faulted)
         self.emit(AttemptFinished(0, self.run_id, now, reason, act.step, act.attempt, state, None))

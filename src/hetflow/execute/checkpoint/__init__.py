@@ -10,7 +10,7 @@ labels, cgroup and output folder); ``podmanck`` dumps and restores containers th
 from __future__ import annotations
 
 from hetflow.execute.checkpoint.criu import CRIU_ENV, CriuSupport, criu_support, find_criu
-from hetflow.execute.checkpoint.images import CheckpointImages, Restore, Saved
+from hetflow.execute.checkpoint.images import CheckpointImages, Restore, Saved, kept_checkpoints
 from hetflow.execute.checkpoint.podmanck import CriuPodman
 from hetflow.execute.checkpoint.schedule import Checkpointer
 
@@ -24,4 +24,5 @@ __all__ = [
     "Saved",
     "criu_support",
     "find_criu",
+    "kept_checkpoints",
 ]

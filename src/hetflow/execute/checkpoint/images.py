@@ -38,6 +38,11 @@ class Saved:
     outputs: str  # the attempt's /out at that moment
     staging: str  # where that attempt's /out was (a restore moves the mount to the new one)
 
+    def describe(self) -> str:
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.taken))
+        size = _size(self.size)
+        return f"checkpoint {self.step} attempt {self.attempt}: {when}, {size}, dumped in {self.seconds:.2f}s"
+
 
 @dataclass(frozen=True)
 class Restore:
@@ -110,6 +115,16 @@ class CheckpointImages:
                     found.append(s)
         return max(found, key=lambda s: s.taken, default=None)
 
+    def kept(self) -> list[Saved]:
+        """Every step's checkpoints still kept (one per attempt), oldest first."""
+        root = self.paths.workdir / "checkpoints"
+        steps = sorted(p.name for p in root.iterdir() if p.is_dir()) if root.is_dir() else []
+        found = [s for step in steps for m in self.folder(step).glob("*.json") if (s := self._meta(step, m))]
+        return sorted(found, key=lambda s: s.taken)
+
+    def _meta(self, step: str, meta: Path) -> Saved | None:
+        return self.saved(step, int(meta.stem)) if meta.stem.isdigit() else None
+
     def restore_point(self, saved: Saved) -> Restore:
         return Restore(saved.image, saved.outputs, saved.staging, saved.attempt, saved.taken)
 
@@ -139,6 +154,11 @@ class CheckpointImages:
         return freed
 
 
+def kept_checkpoints(workdir: str) -> list[Saved]:
+    """The checkpoints a run keeps (``hetflow show``)."""
+    return CheckpointImages(RunPaths(Path(workdir))).kept()
+
+
 def _write_json(path: Path, data: object) -> None:
     part = path.with_name(f"{path.name}.{os.getpid()}")
     part.write_text(json.dumps(data), encoding="utf-8")
@@ -151,3 +171,9 @@ def _read_json(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def _size(n: int) -> str:
+    from hetflow.spec import format_bytes
+
+    return format_bytes(n)
