@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from hetflow.execute.appcheckpoint import SaveRequests
 from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
@@ -151,6 +152,7 @@ class Runner:
         self.batcher = Batcher(self.launcher, workflow)
         self.decisions = Decisions(self.dispatch)  # the turn's answers for a fan-out's many items
         self.cached = self._cache_pass()  # the turn's steps taken from the cross-run cache at once
+        self.saves = SaveRequests(self.backend, self.clock)  # checkpoint: {mode: app, every}: SIGUSR1
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -172,6 +174,7 @@ class Runner:
                 if self._stop_requested():
                     return RUN_STOPPED
                 self.attempts.poll()
+                self.saves.tick(self.attempts.active.values(), self.wf.steps)
                 self._expand_ready()
                 self.decisions.new_turn()
                 self.cached.run(self.wf, self.order, self.dispatch, self.attempts.next, self.attempts.active)
