@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
 
 from hetflow.errors import EngineError, SpecError
 from hetflow.execute.appcheckpoint import SaveRequests, SignalsJobs, prepare_app_checkpoint
-from hetflow.execute.backends.base import JobState
+from hetflow.execute.backends.base import Job, JobState
+from hetflow.execute.backends.kubernetes import KubernetesSettings, Placement, job_objects
 from hetflow.execute.backends.local.backend import LocalBackend
+from hetflow.execute.backends.slurm import SlurmSettings
+from hetflow.execute.backends.slurm.translate import job_script
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.devices.gpu import GpuAccess
 from hetflow.execute.engine import ContainerSpec, Mount
@@ -262,3 +265,23 @@ def test_one_group_is_one_cancel_on_the_callers_thread() -> None:
     cancel_by_grace(backend, {None: ["a", "b"], 5: []})  # type: ignore[arg-type]
 
     assert backend.calls == [(("a", "b"), None)]
+
+
+@pytest.mark.parametrize(("grace", "timeout"), [(45, 45), (None, 10)], ids=["the-steps", "settings-stop-timeout"])
+def test_a_slurm_job_stops_its_container_with_the_steps_grace(tmp_path: Path, grace: int | None, timeout: int) -> None:
+    spec = replace(spec_of(tmp_path, "saves"), stop_grace=grace)
+    job = Job(name=spec.name, run_id="r1", step="saves", attempt=1, container=spec, cpus=1, memory=1 << 20)
+
+    script = job_script(job, SlurmSettings(), tmp_path, "/c.conf", "/hooks")
+
+    assert f"stop --ignore -t {timeout} " in script
+
+
+@pytest.mark.parametrize(("grace", "period"), [(45, 45), (None, 10)], ids=["the-steps", "settings-stop-timeout"])
+def test_a_kubernetes_pod_gets_the_steps_grace(tmp_path: Path, grace: int | None, period: int) -> None:
+    spec = replace(spec_of(tmp_path, "saves"), stop_grace=grace)
+    job = Job(name=spec.name, run_id="r1", step="saves", attempt=1, container=spec, cpus=1, memory=1 << 20)
+
+    [kube] = [o for o in job_objects(job, KubernetesSettings(), Placement()) if o["kind"] == "Job"]
+
+    assert kube["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == period
