@@ -4,6 +4,7 @@ stopped with, and a user's own HETFLOW_CHECKPOINT_DIR refused."""
 
 from __future__ import annotations
 
+import signal
 import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -18,14 +19,14 @@ from hetflow.execute.backends.kubernetes import KubernetesSettings, Placement, j
 from hetflow.execute.backends.local.backend import LocalBackend
 from hetflow.execute.backends.slurm import SlurmSettings
 from hetflow.execute.backends.slurm.translate import job_script
-from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.data.paths import RunPaths, container_name
 from hetflow.execute.devices.gpu import GpuAccess
 from hetflow.execute.engine import ContainerSpec, Mount
 from hetflow.execute.fakeengine import FakeEngine
 from hetflow.execute.launch.container import build_spec
 from hetflow.execute.stopping import by_grace, cancel_by_grace, step_graces
 from hetflow.spec import CHECKPOINT_ENV, RESERVED_ENV
-from tests.unit.builders import load_steps
+from tests.unit.builders import Outcome, load_steps, world
 
 WF = load_steps(
     """
@@ -285,3 +286,37 @@ def test_a_kubernetes_pod_gets_the_steps_grace(tmp_path: Path, grace: int | None
     [kube] = [o for o in job_objects(job, KubernetesSettings(), Placement()) if o["kind"] == "Job"]
 
     assert kube["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] == period
+
+
+@dataclass
+class TimedStops(FakeEngine):
+    """The fake engine, recording the timeout of each ``stop``."""
+
+    stops: list[tuple[tuple[str, ...], int]] = field(default_factory=list)
+
+    def stop(self, names: Iterable[str], timeout: int = 10) -> None:
+        names = tuple(sorted(names))
+        self.stops.append((names, timeout))
+        super().stop(names, timeout)
+
+
+def test_the_executors_own_stop_on_sigterm_gives_each_step_its_grace(tmp_path: Path) -> None:
+    w = world(
+        tmp_path,
+        """
+        slow:
+          image: x
+          stop_grace: 45s
+        quick:
+          image: x
+        """,
+        outcomes={"slow": [Outcome(0, 100)], "quick": [Outcome(0, 100)]},
+    )
+    engine = TimedStops(clock=w.clock, behave=w.script)
+    runner = w.runner(engine=engine)
+    w.clock.at[1005.0] = lambda: runner._on_signal(signal.SIGTERM, None)
+
+    assert runner.execute() == "stopped"
+
+    slow, quick = container_name(w.run.id, "slow", 1), container_name(w.run.id, "quick", 1)
+    assert sorted(engine.stops) == sorted([((slow,), 45), ((quick,), 10)])  # 10: podman's default
