@@ -43,7 +43,7 @@ SECRETS_HELP = (
 )
 GRACE_HELP = (
     "On SIGINT or SIGTERM, how long each step has to save its work before SIGKILL: 30s, 2m, 0"
-    " (default $HETFLOW_STOP_GRACE, else the engine's: podman 10s, Slurm KillWait)."
+    " (default $HETFLOW_STOP_GRACE, else each step's stop_grace, else the engine's: podman 10s, Slurm KillWait)."
 )
 
 
@@ -426,7 +426,7 @@ def stop(
         None,
         "--grace",
         help="How long each step has to save its work after SIGTERM before SIGKILL: 30s, 2m, 0 (at once)."
-        " Default: the engine's (podman: 10s; Slurm: the cluster's KillWait).",
+        " Default: each step's stop_grace, else the engine's (podman: 10s; Slurm: the cluster's KillWait).",
     ),
     checkpoint: bool = typer.Option(
         False,

@@ -59,6 +59,7 @@ class ContainerSpec:
     cap_add: tuple[str, ...] = ()  # capabilities given back (only a root MPI gang's sshd: mpilaunch)
     tmpfs: tuple[str, ...] = ()  # more tmpfs mounts beside /tmp, "PATH:OPTIONS"
     group_add: tuple[str, ...] = ()  # supplementary GIDs: the host groups of its GPUs' DRM nodes (gpunodes)
+    stop_grace: int | None = None  # seconds from SIGTERM to SIGKILL when stopped (step's stop_grace; None: default)
     entrypoint: tuple[str, ...] | None = None  # replaces the image's ENTRYPOINT (a batch's entry); None: the image's
     passwd: bool = True  # podman adds the UID to /etc/passwd; false for a step CRIU may restore (podman 4.3)
     # the step's secrets, NAME -> value (also in ``env``): files /run/secrets/NAME (podman --secret); never shown

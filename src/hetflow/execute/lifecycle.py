@@ -20,7 +20,7 @@ from hetflow.execute.batching import is_batch, refine
 from hetflow.execute.checkpoint import CheckpointImages
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.gang.elastic import RESIZED
-from hetflow.execute.stopping import request_stop
+from hetflow.execute.stopping import by_grace, cancel_by_grace, request_stop, step_graces
 from hetflow.spec import descendants, fanout_parent, format_bytes
 from hetflow.state import (
     FAILED,
@@ -154,8 +154,9 @@ def stop_run(
     checkpoint: bool = False,
 ) -> list[str]:
     """`hetflow stop`: end the executor, stop the run's containers (cancel its jobs), record
-    it all.  Returns the names of the jobs stopped.  ``grace``: the seconds each job has
-    between SIGTERM and SIGKILL (None: the engine's default).  An executor stopping its own
+    it all.  Returns the names of the jobs stopped.  ``grace``: the seconds every job has
+    between SIGTERM and SIGKILL (None: each step's ``stop_grace``, else the engine's
+    default; ``stopping.by_grace``).  An executor stopping its own
     run (on SIGINT or SIGTERM) calls it too, with its ``reason`` and the jobs it ``stopped``
     itself already (a second signal's kill): those are recorded stopped, not kept.
 
@@ -188,7 +189,7 @@ def stop_run(
     names = list(dict.fromkeys(a.container for a in live))  # a batch's items share its container
     if checkpoint:
         _dump_for_resume(store, backend, run, [a for a in live if a.container not in stopped])
-    backend.cancel(names, grace)
+    cancel_by_grace(backend, by_grace([(a.step, a.container) for a in live], step_graces(run.spec_json), grace))
     states = backend.poll(run_id)
     for a in live:
         st = states.get(a.container)

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from hetflow.execute.appcheckpoint import SaveRequests
 from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
@@ -160,6 +161,7 @@ class Runner:
             dispatch=self.dispatch, attempts=self.attempts, backend=self.backend, clock=self.clock, every=every
         )
         self.cached = self._cache_pass()  # the turn's steps taken from the cross-run cache at once
+        self.saves = SaveRequests(self.backend, self.clock)  # checkpoint: {mode: app, every}: SIGUSR1
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -182,6 +184,7 @@ class Runner:
                     return RUN_STOPPED
                 self.attempts.poll()
                 self.moves.turn()
+                self.saves.tick(self.attempts.active.values(), self.wf.steps)
                 for name in self.elastic.turn():  # a gang stopped to grow starts again before others take its room
                     if (s := self.store.step(self.run_id, name)).state == WAITING:
                         self._try_launch(name, s)

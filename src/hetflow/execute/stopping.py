@@ -3,8 +3,10 @@
 A stop gives each step's container a grace period: SIGTERM first, SIGKILL once the grace
 is over (``podman stop --time N``, podman-stop(1); its default is 10 s, hetflow's too;
 Slurm's is the cluster's KillWait, unless a grace is given).
-``hetflow stop --grace 30s`` sets it for one stop; ``HETFLOW_STOP_GRACE`` for the stop an
-executor makes itself when it gets SIGINT or SIGTERM.
+A step's ``stop_grace:`` sets its own (``by_grace``); ``hetflow stop --grace 30s`` sets it
+for every step of one stop; ``HETFLOW_STOP_GRACE`` (or ``hetflow run --grace``) for the stop
+an executor makes itself when it gets SIGINT or SIGTERM.  Steps with different graces are
+stopped at the same time (``cancel_by_grace``), so a 10 s step is not held behind a 60 s one.
 
 ``hetflow stop`` ends an executor with SIGTERM and stops the containers itself; so the
 executor can tell that SIGTERM from one sent by systemd, Slurm, Kubernetes or ``timeout``
@@ -16,20 +18,27 @@ clears one left behind.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import re
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 
 from hetflow.errors import UsageError
+from hetflow.execute.backends.base import Backend
 from hetflow.execute.data.paths import RunPaths
+from hetflow.spec import fanout_parent
 
 __all__ = [
     "DEFAULT_GRACE",
     "GRACE_ENV",
+    "by_grace",
+    "cancel_by_grace",
     "clear_stop_request",
     "grace_from_env",
     "parse_grace",
     "request_stop",
+    "step_graces",
     "stop_requested",
 ]
 
@@ -71,3 +80,61 @@ def stop_requested(paths: RunPaths) -> bool:
 def clear_stop_request(paths: RunPaths) -> None:
     with contextlib.suppress(OSError):
         paths.stop_request.unlink(missing_ok=True)
+
+
+def step_graces(spec_json: str) -> dict[str, int]:
+    """Each step's ``stop_grace`` in whole seconds (rounded up: podman's ``--time``), read
+    from the workflow recorded with the run; steps without one are left out.  Only that
+    field is read back (the whole dump does not validate again, ``logsources.recorded_gangs``)."""
+    try:
+        steps = json.loads(spec_json).get("steps", {})
+        return {
+            name: math.ceil(float(step["stop_grace"]))
+            for name, step in steps.items()
+            if isinstance(step, dict) and step.get("stop_grace") is not None
+        }
+    except (ValueError, AttributeError, TypeError):
+        return {}
+
+
+def by_grace(
+    jobs: Iterable[tuple[str, str]], graces: Mapping[str, int], override: int | None = None
+) -> dict[int | None, list[str]]:
+    """``(step, container)`` pairs -> the containers grouped by the grace each is given: the
+    ``override`` for all (``hetflow stop --grace``, the executor's ``--grace``), else its
+    step's ``stop_grace`` (a fan-out item's: its parent's), else None (the engine's default).
+    A container named twice (a batch's items share one) is stopped once."""
+    groups: dict[int | None, list[str]] = {}
+    seen: set[str] = set()
+    for step, container in jobs:
+        if container in seen:
+            continue
+        seen.add(container)
+        grace = override if override is not None else graces.get(step, graces.get(fanout_parent(step) or ""))
+        groups.setdefault(grace, []).append(container)
+    return groups
+
+
+def cancel_by_grace(backend: Backend, groups: Mapping[int | None, list[str]]) -> None:
+    """Cancel each group with its grace, all at once: a cancel waits out its grace (podman
+    stop does), so one after another would hold a short-grace step behind a long one."""
+    items = [(grace, names) for grace, names in groups.items() if names]
+    if len(items) <= 1:
+        for grace, names in items:
+            backend.cancel(names, grace)
+        return
+    errors: list[BaseException] = []
+
+    def one(grace: int | None, names: list[str]) -> None:
+        try:
+            backend.cancel(names, grace)
+        except BaseException as exc:  # raised again on the caller's thread below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one, args=item, name="stop-grace", daemon=True) for item in items]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]

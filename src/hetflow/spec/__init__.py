@@ -13,7 +13,7 @@ from hetflow.lazy import lazy_names
 if TYPE_CHECKING:
     from hetflow.spec.batch import AUTO_BATCH, AUTO_MAX_ESTIMATE, AUTO_MIN_ITEMS, Batch
     from hetflow.spec.checkpoint import DEFAULT_STOP_GRACE, Checkpoint
-    from hetflow.spec.checks import GANG_ENV, RESERVED_ENV, edges_of
+    from hetflow.spec.checks import CHECKPOINT_ENV, GANG_ENV, RESERVED_ENV, edges_of
     from hetflow.spec.dag import descendants, topo_order
     from hetflow.spec.fanout import Source, expand, file_items, is_fanout, line_items, pending_source
     from hetflow.spec.imageref import DOCKER_HUB, ImageReference, ReferenceSyntaxError, parse_reference
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     from hetflow.spec.yamlfile import compose_yaml, line_of, read_yaml_text
 
 _WHERE = {
-    "checks": ["GANG_ENV", "RESERVED_ENV", "edges_of"],
+    "checks": ["CHECKPOINT_ENV", "GANG_ENV", "RESERVED_ENV", "edges_of"],
     "dag": ["descendants", "topo_order"],
     "imageref": ["DOCKER_HUB", "ImageReference", "ReferenceSyntaxError", "parse_reference"],
     "fanout": ["Source", "expand", "file_items", "is_fanout", "line_items", "pending_source"],
@@ -75,6 +75,7 @@ __all__ = [
     "AUTO_BATCH",
     "AUTO_MAX_ESTIMATE",
     "AUTO_MIN_ITEMS",
+    "CHECKPOINT_ENV",
     "CONDITION_MAX_BYTES",
     "DATA_PREFIX",
     "DEFAULT_STOP_GRACE",

@@ -17,6 +17,7 @@ from hetflow.spec.when import when_problems
 
 LineOf = Callable[[tuple[str | int, ...]], int]
 
+CHECKPOINT_ENV = "HETFLOW_CHECKPOINT_DIR"  # a step's own folder, with checkpoint: {mode: app}
 # Set by hetflow for every container; a user's value would widen or confuse the GPU set
 # (NVIDIA_VISIBLE_DEVICES=all is what nvidia-container-runtime reads) or preload code.
 RESERVED_ENV = frozenset(
@@ -38,6 +39,7 @@ RESERVED_ENV = frozenset(
         "HETFLOW_RUN_ID",
         "HETFLOW_STEP",
         "HETFLOW_ATTEMPT",
+        CHECKPOINT_ENV,
         "HOME",
     }
 )
@@ -367,7 +369,16 @@ def _check_env(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
                             "note",
                         )
                     )
-                if key in RESERVED_ENV:
+                if key == CHECKPOINT_ENV:
+                    problems.append(
+                        Problem(
+                            file,
+                            line_of((*loc, key)),
+                            f"step {name!r} sets {key}, which hetflow sets itself: drop it from env and write "
+                            "checkpoint: {mode: app}; the step then finds its own folder there, kept across attempts",
+                        )
+                    )
+                elif key in RESERVED_ENV:
                     problems.append(
                         Problem(
                             file,

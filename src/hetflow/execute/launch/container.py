@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 import posixpath
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from hetflow.execute.appcheckpoint import app_checkpoint_env, app_checkpoint_mounts
 from hetflow.execute.data.inputs import DIR, S3, DataManifest
 from hetflow.execute.data.paths import RunPaths, container_name
 from hetflow.execute.devices.gpu import GpuAccess
@@ -33,6 +35,7 @@ def build_spec(
     mounts = [Mount(str(paths.staging(step_name, attempt)), "/out", read_only=False)]
     mounts += input_mounts(step, paths, data or DataManifest())
     mounts += list(access.mounts)
+    mounts += app_checkpoint_mounts(step_name, step, paths)  # the same folder for every attempt
     return ContainerSpec(
         name=name,
         image=variant.image,
@@ -41,7 +44,13 @@ def build_spec(
         labels={LABEL_RUN: run_id, LABEL_STEP: step_name, LABEL_ATTEMPT: str(attempt)},
         env=container_env(
             {**variant.env, **(secrets or {})},
-            {**access.env, "HETFLOW_RUN_ID": run_id, "HETFLOW_STEP": step_name, "HETFLOW_ATTEMPT": str(attempt)},
+            {
+                **access.env,
+                "HETFLOW_RUN_ID": run_id,
+                "HETFLOW_STEP": step_name,
+                "HETFLOW_ATTEMPT": str(attempt),
+                **app_checkpoint_env(step),
+            },
         ),
         mounts=tuple(mounts),
         devices=access.devices,
@@ -53,6 +62,8 @@ def build_spec(
         log_path=str(paths.log(step_name, attempt)),
         secrets=dict(secrets or {}),
         passwd=step.checkpoint is None or not step.checkpoint.transparent,
+        # podman's --time takes whole seconds
+        stop_grace=None if step.stop_grace is None else math.ceil(step.stop_grace),
     )
 
 

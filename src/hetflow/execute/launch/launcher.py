@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from hetflow.errors import HetflowError
+from hetflow.execute.appcheckpoint import prepare_app_checkpoint
 from hetflow.execute.attempts import SUBMITTED, Active, Attempts
 from hetflow.execute.backends.base import Backend, Job, Publish
 from hetflow.execute.checkpoint import CheckpointImages, Restore
@@ -200,6 +201,7 @@ class Launcher:
         staging.mkdir(parents=True)
         os.chown(staging, self.uid, self.gid)
         self.paths.log(name, attempt).parent.mkdir(parents=True, exist_ok=True)
+        prepare_app_checkpoint(name, step, self.paths, self.uid, self.gid)  # kept from earlier attempts
         # a gang's rank 0 sees its own share of the GPUs (the others: ``_gang_specs``)
         own = gpus[: variant.resources.gpus] if is_gang(step) else gpus
         spec = build_spec(

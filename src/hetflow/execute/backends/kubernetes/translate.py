@@ -197,7 +197,7 @@ def _pod(job: Job, settings: KubernetesSettings, where: Placement, labels: Mappi
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": settings.stop_timeout,
+        "terminationGracePeriodSeconds": settings.stop_timeout if spec.stop_grace is None else spec.stop_grace,
         "securityContext": security,
         "containers": [container],
         "volumes": volumes,

@@ -221,14 +221,15 @@ class RayBackend:
         start once Ray has reserved all of them (``gangrun``)."""
         self._connect()
         s = self.settings
+        grace = s.stop_timeout if job.container.stop_grace is None else job.container.stop_grace  # step's stop_grace
         if job.gang is not None and job.ranks:
             gang = gang_request(job, self.nodes())
             ranks = tuple(with_vendor(replace(job, container=r)) for r in job.ranks)  # AMD/Intel: render nodes
-            call: tuple[Any, ...] = ("submit_gang", job.name, ranks, job.gang, gang, s.device_dir, s.stop_timeout)
+            call: tuple[Any, ...] = ("submit_gang", job.name, ranks, job.gang, gang, s.device_dir, grace)
         else:
             req = task_request(job, self.nodes())
             migs = s.mig_devices if job.gpu_request is not None and job.gpu_request.kind == "mig" else {}
-            call = ("submit", job.name, with_vendor(job), req, s.device_dir, s.stop_timeout, dict(migs))
+            call = ("submit", job.name, with_vendor(job), req, s.device_dir, grace, dict(migs))
         for _ in range(2):  # the run's actor may have just ended for idleness: make a new one
             keeper = self._new_keeper(job.run_id)
             try:
@@ -249,12 +250,13 @@ class RayBackend:
         """Stop the jobs and wait (a bounded while) for them to end, as ``podman stop``
         does for the local backend, so that a poll right after sees their exit codes.
         ``grace`` is not passed on: each task stops its container with the stop timeout
-        it was submitted with (``RaySettings.stop_timeout``)."""
+        it was submitted with (the step's ``stop_grace``, else ``RaySettings.stop_timeout``);
+        it only makes the wait longer."""
         self._connect()
         groups = self._keepers_for(names)
         for run_id, group in groups.items():
             self._call(run_id, "cancel", group)
-        deadline = time.monotonic() + self.settings.stop_timeout + 15
+        deadline = time.monotonic() + max(self.settings.stop_timeout, grace or 0) + 15
         for run_id, group in groups.items():
             while time.monotonic() < deadline:
                 states = self._call(run_id, "states") or {}

@@ -300,7 +300,7 @@ def gang_scripts(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hoo
         devdir=device_dir(settings),
         gpu_devices=gpu_devices(settings, "done_", gpu_vendor(job)),  # AMD/Intel replicas: their render nodes
         barrier=BARRIER_TIMEOUT,
-        stop_timeout=int(settings.stop_timeout),
+        stop_timeout=int(settings.stop_timeout) if ranks[0].stop_grace is None else ranks[0].stop_grace,
         job_cgroup=JOB_CGROUP,  # the replica's container under the job's cgroup (``cgroup``)
         # rank 0's container measured, as locally: the attempt's own (NAME.usage, ``usage``)
         measure_start=f'usecg=""\nif [ "$rank" = 0 ]; then\n{MEASURE_START}fi\n',

@@ -155,7 +155,7 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
         # GPU_DEVICE_ORDINAL, which Slurm sets for every gres that names GPU files
         gpu_list='"${SLURM_JOB_GPUS:-${GPU_DEVICE_ORDINAL:-}}"' if shared else '"${SLURM_JOB_GPUS:-}"',
         gpu_devices=devices,
-        stop_timeout=int(settings.stop_timeout),
+        stop_timeout=int(settings.stop_timeout) if spec.stop_grace is None else spec.stop_grace,  # step's stop_grace
         job_cgroup=JOB_CGROUP + MEASURE_START,  # the container's own cgroup, for its usage (``usage``)
         measure_end=MEASURE_END,
         options=" ".join(q(a) for a in args[2:start]),
