@@ -120,3 +120,22 @@ def test_checkpoint_is_refused_where_criu_fails(hf: Hetflow, tmp_path: Path) -> 
     assert json.loads(hf("ps", "--all", "--json").stdout) == []  # nothing was started
     nodes = hf("nodes", extra_env={"HETFLOW_CRIU": str(fake)}).stdout
     assert "Checkpoints" in nodes and "no: " in nodes
+
+
+def test_migrate_moves_a_running_step_without_losing_work(hf: Hetflow, tmp_path: Path) -> None:
+    run_id = hf("run", "-d", _counter(tmp_path, "{every: 2s}")).stdout.strip()
+    hf.wait_for(lambda: len(_ticks(hf, run_id, 1)) >= 4, timeout=120)
+    said = hf("migrate", run_id, "count")
+    assert f"hf-{run_id}-count-1 checkpointed" in said.stdout and "migrated on this machine" in said.stdout
+    moved_at = max(_ticks(hf, run_id, 1))
+    refused = hf("migrate", run_id, "count", "--to", "elsewhere", check=False)
+    assert refused.returncode == 2 and "this run uses this machine only" in refused.stderr
+    missing = hf("migrate", run_id, "nosuch", check=False)
+    assert missing.returncode == 2 and "step 'nosuch' is not running (not a step of this run)" in missing.stderr
+    hf.wait_for(lambda: hf.step_states(run_id)["count"] == "succeeded", timeout=120)
+    restored = _ticks(hf, run_id, 2)
+    assert restored[0] == moved_at + 1 and restored[-1] == TICKS  # dumped as it stopped: nothing redone
+    attempts = json.loads(hf("trace", run_id, "--json").stdout)
+    assert [(a["attempt"], a["status"]) for a in attempts] == [(1, "stopped"), (2, "succeeded")]
+    done = hf("migrate", run_id, "count", check=False)
+    assert done.returncode == 2 and f"run {run_id} is succeeded" in done.stderr
