@@ -81,14 +81,18 @@ def test_killed_with_the_executor_resumes_from_its_last_checkpoint(hf: Hetflow, 
 
 
 def test_stop_checkpoint_then_resume_continues(hf: Hetflow, tmp_path: Path) -> None:
-    run_id = hf("run", "-d", _counter(tmp_path, "true")).stdout.strip()
+    # as a user who is not root (the submitter under sudo): CRIU reads such a process's
+    # limits from /proc/PID/limits where root lacks CAP_SYS_RESOURCE (tools/criu-patches)
+    user = {"SUDO_UID": "1234", "SUDO_GID": "2345"}
+    run_id = hf("run", "-d", _counter(tmp_path, "true"), extra_env=user).stdout.strip()
     hf.wait_for(lambda: len(_ticks(hf, run_id, 1)) >= 4, timeout=120)
     assert _checkpoint(hf, run_id, 1) is None  # checkpoint: true dumps only when stopped
+    assert podman("container", "inspect", "--format", "{{.Config.User}}", f"hf-{run_id}-count-1") == ["1234:2345"]
     hf("stop", "--checkpoint", run_id)
     meta = _checkpoint(hf, run_id, 1)
     assert meta is not None and int(str(meta["size"])) > 0
     stopped_at = max(_ticks(hf, run_id, 1))
-    hf("resume", run_id, timeout=180)
+    hf("resume", run_id, timeout=180, extra_env=user)
     restored = _ticks(hf, run_id, 2)
     assert restored[0] == stopped_at + 1 and restored[-1] == TICKS  # nothing lost: dumped as it stopped
 
