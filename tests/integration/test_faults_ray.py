@@ -265,7 +265,7 @@ def test_a_ray_step_stopped_by_a_dump_is_checkpointed_not_failed_and_a_new_attem
     c, _ = cluster
     backend = RayBackend(RaySettings(address=c.address, stop_timeout=2))
     r = f"k{time.time_ns() % 10**9}"
-    names = [f"hf-{r}-k-{i}" for i in (1, 2, 3)]
+    names = [f"hf-{r}-k-{i}" for i in (1, 2, 3, 4)]
 
     def counter(i: int, restore: Restore | None = None) -> Job:
         j = job(names[i - 1], tmp_path / str(i), SHORT, run_id=r)
@@ -289,6 +289,18 @@ def test_a_ray_step_stopped_by_a_dump_is_checkpointed_not_failed_and_a_new_attem
         st2 = wait_done(backend, r, [names[1]])[names[1]]
         assert st2.exit_code == 0, st2
         assert _log_lines(tmp_path / "2" / "log") == [f"tick {i}" for i in range(at + 1, 13)]
+        # the same image again (attempt 2 has none of its own), cancelled: stopped as a run is
+        backend.submit(counter(4, restore))
+        n4 = tmp_path / "4" / "n"
+        deadline = time.time() + 60
+        while not (n4.is_file() and n4.read_text().strip().isdigit() and int(n4.read_text()) > at):
+            assert time.time() < deadline, backend.poll(r)
+            time.sleep(0.2)
+        assert int((tmp_path / "2" / "n").read_text()) == 12  # attempt 4 writes its own /out, not 2's
+        backend.cancel([names[3]])
+        st4 = wait_done(backend, r, [names[3]])[names[3]]
+        assert (st4.status, st4.exit_code) == ("CANCELLED", 137), st4
+        assert not podman_names("ps", "-a", "--filter", f"name=^{names[3]}$", "--format", "{{.Names}}")
         # an image that cannot be restored: the attempt runs from zero and its log says why
         (tmp_path / "bad.tar").write_bytes(b"damaged")
         backend.submit(counter(3, replace(restore, image=str(tmp_path / "bad.tar"))))

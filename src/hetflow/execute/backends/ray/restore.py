@@ -86,8 +86,9 @@ def restore_container(binary: str, spec: ContainerSpec, r: Restore, env: Mapping
     if isinstance(with_criu, str):
         return f"cannot restore on this node: {with_criu}"
     staging = next((m.source for m in spec.mounts if m.target == "/out"), None)
-    swap = {r.staging_was: staging} if staging and staging != r.staging_was else {}
     try:
+        was = _staging_in(Path(r.image)) or r.staging_was
+        swap = {was: staging} if staging and staging != was else {}
         if staging:
             shutil.copytree(r.outputs, staging, symlinks=True, dirs_exist_ok=True)
         old_parent = config_value(Path(r.image), "cgroupParent")
@@ -149,6 +150,17 @@ def _link_log(binary: str, name: str, log: Path, env: Mapping[str, str]) -> None
     except OSError:
         with contextlib.suppress(OSError):
             log.symlink_to(path)
+
+
+def _staging_in(image: Path) -> str | None:
+    """The ``/out`` folder the image's container mounts now: ``r.staging_was`` until the image
+    was restored once (then the attempt it was retargeted to last), which would otherwise stay."""
+    oci = config_value(image, "spec")
+    mounts = oci.get("mounts") if isinstance(oci, dict) else None
+    for m in mounts if isinstance(mounts, list) else ():
+        if isinstance(m, dict) and m.get("destination") == "/out" and isinstance(m.get("source"), str):
+            return str(m["source"])
+    return None
 
 
 def _empty(folder: Path) -> None:
