@@ -1,9 +1,13 @@
 """Node faults on Ray (issue 12): a worker node removed while it runs a step.  A cluster
 of its own (``ray.cluster_utils.Cluster``: a head and two workers of one node type), so
-removing a node leaves the other modules' clusters alone."""
+removing a node leaves the other modules' clusters alone.  With CRIU checkpoints (issue 27):
+a checkpointed step whose node is removed continues on another node from its last
+checkpoint, and a dump that stops a step is reported as such, then restored."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -19,7 +23,10 @@ from ray.cluster_utils import Cluster
 from ray.util.placement_group import placement_group_table
 
 from hetflow.config import engine_env
+from hetflow.execute import cgroups, criu_support
+from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.ray import RayBackend, RaySettings
+from hetflow.execute.checkpoint import Restore
 from hetflow.execute.gang.replicas import replica_name
 from hetflow.spec import Gang
 from hetflow.state import Store
@@ -177,3 +184,132 @@ def test_a_gang_whose_node_is_removed_ends_whole_as_a_node_fault(
         for i in range(2):
             gone = replica_name(name, i)
             subprocess.run(["podman", "rm", "-f", "--ignore", gone], env=engine_env(), capture_output=True)
+
+
+CKPT_NODES = (("fault-c1", 2, 0, None, None, "fault-c1"), ("fault-c2", 2, 0, None, None, "fault-c2"))
+CKPT_CLUSTER = CLUSTER.replace("fault-p", "fault-c").replace("two-pinned", "two-checkpointed")
+TICKS = 24
+# tests/integration/test_checkpoint.py's counter: a tick every 0.5 s, its count in /out/n
+COUNTER = f"""apiVersion: hetflow/v1
+name: counter
+steps:
+  count:
+    image: {BUSYBOX}
+    command: [sh, -c, "i=0; while [ $i -lt {TICKS} ]; do i=$((i+1)); echo tick $i; echo $i > /out/n; sleep 0.5; done"]
+    outputs: [n]
+    resources: {{cpus: 0.5, memory: 64Mi}}
+    checkpoint: {{every: 2s}}
+"""
+
+
+@pytest.mark.skipif(not criu_support().ok, reason=f"CRIU checkpoints do not work here ({criu_support().reason})")
+def test_a_checkpointed_step_whose_node_is_removed_continues_on_another_from_its_checkpoint(
+    hf: Hetflow, cluster: tuple[Cluster, dict[str, Any]], tmp_path: Path
+) -> None:
+    # checkpointed every 2 s on its node (a dump task pinned there); the node goes: the next
+    # attempt is restored from the last checkpoint on the other node, not started from zero
+    c, workers = cluster
+    for node in CKPT_NODES:
+        workers[node[0]] = c.add_node(**_node_args(*node, head=False))
+    c.wait_for_nodes()
+    cluster_file = write(tmp_path, CKPT_CLUSTER, "cluster.yaml")
+    settings = {"backend": "ray", "cluster": cluster_file, "ray": {"address": c.address}}
+    config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    run_id = hf("run", "--detach", "--config", config, write(tmp_path, COUNTER)).stdout.strip()
+    first, second = f"hf-{run_id}-count-1", f"hf-{run_id}-count-2"
+    folder = hf.home / "runs" / run_id / "checkpoints" / "count"
+
+    def kept() -> int:  # the counter in the outputs kept with attempt 1's checkpoint; 0: none yet
+        meta = folder / "1.json"
+        return int((Path(json.loads(meta.read_text())["outputs"]) / "n").read_text()) if meta.is_file() else 0
+
+    try:
+        hf.wait_for(lambda: kept() >= 4, timeout=120)
+        lost = RayBackend(RaySettings(address=c.address)).poll(run_id)[first].node
+        assert lost in ("fault-c1", "fault-c2")
+        other = ({"fault-c1", "fault-c2"} - {lost}).pop()
+        c.remove_node(workers.pop(lost))
+        at_removal = kept()  # the attempt is gone: no checkpoint after this one
+        hf.wait_for(lambda: hf.show(run_id)["state"] in ("succeeded", "failed"), timeout=180)
+        data = hf.show(run_id)
+        assert data["state"] == "succeeded", data
+        (step,) = data["steps"]
+        assert (step["node"], step["attempts"]) == (other, 2), step
+        logs = hf("logs", run_id, "count", "--attempt", "2").stdout
+        ticks = [int(line.rsplit(" ", 1)[1]) for line in logs.splitlines() if "tick " in line]
+        # kept outputs are copied once the dump's result is back, which may be a tick after it
+        assert ticks and at_removal <= ticks[0] <= at_removal + 2, (at_removal, logs[:400])
+        assert ticks == list(range(ticks[0], TICKS + 1))
+        assert (step_out(hf, run_id, "count") / "n").read_text().strip() == str(TICKS)
+        said = [e.message for e in Store(hf.home / "state.db", read_only=True).events(run_id) if e.step == "count"]
+        assert any(f"{second} restored from attempt 1's checkpoint" in m for m in said), said
+    finally:
+        # the lost attempt's container, which outlived its Ray worker on this one machine
+        for name in (first, second):
+            subprocess.run(["podman", "rm", "-f", "--ignore", name], env=engine_env(), capture_output=True)
+        if (layout := cgroups.detect()) is not None:
+            cgroups.remove(layout, first)  # its task never measured it: the node went
+
+
+SHORT = "i=0; while [ $i -lt 12 ]; do i=$((i+1)); echo tick $i; echo $i > /out/n; sleep 0.5; done"
+
+
+def _log_lines(log: Path) -> list[str]:
+    return [line.split(" ", 3)[3] for line in log.read_text().splitlines() if line.count(" ") >= 3]
+
+
+@pytest.mark.skipif(not criu_support().ok, reason=f"CRIU checkpoints do not work here ({criu_support().reason})")
+def test_a_ray_step_stopped_by_a_dump_is_checkpointed_not_failed_and_a_new_attempt_continues_from_it(
+    cluster: tuple[Cluster, dict[str, Any]], tmp_path: Path
+) -> None:
+    c, _ = cluster
+    backend = RayBackend(RaySettings(address=c.address, stop_timeout=2))
+    r = f"k{time.time_ns() % 10**9}"
+    names = [f"hf-{r}-k-{i}" for i in (1, 2, 3, 4)]
+
+    def counter(i: int, restore: Restore | None = None) -> Job:
+        j = job(names[i - 1], tmp_path / str(i), SHORT, run_id=r)
+        return replace(j, container=replace(j.container, passwd=False), restore=restore)  # as build_spec makes them
+
+    try:
+        backend.submit(counter(1))
+        n = tmp_path / "1" / "n"
+        deadline = time.time() + 60
+        while not (n.is_file() and n.read_text().strip().isdigit() and int(n.read_text()) >= 3):
+            assert time.time() < deadline, backend.poll(r)
+            time.sleep(0.2)
+        image = tmp_path / "1.tar"
+        assert backend.checkpoint(names[0], image, leave_running=False) > 0 and image.stat().st_size > 0
+        st = wait_done(backend, r, [names[0]])[names[0]]
+        assert (st.status, st.node_failed) == ("CHECKPOINTED", False), st
+        at = int(n.read_text())  # stopped by the dump: nothing written since
+        shutil.copytree(tmp_path / "1", tmp_path / "1.out")
+        restore = Restore(str(image), str(tmp_path / "1.out"), str(tmp_path / "1"), 1, time.time())
+        backend.submit(counter(2, restore))
+        st2 = wait_done(backend, r, [names[1]])[names[1]]
+        assert st2.exit_code == 0, st2
+        assert _log_lines(tmp_path / "2" / "log") == [f"tick {i}" for i in range(at + 1, 13)]
+        # the same image again (attempt 2 has none of its own), cancelled: stopped as a run is
+        backend.submit(counter(4, restore))
+        n4 = tmp_path / "4" / "n"
+        deadline = time.time() + 60
+        while not (n4.is_file() and n4.read_text().strip().isdigit() and int(n4.read_text()) > at):
+            assert time.time() < deadline, backend.poll(r)
+            time.sleep(0.2)
+        assert int((tmp_path / "2" / "n").read_text()) == 12  # attempt 4 writes its own /out, not 2's
+        backend.cancel([names[3]])
+        st4 = wait_done(backend, r, [names[3]])[names[3]]
+        assert (st4.status, st4.exit_code) == ("CANCELLED", 137), st4
+        assert not podman_names("ps", "-a", "--filter", f"name=^{names[3]}$", "--format", "{{.Names}}")
+        # an image that cannot be restored: the attempt runs from zero and its log says why
+        (tmp_path / "bad.tar").write_bytes(b"damaged")
+        backend.submit(counter(3, replace(restore, image=str(tmp_path / "bad.tar"))))
+        st3 = wait_done(backend, r, [names[2]])[names[2]]
+        assert st3.exit_code == 0, st3
+        said = _log_lines(tmp_path / "3" / "log")
+        assert said[0].startswith("hetflow: restore from") and said[0].endswith("this attempt starts from zero"), said
+        assert said[1:] == [f"tick {i}" for i in range(1, 13)]
+    finally:
+        backend.release(names)
+        for name in names:
+            subprocess.run(["podman", "rm", "-f", "--ignore", name], env=engine_env(), capture_output=True)

@@ -16,7 +16,7 @@ import pytest
 
 from hetflow.errors import EngineError, SpecError
 from hetflow.execute.checkpoint import Checkpointer, CheckpointImages, criu_support
-from hetflow.execute.checkpoint.archive import config_value, retarget
+from hetflow.execute.checkpoint.archive import config_value, retarget, staging_in
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import ContainerSpec, run_args
 from hetflow.execute.lifecycle import checkpointed_steps
@@ -108,6 +108,7 @@ def test_images_keep_the_last_good_dump_per_attempt_with_its_outputs(tmp_path: P
 
 def _image(path: Path, old_id: str) -> None:
     config = {"id": old_id, "name": "hf-r-s-1", "labels": {"hetflow.attempt": "1", "keep": "x"}, "cgroupParent": "/p/1"}
+    config["spec"] = {"mounts": [{"destination": "/out", "source": "/runs/r/attempts/s/1/out"}]}
     spec = {"mounts": [{"source": f"/store/{old_id}/userdata/hosts"}, {"source": "/runs/r/attempts/s/1/out"}]}
     with tarfile.open(path, "w") as tar:
         for name, data in (("config.dump", json.dumps(config)), ("spec.dump", json.dumps(spec)), ("checkpoint/x", "x")):
@@ -120,7 +121,9 @@ def test_retarget_gives_the_image_the_new_attempts_identity(tmp_path: Path) -> N
     image, old = tmp_path / "1.tar", "a" * 64
     _image(image, old)
     replace = {"/runs/r/attempts/s/1/out": "/runs/r/attempts/s/2/out", "/p/1": "/p/2"}
+    assert staging_in(image) == "/runs/r/attempts/s/1/out"
     new_id = retarget(image, name="hf-r-s-2", labels={"hetflow.attempt": "2"}, replace=replace)
+    assert staging_in(image) == "/runs/r/attempts/s/2/out"  # a second restore replaces this one
     again = retarget(image, name="hf-r-s-3", labels={"hetflow.attempt": "3"}, replace={})  # the last one counts
     assert new_id != old and again != new_id and len(again) == 64
     assert config_value(image, "name") == "hf-r-s-3" and config_value(image, "id") == again

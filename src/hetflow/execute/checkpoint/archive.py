@@ -64,3 +64,15 @@ def config_value(image: Path, key: str) -> object:
             return json.loads(_member(tar, "config.dump")).get(key)
     except (OSError, tarfile.TarError, KeyError, ValueError):
         return None
+
+
+def staging_in(image: Path) -> str | None:
+    """The ``/out`` folder the image's container mounts now: the dumped attempt's until the
+    image is restored once, then the attempt it was retargeted to last (which a second restore
+    of the same image must replace, not the first one's)."""
+    oci = config_value(image, "spec")
+    mounts = oci.get("mounts") if isinstance(oci, dict) else None
+    for m in mounts if isinstance(mounts, list) else ():
+        if isinstance(m, dict) and m.get("destination") == "/out" and isinstance(m.get("source"), str):
+            return str(m["source"])
+    return None

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from hetflow.errors import EngineError
-from hetflow.execute.checkpoint.archive import config_value, retarget
+from hetflow.execute.checkpoint.archive import config_value, retarget, staging_in
 from hetflow.execute.checkpoint.criu import CriuSupport, criu_support
 from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.engine import ContainerSpec
@@ -55,7 +55,8 @@ class CriuPodman:
         """Start ``spec``'s container (a new attempt) from checkpoint ``r``."""
         env = self._env()
         staging = next((m.source for m in spec.mounts if m.target == "/out"), None)
-        replace = {r.staging_was: staging} if staging and staging != r.staging_was else {}
+        was = staging_in(Path(r.image)) or r.staging_was  # an image restored before mounts that attempt's
+        replace = {was: staging} if staging and staging != was else {}
         if staging:
             shutil.copytree(r.outputs, staging, symlinks=True, dirs_exist_ok=True)
         parent = self.engine.prepare_cgroup(spec.name)

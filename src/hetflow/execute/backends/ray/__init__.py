@@ -8,9 +8,10 @@ tasks, so they outlive the driver (adoption).  Shaped like every backend package
     gangs.py      gang Job -> placement group bundles and strategy, each replica's contract
                   (pure functions, no Ray import)
     container.py  inside the task: the container in the foreground, stopped on cancel
+    restore.py    CRIU checkpoints: the dump task pinned to a step's node, a restore in its task
     gangrun.py    inside the keeper: one gang's placement group and replica tasks
     keeper.py     RunKeeper, the run's detached actor
-    backend.py    RayBackend: check, submit, poll, cancel, release
+    backend.py    RayBackend: check, submit, poll, cancel, release, checkpoint
 
 Importing the package imports Ray; the backend factory imports it lazily.  The package is
 named ``ray`` and still ``import ray`` inside it means the Ray library: imports are

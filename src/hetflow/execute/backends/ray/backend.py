@@ -28,6 +28,12 @@ then each replica is a task pinned to its bundle, given the launch contract comp
 the bundles' nodes and the GPUs Ray assigned it.  ``poll`` reports the gang under the job's
 one name; ``cancel`` stops every replica; ``release`` removes the group.  A gang the alive
 nodes could never hold is refused by ``submit``; one that waits is PENDING with Ray's reason.
+
+Checkpoints (``checkpoint:``, CRIU).  ``checkpoint`` dumps a step's container with a task
+pinned to the node its task runs on (the keeper knows the node), to the run's shared
+workdir; a job with ``Job.restore`` is restored by its own task on whatever node Ray gives
+it, or run from zero when that fails (``restore``).  A dump that stops the container ends
+its task too: the keeper reports that end as CHECKPOINTED, not as the step's failure.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import socket
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import ray
@@ -51,6 +58,7 @@ from hetflow.execute.backends.common import host_image_id
 from hetflow.execute.backends.ray.container import probe_node, ray_nodes
 from hetflow.execute.backends.ray.gangs import gang_request
 from hetflow.execute.backends.ray.keeper import KeeperActor
+from hetflow.execute.backends.ray.restore import DUMP_TIMEOUT, dump_task
 from hetflow.execute.backends.ray.settings import RaySettings
 from hetflow.execute.backends.ray.translate import MARKER, RayNode, node_name, task_request, with_vendor
 from hetflow.execute.engine import Usage
@@ -229,7 +237,7 @@ class RayBackend:
         else:
             req = task_request(job, self.nodes())
             migs = s.mig_devices if job.gpu_request is not None and job.gpu_request.kind == "mig" else {}
-            call = ("submit", job.name, with_vendor(job), req, s.device_dir, grace, dict(migs))
+            call = ("submit", job.name, with_vendor(job), req, s.device_dir, grace, dict(migs), job.restore)
         for _ in range(2):  # the run's actor may have just ended for idleness: make a new one
             keeper = self._new_keeper(job.run_id)
             try:
@@ -240,6 +248,32 @@ class RayBackend:
             except RayTaskError as exc:
                 raise EngineError(f"Ray refused {job.name}: {exc.cause if exc.cause else exc}") from None
         raise EngineError(f"Ray could not keep an actor alive for run {job.run_id}; see `ray status`")
+
+    def checkpoint(self, name: str, dest: Path, *, leave_running: bool) -> float:
+        """Dump job ``name``'s container to ``dest`` (the run's shared workdir) with a task
+        pinned to the node its task runs on (``restore.dump_task``); the seconds it took.
+        Without ``leave_running`` the dump stops the container: the keeper holds the task's
+        end back until the dump's outcome is known, then reports it CHECKPOINTED, not failed."""
+        self._connect()
+        run_id = next(iter(self._keepers_for([name])), None)
+        where = self._call(run_id, "dump_target", name, not leave_running) if run_id else None
+        if where is None:
+            raise EngineError(f"{name} is not running on Ray: there is nothing to checkpoint")
+        node_id, node = where
+        ok, took, said = False, 0.0, ""
+        try:
+            strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
+            ref = dump_task.options(scheduling_strategy=strategy).remote(name, str(dest), leave_running)
+            ok, took, said = ray.get(ref, timeout=DUMP_TIMEOUT + 60)
+        except RayError as exc:  # the node went, or the dump outlived its limit
+            text = str(exc).strip().splitlines()
+            said = f"{type(exc).__name__}: {text[0] if text else ''}"
+        finally:
+            if not leave_running and run_id:
+                self._call(run_id, "dump_ended", name, ok)
+        if not ok:
+            raise EngineError(f"checkpoint of {name} on Ray node {node} failed: {said}")
+        return float(took)
 
     def poll(self, run_id: str) -> dict[str, JobState]:
         self._connect()

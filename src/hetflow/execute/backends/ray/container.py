@@ -6,6 +6,8 @@ parent cgroup of its own, ``/hetflow/NAME``, whose counters outlive the containe
 ``podman run`` returns and then removed.  The task returns it (``Usage``: peak memory, CPU
 time, and the node's clock around ``podman run``) with the exit code; where the task may not
 make the cgroup (rootless podman, a read-only cgroup file system) the figures stay unknown.
+A job restored from a checkpoint (``Job.restore``) is ``podman container restore``d instead
+(``restore``) and waited for with ``podman wait``; measured, cancelled and removed the same way.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ import ray
 
 from hetflow.config import SHARE, engine_env
 from hetflow.execute import cgroups
+from hetflow.execute.backends.ray.restore import note_in_log, remove, restore_container
 from hetflow.execute.backends.ray.translate import MIG_ENV, node_name, with_gpus, with_mig
+from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.devices.migtable import MigInstance
 from hetflow.execute.engine import ContainerSpec, Usage, drop_env_file, run_args, write_env_file
 
@@ -43,38 +47,82 @@ def foreground_argv(spec: ContainerSpec, env_file: Path | None = None) -> list[s
     return ["podman", "--hooks-dir", str(SHARE / "hooks.d"), args[0], "--rm", *args[1:]]
 
 
-def run_container(spec: ContainerSpec, stop_timeout: int) -> tuple[int, str, str, Usage]:
+def run_container(
+    spec: ContainerSpec, stop_timeout: int, restore: Restore | None = None
+) -> tuple[int, str, str, Usage]:
     """Run to the end; (exit code, status, reason, what it used).  A Ray cancel arrives as
     KeyboardInterrupt (ray.cancel, force=False): the container is stopped, and stopped
-    again until ``podman run`` returns, since it may not have existed at the first stop."""
+    again until ``podman run`` returns, since it may not have existed at the first stop.
+    ``restore``: start it from that checkpoint instead (``restore``), or from zero when that
+    fails, the reason the first line of its log."""
     binary = shutil.which("podman")
     if binary is None:
         return 127, "EXITED", f"podman not found on node {_here()}: apt-get install -y podman runc", Usage()
     layout = cgroups.detect()
     if layout is not None and cgroups.prepare(layout, spec.name):
         spec = replace(spec, cgroup_parent=cgroups.parent_path(spec.name))
+    env = engine_env()
+    started = time.time()
+    ran: tuple[int, str, str] | None = None
+    if restore is not None:
+        ran = _restored(binary, spec, restore, stop_timeout, env)
+    if ran is None:
+        ran = _foreground(binary, spec, stop_timeout, env)
+    used = Usage(started=started, ended=time.time())
+    if spec.cgroup_parent and layout is not None:
+        measured = cgroups.read_usage(layout, spec.name)
+        cgroups.remove(layout, spec.name)
+        oom = True if measured.oom_kills else None
+        used = replace(used, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds, oom_killed=oom)
+    return (*ran, used)
+
+
+def _foreground(binary: str, spec: ContainerSpec, stop_timeout: int, env: Mapping[str, str]) -> tuple[int, str, str]:
+    """``podman run`` in the foreground: (exit code, status, reason)."""
     env_file = write_env_file(spec.env) if spec.env else None  # 0600 in a private folder on this node
     argv = [binary, *foreground_argv(spec, env_file)[1:]]
-    env = engine_env()
     proc: subprocess.Popen[bytes] | None = None
-    started = time.time()
     with tempfile.TemporaryFile() as err, _dropped(env_file):
         try:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
             code, status = _wait(proc), "EXITED"
         except KeyboardInterrupt:
             code, status = _stop(binary, spec.name, proc, stop_timeout, env), "CANCELLED"
-        ended = time.time()
         err.seek(0)
         lines = err.read().decode(errors="replace").strip().splitlines()
-    used = Usage(started=started, ended=ended)
-    if spec.cgroup_parent and layout is not None:
-        measured = cgroups.read_usage(layout, spec.name)
-        cgroups.remove(layout, spec.name)
-        oom = True if measured.oom_kills else None
-        used = replace(used, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds, oom_killed=oom)
-    reason = lines[-1] if lines and code in (125, 126, 127) else ""
-    return code, status, reason, used
+    return code, status, lines[-1] if lines and code in (125, 126, 127) else ""
+
+
+def _restored(
+    binary: str, spec: ContainerSpec, r: Restore, stop_timeout: int, env: Mapping[str, str]
+) -> tuple[int, str, str] | None:
+    """The container restored from ``r`` and waited for (``podman wait``, which gives its exit
+    code); None when it could not be restored (the reason is noted in the attempt's log)."""
+    try:
+        why = restore_container(binary, spec, r, env)
+    except KeyboardInterrupt:  # cancelled while restoring: whatever was restored goes
+        remove(binary, spec.name, env)
+        return CANCELLED_CODE, "CANCELLED", "cancelled while it was being restored"
+    if why:
+        note_in_log(spec.log_path, f"hetflow: {why}; this attempt starts from zero")
+        return None
+    proc: subprocess.Popen[bytes] | None = None
+    status = "EXITED"
+    with tempfile.TemporaryFile() as out:
+        try:
+            proc = subprocess.Popen([binary, "wait", spec.name], stdin=subprocess.DEVNULL, stdout=out, env=env)
+            _wait(proc)
+        except KeyboardInterrupt:
+            _stop(binary, spec.name, proc, stop_timeout, env)
+            status = "CANCELLED"
+        out.seek(0)
+        said = out.read().decode(errors="replace").split()
+    remove(binary, spec.name, env)  # podman removes it itself (it was run with --rm); in case not
+    if said and said[-1].lstrip("-").isdigit():
+        return int(said[-1]), status, ""
+    if status == "CANCELLED":
+        return CANCELLED_CODE, status, ""
+    return 125, status, f"podman wait {spec.name} gave no exit code after its restore"
 
 
 @contextlib.contextmanager
@@ -141,10 +189,12 @@ def step_task(
     stop_timeout: int,
     keeper: Any,
     migs: Mapping[str, tuple[MigInstance, ...]] | None = None,
+    restore: Restore | None = None,
 ) -> tuple[int, str, str, Usage]:
     """One step attempt on the node Ray chose.  Never retried by Ray: hetflow decides.
     It tells the keeper when Ray started it (the node's clock), the step's start.
-    ``migs``: the cluster's MIG instances by node (``ray.mig_devices``), for a MIG step."""
+    ``migs``: the cluster's MIG instances by node (``ray.mig_devices``), for a MIG step;
+    ``restore``: the checkpoint it starts from (``Job.restore``)."""
     try:
         began = time.time()
         gpu_ids = [int(i) for i in ray.get_gpu_ids()]
@@ -166,8 +216,8 @@ def step_task(
                         ),
                         Usage(),
                     )
-                return run_container(with_mig(spec, mig, device_dir), stop_timeout)
-        return run_container(with_gpus(spec, gpu_ids, device_dir), stop_timeout)
+                return run_container(with_mig(spec, mig, device_dir), stop_timeout, restore)
+        return run_container(with_gpus(spec, gpu_ids, device_dir), stop_timeout, restore)
     except KeyboardInterrupt:
         return CANCELLED_CODE, "CANCELLED", "cancelled before its container started", Usage()
 

@@ -19,7 +19,9 @@ from hetflow.execute.backends.base import JobState
 from hetflow.execute.backends.ray.container import CANCELLED_CODE, ray_nodes, step_task
 from hetflow.execute.backends.ray.gangrun import GangRun
 from hetflow.execute.backends.ray.gangs import GangRequest
+from hetflow.execute.backends.ray.restore import DUMP_TIMEOUT
 from hetflow.execute.backends.ray.translate import TaskRequest, node_name
+from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.devices.migtable import MigInstance
 from hetflow.execute.engine import ContainerSpec, Usage
 from hetflow.execute.gang.replicas import replica_of
@@ -36,6 +38,10 @@ class _Entry:
     result: JobState | None = None
     started: float | None = None  # when Ray started the task (its node's clock)
     usage: Usage | None = None  # what its container used, as the task measured it
+    # a CRIU dump that stops it (``dump_target``): "stopping" while it runs (its end is not
+    # final until the dump's outcome is known), "stopped" once it succeeded (CHECKPOINTED)
+    dump: str = ""
+    dump_since: float = 0.0  # monotonic; a dump whose driver never said how it went expires
 
 
 class RunKeeper:
@@ -68,6 +74,7 @@ class RunKeeper:
         device_dir: str,
         stop_timeout: int,
         migs: Mapping[str, tuple[MigInstance, ...]] | None = None,
+        restore: Restore | None = None,
     ) -> None:
         self.touched = time.monotonic()
         if name in self.jobs or name in self.gangs:
@@ -80,7 +87,7 @@ class RunKeeper:
         if req.node_id:
             options["scheduling_strategy"] = NodeAffinitySchedulingStrategy(req.node_id, soft=False)
         me = ray.get_runtime_context().current_actor
-        ref = step_task.options(**options).remote(spec, device_dir, stop_timeout, me, migs)
+        ref = step_task.options(**options).remote(spec, device_dir, stop_timeout, me, migs, restore)
         with self.lock:
             self.jobs[name] = _Entry(ref, req)
 
@@ -120,12 +127,35 @@ class RunKeeper:
             ready = set(ray.wait(waiting, num_returns=len(waiting), timeout=0)[0]) if waiting else set()
             out = {}
             for name, e in self.jobs.items():
-                if e.result is None and e.ref in ready:
+                if e.result is None and e.ref in ready and not self._dumping(e):
                     e.result = self._finished(name, e)
                 out[name] = e.result or self._live(name, e)
             for name, g in self.gangs.items():
                 out[name] = g.state(ready, self._name)
             return out
+
+    def dump_target(self, name: str, stopping: bool) -> tuple[str, str] | None:
+        """(Ray node id, hetflow name) of the node the job's task runs on, where its container
+        is dumped; None when it is not running.  ``stopping``: the dump ends it, so its end is
+        held back until ``dump_ended`` says whether it was a checkpoint or its own."""
+        with self.lock:
+            e = self.jobs.get(name)
+            if e is None or e.result is not None or e.node_id is None or e.cancelled:
+                return None
+            if stopping:
+                e.dump, e.dump_since = "stopping", time.monotonic()
+            return e.node_id, self._name(e.node_id)
+
+    def dump_ended(self, name: str, ok: bool) -> None:
+        with self.lock:
+            e = self.jobs.get(name)
+            if e is not None and e.dump == "stopping":
+                e.dump = "stopped" if ok else ""
+
+    def _dumping(self, e: _Entry) -> bool:
+        if e.dump == "stopping" and time.monotonic() - e.dump_since > DUMP_TIMEOUT + 120:
+            e.dump = ""  # the driver that asked for it went: its end counts as what it was
+        return e.dump == "stopping"
 
     def _live(self, name: str, e: _Entry) -> JobState:
         if e.node_id is None:
@@ -149,6 +179,8 @@ class RunKeeper:
         # the task's own note of its start may not have reached the keeper yet: its container's start then
         started = e.started if e.started is not None or e.usage is None else e.usage.started
         ended = e.usage.ended if e.usage is not None else None
+        if e.dump == "stopped":  # not a failure: stopped by a dump, to be restored (podman run said 127)
+            code, status, reason = CANCELLED_CODE, "CHECKPOINTED", "stopped by a CRIU checkpoint, to be restored"
         return JobState(name, False, int(code), status, node, e.gpus, reason, started=started, ended=ended)
 
     def usage(self, name: str) -> Usage:

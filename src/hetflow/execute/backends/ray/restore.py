@@ -1,0 +1,160 @@
+"""CRIU checkpoints on Ray (issue 27), done on the node where a step's task runs.
+
+A dump is a small task pinned to that node (``dump_task``, NodeAffinity with the node id the
+run's keeper recorded when the step task started): ``podman container checkpoint --export
+DEST --compress none [--leave-running] NAME`` with hetflow's CRIU first on PATH, DEST in the
+run's shared workdir.  A restore (``Job.restore``) is done by the step task itself instead of
+``podman run`` (``restore_container``): the outputs kept with the checkpoint copied into the
+attempt's ``/out``, the image given the attempt's identity (``checkpoint.archive.retarget``:
+name, labels, ID, staging folder, cgroup parent), ``podman container restore --import``, and
+podman's own log file hard-linked as the attempt's log (``CriuPodman`` does the same locally;
+it is not reused here because it needs a ``CliEngine``, whose OCI-runtime probe and
+``--runtime`` flag the task's ``podman run`` does not use).  The task then waits for the
+restored container as for a started one.  A restore that fails says why, and the task runs
+the step from zero with that reason as the first line of the attempt's log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+import ray
+
+from hetflow.config import engine_env
+from hetflow.errors import HetflowError
+from hetflow.execute.checkpoint.archive import config_value, retarget, staging_in
+from hetflow.execute.checkpoint.criu import criu_support
+from hetflow.execute.checkpoint.images import Restore
+from hetflow.execute.engine import ContainerSpec
+
+DUMP_TIMEOUT = 1800.0  # seconds: a dump of tens of GiB to a slow shared disk
+
+
+def criu_env(env: Mapping[str, str]) -> dict[str, str] | str:
+    """``env`` with this node's working CRIU first on PATH, or why there is none."""
+    support = criu_support()
+    if not support.ok:
+        return support.reason
+    return {**env, "PATH": f"{support.directory}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+
+
+def last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else "no message"
+
+
+@ray.remote(num_cpus=0, max_retries=0)
+def dump_task(name: str, dest: str, leave_running: bool) -> tuple[bool, float, str]:
+    """Dump container ``name`` to ``dest`` on this node: (done, seconds, why not)."""
+    binary = shutil.which("podman")
+    if binary is None:
+        return False, 0.0, "podman not found on this node"
+    with_criu = criu_env(engine_env())
+    if isinstance(with_criu, str):
+        return False, 0.0, f"cannot checkpoint on this node: {with_criu}"
+    args = [binary, "container", "checkpoint", "--export", dest, "--compress", "none"]
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(
+            [*args, *(["--leave-running"] if leave_running else []), name],
+            env=with_criu,
+            capture_output=True,
+            text=True,
+            timeout=DUMP_TIMEOUT,
+            check=False,
+        )
+        said = last_line(proc.stderr or proc.stdout) if proc.returncode != 0 else ""
+    except subprocess.TimeoutExpired:
+        said = f"podman container checkpoint took more than {DUMP_TIMEOUT:.0f}s"
+    took = time.monotonic() - start
+    if said or not Path(dest).is_file():
+        Path(dest).unlink(missing_ok=True)
+        return False, took, said or f"podman wrote no {dest}"
+    return True, took, ""
+
+
+def restore_container(binary: str, spec: ContainerSpec, r: Restore, env: Mapping[str, str]) -> str:
+    """Start ``spec``'s container (a new attempt) from checkpoint ``r``, detached; "" when
+    it runs, else why not (then nothing of it is left: its /out is empty again)."""
+    with_criu = criu_env(env)
+    if isinstance(with_criu, str):
+        return f"cannot restore on this node: {with_criu}"
+    staging = next((m.source for m in spec.mounts if m.target == "/out"), None)
+    try:
+        was = staging_in(Path(r.image)) or r.staging_was
+        swap = {was: staging} if staging and staging != was else {}
+        if staging:
+            shutil.copytree(r.outputs, staging, symlinks=True, dirs_exist_ok=True)
+        old_parent = config_value(Path(r.image), "cgroupParent")
+        if spec.cgroup_parent and isinstance(old_parent, str) and old_parent:
+            swap[old_parent] = spec.cgroup_parent
+        retarget(Path(r.image), name=spec.name, labels=spec.labels, replace=swap)
+        proc = subprocess.run(
+            [binary, "container", "restore", "--import", r.image],
+            env=with_criu,
+            capture_output=True,
+            text=True,
+            timeout=DUMP_TIMEOUT,
+            check=False,
+        )
+        why = last_line(proc.stderr or proc.stdout) if proc.returncode != 0 else ""
+    except (OSError, HetflowError, subprocess.TimeoutExpired) as exc:
+        why = str(exc)
+    if why:
+        remove(binary, spec.name, env)
+        if staging:
+            _empty(Path(staging))
+        return f"restore from {r.image} failed: {why}"
+    if spec.log_path:
+        _link_log(binary, spec.name, Path(spec.log_path), env)
+    return ""
+
+
+def remove(binary: str, name: str, env: Mapping[str, str]) -> None:
+    subprocess.run([binary, "rm", "-f", "--ignore", name], env=env, capture_output=True, check=False)
+
+
+def note_in_log(log_path: str | None, text: str) -> None:
+    """One line in the attempt's log (k8s-file, as podman writes it) before its container's."""
+    if not log_path:
+        return
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000+00:00", time.gmtime())
+    with contextlib.suppress(OSError):
+        Path(log_path).parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "a", encoding="utf-8") as f:
+            f.write(f"{stamp} stderr F {text}\n")
+
+
+def _link_log(binary: str, name: str, log: Path, env: Mapping[str, str]) -> None:
+    """podman logs a restored container to its own file: make it the attempt's log too."""
+    proc = subprocess.run(
+        [binary, "inspect", "--format", "{{.HostConfig.LogConfig.Path}}", name],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    path = proc.stdout.strip()
+    if proc.returncode != 0 or not path or path == str(log):
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.unlink(missing_ok=True)
+    try:
+        os.link(path, log)  # survives podman removing the container
+    except OSError:
+        with contextlib.suppress(OSError):
+            log.symlink_to(path)
+
+
+def _empty(folder: Path) -> None:
+    for p in folder.iterdir() if folder.is_dir() else ():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)
