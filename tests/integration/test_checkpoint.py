@@ -136,10 +136,17 @@ def test_migrate_moves_a_running_step_without_losing_work(hf: Hetflow, tmp_path:
     assert refused.returncode == 2 and "this run uses this machine only" in refused.stderr
     missing = hf("migrate", run_id, "nosuch", check=False)
     assert missing.returncode == 2 and "step 'nosuch' is not running (not a step of this run)" in missing.stderr
+    hf.wait_for(lambda: len(_ticks(hf, run_id, 2)) >= 2, timeout=120)
+    node = hf.show(run_id)["steps"][0]["node"]
+    drained = json.loads(hf("drain", node, "--json").stdout)  # every step with a checkpoint moves off it
+    assert [(d["run"], d["step"]) for d in drained] == [(run_id, "count")]
+    assert f"hf-{run_id}-count-2 checkpointed" in drained[0]["message"]
+    drained_at = max(_ticks(hf, run_id, 2))
     hf.wait_for(lambda: hf.step_states(run_id)["count"] == "succeeded", timeout=120)
     restored = _ticks(hf, run_id, 2)
-    assert restored[0] == moved_at + 1 and restored[-1] == TICKS  # dumped as it stopped: nothing redone
+    assert restored[0] == moved_at + 1  # dumped as it stopped: nothing redone
+    assert _ticks(hf, run_id, 3) == list(range(drained_at + 1, TICKS + 1))
     attempts = json.loads(hf("trace", run_id, "--json").stdout)
-    assert [(a["attempt"], a["status"]) for a in attempts] == [(1, "stopped"), (2, "succeeded")]
+    assert [(a["attempt"], a["status"]) for a in attempts] == [(1, "stopped"), (2, "stopped"), (3, "succeeded")]
     done = hf("migrate", run_id, "count", check=False)
     assert done.returncode == 2 and f"run {run_id} is succeeded" in done.stderr

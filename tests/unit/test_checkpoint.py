@@ -111,7 +111,8 @@ def _image(path: Path, old_id: str) -> None:
     config["spec"] = {"mounts": [{"destination": "/out", "source": "/runs/r/attempts/s/1/out"}]}
     spec = {"mounts": [{"source": f"/store/{old_id}/userdata/hosts"}, {"source": "/runs/r/attempts/s/1/out"}]}
     with tarfile.open(path, "w") as tar:
-        for name, data in (("config.dump", json.dumps(config)), ("spec.dump", json.dumps(spec)), ("checkpoint/x", "x")):
+        files = (("config.dump", json.dumps(config)), ("spec.dump", json.dumps(spec)), ("ctr.log", "old lines\n"))
+        for name, data in files:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data.encode()))
@@ -132,6 +133,8 @@ def test_retarget_gives_the_image_the_new_attempts_identity(tmp_path: Path) -> N
     with tarfile.open(image) as tar:
         specs = [m for m in tar.getmembers() if m.name == "spec.dump"]
         text = tar.extractfile(specs[-1]).read().decode()  # type: ignore[union-attr]
+        logs = [m for m in tar.getmembers() if m.name == "ctr.log"]
+        assert logs and logs[-1].size == 0  # a restored container's old log does not come along
     assert f"/store/{again}/userdata/hosts" in text and "/attempts/s/2/out" in text and old not in text
     (tmp_path / "bad.tar").write_bytes(b"not a tar")
     with pytest.raises(EngineError, match="cannot be read"):

@@ -1,5 +1,5 @@
 """Ready a checkpoint image to be restored as another container: a new attempt's name, ID,
-labels, cgroup and ``/out`` folder.
+labels, cgroup and ``/out`` folder, and an empty log.
 
 ``podman container restore --import`` creates the container that ``config.dump`` and
 ``spec.dump`` in the image describe.  Restored under a new name (``--name``), podman 4.3 keeps
@@ -39,7 +39,9 @@ def retarget(image: Path, *, name: str, labels: Mapping[str, str], replace: Mapp
     for old, new in {**({old_id: new_id} if old_id else {}), **replace}.items():
         text, spec = text.replace(old, new), spec.replace(old, new)
     with tarfile.open(image, "a:") as tar:
-        for member, data in (("config.dump", text.encode()), ("spec.dump", spec.encode())):
+        # an image of a container that was itself restored holds that container's log
+        # (ctr.log, podman's own path): the new attempt's log starts empty, not with its lines
+        for member, data in (("config.dump", text.encode()), ("spec.dump", spec.encode()), ("ctr.log", b"")):
             info = tarfile.TarInfo(member)
             info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
             tar.addfile(info, io.BytesIO(data))
