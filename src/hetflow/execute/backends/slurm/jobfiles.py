@@ -11,7 +11,8 @@ from hetflow.config import containers_conf
 
 # What submit clears before a new attempt, and release removes (NAME.out stays when not
 # empty: podman's errors and slurmstepd's notes are diagnostics).
-PER_ATTEMPT = (".exit", ".start", ".err", ".jobid", ".env", ".usage")  # .usage: ``usage``
+# .usage: ``usage``; .checkpointed, .wait: ``checkpoint``
+PER_ATTEMPT = (".exit", ".start", ".err", ".jobid", ".env", ".usage", ".checkpointed", ".wait")
 RELEASED = (".sh", *PER_ATTEMPT)
 # A gang's attempt also leaves its task script and each replica's host, exit code and
 # podman stderr (``gang``).
