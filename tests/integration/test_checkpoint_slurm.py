@@ -2,7 +2,8 @@
 CRIU that ``make criu`` builds: a counter checkpointed every 2 s (``srun --jobid --overlap``
 runs the dump inside its job, on its node) whose node dies (its slurmd killed and the node
 marked DOWN, as ``test_faults_slurm`` does, and what ran there killed with it) continues on
-the other node from its last checkpoint, not from zero."""
+the other node from its last checkpoint, not from zero; ``stop --checkpoint`` dumps a step's
+container on its node (which ends its job as checkpointed) and ``resume`` restores it."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from demo.slurm_cluster import LocalSlurm
 
 from hetflow.config import engine_env
 from hetflow.execute import criu_support
+from hetflow.execute.data.paths import RunPaths
 from tests.integration.hfkit import BUSYBOX, Hetflow, step_out, write
 from tests.integration.slurm_fixture import local_cluster, slurm_config
 from tests.integration.test_faults_slurm import CLUSTER, kill_slurmd, restart_slurmd
@@ -35,7 +37,7 @@ steps:
     command: [sh, -c, "i=0; while [ $i -lt {TICKS} ]; do i=$((i+1)); echo tick $i; echo $i > /out/n; sleep 0.5; done"]
     outputs: [n]
     resources: {{cpus: 1, memory: 256Mi}}
-    checkpoint: {{every: 2s}}
+    checkpoint: {{CHECKPOINT}}
 """
 
 
@@ -54,6 +56,10 @@ def _squeue(c: LocalSlurm, name: str) -> tuple[str, str]:
         text=True,
     ).stdout.split()
     return (out[0], out[1]) if len(out) == 2 else ("", "")
+
+
+def _counter(tmp_path: Path, checkpoint: str) -> str:
+    return write(tmp_path, COUNTER.replace("{CHECKPOINT}", checkpoint))
 
 
 def _ticks(hf: Hetflow, run_id: str, attempt: int) -> list[int]:
@@ -75,7 +81,7 @@ def test_a_step_whose_node_dies_continues_on_the_other_node_from_its_checkpoint(
     hf: Hetflow, cluster: LocalSlurm, tmp_path: Path
 ) -> None:
     config = slurm_config(tmp_path, cluster, CLUSTER)
-    run_id = hf("run", "--detach", "--config", config, write(tmp_path, COUNTER)).stdout.strip()
+    run_id = hf("run", "--detach", "--config", config, _counter(tmp_path, "{every: 2s}")).stdout.strip()
     first = f"hf-{run_id}-count-1"
     hf.wait_for(lambda: _squeue(cluster, first)[0] == "RUNNING", timeout=120)
     lost = _squeue(cluster, first)[1]
@@ -108,3 +114,26 @@ def test_a_step_whose_node_dies_continues_on_the_other_node_from_its_checkpoint(
     finally:
         restart_slurmd(cluster, lost)
         subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+
+
+def test_stop_checkpoint_dumps_on_the_node_and_resume_restores(
+    hf: Hetflow, cluster: LocalSlurm, tmp_path: Path
+) -> None:
+    config = slurm_config(tmp_path, cluster, CLUSTER)
+    run_id = hf("run", "--detach", "--config", config, _counter(tmp_path, "true")).stdout.strip()
+    run_dir = Path(hf.show(run_id)["workdir"])
+    hf.wait_for(lambda: len(_ticks(hf, run_id, 1)) >= 4, timeout=120)
+    assert _checkpoint(run_dir, 1) is None  # checkpoint: true dumps only when stopped
+    hf("stop", "--checkpoint", run_id)
+    meta = _checkpoint(run_dir, 1)
+    assert meta is not None and int(str(meta["size"])) > 0
+    stopped_at = max(_ticks(hf, run_id, 1))
+    # the dump stopped the container, and its job ended as checkpointed, not with podman's 127
+    log = RunPaths(run_dir).log("count", 1)
+    hf.wait_for(lambda: "hetflow: checkpointed and stopped" in log.read_text(), timeout=60)
+    assert "exited 127" not in log.read_text()
+    hf("resume", run_id, timeout=180)
+    assert hf.step_states(run_id) == {"count": "succeeded"}
+    restored = _ticks(hf, run_id, 2)
+    assert restored[0] == stopped_at + 1 and restored == list(range(stopped_at + 1, TICKS + 1))
+    assert (step_out(hf, run_id, "count") / "n").read_text().strip() == str(TICKS)

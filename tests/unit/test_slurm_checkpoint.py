@@ -21,13 +21,14 @@ from hetflow.execute.backends.base import JobState
 from hetflow.execute.backends.slurm import SlurmSettings
 from hetflow.execute.backends.slurm.checkpoint import (
     CHECKPOINTED_CODE,
-    MARKER,
+    checkpointed_end,
     dump_args,
     dump_error,
     dump_seconds,
     ready_image,
     restore_start,
 )
+from hetflow.execute.backends.slurm.jobfiles import MARKER
 from hetflow.execute.backends.slurm.translate import job_script
 from hetflow.execute.checkpoint.archive import config_value
 from hetflow.execute.checkpoint.images import Restore
@@ -98,15 +99,28 @@ def test_a_failed_dump_leaves_the_job_running_as_it_was(tmp_path: Path) -> None:
 
 
 def test_a_job_a_dump_stopped_is_checkpointed_not_failed(tmp_path: Path) -> None:
-    b = backend(tmp_path, FakeClient(rows=[row("FAILED")]), exit_line=f"{CHECKPOINTED_CODE} 7")
-    (b.jobdir(RUN) / f"{NAME}{MARKER}").write_text("1\n")
+    b = backend(tmp_path, FakeClient(rows=[row("FAILED")]), exit_line=f"{CHECKPOINTED_CODE} 7 checkpointed")
     st = b.poll(RUN)[NAME]
     assert (st.running, st.status, st.checkpointed, st.node_failed) == (False, "CHECKPOINTED", True, False)
-    assert st.reason.startswith("checkpointed")
-    # without the marker the same end is the step's own failure
-    (b.jobdir(RUN) / f"{NAME}{MARKER}").unlink()
+    assert st.reason.startswith("checkpointed") and st.exit_code == CHECKPOINTED_CODE
+    # the same code without the script's word is the step's own failure
     b2 = backend(tmp_path / "b2", FakeClient(rows=[row("FAILED")]), exit_line=f"{CHECKPOINTED_CODE} 7")
     assert (b2.poll(RUN)[NAME].checkpointed, b2.poll(RUN)[NAME].exit_code) == (False, CHECKPOINTED_CODE)
+
+
+def test_the_script_ends_checkpointed_when_a_dump_stopped_its_container(tmp_path: Path) -> None:
+    end = checkpointed_end()
+    script = (
+        f"jobdir={tmp_path}; name=n; log={tmp_path}/log; exitf={tmp_path}/n.exit; SLURM_JOB_ID=9\n"
+        'cri() { echo "$*" >> "$log"; }\n' + end + "echo ran-on\n"
+    )
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert (ran.returncode, ran.stdout) == (0, "ran-on\n")  # no dump: the script goes on
+    (tmp_path / f"n{MARKER}").write_text("1\n")
+    ran = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=False)
+    assert (ran.returncode, ran.stdout) == (CHECKPOINTED_CODE, "")
+    assert (tmp_path / "n.exit").read_text() == f"{CHECKPOINTED_CODE} 9 checkpointed\n"
+    assert not (tmp_path / f"n{MARKER}").exists() and "checkpointed and stopped" in (tmp_path / "log").read_text()
 
 
 # --- the image and the job script's restore branch ---------------------------------------
@@ -205,9 +219,9 @@ def test_only_a_job_with_a_restore_has_the_branch_and_every_job_can_end_checkpoi
     assert "container restore --import" in restoring and 'wait "$name"' in restoring
     for script in (plain, restoring):
         subprocess.run(["bash", "-n"], input=script, text=True, check=True)
-        assert f'"$jobdir/$name{MARKER}" ]; then' in script and f"finish {CHECKPOINTED_CODE}" in script
+        assert checkpointed_end() in script
         # the checkpointed end comes before publishing: a stopped container's outputs are not the step's
-        assert script.index(f"finish {CHECKPOINTED_CODE}") < script.index('finish "$code"')
+        assert script.index(checkpointed_end()) < script.index('finish "$code"')
 
 
 # --- what the runner makes of a checkpointed job ------------------------------------------

@@ -123,7 +123,7 @@ class SlurmBackend:
         if not criu:
             raise EngineError(f"cannot checkpoint {name}: no CRIU found; run 'make criu' or set slurm criu_dir")
         conf, hooks = jobfiles.node_files(self.workdir, self.settings.containers_conf, self.client.env)
-        marker = found[0].parent / f"{name}{checkpoint.MARKER}"
+        marker = found[0].parent / f"{name}{jobfiles.MARKER}"
         if not leave_running:
             marker.write_text(f"{time.time()}\n")  # the job script ends as checkpointed, not failed
         podman = self.settings.podman
@@ -198,7 +198,7 @@ class SlurmBackend:
                 reason = f"waiting for {queue.dependency_names(row.dependency, names)}"
             started = refined(row.started(), start.get("started"))
             return JobState(name, True, None, row.state, node, gpus, reason, started=started)
-        if done is not None and (jobdir / f"{name}{checkpoint.MARKER}").exists():
+        if done is not None and jobfiles.exit_verdict(jobdir / f"{name}.exit") == checkpoint.VERDICT:
             # a dump stopped the container (``checkpoint``): hetflow requeues it, never a failure
             started = refined(row.started() if row is not None else None, start.get("started"))
             ended = refined(row.ended() if row is not None else None, read_usage(jobdir / f"{name}.usage").ended)

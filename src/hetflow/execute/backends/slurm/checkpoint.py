@@ -9,7 +9,8 @@ on PATH and the job script's CONTAINERS_CONF.  IMAGE is in the run's folder, whi
 shares.  A dump that stops the container (no ``--leave-running``: ``hetflow stop
 --checkpoint``, a migration) ends the job's ``podman run`` (with exit 127 on podman 4.3), so
 the backend first leaves ``NAME.checkpointed`` in the job's folder: the script sees it, skips
-publishing, and ends ``CHECKPOINTED_CODE``; ``poll`` reports it ``CHECKPOINTED``
+publishing, and ends ``CHECKPOINTED_CODE`` with ``checkpointed`` after the code and job id in
+NAME.exit; ``poll`` reports it ``CHECKPOINTED``
 (``JobState.checkpointed``), which the runner requeues, never a failure.  A dump that fails
 removes the file again.
 
@@ -32,11 +33,12 @@ import shlex
 from pathlib import Path
 
 from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.slurm.jobfiles import MARKER
 from hetflow.execute.checkpoint.archive import retarget
 
 # The job script's end when its container was dumped and stopped: not the step's code.
 CHECKPOINTED_CODE = 121
-MARKER = ".checkpointed"  # NAME.checkpointed in the job's folder: a dump that stops it is under way
+VERDICT = "checkpointed"  # NAME.exit's third word for such an end (``jobfiles.exit_verdict``)
 
 # podman's autoremove flag in both dumps, as podman and json.dumps write it
 _AUTOREMOVE = '"io.podman.annotations.autoremove": "TRUE"'
@@ -158,9 +160,12 @@ _RESTORED_END = r"""if [ "$restored" = 1 ]; then
 fi
 """
 
-# Every job: a dump that stopped the container (``MARKER``) ends the job as checkpointed.
+# Every job: a dump that stopped the container (``MARKER``) ends the job as checkpointed, said
+# in NAME.exit (the marker goes: the backend may have released the job's files already).
 CHECKPOINTED_END = """if [ -e "$jobdir/$name{marker}" ]; then
-  cri "checkpointed and stopped; the step goes on from this checkpoint in a new attempt"; finish {code}
+  cri "checkpointed and stopped; the step goes on from this checkpoint in a new attempt"
+  printf '%s %s {verdict}\\n' {code} "${{SLURM_JOB_ID:-}}" > "$exitf.$$" && mv -f "$exitf.$$" "$exitf"
+  rm -f "$jobdir/$name{marker}"; exit {code}
 fi
 """
 
@@ -187,4 +192,4 @@ def restore_end(job: Job) -> tuple[str, str]:
 
 
 def checkpointed_end() -> str:
-    return CHECKPOINTED_END.format(marker=MARKER, code=CHECKPOINTED_CODE)
+    return CHECKPOINTED_END.format(marker=MARKER, code=CHECKPOINTED_CODE, verdict=VERDICT)
