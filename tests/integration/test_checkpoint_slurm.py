@@ -3,14 +3,18 @@ CRIU that ``make criu`` builds: a counter checkpointed every 2 s (``srun --jobid
 runs the dump inside its job, on its node) whose node dies (its slurmd killed and the node
 marked DOWN, as ``test_faults_slurm`` does, and what ran there killed with it) continues on
 the other node from its last checkpoint, not from zero; ``stop --checkpoint`` dumps a step's
-container on its node (which ends its job as checkpointed) and ``resume`` restores it."""
+container on its node (which ends its job as checkpointed) and ``resume`` restores it; a
+restored job stops on scancel as a started one does."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +23,11 @@ from demo.slurm_cluster import LocalSlurm
 
 from hetflow.config import engine_env
 from hetflow.execute import criu_support
+from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.slurm import SlurmBackend
+from hetflow.execute.checkpoint import Restore
 from hetflow.execute.data.paths import RunPaths
+from tests.contract.backend_contract import job, wait_done
 from tests.integration.hfkit import BUSYBOX, Hetflow, step_out, write
 from tests.integration.slurm_fixture import local_cluster, slurm_config
 from tests.integration.test_faults_slurm import CLUSTER, kill_slurmd, restart_slurmd
@@ -137,3 +145,45 @@ def test_stop_checkpoint_dumps_on_the_node_and_resume_restores(
     restored = _ticks(hf, run_id, 2)
     assert restored[0] == stopped_at + 1 and restored == list(range(stopped_at + 1, TICKS + 1))
     assert (step_out(hf, run_id, "count") / "n").read_text().strip() == str(TICKS)
+
+
+def test_a_restored_job_stops_on_scancel_as_a_started_one_does(cluster: LocalSlurm, tmp_path: Path) -> None:
+    # the backend alone: a dump that stops the job, a job restored from it, then hetflow stop's scancel
+    backend = SlurmBackend(cluster.settings())
+    r = f"k{time.time_ns() % 10**9}"
+    script = "i=0; while true; do i=$((i+1)); echo tick $i; echo $i > /out/n; sleep 0.5; done"
+
+    def attempt(n: int) -> Job:
+        made = job(f"hf-{r}-s-{n}", tmp_path / "st" / str(n), script, run_id=r)
+        spec = replace(made.container, passwd=False, log_path=str(tmp_path / f"{n}.log"))
+        return replace(made, container=spec, attempt=n)
+
+    backend.submit(attempt(1))
+    hf_wait(lambda: (tmp_path / "st" / "1" / "n").is_file() and int((tmp_path / "st" / "1" / "n").read_text()) >= 3)
+    image, kept = tmp_path / "1.tar", tmp_path / "1.out"
+    assert backend.checkpoint(f"hf-{r}-s-1", image, leave_running=False) > 0
+    shutil.copytree(tmp_path / "st" / "1", kept)
+    st = wait_done(backend, r, [f"hf-{r}-s-1"], timeout=60)[f"hf-{r}-s-1"]
+    assert (st.status, st.checkpointed) == ("CHECKPOINTED", True), st
+    second = replace(attempt(2), restore=Restore(str(image), str(kept), str(tmp_path / "st" / "1"), 1, 0.0))
+    backend.submit(second)
+    hf_wait(lambda: "tick" in _read(tmp_path / "2.log"))
+    backend.cancel([second.name], grace=30)
+    st = wait_done(backend, r, [second.name], timeout=60)[second.name]
+    # busybox sh as PID 1 ignores SIGTERM: killed after stop_timeout, as a started container is
+    assert st.exit_code == 137, st
+    first_tick = int(_read(tmp_path / "2.log").split("tick ")[1].split()[0])
+    assert first_tick == int((kept / "n").read_text()) + 1  # dumped as it stopped: nothing redone
+    names = subprocess.run(["podman", "ps", "-a", "--format", "{{.Names}}"], env=engine_env(), capture_output=True)
+    assert second.name not in names.stdout.decode().split()  # removed, as the run path's --rm does
+
+
+def _read(path: Path) -> str:
+    return path.read_text() if path.is_file() else ""
+
+
+def hf_wait(predicate: Callable[[], bool], timeout: float = 60) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, "condition not met in time"
+        time.sleep(0.2)

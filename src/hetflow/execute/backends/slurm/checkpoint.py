@@ -151,9 +151,16 @@ if [ "$restored" = 1 ]; then
 else
 """
 
-# After the wait: the restored container's code (podman wait's answer), its log kept, itself removed.
+# After the wait: the restored container's code (podman wait's answer; scancel's SIGTERM reaches
+# podman wait too: then stopped as the run path stops it and asked again), its log kept, itself removed.
 _RESTORED_END = r"""if [ "$restored" = 1 ]; then
-  if [ "$code" = 0 ]; then code=$(head -n 1 "$jobdir/$name.wait" 2>/dev/null); fi
+  code=$(head -n 1 "$jobdir/$name.wait" 2>/dev/null)
+  case "$code" in ''|*[!0-9]*)
+    if [ "$stopping" = 1 ]; then
+      "$podman" --hooks-dir "$hooks" stop --ignore -t {stop_timeout} "$name" >/dev/null 2>&1
+    fi
+    code=$("$podman" --hooks-dir "$hooks" wait "$name" 2>>"$rerr" | head -n 1) ;;
+  esac
   case "$code" in ''|*[!0-9]*) code=125 ;; esac
   if [ -L "$log" ]; then cp --remove-destination -- "$(readlink -- "$log")" "$log"; fi  # before podman rm
   "$podman" --hooks-dir "$hooks" rm -f --ignore "$name" >/dev/null 2>&1
@@ -186,9 +193,9 @@ def restore_start(job: Job, criu_dir: str) -> str:
     )
 
 
-def restore_end(job: Job) -> tuple[str, str]:
+def restore_end(job: Job, stop_timeout: int) -> tuple[str, str]:
     """(what closes ``restore_start``'s if, the bash after the wait); empty without a restore."""
-    return ("fi\n", _RESTORED_END) if job.restore is not None else ("", "")
+    return ("fi\n", _RESTORED_END.format(stop_timeout=stop_timeout)) if job.restore is not None else ("", "")
 
 
 def checkpointed_end() -> str:

@@ -164,8 +164,8 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
         options=" ".join(q(a) for a in args[2:start]),
         image_command=" ".join(q(a) for a in args[start:]),
         restore_start=restore_start(job, criu_dir),
-        restore_fi=restore_end(job)[0],
-        restored_end=restore_end(job)[1],
+        restore_fi=restore_end(job, int(settings.stop_timeout))[0],
+        restored_end=restore_end(job, int(settings.stop_timeout))[1],
         checkpointed=checkpointed_end(),  # a dump stopped the container: requeued, not failed
         publish=publish_script(job),  # the outputs in place before the job ends 0 (``publish``)
     )
