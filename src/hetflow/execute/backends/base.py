@@ -116,6 +116,9 @@ class JobState:
     # died) or the engine preempted it: not the step's failure; hetflow runs it again as a
     # new attempt, outside the step's retries up to ``attempts.NODE_FAULT_REQUEUES`` times.
     node_failed: bool = False
+    # The job ended because hetflow dumped its container with CRIU and stopped it (``Checkpoints``,
+    # leave_running False): not the step's failure; hetflow requeues it, the next attempt restored.
+    checkpointed: bool = False
     # When the engine started and ended the job (epoch seconds), from its own record (Slurm's
     # StartTime/EndTime, the Ray task's start and end on its node); None: not started or
     # ended yet, or the engine does not say (then the executor's clock is used).

@@ -37,6 +37,12 @@ The container's output goes to ``job.container.log_path`` in CRI format (podman'
 driver, as with the local backend); the script adds its own messages there as CRI records
 (``TIME stderr F hetflow: ...``) when the container could not be started.
 
+Checkpoints (issue 27, ``checkpoint``).  ``SlurmBackend.checkpoint`` dumps a job's container
+as a step of the job on its node (``srun --jobid=ID --overlap``, podman and the nodes' CRIU);
+NAME.checkpointed (left by a dump that stops the container) makes the script end
+``CHECKPOINTED`` instead of failing.  A job with ``Job.restore`` restores its container from
+the image in the run's folder (cgroup rewritten on the node), and starts from zero if it cannot.
+
 A gang step (``gang:``) is one job of ``replicas`` tasks (``--nodes``, ``--ntasks``,
 ``--ntasks-per-node``, ``--gpus-per-task``): the batch script starts them with ``srun``, each
 task runs one replica's container on the host network with its share of the node's GPUs and
@@ -48,7 +54,8 @@ gpu, shard, mps, MIG profiles), ``translate`` (sbatch options and the
 batch script, pure), ``gang`` (a gang's allocation and scripts, pure), ``client`` (the
 commands), ``queue`` (squeue/scontrol/sacct parsing), ``cgroup`` (the job's cgroup for podman),
 ``usage`` (what the container used, measured on its node), ``jobfiles`` (the files above),
-``publish`` (the outputs put in place by the job), ``backend`` (submit, poll, cancel, release).
+``publish`` (the outputs put in place by the job), ``checkpoint`` (CRIU dump and restore),
+``backend`` (submit, poll, cancel, release, checkpoint).
 """
 
 from hetflow.execute.backends.slurm.backend import SlurmBackend

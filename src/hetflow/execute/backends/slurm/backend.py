@@ -13,13 +13,15 @@ from hetflow.config import find_engine, hetflow_home
 from hetflow.errors import EngineError
 from hetflow.execute.backends import common
 from hetflow.execute.backends.base import Capabilities, Job, JobState
-from hetflow.execute.backends.slurm import jobfiles, queue
+from hetflow.execute.backends.slurm import checkpoint, jobfiles, queue
 from hetflow.execute.backends.slurm.client import SlurmClient, last_line
 from hetflow.execute.backends.slurm.gang import gang_scripts, replica_env_file
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import env_file_of, job_script, sbatch_args
 from hetflow.execute.backends.slurm.usage import read_usage, refined
+from hetflow.execute.checkpoint.criu import find_criu
+from hetflow.execute.checkpoint.podmanck import DUMP_TIMEOUT
 from hetflow.execute.engine import Usage, write_env_file_at
 from hetflow.execute.podman import CliEngine
 
@@ -83,7 +85,9 @@ class SlurmBackend:
         else:
             if job.container.env:
                 write_env_file_at(env_file_of(jobdir, job.name), job.container.env)
-            script.write_text(job_script(job, self.settings, jobdir, conf, hooks))
+            if job.restore is not None:
+                checkpoint.ready_image(job)  # EngineError: the launcher submits it afresh
+            script.write_text(job_script(job, self.settings, jobdir, conf, hooks, self._criu_dir()))
         args = sbatch_args(job, self.settings, deps, jobdir)
         proc = self.client.run(["sbatch", *args, str(script)], check=False)
         if proc.returncode != 0:
@@ -99,6 +103,45 @@ class SlurmBackend:
         self._ids[job.name] = job_id
         (jobdir / f"{job.name}.jobid").write_text(job_id + "\n")
         self._released.discard(job.name)
+
+    # --- checkpoint ---------------------------------------------------------------------
+
+    def _criu_dir(self) -> str:
+        if self.settings.criu_dir:
+            return self.settings.criu_dir
+        found = find_criu(self.client.env)
+        return str(Path(found).parent) if found else ""
+
+    def checkpoint(self, name: str, dest: Path, *, leave_running: bool) -> float:
+        """Dump job ``name``'s container on its node, as a step of the job (``checkpoint``);
+        the seconds the dump took there.  EngineError with podman's (CRIU's) words."""
+        found = sorted(self.workdir.glob(f"*/{name}.jobid"))
+        job_id = self._ids.get(name) or (jobfiles.read(found[0]) if found else None)
+        if not job_id or not found:
+            raise EngineError(f"cannot checkpoint {name}: no Slurm job of that name was submitted from {self.workdir}")
+        criu = self._criu_dir()
+        if not criu:
+            raise EngineError(f"cannot checkpoint {name}: no CRIU found; run 'make criu' or set slurm criu_dir")
+        conf, hooks = jobfiles.node_files(self.workdir, self.settings.containers_conf, self.client.env)
+        marker = found[0].parent / f"{name}{jobfiles.MARKER}"
+        if not leave_running:
+            marker.write_text(f"{time.time()}\n")  # the job script ends as checkpointed, not failed
+        podman = self.settings.podman
+        args = checkpoint.dump_args(
+            job_id, name, dest, leave_running=leave_running, podman=podman, hooks=hooks, conf=conf, criu_dir=criu
+        )
+        start = time.monotonic()
+        try:
+            proc = self.client.run(args, timeout=DUMP_TIMEOUT, check=False)
+        except EngineError:
+            marker.unlink(missing_ok=True)
+            raise
+        took = time.monotonic() - start
+        if proc.returncode != 0 or not dest.is_file():
+            marker.unlink(missing_ok=True)
+            dest.unlink(missing_ok=True)
+            raise EngineError(f"checkpoint of {name} failed: {checkpoint.dump_error(proc.stderr, proc.stdout)}")
+        return checkpoint.dump_seconds(proc.stdout) or took
 
     def _dependency_ids(self, job: Job) -> list[str]:
         """Slurm job ids for the parents.  A parent Slurm no longer remembers counts as done
@@ -155,6 +198,14 @@ class SlurmBackend:
                 reason = f"waiting for {queue.dependency_names(row.dependency, names)}"
             started = refined(row.started(), start.get("started"))
             return JobState(name, True, None, row.state, node, gpus, reason, started=started)
+        if done is not None and jobfiles.exit_verdict(jobdir / f"{name}.exit") == checkpoint.VERDICT:
+            # a dump stopped the container (``checkpoint``): hetflow requeues it, never a failure
+            started = refined(row.started() if row is not None else None, start.get("started"))
+            ended = refined(row.ended() if row is not None else None, read_usage(jobdir / f"{name}.usage").ended)
+            why = "checkpointed: its container was dumped and stopped; it goes on from there as a new attempt"
+            return JobState(
+                name, False, done, "CHECKPOINTED", node, gpus, why, started=started, ended=ended, checkpointed=True
+            )
         if done is not None:
             status = row.state if row is not None else ("COMPLETED" if done == 0 else "FAILED")
             # a script that outlived its node's end (a gang's batch step on a surviving node folds

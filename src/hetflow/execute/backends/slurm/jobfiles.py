@@ -11,8 +11,11 @@ from hetflow.config import containers_conf
 
 # What submit clears before a new attempt, and release removes (NAME.out stays when not
 # empty: podman's errors and slurmstepd's notes are diagnostics).
-PER_ATTEMPT = (".exit", ".start", ".err", ".jobid", ".env", ".usage")  # .usage: ``usage``
+PER_ATTEMPT = (".exit", ".start", ".err", ".jobid", ".env", ".usage", ".wait")  # ``usage``, ``checkpoint``
 RELEASED = (".sh", *PER_ATTEMPT)
+# NAME.checkpointed (``checkpoint``) is left to the job script, which reads and removes it as
+# it ends: ``hetflow stop --checkpoint`` releases the job before its script has ended.
+MARKER = ".checkpointed"
 # A gang's attempt also leaves its task script and each replica's host, exit code and
 # podman stderr (``gang``).
 GANG_FILES = (".task.sh", ".r*.host", ".r*.exit", ".r*.err", ".r*.env")
@@ -20,7 +23,7 @@ GANG_FILES = (".task.sh", ".r*.host", ".r*.exit", ".r*.err", ".r*.env")
 
 def clear(jobdir: Path, name: str) -> None:
     """Before a new attempt under ``name``: what an earlier one left goes."""
-    for suffix in PER_ATTEMPT:
+    for suffix in (*PER_ATTEMPT, MARKER):
         (jobdir / f"{name}{suffix}").unlink(missing_ok=True)
     for pattern in GANG_FILES:
         for p in jobdir.glob(f"{name}{pattern}"):
@@ -49,6 +52,12 @@ def read_exit(path: Path, job_id: str) -> int | None:
     if not parts[0].isdigit() or (job_id and len(parts) > 1 and parts[1] != job_id):
         return None
     return int(parts[0])
+
+
+def exit_verdict(path: Path) -> str:
+    """NAME.exit's word after the code and job id (``checkpointed``), "" when none."""
+    parts = (read(path) or "").split()
+    return parts[2] if len(parts) > 2 else ""
 
 
 def read_start(path: Path) -> dict[str, str]:

@@ -57,6 +57,9 @@ class SlurmSettings:
     podman: str = "podman"  # the engine on the nodes
     containers_conf: str | None = None  # on the nodes; default a copy of hetflow's in workdir
     stop_timeout: int = 10  # podman stop -t on scancel; keep it under the cluster's KillWait
+    # The folder of the CRIU that podman uses on the nodes for checkpoints (``checkpoint:``);
+    # default: where this machine's is (``execute.checkpoint.find_criu``), on a shared install.
+    criu_dir: str | None = None
     # A share of a GPU where the plan does not say how the node shares: gres/shard
     # (time-slicing) or gres/mps; and the shards per GPU (gres.conf Name=shard Count=).
     share_gres: str = "shard"
@@ -76,6 +79,7 @@ class SlurmSettings:
                     gres_files: {node1: [/dev/nvidia2, /dev/nvidia3]},          # or "node1=/dev/a:/dev/b,..."
                     extra_args: "--time=60", use_features: true, device_dir: /dev, slurm_conf: ...,
                     bin_dir: ..., podman: podman, containers_conf: ..., stop_timeout: 10, workdir: ...,
+                    criu_dir: /opt/criu/sbin,
                     share_gres: shard, shards_per_gpu: 4,
                     mig_devices: {node1: [{uuid: MIG-..., profile: 1g.10gb, files: [/dev/nvidia0, ...]}]}}
 
@@ -107,6 +111,7 @@ class SlurmSettings:
             podman=text(m, "podman") or (engine if Path(engine).name == "podman" else "podman"),
             containers_conf=text(m, "containers_conf"),
             stop_timeout=int(text(m, "stop_timeout") or 10),
+            criu_dir=text(m, "criu_dir"),
             share_gres=_share_gres(text(m, "share_gres") or "shard"),
             shards_per_gpu=_positive(text(m, "shards_per_gpu") or "4", "slurm.shards_per_gpu"),
         )

@@ -17,6 +17,7 @@ from pathlib import Path
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
+from hetflow.execute.backends.slurm.checkpoint import checkpointed_end, restore_end, restore_start
 from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices, mig_devices
 from hetflow.execute.backends.slurm.gang import gang_sbatch_args
 from hetflow.execute.backends.slurm.gres import gpu_vendor, gres_args, mps_env, share_env
@@ -97,10 +98,11 @@ if [ -n "$slurm_gpus" ]; then
 "$podman" --hooks-dir "$hooks" rm -f --ignore "$name" >/dev/null 2>&1
 if [ "$stopping" = 1 ]; then finish 143; fi
 # The container's cgroup goes under the job's, so Slurm's limits and kill reach it (``cgroup``).
-{job_cgroup}"$podman" --hooks-dir "$hooks" run --rm --attach stdout {options} "${{cgparent[@]}}" "${{gpu[@]}}" \\
-  {image_command} \\
+# A job restored from a checkpoint restores it here, and starts from zero if it cannot (``checkpoint``).
+{job_cgroup}{restore_start}"$podman" --hooks-dir "$hooks" run --rm --attach stdout {options} "${{cgparent[@]}}" \\
+  "${{gpu[@]}}" {image_command} \\
   </dev/null >/dev/null 2>"$jobdir/$name.err" &
-pid=$!
+{restore_fi}pid=$!
 while kill -0 "$pid" 2>/dev/null; do
   if [ "$stopping" = 1 ]; then
     "$podman" --hooks-dir "$hooks" stop --ignore -t {stop_timeout} "$name" >/dev/null 2>&1; sleep 0.2
@@ -109,7 +111,7 @@ while kill -0 "$pid" 2>/dev/null; do
   fi
 done
 wait "$pid"; code=$?
-{measure_end}if [ "$stopping" = 1 ]; then
+{restored_end}{measure_end}{checkpointed}if [ "$stopping" = 1 ]; then
   "$podman" --hooks-dir "$hooks" rm -f --ignore "$name" >/dev/null 2>&1  # podman itself may have been killed
   if [ "$code" = 0 ]; then code=143; fi
 fi
@@ -125,8 +127,9 @@ def env_file_of(jobdir: Path, name: str) -> Path:
     return jobdir / f"{name}.env"
 
 
-def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks: str) -> str:
-    """The batch script: podman run in the foreground with exactly the GPUs Slurm gave."""
+def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks: str, criu_dir: str = "") -> str:
+    """The batch script: podman run in the foreground with exactly the GPUs Slurm gave; or,
+    for a job with ``restore``, the container restored from that checkpoint (``checkpoint``)."""
     spec = job.container
     # the values travel in NAME.env beside the script (0600, written by submit), never in it
     # or on the node's podman command line
@@ -160,5 +163,9 @@ def job_script(job: Job, settings: SlurmSettings, jobdir: Path, conf: str, hooks
         measure_end=MEASURE_END,
         options=" ".join(q(a) for a in args[2:start]),
         image_command=" ".join(q(a) for a in args[start:]),
+        restore_start=restore_start(job, criu_dir),
+        restore_fi=restore_end(job, int(settings.stop_timeout))[0],
+        restored_end=restore_end(job, int(settings.stop_timeout))[1],
+        checkpointed=checkpointed_end(),  # a dump stopped the container: requeued, not failed
         publish=publish_script(job),  # the outputs in place before the job ends 0 (``publish``)
     )
