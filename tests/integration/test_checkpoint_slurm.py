@@ -147,6 +147,24 @@ def test_stop_checkpoint_dumps_on_the_node_and_resume_restores(
     assert (step_out(hf, run_id, "count") / "n").read_text().strip() == str(TICKS)
 
 
+def test_migrate_to_the_other_node_restores_it_there(hf: Hetflow, cluster: LocalSlurm, tmp_path: Path) -> None:
+    config = slurm_config(tmp_path, cluster, CLUSTER)
+    run_id = hf("run", "--detach", "--config", config, _counter(tmp_path, "true")).stdout.strip()
+    first = f"hf-{run_id}-count-1"
+    hf.wait_for(lambda: len(_ticks(hf, run_id, 1)) >= 4, timeout=120)
+    other = ({"hf-a100", "hf-t4"} - {_squeue(cluster, first)[1]}).pop()
+    said = hf("migrate", run_id, "count", "--to", other).stdout
+    assert f"{first} checkpointed" in said and f"migrated to {other}" in said
+    moved_at = max(_ticks(hf, run_id, 1))
+    bad = hf("migrate", run_id, "count", "--to", "nonode", check=False)
+    assert bad.returncode == 2 and "has no node (or node class) 'nonode'" in bad.stderr
+    hf.wait_for(lambda: hf.show(run_id)["state"] in ("succeeded", "failed"), timeout=240)
+    (step,) = hf.show(run_id)["steps"]
+    assert (step["state"], step["node"], step["attempts"]) == ("succeeded", other, 2), step
+    assert _ticks(hf, run_id, 2) == list(range(moved_at + 1, TICKS + 1))  # nothing redone, on the other node
+    assert _squeue(cluster, f"hf-{run_id}-count-2") == ("COMPLETED", other)
+
+
 def test_a_restored_job_stops_on_scancel_as_a_started_one_does(cluster: LocalSlurm, tmp_path: Path) -> None:
     # the backend alone: a dump that stops the job, a job restored from it, then hetflow stop's scancel
     backend = SlurmBackend(cluster.settings())
