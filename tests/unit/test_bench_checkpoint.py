@@ -39,7 +39,7 @@ def test_render_shows_both_tables() -> None:
         "work": {
             "work_s": 6.0,
             "every_s": 1.5,
-            "kill_s": 4.2,
+            "kill_at": 0.7,
             "mib": 32,
             "ticks": 600,
             "iters_per_tick": 1000,
