@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -297,8 +298,8 @@ def work_run(
                     run.checkpoints += 1
                     next_at += every
                 time.sleep(0.01)
-            run.ticks_at_kill = wait_for(state, lambda s: True, "before the kill").tick
             podman.run("kill", "--signal", "KILL", name)
+            run.ticks_at_kill = wait_for(state, lambda s: True, "of the killed process").tick  # its last
             podman.remove(name)
             reset_state(state)
             second = f"{name}-2"
@@ -463,4 +464,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    # stopped with SIGTERM or SIGINT (even as a background job, which ignores SIGINT), the finally
+    # blocks still remove the containers and delete the archives
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     sys.exit(main())
