@@ -267,6 +267,8 @@ class WorkRun:
     checkpoint_s: float = 0.0  # the checkpoint commands, together
     restore_s: float = 0.0
     finished: bool = False  # the last record says done, with the first start's seed when restored
+    exit_code: str = ""  # the last container's, as podman wait prints it
+    last_tick: int = 0  # the last record's tick
 
 
 def work_run(
@@ -286,7 +288,7 @@ def work_run(
         podman.run(*container_args(name, d / "out", mib, ticks, iters))
         first = wait_for(state, lambda s: s.tick >= 1, "of a first tick")
         if mode == "plain":
-            podman.run("wait", name)
+            run.exit_code = podman.run("wait", name).stdout.strip()
         else:
             next_at = t0 + every
             while (read_state(state) or first).tick < kill_at:
@@ -308,9 +310,10 @@ def work_run(
             else:
                 run.restore_s = podman.timed("container", "restore", "--import", str(archive), "--name", second)
             run.ticks_resumed = wait_for(state, lambda s: True, "after the second start").tick
-            podman.run("wait", second)
+            run.exit_code = podman.run("wait", second).stdout.strip()
         run.wall_s = time.monotonic() - t0
         last = read_state(state)
+        run.last_tick = last.tick if last else -1
         run.finished = last is not None and last.done and last.tick == ticks
         if mode == "restore" and last is not None:
             run.finished = run.finished and (last.seed, last.checksum) == (first.seed, first.checksum)
@@ -429,14 +432,15 @@ def render_work(work: dict[str, object]) -> list[str]:
     lines = [
         f"Work saved: {work['ticks']} ticks of CPU work (calibrated to ~{work['work_s']:g} s; "
         f"{work['mib']} MiB resident, --cpus 1), kill -9 at {kill_at:.0%}, checkpoint every {work['every_s']:g} s",
-        f"{'run':<48} {'wall s':>7} {'finished':>9}",
+        f"{'run':<48} {'wall s':>7}  finished",
     ]
     for label, r in (
         ("no crash, no checkpoints (reference)", plain),
         ("crash, restart from zero (anchor)", restart),
         ("crash, restore from the last checkpoint", restore),
     ):
-        lines.append(f"{label:<48} {r['wall_s']:>7.1f} {'yes' if r['finished'] else 'NO':>9}")
+        done = "yes" if r["finished"] else f"NO: exit {r.get('exit_code', '?')} at tick {r.get('last_tick', '?')}"
+        lines.append(f"{label:<48} {r['wall_s']:>7.1f}  {done}")
     lines += [
         f"saved against the restart: {restart['wall_s'] - restore['wall_s']:.1f} s "
         f"(the restart redid {restart['ticks_at_kill'] * tick:.1f} s of work)",
