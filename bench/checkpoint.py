@@ -262,6 +262,7 @@ class WorkRun:
     name: str
     wall_s: float = 0.0
     ticks_at_kill: int = 0  # progress when killed
+    kill_s: float = 0.0  # from the start to the kill (plain: to the tick the others are killed at)
     ticks_resumed: int = 0  # where the second start began (0: from zero)
     checkpoints: int = 0
     checkpoint_s: float = 0.0  # the checkpoint commands, together
@@ -287,19 +288,20 @@ def work_run(
         t0 = time.monotonic()
         podman.run(*container_args(name, d / "out", mib, ticks, iters))
         first = wait_for(state, lambda s: s.tick >= 1, "of a first tick")
+        next_at = t0 + every
+        while (read_state(state) or first).tick < kill_at:
+            if mode == "restore" and time.monotonic() >= next_at:
+                run.checkpoint_s += podman.timed(
+                    "container", "checkpoint", "--leave-running", "--export", str(part), "--compress", "none", name
+                )
+                part.replace(archive)
+                run.checkpoints += 1
+                next_at += every
+            time.sleep(0.01)
+        run.kill_s = time.monotonic() - t0
         if mode == "plain":
             run.exit_code = podman.run("wait", name).stdout.strip()
         else:
-            next_at = t0 + every
-            while (read_state(state) or first).tick < kill_at:
-                if mode == "restore" and time.monotonic() >= next_at:
-                    run.checkpoint_s += podman.timed(
-                        "container", "checkpoint", "--leave-running", "--export", str(part), "--compress", "none", name
-                    )
-                    part.replace(archive)
-                    run.checkpoints += 1
-                    next_at += every
-                time.sleep(0.01)
             podman.run("kill", "--signal", "KILL", name)
             run.ticks_at_kill = wait_for(state, lambda s: True, "of the killed process").tick  # its last
             podman.remove(name)
@@ -441,16 +443,19 @@ def render_work(work: dict[str, object]) -> list[str]:
     ):
         done = "yes" if r["finished"] else f"NO: exit {r.get('exit_code', '?')} at tick {r.get('last_tick', '?')}"
         lines.append(f"{label:<48} {r['wall_s']:>7.1f}  {done}")
+    rest = plain["wall_s"] - plain["kill_s"]  # the reference's time for the work after the kill point
     lines += [
         f"saved against the restart: {restart['wall_s'] - restore['wall_s']:.1f} s "
         f"(the restart redid {restart['ticks_at_kill'] * tick:.1f} s of work)",
-        f"restore run: work redone {redone:.1f} s ({restore['ticks_at_kill']} -> {restore['ticks_resumed']} ticks), "
-        f"restore {restore['restore_s']:.2f} s, {restore['checkpoints']} checkpoints taking "
-        f"{restore['checkpoint_s']:.1f} s of commands (the step is frozen only for the dump part of each)",
-        f"over the reference: restart +{restart['wall_s'] - plain['wall_s']:.1f} s, "
-        f"restore +{restore['wall_s'] - plain['wall_s']:.1f} s, of which neither redone work nor the restore "
-        f"command (so: the checkpoints' pauses, the kill and podman rm) "
-        f"{restore['wall_s'] - plain['wall_s'] - redone - restore['restore_s']:.1f} s",
+        f"up to the kill at tick {restore['ticks_at_kill']}: reference {plain['kill_s']:.1f} s, "
+        f"with {restore['checkpoints']} checkpoints {restore['kill_s']:.1f} s "
+        f"(+{restore['kill_s'] - plain['kill_s']:.1f} s: their pauses, and the CPU their dumps and exports take "
+        f"from the step on shared cores; the checkpoint commands took {restore['checkpoint_s']:.1f} s in all)",
+        f"after the kill: reference {rest:.1f} s for the rest of the work; "
+        f"restored {restore['wall_s'] - restore['kill_s']:.1f} s "
+        f"(restore command {restore['restore_s']:.2f} s, work redone {redone:.1f} s: "
+        f"{restore['ticks_at_kill']} -> {restore['ticks_resumed']} ticks); "
+        f"restarted {restart['wall_s'] - restart['kill_s']:.1f} s (all {work['ticks']} ticks again)",
     ]
     return lines
 

@@ -44,11 +44,12 @@ def test_render_shows_both_tables() -> None:
             "ticks": 600,
             "iters_per_tick": 1000,
             "runs": {
-                "plain": {**run, "wall_s": 6.0, "ticks_at_kill": 0, "ticks_resumed": 0},
-                "restart": {**run, "wall_s": 10.0, "ticks_at_kill": 400, "ticks_resumed": 1},
+                "plain": {**run, "wall_s": 6.0, "kill_s": 4.0, "ticks_at_kill": 0, "ticks_resumed": 0},
+                "restart": {**run, "wall_s": 10.0, "kill_s": 4.0, "ticks_at_kill": 400, "ticks_resumed": 1},
                 "restore": {
                     **run,
                     "wall_s": 7.0,
+                    "kill_s": 4.5,
                     "ticks_at_kill": 400,
                     "ticks_resumed": 300,
                     "checkpoints": 2,
@@ -60,4 +61,6 @@ def test_render_shows_both_tables() -> None:
     text = render(got)
     assert "    64 MiB" in text and "yes" in text
     assert "saved against the restart: 3.0 s" in text
-    assert "work redone 1.0 s (400 -> 300 ticks)" in text
+    assert "work redone 1.0 s: 400 -> 300 ticks" in text
+    assert "reference 4.0 s, with 2 checkpoints 4.5 s (+0.5 s" in text
+    assert "reference 2.0 s for the rest of the work; restored 2.5 s" in text
