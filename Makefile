@@ -130,7 +130,7 @@ race: install images
 	HETFLOW_RACE_STEPS=$${HETFLOW_RACE_STEPS:-20} HETFLOW_RACE_REPEATS=$${HETFLOW_RACE_REPEATS:-10} \
 		$(PY) -m pytest tests/integration/test_run_slurm.py tests/integration/test_run_ray.py -q -k chain_never
 
-bench: install images kube
+bench: install images kube criu
 	$(PY) -m pip install -q -e '.[bench]'
 	$(PY) -m bench.overhead
 	$(PY) -m bench.planner
@@ -145,6 +145,7 @@ bench: install images kube
 	$(PY) -m bench.gang
 	$(PY) -m bench.sharing
 	$(PY) -m bench.ui
+	$(PY) -m bench.checkpoint
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache gpu-kit
