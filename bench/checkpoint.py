@@ -398,8 +398,8 @@ FLATTERS = (
     "  (every few seconds) than a real schedule's, and the work lost depends on where the kill falls",
     "  between two checkpoints (at most one interval plus a dump);",
     "- plain podman commands: hetflow's own restore path (state store, runner) adds its own cost;",
-    "- the containers run as the submitter, root here; CRIU 4.1.1 fails to dump a non-root --user",
-    "  on this machine (root lacks CAP_SYS_RESOURCE), so a non-root submitter is not measured.",
+    "- the containers run as the submitter, root here; a non-root --user dumps with hetflow's CRIU",
+    "  patch (tools/criu-patches: limits from /proc/PID/limits) but is not measured here.",
 )
 
 
