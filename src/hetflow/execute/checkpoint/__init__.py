@@ -5,15 +5,29 @@
 moment) in the run's folder; ``archive`` readies an image for a new attempt (its name, ID,
 labels, cgroup and output folder); ``podmanck`` dumps and restores containers through podman;
 ``schedule`` takes a step's periodic checkpoints off the runner's path.
+
+Names load on first use (as in ``hetflow.execute``): ``hetflow show`` lists a run's kept
+checkpoints without loading the engine or the workflow models.
 """
 
 from __future__ import annotations
 
-from hetflow.execute.checkpoint.criu import CRIU_ENV, CriuSupport, criu_support, find_criu
-from hetflow.execute.checkpoint.images import CheckpointImages, Restore, Saved, kept_checkpoints
-from hetflow.execute.checkpoint.podmanck import CriuPodman
-from hetflow.execute.checkpoint.schedule import Checkpointer
+from typing import TYPE_CHECKING
 
+from hetflow.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from hetflow.execute.checkpoint.criu import CRIU_ENV, CriuSupport, criu_support, find_criu
+    from hetflow.execute.checkpoint.images import CheckpointImages, Restore, Saved, kept_checkpoints
+    from hetflow.execute.checkpoint.podmanck import CriuPodman
+    from hetflow.execute.checkpoint.schedule import Checkpointer
+
+_WHERE = {
+    "criu": ["CRIU_ENV", "CriuSupport", "criu_support", "find_criu"],
+    "images": ["CheckpointImages", "Restore", "Saved", "kept_checkpoints"],
+    "podmanck": ["CriuPodman"],
+    "schedule": ["Checkpointer"],
+}
 __all__ = [
     "CRIU_ENV",
     "CheckpointImages",
@@ -26,3 +40,5 @@ __all__ = [
     "find_criu",
     "kept_checkpoints",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)
