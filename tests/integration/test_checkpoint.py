@@ -20,7 +20,7 @@ pytestmark = pytest.mark.skipif(
     not criu_support().ok, reason=f"CRIU checkpoints do not work here ({criu_support().reason}); run 'make criu'"
 )
 
-TICKS = 24
+TICKS = 18
 COUNTER = f"""apiVersion: hetflow/v1
 name: counter
 steps:
