@@ -313,3 +313,43 @@ def test_a_ray_step_stopped_by_a_dump_is_checkpointed_not_failed_and_a_new_attem
         backend.release(names)
         for name in names:
             subprocess.run(["podman", "rm", "-f", "--ignore", name], env=engine_env(), capture_output=True)
+
+
+MOVE_NODES = (("fault-m1", 2, 0, None, None, "fault-m1"), ("fault-m2", 2, 0, None, None, "fault-m2"))
+
+
+@pytest.mark.skipif(not criu_support().ok, reason=f"CRIU checkpoints do not work here ({criu_support().reason})")
+def test_migrate_to_the_other_node_restores_the_step_there(
+    hf: Hetflow, cluster: tuple[Cluster, dict[str, Any]], tmp_path: Path
+) -> None:
+    # hetflow migrate --to: the dump task stops the step on its node; the next attempt, pinned
+    # to the other node, is restored there from that dump (nothing redone)
+    c, workers = cluster
+    for node in MOVE_NODES:
+        workers[node[0]] = c.add_node(**_node_args(*node, head=False))
+    c.wait_for_nodes()
+    cluster_file = write(tmp_path, CLUSTER.replace("fault-p", "fault-m").replace("two-pinned", "two-moved"), "c.yaml")
+    settings = {"backend": "ray", "cluster": cluster_file, "ray": {"address": c.address}}
+    config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    wf = write(tmp_path, COUNTER.replace("checkpoint: {every: 2s}", "checkpoint: true"))
+    run_id = hf("run", "--detach", "--config", config, wf).stdout.strip()
+    first = f"hf-{run_id}-count-1"
+
+    def ticks(attempt: int) -> list[int]:
+        logs = hf("logs", run_id, "count", "--attempt", str(attempt)).stdout
+        return [int(line.rsplit(" ", 1)[1]) for line in logs.splitlines() if "tick " in line]
+
+    try:
+        hf.wait_for(lambda: len(ticks(1)) >= 4, timeout=120)
+        ran = RayBackend(RaySettings(address=c.address)).poll(run_id)[first].node
+        other = ({"fault-m1", "fault-m2"} - {ran}).pop()
+        said = hf("migrate", run_id, "count", "--to", other).stdout
+        assert f"{first} checkpointed" in said and f"migrated to {other}" in said
+        moved_at = max(ticks(1))
+        hf.wait_for(lambda: hf.show(run_id)["state"] in ("succeeded", "failed"), timeout=180)
+        (step,) = hf.show(run_id)["steps"]
+        assert (step["state"], step["node"], step["attempts"]) == ("succeeded", other, 2), step
+        assert ticks(2) == list(range(moved_at + 1, TICKS + 1))
+    finally:
+        for name in (first, f"hf-{run_id}-count-2"):
+            subprocess.run(["podman", "rm", "-f", "--ignore", name], env=engine_env(), capture_output=True)
