@@ -243,11 +243,15 @@ def test_gangs_are_admitted_all_or_nothing_so_two_never_hold_part_of_the_gpus(
     assert sorted(p["metadata"]["labels"]["hetflow.step"] for p in mine) == ["ga"] * 3 + ["gb"] * 3
     env = {e["name"]: e for e in mine[0]["spec"]["containers"][0]["env"]}
     assert env["WORLD_SIZE"]["value"] == "3" and "job-completion-index" in str(env["RANK"]["value_from"])
+    # admitted whole, a gang's pods exist only once all its replicas fit: the pods alive at once
+    # never ask for more than the node's 4 GPUs (as plain Jobs, 3 + 3 would be made at once and
+    # 2 + 2 could bind). Once two of the first gang's replicas have ended, the second gang fits
+    # beside the third, so the two may overlap: that is room, not a partial gang.
     live: dict[str, set[str]] = {"ga": set(), "gb": set()}
     for step_name, pod_name, alive in events:
         if step_name in live:
             (live[step_name].add if alive else live[step_name].discard)(pod_name)
-            assert not (live["ga"] and live["gb"]), "both gangs held pods at once"
+            assert len(live["ga"]) + len(live["gb"]) <= 4, f"pods asking for more than the node's GPUs: {live}"
 
 
 def test_a_quota_keeps_a_step_queued_with_kubernetes_reason(
