@@ -100,3 +100,19 @@ def write(tmp_path: Path, text: str, name: str = "wf.yaml") -> str:
 
 def step_out(hf: Hetflow, run_id: str, step: str) -> Path:
     return Path(hf.show(run_id)["workdir"]) / "steps" / step / "out"
+
+
+def counter_workflow(ticks: int, checkpoint: str, *, cpus: float = 0.5, memory: str = "64Mi") -> str:
+    """The checkpoint tests' workload: one step ``count`` that counts to ``ticks``, a tick every
+    0.5 s, each printed (``tick N``) and written to /out/n, with ``checkpoint: CHECKPOINT``."""
+    loop = f"i=0; while [ $i -lt {ticks} ]; do i=$((i+1)); echo tick $i; echo $i > /out/n; sleep 0.5; done"
+    return f"""apiVersion: hetflow/v1
+name: counter
+steps:
+  count:
+    image: {BUSYBOX}
+    command: [sh, -c, "{loop}"]
+    outputs: [n]
+    resources: {{cpus: {cpus:g}, memory: {memory}}}
+    checkpoint: {checkpoint}
+"""

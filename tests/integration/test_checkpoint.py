@@ -14,27 +14,17 @@ from pathlib import Path
 import pytest
 
 from hetflow.execute import criu_support
-from tests.integration.hfkit import BUSYBOX, Hetflow, podman, write
+from tests.integration.hfkit import Hetflow, counter_workflow, podman, write
 
 pytestmark = pytest.mark.skipif(
     not criu_support().ok, reason=f"CRIU checkpoints do not work here ({criu_support().reason}); run 'make criu'"
 )
 
 TICKS = 18
-COUNTER = f"""apiVersion: hetflow/v1
-name: counter
-steps:
-  count:
-    image: {BUSYBOX}
-    command: [sh, -c, "i=0; while [ $i -lt {TICKS} ]; do i=$((i+1)); echo tick $i; echo $i > /out/n; sleep 0.5; done"]
-    outputs: [n]
-    resources: {{cpus: 0.5, memory: 64Mi}}
-    checkpoint: {{CHECKPOINT}}
-"""
 
 
 def _counter(tmp_path: Path, checkpoint: str) -> str:
-    return write(tmp_path, COUNTER.replace("{CHECKPOINT}", checkpoint))
+    return write(tmp_path, counter_workflow(TICKS, checkpoint))
 
 
 def _ticks(hf: Hetflow, run_id: str, attempt: int) -> list[int]:

@@ -28,7 +28,7 @@ from hetflow.execute.backends.slurm import SlurmBackend
 from hetflow.execute.checkpoint import Restore
 from hetflow.execute.data.paths import RunPaths
 from tests.contract.backend_contract import job, wait_done
-from tests.integration.hfkit import BUSYBOX, Hetflow, step_out, write
+from tests.integration.hfkit import BUSYBOX, Hetflow, counter_workflow, step_out, write
 from tests.integration.slurm_fixture import local_cluster, slurm_config
 from tests.integration.test_faults_slurm import CLUSTER, kill_slurmd, restart_slurmd
 
@@ -37,16 +37,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 TICKS = 40
-COUNTER = f"""apiVersion: hetflow/v1
-name: counter
-steps:
-  count:
-    image: {BUSYBOX}
-    command: [sh, -c, "i=0; while [ $i -lt {TICKS} ]; do i=$((i+1)); echo tick $i; echo $i > /out/n; sleep 0.5; done"]
-    outputs: [n]
-    resources: {{cpus: 1, memory: 256Mi}}
-    checkpoint: {{CHECKPOINT}}
-"""
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +57,7 @@ def _squeue(c: LocalSlurm, name: str) -> tuple[str, str]:
 
 
 def _counter(tmp_path: Path, checkpoint: str) -> str:
-    return write(tmp_path, COUNTER.replace("{CHECKPOINT}", checkpoint))
+    return write(tmp_path, counter_workflow(TICKS, checkpoint, cpus=1, memory="256Mi"))
 
 
 def _ticks(hf: Hetflow, run_id: str, attempt: int) -> list[int]:

@@ -31,7 +31,7 @@ from hetflow.execute.gang.replicas import replica_name
 from hetflow.spec import Gang
 from hetflow.state import Store
 from tests.contract.backend_contract import BUSYBOX, job, wait_done
-from tests.integration.hfkit import Hetflow, step_out, write
+from tests.integration.hfkit import Hetflow, counter_workflow, step_out, write
 from tests.integration.hfkit import podman as podman_names
 from tests.integration.ray_fixture import _node_args
 
@@ -189,17 +189,7 @@ def test_a_gang_whose_node_is_removed_ends_whole_as_a_node_fault(
 CKPT_NODES = (("fault-c1", 2, 0, None, None, "fault-c1"), ("fault-c2", 2, 0, None, None, "fault-c2"))
 CKPT_CLUSTER = CLUSTER.replace("fault-p", "fault-c").replace("two-pinned", "two-checkpointed")
 TICKS = 24
-# tests/integration/test_checkpoint.py's counter: a tick every 0.5 s, its count in /out/n
-COUNTER = f"""apiVersion: hetflow/v1
-name: counter
-steps:
-  count:
-    image: {BUSYBOX}
-    command: [sh, -c, "i=0; while [ $i -lt {TICKS} ]; do i=$((i+1)); echo tick $i; echo $i > /out/n; sleep 0.5; done"]
-    outputs: [n]
-    resources: {{cpus: 0.5, memory: 64Mi}}
-    checkpoint: {{every: 2s}}
-"""
+COUNTER = counter_workflow(TICKS, "{every: 2s}")
 
 
 @pytest.mark.skipif(not criu_support().ok, reason=f"CRIU checkpoints do not work here ({criu_support().reason})")
@@ -331,7 +321,7 @@ def test_migrate_to_the_other_node_restores_the_step_there(
     cluster_file = write(tmp_path, CLUSTER.replace("fault-p", "fault-m").replace("two-pinned", "two-moved"), "c.yaml")
     settings = {"backend": "ray", "cluster": cluster_file, "ray": {"address": c.address}}
     config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
-    wf = write(tmp_path, COUNTER.replace("checkpoint: {every: 2s}", "checkpoint: true"))
+    wf = write(tmp_path, counter_workflow(TICKS, "true"))
     run_id = hf("run", "--detach", "--config", config, wf).stdout.strip()
     first = f"hf-{run_id}-count-1"
 

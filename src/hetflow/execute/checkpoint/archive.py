@@ -12,8 +12,10 @@ folder in place of the old ones.  The two small files are appended to the uncomp
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
 import secrets
 import tarfile
 import time
@@ -78,3 +80,19 @@ def staging_in(image: Path) -> str | None:
         if isinstance(m, dict) and m.get("destination") == "/out" and isinstance(m.get("source"), str):
             return str(m["source"])
     return None
+
+
+def link_log(podman_log: str, log: Path) -> None:
+    """Make podman's own log of a restored container (``podman inspect``'s
+    ``HostConfig.LogConfig.Path``: podman does not keep the path it was created with) the
+    attempt's log: a hard link, which outlives the container's removal; a symlink where the
+    two are on different file systems."""
+    if not podman_log or podman_log == str(log):
+        return
+    log.parent.mkdir(parents=True, exist_ok=True)
+    log.unlink(missing_ok=True)
+    try:
+        os.link(podman_log, log)
+    except OSError:
+        with contextlib.suppress(OSError):
+            log.symlink_to(podman_log)

@@ -10,14 +10,13 @@ system) or linked to by a symlink, and the container is watched as a started one
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
 import time
 from pathlib import Path
 
 from hetflow.errors import EngineError
-from hetflow.execute.checkpoint.archive import config_value, retarget, staging_in
+from hetflow.execute.checkpoint.archive import config_value, link_log, retarget, staging_in
 from hetflow.execute.checkpoint.criu import CriuSupport, criu_support
 from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.engine import ContainerSpec
@@ -75,18 +74,9 @@ class CriuPodman:
         self.engine.follow(spec.name, spec.labels)
 
     def _link_log(self, name: str, log: Path) -> None:
-        """podman logs a restored container to its own file: make it the attempt's log too."""
         proc = self.engine.command(["inspect", "--format", "{{.HostConfig.LogConfig.Path}}", name], timeout=60, env={})
-        path = proc.stdout.strip()
-        if proc.returncode != 0 or not path or path == str(log):
-            return
-        log.parent.mkdir(parents=True, exist_ok=True)
-        log.unlink(missing_ok=True)
-        try:
-            os.link(path, log)  # survives podman removing the container
-        except OSError:
-            with contextlib.suppress(OSError):
-                log.symlink_to(path)
+        if proc.returncode == 0:
+            link_log(proc.stdout.strip(), log)
 
 
 def _old_parent(image: str) -> str | None:

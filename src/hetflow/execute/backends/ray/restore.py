@@ -17,7 +17,6 @@ the step from zero with that reason as the first line of the attempt's log.
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import subprocess
 import time
@@ -28,7 +27,7 @@ import ray
 
 from hetflow.config import engine_env
 from hetflow.errors import HetflowError
-from hetflow.execute.checkpoint.archive import config_value, retarget, staging_in
+from hetflow.execute.checkpoint.archive import config_value, link_log, retarget, staging_in
 from hetflow.execute.checkpoint.criu import criu_support
 from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.engine import ContainerSpec
@@ -140,16 +139,8 @@ def _link_log(binary: str, name: str, log: Path, env: Mapping[str, str]) -> None
         text=True,
         check=False,
     )
-    path = proc.stdout.strip()
-    if proc.returncode != 0 or not path or path == str(log):
-        return
-    log.parent.mkdir(parents=True, exist_ok=True)
-    log.unlink(missing_ok=True)
-    try:
-        os.link(path, log)  # survives podman removing the container
-    except OSError:
-        with contextlib.suppress(OSError):
-            log.symlink_to(path)
+    if proc.returncode == 0:
+        link_log(proc.stdout.strip(), log)
 
 
 def _empty(folder: Path) -> None:
