@@ -15,6 +15,7 @@ import pytest
 import yaml
 from demo.slurm_cluster import DEFAULT_NODES, FakeNode, LocalSlurm, start_cluster
 
+from hetflow.errors import EngineError
 from tests.integration.hfkit import write
 
 
@@ -26,7 +27,12 @@ def local_cluster(
     ``cgroups``: with Slurm's cgroup plugins (``demo.slurm_cluster.slurm_conf``)."""
     # A short folder: slurmd's step sockets live under it (Unix sockets: 108 bytes).
     base = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
-    cluster = start_cluster(base, nodes, cgroups=cgroups)
+    try:
+        cluster = start_cluster(base, nodes, cgroups=cgroups, timeout=120)
+    except EngineError:
+        # once more, on new ports: the tests run on several workers, and another module's
+        # cluster starting at the same moment may have taken a port between its choice and its use
+        cluster = start_cluster(base, nodes, cgroups=cgroups, timeout=120)
     try:
         yield cluster
     finally:
