@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from hetflow.errors import EngineError
+from hetflow.execute.checkpoint.images import Restore
 
 
 def retarget(image: Path, *, name: str, labels: Mapping[str, str], replace: Mapping[str, str]) -> str:
@@ -48,6 +49,29 @@ def retarget(image: Path, *, name: str, labels: Mapping[str, str], replace: Mapp
             info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
             tar.addfile(info, io.BytesIO(data))
     return new_id
+
+
+def ready_for(
+    r: Restore,
+    *,
+    name: str,
+    labels: Mapping[str, str],
+    staging: str | None,
+    cgroup_parent: str | None = None,
+    replace: Mapping[str, str] | None = None,
+) -> None:
+    """Give checkpoint ``r``'s image the identity of the attempt it is restored as (every
+    backend's restore): ``retarget`` to ``name`` and ``labels``, its ``/out`` moved from the
+    folder the image mounts now (``staging_in``: an image restored before mounts that attempt's,
+    not the dumped one's) to ``staging``, its cgroup parent to ``cgroup_parent`` where one is
+    given, and ``replace``'s own pairs."""
+    image = Path(r.image)
+    was = staging_in(image) or r.staging_was
+    swap = {was: staging} if staging and staging != was else {}
+    old_parent = config_value(image, "cgroupParent")
+    if cgroup_parent and isinstance(old_parent, str) and old_parent:
+        swap[old_parent] = cgroup_parent
+    retarget(image, name=name, labels=labels, replace={**swap, **(replace or {})})
 
 
 def _member(tar: tarfile.TarFile, name: str) -> bytes:

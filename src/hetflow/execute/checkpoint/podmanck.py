@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from hetflow.errors import EngineError
-from hetflow.execute.checkpoint.archive import config_value, link_log, retarget, staging_in
+from hetflow.execute.checkpoint.archive import link_log, ready_for
 from hetflow.execute.checkpoint.criu import CriuSupport, criu_support
 from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.engine import ContainerSpec
@@ -54,15 +54,10 @@ class CriuPodman:
         """Start ``spec``'s container (a new attempt) from checkpoint ``r``."""
         env = self._env()
         staging = next((m.source for m in spec.mounts if m.target == "/out"), None)
-        was = staging_in(Path(r.image)) or r.staging_was  # an image restored before mounts that attempt's
-        replace = {was: staging} if staging and staging != was else {}
         if staging:
             shutil.copytree(r.outputs, staging, symlinks=True, dirs_exist_ok=True)
         parent = self.engine.prepare_cgroup(spec.name)
-        old_parent = _old_parent(r.image)
-        if parent and old_parent:
-            replace[old_parent] = parent
-        retarget(Path(r.image), name=spec.name, labels=spec.labels, replace=replace)
+        ready_for(r, name=spec.name, labels=spec.labels, staging=staging, cgroup_parent=parent)
         proc = self.engine.command(["container", "restore", "--import", r.image], timeout=DUMP_TIMEOUT, env=env)
         if proc.returncode != 0:
             self.engine.command(["rm", "-f", spec.name], timeout=60, env={})
@@ -77,11 +72,6 @@ class CriuPodman:
         proc = self.engine.command(["inspect", "--format", "{{.HostConfig.LogConfig.Path}}", name], timeout=60, env={})
         if proc.returncode == 0:
             link_log(proc.stdout.strip(), log)
-
-
-def _old_parent(image: str) -> str | None:
-    value = config_value(Path(image), "cgroupParent")
-    return value if isinstance(value, str) and value else None
 
 
 def _last_error(text: str) -> str:

@@ -27,7 +27,7 @@ import ray
 
 from hetflow.config import engine_env
 from hetflow.errors import HetflowError
-from hetflow.execute.checkpoint.archive import config_value, link_log, retarget, staging_in
+from hetflow.execute.checkpoint.archive import link_log, ready_for
 from hetflow.execute.checkpoint.criu import criu_support
 from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.engine import ContainerSpec
@@ -86,14 +86,9 @@ def restore_container(binary: str, spec: ContainerSpec, r: Restore, env: Mapping
         return f"cannot restore on this node: {with_criu}"
     staging = next((m.source for m in spec.mounts if m.target == "/out"), None)
     try:
-        was = staging_in(Path(r.image)) or r.staging_was
-        swap = {was: staging} if staging and staging != was else {}
         if staging:
             shutil.copytree(r.outputs, staging, symlinks=True, dirs_exist_ok=True)
-        old_parent = config_value(Path(r.image), "cgroupParent")
-        if spec.cgroup_parent and isinstance(old_parent, str) and old_parent:
-            swap[old_parent] = spec.cgroup_parent
-        retarget(Path(r.image), name=spec.name, labels=spec.labels, replace=swap)
+        ready_for(r, name=spec.name, labels=spec.labels, staging=staging, cgroup_parent=spec.cgroup_parent)
         proc = subprocess.run(
             [binary, "container", "restore", "--import", r.image],
             env=with_criu,

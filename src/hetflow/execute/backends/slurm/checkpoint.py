@@ -34,7 +34,7 @@ from pathlib import Path
 
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm.jobfiles import MARKER
-from hetflow.execute.checkpoint.archive import retarget
+from hetflow.execute.checkpoint.archive import ready_for
 
 # The job script's end when its container was dumped and stopped: not the step's code.
 CHECKPOINTED_CODE = 121
@@ -108,9 +108,7 @@ def ready_image(job: Job) -> None:
     r = job.restore
     if r is None:
         return
-    staging = staging_of(job)
-    replace = {r.staging_was: staging} if staging and staging != r.staging_was else {}
-    retarget(Path(r.image), name=job.name, labels=job.container.labels, replace={**replace, _AUTOREMOVE: _KEEP})
+    ready_for(r, name=job.name, labels=job.container.labels, staging=staging_of(job), replace={_AUTOREMOVE: _KEEP})
 
 
 _RESTORE = r"""# This attempt starts from attempt {from_attempt}'s checkpoint (``checkpoint``).
