@@ -34,6 +34,10 @@ class CriuSupport:
             return f"yes: CRIU {self.version} ({self.path})"
         return f"no: {self.reason}"
 
+    def on_path(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` with this CRIU's folder first on PATH: podman's runtime runs ``criu`` from there."""
+        return {**env, "PATH": f"{self.directory}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+
     @property
     def directory(self) -> str:
         """The folder to put first on PATH for podman's runtime to find this CRIU."""

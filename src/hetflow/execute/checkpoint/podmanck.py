@@ -33,7 +33,7 @@ class CriuPodman:
     def _env(self) -> dict[str, str]:
         if not self.support.ok:
             raise EngineError(f"cannot checkpoint here: {self.support.reason}")
-        return {"PATH": f"{self.support.directory}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+        return {"PATH": self.support.on_path(os.environ)["PATH"]}
 
     def dump(self, name: str, dest: Path, *, leave_running: bool) -> float:
         """Dump container ``name`` to ``dest``; returns the seconds it took (the container is

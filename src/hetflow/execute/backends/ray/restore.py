@@ -40,7 +40,7 @@ def criu_env(env: Mapping[str, str]) -> dict[str, str] | str:
     support = criu_support()
     if not support.ok:
         return support.reason
-    return {**env, "PATH": f"{support.directory}:{env.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"}
+    return support.on_path(env)
 
 
 def last_line(text: str) -> str:
