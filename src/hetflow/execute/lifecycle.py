@@ -5,7 +5,6 @@ hetflow was down, launches that never reached the engine)."""
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import signal
 import subprocess
@@ -20,7 +19,7 @@ from hetflow.execute.batching import is_batch, refine
 from hetflow.execute.checkpoint import CheckpointImages
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.gang.elastic import RESIZED
-from hetflow.execute.stopping import by_grace, cancel_by_grace, request_stop, step_graces
+from hetflow.execute.stopping import by_grace, cancel_by_grace, recorded_steps, request_stop, step_graces
 from hetflow.spec import descendants, fanout_parent, format_bytes
 from hetflow.state import (
     FAILED,
@@ -249,16 +248,8 @@ def _dump_for_resume(store: Store, backend: Backend, run: RunRecord, live: Seque
 def checkpointed_steps(run: RunRecord) -> set[str]:
     """The steps of the run's recorded workflow with CRIU checkpoints (``checkpoint:``, not
     ``mode: app``), read from its JSON without validating it again (``logsources`` does too)."""
-    try:
-        steps = json.loads(run.spec_json).get("steps", {})
-    except ValueError:
-        return set()
-    out = set()
-    for name, step in steps.items() if isinstance(steps, dict) else ():
-        c = step.get("checkpoint") if isinstance(step, dict) else None
-        if isinstance(c, dict) and c.get("mode", "criu") == "criu":
-            out.add(name)
-    return out
+    steps = recorded_steps(run.spec_json).items()
+    return {n for n, s in steps if isinstance(c := s.get("checkpoint"), dict) and c.get("mode", "criu") == "criu"}
 
 
 def reset_for_resume(

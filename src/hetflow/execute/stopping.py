@@ -23,6 +23,7 @@ import math
 import re
 import threading
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 from hetflow.errors import UsageError
 from hetflow.execute.backends.base import Backend
@@ -82,18 +83,27 @@ def clear_stop_request(paths: RunPaths) -> None:
         paths.stop_request.unlink(missing_ok=True)
 
 
-def step_graces(spec_json: str) -> dict[str, int]:
-    """Each step's ``stop_grace`` in whole seconds (rounded up: podman's ``--time``), read
-    from the workflow recorded with the run; steps without one are left out.  Only that
-    field is read back (the whole dump does not validate again, ``logsources.recorded_gangs``)."""
+def recorded_steps(spec_json: str) -> dict[str, dict[str, Any]]:
+    """The steps of the workflow recorded with a run, as plain JSON by name ({} where it cannot
+    be read): what a stop reads back field by field (the whole dump does not validate again,
+    ``logsources.recorded_gangs``)."""
     try:
         steps = json.loads(spec_json).get("steps", {})
+    except (ValueError, AttributeError):
+        return {}
+    return {n: s for n, s in steps.items() if isinstance(s, dict)} if isinstance(steps, dict) else {}
+
+
+def step_graces(spec_json: str) -> dict[str, int]:
+    """Each step's ``stop_grace`` in whole seconds (rounded up: podman's ``--time``), read
+    from the workflow recorded with the run; steps without one are left out."""
+    try:
         return {
             name: math.ceil(float(step["stop_grace"]))
-            for name, step in steps.items()
-            if isinstance(step, dict) and step.get("stop_grace") is not None
+            for name, step in recorded_steps(spec_json).items()
+            if step.get("stop_grace") is not None
         }
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, TypeError):
         return {}
 
 
