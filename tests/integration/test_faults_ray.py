@@ -186,10 +186,19 @@ def test_a_gang_whose_node_is_removed_ends_whole_as_a_node_fault(
             subprocess.run(["podman", "rm", "-f", "--ignore", gone], env=engine_env(), capture_output=True)
 
 
-CKPT_NODES = (("fault-c1", 2, 0, None, None, "fault-c1"), ("fault-c2", 2, 0, None, None, "fault-c2"))
-CKPT_CLUSTER = CLUSTER.replace("fault-p", "fault-c").replace("two-pinned", "two-checkpointed")
 TICKS = 24
 COUNTER = counter_workflow(TICKS, "{every: 2s}")
+
+
+def _two_nodes(c: Cluster, workers: dict[str, Any], tmp_path: Path, prefix: str) -> str:
+    """Workers PREFIX1 and PREFIX2 added to the module's cluster, each the one node of its
+    own node type in the cluster file (so a step is pinned to one); the config to run on them."""
+    for name in (f"{prefix}1", f"{prefix}2"):
+        workers[name] = c.add_node(**_node_args(name, 2, 0, None, None, name, head=False))
+    c.wait_for_nodes()
+    text = CLUSTER.replace("fault-p", prefix).replace("two-pinned", f"two-{prefix}")
+    settings = {"backend": "ray", "cluster": write(tmp_path, text, "cluster.yaml"), "ray": {"address": c.address}}
+    return write(tmp_path, yaml.safe_dump(settings), "config.yaml")
 
 
 @pytest.mark.skipif(not criu_support().ok, reason=f"CRIU checkpoints do not work here ({criu_support().reason})")
@@ -199,12 +208,7 @@ def test_a_checkpointed_step_whose_node_is_removed_continues_on_another_from_its
     # checkpointed every 2 s on its node (a dump task pinned there); the node goes: the next
     # attempt is restored from the last checkpoint on the other node, not started from zero
     c, workers = cluster
-    for node in CKPT_NODES:
-        workers[node[0]] = c.add_node(**_node_args(*node, head=False))
-    c.wait_for_nodes()
-    cluster_file = write(tmp_path, CKPT_CLUSTER, "cluster.yaml")
-    settings = {"backend": "ray", "cluster": cluster_file, "ray": {"address": c.address}}
-    config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    config = _two_nodes(c, workers, tmp_path, "fault-c")
     run_id = hf("run", "--detach", "--config", config, write(tmp_path, COUNTER)).stdout.strip()
     first, second = f"hf-{run_id}-count-1", f"hf-{run_id}-count-2"
     folder = hf.home / "runs" / run_id / "checkpoints" / "count"
@@ -305,9 +309,6 @@ def test_a_ray_step_stopped_by_a_dump_is_checkpointed_not_failed_and_a_new_attem
             subprocess.run(["podman", "rm", "-f", "--ignore", name], env=engine_env(), capture_output=True)
 
 
-MOVE_NODES = (("fault-m1", 2, 0, None, None, "fault-m1"), ("fault-m2", 2, 0, None, None, "fault-m2"))
-
-
 @pytest.mark.skipif(not criu_support().ok, reason=f"CRIU checkpoints do not work here ({criu_support().reason})")
 def test_migrate_to_the_other_node_restores_the_step_there(
     hf: Hetflow, cluster: tuple[Cluster, dict[str, Any]], tmp_path: Path
@@ -315,12 +316,7 @@ def test_migrate_to_the_other_node_restores_the_step_there(
     # hetflow migrate --to: the dump task stops the step on its node; the next attempt, pinned
     # to the other node, is restored there from that dump (nothing redone)
     c, workers = cluster
-    for node in MOVE_NODES:
-        workers[node[0]] = c.add_node(**_node_args(*node, head=False))
-    c.wait_for_nodes()
-    cluster_file = write(tmp_path, CLUSTER.replace("fault-p", "fault-m").replace("two-pinned", "two-moved"), "c.yaml")
-    settings = {"backend": "ray", "cluster": cluster_file, "ray": {"address": c.address}}
-    config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    config = _two_nodes(c, workers, tmp_path, "fault-m")
     wf = write(tmp_path, counter_workflow(TICKS, "true"))
     run_id = hf("run", "--detach", "--config", config, wf).stdout.strip()
     first = f"hf-{run_id}-count-1"
