@@ -9,11 +9,9 @@ one fails, so a gang fails (and is retried) whole."""
 from __future__ import annotations
 
 import contextlib
-import subprocess
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 
-from hetflow.config import engine_env
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
 from hetflow.execute.checkpoint import CriuPodman
@@ -35,7 +33,6 @@ class LocalBackend:
 
     def __init__(self, engine: ContainerEngine | None = None, env: Mapping[str, str] | None = None) -> None:
         self.engine: ContainerEngine = engine or make_engine(env)
-        self.env = env
 
     def check(self) -> None:
         pass  # make_engine already said what to install when no engine is found
@@ -125,14 +122,12 @@ class LocalBackend:
         """``podman kill --signal SIG`` to the containers and every replica of them (podman-kill(1);
         ``appcheckpoint.SaveRequests``: SIGUSR1, "save now").  Best effort: a container that
         ended meanwhile is skipped (podman says so; not an error).  An engine without a CLI
-        binary (a test's fake) is not signalled."""
-        binary = getattr(self.engine, "binary", None)
+        (a test's fake) is not signalled."""
         wanted = self._replicas(names)
-        if not binary or not wanted:
+        if not isinstance(self.engine, CliEngine) or not wanted:
             return
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):  # the next request, or the stop, follows
-            cmd = [binary, "kill", "--signal", sig, *wanted]
-            subprocess.run(cmd, env=engine_env(self.env), capture_output=True, timeout=60, check=False)
+        with contextlib.suppress(EngineError):  # it did not answer: the next request, or the stop, follows
+            self.engine.command(["kill", "--signal", sig, *wanted], timeout=60, env={})
 
     def release(self, names: Iterable[str]) -> None:
         self.release_measured(names, (), None)
