@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -23,7 +22,7 @@ from pathlib import Path
 from hetflow.errors import HetflowError, StateError
 from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Checkpoints
-from hetflow.execute.checkpoint import Checkpointer, CheckpointImages
+from hetflow.execute.checkpoint import Checkpointer, CheckpointImages, write_json
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.nextattempt import NextAttempt
 from hetflow.spec import Checkpoint, Workflow, format_bytes
@@ -40,7 +39,7 @@ def request_migration(paths: RunPaths, step: str, to: str | None) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     answer = folder / f"{step}.answer.json"
     answer.unlink(missing_ok=True)
-    _write(folder / f"{step}.request.json", {"step": step, "to": to, "asked": time.time()})
+    write_json(folder / f"{step}.request.json", {"step": step, "to": to, "asked": time.time()})
     return answer
 
 
@@ -80,7 +79,7 @@ class Moves:
             said, ok = self.migrate(step, str(to) if to else None), True
         except HetflowError as exc:
             said, ok = str(exc), False
-        _write(request.with_name(f"{step}.answer.json"), {"ok": ok, "message": said})
+        write_json(request.with_name(f"{step}.answer.json"), {"ok": ok, "message": said})
 
     def migrate(self, step: str, to: str | None) -> str:
         """Dump ``step``'s running attempt and requeue it to be restored elsewhere."""
@@ -124,12 +123,6 @@ class Moves:
     def close(self) -> None:
         if self.checkpointer is not None:
             self.checkpointer.close()
-
-
-def _write(path: Path, data: object) -> None:
-    part = path.with_name(f"{path.name}.{os.getpid()}")
-    part.write_text(json.dumps(data), encoding="utf-8")
-    part.replace(path)
 
 
 def migrate_step(store: Store, run_id: str, step: str, to: str | None, *, wait: float = 600) -> str:

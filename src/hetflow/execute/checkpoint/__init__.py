@@ -18,13 +18,13 @@ from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
     from hetflow.execute.checkpoint.criu import CRIU_ENV, CriuSupport, criu_support, find_criu
-    from hetflow.execute.checkpoint.images import CheckpointImages, Restore, Saved, kept_checkpoints
+    from hetflow.execute.checkpoint.images import CheckpointImages, Restore, Saved, kept_checkpoints, write_json
     from hetflow.execute.checkpoint.podmanck import CriuPodman
     from hetflow.execute.checkpoint.schedule import Checkpointer
 
 _WHERE = {
     "criu": ["CRIU_ENV", "CriuSupport", "criu_support", "find_criu"],
-    "images": ["CheckpointImages", "Restore", "Saved", "kept_checkpoints"],
+    "images": ["CheckpointImages", "Restore", "Saved", "kept_checkpoints", "write_json"],
     "podmanck": ["CriuPodman"],
     "schedule": ["Checkpointer"],
 }
@@ -39,6 +39,7 @@ __all__ = [
     "criu_support",
     "find_criu",
     "kept_checkpoints",
+    "write_json",
 ]
 
 __getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

@@ -89,7 +89,7 @@ class CheckpointImages:
         saved = Saved(
             step, attempt, container, taken, image.stat().st_size, seconds, str(image), str(out), str(staging)
         )
-        _write_json(folder / f"{attempt}.json", asdict(saved))
+        write_json(folder / f"{attempt}.json", asdict(saved))
         return saved
 
     def saved(self, step: str, attempt: int) -> Saved | None:
@@ -129,7 +129,7 @@ class CheckpointImages:
         return Restore(saved.image, saved.outputs, saved.staging, saved.attempt, saved.taken)
 
     def note_restored(self, step: str, attempt: int, r: Restore) -> None:
-        _write_json(self.folder(step) / f"restored-{attempt}.json", {"from_attempt": r.from_attempt, "taken": r.taken})
+        write_json(self.folder(step) / f"restored-{attempt}.json", {"from_attempt": r.from_attempt, "taken": r.taken})
 
     def restored_from(self, step: str, attempt: int) -> tuple[int, float] | None:
         """(attempt, time) of the checkpoint ``attempt`` was restored from, if it was."""
@@ -159,7 +159,8 @@ def kept_checkpoints(workdir: str) -> list[Saved]:
     return CheckpointImages(RunPaths(Path(workdir))).kept()
 
 
-def _write_json(path: Path, data: object) -> None:
+def write_json(path: Path, data: object) -> None:
+    """``data`` as JSON at ``path``, whole or not at all (written beside it, then renamed)."""
     part = path.with_name(f"{path.name}.{os.getpid()}")
     part.write_text(json.dumps(data), encoding="utf-8")
     part.replace(path)
