@@ -84,10 +84,17 @@ class Moves:
     def migrate(self, step: str, to: str | None) -> str:
         """Dump ``step``'s running attempt and requeue it to be restored elsewhere."""
         a = self.attempts
+        # what was asked is checked before what the step is doing: a bad --to is named as such
+        if to is not None and a.cluster and a.limits(to) is None:
+            raise HetflowError(f"--to {to}: the run's cluster has no node (or node class) {to!r}")
         act = a.active.get(step)
         if act is None:
             state = a.store.step(a.run_id, step).state if step in self.workflow().steps else "not a step of this run"
             raise HetflowError(f"step {step!r} is not running ({state}); only a running step can be migrated")
+        if to is not None and not a.cluster and to != act.node:
+            raise HetflowError(
+                f"--to {to}: this run uses this machine only ({act.node}); a cluster run moves between nodes"
+            )
         c = self._setting(step)
         if c is None or not c.transparent:
             raise HetflowError(
@@ -98,12 +105,6 @@ class Moves:
             raise HetflowError(
                 f"{act.container} cannot be checkpointed here ({act.waiting or a.backend.capabilities.name})"
             )
-        if to is not None and not a.cluster and to != act.node:
-            raise HetflowError(
-                f"--to {to}: this run uses this machine only ({act.node}); a cluster run moves between nodes"
-            )
-        if to is not None and a.cluster and a.limits(to) is None:
-            raise HetflowError(f"--to {to}: the run's cluster has no node (or node class) {to!r}")
         with self.checkpointer.exclusive() if self.checkpointer is not None else contextlib.nullcontext():
             part = self.images.part(step, act.attempt)
             try:
