@@ -233,9 +233,15 @@ def test_past_the_connection_limit_new_clients_get_a_503_and_service_resumes(tmp
         headers = p.bearer()
         socks = stalled(p, p.blob_path("big"), headers, 40)
         try:
-            late = socks[-1]
-            late.settimeout(SERVED_WITHIN_S)
-            assert late.recv(64).startswith(b"HTTP/1.1 503")
+            # which ones are refused depends on when uvicorn reads each request (a loaded
+            # machine accepts several connections before it reads the first request, and those
+            # past the limit at that moment get the 503): count, never pick the last one
+            answers = []
+            for s in socks:
+                s.settimeout(SERVED_WITHIN_S)
+                answers.append(s.recv(64)[:12])
+            assert set(answers) <= {b"HTTP/1.1 200", b"HTTP/1.1 503"}, set(answers)
+            assert answers.count(b"HTTP/1.1 200") <= 30 and answers.count(b"HTTP/1.1 503") >= 40 - 30
         finally:
             for s in socks:
                 s.close()

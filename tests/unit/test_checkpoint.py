@@ -17,6 +17,7 @@ import pytest
 from hetflow.errors import EngineError, SpecError
 from hetflow.execute.checkpoint import Checkpointer, CheckpointImages, criu_support
 from hetflow.execute.checkpoint.archive import config_value, retarget, staging_in
+from hetflow.execute.checkpoint.freeze import copy_outputs
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import ContainerSpec, run_args
 from hetflow.execute.lifecycle import checkpointed_steps
@@ -149,13 +150,18 @@ class FakeDumps:
         self.calls: list[str] = []
         self.done = threading.Semaphore(0)
 
-    def checkpoint(self, name: str, dest: Path, *, leave_running: bool) -> float:
-        assert leave_running
+    def checkpoint(
+        self, name: str, dest: Path, *, leave_running: bool, outputs: tuple[Path, Path] | None = None
+    ) -> float:
+        assert leave_running and outputs is not None
         self.calls.append(name)
         try:
             if name in self.fail:
                 raise EngineError(f"checkpoint of {name} failed: CRIU said no")
+            copy_outputs(*outputs)  # while frozen, as the backends do (checkpoint.freeze)
             dest.write_bytes(b"dump")
+            if outputs[0].is_dir():  # the process went on after the dump
+                (outputs[0] / "n").write_text("after the dump")
             return 0.1
         finally:
             self.done.release()
@@ -186,6 +192,23 @@ def test_periodic_dumps_are_due_every_interval_and_reported_once(tmp_path: Path)
     c.tick(failing, 16.0)
     said = _drain(c, failing, 21.0, 2)  # s is due again too
     assert "checkpoint failed: checkpoint of hf-r-t2-1 failed: CRIU said no; the last good one stays" in said
+    c.close()
+
+
+def test_a_periodic_checkpoint_keeps_the_outputs_taken_with_the_dump_not_later_ones(tmp_path: Path) -> None:
+    paths = RunPaths(tmp_path)
+    staging = paths.staging("s", 1)
+    staging.mkdir(parents=True)
+    (staging / "n").write_text("at the dump")
+    dumps = FakeDumps()
+    images = CheckpointImages(paths)
+    c = Checkpointer(images, {"s": Checkpoint(every=1.0)}.get, dumps)
+    c.tick([("s", 1, "hf-r-s-1")], 0.0)
+    _drain(c, [("s", 1, "hf-r-s-1")], 1.0, 1)
+    saved = images.saved("s", 1)
+    assert saved is not None and (Path(saved.outputs) / "n").read_text() == "at the dump"
+    assert (staging / "n").read_text() == "after the dump"
+    assert not list(images.folder("s").glob("*.out.part*"))  # the dump's copy became 1.out
     c.close()
 
 

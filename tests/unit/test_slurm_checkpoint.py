@@ -51,7 +51,12 @@ def test_the_dump_runs_inside_the_job_on_its_node() -> None:
         "podman", "--hooks-dir", "/h", "container", "checkpoint", "--export", "/w/ck/1.tar.part", "--compress", "none",
         "--leave-running", "hf-r-s-1",
     ]  # fmt: skip
-    assert args[args.index("podman") - 2 : args.index("podman")] == ["/opt/criu", "/c"]
+    assert args[args.index("podman") - 4 : args.index("podman")] == ["/opt/criu", "/c", "", ""]  # no copy
+    copying = dump_args(
+        "42", "n", Path("/d"), leave_running=True, podman="p", hooks="/h", conf="/c", criu_dir="/o",
+        outputs=(Path("/w/out"), Path("/w/ck/1.out.part.x")),
+    )  # fmt: skip
+    assert copying[copying.index("p") - 2 : copying.index("p")] == ["/w/out", "/w/ck/1.out.part.x"]
     stop = dump_args("42", "n", Path("/d"), leave_running=False, podman="p", hooks="/h", conf="/c", criu_dir="/o")
     assert "--leave-running" not in stop and stop[-1] == "n"
 
@@ -61,7 +66,7 @@ def test_the_node_program_puts_criu_first_and_says_how_long_the_dump_took(tmp_pa
     program = args[args.index("-c") + 1 :]
     # run the node's program with a "podman" that prints its PATH and CONTAINERS_CONF
     shown = subprocess.run(
-        ["sh", "-c", program[0], *program[1:4], "sh", "-c", 'echo "$PATH|$CONTAINERS_CONF"'],
+        ["sh", "-c", program[0], *program[1:6], "sh", "-c", 'echo "$PATH|$CONTAINERS_CONF"'],
         capture_output=True,
         text=True,
         check=True,

@@ -193,6 +193,9 @@ class Checkpoints(Protocol):
     """A backend that can dump a running job with CRIU (``checkpoint:``) and start a job from
     such a dump (``Job.restore``)."""
 
-    def checkpoint(self, name: str, dest: Path, *, leave_running: bool) -> float:
-        """Dump job ``name`` to ``dest`` (stopping it unless ``leave_running``); the seconds
-        it took.  HetflowError saying why when it cannot."""
+    def checkpoint(
+        self, name: str, dest: Path, *, leave_running: bool, outputs: tuple[Path, Path] | None = None
+    ) -> float:
+        """Dump job ``name`` to ``dest`` (stopping it unless ``leave_running``), with
+        ``outputs`` (its /out, where to copy it) copied while it is frozen for the dump
+        (``checkpoint.freeze``); the seconds it took.  HetflowError saying why when it cannot."""

@@ -2,7 +2,8 @@
 
 ``criu`` finds a CRIU that works on this kernel (``make criu`` builds one) and says why not;
 ``images`` keeps each attempt's last good CRIU image (and the outputs as they were at that
-moment) in the run's folder; ``archive`` readies an image for a new attempt (its name, ID,
+moment: ``freeze`` copies /out while the container is frozen for a periodic dump) in the
+run's folder; ``archive`` readies an image for a new attempt (its name, ID,
 labels, cgroup and output folder); ``podmanck`` dumps and restores containers through podman;
 ``schedule`` takes a step's periodic checkpoints off the runner's path.
 

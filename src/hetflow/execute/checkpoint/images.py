@@ -1,7 +1,8 @@
 """A step's CRIU images in the run's folder (``RunPaths.checkpoints``), kept across attempts.
 
 Per attempt, the last good checkpoint only: ``ATTEMPT.tar`` (podman's export of the CRIU
-dump), ``ATTEMPT.out/`` (the attempt's ``/out`` copied the moment the dump ended, so a
+dump), ``ATTEMPT.out/`` (the attempt's ``/out`` at the dumped moment: copied while the
+container is frozen for a periodic dump (``freeze``), after a dump that stopped it, so a
 restored process finds its outputs as it left them, not as a later, lost, moment left them)
 and ``ATTEMPT.json`` (when, how big, how long, which container).  A new image is written
 beside the old one and renamed over it, so a crash mid-dump keeps the previous one.
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from hetflow.execute.checkpoint.freeze import copy_outputs
 from hetflow.execute.data.paths import RunPaths
 
 
@@ -71,16 +73,26 @@ class CheckpointImages:
         folder.mkdir(parents=True, exist_ok=True)
         return folder / f"{attempt}.tar.part.{secrets.token_hex(4)}"  # one per dump: two never share one
 
-    def commit(self, step: str, attempt: int, container: str, part: Path, seconds: float) -> Saved:
-        """Make a finished dump the attempt's checkpoint, with its outputs as they are now."""
+    def outputs_part(self, step: str, attempt: int) -> tuple[Path, Path]:
+        """(the attempt's /out, where a dump's copy of it goes): a periodic dump copies it
+        while the container is frozen (``freeze.frozen_dump``) and hands it to ``commit``."""
+        part = self.folder(step) / f"{attempt}.out.part.{secrets.token_hex(4)}"
+        return self.paths.staging(step, attempt), part
+
+    def commit(
+        self, step: str, attempt: int, container: str, part: Path, seconds: float, outputs: Path | None = None
+    ) -> Saved:
+        """Make a finished dump the attempt's checkpoint, with ``outputs`` (the copy of /out
+        taken with the dump) or, for a dump that stopped the container, /out as it is now."""
         staging = self.paths.staging(step, attempt)
         folder = self.folder(step)
-        out, out_part = folder / f"{attempt}.out", folder / f"{attempt}.out.part"
-        shutil.rmtree(out_part, ignore_errors=True)
-        if staging.is_dir():
-            shutil.copytree(staging, out_part, symlinks=True)
+        out = folder / f"{attempt}.out"
+        if outputs is not None and outputs.is_dir():
+            out_part = outputs
         else:
-            out_part.mkdir(parents=True)
+            out_part = folder / f"{attempt}.out.part"
+            shutil.rmtree(out_part, ignore_errors=True)
+            copy_outputs(staging, out_part)
         taken = time.time()
         image = self.image(step, attempt)
         part.replace(image)
@@ -149,7 +161,7 @@ class CheckpointImages:
                 with contextlib.suppress(OSError):
                     freed += p.stat().st_size
                     p.unlink()
-            elif p.name.endswith((".out", ".out.part")) and p.is_dir():
+            elif (p.name.endswith((".out", ".out.part")) or ".out.part." in p.name) and p.is_dir():
                 shutil.rmtree(p, ignore_errors=True)
         return freed
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from hetflow.errors import EngineError
 from hetflow.execute.checkpoint.archive import link_log, ready_for
 from hetflow.execute.checkpoint.criu import CriuSupport, criu_support
+from hetflow.execute.checkpoint.freeze import frozen_dump
 from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.engine import ContainerSpec
 from hetflow.execute.podman import CliEngine
@@ -35,15 +36,16 @@ class CriuPodman:
             raise EngineError(f"cannot checkpoint here: {self.support.reason}")
         return {"PATH": self.support.on_path(os.environ)["PATH"]}
 
-    def dump(self, name: str, dest: Path, *, leave_running: bool) -> float:
-        """Dump container ``name`` to ``dest``; returns the seconds it took (the container is
+    def dump(self, name: str, dest: Path, *, leave_running: bool, outputs: tuple[Path, Path] | None = None) -> float:
+        """Dump container ``name`` to ``dest``, with ``outputs`` (its /out, where to copy it)
+        copied while it is frozen for the dump; returns the seconds it took (the container is
         paused that long).  EngineError with podman's (CRIU's) words when it fails."""
         env = self._env()
         args = ["container", "checkpoint", "--export", str(dest), "--compress", "none"]
+        args += ["--leave-running"] if leave_running else []
         start = time.monotonic()
-        proc = self.engine.command(
-            [*args, *(["--leave-running"] if leave_running else []), name], timeout=DUMP_TIMEOUT, env=env
-        )
+        cgroup = self._cgroup(name) if outputs is not None else ""
+        proc = frozen_dump(cgroup, outputs, lambda: self.engine.command([*args, name], timeout=DUMP_TIMEOUT, env=env))
         took = time.monotonic() - start
         if proc.returncode != 0 or not dest.is_file():
             dest.unlink(missing_ok=True)
@@ -67,6 +69,10 @@ class CriuPodman:
         if spec.log_path:
             self._link_log(spec.name, Path(spec.log_path))
         self.engine.follow(spec.name, spec.labels)
+
+    def _cgroup(self, name: str) -> str:
+        proc = self.engine.command(["inspect", "--format", "{{.State.CgroupPath}}", name], timeout=60, env={})
+        return proc.stdout.strip() if proc.returncode == 0 else ""
 
     def _link_log(self, name: str, log: Path) -> None:
         proc = self.engine.command(["inspect", "--format", "{{.HostConfig.LogConfig.Path}}", name], timeout=60, env={})

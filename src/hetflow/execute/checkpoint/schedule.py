@@ -2,15 +2,17 @@
 
 Each pass of the runner's loop asks ``tick`` which running attempts are due (``every`` after
 the attempt started or its last checkpoint) and hands them to one background thread, which
-dumps each container with ``--leave-running`` and makes the dump the attempt's checkpoint
-(``CheckpointImages.commit``).  What happened comes back to the runner's thread (the store is
-written there only) as notes: "checkpoint 3 of count: 1.2 MiB in 0.41 s", or why one failed.
+dumps each container with ``--leave-running`` (its /out copied while it is frozen for the
+dump: ``freeze``) and makes the dump the attempt's checkpoint (``CheckpointImages.commit``).
+What happened comes back to the runner's thread (the store is written there only) as notes:
+"checkpoint 3 of count: 1.2 MiB in 0.41 s", or why one failed.
 A dump that fails because the attempt just ended is not a failure worth a note.
 """
 
 from __future__ import annotations
 
 import queue
+import shutil
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -26,7 +28,9 @@ from hetflow.spec import Checkpoint, format_bytes
 class Dumps(Protocol):
     """What dumps a container (``backends.base.Checkpoints``)."""
 
-    def checkpoint(self, name: str, dest: Path, *, leave_running: bool) -> float: ...
+    def checkpoint(
+        self, name: str, dest: Path, *, leave_running: bool, outputs: tuple[Path, Path] | None = None
+    ) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -110,11 +114,13 @@ class Checkpointer:
 
     def _take(self, due: Due) -> Done:
         part = self.images.part(due.step, due.attempt)
+        outputs = self.images.outputs_part(due.step, due.attempt)
         try:
-            seconds = self.dump.checkpoint(due.container, part, leave_running=True)
-            return Done(due, self.images.commit(due.step, due.attempt, due.container, part, seconds))
+            seconds = self.dump.checkpoint(due.container, part, leave_running=True, outputs=outputs)
+            return Done(due, self.images.commit(due.step, due.attempt, due.container, part, seconds, outputs[1]))
         except (HetflowError, OSError) as exc:
             part.unlink(missing_ok=True)
+            shutil.rmtree(outputs[1], ignore_errors=True)
             return Done(due, None, str(exc))
 
     def close(self) -> None:

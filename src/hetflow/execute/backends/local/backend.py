@@ -70,10 +70,12 @@ class LocalBackend:
             self.engine.remove_network(net)
             raise
 
-    def checkpoint(self, name: str, dest: Path, *, leave_running: bool) -> float:
+    def checkpoint(
+        self, name: str, dest: Path, *, leave_running: bool, outputs: tuple[Path, Path] | None = None
+    ) -> float:
         if not isinstance(self.engine, CliEngine):
             raise EngineError(f"the {self.engine.name} engine cannot checkpoint containers")
-        return CriuPodman(self.engine).dump(name, dest, leave_running=leave_running)
+        return CriuPodman(self.engine).dump(name, dest, leave_running=leave_running, outputs=outputs)
 
     def poll(self, run_id: str) -> dict[str, JobState]:
         states = self.engine.states(run_id)

@@ -249,7 +249,9 @@ class RayBackend:
                 raise EngineError(f"Ray refused {job.name}: {exc.cause if exc.cause else exc}") from None
         raise EngineError(f"Ray could not keep an actor alive for run {job.run_id}; see `ray status`")
 
-    def checkpoint(self, name: str, dest: Path, *, leave_running: bool) -> float:
+    def checkpoint(
+        self, name: str, dest: Path, *, leave_running: bool, outputs: tuple[Path, Path] | None = None
+    ) -> float:
         """Dump job ``name``'s container to ``dest`` (the run's shared workdir) with a task
         pinned to the node its task runs on (``restore.dump_task``); the seconds it took.
         Without ``leave_running`` the dump stops the container: the keeper holds the task's
@@ -263,7 +265,8 @@ class RayBackend:
         ok, took, said = False, 0.0, ""
         try:
             strategy = NodeAffinitySchedulingStrategy(node_id, soft=False)
-            ref = dump_task.options(scheduling_strategy=strategy).remote(name, str(dest), leave_running)
+            copy = (str(outputs[0]), str(outputs[1])) if outputs else None
+            ref = dump_task.options(scheduling_strategy=strategy).remote(name, str(dest), leave_running, copy)
             ok, took, said = ray.get(ref, timeout=DUMP_TIMEOUT + 60)
         except RayError as exc:  # the node went, or the dump outlived its limit
             text = str(exc).strip().splitlines()

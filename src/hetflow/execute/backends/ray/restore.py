@@ -29,6 +29,7 @@ from hetflow.config import engine_env
 from hetflow.errors import HetflowError
 from hetflow.execute.checkpoint.archive import link_log, ready_for
 from hetflow.execute.checkpoint.criu import criu_support
+from hetflow.execute.checkpoint.freeze import frozen_dump
 from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.engine import ContainerSpec
 
@@ -49,8 +50,11 @@ def last_line(text: str) -> str:
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def dump_task(name: str, dest: str, leave_running: bool) -> tuple[bool, float, str]:
-    """Dump container ``name`` to ``dest`` on this node: (done, seconds, why not)."""
+def dump_task(
+    name: str, dest: str, leave_running: bool, outputs: tuple[str, str] | None
+) -> tuple[bool, float, str]:
+    """Dump container ``name`` to ``dest`` on this node, with ``outputs`` (its /out, where to
+    copy it) copied while it is frozen for the dump: (done, seconds, why not)."""
     binary = shutil.which("podman")
     if binary is None:
         return False, 0.0, "podman not found on this node"
@@ -58,17 +62,21 @@ def dump_task(name: str, dest: str, leave_running: bool) -> tuple[bool, float, s
     if isinstance(with_criu, str):
         return False, 0.0, f"cannot checkpoint on this node: {with_criu}"
     args = [binary, "container", "checkpoint", "--export", dest, "--compress", "none"]
+    args += ["--leave-running"] if leave_running else []
     start = time.monotonic()
-    try:
-        proc = subprocess.run(
-            [*args, *(["--leave-running"] if leave_running else []), name],
-            env=with_criu,
-            capture_output=True,
-            text=True,
-            timeout=DUMP_TIMEOUT,
-            check=False,
+
+    def podman(*more: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [*more, name], env=with_criu, capture_output=True, text=True, timeout=DUMP_TIMEOUT, check=False
         )
+
+    try:
+        copy = (Path(outputs[0]), Path(outputs[1])) if outputs else None
+        cgroup = podman(binary, "inspect", "--format", "{{.State.CgroupPath}}").stdout.strip() if copy else ""
+        proc = frozen_dump(cgroup, copy, lambda: podman(*args))
         said = last_line(proc.stderr or proc.stdout) if proc.returncode != 0 else ""
+    except OSError as exc:
+        said = f"cannot copy {name}'s outputs: {exc}"
     except subprocess.TimeoutExpired:
         said = f"podman container checkpoint took more than {DUMP_TIMEOUT:.0f}s"
     took = time.monotonic() - start

@@ -112,7 +112,9 @@ class SlurmBackend:
         found = find_criu(self.client.env)
         return str(Path(found).parent) if found else ""
 
-    def checkpoint(self, name: str, dest: Path, *, leave_running: bool) -> float:
+    def checkpoint(
+        self, name: str, dest: Path, *, leave_running: bool, outputs: tuple[Path, Path] | None = None
+    ) -> float:
         """Dump job ``name``'s container on its node, as a step of the job (``checkpoint``);
         the seconds the dump took there.  EngineError with podman's (CRIU's) words."""
         found = sorted(self.workdir.glob(f"*/{name}.jobid"))
@@ -128,8 +130,9 @@ class SlurmBackend:
             marker.write_text(f"{time.time()}\n")  # the job script ends as checkpointed, not failed
         podman = self.settings.podman
         args = checkpoint.dump_args(
-            job_id, name, dest, leave_running=leave_running, podman=podman, hooks=hooks, conf=conf, criu_dir=criu
-        )
+            job_id, name, dest, leave_running=leave_running, podman=podman, hooks=hooks, conf=conf, criu_dir=criu,
+            outputs=outputs,
+        )  # fmt: skip
         start = time.monotonic()
         try:
             proc = self.client.run(args, timeout=DUMP_TIMEOUT, check=False)

@@ -44,20 +44,46 @@ VERDICT = "checkpointed"  # NAME.exit's third word for such an end (``jobfiles.e
 _AUTOREMOVE = '"io.podman.annotations.autoremove": "TRUE"'
 _KEEP = '"io.podman.annotations.autoremove": "FALSE"'
 
-# srun's program on the node: $1 CRIU's folder, $2 CONTAINERS_CONF, then podman's command;
-# prints when the dump began and ended there (the container was paused that long)
-DUMP = (
-    'c=$1; k=$2; shift 2; s=$(date +%s.%N); PATH="$c:$PATH" CONTAINERS_CONF="$k" "$@"; rc=$?; '
-    'echo "hetflow-dump $s $(date +%s.%N)"; exit $rc'
-)
+# srun's program on the node: $1 CRIU's folder, $2 CONTAINERS_CONF, $3 the container's /out and
+# $4 where to copy it ("" for no copy), then podman's command (its last word the container);
+# the copy is taken while the container's cgroup is frozen (``checkpoint.freeze``: CRIU dumps
+# a frozen cgroup and leaves it frozen), else right after the dump; prints when the dump began
+# and ended there (the container was paused that long)
+DUMP = r"""c=$1; k=$2; o=$3; d=$4; shift 4; eval "n=\${$#}"; f=; v=; t=
+copy() { mkdir -p "$d" && { [ ! -d "$o" ] || cp -a "$o/." "$d/"; } || { echo "cannot copy $o" >&2; return 1; }; }
+frozen() { if [ "$v" = 1 ]; then grep -qx 'frozen 1' "${f%/*}/cgroup.events"; else [ "$(cat "$f")" = FROZEN ]; fi; }
+s=$(date +%s.%N)
+if [ -n "$d" ]; then
+  g=$(CONTAINERS_CONF="$k" "$1" inspect --format '{{.State.CgroupPath}}' "$n" 2>/dev/null); r=/sys/fs/cgroup
+  if [ -f $r/cgroup.controllers ]; then f=$r$g/cgroup.freeze; v=1; t=0
+  else f=$r/freezer$g/freezer.state; v=FROZEN; t=THAWED; fi
+  if [ -n "$g" ] && [ -w "$f" ] && echo $v > "$f" 2>/dev/null; then
+    i=0; while ! frozen; do i=$((i+1)); [ $i -lt 1000 ] || { echo $t > "$f"; f=; break; }; sleep 0.01; done
+  else f=; fi
+  if [ -n "$f" ]; then copy || { echo $t > "$f"; exit 1; }; fi
+fi
+PATH="$c:$PATH" CONTAINERS_CONF="$k" "$@"; rc=$?; e=$(date +%s.%N)
+if [ -n "$f" ]; then echo $t > "$f"; elif [ -n "$d" ] && [ $rc = 0 ]; then copy || rc=1; fi
+echo "hetflow-dump $s $e"; exit $rc"""
 
 
 def dump_args(
-    job_id: str, name: str, dest: Path, *, leave_running: bool, podman: str, hooks: str, conf: str, criu_dir: str
+    job_id: str,
+    name: str,
+    dest: Path,
+    *,
+    leave_running: bool,
+    podman: str,
+    hooks: str,
+    conf: str,
+    criu_dir: str,
+    outputs: tuple[Path, Path] | None = None,
 ) -> list[str]:
-    """srun's arguments for dumping job ``job_id``'s container ``name`` to ``dest``."""
+    """srun's arguments for dumping job ``job_id``'s container ``name`` to ``dest`` (with
+    ``outputs``, its /out and where to copy it while it is frozen for the dump)."""
     leave = ["--leave-running"] if leave_running else []
     podman_args = ["--hooks-dir", hooks, "container", "checkpoint", "--export", str(dest), "--compress", "none"]
+    copy = [str(outputs[0]), str(outputs[1])] if outputs else ["", ""]
     return [
         "srun",
         f"--jobid={job_id}",
@@ -71,6 +97,7 @@ def dump_args(
         "sh",
         criu_dir,
         conf,
+        *copy,
         podman,
         *podman_args,
         *leave,
