@@ -163,8 +163,9 @@ def test_a_new_attempt_starts_its_own_interval_and_an_ended_one_is_forgotten() -
     saves.due([Run("train", "hf-r1-train-1")], WF.steps, 0.0)
 
     assert saves.due([Run("train", "hf-r1-train-2")], WF.steps, 9.0) == []
-    assert list(saves.last) == ["hf-r1-train-2"]
     assert saves.due([Run("train", "hf-r1-train-2")], WF.steps, 19.0) == ["hf-r1-train-2"]
+    # attempt 1 was forgotten when it was gone: seen again, its interval starts anew
+    assert saves.due([Run("train", "hf-r1-train-1")], WF.steps, 19.0) == []
 
 
 def test_tick_sends_sigusr1_through_a_backend_that_can_signal() -> None:
@@ -185,7 +186,7 @@ def test_tick_does_nothing_on_a_backend_that_cannot_signal() -> None:
         pass
 
     saves = SaveRequests(Quiet(), clock=lambda: 50.0)
-    saves.last["hf-r1-train-1"] = 0.0
+    saves.every.done("hf-r1-train-1", 0.0)
 
     assert not isinstance(Quiet(), SignalsJobs)
     assert saves.tick([Run("train", "hf-r1-train-1")], WF.steps) == []

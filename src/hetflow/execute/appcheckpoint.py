@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from hetflow.execute.checkpoint.schedule import Intervals
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import Mount
 from hetflow.spec import CHECKPOINT_ENV, Step
@@ -91,7 +92,7 @@ class SaveRequests:
 
     def __init__(self, backend: object, clock: Callable[[], float]) -> None:
         self.backend, self.clock = backend, clock
-        self.last: dict[str, float] = {}  # container -> when it was first seen or last asked
+        self.every = Intervals()  # from when each container was first seen or last asked
 
     def due(self, running: Iterable[Running], steps: Mapping[str, Step], now: float) -> list[str]:
         """The containers to ask now; forgets the ones no longer running."""
@@ -102,12 +103,10 @@ class SaveRequests:
             if step is None or not is_app(step) or step.checkpoint is None or not step.checkpoint.every:
                 continue
             seen.add(r.container)
-            since = self.last.setdefault(r.container, now)
-            if now - since >= step.checkpoint.every:
+            if self.every.due(r.container, step.checkpoint.every, now):
                 out.append(r.container)
-                self.last[r.container] = now
-        for gone in set(self.last) - seen:
-            del self.last[gone]
+                self.every.done(r.container, now)
+        self.every.keep_only(seen)
         return out
 
     def tick(self, running: Iterable[Running], steps: Mapping[str, Step]) -> list[str]:

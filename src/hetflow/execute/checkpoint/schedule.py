@@ -33,6 +33,25 @@ class Dumps(Protocol):
     ) -> float: ...
 
 
+class Intervals:
+    """When each running container is next due: ``every`` seconds after it was first seen
+    or last done (a periodic dump here, a save request in ``appcheckpoint.SaveRequests``)."""
+
+    def __init__(self) -> None:
+        self._last: dict[str, float] = {}  # container -> when first seen or last done
+
+    def due(self, container: str, every: float, now: float) -> bool:
+        return now - self._last.setdefault(container, now) >= every
+
+    def done(self, container: str, now: float) -> None:
+        self._last[container] = now
+
+    def keep_only(self, containers: set[str]) -> None:
+        """Forget the containers no longer running."""
+        for gone in set(self._last) - containers:
+            del self._last[gone]
+
+
 @dataclass(frozen=True)
 class Due:
     step: str
@@ -58,7 +77,7 @@ class Checkpointer:
     def __init__(self, images: CheckpointImages, setting: Callable[[str], Checkpoint | None], dump: Dumps) -> None:
         """``setting``: a step's ``checkpoint`` (only a transparent one with ``every`` counts)."""
         self.images, self.setting, self.dump = images, setting, dump
-        self._last: dict[str, float] = {}  # container -> when it started or was last dumped (monotonic)
+        self._every = Intervals()  # from when each container started or was last dumped (monotonic)
         self._busy: set[str] = set()
         self._work: queue.Queue[Due | None] = queue.Queue()
         self._done: queue.Queue[Done] = queue.Queue()
@@ -75,13 +94,11 @@ class Checkpointer:
             if c is None or c.every is None or not c.transparent:
                 continue
             seen.add(container)
-            last = self._last.setdefault(container, now)
-            if container not in self._busy and now - last >= c.every:
+            if self._every.due(container, c.every, now) and container not in self._busy:
                 self._busy.add(container)
                 self._start()
                 self._work.put(Due(step, attempt, container))
-        for gone in set(self._last) - seen - self._busy:
-            del self._last[gone]
+        self._every.keep_only(seen | self._busy)
         done: list[Done] = []
         while True:
             try:
@@ -89,7 +106,7 @@ class Checkpointer:
             except queue.Empty:
                 return done
             self._busy.discard(d.due.container)
-            self._last[d.due.container] = now
+            self._every.done(d.due.container, now)
             if d.saved is not None or d.due.container in seen:  # a dump of what just ended: no news
                 done.append(d)
 

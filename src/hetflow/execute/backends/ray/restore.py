@@ -50,9 +50,7 @@ def last_line(text: str) -> str:
 
 
 @ray.remote(num_cpus=0, max_retries=0)
-def dump_task(
-    name: str, dest: str, leave_running: bool, outputs: tuple[str, str] | None
-) -> tuple[bool, float, str]:
+def dump_task(name: str, dest: str, leave_running: bool, outputs: tuple[str, str] | None) -> tuple[bool, float, str]:
     """Dump container ``name`` to ``dest`` on this node, with ``outputs`` (its /out, where to
     copy it) copied while it is frozen for the dump: (done, seconds, why not)."""
     binary = shutil.which("podman")
