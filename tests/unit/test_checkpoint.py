@@ -212,6 +212,25 @@ def test_a_periodic_checkpoint_keeps_the_outputs_taken_with_the_dump_not_later_o
     c.close()
 
 
+def test_a_dump_that_raises_unexpectedly_is_reported_and_the_next_one_still_runs(tmp_path: Path) -> None:
+    class Broken(FakeDumps):
+        def checkpoint(
+            self, name: str, dest: Path, *, leave_running: bool, outputs: tuple[Path, Path] | None = None
+        ) -> float:
+            if not self.calls:
+                self.calls.append(name)
+                raise KeyError("State")
+            return super().checkpoint(name, dest, leave_running=leave_running, outputs=outputs)
+
+    dumps = Broken()
+    c = Checkpointer(CheckpointImages(RunPaths(tmp_path)), {"s": Checkpoint(every=1.0)}.get, dumps)
+    running = [("s", 1, "hf-r-s-1")]
+    c.tick(running, 0.0)
+    assert _drain(c, running, 1.0, 1) == ["checkpoint failed: hf-r-s-1: KeyError: 'State'; the last good one stays"]
+    assert _drain(c, running, 2.0, 1)[0].startswith("checkpoint of hf-r-s-1: 4 B")  # not left busy
+    c.close()
+
+
 def test_a_dump_of_an_attempt_that_just_ended_is_no_news(tmp_path: Path) -> None:
     dumps = FakeDumps(fail={"hf-r-s-1"})
     c = Checkpointer(CheckpointImages(RunPaths(tmp_path)), {"s": Checkpoint(every=1.0)}.get, dumps)

@@ -117,7 +117,11 @@ class Checkpointer:
 
     def _loop(self) -> None:
         while (due := self._work.get()) is not None:
-            self._done.put(self.take(due))
+            try:
+                done = self.take(due)
+            except Exception as exc:  # a bug must not end the thread and leave due busy for good
+                done = Done(due, None, f"{type(exc).__name__}: {exc}")
+            self._done.put(done)
 
     def exclusive(self) -> threading.Lock:
         """Held while a dump runs: ``hetflow migrate`` takes it so that its dump is never
