@@ -29,13 +29,7 @@ class DockerEngine(CliEngine):
         if spec.log_path:
             self._logs[spec.name] = spec.log_path
 
-    def states(self, run_id: str) -> dict[str, ContainerState]:
-        watch = self._watching(run_id)
-        if watch is not None:
-            return {
-                name: ContainerState(name, running, code, status, labels, reason)
-                for name, (running, code, status, labels, reason) in watch.snapshot().items()
-            }
+    def _listed_states(self, run_id: str) -> dict[str, ContainerState]:
         proc = self._run(["ps", "-a", "-q", "--filter", f"label={LABEL_RUN}={run_id}"])
         ids = proc.stdout.split()
         if not ids:

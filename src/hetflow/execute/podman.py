@@ -257,12 +257,16 @@ class CliEngine:
             self._run(["secret", "rm", *secrets], check=False)
 
     def states(self, run_id: str) -> dict[str, ContainerState]:
+        """From the exit watch when it watches ``run_id``, else as the engine lists them."""
         watch = self._watching(run_id)
         if watch is not None:
             return {
                 name: ContainerState(name, running, code, status, labels, reason)
                 for name, (running, code, status, labels, reason) in watch.snapshot().items()
             }
+        return self._listed_states(run_id)
+
+    def _listed_states(self, run_id: str) -> dict[str, ContainerState]:
         proc = self._run(["ps", "-a", "--filter", f"label={LABEL_RUN}={run_id}", "--format", "json"])
         out: dict[str, ContainerState] = {}
         for c in json.loads(proc.stdout or "[]") or []:
