@@ -9,7 +9,6 @@ restored job stops on scancel as a started one does."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -30,7 +29,7 @@ from hetflow.execute.data.paths import RunPaths
 from tests.contract.backend_contract import job, wait_done
 from tests.integration.hfkit import BUSYBOX, Hetflow, counter_workflow, step_out, write
 from tests.integration.slurm_fixture import local_cluster, slurm_config
-from tests.integration.test_faults_slurm import CLUSTER, kill_slurmd, restart_slurmd
+from tests.integration.test_faults_slurm import CLUSTER, kill_slurmd, restart_slurmd, squeue_row
 
 pytestmark = pytest.mark.skipif(
     not criu_support().ok, reason=f"CRIU checkpoints do not work here ({criu_support().reason}); run 'make criu'"
@@ -44,16 +43,6 @@ def cluster() -> Iterator[LocalSlurm]:
     build_tiny_image(BUSYBOX)
     with local_cluster(prefix="hfckpt-") as c:
         yield c
-
-
-def _squeue(c: LocalSlurm, name: str) -> tuple[str, str]:
-    out = subprocess.run(
-        ["squeue", "--noheader", "--states=all", f"--name={name}", "--format=%T %N"],
-        env={**os.environ, **c.env},
-        capture_output=True,
-        text=True,
-    ).stdout.split()
-    return (out[0], out[1]) if len(out) == 2 else ("", "")
 
 
 def _counter(tmp_path: Path, checkpoint: str) -> str:
@@ -81,8 +70,8 @@ def test_a_step_whose_node_dies_continues_on_the_other_node_from_its_checkpoint(
     config = slurm_config(tmp_path, cluster, CLUSTER)
     run_id = hf("run", "--detach", "--config", config, _counter(tmp_path, "{every: 2s}")).stdout.strip()
     first = f"hf-{run_id}-count-1"
-    hf.wait_for(lambda: _squeue(cluster, first)[0] == "RUNNING", timeout=120)
-    lost = _squeue(cluster, first)[1]
+    hf.wait_for(lambda: squeue_row(cluster, first)[0] == "RUNNING", timeout=120)
+    lost = squeue_row(cluster, first)[1]
     other = ({"hf-a100", "hf-t4"} - {lost}).pop()
     run_dir = Path(hf.show(run_id)["workdir"])
     # a checkpoint taken after a few ticks, so that zero and the checkpoint differ
@@ -108,7 +97,7 @@ def test_a_step_whose_node_dies_continues_on_the_other_node_from_its_checkpoint(
         attempts = json.loads(hf("trace", run_id, "--json").stdout)
         assert [(a["attempt"], a["status"]) for a in attempts] == [(1, "failed"), (2, "succeeded")]
         assert (run_dir / "checkpoints" / "count" / "restored-2.json").is_file()
-        assert _squeue(cluster, f"hf-{run_id}-count-2") == ("COMPLETED", other)
+        assert squeue_row(cluster, f"hf-{run_id}-count-2") == ("COMPLETED", other)
     finally:
         restart_slurmd(cluster, lost)
         subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
@@ -142,7 +131,7 @@ def test_migrate_to_the_other_node_restores_it_there(hf: Hetflow, cluster: Local
     run_id = hf("run", "--detach", "--config", config, _counter(tmp_path, "true")).stdout.strip()
     first = f"hf-{run_id}-count-1"
     hf.wait_for(lambda: len(_ticks(hf, run_id, 1)) >= 4, timeout=120)
-    other = ({"hf-a100", "hf-t4"} - {_squeue(cluster, first)[1]}).pop()
+    other = ({"hf-a100", "hf-t4"} - {squeue_row(cluster, first)[1]}).pop()
     said = hf("migrate", run_id, "count", "--to", other).stdout
     assert f"{first} checkpointed" in said and f"migrated to {other}" in said
     moved_at = max(_ticks(hf, run_id, 1))
@@ -152,7 +141,7 @@ def test_migrate_to_the_other_node_restores_it_there(hf: Hetflow, cluster: Local
     (step,) = hf.show(run_id)["steps"]
     assert (step["state"], step["node"], step["attempts"]) == ("succeeded", other, 2), step
     assert _ticks(hf, run_id, 2) == list(range(moved_at + 1, TICKS + 1))  # nothing redone, on the other node
-    assert _squeue(cluster, f"hf-{run_id}-count-2") == ("COMPLETED", other)
+    assert squeue_row(cluster, f"hf-{run_id}-count-2") == ("COMPLETED", other)
 
 
 def test_a_restored_job_stops_on_scancel_as_a_started_one_does(cluster: LocalSlurm, tmp_path: Path) -> None:

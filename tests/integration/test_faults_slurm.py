@@ -113,7 +113,8 @@ steps:
 """
 
 
-def _squeue(c: LocalSlurm, name: str) -> tuple[str, str]:
+def squeue_row(c: LocalSlurm, name: str) -> tuple[str, str]:
+    """(state, node) of job ``name`` as squeue lists it, ("", "") when it does not."""
     out = subprocess.run(
         ["squeue", "--noheader", "--states=all", f"--name={name}", "--format=%T %N"],
         env={**os.environ, **c.env},
@@ -131,8 +132,8 @@ def test_a_retry_after_its_pinned_node_died_runs_on_the_other_node(
     config = slurm_config(tmp_path, cluster, CLUSTER)
     run_id = hf("run", "--detach", "--config", config, write(tmp_path, WORKFLOW)).stdout.strip()
     first = f"hf-{run_id}-s-1"
-    hf.wait_for(lambda: _squeue(cluster, first)[0] == "RUNNING", timeout=120)
-    lost = _squeue(cluster, first)[1]
+    hf.wait_for(lambda: squeue_row(cluster, first)[0] == "RUNNING", timeout=120)
+    lost = squeue_row(cluster, first)[1]
     other = ({"hf-a100", "hf-t4"} - {lost}).pop()
     kill_slurmd(cluster, lost)
     try:
@@ -142,7 +143,7 @@ def test_a_retry_after_its_pinned_node_died_runs_on_the_other_node(
         (step,) = data["steps"]
         assert (step["node"], step["attempts"]) == (other, 2), step
         assert (step_out(hf, run_id, "s") / "o").read_text() == "2\n"
-        assert _squeue(cluster, f"hf-{run_id}-s-2") == ("COMPLETED", other)
+        assert squeue_row(cluster, f"hf-{run_id}-s-2") == ("COMPLETED", other)
         # the run's events say where the retry went and why
         said = [e.message for e in Store(hf.home / "state.db", read_only=True).events(run_id) if e.step == "s"]
         assert any(f"on {other} (moved: node {lost} failed under it)" in m for m in said), said
