@@ -76,8 +76,13 @@ def _check(path: str, euid: int) -> CriuSupport:
         return CriuSupport(False, path, "", f"{path} cannot run: {exc}")
     ver = next((ln.split(":", 1)[1].strip() for ln in version.splitlines() if ln.startswith("Version:")), "?")
     if check.returncode != 0:
-        said = [ln for ln in (check.stderr or check.stdout).splitlines() if ln.strip()]
-        why = said[-1] if said else f"exit {check.returncode}"
+        why = last_line(check.stderr or check.stdout, f"exit {check.returncode}")
         hint = " (Debian 12's CRIU 3.17 fails on this kernel: run 'make criu')" if ver.startswith("3.") else ""
         return CriuSupport(False, path, ver, f"'{path} check' fails: {why}{hint}")
     return CriuSupport(True, path, ver, "")
+
+
+def last_line(text: str, default: str = "no message") -> str:
+    """The last line with words of a tool's output (podman's, CRIU's): the one that says why."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    return lines[-1] if lines else default

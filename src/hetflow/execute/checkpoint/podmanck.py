@@ -17,7 +17,7 @@ from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.checkpoint.archive import link_log, ready_for
-from hetflow.execute.checkpoint.criu import CriuSupport, criu_support
+from hetflow.execute.checkpoint.criu import CriuSupport, criu_support, last_line
 from hetflow.execute.checkpoint.freeze import frozen_dump
 from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.engine import ContainerSpec
@@ -49,7 +49,7 @@ class CriuPodman:
         took = time.monotonic() - start
         if proc.returncode != 0 or not dest.is_file():
             dest.unlink(missing_ok=True)
-            raise EngineError(f"checkpoint of {name} failed: {_last_error(proc.stderr or proc.stdout)}")
+            raise EngineError(f"checkpoint of {name} failed: {last_line(proc.stderr or proc.stdout)}")
         return took
 
     def restore(self, r: Restore, spec: ContainerSpec) -> None:
@@ -63,9 +63,7 @@ class CriuPodman:
         proc = self.engine.command(["container", "restore", "--import", r.image], timeout=DUMP_TIMEOUT, env=env)
         if proc.returncode != 0:
             self.engine.command(["rm", "-f", spec.name], timeout=60, env={})
-            raise EngineError(
-                f"restore of {spec.name} from {r.image} failed: {_last_error(proc.stderr or proc.stdout)}"
-            )
+            raise EngineError(f"restore of {spec.name} from {r.image} failed: {last_line(proc.stderr or proc.stdout)}")
         if spec.log_path:
             self._link_log(spec.name, Path(spec.log_path))
         self.engine.follow(spec.name, spec.labels)
@@ -78,8 +76,3 @@ class CriuPodman:
         proc = self.engine.command(["inspect", "--format", "{{.HostConfig.LogConfig.Path}}", name], timeout=60, env={})
         if proc.returncode == 0:
             link_log(proc.stdout.strip(), log)
-
-
-def _last_error(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else "no message"

@@ -28,7 +28,7 @@ import ray
 from hetflow.config import engine_env
 from hetflow.errors import HetflowError
 from hetflow.execute.checkpoint.archive import link_log, ready_for
-from hetflow.execute.checkpoint.criu import criu_support
+from hetflow.execute.checkpoint.criu import criu_support, last_line
 from hetflow.execute.checkpoint.freeze import frozen_dump
 from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.engine import ContainerSpec
@@ -42,11 +42,6 @@ def criu_env(env: Mapping[str, str]) -> dict[str, str] | str:
     if not support.ok:
         return support.reason
     return support.on_path(env)
-
-
-def last_line(text: str) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1] if lines else "no message"
 
 
 @ray.remote(num_cpus=0, max_retries=0)
