@@ -142,6 +142,23 @@ def test_retarget_gives_the_image_the_new_attempts_identity(tmp_path: Path) -> N
         retarget(tmp_path / "bad.tar", name="x", labels={}, replace={})
 
 
+def test_retarget_swaps_each_old_value_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a short old ID inside the new one, and a new path that is another pair's old one: each
+    # is swapped once, in what the image held, never again in what was put there
+    image = tmp_path / "1.tar"
+    _image(image, "abc")
+    new_id = "abc" + "0" * 61
+    monkeypatch.setattr("hetflow.execute.checkpoint.archive.secrets.token_hex", lambda _: new_id)
+    replace = {"/runs/r/attempts/s/1/out": "/p/1/out", "/p/1": "/p/2"}
+    assert retarget(image, name="hf-r-s-2", labels={"tag": "/p/1"}, replace=replace) == new_id
+    assert config_value(image, "id") == new_id and config_value(image, "cgroupParent") == "/p/2"
+    assert config_value(image, "labels") == {"hetflow.attempt": "1", "keep": "x", "tag": "/p/1"}
+    assert staging_in(image) == "/p/1/out"
+    with tarfile.open(image) as tar:
+        spec = json.loads(tar.extractfile([m for m in tar.getmembers() if m.name == "spec.dump"][-1]).read())  # type: ignore[union-attr]
+    assert [m["source"] for m in spec["mounts"]] == [f"/store/{new_id}/userdata/hosts", "/p/1/out"]
+
+
 class FakeDumps:
     """Dumps that write a small file, or fail for the containers named in ``fail``."""
 

@@ -16,10 +16,11 @@ import contextlib
 import io
 import json
 import os
+import re
 import secrets
 import tarfile
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from hetflow.errors import EngineError
@@ -37,10 +38,15 @@ def retarget(image: Path, *, name: str, labels: Mapping[str, str], replace: Mapp
         raise EngineError(f"checkpoint image {image} cannot be read: {exc}") from None
     old_id = str(config.get("id", ""))
     new_id = secrets.token_hex(32)
+    swap = _swapper({**({old_id: new_id} if old_id else {}), **replace})
+    # the old paths and ID are swapped in what the image holds, in one pass each: a new
+    # value (or the new ID, name and labels set after) is never searched for an old one
+    try:
+        config, spec = json.loads(swap(json.dumps(config))), swap(spec)
+    except ValueError as exc:  # a path that JSON escapes (a quote, a backslash) in a pair
+        raise EngineError(f"checkpoint image {image} cannot be retargeted: {exc}") from None
     config.update(id=new_id, name=name, labels={**(config.get("labels") or {}), **labels})
     text = json.dumps(config)
-    for old, new in {**({old_id: new_id} if old_id else {}), **replace}.items():
-        text, spec = text.replace(old, new), spec.replace(old, new)
     with tarfile.open(image, "a:") as tar:
         # an image of a container that was itself restored holds that container's log
         # (ctr.log, podman's own path): the new attempt's log starts empty, not with its lines
@@ -49,6 +55,16 @@ def retarget(image: Path, *, name: str, labels: Mapping[str, str], replace: Mapp
             info.size, info.mtime, info.mode = len(data), int(time.time()), 0o600
             tar.addfile(info, io.BytesIO(data))
     return new_id
+
+
+def _swapper(pairs: Mapping[str, str]) -> Callable[[str], str]:
+    """Replace every key of ``pairs`` by its value at once (the longest key where two start
+    at the same place), so a value that holds another key is left as it is."""
+    keys = sorted((k for k in pairs if k), key=len, reverse=True)
+    if not keys:
+        return lambda text: text
+    found = re.compile("|".join(re.escape(k) for k in keys))
+    return lambda text: found.sub(lambda m: pairs[m.group(0)], text)
 
 
 def ready_for(
