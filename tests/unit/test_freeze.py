@@ -81,7 +81,7 @@ def test_the_outputs_are_copied_while_the_process_is_frozen_and_it_goes_on_after
             return _is_frozen(state), _count(out)  # what CRIU would see
 
         frozen, at_dump = frozen_dump(cgroup, (out, copy), dump)
-        assert frozen and _count(copy) == at_dump  # the copy is of the dumped moment
+        assert frozen and _count(copy) == at_dump, (frozen, _count(copy), at_dump)  # the dumped moment
         assert not _is_frozen(state)
         wait_for(lambda: _goes_on(out, at_dump))  # thawed: the counter goes on
 
@@ -122,8 +122,9 @@ def _slurm_node_program(tmp_path: Path, cgroup: str, state: Path, out: Path, cop
 def test_the_slurm_node_program_copies_the_outputs_while_frozen(tmp_path: Path) -> None:
     out, copy = tmp_path / "out", tmp_path / "copy"
     with counting_cgroup(out) as (cgroup, state):
-        frozen, copied, live = _slurm_node_program(tmp_path, cgroup, state, out, copy).split("|")
-        assert frozen in ("FROZEN", "frozen 1") and copied == live
+        seen = _slurm_node_program(tmp_path, cgroup, state, out, copy)
+        frozen, copied, live = seen.split("|")
+        assert frozen in ("FROZEN", "frozen 1") and copied == live, (seen, state.read_text())
         assert not _is_frozen(state)
         wait_for(lambda: _goes_on(out, live))
 
