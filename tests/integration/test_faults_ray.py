@@ -245,7 +245,12 @@ def test_a_checkpointed_step_whose_node_is_removed_continues_on_another_from_its
             cgroups.remove(layout, first)  # its task never measured it: the node went
 
 
-SHORT = "i=0; while [ $i -lt 12 ]; do i=$((i+1)); echo tick $i; echo $i > /out/n; sleep 0.5; done"
+# twelve ticks, then on only while its /out holds a file "hold" (an attempt that must still be running
+# when it is cancelled, however late the dump caught the first attempt)
+SHORT = (
+    "i=0; while [ $i -lt 12 ]; do i=$((i+1)); echo tick $i; echo $i > /out/n; sleep 0.5; done;"
+    " while [ -e /out/hold ]; do sleep 0.2; done"
+)
 
 
 def _log_lines(log: Path) -> list[str]:
@@ -266,6 +271,8 @@ def test_a_ray_step_stopped_by_a_dump_is_checkpointed_not_failed_and_a_new_attem
         return replace(j, container=replace(j.container, passwd=False), restore=restore)  # as build_spec makes them
 
     try:
+        (tmp_path / "1").mkdir()
+        (tmp_path / "1" / "hold").touch()  # the first attempt is still there when its dump comes, however late
         backend.submit(counter(1))
         n = tmp_path / "1" / "n"
         deadline = time.time() + 60
@@ -278,16 +285,28 @@ def test_a_ray_step_stopped_by_a_dump_is_checkpointed_not_failed_and_a_new_attem
         assert (st.status, st.node_failed) == ("CHECKPOINTED", False), st
         at = int(n.read_text())  # stopped by the dump: nothing written since
         shutil.copytree(tmp_path / "1", tmp_path / "1.out")
+        (tmp_path / "1.out" / "hold").unlink()  # restored without it, attempt 2 ends after tick 12
         restore = Restore(str(image), str(tmp_path / "1.out"), str(tmp_path / "1"), 1, time.time())
         backend.submit(counter(2, restore))
         st2 = wait_done(backend, r, [names[1]])[names[1]]
         assert st2.exit_code == 0, st2
         assert _log_lines(tmp_path / "2" / "log") == [f"tick {i}" for i in range(at + 1, 13)]
-        # the same image again (attempt 2 has none of its own), cancelled: stopped as a run is
-        backend.submit(counter(4, restore))
+        # the same image again (attempt 2 has none of its own), cancelled: stopped as a run is.  Its
+        # kept /out holds "hold", so it is still running when cancelled even if the dump caught
+        # attempt 1 at tick 11 (seen in CI, on a loaded machine: it ran to its end inside the stop timeout)
+        held = tmp_path / "4.out"
+        shutil.copytree(tmp_path / "1.out", held)
+        (held / "hold").touch()
+        backend.submit(counter(4, replace(restore, outputs=str(held))))
         n4 = tmp_path / "4" / "n"
         deadline = time.time() + 60
-        while not (n4.is_file() and n4.read_text().strip().isdigit() and int(n4.read_text()) > at):
+        # restored, and counting on from its image where there was anything left to count
+        while not (
+            podman_names("ps", "--filter", f"name=^{names[3]}$", "--format", "{{.Names}}")
+            and n4.is_file()
+            and n4.read_text().strip().isdigit()
+            and int(n4.read_text()) > min(at, 11)
+        ):
             assert time.time() < deadline, backend.poll(r)
             time.sleep(0.2)
         assert int((tmp_path / "2" / "n").read_text()) == 12  # attempt 4 writes its own /out, not 2's

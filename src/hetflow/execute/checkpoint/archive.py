@@ -26,6 +26,11 @@ from pathlib import Path
 from hetflow.errors import EngineError
 from hetflow.execute.checkpoint.images import Restore
 
+# podman's autoremove flag in both dumps, as podman and json.dumps write it, turned off: a step
+# started with ``--rm`` (the Slurm and Ray paths) and restored, that ended before ``podman wait``
+# looked, would have removed itself and its exit code with it; they remove it after the wait
+KEEP_EXITED = {'"io.podman.annotations.autoremove": "TRUE"': '"io.podman.annotations.autoremove": "FALSE"'}
+
 
 def retarget(image: Path, *, name: str, labels: Mapping[str, str], replace: Mapping[str, str]) -> str:
     """Give ``image`` a new container ID and ``name``, ``labels`` over its own, and each

@@ -117,7 +117,7 @@ def _restored(
             status = "CANCELLED"
         out.seek(0)
         said = out.read().decode(errors="replace").split()
-    remove(binary, spec.name, env)  # podman removes it itself (it was run with --rm); in case not
+    remove(binary, spec.name, env)  # restored with autoremove off (``KEEP_EXITED``): its code was read
     if said and said[-1].lstrip("-").isdigit():
         return int(said[-1]), status, ""
     if status == "CANCELLED":

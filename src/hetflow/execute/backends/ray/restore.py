@@ -6,7 +6,8 @@ DEST --compress none [--leave-running] NAME`` with hetflow's CRIU first on PATH,
 run's shared workdir.  A restore (``Job.restore``) is done by the step task itself instead of
 ``podman run`` (``restore_container``): the outputs kept with the checkpoint copied into the
 attempt's ``/out``, the image given the attempt's identity (``checkpoint.archive.retarget``:
-name, labels, ID, staging folder, cgroup parent), ``podman container restore --import``, and
+name, labels, ID, staging folder, cgroup parent; podman's autoremove off, so a container that
+ends at once keeps its exit code for ``podman wait``), ``podman container restore --import``, and
 podman's own log file hard-linked as the attempt's log (``CriuPodman`` does the same locally;
 it is not reused here because it needs a ``CliEngine``, whose OCI-runtime probe and
 ``--runtime`` flag the task's ``podman run`` does not use).  The task then waits for the
@@ -27,7 +28,7 @@ import ray
 
 from hetflow.config import engine_env
 from hetflow.errors import HetflowError
-from hetflow.execute.checkpoint.archive import link_log, ready_for
+from hetflow.execute.checkpoint.archive import KEEP_EXITED, link_log, ready_for
 from hetflow.execute.checkpoint.criu import criu_support, last_line
 from hetflow.execute.checkpoint.freeze import frozen_dump
 from hetflow.execute.checkpoint.images import Restore
@@ -89,7 +90,14 @@ def restore_container(binary: str, spec: ContainerSpec, r: Restore, env: Mapping
     try:
         if staging:
             shutil.copytree(r.outputs, staging, symlinks=True, dirs_exist_ok=True)
-        ready_for(r, name=spec.name, labels=spec.labels, staging=staging, cgroup_parent=spec.cgroup_parent)
+        ready_for(
+            r,
+            name=spec.name,
+            labels=spec.labels,
+            staging=staging,
+            cgroup_parent=spec.cgroup_parent,
+            replace=KEEP_EXITED,  # one that ends at once keeps its exit code for ``podman wait``
+        )
         proc = subprocess.run(
             [binary, "container", "restore", "--import", r.image],
             env=with_criu,

@@ -34,15 +34,11 @@ from pathlib import Path
 
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm.jobfiles import MARKER
-from hetflow.execute.checkpoint.archive import ready_for
+from hetflow.execute.checkpoint.archive import KEEP_EXITED, ready_for
 
 # The job script's end when its container was dumped and stopped: not the step's code.
 CHECKPOINTED_CODE = 121
 VERDICT = "checkpointed"  # NAME.exit's third word for such an end (``jobfiles.exit_verdict``)
-
-# podman's autoremove flag in both dumps, as podman and json.dumps write it
-_AUTOREMOVE = '"io.podman.annotations.autoremove": "TRUE"'
-_KEEP = '"io.podman.annotations.autoremove": "FALSE"'
 
 # srun's program on the node: $1 CRIU's folder, $2 CONTAINERS_CONF, $3 the container's /out and
 # $4 where to copy it ("" for no copy), then podman's command (its last word the container);
@@ -135,7 +131,7 @@ def ready_image(job: Job) -> None:
     r = job.restore
     if r is None:
         return
-    ready_for(r, name=job.name, labels=job.container.labels, staging=staging_of(job), replace={_AUTOREMOVE: _KEEP})
+    ready_for(r, name=job.name, labels=job.container.labels, staging=staging_of(job), replace=KEEP_EXITED)
 
 
 _RESTORE = r"""# This attempt starts from attempt {from_attempt}'s checkpoint (``checkpoint``).
