@@ -8,6 +8,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import re
 import tarfile
 import threading
 from pathlib import Path
@@ -107,6 +108,33 @@ def test_images_keep_the_last_good_dump_per_attempt_with_its_outputs(tmp_path: P
     assert images.latest("s") is None and not Path(saved.outputs).exists()
 
 
+def test_a_crash_inside_a_commit_keeps_one_whole_checkpoint(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the executor dies after the new pair is in place but before ATTEMPT.json names it: the
+    # old image stays with the outputs dumped with it (not the new image with old outputs)
+    paths = RunPaths(tmp_path)
+    images = CheckpointImages(paths)
+    _commit(images, paths, 1, "3")
+    before = images.saved("s", 1)
+
+    def crash(path: Path, data: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("hetflow.execute.checkpoint.images.write_json", crash)
+    with pytest.raises(KeyboardInterrupt):
+        _commit(images, paths, 1, "7")
+    monkeypatch.undo()
+    kept = images.saved("s", 1)
+    assert kept == before and kept is not None
+    assert Path(kept.image).read_bytes() == b"image 3" and (Path(kept.outputs) / "n").read_text() == "3"
+    assert len(list(images.folder("s").glob("1.*.tar"))) == 2  # the unnamed pair is left until the next commit
+    _commit(images, paths, 1, "8")
+    (tar,) = images.folder("s").glob("1.*.tar")  # the next commit removes the older pair and the orphan
+    assert tar.read_bytes() == b"image 8" and len(list(images.folder("s").glob("1.*.out"))) == 1
+    _commit(images, paths, 10, "1")  # another attempt's pair (10.*, not 1.*) is its own
+    _commit(images, paths, 1, "9")
+    assert images.saved("s", 10) is not None and (Path(images.saved("s", 10).outputs) / "n").is_file()  # type: ignore[union-attr]
+
+
 def _image(path: Path, old_id: str) -> None:
     config = {"id": old_id, "name": "hf-r-s-1", "labels": {"hetflow.attempt": "1", "keep": "x"}, "cgroupParent": "/p/1"}
     config["spec"] = {"mounts": [{"destination": "/out", "source": "/runs/r/attempts/s/1/out"}]}
@@ -202,7 +230,7 @@ def test_periodic_dumps_are_due_every_interval_and_reported_once(tmp_path: Path)
     assert c.tick(running, 0.0) == [] and c.tick(running, 9.9) == [] and dumps.calls == []
     said = _drain(c, running, 10.0, 1)
     assert dumps.calls == ["hf-r-s-1"]  # app steps get a signal (appcheckpoint), t only dumps when stopped
-    assert "checkpoint of hf-r-s-1: 4 B in 0.10s (kept as 1.tar)" in said[0]
+    assert re.fullmatch(r"checkpoint of hf-r-s-1: 4 B in 0\.10s \(kept as 1\.[0-9a-f]{8}\.tar\)", said[0]), said
     assert c.tick(running, 15.0) == [] and dumps.calls == ["hf-r-s-1"]  # next due 10 s after this one
     settings["t2"] = Checkpoint(every=5.0)
     failing = [*running, ("t2", 1, "hf-r-t2-1")]

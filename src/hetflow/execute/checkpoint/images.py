@@ -1,11 +1,14 @@
 """A step's CRIU images in the run's folder (``RunPaths.checkpoints``), kept across attempts.
 
-Per attempt, the last good checkpoint only: ``ATTEMPT.tar`` (podman's export of the CRIU
-dump), ``ATTEMPT.out/`` (the attempt's ``/out`` at the dumped moment: copied while the
+Per attempt, the last good checkpoint only: ``ATTEMPT.ID.tar`` (podman's export of the CRIU
+dump), ``ATTEMPT.ID.out/`` (the attempt's ``/out`` at the dumped moment: copied while the
 container is frozen for a periodic dump (``freeze``), after a dump that stopped it, so a
 restored process finds its outputs as it left them, not as a later, lost, moment left them)
-and ``ATTEMPT.json`` (when, how big, how long, which container).  A new image is written
-beside the old one and renamed over it, so a crash mid-dump keeps the previous one.
+and ``ATTEMPT.json`` (when, how big, how long, which container, and which ID's pair).  Each
+dump's pair has names of its own (ID, random); rewriting ``ATTEMPT.json`` (written beside it,
+then renamed) is the commit point, and only then is the older pair removed: a crash at any
+moment leaves the JSON naming one whole pair, never a new image with older outputs (which
+CRIU would refuse to restore, or restore against files a later moment wrote).
 ``restored-ATTEMPT.json`` says which checkpoint an attempt was restored from (``hetflow
 logs`` prints the older attempt's lines up to that moment before the restored ones).
 """
@@ -13,11 +16,13 @@ logs`` prints the older attempt's lines up to that moment before the restored on
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import secrets
 import shutil
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -43,7 +48,8 @@ class Saved:
     def describe(self) -> str:
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.taken))
         size = _size(self.size)
-        return f"checkpoint {self.step} attempt {self.attempt}: {when}, {size}, dumped in {self.seconds:.2f}s"
+        said = f"checkpoint {self.step} attempt {self.attempt}: {when}, {size}, dumped in {self.seconds:.2f}s"
+        return f"{said}: {Path(self.image).name}"
 
 
 @dataclass(frozen=True)
@@ -64,9 +70,6 @@ class CheckpointImages:
     def folder(self, step: str) -> Path:
         return self.paths.checkpoints(step)
 
-    def image(self, step: str, attempt: int) -> Path:
-        return self.folder(step) / f"{attempt}.tar"
-
     def part(self, step: str, attempt: int) -> Path:
         """Where a dump is written before it is known good."""
         folder = self.folder(step)
@@ -86,23 +89,32 @@ class CheckpointImages:
         taken with the dump) or, for a dump that stopped the container, /out as it is now."""
         staging = self.paths.staging(step, attempt)
         folder = self.folder(step)
-        out = folder / f"{attempt}.out"
+        pair = f"{attempt}.{secrets.token_hex(4)}"
+        image, out = folder / f"{pair}.tar", folder / f"{pair}.out"
         if outputs is not None and outputs.is_dir():
-            out_part = outputs
+            outputs.replace(out)
         else:
-            out_part = folder / f"{attempt}.out.part"
-            shutil.rmtree(out_part, ignore_errors=True)
-            copy_outputs(staging, out_part)
+            copy_outputs(staging, out)
         taken = time.time()
-        image = self.image(step, attempt)
         part.replace(image)
-        shutil.rmtree(out, ignore_errors=True)
-        out_part.replace(out)
         saved = Saved(
             step, attempt, container, taken, image.stat().st_size, seconds, str(image), str(out), str(staging)
         )
-        write_json(folder / f"{attempt}.json", asdict(saved))
+        with _locked(folder / f"{attempt}.lock"):  # two dumps of one attempt (periodic, stop) commit in turn
+            write_json(folder / f"{attempt}.json", asdict(saved))  # the commit point
+            self._drop_older(folder, attempt, keep=(image.name, out.name))
         return saved
+
+    @staticmethod
+    def _drop_older(folder: Path, attempt: int, keep: tuple[str, ...]) -> None:
+        """The attempt's older pairs (and any a crash left unnamed); dumps in progress stay."""
+        for p in folder.glob(f"{attempt}.*"):
+            if p.name in keep or ".part." in p.name or not p.name.endswith((".tar", ".out")):
+                continue
+            if p.is_dir():
+                shutil.rmtree(p, ignore_errors=True)
+            else:
+                p.unlink(missing_ok=True)
 
     def saved(self, step: str, attempt: int) -> Saved | None:
         data = _read_json(self.folder(step) / f"{attempt}.json")
@@ -169,6 +181,16 @@ class CheckpointImages:
 def kept_checkpoints(workdir: str) -> list[Saved]:
     """The checkpoints a run keeps (``hetflow show``)."""
     return CheckpointImages(RunPaths(Path(workdir))).kept()
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    with path.open("a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def write_json(path: Path, data: object) -> None:

@@ -76,7 +76,7 @@ class RunPaths:
 
     def checkpoints(self, step: str) -> Path:
         """A step's checkpoints, kept across its attempts, resumes and moves: CRIU images of
-        its containers (``ATTEMPT.tar`` with ``ATTEMPT.json``) and ``app/``, the step's own
+        its containers (``ATTEMPT.ID.tar`` named by ``ATTEMPT.json``) and ``app/``, the step's own
         state (HETFLOW_CHECKPOINT_DIR, ``checkpoint: {mode: app}``)."""
         return self.workdir / "checkpoints" / step
 
