@@ -500,3 +500,34 @@ def test_stop_after_a_crash_keeps_finished_results(
     assert [(x.attempt, x.state) for x in w.store.attempts(w.run.id, "a")] == [(1, SUCCEEDED)]
     assert (RunPaths(Path(w.run.workdir)).step_out("a") / "m").read_bytes() == b"ok"
     assert w.engine.containers == {}
+
+
+def test_a_gang_launch_cut_after_one_replica_is_removed_and_launched_whole_again(tmp_path: Path) -> None:
+    """kill -9 between a gang's replicas' starts: one replica runs, the other was never
+    made.  The resumed executor removes the part that runs and launches the attempt whole,
+    under its name, rather than failing the step for a replica that was never started."""
+    from hetflow.execute.gang.replicas import replica_name
+
+    w = world(tmp_path, "a:\n  image: x\n  gang: {replicas: 2}\n")
+    real, calls = w.engine.start, []
+
+    def one_then_die(spec: ContainerSpec) -> None:
+        calls.append(spec.name)
+        if len(calls) == 2:
+            raise Crash(f"killed before {spec.name} started")
+        real(spec)
+
+    w.engine.start = one_then_die  # type: ignore[method-assign]
+    with pytest.raises(Crash):
+        w.execute(pid=4242)
+    w.engine.start = real  # type: ignore[method-assign]
+    a = container_name(w.run.id, "a", 1)
+    assert w.store.step(w.run.id, "a").state == LAUNCHING and calls == [a, replica_name(a, 1)]
+    assert list(w.engine.states(w.run.id)) == [a]  # replica 0 only
+
+    assert w.execute(pid=4343) == "succeeded"
+
+    assert [(x.attempt, x.state) for x in w.store.attempts(w.run.id, "a")] == [(1, SUCCEEDED)]
+    said = [e.message for e in w.store.events(w.run.id)]
+    assert f"removed the part of 1 gang launch(es) the last executor did not finish: {a}" in said, said
+    assert f"{a} was never started; launching it again" in said

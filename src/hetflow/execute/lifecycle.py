@@ -14,11 +14,12 @@ from pathlib import Path
 
 from hetflow.errors import HetflowError, StateError
 from hetflow.execute.attempts import NODE_FAULT_REQUEUES, Active, Attempts
-from hetflow.execute.backends.base import Backend, Checkpoints, DropsNetworks, JobState
+from hetflow.execute.backends.base import Backend, Checkpoints, DropsNetworks, JobState, SettlesLaunches
 from hetflow.execute.batching import is_batch, refine
 from hetflow.execute.checkpoint import CheckpointImages
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.gang.elastic import RESIZED
+from hetflow.execute.gang.replicas import REPLICA_MISSING, replica_name
 from hetflow.execute.stopping import by_grace, cancel_by_grace, recorded_steps, request_stop, step_graces
 from hetflow.spec import descendants, fanout_parent, format_bytes
 from hetflow.state import (
@@ -43,7 +44,45 @@ from hetflow.state import (
     record,
 )
 
-__all__ = ["pid_alive", "reconcile", "reset_for_resume", "spawn_executor", "stop_run"]  # pid_alive: from state.liveness
+__all__ = [
+    "pid_alive",
+    "reconcile",
+    "reset_for_resume",
+    "settle_launches",
+    "spawn_executor",
+    "stop_run",
+]  # pid_alive: from state.liveness
+
+
+def settle_launches(attempts: Attempts) -> None:
+    """Before the executor first lists the run's containers (its watch): wait out the launches
+    a killed executor left in flight (``execute.orphans``: its ``podman run``s go on without
+    it), so a container still being created is not taken for one that never was and launched
+    again under its name; then remove what a gang launch it did not finish started (some
+    replicas, not all), so that attempt is launched whole again, not failed for a replica it
+    never made.  Removed now, not in the watch's background batches: the name is reused."""
+    backend, store, run_id = attempts.backend, attempts.store, attempts.run_id
+    if not isinstance(backend, SettlesLaunches):
+        return
+    names: list[str] = []
+    gangs: list[str] = []
+    for s in store.steps(run_id):
+        history = store.attempts(run_id, s.step) if s.state in (LAUNCHING, RUNNING) else []
+        if history:
+            c = history[-1].container
+            n = attempts.wf.steps[s.step].replicas if s.step in attempts.wf.steps else 1
+            names += [c, *(replica_name(c, r) for r in range(1, n))]
+            gangs += [c] if n > 1 and s.state == LAUNCHING else []
+    killed = backend.settle_launches(names)
+    states = backend.poll(run_id) if gangs else {}
+    partial = [c for c in gangs if (st := states.get(c)) is not None and st.status.endswith(REPLICA_MISSING)]
+    if partial:
+        backend.release(partial)
+    said = [f"killed {len(killed)} launch(es) the last executor left that never finished"] if killed else []
+    said += [f"removed the part of {len(partial)} gang launch(es) the last executor did not finish"] if partial else []
+    if said:
+        message = f"{'; '.join(said)}: {', '.join([*killed, *partial][:5])}"
+        record(store, Note(0, run_id, time.time(), message, None, "collected"))
 
 
 def reconcile(attempts: Attempts) -> None:

@@ -22,7 +22,7 @@ from typing import Any
 
 from hetflow.config import SHARE, engine_env, find_engine
 from hetflow.errors import EngineError
-from hetflow.execute import cgroups
+from hetflow.execute import cgroups, orphans
 from hetflow.execute.engine import (
     ENV_FILE_WAIT,
     LABEL_RUN,
@@ -401,6 +401,17 @@ class CliEngine:
 
     def _watching(self, run_id: str | None) -> ExitWatch | None:
         return self._watch if self._watch is not None and run_id == self._watch_run else None
+
+    def settle_launches(self, names: Collection[str]) -> list[str]:
+        """Wait out a killed executor's launches of ``names`` still in flight (``orphans``)."""
+
+        def status(some: Collection[str]) -> dict[str, str]:
+            return {
+                n: str((e.get("State") or {}).get("Status", "")).lower()
+                for n, e in self._inspect_entries([*some]).items()
+            }
+
+        return orphans.settle(self.binary, names, status)
 
     def _inspect_entry(self, name: str) -> Mapping[str, Any] | None:
         return self._inspect_entries([name]).get(name)

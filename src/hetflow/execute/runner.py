@@ -37,7 +37,7 @@ from hetflow.execute.fanout import expand_ready
 from hetflow.execute.gang.elastic import with_replicas
 from hetflow.execute.launch.batch import Batcher
 from hetflow.execute.launch.launcher import Launcher
-from hetflow.execute.lifecycle import reconcile, stop_run
+from hetflow.execute.lifecycle import reconcile, settle_launches, stop_run
 from hetflow.execute.moves import Moves
 from hetflow.execute.nextattempt import adjusted
 from hetflow.execute.runconfig import RunnerConfig
@@ -172,6 +172,7 @@ class Runner:
         self.attempts.emit(
             RunStateChanged(0, self.run_id, self.clock(), f"executor {self.pid} on {self.node.name}", RUN_RUNNING)
         )
+        settle_launches(self.attempts)  # before the watch lists the run's containers
         stop_watch = self.backend.watch(self.run_id, self._wake.set)
         interval = self.config.poll_interval if stop_watch is None else max(0.5, self.config.poll_interval)
         clear_stop_request(self.paths)  # one left by a stopper whose executor had gone already

@@ -189,6 +189,16 @@ class DropsNetworks(Protocol):
 
 
 @runtime_checkable
+class SettlesLaunches(Protocol):
+    """A backend whose launches outlive a killed executor (local podman's attached runs, in
+    sessions of their own): a resumed run waits them out before it lists its containers."""
+
+    def settle_launches(self, names: Collection[str]) -> list[str]:
+        """Wait until no launch of the containers ``names`` is in flight (``execute.orphans``);
+        the names whose launchers were killed because they never finished."""
+
+
+@runtime_checkable
 class Checkpoints(Protocol):
     """A backend that can dump a running job with CRIU (``checkpoint:``) and start a job from
     such a dump (``Job.restore``)."""

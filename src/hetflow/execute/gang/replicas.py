@@ -147,6 +147,9 @@ def replica_env(gang: Gang, ranks: Sequence[Rank], rank: int) -> dict[str, str]:
     return render_contract(gang.launcher, values)
 
 
+REPLICA_MISSING = "replica missing"  # a gang with a replica the engine does not have
+
+
 @dataclass(frozen=True)
 class GangState:
     """The state of a gang attempt from its replicas': running while every replica runs (or
@@ -176,7 +179,7 @@ def gang_state(replicas: Mapping[int, tuple[bool, int | None, str]], world: int,
         return GangState(False, code, f"replica {rank} exited {code}", rank)
     missing = [r for r in range(world) if r not in replicas]
     if replicas and missing:
-        return GangState(False, 137, "replica missing", missing[0])
+        return GangState(False, 137, REPLICA_MISSING, missing[0])
     if any(st[0] for st in replicas.values()):
         return GangState(True, None, "running")
     return GangState(False, 0, "exited")

@@ -87,6 +87,8 @@ class LocalBackend:
                 gangs.setdefault(rep[0], {})[rep[1]] = (st.running, st.exit_code, st.status)
             else:
                 out[name] = JobState(name, st.running, st.exit_code, st.status, reason=st.reason)
+                if st.labels.get(LABEL_WORLD, "1") not in ("", "1"):
+                    gangs.setdefault(name, {})  # a gang's replica 0 alone is a gang with replicas missing
         for job, replicas in gangs.items():
             lead = out.get(job)
             if lead is not None:
@@ -165,6 +167,11 @@ class LocalBackend:
         for net in stale:
             self.engine.remove_network(net)
         return stale
+
+    def settle_launches(self, names: Collection[str]) -> list[str]:
+        """A killed executor's ``podman run``s of ``names`` still creating their containers
+        (``execute.orphans``); an engine without a CLI (a test's own) has none."""
+        return self.engine.settle_launches(names) if isinstance(self.engine, CliEngine) else []
 
     def usage(self, name: str) -> Usage:
         """What the engine measured (podman: the attempt's cgroup); an engine that cannot
