@@ -11,7 +11,6 @@ every rank's output there, and the other replicas run only sshd.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ from pydantic import ValidationError
 
 from hetflow.errors import UsageError
 from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.stopping import recorded_steps
 from hetflow.spec import Gang, did_you_mean, fanout_parent
 from hetflow.state import AttemptRecord, RunRecord
 
@@ -57,9 +57,9 @@ def recorded_gangs(record: RunRecord) -> dict[str, GangShape]:
     the whole dump does not validate again (a default such as ``gpu_vendor: nvidia`` is
     written out, and a step that asks for no GPU refuses it)."""
     try:
-        steps = json.loads(record.spec_json).get("steps", {})
+        steps = recorded_steps(record.spec_json)
         gangs = {name: Gang.model_validate(step["gang"]) for name, step in steps.items() if step.get("gang")}
-    except (ValidationError, ValueError, AttributeError, TypeError):
+    except ValidationError:
         return {}
     return {name: GangShape(g.replicas, g.launcher) for name, g in gangs.items() if g.replicas > 1}
 

@@ -85,8 +85,9 @@ def clear_stop_request(paths: RunPaths) -> None:
 
 def recorded_steps(spec_json: str) -> dict[str, dict[str, Any]]:
     """The steps of the workflow recorded with a run, as plain JSON by name ({} where it cannot
-    be read): what a stop reads back field by field (the whole dump does not validate again,
-    ``logsources.recorded_gangs``)."""
+    be read): what a stop, a resume and ``hetflow logs`` read back field by field (the whole
+    dump does not validate again: a default such as ``gpu_vendor: nvidia`` is written out, and
+    a step that asks for no GPU refuses it)."""
     try:
         steps = json.loads(spec_json).get("steps", {})
     except (ValueError, AttributeError):
