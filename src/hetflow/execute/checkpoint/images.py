@@ -109,12 +109,8 @@ class CheckpointImages:
     def _drop_older(folder: Path, attempt: int, keep: tuple[str, ...]) -> None:
         """The attempt's older pairs (and any a crash left unnamed); dumps in progress stay."""
         for p in folder.glob(f"{attempt}.*"):
-            if p.name in keep or ".part." in p.name or not p.name.endswith((".tar", ".out")):
-                continue
-            if p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
-            else:
-                p.unlink(missing_ok=True)
+            if p.name not in keep and ".part." not in p.name and _dumped(p.name):
+                _remove(p)
 
     def saved(self, step: str, attempt: int) -> Saved | None:
         data = _read_json(self.folder(step) / f"{attempt}.json")
@@ -169,18 +165,31 @@ class CheckpointImages:
         if not folder.is_dir():
             return 0
         for p in folder.iterdir():
-            if p.name.endswith(".tar") or ".tar.part." in p.name:
-                with contextlib.suppress(OSError):
-                    freed += p.stat().st_size
-                    p.unlink()
-            elif (p.name.endswith((".out", ".out.part")) or ".out.part." in p.name) and p.is_dir():
-                shutil.rmtree(p, ignore_errors=True)
+            if _dumped(p.name):
+                freed += _remove(p)
         return freed
 
 
 def kept_checkpoints(workdir: str) -> list[Saved]:
     """The checkpoints a run keeps (``hetflow show``)."""
     return CheckpointImages(RunPaths(Path(workdir))).kept()
+
+
+def _dumped(name: str) -> bool:
+    """An image or outputs copy (``N.ID.tar``, ``N.ID.out``), or a dump's part of one."""
+    return name.endswith((".tar", ".out")) or ".tar.part." in name or ".out.part." in name
+
+
+def _remove(p: Path) -> int:
+    """Remove an image (returns its bytes) or an outputs copy (a folder: 0)."""
+    if p.is_dir():
+        shutil.rmtree(p, ignore_errors=True)
+        return 0
+    with contextlib.suppress(OSError):
+        size = p.stat().st_size
+        p.unlink()
+        return size
+    return 0
 
 
 @contextlib.contextmanager
