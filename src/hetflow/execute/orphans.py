@@ -41,8 +41,13 @@ def launchers(binary: str, names: Collection[str], proc: Path = Path("/proc")) -
         if not argv or os.path.basename(argv[0]) != base or "run" not in argv:
             continue
         for i, arg in enumerate(argv):
-            name = argv[i + 1] if arg == "--name" and i + 1 < len(argv) else arg.removeprefix("--name=")
-            if (arg == "--name" or arg.startswith("--name=")) and name in wanted:
+            if arg == "--name" and i + 1 < len(argv):
+                name = argv[i + 1]
+            elif arg.startswith("--name="):
+                name = arg.removeprefix("--name=")
+            else:
+                continue
+            if name in wanted:
                 found[int(entry.name)] = name
     return found
 
