@@ -3,14 +3,19 @@ tasks on a Ray cluster of unlike nodes (ray.cluster_utils); the GPUs are FAKE (m
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
+import signal
 from pathlib import Path
 
 import pytest
 import yaml
 
+from hetflow.execute.backends.base import JobState
+from hetflow.execute.backends.ray import RayBackend
 from hetflow.state import Store
-from tests.integration.hfkit import Hetflow, write
+from tests.integration.hfkit import BUSYBOX, Hetflow, write
 from tests.integration.racechain import RAY_POLL, REPEATS, run_chain
 from tests.integration.ray_fixture import RayCluster, ray_cluster  # noqa: F401  (module fixture)
 from tests.integration.test_data_fanout import check_cluster_fan
@@ -115,3 +120,71 @@ def test_small_items_are_packed_into_few_ray_tasks(hf: Hetflow, tmp_path: Path, 
     assert len(tasks) == 4 and sum(t.endswith("-batch") for t in tasks) == 3  # 30 items in 3 tasks, and the gather
     assert (Path(data["workdir"]) / "steps" / "gather" / "out" / "n.txt").read_text().strip() == "30"
     assert "item 17" in hf("logs", data["id"], "work.17").stdout
+
+
+# issue 37: `quick` ends before the stop (the executor, polling every 120 s, has not seen it),
+# `saves` ends during it (SIGTERM: it writes its output and exits 0 within its stop_grace),
+# `holds` is stopped (busybox sleep ignores SIGTERM: killed after the backend's stop timeout)
+STOPPED_WF = f"""apiVersion: hetflow/v1
+name: raystop
+steps:
+  quick:
+    image: {BUSYBOX}
+    command: [sh, -c, "echo quick > /out/r.txt"]
+    resources: {{cpus: 1, memory: 128Mi}}
+    outputs: [r.txt]
+  saves:
+    image: {BUSYBOX}
+    command: [sh, -c, "trap 'echo saved > /out/r.txt; exit 0' TERM; echo up; while :; do sleep 1; done"]
+    resources: {{cpus: 1, memory: 128Mi}}
+    outputs: [r.txt]
+    stop_grace: 30s
+  holds:
+    image: {BUSYBOX}
+    command: [sleep, "600"]
+    resources: {{cpus: 1, memory: 128Mi}}
+"""
+
+
+def test_stop_settles_the_tasks_that_ended_before_or_during_it(
+    hf: Hetflow,
+    tmp_path: Path,
+    ray_cluster: RayCluster,  # noqa: F811
+) -> None:
+    """issue 37: a Ray task that ended before ``hetflow stop`` (not yet collected by the
+    executor) or during it (exit 0 with its outputs in its stop grace) is recorded succeeded,
+    its outputs accepted; only the one the stop ended is stopped; nothing stays running."""
+    settings = {
+        "backend": "ray",
+        "cluster": write(tmp_path, CLUSTER, "cluster.yaml"),
+        "ray": {"address": ray_cluster.address, "device_dir": f"{ray_cluster.devs}/{{node}}", "stop_timeout": 2},
+    }
+    config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    wf = write(tmp_path, STOPPED_WF)
+    slow_poll = {"HETFLOW_POLL_INTERVAL": "120"}  # the executor sees no end before the stop
+    run_id = hf("run", "-d", "--no-cache", "--config", config, wf, extra_env=slow_poll).stdout.strip().split()[-1]
+    executor = hf.show(run_id)["pid"]
+    backend = RayBackend(ray_cluster.settings())
+
+    def tasks() -> dict[str, JobState]:
+        return {s.name.split("-")[-2]: s for s in backend.poll(run_id).values()}
+
+    def ready() -> bool:
+        t = tasks()
+        quick_done = "quick" in t and not t["quick"].running and t["quick"].exit_code == 0
+        return quick_done and "up" in hf("logs", run_id, "saves", check=False).stdout and "holds" in t
+
+    hf.wait_for(ready, timeout=240)
+    assert {s["step"]: s["state"] for s in hf.show(run_id)["steps"]}["quick"] == "running"  # not collected yet
+
+    hf("stop", run_id, timeout=180)
+
+    data = hf.show(run_id)
+    states = {s["step"]: (s["state"], s["exit_code"]) for s in data["steps"]}
+    assert data["state"] == "stopped", data
+    assert states["quick"] == states["saves"] == ("succeeded", 0) and states["holds"][0] == "stopped", states
+    out = Path(data["workdir"]) / "steps"
+    assert (out / "quick" / "out" / "r.txt").read_text() == "quick\n"
+    assert (out / "saves" / "out" / "r.txt").read_text() == "saved\n"
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(executor, signal.SIGKILL)  # asleep in its 120 s poll: it would only find the run stopped

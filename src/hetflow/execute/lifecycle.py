@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Callable, Collection, Mapping, Sequence
@@ -20,7 +19,14 @@ from hetflow.execute.checkpoint import CheckpointImages
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.gang.elastic import RESIZED
 from hetflow.execute.gang.replicas import REPLICA_MISSING, replica_name
-from hetflow.execute.stopping import by_grace, cancel_by_grace, recorded_steps, request_stop, step_graces
+from hetflow.execute.stopping import (
+    StopRequest,
+    by_grace,
+    cancel_by_grace,
+    executor_stops,
+    recorded_steps,
+    step_graces,
+)
 from hetflow.spec import descendants, fanout_parent, format_bytes
 from hetflow.state import (
     FAILED,
@@ -190,6 +196,7 @@ def stop_run(
     stopped: Collection[str] = (),
     alive: Callable[[int], bool] = pid_alive,
     checkpoint: bool = False,
+    attempts: Attempts | None = None,
 ) -> list[str]:
     """`hetflow stop`: end the executor, stop the run's containers (cancel its jobs), record
     it all.  Returns the names of the jobs stopped.  ``grace``: the seconds every job has
@@ -203,14 +210,17 @@ def stop_run(
     left as it is, so that ``resume`` collects the result (``reconcile``) instead of running
     the step again.  Containers of attempts that are over (results stored, removal pending)
     are simply removed.  ``checkpoint`` (``hetflow stop --checkpoint``): the attempts of
-    steps with CRIU checkpoints are dumped (which stops them) first, so resume restores them."""
+    steps with CRIU checkpoints are dumped (which stops them) first, so resume restores them.
+
+    A live executor is asked to stop its run itself (``stopping.executor_stops``), and
+    does so calling this with its ``attempts``: an attempt whose job ended before the stop, or
+    during it with exit 0, is then settled as the loop settles one (its outputs accepted:
+    succeeded), not recorded stopped; nothing stays running in the stopped run."""
     run = store.run(run_id)
-    if run.pid and run.pid != os.getpid() and alive(run.pid):
-        request_stop(RunPaths(Path(run.workdir)))  # this SIGTERM is ours: the executor leaves the containers to us
-        os.kill(run.pid, signal.SIGTERM)
-        deadline = time.time() + 10
-        while alive(run.pid) and time.time() < deadline:
-            time.sleep(0.05)
+    if attempts is None and run.pid and run.pid != os.getpid() and alive(run.pid):
+        by_executor = executor_stops(store, run, StopRequest(grace, checkpoint), alive)
+        if by_executor is not None:
+            return by_executor
     now = time.time()
     # This process holds the run while it stops it: a resume meanwhile is refused (the
     # claim is a live pid) instead of being undone by the steps recorded stopped below; the
@@ -224,42 +234,72 @@ def stop_run(
     done = {k: st for k, st in seen.items() if st is not None and not st.running}
     ended = [a for a in in_flight if (a.step, a.attempt) in done and a.container not in stopped]
     live = [a for a in in_flight if a not in ended]
-    names = list(dict.fromkeys(a.container for a in live))  # a batch's items share its container
+    own = _settled(attempts, [(a, done[(a.step, a.attempt)]) for a in ended])  # ended before the stop
+    ended = [a for a in ended if (a.step, a.attempt) not in own]
     if checkpoint:
         _dump_for_resume(store, backend, run, [a for a in live if a.container not in stopped])
     cancel_by_grace(backend, by_grace([(a.step, a.container) for a in live], step_graces(run.spec_json), grace))
     states = backend.poll(run_id)
-    for a in live:
-        st = states.get(a.container)
-        code = st.exit_code if st else None
-        store.set_attempt(run_id, a.step, a.attempt, state=STOPPED, ended=now, exit_code=code, message="stopped")
-        record(store, AttemptFinished(0, run_id, now, "stopped", a.step, a.attempt, STOPPED, code))
-        store.release_gpus(a.container)
-    for a in ended:
-        store.release_gpus(a.container)  # the container is over; finalize on resume releases again (no-op)
-        message = (
-            f"{a.container} finished while hetflow was down (exit {done[(a.step, a.attempt)].exit_code});"
-            " kept for 'hetflow resume' to collect"
-        )
-        record(store, Note(0, run_id, now, message, a.step, "collected"))
+    after = {(a.step, a.attempt): refine(paths, states, a.step, a.attempt, a.container) for a in live}
+    # ended during the stop by its own exit 0 (a SIGTERM handler that saved and finished): its result
+    own |= _settled(
+        attempts, [(a, st) for a in live if (st := after[(a.step, a.attempt)]) and _own_exit_0(st, a, stopped)]
+    )
+    live = [a for a in live if (a.step, a.attempt) not in own]
+    names = list(dict.fromkeys(a.container for a in live))  # a batch's items share its container
+    _record_stopped(store, run_id, [(a, after[(a.step, a.attempt)]) for a in live], now)
+    _record_kept(store, run_id, [(a, done[(a.step, a.attempt)]) for a in ended], now)
     keep = {a.step for a in ended}
     for s in store.steps(run_id):
         if s.state in (LAUNCHING, RUNNING, WAITING) and s.step not in keep:
             with contextlib.suppress(StateError):
-                store.set_step(
-                    run_id,
-                    s.step,
-                    state=STOPPED,
-                    ended=now,
-                    reason=reason,
-                    event=reason,
-                )
+                store.set_step(run_id, s.step, state=STOPPED, ended=now, reason=reason, event=reason)
     over = sorted(set(before) - {a.container for a in in_flight})  # results stored, removal pending
     kept = {a.container for a in ended}  # a batch with an item left to collect stays for resume
     backend.release([*(n for n in names if n not in kept), *over])
     store.set_run(run_id, state=RUN_STOPPED, ended=now, pid=None, message=reason)
     record(store, RunStateChanged(0, run_id, now, f"stopped; {len(names)} container(s) stopped", RUN_STOPPED))
     return names
+
+
+def _record_stopped(
+    store: Store, run_id: str, stops: Sequence[tuple[AttemptRecord, JobState | None]], now: float
+) -> None:
+    for a, st in stops:
+        code = st.exit_code if st else None
+        store.set_attempt(run_id, a.step, a.attempt, state=STOPPED, ended=now, exit_code=code, message="stopped")
+        record(store, AttemptFinished(0, run_id, now, "stopped", a.step, a.attempt, STOPPED, code))
+        store.release_gpus(a.container)
+
+
+def _record_kept(store: Store, run_id: str, ends: Sequence[tuple[AttemptRecord, JobState]], now: float) -> None:
+    """Attempts that ended while no executor ran, left for ``resume`` to collect (``reconcile``)."""
+    for a, st in ends:
+        store.release_gpus(a.container)  # the container is over; finalize on resume releases again (no-op)
+        message = (
+            f"{a.container} finished while hetflow was down (exit {st.exit_code}); kept for 'hetflow resume' to collect"
+        )
+        record(store, Note(0, run_id, now, message, a.step, "collected"))
+
+
+def _own_exit_0(st: JobState, a: AttemptRecord, stopped: Collection[str]) -> bool:
+    """The job ended by its own exit 0 (not one a second signal's kill ended)."""
+    return not st.running and st.exit_code == 0 and a.container not in stopped
+
+
+def _settled(attempts: Attempts | None, ends: Sequence[tuple[AttemptRecord, JobState]]) -> set[tuple[str, int]]:
+    """Settle the executor's attempts whose jobs ended (``Attempts.settle``: accepted, retried
+    or failed, as its loop would); the (step, attempt) of each settled.  None: a stopper
+    without the run's attempts settles nothing."""
+    done: set[tuple[str, int]] = set()
+    if attempts is None:
+        return done
+    for a, st in ends:
+        act = attempts.active.get(a.step)
+        if act is not None and act.attempt == a.attempt:
+            attempts.settle(act, st)
+            done.add((a.step, a.attempt))
+    return done
 
 
 def _dump_for_resume(store: Store, backend: Backend, run: RunRecord, live: Sequence[AttemptRecord]) -> None:

@@ -23,7 +23,7 @@ from hetflow.execute.appcheckpoint import SaveRequests
 from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
-from hetflow.execute.batching import is_batch, refine
+from hetflow.execute.batching import is_batch
 from hetflow.execute.cachepass import CachePass
 from hetflow.execute.checkpoint import CheckpointImages
 from hetflow.execute.conditions import condition_holds
@@ -42,7 +42,7 @@ from hetflow.execute.moves import Moves
 from hetflow.execute.nextattempt import adjusted
 from hetflow.execute.runconfig import RunnerConfig
 from hetflow.execute.runoptions import NullReporter, ProcessSeams, RunOptions, make_dispatch
-from hetflow.execute.stopping import clear_stop_request, stop_requested
+from hetflow.execute.stopping import clear_stop_request, stop_request, stop_requested
 from hetflow.inventory import Node
 from hetflow.spec import (
     SKIPPED_BY_CONDITION,
@@ -240,10 +240,10 @@ class Runner:
         """SIGINT (Ctrl-C) and SIGTERM (systemd, Slurm, Kubernetes, ``timeout``) stop the
         run as ``hetflow stop`` does: the loop ends at its next turn and stops the run's
         containers, each given the grace to save its work (``_stop_on_signal``).  A SIGTERM
-        that ``hetflow stop`` sent (it leaves a stop request first) only ends the loop: the
-        stopper owns the containers.  A second signal kills every container of the run at
-        once (``_kill_all``).  The handler never writes the store, so whatever it
-        interrupts, the state is never half-written."""
+        that ``hetflow stop`` sent (it leaves a stop request first) stops it the same way,
+        with the grace and ``--checkpoint`` the request says, while the stopper waits.  A
+        second signal kills every container of the run at once (``_kill_all``).  The handler
+        never writes the store, so whatever it interrupts, the state is never half-written."""
         signal.signal(signal.SIGINT, self._on_signal)
         signal.signal(signal.SIGTERM, self._on_signal)
 
@@ -251,6 +251,8 @@ class Runner:
         if self.signalled is None:
             self.signalled = signum
             self.handed_off = stop_requested(self.paths)
+            # the loop's sleep ends now, not at its next poll (set on a thread: see below)
+            threading.Thread(target=self._wake.set, name="signal-wake", daemon=True).start()
             return
         if self.handed_off or (self._killer is not None and self._killer.is_alive()):
             return
@@ -269,31 +271,22 @@ class Runner:
             self.backend.cancel(live, 0)
 
     def _stop_on_signal(self) -> str:
-        """Stop the run as ``hetflow stop`` does.  Exits that happened already are
-        collected first, so a step that finished is recorded finished (its outputs
-        accepted, not run again on resume), whichever signal came."""
+        """Stop the run (as ``hetflow stop`` asked: its grace and ``--checkpoint``).  ``stop_run``
+        settles, with the executor's attempts, the jobs that ended before the stop and those
+        that exit 0 during it, so a step that finished is recorded finished (its outputs
+        accepted, not run again on resume), whichever signal came; a second signal's kills
+        are stops."""
         assert self.signalled is not None
-        if self.handed_off:
-            return RUN_STOPPED
-        name = signal.Signals(self.signalled).name
-        self._collect_exits()
-        stop_run(
-            self.store, self.backend, self.run_id, grace=self.grace, reason=f"stopped by {name}", stopped=self._killed
-        )
+        asked = stop_request(self.paths) if self.handed_off else None
+        if self.store.run(self.run_id).pid != self.pid:
+            return RUN_STOPPED  # a stopper that did not wait for this executor stops the run itself
+        by = "hetflow stop" if asked is not None else signal.Signals(self.signalled).name
+        grace, dump = (asked.grace, asked.checkpoint) if asked is not None else (self.grace, False)
+        stop_run(self.store, self.backend, self.run_id, grace=grace, reason=f"stopped by {by}",
+                 stopped=self._killed, checkpoint=dump, attempts=self.attempts)  # fmt: skip
         if self._killer is not None:
             self._killer.join()  # a second signal's kill: its containers are gone before the executor ends
         return RUN_STOPPED
-
-    def _collect_exits(self) -> None:
-        """Settle the attempts whose job had ended before the stop, as the loop would
-        (outputs accepted on exit 0), but not those a second signal's kill ended."""
-        if not self.attempts.active:
-            return
-        states = self.backend.poll(self.run_id)
-        for act in list(self.attempts.active.values()):
-            st = refine(self.paths, states, act.step, act.attempt, act.container)
-            if st is not None and not st.running and act.container not in self._killed:
-                self.attempts.settle(act, st)
 
     def _stop_requested(self) -> bool:
         return self.store.run(self.run_id).state == RUN_STOPPED

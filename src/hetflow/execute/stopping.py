@@ -8,11 +8,13 @@ for every step of one stop; ``HETFLOW_STOP_GRACE`` (or ``hetflow run --grace``) 
 an executor makes itself when it gets SIGINT or SIGTERM.  Steps with different graces are
 stopped at the same time (``cancel_by_grace``), so a 10 s step is not held behind a 60 s one.
 
-``hetflow stop`` ends an executor with SIGTERM and stops the containers itself; so the
-executor can tell that SIGTERM from one sent by systemd, Slurm, Kubernetes or ``timeout``
-(after which it stops the run itself), the stopper first leaves a stop request in the
-run's work directory (``RunPaths.stop_request``).  A new executor of the run (resume)
-clears one left behind.
+``hetflow stop`` asks a live executor to stop its run itself (``executor_stops``): it leaves
+a stop request in the run's work directory (``RunPaths.stop_request``: the grace and
+``--checkpoint`` it was given) and sends SIGTERM.  The executor, which holds the run's
+attempts, settles what ended before or during the stop as its loop would (exit 0 with its
+outputs: succeeded) and stops the rest; the stopper waits for it.  Without a live executor
+(or one that does not start its stop in time) the stopper stops the containers itself.  A
+new executor of the run (resume) clears a request left behind.
 """
 
 from __future__ import annotations
@@ -20,26 +22,35 @@ from __future__ import annotations
 import contextlib
 import json
 import math
+import os
 import re
+import signal
 import threading
-from collections.abc import Iterable, Mapping
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from hetflow.errors import UsageError
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.data.paths import RunPaths
 from hetflow.spec import fanout_parent
+from hetflow.state import LAUNCHING, RUN_RUNNING, RUNNING, STOPPED, RunRecord, Store
 
 __all__ = [
     "DEFAULT_GRACE",
     "GRACE_ENV",
+    "StopRequest",
     "by_grace",
     "cancel_by_grace",
     "clear_stop_request",
+    "executor_stops",
     "grace_from_env",
     "parse_grace",
     "request_stop",
     "step_graces",
+    "stop_request",
     "stop_requested",
 ]
 
@@ -67,15 +78,77 @@ def grace_from_env(env: Mapping[str, str]) -> int | None:
     return parse_grace(text, name=GRACE_ENV) if text else None
 
 
-def request_stop(paths: RunPaths) -> None:
-    """Say that the SIGTERM about to reach the run's executor is ``hetflow stop``'s.  Best
-    effort: without it, the executor stops the run itself, which is a stop too."""
+START_WAIT = 30.0  # seconds a live executor has to start stopping its run before the stopper does it
+END_WAIT = 300.0  # and then, beyond the longest grace, to end (a checkpoint's dumps: DUMP_TIMEOUT more)
+DUMP_WAIT = 1800.0
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """What ``hetflow stop`` asks of the run's executor: the grace every step gets (None:
+    each step's ``stop_grace``, else the engine's default) and whether the steps with CRIU
+    checkpoints are dumped first (``--checkpoint``)."""
+
+    grace: int | None = None
+    checkpoint: bool = False
+
+
+def request_stop(paths: RunPaths, request: StopRequest = StopRequest()) -> None:
+    """Say that the SIGTERM about to reach the run's executor is ``hetflow stop``'s, and how
+    to stop.  Best effort: without it, the executor stops the run with its own grace."""
     with contextlib.suppress(OSError):
-        paths.stop_request.write_text("hetflow stop\n")
+        paths.stop_request.write_text(json.dumps({"by": "hetflow stop", **request.__dict__}) + "\n")
 
 
 def stop_requested(paths: RunPaths) -> bool:
     return paths.stop_request.exists()
+
+
+def stop_request(paths: RunPaths) -> StopRequest | None:
+    """The request ``hetflow stop`` left (None: none); one it cannot read (an older hetflow's
+    plain text) asks for the defaults."""
+    try:
+        text = paths.stop_request.read_text()
+    except OSError:
+        return None
+    try:
+        data = json.loads(text)
+        grace = data.get("grace")
+        return StopRequest(int(grace) if grace is not None else None, bool(data.get("checkpoint")))
+    except (ValueError, TypeError, AttributeError):
+        return StopRequest()
+
+
+def executor_stops(
+    store: Store, run: RunRecord, request: StopRequest, alive: Callable[[int], bool]
+) -> list[str] | None:
+    """Ask the run's live executor (``run.pid``) to stop the run itself and wait until it has:
+    it holds the attempts, so a job that ended before or during the stop is settled with its
+    real outcome, which a stopper without them could only record stopped.  Returns the
+    containers it stopped; None when the caller must stop the run itself: the executor did not
+    start its stop within START_WAIT seconds (a long turn, or an executor that only ends on
+    SIGTERM), did not end within its graces and END_WAIT, or ended leaving the run running."""
+    assert run.pid is not None
+    paths = RunPaths(Path(run.workdir))
+    in_flight = [a for a in store.attempts(run.id) if a.state in (LAUNCHING, RUNNING)]
+    request_stop(paths, request)
+    os.kill(run.pid, signal.SIGTERM)
+    longest = request.grace if request.grace is not None else max([DEFAULT_GRACE, *step_graces(run.spec_json).values()])
+    start = time.monotonic()
+    began: float | None = None
+    while alive(run.pid):
+        now = time.monotonic()
+        if began is None and store.run(run.id).message.startswith("stopping: "):
+            began = now
+        if began is None and now - start > START_WAIT:
+            return None
+        if began is not None and now - began > longest + END_WAIT + (DUMP_WAIT if request.checkpoint else 0.0):
+            return None
+        time.sleep(0.1)
+    if store.run(run.id).state == RUN_RUNNING:
+        return None  # it ended without stopping the run (an older hetflow's executor leaves it to us)
+    stopped = {(a.step, a.attempt) for a in store.attempts(run.id) if a.state == STOPPED}
+    return list(dict.fromkeys(a.container for a in in_flight if (a.step, a.attempt) in stopped))
 
 
 def clear_stop_request(paths: RunPaths) -> None:
