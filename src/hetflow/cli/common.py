@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -16,7 +17,7 @@ from hetflow.errors import Problem, UsageError
 from hetflow.state import Store
 
 if TYPE_CHECKING:
-    from hetflow.spec import Origin
+    from hetflow.spec import Origin, Workflow
 
 # Off a terminal rich would wrap tables at 80 columns; logs and pipes read better unwrapped.
 console = Console(width=None if sys.stdout.isatty() else 200)
@@ -85,3 +86,10 @@ def print_json(data: Any) -> None:
     if len(text) < JSON_INDENT_BELOW:
         text = json.dumps(data, indent=2, default=str)
     sys.stdout.write(text + "\n")
+
+
+def known_secrets(workflow: Workflow) -> None:
+    """Mask in this process's output what it knows of the workflow's secrets (a reader needs none)."""
+    from hetflow.execute import activate, gather_available
+
+    activate(gather_available({n for s in workflow.steps.values() for n in s.secrets}, os.environ))

@@ -46,7 +46,8 @@ app = typer.Typer(
 # --help, no command or an unknown one loads them all.  tests/unit/test_cli_commands.py
 # checks this table against what the modules register.
 COMMANDS: dict[str, tuple[str, ...]] = {
-    "runs": ("run", "resume", "ps", "show", "logs", "stop", "_execute"),
+    "runs": ("run", "resume", "ps", "show", "stop", "_execute"),
+    "logs": ("logs",),
     "record": ("trace", "report"),
     "plan": ("plan", "simulate", "cluster", "profile", "import", "export"),
     "images": ("images",),

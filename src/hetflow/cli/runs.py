@@ -1,8 +1,7 @@
-"""Run commands: run, resume, ps, show, logs, stop (and the hidden executor entry)."""
+"""Run commands: run, resume, ps, show, stop (and the hidden executor entry); logs: ``cli.logs``."""
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import sys
@@ -13,10 +12,19 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
-from hetflow.cli.common import PARAMS_FILE_HELP, console, err, gather_params, open_store, print_json, print_problems
-from hetflow.cli.shell import complete_runs, complete_steps
+from hetflow.cli.common import (
+    PARAMS_FILE_HELP,
+    console,
+    err,
+    gather_params,
+    known_secrets,
+    open_store,
+    print_json,
+    print_problems,
+)
+from hetflow.cli.shell import complete_runs
 from hetflow.config import hetflow_home, submitter
-from hetflow.errors import HetflowError, UsageError
+from hetflow.errors import UsageError
 from hetflow.report import (
     item_labels,
     ps_table,
@@ -26,12 +34,12 @@ from hetflow.report import (
     steps_table,
     versions_text,
 )
-from hetflow.state import RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, RunWatch, Store, executor_gone
+from hetflow.state import DATA_CHANGED, RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, Store, executor_gone
 
 if TYPE_CHECKING:
     from hetflow.execute import Ended, OpenRun, Settings
     from hetflow.inventory import Node
-    from hetflow.spec import LoadedWorkflow, Workflow
+    from hetflow.spec import LoadedWorkflow
 
 # The execute stage, the hardware probes and the loader are imported where a command needs
 # them: `hetflow ps`, `show` and `logs` read the store only and should answer at once.
@@ -52,7 +60,6 @@ def register(app: typer.Typer) -> None:
     app.command()(resume)
     app.command()(ps)
     app.command()(show)
-    app.command()(logs)
     app.command()(stop)
     app.command("_execute", hidden=True)(execute_detached)
 
@@ -108,7 +115,7 @@ def run(
     _secrets_file(secrets_file)
     store, node = open_store(), discover(hetflow_home())
     if dry_run:
-        _known_secrets(loaded.workflow)  # a step with secrets is looked up in the cache by their digests
+        known_secrets(loaded.workflow)  # a step with secrets is looked up in the cache by their digests
         _dry_run(store, loaded, settings, node, json_out=json_out)
         return
     uid, gid = submitter()
@@ -134,7 +141,7 @@ def resume(
     The workflow is read again from its file: an edit is applied (steps whose cache key
     changed run again with what follows them; publish, resources or retries edits take effect
     for the steps that run again)."""
-    from hetflow.execute import edited_since, resume_run
+    from hetflow.execute import edited_since, load_recorded, rehash_for_resume, resume_run
     from hetflow.inventory import discover
 
     seconds = _grace(grace)
@@ -143,6 +150,13 @@ def resume(
     record = store.run(store.resolve_run_id(run_id))
     if record.state == RUN_SUCCEEDED:
         console.print(f"run {record.id} already succeeded; nothing to resume", highlight=False)
+        touched = rehash_for_resume(store, record.id, load_recorded(store, record.id).workflow)
+        if touched.rerun:
+            console.print(
+                f"its data changed since ({'; '.join(c.text() for c in touched.changes)}): 'hetflow run"
+                f" {record.workflow_file}' runs what that touches again, the rest from the cache",
+                highlight=False,
+            )
         if not as_recorded and edited_since(store, record.id):
             console.print(
                 f"{record.workflow_file} changed since: 'hetflow run {record.workflow_file}' runs it again,"
@@ -153,8 +167,11 @@ def resume(
     opened, reset, amendment = resume_run(
         store, record.id, discover(hetflow_home()), only=step, as_recorded=as_recorded, say=_say
     )
+    for line in amendment.data:
+        err.print(f"resuming {record.id}: {line} since the run last looked", highlight=False)
     if amendment.changes:
-        err.print(f"resuming {record.id} with the workflow edited in {record.workflow_file}:", highlight=False)
+        why = f"the workflow edited in {record.workflow_file}" if amendment.edited else "its data as it is now"
+        err.print(f"resuming {record.id} with {why}:", highlight=False)
         for change in amendment.changes:
             err.print(f"  {change.text()}", highlight=False)
     if reset:
@@ -206,13 +223,6 @@ def _secrets_file(path: Path | None) -> None:
         if not path.is_file():
             raise UsageError(f"--secrets-file {path}: no such file (it holds NAME=VALUE lines)")
         os.environ[SECRETS_FILE_ENV] = str(path.resolve())
-
-
-def _known_secrets(workflow: Workflow) -> None:
-    """Mask in this process's output what it knows of the workflow's secrets (a reader needs none)."""
-    from hetflow.execute import activate, gather_available
-
-    activate(gather_available({n for s in workflow.steps.values() for n in s.secrets}, os.environ))
 
 
 def _grace(option: str | None) -> int | None:
@@ -268,6 +278,13 @@ def _summary(store: Store, run_id: str, out: Console) -> None:
         out.print(
             f"  'hetflow logs {record.id} STEP' shows a step's output; 'hetflow resume {record.id}' retries what failed"
         )
+    for line in _data_notes(store, run_id):
+        out.print(f"  {line}", highlight=False)
+
+
+def _data_notes(store: Store, run_id: str) -> list[str]:
+    """What the run found changed in its data while it ran (``execute.data.watch``)."""
+    return [e.message for e in store.events(run_id) if e.kind == DATA_CHANGED]
 
 
 def execute_detached(run_id: str) -> None:
@@ -320,6 +337,7 @@ def show(
         data = run_json(record, steps, store.attempts(rid), executor_gone=executor_gone(record), items=items)
         data["outputs"] = [o.__dict__ for o in store.outputs(rid)]
         data["checkpoints"] = [c.__dict__ for c in kept_checkpoints(record.workdir)]
+        data["data_changes"] = _data_notes(store, rid)
         print_json(data)
         return
     console.print(
@@ -334,90 +352,11 @@ def show(
     console.print(steps_table(steps, images=images, items=item_labels(store.expansions(rid))))
     for c in kept_checkpoints(record.workdir):
         console.print(c.describe(), highlight=False)
+    for line in _data_notes(store, rid):
+        console.print(line, highlight=False)
     versions = versions_text(store.attempts(rid))
     if versions:
         console.print(versions, highlight=False)
-
-
-def logs(
-    run_id: str = typer.Argument(..., help="Run id.", autocompletion=complete_runs),
-    step: str | None = typer.Argument(
-        None,
-        help="One step, or a fan-out's items (count: count.0, count.1, ...); default: all.",
-        autocompletion=complete_steps,
-    ),
-    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
-    attempt: int | None = typer.Option(None, "--attempt", help="One attempt (default: all)."),
-    rank: int | None = typer.Option(
-        None,
-        "--rank",
-        min=0,
-        metavar="N",
-        help="One replica of a gang step (default: every replica, lines prefixed [rankN]:; an mpi gang's rank 0).",
-    ),
-) -> None:
-    """Print the output of a run's containers: a step's, a fan-out's items', a gang's ranks'."""
-    from hetflow.execute import (
-        RunPaths,
-        attempt_label,
-        attempt_sources,
-        load_recorded,
-        read_lines,
-        recorded_gangs,
-        select_steps,
-    )
-
-    store = open_store()
-    rid = store.resolve_run_id(run_id)
-    record = store.run(rid)
-    wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
-    with contextlib.suppress(HetflowError):  # the run's file gone: its ended attempts' logs are masked already
-        _known_secrets(load_recorded(store, rid).workflow)
-    gangs = recorded_gangs(record)
-    paths = RunPaths(Path(record.workdir))
-    offsets: dict[Path, int] = {}
-    watch = RunWatch(store, rid)  # the run's event stream says when it ends
-    last = False  # the run has ended: one more pass prints what its containers wrote last
-    while True:
-        if follow and step is not None:  # a fan-out waiting for its list is one step until it expands into items
-            with contextlib.suppress(UsageError):
-                wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
-        order = {name: i for i, name in enumerate(wanted)}  # a group's items in index order: count.2 before count.10
-        shown = [a for a in store.attempts(rid, None if group else step) if a.step in order]
-        if group:
-            shown.sort(key=lambda a: (order[a.step], a.attempt))
-        for a in shown:
-            if attempt is not None and a.attempt != attempt:
-                continue
-            label = attempt_label(a, group=group, whole=step is None or (attempt is None and not group))
-            for source in attempt_sources(paths, a, gangs, rank=rank, label=label):
-                if rank and not source.path.exists():
-                    if step is not None and not group and not follow:
-                        raise UsageError(
-                            f"step {a.step!r} attempt {a.attempt} has no replica {rank}: not a gang this big"
-                        )
-                    continue
-                lines, offsets[source.path] = read_lines(source.path, offsets.get(source.path, 0))
-                for stream, text in lines:
-                    print(source.prefix + text, file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)
-        if not follow or last:
-            break
-        watch.poll()
-        if watch.ended:
-            break
-        current = store.run(rid)
-        # An end the stream did not show yet (written just before its event) ends it too;
-        # a killed executor writes no end at all: say so rather than follow for ever.
-        last = current.state in RUN_TERMINAL
-        if not last and executor_gone(current):
-            print(
-                f"hetflow: run {rid} can make no progress: its executor (pid {current.pid}) is gone;"
-                f" 'hetflow resume {rid}' continues it",
-                file=sys.stderr,
-                flush=True,
-            )
-            raise typer.Exit(1)
-        time.sleep(0 if last else 0.5)
 
 
 def stop(

@@ -41,7 +41,7 @@ if TYPE_CHECKING:
     from hetflow.execute.backends.factory import make_backend
     from hetflow.execute.batching import batch_notes
     from hetflow.execute.checkpoint import CriuSupport, criu_support, kept_checkpoints
-    from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
+    from hetflow.execute.data.cache import Key, ResultCache, StepKeys, cache_key, input_digests
     from hetflow.execute.data.inputs import DataManifest, resolve_data
     from hetflow.execute.data.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
     from hetflow.execute.data.paths import RunPaths, container_name
@@ -77,6 +77,7 @@ if TYPE_CHECKING:
     from hetflow.execute.prepare import cluster_instance, kubernetes_inventory, measured_slowdowns
     from hetflow.execute.preview import Preview, StepPreview, check_run, preview_run
     from hetflow.execute.profiles import apply_resources, layer_params, read_params_file, split_profiles
+    from hetflow.execute.rehash import rehash_for_resume
     from hetflow.execute.runconfig import RunnerConfig
     from hetflow.execute.runner import Runner
     from hetflow.execute.runoptions import NullReporter, ProcessSeams, Reporter, RunOptions
@@ -90,7 +91,7 @@ if TYPE_CHECKING:
 _WHERE = {
     "backends.factory": ["make_backend"],
     "runconfig": ["RunnerConfig"],
-    "data.cache": ["Key", "ResultCache", "cache_key", "input_digests"],
+    "data.cache": ["Key", "ResultCache", "StepKeys", "cache_key", "input_digests"],
     "data.inputs": ["DataManifest", "resolve_data"],
     "fakeengine": ["FakeEngine"],
     "fanout": ["expand_for_planning"],
@@ -127,6 +128,7 @@ _WHERE = {
     "checkpoint": ["CriuSupport", "criu_support", "kept_checkpoints"],
     "moves": ["drain_node", "migrate_step"],
     "runoptions": ["NullReporter", "ProcessSeams", "Reporter", "RunOptions"],
+    "rehash": ["rehash_for_resume"],
     "runplan": ["RunPlan", "apply_images", "stored_plan"],
     "notify": ["NOTIFY_FAILED", "Notifier", "Notify", "check_urls", "payload", "urls_of"],
     "secrets": ["SECRETS_FILE_ENV", "Secrets", "activate", "gather_available", "mask"],
@@ -191,6 +193,7 @@ __all__ = [
     "RuntimeChoice",
     "Secrets",
     "Settings",
+    "StepKeys",
     "StepPreview",
     "Usage",
     "accept_outputs",
@@ -250,6 +253,7 @@ __all__ = [
     "read_lines",
     "read_params_file",
     "recorded_gangs",
+    "rehash_for_resume",
     "render_contract",
     "repair",
     "reset_for_resume",

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetflow.execute.data.cache import Key
-from hetflow.spec import Step, Workflow, descendants, edges_of
-from hetflow.state import SUCCEEDED, StepRecord
+from hetflow.spec import DATA_PREFIX, Step, Workflow, descendants, edges_of
+from hetflow.state import SUCCEEDED, InputsSeen, StepRecord
 
 # the key's fields (cache.cache_key's document), as resume names them
 KEY_LABELS: Mapping[str, str] = {
@@ -43,6 +43,7 @@ _KEY_FIELDS = frozenset({"image", "command", "env", "network", "outputs", "input
 _VARIANT_KEY_FIELDS = frozenset({"image", "command", "env"})
 
 CHANGED, DOWNSTREAM, ADDED, REMOVED, EDITED, KEPT = "changed", "downstream", "added", "removed", "edited", "kept"
+DATA = "data"  # its data inputs differ from those its result was made from (``compare_data``)
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class Change:
         parts = ", ".join(self.parts)
         return {
             CHANGED: f"{self.step}: changed ({parts}): runs again",
+            DATA: f"{self.step}: its data changed ({parts}): runs again",
             DOWNSTREAM: f"{self.step}: runs again: upstream step {parts} changed",
             ADDED: f"{self.step}: new step: runs",
             REMOVED: f"{self.step}: removed from the workflow: dropped from what runs (its attempts are kept)",
@@ -74,14 +76,30 @@ class Change:
 
 @dataclass(frozen=True)
 class Amendment:
-    """What applying the edited workflow does; ``rerun``: succeeded steps that go back to
-    pending (changed ones and what follows them)."""
+    """What applying the edited workflow (and the data as it is now) does; ``rerun``: succeeded
+    steps that go back to pending (changed ones and what follows them); ``data``: what changed
+    in the run's data, in words."""
 
     changes: tuple[Change, ...] = ()
+    data: tuple[str, ...] = ()
 
     @property
     def rerun(self) -> tuple[str, ...]:
-        return tuple(c.step for c in self.changes if c.kind in (CHANGED, DOWNSTREAM))
+        return tuple(c.step for c in self.changes if c.kind in (CHANGED, DOWNSTREAM, DATA))
+
+    @property
+    def edited(self) -> bool:
+        """Whether the workflow's definition changed (not only its data)."""
+        return any(c.kind not in (DATA, DOWNSTREAM) for c in self.changes)
+
+    def with_data(self, other: Amendment) -> Amendment:
+        """This edit's changes and ``other``'s (the data's), a step the edit sends back already
+        keeping its own reason."""
+        mine = {c.step: c for c in self.changes}
+        for c in other.changes:
+            if c.step not in mine or mine[c.step].kind not in (CHANGED, DOWNSTREAM):
+                mine[c.step] = c
+        return Amendment(tuple(mine.values()), other.data)
 
     @property
     def added(self) -> tuple[str, ...]:
@@ -155,12 +173,46 @@ def compare(old: Workflow, new: Workflow, steps: Sequence[StepRecord], key_of: K
             edits = _all_parts(old.steps[name], new.steps[name])
             if edits:
                 changes[name] = Change(name, EDITED, edits)
-    edges = edges_of(new)
-    for name in [c.step for c in changes.values() if c.kind == CHANGED]:
+    _downstream(changes, records, new)
+    ordered = [changes[s] for s in records if s in changes]
+    ordered += [Change(s, ADDED) for s in new.steps if s not in records]
+    return Amendment(tuple(ordered))
+
+
+def _downstream(changes: dict[str, Change], records: Mapping[str, StepRecord], wf: Workflow) -> None:
+    """Every succeeded step below a changed one runs again too (``changes`` completed)."""
+    edges = edges_of(wf)
+    for name in [c.step for c in changes.values() if c.kind in (CHANGED, DATA)]:
         for d in sorted(descendants(edges, name)):
             below = records.get(d)
             if below is not None and below.state == SUCCEEDED and (d not in changes or changes[d].kind == KEPT):
                 changes[d] = Change(d, DOWNSTREAM, (name,))
-    ordered = [changes[s] for s in records if s in changes]
-    ordered += [Change(s, ADDED) for s in new.steps if s not in records]
-    return Amendment(tuple(ordered))
+
+
+def compare_data(
+    wf: Workflow,
+    steps: Sequence[StepRecord],
+    now: Mapping[str, Mapping[str, str]],
+    made_from: Mapping[str, InputsSeen],
+    found: Mapping[str, str],
+) -> Amendment:
+    """What the run's data as it is now changes (``hetflow resume`` re-hashes ``data:``, as
+    ``run`` and ``--dry-run`` do): a succeeded step whose data inputs differ from those its
+    result was made from, or that ran while they changed, runs again with what follows it.
+    ``now``: step -> data reference -> digest now; ``made_from``: step -> what its result was
+    made from; ``found``: data set -> what changed in it, in words."""
+    records = {s.step: s for s in steps}
+    changes: dict[str, Change] = {}
+    for name, rec in records.items():
+        if rec.state != SUCCEEDED or name not in now or name not in made_from:
+            continue
+        then = made_from[name]
+        if then.changed:
+            changes[name] = Change(name, DATA, (f"while it ran: {then.changed}",))
+            continue
+        moved = [ref for ref, digest in sorted(now[name].items()) if then.digests.get(ref) != digest]
+        if moved:
+            parts = tuple(f"{ref}: {found.get(ref[len(DATA_PREFIX) :].split('/', 1)[0], 'changed')}" for ref in moved)
+            changes[name] = Change(name, DATA, parts)
+    _downstream(changes, records, wf)
+    return Amendment(tuple(changes[s] for s in records if s in changes))

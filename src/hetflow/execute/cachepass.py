@@ -22,29 +22,32 @@ the last pass), so a run that misses pays no second walk of its steps a turn.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Backend
-from hetflow.execute.data.cache import Key, ResultCache, cache_key, input_digests
-from hetflow.execute.data.inputs import DataManifest
+from hetflow.execute.data.cache import Key, ResultCache, StepKeys
 from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.data.watch import DataWatch, data_refs
 from hetflow.execute.decisions import Shape, shape
 from hetflow.execute.dispatch import Dispatch
 from hetflow.execute.nextattempt import NextAttempt, adjusted
-from hetflow.execute.secrets import secret_digests
-from hetflow.spec import Workflow, pending_source
+from hetflow.spec import Step, Workflow, pending_source
 from hetflow.state import (
+    DATA_CHANGED,
     FAILED,
     PENDING,
     STEP_TERMINAL,
     SUCCEEDED,
     WAITING,
     CachedResult,
+    InputsSeen,
     Note,
     OutputRecord,
     StepRecord,
     Store,
+    disk_full_message,
+    is_full,
 )
 
 FLUSH_EVERY = 1000  # steps recorded per transaction: a stop midway loses at most these (they are taken again)
@@ -61,15 +64,16 @@ class CachePass:
         cache: ResultCache | None,
         backend: Backend,
         paths: RunPaths,
-        data: DataManifest,
+        watch: DataWatch,
         attempts: Attempts,
         clock: Callable[[], float],
     ) -> None:
         self.store, self.run_id, self.cache, self.backend = store, run_id, cache, backend
-        self.paths, self.data, self.attempts, self.clock = paths, data, attempts, clock
+        self.paths, self.watch, self.attempts, self.clock = paths, watch, attempts, clock
         self.generation = 0  # entries this run added to the cache (``saved``): a miss may hit now
         self._missed: dict[str, tuple[str, int]] = {}  # step -> (variant, generation) looked up in vain
-        self._keys: dict[tuple[str, str], Key | None] = {}  # (step, variant) -> its key, once known
+        # (step, variant, its data digests) -> its key, once known
+        self._keys: dict[tuple[str, str, tuple[tuple[str, str], ...]], Key | None] = {}
         self._seen: tuple[int, int, int] | None = None  # (steps, succeeded, generation) at the last pass
         self._settled: set[str] = set()  # steps the pass has no more to do with: ended, taken, not cached
         self._image_ids: dict[str, str | None] = {}
@@ -86,38 +90,33 @@ class CachePass:
         """The step was looked up with this variant in vain, and no entry was added since."""
         return self._missed.get(name) == (vname, self.generation)
 
-    def key(self, wf: Workflow, name: str, vname: str) -> Key | None:
+    def key(self, wf: Workflow, name: str, vname: str, seen: Mapping[str, str] | None = None) -> Key | None:
         """The step's cache key, or None when it is not cached (``cache: false``, the run's
-        --no-cache, or an image or input whose content cannot be known).  A key that could be
-        computed is kept: what it holds (upstream outputs recorded, image identities asked once
-        a run) does not change during the run."""
-        if (name, vname) in self._keys:
-            return self._keys[(name, vname)]
-        key = self._compute_key(wf, name, vname)
+        --no-cache, or an image or input whose content cannot be known).  Its data inputs are
+        as they are now (``DataWatch.look``), or as an attempt's launch found them (``seen``).
+        A key that could be computed is kept: what else it holds (upstream outputs recorded,
+        image identities asked once a run) does not change during the run."""
+        if self.cache is None or not wf.steps[name].cache:
+            return None
+        if seen is None and data_refs(wf.steps[name]):
+            look = self.watch.look(wf.steps[name])
+            seen = look.digests if look is not None else None
+        memo = (name, vname, tuple(sorted((seen or {}).items())))
+        if memo in self._keys:
+            return self._keys[memo]
+        key = self._keys_of(wf, name, vname, seen)
         if key is not None:
-            self._keys[(name, vname)] = key
+            self._keys[memo] = key
         return key
 
-    def _compute_key(self, wf: Workflow, name: str, vname: str) -> Key | None:
-        step = wf.steps[name]
-        if self.cache is None or not step.cache:
-            return None
-        variant = step.resolved_variants().get(vname)
-        if variant is None:
-            return None
-        identity = self.image_identity(variant.image)
-        inputs = input_digests(step, self._outputs_of, self.paths.step_out, self.data)
-        if identity is None or inputs is None:
-            return None
-        return cache_key(
-            workflow=wf.name,
-            step_name=name,
-            step=step,
-            variant_name=vname,
-            variant=variant,
-            image_identity=identity,
-            inputs=inputs,
-            secrets=secret_digests(step.secrets, self.store.path.parent),
+    @property
+    def _keys_of(self) -> StepKeys:
+        return StepKeys(
+            identity=self.image_identity,
+            outputs_of=self._outputs_of,
+            out_dir=self.paths.step_out,
+            data=self.watch.manifest,
+            secrets_root=self.store.path.parent,
         )
 
     def image_identity(self, image: str) -> str | None:
@@ -239,11 +238,22 @@ class CachePass:
             if not self.attempts.publish(name, out):
                 return FAILED
         why = f"cached: from run {entry.run_id} (key {key.digest[:12]})"
-        self._pending.append(CachedResult(name, vname, tuple(records), why, entry.key, self.clock()))
+        look = self.watch.look(wf.steps[name])
+        made_from = tuple(sorted(look.digests.items())) if look is not None else ()
+        self._pending.append(CachedResult(name, vname, tuple(records), why, entry.key, self.clock(), made_from))
         self._taken[name] = records
         if len(self._pending) >= FLUSH_EVERY:
             self.flush()
         return SUCCEEDED
+
+    def take_one(self, wf: Workflow, name: str, vname: str) -> bool:
+        """Take the step's result from the cache when its key has a sound entry, recorded now
+        (most are taken by the turn's ``run`` already; this is for the steps it leaves)."""
+        if self.known_miss(name, vname):
+            return False
+        taken = self.take(wf, name, vname) is not None
+        self.flush()
+        return taken
 
     def _as_recorded(self, s: StepRecord, state: str, vname: str) -> StepRecord:
         """The step's row as the pass left it (read back when it failed)."""
@@ -261,3 +271,42 @@ class CachePass:
             self.store.cache_steps(self.run_id, self._pending)
             self._pending = []
         self._taken.clear()
+
+    # --- a result kept ----------------------------------------------------------------------
+
+    def keep(self, wf: Workflow, name: str, vname: str, attempt: int, records: Sequence[OutputRecord]) -> None:
+        """Attempt ``attempt`` of ``name`` succeeded: record what its data inputs were, and
+        keep its result under its key for later runs, unless its data files moved while it ran
+        (it may have read other bytes than the key says: the user is told, ``hetflow resume``
+        runs it again, and nothing is cached)."""
+        step = wf.steps[name]
+        seen = None
+        if data_refs(step):
+            seen = self.store.attempt_inputs(self.run_id, name, attempt)
+            moved = self._moved(step, seen)
+            digests = seen.digests if seen is not None else {}
+            self.store.record_result_inputs(self.run_id, [(name, digests, moved)])
+            if moved:
+                why = f"ran on changed data: {moved}; not cached: it runs again on resume or in the next run"
+                self.store.set_attempt(self.run_id, name, attempt, message=why)
+                self.store.set_step(self.run_id, name, reason=why)
+                self.attempts.emit(Note(0, self.run_id, self.clock(), f"{name} {why}", name, DATA_CHANGED))
+                return
+        key = self.key(wf, name, vname, seen.digests if seen is not None else None)
+        if key is None or self.cache is None:
+            return
+        try:
+            self.cache.save(key, workflow=wf.name, step=name, run_id=self.run_id, records=records)
+            self.saved()
+        except OSError as exc:  # the step's result stands; only the cache lacks it
+            if not is_full(exc):
+                raise
+            why = f"result not kept in the cache: {disk_full_message(self.cache.root)}"
+            self.attempts.emit(Note(0, self.run_id, self.clock(), why, name, "cache"))
+
+    def _moved(self, step: Step, seen: InputsSeen | None) -> str:
+        """What moved under the step's data inputs since its launch looked ("" when nothing)."""
+        if seen is None:
+            return "its data inputs were not recorded when it launched"
+        moved = self.watch.changed_since(step, seen.fingerprint)
+        return ", ".join(moved) + (" changed while it ran" if moved else "")

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from hetflow.errors import HetflowError, NoFitError, Problem, SpecError
-from hetflow.execute.data.cache import ResultCache, cache_key, input_digests
+from hetflow.execute.data.cache import ResultCache, StepKeys
 from hetflow.execute.data.inputs import (
     S3,
     DataFile,
@@ -47,7 +47,7 @@ from hetflow.execute.fanout import expand_at_submit
 from hetflow.execute.images import Resolver, default_resolver, pin_images
 from hetflow.execute.prepare import plan_on_cluster, plan_on_node
 from hetflow.execute.runplan import LOCAL, RunPlan
-from hetflow.execute.secrets import active, gather_available, secret_digests
+from hetflow.execute.secrets import active, gather_available
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import preflight
 from hetflow.images import NotFoundError, ResolveResult, parse_reference
@@ -261,24 +261,21 @@ class _Walk:
             return RUNS, why, "", ""
         if identity is None:
             return RUNS, f"image {image} is not here yet: its identity is known once pulled", "", ""
-        inputs = input_digests(step, lambda p: self.outputs.get(p, []), _nowhere, self.manifest)
-        if inputs is None:
-            return RUNS, "an input's content cannot be known before the run", "", ""
         unset = [n for n in step.secrets if n not in active().values]
         if unset:
             return RUNS, f"secret {unset[0]} is not set here: the cache is looked up at run time", "", ""
         if self.cache is None:
             return RUNS, "no cache", "", ""
-        key = cache_key(
-            workflow=self.wf.name,
-            step_name=name,
-            step=step,
-            variant_name=vname,
-            variant=variant,
-            image_identity=identity,
-            inputs=inputs,
-            secrets=secret_digests(step.secrets, self.cache.root.parent),
+        keys = StepKeys(
+            identity=lambda _image: identity,
+            outputs_of=lambda p: self.outputs.get(p, []),
+            out_dir=_nowhere,
+            data=self.manifest,
+            secrets_root=self.cache.root.parent,
         )
+        key = keys(self.wf, name, vname)
+        if key is None:
+            return RUNS, "an input's content cannot be known before the run", "", ""
         entry = self.cache.lookup(key)
         if entry is None:
             return RUNS, f"not in the cache (key {key.digest[:12]})", key.digest, ""

@@ -27,9 +27,9 @@ from hetflow.execute.batching import is_batch
 from hetflow.execute.cachepass import CachePass
 from hetflow.execute.checkpoint import CheckpointImages
 from hetflow.execute.conditions import condition_holds
-from hetflow.execute.data.cache import Key
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.data.watch import DataWatch
 from hetflow.execute.decisions import Decisions
 from hetflow.execute.elastic import ElasticGangs
 from hetflow.execute.engine import ContainerEngine
@@ -42,6 +42,7 @@ from hetflow.execute.moves import Moves
 from hetflow.execute.nextattempt import adjusted
 from hetflow.execute.runconfig import RunnerConfig
 from hetflow.execute.runoptions import NullReporter, ProcessSeams, RunOptions, make_dispatch
+from hetflow.execute.runplan import keep_data
 from hetflow.execute.stopping import clear_stop_request, stop_request, stop_requested
 from hetflow.inventory import Node
 from hetflow.spec import (
@@ -52,6 +53,7 @@ from hetflow.spec import (
     topo_order,
 )
 from hetflow.state import (
+    DATA_CHANGED,
     FAILED,
     LAUNCHING,
     PENDING,
@@ -72,8 +74,6 @@ from hetflow.state import (
     StepRecord,
     Store,
     StoreFull,
-    disk_full_message,
-    is_full,
     process_start,
 )
 
@@ -110,7 +110,7 @@ class Runner:
         self.sleep = seams.sleep or self._wait
         self.pid = seams.own_pid()
         self.priority = dict(options.priority or {})
-        self.data = options.data or DataManifest()
+        self.watch = DataWatch(options.data or DataManifest(), workflow.data, store)  # looked at as steps launch, end
         self.cache = options.cache
         self.order = self._ordered(workflow)
         self.grace = options.grace  # SIGINT/SIGTERM: the first stops the run (each container given ``grace``)
@@ -151,7 +151,7 @@ class Runner:
             attempts=self.attempts,
             clock=self.clock,
             pid=self.pid,
-            data=options.data,
+            watch=self.watch,
         )
         self.moves = Moves(self.attempts, lambda: self.wf)  # periodic checkpoints, hetflow migrate
         self.batcher = Batcher(self.launcher, workflow)
@@ -176,6 +176,7 @@ class Runner:
         stop_watch = self.backend.watch(self.run_id, self._wake.set)
         interval = self.config.poll_interval if stop_watch is None else max(0.5, self.config.poll_interval)
         clear_stop_request(self.paths)  # one left by a stopper whose executor had gone already
+        self.watch.new_turn()  # a look that checks an exit is never older than the exit
         reconcile(self.attempts)
         try:
             while True:
@@ -183,7 +184,9 @@ class Runner:
                     return self._stop_on_signal()
                 if self._stop_requested():
                     return RUN_STOPPED
+                self.watch.new_turn()
                 self.attempts.poll()
+                self._data_changes()
                 self.moves.turn()
                 self.saves.tick(self.attempts.active.values(), self.wf.steps)
                 for name in self.elastic.turn():  # a gang stopped to grow starts again before others take its room
@@ -281,6 +284,7 @@ class Runner:
         if self.store.run(self.run_id).pid != self.pid:
             return RUN_STOPPED  # a stopper that did not wait for this executor stops the run itself
         by = "hetflow stop" if asked is not None else signal.Signals(self.signalled).name
+        self.watch.new_turn()  # a look that checks an exit is never older than the exit
         grace, dump = (asked.grace, asked.checkpoint) if asked is not None else (self.grace, False)
         stop_run(self.store, self.backend, self.run_id, grace=grace, reason=f"stopped by {by}",
                  stopped=self._killed, checkpoint=dump, attempts=self.attempts)  # fmt: skip
@@ -374,7 +378,7 @@ class Runner:
         if decision.replicas is not None:  # an elastic gang: as many replicas as fit now
             step = with_replicas(step, decision.replicas)
         if decision.variant is not None:
-            if self._from_cache(name, decision.variant):
+            if self.cached.take_one(self.wf, name, decision.variant):
                 return True
             if nxt is None and self.batcher.defer(name, s, step, decision):
                 return False
@@ -397,38 +401,26 @@ class Runner:
             cache=self.cache,
             backend=self.backend,
             paths=self.paths,
-            data=self.data,
+            watch=self.watch,
             attempts=self.attempts,
             clock=self.clock,
         )
-
-    def _key(self, name: str, vname: str) -> Key | None:
-        """The step's cache key, or None when it is not cached (``cachepass``)."""
-        return self.cached.key(self.wf, name, vname)
-
-    def _from_cache(self, name: str, vname: str) -> bool:
-        """Take the step's result from the cache when its key has a sound entry (most are taken
-        by the turn's ``CachePass.run`` already; this is for the steps it leaves)."""
-        if self.cached.known_miss(name, vname):
-            return False
-        taken = self.cached.take(self.wf, name, vname) is not None
-        self.cached.flush()
-        return taken
 
     def _keep_result(self, name: str, records: Sequence[OutputRecord]) -> None:
         """A step succeeded: keep its result under its key for later runs (its checkpoints go)."""
         CheckpointImages(self.paths).drop_images(name)
         step = self.store.step(self.run_id, name)
-        key = self._key(name, step.variant or "")
-        if key is not None and self.cache is not None:
-            try:
-                self.cache.save(key, workflow=self.wf.name, step=name, run_id=self.run_id, records=records)
-                self.cached.saved()
-            except OSError as exc:  # the step's result stands; only the cache lacks it
-                if not is_full(exc):
-                    raise
-                why = f"result not kept in the cache: {disk_full_message(self.cache.root)}"
-                self.attempts.emit(Note(0, self.run_id, self.clock(), why, name, "cache"))
+        self.cached.keep(self.wf, name, step.variant or "", step.attempts, records)
+
+    def _data_changes(self) -> None:
+        """Say what the turn's looks found changed in the run's data, and keep the data as
+        found with the run's plan (what ``hetflow resume`` compares with)."""
+        said = self.watch.said()
+        if said:
+            keep_data(self.store, self.run_id, self.watch.manifest)
+        for line in said:
+            why = f"{line} since the run was submitted: the steps that launch from now on read it as it is now"
+            self.attempts.emit(Note(0, self.run_id, self.clock(), why, None, DATA_CHANGED))
 
     def _no_fit(self, name: str, why: str) -> None:
         """Nothing can ever run the step: an optional one is skipped, any other fails."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hetflow.errors import StateError
@@ -122,3 +122,11 @@ def stored_plan(store: Store, run_id: str) -> Plan | None:
         return RunPlan.from_json(text).plan
     except (ValueError, KeyError, TypeError) as exc:
         raise StateError(f"run {run_id}: its stored plan cannot be read ({exc}); the store may be damaged") from None
+
+
+def keep_data(store: Store, run_id: str, data: DataManifest) -> None:
+    """The run's data as the executor last found it (``data.watch``) replaces the manifest
+    stored with its plan: what ``hetflow resume`` compares the files with."""
+    text = store.plan_json(run_id)
+    if text is not None:
+        store.set_plan_json(run_id, replace(RunPlan.from_json(text), data=data).to_json())

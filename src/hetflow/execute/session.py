@@ -27,7 +27,7 @@ from hetflow.errors import HetflowError, Problem, SpecError, StateError, UsageEr
 from hetflow.execute.amend import Amendment, compare
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
-from hetflow.execute.data.cache import Key, cache_key, input_digests
+from hetflow.execute.data.cache import StepKeys
 from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.data.outputs import damaged_outputs
 from hetflow.execute.data.paths import RunPaths
@@ -38,8 +38,9 @@ from hetflow.execute.images import Resolver, default_resolver
 from hetflow.execute.lifecycle import reset_for_resume
 from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
 from hetflow.execute.profiles import apply_resources
+from hetflow.execute.rehash import rehash_for_resume
 from hetflow.execute.runplan import LOCAL, RunPlan, apply_images, images_of
-from hetflow.execute.secrets import activate, gather, secret_digests
+from hetflow.execute.secrets import activate, gather
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit import create_run, new_run_id, preflight
 from hetflow.inventory import Node
@@ -270,6 +271,7 @@ def resume_run(
         loaded = load_recorded(store, run_id)
     else:
         loaded, amendment = _apply_edits(store, record, node, engine, say or (lambda _text: None))
+    amendment = amendment.with_data(rehash_for_resume(store, run_id, loaded.workflow))  # data edited since
     for name in amendment.rerun:
         change = next(c for c in amendment.changes if c.step == name)
         store.set_step(
@@ -363,30 +365,21 @@ def _apply_edits(
     identities: dict[str, str] = {}
 
     def identity(image: str) -> str:
-        """As the runner keys a step (``Runner._image_identity``): a pinned digest, else the engine's image ID."""
+        """As the runner keys a step (``CachePass.image_identity``): a pinned digest, else the engine's image ID."""
         if "@sha256:" in image:
             return image.rsplit("@", 1)[1]
         if image not in identities:
             identities[image] = backend.image_id(image) or image
         return identities[image]
 
-    def key_of(wf: Workflow, name: str, variant: str) -> Key | None:
-        step = wf.steps[name]
-        v = step.resolved_variants().get(variant)
-        if v is None:
-            return None
-        digests = input_digests(step, lambda p: store.outputs(run_id, p), paths.step_out, recorded.data)
-        return cache_key(
-            workflow=wf.name,
-            step_name=name,
-            step=step,
-            variant_name=variant,
-            variant=v,
-            image_identity=identity(v.image),
-            inputs=digests if digests is not None else dict(step.inputs),  # unknown content: the references
-            secrets=secret_digests(step.secrets, store.path.parent),
-        )
-
+    key_of = StepKeys(
+        identity=identity,
+        outputs_of=lambda p: store.outputs(run_id, p),
+        out_dir=paths.step_out,
+        data=recorded.data,
+        secrets_root=store.path.parent,
+        refs_when_unknown=True,  # unknown content: the references
+    )
     amendment = compare(apply_images(old.workflow, recorded.images), pinned.workflow, store.steps(run_id), key_of)
     plan = plan_on_node(store, pinned, node, sorted({*recorded.pulls, *pulls}), steer=settings.steer)
     plan = dataclasses.replace(plan, data=recorded.data)

@@ -6,6 +6,7 @@ states a run and a step may take, and the run's typed event stream.
     attemptrows attempts, their outputs and the measured history (mixed into Store)
     leases   the GPU lease rows Store mixes in (whole GPUs, shares, MIG instances)
     datarows fan-out expansions, cross-run cache entries, file hashes (mixed in too)
+    inputrows each attempt's data inputs as launched, each result's (mixed in too)
     pages    the paged reads a dashboard makes (mixed in too; ``Store(read_only=True)``)
     models   frozen records (RunRecord, StepRecord, ...) and states with their transitions
     events   RunEvent values, ``record`` (write), ``follow``/``tail``/``RunWatch`` (read)
@@ -28,6 +29,7 @@ from hetflow.state.events import (
     tail,
     typed,
 )
+from hetflow.state.inputrows import DATA_CHANGED, InputsSeen
 from hetflow.state.integrity import (
     NEW_STORE_ENV,
     StoreDamaged,
@@ -78,6 +80,7 @@ from hetflow.state.schema import SCHEMA_VERSION
 from hetflow.state.store import Store
 
 __all__ = [
+    "DATA_CHANGED",
     "FAILED",
     "LAUNCHING",
     "NEW_STORE_ENV",
@@ -107,6 +110,7 @@ __all__ = [
     "CacheEntry",
     "CachedResult",
     "Event",
+    "InputsSeen",
     "Lease",
     "Note",
     "OutputRecord",

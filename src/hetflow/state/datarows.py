@@ -4,6 +4,7 @@ cache's entries, and remembered file hashes (schema 3)."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -131,6 +132,10 @@ class DataRows:
             )
             db.executemany(
                 "UPDATE cache_entries SET used = ? WHERE key = ?", [(r.time, r.key) for r in results if r.key]
+            )
+            db.executemany(
+                "INSERT OR REPLACE INTO result_inputs VALUES (?, ?, ?, '')",
+                [(run_id, r.step, json.dumps(dict(r.inputs), sort_keys=True)) for r in results if r.inputs],
             )
 
     # --- remembered file hashes -----------------------------------------------------------

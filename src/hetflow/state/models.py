@@ -75,7 +75,9 @@ class StepRecord:
     state: str
     variant: str | None
     node: str | None
-    gpus: tuple[int, ...]
+    # GPU indices (leased here; a cluster engine's), or a cluster engine's names for what it
+    # gave where it gives no index (``JobState.gpus``: a device plugin's, "2x nvidia.com/gpu")
+    gpus: tuple[int | str, ...]
     attempts: int
     exit_code: int | None
     started: float | None
@@ -226,6 +228,7 @@ class CachedResult:
     reason: str
     key: str
     time: float
+    inputs: tuple[tuple[str, str], ...] = ()  # the data digests it was taken for (``result_inputs``)
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from hetflow.errors import StateError
 from hetflow.state.attemptrows import AttemptRows
 from hetflow.state.busy import BusySettings, is_busy, retry_busy, say_on_stderr
 from hetflow.state.datarows import DataRows
+from hetflow.state.inputrows import InputRows
 from hetflow.state.integrity import (
     StoreDamaged,
     StoreFull,
@@ -58,7 +59,7 @@ def _now() -> float:
     return time.time()
 
 
-class Store(AttemptRows, Leases, Pages, DataRows, PublishRows, SlowdownRows):
+class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, SlowdownRows):
     """One connection per process; every write is its own short transaction."""
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
@@ -136,6 +137,7 @@ class Store(AttemptRows, Leases, Pages, DataRows, PublishRows, SlowdownRows):
         self._migrate_published()  # old and new stores alike (issue 22: publish records)
         self._migrate_slowdowns()  # measured GPU-sharing slowdowns (tools/gpu-check)
         self._migrate_node_fault()  # attempts lost with their node: the budget survives resume
+        self._migrate_inputs()  # what each attempt's data was at launch (issue 37)
 
     def _open_read_only(self, path: Path) -> None:
         if not path.is_file():

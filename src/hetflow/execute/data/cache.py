@@ -41,7 +41,8 @@ from typing import Any
 
 from hetflow.execute.data.inputs import DataManifest, sha256_file
 from hetflow.execute.data.outputs import sha256_of
-from hetflow.spec import DATA_PREFIX, Step, Variant, fanout_parent
+from hetflow.execute.secrets import secret_digests
+from hetflow.spec import DATA_PREFIX, Step, Variant, Workflow, fanout_parent
 from hetflow.state import CacheEntry, OutputRecord, Store
 
 KEY_VERSION = 1
@@ -114,12 +115,21 @@ def cache_key(
 
 
 def input_digests(
-    step: Step, outputs_of: Callable[[str], Sequence[OutputRecord]], out_dir: Callable[[str], Path], data: DataManifest
+    step: Step,
+    outputs_of: Callable[[str], Sequence[OutputRecord]],
+    out_dir: Callable[[str], Path],
+    data: DataManifest,
+    seen: Mapping[str, str] | None = None,
 ) -> dict[str, str] | None:
-    """input key -> content digest; None when one cannot be known (the step is not cached)."""
+    """input key -> content digest; None when one cannot be known (the step is not cached).
+    ``seen``: data reference -> the digest an attempt's launch found (``watch.Look``), which
+    wins over the manifest's."""
     digests: dict[str, str] = {}
     for key, ref in step.inputs.items():
         if ref.startswith(DATA_PREFIX):
+            if seen is not None and ref in seen:
+                digests[key] = "data:" + seen[ref]
+                continue
             try:
                 digests[key] = "data:" + data.digest(ref)
             except KeyError:
@@ -142,6 +152,49 @@ def input_digests(
         else:
             return None
     return digests
+
+
+@dataclass(frozen=True)
+class StepKeys:
+    """The one way a step's cache key is computed, by the runner's cache pass, the dry run
+    and resume alike: each gives how it knows an image's identity, an upstream step's recorded
+    outputs, where they lie, the run's data and where the secrets' salt is.
+
+    ``identity(image)``: the image's content identity, None when unknown (the step is then not
+    cached); ``refs_when_unknown``: an input whose content cannot be known is keyed by its
+    reference instead of making the key unknown (resume compares two definitions that way)."""
+
+    identity: Callable[[str], str | None]
+    outputs_of: Callable[[str], Sequence[OutputRecord]]
+    out_dir: Callable[[str], Path]
+    data: DataManifest
+    secrets_root: Path
+    refs_when_unknown: bool = False
+
+    def __call__(self, wf: Workflow, name: str, vname: str, seen: Mapping[str, str] | None = None) -> Key | None:
+        """The key of ``name`` run as variant ``vname`` of ``wf``; None when it is not cached
+        (the variant does not exist, an image or input cannot be known).  ``seen``: the data
+        digests its attempt's launch found (``input_digests``)."""
+        step = wf.steps[name]
+        variant = step.resolved_variants().get(vname)
+        if variant is None:
+            return None
+        identity = self.identity(variant.image)
+        inputs = input_digests(step, self.outputs_of, self.out_dir, self.data, seen)
+        if inputs is None and self.refs_when_unknown:
+            inputs = dict(step.inputs)
+        if identity is None or inputs is None:
+            return None
+        return cache_key(
+            workflow=wf.name,
+            step_name=name,
+            step=step,
+            variant_name=vname,
+            variant=variant,
+            image_identity=identity,
+            inputs=inputs,
+            secrets=secret_digests(step.secrets, self.secrets_root),
+        )
 
 
 # --- the store of results -----------------------------------------------------------------

@@ -121,7 +121,7 @@ def _items(lr: Launcher, chunk: Sequence[Deferred], vname: str) -> tuple[list[It
             gid=lr.gid,
             paths=lr.paths,
             access=lr.dispatch.access(variant, (), None),
-            data=lr.data,
+            data=lr.mounted(step),
         )
         if items and not same_container(items[0].spec, spec):
             left.append(d)

@@ -16,8 +16,10 @@ from hetflow.execute.appcheckpoint import prepare_app_checkpoint
 from hetflow.execute.attempts import SUBMITTED, Active, Attempts
 from hetflow.execute.backends.base import Backend, Job, Publish
 from hetflow.execute.checkpoint import CheckpointImages, Restore
+from hetflow.execute.data.fencing import grant
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import container_name
+from hetflow.execute.data.watch import DataWatch
 from hetflow.execute.devices.gpu import near_cpus
 from hetflow.execute.dispatch import Dispatch, Where
 from hetflow.execute.engine import ContainerSpec, Mount
@@ -89,7 +91,7 @@ class Launcher:
         attempts: Attempts,
         clock: Callable[[], float],
         pid: int,
-        data: DataManifest | None = None,
+        watch: DataWatch | None = None,
     ) -> None:
         self.store, self.run_id, self.wf = store, run.id, workflow
         self.uid, self.gid = run.uid, run.gid
@@ -97,7 +99,8 @@ class Launcher:
         self.workflow_version = self.paths.workflow_version()  # what a resume's edit made it
         self.backend, self.dispatch, self.attempts = backend, dispatch, attempts
         self.clock, self.pid = clock, pid
-        self.data = data or DataManifest()
+        # the run's data as it is now: looked at again as each attempt launches (``data.watch``)
+        self.watch = watch or DataWatch(DataManifest(), workflow.data, store)
 
     def launch(
         self,
@@ -214,7 +217,7 @@ class Launcher:
             gid=self.gid,
             paths=self.paths,
             access=self.dispatch.access(variant, own, go.slot),
-            data=self.data,
+            data=self.mounted(step),
             secrets=active().of(step.secrets),
         )
         if not self.backend.capabilities.assigns_gpus:
@@ -224,6 +227,11 @@ class Launcher:
             lead = replace(spec, env={**spec.env, **self._elastic_env(name, step)})
             ranks = self._gang_specs(name, step, lead, gpus, attempt, variant)
         return spec, ranks
+
+    def mounted(self, step: Step) -> DataManifest:
+        """The run's data as the step's container is to mount it: looked at now."""
+        self.watch.look(step)
+        return self.watch.manifest
 
     def _elastic_env(self, name: str, step: Step) -> dict[str, str]:
         """An elastic gang's range and torchrun's elastic variables (``gang.elastic``), on this
@@ -235,8 +243,13 @@ class Launcher:
 
     def record_intent(self, go: Launch, s: StepRecord, where: Where, now: float) -> None:
         """The attempt row and the step's launching state, written before the engine is asked
-        (a crash in between leaves an intent that ``reconcile`` launches again)."""
+        (a crash in between leaves an intent that ``reconcile`` launches again).  The step's data
+        inputs as its launch found them come first of all (``data.watch``)."""
         variant, n = go.variant, go.step.replicas
+        look = self.watch.look(go.step)
+        if look is not None:
+            self.store.record_attempt_inputs(self.run_id, go.name, go.attempt, look.digests, look.fingerprint)
+        grant(self.paths.step_out(go.name), go.attempt)  # only it may write the step's outputs now (``fencing``)
         indices = tuple(g.index for g in go.gpus)
         self.store.add_attempt(
             AttemptRecord(

@@ -1,0 +1,100 @@
+"""``hetflow logs``: the output of a run's containers, as they write it (``--follow``)."""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import time
+from pathlib import Path
+
+import typer
+
+from hetflow.cli.common import known_secrets, open_store
+from hetflow.cli.shell import complete_runs, complete_steps
+from hetflow.errors import HetflowError, UsageError
+from hetflow.state import RUN_TERMINAL, RunWatch, executor_gone
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(logs)
+
+
+def logs(
+    run_id: str = typer.Argument(..., help="Run id.", autocompletion=complete_runs),
+    step: str | None = typer.Argument(
+        None,
+        help="One step, or a fan-out's items (count: count.0, count.1, ...); default: all.",
+        autocompletion=complete_steps,
+    ),
+    follow: bool = typer.Option(False, "--follow", "-f", help="Keep printing until the run ends."),
+    attempt: int | None = typer.Option(None, "--attempt", help="One attempt (default: all)."),
+    rank: int | None = typer.Option(
+        None,
+        "--rank",
+        min=0,
+        metavar="N",
+        help="One replica of a gang step (default: every replica, lines prefixed [rankN]:; an mpi gang's rank 0).",
+    ),
+) -> None:
+    """Print the output of a run's containers: a step's, a fan-out's items', a gang's ranks'."""
+    from hetflow.execute import (
+        RunPaths,
+        attempt_label,
+        attempt_sources,
+        load_recorded,
+        read_lines,
+        recorded_gangs,
+        select_steps,
+    )
+
+    store = open_store()
+    rid = store.resolve_run_id(run_id)
+    record = store.run(rid)
+    wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
+    with contextlib.suppress(HetflowError):  # the run's file gone: its ended attempts' logs are masked already
+        known_secrets(load_recorded(store, rid).workflow)
+    gangs = recorded_gangs(record)
+    paths = RunPaths(Path(record.workdir))
+    offsets: dict[Path, int] = {}
+    watch = RunWatch(store, rid)  # the run's event stream says when it ends
+    last = False  # the run has ended: one more pass prints what its containers wrote last
+    while True:
+        if follow and step is not None:  # a fan-out waiting for its list is one step until it expands into items
+            with contextlib.suppress(UsageError):
+                wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
+        order = {name: i for i, name in enumerate(wanted)}  # a group's items in index order: count.2 before count.10
+        shown = [a for a in store.attempts(rid, None if group else step) if a.step in order]
+        if group:
+            shown.sort(key=lambda a: (order[a.step], a.attempt))
+        for a in shown:
+            if attempt is not None and a.attempt != attempt:
+                continue
+            label = attempt_label(a, group=group, whole=step is None or (attempt is None and not group))
+            for source in attempt_sources(paths, a, gangs, rank=rank, label=label):
+                if rank and not source.path.exists():
+                    if step is not None and not group and not follow:
+                        raise UsageError(
+                            f"step {a.step!r} attempt {a.attempt} has no replica {rank}: not a gang this big"
+                        )
+                    continue
+                lines, offsets[source.path] = read_lines(source.path, offsets.get(source.path, 0))
+                for stream, text in lines:
+                    print(source.prefix + text, file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)
+        if not follow or last:
+            break
+        watch.poll()
+        if watch.ended:
+            break
+        current = store.run(rid)
+        # An end the stream did not show yet (written just before its event) ends it too;
+        # a killed executor writes no end at all: say so rather than follow for ever.
+        last = current.state in RUN_TERMINAL
+        if not last and executor_gone(current):
+            print(
+                f"hetflow: run {rid} can make no progress: its executor (pid {current.pid}) is gone;"
+                f" 'hetflow resume {rid}' continues it",
+                file=sys.stderr,
+                flush=True,
+            )
+            raise typer.Exit(1)
+        time.sleep(0 if last else 0.5)
