@@ -133,7 +133,7 @@ def test_accept_outputs_moves_staging_into_place_and_replaces_old_outputs(tmp_pa
     final.mkdir(parents=True)
     (final / "stale.txt").write_text("from an earlier attempt")
 
-    records = accept_outputs("r1", "s", staging, final, ["m.npy", "dir"])
+    records = accept_outputs("r1", "s", staging, final, ["m.npy", "dir"], attempt=1)
 
     assert records == [
         OutputRecord("r1", "s", "m.npy", sha(b"matrix"), 6, str(final / "m.npy")),
@@ -156,7 +156,7 @@ DAMAGE = [
 @pytest.mark.parametrize(("damage", "bad"), DAMAGE)
 def test_damaged_outputs(tmp_path: Path, damage: Callable[[Path], object], bad: list[str]) -> None:
     final = tmp_path / "steps" / "s" / "out"
-    records = accept_outputs("r1", "s", make_staging(tmp_path), final, ["m.npy", "dir"])
+    records = accept_outputs("r1", "s", make_staging(tmp_path), final, ["m.npy", "dir"], attempt=1)
 
     damage(final)
 

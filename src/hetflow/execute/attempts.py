@@ -17,6 +17,7 @@ from hetflow.execute.backends.base import (
     MeasuresUsage,
 )
 from hetflow.execute.batching import is_batch, note_start, refine
+from hetflow.execute.data.fencing import Fenced
 from hetflow.execute.data.outputs import accept_outputs, missing_message, missing_outputs
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.data.publish import PublishError, Publishing
@@ -268,7 +269,10 @@ class Attempts:
             self.fail(act, 0, missing_message(missing))
             return
         try:
-            records = accept_outputs(self.run_id, act.step, staging, final, step.outputs)
+            records = accept_outputs(self.run_id, act.step, staging, final, step.outputs, attempt=act.attempt)
+        except Fenced as exc:  # hetflow gave this attempt up meanwhile (``data.fencing``)
+            self.fail(act, 0, str(exc))
+            return
         except OSError as exc:
             if not is_full(exc):
                 raise

@@ -9,6 +9,7 @@ import shutil
 from collections.abc import Sequence
 from pathlib import Path
 
+from hetflow.execute.data import fencing
 from hetflow.state import OutputRecord
 
 
@@ -36,17 +37,23 @@ def missing_outputs(out_dir: Path, declared: Sequence[str]) -> list[str]:
     return [o for o in declared if not (out_dir / o).exists()]
 
 
-def accept_outputs(run_id: str, step: str, staging: Path, final: Path, declared: Sequence[str]) -> list[OutputRecord]:
+def accept_outputs(
+    run_id: str, step: str, staging: Path, final: Path, declared: Sequence[str], *, attempt: int
+) -> list[OutputRecord]:
     """Hash the declared outputs in ``staging`` and rename the directory to ``final``.
 
     The rename is atomic on one file system: readers see the old outputs or the new
-    ones, never half of them.  An old ``final`` is moved aside first and removed after."""
+    ones, never half of them.  An old ``final`` is moved aside first and removed after.
+    Only while the step's fencing token names ``attempt`` (``fencing``: checked under the
+    step's lock, with the rename); ``fencing.Fenced`` when it names another."""
     records = [
         OutputRecord(run_id, step, o, sha256_of(staging / o), _size(staging / o), str(final / o)) for o in declared
     ]
     if staging == final:  # already in place (resume after a crash between rename and commit)
         return records
-    move_into_place(staging, final)
+    with fencing.locked(final):
+        fencing.check(final, staging, attempt)
+        move_into_place(staging, final)
     return records
 
 

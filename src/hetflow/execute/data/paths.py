@@ -3,6 +3,7 @@
 <workdir>/workflow.yaml            the workflow as it runs now (resume reads this)
 <workdir>/workflow.vN.yaml         version N, kept when a resume applied an edited file
 <workdir>/steps/<step>/out/        accepted outputs (moved here atomically)
+<workdir>/steps/<step>/fence       the one attempt that may move them there (``fencing``)
 <workdir>/attempts/<step>/<n>/out  an attempt's /out while it runs
 <workdir>/logs/<step>.<n>.log      the container's log (k8s-file format)
 <workdir>/executor.log             a detached executor's own output
