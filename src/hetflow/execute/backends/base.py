@@ -41,6 +41,10 @@ class Capabilities:
 # declared output is indeed missing from /out (a container that exits 120 itself and leaves one
 # out reads the same), else as the exit code it is, the job's log saying why.
 PUBLISH_FAILED_CODE = 120
+# A job given ``Job.publish`` whose step's fencing token named another attempt when it came to
+# move its outputs (``execute.data.fencing``: hetflow had given it up, lost with its node, and
+# accepted a later attempt) ends with this code, its outputs left in its own folder, discarded.
+DISCARDED_CODE = 122
 
 
 @dataclass(frozen=True)
@@ -51,7 +55,9 @@ class Publish:
     ``staging`` (the attempt's /out; a gang's rank 0); then ``staging`` is renamed to
     ``final`` (the step's outputs, which dependants mount) on its file system, an old
     ``final`` moved aside first and removed after, as ``execute.data.outputs.accept_outputs``
-    does.  The executor then only verifies and hashes what is in ``final``."""
+    does, and only while the step's fencing token (``execute.data.fencing``, beside ``final``)
+    names the job's attempt, checked under the step's lock with the rename; else the job ends
+    ``DISCARDED_CODE``.  The executor then only verifies and hashes what is in ``final``."""
 
     staging: str
     final: str
