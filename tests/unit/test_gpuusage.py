@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-import hetflow.execute.attempts as attempts_mod
+import hetflow.execute.devices.usage as usage_mod
 from hetflow.execute.devices.usage import GpuSampler, GpuUsage, Tally, in_attempt
 from hetflow.inventory import DeviceSample, NvmlUsage
 from hetflow.report import run_json, trace_rows
@@ -174,7 +174,7 @@ def test_the_runner_stores_each_gpu_attempts_use_and_show_and_trace_report_it(
         made.append(GpuSampler(src, interval=3600))
         return made[-1]
 
-    monkeypatch.setattr(attempts_mod, "nvml_sampler", sampler)
+    monkeypatch.setattr(usage_mod, "nvml_sampler", sampler)
     w = world(tmp_path, ONE_GPU, node_=node(gpus=(gpu(0, fake=False, uuid="GPU-real"),)))
     assert w.execute() == "succeeded"
     (a,) = w.store.attempts(w.run.id, "train")
@@ -190,7 +190,7 @@ def test_a_cpu_step_is_never_sampled(tmp_path: Path, monkeypatch: pytest.MonkeyP
     def sampler() -> GpuSampler:
         raise AssertionError("no GPU attempt: no sampler")
 
-    monkeypatch.setattr(attempts_mod, "nvml_sampler", sampler)
+    monkeypatch.setattr(usage_mod, "nvml_sampler", sampler)
     w = world(tmp_path, "a:\n  image: a\n")
     assert w.execute() == "succeeded"
     assert w.store.attempts(w.run.id)[0].gpu_util_mean is None

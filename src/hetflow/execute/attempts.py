@@ -21,7 +21,7 @@ from hetflow.execute.data.fencing import Fenced
 from hetflow.execute.data.outputs import accept_outputs, missing_message, missing_outputs
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.data.publish import PublishError, Publishing
-from hetflow.execute.devices.usage import GpuSampler, nvml_sampler
+from hetflow.execute.devices.usage import AttemptGpus
 from hetflow.execute.diskfull import full_disk_reason, out_of_space, remove_partial
 from hetflow.execute.engine import Usage
 from hetflow.execute.logs import log_tail
@@ -112,9 +112,7 @@ class Attempts:
         self.next: dict[str, NextAttempt] = {}
         self.limits: Callable[[str], Limits] = lambda node: None  # what one node there holds
         self.cluster = False  # a cluster plan: a failed node class can be avoided
-        # NVML sampling of this machine's GPU attempts (``execute.devices.usage``): made when the
-        # first one starts, None where NVML is absent; False until then
-        self._gpu_sampler: GpuSampler | bool | None = False
+        self.gpus = AttemptGpus(store, run_id, here=not backend.capabilities.assigns_gpus)  # NVML sampling
 
     def emit(self, event: RunEvent) -> None:
         """The runner's one way to add to the run's event stream."""
@@ -179,31 +177,18 @@ class Attempts:
 
     def watch_gpus(self, act: Active) -> None:
         """Sample the GPUs of an attempt that runs on this machine (its container started,
-        or was adopted) until it ends."""
-        if not act.gpus or self.backend.capabilities.assigns_gpus:
-            return  # a cluster engine's attempt runs elsewhere: NVML here knows nothing of it
-        if self._gpu_sampler is False:
-            self._gpu_sampler = nvml_sampler()
-        if isinstance(self._gpu_sampler, GpuSampler):
-            self._gpu_sampler.watch(act.container, act.gpus)
-
-    def _record_gpu(self, act: Active) -> None:
-        if isinstance(self._gpu_sampler, GpuSampler):
-            used = self._gpu_sampler.stop(act.container)
-            if used is not None and used.samples:
-                self.store.set_usage(self.run_id, act.step, act.attempt, **used.fields())
+        or was adopted) until it ends (``devices.usage.AttemptGpus``)."""
+        self.gpus.watch(act.container, act.gpus)
 
     def close_gpu_sampler(self) -> None:
-        if isinstance(self._gpu_sampler, GpuSampler):
-            self._gpu_sampler.close()
-        self._gpu_sampler = False
+        self.gpus.close()
 
     def record_usage(self, act: Active) -> None:
         """Store what the attempt used, read before its container (and cgroup) is removed:
         where the backend reads it as it releases the container (podman), that happens
         off the runner's path and ``store_usage`` stores it; a run killed meanwhile leaves
         it unknown.  Backends that cannot measure leave it unknown (NULL), never a guess."""
-        self._record_gpu(act)
+        self.gpus.record(act.step, act.attempt, act.container)
         if not isinstance(self.backend, MeasuresUsage) or act.measured:
             return
         act.measured = True  # read once: the cgroup is gone after
@@ -398,7 +383,7 @@ class Attempts:
     def _measure_now(self, act: Active) -> tuple[int | None, bool | None]:
         """Read an attempt's usage before deciding its retry (peak memory and the engine's
         OOM flag are the out-of-memory evidence), instead of later as its container goes."""
-        self._record_gpu(act)
+        self.gpus.record(act.step, act.attempt, act.container)
         if act.measured or not isinstance(self.backend, MeasuresUsage):
             return None, None
         act.measured = True

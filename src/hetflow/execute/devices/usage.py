@@ -25,6 +25,7 @@ from typing import Protocol
 
 from hetflow.execute.cgroups import PARENT
 from hetflow.inventory import DeviceSample
+from hetflow.state import Store
 
 SAMPLE_INTERVAL = 0.5
 
@@ -193,3 +194,35 @@ def nvml_sampler() -> GpuSampler | None:
         return GpuSampler(NvmlUsage())
     except Exception:  # OSError (no pynvml) or pynvml.NVMLError (no driver): nothing to sample
         return None
+
+
+class AttemptGpus:
+    """The runner's sampling of its attempts' GPUs (``Attempts``): the sampler is made when the
+    first GPU attempt starts, None where NVML is absent; stored as each attempt ends.  Only where
+    the attempts run on this machine (``here``): a cluster engine runs them elsewhere, where NVML
+    here knows nothing of them."""
+
+    def __init__(self, store: Store, run_id: str, *, here: bool) -> None:
+        self.store, self.run_id, self.here = store, run_id, here
+        self._sampler: GpuSampler | bool | None = False  # False: not made yet
+
+    def watch(self, container: str, uuids: Sequence[str]) -> None:
+        """Sample ``uuids`` for ``container`` (started, or adopted) until ``record``."""
+        if not uuids or not self.here:
+            return
+        if self._sampler is False:
+            self._sampler = nvml_sampler()
+        if isinstance(self._sampler, GpuSampler):
+            self._sampler.watch(container, uuids)
+
+    def record(self, step: str, attempt: int, container: str) -> None:
+        """Stop sampling ``container`` and store what it used, if it was sampled."""
+        if isinstance(self._sampler, GpuSampler):
+            used = self._sampler.stop(container)
+            if used is not None and used.samples:
+                self.store.set_usage(self.run_id, step, attempt, **used.fields())
+
+    def close(self) -> None:
+        if isinstance(self._sampler, GpuSampler):
+            self._sampler.close()
+        self._sampler = False
