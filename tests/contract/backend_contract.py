@@ -27,7 +27,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from hetflow.execute.backends.base import PUBLISH_FAILED_CODE, Backend, Job, JobState, MeasuresUsage, Publish
+from hetflow.execute.backends.base import (
+    DISCARDED_CODE,
+    PUBLISH_FAILED_CODE,
+    Backend,
+    Job,
+    JobState,
+    MeasuresUsage,
+    Publish,
+)
+from hetflow.execute.data import fencing
 from hetflow.execute.engine import ContainerSpec, Mount
 from hetflow.execute.gang.replicas import LABEL_RANK, LABEL_WORLD, network_name, replica_name
 from hetflow.spec import Gang
@@ -310,6 +319,29 @@ class OrderingContract:
         assert (staging / "x").read_text() == "1\n" and not final.exists()
         assert "did not write declared output(s) missing one under /out" in (staging / "log").read_text()
         backend.release([parent, child])
+
+    def test_a_job_puts_its_outputs_in_place_only_while_the_fencing_token_names_its_attempt(
+        self, backend: Backend, tmp_path: Path
+    ) -> None:
+        """issue 37: the job moves its outputs itself, so it checks the step's fencing token under
+        the step's lock (``execute.data.fencing``): attempt 1 of a step hetflow has since given to
+        attempt 2 ends ``DISCARDED_CODE``, its outputs left in its own folder, marked discarded,
+        and the step's outputs are attempt 2's."""
+        rid = new_run_id()
+        name = f"hf-{rid}-late-1"
+        staging, final = tmp_path / "attempts" / "late" / "1" / "out", tmp_path / "steps" / "late" / "out"
+        final.mkdir(parents=True)
+        (final / "x").write_text("from attempt 2\n")
+        fencing.grant(final, 2)
+        made = job(name, staging, "echo 1 > /out/x", run_id=rid)
+        backend.submit(replace(made, publish=Publish(str(staging), str(final), ("x",))))
+        states = wait_done(backend, rid, [name])
+        assert states[name].exit_code == DISCARDED_CODE, states[name]
+        assert (final / "x").read_text() == "from attempt 2\n" and (staging / "x").read_text() == "1\n"
+        said = fencing.discarded_text(1, 2)
+        assert fencing.discarded_file(staging).read_text() == said + "\n"
+        assert said in (staging / "log").read_text()
+        backend.release([name])
 
     def test_a_held_jobs_start_is_when_the_engine_started_it(self, backend: Backend, tmp_path: Path) -> None:
         """A child held behind its gated parent starts, as reported, once the parent has

@@ -311,3 +311,37 @@ def test_a_gang_publishes_rank_0s_out_only_when_every_replica_ended_0(
     )
     state = b.poll("r")["hf-r-g-1"]
     assert (state.exit_code == 0, final.exists(), staging.exists()) == (published, published, not published), state
+
+
+# --- a node that loses only its link to the engine (issue 37) ----------------------------
+
+
+def test_a_job_whose_node_lost_touch_is_reported_lost_and_runs_on_out_of_reach(tmp_path: Path, clock: Clock) -> None:
+    b = FakeBackend(FakeState(clock=clock), holds_dependencies=True)
+    gated = job("hf-r-s-1", tmp_path / "s", "until test -f /out/go; do sleep 1; done; echo late > /out/o", run_id="r")
+    b.submit(gated)
+    b.submit(job("hf-r-t-1", tmp_path / "t", "echo ran > /out/o", run_id="r", depends_on=("hf-r-s-1",)))
+    assert b.state.lose_node() == ["hf-r-s-1"]
+    st = b.poll("r")["hf-r-s-1"]
+    assert (st.running, st.node_failed, st.status) == (False, True, "NODE_FAIL")
+    assert b.poll("r")["hf-r-t-1"].dependency_failed  # afterok on a lost job: never satisfied
+    b.cancel(["hf-r-s-1"], 0)  # cannot reach it
+    b.release(["hf-r-s-1"])  # hetflow forgets it; it runs on
+    (tmp_path / "s" / "go").touch()
+    clock.now += 2
+    b.poll("r")
+    assert (tmp_path / "s" / "o").read_text() == "late\n"
+
+
+def test_a_cancel_reaches_a_lost_job_once_its_node_is_back(tmp_path: Path, clock: Clock) -> None:
+    b = FakeBackend(FakeState(clock=clock))
+    b.submit(job("hf-r-s-1", tmp_path / "s", "until test -f /out/go; do sleep 1; done; echo late > /out/o", run_id="r"))
+    b.state.lose_node()
+    b.cancel(["hf-r-s-1"], 0)
+    b.state.reconnect()
+    st = b.poll("r")["hf-r-s-1"]
+    assert (st.running, st.exit_code, st.node_failed) == (False, 143, False)
+    (tmp_path / "s" / "go").touch()
+    clock.now += 2
+    b.poll("r")
+    assert not (tmp_path / "s" / "o").exists()

@@ -1,26 +1,30 @@
 """A backend in memory, for unit tests: no containers, no engine, no cluster.
 
 Each job's command must be ``sh -c SCRIPT``, and the script is interpreted, not run: the
-few shell commands the contract suite and unit tests use (``echo``/``touch`` into mounted
-directories, ``test -f``, ``sleep``, ``exit N``, ``true``, ``false``, ``:``), joined by
-``;``, ``&&`` and ``||``, and one loop: ``until COMMAND; do COMMAND; done`` (a test's gate:
-``until test -f /out/go; do sleep 0.1; done`` waits for a file the test writes).  Files
-are written into the real host directories the job mounts (read-only mounts refuse), so
-tests check outputs as they would for a real backend.  What it cannot interpret ends the
-job with 127 and says so, as a shell would.
+few shell commands the contract suite and unit tests use (``fakeshell``: ``echo``/``touch``
+into mounted directories, ``test -f``, ``sleep``, ``exit N``, ``$NAME`` from the job's
+environment, and one loop, ``until COMMAND; do COMMAND; done``: a test's gate, ``until test -f
+/out/go; do sleep 0.1; done``, waits for a file the test writes).  Files are written into the
+real host directories the job mounts, so tests check outputs as they would for a real backend.
 
 Jobs advance on a clock: a job ends when its sleeps have passed (``FakeState.clock``; a
 test may pass a faster or a manual one).  With ``holds_dependencies`` the fake orders jobs
 as Slurm does: a job starts when its parents have succeeded, and is dropped
 (``dependency_failed``) when one did not; a job given ``Job.publish`` moves its outputs into
 place the moment it ends 0, before any dependant can start, as the Slurm job script does
-(or ends ``PUBLISH_FAILED_CODE`` when a declared output is missing).  Adoption: every FakeBackend built on one
-``FakeState`` sees the same jobs, as two hetflow processes see one engine.
+(or ends ``PUBLISH_FAILED_CODE`` when a declared output is missing), and only while the step's
+fencing token names its attempt (``execute.data.fencing``; else it ends ``DISCARDED_CODE``, its
+outputs left in its own folder).  Adoption: every FakeBackend built on one ``FakeState`` sees
+the same jobs, as two hetflow processes see one engine.  ``cluster``: it says it assigns GPUs
+and queues (a runner then follows a cluster plan, ``ClusterDispatch``), as Slurm and Ray do.
 
 A gang job (``Job.ranks``) runs every replica's script and is reported as the job's one name
 by ``execute.gang.replicas.gang_state``; one replica failing stops the others (exit 143), as podman's
 backend does.  ``FakeState.fail_node`` ends every job that runs with ``node_failed``, as
-Slurm's NODE_FAIL or a lost Ray node does.  ``watch`` (with ``watches``) wakes the runner
+Slurm's NODE_FAIL or a lost Ray node does; ``FakeState.lose_node`` reports them so too while
+they run on (a node that lost only its slurmd: a cancel reaches them once ``reconnect`` says the
+node is back), and one that ends 0 then tries to put its outputs in place, late, as its Slurm
+job script would.  ``watch`` (with ``watches``) wakes the runner
 from a thread that advances the run's jobs when one of them ends.
 """
 
@@ -34,41 +38,15 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hetflow.errors import EngineError
-from hetflow.execute.backends.base import PUBLISH_FAILED_CODE, Capabilities, Job, JobState
+from hetflow.execute.backends.base import DISCARDED_CODE, PUBLISH_FAILED_CODE, Capabilities, Job, JobState
+from hetflow.execute.backends.fakeshell import FakeJob, log, parse, step
+from hetflow.execute.data import fencing
 from hetflow.execute.data.outputs import missing_message, missing_outputs, move_into_place
 from hetflow.execute.gang.replicas import gang_state
 
 CANCELLED_CODE = 143  # 128 + SIGTERM, as `podman stop` and scancel report a stopped job
-NOT_FOUND_CODE = 127  # a shell's "command not found"
-_OPERATORS = (";", "&&", "||")
 WATCH_TICK = 0.02  # seconds between a watcher's looks at the clock
 NODE = "fake"  # the one node every job runs on
-
-
-@dataclass
-class _Attempt:
-    """One job as the fake engine keeps it; ``at`` is the clock time the next command runs."""
-
-    job: Job
-    program: list[tuple[str, list[str]]]  # (the operator before it, argv with redirections)
-    at: float | None  # None while waiting for parents
-    pc: int = 0
-    last: int = 0  # the last command's exit status
-    code: int | None = None  # set when it ended
-    status: str = "created"
-    reason: str = ""
-    dependency_failed: bool = False
-    node_failed: bool = False
-    replicas: list[_Attempt] = field(default_factory=list)  # a gang's ranks 1..n-1
-    published: bool = False  # ``Job.publish`` was carried out (once, when the job ended 0)
-    # when it started running and ended, by the wall clock (JobState.started, .ended: the
-    # engine's own record, as Slurm's StartTime and EndTime are; the fake's clock may be fast)
-    began: float | None = None
-    finished: float | None = None
-
-    @property
-    def ended(self) -> bool:
-        return self.code is not None or self.dependency_failed or self.node_failed
 
 
 @dataclass
@@ -77,9 +55,11 @@ class FakeState:
 
     clock: Callable[[], float] = time.monotonic
     images: frozenset[str] | None = None  # None: every image exists
-    jobs: dict[str, _Attempt] = field(default_factory=dict)
+    jobs: dict[str, FakeJob] = field(default_factory=dict)
     # exit codes of released jobs, so that a child submitted later still sees its parents'
     released: dict[str, int | None] = field(default_factory=dict)
+    # released while they run on, out of the engine's reach (``lose_node``): not reported, still run
+    orphans: list[FakeJob] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def fail_node(self) -> list[str]:
@@ -92,6 +72,26 @@ class FakeState:
                     r.node_failed, r.status, r.reason = True, "NODE_FAIL", f"node {NODE} failed"
             return [a.job.name for a in hit]
 
+    def lose_node(self) -> list[str]:
+        """The node loses touch with the engine only (its slurmd killed, its network cut): every
+        job that runs is reported ``node_failed``, as ``fail_node`` does, but runs on, and a
+        cancel waits for ``reconnect``; the names of those jobs."""
+        with self.lock:
+            hit = [a for a in self.jobs.values() if a.at is not None and not a.ended]
+            for a in hit:
+                a.unreachable = True
+            return [a.job.name for a in hit]
+
+    def reconnect(self) -> None:
+        """The lost node answers again: the cancels sent meanwhile reach its jobs."""
+        with self.lock:
+            for a in [*self.jobs.values(), *self.orphans]:
+                if a.unreachable and a.cancelled_later:
+                    for r in [a, *a.replicas]:
+                        if not r.ended:
+                            r.code, r.status, r.reason = CANCELLED_CODE, "exited", "cancelled"
+                a.unreachable = False
+
 
 class FakeBackend:
     def __init__(
@@ -101,10 +101,17 @@ class FakeBackend:
         holds_dependencies: bool = False,
         multi_node: bool = False,
         watches: bool = False,
+        cluster: bool = False,
     ) -> None:
         self.state = state or FakeState()
         self.watches = watches  # False: watch says it cannot, and the runner polls (a manual clock)
-        self.capabilities = Capabilities(name="fake", holds_dependencies=holds_dependencies, multi_node=multi_node)
+        self.capabilities = Capabilities(
+            name="fake",
+            holds_dependencies=holds_dependencies,
+            multi_node=multi_node,
+            assigns_gpus=cluster,
+            queues=cluster,
+        )
 
     def check(self) -> None:
         pass
@@ -129,12 +136,12 @@ class FakeBackend:
                 raise EngineError(f"{job.name} depends on {', '.join(unknown)}, which the fake backend does not know")
             self.state.released.pop(job.name, None)
             start = None if parents else self.state.clock()
-            attempt = _Attempt(job, _parse(command[2]), start)
+            attempt = FakeJob(job, parse(command[2]), start)
             for spec in job.ranks[1:]:
                 if len(spec.command) != 3 or spec.command[:2] != ("sh", "-c"):
                     raise EngineError(f"the fake backend runs only `sh -c SCRIPT`, not {shlex.join(spec.command)}")
                 attempt.replicas.append(
-                    _Attempt(replace(job, name=spec.name, container=spec), _parse(spec.command[2]), start)
+                    FakeJob(replace(job, name=spec.name, container=spec), parse(spec.command[2]), start)
                 )
             self.state.jobs[job.name] = attempt
             self._advance(attempt)
@@ -142,7 +149,7 @@ class FakeBackend:
     def poll(self, run_id: str) -> dict[str, JobState]:
         with self.state.lock:
             mine = [a for a in self.state.jobs.values() if a.job.run_id == run_id]
-            for a in mine:
+            for a in [*mine, *(o for o in self.state.orphans if o.job.run_id == run_id)]:
                 self._advance(a)
             return {a.job.name: _job_state(a) for a in mine}
 
@@ -151,7 +158,8 @@ class FakeBackend:
             found = [a for a in (self.state.jobs.get(n) for n in names) if a is not None]
             # all at once: a child cancelled with its parent is cancelled, not dropped for the parent
             for a in [a for a in found if not self._advance(a)]:
-                for r in [a, *a.replicas]:
+                a.cancelled_later = a.unreachable  # out of the engine's reach until ``reconnect``
+                for r in [a, *a.replicas] if not a.unreachable else []:
                     if not r.ended:
                         r.code, r.status, r.reason = CANCELLED_CODE, "exited", "cancelled"
 
@@ -161,6 +169,8 @@ class FakeBackend:
                 a = self.state.jobs.pop(name, None)
                 if a is not None:
                     self.state.released[name] = a.code
+                    if a.unreachable and not a.ended:
+                        self.state.orphans.append(a)  # forgotten by hetflow, it runs on
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         """A thread that advances the run's jobs on the clock and calls ``wake`` when one
@@ -186,18 +196,20 @@ class FakeBackend:
 
     # --- the engine -------------------------------------------------------------------
 
-    def _parent_codes(self, a: _Attempt) -> dict[str, int | None]:
+    def _parent_codes(self, a: FakeJob) -> dict[str, int | None]:
         """Each parent's exit code; a missing key: still running."""
         out: dict[str, int | None] = {}
         for p in a.job.depends_on:
             parent = self.state.jobs.get(p)
             if parent is None:
                 out[p] = self.state.released.get(p)
+            elif parent.unreachable:  # NODE_FAIL to the engine: never satisfies afterok
+                out[p] = None
             elif parent.ended:
                 out[p] = None if parent.dependency_failed else parent.code
         return out
 
-    def _advance(self, a: _Attempt) -> bool:
+    def _advance(self, a: FakeJob) -> bool:
         """Run the job's commands (every replica's, for a gang) up to the clock's now, then
         publish its outputs if it ended 0 (``_publish``); True when it has ended."""
         ended = self._advance_all(a)
@@ -207,7 +219,7 @@ class FakeBackend:
                 _publish(a)
         return ended
 
-    def _advance_all(self, a: _Attempt) -> bool:
+    def _advance_all(self, a: FakeJob) -> bool:
         """Every replica's commands up to now; True when the job has ended.  A gang's replica
         that fails stops the others."""
         if not a.replicas:
@@ -222,7 +234,7 @@ class FakeBackend:
             return True
         return all(ended)
 
-    def _advance_one(self, a: _Attempt) -> bool:
+    def _advance_one(self, a: FakeJob) -> bool:
         """Run one container's commands up to the clock's now; True when it has ended."""
         now = self.state.clock()
         if a.at is None and not a.ended:
@@ -243,159 +255,40 @@ class FakeBackend:
             if a.pc == len(a.program):
                 a.code, a.status = a.last, "exited"
                 break
-            op, argv = a.program[a.pc]
-            a.pc += 1
-            if (op == "&&" and a.last != 0) or (op == "||" and a.last == 0):
-                continue
-            if argv[0] == _UNTIL:  # until COND; do BODY; done: repeat BODY until COND succeeds
-                cond, body = argv[1 : argv.index(_DO)], argv[argv.index(_DO) + 1 :]
-                if _run(a, cond) != 0:
-                    _run(a, body)
-                    a.pc -= 1
-                a.last = 0
-                continue
-            a.last = _run(a, argv)
+            step(a)
         if a.ended and a.began is not None and a.finished is None:
             a.finished = time.time()
         return a.ended
 
 
-_UNTIL, _DO = "\0until", "\0do"  # a parsed loop: [_UNTIL, *COND, _DO, *BODY] (no word holds NUL)
-
-
-def _parse(script: str) -> list[tuple[str, list[str]]]:
-    lexer = shlex.shlex(script, posix=True, punctuation_chars=";&|>")
-    lexer.whitespace_split = True
-    program: list[tuple[str, list[str]]] = []
-    op, argv = ";", list[str]()
-    for token in lexer:
-        if token in _OPERATORS:
-            program.append((op, argv))
-            op, argv = token, []
-        else:
-            argv.append(token)
-    program.append((op, argv))
-    return _loops([(o, a) for o, a in program if a])
-
-
-def _loops(program: list[tuple[str, list[str]]]) -> list[tuple[str, list[str]]]:
-    """``until C; do B; done`` (three entries) as one entry ``[_UNTIL, *C, _DO, *B]``; a
-    malformed loop stays as it is and fails as a command the fake does not know."""
-    out: list[tuple[str, list[str]]] = []
-    i = 0
-    while i < len(program):
-        op, argv = program[i]
-        nxt = program[i + 1 : i + 3]
-        if argv[0] == "until" and len(nxt) == 2 and nxt[0][1][0] == "do" and nxt[1][1] == ["done"]:
-            out.append((op, [_UNTIL, *argv[1:], _DO, *nxt[0][1][1:]]))
-            i += 3
-            continue
-        out.append((op, argv))
-        i += 1
-    return out
-
-
-def _run(a: _Attempt, argv: list[str]) -> int:
-    """One simple command; its exit status.  ``exit`` and ``sleep`` act on the attempt."""
-    words, target, append = _redirect(argv)
-    if words is None:
-        return _fail(a, f"cannot interpret {shlex.join(argv)!r}")
-    cmd, args = words[0], words[1:]
-    if cmd in ("true", ":"):
-        return 0
-    if cmd == "false":
-        return 1
-    if cmd == "exit":
-        code = (int(args[0]) if args else a.last) % 256
-        a.code, a.status = code, "exited"
-        return code
-    if cmd == "sleep" and len(args) == 1:
-        assert a.at is not None
-        a.at += float(args[0])
-        return 0
-    if cmd == "echo":
-        newline = not (args and args[0] == "-n")
-        text = " ".join(args if newline else args[1:]) + ("\n" if newline else "")
-        return _write(a, target, text, append) if target else _log(a, "stdout", text)
-    if cmd == "touch" and args and not target:
-        return max(_write(a, path, "", True) for path in args)
-    if cmd in ("test", "[") and len(args) in (2, 3) and args[0] in ("-f", "-d", "-e"):
-        if cmd == "[" and args[-1] != "]":
-            return _fail(a, "[: missing ]", 2)
-        host = _host_path(a.job, args[1])
-        checks = {"-f": Path.is_file, "-d": Path.is_dir, "-e": Path.exists}
-        return 0 if host is not None and checks[args[0]](host[0]) else 1
-    return _fail(a, f"{cmd}: not found (the fake backend interprets only a few commands)")
-
-
-def _redirect(argv: list[str]) -> tuple[list[str] | None, str | None, bool]:
-    """(the words, the file of ``>``/``>>``, append); None words when malformed."""
-    for i, word in enumerate(argv):
-        if word in (">", ">>"):
-            if i == 0 or i + 2 != len(argv):
-                return None, None, False
-            return argv[:i], argv[i + 1], word == ">>"
-    if any(w and set(w) <= set(";&|>") for w in argv):
-        return None, None, False
-    return argv, None, False
-
-
-def _host_path(job: Job, path: str) -> tuple[Path, bool] | None:
-    """The host path behind a container path, and whether it is writable; None: not mounted."""
-    for m in sorted(job.container.mounts, key=lambda m: len(m.target), reverse=True):
-        target = m.target.rstrip("/")
-        if path == target or path.startswith(target + "/"):
-            return Path(m.source) / path[len(target) :].lstrip("/"), not m.read_only
-    return None
-
-
-def _write(a: _Attempt, path: str, text: str, append: bool) -> int:
-    host = _host_path(a.job, path)
-    if host is None or not host[1]:
-        return _fail(a, f"can't create {path}: {'Read-only file system' if host else 'not a mounted directory'}", 1)
-    try:
-        with host[0].open("a" if append else "w") as f:
-            f.write(text)
-    except OSError as exc:
-        return _fail(a, f"can't create {path}: {exc.strerror}", 1)
-    return 0
-
-
-def _log(a: _Attempt, stream: str, text: str) -> int:
-    """A CRI record in the job's log, as podman's k8s-file driver writes it."""
-    if a.job.container.log_path:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000+00:00", time.gmtime())
-        with open(a.job.container.log_path, "a") as f:
-            f.writelines(f"{stamp} {stream} F {line}\n" for line in text.rstrip("\n").split("\n"))
-    return 0
-
-
-def _publish(a: _Attempt) -> None:
+def _publish(a: FakeJob) -> None:
     """What the Slurm job script does after its container ends 0 (``base.Publish``), under the
     engine's lock, so no dependant starts before it: every declared output under staging, then
-    staging renamed to final; else the job ends ``PUBLISH_FAILED_CODE`` and staging stays."""
+    staging renamed to final while the step's fencing token names the job's attempt (under the
+    step's lock); else the job ends ``PUBLISH_FAILED_CODE`` (or ``DISCARDED_CODE``) and staging stays."""
     assert a.job.publish is not None
     staging, final = Path(a.job.publish.staging), Path(a.job.publish.final)
     missing = missing_outputs(staging, a.job.publish.declared)
     if missing:
-        _log(a, "stderr", f"hetflow: {missing_message(missing)}")
+        log(a, "stderr", f"hetflow: {missing_message(missing)}")
         a.code, a.reason = PUBLISH_FAILED_CODE, missing_message(missing)
         return
     try:
-        move_into_place(staging, final)
+        with fencing.locked(final):
+            fencing.check(final, staging, a.job.attempt)
+            move_into_place(staging, final)
+    except fencing.Fenced as exc:
+        log(a, "stderr", f"hetflow: {exc}")
+        a.code, a.reason = DISCARDED_CODE, str(exc)
     except OSError as exc:
-        _log(a, "stderr", f"hetflow: could not move /out into place ({final}): {exc.strerror or exc}")
+        log(a, "stderr", f"hetflow: could not move /out into place ({final}): {exc.strerror or exc}")
         a.code, a.reason = PUBLISH_FAILED_CODE, f"could not move /out into place: {exc.strerror or exc}"
 
 
-def _fail(a: _Attempt, message: str, code: int = NOT_FOUND_CODE) -> int:
-    _log(a, "stderr", f"sh: {message}")
-    a.reason = message
-    return code
-
-
-def _job_state(a: _Attempt) -> JobState:
+def _job_state(a: FakeJob) -> JobState:
     node = None if a.at is None else NODE
+    if a.unreachable:  # what the engine says of a job whose node it lost, however it goes on
+        return JobState(a.job.name, False, None, "NODE_FAIL", NODE, reason=f"node {NODE} failed", node_failed=True)
     if a.replicas and not a.node_failed:
         ranks = [a, *a.replicas]
         g = gang_state({i: (not r.ended, r.code, r.status) for i, r in enumerate(ranks)}, len(ranks))
