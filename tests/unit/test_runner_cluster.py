@@ -12,7 +12,9 @@ import pytest
 
 from hetflow.execute import reset_for_resume
 from hetflow.execute.attempts import NODE_FAULT_REQUEUES
+from hetflow.execute.backends import FakeBackend, FakeState
 from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.data.outputs import sha256_of
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.fakeengine import FakeEngine
 from hetflow.execute.runner import Runner
@@ -76,7 +78,7 @@ class QueueBackend:
                 )
         return out
 
-    def cancel(self, names: Iterable[str]) -> None:
+    def cancel(self, names: Iterable[str], grace: int | None = None) -> None:
         self.engine.stop(names)
 
     def release(self, names: Iterable[str]) -> None:
@@ -323,3 +325,103 @@ def test_the_node_fault_bound_holds_across_a_resume(tmp_path: Path) -> None:
     a = w.store.attempts(w.run.id, "a")
     assert len(a) == 5 and a[-1].state == "failed" and "the node failed" in a[-1].message
     assert w.store.node_faults(w.run.id, "a") == NODE_FAULT_REQUEUES
+
+
+# --- only the accepted attempt writes (issue 37) ---------------------------------------------
+
+# b's first attempt waits for a file that the test writes once b's second attempt is accepted;
+# each writes its attempt number.  c reads b's output a while later.
+LATE = """
+b:
+  image: x
+  command: [sh, -c, 'until test -f /out/go; do sleep 1; done; echo $HETFLOW_ATTEMPT > /out/o']
+  outputs: [o]
+c:
+  needs: [b]
+  image: x
+  command: [sh, -c, 'sleep 60; echo ok > /out/o']
+  outputs: [o]
+"""
+ONE_NODE = (MachineClass("n1", 1, 8, 32 << 30), MachineClass("n2", 1, 8, 32 << 30))
+
+
+def placed(steps: dict[str, str]) -> dict[str, Placement]:
+    """Each step on its class (one node each: the engine is told that node)."""
+    return {s: Placement(s, "default", f"{c}-0", c, 0.0, 1.0, 1.0, 0) for s, c in steps.items()}
+
+
+def test_a_lost_attempt_that_ends_after_its_retry_was_accepted_leaves_the_steps_outputs_alone(tmp_path: Path) -> None:
+    w = world(tmp_path, LATE)
+    state = FakeState(clock=w.clock)
+    backend = FakeBackend(state, holds_dependencies=True, cluster=True)
+    rid = w.run.id
+    work = RunPaths(Path(w.run.workdir))
+    seen: list[str] = []
+
+    def sleep(seconds: float) -> None:
+        """The world between two turns of the runner: b's node loses its engine under attempt 1
+        (which runs on), attempt 2 is let through, and attempt 1 only once 2 was accepted."""
+        w.clock.sleep(seconds)
+        if not seen and backend.poll(rid).get(f"hf-{rid}-b-1", None) is not None:
+            seen.extend(state.lose_node())
+        if (go := work.staging("b", 2)).is_dir():
+            (go / "go").touch()
+        if w.step("b").state == "succeeded" and work.staging("b", 1).is_dir():
+            (work.staging("b", 1) / "go").touch()
+
+    runner = Runner(
+        store=w.store,
+        node=w.node,
+        workflow=w.loaded.workflow,
+        run=w.store.run(rid),
+        backend=backend,
+        options=RunOptions(config=w.config, placements=placed({"b": "n1", "c": "n1"}), classes=ONE_NODE),
+        seams=ProcessSeams(clock=w.clock, sleep=sleep, pid=4242, alive=lambda p: False),
+    )
+    assert runner.execute() == "succeeded"
+    assert seen == [f"hf-{rid}-b-1"]
+    (record,) = w.store.outputs(rid, "b")
+    assert (work.step_out("b") / "o").read_text() == "2\n"
+    assert sha256_of(work.step_out("b") / "o") == record.sha256
+    assert (work.staging("b", 1) / "o").read_text() == "1\n"  # it ran to its end, in its own folder
+    first = w.store.attempts(rid, "b")[0]
+    assert first.state == "failed" and "attempt 1 ended after attempt 2 holds the step" in first.message, first
+    assert any(e.kind == "discarded" for e in w.store.events(rid) if e.step == "b")
+
+
+# a's node fails under it; d, planned on the same node and held behind a, is dropped with it
+SAME_NODE = """
+a:
+  image: x
+  outputs: [o]
+d:
+  needs: [a]
+  image: x
+"""
+
+
+@dataclass
+class DropsWithItsNode(NodeFailing):
+    """As Slurm does: a job held behind one its node ended is dropped (DependencyNeverSatisfied)."""
+
+    def _release_ready(self) -> None:
+        states = self.engine.states(next(iter(self.jobs.values())).run_id) if self.jobs else {}
+        for n in range(1, self.lost + 1):
+            name = next((j for j in self.jobs if j.endswith(f"-{self.step}-{n}")), None)
+            if name is not None and name in states and not states[name].running:
+                self.dropped.add(name)
+        super()._release_ready()
+
+
+def test_a_step_planned_on_a_node_that_failed_under_another_step_is_placed_elsewhere(tmp_path: Path) -> None:
+    w = world(tmp_path, SAME_NODE, outcomes={"a": [Outcome(files={"o": b"1"}), Outcome(files={"o": b"2"})]})
+    backend = DropsWithItsNode(w.engine)
+    runner = cluster_runner(w, backend, placed({"a": "n1", "d": "n1"}), ONE_NODE)
+    assert runner.execute() == "succeeded"
+    rid = w.run.id
+    assert f"hf-{rid}-d-1" in backend.dropped and backend.jobs[f"hf-{rid}-d-1"].node == "n1"
+    # before: pinned to n1 again, where Slurm holds it (ReqNodeNotAvail) until the node is back
+    assert backend.jobs[f"hf-{rid}-d-2"].node == "n2"
+    assert w.step("d").node == "n2"
+    said = [e.message for e in w.store.events(rid) if e.step == "d"]
+    assert any("on n2 (moved: node n1 failed in this run)" in m for m in said), said

@@ -25,6 +25,7 @@ from hetflow.execute.devices.usage import AttemptGpus
 from hetflow.execute.diskfull import full_disk_reason, out_of_space, remove_partial
 from hetflow.execute.engine import Usage
 from hetflow.execute.logs import log_tail
+from hetflow.execute.lostattempts import LostAttempts
 from hetflow.execute.nextattempt import OOM_EXIT, Failure, Limits, NextAttempt, after_failure, exit_reason
 from hetflow.execute.runconfig import RunnerConfig
 from hetflow.execute.secrets import scrub_logs
@@ -113,12 +114,14 @@ class Attempts:
         self.limits: Callable[[str], Limits] = lambda node: None  # what one node there holds
         self.cluster = False  # a cluster plan: a failed node class can be avoided
         self.gpus = AttemptGpus(store, run_id, here=not backend.capabilities.assigns_gpus)  # NVML sampling
+        self.lost = LostAttempts(store, run_id, paths, backend, clock)  # given up: fenced; failed nodes
 
     def emit(self, event: RunEvent) -> None:
         """The runner's one way to add to the run's event stream."""
         record(self.store, event)
 
     def poll(self) -> None:
+        self.lost.check()  # a lost attempt that ended since, its outputs discarded, is recorded so
         if not self.active:
             return
         states = self.backend.poll(self.run_id)
@@ -311,6 +314,7 @@ class Attempts:
             message=detail + (f" (retry: {act.change})" if act.change else ""),
         )
         self.emit(AttemptFinished(0, self.run_id, now, detail, act.step, act.attempt, FAILED, exit_code))
+        self.lost.fence(act.step, act.attempt)  # whatever it still does, it never writes the step's outputs
         self.release(act)
         used, retries = act.attempt - self.budget_start.get(act.step, 0), policy.count
         if retry and used <= retries:
@@ -358,12 +362,12 @@ class Attempts:
             failure = Failure(act.variant, act.node, None, act.cpus, act.memory, node_fault=True)
             changed = self._plan_next(act.step, failure, only_node)
             reason += f"; next attempt: {changed}" if changed else ""
-        if node_fault and lost and self.cluster:
-            # never pinned to the dead node again, whatever the policy (``ClusterDispatch.decide``)
-            prior = self.next.get(act.step) or NextAttempt()
-            self.next[act.step] = replace(prior, lost_nodes=prior.lost_nodes | {lost})
         if node_fault:
             self.record_usage(act)
+            # fenced, cancelled, its node avoided by every later placement of the run (``ClusterDispatch``)
+            self.lost.lose(act.step, act.attempt, act.container, lost)
+        else:
+            self.lost.fence(act.step, act.attempt)  # it never writes the step's outputs: a later attempt does
         said = reason + (f" (retry: {act.change})" if act.change else "")
         how = "lost with its node" if node_fault else "stopped to grow" if act.resize else "dropped by the engine"
         how = "checkpointed to move" if reason.startswith("migrated") else how

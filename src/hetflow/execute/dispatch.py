@@ -175,6 +175,7 @@ class ClusterDispatch:
         classes: Sequence[MachineClass],
         nexts: Mapping[str, NextAttempt] | None = None,
         reasons: Mapping[str, str] | None = None,
+        failed: Mapping[str, str] | None = None,
     ) -> None:
         self.node = node  # this machine: its control devices still go into a CPU step's container
         self.placements = dict(placements)
@@ -182,6 +183,9 @@ class ClusterDispatch:
         self.nexts: Mapping[str, NextAttempt] = nexts if nexts is not None else {}  # what retries changed
         self.moved: dict[str, tuple[str, str]] = {}  # step -> (variant, class) a retry moved it to
         self.reasons = dict(reasons or {})  # step -> why the plan has its variant (--variant, --prefer)
+        # nodes declared failed in this run, each with the step first lost there (``lostattempts``:
+        # the runner's, seen as it grows): no later attempt of any step is placed there
+        self.failed: Mapping[str, str] = failed if failed is not None else {}
         # node class -> GPU model (the engine's GPU type), and -> the one node a class of one
         # names (the engine's node list: a cluster file lists Slurm nodes or Ray nodes by name)
         self.gpu_models = {c.name: c.gpu_model for c in classes if c.gpus}
@@ -194,9 +198,9 @@ class ClusterDispatch:
             return Decision(None, (), "no node of the cluster can run this step (see 'hetflow plan --explain')")
         nxt = self.nexts.get(name)
         avoid = nxt.avoid if nxt is not None else frozenset()
-        # a class pinned to a node that died under an attempt: Slurm would hold the retry
-        # pending there, Ray refuse it, so it moves like an avoided class
-        lost = nxt.lost_nodes if nxt is not None else frozenset()
+        # a class pinned to a node that died under an attempt (this step's or another's): Slurm
+        # would hold the job pending there, Ray refuse it, so it moves like an avoided class
+        lost = (nxt.lost_nodes if nxt is not None else frozenset()) | set(self.failed)
         dead = {c: n for c, n in self.pinned_nodes.items() if n in lost}
         self.moved.pop(name, None)
         to = nxt.move_to if nxt is not None else None
@@ -221,7 +225,10 @@ class ClusterDispatch:
         variants = step.resolved_variants()
         order = sorted(variants, key=lambda v: (v != placed.variant, -variants[v].resources.gpus))
         usable = [c for c in self.classes if c.name not in avoid and c.name not in dead]
-        lost = f"node {', '.join(sorted(dead.values()))} failed under it" if dead else ""
+        under = {n for n, s in self.failed.items() if s == name}
+        under |= nxt.lost_nodes if (nxt := self.nexts.get(name)) is not None else frozenset()
+        where = "under it" if set(dead.values()) & under else "in this run"  # under another step's attempt
+        lost = f"node {', '.join(sorted(dead.values()))} failed {where}" if dead else ""
         for vname in order:
             cpu_only = not variants[vname].uses_gpu
             for c in sorted(usable, key=lambda c: (c.spot, cpu_only and c.gpus > 0)):

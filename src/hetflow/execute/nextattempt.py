@@ -5,8 +5,9 @@
 - ``cpus: xF``: every retry asks F times the CPUs (capped likewise).
 - ``fallback``: the next attempt runs the next variant of the list.
 - ``avoid_failed_node``: the next attempt avoids the node class the failed one ran on.
-- whatever the policy, an attempt whose node died is never pinned to that node again
-  (``lost_nodes``): the retry goes to another node class that fits, or says why none does.
+- whatever the policy, no attempt of the run is pinned to a node that died under one of its
+  attempts (``execute.lostattempts``, read by ``ClusterDispatch``): it goes to another node
+  class that fits, or says why none does.
 
 Each change is said in words (``memory 64Mi -> 256Mi after an out-of-memory kill``); the
 runner shows them as the step's reason and in the run's events.  The changes hold for the
@@ -62,8 +63,8 @@ class NextAttempt:
     cpus: Mapping[str, float] = field(default_factory=dict)
     avoid: frozenset[str] = frozenset()  # node classes not to use
     changes: tuple[str, ...] = ()  # what the last failure changed, in words
-    # nodes that died under an attempt of the step: a retry is never pinned to one again
-    # (Slurm would hold it pending, Ray refuse it); ``ClusterDispatch`` moves it off them
+    # nodes the step was moved off (``hetflow migrate`` without --to): a retry is never pinned to
+    # one again; ``ClusterDispatch`` moves it off them, as off the run's failed nodes
     lost_nodes: frozenset[str] = frozenset()
     move_to: str | None = None  # ``hetflow migrate --to NODE``: the node (or node class) to run on next
 

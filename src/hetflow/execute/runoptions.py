@@ -89,6 +89,7 @@ def make_dispatch(
             attempts.next,
             # the plan's reasons (--variant/--prefer) ride on the chooser the session built from it
             reasons=chooser.reasons if isinstance(chooser, PlanChooser) else None,
+            failed=attempts.lost.nodes,  # the run's failed nodes, as they are declared
         )
     return LocalDispatch(
         node=node,
