@@ -10,6 +10,7 @@ import sqlite3
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
+from hetflow.state.inputrows import InputsSeen
 from hetflow.state.models import USAGE_FIELDS, AttemptRecord, OutputRecord, UsageRow
 from hetflow.state.schema import SCHEMA_VERSION
 
@@ -86,9 +87,15 @@ class AttemptRows:
 
     # --- attempts ---------------------------------------------------------------------
 
-    def add_attempt(self, a: AttemptRecord) -> None:
-        """Record the intent to launch, before the container is started."""
+    def add_attempt(self, a: AttemptRecord, inputs: InputsSeen | None = None) -> None:
+        """Record the intent to launch, before the container is started; ``inputs``: its data
+        inputs as its launch found them (``attempt_inputs``), in the same transaction."""
         with self._tx() as db:
+            if inputs is not None:
+                db.execute(
+                    "INSERT OR REPLACE INTO attempt_inputs VALUES (?, ?, ?, ?, ?)",
+                    (a.run_id, a.step, a.attempt, json.dumps(dict(inputs.digests), sort_keys=True), inputs.fingerprint),
+                )
             db.execute(
                 "INSERT OR REPLACE INTO attempts (run_id, step, attempt, variant, node, gpus, gpu_uuids,"
                 " container, image, state, exit_code, started, ended, message, cpus, memory, workflow_version)"

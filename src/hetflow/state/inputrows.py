@@ -66,15 +66,6 @@ class InputRows:
                 if statement.strip():
                     db.execute(statement)
 
-    def record_attempt_inputs(
-        self, run_id: str, step: str, attempt: int, digests: Mapping[str, str], fingerprint: str
-    ) -> None:
-        with self._tx() as db:
-            db.execute(
-                "INSERT OR REPLACE INTO attempt_inputs VALUES (?, ?, ?, ?, ?)",
-                (run_id, step, attempt, json.dumps(dict(digests), sort_keys=True), fingerprint),
-            )
-
     def attempt_inputs(self, run_id: str, step: str, attempt: int) -> InputsSeen | None:
         try:
             row = self._db.execute(

@@ -54,6 +54,7 @@ from hetflow.state import (
     RUNNING,
     AttemptRecord,
     AttemptStarted,
+    InputsSeen,
     Lease,
     Note,
     RunRecord,
@@ -247,8 +248,6 @@ class Launcher:
         inputs as its launch found them come first of all (``data.watch``)."""
         variant, n = go.variant, go.step.replicas
         look = self.watch.look(go.step)
-        if look is not None:
-            self.store.record_attempt_inputs(self.run_id, go.name, go.attempt, look.digests, look.fingerprint)
         grant(self.paths.step_out(go.name), go.attempt)  # only it may write the step's outputs now (``fencing``)
         indices = tuple(g.index for g in go.gpus)
         self.store.add_attempt(
@@ -270,7 +269,8 @@ class Launcher:
                 cpus=variant.resources.cpus * n,
                 memory=variant.resources.memory * n,
                 workflow_version=self.workflow_version,
-            )
+            ),
+            InputsSeen(look.digests, look.fingerprint) if look is not None else None,
         )
         gpu_text = go.slot.describe() if go.slot is not None else ",".join(map(str, indices)) or "none"
         self.store.set_step(
