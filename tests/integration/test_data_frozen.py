@@ -77,11 +77,12 @@ steps:
 """
 
 
-def started(hf: Hetflow, step: str) -> Path:
-    """The step's first attempt's /out on the host, once its container has begun."""
-    home_runs = hf.home / "runs"
-    hf.wait_for(lambda: any(home_runs.glob(f"*/attempts/{step}/1/out/started")), timeout=120)
-    return next(home_runs.glob(f"*/attempts/{step}/1/out/started")).parent
+def started(hf: Hetflow, step: str, runs: Path | None = None) -> Path:
+    """The step's first attempt's /out on the host (under ``runs``, the runs' work directory:
+    HETFLOW_HOME/runs by default), once its container has begun."""
+    runs = runs or hf.home / "runs"
+    hf.wait_for(lambda: any(runs.glob(f"*/attempts/{step}/1/out/started")), timeout=180)
+    return next(runs.glob(f"*/attempts/{step}/1/out/started")).parent
 
 
 def test_a_data_file_edited_while_its_step_runs_is_not_cached_and_the_step_says_so(hf: Hetflow, tmp_path: Path) -> None:
