@@ -17,6 +17,7 @@ job script writes them to files, and MinJobAge keeps finished jobs in squeue for
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -413,7 +414,10 @@ def _daemon(args: list[str], env: Mapping[str, str], log: Path) -> None:
 
 def stop_cluster(base: Path, *, timeout: float = 20) -> None:
     """Cancel the cluster's jobs (their containers are stopped by the job scripts' traps),
-    then end its daemons: only the processes named in its own pid files."""
+    then end its daemons: only the processes named in its own pid files, and the nodes'
+    slurmstepd processes, once they have told slurmctld their job's end (a slurmstepd whose
+    slurmd was killed, and slurmctld after it, retries that for ever: seen half an hour
+    after ``make test``)."""
     base = Path(base).resolve()
     conf = base / "etc" / "slurm.conf"
     if conf.exists() and _pid(base / "run" / "slurmctld.pid", "slurmctld"):
@@ -425,6 +429,9 @@ def stop_cluster(base: Path, *, timeout: float = 20) -> None:
             if active.returncode != 0 or not active.stdout.strip():
                 break
             time.sleep(0.3)
+        deadline = time.monotonic() + timeout
+        while _stepds(base) and time.monotonic() < deadline:
+            time.sleep(0.3)
     pids = [pid for path, prog in _pid_files(base) if (pid := _pid(path, prog))]
     for pid in pids:
         os.kill(pid, signal.SIGTERM)
@@ -434,6 +441,19 @@ def stop_cluster(base: Path, *, timeout: float = 20) -> None:
         time.sleep(0.1)
     for pid in pids:
         os.kill(pid, signal.SIGKILL)
+    for pid in _stepds(base):  # it ignores SIGTERM
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _stepds(base: Path) -> list[int]:
+    """The cluster's slurmstepd processes: they work in a folder under ``base`` (its log folder)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        with contextlib.suppress(OSError):  # ended meanwhile, or not a process
+            if (proc / "comm").read_text().strip() == "slurmstepd" and os.readlink(proc / "cwd").startswith(f"{base}/"):
+                found.append(int(proc.name))
+    return found
 
 
 def _zombie(pid: int) -> bool:

@@ -24,6 +24,7 @@ from hetflow.execute.data.publish import PublishError, Publishing
 from hetflow.execute.devices.usage import AttemptGpus
 from hetflow.execute.diskfull import full_disk_reason, out_of_space, remove_partial
 from hetflow.execute.engine import Usage
+from hetflow.execute.engineview import EngineView
 from hetflow.execute.logs import log_tail
 from hetflow.execute.lostattempts import LostAttempts
 from hetflow.execute.nextattempt import OOM_EXIT, Failure, Limits, NextAttempt, after_failure, exit_reason
@@ -75,7 +76,8 @@ class Active:
     change: str = ""  # what the step's retry policy changed for this attempt, in words
     resize: str = ""  # an elastic gang stopped to grow: why (``execute.elastic``; settled as a requeue)
     waiting: str = ""  # what the engine last said it waits for (Slurm's Reason, Ray's), if anything
-    # when a queueing engine started and ended its job, by its own record (``Attempts.note_times``)
+    engine_gpus: tuple[int | str, ...] = ()  # the GPUs the engine last said it gave (``engineview``)
+    # when a queueing engine started and ended its job, by its own record (``EngineView.note_times``)
     started: float | None = None
     ended: float | None = None
 
@@ -115,6 +117,7 @@ class Attempts:
         self.cluster = False  # a cluster plan: a failed node class can be avoided
         self.gpus = AttemptGpus(store, run_id, here=not backend.capabilities.assigns_gpus)  # NVML sampling
         self.lost = LostAttempts(store, run_id, paths, backend, clock)  # given up: fenced; failed nodes
+        self.view = EngineView(store, run_id, clock, backend.capabilities)  # what a queueing engine says
 
     def emit(self, event: RunEvent) -> None:
         """The runner's one way to add to the run's event stream."""
@@ -130,30 +133,11 @@ class Attempts:
             if st is None:
                 self.fail(act, None, f"container {act.container} disappeared")
                 continue
-            self.note_times(act, st)
+            self.view.saw(act, st)  # its times, GPUs and wait, as the engine says
             if is_batch(act.container) and not st.running:  # its own start and end, not its batch's
                 act.ended = note_start(self.store, self.run_id, act.step, act.attempt, st)
             if not st.running:
                 self.settle(act, st)
-            elif st.reason != act.waiting:
-                self.note_wait(act, st.status, st.reason)
-
-    def note_times(self, act: Active, st: JobState) -> None:
-        """A queueing engine's own start and end of the job (Slurm's StartTime/EndTime, a Ray
-        task's): the start is the attempt's run_started (its ``started`` stays the submission,
-        the trace's submit) and the step's first start (``show``'s STARTED), the end its ended."""
-        if not self.backend.capabilities.queues:
-            return  # this machine's engine starts the container when asked: the launch is its start
-        if st.ended is not None and not st.running:
-            act.ended = st.ended
-        # a job said to run (no wait reason) with no time of the engine's counts from now
-        started = st.started if st.started is not None or not st.running or st.reason else self.clock()
-        if act.started is not None or started is None:
-            return
-        act.started = started
-        self.store.set_attempt(self.run_id, act.step, act.attempt, run_started=started)
-        if self.store.step(self.run_id, act.step).started is None:
-            self.store.set_step(self.run_id, act.step, started=started)
 
     def settle(self, act: Active, st: JobState) -> None:
         """The engine says the attempt's job is over: requeue it when that was not the
@@ -166,17 +150,6 @@ class Attempts:
             self.requeue(act, f"{st.status}{where}: {st.reason or 'the node failed'}", node_fault=True, lost=st.node)
         else:
             self.finalize(act, st.exit_code if st.exit_code is not None else 255, st.reason)
-
-    def note_wait(self, act: Active, status: str, reason: str) -> None:
-        """The engine queues the attempt and says why (Slurm's Resources or Dependency, a Ray
-        gang's placement group): the step's reason shows it until the engine stops saying
-        it, and each change is an event, so ``hetflow show`` and ``logs -f`` tell why a step
-        (a gang waiting for all its nodes, say) has not started."""
-        act.waiting = reason
-        # "pending: ..." (QUEUED_PREFIX) is what shows the step as queued (StepRecord.shown_state)
-        shown = f"{status.lower()}: {reason}" if reason else act.why
-        event = f"{act.container} {status.lower()}: {reason}" if reason else f"{act.container} {status.lower()}"
-        self.store.set_step(self.run_id, act.step, reason=shown, event=event)
 
     def watch_gpus(self, act: Active) -> None:
         """Sample the GPUs of an attempt that runs on this machine (its container started,

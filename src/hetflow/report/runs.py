@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pwd
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from functools import cache
 from typing import Any
 
@@ -43,7 +43,8 @@ def when(t: float | None) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t)) if t else "-"
 
 
-def gpus_text(gpus: tuple[int, ...]) -> str:
+def gpus_text(gpus: Sequence[int | str]) -> str:
+    """GPU indices (``0,1``), or what a cluster engine named (``2x nvidia.com/gpu``); ``-``: none."""
     return ",".join(map(str, gpus)) if gpus else "-"
 
 

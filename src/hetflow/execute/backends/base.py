@@ -31,7 +31,7 @@ class Capabilities:
     # Steps may land on other machines: the work directory must be shared.
     multi_node: bool = False
     # The engine queues a submitted job until it can place it (Slurm, Ray): the step shows
-    # "queued" from its submission until the engine says the job runs (Attempts.note_wait).
+    # "queued" from its submission until the engine says the job runs (EngineView.note_wait).
     queues: bool = False
 
 
@@ -113,7 +113,9 @@ class JobState:
     exit_code: int | None  # when finished
     status: str  # the engine's word: PENDING, RUNNING, COMPLETED, exited, ...
     node: str | None = None  # where it ran, when known
-    gpus: tuple[int, ...] = ()  # GPU indices the engine assigned, when known
+    # the GPUs the engine assigned, when it says: indices on the node (Ray's, a DRA device's
+    # index), else its own names for them (a device plugin's IDs, or "2x nvidia.com/gpu")
+    gpus: tuple[int | str, ...] = ()
     reason: str = ""  # why pending or failed, in the engine's words
     # The engine dropped the job because a dependency failed (Slurm DependencyNeverSatisfied
     # with --kill-on-invalid-dep): not the step's failure; hetflow submits it again later.
