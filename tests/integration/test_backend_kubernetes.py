@@ -21,7 +21,7 @@ import yaml
 from kubernetes import client, watch
 
 from hetflow.execute.backends.kubernetes import KubernetesBackend
-from tests.contract.backend_contract import BackendContract
+from tests.contract.backend_contract import BackendContract, job, new_run_id
 from tests.integration.hfkit import BUSYBOX, Hetflow, write
 from tests.integration.kube_fixture import REAL_NODE, RealKube, api_client, kube_real, wait_for
 
@@ -185,3 +185,64 @@ def test_a_second_run_takes_every_step_from_the_cache(hf: Hetflow, tmp_path: Pat
     assert hf("show", second).stdout.count("cached: from run") == 3
     assert [n for n, j in seen.items() if j.spec.template.metadata.labels.get("hetflow.run") == second] == []
     assert (tmp_path / "results" / "total").read_text().strip() == "5"
+
+
+FAN_WF = f"""apiVersion: hetflow/v1
+name: kubefan
+steps:
+  fan:
+    image: {BUSYBOX}
+    foreach: {{range: 10}}
+    command: [sh, -c, "echo item {{{{ item }}}} says hello"]
+    resources: {{cpus: 0.1, memory: 64Mi}}
+  slow:
+    image: {BUSYBOX}
+    command: [sh, -c, "sleep 20; echo slow done"]
+    resources: {{cpus: 0.1, memory: 64Mi}}
+"""
+
+
+@pytest.mark.parametrize("repeat", range(2), ids=lambda r: f"run-{r}")
+def test_every_items_log_is_read_before_its_pod_goes_and_show_says_how_it_ended(
+    hf: Hetflow, tmp_path: Path, kube_real: RealKube, repeat: int
+) -> None:
+    """issue 37: a 10-item fan-out of quick pods on the real node lost some items' logs ("the API
+    server gave no log ... pods not found": a poll while a released Job's pods were going read
+    the log again, over the one read) and kept "pending: ContainerCreating" as the reason of
+    steps that had succeeded.  ``slow`` keeps the executor polling after the items end."""
+    settings = {"backend": "kubernetes", "workdir": str(tmp_path / "work"), "kubernetes": _real_settings(kube_real)}
+    config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    hf("run", "-q", "--config", config, write(tmp_path, FAN_WF), timeout=300)
+    run_id = hf.last_run()
+    steps = [s for s in hf.show(run_id)["steps"] if s["step"] != "slow"]
+    assert [s["state"] for s in steps] == ["succeeded"] * 10, steps
+    lost = {}
+    for i in range(10):
+        log = hf("logs", run_id, f"fan.{i}").stdout
+        if f"item {i} says hello" not in log:
+            lost[i] = log
+    assert not lost, lost
+    assert not [(s["step"], s["reason"]) for s in steps if s["reason"].startswith("pending:")], steps
+
+
+def test_a_released_jobs_log_stays_as_read_while_its_pod_goes(kube_real: RealKube, tmp_path: Path) -> None:
+    """issue 37: the log is read before the Job is deleted, and only once: a poll while the
+    released Job and its pod are going (the watch wakes the runner on every change) read it
+    again over the file, from a pod whose log was gone ("the API server gave no log")."""
+    backend = KubernetesBackend(kube_real.settings())
+    run_id = new_run_id()
+    name = f"hf-{run_id}-talk-1"
+    talk = job(name, tmp_path / "out", "for i in $(seq 1 3000); do echo line $i; done", run_id=run_id)
+    close = backend.watch(run_id, lambda: None)
+    assert close is not None
+    try:
+        backend.submit(talk)
+        wait_for("the pod ends", lambda: (st := backend.poll(run_id).get(name)) is not None and not st.running)
+        backend.release([name])
+        log = Path(talk.container.log_path or "")
+        read = (log.read_text(), log.stat().st_mtime_ns)  # read whole before the Job was deleted
+        assert "line 1 " in read[0].replace("\n", " \n") and "line 3000" in read[0], read[0][-500:]
+        wait_for("the Job and its pod are gone", lambda: not backend.poll(run_id) or None, timeout=120)
+    finally:
+        close()
+    assert (log.read_text(), log.stat().st_mtime_ns) == read, log.read_text()[-500:]  # and never again

@@ -11,7 +11,8 @@ controller runs them, and hetflow reads what happened from the API.
 - ``cancel`` deletes the Jobs with foreground propagation and the given grace, and waits (a
   bounded while) for their pods to go; ``release`` deletes finished Jobs the same way.
 - Logs: while a runner watches, each pod's log is followed through the API
-  (``pods/log?follow=true``) into the attempt's log file (``logs``).
+  (``pods/log?follow=true``) into the attempt's log file (``logs``); ``release`` and
+  ``cancel`` have every started pod's log read before its Job (and pod) is deleted.
 - Adoption is by label: a new backend instance finds the run's Jobs the same way.
 """
 
@@ -78,7 +79,8 @@ class KubernetesBackend:
         self.settings = settings or KubernetesSettings()
         self._api = api
         self._gone: dict[str, JobState] = {}  # cancelled here: their Jobs are deleted
-        self._seen: dict[str, list[Any]] = {}  # job name -> its pods when last polled (usage)
+        self._seen: dict[str, list[Any]] = {}  # job name -> its pods when last polled (usage, logs)
+        self._meta: dict[str, Any] = {}  # job name -> its Job's metadata when last polled (logs)
         self._policy_made = False
         self._inventory: Inventory | None = None
         self._logs = LogFollowers()
@@ -199,7 +201,7 @@ class KubernetesBackend:
             else:
                 pending = ""
             out[full] = job_state(full, j, mine, pending)
-            self._seen[full] = mine
+            self._seen[full], self._meta[full] = mine, meta
             if self._watching:
                 self._logs.follow(api, meta, mine)
         for name, state in self._gone.items():
@@ -245,6 +247,8 @@ class KubernetesBackend:
         SIGTERM; None: the pods' terminationGracePeriodSeconds) and wait for the pods to go."""
         api = self.api
         names = list(names)
+        for name in names:  # readers of their logs, started before the pods go
+            self._logs.follow(api, self._meta.get(name, {}), self._seen.get(name, []))
         for name in names:
             pods = self._seen.get(name, [])
             ended = [pod_state(name, p) for p in pods]
@@ -261,13 +265,16 @@ class KubernetesBackend:
             if not pods:
                 break
             time.sleep(0.2)
+        self._logs.finish(wanted)  # what they wrote until they went
 
     def release(self, names: Iterable[str]) -> None:
+        """Delete finished Jobs, each pod's log read first (``LogFollowers.read_before``)."""
         api = self.api
         names = list(names)
-        self._logs.finish([object_name(n) for n in names])  # one short wait for the lot
+        self._logs.read_before(api, {object_name(n): (self._meta.get(n, {}), self._seen.get(n, [])) for n in names})
         for name in names:
             self._gone.pop(name, None)
+            self._meta.pop(name, None)
             self._seen.pop(name, None)
             api.delete(f"{self._jobs}/{object_name(name)}", propagationPolicy="Foreground")
 
