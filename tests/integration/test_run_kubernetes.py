@@ -157,6 +157,13 @@ def test_a_cpu_and_gpu_workflow_runs_where_the_plan_put_it_through_the_real_sche
     assert limits["nvidia.com/gpu"] == "1"
     # each pod's log was followed through the API into hetflow's log of the step
     assert marker in hf("logs", run_id, "prep").stdout
+    # issue 37: GPUS are what each pod got: the DRA devices the scheduler allocated to train's
+    # claim (their index attribute in the ResourceSlice), embed's device-plugin GPU (the API
+    # names no device: its count); a finished step's reason is no longer a wait
+    assert sorted(steps["train"]["gpus"]) == [0, 1], steps["train"]
+    assert steps["embed"]["gpus"] == ["1x nvidia.com/gpu"], steps["embed"]
+    assert steps["prep"]["gpus"] == [], steps["prep"]
+    assert not [s["reason"] for s in steps.values() if s["reason"].startswith("pending:")], steps
 
 
 def test_a_failure_is_retried_and_oom_and_exit_codes_are_reported(
@@ -252,6 +259,37 @@ def test_gangs_are_admitted_all_or_nothing_so_two_never_hold_part_of_the_gpus(
         if step_name in live:
             (live[step_name].add if alive else live[step_name].discard)(pod_name)
             assert len(live["ga"]) + len(live["gb"]) <= 4, f"pods asking for more than the node's GPUs: {live}"
+
+
+def dra_gang_step(replicas: int) -> dict[str, Any]:
+    resources = {"cpus": 1, "memory": "256Mi", "gpus": 1}
+    return step(resources=resources, gpu={"models": ["H100"]}, gang={"replicas": replicas, "launcher": "torch"})
+
+
+def test_gangs_on_dra_gpus_are_admitted_all_or_nothing_too(
+    hf: Hetflow,
+    tmp_path: Path,
+    kube_cluster: LocalKube,  # noqa: F811
+) -> None:
+    """issue 37: two gangs of 2 replicas, each replica one of the H100 node's 2 DRA GPUs (a
+    ResourceClaim each): admission counts the ResourceSlices' devices and the claims' allocations,
+    so one gang runs at a time; counting CPU and memory only, both were let go (4 pods for 2 GPUs)."""
+    config = kube_config(tmp_path, kube_cluster)
+    wf = write(tmp_path, workflow("dragangs", {"da": dra_gang_step(2), "db": dra_gang_step(2)}))
+    events: list[tuple[str, str, bool]] = []  # (step, pod, live) in the API's order
+    with pods_seen(kube_cluster, events) as seen:
+        hf("run", "-q", "--config", config, wf, timeout=240)
+    run_id = hf.last_run()
+    data = hf.show(run_id)
+    assert data["state"] == "succeeded", data
+    mine = [p for p in seen.values() if p["metadata"]["labels"]["hetflow.run"] == run_id]
+    assert sorted(p["metadata"]["labels"]["hetflow.step"] for p in mine) == ["da"] * 2 + ["db"] * 2
+    assert {p["spec"]["node_name"] for p in mine} == {"kwok-h100-dra"}
+    live: dict[str, set[str]] = {"da": set(), "db": set()}
+    for step_name, pod_name, alive in events:
+        if step_name in live:
+            (live[step_name].add if alive else live[step_name].discard)(pod_name)
+            assert len(live["da"]) + len(live["db"]) <= 2, f"pods asking for more than the node's 2 DRA GPUs: {live}"
 
 
 def test_a_quota_keeps_a_step_queued_with_kubernetes_reason(

@@ -7,9 +7,13 @@ Room is what kube-scheduler's NodeResourcesFit counts: a node's allocatable minu
 of the pods bound to it that have not ended; pods admitted but not yet bound (the scheduler
 is still placing them) are counted too, placed first-fit, so two gangs admitted in one poll
 never count the same room twice.  Each replica is then placed first-fit on its own copy of
-that room.  Resources counted: cpu, memory and the extended resources (nvidia.com/gpu, ...);
-DRA devices are not (the scheduler allocates them; a gang of DRA GPUs is admitted on CPU and
-memory alone, said here).  Pure functions: the API's JSON in.
+that room.  Resources counted: cpu, memory, the extended resources (nvidia.com/gpu, ...) and
+DRA devices (``devices``): a node's devices of a driver in its ResourceSlices less those
+allocated to claims reserved for a pod, taken per replica as the pod's annotation says (a
+bound pod's are in its claim's allocation already; one not bound yet is placed first-fit).
+Without them a gang of DRA GPUs was admitted on CPU and memory alone: two gangs of 2 on a node
+of 2 DRA GPUs made 4 pods at once, each gang holding part of the GPUs.  Pure functions: the
+API's JSON in.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from hetflow.execute.backends.kubernetes.devices import dra_request
 from hetflow.execute.backends.kubernetes.inventory import quantity
 
 Room = dict[str, dict[str, float]]  # node -> resource -> free amount
@@ -31,9 +36,19 @@ def pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, float]:
     return out
 
 
-def free_room(nodes: Sequence[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> Room:
-    """Each Ready, schedulable node's allocatable minus its live pods' requests; pods not yet
-    bound are placed first-fit on what is left."""
+def template_requests(template: Mapping[str, Any]) -> dict[str, float]:
+    """What each pod of a Job's template asks: its containers' requests and its DRA devices."""
+    return pod_requests(template.get("spec") or {}) | dra_request(template.get("metadata") or {})
+
+
+def free_room(
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    devices: Mapping[str, Mapping[str, float]] | None = None,
+) -> Room:
+    """Each Ready, schedulable node's allocatable (and free DRA devices: ``devices.dra_free``)
+    minus its live pods' requests; pods not yet bound, with their DRA devices, are placed
+    first-fit on what is left."""
     room: Room = {}
     for n in nodes:
         ready = any(
@@ -41,7 +56,8 @@ def free_room(nodes: Sequence[Mapping[str, Any]], pods: Iterable[Mapping[str, An
         )
         if ready and not n.get("spec", {}).get("unschedulable"):
             alloc = n.get("status", {}).get("allocatable") or {}
-            room[n["metadata"]["name"]] = {k: quantity(v) for k, v in alloc.items()}
+            name = n["metadata"]["name"]
+            room[name] = {k: quantity(v) for k, v in alloc.items()} | dict((devices or {}).get(name, {}))
     unbound = []
     for p in pods:
         if p.get("status", {}).get("phase") in ("Succeeded", "Failed") or p.get("metadata", {}).get(
@@ -51,9 +67,9 @@ def free_room(nodes: Sequence[Mapping[str, Any]], pods: Iterable[Mapping[str, An
         need = pod_requests(p.get("spec", {}))
         node = p.get("spec", {}).get("nodeName")
         if node in room:
-            _take(room[node], need)
+            _take(room[node], need)  # its DRA devices: its claim's allocation, out of ``devices`` already
         elif not node:
-            unbound.append(need)
+            unbound.append(need | dra_request(p.get("metadata", {})))
     for need in unbound:
         place(room, need, ())
     return room

@@ -13,6 +13,8 @@ controller runs them, and hetflow reads what happened from the API.
 - Logs: while a runner watches, each pod's log is followed through the API
   (``pods/log?follow=true``) into the attempt's log file (``logs``); ``release`` and
   ``cancel`` have every started pod's log read before its Job (and pod) is deleted.
+- GPUs: a state carries what the pod (a gang: rank 0's) got, its DRA devices or device-plugin
+  GPUs as the API tells them (``devices``), read once per pod.
 - Adoption is by label: a new backend instance finds the run's Jobs the same way.
 """
 
@@ -23,16 +25,26 @@ import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from hetflow.config import engine_env
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState
 from hetflow.execute.backends.common import TERMINATED_CODE, host_image_id
-from hetflow.execute.backends.kubernetes.admission import fits, free_room, pod_requests
+from hetflow.execute.backends.kubernetes.admission import fits, free_room, template_requests
 from hetflow.execute.backends.kubernetes.api import Conflict, Forbidden, KubeApi, NotFound
+from hetflow.execute.backends.kubernetes.devices import (
+    ANNOTATION_DRA,
+    Device,
+    allocated,
+    claim_name,
+    dra_free,
+    pod_gpus,
+    slice_devices,
+)
 from hetflow.execute.backends.kubernetes.inventory import Inventory
-from hetflow.execute.backends.kubernetes.logs import ANNOTATION_LOGS, LogFollowers
+from hetflow.execute.backends.kubernetes.logs import ANNOTATION_LOGS, INDEX, LogFollowers
 from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
 from hetflow.execute.backends.kubernetes.states import job_state, pod_state
 from hetflow.execute.backends.kubernetes.translate import (
@@ -67,7 +79,10 @@ PATHS = {  # kind -> (resource, group/version): where ``KubeApi.ns`` puts it
     "Service": ("services", ""),
     "NetworkPolicy": ("networkpolicies", "networking.k8s.io/v1"),
     "ResourceClaimTemplate": ("resourceclaimtemplates", "resource.k8s.io/v1"),
+    "ResourceClaim": ("resourceclaims", "resource.k8s.io/v1"),
 }
+SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+SLICES_TTL = 30.0  # seconds a read of the ResourceSlices serves a pod's device lookups
 
 
 class KubernetesBackend:
@@ -81,6 +96,8 @@ class KubernetesBackend:
         self._gone: dict[str, JobState] = {}  # cancelled here: their Jobs are deleted
         self._seen: dict[str, list[Any]] = {}  # job name -> its pods when last polled (usage, logs)
         self._meta: dict[str, Any] = {}  # job name -> its Job's metadata when last polled (logs)
+        self._gpus: dict[str, tuple[int | str, ...]] = {}  # pod name -> the GPUs it got
+        self._slices: tuple[float, dict[Device, tuple[str, int | str]]] = (0.0, {})
         self._policy_made = False
         self._inventory: Inventory | None = None
         self._logs = LogFollowers()
@@ -201,6 +218,8 @@ class KubernetesBackend:
             else:
                 pending = ""
             out[full] = job_state(full, j, mine, pending)
+            if gpus := self._gpus_of(mine):
+                out[full] = replace(out[full], gpus=gpus)
             self._seen[full], self._meta[full] = mine, meta
             if self._watching:
                 self._logs.follow(api, meta, mine)
@@ -219,17 +238,61 @@ class KubernetesBackend:
             every_pod = api.items("/api/v1/pods")
         except Forbidden:  # a user of one namespace: its own pods are what it can count
             every_pod = api.items(api.ns("pods"))
-        room = free_room(api.items("/api/v1/nodes"), every_pod)
+        dra = any(ANNOTATION_DRA in (j["spec"]["template"].get("metadata", {}).get("annotations") or {})
+                  for j in [*held, *(j for j, _ in starting)])  # fmt: skip
+        room = free_room(api.items("/api/v1/nodes"), every_pod, self._dra_free() if dra else None)
         for j, missing in starting:
-            template = j["spec"]["template"]["spec"]
-            fits(room, pod_requests(template), missing, allowed_nodes(template))
+            template = j["spec"]["template"]
+            fits(room, template_requests(template), missing, allowed_nodes(template["spec"]))
         admitted = set()
         for j in sorted(held, key=lambda j: str(j["metadata"].get("creationTimestamp", ""))):
-            template = j["spec"]["template"]["spec"]
-            if fits(room, pod_requests(template), int(j["spec"].get("completions", 1)), allowed_nodes(template)):
+            template = j["spec"]["template"]
+            need, n = template_requests(template), int(j["spec"].get("completions", 1))
+            if fits(room, need, n, allowed_nodes(template["spec"])):
                 api.patch(f"{self._jobs}/{j['metadata']['name']}", {"spec": {"suspend": False}})
                 admitted.add(j["metadata"]["name"])
         return admitted
+
+    def _dra_free(self) -> dict[str, dict[str, float]] | None:
+        """Each node's DRA devices not allocated to a live pod's claim (``devices.dra_free``): the
+        cluster's claims, or the namespace's where only those may be read; None where neither
+        (nor the slices) may be: the gangs are then admitted on what else they ask."""
+        api = self.api
+        try:
+            try:
+                claims = api.items("/apis/resource.k8s.io/v1/resourceclaims")
+            except Forbidden:
+                claims = api.items(api.ns(*PATHS["ResourceClaim"]))
+            return dra_free(api.items(SLICES), claims)
+        except (Forbidden, NotFound):
+            return None
+
+    def _gpus_of(self, pods: list[Any]) -> tuple[int | str, ...]:
+        """The GPUs the Job's pod (a gang: rank 0's) got, once known (``devices.pod_gpus``)."""
+        if not pods:
+            return ()
+        pod = min(pods, key=lambda p: int(p["metadata"].get("annotations", {}).get(INDEX, 0)))
+        name = pod["metadata"]["name"]
+        if name not in self._gpus and pod.get("spec", {}).get("nodeName"):
+            claims, devices = {}, self._slices[1]
+            if claim := claim_name(pod):
+                with contextlib.suppress(EngineError):  # RBAC without get resourceclaims: not shown
+                    claims[claim] = self.api.get(f"{self.api.ns(*PATHS['ResourceClaim'])}/{claim}")
+                if any(d not in devices for d in allocated(claims.get(claim, {}))):
+                    devices = self._slice_devices()
+            found = pod_gpus(pod, claims, devices)
+            if found is not None:
+                self._gpus[name] = found
+        return self._gpus.get(name, ())
+
+    def _slice_devices(self) -> dict[Device, tuple[str, int | str]]:
+        """The ResourceSlices' devices, read again at most every SLICES_TTL seconds."""
+        at, devices = self._slices
+        if time.monotonic() - at > SLICES_TTL:
+            with contextlib.suppress(EngineError):
+                devices = slice_devices(self.api.items(SLICES))
+            self._slices = (time.monotonic(), devices)
+        return devices
 
     def _pending_reason(self, name: str) -> str:
         """Why a Job has no pod yet, in Kubernetes' words (a quota: FailedCreate)."""
@@ -275,7 +338,8 @@ class KubernetesBackend:
         for name in names:
             self._gone.pop(name, None)
             self._meta.pop(name, None)
-            self._seen.pop(name, None)
+            for p in self._seen.pop(name, []):
+                self._gpus.pop(p["metadata"]["name"], None)
             api.delete(f"{self._jobs}/{object_name(name)}", propagationPolicy="Foreground")
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:

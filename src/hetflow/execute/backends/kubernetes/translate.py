@@ -31,6 +31,7 @@ from typing import Any
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.kubernetes.devices import ANNOTATION_DRA, CLAIM
 from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
 from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP, ContainerSpec
 from hetflow.execute.gang.replicas import Quantity, render_contract
@@ -46,7 +47,6 @@ HOSTNAME = "kubernetes.io/hostname"
 VENDOR_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "intel": "gpu.intel.com/i915"}
 MIG_RESOURCE = "nvidia.com/mig-"
 DRA_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: the attribute and capacity domain
-CLAIM = "gpus"  # the pod's name for its GPU claim
 INDEX = "batch.kubernetes.io/job-completion-index"  # the Job controller's annotation on each pod
 NAME_MAX = 56  # an Indexed Job's pods are NAME-INDEX and their hostname must stay a DNS label
 _DNS = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
@@ -100,6 +100,8 @@ def job_objects(job: Job, settings: KubernetesSettings, where: Placement) -> lis
         out.append(claim)
         pod["spec"]["resourceClaims"] = [{"name": CLAIM, "resourceClaimTemplateName": name}]
         pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": CLAIM}]
+        # what each replica's claim asks, for a gang's admission before any claim exists (``devices``)
+        pod["metadata"].setdefault("annotations", {})[ANNOTATION_DRA] = f"{DRA_DRIVER}={_gpu_count(job)}"
     spec: Obj = {
         "backoffLimit": 0,
         "template": pod,
