@@ -27,6 +27,7 @@ from hetflow.execute import cgroups, criu_support
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.ray import RayBackend, RaySettings
 from hetflow.execute.checkpoint import Restore
+from hetflow.execute.data.outputs import sha256_of
 from hetflow.execute.gang.replicas import replica_name
 from hetflow.spec import Gang
 from hetflow.state import Store
@@ -361,3 +362,75 @@ def test_migrate_to_the_other_node_restores_the_step_there(
     finally:
         for name in (first, f"hf-{run_id}-count-2"):
             subprocess.run(["podman", "rm", "-f", "--ignore", name], env=engine_env(), capture_output=True)
+
+
+# --- only the accepted attempt writes (issue 37) ---------------------------------------------
+
+# s and t share a node in the plan (t reads 1 GiB of s's at 10 Mbit/s); s's first attempt waits for
+# a file the test writes into its /out, then writes its own bytes
+SAME_NODE = f"""apiVersion: hetflow/v1
+name: samenode
+steps:
+  s:
+    image: {BUSYBOX}
+    command: [sh, -c, 'if [ "$HETFLOW_ATTEMPT" = 1 ]; then until [ -e /out/go ]; do sleep 0.2; done; fi;
+      echo "s from attempt $HETFLOW_ATTEMPT" > /out/o']
+    resources: {{cpus: 1, memory: 128Mi}}
+    outputs: [o]
+    sizes: {{o: 1Gi}}
+    estimate: 60s
+  t:
+    image: {BUSYBOX}
+    inputs: {{s: s/o}}
+    command: [sh, -c, 'cat /in/s/o > /out/o']
+    resources: {{cpus: 1, memory: 128Mi}}
+    outputs: [o]
+    estimate: 5s
+"""
+
+
+def test_a_step_planned_on_a_removed_node_runs_on_another_and_the_lost_attempt_never_writes(
+    hf: Hetflow, cluster: tuple[Cluster, dict[str, Any]], tmp_path: Path
+) -> None:
+    # s runs on its node when the node is removed; t, planned on that node too, is launched
+    # after s's retry: pinned there, Ray refused it ("no alive node") and t failed.  The lost
+    # attempt's container outlives its worker on this one machine and ends later, writing only
+    # its own folder: the step's outputs and their checksum stay the accepted attempt's
+    c, workers = cluster
+    for name in ("fault-q1", "fault-q2"):
+        workers[name] = c.add_node(**_node_args(name, 2, 0, None, None, name, head=False))
+    c.wait_for_nodes()
+    text = CLUSTER.replace("fault-p", "fault-q").replace("nodeTypes:", "bandwidth: 10Mbit/s\nnodeTypes:")
+    settings = {"backend": "ray", "cluster": write(tmp_path, text, "cluster.yaml"), "ray": {"address": c.address}}
+    config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+    run_id = hf("run", "--detach", "--config", config, write(tmp_path, SAME_NODE)).stdout.strip()
+    first = f"hf-{run_id}-s-1"
+    backend = RayBackend(RaySettings(address=c.address, stop_timeout=2))
+    hf.wait_for(lambda: (st := backend.poll(run_id).get(first)) is not None and st.status == "RUNNING", timeout=120)
+    filt = f"name=^{first}$"  # its container runs (Ray says RUNNING as the task starts, before podman)
+    hf.wait_for(lambda: bool(podman_names("ps", "--filter", filt, "--format", "{{.Names}}")), timeout=120)
+    lost = backend.poll(run_id)[first].node
+    assert lost in ("fault-q1", "fault-q2")
+    other = ({"fault-q1", "fault-q2"} - {lost}).pop()
+    staging = Path(hf.show(run_id)["workdir"]) / "attempts" / "s" / "1" / "out"
+    try:
+        c.remove_node(workers.pop(lost))
+        hf.wait_for(lambda: hf.show(run_id)["state"] in ("succeeded", "failed"), timeout=180)
+        data = hf.show(run_id)
+        assert data["state"] == "succeeded", data
+        t = next(s for s in data["steps"] if s["step"] == "t")
+        assert t["node"] == other, t
+        said = [e.message for e in Store(hf.home / "state.db", read_only=True).events(run_id) if e.step == "t"]
+        assert any(f"on {other} (moved: node {lost} failed in this run)" in m for m in said), said
+        # the lost attempt now ends, its worker long gone
+        (recorded,) = Store(hf.home / "state.db", read_only=True).outputs(run_id, "s")
+        (staging / "go").touch()
+        hf.wait_for(lambda: not podman_names("ps", "--filter", filt, "--format", "{{.Names}}"), timeout=60)
+        assert (staging / "o").read_text() == "s from attempt 1\n"
+        out = step_out(hf, run_id, "s") / "o"
+        assert out.read_text() == "s from attempt 2\n" and sha256_of(out) == recorded.sha256
+        assert (step_out(hf, run_id, "t") / "o").read_text() == "s from attempt 2\n"
+    finally:
+        subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+        if (layout := cgroups.detect()) is not None:
+            cgroups.remove(layout, first)  # its task never measured it: the node went
