@@ -51,6 +51,7 @@ def test_workflow_runs_on_ray(hf: Hetflow, tmp_path: Path, ray_cluster: RayClust
     assert (out / "r.txt").read_text() == "data\n"
     nvidia = [d for d in (out / "dev.txt").read_text().split() if d.startswith("nvidia") and d[6:].isdigit()]
     assert len(nvidia) == 1  # exactly the GPU Ray assigned
+    assert len(steps["use"]["gpus"]) == 1 and steps["gen"]["gpus"] == [], steps  # GPUS: the one Ray gave (issue 37)
     assert json.loads(hf("ps", "--all", "--json").stdout)[0]["state"] == "succeeded"
     assert "gen-ran" in hf("logs", data["id"], "gen").stdout
 
