@@ -161,3 +161,65 @@ def test_sigterm_to_a_detached_executor_stops_the_run(hf: Hetflow, tmp_path: Any
     hf.wait_for(lambda: hf.show(run_id)["state"] == "stopped" and not os.path.exists(f"/proc/{pid}/comm"))
     assert run_containers(run_id, running=True) == []
     assert {s["state"] for s in hf.show(run_id)["steps"]} == {"stopped"}
+
+
+# issue 37: a step that saves on SIGTERM, writes its declared output and exits 0 within its grace
+FINISHER = "trap 'echo 1 > /out/done; echo finished; exit 0' TERM; echo started; sleep 60 & wait"
+# the same exit 0 without its declared output: a stop, not a success
+QUITTER = "trap 'echo quit; exit 0' TERM; echo started; sleep 60 & wait"
+SAVE_THEN_NEXT = f"""apiVersion: hetflow/v1
+name: grace
+steps:
+  a:
+    image: {BUSYBOX}
+    command: [sh, -c, "{{a}}"]
+    outputs: [done]{{grace}}
+  b:
+    needs: [a]
+    image: {BUSYBOX}
+    command: [sh, -c, "cat /in/a/done > /out/done"]
+    inputs: {{a: a/done}}
+    outputs: [done]
+"""
+
+
+def _stop_within_grace(hf: Hetflow, tmp_path: Any, how: str, command: str) -> str:
+    """Start a run whose step ``a`` runs ``command``, stop it ``how``, return the run id."""
+    grace = "\n    stop_grace: 30s" if how == "stop_grace" else ""
+    wf = write(tmp_path, SAVE_THEN_NEXT.replace("{a}", command).replace("{grace}", grace))
+    proc = _start(hf, wf, "--grace", "30s") if how == "SIGTERM" else None
+    run_id = _run_id(hf) if proc is not None else hf("run", "-d", wf).stdout.strip()
+    hf.wait_for(lambda: "started" in hf("logs", run_id, "a", check=False).stdout)
+    if proc is not None:
+        os.killpg(proc.pid, signal.SIGTERM)
+        code, out = _ended(proc)
+        assert code == 143, out
+    else:
+        hf("stop", run_id, *(["--grace", "30s"] if how == "stop --grace" else []))
+    assert run_containers(run_id, running=True) == []
+    assert hf.show(run_id)["state"] == "stopped"
+    return run_id
+
+
+@pytest.mark.parametrize("how", ["stop --grace", "stop_grace", "SIGTERM"])
+def test_a_step_that_exits_0_with_its_outputs_during_the_grace_is_succeeded(
+    hf: Hetflow, tmp_path: Any, how: str
+) -> None:
+    """issue 37: whatever stop was going on (hetflow stop --grace, the step's stop_grace, SIGTERM
+    to the executor), an attempt that exits 0 with its outputs is succeeded, never run again."""
+    run_id = _stop_within_grace(hf, tmp_path, how, FINISHER)
+    a = _steps(hf, run_id)["a"]
+    assert (a["state"], a["exit_code"]) == ("succeeded", 0), a
+    assert [(x["state"], x["exit_code"]) for x in a["attempt_history"]] == [("succeeded", 0)]
+    assert "finished" in hf("logs", run_id, "a").stdout
+    hf("resume", "-q", run_id)
+    steps = _steps(hf, run_id)
+    assert (steps["a"]["attempts"], steps["b"]["state"]) == (1, "succeeded")  # a not run again
+    assert hf.show(run_id)["state"] == "succeeded"
+
+
+def test_a_step_that_exits_0_without_its_outputs_during_the_grace_is_stopped(hf: Hetflow, tmp_path: Any) -> None:
+    run_id = _stop_within_grace(hf, tmp_path, "stop --grace", QUITTER)
+    a = _steps(hf, run_id)["a"]
+    assert a["state"] == "stopped" and [x["state"] for x in a["attempt_history"]] == ["stopped"]
+    assert a["attempt_history"][0]["exit_code"] == 0  # its exit, beside the stop

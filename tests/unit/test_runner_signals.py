@@ -117,3 +117,26 @@ def test_a_stop_request_is_read_back(tmp_path: Path, text: str, asked: StopReque
     paths.stop_request.parent.mkdir(parents=True, exist_ok=True)
     paths.stop_request.write_text(text)
     assert stop_request(paths) == asked
+
+
+def test_a_step_that_exits_0_in_its_stop_grace_without_its_outputs_is_stopped(tmp_path: Path) -> None:
+    """issue 37: an exit 0 in the grace that left a declared output out quit as asked: it is
+    stopped (its exit code beside it) and resume runs it again, not failed as if it had ended so."""
+    w = world(tmp_path, WORKFLOW, outcomes={"quick": [Outcome(0, 100)], "long": [Outcome(0, 100)]})
+    runner = w.runner()
+    stop = w.engine.stop
+
+    def quick_quits_in_its_grace(names: Iterable[str], timeout: int = 10) -> None:
+        names = list(names)
+        for name in names:
+            if "-quick-" in name:  # exits 0 on SIGTERM, m unwritten
+                w.engine.containers[name].duration = w.clock() - w.engine.containers[name].started
+        stop([n for n in names if "-quick-" not in n], timeout)
+
+    w.engine.stop = quick_quits_in_its_grace  # type: ignore[method-assign]
+    w.clock.at[1005.0] = lambda: runner._on_signal(signal.SIGTERM, None)
+
+    assert runner.execute() == "stopped"
+
+    assert {s.step: s.state for s in w.store.steps(w.run.id)} == {"quick": STOPPED, "long": STOPPED, "after": PENDING}
+    assert [(a.state, a.exit_code) for a in w.store.attempts(w.run.id, "quick")] == [(STOPPED, 0)]

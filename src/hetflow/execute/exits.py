@@ -130,6 +130,11 @@ class ExitWatch:
         with self._lock:
             return name in self._exited
 
+    def running(self, names: Iterable[str]) -> list[str]:
+        """Those of ``names`` it follows whose exit it has not learnt yet."""
+        with self._lock:
+            return [n for n in names if n in self._labels and n not in self._exited]
+
     def forget(self, names: Iterable[str]) -> None:
         with self._lock:
             for n in names:

@@ -16,6 +16,7 @@ from hetflow.execute.attempts import NODE_FAULT_REQUEUES, Active, Attempts
 from hetflow.execute.backends.base import Backend, Checkpoints, DropsNetworks, JobState, SettlesLaunches
 from hetflow.execute.batching import is_batch, refine
 from hetflow.execute.checkpoint import CheckpointImages
+from hetflow.execute.data.outputs import missing_outputs
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.gang.elastic import RESIZED
 from hetflow.execute.gang.replicas import REPLICA_MISSING, replica_name
@@ -241,9 +242,15 @@ def stop_run(
     cancel_by_grace(backend, by_grace([(a.step, a.container) for a in live], step_graces(run.spec_json), grace))
     states = backend.poll(run_id)
     after = {(a.step, a.attempt): refine(paths, states, a.step, a.attempt, a.container) for a in live}
-    # ended during the stop by its own exit 0 (a SIGTERM handler that saved and finished): its result
+    # ended during the stop by its own exit 0 with its outputs (a SIGTERM handler that saved and
+    # finished): its result; one that quit without them was stopped
     own |= _settled(
-        attempts, [(a, st) for a in live if (st := after[(a.step, a.attempt)]) and _own_exit_0(st, a, stopped)]
+        attempts,
+        [
+            (a, st)
+            for a in live
+            if (st := after[(a.step, a.attempt)]) and _own_exit_0(st, a, stopped) and _with_outputs(attempts, a)
+        ],
     )
     live = [a for a in live if (a.step, a.attempt) not in own]
     names = list(dict.fromkeys(a.container for a in live))  # a batch's items share its container
@@ -285,6 +292,16 @@ def _record_kept(store: Store, run_id: str, ends: Sequence[tuple[AttemptRecord, 
 def _own_exit_0(st: JobState, a: AttemptRecord, stopped: Collection[str]) -> bool:
     """The job ended by its own exit 0 (not one a second signal's kill ended)."""
     return not st.running and st.exit_code == 0 and a.container not in stopped
+
+
+def _with_outputs(attempts: Attempts | None, a: AttemptRecord) -> bool:
+    """The attempt's declared outputs are all there: in its staging folder, or where a job that
+    publishes them itself put them (``Attempts.finalize`` looks in the same places)."""
+    step = attempts.wf.steps.get(a.step) if attempts is not None else None
+    if attempts is None or step is None:
+        return False
+    staging = attempts.paths.staging(a.step, a.attempt)
+    return not missing_outputs(staging if staging.exists() else attempts.paths.step_out(a.step), step.outputs)
 
 
 def _settled(attempts: Attempts | None, ends: Sequence[tuple[AttemptRecord, JobState]]) -> set[tuple[str, int]]:

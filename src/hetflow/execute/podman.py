@@ -41,6 +41,7 @@ from hetflow.execute.exits import Batches, ExitWatch
 from hetflow.execute.ociruntime import RuntimeChoice, check_setting, engine_choice, which_on
 
 ENV_FILE_FIRST_ASK = 0.3  # seconds: an attached run creates its container in about this (2 cores, podman 4.3)
+STOP_SEEN = 10.0  # seconds a stop waits for the watch to learn the exits of what it stopped
 
 
 @dataclass(frozen=True)
@@ -312,9 +313,17 @@ class CliEngine:
         return out
 
     def stop(self, names: Iterable[str], timeout: int = 10) -> None:
+        """``podman stop``, and, while the run is watched, the wait (``STOP_SEEN``) for its
+        followers to learn the exits: ``stop`` has returned once the containers are stopped, but
+        an attached run ends a moment later, so a poll at once said them running (a step that
+        exited 0 on SIGTERM with its outputs was recorded stopped, not succeeded: issue 37)."""
         names = list(names)
-        if names:
-            self._run(["stop", "--ignore", "-t", str(timeout), *names], check=False, timeout=timeout + 60)
+        if not names:
+            return
+        self._run(["stop", "--ignore", "-t", str(timeout), *names], check=False, timeout=timeout + 60)
+        watch, deadline = self._watch, time.monotonic() + STOP_SEEN
+        while watch is not None and watch.running(names) and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def remove(self, names: Iterable[str], *, measure: Collection[str] = (), measured: Measured | None = None) -> None:
         """Remove the containers (and their cgroups); while a run is watched, in the
