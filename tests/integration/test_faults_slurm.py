@@ -313,6 +313,8 @@ def test_a_lost_attempt_that_ends_after_its_retry_was_accepted_never_replaces_it
         assert sha256_of(out) == recorded.sha256, "steps/b/out is not what hetflow recorded"
         first = step_of(data, "b")["attempt_history"][0]
         assert first["state"] == "failed" and "discarded" in first["message"], first
+        said = "b attempt 1: attempt 1 ended after attempt 2 holds the step: its outputs were discarded (fencing)"
+        assert said in hf("show", run_id).stdout  # `hetflow show` tells
         assert (staging / "o").read_text() == "b from attempt 1\n"  # kept in its own folder
     finally:
         restart_slurmd(cluster, "hf-t4")

@@ -322,7 +322,7 @@ def show(
     gantt: Path | None = typer.Option(None, "--gantt", help="Draw the actual schedule: FILE.svg, .html or .png."),
 ) -> None:
     """Every step of a run: state, variant, node, GPUs, attempts, exit code, times, why."""
-    from hetflow.execute import kept_checkpoints
+    from hetflow.execute import DISCARDED_WORDS, kept_checkpoints
 
     store = open_store()
     rid = store.resolve_run_id(run_id)
@@ -348,13 +348,17 @@ def show(
     console.print(f"workflow {record.workflow_file}\nworkdir  {record.workdir}", highlight=False)
     if record.message:
         console.print(record.message, highlight=False)
-    images = {a.step: a.image for a in store.attempts(rid)}  # the last attempt's image, pinned by digest
+    attempts = store.attempts(rid)
+    images = {a.step: a.image for a in attempts}  # the last attempt's image, pinned by digest
     console.print(steps_table(steps, images=images, items=item_labels(store.expansions(rid))))
+    for a in attempts:  # lost, it ended after hetflow had accepted another (``execute.lostattempts``)
+        if a.message.endswith(DISCARDED_WORDS):
+            console.print(f"{a.step} attempt {a.attempt}: {a.message.rsplit('; ', 1)[-1]}", highlight=False)
     for c in kept_checkpoints(record.workdir):
         console.print(c.describe(), highlight=False)
     for line in _data_notes(store, rid):
         console.print(line, highlight=False)
-    versions = versions_text(store.attempts(rid))
+    versions = versions_text(attempts)
     if versions:
         console.print(versions, highlight=False)
 

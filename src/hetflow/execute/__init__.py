@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from hetflow.execute.batching import batch_notes
     from hetflow.execute.checkpoint import CriuSupport, criu_support, kept_checkpoints
     from hetflow.execute.data.cache import Key, ResultCache, StepKeys, cache_key, input_digests
+    from hetflow.execute.data.fencing import DISCARDED_WORDS
     from hetflow.execute.data.inputs import DataManifest, resolve_data
     from hetflow.execute.data.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
     from hetflow.execute.data.paths import RunPaths, container_name
@@ -121,6 +122,7 @@ _WHERE = {
     "lifecycle": ["pid_alive", "reset_for_resume", "spawn_executor", "stop_run"],
     "logs": ["Records", "group_records", "log_tail", "parse_line", "read_lines"],
     "logsources": ["LogSource", "attempt_label", "attempt_sources", "recorded_gangs", "select_steps"],
+    "data.fencing": ["DISCARDED_WORDS"],
     "data.outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
     "data.paths": ["RunPaths", "container_name"],
     "runner": ["Runner"],
@@ -148,6 +150,7 @@ _WHERE = {
 }
 __all__ = [
     "DEFAULT_GRACE",
+    "DISCARDED_WORDS",
     "DRIVER_DIR",
     "LABEL_ATTEMPT",
     "LABEL_RUN",

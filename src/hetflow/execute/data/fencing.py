@@ -34,6 +34,7 @@ FENCE = "fence"
 LOCK = "fence.lock"
 DISCARDED = "discarded"
 NOBODY = 0  # the token of a step whose last attempt was given up and whose next is not granted yet
+DISCARDED_WORDS = "its outputs were discarded (fencing)"  # how a discarded attempt's message ends
 
 
 class Fenced(Exception):
@@ -61,7 +62,7 @@ def discarded_file(staging: Path) -> Path:
 def discarded_text(attempt: int, holder: int) -> str:
     """Why an attempt's outputs were not put in place, in the words every backend uses."""
     who = f"attempt {holder} holds the step" if holder != NOBODY else "hetflow had given the attempt up"
-    return f"attempt {attempt} ended after {who}: its outputs were discarded (fencing)"
+    return f"attempt {attempt} ended after {who}: {DISCARDED_WORDS}"
 
 
 @contextlib.contextmanager
