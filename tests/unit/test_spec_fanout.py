@@ -3,12 +3,16 @@ what the loader expands, and a file:line error for each bad form."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hetflow.errors import SpecError
-from hetflow.spec import compose_yaml, parse_workflow
+from hetflow.spec import MAX_FANOUT_ITEMS, compose_yaml, parse_workflow
+from hetflow.spec.matrix import matrix_axes
 
 V1 = "apiVersion: hetflow/v1\nname: wf\n"
 
@@ -279,3 +283,114 @@ def test_merge_keys_take_a_mapping_and_explicit_keys_win() -> None:
     )
     step = load(text).workflow.steps["s"]
     assert (step.image, step.command, step.env) == ("x", ("b",), {"K": "v"})
+
+
+# --- sizes computed, not listed (issue 37) --------------------------------------------------
+
+VALUES = st.sampled_from([0, 1, 2, True, "a", "b", 1.0])
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    axes=st.lists(st.lists(VALUES, min_size=1, max_size=4), min_size=1, max_size=4),
+    exclude=st.lists(st.dictionaries(st.integers(0, 3), VALUES, max_size=3), max_size=4),
+)
+def test_a_matrix_size_and_items_are_what_listing_every_combination_gives(
+    axes: list[list[object]], exclude: list[dict[int, object]]
+) -> None:
+    names = [f"x{i}" for i in range(len(axes))]
+    rules = [{names[k]: v for k, v in e.items() if k < len(axes)} for e in exclude]
+    m, problems = matrix_axes(
+        "s", {**dict(zip(names, axes, strict=True)), "exclude": rules}, {}, "wf.yaml", lambda _: 1
+    )
+    assert m is not None and not problems
+    combos = [dict(zip(names, c, strict=True)) for c in itertools.product(*axes)]
+    listed = [c for c in combos if not any(all(c.get(k) == v for k, v in e.items()) for e in rules)]
+    assert m.size() == len(listed)
+    assert m.items() == listed  # same items, same order: an item's index is its name
+
+
+@pytest.mark.parametrize(
+    ("fan", "size"),
+    [
+        ("foreach: {range: 1000000000000}", 10**12),
+        ("foreach: {range: [5, 100000006]}", 100000001),
+        ("foreach: {range: [0, -1000000000, -3]}", 333333334),
+        (
+            "matrix: {a: [" + ", ".join(map(str, range(1000))) + "], b: [" + ", ".join(map(str, range(1000))) + "]}",
+            10**6,
+        ),
+    ],
+    ids=["range", "range-start", "range-negative-step", "matrix"],
+)
+def test_a_fanout_over_the_limit_is_refused_with_its_size(fan: str, size: int) -> None:
+    errs = errors_of(V1 + f"steps:\n  a:\n    image: x\n    {fan}\n")
+    assert errs == [(6, f"step 'a' fans out to {size} items; at most {MAX_FANOUT_ITEMS}")]
+
+
+def test_a_matrix_of_many_combinations_mostly_excluded_fits() -> None:
+    axis = "[" + ", ".join(map(str, range(100))) + "]"
+    exclude = ", ".join(f"{{p: {i}}}" for i in range(1, 100))
+    wf = load(
+        V1 + f"steps:\n  a:\n    image: x\n    matrix: {{p: {axis}, q: {axis}, r: {axis}, exclude: [{exclude}]}}\n"
+    )
+    assert len(wf.workflow.steps) == 100 * 100  # p: 0 only, of 10^6 combinations
+
+
+# --- params fill every templated field (issue 37) -------------------------------------------
+
+TEMPLATED = (
+    V1
+    + """params: {to: res, name: r.txt, tag: "1.0", sub: d}
+steps:
+  a:
+    image: "busybox:{{ params.tag }}"
+    command: [sh, -c, "echo > /out/{{ params.name }}"]
+    outputs: ["{{ params.name }}"]
+    sizes: {"{{ params.name }}": 1Mi}
+    publish: {to: "{{ params.to }}/{{ params.sub }}", outputs: ["{{ params.name }}"]}
+  b:
+    image: x
+    inputs: {i: "a/{{ params.name }}"}
+"""
+)
+
+
+def test_params_fill_image_outputs_sizes_inputs_and_publish() -> None:
+    wf = load(TEMPLATED, to="elsewhere").workflow
+    a, b = wf.steps["a"], wf.steps["b"]
+    assert a.image == "busybox:1.0" and a.outputs == ("r.txt",) and set(a.sizes) == {"r.txt"}
+    assert [(p.to, p.outputs) for p in a.publish] == [("/base/elsewhere/d", ("r.txt",))]
+    assert b.inputs == {"i": "a/r.txt"} and b.dependencies() == ("a",)
+
+
+def test_params_fill_a_workflow_level_publish_and_items_fill_it_too() -> None:
+    wf = load(
+        V1 + "params: {to: res}\nsteps:\n  a:\n    image: x\n    foreach: [u, v]\n    outputs: [o]\n"
+        "publish:\n  - {from: a/o, to: '{{ params.to }}/{{ item }}'}\n"
+    ).workflow
+    assert [p.to for p in wf.steps["a.0"].publish] == ["/base/res/u"]
+    assert [p.to for p in wf.steps["a.1"].publish] == ["/base/res/v"]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "line", "phrase"),
+    [
+        ('"{{ params.to }}/', '"{{ params.tto }}/', 10, "'{{ params.tto }}' names no param (did you mean 'to'?)"),
+        ('image: "busybox:{{ params.tag }}"', 'image: "busybox:{{ params.tga }}"', 6, "'{{ params.tga }}'"),
+        ('"a/{{ params.name }}"', '"a/{{ params.nam }}"', 13, "'{{ params.nam }}'"),
+        ('"{{ params.to }}/{{ params.sub }}"', '"{{ item }}"', 10, "only defined in a step with 'foreach'"),
+        ("to: res,", "to: 'http://x',", 10, "publish target 'http://x/d' is not supported"),
+        ('image: "busybox:{{ params.tag }}"', 'image: "{{ params.to }} x"', 6, "white space"),
+    ],
+    ids=["unknown-in-publish", "unknown-in-image", "unknown-in-inputs", "item-outside-fanout", "bad-url", "bad-image"],
+)
+def test_a_bad_template_in_any_field_is_refused_at_its_line(old: str, new: str, line: int, phrase: str) -> None:
+    assert old in TEMPLATED
+    errs = errors_of(TEMPLATED.replace(old, new))
+    assert any(phrase in m and ln == line for ln, m in errs), errs
+
+
+def test_an_empty_publish_target_once_filled_is_refused() -> None:
+    with pytest.raises(SpecError, match="publish target is empty once filled in"):
+        load(TEMPLATED.replace('"{{ params.to }}/{{ params.sub }}"', '"{{ params.to }}"'), to="")

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from hetflow.errors import HetflowError
+from hetflow.execute.data.fanlist import check_count, list_files, read_lines
 from hetflow.execute.data.inputs import DataManifest, Located, NoMemo, data_items, resolve_host
 from hetflow.execute.data.paths import RunPaths
 from hetflow.spec import (
@@ -22,7 +23,6 @@ from hetflow.spec import (
     expand,
     expand_loaded,
     file_items,
-    line_items,
     pending_source,
 )
 from hetflow.state import FAILED, SUCCEEDED, Store
@@ -38,6 +38,7 @@ def expand_at_submit(loaded: LoadedWorkflow, manifest: DataManifest) -> tuple[Lo
         if src is not None and src.step is None:
             try:
                 known[name] = data_items(manifest, src.kind, src.ref)
+                check_count(src.kind, src.ref, len(known[name]), "listed at submit")
             except (OSError, HetflowError) as exc:
                 raise HetflowError(f"step {name!r}: {exc}") from None
     if not known:
@@ -83,13 +84,12 @@ def read_items(source: Source, out_dir: Path) -> list[Any]:
     if source.kind == "lines":
         if not target.is_file():
             raise HetflowError(f"foreach lines: {source.ref} is not a file")
-        return line_items(target.read_text(encoding="utf-8", errors="replace"))
+        return read_lines(target, source.ref)  # counted as read: no more than the limit + 1
     if target.is_file():
         return file_items(posixpath.dirname(source.ref), [target.name])
     if not target.is_dir():
         raise HetflowError(f"foreach files: {source.ref} is missing")
-    rels = [p.relative_to(target).as_posix() for p in target.rglob("*") if p.is_file()]
-    return file_items(source.ref, rels)
+    return file_items(source.ref, list_files(target, source.ref))
 
 
 def expand_ready(
@@ -113,7 +113,7 @@ def expand_ready(
             if problems:
                 raise HetflowError("; ".join(p.message for p in problems))
         except (OSError, HetflowError) as exc:
-            why = f"cannot expand the fan-out: {exc}"
+            why = f"cannot expand the fan-out of step {name!r}: {exc}"
             store.set_step(run_id, name, state=FAILED, ended=clock(), reason=why, event=why)
             continue
         names = [f"{name}{FANOUT_SEP}{i}" for i in range(len(items))]

@@ -15,7 +15,14 @@ if TYPE_CHECKING:
     from hetflow.spec.checkpoint import DEFAULT_STOP_GRACE, Checkpoint
     from hetflow.spec.checks import CHECKPOINT_ENV, GANG_ENV, RESERVED_ENV, edges_of
     from hetflow.spec.dag import descendants, topo_order
-    from hetflow.spec.fanout import Source, expand, file_items, is_fanout, line_items, pending_source
+    from hetflow.spec.fanout import (
+        MAX_FANOUT_ITEMS,
+        Source,
+        expand,
+        file_items,
+        is_fanout,
+        pending_source,
+    )
     from hetflow.spec.imageref import DOCKER_HUB, ImageReference, ReferenceSyntaxError, parse_reference
     from hetflow.spec.loader import LoadedWorkflow, expand_loaded, load_workflow, no_cyclic_gc, parse_workflow
     from hetflow.spec.models import DataSet, Gang, Publish, Step, Variant, Workflow
@@ -48,7 +55,7 @@ _WHERE = {
     "checks": ["CHECKPOINT_ENV", "GANG_ENV", "RESERVED_ENV", "edges_of"],
     "dag": ["descendants", "topo_order"],
     "imageref": ["DOCKER_HUB", "ImageReference", "ReferenceSyntaxError", "parse_reference"],
-    "fanout": ["Source", "expand", "file_items", "is_fanout", "line_items", "pending_source"],
+    "fanout": ["MAX_FANOUT_ITEMS", "Source", "expand", "file_items", "is_fanout", "pending_source"],
     "when": ["CONDITION_MAX_BYTES", "SKIPPED_BY_CONDITION", "ConditionError", "evaluate", "output_refs"],
     "loader": ["LoadedWorkflow", "expand_loaded", "load_workflow", "no_cyclic_gc", "parse_workflow"],
     "overrides": ["RESOURCE_KINDS", "Origin", "ResourceOverrides", "override_resources", "resource_problem"],
@@ -82,6 +89,7 @@ __all__ = [
     "DOCKER_HUB",
     "FANOUT_SEP",
     "GANG_ENV",
+    "MAX_FANOUT_ITEMS",
     "RESERVED_ENV",
     "RESOURCE_KINDS",
     "SKIPPED_BY_CONDITION",
@@ -121,7 +129,6 @@ __all__ = [
     "format_bytes",
     "format_duration",
     "is_fanout",
-    "line_items",
     "line_of",
     "load_workflow",
     "mig_memory_gb",

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from hetflow.errors import Problem
 from hetflow.spec.dag import children, find_cycle
 from hetflow.spec.imageref import ReferenceSyntaxError, parse_reference
-from hetflow.spec.models import ENV_NAME, Workflow
+from hetflow.spec.models import ENV_NAME, Workflow, target_problem
 from hetflow.spec.naming import DATA_PREFIX, fanout_parent
 from hetflow.spec.when import when_problems
 
@@ -72,20 +72,25 @@ def check_workflow(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
 
 
 def _check_images(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
-    """A fan-out item's templated image, once filled in, must parse as podman would parse it
-    (the models check every other image when the file is read)."""
+    """An image filled in from a template (a param, a fan-out item's value) must parse as
+    podman would parse it (the models check every image written as it is when the file is
+    read); each distinct image is parsed once."""
     problems = []
+    bad: dict[str, str | None] = {}
     for name, step in wf.steps.items():
-        if fanout_parent(name) is None:
-            continue
         for v, var in step.resolved_variants().items():
             if "{{" in var.image:
                 continue
-            try:
-                parse_reference(var.image)
-            except ReferenceSyntaxError as exc:
+            if var.image not in bad:
+                try:
+                    parse_reference(var.image)
+                    bad[var.image] = None
+                except ReferenceSyntaxError as exc:
+                    bad[var.image] = str(exc)
+            why = bad[var.image]
+            if why is not None:
                 where = ("steps", name, "image") if step.variants is None else ("steps", name, "variants", v, "image")
-                problems.append(Problem(file, line_of(where), f"step {name!r}: {exc}"))
+                problems.append(Problem(file, line_of(where), f"step {name!r}: {why}"))
     return problems
 
 
@@ -263,6 +268,9 @@ def _check_publish(wf: Workflow, name: str, file: str, line_of: LineOf) -> list[
     problems = []
     step = wf.steps[name]
     for i, pub in enumerate(step.publish):
+        why = target_problem(pub.to, pub.mode)
+        if why:
+            problems.append(Problem(file, line_of(("steps", name, "publish", i, "to")), f"step {name!r}: {why}"))
         for out in pub.outputs:
             if "{{" not in out and not _declares(step.outputs, out):
                 listed = ", ".join(step.outputs) or "none"

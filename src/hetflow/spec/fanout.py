@@ -15,7 +15,6 @@ runner reads its output, expands, and records the items so a resume expands alik
 
 from __future__ import annotations
 
-import itertools
 import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -23,8 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from hetflow.errors import Problem
+from hetflow.spec.matrix import matrix_axes
 from hetflow.spec.models import Step, Workflow
 from hetflow.spec.naming import DATA_PREFIX, FANOUT_SEP
+from hetflow.spec.templated import templated_fields
 
 Loc = tuple[str | int, ...]
 LineOf = Callable[[Loc], int]
@@ -33,7 +34,7 @@ Item = Any  # a scalar, or a mapping of scalars
 _TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
 _ITEM = re.compile(r"^(item(?:\.([A-Za-z_][A-Za-z0-9_-]*))?|index)$")
 _PARAM_ONLY = re.compile(r"^\{\{\s*params\.([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}$")
-MAX_ITEMS = 100_000
+MAX_FANOUT_ITEMS = 100_000  # items of one fan-out, checked before listing (range, matrix) and while reading
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,13 @@ def static_items(
             Problem(file, line_of((*base, "matrix")), f"step {name!r} has both 'foreach' and 'matrix'; keep one")
         ]
     if step.matrix is not None:
-        return _matrix(name, _matrix_params(step.matrix, params), file, line_of)
+        axes, problems = matrix_axes(name, step.matrix, params, file, line_of)
+        if axes is None:
+            return None, problems
+        size = axes.size()  # computed: a matrix is listed only once it is known to fit
+        if size > MAX_FANOUT_ITEMS:
+            return None, [too_many(name, size, file, line_of((*base, "matrix")))]
+        return axes.items(), []
     f = step.foreach
     where = line_of((*base, "foreach"))
     if isinstance(f, list):
@@ -125,6 +132,8 @@ def static_items(
 
 
 def _checked_items(name: str, items: list[Any], file: str, line: int) -> tuple[list[Item] | None, list[Problem]]:
+    if len(items) > MAX_FANOUT_ITEMS:
+        return None, [too_many(name, len(items), file, line)]
     for x in items:
         ok = isinstance(x, str | int | float | bool) or (
             isinstance(x, dict) and all(isinstance(v, str | int | float | bool) for v in x.values())
@@ -133,9 +142,11 @@ def _checked_items(name: str, items: list[Any], file: str, line: int) -> tuple[l
             return None, [
                 Problem(file, line, f"foreach item {x!r} of step {name!r} is not a value or a mapping of values")
             ]
-    if len(items) > MAX_ITEMS:
-        return None, [Problem(file, line, f"step {name!r} fans out to {len(items)} items; at most {MAX_ITEMS}")]
     return list(items), []
+
+
+def too_many(name: str, size: int, file: str, line: int) -> Problem:
+    return Problem(file, line, f"step {name!r} fans out to {size} items; at most {MAX_FANOUT_ITEMS}")
 
 
 def _range(name: str, arg: Any, file: str, line: int) -> tuple[list[Item] | None, list[Problem]]:
@@ -151,7 +162,10 @@ def _range(name: str, arg: Any, file: str, line: int) -> tuple[list[Item] | None
                 file, line, f"foreach range of step {name!r} is {arg!r}; write range: N or range: [START, STOP, STEP]"
             )
         ]
-    return _checked_items(name, list(range(*args)), file, line)
+    size = len(range(*args))  # range arithmetic: nothing is listed before it is known to fit
+    if size > MAX_FANOUT_ITEMS:
+        return None, [too_many(name, size, file, line)]
+    return list(range(*args)), []
 
 
 def _source_problems(name: str, kind: str, ref: Any, file: str, line: int) -> tuple[None, list[Problem]]:
@@ -164,75 +178,6 @@ def _source_problems(name: str, kind: str, ref: Any, file: str, line: int) -> tu
             )
         ]
     return None, []
-
-
-def _matrix_params(matrix: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
-    """A matrix whose axes may be list params (``lr: '{{ params.lrs }}'``, so a sweep is set
-    from the command line: ``-p lrs='[0.1, 0.01]'``); an unknown or scalar param is left as
-    written for ``_matrix`` to refuse."""
-    out = dict(matrix)
-    for axis, values in matrix.items():
-        m = _PARAM_ONLY.match(values) if isinstance(values, str) else None
-        if m and isinstance(params.get(m.group(1)), list):
-            out[axis] = params[m.group(1)]
-        elif isinstance(values, list) and axis != "exclude":  # a value that is a scalar param, as its value
-            out[axis] = [_param_value(v, params) for v in values]
-    return out
-
-
-def _param_value(value: Any, params: Mapping[str, Any]) -> Any:
-    m = _PARAM_ONLY.match(value) if isinstance(value, str) else None
-    found = params.get(m.group(1)) if m else None
-    return found if isinstance(found, str | int | float | bool) else value
-
-
-def _matrix(
-    name: str, matrix: Mapping[str, Any], file: str, line_of: LineOf
-) -> tuple[list[Item] | None, list[Problem]]:
-    where = line_of(("steps", name, "matrix"))
-    axes = {k: v for k, v in matrix.items() if k != "exclude"}
-    exclude = matrix.get("exclude", [])
-    problems = []
-    if not axes:
-        problems.append(
-            Problem(file, where, f"matrix of step {name!r} has no axes; give e.g. {{size: [1, 2], model: [a, b]}}")
-        )
-    for axis, values in axes.items():
-        if (
-            not isinstance(values, list)
-            or not values
-            or not all(isinstance(v, str | int | float | bool) for v in values)
-        ):
-            problems.append(
-                Problem(
-                    file,
-                    line_of(("steps", name, "matrix", axis)),
-                    f"matrix axis {axis!r} of step {name!r} is {values!r}; give a non-empty list of values"
-                    + (" (or a param declared as a list)" if isinstance(values, str) and "params." in values else ""),
-                )
-            )
-    if not isinstance(exclude, list) or not all(isinstance(e, dict) for e in exclude):
-        problems.append(
-            Problem(
-                file, where, f"matrix exclude of step {name!r} must be a list of mappings, e.g. [{{size: 1, model: a}}]"
-            )
-        )
-    else:
-        for e in exclude:
-            unknown = [k for k in e if k not in axes]
-            if unknown:
-                problems.append(
-                    Problem(
-                        file,
-                        line_of(("steps", name, "matrix", "exclude")),
-                        f"matrix exclude of step {name!r} names unknown axis {unknown[0]!r} (axes: {', '.join(axes)})",
-                    )
-                )
-    if problems:
-        return None, problems
-    combos = [dict(zip(axes, values, strict=True)) for values in itertools.product(*axes.values())]
-    items = [c for c in combos if not any(all(c.get(k) == v for k, v in e.items()) for e in exclude)]
-    return _checked_items(name, items, file, where)
 
 
 # --- expansion ----------------------------------------------------------------------------
@@ -251,6 +196,9 @@ def expand(
         if name not in known:
             steps[name] = step
             continue
+        if len(known[name]) > MAX_FANOUT_ITEMS:
+            problems.append(too_many(name, len(known[name]), file, line_of(("steps", name, "foreach"))))
+            return wf, problems
         for i, item in enumerate(known[name]):
             steps[f"{name}{FANOUT_SEP}{i}"] = _item_step(name, step, item, i, file, line_of, problems)
     counts = {name: len(items) for name, items in known.items()}
@@ -316,36 +264,7 @@ def _item_step(
         return _TEMPLATE.sub(one, text) if "{{" in text else text
 
     update: dict[str, Any] = {"foreach": None, "matrix": None}
-    if step.when is not None:
-        update["when"] = sub(step.when, (*base, "when"), literal=True)
-    if step.image is not None:
-        update["image"] = sub(step.image, (*base, "image"))
-    if step.command is not None:
-        update["command"] = tuple(sub(a, (*base, "command", i)) for i, a in enumerate(step.command))
-    update["env"] = {k: sub(v, (*base, "env", k)) for k, v in step.env.items()}
-    update["inputs"] = {k: sub(v, (*base, "inputs", k)) for k, v in step.inputs.items()}
-    update["outputs"] = tuple(sub(o, (*base, "outputs", i)) for i, o in enumerate(step.outputs))
-    update["sizes"] = {sub(k, (*base, "sizes", k)): v for k, v in step.sizes.items()}
-    update["publish"] = tuple(
-        p.model_copy(
-            update={
-                "to": sub(p.to, (*base, "publish", i, "to")),
-                "outputs": tuple(sub(o, (*base, "publish", i, "outputs")) for o in p.outputs),
-            }
-        )
-        for i, p in enumerate(step.publish)
-    )
-    if step.variants is not None:
-        update["variants"] = {
-            vname: v.model_copy(
-                update={
-                    "image": sub(v.image, (*base, "variants", vname, "image")),
-                    "command": tuple(sub(a, (*base, "variants", vname, "command", i)) for i, a in enumerate(v.command)),
-                    "env": {k: sub(x, (*base, "variants", vname, "env", k)) for k, x in v.env.items()},
-                }
-            )
-            for vname, v in step.variants.items()
-        }
+    update |= templated_fields(step, base, sub, when=lambda text, loc: sub(text, loc, literal=True))
     return step.model_copy(update=update)
 
 
@@ -389,8 +308,3 @@ def file_items(ref: str, relpaths: Sequence[str]) -> list[dict[str, str]]:
         stem = base.rsplit(".", 1)[0] if "." in base.lstrip(".") else base
         items.append({"name": base, "stem": stem, "rel": rel, "path": f"{ref.rstrip('/')}/{rel}"})
     return items
-
-
-def line_items(text: str) -> list[str]:
-    """``{lines: REF}`` items: the file's non-empty lines, stripped (like Nextflow's splitText)."""
-    return [line.strip() for line in text.splitlines() if line.strip()]

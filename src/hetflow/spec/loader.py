@@ -2,8 +2,9 @@
 
 The steps, in ``_parse``'s order: ``yamlfile`` (the YAML and the line of every key),
 ``params`` (``-p`` overrides), ``templates`` (``use:``/``include:``), pydantic
-validation (``problems``: its errors as ``file:line`` messages), ``fanout`` (static
-lists expanded), ``params`` again (``{{ params.NAME }}`` substituted), ``checks``.
+validation (``problems``: its errors as ``file:line`` messages), ``params`` again
+(``{{ params.NAME }}`` substituted in every templated field: ``templated``), ``fanout``
+(static lists expanded, their items filled into the same fields), ``checks``.
 
 Every problem found is reported at once, each as ``file:line: what to change``.
 Line numbers come from the YAML node tree, so pydantic's error locations
@@ -123,13 +124,13 @@ def _parse(
     except ValidationError as exc:
         problems += [problem_from_error(err, file, lines) for err in exc.errors()]
         raise SpecError(problems) from None
+    wf, template_problems = render_params(wf, file, lines)
+    problems += template_problems
     wf, publish_problems = _workflow_publish(wf, file, lines)
     problems += publish_problems
     wf, fanout_problems, fanouts = expand_static(wf, file, lambda loc: line_of(lines, loc))
     problems += fanout_problems
     _item_lines(wf, lines)
-    wf, template_problems = render_params(wf, file, lines)
-    problems += template_problems
     wf = publish_endpoints(wf)
     wf = absolute_paths(wf, base)
     problems += check_workflow(wf, file, lambda loc: line_of(lines, loc))

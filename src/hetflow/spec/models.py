@@ -205,11 +205,19 @@ class Publish(SpecModel):
 
     @model_validator(mode="after")
     def _mode(self) -> Publish:
-        if self.to.startswith("s3://") and self.mode == "link":
-            raise ValueError("mode 'link' cannot publish to S3; use copy or overwrite")
-        if "://" in self.to and not self.to.startswith("s3://"):
-            raise ValueError(f"publish target {self.to!r} is not supported; give a directory or s3://BUCKET/PREFIX/")
+        why = target_problem(self.to, self.mode)
+        if why is not None:
+            raise ValueError(why)
         return self
+
+
+def target_problem(to: str, mode: str) -> str | None:
+    """What is wrong with a publish target (checked again once a template filled it in)."""
+    if to.startswith("s3://") and mode == "link":
+        return "mode 'link' cannot publish to S3; use copy or overwrite"
+    if "://" in to and not to.startswith("s3://"):
+        return f"publish target {to!r} is not supported; give a directory or s3://BUCKET/PREFIX/"
+    return None
 
 
 def _coerce_publish(v: object) -> object:

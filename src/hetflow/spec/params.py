@@ -1,11 +1,13 @@
 """Workflow params: ``-p key=value`` overrides, and ``{{ params.NAME }}`` substituted in
-commands and env values (``{{ item }}``/``{{ index }}`` are left for a fan-out's items).
+every field that takes templates (``spec.templated``: image, command, env, inputs, outputs,
+publish targets; ``{{ item }}``/``{{ index }}`` are left for a fan-out's items).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import partial
 from typing import Any
 
 import yaml
@@ -15,6 +17,7 @@ from hetflow.spec.fanout import is_fanout
 from hetflow.spec.models import ParamValue, Workflow
 from hetflow.spec.overrides import Origin
 from hetflow.spec.problems import did_you_mean
+from hetflow.spec.templated import templated_fields
 from hetflow.spec.yamlfile import Loc, line_of
 
 _TEMPLATE = re.compile(r"\{\{\s*([^{}]*?)\s*\}\}")
@@ -110,7 +113,9 @@ def _one_expression(expr: str, params: Mapping[str, ParamValue], fanout: bool) -
 
 
 def render_params(wf: Workflow, file: str, lines: Mapping[Loc, int]) -> tuple[Workflow, list[Problem]]:
-    """Substitute ``{{ params.NAME }}`` in commands and env values."""
+    """Substitute ``{{ params.NAME }}`` in every templated field of every step
+    (``spec.templated``) and in the workflow's own ``publish`` targets; an unknown param, or
+    ``{{ item }}`` outside a fan-out, is a problem at the line it was written."""
     problems: list[Problem] = []
 
     def sub(text: str, loc: Loc, fanout: bool) -> str:
@@ -133,25 +138,26 @@ def render_params(wf: Workflow, file: str, lines: Mapping[Loc, int]) -> tuple[Wo
             return text
         return _TEMPLATE.sub(one, text)
 
-    steps = {}
-    for sname, step in wf.steps.items():
-        fan = is_fanout(step)
-        base: Loc = ("steps", sname)
-        update: dict[str, Any] = {}
-        if step.command is not None:
-            update["command"] = tuple(sub(a, (*base, "command", i), fan) for i, a in enumerate(step.command))
-        update["env"] = {k: sub(v, (*base, "env", k), fan) for k, v in step.env.items()}
-        if step.variants is not None:
-            update["variants"] = {
-                vname: v.model_copy(
-                    update={
-                        "command": tuple(
-                            sub(a, (*base, "variants", vname, "command", i), fan) for i, a in enumerate(v.command)
-                        ),
-                        "env": {k: sub(x, (*base, "variants", vname, "env", k), fan) for k, x in v.env.items()},
-                    }
-                )
-                for vname, v in step.variants.items()
-            }
-        steps[sname] = step.model_copy(update=update)
-    return wf.model_copy(update={"steps": steps}), problems
+    steps = {
+        sname: step.model_copy(update=templated_fields(step, ("steps", sname), partial(sub, fanout=is_fanout(step))))
+        for sname, step in wf.steps.items()
+    }
+    publish = tuple(
+        p.model_copy(update={"to": sub(p.to, ("publish", i, "to"), _fans_out(wf, p.from_))})
+        for i, p in enumerate(wf.publish)
+    )
+    targets: list[tuple[Loc, str]] = [(("publish", i), p.to) for i, p in enumerate(publish)]
+    targets += [(("steps", n, "publish", i), p.to) for n, s in steps.items() for i, p in enumerate(s.publish)]
+    problems += [
+        Problem(file, line_of(lines, loc), "the publish target is empty once filled in; give a directory or s3://")
+        for loc, to in targets
+        if not to.strip()
+    ]
+    return wf.model_copy(update={"steps": steps, "publish": publish}), problems
+
+
+def _fans_out(wf: Workflow, ref: str) -> bool:
+    """Whether the step a workflow-level publish reads from (``from: STEP/OUTPUT``) fans out:
+    its items then fill ``{{ item }}`` in the target."""
+    step = wf.steps.get(ref.split("/", 1)[0])
+    return step is not None and is_fanout(step)

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from hetflow.errors import HetflowError, Problem, SpecError
-from hetflow.spec import DATA_PREFIX, DataSet, LoadedWorkflow, file_items, line_items
+from hetflow.execute.data.fanlist import read_lines
+from hetflow.spec import DATA_PREFIX, DataSet, LoadedWorkflow, file_items
 
 FILE, DIR, GLOB, S3 = "file", "dir", "glob", "s3"
 
@@ -341,4 +342,4 @@ def data_items(manifest: DataManifest, kind: str, ref: str) -> list[Any]:
         return file_items(base, [f.rel for f in chosen])
     if len(chosen) != 1:
         raise HetflowError(f"foreach lines of {ref!r}: it holds {len(chosen)} files; name one file (data.NAME/FILE)")
-    return line_items(Path(chosen[0].source).read_text(encoding="utf-8", errors="replace"))
+    return read_lines(Path(chosen[0].source), ref)  # counted as read: no more than the fan-out limit + 1
