@@ -116,3 +116,39 @@ steps:
     resources: {{cpus: {cpus:g}, memory: {memory}}}
     checkpoint: {checkpoint}
 """
+
+
+def processes() -> dict[int, tuple[int, list[str]]]:
+    """Every process now: PID -> (its parent's PID, its command line)."""
+    out: dict[int, tuple[int, list[str]]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile (or a kernel thread's empty line)
+        out[int(entry.name)] = (ppid, argv)
+    return out
+
+
+def monitor_trees(prefix: str) -> list[str]:
+    """The conmon processes of containers whose names start with ``prefix`` and what runs
+    under them (``runc init``...), as 'PID ARGS' lines: empty once nothing of them is left."""
+    procs = processes()
+    tops = [
+        pid
+        for pid, (_, argv) in procs.items()
+        if argv and Path(argv[0]).name == "conmon" and any(n.startswith(prefix) for n in _after(argv, "-n"))
+    ]
+    found, todo = [], list(tops)
+    while todo:
+        pid = todo.pop()
+        found.append(f"{pid} {' '.join(procs[pid][1])[:120]}")
+        todo += [p for p, (ppid, _) in procs.items() if ppid == pid]
+    return sorted(found)
+
+
+def _after(argv: list[str], flag: str) -> list[str]:
+    return [argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag]

@@ -8,7 +8,10 @@ import os
 import signal
 from pathlib import Path
 
-from tests.integration.hfkit import BUSYBOX, Hetflow, podman, write
+import pytest
+
+from hetflow.execute.orphans import launchers
+from tests.integration.hfkit import BUSYBOX, Hetflow, monitor_trees, podman, processes, write
 
 WF = f"""apiVersion: hetflow/v1
 name: crash
@@ -82,3 +85,65 @@ def test_stop_after_a_crash_keeps_a_result_that_finished_while_down(hf: Hetflow,
     data = hf.show(run_id)
     assert data["state"] == "succeeded"
     assert [(s["step"], s["attempts"]) for s in data["steps"]] == [("a", 1), ("b", 1)]
+
+
+# An OCI runtime that is runc, except that the first container it creates is held after `runc
+# create` (its `runc init` made, podman not yet told) until the test lets it go: the moment a
+# kill of the `podman run` clients leaves a container podman records as created, never started.
+HOLD_FIRST_CREATE = """#!/bin/sh
+for a in "$@"; do
+  if [ "$a" = create ] && mkdir {dir}/held 2>/dev/null; then
+    runc "$@"; rc=$?
+    touch {dir}/created
+    while [ ! -e {dir}/go ]; do sleep 0.1; done
+    exit $rc
+  fi
+done
+exec runc "$@"
+"""
+ONE = f"""apiVersion: hetflow/v1
+name: unstarted
+steps:
+  a:
+    image: {BUSYBOX}
+    command: [sh, -c, "echo ran > /out/done"]
+    outputs: [done]
+"""
+
+
+@pytest.mark.parametrize("with_executor", [True, False], ids=["with-the-executor", "the-podman-run-only"])
+def test_a_container_that_never_started_is_run_again_not_failed(
+    hf: Hetflow, tmp_path: Path, with_executor: bool
+) -> None:
+    """issue 37: the `podman run` clients killed mid-create (with the executor: a cgroup-wide
+    kill, systemctl stop; alone: the OOM killer) leave a container podman calls created, and
+    its conmon and runc init alive.  It never started: requeued outside the retries (no
+    retries here) and run again, never 'exited 0 but did not write declared outputs'; its
+    conmon and runc init are gone."""
+    runtime = tmp_path / "hold-first-create"
+    runtime.write_text(HOLD_FIRST_CREATE.format(dir=tmp_path))
+    runtime.chmod(0o755)
+    run_id = hf("run", "-d", write(tmp_path, ONE), extra_env={"HETFLOW_OCI_RUNTIME": str(runtime)}).stdout.strip()
+    hf.wait_for(lambda: (tmp_path / "created").exists(), timeout=120)
+    name = f"hf-{run_id}-a-1"
+    clients = launchers("podman", [name])
+    assert list(clients.values()) == [name]
+    if with_executor:
+        _kill_executor(hf, run_id)
+    for pid in clients:
+        os.killpg(pid, signal.SIGKILL)  # each leads a session of its own
+    (tmp_path / "go").touch()
+    hf.wait_for(lambda: not any(argv[1:2] == [str(runtime)] for _, argv in processes().values()))  # let go
+    if with_executor:
+        assert podman("container", "inspect", "--format", "{{.State.Status}}", name) == ["created"]
+        hf("resume", "-q", run_id, check=False, timeout=180)
+    else:
+        hf.wait_for(lambda: hf.show(run_id)["state"] != "running", timeout=120)
+
+    data = hf.show(run_id)
+    [a] = data["steps"]
+    history = [(x["attempt"], x["state"]) for x in a["attempt_history"]]
+    assert (data["state"], history) == ("succeeded", [(1, "stopped"), (2, "succeeded")]), data
+    assert "never started" in a["attempt_history"][0]["message"]
+    assert monitor_trees(f"hf-{run_id}-") == []  # no conmon, no runc init of the run left
+    assert podman("ps", "-a", "--filter", f"label=hetflow.run={run_id}", "--format", "{{.Names}}") == []

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from hetflow.execute.engine import NEVER_STARTED
 from hetflow.execute.exits import Batches, ExitWatch
 
 # How long a test waits for the watch to wake: generous, for a loaded machine (a pass waits only
@@ -141,6 +142,28 @@ def test_an_attached_run_killed_itself_leaves_the_exit_to_the_engines_wait() -> 
     w.attach("a3", {}, ["sh", "-c", "kill -9 $$"], engine="podman")
     assert woken.wait(WAKE)
     assert settle(w, "a3") == (False, 0, "exited", {}, "")
+    w.close()
+
+
+def test_an_attached_run_killed_before_it_started_its_container_is_never_started_not_exited_0() -> None:
+    """issue 37: podman's wait answers 0 at once for a container that is only created; a run
+    killed before starting it is recorded never started, the engine asked, no wait made."""
+    waits = Waits({("a5", "250ms"): "echo 0"})
+    asked: list[str] = []
+    woken = threading.Event()
+
+    def unstarted(name: str) -> bool:
+        asked.append(name)
+        return True
+
+    nothing: dict[str, Mapping[str, Any]] = {}
+    w = ExitWatch(
+        inspect=nothing.get, wait_command=waits, wake=woken.set, env={"PATH": "/usr/bin:/bin"}, unstarted=unstarted
+    )
+    w.attach("a5", {}, ["sh", "-c", "kill -9 $$"], engine="podman")
+    assert woken.wait(WAKE)
+    assert settle(w, "a5") == (False, None, NEVER_STARTED, {}, "")
+    assert (asked, waits.calls) == (["a5"], [])
     w.close()
 
 

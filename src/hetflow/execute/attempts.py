@@ -142,7 +142,7 @@ class Attempts:
     def settle(self, act: Active, st: JobState) -> None:
         """The engine says the attempt's job is over: requeue it when that was not the
         step's doing (a parent failed, the node failed), else accept or fail it."""
-        if st.dependency_failed or st.checkpointed or (act.resize and st.exit_code != 0):
+        if st.dependency_failed or st.checkpointed or st.never_started or (act.resize and st.exit_code != 0):
             self.requeue(act, act.resize or st.reason or "a dependency failed")
         elif st.node_failed and self.store.node_faults(self.run_id, act.step) < NODE_FAULT_REQUEUES:
             # counted from the recorded attempts (attempts.node_fault), so a resume does not restart it
@@ -344,6 +344,7 @@ class Attempts:
         said = reason + (f" (retry: {act.change})" if act.change else "")
         how = "lost with its node" if node_fault else "stopped to grow" if act.resize else "dropped by the engine"
         how = "checkpointed to move" if reason.startswith("migrated") else how
+        how = "was made, not started" if reason.startswith("never started") else how
         faulted = {"node_fault": 1} if node_fault else {}
         self.store.set_attempt(self.run_id, act.step, act.attempt, state=state, ended=now, message=said, **faulted)
         self.emit(AttemptFinished(0, self.run_id, now, reason, act.step, act.attempt, state, None))

@@ -82,12 +82,17 @@ UNKNOWN = Usage()
 Measured = Callable[[str, Usage], None]  # given what a removed container used
 
 
+# The status of a container that was made but will never start: the ``podman run`` that was to
+# start it was killed (``orphans``).  Not running, no exit code: no step's doing (issue 37).
+NEVER_STARTED = "never started"
+
+
 @dataclass(frozen=True)
 class ContainerState:
     name: str
     running: bool
     exit_code: int | None
-    status: str  # engine's word: created, running, exited, ...
+    status: str  # engine's word: created, running, exited, ...; or NEVER_STARTED
     labels: Mapping[str, str] = field(default_factory=dict)  # where the engine lists them (podman, fake)
     reason: str = ""  # why it ended, when the engine said more than an exit code (a refused start)
 

@@ -35,7 +35,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+from hetflow.execute.engine import NEVER_STARTED
+
 Inspect = Callable[[str], "Mapping[str, Any] | None"]  # one ``inspect`` entry, None when gone
+Unstarted = Callable[[str], bool]  # the container never started (what it left is reaped: ``orphans``)
 WaitCommand = Callable[[str, str], list[str]]  # the engine's ``wait NAME`` argv, polling at an interval
 T = TypeVar("T")
 TAIL = 4096  # bytes of an attached run's stderr kept, for the engine's error
@@ -101,9 +104,16 @@ class ExitWatch:
     """One run's containers, as the engine last said, kept current by a follower per container."""
 
     def __init__(
-        self, *, inspect: Inspect, wait_command: WaitCommand, wake: Callable[[], None], env: Mapping[str, str]
+        self,
+        *,
+        inspect: Inspect,
+        wait_command: WaitCommand,
+        wake: Callable[[], None],
+        env: Mapping[str, str],
+        unstarted: Unstarted = lambda _name: False,
     ):
         self._inspect, self._wait_command, self._wake, self._env = inspect, wait_command, wake, env
+        self._unstarted = unstarted
         self._lock = threading.Lock()
         self._labels: dict[str, Mapping[str, str]] = {}
         self._exited: dict[str, Exited] = {}
@@ -179,8 +189,9 @@ class ExitWatch:
             target=self._follow_attached, args=(name, proc, engine), name=f"run-{name}", daemon=True
         ).start()
 
-    def known_exit(self, name: str, labels: Mapping[str, str], status: str, exit_code: int) -> None:
-        """A container of the run that had exited before the watch began (a resumed run)."""
+    def known_exit(self, name: str, labels: Mapping[str, str], status: str, exit_code: int | None) -> None:
+        """A container of the run that had exited before the watch began (a resumed run), or
+        one that never started (``NEVER_STARTED``, no exit code)."""
         with self._lock:
             self._labels[name] = dict(labels)
             self._exited[name] = Exited(status, exit_code)
@@ -209,6 +220,12 @@ class ExitWatch:
         if self._closed:
             return
         if code < 0:  # the attached run itself was killed, not the container: ask the engine
+            if self._unstarted(name):  # killed before it started the container: nobody will
+                with self._lock:
+                    if not self._closed and name in self._labels:
+                        self._exited[name] = Exited(NEVER_STARTED, None)
+                self._wake()
+                return
             self._follow(name, None)
             return
         reason = ""

@@ -137,6 +137,7 @@ def reconcile(attempts: Attempts) -> None:
             )
         elif st is not None:
             message = f"{a.container} finished while hetflow was down (exit {st.exit_code})"
+            message = f"{a.container}: {st.reason}; it runs again" if st.never_started else message
             record(store, Note(0, run_id, time.time(), message, s.step, "collected"))
             attempts.active[s.step] = act
             attempts.settle(act, st)  # a node that failed meanwhile: run again, as in the loop

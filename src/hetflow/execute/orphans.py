@@ -10,6 +10,15 @@ lists them, the new executor waits for the old one's launches of the attempts in
 settle: each ``ENGINE ... run ... --name NAME`` process still alive whose container has not
 started yet (absent, or "created") is waited for until it has, or has ended; one that never
 does within ``SETTLE_TIMEOUT`` is killed (its container, if any, is then found not started).
+
+A ``podman run`` killed mid-create (with its executor: a cgroup-wide kill, ``systemctl stop``;
+alone: the OOM killer) leaves a container that never starts: podman records it created (or
+initialized) while its monitor, conmon, and the runtime's ``runc init`` wait for a start no one
+will ask for.  Such a container is no step's failure (``unstarted``: the runner runs it again);
+its monitor and what runs under it are ended (``reap``), since ``podman rm`` of a container
+podman never learnt the monitor of leaves them alive: 26 pairs, 45 minutes later, while
+``podman ps -a`` listed nothing (issue 37).  ``monitors`` lists every conmon by its container's
+ID and name (``-c``, ``-n``), for ``hetflow doctor`` to find those podman no longer lists.
 """
 
 from __future__ import annotations
@@ -18,11 +27,96 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 SETTLE_TIMEOUT = 120.0  # seconds: podman creating a container under heavy load, with its lock taken
-NOT_STARTED = ("", "created", "configured", "initialized")  # engine states of a container not yet started
+UNSTARTED = ("created", "configured", "initialized")  # podman's states of a container made, not started
+NOT_STARTED = ("", *UNSTARTED)  # and of one not made yet (no state)
+
+
+@dataclass(frozen=True)
+class Monitor:
+    """A container monitor (conmon) alive now: its PID, its container's ID and name, and the
+    PIDs of what runs under it (the runtime's ``runc init``, the container's processes)."""
+
+    pid: int
+    container_id: str
+    name: str
+    below: tuple[int, ...] = ()
+
+
+def unstarted(entry: Mapping[str, Any] | None) -> bool:
+    """Whether an ``inspect`` entry is a container that was made but never started."""
+    state = (entry or {}).get("State") or {}
+    return entry is not None and str(state.get("Status", "")).lower() in UNSTARTED
+
+
+def monitors(proc: Path = Path("/proc")) -> list[Monitor]:
+    """Every conmon running now, by the ``-c ID`` and ``-n NAME`` it was started with."""
+    table = _processes(proc)
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in table.items():
+        children.setdefault(ppid, []).append(pid)
+    found = []
+    for pid, (_, argv) in table.items():
+        if argv and os.path.basename(argv[0]) == "conmon":
+            cid, name = _flag(argv, "-c"), _flag(argv, "-n")
+            if cid and name:
+                found.append(Monitor(pid, cid, name, _below(pid, children)))
+    return found
+
+
+def reap(monitor: Monitor) -> None:
+    """SIGKILL the monitor, then what ran under it (the monitor first: it runs no exit command)."""
+    for pid in (monitor.pid, *monitor.below):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def reap_unstarted(entry: Mapping[str, Any] | None, proc: Path = Path("/proc")) -> bool:
+    """Whether the container of an ``inspect`` entry was made but never started; if so its
+    monitor and what runs under it are ended: they would wait for ever, and ``podman rm``
+    leaves them where podman never learnt their PIDs."""
+    if not unstarted(entry):
+        return False
+    assert entry is not None
+    for m in monitors(proc):
+        if m.container_id == str(entry.get("Id", "")):
+            reap(m)
+    return True
+
+
+def _processes(proc: Path) -> dict[int, tuple[int, list[str]]]:
+    """PID -> (parent PID, command line) of every process it can read."""
+    table: dict[int, tuple[int, list[str]]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue  # gone meanwhile, or not ours to read
+        table[int(entry.name)] = (ppid, argv)
+    return table
+
+
+def _flag(argv: list[str], flag: str) -> str:
+    return next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == flag), "")
+
+
+def _below(pid: int, children: Mapping[int, list[int]]) -> tuple[int, ...]:
+    """The PIDs under ``pid``, parents before their children."""
+    out: list[int] = []
+    todo = [pid]
+    while todo:
+        kids = children.get(todo.pop(0), [])
+        out += kids
+        todo += kids
+    return tuple(out)
 
 
 def launchers(binary: str, names: Collection[str], proc: Path = Path("/proc")) -> dict[int, str]:

@@ -26,6 +26,7 @@ from hetflow.execute import cgroups, orphans
 from hetflow.execute.engine import (
     ENV_FILE_WAIT,
     LABEL_RUN,
+    NEVER_STARTED,
     UNKNOWN,
     ContainerSpec,
     ContainerState,
@@ -269,37 +270,12 @@ class CliEngine:
 
     def _listed_states(self, run_id: str) -> dict[str, ContainerState]:
         proc = self._run(["ps", "-a", "--filter", f"label={LABEL_RUN}={run_id}", "--format", "json"])
-        out: dict[str, ContainerState] = {}
-        for c in json.loads(proc.stdout or "[]") or []:
-            names = c.get("Names") or []
-            name = names[0] if isinstance(names, list) and names else str(names)
-            state = str(c.get("State", "")).lower()
-            running = state in (
-                "running",
-                "created",
-                "configured",
-                "initialized",
-                "paused",
-                "stopping",
-            )
-            code = None if running else int(c.get("ExitCode", 0))
-            labels = c.get("Labels") or {}
-            out[name] = ContainerState(name, running, code, state, labels if isinstance(labels, dict) else {})
-        return out
+        return _listed(proc.stdout, lambda state: state in ("running", *orphans.UNSTARTED, "paused", "stopping"))
 
     def all_runs(self) -> dict[str, ContainerState]:
         """Every container of every hetflow run (label ``hetflow.run``), for ``hetflow doctor``."""
-        out: dict[str, ContainerState] = {}
         proc = self._run(["ps", "-a", "--filter", f"label={LABEL_RUN}", "--format", "json"])
-        for c in json.loads(proc.stdout or "[]") or []:
-            names = c.get("Names") or []
-            name = names[0] if isinstance(names, list) and names else str(names)
-            state = str(c.get("State", "")).lower()
-            running = state not in ("exited", "stopped", "dead")
-            labels = c.get("Labels") or {}
-            code = None if running else int(c.get("ExitCode", 0))
-            out[name] = ContainerState(name, running, code, state, labels if isinstance(labels, dict) else {})
-        return out
+        return _listed(proc.stdout, lambda state: state not in ("exited", "stopped", "dead"))
 
     def run_networks(self) -> dict[str, str]:
         """Networks hetflow made for gangs: name -> the run in its ``hetflow.run`` label."""
@@ -388,11 +364,19 @@ class CliEngine:
         all, waiting for the removals."""
         if self._watch is not None:
             return None  # one run per engine at a time; a second watcher polls
-        watch = ExitWatch(inspect=self._inspect_entry, wait_command=self._wait_command, wake=wake, env=self._env)
+        watch = ExitWatch(
+            inspect=self._inspect_entry,
+            wait_command=self._wait_command,
+            wake=wake,
+            env=self._env,
+            unstarted=self._unstarted,
+        )
         for name, st in self.states(run_id).items():  # a resumed run's containers
-            if st.running:
-                entry = self._inspect_entry(name) or {}
-                pid = (entry.get("State") or {}).get("ConmonPid")
+            entry = self._inspect_entry(name) if st.running else None
+            if orphans.reap_unstarted(entry):  # settle_launches left no `podman run` to start it
+                watch.known_exit(name, st.labels, NEVER_STARTED, None)
+            elif st.running:
+                pid = ((entry or {}).get("State") or {}).get("ConmonPid")
                 watch.follow(name, st.labels, int(pid) if pid else None)
             else:
                 watch.known_exit(name, st.labels, st.status, st.exit_code if st.exit_code is not None else 255)
@@ -422,6 +406,11 @@ class CliEngine:
 
         return orphans.settle(self.binary, names, status)
 
+    def _unstarted(self, name: str) -> bool:
+        """Whether the container ``name`` was made but never started (its ``podman run`` is
+        gone); if so, what it left running is ended (``orphans.reap_unstarted``)."""
+        return orphans.reap_unstarted(self._inspect_entry(name))
+
     def _inspect_entry(self, name: str) -> Mapping[str, Any] | None:
         return self._inspect_entries([name]).get(name)
 
@@ -440,3 +429,16 @@ class CliEngine:
         # podman's wait polls, every 250 ms unless told; docker's waits on its own events
         every = ["--interval", interval] if self.name == "podman" else []
         return [self.binary, *self._global, "wait", *every, name]
+
+
+def _listed(ps_json: str, running: Callable[[str], bool]) -> dict[str, ContainerState]:
+    """``ps --format json`` as states by name; ``running``: which state words are not over."""
+    out: dict[str, ContainerState] = {}
+    for c in json.loads(ps_json or "[]") or []:
+        names = c.get("Names") or []
+        name = names[0] if isinstance(names, list) and names else str(names)
+        state = str(c.get("State", "")).lower()
+        labels = c.get("Labels") or {}
+        code = None if running(state) else int(c.get("ExitCode", 0))
+        out[name] = ContainerState(name, code is None, code, state, labels if isinstance(labels, dict) else {})
+    return out

@@ -127,6 +127,9 @@ class JobState:
     # The job ended because hetflow dumped its container with CRIU and stopped it (``Checkpoints``,
     # leave_running False): not the step's failure; hetflow requeues it, the next attempt restored.
     checkpointed: bool = False
+    # The job's container was made but never started (its ``podman run`` killed mid-create): not
+    # the step's failure; hetflow runs it again as a new attempt, outside the step's retries.
+    never_started: bool = False
     # When the engine started and ended the job (epoch seconds), from its own record (Slurm's
     # StartTime/EndTime, the Ray task's start and end on its node); None: not started or
     # ended yet, or the engine does not say (then the executor's clock is used).

@@ -15,7 +15,7 @@ from pathlib import Path
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
 from hetflow.execute.checkpoint import CriuPodman
-from hetflow.execute.engine import LABEL_RUN, UNKNOWN, ContainerEngine, Networks, Usage
+from hetflow.execute.engine import LABEL_RUN, NEVER_STARTED, UNKNOWN, ContainerEngine, Networks, Usage
 from hetflow.execute.engines import make_engine
 from hetflow.execute.gang.replicas import (
     LABEL_LAUNCHER,
@@ -86,7 +86,9 @@ class LocalBackend:
             if rep is not None:
                 gangs.setdefault(rep[0], {})[rep[1]] = (st.running, st.exit_code, st.status)
             else:
-                out[name] = JobState(name, st.running, st.exit_code, st.status, reason=st.reason)
+                new = st.status == NEVER_STARTED  # made, then its `podman run` was killed before it started it
+                why = f"{NEVER_STARTED}: its {self.engine.name} run was killed before starting it" if new else st.reason
+                out[name] = JobState(name, st.running, st.exit_code, st.status, reason=why, never_started=new)
                 if st.labels.get(LABEL_WORLD, "1") not in ("", "1"):
                     gangs.setdefault(name, {})  # a gang's replica 0 alone is a gang with replicas missing
         for job, replicas in gangs.items():
