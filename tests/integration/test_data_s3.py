@@ -184,3 +184,40 @@ def test_s3_publish_goes_to_the_endpoint_the_data_declares(hf: Hetflow, tmp_path
     hf("run", write(tmp_path, declared.replace("out-bucket", "ep-out")), extra_env=CREDENTIALS)
     body = s3.get_object(Bucket="ep-out", Key="results/sizes.txt")["Body"].read()
     assert body.split() == [b"5", b"1", b"b.txt"]
+
+
+PAIR = f"""
+apiVersion: hetflow/v1
+name: s3pair
+params: {{v: one}}
+steps:
+  make:
+    image: {BUSYBOX}
+    command: [sh, -c, "echo a-{{{{ params.v }}}} > /out/a.txt; echo b-{{{{ params.v }}}} > /out/b.txt"]
+    outputs: [a.txt, b.txt]
+    publish: {{to: "s3://pair-out/p/"}}
+"""
+
+
+def test_s3_publish_checks_every_key_before_writing_any(hf: Hetflow, tmp_path: Path, s3: Any, endpoint: str) -> None:
+    """Issue 37: an object changed since it was published fails the step with nothing
+    written, not after the keys before it were replaced."""
+    s3.create_bucket(Bucket="pair-out")
+    env = {**CREDENTIALS, "AWS_ENDPOINT_URL": endpoint}
+    wf = write(tmp_path, PAIR)
+
+    def body(key: str) -> bytes:
+        data: bytes = s3.get_object(Bucket="pair-out", Key=key)["Body"].read()
+        return data
+
+    hf("run", wf, extra_env=env)
+    assert (body("p/a.txt"), body("p/b.txt")) == (b"a-one\n", b"b-one\n")
+    s3.put_object(Bucket="pair-out", Key="p/b.txt", Body=b"someone else's")
+    proc = hf("run", wf, "-p", "v=two", extra_env=env, check=False)
+    assert proc.returncode != 0
+    make = {s["step"]: s for s in hf.show(hf.last_run())["steps"]}["make"]
+    assert "s3://pair-out/p/b.txt already exists and changed since run" in make["reason"], make["reason"]
+    assert body("p/a.txt") == b"a-one\n"  # a.txt may be replaced, but is not while b.txt is refused
+    assert body("p/b.txt") == b"someone else's"
+    keys = [o["Key"] for o in s3.list_objects_v2(Bucket="pair-out").get("Contents", [])]
+    assert sorted(keys) == ["p/a.txt", "p/b.txt"]  # no kept copies left behind

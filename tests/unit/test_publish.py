@@ -76,6 +76,12 @@ class FakeS3:
     def find(self, path: str, detail: bool = False) -> Any:
         return {}
 
+    def copy(self, path1: str, path2: str) -> None:
+        self.objects[path2] = self.objects[path1]
+
+    def rm_file(self, path: str) -> None:
+        del self.objects[path]
+
     def get_file(self, rpath: str, lpath: str) -> None:
         Path(lpath).write_bytes(self.objects[rpath])
 
@@ -103,7 +109,7 @@ RULE = [
     ("identical-bytes", "copy", True, True, True, "new", None, "keep", ""),
     ("identical-link-mode", "link", True, True, True, "new", None, "keep", ""),
     ("overwrite-anything", "overwrite", True, True, False, "user", None, "replace", "mode: overwrite"),
-    ("overwrite-a-folder", "overwrite", True, False, False, "", None, "replace", "mode: overwrite"),
+    ("overwrite-a-link", "overwrite", True, False, False, "", None, "replace", "mode: overwrite"),
     ("a-folder-or-link", "copy", True, False, False, "", rec(), "refuse", "not a regular file"),
     ("not-published-by-hetflow", "copy", True, True, False, "user", None, "refuse", "not published by hetflow"),
     ("own-result-unchanged", "copy", True, True, False, "old", rec(), "replace", "result from run run-1"),
@@ -233,3 +239,135 @@ def test_a_store_from_before_publish_records_gains_the_table_on_open(tmp_path: P
     store = Store(tmp_path / "state.db")
     store.record_published(PublishRecord("/t", "s", 1, "r", "st", "wf", 0.0))
     assert store.published("/t") == PublishRecord("/t", "s", 1, "r", "st", "wf", 0.0)
+
+
+@pytest.mark.parametrize("mode", ["copy", "link", "overwrite"])
+def test_a_folder_is_refused_in_every_mode(mode: str) -> None:
+    kw: dict[str, Any] = {"present": True, "regular": False, "identical": False, "unchanged": False, "record": None}
+    v = decide(mode=mode, workflow="wf", folder=True, **kw)
+    assert (v.action, v.hint) == ("refuse", "remove it or publish elsewhere") and "folder" in v.why
+
+
+# --- all or nothing (issue 37) ----------------------------------------------------------------
+
+
+def pair(tmp_path: Path, a: str, b: str) -> Path:
+    out = tmp_path / f"out-{a.strip()}-{b.strip()}"
+    out.mkdir()
+    (out / "a.txt").write_text(a)
+    (out / "b.txt").write_text(b)
+    return out
+
+
+def two(to: str, mode: str = "copy") -> Step:
+    return Step(image="i", outputs=("a.txt", "b.txt"), publish=(Publish(to=to, mode=mode),))  # type: ignore[arg-type]
+
+
+def no_leftovers(folder: Path) -> bool:
+    return not [p for p in folder.iterdir() if p.name.endswith((".hetflow-tmp", ".hetflow-old"))]
+
+
+def test_every_target_is_judged_before_any_is_replaced_and_each_refusal_is_named(tmp_path: Path) -> None:
+    store = Store(tmp_path / "home" / "state.db")
+    res = tmp_path / "res"
+    Publishing(store, "run-1", "wf")("s", two(str(res)), pair(tmp_path, "a1\n", "b1\n"), os.getuid(), os.getgid())
+    (res / "b.txt").write_text("edited\n")
+    with pytest.raises(PublishError) as info:
+        Publishing(store, "run-2", "wf")("s", two(str(res)), pair(tmp_path, "a2\n", "b2\n"), os.getuid(), os.getgid())
+    assert "'b.txt'" in str(info.value) and "'a.txt'" not in str(info.value)
+    assert "none of its 2 was published" in str(info.value)
+    assert (res / "a.txt").read_text() == "a1\n" and (res / "b.txt").read_text() == "edited\n"
+    assert store.published(str(res.resolve() / "a.txt")).run_id == "run-1"  # type: ignore[union-attr]
+    (res / "a.txt").write_text("edited too\n")
+    with pytest.raises(PublishError, match=r"publish 'a.txt': .* changed since .*; publish 'b.txt': .* changed since"):
+        Publishing(store, "run-3", "wf")("s", two(str(res)), pair(tmp_path, "a3\n", "b3\n"), os.getuid(), os.getgid())
+    assert no_leftovers(res) and not list((tmp_path / "home" / "publishing").iterdir())
+
+
+def test_a_rename_failing_halfway_puts_back_the_targets_already_replaced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = Store(tmp_path / "home" / "state.db")
+    res = tmp_path / "res"
+    Publishing(store, "run-1", "wf")("s", two(str(res)), pair(tmp_path, "a1\n", "b1\n"), os.getuid(), os.getgid())
+    rename = os.replace
+
+    def failing(src: Any, dst: Any) -> None:
+        if Path(dst) == res / "b.txt" and str(src).endswith(".hetflow-tmp"):  # its rename, not its undo
+            raise OSError(5, "Input/output error")
+        rename(src, dst)
+
+    monkeypatch.setattr(os, "replace", failing)
+    with pytest.raises(PublishError) as info:
+        Publishing(store, "run-2", "wf")("s", two(str(res)), pair(tmp_path, "a2\n", "b2\n"), os.getuid(), os.getgid())
+    monkeypatch.undo()
+    assert "publish 'b.txt'" in str(info.value) and "Input/output error" in str(info.value)
+    assert "'a.txt' put back as it was" in str(info.value)
+    assert (res / "a.txt").read_text() == "a1\n" and (res / "b.txt").read_text() == "b1\n"
+    assert store.published(str(res.resolve() / "a.txt")).run_id == "run-1"  # type: ignore[union-attr]
+    assert no_leftovers(res) and not list((tmp_path / "home" / "publishing").iterdir())
+
+
+class RacingSecond(FakeS3):
+    """Someone else writes the second key after hetflow checked it: the first is in by then."""
+
+    def put_file(self, lpath: str, rpath: str, **kwargs: Any) -> None:
+        if rpath.endswith("b.txt"):
+            self.objects[rpath] = b"someone else's"
+        super().put_file(lpath, rpath, **kwargs)
+
+
+def test_s3_checks_every_key_first_and_puts_back_from_kept_copies_when_one_fails(tmp_path: Path) -> None:
+    store = Store(tmp_path / "home" / "state.db")
+    fs = RacingSecond()
+    fs.objects |= {"b/p/a.txt": b"a0\n"}
+    out = pair(tmp_path, "a1\n", "b1\n")
+    with pytest.raises(PublishError, match=r"s3://b/p/a.txt already exists and was not published by hetflow"):
+        Publishing(store, "run-1", "wf", s3=lambda e: fs)("s", two("s3://b/p/"), out, 0, 0)
+    assert fs.objects == {"b/p/a.txt": b"a0\n"}  # b.txt, which could be written, was not
+    with pytest.raises(PublishError) as info:
+        Publishing(store, "run-1", "wf", s3=lambda e: fs)("s", two("s3://b/p/", "overwrite"), out, 0, 0)
+    assert "s3://b/p/b.txt was written by someone else" in str(info.value) and "'a.txt' put back" in str(info.value)
+    assert fs.objects == {"b/p/a.txt": b"a0\n", "b/p/b.txt": b"someone else's"}  # no kept copy left
+
+
+def test_a_journal_left_by_a_killed_publish_is_undone_or_finished(tmp_path: Path) -> None:
+    from hetflow.execute.data import publishjournal
+    from hetflow.execute.data.publishrule import By, Entry
+
+    store = Store(tmp_path / "home" / "state.db")
+    res = tmp_path / "res"
+    res.mkdir()
+    by = By("run-k", "wf", "s")
+
+    def entry(name: str, action: str, new: str) -> Entry:
+        src = tmp_path / f"src-{name}"
+        src.write_text(new)
+        return Entry(
+            name, str(src), str(res / name), "copy", hashlib.sha256(new.encode()).hexdigest(), 3, "tok", None, action
+        )
+
+    # replaced (kept copy beside it), written new, staged only: the state of a kill before the records
+    (res / "r.txt").write_text("new")
+    (res / ".r.txt.tok.hetflow-old").write_text("old")
+    (res / "w.txt").write_text("new")
+    (res / ".s.txt.tok.hetflow-tmp").write_text("new")
+    (res / "s.txt").write_text("user")
+    entries = [entry("r.txt", "replace", "new"), entry("w.txt", "write", "new"), entry("s.txt", "replace", "new")]
+    publishjournal.write(publishjournal.journal_path(store, by), by, entries)
+    [j] = publishjournal.journals(store)
+    assert sorted(Path(p).name for p in publishjournal.leftovers(j)) == [
+        ".r.txt.tok.hetflow-old",
+        ".s.txt.tok.hetflow-tmp",
+    ]
+    assert "undid" in publishjournal.settle(j, store)
+    assert sorted(p.name for p in res.iterdir() if p.name != LOCK_NAME) == ["r.txt", "s.txt"]
+    assert (res / "r.txt").read_text() == "old" and (res / "s.txt").read_text() == "user"
+    assert publishjournal.journals(store) == []
+    # the records written (the commit point): what is in place stays, the leftovers go
+    (res / ".r.txt.tok.hetflow-old").write_text("old")
+    (res / "r.txt").write_text("new")
+    publishjournal.write(publishjournal.journal_path(store, by), by, entries[:1])
+    store.record_published(PublishRecord(entries[0].key, entries[0].sha256, 3, "run-k", "s", "wf", 0.0))
+    assert "finished" in publishjournal.settle(publishjournal.journals(store)[0], store)
+    assert (res / "r.txt").read_text() == "new" and no_leftovers(res)

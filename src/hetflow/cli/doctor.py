@@ -18,7 +18,8 @@ def doctor(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Find leftovers of crashed runs on this machine: containers, gang networks, GPU leases,
-    runs that say running with no executor.  Lists them; --repair removes them.  A live run's
+    publishes cut short (files staged beside a target, a set half replaced), runs that say
+    running with no executor.  Lists them; --repair removes them.  A live run's
     work is never touched, nor what `hetflow resume` would adopt or collect."""
     from hetflow.execute import diagnose, make_engine
     from hetflow.execute import repair as do_repair

@@ -31,6 +31,7 @@ from hetflow.execute.data.cache import StepKeys
 from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.data.outputs import damaged_outputs
 from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.data.publishjournal import settle_run
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.engines import make_engine
 from hetflow.execute.fanout import expand_at_submit, replay
@@ -264,6 +265,7 @@ def resume_run(
         )
     # before anything is reset: a resume without its secrets changes nothing
     _use_secrets(load_recorded(store, run_id).workflow, Settings.from_json(record.backend_json), resume=True)
+    settle_run(store, run_id)  # a publish the killed executor cut short: finished or undone first
     amendment = Amendment()
     if Settings.from_json(record.backend_json).backend == LOCAL:
         engine = engine or make_engine()

@@ -41,10 +41,11 @@ class PublishRows:
             return None
         return None if row is None else PublishRecord(**dict(row))
 
-    def record_published(self, r: PublishRecord) -> None:
-        """``r`` is now what lies at its target (replacing any earlier record of it)."""
+    def record_published(self, *records: PublishRecord) -> None:
+        """Each of ``records`` is now what lies at its target (replacing any earlier record of
+        it), all in one transaction: a step's publish set is recorded whole or not at all."""
         with self._tx(immediate=True) as db:
-            db.execute(
+            db.executemany(
                 "INSERT OR REPLACE INTO published VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (r.target, r.sha256, r.size, r.run_id, r.step, r.workflow, r.time, r.etag),
+                [(r.target, r.sha256, r.size, r.run_id, r.step, r.workflow, r.time, r.etag) for r in records],
             )

@@ -229,6 +229,10 @@ class ObjectStore(Protocol):
 
     def exists(self, path: str) -> bool: ...
 
+    def copy(self, path1: str, path2: str) -> Any: ...  # a server-side copy (publish keeps what it replaces)
+
+    def rm_file(self, path: str) -> Any: ...
+
 
 def s3_filesystem(endpoint: str | None) -> ObjectStore:
     """An s3fs file system; credentials and region from the usual AWS variables and files,
