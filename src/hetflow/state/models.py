@@ -30,7 +30,7 @@ STEP_TERMINAL = frozenset({SUCCEEDED, FAILED, SKIPPED, STOPPED})
 # A step whose job the engine holds in its queue (Slurm PENDING, a Ray task not yet placed)
 # is RUNNING in the store: hetflow has handed it over, and resume adopts it like a running
 # one.  People are shown it as "queued" (``StepRecord.shown_state``): the runner writes the
-# engine's wait as the step's reason, starting with QUEUED_PREFIX (``Attempts.note_wait``),
+# engine's wait as the step's reason, starting with QUEUED_PREFIX (``EngineView.note_wait``),
 # until the engine starts it.
 QUEUED = "queued"
 QUEUED_PREFIX = "pending: "

@@ -281,7 +281,7 @@ class Launcher:
             node=where.node,
             gpus=list(indices),
             attempts=go.attempt,
-            # a queueing engine's job starts when the engine says (Attempts.note_times), not now
+            # a queueing engine's job starts when the engine says (EngineView.note_times), not now
             started=s.started if self.backend.capabilities.queues else (s.started or now),
             reason=go.why,
             not_before=None,
