@@ -32,6 +32,9 @@ Outputs (issue 30).  Slurm starts a child as soon as its parent's job ends, befo
 seen that end, so the job script itself moves the step's outputs from the attempt's /out into
 ``steps/STEP/out`` (one rename on the shared file system) once the container ends 0, and ends
 non-zero when a declared output is missing (``publish``); the executor only verifies and hashes.
+The rename happens only while the step's fencing token names the job's attempt (issue 37,
+``execute.data.fencing``, checked under flock(1) with the rename): a job whose node hetflow
+declared failed, still running there, never replaces a later attempt's accepted outputs.
 
 The container's output goes to ``job.container.log_path`` in CRI format (podman's k8s-file
 driver, as with the local backend); the script adds its own messages there as CRI records
