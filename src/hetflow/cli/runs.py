@@ -150,6 +150,7 @@ def resume(
     record = store.run(store.resolve_run_id(run_id))
     if record.state == RUN_SUCCEEDED:
         console.print(f"run {record.id} already succeeded; nothing to resume", highlight=False)
+        _tidy(store, record.id)
         touched = rehash_for_resume(store, record.id, load_recorded(store, record.id).workflow)
         if touched.rerun:
             console.print(
@@ -177,6 +178,19 @@ def resume(
     if reset:
         err.print(f"resuming {record.id}: re-running {', '.join(reset)}", highlight=False)
     _go(opened, detach=detach, quiet=quiet, grace=seconds)
+
+
+def _tidy(store: Store, run_id: str) -> None:
+    """A succeeded run leaves nothing behind: what its killed executor left (exited containers,
+    gang networks, orphaned monitors) is removed as ``doctor --repair`` would, and said."""
+    from hetflow.execute import Settings, make_engine, tidy
+
+    if Settings.from_json(store.run(run_id).backend_json).backend != "local":
+        return
+    removed = tidy(store, make_engine(), run_id)
+    if removed:
+        names = ", ".join(f"{f.kind} {f.name}" for f in removed)
+        console.print(f"removed what its executor left behind: {names}", highlight=False)
 
 
 def _dry_run(store: Store, loaded: LoadedWorkflow, settings: Settings, node: Node, *, json_out: bool) -> None:

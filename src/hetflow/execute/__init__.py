@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from hetflow.execute.data.paths import RunPaths, container_name
     from hetflow.execute.devices.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
     from hetflow.execute.dispatch import ClusterDispatch, Decision, Dispatch, LocalDispatch
-    from hetflow.execute.doctor import Finding, diagnose, repair
+    from hetflow.execute.doctor import Finding, diagnose, repair, tidy
     from hetflow.execute.engine import (
         LABEL_ATTEMPT,
         LABEL_RUN,
@@ -118,7 +118,7 @@ _WHERE = {
     "gang.replicas": ["LAUNCH_CONTRACT", "Quantity", "RankVariable", "render_contract"],
     "devices.gpu": ["DRIVER_DIR", "GpuAccess", "cdi_device_names", "driver_mounts", "gpu_access"],
     "images": ["PinResult", "default_resolver", "pin_images"],
-    "doctor": ["Finding", "diagnose", "repair"],
+    "doctor": ["Finding", "diagnose", "repair", "tidy"],
     "lifecycle": ["pid_alive", "reset_for_resume", "spawn_executor", "stop_run"],
     "logs": ["Records", "group_records", "log_tail", "parse_line", "read_lines"],
     "logsources": ["LogSource", "attempt_label", "attempt_sources", "recorded_gangs", "select_steps"],
@@ -270,6 +270,7 @@ __all__ = [
     "stop_run",
     "stored_plan",
     "submit_run",
+    "tidy",
     "urls_of",
 ]
 

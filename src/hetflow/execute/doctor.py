@@ -173,8 +173,15 @@ def repair(
         store.release_gpus(container)
     for run_id in sorted({f.run_id for f in findings if f.kind == "publish"}):
         settle_run(store, run_id)  # each settled publish is said in the run's events
-    for run_id in sorted({f.run_id for f in findings if f.kind in ("container", "network")}):
-        n = sum(f.run_id == run_id and f.kind in ("container", "network") for f in findings)
+    orphaned = {f.name for f in findings if f.kind == "process"}
+    for m in watched():  # looked for again by name: a PID taken since by another process is left alone
+        if m.name in orphaned:
+            reap(m)
+    for f in findings:
+        if f.kind == "cache":
+            Path(f.name).unlink(missing_ok=True)
+    for run_id in sorted({f.run_id for f in findings if f.kind in ("container", "network", "process")}):
+        n = sum(f.run_id == run_id and f.kind in ("container", "network", "process") for f in findings)
         record(store, Note(0, run_id, clock(), f"hetflow doctor removed {n} leftover(s)", None, "collected"))
 
 
@@ -189,6 +196,16 @@ def _publishes(store: Store, dead: Callable[[str], bool]) -> list[Finding]:
             why = f"a publish of step {j.by.step!r} was cut short, no executor holds run {j.by.run_id}: {what}"
             action = "remove its leftovers" if committed(j, store) else "put every target back as it was"
             found.append(Finding("publish", ", ".join(j.folders()), j.by.run_id, why, action))
+    return found
+
+
+def tidy(store: Store, engine: Leftovers, run_id: str, *, watched: Monitors = monitors) -> list[Finding]:
+    """What ``hetflow resume`` of a run that has ended does: remove what it left behind (its
+    containers, gang networks and orphaned monitors), as ``repair`` would; a kill just after the
+    run was recorded succeeded left its exited containers for ever (issue 37).  The findings."""
+    found = [f for f in diagnose(store, engine, watched=watched) if f.run_id == run_id]
+    found = [f for f in found if f.kind in ("container", "network", "process")]
+    repair(store, engine, found, watched=watched)
     return found
 
 

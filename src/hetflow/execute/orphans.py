@@ -46,6 +46,7 @@ class Monitor:
     container_id: str
     name: str
     below: tuple[int, ...] = ()
+    log: str = ""  # the container's log file (``-l [DRIVER:]PATH``): hetflow's is in the run's folder
 
 
 def unstarted(entry: Mapping[str, Any] | None) -> bool:
@@ -63,9 +64,9 @@ def monitors(proc: Path = Path("/proc")) -> list[Monitor]:
     found = []
     for pid, (_, argv) in table.items():
         if argv and os.path.basename(argv[0]) == "conmon":
-            cid, name = _flag(argv, "-c"), _flag(argv, "-n")
+            cid, name, log = _flag(argv, "-c"), _flag(argv, "-n"), _flag(argv, "-l") or _flag(argv, "--log-path")
             if cid and name:
-                found.append(Monitor(pid, cid, name, _below(pid, children)))
+                found.append(Monitor(pid, cid, name, _below(pid, children), log.split(":", 1)[-1]))
     return found
 
 
@@ -87,6 +88,15 @@ def reap_unstarted(entry: Mapping[str, Any] | None, proc: Path = Path("/proc")) 
         if m.container_id == str(entry.get("Id", "")):
             reap(m)
     return True
+
+
+def reap_unlisted(prefix: str, listed: Collection[str], proc: Path = Path("/proc")) -> list[Monitor]:
+    """End the monitors of containers named ``PREFIX...`` (a run's: ``hf-RUN-``) that the
+    engine no longer lists (``listed``), and what runs under them; those ended."""
+    found = [m for m in monitors(proc) if m.name.startswith(prefix) and m.name not in listed]
+    for m in found:
+        reap(m)
+    return found
 
 
 def _processes(proc: Path) -> dict[int, tuple[int, list[str]]]:

@@ -371,7 +371,9 @@ class CliEngine:
             env=self._env,
             unstarted=self._unstarted,
         )
-        for name, st in self.states(run_id).items():  # a resumed run's containers
+        listed = self.states(run_id)  # a resumed run's containers
+        orphans.reap_unlisted(f"hf-{run_id}-", listed)  # monitors of ones podman lost wait for ever
+        for name, st in listed.items():
             entry = self._inspect_entry(name) if st.running else None
             if orphans.reap_unstarted(entry):  # settle_launches left no `podman run` to start it
                 watch.known_exit(name, st.labels, NEVER_STARTED, None)

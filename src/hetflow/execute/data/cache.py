@@ -32,6 +32,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import stat
 from collections.abc import Callable, Mapping, Sequence
@@ -48,6 +49,8 @@ from hetflow.state import CacheEntry, OutputRecord, Store
 KEY_VERSION = 1
 SMALL = 1 << 20  # bytes: an object up to this size is read once on restore (verified, then written)
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int), the ioctl behind `cp --reflink`
+PARTIAL_SUFFIX = ".tmp"  # an object being copied in is ``.SHA.tmpPID`` until it is whole
+_PARTIAL = re.compile(r"\.([0-9a-f]{64})" + re.escape(PARTIAL_SUFFIX) + r"(\d+)")
 
 
 def clone_or_copy(src: Path, dest: Path) -> None:
@@ -257,7 +260,7 @@ class ResultCache:
         if target.exists() and target.stat().st_size == src.stat().st_size and target.stat().st_nlink == 1:
             return  # (an object an older hetflow hard-linked into a run is copied afresh: its own file)
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{sha}.tmp{os.getpid()}")
+        tmp = target.with_name(f".{sha}{PARTIAL_SUFFIX}{os.getpid()}")  # ``partial_copies`` finds one left
         tmp.unlink(missing_ok=True)
         try:
             clone_or_copy(src, tmp)
@@ -384,3 +387,19 @@ class ResultCache:
         if not self.objects.is_dir():
             return 0
         return sum(p.stat().st_size for p in self.objects.rglob("*") if p.is_file())
+
+
+def partial_copies(root: Path) -> list[tuple[Path, int]]:
+    """The objects a ``save`` began copying into the cache under ``root`` and never finished
+    (its process killed mid-copy), with the PID of the process that wrote each: what
+    ``hetflow doctor`` removes once that process is gone (issue 37)."""
+    objects = root / "objects"
+    if not objects.is_dir():
+        return []
+    found = []
+    for folder in sorted(objects.iterdir()):
+        for p in sorted(folder.iterdir()) if folder.is_dir() else []:
+            m = _PARTIAL.fullmatch(p.name)
+            if m is not None:
+                found.append((p, int(m.group(2))))
+    return found
