@@ -10,6 +10,7 @@ import pytest
 from hetflow.execute.data.paths import container_name
 from hetflow.execute.doctor import diagnose, repair
 from hetflow.execute.gang.replicas import network_name
+from hetflow.execute.orphans import Monitor
 from hetflow.state import Lease, RunRecord
 from tests.unit.builders import Crash, Outcome, World, gpu, node, world
 
@@ -93,3 +94,42 @@ def test_only_the_dead_tenant_of_a_shared_gpu_is_released(tmp_path: Path) -> Non
     assert [f.name for f in found if f.kind == "lease"] == ["GPU-s"]
     repair(w.store, w.engine, found, clock=w.clock)
     assert [x.container for x in w.store.leases() if x.gpu_uuid == "GPU-s"] == ["hf-other-d-1"]
+
+
+def test_monitors_of_containers_podman_no_longer_lists_are_found_only_for_a_dead_run_of_this_store(
+    tmp_path: Path,
+) -> None:
+    """issue 37: a conmon left by a podman run killed mid-create, its container removed since."""
+    w = _crashed(tmp_path, a_runs=10)
+    logs = f"{w.run.workdir}/logs"
+    lost = Monitor(101, "id1", container_name(w.run.id, "a", 9), (102,), f"{logs}/a.9.log")
+    seen = [
+        lost,
+        Monitor(103, "id2", container_name(w.run.id, "a", 1), (), f"{logs}/a.1.log"),  # listed: a runs on
+        Monitor(104, "id3", "hf-zzz-a-1", (), "/elsewhere/a.1.log"),  # another store's run
+        Monitor(105, "id4", container_name(w.run.id, "a", 8), (), "/elsewhere/a.8.log"),  # its log is not the run's
+        Monitor(106, "id5", "podman-infra", (), ""),  # not hetflow's
+    ]
+
+    found = diagnose(w.store, w.engine, gone=_gone, alive=lambda pid: False, watched=lambda: seen)
+
+    assert [(f.kind, f.name) for f in found if f.kind == "process"] == [("process", lost.name)]
+    assert "conmon (pid 101) and 1 process(es) under it" in next(f.why for f in found if f.kind == "process")
+    assert diagnose(w.store, w.engine, gone=lambda run: False, alive=lambda pid: True, watched=lambda: seen) == []
+
+
+def test_a_copy_into_the_cache_whose_process_is_gone_is_found_and_removed(tmp_path: Path) -> None:
+    w = _crashed(tmp_path, a_runs=10)
+    w.store.set_run(w.run.id, state="failed", pid=None)
+    folder = w.store.path.parent / "cache" / "objects" / "ab"
+    folder.mkdir(parents=True)
+    cut, going = folder / f".{'ab' * 32}.tmp999999", folder / f".{'ab' * 32}.tmp4242"
+    whole = folder / ("ab" * 32)
+    for p in (cut, going, whole):
+        p.write_bytes(b"x")
+
+    found = diagnose(w.store, w.engine, gone=_gone, alive=lambda pid: pid == 4242, watched=lambda: [])
+
+    assert [(f.kind, f.name) for f in found if f.kind == "cache"] == [("cache", str(cut))]
+    repair(w.store, w.engine, found, clock=w.clock, watched=lambda: [])
+    assert (cut.exists(), going.exists(), whole.exists()) == (False, True, True)
