@@ -140,3 +140,23 @@ def test_migrate_moves_a_running_step_without_losing_work(hf: Hetflow, tmp_path:
     assert [(a["attempt"], a["status"]) for a in attempts] == [(1, "stopped"), (2, "stopped"), (3, "succeeded")]
     done = hf("migrate", run_id, "count", check=False)
     assert done.returncode == 2 and f"run {run_id} is succeeded" in done.stderr
+
+
+def test_a_failed_restore_starts_the_attempt_from_an_empty_out(hf: Hetflow, tmp_path: Path) -> None:
+    """issue 37: the restored attempt's /out held the checkpoint's copy (ticks 1..k) and then
+    the run from zero (1..TICKS) on top of it; a restore that fails now leaves /out empty."""
+    loop = f"i=0; while [ $i -lt {TICKS} ]; do i=$((i+1)); echo tick $i; echo $i >> /out/progress; sleep 0.5; done"
+    text = counter_workflow(TICKS, "true").replace("outputs: [n]", "outputs: [progress]")
+    text = text.replace(text.split("command: ")[1].split("\n")[0], f'[sh, -c, "{loop}"]')
+    run_id = hf("run", "-d", write(tmp_path, text)).stdout.strip()
+    hf.wait_for(lambda: len(_ticks(hf, run_id, 1)) >= 3, timeout=120)
+    hf("stop", "--checkpoint", run_id)
+    meta = _checkpoint(hf, run_id, 1)
+    assert meta is not None and (Path(str(meta["outputs"])) / "progress").read_text().split()[:1] == ["1"]
+    Path(str(meta["image"])).write_bytes(b"damaged")
+
+    hf("resume", run_id, timeout=180)
+
+    assert hf.step_states(run_id) == {"count": "succeeded"}
+    progress = hf.home / "runs" / run_id / "steps" / "count" / "out" / "progress"
+    assert progress.read_text().split() == [str(i) for i in range(1, TICKS + 1)]

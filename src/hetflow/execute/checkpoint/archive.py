@@ -18,6 +18,7 @@ import json
 import os
 import re
 import secrets
+import shutil
 import tarfile
 import time
 from collections.abc import Callable, Mapping
@@ -141,3 +142,14 @@ def link_log(podman_log: str, log: Path) -> None:
     except OSError:
         with contextlib.suppress(OSError):
             log.symlink_to(podman_log)
+
+
+def empty_out(folder: Path) -> None:
+    """Remove what an attempt's ``/out`` folder holds, keeping the folder (its mount's source):
+    a restore that failed leaves it as a start from zero finds a new one, without the
+    checkpoint's copy of the restored process's outputs (issue 37)."""
+    for p in folder.iterdir() if folder.is_dir() else ():
+        if p.is_dir() and not p.is_symlink():
+            shutil.rmtree(p, ignore_errors=True)
+        else:
+            p.unlink(missing_ok=True)

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from hetflow.errors import EngineError
-from hetflow.execute.checkpoint.archive import link_log, ready_for
+from hetflow.execute.checkpoint.archive import empty_out, link_log, ready_for
 from hetflow.execute.checkpoint.criu import CriuSupport, criu_support, last_line
 from hetflow.execute.checkpoint.freeze import frozen_dump
 from hetflow.execute.checkpoint.images import Restore
@@ -53,17 +53,26 @@ class CriuPodman:
         return took
 
     def restore(self, r: Restore, spec: ContainerSpec) -> None:
-        """Start ``spec``'s container (a new attempt) from checkpoint ``r``."""
+        """Start ``spec``'s container (a new attempt) from checkpoint ``r``.  One that fails
+        leaves the attempt's ``/out`` empty again, for the start from zero that follows: the
+        checkpoint's copy of it was the restored process's, not a new one's (a counter started
+        afresh appended 1..60 after the copy's 1..11: issue 37)."""
         env = self._env()
         staging = next((m.source for m in spec.mounts if m.target == "/out"), None)
-        if staging:
-            shutil.copytree(r.outputs, staging, symlinks=True, dirs_exist_ok=True)
-        parent = self.engine.prepare_cgroup(spec.name)
-        ready_for(r, name=spec.name, labels=spec.labels, staging=staging, cgroup_parent=parent)
-        proc = self.engine.command(["container", "restore", "--import", r.image], timeout=DUMP_TIMEOUT, env=env)
-        if proc.returncode != 0:
-            self.engine.command(["rm", "-f", spec.name], timeout=60, env={})
-            raise EngineError(f"restore of {spec.name} from {r.image} failed: {last_line(proc.stderr or proc.stdout)}")
+        try:
+            if staging:
+                shutil.copytree(r.outputs, staging, symlinks=True, dirs_exist_ok=True)
+            parent = self.engine.prepare_cgroup(spec.name)
+            ready_for(r, name=spec.name, labels=spec.labels, staging=staging, cgroup_parent=parent)
+            proc = self.engine.command(["container", "restore", "--import", r.image], timeout=DUMP_TIMEOUT, env=env)
+            if proc.returncode != 0:
+                self.engine.command(["rm", "-f", spec.name], timeout=60, env={})
+                why = last_line(proc.stderr or proc.stdout)
+                raise EngineError(f"restore of {spec.name} from {r.image} failed: {why}")
+        except BaseException:
+            if staging:
+                empty_out(Path(staging))
+            raise
         if spec.log_path:
             self._link_log(spec.name, Path(spec.log_path))
         self.engine.follow(spec.name, spec.labels)

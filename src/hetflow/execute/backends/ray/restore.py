@@ -28,7 +28,7 @@ import ray
 
 from hetflow.config import engine_env
 from hetflow.errors import HetflowError
-from hetflow.execute.checkpoint.archive import KEEP_EXITED, link_log, ready_for
+from hetflow.execute.checkpoint.archive import KEEP_EXITED, empty_out, link_log, ready_for
 from hetflow.execute.checkpoint.criu import criu_support, last_line
 from hetflow.execute.checkpoint.freeze import frozen_dump
 from hetflow.execute.checkpoint.images import Restore
@@ -112,7 +112,7 @@ def restore_container(binary: str, spec: ContainerSpec, r: Restore, env: Mapping
     if why:
         remove(binary, spec.name, env)
         if staging:
-            _empty(Path(staging))
+            empty_out(Path(staging))
         return f"restore from {r.image} failed: {why}"
     if spec.log_path:
         _link_log(binary, spec.name, Path(spec.log_path), env)
@@ -145,11 +145,3 @@ def _link_log(binary: str, name: str, log: Path, env: Mapping[str, str]) -> None
     )
     if proc.returncode == 0:
         link_log(proc.stdout.strip(), log)
-
-
-def _empty(folder: Path) -> None:
-    for p in folder.iterdir() if folder.is_dir() else ():
-        if p.is_dir() and not p.is_symlink():
-            shutil.rmtree(p, ignore_errors=True)
-        else:
-            p.unlink(missing_ok=True)
