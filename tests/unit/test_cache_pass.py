@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.execute.data.cache import ResultCache
+from hetflow.execute.data.fencing import NOBODY, Fenced, check, grant, holder
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.dispatch import Decision
 from hetflow.execute.runner import Runner
@@ -229,3 +230,16 @@ def test_items_waiting_for_capacity_are_asked_about_once_a_turn(tmp_path: Path) 
     turns = len({s.at for s in w.script.log})
     assert turns == 10
     assert len(asked) <= 40 + 2 * turns  # each launch, and at most a wait or two a turn (not ~40 a turn)
+
+
+def test_a_result_taken_from_the_cache_takes_the_fencing_token_from_any_attempt(tmp_path: Path) -> None:
+    """A step whose earlier attempt still held the token when its executor died (lost, not yet
+    given up) gets its result from the cache: that attempt's late rename is refused from then on
+    (issue 37: only the accepted result is in the step's folder)."""
+    r = _two_runs(tmp_path)
+    out = RunPaths(Path(r.w.store.run(r.second).workdir)).step_out("a0")
+    grant(out, 1)  # attempt 1 of a0 was granted in an earlier session of this run
+    assert r.runner.execute() == "succeeded"
+    assert holder(out) == NOBODY
+    with pytest.raises(Fenced):
+        check(out, out.parent.parent.parent / "attempts" / "a0" / "1" / "out", 1)

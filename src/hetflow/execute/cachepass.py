@@ -27,6 +27,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.data.cache import Key, ResultCache, StepKeys
+from hetflow.execute.data.fencing import FENCE, NOBODY, grant
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.data.watch import DataWatch, data_refs
 from hetflow.execute.decisions import Shape, shape
@@ -226,6 +227,8 @@ class CachePass:
             self._missed[name] = (vname, self.generation)
             return None
         out = self.paths.step_out(name)
+        if out.parent.joinpath(FENCE).exists():
+            grant(out, NOBODY)  # the cache's result goes in: no attempt of the step may write it now
         records = self.cache.restore(entry, self.run_id, name, out, touch=False)
         if records is None:
             self.attempts.emit(
