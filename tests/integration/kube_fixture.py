@@ -9,7 +9,6 @@ fail with the reason."""
 from __future__ import annotations
 
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from demo.kube_objects import KwokNode
 from kubernetes import client, config
 
 from hetflow.execute.backends.kubernetes import KubernetesSettings
+from tests.leftovers import session_folder
 
 T = TypeVar("T")
 REAL_NODE = "real-0"
@@ -32,7 +32,7 @@ REAL_NODE = "real-0"
 @contextmanager
 def local_kube(nodes: Sequence[KwokNode] = DEFAULT_NODES, prefix: str = "hfkube-") -> Iterator[LocalKube]:
     """A local cluster of ``nodes`` in a fresh short folder under /tmp, stopped and removed after."""
-    base = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    base = session_folder(prefix)
     try:
         cluster = start_cluster(base, nodes)
         try:
@@ -81,7 +81,7 @@ class RealKube:
 
 @contextmanager
 def real_kube(images: Sequence[str], prefix: str = "hfkr-") -> Iterator[RealKube]:
-    base = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))  # short: containerd's sockets live under it
+    base = session_folder(prefix)  # short: containerd's sockets live under it
     try:
         cluster = start_cluster(base / "c", nodes=())
         try:

@@ -6,7 +6,6 @@ No skip: where Slurm cannot start (not installed, not root), the tests fail with
 from __future__ import annotations
 
 import shutil
-import tempfile
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,6 +16,7 @@ from demo.slurm_cluster import DEFAULT_NODES, FakeNode, LocalSlurm, start_cluste
 
 from hetflow.errors import EngineError
 from tests.integration.hfkit import write
+from tests.leftovers import session_folder
 
 
 @contextmanager
@@ -26,7 +26,7 @@ def local_cluster(
     """A local Slurm cluster of ``nodes`` in a fresh folder, stopped and removed after;
     ``cgroups``: with Slurm's cgroup plugins (``demo.slurm_cluster.slurm_conf``)."""
     # A short folder: slurmd's step sockets live under it (Unix sockets: 108 bytes).
-    base = Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+    base = session_folder(prefix)  # its slurmstepd, which slurmd gives no environment, are the session's
     try:
         cluster = start_cluster(base, nodes, cgroups=cgroups, timeout=120)
     except EngineError:

@@ -152,3 +152,6 @@ def test_doctor_removes_a_copy_into_the_cache_that_a_kill_cut_short(hf: Hetflow,
 
     assert not partial[0].exists() and list(objects.glob("*/.*.tmp*")) == []
     assert _findings(hf) == set()
+    hf("resume", "-q", run_id, timeout=300)  # collects the step's container, kept for it
+    assert hf.show(run_id)["state"] == "succeeded" and run_containers(run_id) == []
+    assert (objects / partial[0].parent.name / partial[0].name[1:65]).stat().st_size == 1 << 30  # whole now
