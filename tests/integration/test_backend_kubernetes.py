@@ -202,14 +202,14 @@ steps:
 """
 
 
-@pytest.mark.parametrize("repeat", range(2), ids=lambda r: f"run-{r}")
 def test_every_items_log_is_read_before_its_pod_goes_and_show_says_how_it_ended(
-    hf: Hetflow, tmp_path: Path, kube_real: RealKube, repeat: int
+    hf: Hetflow, tmp_path: Path, kube_real: RealKube
 ) -> None:
     """issue 37: a 10-item fan-out of quick pods on the real node lost some items' logs ("the API
     server gave no log ... pods not found": a poll while a released Job's pods were going read
     the log again, over the one read) and kept "pending: ContainerCreating" as the reason of
-    steps that had succeeded.  ``slow`` keeps the executor polling after the items end."""
+    steps that had succeeded.  ``slow`` keeps the executor polling after the items end.  One run:
+    the log race is held deterministically by the next test; this one holds it end to end."""
     settings = {"backend": "kubernetes", "workdir": str(tmp_path / "work"), "kubernetes": _real_settings(kube_real)}
     config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
     hf("run", "-q", "--config", config, write(tmp_path, FAN_WF), timeout=300)
