@@ -9,6 +9,10 @@ attempt's staging folder on the host): no data set changes but the one the test 
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from tests.integration.hfkit import BUSYBOX, Hetflow, step_out, write
@@ -29,6 +33,19 @@ steps:
     inputs: {{s: data.scripts, g: gen/o}}
     outputs: [r]
 """
+
+
+@contextmanager
+def running(hf: Hetflow, *args: str) -> Iterator[subprocess.Popen[str]]:
+    """``hetflow ARGS`` in the background; stopped (SIGTERM: the run is stopped, its containers
+    go) if the test leaves it running, as a failing test would."""
+    proc = hf.popen(*args)
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=120)
 
 
 def dry_run(hf: Hetflow, wf: str) -> dict[str, dict[str, str]]:
@@ -89,11 +106,11 @@ def test_a_data_file_edited_while_its_step_runs_is_not_cached_and_the_step_says_
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x").write_text("one\n")
     wf = write(tmp_path, WAITS_THEN_READS)
-    proc = hf.popen("run", wf)
-    out = started(hf, "a")
-    (tmp_path / "d" / "x").write_text("two\n")  # the step read "one"; its key would say "two"
-    (out / "go").touch()
-    assert proc.wait(timeout=120) == 0, proc.stdout.read() if proc.stdout else ""
+    with running(hf, "run", wf) as proc:
+        out = started(hf, "a")
+        (tmp_path / "d" / "x").write_text("two\n")  # the step read "one"; its key would say "two"
+        (out / "go").touch()
+        assert proc.wait(timeout=120) == 0, proc.stdout.read() if proc.stdout else ""
     rid = hf.last_run()
     shown = hf.show(rid)
     a = next(s for s in shown["steps"] if s["step"] == "a")
@@ -103,9 +120,9 @@ def test_a_data_file_edited_while_its_step_runs_is_not_cached_and_the_step_says_
     assert cached == [], f"a result was cached under a key it did not have: {cached}"
     # the next run runs it again, on what the file holds now (its attempt has a folder of its own)
     assert dry_run(hf, wf)["a"]["status"] == "runs"
-    proc = hf.popen("run", wf)
-    (started(hf, "a") / "go").touch()  # the first run's attempt folder went into place as its output
-    assert proc.wait(timeout=120) == 0
+    with running(hf, "run", wf) as proc:
+        (started(hf, "a") / "go").touch()  # the first run's attempt folder went into place as its output
+        assert proc.wait(timeout=120) == 0
     assert (step_out(hf, hf.last_run(), "a") / "o").read_text() == "two\n"
 
 
@@ -130,11 +147,11 @@ def test_a_step_launched_after_an_edit_reads_and_keys_what_the_file_holds_then(h
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x").write_text("one\n")
     wf = write(tmp_path, AFTER_A_WAIT)
-    proc = hf.popen("run", wf)
-    out = started(hf, "a")
-    (tmp_path / "d" / "x").write_text("two\n")  # after submit, before b launches
-    (out / "go").touch()
-    assert proc.wait(timeout=120) == 0
+    with running(hf, "run", wf) as proc:
+        out = started(hf, "a")
+        (tmp_path / "d" / "x").write_text("two\n")  # after submit, before b launches
+        (out / "go").touch()
+        assert proc.wait(timeout=120) == 0
     rid = hf.last_run()
     assert (step_out(hf, rid, "b") / "o").read_text() == "two\na\n"
     # the cache holds b under the key of what it read: a dry run now predicts it cached

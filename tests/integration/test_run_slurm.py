@@ -17,7 +17,7 @@ from tests.integration.hfkit import BUSYBOX, Hetflow, write
 from tests.integration.racechain import REPEATS, SLURM_POLL, run_chain
 from tests.integration.slurm_fixture import slurm_cluster, slurm_config  # noqa: F401  (module fixture)
 from tests.integration.test_data_fanout import check_cluster_fan
-from tests.integration.test_data_frozen import WAITS_THEN_READS, started
+from tests.integration.test_data_frozen import WAITS_THEN_READS, running, started
 
 WORKFLOW = f"""apiVersion: hetflow/v1
 name: slurmdag
@@ -287,11 +287,11 @@ def test_a_data_file_edited_while_a_slurm_step_runs_is_not_cached_and_the_step_s
     (tmp_path / "d").mkdir()
     (tmp_path / "d" / "x").write_text("one\n")
     wf = write(tmp_path, WAITS_THEN_READS.replace("name: during", "name: slurmwatch"))
-    proc = hf.popen("run", "-q", "--config", _config(tmp_path, slurm_cluster), wf)
-    out = started(hf, "a", slurm_cluster.workdir / "runs")
-    (tmp_path / "d" / "x").write_text("two\n")
-    (out / "go").touch()
-    assert proc.wait(timeout=300) == 0, proc.stdout.read() if proc.stdout else ""
+    with running(hf, "run", "-q", "--config", _config(tmp_path, slurm_cluster), wf) as proc:
+        out = started(hf, "a", slurm_cluster.workdir / "runs")
+        (tmp_path / "d" / "x").write_text("two\n")
+        (out / "go").touch()
+        assert proc.wait(timeout=300) == 0, proc.stdout.read() if proc.stdout else ""
     a = next(s for s in hf.show(hf.last_run())["steps"] if s["step"] == "a")
     assert (a["state"], "ran on changed data: data.d changed while it ran" in a["reason"]) == ("succeeded", True), a
     assert json.loads(hf("cache", "ls", "--json").stdout)["entries"] == []
