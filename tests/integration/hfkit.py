@@ -120,17 +120,9 @@ steps:
 
 def processes() -> dict[int, tuple[int, list[str]]]:
     """Every process now: PID -> (its parent's PID, its command line)."""
-    out: dict[int, tuple[int, list[str]]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = [a.decode(errors="replace") for a in (entry / "cmdline").read_bytes().split(b"\0") if a]
-            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue  # gone meanwhile (or a kernel thread's empty line)
-        out[int(entry.name)] = (ppid, argv)
-    return out
+    from hetflow.execute.orphans import processes as read
+
+    return read()
 
 
 def monitor_trees(prefix: str) -> list[str]:

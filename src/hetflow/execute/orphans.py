@@ -57,7 +57,7 @@ def unstarted(entry: Mapping[str, Any] | None) -> bool:
 
 def monitors(proc: Path = Path("/proc")) -> list[Monitor]:
     """Every conmon running now, by the ``-c ID`` and ``-n NAME`` it was started with."""
-    table = _processes(proc)
+    table = processes(proc)
     children: dict[int, list[int]] = {}
     for pid, (ppid, _) in table.items():
         children.setdefault(ppid, []).append(pid)
@@ -99,8 +99,8 @@ def reap_unlisted(prefix: str, listed: Collection[str], proc: Path = Path("/proc
     return found
 
 
-def _processes(proc: Path) -> dict[int, tuple[int, list[str]]]:
-    """PID -> (parent PID, command line) of every process it can read."""
+def processes(proc: Path = Path("/proc")) -> dict[int, tuple[int, list[str]]]:
+    """PID -> (parent PID, command line) of every process it can read (``proc``: procfs)."""
     table: dict[int, tuple[int, list[str]]] = {}
     for entry in proc.iterdir():
         if not entry.name.isdigit():
