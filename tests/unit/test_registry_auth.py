@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import base64
+import re
 from collections.abc import Callable
 
 import pytest
 
-from hetflow.registry.auth import BearerSigner, bearer_challenge, parse_basic, parse_bearer
+from hetflow.registry.auth import BadAuthorization, BearerSigner, bearer_challenge, parse_basic, parse_bearer
 
 KEY = b"k" * 32
 
@@ -79,14 +80,29 @@ def _basic(text: str) -> str:
         pytest.param(_basic("a100-node:hft_x"), ("a100-node", "hft_x"), id="plain"),
         pytest.param(_basic("t:pa:ss"), ("t", "pa:ss"), id="colon-in-password"),
         pytest.param("basic " + base64.b64encode(b"t:p").decode(), ("t", "p"), id="lower-case-scheme"),
-        pytest.param(_basic("no-colon"), None, id="no-colon"),
-        pytest.param("Basic %%%", None, id="not-base64"),
-        pytest.param("Bearer abc", None, id="bearer"),
+        pytest.param(_basic("m\u00fcller:pw"), ("m\u00fcller", "pw"), id="utf8-login"),
         pytest.param(None, None, id="missing"),
     ],
 )
 def test_parse_basic(header: str | None, expected: tuple[str, str] | None) -> None:
     assert parse_basic(header) == expected
+
+
+@pytest.mark.parametrize(
+    ("header", "named"),
+    [
+        pytest.param(_basic("no-colon"), "no ':'", id="no-colon"),
+        pytest.param("Basic %%%", "not base64", id="not-base64"),
+        pytest.param("Basic ", "empty", id="empty"),
+        pytest.param("Basic m\u00fcller", "non-ASCII", id="raw-non-ascii"),
+        pytest.param("Basic " + base64.b64encode("m\u00fc:pw".encode("latin-1")).decode(), "UTF-8", id="latin1"),
+        pytest.param("Bearer abc", "scheme is bearer", id="bearer"),
+        pytest.param("\u00fc\u00fc abc", "scheme is not Basic", id="non-ascii-scheme"),
+    ],
+)
+def test_parse_basic_names_what_is_wrong(header: str, named: str) -> None:
+    with pytest.raises(BadAuthorization, match=re.escape(named)):
+        parse_basic(header)
 
 
 @pytest.mark.parametrize(

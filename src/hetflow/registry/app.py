@@ -53,7 +53,7 @@ from starlette.routing import Route
 from hetflow.errors import UsageError
 from hetflow.images import RegistryError
 from hetflow.inventory import Node, node_fields
-from hetflow.registry.auth import BearerSigner, bearer_challenge, parse_basic, parse_bearer
+from hetflow.registry.auth import BadAuthorization, BearerSigner, bearer_challenge, parse_basic, parse_bearer
 from hetflow.registry.errors import ErrorCode, error_response
 from hetflow.registry.gates import ApiVersion, RequestLimits
 from hetflow.registry.machines import MachineType, MachineTypeConflict, MachineTypeLimit, MachineTypes
@@ -105,6 +105,7 @@ class Registry:
             transport=transport,
             idle_timeout_s=settings.limits.upstream_idle_timeout_s,
             redirect_hosts=settings.redirect_hosts,
+            token_hosts=settings.upstream_token_hosts,
         )
         self.proxy = Proxy(
             self.upstream,
@@ -157,7 +158,10 @@ class Registry:
                 return error_response(400, ErrorCode.UNSUPPORTED, "only grant_type=password is supported")
             creds: tuple[str, str] | None = (form.get("username", [""])[0], form.get("password", [""])[0])
         else:
-            creds = parse_basic(request.headers.get("authorization"))
+            try:
+                creds = parse_basic(request.headers.get("authorization"))
+            except BadAuthorization as err:
+                return error_response(400, ErrorCode.UNAUTHORIZED, str(err))
         headers = {"WWW-Authenticate": f'Basic realm="{self.settings.service}"'}
         if creds is None or not creds[0]:
             return error_response(

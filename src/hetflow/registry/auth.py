@@ -29,7 +29,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-__all__ = ["BearerGrant", "BearerSigner", "IssuedBearer", "bearer_challenge", "parse_basic", "parse_bearer"]
+__all__ = [
+    "BadAuthorization",
+    "BearerGrant",
+    "BearerSigner",
+    "IssuedBearer",
+    "bearer_challenge",
+    "parse_basic",
+    "parse_bearer",
+]
 
 _PREFIX = "hfb"
 
@@ -96,19 +104,51 @@ class BearerSigner:
         return grant if grant.expires > self._clock() else None
 
 
+class BadAuthorization(ValueError):
+    """An Authorization header that holds no readable credentials; the message says why
+    (the proxy answers it with a 400 that names the fault, never a 500)."""
+
+
 def parse_basic(header: str | None) -> tuple[str, str] | None:
-    """``Basic base64(user:password)`` -> ``(user, password)``; None when malformed."""
+    """``Basic base64(user:password)`` -> ``(user, password)``; None when there is no header.
+
+    Anything else raises ``BadAuthorization`` naming the fault.  A header arrives as latin-1
+    text (HTTP's obs-text), so a raw non-ASCII byte is refused here, before base64 sees it;
+    the decoded pair must be UTF-8 (RFC 7617 2.1, the charset podman and docker send)."""
     if not header:
         return None
-    scheme, _, value = header.partition(" ")
+    scheme, _, value = header.strip().partition(" ")
     if scheme.lower() != "basic":
-        return None
+        shown = scheme.lower() if scheme.isascii() and scheme.isalpha() else "not Basic"
+        raise BadAuthorization(
+            f"the Authorization header's scheme is {shown}; this endpoint takes Basic base64(MACHINE_TYPE:TOKEN)"
+        )
+    value = value.strip()
+    if not value:
+        raise BadAuthorization(
+            "the Authorization header's Basic credentials are empty; give base64(MACHINE_TYPE:TOKEN)"
+        )
+    if not value.isascii():
+        raise BadAuthorization(
+            "the Authorization header holds non-ASCII bytes where Basic credentials are base64 (RFC 7617)"
+        )
     try:
-        decoded = base64.b64decode(value.strip(), validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return None
+        raw = base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadAuthorization("the Authorization header's Basic credentials are not base64 (RFC 7617)") from None
+    try:
+        decoded = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise BadAuthorization(
+            "the Authorization header's Basic credentials are not UTF-8 text (RFC 7617 2.1); "
+            "machine types and tokens are ASCII"
+        ) from None
     user, sep, password = decoded.partition(":")
-    return (user, password) if sep else None
+    if not sep:
+        raise BadAuthorization(
+            "the Authorization header's Basic credentials have no ':' between MACHINE_TYPE and TOKEN"
+        )
+    return user, password
 
 
 def parse_bearer(header: str | None) -> str | None:

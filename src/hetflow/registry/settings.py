@@ -9,6 +9,8 @@
                                         # beyond loopback or holds upstream credentials)
     upstream_username: robot            # credentials for the upstream, if it wants any
     upstream_password: ...
+    upstream_token_hosts: [auth.docker.io]  # token services besides the upstream's own host
+                                        # that may get those credentials (none by default)
     machine_types:                      # predeclared machine types
       - profile: a100-node              # a built-in profile; the name defaults to it
       - name: lab-box
@@ -188,6 +190,9 @@ class Settings(BaseModel):
     limits: Limits = Field(default_factory=Limits)
     # Hosts (besides the upstream's own) a manifest or tag-list request may be redirected to.
     redirect_hosts: tuple[str, ...] = ()
+    # Hosts (besides the upstream's own) whose token service may get upstream_username and
+    # upstream_password: a challenge naming any other realm is refused (issue 38).
+    upstream_token_hosts: tuple[str, ...] = ()
     config_dir: Path = Field(default=Path("."), description="where relative node_file paths start")
 
     @field_validator("upstream")

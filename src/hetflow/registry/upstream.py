@@ -12,7 +12,9 @@ clients), the proxy the default network transports.
 If the upstream asks for credentials (401), the configured user and password are
 sent as Basic, or traded for a bearer at the realm the upstream names (Docker token
 authentication, the same flow the proxy offers its own clients).  The Authorization
-that worked is kept per scope, for both clients, until the upstream refuses it.
+that worked is kept per scope, for both clients, until the upstream refuses it.  The
+credentials go only to a realm on the upstream's own host or one of ``token_hosts`` (and
+over https when the upstream is https): a challenge naming any other is refused.
 
 Redirects: blob GETs follow them to the upstream's host, one of ``redirect_hosts``, or
 any other host whose every address is public (S3-backed registries send blobs from another
@@ -58,8 +60,10 @@ class Upstream:
         timeout: float = 60.0,
         idle_timeout_s: float | None = None,
         redirect_hosts: tuple[str, ...] = (),
+        token_hosts: tuple[str, ...] = (),
     ) -> None:
         self.base_url = base_url.rstrip("/")
+        self._token_hosts = {urlsplit(self.base_url).hostname or "", *(h.lower() for h in token_hosts)}
         self._hosts = {urlsplit(self.base_url).netloc.lower(), *(h.lower() for h in redirect_hosts)}
         # httpx's read timeout is the idle one: the longest wait for the next bytes.
         timeout = idle_timeout_s or timeout
@@ -189,10 +193,28 @@ class Upstream:
         request = httpx.Request("GET", self.base_url)
         return str(next(self._basic.auth_flow(request)).headers["Authorization"])
 
+    def _check_realm(self, realm: str) -> None:
+        """The upstream's credentials go to its own host's token service or one of
+        ``token_hosts`` (a name, or NAME:PORT), over https when the upstream is https."""
+        parts = urlsplit(realm)
+        host = (parts.hostname or "").lower()
+        if host not in self._token_hosts and parts.netloc.lower() not in self._token_hosts:
+            raise UpstreamUnavailable(
+                f"upstream {self.base_url} asks for a bearer from {realm}, a token service on {host or 'no host'}, "
+                "not the upstream's host; the proxy sends its upstream credentials to no other host "
+                "(add the host to upstream_token_hosts: in the proxy's config if it is the upstream's)"
+            )
+        if parts.scheme != "https" and self.base_url.startswith("https://"):
+            raise UpstreamUnavailable(
+                f"upstream {self.base_url} asks for a bearer from {realm} over plain HTTP; the proxy sends "
+                "its upstream credentials to an https upstream's token service only over https"
+            )
+
     async def _fetch_bearer(self, challenge: Challenge, scope: str) -> str:
         realm = challenge.params.get("realm")
         if not realm:
             raise UpstreamUnavailable(f"upstream {self.base_url} asked for a bearer but named no realm")
+        self._check_realm(realm)
         params = {"service": challenge.params.get("service", "")}
         if challenge.params.get("scope") or scope:
             params["scope"] = challenge.params.get("scope") or scope
