@@ -35,9 +35,9 @@ from hetflow.images import (
     BadDocumentError,
     digest_of,
     is_index,
-    is_manifest,
     sniff_media_type,
 )
+from hetflow.registry.documents import manifest_problem
 from hetflow.registry.errors import STATUS_CODES, ErrorCode, error_response
 from hetflow.registry.fetch import BlobFetcher
 from hetflow.registry.machines import MachineType
@@ -62,6 +62,7 @@ _MEMO_SIZE = 512
 _REASONS_SHOWN = 20
 _REASON_CHARS = 300
 _CONFIRMED_SIZE = 100_000
+_INLINE_CHECK = 256 * 1024  # a manifest body this large or less is checked on the event loop
 
 
 def parse_path(rest: str) -> tuple[str, str, str] | None:
@@ -246,14 +247,15 @@ class Proxy:
         media_type = _bare(response.headers.get("content-type")) or sniff_media_type(body) or ""
         if media_type in ("", "application/json", "text/plain"):
             media_type = sniff_media_type(body) or media_type
-        if not (is_index(media_type) or is_manifest(media_type)):
-            # Never passed on as a 200 manifest (issue 23: a redirect to a web page was).
-            return error_response(
-                502,
-                ErrorCode.MANIFEST_INVALID,
-                f"upstream manifest {repo}:{ref} came as {media_type or 'no media type'!r}, not an OCI or Docker "
-                "manifest or index",
-            )
+        # Never passed on (or cached) unless it is the JSON of its media type (issue 23: a
+        # redirect to a web page was; issue 38: an HTML body labelled a manifest was).
+        # A big index is parsed off the event loop.
+        if len(body) > _INLINE_CHECK:
+            problem = await asyncio.to_thread(manifest_problem, body, media_type)
+        else:
+            problem = manifest_problem(body, media_type)
+        if problem is not None:
+            return error_response(502, ErrorCode.MANIFEST_INVALID, f"upstream manifest {repo}:{ref} {problem}")
         got = ManifestBody(body, media_type, expected)
         if len(body) <= self.limits.manifest_cache_bytes and expected not in self._manifests:
             self._manifests[expected] = got
