@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -17,6 +20,7 @@ import httpx
 import pytest
 
 from hetflow.images import OCI_INDEX, OCI_MANIFEST
+from hetflow.inventory import profile_node
 from hetflow.registry import FakeRegistry, MachineTypeDecl, RunningProxy, Settings, start_in_thread
 
 pytestmark = pytest.mark.integration
@@ -207,3 +211,102 @@ def test_a_manifest_body_that_is_not_its_labelled_type_is_a_502_never_served(
             assert named in error["message"], error["message"]
         fine = httpx.get(f"{running.url}/v2/{REPO}/manifests/v1", headers=headers, timeout=30)
         assert fine.status_code == 200, fine.text
+
+
+# Registers the node on stdin at the proxy (argv 1) until refused or argv 2 times, as
+# whoever runs it; prints how many were made and the refusal.  Debian's python3: the test
+# user's virtual environment lies under /root, which another user cannot read.
+REGISTER_LOOP = """
+import http.client, json, sys
+host, port = sys.argv[1].rsplit(":", 1)
+node, made = sys.stdin.read(), 0
+conn = http.client.HTTPConnection(host, int(port), timeout=60)
+for _ in range(int(sys.argv[2])):
+    conn.request("POST", "/hetflow/v1/machine-types", body=node, headers={"Content-Type": "application/json"})
+    got = conn.getresponse()
+    body = got.read()
+    if got.status not in (200, 201):
+        print(json.dumps({"made": made, "status": got.status, "body": body.decode()}))
+        break
+    made += 1
+else:
+    print(json.dumps({"made": made, "status": None, "body": ""}))
+"""
+NOBODY = 65534
+
+
+def register_as(uid: int, running: RunningProxy, node: str, times: int) -> dict[str, object]:
+    done = subprocess.run(
+        ["/usr/bin/python3", "-c", REGISTER_LOOP, running.host, str(times)],
+        input=node,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        user=uid,
+        group=uid,
+        extra_groups=[],
+        check=True,
+    )
+    result: dict[str, object] = json.loads(done.stdout)
+    return result
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not Path("/usr/bin/python3").exists(), reason="needs root and python3")
+def test_one_local_user_cannot_use_up_a_machine_types_tokens(tmp_path: Path) -> None:
+    # Before issue 38: on an open loopback proxy, one local user registered the type's 1,000
+    # tokens and nobody else could log in a node of that hardware.
+    fake = FakeRegistry()
+    fake.push_builds(REPO, "v1", {"generic": []})
+    node = profile_node("haswell-cpu").model_dump_json()
+    with proxy(tmp_path, Upstream(fake)) as running:  # loopback, no admin token: open to local users
+        limit = 100  # limits.max_tokens_per_holder's default
+        grabbed = register_as(NOBODY, running, node, 1001)
+        assert grabbed["status"] == 403, grabbed
+        assert grabbed["made"] == limit, grabbed
+        assert "max_tokens_per_holder" in str(grabbed["body"]) and f"uid {NOBODY}" in str(grabbed["body"])
+        mine = httpx.post(f"{running.url}/hetflow/v1/machine-types", content=node, timeout=30)
+        assert mine.status_code == 200, mine.text  # another user's node still joins the type
+        listed = json.loads(
+            _hetflow("registry", "token", "list", "--state-dir", str(tmp_path / "state"), "--json").stdout
+        )
+        holders = [t["holder"] for t in listed if t["machine_type"] == mine.json()["machine_type"]]
+        assert holders.count(f"uid:{NOBODY}") == limit and holders.count(f"uid:{os.geteuid()}") == 1
+
+
+def _hetflow(*args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HETFLOW_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "hetflow.cli.main", *args], capture_output=True, text=True, env=env, timeout=120
+    )
+    if check:
+        assert done.returncode == 0, f"hetflow {' '.join(args)} exited {done.returncode}:\n{done.stderr}"
+    return done
+
+
+def test_one_token_is_revoked_by_itself_and_its_bearers_die_with_it(tmp_path: Path) -> None:
+    # Before issue 38: tokens were revocable only all of a machine type at once.
+    fake = FakeRegistry()
+    fake.push_builds(REPO, "v1", {"generic": []})
+    node = profile_node("haswell-cpu").model_dump_json()
+    with proxy(tmp_path, Upstream(fake)) as running:
+        made = [httpx.post(f"{running.url}/hetflow/v1/machine-types", content=node, timeout=30).json() for _ in "ab"]
+        kind = made[0]["machine_type"]
+        bearers = []
+        for m in made:
+            got = httpx.get(f"{running.url}/token", auth=(kind, m["token"]), timeout=30)
+            assert got.status_code == 200, got.text
+            bearers.append({"Authorization": f"Bearer {got.json()['token']}"})
+        done = _hetflow(
+            "registry", "token", "revoke", made[0]["token"], "--state-dir", str(tmp_path / "state"), "--json"
+        )
+        revoked = json.loads(done.stdout)
+        assert [(r["machine_type"], r["holder"]) for r in revoked["revoked"]] == [(kind, f"uid:{os.geteuid()}")]
+        assert made[0]["token"] not in done.stdout + done.stderr  # the secret is not echoed
+        manifest = f"{running.url}/v2/{REPO}/manifests/v1"
+        assert httpx.get(manifest, headers=bearers[0], timeout=30).status_code == 401
+        assert httpx.get(f"{running.url}/token", auth=(kind, made[0]["token"]), timeout=30).status_code == 401
+        assert httpx.get(manifest, headers=bearers[1], timeout=30).status_code == 200  # the other token lives
+        again = _hetflow(
+            "registry", "token", "revoke", made[0]["token"], "--state-dir", str(tmp_path / "state"), check=False
+        )
+        assert again.returncode == 2 and "no token" in again.stderr and "Traceback" not in again.stderr

@@ -479,13 +479,15 @@ def test_machine_types_saved_under_an_older_key_are_rekeyed_on_load(tmp_path: Pa
 def test_revoking_a_types_tokens_stops_its_bearers_at_a_running_proxy(env: Env) -> None:
     headers = env.auth("haswell-cpu")
     assert env.client.get("/v2/", headers=headers).status_code == 200
-    assert token_revoke_command("haswell-cpu", None, env.state) == 1
+    assert [t["machine_type"] for t in token_revoke_command("haswell-cpu", None, env.state)] == ["haswell-cpu"]
     assert env.client.get("/v2/", headers=headers).status_code == 401
     token = env.token("haswell-cpu")
     assert env.client.get("/token", auth=("haswell-cpu", token)).status_code == 401
     assert env.client.get("/v2/", headers=env.auth("a100-node")).status_code == 200  # other types keep theirs
-    with pytest.raises(UsageError, match="no machine type 'nope'"):
+    with pytest.raises(UsageError, match="no token or machine type matches"):
         token_revoke_command("nope", None, env.state)
+    with pytest.raises(UsageError, match="has no tokens left"):
+        token_revoke_command("haswell-cpu", None, env.state)
 
 
 def test_matching_an_index_does_not_hold_up_other_requests(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:

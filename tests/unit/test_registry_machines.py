@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import socket
 import stat
 from pathlib import Path
 
@@ -12,7 +14,8 @@ import pytest
 from hetflow.errors import UsageError
 from hetflow.inventory import PROFILES, Gpu, Node, profile_names, profile_node
 from hetflow.registry import MachineTypeConflict, MachineTypeDecl, MachineTypes, load_settings
-from hetflow.registry.machines import hardware_key, suggest_name
+from hetflow.registry.machines import MachineTypeLimit, hardware_key, suggest_name
+from hetflow.registry.peers import holder_of, peer_uid
 from hetflow.registry.settings import parse_listen
 
 
@@ -196,3 +199,64 @@ def test_bad_settings_say_what_to_change(tmp_path: Path, text: str, message: str
 )
 def test_parse_listen(text: str, expected: tuple[str, int]) -> None:
     assert parse_listen(text) == expected
+
+
+def test_one_holder_may_register_max_per_holder_tokens_over_all_types(tmp_path: Path) -> None:
+    types = MachineTypes(tmp_path, max_per_holder=3)
+    types.register(profile_node("haswell-cpu"), holder="uid:1000")
+    types.register(profile_node("t4-node"), holder="uid:1000")
+    types.register(profile_node("haswell-cpu"), holder="uid:1000")
+    with pytest.raises(MachineTypeLimit, match=r"uid 1000 holds 3 tokens.*max_tokens_per_holder"):
+        types.register(profile_node("haswell-cpu"), holder="uid:1000")
+    types.register(profile_node("haswell-cpu"), holder="uid:1001")  # another user: its own count
+    for _ in range(4):  # the admin token's registrations are not counted per holder
+        types.register(profile_node("haswell-cpu"), holder="admin")
+    held = [t.holder for t in types.tokens()]
+    assert (held.count("uid:1000"), held.count("uid:1001"), held.count("admin")) == (3, 1, 4)
+
+
+@pytest.mark.parametrize(
+    ("how", "left"),
+    [
+        pytest.param("token", {"uid:1", "uid:2"}, id="by-token"),
+        pytest.param("token_id", {"uid:1", "uid:2"}, id="by-id"),
+        pytest.param("holder", {"uid:2"}, id="by-holder"),
+        pytest.param("machine_type", {"uid:2"}, id="by-type"),
+    ],
+)
+def test_tokens_are_revoked_one_by_one_by_holder_or_by_type(tmp_path: Path, how: str, left: set[str]) -> None:
+    types = MachineTypes(tmp_path)
+    mt, first, _ = types.register(profile_node("haswell-cpu"), holder="uid:1")
+    _, second, _ = types.register(profile_node("haswell-cpu"), holder="uid:1")
+    other, third, _ = types.register(profile_node("t4-node"), holder="uid:2")
+    first_id = types.authenticate(mt.name, first)
+    given = {"token": first, "token_id": first_id, "holder": "uid:1", "machine_type": mt.name}[how]
+    gone = MachineTypes(tmp_path).revoke(**{how: given})  # another process, as the CLI is
+    assert all(t.machine_type == mt.name and t.holder == "uid:1" for t in gone) and gone
+    assert types.authenticate(mt.name, first) is None  # the proxy re-reads the file
+    assert (types.authenticate(mt.name, second) is not None) == (how in ("token", "token_id"))
+    assert types.authenticate(other.name, third) is not None
+    assert {t.holder for t in types.tokens()} == left
+    assert MachineTypes(tmp_path).revoke(**{how: given}) == []
+
+
+def test_a_state_file_from_before_holders_loads_with_unknown_holders(tmp_path: Path) -> None:
+    mt, token, _ = MachineTypes(tmp_path).register(profile_node("haswell-cpu"), holder="uid:5")
+    raw = json.loads((tmp_path / "machine-types.json").read_text())
+    for t in raw["types"][mt.name]["tokens"]:
+        del t["holder"]
+    (tmp_path / "machine-types.json").write_text(json.dumps(raw))
+    again = MachineTypes(tmp_path)
+    assert again.authenticate(mt.name, token) is not None
+    assert [t.holder for t in again.tokens()] == [""]
+
+
+def test_the_peer_of_a_loopback_connection_is_its_sockets_owner(tmp_path: Path) -> None:
+    with socket.socket() as server, socket.socket() as client:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        client.connect(server.getsockname())
+        assert peer_uid(client.getsockname(), server.getsockname()) == os.geteuid()
+        assert holder_of(client.getsockname(), server.getsockname()) == f"uid:{os.geteuid()}"
+    assert holder_of(("192.0.2.7", 4000), ("127.0.0.1", 5080)) == "address:192.0.2.7"
+    assert holder_of(None, None) == "unknown"

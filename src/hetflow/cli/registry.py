@@ -18,17 +18,21 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import httpx
 import typer
 
-from hetflow.cli.common import err
+from hetflow.cli.common import err, print_json
 from hetflow.cli.images import load_node
 from hetflow.config import engine_env
 from hetflow.errors import EngineError, UsageError
 from hetflow.images import AuthError, RegistryError
 from hetflow.inventory import Node
+
+if TYPE_CHECKING:
+    from hetflow.registry import MachineTypes
 
 __all__ = [
     "LoginResult",
@@ -67,16 +71,43 @@ registry_app.add_typer(token_app, name="token")
 
 @token_app.command("revoke")
 def token_revoke_cmd(
-    machine_type: str = typer.Argument(..., help="The machine type whose tokens (and bearers) stop working."),
+    target: str | None = typer.Argument(
+        None, help="A token (it alone stops working), or a machine type (all of its tokens do)."
+    ),
+    token_id: str | None = typer.Option(None, "--id", help="The token with this id (`hetflow registry token list`)."),
+    holder: str | None = typer.Option(None, "--holder", help="Every token this holder registered (uid:N, admin...)."),
     config: Path | None = typer.Option(None, "--config", help="The proxy's YAML (for its state_dir)."),
     state_dir: Path | None = typer.Option(None, "--state-dir", help="The proxy's state directory."),
+    json_out: bool = typer.Option(False, "--json", help="{revoked: [{machine_type, id, holder, repositories}]}"),
 ) -> None:
-    """Revoke every token of a machine type; a running proxy refuses them from its next request."""
-    count = token_revoke_command(machine_type, config, state_dir)
-    err.print(f"revoked {count} token(s) of machine type {machine_type}", highlight=False)
+    """Revoke tokens (and their bearers); a running proxy refuses them from its next request."""
+    revoked = token_revoke_command(target, config, state_dir, token_id=token_id, holder=holder)
+    if json_out:
+        print_json({"revoked": revoked})
+        return
+    for t in revoked:
+        err.print(
+            f"revoked token {t['id']} of machine type {t['machine_type']} (holder {t['holder']})", highlight=False
+        )
 
 
-def token_revoke_command(machine_type: str, config: Path | None, state_dir: Path | None) -> int:
+@token_app.command("list")
+def token_list_cmd(
+    config: Path | None = typer.Option(None, "--config", help="The proxy's YAML (for its state_dir)."),
+    state_dir: Path | None = typer.Option(None, "--state-dir", help="The proxy's state directory."),
+    json_out: bool = typer.Option(False, "--json", help="[{machine_type, id, holder, repositories}]"),
+) -> None:
+    """Every token's id, machine type, holder (who registered it) and scope; never the token."""
+    tokens = [t.model_dump(mode="json") for t in _machine_types(config, state_dir).tokens()]
+    if json_out:
+        print_json(tokens)
+        return
+    for t in tokens:
+        scope = ",".join(t["repositories"]) or "all"
+        print(f"{t['id']}  {t['machine_type']}  holder {t['holder'] or '?'}  repositories {scope}")
+
+
+def _machine_types(config: Path | None, state_dir: Path | None) -> MachineTypes:
     from hetflow.registry import MachineTypes, Settings, load_settings
 
     if config is not None:
@@ -85,10 +116,40 @@ def token_revoke_command(machine_type: str, config: Path | None, state_dir: Path
         state = state_dir or Settings(upstream="http://unused").state_dir
     if not (state / "machine-types.json").exists():
         raise UsageError(f"{state} holds no machine types (machine-types.json); give the proxy's --state-dir")
-    try:
-        return MachineTypes(state).revoke_tokens(machine_type)
-    except KeyError as exc:
-        raise UsageError(str(exc.args[0])) from None
+    return MachineTypes(state)
+
+
+def token_revoke_command(
+    target: str | None,
+    config: Path | None,
+    state_dir: Path | None,
+    *,
+    token_id: str | None = None,
+    holder: str | None = None,
+) -> list[dict[str, Any]]:
+    """Revoke one token (``target`` a token, or ``token_id``), a holder's, or a machine type's
+    (``target`` its name): the revoked tokens, never the secret.  Nothing matched: UsageError."""
+    if sum(x is not None for x in (target, token_id, holder)) != 1:
+        raise UsageError("give one of: a TOKEN or MACHINE_TYPE, --id ID, --holder HOLDER")
+    types = _machine_types(config, state_dir)
+    if token_id is not None:
+        gone, what = types.revoke(token_id=token_id), f"with id {token_id!r}"
+    elif holder is not None:
+        gone, what = types.revoke(holder=holder), f"of holder {holder!r}"
+    else:
+        assert target is not None
+        # A token first (a type name is never a token hetflow makes), then a machine type.
+        gone, what = types.revoke(token=target), "or machine type matches the one given"
+        if not gone and types.get(target) is not None:
+            gone = types.revoke(machine_type=target)
+            if not gone:
+                raise UsageError(f"machine type {target!r} has no tokens left to revoke")
+    if not gone:
+        raise UsageError(
+            f"no token {what} in {types.state_file}; it may be revoked already "
+            "(`hetflow registry token list` shows the tokens)"
+        )
+    return [t.model_dump(mode="json") for t in gone]
 
 
 @registry_app.command("login")

@@ -57,6 +57,7 @@ from hetflow.registry.auth import BadAuthorization, BearerSigner, bearer_challen
 from hetflow.registry.errors import ErrorCode, error_response
 from hetflow.registry.gates import ApiVersion, RequestLimits
 from hetflow.registry.machines import MachineType, MachineTypeConflict, MachineTypeLimit, MachineTypes
+from hetflow.registry.peers import holder_of
 from hetflow.registry.proxy import Proxy, parse_path
 from hetflow.registry.settings import Settings, parse_listen
 from hetflow.registry.store import BlobStore, FilteredStore
@@ -81,6 +82,12 @@ def _bearer_key(state_dir: Path) -> bytes:
     return path.read_bytes()
 
 
+def _holder(request: Request) -> str:
+    """Who registers on an open proxy: the local user owning the client's socket (peers)."""
+    client, server = request.scope.get("client"), request.scope.get("server")
+    return holder_of(tuple(client) if client else None, tuple(server) if server else None)
+
+
 def _disk_full(err: OSError, what: str) -> Response:
     status = 507 if err.errno in (errno.ENOSPC, errno.EDQUOT) else 503
     return error_response(status, ErrorCode.UNAVAILABLE, f"{what}: the proxy's state directory: {err.strerror}")
@@ -94,7 +101,10 @@ class Registry:
         state = settings.state_dir
         state.mkdir(parents=True, exist_ok=True)
         self.types = MachineTypes(
-            state, max_types=settings.limits.max_machine_types, max_tokens=settings.limits.max_tokens_per_type
+            state,
+            max_types=settings.limits.max_machine_types,
+            max_tokens=settings.limits.max_tokens_per_type,
+            max_per_holder=settings.limits.max_tokens_per_holder,
         )
         self.new_tokens = self.types.declare(settings.machine_types, settings.config_dir)
         self.signer = BearerSigner(_bearer_key(state), settings.bearer_ttl_s)
@@ -261,8 +271,9 @@ class Registry:
         try:
             # The state file is rewritten on each registration: off the event loop.
             repositories = [r for r in request.query_params.get("repositories", "").split(",") if r]
+            holder = "admin" if self.settings.admin_token else await run_in_threadpool(_holder, request)
             mt, token, created = await run_in_threadpool(
-                self.types.register, node, request.query_params.get("name") or None, repositories
+                self.types.register, node, request.query_params.get("name") or None, repositories, holder
             )
         except MachineTypeLimit as err:
             return error_response(403, ErrorCode.DENIED, str(err))

@@ -8,7 +8,12 @@ targets, driver, CUDA and ROCm versions, and fake flag) share one type, as Nomad
 checks nodes of one computed class once.
 
 Tokens are kept as SHA-256 hashes; a token is shown once, when it is made (tokens of
-predeclared types are also written to ``tokens/<type>``, mode 0600, for the admin).
+predeclared types are also written to ``tokens/<type>``, mode 0600, for the admin).  Each
+token names its holder, who registered it: ``admin`` (with the admin token), ``config`` (a
+declared type's), or on an open proxy the local user (``uid:N``, ``hetflow.registry.peers``)
+or else the address; one such holder may have ``max_tokens_per_holder`` tokens over all types,
+so one local user cannot use up a type's tokens (issue 38).  Tokens are revoked one by one
+(by the token or its id), by holder, or all of a type.
 ``machine-types.json`` is replaced atomically, so a crash leaves the old or the new file.
 """
 
@@ -35,6 +40,7 @@ __all__ = [
     "MachineTypeConflict",
     "MachineTypeLimit",
     "MachineTypes",
+    "TokenInfo",
     "hardware_key",
     "suggest_name",
 ]
@@ -60,6 +66,18 @@ class _TokenRecord(BaseModel):
     sha256: str
     # fnmatch patterns of the repositories the token may pull; () = every repository
     repositories: tuple[str, ...] = ()
+    holder: str = ""  # who registered it ("" in a state file older than holders)
+
+
+class TokenInfo(BaseModel):
+    """A token as ``hetflow registry token list`` shows it: never the token itself."""
+
+    model_config = ConfigDict(frozen=True)
+
+    machine_type: str
+    id: str
+    holder: str
+    repositories: tuple[str, ...]
 
 
 class _Record(BaseModel):
@@ -74,7 +92,11 @@ class MachineTypeConflict(Exception):
 
 
 class MachineTypeLimit(Exception):
-    """limits.max_machine_types or max_tokens_per_type reached."""
+    """limits.max_machine_types, max_tokens_per_type or max_tokens_per_holder reached."""
+
+
+# Holders the per-holder limit counts: those who registered without the admin token.
+_COUNTED = ("uid:", "address:")
 
 
 def hardware_key(node: Node) -> str:
@@ -145,10 +167,13 @@ def _write_private(path: Path, text: str) -> None:
 class MachineTypes:
     """The machine types of one state directory.  Thread-safe; every change is saved."""
 
-    def __init__(self, state_dir: Path, *, max_types: int = 1000, max_tokens: int = 1000) -> None:
+    def __init__(
+        self, state_dir: Path, *, max_types: int = 1000, max_tokens: int = 1000, max_per_holder: int = 100
+    ) -> None:
         self._dir = state_dir
         self.max_types = max_types
         self.max_tokens = max_tokens
+        self.max_per_holder = max_per_holder
         self._dir.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
         self._records: dict[str, _Record] = {}
@@ -156,6 +181,10 @@ class MachineTypes:
         self._load()
         for stale in self._dir.glob(f"{STATE_FILE}.tmp*"):  # a crash mid-save
             stale.unlink(missing_ok=True)
+
+    @property
+    def state_file(self) -> Path:
+        return self._dir / STATE_FILE
 
     def _mtime(self) -> int | None:
         try:
@@ -218,10 +247,57 @@ class MachineTypes:
         found = next((t for t in record.tokens if t.id == token_id), None) if record else None
         return None if found is None else found.repositories
 
-    def _add_token(self, record: _Record, token: str, repositories: Iterable[str] = ()) -> None:
+    def _add_token(self, record: _Record, token: str, repositories: Iterable[str] = (), holder: str = "") -> None:
         digest = _token_hash(token)
         record.tokens[:] = [t for t in record.tokens if t.sha256 != digest]  # a config's token: its scope now
-        record.tokens.append(_TokenRecord(id=digest[:16], sha256=digest, repositories=tuple(repositories)))
+        record.tokens.append(
+            _TokenRecord(id=digest[:16], sha256=digest, repositories=tuple(repositories), holder=holder)
+        )
+
+    def tokens(self) -> list[TokenInfo]:
+        """Every token (its id, type, holder and scope), as saved now."""
+        with self._lock:
+            self._load()
+            return [
+                TokenInfo(machine_type=name, id=t.id, holder=t.holder, repositories=t.repositories)
+                for name, record in sorted(self._records.items())
+                for t in record.tokens
+            ]
+
+    def revoke(
+        self,
+        *,
+        token: str | None = None,
+        token_id: str | None = None,
+        holder: str | None = None,
+        machine_type: str | None = None,
+    ) -> list[TokenInfo]:
+        """Revoke the token ``token`` (the secret), the token whose id is ``token_id``, every
+        token of ``holder`` or of ``machine_type`` (give one); the revoked ones (empty when
+        none matched).  A running proxy refuses them, and their bearers, from its next
+        authentication (it re-reads the file)."""
+        digest = _token_hash(token) if token is not None else None
+
+        def chosen(name: str, t: _TokenRecord) -> bool:
+            if digest is not None:
+                return hmac.compare_digest(t.sha256, digest)
+            if token_id is not None:
+                return t.id == token_id
+            return t.holder == holder if holder is not None else name == machine_type
+
+        with self._lock:
+            self._load()
+            gone = [
+                TokenInfo(machine_type=name, id=t.id, holder=t.holder, repositories=t.repositories)
+                for name, record in sorted(self._records.items())
+                for t in record.tokens
+                if chosen(name, t)
+            ]
+            if gone:
+                for name, record in self._records.items():
+                    record.tokens[:] = [t for t in record.tokens if not chosen(name, t)]
+                self._save()
+            return gone
 
     def issue_token(self, name: str) -> str:
         """A new token for ``name`` (its other tokens stay valid)."""
@@ -260,10 +336,10 @@ class MachineTypes:
                 else:
                     record.type = mt
                 if decl.token:
-                    self._add_token(record, decl.token, decl.repositories)
+                    self._add_token(record, decl.token, decl.repositories, "config")
                 if not record.tokens:
                     token = new_token()
-                    self._add_token(record, token, decl.repositories)
+                    self._add_token(record, token, decl.repositories, "config")
                     made[mt.name] = token
                     (self._dir / "tokens").mkdir(mode=0o700, exist_ok=True)
                     _write_private(self._dir / "tokens" / mt.name, token + "\n")
@@ -271,13 +347,14 @@ class MachineTypes:
         return made
 
     def register(
-        self, node: Node, name: str | None = None, repositories: Iterable[str] = ()
+        self, node: Node, name: str | None = None, repositories: Iterable[str] = (), holder: str = "admin"
     ) -> tuple[MachineType, str, bool]:
-        """Register a node's hardware: ``(type, new token, created)``.
+        """Register a node's hardware for ``holder``: ``(type, new token, created)``.
 
         A node whose hardware matches a known type joins it (a fresh token is issued
         for it); otherwise a type is made, named ``name`` or ``suggest_name(node)``.
-        Raises ``MachineTypeConflict`` when ``name`` is taken by other hardware."""
+        Raises ``MachineTypeConflict`` when ``name`` is taken by other hardware and
+        ``MachineTypeLimit`` past a limit."""
         key = hardware_key(node)
         with self._lock:
             if name is not None:
@@ -290,16 +367,7 @@ class MachineTypes:
             else:
                 found = next((r for r in self._records.values() if r.type.hardware == key), None)
             created = found is None
-            if found is None and len(self._records) >= self.max_types:
-                raise MachineTypeLimit(
-                    f"the proxy holds {len(self._records)} machine types, its limit (limits.max_machine_types); "
-                    "remove unused ones from the state directory or raise the limit"
-                )
-            if found is not None and len(found.tokens) >= self.max_tokens:
-                raise MachineTypeLimit(
-                    f"machine type {found.type.name!r} has {len(found.tokens)} tokens, its limit "
-                    "(limits.max_tokens_per_type); revoke them (`hetflow registry token revoke`) or raise the limit"
-                )
+            self._check_limits(found, holder)
             if found is None:
                 type_name = name or suggest_name(node)
                 mt = MachineType(
@@ -310,7 +378,7 @@ class MachineTypes:
                 )
                 found = self._records[type_name] = _Record(type=mt)
             token = new_token()
-            self._add_token(found, token, repositories)
+            self._add_token(found, token, repositories, holder)
             try:
                 self._save()
             except OSError:  # a full disk: nothing half-made stays in memory either
@@ -319,6 +387,29 @@ class MachineTypes:
                     del self._records[found.type.name]
                 raise
             return found.type, token, created
+
+    def _check_limits(self, found: _Record | None, holder: str) -> None:
+        """``MachineTypeLimit`` when one more token (and type, if ``found`` is None) would pass
+        a limit.  The holder's limit comes first: it is the one a single local user meets."""
+        if holder.startswith(_COUNTED):
+            held = sum(t.holder == holder for r in self._records.values() for t in r.tokens)
+            if held >= self.max_per_holder:
+                who = f"uid {holder[4:]}" if holder.startswith("uid:") else holder.replace(":", " ", 1)
+                raise MachineTypeLimit(
+                    f"{who} holds {held} tokens, the most one registrant may (limits.max_tokens_per_holder); "
+                    f"revoke unused ones (`hetflow registry token revoke --holder {holder}`; `token list` shows "
+                    "them) or register with the admin token"
+                )
+        if found is None and len(self._records) >= self.max_types:
+            raise MachineTypeLimit(
+                f"the proxy holds {len(self._records)} machine types, its limit (limits.max_machine_types); "
+                "remove unused ones from the state directory or raise the limit"
+            )
+        if found is not None and len(found.tokens) >= self.max_tokens:
+            raise MachineTypeLimit(
+                f"machine type {found.type.name!r} has {len(found.tokens)} tokens, its limit "
+                "(limits.max_tokens_per_type); revoke them (`hetflow registry token revoke`) or raise the limit"
+            )
 
     def describe(self) -> list[dict[str, Any]]:
         """Public listing: names, origins and nodes, never tokens."""

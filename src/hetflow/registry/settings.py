@@ -87,6 +87,9 @@ class Limits(BaseModel):
     # bodies it bounds the state file (rewritten on each registration) to tens of MB.
     max_machine_types: int = Field(default=256, ge=1, description="machine types, registered and declared")
     max_tokens_per_type: int = Field(default=1000, ge=1, description="tokens (registrations) per machine type")
+    # Who registers without the admin token (a local user on an open loopback proxy, by UID):
+    # so that one user cannot take a type's max_tokens_per_type (issue 38).
+    max_tokens_per_holder: int = Field(default=100, ge=1, description="tokens one registrant holds, all types")
     max_manifest_bytes: int = Field(default=4 * MIB, ge=1024, description="one manifest or index (distribution's)")
     manifest_cache_bytes: int = Field(default=64 * MIB, ge=0, description="verified manifests kept in memory")
     max_blob_bytes: int = Field(default=10 * 1024 * MIB, ge=1, description="one blob from the upstream")
