@@ -94,11 +94,15 @@ def test_a_30_mb_line_with_no_newline_is_read_once_by_a_stream_not_every_poll(ui
 
 def test_event_streams_beyond_the_limit_are_503_and_free_again_once_closed(ui: Dashboard) -> None:
     url = f"{ui.base}/api/runs/long0000/events"
+    # four client addresses, 16 streams each (the most one address may hold): the 64 in all
+    clients = [
+        httpx.Client(timeout=60, transport=httpx.HTTPTransport(local_address=f"127.0.0.{n}")) for n in range(2, 6)
+    ]
     with httpx.Client(timeout=60, limits=httpx.Limits(max_connections=80)) as c:
         open_streams = []
         try:
-            for _ in range(64):
-                s = c.stream("GET", url)
+            for i in range(64):
+                s = clients[i // 16].stream("GET", url)
                 answer = s.__enter__()
                 open_streams.append(s)
                 assert answer.status_code == 200
@@ -106,6 +110,8 @@ def test_event_streams_beyond_the_limit_are_503_and_free_again_once_closed(ui: D
         finally:
             for s in open_streams:
                 s.__exit__(None, None, None)
+            for client in clients:
+                client.close()
 
         def free() -> bool:
             with c.stream("GET", url) as answer:

@@ -60,7 +60,9 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Dashboard]:
     store = Store(home / "state.db")
     synthetic_run(store, home, RUN, name="chain", steps=["a", "b"], workflow_yaml=WORKFLOW)
     store.close()
-    args = ("--token", TOKEN, "--actions", "--root", str(ROOT))
+    # every path is tried with several wrong tokens from this one address: more than the
+    # default wrong tokens a minute (test_ui_limits.py holds that limit)
+    args = ("--token", TOKEN, "--actions", "--root", str(ROOT), "--wrong-tokens", "100000")
     with dashboard(home, *args, host=non_loopback_ip()) as server:
         yield server
 

@@ -72,7 +72,7 @@ class Dashboard:
     def __init__(self, home: Path, *args: str, env: dict[str, str] | None = None, host: str = "127.0.0.1") -> None:
         self.port = free_port()
         self.host = host
-        self.token: str | None = None
+        self.token: str | None = (env or {}).get("HETFLOW_UI_TOKEN")
         if "--token" in args:
             self.token = args[args.index("--token") + 1]
         full = {**(env if env is not None else os.environ), "HETFLOW_HOME": str(home)}

@@ -48,6 +48,12 @@ def ui(
     show_env: bool = typer.Option(False, "--show-env", help="Show steps' environment values (else only their names)."),
     root: Path = typer.Option(Path("."), "--root", help="Where the plans view finds workflow, cluster, catalog files."),
     run_id: str | None = typer.Option(None, "--open", help="Print the URL of this run's page too."),
+    streams_per_client: int = typer.Option(
+        16, "--streams-per-client", min=1, help="Event streams one client address may hold open (of 64 in all)."
+    ),
+    wrong_tokens: int = typer.Option(
+        10, "--wrong-tokens", min=1, help="Wrong tokens one client address may give a minute; then 429."
+    ),
 ) -> None:
     """Serve a live web dashboard of runs, plans, nodes and GPUs (Ctrl-C stops it)."""
     from hetflow.state import Store
@@ -75,6 +81,8 @@ def ui(
         actions=actions,
         show_env=show_env,
         root=root,
+        max_streams_per_client=streams_per_client,
+        max_wrong_tokens=wrong_tokens,
     ).checked()
     if not config.store_path.exists():
         Store(config.store_path).close()  # nothing has run yet: an empty store, so the page shows no runs

@@ -48,6 +48,7 @@ from hetflow.inventory import discover
 from hetflow.report import timeline_svg
 from hetflow.state import Store
 from hetflow.ui.auth import Gate, UiConfig
+from hetflow.ui.limits import Streams, client_address
 from hetflow.ui.planning import Planner
 from hetflow.ui.streams import ATTEMPT_OVER, MAX_LOG_BYTES, log_events, log_path, log_tail, run_events
 from hetflow.ui.views import (
@@ -71,6 +72,8 @@ PAGE = SHARE / "ui"
 log = logging.getLogger("hetflow.ui")
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
 ACTION_TIMEOUT = 60.0
+# Secrets of the dashboard (and of a proxy started beside it) that its actions' processes never get.
+CHILD_ENV_DROPPED = frozenset({"HETFLOW_UI_TOKEN", "HETFLOW_REGISTRY_ADMIN_TOKEN"})
 NO_ATTEMPT_SVG = (
     '<svg xmlns="http://www.w3.org/2000/svg" width="400" height="30"><text x="4" y="20">no attempt started</text></svg>'
 )
@@ -143,32 +146,26 @@ MAX_RANK = 4096  # replicas of a gang step
 MAX_ATTEMPT = 1_000_000
 
 
-class Streams:
-    """How many event streams are open, at most ``limit`` (each holds a connection and polls
-    the store every half second); one more is a 503 until one closes."""
-
-    def __init__(self, limit: int) -> None:
-        self.limit, self.open = limit, 0
-
-    def response(self, body: AsyncIterator[str]) -> Response:
-        if self.open >= self.limit:
-            return _json_error(
-                503, f"{self.limit} event streams are open; close one or try again later", {"Retry-After": "5"}
-            )
-        self.open += 1  # the event loop's thread only: no lock needed
-        return _CountedStream(body, self)
+def _stream(streams: Streams, request: Request, body: AsyncIterator[str]) -> Response:
+    """``body`` as an event stream, counted against ``streams`` while it is open."""
+    address = client_address(request.scope.get("client"))
+    refused = streams.refusal(address)
+    if refused is not None:
+        return _json_error(*refused, {"Retry-After": "5"})
+    streams.opened(address)
+    return _CountedStream(body, streams, address)
 
 
 class _CountedStream(StreamingResponse):
-    def __init__(self, body: AsyncIterator[str], streams: Streams) -> None:
+    def __init__(self, body: AsyncIterator[str], streams: Streams, address: str) -> None:
         super().__init__(body, media_type="text/event-stream", headers=SSE_HEADERS)
-        self._streams = streams
+        self._streams, self._address = streams, address
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
             await super().__call__(scope, receive, send)
         finally:
-            self._streams.open -= 1
+            self._streams.closed(self._address)
 
 
 def _step_query(reader: Reader, request: Request) -> tuple[Store, str, str, int | None, int]:
@@ -233,7 +230,7 @@ def _run_routes(config: UiConfig, reader: Reader) -> list[Route]:
 
 def _stream_routes(config: UiConfig, reader: Reader) -> list[Route]:
     """The live feeds (server-sent events): a run's events and a step's log as it grows."""
-    streams = Streams(config.max_streams)
+    streams = Streams(config.max_streams, config.max_streams_per_client)
 
     async def events(request: Request) -> Response:
         try:
@@ -244,7 +241,7 @@ def _stream_routes(config: UiConfig, reader: Reader) -> list[Route]:
             return _json_error(404, str(exc))
         except BadRequest as exc:
             return _json_error(400, f"{exc} (an event id; Last-Event-ID is read the same way)")
-        return streams.response(run_events(reader, rid, after))
+        return _stream(streams, request, run_events(reader, rid, after))
 
     async def log_stream(request: Request) -> Response:
         try:
@@ -255,7 +252,7 @@ def _stream_routes(config: UiConfig, reader: Reader) -> list[Route]:
             return _json_error(400, str(exc))
         except (StateError, LookupError) as exc:
             return _json_error(404, str(exc).strip("'\""))
-        return streams.response(log_events(reader, rid, step, attempt, rank, offset))
+        return _stream(streams, request, log_events(reader, rid, step, attempt, rank, offset))
 
     return [
         Route("/api/runs/{run_id}/events", events),
@@ -344,8 +341,11 @@ def create_app(config: UiConfig) -> Starlette:
 
 
 def run_cli(args: list[str], home: Path) -> dict[str, Any]:
-    """Run ``hetflow ARGS`` as the user would, with this dashboard's HETFLOW_HOME."""
-    env = {**os.environ, "HETFLOW_HOME": str(home)}
+    """Run ``hetflow ARGS`` as the user would, with this dashboard's HETFLOW_HOME and none of
+    its secrets: a resume leaves the run's executor running, and what it inherits any process
+    of the same user can read in /proc/PID/environ (issue 38: it held HETFLOW_UI_TOKEN)."""
+    env = {k: v for k, v in os.environ.items() if k not in CHILD_ENV_DROPPED}
+    env["HETFLOW_HOME"] = str(home)
     try:
         done = subprocess.run(
             [sys.executable, "-m", "hetflow.cli.main", *args],

@@ -6,6 +6,8 @@ the loopback address, so a web page elsewhere cannot reach it through DNS rebind
 Bound anywhere else, or with actions on, every path (the page, its files, the API and the
 event streams) needs the token: ``Authorization: Bearer T``, or ``?token=T`` for what a
 browser cannot give a header (the first page load, EventSource), compared in constant time.
+An address that gave ``max_wrong_tokens`` wrong ones within a minute is answered 429 with
+Retry-After, whatever it sends, until the oldest leaves the minute (``limits.WrongTokens``).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from urllib.parse import parse_qs
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from hetflow.errors import UsageError
+from hetflow.ui.limits import WrongTokens, client_address
 
 LOOPBACK_NAMES = ("localhost",)
 # The page runs only its own scripts (no inline script, no eval: share/ui/index.html loads
@@ -79,6 +82,8 @@ class UiConfig:
     show_env: bool = False  # show steps' env values (else names only)
     root: Path = Path(".")  # the plans view reads workflow / cluster / catalog files under it
     max_streams: int = 64  # event streams open at once (runs' events and logs together); 503 beyond
+    max_streams_per_client: int = 16  # of those, from one client address; 429 beyond
+    max_wrong_tokens: int = 10  # wrong tokens one client address may give a minute; 429 beyond
     max_planning: int = 2  # plans computed at once (/api/plan, /api/pareto); 503 beyond
 
     @property
@@ -158,12 +163,26 @@ class Gate:
     def __init__(self, app: ASGIApp, config: UiConfig) -> None:
         self.app, self.config = app, config
         self._token = config.token.encode() if config.token else None
+        self._wrong = WrongTokens(config.max_wrong_tokens)
+
+    def _judged(self, scope: Scope) -> tuple[int, str, dict[str, str]] | None:
+        """The refusal (status, message, headers) of ``scope``, wrong tokens counted per address."""
+        address = client_address(scope.get("client"))
+        wait = self._wrong.retry_after(address) if self._token is not None else None
+        if wait is not None:
+            return 429, f"too many wrong tokens from {address}; try again in {wait} s", {"retry-after": str(wait)}
+        refusal = _refusal(scope, self._token)
+        if refusal is None:
+            return None
+        if refusal[0] == 401 and _token_of(scope) is not None:
+            self._wrong.failed(address)
+        return refusal[0], refusal[1], {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":  # the server's start and stop, not a client
             await self.app(scope, receive, send)
             return
-        refusal = _refusal(scope, self._token)
+        refusal = self._judged(scope)
         if refusal is not None and scope["type"] == "websocket":
             await send({"type": "websocket.close", "code": 1008, "reason": refusal[1][:120]})  # 1008: policy violation
             return
@@ -179,9 +198,10 @@ class Gate:
         await self.app(scope, receive, send_hardened)
 
 
-async def _error(send: Send, status: int, message: str) -> None:
+async def _error(send: Send, status: int, message: str, extra: dict[str, str] | None = None) -> None:
     body = json.dumps({"error": message}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *HARDENING]
+    headers += [(k.encode(), v.encode()) for k, v in (extra or {}).items()]
     if status == 401:
         headers.append((b"www-authenticate", b'Bearer realm="hetflow ui"'))
     await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -90,9 +90,10 @@ CUT_MARK = " [... cut: the line is longer than {} bytes]"
 
 def _lines_in(data: bytes, full: bool, cap: int) -> tuple[list[dict[str, Any]], int]:
     """The lines (stream, text) of ``data``, a window of a log that starts at a line, and how
-    many of its bytes they use.  A group of partial (P) records not yet closed is left for
-    the next read, unless it fills the window (``full``): then it is sent cut, as is a single
-    record with no newline that fills it, so a reader always moves on."""
+    many of its bytes they use.  A group of partial (P) records not yet closed is sent as the
+    line so far (``partial``) and read again next time, as its bytes are not counted used,
+    unless it fills the window (``full``): then it is sent cut, as is a single record with no
+    newline that fills it, so a reader always moves on."""
     end = data.rfind(b"\n") + 1
     if end == 0 and full:  # one record longer than the window: its start, cut
         parsed = parse_line(data.decode("utf-8", "replace"))
@@ -105,6 +106,9 @@ def _lines_in(data: bytes, full: bool, cap: int) -> tuple[list[dict[str, Any]], 
     if got.group_start == 0 and full:  # a P group longer than the window: sent cut
         out.append({"stream": got.pending_stream, "text": got.pending + CUT_MARK.format(cap), "cut": True})
         return out, end
+    # The line so far, marked partial, and read again from its start next time (issue 38: output
+    # with no newline yet, a progress bar or one long line, showed nothing until it ended).
+    out.append({"stream": got.pending_stream, "text": got.pending, "partial": True})
     return out, got.group_start
 
 
@@ -142,7 +146,9 @@ async def log_events(
 ) -> AsyncIterator[str]:
     """The lines after byte ``offset`` (None: the log's last lines first), then each new line
     while the attempt runs; ``end`` after it.  Each batch's last line carries the offset after
-    it as its event id, so a reconnecting EventSource (Last-Event-ID) resumes without repeats."""
+    it as its event id, so a reconnecting EventSource (Last-Event-ID) resumes without repeats;
+    a line not finished yet (``partial``) is sent again as it grows, until it is finished: the
+    page replaces it each time."""
     path, number, _ = await anyio.to_thread.run_sync(lambda: log_path(open_store(), run_id, step, attempt, rank))
     last_sent = time.monotonic()
 

@@ -707,6 +707,7 @@
       const rank = rankSel ? rankSel.value || 0 : 0;
       const status = $("#log-status");
       clear(pre);
+      pre.partialLine = null;
       let data;
       try {
         data = await getJSON("api/runs/" + enc(runId) + "/steps/" + enc(name) + "/log?rank=" + enc(rank));
@@ -732,10 +733,15 @@
     function appendLines(pre, lines) {
       if (!lines || !lines.length) return;
       const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+      // a line not finished yet (no newline so far) comes again, longer or finished: replace it
+      if (pre.partialLine) { pre.partialLine.remove(); pre.partialLine = null; }
       const frag = document.createDocumentFragment();
       for (const l of lines) {
         const text = l.text.endsWith("\n") ? l.text : l.text + "\n";
-        frag.appendChild(l.stream === "stderr" ? el("span", { class: "stderr", text: text }) : document.createTextNode(text));
+        const cls = [l.stream === "stderr" ? "stderr" : "", l.partial ? "partial" : ""].filter(Boolean).join(" ");
+        const node = cls ? el("span", { class: cls, text: text, title: l.partial ? "not finished: no newline yet" : null }) : document.createTextNode(text);
+        if (l.partial) pre.partialLine = node;
+        frag.appendChild(node);
       }
       pre.appendChild(frag);
       while (pre.childNodes.length > 5000) pre.removeChild(pre.firstChild);
