@@ -3,10 +3,14 @@ bench (``tests/integration/test_registry_abuse.py``, ``python -m bench.registry`
 its memory is then the process's, measured from outside (``/proc/PID/status``).
 
     python -m hetflow.registry.fakeproxy STATE_DIR [--blob NAME=BYTES ...] [--per-client N]
+                                         [--trickle N [--trickle-every S]] [--limit KEY=VALUE ...]
 
 prints one JSON line, ``{"url", "pid", "machine_type", "token", "repo", "blobs": {NAME:
 digest}}``, once the proxy accepts connections, warms the blob cache with every blob,
-and serves until its stdin closes.
+and serves until its stdin closes.  ``--trickle N`` adds N blobs of 64 KiB (``"trickle"``:
+their digests) that the upstream, then a real server on loopback (``"upstream"``), sends a
+byte every ``--trickle-every`` seconds (``hetflow.registry.trickle``); ``--limit`` sets any
+other field of ``Limits``.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ import httpx
 from hetflow.registry.app import start_in_thread
 from hetflow.registry.fake import FakeRegistry
 from hetflow.registry.settings import Limits, MachineTypeDecl, Settings
+from hetflow.registry.trickle import TrickleUpstream
 
 __all__ = ["REPO", "main"]
 
@@ -35,6 +40,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blob", action="append", default=[], help="NAME=BYTES: a blob of random bytes")
     parser.add_argument("--per-client", type=int, default=Limits().max_requests_per_client)
     parser.add_argument("--max-connections", type=int, default=Limits().max_connections)
+    parser.add_argument("--trickle", type=int, default=0, help="N blobs the upstream sends a byte a time (loopback)")
+    parser.add_argument("--trickle-every", type=float, default=1.0, help="seconds between their bytes")
+    parser.add_argument("--limit", action="append", default=[], help="KEY=VALUE: any other field of Limits")
     args = parser.parse_args(argv)
     fake = FakeRegistry()
     fake.push_builds(REPO, "v1", {"generic": []})
@@ -42,13 +50,22 @@ def main(argv: list[str] | None = None) -> int:
     for spec in args.blob:
         name, _, size = spec.partition("=")
         blobs[name] = fake.add_blob(os.urandom(int(size)))
+    trickled = [fake.add_blob(os.urandom(64 * 1024)) for _ in range(args.trickle)]
+    extra = dict(spec.partition("=")[::2] for spec in args.limit)
+    transport = fake.transport()
+    upstream = "http://upstream.test"
+    if args.trickle:  # a real loopback upstream: the proxy's sockets and timeouts are under test
+        slow = TrickleUpstream(transport.handle_request, trickle=trickled, every_s=args.trickle_every)
+        upstream = slow.start()
     settings = Settings(
-        upstream="http://upstream.test",
+        upstream=upstream,
         state_dir=args.state,
         machine_types=(MachineTypeDecl(profile=MACHINE_TYPE),),
-        limits=Limits(max_requests_per_client=args.per_client, max_connections=args.max_connections),
+        limits=Limits.model_validate(
+            {"max_requests_per_client": args.per_client, "max_connections": args.max_connections, **extra}
+        ),
     )
-    proxy = start_in_thread(settings, transport=fake.transport())
+    proxy = start_in_thread(settings, transport=None if args.trickle else transport)
     token = (args.state / "tokens" / MACHINE_TYPE).read_text().strip()
     with httpx.Client(base_url=proxy.url, timeout=60) as client:
         bearer = client.get("/token", auth=(MACHINE_TYPE, token)).json()["token"]
@@ -61,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         "token": token,
         "repo": REPO,
         "blobs": blobs,
+        "upstream": upstream,
+        "trickle": trickled,
     }
     print(json.dumps(info), flush=True)
     sys.stdin.read()  # until the parent closes our stdin (or exits)
