@@ -3,11 +3,14 @@ bench (``tests/integration/test_registry_abuse.py``, ``python -m bench.registry`
 its memory is then the process's, measured from outside (``/proc/PID/status``).
 
     python -m hetflow.registry.fakeproxy STATE_DIR [--blob NAME=BYTES ...] [--per-client N]
-                                         [--trickle N [--trickle-every S]] [--limit KEY=VALUE ...]
+                                         [--big-indexes COUNT:BYTES] [--trickle N [--trickle-every S]]
+                                         [--limit KEY=VALUE ...]
 
 prints one JSON line, ``{"url", "pid", "machine_type", "token", "repo", "blobs": {NAME:
-digest}}``, once the proxy accepts connections, warms the blob cache with every blob,
-and serves until its stdin closes.  ``--trickle N`` adds N blobs of 64 KiB (``"trickle"``:
+digest}, "indexes": {"repo", "tags"}}``, once the proxy accepts connections, warms the
+blob cache with every blob, and serves until its stdin closes.  ``--big-indexes`` adds
+COUNT generated indexes of about BYTES each that fit no build of the machine type
+(``hetflow.registry.fakeindexes``).  ``--trickle N`` adds N blobs of 64 KiB (``"trickle"``:
 their digests) that the upstream, then a real server on loopback (``"upstream"``), sends a
 byte every ``--trickle-every`` seconds (``hetflow.registry.trickle``); ``--limit`` sets any
 other field of ``Limits``.
@@ -25,6 +28,7 @@ import httpx
 
 from hetflow.registry.app import start_in_thread
 from hetflow.registry.fake import FakeRegistry
+from hetflow.registry.fakeindexes import BigIndexes
 from hetflow.registry.settings import Limits, MachineTypeDecl, Settings
 from hetflow.registry.trickle import TrickleUpstream
 
@@ -40,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--blob", action="append", default=[], help="NAME=BYTES: a blob of random bytes")
     parser.add_argument("--per-client", type=int, default=Limits().max_requests_per_client)
     parser.add_argument("--max-connections", type=int, default=Limits().max_connections)
+    parser.add_argument("--big-indexes", default="0:0", help="COUNT:BYTES: generated indexes no build of which fits")
     parser.add_argument("--trickle", type=int, default=0, help="N blobs the upstream sends a byte a time (loopback)")
     parser.add_argument("--trickle-every", type=float, default=1.0, help="seconds between their bytes")
     parser.add_argument("--limit", action="append", default=[], help="KEY=VALUE: any other field of Limits")
@@ -52,7 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         blobs[name] = fake.add_blob(os.urandom(int(size)))
     trickled = [fake.add_blob(os.urandom(64 * 1024)) for _ in range(args.trickle)]
     extra = dict(spec.partition("=")[::2] for spec in args.limit)
-    transport = fake.transport()
+    count, _, size = args.big_indexes.partition(":")
+    big = BigIndexes("load/big", int(count), int(size or 0))
+    transport = big.transport(fake)
     upstream = "http://upstream.test"
     if args.trickle:  # a real loopback upstream: the proxy's sockets and timeouts are under test
         slow = TrickleUpstream(transport.handle_request, trickle=trickled, every_s=args.trickle_every)
@@ -78,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         "token": token,
         "repo": REPO,
         "blobs": blobs,
+        "indexes": {"repo": big.repo, "tags": big.tags},
         "upstream": upstream,
         "trickle": trickled,
     }
