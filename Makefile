@@ -98,8 +98,8 @@ gpu-kit: install
 	PY=$(PY) tools/gpu-kit/build gpu-kit
 
 lint: install
-	$(VENV)/bin/ruff check src tests bench demo tools/gpu_check.py tools/archtree.py
-	$(VENV)/bin/ruff format --check src tests bench demo tools/gpu_check.py tools/archtree.py
+	$(VENV)/bin/ruff check src tests bench demo tools/gpu-check tools/gpu_check tools/archtree.py
+	$(VENV)/bin/ruff format --check src tests bench demo tools/gpu-check tools/gpu_check tools/archtree.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import shutil
+import subprocess
 import sys
 import tarfile
 import zipfile
@@ -28,10 +30,14 @@ RUN = ROOT / "docs" / "gpu-runs" / "2026-11-27-h100"
 
 
 def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("gpu_check", ROOT / "tools" / "gpu_check.py")
+    """tools/gpu_check, the package tools/gpu-check runs (from the folder it sits in)."""
+    package = ROOT / "tools" / "gpu_check"
+    spec = importlib.util.spec_from_file_location(
+        "gpu_check", package / "__init__.py", submodule_search_locations=[str(package)]
+    )
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = mod  # dataclasses look their module up
+    sys.modules["gpu_check"] = mod  # its modules import each other through it; dataclasses look it up
     spec.loader.exec_module(mod)
     return mod
 
@@ -225,6 +231,7 @@ def make_kit(root: Path) -> Path:
             info.size = len(data)
             t.addfile(info, io.BytesIO(data))
     (kit / "gpu-check").write_text("#!/usr/bin/env python3\n")
+    shutil.copytree(ROOT / "tools" / "gpu_check", kit / "gpu_check", ignore=shutil.ignore_patterns("__pycache__"))
     (kit / "check.cu").write_text("int main() { return 0; }\n")
     (kit / "sms.cu").write_text("int main() { return 0; }\n")
     gc.write_manifest(kit)
@@ -267,6 +274,10 @@ def _change(kit: Path, what: str) -> str:
             f.truncate(65 << 20)  # sparse: no disk spent
         gc.write_manifest(kit)
         return "at most 64 MiB"
+    if what == "no-module":
+        (kit / "gpu_check" / "leases.py").unlink()
+        gc.write_manifest(kit)
+        return "gpu_check/leases.py is missing"
     if what == "not-oci":
         with tarfile.open(kit / "image.oci.tar", "w") as t:
             t.add(kit / "check.cu", arcname="rootfs.tar")
@@ -275,13 +286,29 @@ def _change(kit: Path, what: str) -> str:
     raise AssertionError(what)
 
 
-@pytest.mark.parametrize("what", ["tampered", "dependency", "ray", "cp311", "podman", "too-big", "not-oci"])
+@pytest.mark.parametrize(
+    "what", ["tampered", "dependency", "ray", "cp311", "podman", "too-big", "not-oci", "no-module"]
+)
 def test_what_is_wrong_with_a_kit_is_named(tmp_path: Path, what: str) -> None:
     kit = make_kit(tmp_path)
     said = _change(kit, what)
     problems = gc.verify_kit(kit)
     assert len(problems) == 1 and said in problems[0], problems
     assert gc.main(["--dry-run", "--kit", str(kit), str(tmp_path / "out")]) == 1
+
+
+def test_the_kits_script_runs_the_package_beside_it_and_leaves_the_kit_as_listed(tmp_path: Path) -> None:
+    # as on the GPU machine: `python3 gpu-kit/gpu-check`, the kit its own folder, no --kit
+    kit = make_kit(tmp_path)
+    shutil.copy(ROOT / "tools" / "gpu-check", kit / "gpu-check")
+    gc.write_manifest(kit)
+    r = subprocess.run([sys.executable, str(kit / "gpu-check"), "--dry-run"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"| kit | passed | 0.0 | {kit}: complete" in r.stdout
+    assert not list(kit.rglob("__pycache__"))
+    (kit / "gpu_check").rename(tmp_path / "elsewhere")
+    r = subprocess.run([sys.executable, str(kit / "gpu-check"), "--dry-run"], capture_output=True, text=True)
+    assert r.returncode == 2 and "no gpu_check/ beside" in r.stderr, r.stderr
 
 
 def test_no_kit_folder_says_make_gpu_kit(tmp_path: Path) -> None:
