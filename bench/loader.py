@@ -8,8 +8,9 @@ hundred steps before it, every tenth step has a CPU and a GPU variant, with
 the format both loaders read (no templates or fan-out, which the previous one lacks).  Timed, each the median of
 ``--rounds`` runs in this process:
 
-- the previous loader: hetflow's spec package as of commit 4aabbd9, vendored verbatim in
-  bench/_previous_loader (the anchor: the same file, the same machine, the same run);
+- the previous loader: hetflow's spec package as of commit 4aabbd9, taken from git when the
+  bench runs (bench/gitanchor.py: ``git archive`` of the commit's modules, imported from a
+  temporary folder; the anchor: the same file, the same machine, the same run);
 - the current loader, cold: no kept parse (HETFLOW_NO_PARSE_CACHE=1), so it parses;
 - the current loader, warm: the file was loaded once before, so the parse kept in
   HETFLOW_HOME/cache/specs (keyed on the text, params, includes and hetflow's code) is read;
@@ -33,8 +34,13 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+from bench.gitanchor import AnchorUnavailable, old_package
 
 ROOT = Path(__file__).resolve().parent.parent
+PREVIOUS = "4aabbd9"  # the commit whose spec package is the anchor: the loader before its fast path
+PREVIOUS_MODULES = ("checks", "dag", "loader", "models", "units")
 
 
 def generate(steps: int, seed: int = 1) -> str:
@@ -91,8 +97,16 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
+    try:
+        with old_package(PREVIOUS, "src/hetflow/spec", PREVIOUS_MODULES) as previous:
+            measure(args, previous.loader.load_workflow)
+    except AnchorUnavailable as exc:
+        sys.exit(f"bench.loader: {exc}")
 
-    from bench._previous_loader.loader import load_workflow as previous_load
+
+def measure(args: argparse.Namespace, previous_load: Callable[[Path], Any]) -> None:
+    """The figures for ``--steps`` and ``--rounds``, printed as a table; ``previous_load`` is the
+    anchor's ``load_workflow``."""
     from hetflow.state import load_workflow_cached as load_workflow
 
     with tempfile.TemporaryDirectory(prefix="hetflow-bench-loader-") as tmp:
@@ -122,7 +136,7 @@ def main() -> None:
     print()
     print("| what | time | against the previous loader |")
     print("|---|---|---|")
-    print(f"| previous loader (commit 4aabbd9), load + validate | {prev:.2f} s | 1.00 (anchor) |")
+    print(f"| previous loader (commit {PREVIOUS}), load + validate | {prev:.2f} s | 1.00 (anchor) |")
     print(f"| current loader, cold (parses) | {cold:.2f} s | {prev / cold:.1f}x faster |")
     print(f"| current loader, warm (kept parse read back) | {warm:.2f} s | {prev / warm:.1f}x faster |")
     print(f"| `hetflow validate`, process, cold | {validate_cold:.2f} s | |")

@@ -1,1 +1,0 @@
-"""The workflow loader as of commit 4aabbd9, for bench/loader.py only."""
