@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -303,8 +303,8 @@ def test_a_blob_damaged_in_the_cache_is_dropped_not_served(env: Env) -> None:
     assert env.get(f"/v2/{REPO}/blobs/{digest}", "a100-node").status_code == 200  # fetched again
 
 
-class _BreaksOff(httpx.SyncByteStream):
-    def __iter__(self) -> Iterator[bytes]:
+class _BreaksOff(httpx.AsyncByteStream):  # the proxy reads blobs with httpx's async client
+    async def __aiter__(self) -> AsyncIterator[bytes]:
         yield b"the first bytes"
         raise httpx.ReadError("connection reset by peer")
 

@@ -22,10 +22,12 @@ Public API:
 
 Layout: ``settings`` -> ``machines`` (who is asking) -> ``views`` (pure: which bytes)
 -> ``store``/``verify`` (content addressing, digest checks) -> ``upstream`` (httpx)
--> ``fetch`` (blobs into the cache: verified, retried, single-flight) -> ``proxy`` (OCI
-endpoints) -> ``app`` (auth, wiring, uvicorn); ``errors`` is the OCI error body, ``auth``
-the Basic/Bearer parsing; ``faults`` wraps the fake in an upstream that corrupts and drops
-blob bodies (tests).  Benchmark: ``python -m bench.registry``.
+-> ``fetch`` (blobs into the cache: verified, retried, single-flight, bounded in slots,
+time and rate by ``fillwatch``'s rules) -> ``proxy`` (OCI endpoints) -> ``app`` (auth,
+wiring, uvicorn); ``errors`` is the OCI error body, ``auth`` the Basic/Bearer parsing;
+``faults`` wraps the fake in an upstream that corrupts and drops blob bodies, ``trickle``
+serves it on loopback sending chosen blobs a byte at a time (tests).  Benchmark:
+``python -m bench.registry``.
 """
 
 from hetflow.registry.app import RunningProxy, create_app, serve, start_in_thread

@@ -292,6 +292,7 @@ class Registry:
 
     async def close(self) -> None:
         await self.upstream.aclose()
+        await self.proxy.fetcher.aclose()  # fills in flight end; their temporary files go
         self.proxy.executor.shutdown(wait=False, cancel_futures=True)
 
 

@@ -40,6 +40,7 @@ from hetflow.images import (
 from hetflow.registry.documents import manifest_problem
 from hetflow.registry.errors import STATUS_CODES, ErrorCode, error_response
 from hetflow.registry.fetch import BlobFetcher
+from hetflow.registry.fillwatch import FillRules
 from hetflow.registry.machines import MachineType
 from hetflow.registry.settings import Limits
 from hetflow.registry.store import DIGEST_RE, BlobStore, FilteredRecord, FilteredStore, View, new_hasher
@@ -95,7 +96,8 @@ class Proxy:
     ) -> None:
         self.upstream = upstream
         self.limits = limits or Limits()
-        # Blob reads, hashing and cache writes run here (see hetflow.registry.verify).
+        # Cached-blob reads and hashing run here (see hetflow.registry.verify); fills have a
+        # pool and slots of their own (hetflow.registry.fetch), so serving never waits for one.
         self.executor = executor or ThreadPoolExecutor(max_workers=32, thread_name_prefix="hetflow-blob")
         self.blobs = blobs
         self.filtered = filtered
@@ -103,12 +105,12 @@ class Proxy:
         self.fetcher = BlobFetcher(
             upstream,
             blobs,
-            self.executor,
             attempts=attempts,
             backoff_s=backoff_s,
             error=lambda status, raw: upstream_error(status, raw, "blob"),
             max_blob_bytes=self.limits.max_blob_bytes,
-            total_timeout_s=self.limits.upstream_total_timeout_s,
+            rules=FillRules.from_limits(self.limits),
+            max_fills=self.limits.max_fills,
         )
         self._manifests: OrderedDict[str, ManifestBody] = OrderedDict()  # verified, by digest
         self._manifest_bytes = 0  # held in _manifests, kept under limits.manifest_cache_bytes
@@ -298,7 +300,7 @@ class Proxy:
             return await self._head_blob(repo, digest, headers, size)
         if size is None:
             # Into the cache first (verified, retried, once for all who ask): see fetch.py.
-            failed = await self.fetcher.fill(repo, digest)
+            failed = await self.fetcher.fill(repo, digest, receive=request.receive)
             if failed is not None:
                 return failed
             size = self.blobs.size(digest)

@@ -95,7 +95,18 @@ class Limits(BaseModel):
     max_blob_bytes: int = Field(default=10 * 1024 * MIB, ge=1, description="one blob from the upstream")
     cache_quota_bytes: int = Field(default=50 * 1024 * MIB, ge=1, description="blob cache on disk (LRU eviction)")
     upstream_idle_timeout_s: float = Field(default=60.0, gt=0, description="upstream silent this long: given up")
-    upstream_total_timeout_s: float = Field(default=3600.0, gt=0, description="one blob download, all attempts")
+    # A fill (one upstream blob into the cache) ends by its deadline, and earlier when it runs
+    # slower than the minimum rate over the window; one nobody waits for any more is cancelled
+    # as soon as it is slower than that (issue 38: fills of one byte every 20 s held the
+    # proxy's threads for up to an hour, every cached blob waiting behind them).
+    upstream_total_timeout_s: float = Field(
+        default=1800.0, gt=0, le=86400, description="one blob fill: the wait for a slot and every attempt (503)"
+    )
+    upstream_min_rate_bytes_per_s: float = Field(
+        default=32 * 1024, ge=0, description="a fill slower than this over the window gives up (503); 0: no minimum"
+    )
+    upstream_rate_window_s: float = Field(default=60.0, ge=1, le=3600, description="what the minimum rate is judged on")
+    max_fills: int = Field(default=64, ge=1, le=4096, description="fills of distinct blobs at once; more wait for one")
 
 
 def check_name(name: str) -> str:

@@ -2,9 +2,11 @@
 
 ``hetflow.images.client.RegistryClient`` is the synchronous client for tools; the
 proxy needs the upstream's own status and error body and streamed blobs, so it has
-this small one.  Manifests (small) are read with httpx's async client on the event
-loop; blobs are read with its sync client in a worker thread (``open_blob``), where
-reads are not cut into 64 KiB event-loop steps (see ``hetflow.registry.verify``).
+this small one.  Everything is read with httpx's async client on the event loop: a blob
+GET (``open_blob``) holds no thread while the upstream is slow (issue 38: with the sync
+client in worker threads, fills of a trickling upstream held every thread).  Blobs have
+a client of their own, so fills never wait for a connection that manifests need; the
+fetcher bounds how many run (``limits.max_fills``).
 
 ``transport`` is the seam: tests pass an ``httpx.MockTransport`` (it serves both
 clients), the proxy the default network transports.
@@ -30,7 +32,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from concurrent.futures import Executor
 from urllib.parse import urlsplit
 
 import httpx
@@ -39,7 +40,6 @@ from hetflow.images import Challenge, RegistryError, parse_challenge
 
 __all__ = ["Upstream", "UpstreamUnavailable"]
 
-BLOB_CHUNK = 1024 * 1024
 _MAX_REDIRECTS = 5
 
 
@@ -75,16 +75,16 @@ class Upstream:
             "follow_redirects": True,  # S3-backed registries redirect blob GETs
         }
         self._client = httpx.AsyncClient(transport=transport, **{**common, "follow_redirects": False})  # type: ignore[arg-type]
-        self._sync = httpx.Client(
+        self._blobs = httpx.AsyncClient(
             transport=transport,
             event_hooks={"request": [self._public_or_allowed]},  # every hop of a redirected blob GET
-            **common,  # type: ignore[arg-type]
+            **{**common, "limits": httpx.Limits(max_connections=None, max_keepalive_connections=32)},  # type: ignore[arg-type]
         )
         self._auth: dict[str, str] = {}  # scope -> Authorization header that worked
 
     async def aclose(self) -> None:
         await self._client.aclose()
-        self._sync.close()
+        await self._blobs.aclose()
 
     @staticmethod
     def _scope(repo: str | None) -> str:
@@ -109,37 +109,30 @@ class Upstream:
         await self._negotiate(response, scope)
         return await self._send(method, path, self._headers(scope, headers))
 
-    async def open_blob(self, repo: str, digest: str, executor: Executor) -> httpx.Response:
-        """``GET /v2/<repo>/blobs/<digest>`` with the sync client in ``executor``;
-        returns once the headers are in.  Read the body with ``iter_bytes`` and close
-        the response in a worker thread (``HashedChunks`` does both)."""
+    async def open_blob(self, repo: str, digest: str, *, start: int = 0) -> httpx.Response:
+        """``GET /v2/<repo>/blobs/<digest>`` (from byte ``start``: ``Range: bytes=start-``);
+        returns once the headers are in, its body unread (``aiter_bytes``; ``aclose`` it).
+        Raises ``UpstreamUnavailable``."""
         scope = self._scope(repo)
         path = f"/v2/{repo}/blobs/{digest}"
-        loop = asyncio.get_running_loop()
         headers = {"Accept-Encoding": "identity"}  # the digest is over the bytes as stored
-        response = await loop.run_in_executor(executor, self._send_sync, path, self._headers(scope, headers))
-        if response.status_code != 401 or self._basic is None:
-            return response
-        await loop.run_in_executor(executor, response.close)
-        await self._negotiate(response, scope)
-        return await loop.run_in_executor(executor, self._send_sync, path, self._headers(scope, headers))
-
-    def open_blob_sync(self, repo: str, digest: str, *, start: int = 0) -> httpx.Response:
-        """The rest of a blob from byte ``start`` (``Range: bytes=start-``), in the calling
-        worker thread, with the Authorization ``open_blob`` worked out."""
-        headers = {"Accept-Encoding": "identity"}
         if start:
             headers["Range"] = f"bytes={start}-"
-        return self._send_sync(f"/v2/{repo}/blobs/{digest}", self._headers(self._scope(repo), headers))
+        response = await self._send_blob(path, self._headers(scope, headers))
+        if response.status_code != 401 or self._basic is None:
+            return response
+        await response.aclose()
+        await self._negotiate(response, scope)
+        return await self._send_blob(path, self._headers(scope, headers))
 
-    def _public_or_allowed(self, request: httpx.Request) -> None:
+    async def _public_or_allowed(self, request: httpx.Request) -> None:
         """A blob GET (or a hop of its redirects) may go to the upstream, ``redirect_hosts``,
         or a host all of whose addresses are global (``ipaddress.is_global``: RFC 6890)."""
         if request.url.netloc.decode().lower() in self._hosts:
             return
         host = request.url.host
         try:
-            found = socket.getaddrinfo(host, request.url.port or 443, type=socket.SOCK_STREAM)
+            found = await asyncio.get_running_loop().getaddrinfo(host, request.url.port or 443, type=socket.SOCK_STREAM)
         except OSError as err:
             raise UpstreamUnavailable(
                 f"upstream {self.base_url} sent a blob request to {host}, which does not resolve: {err}"
@@ -152,9 +145,9 @@ class Upstream:
                 "(add the host to redirect_hosts: in the proxy's config if it is meant)"
             )
 
-    def _send_sync(self, path: str, headers: dict[str, str]) -> httpx.Response:
+    async def _send_blob(self, path: str, headers: dict[str, str]) -> httpx.Response:
         try:
-            return self._sync.send(self._sync.build_request("GET", path, headers=headers), stream=True)
+            return await self._blobs.send(self._blobs.build_request("GET", path, headers=headers), stream=True)
         except httpx.HTTPError as err:
             raise UpstreamUnavailable(f"upstream {self.base_url} did not answer GET {path}: {err!r}") from err
 
