@@ -21,6 +21,10 @@ latency (p50, p99) of a 1 KiB cached blob alone (the anchor) and while N connect
 from another address ask for a 30 MiB cached blob and never read it, and the proxy
 process's RSS before, while and after they hold on.  Issue 23: before, 40 such readers
 held every blob thread and the small blob timed out.
+
+With ``--trickling-fills N`` (default 50; ``--only-trickling-fills`` runs that alone), the
+same cached blob alone and during N fills from an upstream sending a byte a second, and
+after their clients leave (``bench.registry_fills``; issue 38).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.registry_fills import print_fills, trickling_fills
 from hetflow.config import engine_env, find_engine
 from hetflow.images.client import RegistryClient
 from hetflow.images.index_build import build_index
@@ -244,11 +249,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--slow-readers", type=int, default=100, help="stalled readers (default 100; 0: skip)")
     parser.add_argument("--only-slow-readers", action="store_true", help="skip the podman pulls")
+    parser.add_argument("--trickling-fills", type=int, default=50, help="fills beside the cached blob (0: skip)")
+    parser.add_argument("--only-trickling-fills", action="store_true", help="that row alone (bench.registry_fills)")
     args = parser.parse_args(argv)
+    fills = trickling_fills(args.trickling_fills, args.requests) if args.trickling_fills else None
+    if args.only_trickling_fills:
+        if fills is not None:
+            print_fills(fills, args.json)
+        return 0
     slow = slow_readers(args.slow_readers, args.requests) if args.slow_readers else None
     if args.only_slow_readers:
         if slow is not None:
             _print_slow(slow, args.json)
+        if fills is not None:
+            print_fills(fills, args.json)
         return 0
 
     with tempfile.TemporaryDirectory(prefix="hetflow-bench-") as tmp, upstream_registry(Path(tmp)) as host:
@@ -308,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         "upstream_request_median_ms": round(statistics.median(straight) * 1000, 3),
     }
     if args.json:
-        print(json.dumps({**figures, "slow_readers": slow}, indent=2))
+        print(json.dumps({**figures, "slow_readers": slow, "trickling_fills": fills}, indent=2))
         return 0
     print(f"image: {len(BUILDS)} builds, each busybox + {args.layer_mib} MiB random; {args.rounds} pulls of each kind")
     print(f"builds pulled: direct -> {builds['direct']}, through the proxy as {MACHINE_TYPE} -> {builds['proxy']}")
@@ -324,6 +338,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"same request straight to the registry ({args.requests}):  {_ms(straight)}")
     if slow is not None:
         _print_slow(slow, False)
+    if fills is not None:
+        print_fills(fills, False)
     return 0
 
 
