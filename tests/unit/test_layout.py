@@ -307,7 +307,6 @@ SIZE_ALLOWED_BEYOND_SRC: dict[str, str] = {
     "bench/checkpoint.py": "being split (issue 39)",
     "bench/gang.py": "being split (issue 39)",
     "bench/gang.py::simulate_online": "being split (issue 39)",
-    "bench/planner.py": "being split (issue 39)",
     "bench/registry.py::main": "being split (issue 39)",
     "demo/hwmatch.py": "being split (issue 39)",
     "demo/images.py": "being split (issue 39)",
