@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from demo import images as examples
-from demo.images import (
+from demo.images import engine, examples, recipes
+from demo.images.recipes import (
     APPS,
     BASE_IMAGE,
     CUDA_STACK,
@@ -209,16 +209,16 @@ def test_numpy_containerfile_copies_only_and_labels_the_hash() -> None:
 
 
 def test_mpi_containerfile_copies_the_gang_apps_onto_the_debootstrapped_mpi_base() -> None:
-    text = examples.mpi_containerfile("abc123")
+    text = recipes.mpi_containerfile("abc123")
     lines = text.splitlines()
-    assert lines[0] == f"FROM {examples.MPI_BASE_IMAGE}"
+    assert lines[0] == f"FROM {recipes.MPI_BASE_IMAGE}"
     assert f'LABEL {HASH_LABEL}="abc123"' in lines and "COPY gang /app/gang" in lines
     assert not any(line.startswith("RUN") for line in lines), "RUN needs a working runtime in the build"
     # every package comes from debootstrap --include: the build itself needs no network
     assert {"openmpi-bin", "python3-mpi4py", "python3-numpy", "openssh-server", "openssh-client"} <= set(
-        examples.MPI_PACKAGES
+        recipes.MPI_PACKAGES
     )
-    assert examples.MPI_APPS == {"gang/app": "/app/gang"}
+    assert recipes.MPI_APPS == {"gang/app": "/app/gang"}
     app = Path(__file__).resolve().parents[2] / "examples/gang/app"
     assert {p.name for p in app.iterdir() if p.suffix == ".py"} >= {"allreduce.py", "torch_allreduce.py"}
 
@@ -309,14 +309,14 @@ def test_debian_mirror_reads_apt_config_and_says_what_to_do_without_one(tmp_path
 
 def test_missing_tool_names_it_and_what_to_install() -> None:
     with pytest.raises(EngineError) as err:
-        examples._run(["hetflow-no-such-tool", "x"], what="debootstrap of the base", hint="apt-get install -y it")
+        engine.run_tool(["hetflow-no-such-tool", "x"], what="debootstrap of the base", hint="apt-get install -y it")
     assert str(err.value) == "debootstrap of the base: hetflow-no-such-tool is not installed. apt-get install -y it"
 
 
 def test_failing_command_shows_its_exit_code_output_and_hint() -> None:
     cmd = [sys.executable, "-c", "import sys; print('noise'); sys.stderr.write('E: mirror down\\n'); sys.exit(3)"]
     with pytest.raises(EngineError) as err:
-        examples._run(cmd, what="pip of cupy", hint="Check that PyPI is reachable.")
+        engine.run_tool(cmd, what="pip of cupy", hint="Check that PyPI is reachable.")
     message = str(err.value)
     assert message.startswith("pip of cupy: `")
     assert "exited 3:" in message and "E: mirror down" in message and message.endswith("Check that PyPI is reachable.")
