@@ -308,7 +308,6 @@ SIZE_ALLOWED_BEYOND_SRC: dict[str, str] = {
     "bench/gang.py": "being split (issue 39)",
     "bench/gang.py::simulate_online": "being split (issue 39)",
     "bench/registry.py::main": "being split (issue 39)",
-    "demo/hwmatch.py": "being split (issue 39)",
     "demo/kube_cluster.py": "being split (issue 39)",
     "demo/kube_objects.py": "being split (issue 39)",
     "demo/slurm_cluster.py": "being split (issue 39)",
