@@ -310,7 +310,6 @@ SIZE_ALLOWED_BEYOND_SRC: dict[str, str] = {
     "bench/registry.py::main": "being split (issue 39)",
     "demo/kube_cluster.py": "being split (issue 39)",
     "demo/kube_objects.py": "being split (issue 39)",
-    "demo/slurm_cluster.py": "being split (issue 39)",
 }
 
 
