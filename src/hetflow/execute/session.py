@@ -30,7 +30,7 @@ from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.data.cache import StepKeys
 from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.data.outputs import damaged_outputs
-from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.data.paths import RunPaths, make_run_dir
 from hetflow.execute.data.publishjournal import settle_run
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.engines import make_engine
@@ -117,6 +117,7 @@ def submit_run(
     run_id = new_run_id()
     workdir = (Path(settings.workdir) if settings.workdir else home / "runs") / run_id
     try:
+        make_run_dir(workdir)  # before the data lands in it
         manifest = data.fetch(loaded, workdir / "data")
         loaded, expansions = expand_at_submit(loaded, manifest)
         # the items known when the file was read too, so that each item's values are shown

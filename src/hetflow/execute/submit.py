@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hetflow.errors import Problem, SpecError
 from hetflow.execute.checkpoint import criu_support
-from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.data.paths import RunPaths, make_run_dir
 from hetflow.execute.engine import ContainerEngine
 from hetflow.inventory import Node
 from hetflow.plan import Capacity, check, feasibility_problems
@@ -105,7 +105,7 @@ def create_run(
         workdir = (runs_dir or home / "runs") / new_run_id()
     run_id = workdir.name
     paths = RunPaths(workdir)
-    workdir.mkdir(parents=True, exist_ok=True)
+    make_run_dir(workdir)
     paths.record_workflow(loaded.text, loaded.includes)
     store.create_run(
         run_id=run_id,

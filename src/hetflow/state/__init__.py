@@ -13,6 +13,7 @@ states a run and a step may take, and the run's typed event stream.
     liveness is a running run's executor still there (pid and its start time)
     busy     the retry that waits out a store another process holds locked
     integrity quick_check on open, the store's marker (state.db.id), full disks
+    private  state.db (and its -wal, -shm) made 0600: it holds env: values and params
     parsecache big workflows kept parsed under HETFLOW_HOME/cache/specs (``load_workflow_cached``)
 """
 

@@ -47,6 +47,7 @@ from hetflow.state.models import (
     StepRecord,
 )
 from hetflow.state.pages import Pages
+from hetflow.state.private import create_private, make_private
 from hetflow.state.publishrows import PublishRows
 from hetflow.state.schema import SCHEMA, SCHEMA_DATA, SCHEMA_VERSION
 from hetflow.state.slowdownrows import SlowdownRows
@@ -110,10 +111,12 @@ class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, Slowdo
 
     def _open(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
+        create_private(path)  # 0600 before SQLite makes it with the umask (private.py)
         # isolation_level=None: we issue BEGIN ourselves (BEGIN IMMEDIATE for leases).
         self._db = sqlite3.connect(str(path), timeout=self.busy.busy_timeout, isolation_level=None)
         self._db.row_factory = sqlite3.Row
         self._db.execute("PRAGMA journal_mode=WAL")
+        make_private(path)  # a store (and -wal, -shm) an older hetflow made world-readable
         self._db.execute("PRAGMA synchronous=NORMAL")
         self._db.execute(f"PRAGMA busy_timeout={int(self.busy.busy_timeout * 1000)}")
         new = not self._db.execute("SELECT 1 FROM sqlite_master WHERE name = 'meta'").fetchone()

@@ -8,14 +8,30 @@
 <workdir>/logs/<step>.<n>.log      the container's log (k8s-file format)
 <workdir>/executor.log             a detached executor's own output
 <workdir>/stop-request             left by `hetflow stop` before it signals the executor
+
+A run's folder is 0700 (``make_run_dir``): it holds the workflow with its env: values and the
+run's data.  The containers, which run as the submitting user, reach the folders they use by
+their bind mounts, whose own owner and mode count (the executor chowns the attempt's /out to
+the submitter), never by walking down from the run's folder.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+RUN_DIR_MODE = 0o700
+
+
+def make_run_dir(workdir: Path) -> None:
+    """Make a run's folder, and the runs folder above it if it is made now, 0700 (issue 38:
+    they were 0755, every local user reading the run's workflow, env: values and data)."""
+    workdir.parent.mkdir(mode=RUN_DIR_MODE, parents=True, exist_ok=True)
+    workdir.mkdir(mode=RUN_DIR_MODE, exist_ok=True)
+    os.chmod(workdir, RUN_DIR_MODE)  # made earlier (its data fetched first), or under another umask
 
 
 def container_name(run_id: str, step: str, attempt: int) -> str:
