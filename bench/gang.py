@@ -46,7 +46,6 @@ No GPU is used: every figure comes from the model, so the rates are nominal, not
 from __future__ import annotations
 
 import argparse
-import heapq
 import math
 import os
 import random
@@ -56,6 +55,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from bench.gang_online import pod_queue, simulate_online
 from hetflow.plan.gangs import allreduce_bytes, link_bandwidth
 from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task
 from hetflow.plan.search.heuristic import plan_heuristic
@@ -208,120 +208,7 @@ def aware_and_blind(
 
 
 # --- 2. gang-aware vs replica-by-replica --------------------------------------------------------
-
-
-def true_runtime(job: GangJob, classes: Sequence[MachineClass], nodes: int, bandwidth: float) -> float:
-    """``plan.gangs``' model for replicas on ``nodes`` machines of ``classes`` (the slowest
-    link of any class the gang touches; two types together: the network between them)."""
-    volume = allreduce_bytes(job.replicas, job.comm)
-    if volume <= 0:
-        return job.compute
-    bw = min(link_bandwidth(c, job.replicas, job.gpus, nodes, bandwidth) for c in classes)
-    if len({c.name for c in classes}) > 1:
-        bw = bandwidth
-    return job.compute + volume / bw
-
-
-@dataclass(frozen=True)
-class Online:
-    """One event-driven run: what finished, what got stuck, and the GPU time held idle."""
-
-    completed: int
-    total: int
-    deadlocked: bool
-    stuck_gpus: int  # GPUs held for ever by partial gangs (deadlock)
-    idle_gpu_hours: float  # held by bound replicas waiting for their peers (until the deadlock)
-    makespan: float  # inf when some gang never runs
-
-
-def pod_queue(jobs: Sequence[GangJob], seed: int) -> list[tuple[int, int]]:
-    """(job, replica) pairs interleaved at random: the pods of Jobs created at once."""
-    pods = [(j, r) for j, job in enumerate(jobs) for r in range(job.replicas)]
-    random.Random(seed).shuffle(pods)
-    return pods
-
-
-def simulate_online(
-    jobs: Sequence[GangJob],
-    classes: Sequence[MachineClass],
-    bandwidth: float,
-    pods: Sequence[tuple[int, int]],
-    *,
-    gang_aware: bool,
-    horizon: float = 0.0,
-) -> Online:
-    """Bind pods in queue order to the node with the most free GPUs (ties: the first node);
-    see the module docstring for the two admission rules.  The GPUs of a deadlocked gang
-    count as idle until ``horizon`` (or the deadlock, if later): they are held for ever."""
-    nodes = [(c, m) for c in classes if c.gpus > 0 for m in c.machine_ids()]
-    free = [c.gpus for c, _m in nodes]
-    order = list(dict.fromkeys(j for j, _r in pods))  # gangs by their first pod in the queue
-    pending = list(pods) if not gang_aware else [(j, -1) for j in order]
-    bound: dict[int, list[tuple[int, float]]] = {j: [] for j in range(len(jobs))}  # job -> (node, since)
-    events: list[tuple[float, int]] = []
-    now, idle, done, last = 0.0, 0.0, 0, 0.0
-
-    def best_node(gpus: int, room: list[int]) -> int | None:
-        fits = [k for k in range(len(nodes)) if room[k] >= gpus]
-        return max(fits, key=lambda k: (room[k], -k)) if fits else None
-
-    def start(j: int) -> None:
-        nonlocal idle
-        job = jobs[j]
-        held = bound[j]
-        idle += sum(job.gpus * (now - since) for _k, since in held)
-        where = {k for k, _s in held}
-        rt = true_runtime(job, [nodes[k][0] for k in where], len(where), bandwidth)
-        heapq.heappush(events, (now + rt, j))
-
-    while True:
-        rest = []
-        for j, r in pending:
-            job = jobs[j]
-            if gang_aware:
-                trial = list(free)
-                picks = []
-                for _ in range(job.replicas):
-                    k = best_node(job.gpus, trial)
-                    if k is None:
-                        break
-                    trial[k] -= job.gpus
-                    picks.append(k)
-                if len(picks) < job.replicas:
-                    rest.append((j, r))
-                    continue
-                free[:] = trial
-                bound[j] = [(k, now) for k in picks]
-                start(j)
-            else:
-                k = best_node(job.gpus, free)
-                if k is None:
-                    rest.append((j, r))
-                    continue
-                free[k] -= job.gpus
-                bound[j].append((k, now))
-                if len(bound[j]) == job.replicas:
-                    start(j)
-        pending = rest
-        if not events:
-            break
-        now, j = heapq.heappop(events)
-        for k, _s in bound[j]:
-            free[k] += jobs[j].gpus
-        done += 1
-        last = now
-    stuck = [j for j in range(len(jobs)) if 0 < len(bound[j]) < jobs[j].replicas]
-    end = max(now, horizon)
-    held_idle = sum(jobs[j].gpus * (end - since) for j in stuck for _k, since in bound[j])
-    stuck_gpus = sum(jobs[j].gpus * len(bound[j]) for j in stuck)
-    return Online(
-        completed=done,
-        total=len(jobs),
-        deadlocked=bool(stuck),
-        stuck_gpus=stuck_gpus,
-        idle_gpu_hours=(idle + held_idle) / 3600.0,
-        makespan=last if done == len(jobs) else math.inf,
-    )
+# The event-driven simulation of the two online rules is bench/gang_online.py.
 
 
 def planner_makespan(

@@ -13,8 +13,8 @@ from bench.gang import (
     nvlink_joined,
     retime,
     score,
-    simulate_online,
 )
+from bench.gang_online import simulate_online
 
 from hetflow.plan.gangs import NVLINK_BW, gang_runtime
 from hetflow.plan.instance import MachineClass
