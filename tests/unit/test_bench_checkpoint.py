@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.checkpoint import RECORD, container_args, read_state, render, reset_state
+from bench.checkpoint import RECORD, container_args, read_state, reset_state
+from bench.checkpoint_report import render
 
 
 def test_state_record_is_read_and_reset_in_place(tmp_path: Path) -> None:
