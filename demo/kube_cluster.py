@@ -24,12 +24,11 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -46,12 +45,10 @@ from demo.kube_objects import (
     resource_slice,
     write_files,
 )
+from demo.kube_processes import PROGRAMS, free_port, healthy, kube_bin, running_pid, spawn, wait_for
 from hetflow.config import hetflow_home
 from hetflow.errors import EngineError
 
-ROOT = Path(__file__).resolve().parents[1]
-BUILD = ROOT / "tools" / "kube" / "build"
-PROGRAMS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 Obj = dict[str, Any]
 
 DEFAULT_NODES = (
@@ -117,7 +114,7 @@ class LocalKube:
         api = _Api(self.server, self.base / "pki")
         _create_node(api, node)
         _save_nodes(self.base, (*(n for n in self.nodes if n.name != node.name), node))
-        _wait(f"node {node.name} Ready", lambda: _nodes_ready(api, [node.name]), {}, self.base, "kwok", timeout)
+        wait_for(f"node {node.name} Ready", lambda: _nodes_ready(api, [node.name]), {}, self.base, "kwok", timeout)
 
     def delete_node(self, name: str) -> None:
         """Delete the node (its ResourceSlice goes with it: owned by the Node)."""
@@ -185,102 +182,6 @@ def _nodes_ready(api: _Api, names: Sequence[str]) -> bool:
     return True
 
 
-# --- processes -----------------------------------------------------------------------------
-
-
-def kube_bin(*, kubelet: bool = False) -> Path:
-    """The folder of the control plane's binaries; built first (tools/kube/build, once and
-    cached) where its stamp is missing (``kubelet``: the kubelet too, demo/kube_kubelet.py)."""
-    out = subprocess.run([str(BUILD), "--print-dir"], capture_output=True, text=True, check=False)
-    folder = Path(out.stdout.strip())
-    if out.returncode != 0 or not folder.name:
-        raise EngineError(f"{BUILD} --print-dir failed: {out.stderr.strip()}")
-    stamps = [".built-*-kwok-*"] + [".built-kubelet-*"] * kubelet
-    programs = PROGRAMS + ("kubelet",) * kubelet
-    if not all(any(folder.glob(s)) for s in stamps) or not all((folder / p).exists() for p in programs):
-        print(f"building the Kubernetes test control plane ({BUILD}; ~15 min the first time)", file=sys.stderr)
-        env = {**os.environ, "KUBE_KUBELET": "1"} if kubelet else None
-        if subprocess.run([str(BUILD)], env=env, check=False).returncode != 0:
-            raise EngineError(f"{BUILD} failed; its log: {folder.parent / 'build.log'}")
-    return folder
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _spawn(base: Path, name: str, args: list[str]) -> subprocess.Popen[bytes]:
-    """``name`` in its own session (it outlives a demo's Python), output to BASE/log/NAME.log.
-    HOME is BASE/kwok: kwok would read a user's ~/.kwok/kwok.yaml (kwokctl's) before ours."""
-    env = {**os.environ, "HOME": str(base / "kwok")}
-    with (base / "log" / f"{name}.log").open("ab") as log:
-        proc = subprocess.Popen(
-            args,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            cwd=base,
-            env=env,
-        )
-    (base / "run" / f"{name}.pid").write_text(str(proc.pid))
-    return proc
-
-
-def _pid(path: Path, program: str) -> int | None:
-    """The pid in a pid file, if that process is alive (not a zombie) and is ``program``."""
-    try:
-        pid = int(path.read_text().split()[0])
-        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, ValueError, IndexError):
-        return None
-    return pid if Path(cmd.decode(errors="replace")).name == program and state != "Z" else None
-
-
-def _tail(path: Path, n: int = 8) -> str:
-    try:
-        return "\n  ".join(path.read_text(errors="replace").strip().splitlines()[-n:])
-    except OSError:
-        return "(no log)"
-
-
-def _wait(
-    what: str,
-    ready: Callable[[], bool],
-    procs: Mapping[str, subprocess.Popen[bytes]],
-    base: Path,
-    component: str,
-    timeout: float,
-) -> None:
-    """Poll ``ready`` until it holds; fail at once if a process in ``procs`` exits, or after
-    ``timeout`` s, with the tail of the log of the component that failed (or was awaited)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for name, proc in procs.items():
-            if proc.poll() is not None:
-                raise EngineError(
-                    f"{name} exited ({proc.returncode}) while waiting for {what}; "
-                    f"{base / 'log' / name}.log:\n  {_tail(base / 'log' / f'{name}.log')}"
-                )
-        try:
-            if ready():
-                return
-        except (httpx.HTTPError, OSError, EngineError):
-            pass
-        if time.monotonic() > deadline:
-            log = base / "log" / f"{component}.log"
-            raise EngineError(f"{what}: not ready after {timeout:.0f} s; {log}:\n  {_tail(log)}")
-        time.sleep(0.2)
-
-
-def _healthy(url: str) -> Callable[[], bool]:
-    """A component's own health endpoint answers ok (self-signed serving certificates)."""
-    return lambda: httpx.get(url, verify=False, timeout=5).text.strip() in ("ok", '{"health":"true","reason":""}')
-
-
 # --- start and stop ------------------------------------------------------------------------
 
 
@@ -302,12 +203,12 @@ def start_cluster(
     args = component_args(base, binp, ports)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     try:
-        procs["etcd"] = _spawn(base, "etcd", args["etcd"])
-        etcd = _healthy(f"http://127.0.0.1:{ports['etcd']}/health")
-        _wait("etcd", etcd, procs, base, "etcd", timeout)
-        procs["kube-apiserver"] = _spawn(base, "kube-apiserver", args["kube-apiserver"])
+        procs["etcd"] = spawn(base, "etcd", args["etcd"])
+        etcd = healthy(f"http://127.0.0.1:{ports['etcd']}/health")
+        wait_for("etcd", etcd, procs, base, "etcd", timeout)
+        procs["kube-apiserver"] = spawn(base, "kube-apiserver", args["kube-apiserver"])
         api = _Api(server, base / "pki")
-        _wait(
+        wait_for(
             "kube-apiserver /readyz",
             lambda: api.http.get("/readyz").text == "ok",
             procs,
@@ -316,7 +217,7 @@ def start_cluster(
             timeout,
         )
         for name in ("kube-controller-manager", "kube-scheduler", "kwok"):
-            procs[name] = _spawn(base, name, args[name])
+            procs[name] = spawn(base, name, args[name])
         for obj, path in (
             (DEVICE_CLASS, "/apis/resource.k8s.io/v1/deviceclasses"),
             (RESTRICTED_RBAC[0], "/apis/rbac.authorization.k8s.io/v1/namespaces/default/roles"),
@@ -327,12 +228,12 @@ def start_cluster(
             _create_node(api, node)
         _save_nodes(base, tuple(nodes))
         for name, port in (("kube-controller-manager", "controller-manager"), ("kube-scheduler", "scheduler")):
-            _wait(name, _healthy(f"https://127.0.0.1:{ports[port]}/healthz"), procs, base, name, timeout)
-        _wait("kwok", _healthy(f"https://127.0.0.1:{ports['kwok']}/healthz"), procs, base, "kwok", timeout)
+            wait_for(name, healthy(f"https://127.0.0.1:{ports[port]}/healthz"), procs, base, name, timeout)
+        wait_for("kwok", healthy(f"https://127.0.0.1:{ports['kwok']}/healthz"), procs, base, "kwok", timeout)
         names = [n.name for n in nodes]
-        _wait("every node Ready", lambda: _nodes_ready(api, names), procs, base, "kwok", timeout)
+        wait_for("every node Ready", lambda: _nodes_ready(api, names), procs, base, "kwok", timeout)
         sa = "/api/v1/namespaces/default/serviceaccounts/default"  # pods in "default" need it
-        _wait(
+        wait_for(
             "service account default", lambda: api.get(sa) is not None, procs, base, "kube-controller-manager", timeout
         )
     except BaseException:
@@ -361,7 +262,7 @@ def cluster_running(base: Path) -> LocalKube | None:
         server = json.loads((base / "cluster.json").read_text())["server"]
     except (OSError, ValueError, KeyError):
         return None
-    if any(_pid(base / "run" / f"{p}.pid", p) is None for p in PROGRAMS):
+    if any(running_pid(base / "run" / f"{p}.pid", p) is None for p in PROGRAMS):
         return None
     try:
         ready = _Api(server, base / "pki", timeout=5).http.get("/readyz").text == "ok"
@@ -376,14 +277,14 @@ def stop_cluster(base: Path, *, timeout: float = 20) -> None:
     base = Path(base).resolve()
     (base / "cluster.json").unlink(missing_ok=True)
     for group in (("kwok", "kube-scheduler", "kube-controller-manager"), ("kube-apiserver",), ("etcd",)):
-        pids = [pid for p in group if (pid := _pid(base / "run" / f"{p}.pid", p))]
+        pids = [pid for p in group if (pid := running_pid(base / "run" / f"{p}.pid", p))]
         for pid in pids:
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while pids and time.monotonic() < deadline:
             for pid in pids:
                 _reap(pid)
-            pids = [pid for p in group if (pid := _pid(base / "run" / f"{p}.pid", p))]
+            pids = [pid for p in group if (pid := running_pid(base / "run" / f"{p}.pid", p))]
             time.sleep(0.1)
         for pid in pids:
             os.kill(pid, signal.SIGKILL)

@@ -58,7 +58,7 @@ from typing import Any
 import httpx
 import yaml
 
-from demo.kube_cluster import free_port, kube_bin
+from demo.kube_processes import free_port, kube_bin
 from hetflow.config import engine_env
 from hetflow.errors import EngineError
 
