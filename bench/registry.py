@@ -241,30 +241,14 @@ def slow_readers(readers: int, requests: int) -> dict[str, object]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.registry", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=11, help="pulls of each kind (default 11)")
-    parser.add_argument("--layer-mib", type=int, default=8, help="random MiB in each build's layer (default 8)")
-    parser.add_argument("--requests", type=int, default=200, help="filtered index requests (default 200)")
-    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
-    parser.add_argument("--slow-readers", type=int, default=100, help="stalled readers (default 100; 0: skip)")
-    parser.add_argument("--only-slow-readers", action="store_true", help="skip the podman pulls")
-    parser.add_argument("--trickling-fills", type=int, default=50, help="fills beside the cached blob (0: skip)")
-    parser.add_argument("--only-trickling-fills", action="store_true", help="that row alone (bench.registry_fills)")
-    args = parser.parse_args(argv)
-    fills = trickling_fills(args.trickling_fills, args.requests) if args.trickling_fills else None
-    if args.only_trickling_fills:
-        if fills is not None:
-            print_fills(fills, args.json)
-        return 0
-    slow = slow_readers(args.slow_readers, args.requests) if args.slow_readers else None
-    if args.only_slow_readers:
-        if slow is not None:
-            _print_slow(slow, args.json)
-        if fills is not None:
-            print_fills(fills, args.json)
-        return 0
-
+def pulls(
+    args: argparse.Namespace,
+) -> tuple[dict[str, str], dict[str, list[float]], list[float], list[float]]:
+    """Against a loopback registry holding the image's builds and the proxy in front of it:
+    ``--rounds`` podman pulls of each kind (direct, through the proxy cold and warm) and
+    ``--requests`` filtered index requests through the proxy and straight to the registry.
+    Returns (the build each way pulled, pull seconds by kind, request seconds via the proxy,
+    straight)."""
     with tempfile.TemporaryDirectory(prefix="hetflow-bench-") as tmp, upstream_registry(Path(tmp)) as host:
         work = Path(tmp)
         push_image_builds(host, work, args.layer_mib)
@@ -305,6 +289,34 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             podman.close()
             proxy.stop()
+    return builds, times, via, straight
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.registry", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=11, help="pulls of each kind (default 11)")
+    parser.add_argument("--layer-mib", type=int, default=8, help="random MiB in each build's layer (default 8)")
+    parser.add_argument("--requests", type=int, default=200, help="filtered index requests (default 200)")
+    parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--slow-readers", type=int, default=100, help="stalled readers (default 100; 0: skip)")
+    parser.add_argument("--only-slow-readers", action="store_true", help="skip the podman pulls")
+    parser.add_argument("--trickling-fills", type=int, default=50, help="fills beside the cached blob (0: skip)")
+    parser.add_argument("--only-trickling-fills", action="store_true", help="that row alone (bench.registry_fills)")
+    args = parser.parse_args(argv)
+    fills = trickling_fills(args.trickling_fills, args.requests) if args.trickling_fills else None
+    if args.only_trickling_fills:
+        if fills is not None:
+            print_fills(fills, args.json)
+        return 0
+    slow = slow_readers(args.slow_readers, args.requests) if args.slow_readers else None
+    if args.only_slow_readers:
+        if slow is not None:
+            _print_slow(slow, args.json)
+        if fills is not None:
+            print_fills(fills, args.json)
+        return 0
+
+    builds, times, via, straight = pulls(args)
 
     medians = {k: statistics.median(v) for k, v in times.items()}
     figures = {
