@@ -5,6 +5,7 @@ and a step whose output is one unfinished line shows that line."""
 
 from __future__ import annotations
 
+import base64
 import json
 import socket
 import time
@@ -271,3 +272,38 @@ def test_the_page_shows_an_unfinished_line_and_replaces_it_as_it_grows(hf: Hetfl
     finally:
         driver.quit()
         hf("stop", run_id, "--grace", "0", check=False)
+
+
+def _raw(ui: Dashboard, path: str, headers: list[bytes]) -> tuple[int, bytes]:
+    """GET ``path`` with header lines as given (bytes: httpx refuses non-ASCII)."""
+    host, port = ui.base.removeprefix("http://").split(":")
+    request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n".encode()
+    request += b"".join(h + b"\r\n" for h in headers) + b"\r\n"
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(request)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split(b" ", 2)[1]), body
+
+
+@pytest.mark.parametrize(
+    ("path", "header", "named"),
+    [
+        ("/api/config", b"Authorization: Bearer \xff\xfe", "the token is wrong"),
+        ("/api/config", b"Authorization: Basic \xfc\xfc", "not 'Bearer TOKEN'"),
+        ("/api/config", b"Authorization: Basic " + base64.b64encode(b"u:" + TOKEN.encode()), "not 'Bearer TOKEN'"),
+        ("/api/config", b"Authorization: \xff", "not 'Bearer TOKEN'"),
+        ("/api/config?token=%FF%FE", b"X-Nothing: 1", "the token is wrong"),
+        ("/api/runs/live0001/events", b"Authorization: Bearer", "the token is wrong"),
+    ],
+    ids=["non-ascii-bearer", "non-ascii-basic", "basic", "no-scheme", "non-utf8-query", "empty-bearer"],
+)
+def test_every_malformed_authorization_is_a_401_naming_what_is_wrong(
+    home: Path, path: str, header: bytes, named: str
+) -> None:
+    with dashboard(home, "--token", TOKEN) as ui:
+        status, body = _raw(ui, path, [header])
+        assert status == 401, (status, body)
+        assert named in json.loads(body)["error"], body

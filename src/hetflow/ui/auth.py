@@ -150,6 +150,8 @@ def _refusal(scope: Scope, token: bytes | None) -> tuple[int, str] | None:
         given = _token_of(scope)
         if given is None or not hmac.compare_digest(given.encode(), token):
             why = "a token is needed" if given is None else "the token is wrong"
+            if given is None and _headers(scope, b"authorization"):
+                why = "the Authorization header is not 'Bearer TOKEN'"
             return 401, f"{why}: open the URL hetflow ui printed (it ends in ?token=...)"
     elif not is_loopback(host or ""):
         return 421, "this dashboard answers only on its loopback address; open http://127.0.0.1:PORT/"
