@@ -45,6 +45,7 @@ _NOT_FOUND_CODES = {"NAME_UNKNOWN", "MANIFEST_UNKNOWN", "BLOB_UNKNOWN", "NOT_FOU
 # 3 GB) is refused at the limit.  Error bodies are read up to 64 KiB.
 MANIFEST_LIMIT = 4 * 1024 * 1024
 ERROR_LIMIT = 64 * 1024
+_MANIFEST_OVER = "for a manifest; refused (distribution's limit is 4 MiB)"
 
 
 @dataclass(frozen=True)
@@ -153,10 +154,12 @@ class RegistryClient:
         headers: dict[str, str] | None = None,
         content: bytes | None = None,
         limit: int | None = None,
+        over: str = _MANIFEST_OVER,
     ) -> httpx.Response:
         """Send one request, answering an auth challenge once; raises AuthError when the
         retry is refused too, RegistryError when the registry cannot be reached.  With
-        ``limit``, a body over ``limit`` bytes is a RegistryError, read no further."""
+        ``limit``, a body over ``limit`` bytes is a RegistryError (``over`` says what it
+        was for), read no further."""
         if url.startswith("/"):
             url = self.base_url + url
 
@@ -168,7 +171,7 @@ class RegistryClient:
                 request = self._http.build_request(method, url, headers=sent, content=content)
                 streamed = self._http.send(request, stream=True)
                 try:
-                    body = self._read_capped(streamed, limit if streamed.status_code == 200 else ERROR_LIMIT, url)
+                    body = self._read_capped(streamed, limit if streamed.status_code == 200 else ERROR_LIMIT, url, over)
                 finally:
                     streamed.close()
                 return httpx.Response(streamed.status_code, headers=streamed.headers, content=body, request=request)
@@ -211,7 +214,7 @@ class RegistryClient:
         return response
 
     @staticmethod
-    def _read_capped(response: httpx.Response, limit: int, url: str) -> bytes:
+    def _read_capped(response: httpx.Response, limit: int, url: str, over: str) -> bytes:
         parts: list[bytes] = []
         size = 0
         for chunk in response.iter_bytes():
@@ -219,11 +222,7 @@ class RegistryClient:
             if size > limit:
                 if response.status_code != 200:  # an error body: what came is enough to report
                     break
-                raise RegistryError(
-                    f"{url}: the registry sent more than {limit} bytes for a manifest; refused (distribution's "
-                    "limit is 4 MiB)",
-                    url=url,
-                )
+                raise RegistryError(f"{url}: the registry sent more than {limit} bytes {over}", url=url)
             parts.append(chunk)
         return b"".join(parts)[:limit]
 
@@ -363,10 +362,12 @@ class RegistryClient:
         body, media_type, digest = self.get_manifest(repo, ref, accept)
         return Descriptor(mediaType=media_type, digest=digest, size=len(body))
 
-    def get_blob(self, repo: str, digest: str) -> bytes:
-        """The blob ``digest`` of ``repo``, checked against its digest."""
+    def get_blob(self, repo: str, digest: str, *, limit: int | None = None, over: str = "") -> bytes:
+        """The blob ``digest`` of ``repo``, checked against its digest; with ``limit``, one
+        over ``limit`` bytes is refused at the limit (RegistryError: ``over`` says why)."""
         what = f"blob {repo}@{digest}"
-        response = self._send("GET", f"/v2/{repo}/blobs/{digest}", scope=self._scope(repo))
+        url, scope = f"/v2/{repo}/blobs/{digest}", self._scope(repo)
+        response = self._send("GET", url, scope=scope, limit=limit, over=over or f"for {what}; refused")
         self._raise_for(response, what, repo)
         verify_digest(response.content, digest, what)
         return response.content

@@ -16,11 +16,11 @@ podman can build such a list too (``podman manifest create/add``, ``manifest ann
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hetflow.images.config import read_config
 from hetflow.images.errors import BadDocumentError, ImageError
 from hetflow.images.match import annotations_for, parse_requirements, platform_for, requirements_of
 from hetflow.images.oci import (
@@ -76,13 +76,10 @@ def parse_build_entry(text: str) -> tuple[str, Requirements]:
     return tag, req
 
 
-def _config_platform(client: RegistryClient, repo: str, ref: str, config_digest: str) -> dict[str, Any]:
+def _config_platform(client: RegistryClient, repo: str, ref: str, config_desc: Descriptor) -> dict[str, Any]:
     """os, architecture and variant from an image's config blob (image-spec config.md)."""
-    try:
-        config = json.loads(client.get_blob(repo, config_digest))
-    except ValueError as exc:
-        raise BadDocumentError(f"{repo}:{ref}: the image config {config_digest} is not JSON") from exc
-    if not isinstance(config, dict) or not config.get("architecture") or not config.get("os"):
+    config = read_config(client, repo, config_desc, f"{repo}:{ref}")  # capped, as manifests
+    if not config.get("architecture") or not config.get("os"):
         raise BadDocumentError(f"{repo}:{ref}: the image config names no os and architecture")
     return {k: config[k] for k in ("os", "architecture", "variant", "os.version") if config.get(k)}
 
@@ -105,7 +102,7 @@ def entry_descriptor(
         req = parse_requirements(spec) if isinstance(spec, str) else spec
         if req.unknown:
             raise ImageError(f"{repo}:{ref}: {'; '.join(req.unknown)}")
-        image = _config_platform(client, repo, ref, manifest.config.digest)
+        image = _config_platform(client, repo, ref, manifest.config)
         arch = normalize_arch(image["architecture"])
         if req.architecture and req.architecture != arch:
             raise ImageError(f"{repo}:{ref} is an {arch} image, but its entry says {req.architecture}")

@@ -11,7 +11,6 @@ os/architecture), and its result says "not an index".
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from rich.table import Table
 from rich.text import Text
 
 from hetflow.errors import NoFitError
+from hetflow.images.config import read_config
 from hetflow.images.errors import BadDocumentError, NotFoundError
 from hetflow.images.index_build import BuildSpec, BuiltIndex, build_index, parse_build_entry
 from hetflow.images.localimages import LocalImage, LocalImages, PodmanImages
@@ -243,10 +243,7 @@ def _read_registry(ref: ImageReference, client: RegistryClient) -> _Read:
         index = parse_index(body, what=f"index {ref}")
         return _Read(ref, "registry", digest, media_type, index, True)
     manifest = parse_manifest(body, what=f"manifest {ref}")
-    try:
-        config = json.loads(client.get_blob(ref.repository, manifest.config.digest))
-    except ValueError as exc:
-        raise BadDocumentError(f"{ref}: its image config is not JSON") from exc
+    config = read_config(client, ref.repository, manifest.config, str(ref))  # capped, as manifests
     platform = Platform(
         architecture=str(config.get("architecture") or "amd64"),
         os=str(config.get("os") or "linux"),
