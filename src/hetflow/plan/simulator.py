@@ -4,10 +4,13 @@ A plan is a promise made with estimates; ``simulate`` asks what happens when the
 are off.  It keeps everything the plan decided (machine, variant, GPU indices, and the order
 of the steps on each machine) and lets time be decided by events: a step starts when the
 steps planned before it on its machine have started, its parents' data have arrived
-(``bytes / bandwidth`` between two machines, nothing on one), and its cores, memory and
-GPUs are free.  Each run time is its estimate times a factor drawn uniformly within
-``±noise`` from ``random.Random(seed)``, one draw per task in the instance's order, so the
-same seed gives the same run (STYLE.md habit 1: no clock, seeded randomness).
+(``bytes / bandwidth`` between two machines, nothing on one: the DAG's one data-arrival
+rule, ``eventsim.Dag.data_ready``), and its cores, memory and GPUs are free (``model.fits``,
+asked by the machine now, ``model.Machine``).  Each run time is its estimate times a
+factor drawn uniformly within ``±noise`` from ``random.Random(seed)``, one draw per task in
+the instance's order, so the same seed gives the same run (STYLE.md habit 1: no clock,
+seeded randomness).  The replay is a policy over the baselines' event loop
+(``eventsim.EventLoop``), events within ``_EPS`` of each other being one instant.
 
 With ``noise=0`` a valid plan's steps never start later than planned (the steps running at
 a planned start in the simulation are a subset of those running then in the plan), so the
@@ -24,16 +27,18 @@ step only when its instance is free.  A time-sliced tenant's run time is its pla
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import random
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from hetflow.plan.capacity import Machine
+from hetflow.errors import NoFitError
+from hetflow.plan.baselines.eventsim import EventLoop
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import gang_runtime, machine_shares
 from hetflow.plan.instance import Instance, Placement, Plan, placed_option
+from hetflow.plan.model.fit import Demand
+from hetflow.plan.model.machine import Machine, placed
 from hetflow.plan.sharing.sharecheck import planned_load
 from hetflow.spec import format_duration
 
@@ -142,146 +147,125 @@ def _estimate(instance: Instance, p: Placement) -> float:
 
 @dataclass
 class _Queue:
-    """One machine of the simulation: its capacity now and its steps in planned start order."""
+    """One machine of the replay: the machine now and its steps in planned start order."""
 
     machine: Machine
     queue: list[str]  # task names in planned start order
     next: int = 0
-    wake: float = -1.0  # the wake-up already queued for the head's data, to queue it once
-    levels: dict[str, float] = field(default_factory=dict)  # a shared tenant's planned load
-
-    def demand(self, p: Placement, one_task: bool) -> tuple[float, int, float]:
-        """(cores, memory, planned load) that ``p`` holds here (one core in the one-task model)."""
-        level = self.levels.get(p.task, 1.0)
-        return (1.0, 0, level) if one_task else (p.cores, p.memory, level)
-
-    def fits(self, p: Placement, one_task: bool) -> bool:
-        return self.machine.admits(p, *self.demand(p, one_task))
-
-    def take(self, p: Placement, sign: int, one_task: bool) -> None:
-        self.machine.hold(p, *self.demand(p, one_task), sign)
+    wake: float = -1.0  # the wake-up already asked for the head's data, to ask for it once
+    holds: dict[str, Demand] = field(default_factory=dict)  # what each of its steps holds here
 
 
 def _queues(
-    instance: Instance, planned: Mapping[str, Placement], order: Mapping[str, int]
+    instance: Instance, planned: Mapping[str, Placement], order: Mapping[str, int], by_id: Mapping[str, Machine]
 ) -> tuple[dict[str, _Queue], dict[str, dict[str, Placement]]]:
     """Every machine the plan uses with its steps in planned start order, and what each step
     holds on each machine: one share for a container, one per machine for a gang, which is
     queued on every machine it uses and starts on all of them at once."""
     machines: dict[str, _Queue] = {}
     shares: dict[str, dict[str, Placement]] = {}
+    one_task = instance.one_task_per_machine
     for name in sorted(order, key=lambda n: (planned[n].start, order[n])):
         p = planned[name]
         shares[name] = {sh.machine: sh for sh in machine_shares(p)}
-        for mid in shares[name]:
+        cls = instance.machine_class(p.machine_class)
+        o = placed_option(instance.task(p.task).options, p)
+        level = planned_load(p, o, cls) if p.share > 0 and o is not None else 1.0
+        for mid, sh in shares[name].items():
             if mid not in machines:
-                cls = instance.machine_class(p.machine_class)
                 if mid not in cls.machine_ids():
                     raise ValueError(f"plan puts {name!r} on {mid!r}, which class {cls.name!r} does not have")
-                machines[mid] = _Queue(Machine.idle(len(machines), mid, cls, instance.one_task_per_machine), [])
+                machines[mid] = _Queue(by_id[mid], [])
             machines[mid].queue.append(name)
-            o = placed_option(instance.task(p.task).options, p)
-            if p.share > 0 and o is not None:
-                machines[mid].levels[name] = planned_load(p, o, machines[mid].machine.cls)
+            cores, memory = (1.0, 0) if one_task else (sh.cores, sh.memory)
+            machines[mid].holds[name] = placed(sh, cores, memory, level, cls.gpu_sharing.mode)
     return machines, shares
 
 
 class _Replay:
-    """One replay of a plan (``simulate``): the machines' queues, the pending events (a
-    step's finish, or a wake-up when a head's data arrive) and the clock."""
+    """One replay of a plan (``simulate``), a policy over ``eventsim.EventLoop``: each
+    machine's queue in planned order, a head started once its inputs are there
+    (``Dag.data_ready``) and what it holds fits (``Machine.fits``)."""
 
     def __init__(self, instance: Instance, planned: Mapping[str, Placement], runtime: Mapping[str, float]) -> None:
-        self.instance, self.planned, self.runtime = instance, planned, runtime
-        self.order = {t.name: i for i, t in enumerate(instance.tasks)}
-        self.machines, self.shares = _queues(instance, planned, self.order)
-        self.parents: dict[str, list[tuple[str, float]]] = {name: [] for name in self.order}
-        for e in instance.edges:
-            self.parents[e.child].append((e.parent, e.bytes))
-        self.done: dict[str, Placement] = {}
-        self.started: dict[str, float] = {}
-        self.events: list[tuple[float, int, str]] = []  # (time, seq, finishing task or "" for a wake-up)
-        self.seq = 0
-        self.now = 0.0
-        self.exclusive = instance.one_task_per_machine
+        self.loop = EventLoop(instance, tolerance=_EPS)
+        self.planned, self.runtime = planned, runtime
+        self.order = self.loop.dag.order
+        self.machines, self.shares = _queues(instance, planned, self.order, self.loop.by_id)
+        self.tie = 0  # events at one time in the order they were asked for
 
     def arrival(self, name: str) -> float | None:
         """When the last input of ``name`` is on its machine; None while a parent runs."""
-        t = 0.0
-        for parent, nbytes in self.parents[name]:
-            if parent not in self.done:
-                return None
-            got = self.done[parent]
-            comm = 0.0 if got.machine == self.planned[name].machine else nbytes / self.instance.bandwidth
-            t = max(t, got.finish + comm)
-        return t
+        if self.loop.dag.missing[name]:
+            return None
+        return self.loop.dag.data_ready(name, self.planned[name].machine, 0.0, self.loop.placements)
 
     def gang_ready(self, name: str, mid: str) -> bool:
         """A gang at the head of ``mid``'s queue starts only when it heads every queue it is
         in and fits on every machine: all replicas at once (nothing held while waiting)."""
-        for other, share in self.shares[name].items():
+        for other in self.shares[name]:
             if other == mid:
                 continue
             om = self.machines[other]
-            if om.next >= len(om.queue) or om.queue[om.next] != name or not om.fits(share, self.exclusive):
+            if om.next >= len(om.queue) or om.queue[om.next] != name or not om.machine.fits(om.holds[name]):
                 return False
         return True
 
     def start_heads(self, mid: str) -> bool:
-        """Start, at ``now``, the steps at the head of ``mid``'s queue that can; True if any did."""
-        m = self.machines[mid]
+        """Start, now, the steps at the head of ``mid``'s queue that can; True if any did."""
+        m, now = self.machines[mid], self.loop.now
         any_started = False
         while m.next < len(m.queue):
             name = m.queue[m.next]
-            p = self.shares[name][mid]
             ready = self.arrival(name)
-            if ready is None or not m.fits(p, self.exclusive):
+            if ready is None or not m.machine.fits(m.holds[name]):
                 break
-            gang = len(self.shares[name]) > 1
-            if gang and not self.gang_ready(name, mid):
+            if len(self.shares[name]) > 1 and not self.gang_ready(name, mid):
                 break
-            if ready > self.now + _EPS:
+            if ready > now + _EPS:
                 if m.wake != ready:
                     m.wake = ready
-                    self.seq += 1
-                    heapq.heappush(self.events, (ready, self.seq, ""))
+                    self.tie += 1
+                    self.loop.wake(ready, self.tie)
                 break
-            for other, share in self.shares[name].items():
-                self.machines[other].take(share, +1, self.exclusive)
-                self.machines[other].next += 1
-            self.started[name] = self.now
-            self.seq += 1
-            heapq.heappush(self.events, (self.now + self.runtime[name], self.seq, name))
+            held = []
+            for other in self.shares[name]:
+                q = self.machines[other]
+                held.append((q.machine, q.holds[name], q.machine.take(q.holds[name], name)))
+                q.next += 1
+            self.tie += 1
+            started = dataclasses.replace(self.planned[name], start=now, finish=now + self.runtime[name])
+            self.loop.hold(started, held, self.tie)
             any_started = True
         return any_started
 
+    def schedule(self) -> None:
+        """Sweep until nothing more starts now: a gang that starts on a later machine of the
+        sweep may uncover, on an earlier one, a step that was queued behind it."""
+        progress = True
+        while progress:
+            progress = False
+            for mid in sorted(self.machines):
+                progress |= self.start_heads(mid)
+
+    def finished(self, name: str) -> None:
+        """A step ends at the instant its finish event is taken (events within ``_EPS`` are one)."""
+        self.loop.placements[name] = dataclasses.replace(self.loop.placements[name], finish=self.loop.now)
+
+    def stuck(self) -> str:
+        never = sorted(set(self.order) - set(self.loop.placements), key=self.order.__getitem__)
+        return (
+            f"the plan cannot run in its own order: {', '.join(never[:5])} never start "
+            "(a step is planned to start before its parent on the same machine)"
+        )
+
     def run(self) -> dict[str, Placement]:
         """Every step as it ran, in the instance's order; ValueError when some never start."""
-        events = self.events
-        while True:
-            # Sweep until nothing more starts now: a gang that starts on a later machine of the
-            # sweep may uncover, on an earlier one, a step that was queued behind it.
-            progress = True
-            while progress:
-                progress = False
-                for mid in sorted(self.machines):
-                    progress |= self.start_heads(mid)
-            if not events:
-                break
-            self.now = events[0][0]
-            while events and events[0][0] <= self.now + _EPS:
-                _, _, name = heapq.heappop(events)
-                if name:
-                    p = self.planned[name]
-                    self.done[name] = dataclasses.replace(p, start=self.started[name], finish=self.now)
-                    for other, share in self.shares[name].items():
-                        self.machines[other].take(share, -1, self.exclusive)
-        if len(self.done) < len(self.order):
-            stuck = sorted(set(self.order) - set(self.done), key=self.order.__getitem__)
-            raise ValueError(
-                f"the plan cannot run in its own order: {', '.join(stuck[:5])} never start "
-                "(a step is planned to start before its parent on the same machine)"
-            )
-        return {name: self.done[name] for name in self.order}
+        try:
+            done = self.loop.run(self.schedule, lambda _child: None, self.stuck, finished=self.finished)
+        except NoFitError as e:
+            raise ValueError(str(e)) from None
+        return {name: done[name] for name in self.order}
 
 
 def simulate(instance: Instance, plan: Plan, *, noise: float = 0.2, seed: int = 0) -> SimulationResult:

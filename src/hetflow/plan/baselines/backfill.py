@@ -37,8 +37,9 @@ from dataclasses import dataclass
 
 from hetflow.errors import NoFitError
 from hetflow.plan.baselines.eventsim import EventLoop, demand, finish_plan, preference
-from hetflow.plan.capacity import Machine, fits
 from hetflow.plan.instance import Instance, Option, Plan
+from hetflow.plan.model.fit import Demand, NodeState, fits
+from hetflow.plan.model.machine import Machine
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,10 @@ class _Reservation:
     cores: float  # what the reserved job leaves free on its node at ``at``
     memory: int
     gpus: int
+
+    def fits(self, d: Demand) -> bool:
+        """Whether ``d`` fits in what the reserved job leaves spare."""
+        return not fits(NodeState(self.cores, self.memory, self.gpus), d)
 
 
 class _Backfill:
@@ -81,7 +86,7 @@ class _Backfill:
             (
                 opts
                 for opts in variants
-                if any(n.fits(*demand(instance, o)) for o in opts for n in by_class.get(o.machine_class, ()))
+                if any(n.fits(demand(instance, o)) for o in opts for n in by_class.get(o.machine_class, ()))
             ),
             variants[0],
         )
@@ -95,7 +100,8 @@ class _Backfill:
 
     def start(self, name: str, node: Machine, o: Option) -> None:
         p = self.loop.start(name, node, o)
-        self.on_node[node.id][name] = (p.finish, *demand(self.instance, o))
+        d = demand(self.instance, o)
+        self.on_node[node.id][name] = (p.finish, d.cores, d.memory, d.gpus)
 
     def finished(self, name: str) -> None:
         del self.on_node[self.loop.placements[name].machine][name]
@@ -103,14 +109,14 @@ class _Backfill:
     def reservation(self, job: _Job) -> _Reservation:
         best: _Reservation | None = None
         for node, k in self.where[job.shape]:
-            cores, memory, gpus = demand(self.instance, job.options[k])
+            d = demand(self.instance, job.options[k])
             free_c, free_m, free_g = node.cores, node.memory, len(node.gpus)
             for end, c, m, g in sorted(self.on_node[node.id].values()):
                 if best is not None and end >= best.at:
                     break
                 free_c, free_m, free_g = free_c + c, free_m + m, free_g + g
-                if fits(cores, memory, free_c, free_m) and gpus <= free_g:
-                    best = _Reservation(end, node, free_c - cores, free_m - memory, free_g - gpus)
+                if not fits(NodeState(free_c, free_m, free_g), d):
+                    best = _Reservation(end, node, free_c - d.cores, free_m - d.memory, free_g - d.gpus)
                     break
         if best is None:
             raise NoFitError(f"job {job.name!r} fits none of its nodes even when they are idle")
@@ -126,10 +132,10 @@ class _Backfill:
             if res is None or node is not res.node:
                 return node, o
             ends = self.loop.dag.data_ready(job.name, node.id, self.loop.now, self.loop.placements) + o.runtime
-            cores, memory, gpus = demand(self.instance, o)
-            if ends <= res.at or (fits(cores, memory, res.cores, res.memory) and gpus <= res.gpus):
+            d = demand(self.instance, o)
+            if ends <= res.at or res.fits(d):
                 if ends > res.at:  # runs past the reserved time on the reserved node: uses the spare
-                    res.cores, res.memory, res.gpus = res.cores - cores, res.memory - memory, res.gpus - gpus
+                    res.cores, res.memory, res.gpus = res.cores - d.cores, res.memory - d.memory, res.gpus - d.gpus
                 return node, o
         return None
 
@@ -148,7 +154,7 @@ class _Backfill:
                 continue
             if job.shape not in fitting:
                 fitting[job.shape] = [
-                    (n, k) for n, k in self.where[job.shape] if n.fits(*demand(self.instance, job.options[k]))
+                    (n, k) for n, k in self.where[job.shape] if n.fits(demand(self.instance, job.options[k]))
                 ]
             chosen = self.pick(job, fitting[job.shape], res)
             if chosen is not None:

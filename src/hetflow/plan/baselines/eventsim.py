@@ -1,6 +1,7 @@
-"""What the event-driven baselines share (``firstfit.py``, ``kubesched.py``, ``backfill.py``):
-machines with free resources (``capacity.Machine``), the DAG released step by step, one
-event loop, and the plan they end with.
+"""What the event-driven simulations share (the baselines ``firstfit.py``, ``kubesched.py``,
+``backfill.py``, and the replay of a plan, ``plan.simulator``): machines with free resources
+(``model.Machine``, admitting through ``model.fits``), the DAG released step by step with its
+one data-arrival rule (``Dag.data_ready``), one event loop, and the plan they end with.
 
 A step is released (its pod created, its job made eligible) at the instant its last parent
 finishes.  The scheduler then binds it to a node; the node's resources are held from that
@@ -12,20 +13,23 @@ passes ``check_plan`` and its makespan includes the transfer waits.
 In the one-task-per-machine model a node runs one step at a time: every node has one "core"
 and every step asks for one (its GPUs are still counted).
 
-``EventLoop`` is the loop: a baseline's ``schedule`` starts what its policy starts now
-(``EventLoop.start``), then time moves to the next finish, which gives back what the step
-held and releases its children to the baseline's queue.
+``EventLoop`` is the loop: a policy's ``schedule`` starts what it starts now (a baseline
+binds a step with ``EventLoop.start``; the replay holds a placement as planned with
+``EventLoop.hold``, once its inputs are there, and asks to be woken when they will be:
+``EventLoop.wake``), then time moves to the next event; each step finishing then gives back
+what it held and releases its children to the policy's queue.
 """
 
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from hetflow.errors import NoFitError
-from hetflow.plan.capacity import Machine
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.instance import Instance, Option, Placement, Plan
+from hetflow.plan.model.fit import Demand
+from hetflow.plan.model.machine import Machine
 
 
 def nodes_of(instance: Instance) -> list[Machine]:
@@ -38,11 +42,11 @@ def nodes_of(instance: Instance) -> list[Machine]:
     return out
 
 
-def demand(instance: Instance, o: Option) -> tuple[float, int, int]:
-    """(cores, memory, GPUs) that ``o`` holds on a node."""
+def demand(instance: Instance, o: Option) -> Demand:
+    """What ``o`` holds on a node: its cores, memory and a count of whole GPUs."""
     if instance.one_task_per_machine:
-        return 1.0, 0, o.gpus
-    return o.cores, o.memory, o.gpus
+        return Demand(1.0, 0, o.gpus)
+    return Demand(o.cores, o.memory, o.gpus)
 
 
 def preference(options: tuple[Option, ...]) -> list[str]:
@@ -93,32 +97,48 @@ def finish_plan(instance: Instance, placements: dict[str, Placement], algorithm:
     return Plan(placements, makespan, plan_cost(instance, placements), algorithm, notes=notes)
 
 
-class EventLoop:
-    """The event loop of the event-driven baselines (module docstring): the machines, the
-    DAG, the clock, the placements made and the steps running."""
+Held = tuple[Machine, Demand, tuple[int, ...]]  # a machine, what a step holds there, the GPUs it took
 
-    def __init__(self, instance: Instance) -> None:
+
+class EventLoop:
+    """The event loop of the event-driven simulations (module docstring): the machines, the
+    DAG, the clock, the placements made and the pending events (a step's finish, or a wake-up).
+    Events within ``tolerance`` of the next are one instant (the replay's rounding)."""
+
+    def __init__(self, instance: Instance, tolerance: float = 0.0) -> None:
         self.instance = instance
+        self.tolerance = tolerance
         self.dag = Dag(instance)
         self.nodes = nodes_of(instance)
         self.by_class: dict[str, list[Machine]] = {}
+        self.by_id: dict[str, Machine] = {}
         for node in self.nodes:
             self.by_class.setdefault(node.cls.name, []).append(node)
+            self.by_id[node.id] = node
         self.now = 0.0
         self.placements: dict[str, Placement] = {}
-        self._held: dict[str, tuple[Machine, float, int, tuple[int, ...]]] = {}
-        self._running: list[tuple[float, int, str]] = []  # (finish, topological index, step)
+        self._held: dict[str, Sequence[Held]] = {}
+        self._events: list[tuple[float, int, str]] = []  # (time, tie, finishing step or "" to wake up)
 
     def start(self, name: str, node: Machine, o: Option) -> Placement:
         """Bind ``name`` as option ``o`` to ``node`` now; it starts when its inputs are there."""
-        cores, memory, gpus = demand(self.instance, o)
-        taken = node.take(cores, memory, gpus)
+        d = demand(self.instance, o)
+        taken = node.take(d)
         begin = self.dag.data_ready(name, node.id, self.now, self.placements)
         p = Placement(name, o.variant, node.id, node.cls.name, begin, begin + o.runtime, o.cores, o.memory, taken)
-        self.placements[name] = p
-        self._held[name] = (node, cores, memory, taken)
-        heapq.heappush(self._running, (p.finish, self.dag.order[name], name))
+        self.hold(p, [(node, d, taken)], self.dag.order[name])
         return p
+
+    def hold(self, p: Placement, held: Sequence[Held], tie: int) -> None:
+        """Record ``p``, whose step holds ``held`` (taken already) until ``p.finish``; among
+        events at one time, the lower ``tie`` comes first."""
+        self.placements[p.task] = p
+        self._held[p.task] = held
+        heapq.heappush(self._events, (p.finish, tie, p.task))
+
+    def wake(self, at: float, tie: int) -> None:
+        """Run the policy again at ``at`` (a step's inputs arrive then)."""
+        heapq.heappush(self._events, (at, tie, ""))
 
     def run(
         self,
@@ -129,24 +149,29 @@ class EventLoop:
         finished: Callable[[str], object] | None = None,
         after: Callable[[], object] | None = None,
     ) -> dict[str, Placement]:
-        """Until every step is placed: ``schedule()`` starts what the policy starts now; then
-        the clock moves to the next finish, each step finishing then gives back what it held
-        (``finished(name)`` hears of it) and releases its children (``release(child)``), and
-        ``after()`` runs once they all have.  When nothing runs and steps still wait, raises
+        """Until nothing is left to happen: ``schedule()`` starts what the policy starts now;
+        then the clock moves to the next event, each step finishing then gives back what it
+        held (``finished(name)`` hears of it) and releases its children (``release(child)``),
+        and ``after()`` runs once they all have.  When steps are left unplaced, raises
         NoFitError with the message ``stuck()``."""
-        while len(self.placements) < len(self.instance.tasks):
+        events = self._events
+        while True:
             schedule()
-            if not self._running:
-                raise NoFitError(stuck())
-            self.now = self._running[0][0]
-            while self._running and self._running[0][0] <= self.now:
-                _, _, name = heapq.heappop(self._running)
-                node, cores, memory, taken = self._held.pop(name)
-                node.give_back(cores, memory, taken)
+            if not events:
+                break
+            self.now = events[0][0]
+            while events and events[0][0] <= self.now + self.tolerance:
+                _, _, name = heapq.heappop(events)
+                if not name:
+                    continue  # a wake-up
+                for node, d, taken in self._held.pop(name):
+                    node.give_back(d, taken, name)
                 if finished is not None:
                     finished(name)
                 for child in self.dag.finished(name):
                     release(child)
             if after is not None:
                 after()
+        if len(self.placements) < len(self.instance.tasks):
+            raise NoFitError(stuck())
         return self.placements

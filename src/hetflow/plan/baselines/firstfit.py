@@ -53,7 +53,7 @@ def greedy_first_fit(instance: Instance) -> Plan:
     def bind(name: str) -> bool:
         for o in prefs[name]:
             for m in loop.by_class[o.machine_class]:
-                if m.fits(*demand(instance, o)):
+                if m.fits(demand(instance, o)):
                     loop.start(name, m, o)
                     return True
         return False

@@ -39,8 +39,8 @@ import heapq
 import random
 
 from hetflow.plan.baselines.eventsim import EventLoop, demand, finish_plan, preference
-from hetflow.plan.capacity import Machine
 from hetflow.plan.instance import Instance, Option, Plan
+from hetflow.plan.model.machine import Machine
 
 MAX_NODE_SCORE = 100
 
@@ -95,10 +95,10 @@ def kube_scheduler(instance: Instance, seed: int = 0) -> Plan:
         for options in variants[name]:
             scored: list[tuple[int, Machine, Option]] = []
             for o in options:
-                cores, memory, gpus = demand(instance, o)
+                d = demand(instance, o)
                 for node in loop.by_class.get(o.machine_class, ()):
-                    if node.fits(cores, memory, gpus):
-                        score = least_allocated(node, cores, memory) + balanced_allocation(node, cores, memory)
+                    if node.fits(d):
+                        score = least_allocated(node, d.cores, d.memory) + balanced_allocation(node, d.cores, d.memory)
                         scored.append((score, node, o))
             if not scored:
                 continue
