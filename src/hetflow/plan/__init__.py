@@ -4,9 +4,10 @@ instance    the planning problem and its answer as frozen values (Instance, Plan
 filters     one family of feasibility filters (Filter plugins over a NodeView: a
             node class of a cluster file, or this machine, total or free now)
 build       workflow + node classes -> Instance (filters, estimates, edge sizes)
-capacity    one machine's capacity now (capacity.Machine: the simulator's and the
-            baselines') and the one GPU-sharing admission rule (sharing_refusal) that
-            the planner, validator, simulator and local leases all ask
+model/      one capacity model: fit (the one predicate, fits(NodeState, Demand) ->
+            reasons, asked by the timeline, check_plan, the simulations, the local leases
+            and the Kubernetes admission) and machine (a machine now: the baselines' and
+            the simulator's)
 search/     the planner: compiled (the indexed instance), timeline (one machine's use
             over time), listpass (one pass) + score (score plugins), heuristic
             (HEFT-family list scheduling with variant choice and local search), exact
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
     from hetflow.plan.images import Resolver, class_node, image_check
     from hetflow.plan.instance import GpuKind, Instance, MachineClass, Placement, Plan
     from hetflow.plan.local import plan_local
+    from hetflow.plan.model.fit import Demand, NodeState, fits
     from hetflow.plan.profile import SharedSample, learn, learn_slowdown, profile_for, with_slowdown
     from hetflow.plan.search.compiled import timeslice_runtime
     from hetflow.plan.search.exact import plan_exact
@@ -111,6 +113,11 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "Plan",
     ),
     "local": ("plan_local",),
+    "model.fit": (
+        "Demand",
+        "NodeState",
+        "fits",
+    ),
     "profile": (
         "SharedSample",
         "learn",
@@ -146,11 +153,13 @@ __all__ = [
     "Capacity",
     "Cluster",
     "ClusterPoint",
+    "Demand",
     "GpuKind",
     "GpuSpec",
     "GreedyChooser",
     "Instance",
     "MachineClass",
+    "NodeState",
     "Placement",
     "Plan",
     "PlanChooser",
@@ -170,6 +179,7 @@ __all__ = [
     "explain",
     "feasibility_problems",
     "first_class_rejection",
+    "fits",
     "gpu_amount",
     "image_check",
     "learn",

@@ -4,10 +4,11 @@
 options, on a machine that exists; every data edge is respected, with the transfer time
 ``bytes / bandwidth`` paid when parent and child are on different machines; a gang holds
 all its replicas at once (within ``per_node``) for its modelled run time; no machine is
-ever over its cores, memory or GPU count (or, in the one-task-per-machine model, runs two
-tasks at once); no GPU index is given to two tasks at once, except as shared tenants
-within the node's sharing policy and the slowdown model, and no MIG instance to two at
-once (``sharecheck``); and the plan's makespan and cost are what its placements say.
+ever over its cores, memory or GPU count (``model.fits``, asked at every start with the
+instant's total; in the one-task-per-machine model: never runs two tasks at once); no GPU
+index is given to two tasks at once, except as shared tenants within the node's sharing
+policy and the slowdown model, and no MIG instance to two at once (``sharecheck``); and the
+plan's makespan and cost are what its placements say.
 
 Times are compared with a small relative tolerance (floating-point sums).  Intervals are
 half-open: a task may start on a machine at the instant another finishes there.
@@ -17,10 +18,10 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from hetflow.plan.capacity import fits
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.gangs import gang_runtime, machine_shares
 from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task, placed_option
+from hetflow.plan.model.fit import CORES, GPUS, MEMORY, Demand, NodeState, fits
 from hetflow.plan.sharing.sharecheck import check_slices, runtime_problem
 
 _REL = 1e-9
@@ -213,6 +214,7 @@ def _check_capacity(machine: str, cls: MachineClass, items: list[Placement], pro
         events.append((p.finish - _REL * max(1.0, abs(p.finish)), 0, p))
     events.sort(key=lambda e: (e[0], e[1], e[2].task))
     cores, memory, gpus = 0.0, 0, 0
+    empty = NodeState(cls.cores, cls.memory, cls.gpus)  # the instant's total is asked of the empty machine
     active: dict[str, Placement] = {}
     reported: set[str] = set()
     for time, kind, p in events:
@@ -225,15 +227,15 @@ def _check_capacity(machine: str, cls: MachineClass, items: list[Placement], pro
         else:
             del active[p.task]
             continue
-        over = []
-        if not fits(cores, 0, cls.cores, 0):
-            over.append(f"{cores:g} of {cls.cores} cores")
-        if memory > cls.memory:
-            over.append(f"{memory} of {cls.memory} bytes of memory")
-        if gpus > cls.gpus:
-            over.append(f"{gpus} of {cls.gpus} GPUs")
-        if over and not all(name in reported for name in active):
+        refused = fits(empty, Demand(cores, memory, gpus))
+        if refused and not all(name in reported for name in active):
             reported.update(active)
+            words = {
+                CORES: f"{cores:g} of {cls.cores} cores",
+                MEMORY: f"{memory} of {cls.memory} bytes of memory",
+                GPUS: f"{gpus} of {cls.gpus} GPUs",
+            }
+            over = [words[why] for why in refused]
             problems.append(
                 f"machine {machine!r} is over capacity at t={time:g}: {', '.join(over)} "
                 f"(tasks {', '.join(sorted(active))})"

@@ -42,7 +42,7 @@ def sweep(
         return best, 0
     rt, k, gpus = ch.runtime, ch.index, ch.gpus
     head = tls[machines[0]]
-    key = (head.cores_cap - ch.cores, head.memory_cap - ch.memory, head.gpus_cap - gpus)
+    key = head.room(ch.cores, ch.memory, gpus)
     limit = best[0] if best is not None else float("inf")
     lower = ready + rt
     probes = 0

@@ -19,6 +19,12 @@ already there (so a new tenant never slows one placed before it beyond what that
 planned with).  Whole-GPU placements and shared tenants never overlap on one GPU.  A MIG
 instance is a device of its own (disjoint intervals, like a whole GPU); the GPUs in MIG
 mode are never given out whole.
+
+The rules are the capacity predicate's (``model.fit``), asked without a call per segment: a
+demand's ``room`` (the use it leaves room for, the comparison ``fits`` makes) is computed
+once per demand and keys its runs of segments too full (``blocked``); which GPUs may be
+given whole or shared is ``gpu_refusals`` of each idle GPU, asked once; a tenant's count and
+load per segment is ``sharing_refusal`` (``GpuLoad.blocked``).
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from hetflow.plan.capacity import CORE_EPS, LOAD, sharing_refusal
+from hetflow.plan.model.fit import LOAD, Claim, GpuState, gpu_refusals, room, sharing_refusal
 from hetflow.plan.sharing.gpuload import GpuLoad, split_at
 
 
@@ -57,11 +63,11 @@ class MachineTimeline:
     __slots__ = (
         "cores",
         "cores_cap",
+        "given",
         "gpu_ends",
         "gpu_starts",
         "gpus",
         "gpus_cap",
-        "in_mig",
         "memory",
         "memory_cap",
         "mig_dev",
@@ -73,7 +79,7 @@ class MachineTimeline:
     )  # fmt: skip
 
     def __init__(self, cores: float, memory: int, gpus: int, mig: Sequence[tuple[str, ...]] = ()) -> None:
-        self.cores_cap = float(cores) + CORE_EPS  # a hair over capacity still fits (capacity.fits)
+        self.cores_cap = float(cores)
         self.memory_cap = memory
         self.times: list[float] = [0.0]
         self.cores: list[float] = [0.0]
@@ -86,8 +92,10 @@ class MachineTimeline:
         self.gpu_ends: list[list[float]] = [[] for _ in range(gpus)]
         self.tenants = [GpuLoad() for _ in range(gpus)]  # per GPU, its shared tenants
         # MIG: GPU g's layout mig[g]; every instance is a device (gpu, index, profile)
-        self.in_mig = [bool(mig[g]) if g < len(mig) else False for g in range(gpus)]
+        in_mig = [bool(mig[g]) if g < len(mig) else False for g in range(gpus)]
         self.mig_dev = [(g, i, p) for g in range(min(gpus, len(mig))) for i, p in enumerate(mig[g])]
+        # The GPUs that may be given whole or shared (those out of MIG mode).
+        self.given = [not gpu_refusals(GpuState(mig_mode=m), Claim(g), 1) for g, m in enumerate(in_mig)]
         self.mig_starts: list[list[float]] = [[] for _ in self.mig_dev]
         self.mig_ends: list[list[float]] = [[] for _ in self.mig_dev]
         # Per demand (what may stay in use of cores, memory, GPU count), the maximal runs of
@@ -117,8 +125,7 @@ class MachineTimeline:
         t = ready
         if duration <= 0.0:
             return t if t <= limit else math.inf
-        cap_gpus = self.gpus_cap - (0 if slot is not None and slot.sliced else gpus)
-        key = (self.cores_cap - cores, self.memory_cap - memory, cap_gpus)
+        key = self.room(cores, memory, 0 if slot is not None and slot.sliced else gpus)
         found = self.runs.get(key)
         starts, ends = found if found is not None else self.blocked(key)
         count = len(starts)
@@ -141,6 +148,11 @@ class MachineTimeline:
                 return math.inf
             t = later
             k = bisect_right(ends, t)
+
+    def room(self, cores: float, memory: int, gpus: int) -> tuple[float, int, int]:
+        """The use of cores, memory and whole GPUs (counted) that leaves room for a demand of
+        ``cores``, ``memory`` and ``gpus``: ``model.room``, the key of its ``blocked`` runs."""
+        return room(self.cores_cap, self.memory_cap, self.gpus_cap, cores, memory, gpus)
 
     def blocked(self, key: tuple[float, int, int]) -> tuple[list[float], list[float]]:
         """The maximal runs of segments whose use exceeds ``key`` (cores, memory, GPU count
@@ -173,7 +185,7 @@ class MachineTimeline:
         free: list[int] = []
         retry = math.inf
         for g, (starts, ends) in enumerate(zip(self.gpu_starts, self.gpu_ends, strict=True)):
-            if self.in_mig[g] or (only is not None and g not in only):
+            if not self.given[g] or (only is not None and g not in only):
                 continue
             if tenants and self.tenants[g]:
                 busy = self.tenants[g].busy_until(start, end)
@@ -228,7 +240,7 @@ class MachineTimeline:
         retry = math.inf
         duration = end - start
         for g in range(self.gpus_cap):
-            if self.in_mig[g] or (slot.only is not None and g not in slot.only):
+            if not self.given[g] or (slot.only is not None and g not in slot.only):
                 continue
             t = start
             while t < retry:

@@ -4,7 +4,7 @@ Kept as sorted breakpoints like a machine's cores: ``times[i]`` starts a segment
 until ``times[i + 1]`` (the last one is empty and lasts for ever), with the number of
 tenants, the sum of their shares (the GPU's *load*) and the lowest load any of them was
 planned at.  A tenant of share ``s`` planned at load ``L`` fits a window when, in every
-segment of it, the segment's tenants with it pass ``capacity.sharing_refusal`` (one more
+segment of it, the segment's tenants with it pass ``model.sharing_refusal`` (one more
 tenant within ``replicas``, ``load + s`` within ``L`` and within the segment's lowest
 planned load); a segment that breaks this can be passed only by starting at its end, which
 is the retry (as for cores).
@@ -16,7 +16,7 @@ import math
 from bisect import bisect_left, bisect_right
 from typing import Any
 
-from hetflow.plan.capacity import LOAD, sharing_refusal
+from hetflow.plan.model.fit import LOAD, sharing_refusal
 
 Tenant = tuple[float, float, float, float]  # start, finish, share, planned load
 

@@ -13,17 +13,22 @@ The slowdown model the planner plans with, and this module checks (``compiled.gp
 - **MIG**: an instance is an exclusive device of its profile: two steps never hold one
   instance at once, and its index must name an instance of the step's profile.
 
-Whole-GPU placements never overlap a tenant on the same GPU.
+Whole-GPU placements never overlap a tenant on the same GPU.  Whether one GPU may hold its
+tenants (a GPU in MIG mode never; beside a whole holder never; their count and load) is
+``model.gpu_refusals``, asked at every instant with the instant's last tenant as the one
+joining the others.  That a share needs a node that shares its GPUs, and a MIG instance
+an instance of its profile, is the option's fit to its class, checked here.
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 from collections import defaultdict
 from collections.abc import Mapping
 
-from hetflow.plan.capacity import REPLICAS, sharing_refusal
 from hetflow.plan.instance import MachineClass, Option, Placement
+from hetflow.plan.model.fit import HELD, LOAD, MIG_MODE, REPLICAS, Claim, GpuState, gpu_refusals, sharing_refusal
 
 _REL = 1e-9
 
@@ -97,12 +102,13 @@ def _check_gpu(
     shared = [p for p in users if p.share > 0]
     if not shared:
         return  # whole placements only: validate's index check covers them
-    if cls.gpu_kind(g).mig:
+    sharing = cls.gpu_sharing
+    first = Claim(g, sharing.mode, shared[0].share)
+    if MIG_MODE in gpu_refusals(GpuState(mig_mode=bool(cls.gpu_kind(g).mig)), first, 1):
         problems.append(f"GPU {g} of {machine!r} is in MIG mode; {shared[0].task!r} cannot share it")
     if not cls.gpu_sharing.shared:
         problems.append(f"GPU {g} of {machine!r} is exclusive; {shared[0].task!r} cannot hold a share of it")
         return
-    sharing = cls.gpu_sharing
     level = {p.task: planned_load(p, options[p.task], cls) if p.task in options else 1.0 for p in shared}
     instants = sorted({p.start for p in users})
     reported: set[tuple[str, ...]] = set()
@@ -115,16 +121,32 @@ def _check_gpu(
             continue
         why = ""
         load = sum(p.share for p in tenants)
-        refusal = sharing_refusal(len(tenants), load, min(level[p.task] for p in tenants), sharing.replicas)
-        if whole:
+        refused = _refusals(g, tenants, len(whole), level, sharing.mode, sharing.replicas)
+        if HELD in refused:
             why = f"{whole[0].task!r} holds it whole"
-        elif refusal == REPLICAS:
+        elif REPLICAS in refused:
             why = f"{len(tenants)} tenants, {sharing.describe()} allows {sharing.replicas}"
-        elif refusal is not None and sharing.mode == "mps":
+        elif LOAD in refused and sharing.mode == "mps":
             why = f"MPS shares sum to {load:g} > 1"
-        elif refusal is not None:
+        elif LOAD in refused:
             slowed = [p.task for p in tenants if sharing_refusal(1, load, level[p.task], 1) is not None]
             why = f"load {load:g} slows {', '.join(map(repr, slowed))} beyond the load its run time was planned at"
         if why:
             reported.add(names)
             problems.append(f"GPU {g} of {machine!r} at t={x:g} is over its sharing ({', '.join(names)}): {why}")
+
+
+def _refusals(
+    g: int, tenants: list[Placement], whole: int, level: Mapping[str, float], mode: str, replicas: int
+) -> tuple[str, ...]:
+    """``gpu_refusals`` of one instant: the last of ``tenants`` joining the others on GPU
+    ``g``, which ``whole`` placements hold (the load summed in the tenants' order)."""
+    *others, last = tenants
+    state = GpuState(
+        whole,
+        len(others),
+        sum(p.share for p in others),
+        min((level[p.task] for p in others), default=math.inf),
+        frozenset((mode,)) if others else frozenset(),
+    )
+    return gpu_refusals(state, Claim(g, mode, last.share, level[last.task]), replicas)

@@ -13,7 +13,10 @@ A GPU is held one of four ways (``Tenant.mode``):
   one GPU are isolated in hardware, so each is a lease of its own.  A GPU in MIG mode is
   never given whole nor shared.
 
-A whole holder excludes tenants and tenants exclude a whole holder.
+A whole holder excludes tenants and tenants exclude a whole holder.  The rules are those of
+``model.gpu_refusals``; ``admits`` reads the GPU's live leases as a ``GpuState`` and says the
+first reason in words.  (The leases do not know whether a GPU is in MIG mode: the chooser
+offers only the instances of a GPU in MIG mode, and only the other GPUs whole or shared.)
 """
 
 from __future__ import annotations
@@ -23,9 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from hetflow.inventory import Gpu, GpuSharing, MigDevice
-from hetflow.plan.capacity import REPLICAS, sharing_refusal
-
-WHOLE, TIME_SLICING, MPS, MIG = "whole", "time-slicing", "mps", "mig"
+from hetflow.plan.model.fit import HELD, MIG, MODE, MPS, REPLICAS, TIME_SLICING, WHOLE, Claim, GpuState, gpu_refusals
 
 
 @dataclass(frozen=True)
@@ -64,27 +65,33 @@ def admits(claim: Tenant, others: Sequence[Tenant], sharing: GpuSharing) -> str 
     """None when ``claim`` may join ``others`` (the live tenants of the same GPU, the claim's
     own attempt left out) under the node's ``sharing``; else why not."""
     mine = [t for t in others if t.gpu_uuid == claim.gpu_uuid]
+    shared = [t for t in mine if t.mode not in (WHOLE, MIG)]
+    state = GpuState(
+        sum(t.mode == WHOLE for t in mine),
+        len(shared),
+        sum(t.share for t in shared),
+        modes=frozenset(t.mode for t in shared),
+        instances=frozenset(t.mig for t in mine if t.mode == MIG),
+    )
+    # a live time-sliced lease is not planned at a load (only its count binds); an MPS client is at 1
+    level = 1.0 if claim.mode == MPS else math.inf
+    refused = gpu_refusals(state, Claim(claim.gpu_uuid, claim.mode, claim.share, level, claim.mig), sharing.replicas)
+    if not refused:
+        return None
     if claim.mode == WHOLE:
-        return None if not mine else f"GPU {claim.gpu_uuid} has {len(mine)} tenant(s)"
-    if any(t.mode == WHOLE for t in mine):
+        return f"GPU {claim.gpu_uuid} has {len(mine)} tenant(s)"
+    if HELD in refused:
         return f"GPU {claim.gpu_uuid} is held whole"
     if claim.mode == MIG:
-        if any(t.mode != MIG for t in mine):
+        if MODE in refused:
             return f"GPU {claim.gpu_uuid} is shared, not cut into MIG instances"
-        if any(t.mig == claim.mig for t in mine):
-            return f"MIG instance {claim.mig} is held"
-        return None
-    if any(t.mode != claim.mode for t in mine):
+        return f"MIG instance {claim.mig} is held"
+    if MODE in refused:
         held = sorted({t.mode for t in mine if t.mode != claim.mode})
         return f"GPU {claim.gpu_uuid} is held by {', '.join(held)} tenants"
-    # a live time-sliced lease is not planned at a load (only its count binds); an MPS client is at 1
-    used = sum(t.share for t in mine)
-    why = sharing_refusal(len(mine) + 1, used + claim.share, 1.0 if claim.mode == MPS else math.inf, sharing.replicas)
-    if why == REPLICAS:
+    if REPLICAS in refused:
         return f"GPU {claim.gpu_uuid} has {len(mine)} of {sharing.replicas} {claim.mode} tenants"
-    if why is not None:
-        return f"GPU {claim.gpu_uuid} has {used:g} of its MPS share taken; {claim.share:g} more does not fit"
-    return None
+    return f"GPU {claim.gpu_uuid} has {state.load:g} of its MPS share taken; {claim.share:g} more does not fit"
 
 
 def load(gpu: Gpu, tenants: Sequence[Tenant]) -> float:
