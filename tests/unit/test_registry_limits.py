@@ -490,10 +490,10 @@ def test_revoking_a_types_tokens_stops_its_bearers_at_a_running_proxy(env: Env) 
 
 
 def test_matching_an_index_does_not_hold_up_other_requests(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    import hetflow.registry.proxy as proxy_module
+    import hetflow.registry.viewcache as viewcache_module
+    from hetflow.registry.views import filter_index as real
 
     released = threading.Event()
-    real = proxy_module.filter_index
 
     def slow(body: bytes, node: Any) -> Any:
         # Waits for another request to be answered meanwhile: on the event loop, that
@@ -501,7 +501,7 @@ def test_matching_an_index_does_not_hold_up_other_requests(env: Env, monkeypatch
         assert released.wait(20), "another request was not served while the index was matched"
         return real(body, node)
 
-    monkeypatch.setattr(proxy_module, "filter_index", slow)
+    monkeypatch.setattr(viewcache_module, "filter_index", slow)  # a small index: matched in a thread
     headers = env.auth("haswell-cpu")
     client = env.client
 

@@ -352,8 +352,10 @@ class Resolution:
     verdicts: tuple[Verdict, ...]
     node: str = field(default="")
 
-    def explain(self) -> list[str]:
-        """Human lines: the decision, then one line per entry with its reasons."""
+    def explain(self, limit: int | None = None) -> list[str]:
+        """Human lines: the decision, then one line per entry with its reasons; with
+        ``limit``, only the first ``limit`` entries get one, and a last line counts the
+        rest (describing an entry is the costly part: 0.5 s for 7,500 of them)."""
         where = f"node {self.node}" if self.node else "this node"
         fitting = sum(v.ok for v in self.verdicts)
         if self.chosen is not None:
@@ -364,9 +366,12 @@ class Resolution:
             count = len(self.verdicts)
             head = f"no build fits {where}; {count} entr{'y' if count == 1 else 'ies'} rejected"
         lines = [head]
-        for verdict in self.verdicts:
+        shown = self.verdicts if limit is None else self.verdicts[:limit]
+        for verdict in shown:
             mark = "chosen" if verdict.descriptor is self.chosen else "fits" if verdict.ok else "rejected"
             lines.append(f"  {mark:8} {describe(verdict.descriptor)}: {'; '.join(verdict.reasons)}")
+        if len(shown) < len(self.verdicts):
+            lines.append(f"  ... and {len(self.verdicts) - len(shown)} more")
         return lines
 
 

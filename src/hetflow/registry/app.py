@@ -294,6 +294,7 @@ class Registry:
         await self.upstream.aclose()
         await self.proxy.fetcher.aclose()  # fills in flight end; their temporary files go
         self.proxy.executor.shutdown(wait=False, cancel_futures=True)
+        self.proxy.offload.close()
 
 
 def create_app(settings: Settings, *, transport: httpx.MockTransport | None = None) -> Starlette:

@@ -18,7 +18,6 @@ upstream's bytes, which any caller could ask the upstream for).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -42,11 +41,13 @@ from hetflow.registry.errors import STATUS_CODES, ErrorCode, error_response
 from hetflow.registry.fetch import BlobFetcher
 from hetflow.registry.fillwatch import FillRules
 from hetflow.registry.machines import MachineType
+from hetflow.registry.offload import Offload
 from hetflow.registry.settings import Limits
 from hetflow.registry.store import DIGEST_RE, BlobStore, FilteredRecord, FilteredStore, View, new_hasher
 from hetflow.registry.upstream import Upstream
 from hetflow.registry.verify import FileChunks, VerifiedBody
-from hetflow.registry.views import Filtered, NoBuildFits, filter_index
+from hetflow.registry.viewcache import ViewCache
+from hetflow.registry.views import Filtered, NoBuildFits
 
 __all__ = ["ManifestBody", "Proxy", "parse_path"]
 
@@ -59,9 +60,6 @@ _TAG = re.compile(r"[a-zA-Z0-9_][a-zA-Z0-9._-]{0,127}\Z")
 MANIFEST_LIMIT = 4 * 1024 * 1024  # distribution refuses manifests over 4 MiB, as do we
 ERROR_LIMIT = 64 * 1024
 _MEMO_SIZE = 512
-# A 404's list of why no build fits is cut here (issue 23: a 4 MiB index gave a 4 MB body).
-_REASONS_SHOWN = 20
-_REASON_CHARS = 300
 _CONFIRMED_SIZE = 100_000
 _INLINE_CHECK = 256 * 1024  # a manifest body this large or less is checked on the event loop
 
@@ -115,8 +113,10 @@ class Proxy:
         self._manifests: OrderedDict[str, ManifestBody] = OrderedDict()  # verified, by digest
         self._manifest_bytes = 0  # held in _manifests, kept under limits.manifest_cache_bytes
         self._confirmed: dict[tuple[str, str], None] = {}  # (repo, digest) the upstream has: confirm()
-        # (index digest, hardware key) -> the view: resolving is pure, so it is done once.
-        self._views: OrderedDict[tuple[str, str], Filtered | NoBuildFits] = OrderedDict()
+        # (index digest, hardware key) -> the view: resolving is pure, so it is done once,
+        # off the event loop, and only the answer is kept (bounded in bytes): viewcache.
+        self.offload = Offload()  # big documents parsed in a worker process (closed by close())
+        self.views = ViewCache(self.limits.view_cache_bytes, self.offload)
 
     # --- manifests ---------------------------------------------------------------------
 
@@ -144,17 +144,7 @@ class Proxy:
         return await self._view(got, mt, repo, ref, head)
 
     async def _filter(self, index: ManifestBody, mt: MachineType) -> Filtered | NoBuildFits:
-        key = (index.digest, mt.hardware)
-        if key in self._views:
-            self._views.move_to_end(key)
-            return self._views[key]
-        # Off the event loop: a large index takes seconds to match (issue 23: 2.7 s for
-        # 4 MiB, every other client waiting).
-        loop = asyncio.get_running_loop()
-        result = self._views[key] = await loop.run_in_executor(self.executor, filter_index, index.body, mt.node)
-        while len(self._views) > _MEMO_SIZE:
-            self._views.popitem(last=False)
-        return result
+        return await self.views.view(index.digest, index.body, mt.hardware, mt.node)
 
     async def _view(self, index: ManifestBody, mt: MachineType, repo: str, ref: str, head: bool) -> Response:
         try:
@@ -162,9 +152,7 @@ class Proxy:
         except BadDocumentError as err:
             return error_response(502, ErrorCode.MANIFEST_INVALID, f"upstream index {repo}:{ref}: {err}")
         if isinstance(result, NoBuildFits):
-            reasons = [r[:_REASON_CHARS] for r in result.reasons[:_REASONS_SHOWN]]
-            if len(result.reasons) > _REASONS_SHOWN:
-                reasons.append(f"... and {len(result.reasons) - _REASONS_SHOWN} more")
+            reasons = list(result.reasons)  # bounded where it was made (views.filter_index)
             message = f"no build of {repo}:{ref} runs on machine type {mt.name!r}: " + " | ".join(reasons)
             return error_response(
                 404, ErrorCode.MANIFEST_UNKNOWN, message, {"machine_type": mt.name, "reasons": reasons}
@@ -176,7 +164,7 @@ class Proxy:
             ref,
             mt.name,
             result.digest,
-            result.resolution.chosen and result.resolution.chosen.digest,
+            result.chosen,
         )
         return _manifest_response(ManifestBody(result.body, index.media_type, result.digest), head)
 
@@ -253,7 +241,7 @@ class Proxy:
         # redirect to a web page was; issue 38: an HTML body labelled a manifest was).
         # A big index is parsed off the event loop.
         if len(body) > _INLINE_CHECK:
-            problem = await asyncio.to_thread(manifest_problem, body, media_type)
+            problem = await self.offload.run(len(body), manifest_problem, body, media_type)  # not the GIL
         else:
             problem = manifest_problem(body, media_type)
         if problem is not None:

@@ -92,6 +92,9 @@ class Limits(BaseModel):
     max_tokens_per_holder: int = Field(default=100, ge=1, description="tokens one registrant holds, all types")
     max_manifest_bytes: int = Field(default=4 * MIB, ge=1024, description="one manifest or index (distribution's)")
     manifest_cache_bytes: int = Field(default=64 * MIB, ge=0, description="verified manifests kept in memory")
+    view_cache_bytes: int = Field(
+        default=16 * MIB, ge=0, description="each machine type's view of each index, or why nothing fits, in memory"
+    )
     max_blob_bytes: int = Field(default=10 * 1024 * MIB, ge=1, description="one blob from the upstream")
     cache_quota_bytes: int = Field(default=50 * 1024 * MIB, ge=1, description="blob cache on disk (LRU eviction)")
     upstream_idle_timeout_s: float = Field(default=60.0, gt=0, description="upstream silent this long: given up")

@@ -12,6 +12,13 @@ skopeo 1.9) matches the variant literally and asks for ``""`` on amd64, so it wo
 refuse the one build it is offered ("no image found in image index for architecture
 amd64, variant \"\""); the proxy has checked the variant already, and the feature
 keeps the need on record (``requirements_of`` reads the same needs from it).
+
+What comes back is the answer only, small enough to keep per index and machine type:
+the view's bytes and the chosen entry's digest, or the first ``REASONS_SHOWN`` reasons
+nothing fits (each cut at ``REASON_CHARS``) and a count of the rest.  Never the parsed
+index or every entry's verdict: for a 4 MB index that was about 27 MB (issue 38), and
+describing every rejected entry took 0.5 s.  ``filter_index`` is a plain function of
+bytes, so it runs in a worker process (``hetflow.registry.viewcache``).
 """
 
 from __future__ import annotations
@@ -20,7 +27,6 @@ from dataclasses import dataclass
 
 from hetflow.images import (
     Descriptor,
-    Resolution,
     canonical_json,
     digest_of,
     normalize_arch,
@@ -30,27 +36,36 @@ from hetflow.images import (
 )
 from hetflow.inventory import Node
 
-__all__ = ["Filtered", "NoBuildFits", "filter_index", "for_runtimes"]
+__all__ = ["REASONS_SHOWN", "REASON_CHARS", "Filtered", "NoBuildFits", "filter_index", "for_runtimes"]
+
+# A 404's list of why no build fits is cut here (issue 23: a 4 MiB index gave a 4 MB body).
+REASONS_SHOWN = 20
+REASON_CHARS = 300
 
 
 @dataclass(frozen=True)
 class Filtered:
-    """The view: its bytes and digest, and the resolution that chose its one entry."""
+    """The view: its bytes and digest, and the digest of the one entry it keeps."""
 
     body: bytes
     digest: str
-    resolution: Resolution
+    chosen: str
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.body) + len(self.digest) + len(self.chosen)
 
 
 @dataclass(frozen=True)
 class NoBuildFits:
-    """No entry of the index runs on the machine type; ``reasons`` says why, per entry."""
+    """No entry of the index runs on the machine type; ``reasons`` says why, one line per
+    entry for the first ``REASONS_SHOWN``, then ``... and N more`` if there are more."""
 
-    resolution: Resolution
+    reasons: tuple[str, ...]
 
     @property
-    def reasons(self) -> list[str]:
-        return [line.strip() for line in self.resolution.explain()[1:]]
+    def nbytes(self) -> int:
+        return sum(len(r) for r in self.reasons)
 
 
 def filter_index(raw: bytes, node: Node) -> Filtered | NoBuildFits:
@@ -59,9 +74,10 @@ def filter_index(raw: bytes, node: Node) -> Filtered | NoBuildFits:
     index = parse_index(raw)
     resolution = resolve(index, node)
     if resolution.chosen is None:
-        return NoBuildFits(resolution)
+        lines = resolution.explain(limit=REASONS_SHOWN)[1:]
+        return NoBuildFits(tuple(line.strip()[:REASON_CHARS] for line in lines))
     body = canonical_json(index.model_copy(update={"manifests": [for_runtimes(resolution.chosen)]}))
-    return Filtered(body, digest_of(body), resolution)
+    return Filtered(body, digest_of(body), resolution.chosen.digest)
 
 
 def for_runtimes(desc: Descriptor) -> Descriptor:
