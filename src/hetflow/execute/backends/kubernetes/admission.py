@@ -12,8 +12,11 @@ DRA devices (``devices``): a node's devices of a driver in its ResourceSlices le
 allocated to claims reserved for a pod, taken per replica as the pod's annotation says (a
 bound pod's are in its claim's allocation already; one not bound yet is placed first-fit).
 Without them a gang of DRA GPUs was admitted on CPU and memory alone: two gangs of 2 on a node
-of 2 DRA GPUs made 4 pods at once, each gang holding part of the GPUs.  Pure functions: the
-API's JSON in.
+of 2 DRA GPUs made 4 pods at once, each gang holding part of the GPUs.  Whether a pod fits a
+node's room is the planner's capacity predicate (``plan.fits``): cpu as cores, every other
+resource a named scalar (memory too: a quantity may be a fraction of a byte, ``1.1Gi``),
+each within 1e-9; a request of 0 is never short, as NodeResourcesFit skips it.  Pure
+functions: the API's JSON in.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import Any
 
 from hetflow.execute.backends.kubernetes.devices import dra_request
 from hetflow.execute.backends.kubernetes.inventory import quantity
+from hetflow.plan import Demand, NodeState
+from hetflow.plan import fits as fits_node
 
 Room = dict[str, dict[str, float]]  # node -> resource -> free amount
 
@@ -81,7 +86,7 @@ def place(room: Room, need: Mapping[str, float], allowed: Sequence[str]) -> str 
         if allowed and name not in allowed:
             continue
         free = room[name]
-        if all(free.get(k, 0.0) + 1e-9 >= v for k, v in need.items()):
+        if not fits_node(_node(free), _demand(need)):
             _take(free, need)
             return name
     return None
@@ -95,6 +100,16 @@ def fits(room: Room, need: Mapping[str, float], replicas: int, allowed: Sequence
         room.update(trial)
         return True
     return False
+
+
+def _node(free: Mapping[str, float]) -> NodeState:
+    """A node's room as the capacity predicate reads it: what is free is what it offers."""
+    return NodeState(free.get("cpu", 0.0), scalars=free)
+
+
+def _demand(need: Mapping[str, float]) -> Demand:
+    """A pod's requests as the capacity predicate reads them."""
+    return Demand(need.get("cpu", 0.0), scalars=tuple((k, v) for k, v in need.items() if k != "cpu"))
 
 
 def _take(free: dict[str, float], need: Mapping[str, float]) -> None:
