@@ -45,6 +45,7 @@ from pathlib import Path
 import httpx
 
 from bench.registry_fills import print_fills, trickling_fills
+from bench.registry_indexes import big_indexes, print_indexes
 from hetflow.config import engine_env, find_engine
 from hetflow.images.client import RegistryClient
 from hetflow.images.index_build import build_index
@@ -302,7 +303,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-slow-readers", action="store_true", help="skip the podman pulls")
     parser.add_argument("--trickling-fills", type=int, default=50, help="fills beside the cached blob (0: skip)")
     parser.add_argument("--only-trickling-fills", action="store_true", help="that row alone (bench.registry_fills)")
+    parser.add_argument("--big-indexes", type=int, default=50, help="4 MB indexes that fit nothing (0: skip)")
+    parser.add_argument("--only-big-indexes", action="store_true", help="that row alone (bench.registry_indexes)")
     args = parser.parse_args(argv)
+    if args.big_indexes:  # its own row, measured and printed first (bench.registry_indexes)
+        print_indexes(big_indexes(args.big_indexes), args.json)
+        if args.only_big_indexes:
+            return 0
     fills = trickling_fills(args.trickling_fills, args.requests) if args.trickling_fills else None
     if args.only_trickling_fills:
         if fills is not None:
