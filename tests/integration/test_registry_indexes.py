@@ -94,6 +94,25 @@ def test_fifty_4mb_indexes_that_fit_nothing_keep_the_proxy_under_300_mb(tmp_path
             assert client.get(p.blob_path("small"), headers=headers).status_code == 200
 
 
+def test_fifty_4mb_views_keep_the_proxy_under_300_mb_and_are_served_again(tmp_path: Path) -> None:
+    # Each index's one build fits, and the index's own 4 MB annotation is kept in its view,
+    # so every view is 4 MB.  Before: each was held in memory for good (the view store's
+    # memo, and the match with the parsed index beside it), however many there were.
+    with fake_proxy(tmp_path, "--blob=small=1024", f"--big-views=50:{INDEX_BYTES}") as p:
+        headers = p.bearer()
+        repo, digests, peak = p.info["views"]["repo"], {}, 0
+        with httpx.Client(base_url=p.url, timeout=300) as client:
+            for i, tag in enumerate(p.info["views"]["tags"]):
+                got = client.get(f"/v2/{repo}/manifests/{tag}", headers=headers)
+                assert got.status_code == 200 and len(got.content) > INDEX_BYTES // 2, got.text[:300]
+                digests[tag] = got.headers["docker-content-digest"]
+                peak = max(peak, tree_rss(p.proc.pid))
+                assert peak < 300 * MIB, f"after {i + 1} views the proxy holds {peak / MIB:.0f} MiB"
+            for tag in ("big-0", "big-49"):  # the first one long out of memory: from the disk
+                again = client.get(f"/v2/{repo}/manifests/{digests[tag]}", headers=headers)
+                assert again.status_code == 200 and again.headers["docker-content-digest"] == digests[tag]
+
+
 def _paced(client: httpx.Client, path: str, headers: dict[str, str], until: threading.Event, least: int) -> list[float]:
     """GET ``path`` every ``PACE_S`` until ``until`` is set and ``least`` were sent; each
     latency from when its request was due."""

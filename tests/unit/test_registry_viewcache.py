@@ -1,6 +1,7 @@
 """What the proxy keeps per index and machine type (issue 38): the answer only, bounded in
 bytes with the least recently asked for out first; one match per view however many ask;
-a big document matched in a worker process, a small one in a thread."""
+a big document matched in a worker process, a small one in a thread; views kept in memory
+within a byte budget too, the rest read back from the disk."""
 
 from __future__ import annotations
 
@@ -8,13 +9,15 @@ import asyncio
 import json
 import os
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 
-from hetflow.images import OCI_INDEX, OCI_MANIFEST, BadDocumentError, parse_index, resolve
+from hetflow.images import OCI_INDEX, OCI_MANIFEST, BadDocumentError, digest_of, parse_index, resolve
 from hetflow.inventory import profile_node
 from hetflow.registry.offload import Offload
+from hetflow.registry.store import FilteredStore, View
 from hetflow.registry.viewcache import ViewCache
 from hetflow.registry.views import REASON_CHARS, REASONS_SHOWN, Filtered, NoBuildFits, filter_index
 
@@ -192,3 +195,15 @@ def test_a_worker_error_comes_back_as_itself_and_a_dead_worker_is_replaced(monke
     # the error and the first pid: one worker's two tasks; then a fresh one; after the deaths, another
     assert pids[0] != pids[1] and pids[1] == pids[2] and pids[3] not in pids[:3]
     assert workers and all(w.proc.poll() is not None for w in workers)
+
+
+def test_the_view_store_keeps_only_its_most_recent_views_in_memory(tmp_path: Path) -> None:
+    store = FilteredStore(tmp_path, memo_bytes=3_000)
+    bodies = [bytes([65 + i]) * 1_000 for i in range(10)]
+    digests = [store.put(digest_of(b), b, OCI_INDEX, View("lab/app", "sha256:src", "t")).digest for b in bodies]
+    assert store.get(digests[0]) is not None  # from the disk: it is out of memory, not lost
+    for digest in (digests[0], digests[-1]):  # the first just read back, and the last put
+        (tmp_path / digest.removeprefix("sha256:")).unlink()
+    assert store.get(digests[-1]) is not None and store.get(digests[0]) is not None  # both in memory
+    (tmp_path / digests[5].removeprefix("sha256:")).unlink()
+    assert store.get(digests[5]) is None  # pushed out of memory by the newer ones: gone with its file

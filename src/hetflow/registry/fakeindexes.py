@@ -6,10 +6,12 @@
 
 Every entry is a GPU build (amd64 ``v4``, ``gpu:sm_90``, ``cuda>=12.4``, with
 ``org.hetflow.*`` annotations and a title), so a machine type without such a GPU is
-refused by each entry and its "why nothing fits" answer names them.  The indexes share
-one body of entries and differ in one annotation: the fake holds one copy, so what a
-test measures in the proxy's process is the proxy, and each index has its own digest, so
-each is a match of its own.  Digests are computed once here, never while serving.
+refused by each entry and its "why nothing fits" answer names them.  With
+``fitting=True`` an index is instead one generic amd64 build and an index annotation of
+about ``size`` bytes, which a view keeps: every machine type gets a view that big.  The
+indexes share one body of entries and differ in one annotation: the fake holds one copy,
+so what a test measures in the proxy's process is the proxy, and each index has its own
+digest, so each is a match of its own.  Digests are computed once here, never while serving.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+from collections.abc import Callable
 
 import httpx
 
@@ -26,6 +29,16 @@ from hetflow.registry.fake import FakeRegistry
 __all__ = ["BigIndexes"]
 
 _PATH = re.compile(r"/v2/(?P<name>.+)/manifests/(?P<ref>[^/]+)\Z")
+# A generic amd64 build: every x86-64 machine type runs it.
+_GENERIC = json.dumps(
+    {
+        "mediaType": OCI_MANIFEST,
+        "digest": "sha256:" + "0" * 64,
+        "size": 1000,
+        "platform": {"architecture": "amd64", "os": "linux"},
+    },
+    separators=(",", ":"),
+).encode()
 
 
 def _entries(size: int) -> bytes:
@@ -59,11 +72,12 @@ def _entries(size: int) -> bytes:
 class BigIndexes:
     """``count`` indexes of about ``size`` bytes each, tagged ``big-0`` ... in ``repo``."""
 
-    def __init__(self, repo: str, count: int, size: int) -> None:
+    def __init__(self, repo: str, count: int, size: int, *, fitting: bool = False) -> None:
         self.repo = repo
         self.tags = [f"big-{i}" for i in range(count)]
+        self._pad = b'"org.example.pad":"' + b"x" * max(0, size - 400) + b'",' if fitting else b""
         # Head and tail around the shared entries: the head's annotation tells them apart.
-        self._entries = _entries(max(0, size - 200))
+        self._entries = _GENERIC if fitting else _entries(max(0, size - 200))
         self._digests: dict[str, str] = {}
         for tag in self.tags:
             hasher = hashlib.sha256(self._head(tag))
@@ -73,8 +87,9 @@ class BigIndexes:
         self._by_digest = {digest: tag for tag, digest in self._digests.items()}
 
     def _head(self, tag: str) -> bytes:
-        head = {"schemaVersion": 2, "mediaType": OCI_INDEX, "annotations": {"org.example.index": tag}}
-        return json.dumps(head, separators=(",", ":")).encode()[:-1] + b',"manifests":['
+        head = {"schemaVersion": 2, "mediaType": OCI_INDEX}
+        opening = json.dumps(head, separators=(",", ":")).encode()[:-1] + b',"annotations":{' + self._pad
+        return opening + b'"org.example.index":"' + tag.encode() + b'"},"manifests":['
 
     def digest(self, tag: str) -> str:
         return self._digests[tag]
@@ -93,6 +108,10 @@ class BigIndexes:
             return httpx.Response(200, headers={**headers, "Content-Length": str(len(body))})
         return httpx.Response(200, headers=headers, content=body)
 
+    def handler(self, fallback: Callable[[httpx.Request], httpx.Response]) -> Callable[[httpx.Request], httpx.Response]:
+        """A handler serving these indexes and, for everything else, ``fallback``."""
+        return lambda request: self.handle(request) or fallback(request)
+
     def transport(self, fallback: FakeRegistry) -> httpx.MockTransport:
         """A transport serving these indexes and, for everything else, ``fallback``."""
-        return httpx.MockTransport(lambda request: self.handle(request) or fallback.handle(request))
+        return httpx.MockTransport(self.handler(lambda request: fallback.handle(request)))

@@ -3,14 +3,17 @@ bench (``tests/integration/test_registry_abuse.py``, ``python -m bench.registry`
 its memory is then the process's, measured from outside (``/proc/PID/status``).
 
     python -m hetflow.registry.fakeproxy STATE_DIR [--blob NAME=BYTES ...] [--per-client N]
-                                         [--big-indexes COUNT:BYTES] [--trickle N [--trickle-every S]]
+                                         [--big-indexes COUNT:BYTES] [--big-views COUNT:BYTES]
+                                         [--trickle N [--trickle-every S]]
                                          [--limit KEY=VALUE ...]
 
 prints one JSON line, ``{"url", "pid", "machine_type", "token", "repo", "blobs": {NAME:
 digest}, "indexes": {"repo", "tags"}}``, once the proxy accepts connections, warms the
 blob cache with every blob, and serves until its stdin closes.  ``--big-indexes`` adds
 COUNT generated indexes of about BYTES each that fit no build of the machine type
-(``hetflow.registry.fakeindexes``).  ``--trickle N`` adds N blobs of 64 KiB (``"trickle"``:
+(``hetflow.registry.fakeindexes``); ``--big-views`` COUNT indexes whose one generic build
+fits it, with an index annotation of about BYTES (``"views"``: their repo and tags).
+``--trickle N`` adds N blobs of 64 KiB (``"trickle"``:
 their digests) that the upstream, then a real server on loopback (``"upstream"``), sends a
 byte every ``--trickle-every`` seconds (``hetflow.registry.trickle``); ``--limit`` sets any
 other field of ``Limits``.
@@ -45,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--per-client", type=int, default=Limits().max_requests_per_client)
     parser.add_argument("--max-connections", type=int, default=Limits().max_connections)
     parser.add_argument("--big-indexes", default="0:0", help="COUNT:BYTES: generated indexes no build of which fits")
+    parser.add_argument("--big-views", default="0:0", help="COUNT:BYTES: generated indexes whose one build fits")
     parser.add_argument("--trickle", type=int, default=0, help="N blobs the upstream sends a byte a time (loopback)")
     parser.add_argument("--trickle-every", type=float, default=1.0, help="seconds between their bytes")
     parser.add_argument("--limit", action="append", default=[], help="KEY=VALUE: any other field of Limits")
@@ -59,7 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     extra = dict(spec.partition("=")[::2] for spec in args.limit)
     count, _, size = args.big_indexes.partition(":")
     big = BigIndexes("load/big", int(count), int(size or 0))
-    transport = big.transport(fake)
+    count, _, size = args.big_views.partition(":")
+    views = BigIndexes("load/views", int(count), int(size or 0), fitting=True)
+    transport = httpx.MockTransport(views.handler(big.handler(lambda request: fake.handle(request))))
     upstream = "http://upstream.test"
     if args.trickle:  # a real loopback upstream: the proxy's sockets and timeouts are under test
         slow = TrickleUpstream(transport.handle_request, trickle=trickled, every_s=args.trickle_every)
@@ -86,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         "repo": REPO,
         "blobs": blobs,
         "indexes": {"repo": big.repo, "tags": big.tags},
+        "views": {"repo": views.repo, "tags": views.tags},
         "upstream": upstream,
         "trickle": trickled,
     }

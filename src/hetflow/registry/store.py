@@ -23,6 +23,7 @@ import os
 import re
 import tempfile
 import time
+from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -171,16 +172,21 @@ class FilteredRecord:
 
 
 class FilteredStore:
-    """Filtered indexes by their own digest, kept across restarts."""
+    """Filtered indexes by their own digest, kept across restarts: on disk, and the most
+    recently used up to ``memo_bytes`` in memory (a view keeps its index's annotations, so
+    one may be megabytes: issue 38)."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, memo_bytes: int = 16 * 1024 * 1024) -> None:
         self.root = root
         self.root.mkdir(parents=True, exist_ok=True)
         _clean_parts(root)
-        self._memo: dict[str, FilteredRecord] = {}
+        self.memo_bytes = memo_bytes
+        self._memo: OrderedDict[str, FilteredRecord] = OrderedDict()
+        self._memo_held = 0
 
     def get(self, digest: str) -> FilteredRecord | None:
         if digest in self._memo:
+            self._memo.move_to_end(digest)
             return self._memo[digest]
         if not digest.startswith("sha256:") or not DIGEST_RE.match(digest):
             return None
@@ -194,8 +200,16 @@ class FilteredStore:
             return None
         if "sha256:" + hashlib.sha256(body).hexdigest() != digest:
             return None  # damaged on disk: never served; the next tag request writes it again
-        record = FilteredRecord(digest, body, media_type, views)
-        self._memo[digest] = record
+        return self._remember(FilteredRecord(digest, body, media_type, views))
+
+    def _remember(self, record: FilteredRecord) -> FilteredRecord:
+        old = self._memo.pop(record.digest, None)
+        self._memo_held -= len(old.body) if old else 0
+        if len(record.body) <= self.memo_bytes:
+            self._memo[record.digest] = record
+            self._memo_held += len(record.body)
+        while self._memo_held > self.memo_bytes:
+            self._memo_held -= len(self._memo.popitem(last=False)[1].body)
         return record
 
     def put(self, digest: str, body: bytes, media_type: str, view: View) -> FilteredRecord:
@@ -209,9 +223,7 @@ class FilteredStore:
         views = (old.views if old else frozenset()) | {view}
         meta = {"media_type": media_type, "views": sorted([v.repo, v.source, v.machine_type] for v in views)}
         _atomic_write(self.root / f"{hex_}.json", json.dumps(meta, sort_keys=True).encode())
-        record = FilteredRecord(digest, body, media_type, views)
-        self._memo[digest] = record
-        return record
+        return self._remember(FilteredRecord(digest, body, media_type, views))
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
