@@ -36,7 +36,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from hetflow.errors import NoFitError
-from hetflow.plan.baselines.eventsim import EventLoop, demand, finish_plan, preference
+from hetflow.plan.baselines.eventsim import EventLoop, amounts, finish_plan, preference
 from hetflow.plan.instance import Instance, Option, Plan
 from hetflow.plan.model.fit import Demand, NodeState, fits
 from hetflow.plan.model.machine import Machine
@@ -86,11 +86,11 @@ class _Backfill:
             (
                 opts
                 for opts in variants
-                if any(n.fits(demand(instance, o)) for o in opts for n in by_class.get(o.machine_class, ()))
+                if any(n.fits(self.loop.demand(o)) for o in opts for n in by_class.get(o.machine_class, ()))
             ),
             variants[0],
         )
-        job = _Job(name, chosen, tuple((o.machine_class, demand(instance, o)) for o in chosen))
+        job = _Job(name, chosen, tuple((o.machine_class, amounts(instance, o)) for o in chosen))
         self.jobs[name] = job
         if job.shape not in self.where:
             pairs = [(n, k) for k, o in enumerate(chosen) for n in by_class.get(o.machine_class, ())]
@@ -100,7 +100,7 @@ class _Backfill:
 
     def start(self, name: str, node: Machine, o: Option) -> None:
         p = self.loop.start(name, node, o)
-        d = demand(self.instance, o)
+        d = self.loop.demand(o)
         self.on_node[node.id][name] = (p.finish, d.cores, d.memory, d.gpus)
 
     def finished(self, name: str) -> None:
@@ -109,7 +109,7 @@ class _Backfill:
     def reservation(self, job: _Job) -> _Reservation:
         best: _Reservation | None = None
         for node, k in self.where[job.shape]:
-            d = demand(self.instance, job.options[k])
+            d = self.loop.demand(job.options[k])
             free_c, free_m, free_g = node.cores, node.memory, len(node.gpus)
             for end, c, m, g in sorted(self.on_node[node.id].values()):
                 if best is not None and end >= best.at:
@@ -132,7 +132,7 @@ class _Backfill:
             if res is None or node is not res.node:
                 return node, o
             ends = self.loop.dag.data_ready(job.name, node.id, self.loop.now, self.loop.placements) + o.runtime
-            d = demand(self.instance, o)
+            d = self.loop.demand(o)
             if ends <= res.at or res.fits(d):
                 if ends > res.at:  # runs past the reserved time on the reserved node: uses the spare
                     res.cores, res.memory, res.gpus = res.cores - d.cores, res.memory - d.memory, res.gpus - d.gpus
@@ -154,7 +154,7 @@ class _Backfill:
                 continue
             if job.shape not in fitting:
                 fitting[job.shape] = [
-                    (n, k) for n, k in self.where[job.shape] if n.fits(demand(self.instance, job.options[k]))
+                    (n, k) for n, k in self.where[job.shape] if n.fits(self.loop.demand(job.options[k]))
                 ]
             chosen = self.pick(job, fitting[job.shape], res)
             if chosen is not None:

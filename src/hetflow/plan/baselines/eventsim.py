@@ -49,6 +49,13 @@ def demand(instance: Instance, o: Option) -> Demand:
     return Demand(o.cores, o.memory, o.gpus)
 
 
+def amounts(instance: Instance, o: Option) -> tuple[float, int, int]:
+    """``demand`` as (cores, memory, GPUs): the key of steps that ask alike, hashed in a hot
+    loop (a tuple of numbers hashes in C, a ``Demand`` in Python)."""
+    d = demand(instance, o)
+    return d.cores, d.memory, d.gpus
+
+
 def preference(options: tuple[Option, ...]) -> list[str]:
     """A step's variants, those with GPUs first (most GPUs first), then in build order."""
     seen: dict[str, int] = {}
@@ -118,11 +125,19 @@ class EventLoop:
         self.now = 0.0
         self.placements: dict[str, Placement] = {}
         self._held: dict[str, Sequence[Held]] = {}
+        self._demands: dict[int, Demand] = {}  # by id(option): the instance keeps its options
         self._events: list[tuple[float, int, str]] = []  # (time, tie, finishing step or "" to wake up)
+
+    def demand(self, o: Option) -> Demand:
+        """``demand(instance, o)``, made once per option (the policies ask it in their loops)."""
+        d = self._demands.get(id(o))
+        if d is None:
+            d = self._demands[id(o)] = demand(self.instance, o)
+        return d
 
     def start(self, name: str, node: Machine, o: Option) -> Placement:
         """Bind ``name`` as option ``o`` to ``node`` now; it starts when its inputs are there."""
-        d = demand(self.instance, o)
+        d = self.demand(o)
         taken = node.take(d)
         begin = self.dag.data_ready(name, node.id, self.now, self.placements)
         p = Placement(name, o.variant, node.id, node.cls.name, begin, begin + o.runtime, o.cores, o.memory, taken)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 
-from hetflow.plan.baselines.eventsim import EventLoop, demand, finish_plan
+from hetflow.plan.baselines.eventsim import EventLoop, finish_plan
 from hetflow.plan.instance import Instance, Option, Plan, Task
 
 
@@ -52,8 +52,9 @@ def greedy_first_fit(instance: Instance) -> Plan:
 
     def bind(name: str) -> bool:
         for o in prefs[name]:
+            d = loop.demand(o)
             for m in loop.by_class[o.machine_class]:
-                if m.fits(demand(instance, o)):
+                if m.fits(d):
                     loop.start(name, m, o)
                     return True
         return False

@@ -38,7 +38,7 @@ from __future__ import annotations
 import heapq
 import random
 
-from hetflow.plan.baselines.eventsim import EventLoop, demand, finish_plan, preference
+from hetflow.plan.baselines.eventsim import EventLoop, amounts, finish_plan, preference
 from hetflow.plan.instance import Instance, Option, Plan
 from hetflow.plan.model.machine import Machine
 
@@ -84,7 +84,7 @@ def kube_scheduler(instance: Instance, seed: int = 0) -> Plan:
     shapes: dict[str, tuple[object, ...]] = {}
     for t in instance.tasks:
         variants[t.name] = [[o for o in t.options if o.variant == v] for v in preference(t.options)]
-        shapes[t.name] = tuple((o.variant, o.machine_class, demand(instance, o)) for o in t.options)
+        shapes[t.name] = tuple((o.variant, o.machine_class, amounts(instance, o)) for o in t.options)
 
     queue: list[tuple[float, int, str]] = [(0.0, order[n], n) for n in loop.dag.sources()]
     heapq.heapify(queue)
@@ -95,7 +95,7 @@ def kube_scheduler(instance: Instance, seed: int = 0) -> Plan:
         for options in variants[name]:
             scored: list[tuple[int, Machine, Option]] = []
             for o in options:
-                d = demand(instance, o)
+                d = loop.demand(o)
                 for node in loop.by_class.get(o.machine_class, ()):
                     if node.fits(d):
                         score = least_allocated(node, d.cores, d.memory) + balanced_allocation(node, d.cores, d.memory)

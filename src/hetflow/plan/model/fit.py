@@ -11,8 +11,11 @@ Its askers, each with the facts its model keeps (``ARCHITECTURE.md``, plan/):
   compares numbers instead of calling), a GPU's static part (``gpu_refusals`` of an idle
   GPU) once per GPU, its tenants per segment with ``sharing_refusal``;
 - ``check_plan`` (``validate``, ``sharing.sharecheck``): per instant, the instant's total
-  on the empty machine, and each shared tenant against the others on its GPU;
-- the simulation and the baselines (``model.machine.Machine``): a machine now;
+  on the empty machine, and each shared tenant against the others on its GPU (a whole GPU
+  is held to its index alone, not to MIG mode: the one difference the agreement table,
+  tests/unit/test_admission_agree.py, keeps by name);
+- the simulation and the baselines (``model.machine.Machine``): a machine now (the replay
+  holds a plan's GPUs as planned, their modes being check_plan's to judge);
 - the local leases (``sharing.tenancy.admits``): one GPU's live leases;
 - the Kubernetes admission (``execute.backends.kubernetes.admission``): a node's room, its
   resources by their Kubernetes names (``scalars``).
@@ -143,12 +146,17 @@ def room(
 def fits(node: NodeState, demand: Demand) -> tuple[str, ...]:
     """The reasons ``demand`` does not fit on ``node`` (module docstring); () when it fits."""
     cores, memory, gpus = room(node.cores, node.memory, node.gpus, demand.cores, demand.memory, demand.gpus)
+    short_cores = demand.cores > 0 and node.used_cores > cores
+    short_memory = demand.memory > 0 and node.used_memory > memory
+    short_gpus = demand.gpus > 0 and node.used_gpus > gpus
+    if not (short_cores or short_memory or short_gpus or demand.scalars or demand.claims):
+        return ()  # the common answer, without a list (the baselines ask in their inner loops)
     out: list[str] = []
-    if demand.cores > 0 and node.used_cores > cores:
+    if short_cores:
         out.append(CORES)
-    if demand.memory > 0 and node.used_memory > memory:
+    if short_memory:
         out.append(MEMORY)
-    if demand.gpus > 0 and node.used_gpus > gpus:
+    if short_gpus:
         out.append(GPUS)
     for name, ask in demand.scalars:
         if ask > 0 and node.used_scalars.get(name, 0.0) > node.scalars.get(name, 0.0) + CORE_EPS - ask:

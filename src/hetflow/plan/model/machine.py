@@ -54,6 +54,8 @@ class Machine:
     tenants: dict[int, list[Tenancy]] = field(default_factory=dict)  # GPU -> its shared tenants
     migs: set[tuple[int, int]] = field(default_factory=set)  # (GPU, MIG instance) held
     _state: NodeState | None = field(default=None, init=False, repr=False, compare=False)  # until a change
+    # id(demand) -> (the demand, whether it fits): kept with its demand, so the id is not reused
+    _asked: dict[int, tuple[Demand, bool]] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     @classmethod
     def idle(cls, index: int, mid: str, mclass: MachineClass, one_task: bool) -> Machine:
@@ -83,8 +85,12 @@ class Machine:
         return self._state
 
     def fits(self, demand: Demand) -> bool:
-        """Whether ``demand`` may start here now."""
-        return not fits(self.state(), demand)
+        """Whether ``demand`` may start here now (asked once per demand until the next change:
+        the policies ask the same few demands of every machine, over and over)."""
+        asked = self._asked.get(id(demand))
+        if asked is None:
+            asked = self._asked[id(demand)] = (demand, not fits(self._state or self.state(), demand))
+        return asked[1]
 
     def take(self, demand: Demand, holder: str = "") -> tuple[int, ...]:
         """Hold ``demand`` (a shared tenant as ``holder``'s); the whole GPUs it takes by count,
@@ -100,6 +106,7 @@ class Machine:
             else:
                 self.tenants.setdefault(cast(int, c.gpu), []).append((holder, c.share, c.level))
         self._state = None
+        self._asked.clear()
         return taken
 
     def give_back(self, demand: Demand, taken: tuple[int, ...], holder: str = "") -> None:
@@ -115,3 +122,4 @@ class Machine:
             elif c.mode != WHOLE:
                 self.tenants[cast(int, c.gpu)].remove((holder, c.share, c.level))
         self._state = None
+        self._asked.clear()
