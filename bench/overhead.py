@@ -47,7 +47,7 @@ from pathlib import Path
 from demo.images import build_tiny_image
 
 from hetflow.config import engine_env, find_engine
-from hetflow.execute import cgroups
+from hetflow.execute.backends.local import cgroups
 
 BUSYBOX = "localhost/hetflow-test/busybox:latest"
 NUMPY = "localhost/hetflow-examples/numpy:latest"

@@ -38,7 +38,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.execute.orphans import Monitor, monitors, reap
+from hetflow.execute.backends.local.orphans import Monitor, monitors, reap
 
 TOKEN = "HFTEST_SESSION"
 STORE_DEPTH = 4  # basetemp/<test>/home/state.db, and a level more for fixtures' folders

@@ -120,7 +120,7 @@ steps:
 
 def processes() -> dict[int, tuple[int, list[str]]]:
     """Every process now: PID -> (its parent's PID, its command line)."""
-    from hetflow.execute.orphans import processes as read
+    from hetflow.execute.backends.local.orphans import processes as read
 
     return read()
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.execute.orphans import launchers
+from hetflow.execute.backends.local.orphans import launchers
 from tests.integration.hfkit import BUSYBOX, Hetflow, monitor_trees, podman, processes, write
 
 WF = f"""apiVersion: hetflow/v1

@@ -23,8 +23,9 @@ from ray.cluster_utils import Cluster
 from ray.util.placement_group import placement_group_table
 
 from hetflow.config import engine_env
-from hetflow.execute import cgroups, criu_support
+from hetflow.execute import criu_support
 from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.local import cgroups
 from hetflow.execute.backends.ray import RayBackend, RaySettings
 from hetflow.execute.checkpoint import Restore
 from hetflow.execute.data.outputs import sha256_of

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.execute.orphans import launchers
+from hetflow.execute.backends.local.orphans import launchers
 from tests.integration.hfkit import BUSYBOX, Hetflow, monitor_trees, podman, processes, run_containers, write
 from tests.integration.test_crash import HOLD_FIRST_CREATE
 

@@ -13,18 +13,18 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import EngineError, SpecError
-from hetflow.execute.appcheckpoint import SaveRequests, SignalsJobs, prepare_app_checkpoint
 from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.kubernetes import KubernetesSettings, Placement, job_objects
 from hetflow.execute.backends.local.backend import LocalBackend
+from hetflow.execute.backends.local.fakeengine import FakeEngine
 from hetflow.execute.backends.slurm import SlurmSettings
 from hetflow.execute.backends.slurm.translate import job_script
+from hetflow.execute.checkpoint.app import SaveRequests, SignalsJobs, prepare_app_checkpoint
 from hetflow.execute.data.paths import RunPaths, container_name
 from hetflow.execute.devices.gpu import GpuAccess
 from hetflow.execute.engine import ContainerSpec, Mount
-from hetflow.execute.fakeengine import FakeEngine
-from hetflow.execute.launch.container import build_spec
-from hetflow.execute.stopping import by_grace, cancel_by_grace, step_graces
+from hetflow.execute.run.control.stopping import by_grace, cancel_by_grace, step_graces
+from hetflow.execute.run.launch.container import build_spec
 from hetflow.spec import CHECKPOINT_ENV, RESERVED_ENV
 from tests.unit.builders import Outcome, load_steps, world
 

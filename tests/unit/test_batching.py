@@ -11,7 +11,9 @@ import pytest
 
 from hetflow.errors import SpecError
 from hetflow.execute.backends.base import JobState
-from hetflow.execute.batching import (
+from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.engine import ContainerSpec, Mount, run_args
+from hetflow.execute.run.batching import (
     ENTRY,
     Item,
     Policy,
@@ -26,8 +28,6 @@ from hetflow.execute.batching import (
     same_container,
     write_batch,
 )
-from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.engine import ContainerSpec, Mount, run_args
 from hetflow.spec import AUTO_BATCH, Batch, Workflow, parse_workflow
 
 
@@ -209,8 +209,8 @@ def test_batch_notes_name_each_batched_fanout() -> None:
 def test_free_cores_count_a_batch_once_and_do_not_drift_below_a_share() -> None:
     from typing import Any, cast
 
-    from hetflow.execute.attempts import Active
-    from hetflow.execute.dispatch import LocalDispatch
+    from hetflow.execute.run.attempts import Active
+    from hetflow.execute.run.dispatch import LocalDispatch
     from hetflow.inventory import Cpu, Node
 
     node = Node(

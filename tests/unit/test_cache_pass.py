@@ -14,10 +14,10 @@ import pytest
 from hetflow.execute.data.cache import ResultCache
 from hetflow.execute.data.fencing import NOBODY, Fenced, check, grant, holder
 from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.dispatch import Decision
-from hetflow.execute.runner import Runner
-from hetflow.execute.runoptions import ProcessSeams, RunOptions
-from hetflow.execute.submit import create_run
+from hetflow.execute.run.dispatch import Decision
+from hetflow.execute.run.options import ProcessSeams, RunOptions
+from hetflow.execute.run.runner import Runner
+from hetflow.execute.submit.record import create_run
 from hetflow.spec import Resources, Step
 from hetflow.state import SUCCEEDED, CachedResult, OutputRecord
 from tests.unit.builders import Outcome, World, load_steps, world

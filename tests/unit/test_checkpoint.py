@@ -21,8 +21,8 @@ from hetflow.execute.checkpoint.archive import config_value, retarget, staging_i
 from hetflow.execute.checkpoint.freeze import copy_outputs
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import ContainerSpec, run_args
-from hetflow.execute.lifecycle import checkpointed_steps
-from hetflow.execute.submit import checkpoint_problems
+from hetflow.execute.run.control.lifecycle import checkpointed_steps
+from hetflow.execute.submit.record import checkpoint_problems
 from hetflow.spec import Checkpoint, Workflow, parse_workflow
 
 

@@ -48,7 +48,7 @@ def test_the_store_reading_commands_load_no_execute_stage(argv: list[str], tmp_p
         f"    main({argv!r})\n"
         "except SystemExit:\n"
         "    pass\n"
-        "heavy = sorted(m for m in sys.modules if m.startswith(('hetflow.execute.images', 'hetflow.plan', 'httpx',"
+        "heavy = sorted(m for m in sys.modules if m.startswith(('hetflow.execute.submit.pin', 'hetflow.plan', 'httpx',"
         " 'pydantic', 'hetflow.spec.models')))\n"
         "print(heavy)\n"
     )

@@ -4,8 +4,8 @@ a whole GPU."""
 
 from __future__ import annotations
 
-from hetflow.execute.dispatch import ClusterDispatch
-from hetflow.execute.launch.launcher import engine_request
+from hetflow.execute.run.dispatch import ClusterDispatch
+from hetflow.execute.run.launch.launcher import engine_request
 from hetflow.inventory import GpuSharing
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.spec import GpuRequest, Resources, Variant

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.execute.amend import DATA, DOWNSTREAM, compare_data
 from hetflow.execute.data.inputs import DataManifest, Located, NoMemo, resolve_host
 from hetflow.execute.data.watch import DataWatch
+from hetflow.execute.submit.amend import DATA, DOWNSTREAM, compare_data
 from hetflow.spec import DataSet, Step, Workflow
 from hetflow.state import SUCCEEDED, InputsSeen, StepRecord
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.execute import diskfull
+from hetflow.execute.data import diskfull
 
 CASES = [
     pytest.param(0, True, True, id="full-disk-removed-and-said"),

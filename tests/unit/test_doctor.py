@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from hetflow.execute.backends.local.orphans import Monitor
 from hetflow.execute.data.paths import container_name
 from hetflow.execute.doctor import diagnose, repair
 from hetflow.execute.gang.replicas import network_name
-from hetflow.execute.orphans import Monitor
 from hetflow.state import Lease, RunRecord
 from tests.unit.builders import Crash, Outcome, World, gpu, node, world
 

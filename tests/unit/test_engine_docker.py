@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from hetflow.execute.backends.local.engines import DockerEngine, make_engine
 from hetflow.execute.engine import ContainerSpec, cri_lines, run_args
-from hetflow.execute.engines import DockerEngine, make_engine
 from hetflow.execute.logs import read_lines
 
 FAKE_DOCKER = """#!/bin/sh

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import NoFitError
-from hetflow.execute.images import pin_images
+from hetflow.execute.submit.pin import pin_images
 from hetflow.images.errors import NotFoundError
 from hetflow.images.service import ResolveResult
 from hetflow.inventory.models import Cpu, Node

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from hetflow.execute.backends.local.exits import Batches, ExitWatch
 from hetflow.execute.engine import NEVER_STARTED
-from hetflow.execute.exits import Batches, ExitWatch
 
 # How long a test waits for the watch to wake: generous, for a loaded machine (a pass waits only
 # as long as the wake takes); every "this must not wait for X" below makes X far longer than this.

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from hetflow.execute import gpu_access, run_args
 from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.launch.container import build_spec
+from hetflow.execute.run.launch.container import build_spec
 from hetflow.inventory import Gpu, GpuSharing, MigDevice, Node
 from hetflow.plan import Slot
 from tests.unit.builders import GIB, cpu, gpu, load_steps

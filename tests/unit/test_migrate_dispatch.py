@@ -3,8 +3,8 @@ step goes to that node's class, off the planned one; without --to, off the node 
 
 from __future__ import annotations
 
-from hetflow.execute.dispatch import ClusterDispatch
-from hetflow.execute.nextattempt import NextAttempt
+from hetflow.execute.run.dispatch import ClusterDispatch
+from hetflow.execute.run.retries import NextAttempt
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.spec import parse_workflow
 from tests.unit.builders import node as make_node

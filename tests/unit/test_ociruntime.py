@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import EngineError
-from hetflow.execute.ociruntime import (
+from hetflow.execute.backends.local.ociruntime import (
     CACHE_KEEP,
     VARIABLE,
     ProbeResult,

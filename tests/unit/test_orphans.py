@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.execute.orphans import Monitor, launchers, monitors, reap_unstarted, settle
+from hetflow.execute.backends.local.orphans import Monitor, launchers, monitors, reap_unstarted, settle
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import HetflowError, SpecError, UsageError
-from hetflow.execute.profiles import apply_resources, layer_params, read_params_file, split_profiles
+from hetflow.execute.layers import apply_resources, layer_params, read_params_file, split_profiles
 from hetflow.execute.settings import Settings, load_settings
 from hetflow.spec import parse_workflow
 

@@ -15,10 +15,10 @@ from typing import cast
 import pytest
 
 from hetflow.errors import StateError
-from hetflow.execute.amend import ADDED, CHANGED, DOWNSTREAM, EDITED, KEPT, REMOVED, Change, compare, key_parts
 from hetflow.execute.data.cache import Key, cache_key
-from hetflow.execute.session import LocalEngine, edited_since, load_recorded, resume_run
-from hetflow.execute.submit import create_run
+from hetflow.execute.submit.amend import ADDED, CHANGED, DOWNSTREAM, EDITED, KEPT, REMOVED, Change, compare, key_parts
+from hetflow.execute.submit.record import create_run
+from hetflow.execute.submit.session import LocalEngine, edited_since, load_recorded, resume_run
 from hetflow.spec import Workflow, load_workflow
 from hetflow.state import AttemptRecord, StepRecord, Store
 from tests.unit.builders import node

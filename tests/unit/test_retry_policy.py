@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import SpecError, UsageError
-from hetflow.execute.nextattempt import Failure, NextAttempt, adjusted, after_failure, out_of_memory
+from hetflow.execute.run.retries import Failure, NextAttempt, adjusted, after_failure, out_of_memory
 from hetflow.plan import Steer, parse_steer, steer_workflow
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.spec import Retry
@@ -288,7 +288,7 @@ def test_steering_keeps_the_chosen_variants_and_says_why(
     ids=["v1-oom-control", "v2-memory-events", "no-count"],
 )
 def test_the_cgroups_oom_kill_count_is_read(text: str, kills: int | None) -> None:
-    from hetflow.execute.cgroups import parse_oom_kills
+    from hetflow.execute.backends.local.cgroups import parse_oom_kills
 
     assert parse_oom_kills(text) == kills
 

@@ -14,9 +14,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hetflow.errors import EngineError
+from hetflow.execute.backends.local.fakeengine import FakeEngine
 from hetflow.execute.data.paths import RunPaths, container_name
 from hetflow.execute.engine import ContainerSpec, ContainerState, Mount
-from hetflow.execute.fakeengine import FakeEngine
 from hetflow.state.models import FAILED, SKIPPED, SUCCEEDED, OutputRecord
 from tests.unit.builders import GIB, Outcome, Started, World, gpu, node, world
 

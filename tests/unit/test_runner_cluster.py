@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from hetflow.execute import reset_for_resume
-from hetflow.execute.attempts import NODE_FAULT_REQUEUES
 from hetflow.execute.backends import FakeBackend, FakeState
 from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.backends.local.fakeengine import FakeEngine
 from hetflow.execute.data.outputs import sha256_of
 from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.fakeengine import FakeEngine
-from hetflow.execute.runner import Runner
-from hetflow.execute.runoptions import ProcessSeams, RunOptions
+from hetflow.execute.run.attempts import NODE_FAULT_REQUEUES
+from hetflow.execute.run.options import ProcessSeams, RunOptions
+from hetflow.execute.run.runner import Runner
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.report import run_json
 from hetflow.spec.checks import edges_of

@@ -11,7 +11,7 @@ import yaml
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.devices.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
 from hetflow.execute.engine import ContainerSpec, Mount, run_args
-from hetflow.execute.launch.container import build_spec, container_env
+from hetflow.execute.run.launch.container import build_spec, container_env
 from hetflow.inventory.models import Gpu
 from tests.unit.builders import GIB, gpu, load_steps, node
 

@@ -11,10 +11,10 @@ import pytest
 
 from hetflow.errors import StateError
 from hetflow.execute import make_backend, reset_for_resume, stop_run
+from hetflow.execute.backends.local.fakeengine import FakeEngine
 from hetflow.execute.data.outputs import damaged_outputs
 from hetflow.execute.data.paths import RunPaths, container_name
 from hetflow.execute.engine import ContainerSpec, ContainerState
-from hetflow.execute.fakeengine import FakeEngine
 from hetflow.spec.checks import edges_of
 from hetflow.state.models import FAILED, LAUNCHING, PENDING, RUNNING, SKIPPED, STOPPED, SUCCEEDED
 from tests.unit.builders import Crash, Outcome, World, gpu, node, world

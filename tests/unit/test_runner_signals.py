@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.execute.data.paths import RunPaths, container_name
-from hetflow.execute.stopping import StopRequest, request_stop, stop_request
+from hetflow.execute.run.control.stopping import StopRequest, request_stop, stop_request
 from hetflow.state.models import PENDING, STOPPED, SUCCEEDED
 from tests.unit.builders import Outcome, world
 

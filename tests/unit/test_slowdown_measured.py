@@ -15,7 +15,7 @@ import pytest
 from hetflow.cli.slowdown import read_measurements
 from hetflow.errors import UsageError
 from hetflow.execute import measured_slowdowns
-from hetflow.execute.prepare import with_measured_slowdowns
+from hetflow.execute.submit.prepare import with_measured_slowdowns
 from hetflow.inventory import GpuSharing
 from hetflow.plan import MachineClass
 from hetflow.state import Store

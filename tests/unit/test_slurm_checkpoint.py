@@ -16,7 +16,6 @@ from pathlib import Path
 import pytest
 
 from hetflow.errors import EngineError
-from hetflow.execute.attempts import NODE_FAULT_REQUEUES
 from hetflow.execute.backends.base import JobState
 from hetflow.execute.backends.slurm import SlurmSettings
 from hetflow.execute.backends.slurm.checkpoint import (
@@ -32,6 +31,7 @@ from hetflow.execute.backends.slurm.jobfiles import MARKER
 from hetflow.execute.backends.slurm.translate import job_script
 from hetflow.execute.checkpoint.archive import config_value
 from hetflow.execute.checkpoint.images import Restore
+from hetflow.execute.run.attempts import NODE_FAULT_REQUEUES
 from tests.contract.backend_contract import job
 from tests.unit.builders import Outcome, world
 from tests.unit.test_runner_cluster import FLAT, QueueBackend, cluster_runner

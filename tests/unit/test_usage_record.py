@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.execute import ContainerSpec, Usage, run_args
-from hetflow.execute.cgroups import (
+from hetflow.execute.backends.local.cgroups import (
     CgroupLayout,
     parse_cpu_stat,
     parse_cpuacct_usage,

@@ -26,6 +26,7 @@ from hetflow.errors import EngineError
 LABEL_RUN = "hetflow.run"
 LABEL_STEP = "hetflow.step"
 LABEL_ATTEMPT = "hetflow.attempt"
+CGROUP_PARENT = "hetflow"  # top cgroup of every attempt's parent cgroup (backends.local.cgroups)
 
 
 @dataclass(frozen=True)

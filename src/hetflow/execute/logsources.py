@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from hetflow.errors import UsageError
 from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.stopping import recorded_steps
+from hetflow.execute.run.control.stopping import recorded_steps
 from hetflow.spec import Gang, did_you_mean, fanout_parent
 from hetflow.state import AttemptRecord, RunRecord
 

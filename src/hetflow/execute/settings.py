@@ -31,13 +31,14 @@ everything is layered in).
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hetflow.errors import SpecError, UsageError
-from hetflow.execute.profiles import Layers, check_section, choose_profiles
+from hetflow.execute.layers import Layers, check_section, choose_profiles
 from hetflow.plan import Steer
 from hetflow.spec import Origin, compose_yaml, line_of, read_yaml_text
 
@@ -213,3 +214,23 @@ def _read(path: Path) -> tuple[dict[str, Any], Mapping[tuple[str | int, ...], in
             f" allowed: {', '.join(sorted(_FILE_KEYS))}"
         )
     return dict(loaded), lines
+
+
+@dataclass(frozen=True)
+class RunnerConfig:
+    """How an executor paces itself: its poll interval and retry backoff, from the environment
+    (``HETFLOW_POLL_INTERVAL``, ``HETFLOW_RETRY_BACKOFF``, ``HETFLOW_GROW_EVERY``; checked before
+    any command starts)."""
+
+    poll_interval: float = 0.25
+    retry_backoff: float = 2.0  # seconds before the first retry; doubles each time
+    max_backoff: float = 300.0
+    grow_every: float = 30.0  # seconds an elastic gang runs before it may grow (``run.growth``)
+
+    @classmethod
+    def from_env(cls) -> RunnerConfig:
+        return cls(
+            poll_interval=float(os.environ.get("HETFLOW_POLL_INTERVAL", "0.25")),
+            retry_backoff=float(os.environ.get("HETFLOW_RETRY_BACKOFF", "2")),
+            grow_every=float(os.environ.get("HETFLOW_GROW_EVERY", "30")),
+        )

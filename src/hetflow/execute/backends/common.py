@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from hetflow.config import find_engine
 from hetflow.errors import EngineError
-from hetflow.execute.podman import CliEngine
+from hetflow.execute.backends.local.podman import CliEngine
 
 __all__ = [
     "KILLED_CODE",

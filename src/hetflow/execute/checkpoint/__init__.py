@@ -4,8 +4,8 @@
 ``images`` keeps each attempt's last good CRIU image (and the outputs as they were at that
 moment: ``freeze`` copies /out while the container is frozen for a periodic dump) in the
 run's folder; ``archive`` readies an image for a new attempt (its name, ID,
-labels, cgroup and output folder); ``podmanck`` dumps and restores containers through podman;
-``schedule`` takes a step's periodic checkpoints off the runner's path.
+labels, cgroup and output folder); ``app`` is ``checkpoint: {mode: app}`` (the folder a step saves
+to, SIGUSR1 on its schedule); ``schedule`` takes a step's periodic checkpoints off the runner's path.
 
 Names load on first use (as in ``hetflow.execute``): ``hetflow show`` lists a run's kept
 checkpoints without loading the engine or the workflow models.
@@ -20,20 +20,17 @@ from hetflow.lazy import lazy_names
 if TYPE_CHECKING:
     from hetflow.execute.checkpoint.criu import CRIU_ENV, CriuSupport, criu_support, find_criu
     from hetflow.execute.checkpoint.images import CheckpointImages, Restore, Saved, kept_checkpoints, write_json
-    from hetflow.execute.checkpoint.podmanck import CriuPodman
     from hetflow.execute.checkpoint.schedule import Checkpointer
 
 _WHERE = {
     "criu": ["CRIU_ENV", "CriuSupport", "criu_support", "find_criu"],
     "images": ["CheckpointImages", "Restore", "Saved", "kept_checkpoints", "write_json"],
-    "podmanck": ["CriuPodman"],
     "schedule": ["Checkpointer"],
 }
 __all__ = [
     "CRIU_ENV",
     "CheckpointImages",
     "Checkpointer",
-    "CriuPodman",
     "CriuSupport",
     "Restore",
     "Saved",
@@ -44,3 +41,5 @@ __all__ = [
 ]
 
 __getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)
+
+# Dumping and restoring through podman is the local backend's: backends.local.criupodman.

@@ -23,7 +23,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from hetflow.execute.cgroups import PARENT
+from hetflow.execute.engine import CGROUP_PARENT as PARENT
 from hetflow.inventory import DeviceSample
 from hetflow.state import Store
 

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
-from hetflow.execute.checkpoint import CriuPodman
+from hetflow.execute.backends.local.criupodman import CriuPodman
+from hetflow.execute.backends.local.engines import make_engine
+from hetflow.execute.backends.local.podman import CliEngine
 from hetflow.execute.engine import LABEL_RUN, NEVER_STARTED, UNKNOWN, ContainerEngine, Networks, Usage
-from hetflow.execute.engines import make_engine
 from hetflow.execute.gang.replicas import (
     LABEL_LAUNCHER,
     LABEL_WORLD,
@@ -25,7 +26,6 @@ from hetflow.execute.gang.replicas import (
     replica_name,
     replica_of,
 )
-from hetflow.execute.podman import CliEngine
 
 
 class LocalBackend:

@@ -28,7 +28,7 @@ from typing import Any
 import ray
 
 from hetflow.config import SHARE, engine_env
-from hetflow.execute import cgroups
+from hetflow.execute.backends.local import cgroups
 from hetflow.execute.backends.ray.restore import note_in_log, remove, restore_container
 from hetflow.execute.backends.ray.translate import MIG_ENV, node_name, with_gpus, with_mig
 from hetflow.execute.checkpoint.images import Restore

@@ -13,6 +13,8 @@ from hetflow.config import find_engine, hetflow_home
 from hetflow.errors import EngineError
 from hetflow.execute.backends import common
 from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.backends.local.criupodman import DUMP_TIMEOUT
+from hetflow.execute.backends.local.podman import CliEngine
 from hetflow.execute.backends.slurm import checkpoint, jobfiles, queue
 from hetflow.execute.backends.slurm.client import SlurmClient, last_line
 from hetflow.execute.backends.slurm.gang import gang_scripts, replica_env_file
@@ -21,9 +23,7 @@ from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import env_file_of, job_script, sbatch_args
 from hetflow.execute.backends.slurm.usage import read_usage, refined
 from hetflow.execute.checkpoint.criu import find_criu
-from hetflow.execute.checkpoint.podmanck import DUMP_TIMEOUT
 from hetflow.execute.engine import Usage, write_env_file_at
-from hetflow.execute.podman import CliEngine
 
 # Codes for jobs that ended with no exit code of their own, as a shell would report them.
 CANCELLED_CODE = common.TERMINATED_CODE  # scancel before the script could record anything

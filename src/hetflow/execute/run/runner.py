@@ -19,31 +19,31 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
-from hetflow.execute.appcheckpoint import SaveRequests
-from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
-from hetflow.execute.batching import is_batch
-from hetflow.execute.cachepass import CachePass
 from hetflow.execute.checkpoint import CheckpointImages
-from hetflow.execute.conditions import condition_holds
+from hetflow.execute.checkpoint.app import SaveRequests
+from hetflow.execute.data.fanout import expand_ready
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.data.watch import DataWatch
-from hetflow.execute.decisions import Decisions
-from hetflow.execute.elastic import ElasticGangs
 from hetflow.execute.engine import ContainerEngine
-from hetflow.execute.fanout import expand_ready
 from hetflow.execute.gang.elastic import with_replicas
-from hetflow.execute.launch.batch import Batcher
-from hetflow.execute.launch.launcher import Launcher
-from hetflow.execute.lifecycle import reconcile, settle_launches, stop_run
-from hetflow.execute.moves import Moves
-from hetflow.execute.nextattempt import adjusted
-from hetflow.execute.runconfig import RunnerConfig
-from hetflow.execute.runoptions import NullReporter, ProcessSeams, RunOptions, make_dispatch
-from hetflow.execute.runplan import keep_data
-from hetflow.execute.stopping import clear_stop_request, stop_request, stop_requested
+from hetflow.execute.run.attempts import Attempts
+from hetflow.execute.run.batching import is_batch
+from hetflow.execute.run.cachepass import CachePass
+from hetflow.execute.run.conditions import condition_holds
+from hetflow.execute.run.control.lifecycle import reconcile, settle_launches, stop_run
+from hetflow.execute.run.control.moves import Moves
+from hetflow.execute.run.control.stopping import clear_stop_request, stop_request, stop_requested
+from hetflow.execute.run.decisions import Decisions
+from hetflow.execute.run.growth import ElasticGangs
+from hetflow.execute.run.launch.batch import Batcher
+from hetflow.execute.run.launch.launcher import Launcher
+from hetflow.execute.run.options import NullReporter, ProcessSeams, RunOptions, make_dispatch
+from hetflow.execute.run.retries import adjusted
+from hetflow.execute.settings import RunnerConfig
+from hetflow.execute.submit.runplan import keep_data
 from hetflow.inventory import Node
 from hetflow.spec import (
     SKIPPED_BY_CONDITION,

@@ -27,8 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+from hetflow.execute.engine import CGROUP_PARENT as PARENT
+
 T = TypeVar("T")
-PARENT = "hetflow"  # top cgroup of every attempt's parent cgroup
 MOUNTS = Path("/proc/self/mounts")
 
 

@@ -16,12 +16,12 @@ import time
 from pathlib import Path
 
 from hetflow.errors import EngineError
+from hetflow.execute.backends.local.podman import CliEngine
 from hetflow.execute.checkpoint.archive import empty_out, link_log, ready_for
 from hetflow.execute.checkpoint.criu import CriuSupport, criu_support, last_line
 from hetflow.execute.checkpoint.freeze import frozen_dump
 from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.engine import ContainerSpec
-from hetflow.execute.podman import CliEngine
 
 DUMP_TIMEOUT = 1800.0  # seconds: a dump of tens of GiB to a slow disk
 

@@ -12,16 +12,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from hetflow.errors import HetflowError
-from hetflow.execute.appcheckpoint import prepare_app_checkpoint
-from hetflow.execute.attempts import SUBMITTED, Active, Attempts
 from hetflow.execute.backends.base import Backend, Job, Publish
 from hetflow.execute.checkpoint import CheckpointImages, Restore
+from hetflow.execute.checkpoint.app import prepare_app_checkpoint
 from hetflow.execute.data.fencing import grant
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import container_name
 from hetflow.execute.data.watch import DataWatch
 from hetflow.execute.devices.gpu import near_cpus
-from hetflow.execute.dispatch import Dispatch, Where
 from hetflow.execute.engine import ContainerSpec, Mount
 from hetflow.execute.gang.elastic import RESIZED, elastic_env, is_gang
 from hetflow.execute.gang.mpicommands import launcher_command, mpi_env, worker_command
@@ -43,7 +41,9 @@ from hetflow.execute.gang.replicas import (
     replica_env,
     replica_name,
 )
-from hetflow.execute.launch.container import build_spec
+from hetflow.execute.run.attempts import SUBMITTED, Active, Attempts
+from hetflow.execute.run.dispatch import Dispatch, Where
+from hetflow.execute.run.launch.container import build_spec
 from hetflow.execute.secrets import active
 from hetflow.inventory import Gpu
 from hetflow.plan import Slot

@@ -22,7 +22,9 @@ from typing import Any
 
 from hetflow.config import SHARE, engine_env, find_engine
 from hetflow.errors import EngineError
-from hetflow.execute import cgroups, orphans
+from hetflow.execute.backends.local import cgroups, orphans
+from hetflow.execute.backends.local.exits import Batches, ExitWatch
+from hetflow.execute.backends.local.ociruntime import RuntimeChoice, check_setting, engine_choice, which_on
 from hetflow.execute.engine import (
     ENV_FILE_WAIT,
     LABEL_RUN,
@@ -38,8 +40,6 @@ from hetflow.execute.engine import (
     usage_from_inspect,
     write_env_file,
 )
-from hetflow.execute.exits import Batches, ExitWatch
-from hetflow.execute.ociruntime import RuntimeChoice, check_setting, engine_choice, which_on
 
 ENV_FILE_FIRST_ASK = 0.3  # seconds: an attached run creates its container in about this (2 cores, podman 4.3)
 STOP_SEEN = 10.0  # seconds a stop waits for the watch to learn the exits of what it stopped

@@ -13,9 +13,9 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Protocol
 
 from hetflow.errors import EngineError, UsageError
-from hetflow.execute.images import Resolver, default_resolver, pin_images
-from hetflow.execute.runplan import CLUSTER, GREEDY, LOCAL, PLANNED, RunPlan, images_of
 from hetflow.execute.settings import Settings
+from hetflow.execute.submit.pin import Resolver, default_resolver, pin_images
+from hetflow.execute.submit.runplan import CLUSTER, GREEDY, LOCAL, PLANNED, RunPlan, images_of
 from hetflow.images import parse_reference
 from hetflow.inventory import Node
 from hetflow.plan import (

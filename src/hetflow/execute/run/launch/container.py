@@ -7,7 +7,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from hetflow.execute.appcheckpoint import app_checkpoint_env, app_checkpoint_mounts
+from hetflow.execute.checkpoint.app import app_checkpoint_env, app_checkpoint_mounts
 from hetflow.execute.data.inputs import DIR, S3, DataManifest
 from hetflow.execute.data.paths import RunPaths, container_name
 from hetflow.execute.devices.gpu import GpuAccess

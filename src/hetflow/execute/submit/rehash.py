@@ -11,9 +11,9 @@ with the run's plan, for the executor to mount and key with.
 
 from __future__ import annotations
 
-from hetflow.execute.amend import Amendment, compare_data
 from hetflow.execute.data.watch import DataWatch
-from hetflow.execute.runplan import RunPlan, keep_data
+from hetflow.execute.submit.amend import Amendment, compare_data
+from hetflow.execute.submit.runplan import RunPlan, keep_data
 from hetflow.spec import Workflow
 from hetflow.state import InputsSeen, Store
 

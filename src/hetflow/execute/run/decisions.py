@@ -16,7 +16,7 @@ it objects of its own, so it is decided alone.  A retry's adjusted step is alway
 
 from __future__ import annotations
 
-from hetflow.execute.dispatch import Decision, Dispatch, LocalDispatch
+from hetflow.execute.run.dispatch import Decision, Dispatch, LocalDispatch
 from hetflow.plan import PlanChooser
 from hetflow.spec import Step, fanout_parent
 

@@ -20,11 +20,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from hetflow.errors import HetflowError, StateError
-from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Checkpoints
 from hetflow.execute.checkpoint import Checkpointer, CheckpointImages, write_json
 from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.nextattempt import NextAttempt
+from hetflow.execute.run.attempts import Attempts
+from hetflow.execute.run.retries import NextAttempt
 from hetflow.spec import Checkpoint, Workflow, format_bytes
 from hetflow.state import RUN_RUNNING, RUNNING, Note, Store, executor_gone
 

@@ -12,15 +12,15 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from pathlib import Path
 
 from hetflow.errors import HetflowError, StateError
-from hetflow.execute.attempts import NODE_FAULT_REQUEUES, Active, Attempts
 from hetflow.execute.backends.base import Backend, Checkpoints, DropsNetworks, JobState, SettlesLaunches
-from hetflow.execute.batching import is_batch, refine
 from hetflow.execute.checkpoint import CheckpointImages
 from hetflow.execute.data.outputs import missing_outputs
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.gang.elastic import RESIZED
 from hetflow.execute.gang.replicas import REPLICA_MISSING, replica_name
-from hetflow.execute.stopping import (
+from hetflow.execute.run.attempts import NODE_FAULT_REQUEUES, Active, Attempts
+from hetflow.execute.run.batching import is_batch, refine
+from hetflow.execute.run.control.stopping import (
     StopRequest,
     by_grace,
     cancel_by_grace,
@@ -28,17 +28,13 @@ from hetflow.execute.stopping import (
     recorded_steps,
     step_graces,
 )
-from hetflow.spec import descendants, fanout_parent, format_bytes
+from hetflow.spec import fanout_parent, format_bytes
 from hetflow.state import (
-    FAILED,
     LAUNCHING,
-    PENDING,
     QUEUED_PREFIX,
     RUN_STOPPED,
     RUNNING,
-    SKIPPED,
     STOPPED,
-    SUCCEEDED,
     WAITING,
     AttemptFinished,
     AttemptRecord,
@@ -54,7 +50,6 @@ from hetflow.state import (
 __all__ = [
     "pid_alive",
     "reconcile",
-    "reset_for_resume",
     "settle_launches",
     "spawn_executor",
     "stop_run",
@@ -347,49 +342,6 @@ def checkpointed_steps(run: RunRecord) -> set[str]:
     ``mode: app``), read from its JSON without validating it again (``logsources`` does too)."""
     steps = recorded_steps(run.spec_json).items()
     return {n for n, s in steps if isinstance(c := s.get("checkpoint"), dict) and c.get("mode", "criu") == "criu"}
-
-
-def reset_for_resume(
-    store: Store,
-    run_id: str,
-    damaged: Callable[[str], list[str]],
-    edges: dict[str, list[str]],
-    *,
-    only: str | None = None,
-) -> list[str]:
-    """Make a stopped or failed run runnable again.
-
-    Failed, stopped and skipped steps go back to pending; a succeeded step whose
-    recorded outputs are gone or changed is re-run, and so is everything downstream
-    of it.  Launching/running steps are left for the runner's reconcile.  ``only``:
-    retry that one failed or stopped step (and the steps skipped because of it); other
-    failed steps stay failed.  Returns the steps reset."""
-    reset: set[str] = set()
-    steps = store.steps(run_id)
-    if only is not None:
-        by_name = {s.step: s for s in steps}
-        if only not in by_name:
-            raise StateError(f"run {run_id} has no step {only!r}; its steps: {', '.join(by_name)}")
-        if by_name[only].state not in (FAILED, STOPPED):
-            raise StateError(
-                f"step {only!r} of run {run_id} is {by_name[only].state}: only a failed or stopped step can be retried"
-            )
-        reset = {only} | {d for d in descendants(edges, only) if d in by_name and by_name[d].state == SKIPPED}
-    else:
-        for s in steps:
-            if s.state in (FAILED, STOPPED, SKIPPED):
-                reset.add(s.step)
-            elif s.state == SUCCEEDED:
-                bad = damaged(s.step)
-                if bad:
-                    message = f"recorded output(s) {', '.join(bad)} missing or changed; the step runs again"
-                    record(store, Note(0, run_id, time.time(), message, s.step, "damaged"))
-                    reset.add(s.step)
-                    reset |= descendants(edges, s.step)
-    for s in steps:
-        if s.step in reset and s.state != PENDING:
-            store.set_step(run_id, s.step, state=PENDING, exit_code=None, ended=None, reason="", not_before=None)
-    return sorted(reset)
 
 
 def spawn_executor(store: Store, run_id: str, argv: Sequence[str], *, log: Path, env: Mapping[str, str]) -> int:

@@ -31,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from hetflow.errors import HetflowError, NoFitError, Problem, SpecError
+from hetflow.execute.backends.local.engines import make_engine
 from hetflow.execute.data.cache import ResultCache, StepKeys
+from hetflow.execute.data.fanout import expand_at_submit
 from hetflow.execute.data.inputs import (
     S3,
     DataFile,
@@ -42,14 +44,12 @@ from hetflow.execute.data.inputs import (
     resolve_data,
     s3_filesystem,
 )
-from hetflow.execute.engines import make_engine
-from hetflow.execute.fanout import expand_at_submit
-from hetflow.execute.images import Resolver, default_resolver, pin_images
-from hetflow.execute.prepare import plan_on_cluster, plan_on_node
-from hetflow.execute.runplan import LOCAL, RunPlan
 from hetflow.execute.secrets import active, gather_available
 from hetflow.execute.settings import Settings
-from hetflow.execute.submit import preflight
+from hetflow.execute.submit.pin import Resolver, default_resolver, pin_images
+from hetflow.execute.submit.prepare import plan_on_cluster, plan_on_node
+from hetflow.execute.submit.record import preflight
+from hetflow.execute.submit.runplan import LOCAL, RunPlan
 from hetflow.images import NotFoundError, ResolveResult, parse_reference
 from hetflow.inventory import Node
 from hetflow.plan import can_run_here

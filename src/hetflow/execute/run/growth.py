@@ -30,11 +30,11 @@ import threading
 from collections.abc import Callable
 
 from hetflow.errors import HetflowError
-from hetflow.execute.attempts import Active, Attempts
 from hetflow.execute.backends.base import Backend
-from hetflow.execute.dispatch import Dispatch, LocalDispatch, tenant
 from hetflow.execute.gang.elastic import RESIZED, Need, freed_kind, grow_note, grow_to, with_replicas
-from hetflow.execute.nextattempt import adjusted
+from hetflow.execute.run.attempts import Active, Attempts
+from hetflow.execute.run.dispatch import Dispatch, LocalDispatch, tenant
+from hetflow.execute.run.retries import adjusted
 from hetflow.plan import Capacity
 from hetflow.spec import DEFAULT_STOP_GRACE, Step
 from hetflow.state import Note

@@ -9,13 +9,13 @@ import signal
 from dataclasses import dataclass
 
 from hetflow.execute.data.cache import ResultCache
-from hetflow.execute.notify import start_notifier
-from hetflow.execute.prepare import Say
-from hetflow.execute.runconfig import RunnerConfig
-from hetflow.execute.runner import Runner
-from hetflow.execute.runoptions import Reporter, RunOptions
-from hetflow.execute.runplan import GREEDY, LOCAL, RunPlan
-from hetflow.execute.session import OpenRun
+from hetflow.execute.run.notify import start_notifier
+from hetflow.execute.run.options import Reporter, RunOptions
+from hetflow.execute.run.runner import Runner
+from hetflow.execute.settings import RunnerConfig
+from hetflow.execute.submit.prepare import Say
+from hetflow.execute.submit.runplan import GREEDY, LOCAL, RunPlan
+from hetflow.execute.submit.session import OpenRun
 from hetflow.plan import GreedyChooser, PlanChooser, VariantChooser
 from hetflow.state import RUN_STOPPED, RUN_SUCCEEDED
 

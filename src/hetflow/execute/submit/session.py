@@ -24,26 +24,26 @@ from pathlib import Path
 from typing import Protocol
 
 from hetflow.errors import HetflowError, Problem, SpecError, StateError, UsageError
-from hetflow.execute.amend import Amendment, compare
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
+from hetflow.execute.backends.local.engines import make_engine
 from hetflow.execute.data.cache import StepKeys
+from hetflow.execute.data.fanout import expand_at_submit, replay
 from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.data.outputs import damaged_outputs
 from hetflow.execute.data.paths import RunPaths, make_run_dir
 from hetflow.execute.data.publishjournal import settle_run
 from hetflow.execute.engine import ContainerEngine
-from hetflow.execute.engines import make_engine
-from hetflow.execute.fanout import expand_at_submit, replay
-from hetflow.execute.images import Resolver, default_resolver
-from hetflow.execute.lifecycle import reset_for_resume
-from hetflow.execute.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
-from hetflow.execute.profiles import apply_resources
-from hetflow.execute.rehash import rehash_for_resume
-from hetflow.execute.runplan import LOCAL, RunPlan, apply_images, images_of
+from hetflow.execute.layers import apply_resources
 from hetflow.execute.secrets import activate, gather
 from hetflow.execute.settings import Settings
-from hetflow.execute.submit import create_run, new_run_id, preflight
+from hetflow.execute.submit.amend import Amendment, compare
+from hetflow.execute.submit.pin import Resolver, default_resolver
+from hetflow.execute.submit.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
+from hetflow.execute.submit.record import create_run, new_run_id, preflight
+from hetflow.execute.submit.rehash import rehash_for_resume
+from hetflow.execute.submit.reset import reset_for_resume
+from hetflow.execute.submit.runplan import LOCAL, RunPlan, apply_images, images_of
 from hetflow.inventory import Node
 from hetflow.spec import LoadedWorkflow, Workflow, edges_of, fanout_parent
 from hetflow.state import (

@@ -14,13 +14,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.data.cache import ResultCache
 from hetflow.execute.data.inputs import DataManifest
-from hetflow.execute.dispatch import ClusterDispatch, Dispatch, LocalDispatch
-from hetflow.execute.lifecycle import pid_alive
-from hetflow.execute.runconfig import RunnerConfig
+from hetflow.execute.run.attempts import Attempts
+from hetflow.execute.run.control.lifecycle import pid_alive
+from hetflow.execute.run.dispatch import ClusterDispatch, Dispatch, LocalDispatch
+from hetflow.execute.settings import RunnerConfig
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, MachineClass, Placement, PlanChooser, VariantChooser
 from hetflow.state import RunRecord, StepRecord, Store

@@ -16,20 +16,20 @@ from hetflow.execute.backends.base import (
     MeasuresOnRelease,
     MeasuresUsage,
 )
-from hetflow.execute.batching import is_batch, note_start, refine
+from hetflow.execute.data.diskfull import full_disk_reason, out_of_space, remove_partial
 from hetflow.execute.data.fencing import Fenced
 from hetflow.execute.data.outputs import accept_outputs, missing_message, missing_outputs
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.data.publish import PublishError, Publishing
 from hetflow.execute.devices.usage import AttemptGpus
-from hetflow.execute.diskfull import full_disk_reason, out_of_space, remove_partial
 from hetflow.execute.engine import Usage
-from hetflow.execute.engineview import EngineView
 from hetflow.execute.logs import log_tail
-from hetflow.execute.lostattempts import LostAttempts
-from hetflow.execute.nextattempt import OOM_EXIT, Failure, Limits, NextAttempt, after_failure, exit_reason
-from hetflow.execute.runconfig import RunnerConfig
+from hetflow.execute.run.batching import is_batch, note_start, refine
+from hetflow.execute.run.engineview import EngineView
+from hetflow.execute.run.lostattempts import LostAttempts
+from hetflow.execute.run.retries import OOM_EXIT, Failure, Limits, NextAttempt, after_failure, exit_reason
 from hetflow.execute.secrets import scrub_logs
+from hetflow.execute.settings import RunnerConfig
 from hetflow.spec import Retry, Step, Workflow
 from hetflow.state import (
     FAILED,

@@ -14,11 +14,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Protocol
 
-from hetflow.execute.attempts import Active
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.devices.gpu import GpuAccess, gpu_access
 from hetflow.execute.gang.elastic import sizes, with_replicas
-from hetflow.execute.nextattempt import NextAttempt
+from hetflow.execute.run.attempts import Active
+from hetflow.execute.run.retries import NextAttempt
 from hetflow.inventory import Gpu, GpuSharing, Node
 from hetflow.plan import (
     Capacity,

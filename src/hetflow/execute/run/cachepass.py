@@ -24,15 +24,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Collection, Mapping, Sequence
 
-from hetflow.execute.attempts import Attempts
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.data.cache import Key, ResultCache, StepKeys
 from hetflow.execute.data.fencing import FENCE, NOBODY, grant
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.data.watch import DataWatch, data_refs
-from hetflow.execute.decisions import Shape, shape
-from hetflow.execute.dispatch import Dispatch
-from hetflow.execute.nextattempt import NextAttempt, adjusted
+from hetflow.execute.run.attempts import Attempts
+from hetflow.execute.run.decisions import Shape, shape
+from hetflow.execute.run.dispatch import Dispatch
+from hetflow.execute.run.retries import NextAttempt, adjusted
 from hetflow.spec import Step, Workflow, pending_source
 from hetflow.state import (
     DATA_CHANGED,

@@ -1,0 +1,8 @@
+"""Running: the loop that takes a recorded run to its end, and what it does with attempts.
+
+``executor.drive`` builds the one ``Runner`` (the composition: its dispatch, attempts,
+launcher, cache pass, moves) and runs it.  Each turn the runner polls the engine
+(``attempts``: accept, retry with ``retries``' policy, fail), expands fan-outs, takes what the
+cache has (``cachepass``), and launches what is ready where ``dispatch`` says (``launch/``);
+``control/`` stops, reconciles and moves runs and steps; ``notify`` tells a URL.
+"""
