@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 HETFLOW := $(VENV)/bin/hetflow
 APT_PACKAGES := podman runc crun busybox-static debootstrap python3-venv python3-pip ca-certificates \
 	gcc libc6-dev docker-registry skopeo slurm-wlm munge \
-	netavark aardvark-dns iptables openssh-client chromium chromium-driver containerd containernetworking-plugins iproute2
+	netavark aardvark-dns iptables openssh-client chromium chromium-driver containerd containernetworking-plugins iproute2 \
+	haproxy slowhttptest wrk
 export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 # pytest-xdist workers for make test, unit and integration (see test:)
 PYTEST_WORKERS ?= 3
@@ -16,7 +17,8 @@ PYTEST_WORKERS ?= 3
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
 # network fails: "netavark: No such file or directory"); openssh-client: ssh-keygen makes
-# each MPI gang's keys.
+# each MPI gang's keys.  haproxy: the HTTP front the registry proxy and the dashboard run
+# behind (hetflow.front); slowhttptest and wrk: its attack tests and bench.registry's rows.
 deps:  ## system packages: podman + runc (see src/hetflow/share/containers.conf), busybox, debootstrap
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

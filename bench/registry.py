@@ -25,6 +25,11 @@ held every blob thread and the small blob timed out.
 With ``--trickling-fills N`` (default 50; ``--only-trickling-fills`` runs that alone), the
 same cached blob alone and during N fills from an upstream sending a byte a second, and
 after their clients leave (``bench.registry_fills``; issue 38).
+
+First of all (``--no-slow-clients`` skips it, ``--only-slow-clients`` runs it alone): both
+services through the HTTP front and on uvicorn alone as before, another client's p50/p99
+alone (the anchor) and under slowhttptest's slow headers, slow body and slow read, and wrk's
+cached-blob throughput of each (``bench.registry_server``; issue 38).
 """
 
 from __future__ import annotations
@@ -46,12 +51,13 @@ import httpx
 
 from bench.registry_fills import print_fills, trickling_fills
 from bench.registry_indexes import big_indexes, print_indexes
+from bench.registry_server import print_slow_clients, slow_clients
 from hetflow.config import engine_env, find_engine
 from hetflow.images.client import RegistryClient
 from hetflow.images.index_build import build_index
 from hetflow.images.match import parse_requirements
 from hetflow.images.oci import ACCEPT_ANY_MANIFEST
-from hetflow.registry.app import start_in_thread
+from hetflow.registry import start_in_thread
 from hetflow.registry.settings import MachineTypeDecl, Settings
 
 REPO = "bench/app"
@@ -305,7 +311,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only-trickling-fills", action="store_true", help="that row alone (bench.registry_fills)")
     parser.add_argument("--big-indexes", type=int, default=50, help="4 MB indexes that fit nothing (0: skip)")
     parser.add_argument("--only-big-indexes", action="store_true", help="that row alone (bench.registry_indexes)")
+    parser.add_argument("--no-slow-clients", action="store_true", help="skip slowhttptest and wrk (registry_server)")
+    parser.add_argument("--only-slow-clients", action="store_true", help="those rows alone (bench.registry_server)")
     args = parser.parse_args(argv)
+    if args.only_slow_clients or not args.no_slow_clients:  # their own rows (bench.registry_server)
+        print_slow_clients(slow_clients(), args.json)
+        if args.only_slow_clients:
+            return 0
     if args.big_indexes:  # its own row, measured and printed first (bench.registry_indexes)
         print_indexes(big_indexes(args.big_indexes), args.json)
         if args.only_big_indexes:

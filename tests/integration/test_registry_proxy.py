@@ -23,7 +23,7 @@ import pytest
 from hetflow.cli.registry import login_command
 from hetflow.config import engine_env, find_engine
 from hetflow.inventory.profiles import profile_node
-from hetflow.registry.app import RunningProxy, start_in_thread
+from hetflow.registry import RunningProxy, start_in_thread
 from hetflow.registry.settings import MachineTypeDecl, Settings
 from tests.integration.registry import Registry, push_builds, require_tools, start_registry
 

@@ -33,8 +33,8 @@ from hetflow.registry import (
     create_app,
     load_settings,
     secured,
+    serve,
 )
-from hetflow.registry.app import serve
 from hetflow.registry.settings import DEFAULT_LISTEN
 from hetflow.registry.store import BlobWriter
 from tests.unit.test_registry_proxy import REPO, AppClient, Env, _settings, _sha

@@ -13,8 +13,8 @@ holds the proxy only: its commands (``hetflow registry serve/login``) are
 Public API:
 
     create_app(settings, transport=None) -> Starlette   the ASGI app      (app)
-    serve(settings)                                      run it (uvicorn)   (app)
-    start_in_thread(settings) -> RunningProxy            tests and bench    (app)
+    serve(settings)                                      run it behind the HTTP front  (serving)
+    start_in_thread(settings) -> RunningProxy            tests and bench    (serving)
     Settings, MachineTypeDecl, Limits, load_settings(config, upstream=, listen=)    (settings)
     secured(settings) -> (settings, made admin token | None)                (settings)
     MachineTypes, MachineType, MachineTypeConflict       types and tokens on disk  (machines)
@@ -30,9 +30,10 @@ serves it on loopback sending chosen blobs a byte at a time (tests).  Benchmark:
 ``python -m bench.registry``.
 """
 
-from hetflow.registry.app import RunningProxy, create_app, serve, start_in_thread
+from hetflow.registry.app import create_app
 from hetflow.registry.fake import FakeRegistry
 from hetflow.registry.machines import MachineType, MachineTypeConflict, MachineTypes
+from hetflow.registry.serving import RunningProxy, serve, start_in_thread
 from hetflow.registry.settings import Limits, MachineTypeDecl, Settings, load_settings, secured
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""The proxy as an ASGI app (starlette), and ``serve`` to run it under uvicorn.
+"""The proxy as an ASGI app (starlette); ``serving`` runs it behind the HTTP front.
 
 Endpoints besides the OCI ones of ``hetflow.registry.proxy``:
 
@@ -10,15 +10,16 @@ Endpoints besides the OCI ones of ``hetflow.registry.proxy``:
     GET  /hetflow/v1/machine-types   the machine types (names and hardware, no tokens)
 
 When ``admin_token`` is set, the /hetflow/v1 endpoints need ``Authorization: Bearer
-<admin_token>``; else anyone who can reach the proxy may register hardware.  ``serve``
+<admin_token>``; else anyone who can reach the proxy may register hardware.  ``serving.serve``
 refuses to run without one where that "anyone" reaches beyond this machine or would
 borrow the proxy's upstream credentials (``Settings.needs_admin_token``; the CLI makes
 and prints one, ``settings.secured``).
 
 ``gates.RequestLimits`` wraps every request: a body over ``limits.max_body_bytes`` is refused (413)
-before the app reads it, and one client address may have ``max_requests_per_client``
-requests open at once (429): a slow reader costs an open file and a socket, and the
-cached-blob path holds no thread while it waits (``verify.FileChunks``).
+before the app reads it.  Connections are the front's (``hetflow.front``): it cuts slow and
+idle clients and limits each address before a request gets here.  A slow reader costs an
+open file and a socket, and the cached-blob path holds no thread while it waits
+(``verify.FileChunks``).
 """
 
 from __future__ import annotations
@@ -31,18 +32,13 @@ import logging
 import os
 import re
 import secrets
-import socket
-import threading
-import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 import httpx
-import uvicorn
 from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -50,7 +46,6 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from hetflow.errors import UsageError
 from hetflow.images import RegistryError
 from hetflow.inventory import Node, node_fields
 from hetflow.registry.auth import BadAuthorization, BearerSigner, bearer_challenge, parse_basic, parse_bearer
@@ -59,12 +54,12 @@ from hetflow.registry.gates import ApiVersion, RequestLimits
 from hetflow.registry.machines import MachineType, MachineTypeConflict, MachineTypeLimit, MachineTypes
 from hetflow.registry.peers import holder_of
 from hetflow.registry.proxy import Proxy, parse_path
-from hetflow.registry.settings import Settings, parse_listen
+from hetflow.registry.settings import Settings
 from hetflow.registry.store import BlobStore, FilteredStore
 from hetflow.registry.upstream import Upstream
 from hetflow.registry.verify import VerifiedBody
 
-__all__ = ["RunningProxy", "create_app", "serve", "start_in_thread"]
+__all__ = ["create_app"]
 
 log = logging.getLogger("hetflow.registry")
 # A Host header worth echoing in the realm; anything else (quotes, spaces, CR/LF) is not
@@ -316,77 +311,3 @@ def create_app(settings: Settings, *, transport: httpx.MockTransport | None = No
     app.add_middleware(RequestLimits, limits=settings.limits)
     app.add_middleware(ApiVersion)
     return app
-
-
-class _QuietTlsProbes(logging.Filter):
-    """podman and skopeo try HTTPS first on a plain-HTTP registry; uvicorn logs each such
-    handshake as "Invalid HTTP request received." -- expected noise, not a fault."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "Invalid HTTP request received" not in record.getMessage()
-
-
-logging.getLogger("uvicorn.error").addFilter(_QuietTlsProbes())
-
-
-def serve(settings: Settings, *, log_level: str = "info") -> None:
-    """Run the proxy on ``settings.listen`` until interrupted.  Refuses (UsageError) to
-    run open to registration where that would reach beyond this machine."""
-    if settings.needs_admin_token and settings.admin_token is None:
-        raise UsageError(
-            f"--listen {settings.listen}: the proxy would let anyone who can reach it register hardware and pull "
-            "(with its upstream credentials, if any); set admin_token: in the config (or let "
-            "`hetflow registry serve` make one)"
-        )
-    host, port = parse_listen(settings.listen)
-    config = uvicorn.Config(
-        create_app(settings),
-        host=host,
-        port=port,
-        log_level=log_level,
-        access_log=False,
-        limit_concurrency=settings.limits.max_connections,
-    )
-    uvicorn.Server(config).run()
-
-
-@dataclass
-class RunningProxy:
-    """A proxy serving from a background thread (tests, the bench)."""
-
-    url: str  # http://127.0.0.1:PORT
-    host: str  # 127.0.0.1:PORT, as image references through the proxy start
-    app: Starlette
-    _server: uvicorn.Server
-    _thread: threading.Thread
-
-    def stop(self) -> None:
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-
-
-def start_in_thread(
-    settings: Settings, *, transport: httpx.MockTransport | None = None, log_level: str = "warning"
-) -> RunningProxy:
-    """Serve on a free loopback port (ignoring ``settings.listen``) from a daemon thread;
-    returns once the server accepts connections."""
-    app = create_app(settings, transport=transport)
-    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say they are
-    # TCP (base_events._set_nodelay); with proto 0 every small response waits out the
-    # client's delayed ACK (40 ms on Linux).
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
-    port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_level=log_level, access_log=False, lifespan="on", limit_concurrency=settings.limits.max_connections
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True, name=f"hetflow-proxy-{port}")
-    thread.start()
-    deadline = time.monotonic() + 20
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"the registry proxy did not start on 127.0.0.1:{port}")
-        time.sleep(0.01)
-    return RunningProxy(f"http://127.0.0.1:{port}", f"127.0.0.1:{port}", app, server, thread)

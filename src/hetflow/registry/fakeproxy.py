@@ -29,9 +29,9 @@ from pathlib import Path
 
 import httpx
 
-from hetflow.registry.app import start_in_thread
 from hetflow.registry.fake import FakeRegistry
 from hetflow.registry.fakeindexes import BigIndexes
+from hetflow.registry.serving import start_in_thread
 from hetflow.registry.settings import Limits, MachineTypeDecl, Settings
 from hetflow.registry.trickle import TrickleUpstream
 
@@ -87,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     info = {
         "url": proxy.url,
         "pid": os.getpid(),
+        "front_pid": proxy.front_pid,  # HAProxy, the HTTP front: its memory is the proxy's too
         "machine_type": MACHINE_TYPE,
         "token": token,
         "repo": REPO,

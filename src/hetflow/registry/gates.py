@@ -1,6 +1,8 @@
 """The ASGI gates in front of the registry proxy's app (``app.create_app`` adds them): the
-Docker-Distribution-API-Version header on every answer, and the per-request limits (body size,
-open requests per client) checked before the app reads a byte of the body."""
+Docker-Distribution-API-Version header on every answer, and the body size checked before the
+app reads a byte of it.  Connections are not counted here: the HTTP front (``hetflow.front``)
+limits them per client address and in all, those still sending headers too, before a request
+reaches the app."""
 
 from __future__ import annotations
 
@@ -41,54 +43,36 @@ def plain_error(status: int, code: str, message: str) -> tuple[Message, Message]
 
 
 class RequestLimits:
-    """Per-request limits ahead of the app: body size and open requests per client."""
+    """The body size limit ahead of the app (the front refuses a larger body first; this
+    holds for an app served some other way too)."""
 
     def __init__(self, app: ASGIApp, limits: Limits) -> None:
         self.app = app
         self.limits = limits
-        self.open: dict[str, int] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        client = (scope.get("client") or ("?", 0))[0]
-        if self.open.get(client, 0) >= self.limits.max_requests_per_client:
+        body = await self._body(scope, receive)
+        if body is None:
             for message in plain_error(
-                429,
-                ErrorCode.TOOMANYREQUESTS,
-                f"{client} has {self.limits.max_requests_per_client} requests open (limits.max_requests_per_client); "
-                "finish some first",
+                413,
+                ErrorCode.SIZE_INVALID,
+                f"request body over {self.limits.max_body_bytes} bytes (limits.max_body_bytes)",
             ):
                 await send(message)
             return
-        self.open[client] = self.open.get(client, 0) + 1
-        try:
-            body = await self._body(scope, receive)
-            if body is None:
-                for message in plain_error(
-                    413,
-                    ErrorCode.SIZE_INVALID,
-                    f"request body over {self.limits.max_body_bytes} bytes (limits.max_body_bytes)",
-                ):
-                    await send(message)
-                return
-            replayed = False
+        replayed = False
 
-            async def replay() -> Message:
-                nonlocal replayed
-                if not replayed:
-                    replayed = True
-                    return {"type": "http.request", "body": body, "more_body": False}
-                return await receive()
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": body, "more_body": False}
+            return await receive()
 
-            await self.app(scope, replay, send)
-        finally:
-            left = self.open[client] - 1
-            if left:
-                self.open[client] = left
-            else:
-                del self.open[client]
+        await self.app(scope, replay, send)
 
     async def _body(self, scope: Scope, receive: Receive) -> bytes | None:
         """The whole request body, or None once it passes the limit (read no further)."""

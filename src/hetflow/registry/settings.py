@@ -81,8 +81,15 @@ class Limits(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     max_body_bytes: int = Field(default=64 * 1024, ge=1024, description="request body (/token, registrations)")
-    max_requests_per_client: int = Field(default=64, ge=1, description="requests one client address has open")
-    max_connections: int = Field(default=1024, ge=1, description="open connections in all (uvicorn answers 503)")
+    # Enforced by the HTTP front (hetflow.front: HAProxy), before a request reaches the app.
+    max_requests_per_client: int = Field(default=64, ge=1, description="requests one client address has open (429)")
+    max_connections_per_client: int = Field(
+        default=128, ge=1, description="connections one address holds, those still sending headers too (closed)"
+    )
+    max_connections: int = Field(default=1024, ge=1, description="requests at the app at once (then 2 s queue, 503)")
+    request_timeout_s: float = Field(default=10.0, gt=0, description="a request's headers and body arrive by then")
+    client_idle_timeout_s: float = Field(default=30.0, gt=0, description="a client silent or not reading: cut")
+    keepalive_timeout_s: float = Field(default=5.0, gt=0, description="an idle keep-alive connection: closed")
     # 256 kinds of hardware is more than a lab has; with 1000 tokens each and 64 KiB
     # bodies it bounds the state file (rewritten on each registration) to tens of MB.
     max_machine_types: int = Field(default=256, ge=1, description="machine types, registered and declared")

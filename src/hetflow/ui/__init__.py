@@ -6,13 +6,15 @@ virtual-cluster Pareto front; stop, resume and retry behind ``--actions``.
     views     the API's JSON, built from the store with the report stage's functions
     streams   server-sent events: a run's event stream, a step's log
     planning  the plans view: ``hetflow plan --explain`` and ``cluster plan`` for files under --root
-    app       the starlette app and ``serve``
+    app       the starlette app, and ``bind`` (its port, bound first)
+    serving   ``serve``: the app behind the HTTP front (hetflow.front)
 
 The page itself (HTML, JS, CSS and the vendored libraries, with their licenses) is
 ``hetflow/share/ui``.
 """
 
-from hetflow.ui.app import bind, create_app, finite, serve
+from hetflow.ui.app import bind, create_app, finite
 from hetflow.ui.auth import UiConfig, is_loopback, new_token
+from hetflow.ui.serving import serve
 
 __all__ = ["UiConfig", "bind", "create_app", "finite", "is_loopback", "new_token", "serve"]

@@ -31,7 +31,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import uvicorn
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
@@ -364,9 +363,8 @@ def run_cli(args: list[str], home: Path) -> dict[str, Any]:
 
 
 def bind(host: str, port: int) -> socket.socket:
-    """The listening socket, bound before uvicorn starts so that a taken port or a bad
-    address is a clear error (uvicorn only logs it); proto=IPPROTO_TCP lets asyncio set
-    TCP_NODELAY (as the registry proxy does)."""
+    """The listening socket, bound here so that a taken port or a bad address is a clear error
+    before the HTTP front starts on it (``serving``)."""
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     except socket.gaierror as exc:
@@ -381,10 +379,3 @@ def bind(host: str, port: int) -> socket.socket:
         raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}; give another --port (or --port 0)") from None
     sock.listen(128)
     return sock
-
-
-def serve(config: UiConfig, *, log_level: str = "warning", sock: socket.socket | None = None) -> None:
-    """Serve the dashboard until interrupted, on ``sock`` or on ``config.host:config.port``."""
-    app = create_app(config)
-    sock = sock or bind(config.host, config.port)
-    uvicorn.Server(uvicorn.Config(app, log_level=log_level, access_log=False)).run(sockets=[sock])
