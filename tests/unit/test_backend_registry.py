@@ -218,3 +218,20 @@ def test_the_scan_finds_a_backend_named_in_code(tmp_path: Path) -> None:
         (5, "ray"),
         (6, "kubernetes_inventory"),
     ]
+
+
+def switches(root: Path) -> list[str]:
+    """Where the run reads ``assigns_gpus`` or looks a backend's method up by name."""
+    return [
+        f"{p.relative_to(root)}:{n}"
+        for p in sorted((root / "execute" / "run").rglob("*.py"))
+        for n, line in enumerate(p.read_text().splitlines(), 1)
+        if "assigns_gpus" in line or re.search(r"getattr\([^)]*backend", line)
+    ]
+
+
+def test_the_run_asks_capabilities_what_they_mean() -> None:
+    """``assigns_gpus`` once stood for "a cluster" at six sites; each now asks what it means
+    (``places_steps``, ``leases_gpus_here``) and ``image_entrypoint`` is a method of every
+    backend.  Only the engine view reads ``assigns_gpus``: the GPUs an engine says it picked."""
+    assert switches(SRC) == ["execute/run/engineview.py:39", "execute/run/engineview.py:72"]
