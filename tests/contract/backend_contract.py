@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from hetflow.execute.backends import registry
 from hetflow.execute.backends.base import (
     DISCARDED_CODE,
     PUBLISH_FAILED_CODE,
@@ -145,6 +146,16 @@ class BackendContract:
         first = backend.image_id(BUSYBOX)
         assert first and first == backend.image_id(BUSYBOX), "an image's identity is stable"
         assert backend.image_id(MISSING) is None
+
+    def test_it_says_what_its_plugin_declares(self, backend: Backend) -> None:
+        """The registry reads a backend's capabilities from its plugin without loading it
+        (``execute.backends.registry``): they are the backend's own.  An image's ENTRYPOINT
+        is a tuple where the engine can say before the run, else None."""
+        caps = backend.capabilities
+        if caps.name in registry.names():
+            assert registry.by_name(caps.name).capabilities == caps
+        entrypoint = backend.image_entrypoint(BUSYBOX)
+        assert entrypoint is None or isinstance(entrypoint, tuple)
 
     def test_submit_runs_and_reports_exit_code(self, backend: Backend, tmp_path: Path) -> None:
         rid = new_run_id()

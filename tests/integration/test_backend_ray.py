@@ -280,7 +280,7 @@ def test_an_untyped_cluster_places_by_resources_alone(tmp_path: Path) -> None:
     ids=["defaults", "client-address", "local-cluster", "devices", "resources-from-yaml"],
 )
 def test_settings_come_from_hetflows_config(mapping: dict[str, str], expect: RaySettings) -> None:
-    assert RaySettings.from_backend(Settings(backend="ray", ray=mapping)) == expect
+    assert RaySettings.from_backend(Settings(backend="ray", sections={"ray": mapping})) == expect
 
 
 @pytest.mark.parametrize(

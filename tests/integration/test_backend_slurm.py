@@ -262,12 +262,14 @@ def test_settings_from_the_config_file_strings() -> None:
         Settings(
             backend="slurm",
             workdir="/shared/hf",
-            slurm={
-                "partition": "gpu",
-                "gres_types": f"{T4}=t4, {A100} = a100",
-                "gres_files": "n1=/dev/nvidia2:/dev/nvidia3",
-                "extra_args": "--time=60 --qos=short",
-                "use_features": "true",
+            sections={
+                "slurm": {
+                    "partition": "gpu",
+                    "gres_types": f"{T4}=t4, {A100} = a100",
+                    "gres_files": "n1=/dev/nvidia2:/dev/nvidia3",
+                    "extra_args": "--time=60 --qos=short",
+                    "use_features": "true",
+                }
             },
         )
     )

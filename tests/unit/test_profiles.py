@@ -102,7 +102,7 @@ def test_a_params_file_may_be_json_and_keeps_its_types(tmp_path: Path) -> None:
 def test_a_profile_sets_settings_keys_and_wins_over_the_environment(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text(CONFIG)
     s = load_settings(None, tmp_path, {"HETFLOW_SLURM_PARTITION": "cpu"}, profiles=("slurm",))
-    assert (s.backend, s.cluster, dict(s.slurm)) == ("slurm", "/c.yaml", {"partition": "gpu"})
+    assert (s.backend, s.cluster, dict(s.section("slurm"))) == ("slurm", "/c.yaml", {"partition": "gpu"})
     s = load_settings(None, tmp_path, {}, backend="local", profiles=("slurm",))
     assert s.backend == "local"  # the command line's own flag wins over a profile
 

@@ -12,7 +12,8 @@ import pytest
 
 from hetflow.execute import reset_for_resume
 from hetflow.execute.backends import FakeBackend, FakeState
-from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.backends.base import Job, JobState
+from hetflow.execute.backends.capabilities import Capabilities
 from hetflow.execute.backends.local.fakeengine import FakeEngine
 from hetflow.execute.data.outputs import sha256_of
 from hetflow.execute.data.paths import RunPaths
@@ -25,7 +26,9 @@ from hetflow.spec.checks import edges_of
 from hetflow.state import StepRecord
 from tests.unit.builders import Outcome, World, world
 
-QUEUE = Capabilities("queue", holds_dependencies=True, assigns_gpus=True, multi_node=True, queues=True)
+QUEUE = Capabilities(
+    "queue", holds_dependencies=True, assigns_gpus=True, multi_node=True, queues=True, places_steps=True
+)
 
 
 @dataclass
@@ -44,6 +47,9 @@ class QueueBackend:
 
     def image_exists(self, image: str) -> bool:
         return True
+
+    def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
+        return None
 
     def submit(self, job: Job) -> None:
         self.jobs[job.name] = job

@@ -19,7 +19,7 @@ def test_file_then_environment_then_flags(tmp_path: Path) -> None:
         "backend: slurm\ncluster: /c.yaml\nworkdir: /shared\nslurm: {partition: cpu, account: a1}\n"
     )
     s = load_settings(None, tmp_path, {"HETFLOW_SLURM_PARTITION": "gpu"})
-    assert (s.backend, s.cluster, s.workdir, dict(s.slurm)) == (
+    assert (s.backend, s.cluster, s.workdir, dict(s.section("slurm"))) == (
         "slurm",
         "/c.yaml",
         "/shared",

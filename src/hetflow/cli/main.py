@@ -28,6 +28,7 @@ from hetflow.cli.helptext import plain_help
 from hetflow.cli.shell import completion_words
 from hetflow.config import check_environment, hetflow_home
 from hetflow.errors import EngineError, HetflowError, SpecError, UsageError
+from hetflow.execute import DEFAULT_BACKEND, backend_plugins
 
 if TYPE_CHECKING:
     from hetflow.execute import RuntimeChoice
@@ -120,7 +121,9 @@ def validate(
 
     # the params and resources a run would take from the settings file; validate checks on
     # this machine (check_run), so the file's backend (and the cluster it needs) is not asked for
-    settings = load_settings(config, hetflow_home(), os.environ, backend="local", profiles=split_profiles(profile))
+    settings = load_settings(
+        config, hetflow_home(), os.environ, backend=DEFAULT_BACKEND, profiles=split_profiles(profile)
+    )
     pending: dict[str, str] = {}
     steps = 0
     try:
@@ -157,15 +160,18 @@ def validate(
     raise typer.Exit(BAD_INPUT if errors else 0)
 
 
+# the backends whose engine lists its nodes (``BackendPlugin.nodes``), from the registry
+LISTING = tuple(p.name for p in backend_plugins() if p.nodes is not None)
+NODES_BACKEND_HELP = f"{', '.join(LISTING)}: the nodes the engine lists (--json: a cluster file for --cluster)."
+
+
 @app.command()
 def nodes(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
     topo: bool = typer.Option(
         False, "--topo", help="Also the GPU interconnect matrix, like `nvidia-smi topo -m` (--json always has it)."
     ),
-    backend: str | None = typer.Option(
-        None, "--backend", help="kubernetes: the nodes its API server lists (--json: a cluster file for --cluster)."
-    ),
+    backend: str | None = typer.Option(None, "--backend", help=NODES_BACKEND_HELP),
     config: Path | None = typer.Option(None, "--config", help="Settings file (default $HETFLOW_HOME/config.yaml)."),
 ) -> None:
     """Describe this machine's hardware, like `docker info` plus `nvidia-smi`; with --backend
@@ -173,7 +179,7 @@ def nodes(
     from hetflow.inventory import discover
     from hetflow.report import node_to_json, render_node
 
-    if backend is not None and backend != "local":
+    if backend is not None and backend != DEFAULT_BACKEND:
         _cluster_nodes(backend, config, json_out=json_out)
         return
     node = discover(hetflow_home())
@@ -205,12 +211,16 @@ def _container_runtime() -> RuntimeChoice | None:
 def _cluster_nodes(backend: str, config: Path | None, *, json_out: bool) -> None:
     from rich.table import Table
 
-    from hetflow.execute import kubernetes_inventory, load_settings
+    from hetflow.execute import cluster_nodes, load_settings
 
-    if backend != "kubernetes":
-        raise UsageError(f"--backend {backend}: nodes lists a cluster's nodes for kubernetes only (Slurm: sinfo)")
-    settings = load_settings(config, hetflow_home(), os.environ, backend="kubernetes")
-    inventory = kubernetes_inventory(settings)
+    if backend not in LISTING:
+        raise UsageError(
+            f"--backend {backend}: nodes lists a cluster's nodes for {' and '.join(LISTING)} only (others: the"
+            " engine's own command, such as sinfo)"
+        )
+    settings = load_settings(config, hetflow_home(), os.environ, backend=backend)
+    inventory = cluster_nodes(settings)
+    assert inventory is not None  # a backend in LISTING lists its nodes
     found = inventory.nodes()
     if json_out:
         print_json(inventory.cluster())

@@ -25,6 +25,7 @@ from hetflow.cli.common import (
 from hetflow.cli.shell import complete_runs
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
+from hetflow.execute import backend_help, backend_plugins
 from hetflow.report import (
     item_labels,
     ps_table,
@@ -64,13 +65,18 @@ def register(app: typer.Typer) -> None:
     app.command("_execute", hidden=True)(execute_detached)
 
 
+# from the registry (``execute.backends.registry``): each backend declares its line
+BACKEND_HELP = backend_help()
+CLUSTER_HELP = f"Cluster file to plan on ({', '.join(p.name for p in backend_plugins() if p.cluster_file)})."
+
+
 def run(
     file: Path = typer.Argument(..., help="Workflow YAML."),
     param: list[str] = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Print the run id and run in the background."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
-    backend: str | None = typer.Option(None, "--backend", help="local (default), slurm or ray."),
-    cluster: Path | None = typer.Option(None, "--cluster", help="Cluster file to plan on (slurm, ray)."),
+    backend: str | None = typer.Option(None, "--backend", help=BACKEND_HELP),
+    cluster: Path | None = typer.Option(None, "--cluster", help=CLUSTER_HELP),
     config: Path | None = typer.Option(None, "--config", help="Settings file (default $HETFLOW_HOME/config.yaml)."),
     profile: list[str] = typer.Option(
         [],
@@ -185,7 +191,7 @@ def _tidy(store: Store, run_id: str) -> None:
     gang networks, orphaned monitors) is removed as ``doctor --repair`` would, and said."""
     from hetflow.execute import Settings, make_engine, tidy
 
-    if Settings.from_json(store.run(run_id).backend_json).backend != "local":
+    if not Settings.from_json(store.run(run_id).backend_json).leases_here:
         return
     removed = tidy(store, make_engine(), run_id)
     if removed:

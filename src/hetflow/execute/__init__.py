@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from hetflow.execute.backends.local.fakeengine import FakeEngine
     from hetflow.execute.backends.local.ociruntime import RuntimeChoice
     from hetflow.execute.backends.local.podman import CliEngine
+    from hetflow.execute.backends.registry import DEFAULT_BACKEND, backend_help, backend_plugins, cluster_nodes
     from hetflow.execute.checkpoint import CriuSupport, criu_support, kept_checkpoints
     from hetflow.execute.data.cache import Key, ResultCache, StepKeys, cache_key, input_digests
     from hetflow.execute.data.fanout import expand_for_planning
@@ -82,7 +83,7 @@ if TYPE_CHECKING:
     from hetflow.execute.secrets import SECRETS_FILE_ENV, Secrets, activate, gather_available, mask
     from hetflow.execute.settings import RunnerConfig, Settings, load_settings
     from hetflow.execute.submit.pin import PinResult, default_resolver, pin_images
-    from hetflow.execute.submit.prepare import cluster_instance, kubernetes_inventory, measured_slowdowns
+    from hetflow.execute.submit.prepare import cluster_instance, measured_slowdowns
     from hetflow.execute.submit.preview import Preview, StepPreview, check_run, preview_run
     from hetflow.execute.submit.record import create_run, new_run_id, preflight
     from hetflow.execute.submit.rehash import rehash_for_resume
@@ -92,11 +93,12 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "backends.factory": ["make_backend"],
+    "backends.registry": ["DEFAULT_BACKEND", "backend_help", "backend_plugins", "cluster_nodes"],
     "data.cache": ["Key", "ResultCache", "StepKeys", "cache_key", "input_digests"],
     "data.inputs": ["DataManifest", "resolve_data"],
     "backends.local.fakeengine": ["FakeEngine"],
     "data.fanout": ["expand_for_planning"],
-    "submit.prepare": ["cluster_instance", "kubernetes_inventory", "measured_slowdowns"],
+    "submit.prepare": ["cluster_instance", "measured_slowdowns"],
     "submit.preview": ["Preview", "StepPreview", "check_run", "preview_run"],
     "run.launch.container": ["build_spec", "container_env", "input_mounts"],
     "run.dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
@@ -150,6 +152,7 @@ _WHERE = {
     "submit.record": ["create_run", "new_run_id", "preflight"],
 }
 __all__ = [
+    "DEFAULT_BACKEND",
     "DEFAULT_GRACE",
     "DISCARDED_WORDS",
     "DRIVER_DIR",
@@ -206,6 +209,8 @@ __all__ = [
     "apply_resources",
     "attempt_label",
     "attempt_sources",
+    "backend_help",
+    "backend_plugins",
     "batch_notes",
     "build_runner",
     "build_spec",
@@ -214,6 +219,7 @@ __all__ = [
     "check_run",
     "check_urls",
     "cluster_instance",
+    "cluster_nodes",
     "container_env",
     "container_name",
     "create_run",
@@ -234,7 +240,6 @@ __all__ = [
     "input_digests",
     "input_mounts",
     "kept_checkpoints",
-    "kubernetes_inventory",
     "layer_params",
     "load_recorded",
     "load_settings",

@@ -9,22 +9,46 @@ every backend, local included (given the run's container engine); what only one 
 can do is a ``runtime_checkable`` protocol beside ``Backend`` (``MeasuresUsage``,
 ``MeasuresOnRelease``, ``DropsNetworks``) that callers test with ``isinstance``.
 
-One package per engine, each shaped alike: ``settings.py`` (a frozen settings dataclass
-read from the run's Settings), ``translate.py`` (Job -> the engine's objects, pure),
-``backend.py`` (submit, poll, cancel, release).  To add a backend: make such a package,
-register it in ``factory.make_backend`` (importing it lazily there, as Slurm and Ray are:
-their clients are heavy or optional), and subclass the contract suite
+One package per engine, each shaped alike: ``plugin.py`` (its ``BackendPlugin``: name,
+help line, capabilities, settings class, variables, dispatch), ``settings.py`` (a frozen
+settings dataclass read from its section of the run's settings), ``translate.py`` (Job ->
+the engine's objects, pure), ``backend.py`` (submit, poll, cancel, release).  ``registry``
+lists the plugin modules and is the only place that names a backend: the settings file,
+``make_backend`` and the command line read it.  To add a backend: make such a package, add
+its plugin module to ``registry.MODULES``, and subclass the contract suite
 (``tests/contract/backend_contract.py``) in a test.  ``fake.py`` is a backend in memory
 that interprets the few shell commands tests use; it passes the contract in the unit tests.
+
+Every name here (and in each backend package) loads on first use, so reading the registry
+imports no engine's client.
 """
 
-from hetflow.execute.backends.base import Backend, Capabilities, Job, JobState, MeasuresUsage
-from hetflow.execute.backends.factory import make_backend
-from hetflow.execute.backends.fake import FakeBackend, FakeState
-from hetflow.execute.backends.local import LocalBackend
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hetflow.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from hetflow.execute.backends.base import Backend, Job, JobState, MeasuresUsage
+    from hetflow.execute.backends.capabilities import Capabilities
+    from hetflow.execute.backends.factory import make_backend
+    from hetflow.execute.backends.fake import FakeBackend, FakeState
+    from hetflow.execute.backends.local.backend import LocalBackend
+    from hetflow.execute.backends.plugin import BackendPlugin
+
+_WHERE = {
+    "base": ["Backend", "Job", "JobState", "MeasuresUsage"],
+    "capabilities": ["Capabilities"],
+    "plugin": ["BackendPlugin"],
+    "factory": ["make_backend"],
+    "fake": ["FakeBackend", "FakeState"],
+    "local.backend": ["LocalBackend"],
+}
 
 __all__ = [
     "Backend",
+    "BackendPlugin",
     "Capabilities",
     "FakeBackend",
     "FakeState",
@@ -34,3 +58,5 @@ __all__ = [
     "MeasuresUsage",
     "make_backend",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

@@ -13,27 +13,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
+from hetflow.execute.backends.capabilities import Capabilities
 from hetflow.execute.checkpoint.images import Restore
 from hetflow.execute.engine import ContainerSpec, Usage
 from hetflow.inventory import GpuSharing
 from hetflow.spec import Gang, GpuRequest
-
-
-@dataclass(frozen=True)
-class Capabilities:
-    name: str
-    # The engine orders steps itself (Slurm --dependency=afterok): hetflow submits a step as
-    # soon as its parents are submitted, naming them in Job.depends_on.
-    holds_dependencies: bool = False
-    # The engine assigns GPUs (Slurm gres, Ray num_gpus) and the container is given the
-    # ones assigned; otherwise hetflow leases GPUs and passes their device nodes itself.
-    assigns_gpus: bool = False
-    # Steps may land on other machines: the work directory must be shared.
-    multi_node: bool = False
-    # The engine queues a submitted job until it can place it (Slurm, Ray): the step shows
-    # "queued" from its submission until the engine says the job runs (EngineView.note_wait).
-    queues: bool = False
-
 
 # A job given ``Job.publish`` ends with this code when it exited 0 but left a declared output
 # out of /out (or could not move /out into place): not 0, so the engine never starts its
@@ -144,6 +128,11 @@ class Backend(Protocol):
         """Raise a HetflowError saying what to fix when the engine cannot be reached."""
 
     def image_exists(self, image: str) -> bool: ...
+
+    def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
+        """The image's ENTRYPOINT, () for none, where the engine can say before the run (the
+        local one: podman's image inspect); None where it cannot (a cluster's nodes hold the
+        images).  Fan-out items are batched, unasked, only into images with none."""
 
     def image_id(self, image: str) -> str | None:
         """The identity of the image the engine would run (its ID or pinned digest: a

@@ -3,27 +3,28 @@ a backend is made, local included, so that every caller gets the same seam."""
 
 from __future__ import annotations
 
+from hetflow.execute.backends import registry
 from hetflow.execute.backends.base import Backend
-from hetflow.execute.backends.local import LocalBackend
+from hetflow.execute.backends.plugin import RunSettings
 from hetflow.execute.engine import ContainerEngine
-from hetflow.execute.settings import Settings
 
 
-def make_backend(settings: Settings | None = None, *, engine: ContainerEngine | None = None) -> Backend:
-    """The backend ``settings`` name (None: the local one).  ``engine``: the container engine
-    a local backend drives (a run's own, or a test's fake); None: this machine's podman or
-    docker.  A cluster backend runs containers on its nodes and takes no engine here."""
-    name = settings.backend if settings is not None else "local"
-    if name == "slurm" and settings is not None:
-        from hetflow.execute.backends.slurm import SlurmBackend, SlurmSettings
+class _Defaults:
+    """The settings of a run that names nothing: the default backend, podman, no sections."""
 
-        return SlurmBackend(SlurmSettings.from_backend(settings))
-    if name == "ray" and settings is not None:
-        from hetflow.execute.backends.ray import RayBackend, RaySettings
+    backend = registry.DEFAULT_BACKEND
+    engine = "podman"
+    workdir = None
 
-        return RayBackend(RaySettings.from_backend(settings))
-    if name == "kubernetes" and settings is not None:
-        from hetflow.execute.backends.kubernetes import KubernetesBackend, KubernetesSettings
+    def section(self, name: str) -> dict[str, object]:
+        return {}
 
-        return KubernetesBackend(KubernetesSettings.from_backend(settings))
-    return LocalBackend(engine)
+
+def make_backend(settings: RunSettings | None = None, *, engine: ContainerEngine | None = None) -> Backend:
+    """The backend ``settings`` name (None: the default one, ``registry.DEFAULT_BACKEND``), made by
+    its plugin's class (``registry``).  ``engine``: the container engine a backend that runs
+    steps on this machine drives (a run's own, or a test's fake); None: this machine's podman
+    or docker.  A cluster backend runs containers on its nodes and takes no engine here."""
+    chosen = settings if settings is not None else _Defaults()
+    plugin = registry.by_name(chosen.backend)
+    return registry.backend_class(plugin).from_settings(chosen, engine)

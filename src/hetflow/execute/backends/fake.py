@@ -38,15 +38,26 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from hetflow.errors import EngineError
-from hetflow.execute.backends.base import DISCARDED_CODE, PUBLISH_FAILED_CODE, Capabilities, Job, JobState
+from hetflow.execute.backends.base import DISCARDED_CODE, PUBLISH_FAILED_CODE, Job, JobState
+from hetflow.execute.backends.capabilities import Capabilities
 from hetflow.execute.backends.fakeshell import FakeJob, log, parse, step
+from hetflow.execute.backends.plugin import BackendPlugin, RunSettings
 from hetflow.execute.data import fencing
 from hetflow.execute.data.outputs import missing_message, missing_outputs, move_into_place
+from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.gang.replicas import gang_state
 
 CANCELLED_CODE = 143  # 128 + SIGTERM, as `podman stop` and scancel report a stopped job
 WATCH_TICK = 0.02  # seconds between a watcher's looks at the clock
 NODE = "fake"  # the one node every job runs on
+# The fake as a plugin (``backends.plugin``), for the tests that add a backend to the registry
+# (``registry.MODULES``) and find every stage takes it: it runs steps as local does.
+PLUGIN = BackendPlugin(
+    name="fake",
+    help="an engine in memory, for tests",
+    capabilities=Capabilities(name="fake"),
+    backend="hetflow.execute.backends.fake:FakeBackend",
+)
 
 
 @dataclass
@@ -111,7 +122,15 @@ class FakeBackend:
             multi_node=multi_node,
             assigns_gpus=cluster,
             queues=cluster,
+            places_steps=cluster,
         )
+
+    @classmethod
+    def from_settings(cls, settings: RunSettings, engine: ContainerEngine | None) -> FakeBackend:
+        return cls()
+
+    def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
+        return None
 
     def check(self) -> None:
         pass

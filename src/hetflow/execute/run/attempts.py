@@ -115,7 +115,7 @@ class Attempts:
         self.next: dict[str, NextAttempt] = {}
         self.limits: Callable[[str], Limits] = lambda node: None  # what one node there holds
         self.cluster = False  # a cluster plan: a failed node class can be avoided
-        self.gpus = AttemptGpus(store, run_id, here=not backend.capabilities.assigns_gpus)  # NVML sampling
+        self.gpus = AttemptGpus(store, run_id, here=backend.capabilities.leases_gpus_here)  # NVML sampling
         self.lost = LostAttempts(store, run_id, paths, backend, clock)  # given up: fenced; failed nodes
         self.view = EngineView(store, run_id, clock, backend.capabilities)  # what a queueing engine says
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from hetflow.execute.backends.base import Capabilities, JobState
+from hetflow.execute.backends.base import JobState
+from hetflow.execute.backends.capabilities import Capabilities
 from hetflow.state import Store
 
 __all__ = ["EngineView", "InFlight"]

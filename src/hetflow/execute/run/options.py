@@ -78,9 +78,9 @@ class ProcessSeams:
 def make_dispatch(
     store: Store, node: Node, backend: Backend, attempts: Attempts, options: RunOptions, seams: ProcessSeams
 ) -> Dispatch:
-    """Engines that assign GPUs and queue work (Slurm, Ray) follow the cluster plan's
-    placements; this machine's capacity and GPU leases are hetflow's own concern."""
-    if backend.capabilities.assigns_gpus:
+    """An engine whose nodes run the steps (``Capabilities.places_steps``) follows the
+    cluster plan's placements; this machine's capacity and GPU leases are hetflow's own concern."""
+    if backend.capabilities.places_steps:
         chooser = options.chooser
         return ClusterDispatch(
             node,

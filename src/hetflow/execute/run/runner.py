@@ -138,7 +138,7 @@ class Runner:
         self.dispatch = make_dispatch(store, node, self.backend, self.attempts, options, seams)
         # what one node holds, for a retry's growth to stop at (``nextattempt.after_failure``)
         sizes = {c.name: (float(c.cores), c.memory) for c in options.classes}
-        self.attempts.cluster = self.backend.capabilities.assigns_gpus
+        self.attempts.cluster = self.backend.capabilities.places_steps
         self.attempts.limits = (
             sizes.get if self.attempts.cluster else lambda _: (float(node.cpu.cores), node.memory_bytes)
         )

@@ -10,9 +10,10 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from hetflow.errors import EngineError, UsageError
+from hetflow.execute.backends import registry
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit.pin import Resolver, default_resolver, pin_images
 from hetflow.execute.submit.runplan import CLUSTER, GREEDY, LOCAL, PLANNED, RunPlan, images_of
@@ -39,9 +40,6 @@ from hetflow.plan import (
 )
 from hetflow.spec import LoadedWorkflow
 from hetflow.state import Store
-
-if TYPE_CHECKING:
-    from hetflow.execute.backends.kubernetes import Inventory
 
 Say = Callable[[str], None]
 
@@ -150,25 +148,16 @@ def cluster_instance(
     )
 
 
-def kubernetes_inventory(settings: Settings) -> Inventory:
-    """The nodes of the Kubernetes cluster the settings name (kubeconfig, context)."""
-    from hetflow.execute.backends.kubernetes import Inventory, KubeApi, KubernetesSettings
-
-    return Inventory(KubeApi(KubernetesSettings.from_backend(settings)))
-
-
 def cluster_of(settings: Settings) -> Cluster:
-    """The settings' cluster file; without one, for the Kubernetes backend, the nodes its API
-    server lists (``backends.kubernetes.inventory``)."""
+    """The settings' cluster file; without one, the nodes the backend lists itself (its
+    plugin's ``nodes``: Kubernetes' API server)."""
     if settings.cluster is not None:
         return load_cluster(settings.cluster)
-    if settings.backend == "kubernetes":
-        inventory = kubernetes_inventory(settings)
-        data = inventory.cluster()
+    listed = registry.cluster_nodes(settings)
+    if listed is not None:
+        data = listed.cluster()
         if not data["nodeTypes"]:
-            raise EngineError(
-                f"the Kubernetes cluster at {inventory.api.where} has no Ready, schedulable node to plan on"
-            )
+            raise EngineError(f"{listed.title} has no Ready, schedulable node to plan on")
         return Cluster.model_validate(data)
     raise UsageError(f"the {settings.backend} backend plans on a cluster file: give --cluster FILE")
 

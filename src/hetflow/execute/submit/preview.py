@@ -49,7 +49,7 @@ from hetflow.execute.settings import Settings
 from hetflow.execute.submit.pin import Resolver, default_resolver, pin_images
 from hetflow.execute.submit.prepare import plan_on_cluster, plan_on_node
 from hetflow.execute.submit.record import preflight
-from hetflow.execute.submit.runplan import LOCAL, RunPlan
+from hetflow.execute.submit.runplan import RunPlan
 from hetflow.images import NotFoundError, ResolveResult, parse_reference
 from hetflow.inventory import Node
 from hetflow.plan import can_run_here
@@ -131,7 +131,7 @@ def preview_run(
     manifest = _listed(resolve_data(loaded, memo=store, s3=s3))
     loaded, _ = expand_at_submit(loaded, manifest)
     s3_sets = {name for name, ds in manifest.sets.items() if ds.kind == S3}
-    if settings.backend == LOCAL:
+    if settings.leases_here:
         engine = engine or make_engine()
         pinned = pin_images(loaded.workflow, node, resolver)
         loaded = dataclasses.replace(loaded, workflow=pinned.workflow)
@@ -216,12 +216,12 @@ class _Walk:
         """The plan's variant, place, GPUs and time for the step."""
         placement = self.plan.plan.placements.get(name) if self.plan.plan is not None else None
         if placement is not None:
-            where = self.node.name if self.settings.backend == LOCAL else placement.machine_class
+            where = self.node.name if self.settings.leases_here else placement.machine_class
             return placement.variant, where, placement.gpus, placement.finish - placement.start
         chosen = self.plan.variants.get(name)
         if chosen is None:  # greedy: the first variant that can run here (a GPU one when a GPU fits)
             chosen = next((v for v, o in step.resolved_variants().items() if can_run_here(step, o, self.node)), "")
-        return chosen, self.node.name if self.settings.backend == LOCAL else "", (), None
+        return chosen, self.node.name if self.settings.leases_here else "", (), None
 
     def _skipped(self, name: str, step: Step, vname: str) -> str:
         broken = [d for d in step.dependencies() if self.status.get(d) == SKIPPED]
@@ -230,7 +230,7 @@ class _Walk:
             by_condition = all(self.reasons.get(d, "").startswith(SKIPPED_BY_CONDITION) for d in broken)
             return SKIPPED_BY_CONDITION + why if by_condition else why
         if not vname and step.optional:
-            return "optional step: no variant fits " + ("this machine" if self.settings.backend == LOCAL else "a node")
+            return "optional step: no variant fits " + ("this machine" if self.settings.leases_here else "a node")
         return ""
 
     def _cached(self, name: str, step: Step, vname: str) -> tuple[str, str, str, str]:
@@ -256,7 +256,7 @@ class _Walk:
             return RUNS, "no variant chosen before the run", "", ""
         image = variant.image
         identity = image.rsplit("@", 1)[1] if "@sha256:" in image else self.image_id(image)
-        if identity is None and self.settings.backend != LOCAL:
+        if identity is None and not self.settings.leases_here:
             why = f"the image's identity is read on {self.settings.backend} at run time, the cache checked then"
             return RUNS, why, "", ""
         if identity is None:

@@ -10,6 +10,7 @@ from collections.abc import Collection, Sequence
 from pathlib import Path
 
 from hetflow.errors import Problem, SpecError
+from hetflow.execute.backends.registry import DEFAULT_BACKEND
 from hetflow.execute.checkpoint import criu_support
 from hetflow.execute.data.paths import RunPaths, make_run_dir
 from hetflow.execute.engine import ContainerEngine
@@ -87,7 +88,7 @@ def create_run(
     uid: int,
     gid: int,
     *,
-    backend: str = "local",
+    backend: str = DEFAULT_BACKEND,
     backend_json: str = "{}",
     runs_dir: Path | None = None,
     plan_json: str | None = None,

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hetflow.errors import StateError
+from hetflow.execute.backends.plugin import LEASES, PLAN
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.plan import (
     MachineClass,
@@ -27,7 +28,8 @@ from hetflow.spec import Step, Workflow, fanout_parent
 from hetflow.state import Store
 
 FORMAT = 1
-LOCAL, CLUSTER = "local", "cluster"
+# how the run's steps find their place (``backends.plugin``: its backend's dispatch)
+LOCAL, CLUSTER = LEASES, PLAN
 PLANNED, GREEDY = "plan", "greedy"  # HETFLOW_PLANNER: follow the planner, or the plain greedy rule
 
 

@@ -27,6 +27,7 @@ from hetflow.errors import HetflowError, Problem, SpecError, StateError, UsageEr
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.backends.local.engines import make_engine
+from hetflow.execute.backends.registry import DEFAULT_BACKEND
 from hetflow.execute.data.cache import StepKeys
 from hetflow.execute.data.fanout import expand_at_submit, replay
 from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
@@ -43,7 +44,7 @@ from hetflow.execute.submit.prepare import Puller, Say, ensure_pulled, pin, plan
 from hetflow.execute.submit.record import create_run, new_run_id, preflight
 from hetflow.execute.submit.rehash import rehash_for_resume
 from hetflow.execute.submit.reset import reset_for_resume
-from hetflow.execute.submit.runplan import LOCAL, RunPlan, apply_images, images_of
+from hetflow.execute.submit.runplan import RunPlan, apply_images, images_of
 from hetflow.inventory import Node
 from hetflow.spec import LoadedWorkflow, Workflow, edges_of, fanout_parent
 from hetflow.state import (
@@ -77,7 +78,7 @@ class OpenRun:
     engine: ContainerEngine | None = None
 
     def banner(self) -> str:
-        if self.settings.backend == LOCAL:
+        if self.settings.leases_here:
             node = self.node
             gpus = f"{len(node.gpus)} GPU(s){', fake' if node.gpu_source == 'fake' else ''}"
             return f"run {self.run.id} of {self.workflow.name} on {node.name} ({node.cpu.cores} CPUs, {gpus})"
@@ -154,7 +155,7 @@ def _check_and_plan(
     backend: Backend | None,
     resolver: Resolver,
 ) -> tuple[LoadedWorkflow, RunPlan, Backend, LocalEngine | None]:
-    if settings.backend == LOCAL:
+    if settings.leases_here:
         engine = engine or make_engine()
         loaded, pulls = pin(loaded, node, engine, say, resolver)
         found = list(loaded.notes) + preflight(loaded, node, engine)
@@ -203,7 +204,7 @@ def open_run(
     settings = Settings.from_json(record.backend_json)
     loaded = loaded or load_recorded(store, run_id)
     text = store.plan_json(run_id)
-    if settings.backend == LOCAL:
+    if settings.leases_here:
         engine = engine or make_engine()
         if text is None:  # recorded without a plan: pin and plan now, as the hetflow that recorded it did
             loaded, pulls = pin(loaded, node, engine)
@@ -226,11 +227,11 @@ def _use_secrets(workflow: Workflow, settings: Settings, *, resume: bool = False
     file), or UsageError naming each one missing.  They are never recorded, so every process
     that executes the run (a detached executor, a resume) looks them up again."""
     named = sorted({n for s in workflow.steps.values() for n in s.secrets})
-    if named and settings.backend != LOCAL:
+    if named and not settings.leases_here:
         raise UsageError(
             f"secrets ({', '.join(named)}) reach containers on this machine only; the {settings.backend} backend "
-            "would have to write them into its job files: run with --backend local, or give the job its secret "
-            "through the cluster's own means"
+            f"would have to write them into its job files: run with --backend {DEFAULT_BACKEND}, or give the job"
+            " its secret through the cluster's own means"
         )
     activate(gather(workflow, os.environ, resume=resume))
 
@@ -268,7 +269,7 @@ def resume_run(
     _use_secrets(load_recorded(store, run_id).workflow, Settings.from_json(record.backend_json), resume=True)
     settle_run(store, run_id)  # a publish the killed executor cut short: finished or undone first
     amendment = Amendment()
-    if Settings.from_json(record.backend_json).backend == LOCAL:
+    if Settings.from_json(record.backend_json).leases_here:
         engine = engine or make_engine()
     if as_recorded:
         loaded = load_recorded(store, run_id)
@@ -317,7 +318,7 @@ def _refuse_edit(
     applied: a cluster run, changed data, an executor still running it, or steps in flight;
     else the local run's engine."""
     run_id = record.id
-    if settings.backend != LOCAL or engine is None:
+    if not settings.leases_here or engine is None:
         raise StateError(
             f"{changed}; applying an edit to a run on {settings.backend} is not supported: resume it as recorded"
             f" (hetflow resume {run_id} --as-recorded) or start a new run (hetflow run; the cache keeps its results)"

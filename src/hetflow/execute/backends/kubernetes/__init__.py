@@ -10,16 +10,33 @@ package:
     logs.py       pod logs followed into hetflow's log files
     backend.py    KubernetesBackend: check, submit, poll, watch, cancel, release
 
-Importing the package imports httpx only; the kubeconfig loader (the ``kubernetes``
-client) is imported when a backend first talks to a cluster.
+Names load on first use (``hetflow.lazy``): importing the package, or its ``plugin``,
+imports nothing of the engine's; ``api`` imports httpx, and the kubeconfig loader (the
+``kubernetes`` client) is imported when a backend first talks to a cluster.
 """
 
-from hetflow.execute.backends.kubernetes.api import KubeApi
-from hetflow.execute.backends.kubernetes.backend import KubernetesBackend
-from hetflow.execute.backends.kubernetes.inventory import Inventory, KubeNode, node_types, read_nodes
-from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
-from hetflow.execute.backends.kubernetes.states import job_state, pod_state
-from hetflow.execute.backends.kubernetes.translate import Placement, cel_selectors, job_objects, object_name
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hetflow.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from hetflow.execute.backends.kubernetes.api import KubeApi
+    from hetflow.execute.backends.kubernetes.backend import KubernetesBackend
+    from hetflow.execute.backends.kubernetes.inventory import Inventory, KubeNode, node_types, read_nodes
+    from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
+    from hetflow.execute.backends.kubernetes.states import job_state, pod_state
+    from hetflow.execute.backends.kubernetes.translate import Placement, cel_selectors, job_objects, object_name
+
+_WHERE = {
+    "api": ["KubeApi"],
+    "backend": ["KubernetesBackend"],
+    "inventory": ["Inventory", "KubeNode", "node_types", "read_nodes"],
+    "settings": ["KubernetesSettings"],
+    "states": ["job_state", "pod_state"],
+    "translate": ["Placement", "cel_selectors", "job_objects", "object_name"],
+}
 
 __all__ = [
     "Inventory",
@@ -36,3 +53,5 @@ __all__ = [
     "pod_state",
     "read_nodes",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

@@ -30,7 +30,7 @@ from typing import Any
 
 from hetflow.config import engine_env
 from hetflow.errors import EngineError
-from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.common import TERMINATED_CODE, host_image_id
 from hetflow.execute.backends.kubernetes.admission import fits, free_room, template_requests
 from hetflow.execute.backends.kubernetes.api import Conflict, Forbidden, KubeApi, NotFound
@@ -45,6 +45,7 @@ from hetflow.execute.backends.kubernetes.devices import (
 )
 from hetflow.execute.backends.kubernetes.inventory import Inventory
 from hetflow.execute.backends.kubernetes.logs import ANNOTATION_LOGS, INDEX, LogFollowers
+from hetflow.execute.backends.kubernetes.plugin import PLUGIN
 from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
 from hetflow.execute.backends.kubernetes.states import job_state, pod_state
 from hetflow.execute.backends.kubernetes.translate import (
@@ -59,7 +60,8 @@ from hetflow.execute.backends.kubernetes.translate import (
     object_name,
     owned_by,
 )
-from hetflow.execute.engine import LABEL_RUN, Usage
+from hetflow.execute.backends.plugin import RunSettings
+from hetflow.execute.engine import LABEL_RUN, ContainerEngine, Usage
 
 # What a run needs to be allowed in its namespace (checked by ``check``, named when missing).
 NEEDED = (
@@ -86,9 +88,16 @@ SLICES_TTL = 30.0  # seconds a read of the ResourceSlices serves a pod's device 
 
 
 class KubernetesBackend:
-    capabilities = Capabilities(
-        name="kubernetes", holds_dependencies=False, assigns_gpus=True, multi_node=True, queues=True
-    )
+    capabilities = PLUGIN.capabilities
+
+    @classmethod
+    def from_settings(cls, settings: RunSettings, engine: ContainerEngine | None) -> KubernetesBackend:
+        """The ``kubernetes:`` section; the cluster's nodes pull and run the images themselves."""
+        return cls(KubernetesSettings.from_backend(settings))
+
+    def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
+        """None: the image is run on the nodes, whose engine is not asked here."""
+        return None
 
     def __init__(self, settings: KubernetesSettings | None = None, api: KubeApi | None = None) -> None:
         self.settings = settings or KubernetesSettings()

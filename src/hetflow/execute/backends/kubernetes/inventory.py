@@ -18,12 +18,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from hetflow.execute.backends.kubernetes.api import Forbidden
+from hetflow.execute.backends.kubernetes.api import Forbidden, KubeApi
+from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
 from hetflow.execute.backends.kubernetes.translate import DRA_DRIVER, VENDOR_RESOURCE
 from hetflow.inventory import KNOWN_MODELS
 
 if TYPE_CHECKING:
-    from hetflow.execute.backends.kubernetes.api import KubeApi
+    from hetflow.execute.backends.plugin import RunSettings
 
 GFD_PRODUCT = "nvidia.com/gpu.product"
 GFD_MEMORY = "nvidia.com/gpu.memory"
@@ -175,6 +176,11 @@ class Inventory:
         self._nodes: list[KubeNode] | None = None
         self._members: dict[str, tuple[str, ...]] = {}
 
+    @property
+    def title(self) -> str:
+        """The cluster, as messages name it: its API server and kubeconfig."""
+        return f"the Kubernetes cluster at {self.api.where}"
+
     def nodes(self) -> list[KubeNode]:
         if self._nodes is None:
             try:
@@ -206,3 +212,9 @@ class Inventory:
         """Whether the GPUs of these nodes (any node, when none is named) are DRA devices."""
         nodes = [n for n in self.nodes() if n.gpus and (not names or n.name in names)]
         return bool(nodes) and all(n.dra for n in nodes)
+
+
+def list_nodes(settings: RunSettings) -> Inventory:
+    """The nodes of the cluster the run's ``kubernetes:`` section names (kubeconfig, context):
+    the plugin's ``nodes`` (``backends.plugin.ListsNodes``)."""
+    return Inventory(KubeApi(KubernetesSettings.from_backend(settings)))

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from hetflow.errors import UsageError
 from hetflow.execute.backends.common import pairs, text
-from hetflow.execute.settings import Settings
+from hetflow.execute.backends.plugin import RunSettings
 
 PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 GPU_APIS = ("auto", "device-plugin", "dra")
@@ -47,8 +47,8 @@ class KubernetesSettings:
     labels: Mapping[str, str] = field(default_factory=dict)  # more labels on every pod (a site's policy)
 
     @classmethod
-    def from_backend(cls, settings: Settings) -> KubernetesSettings:
-        return cls.from_mapping(settings.kubernetes)
+    def from_backend(cls, settings: RunSettings) -> KubernetesSettings:
+        return cls.from_mapping(settings.section("kubernetes"))
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, object]) -> KubernetesSettings:

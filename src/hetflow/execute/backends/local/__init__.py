@@ -3,6 +3,19 @@ hetflow leases the GPUs itself.  ``backend.py`` holds LocalBackend, a thin adapt
 backend contract to the container engine (``execute/engine.py``), which does the work.
 """
 
-from hetflow.execute.backends.local.backend import LocalBackend
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hetflow.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from hetflow.execute.backends.local.backend import LocalBackend
+
+_WHERE = {
+    "backend": ["LocalBackend"],
+}
 
 __all__ = ["LocalBackend"]
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

@@ -13,10 +13,12 @@ from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 
 from hetflow.errors import EngineError
-from hetflow.execute.backends.base import Capabilities, Job, JobState, MeasuresUsage
+from hetflow.execute.backends.base import Job, JobState, MeasuresUsage
 from hetflow.execute.backends.local.criupodman import CriuPodman
 from hetflow.execute.backends.local.engines import make_engine
+from hetflow.execute.backends.local.plugin import PLUGIN
 from hetflow.execute.backends.local.podman import CliEngine
+from hetflow.execute.backends.plugin import RunSettings
 from hetflow.execute.engine import LABEL_RUN, NEVER_STARTED, UNKNOWN, ContainerEngine, Networks, Usage
 from hetflow.execute.gang.replicas import (
     LABEL_LAUNCHER,
@@ -29,7 +31,12 @@ from hetflow.execute.gang.replicas import (
 
 
 class LocalBackend:
-    capabilities = Capabilities(name="local")
+    capabilities = PLUGIN.capabilities
+
+    @classmethod
+    def from_settings(cls, settings: RunSettings, engine: ContainerEngine | None) -> LocalBackend:
+        """The run's container engine here (None: this machine's podman or docker); no section."""
+        return cls(engine)
 
     def __init__(self, engine: ContainerEngine | None = None, env: Mapping[str, str] | None = None) -> None:
         self.engine: ContainerEngine = engine or make_engine(env)

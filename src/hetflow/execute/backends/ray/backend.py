@@ -53,15 +53,17 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from hetflow.config import engine_env
 from hetflow.errors import EngineError
-from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.common import host_image_id
+from hetflow.execute.backends.plugin import RunSettings
 from hetflow.execute.backends.ray.container import probe_node, ray_nodes
 from hetflow.execute.backends.ray.gangs import gang_request
 from hetflow.execute.backends.ray.keeper import KeeperActor
+from hetflow.execute.backends.ray.plugin import PLUGIN
 from hetflow.execute.backends.ray.restore import DUMP_TIMEOUT, dump_task
 from hetflow.execute.backends.ray.settings import RaySettings
 from hetflow.execute.backends.ray.translate import MARKER, RayNode, node_name, task_request, with_vendor
-from hetflow.execute.engine import Usage
+from hetflow.execute.engine import ContainerEngine, Usage
 
 HEAD_RESOURCE = "node:__internal_head__"
 
@@ -92,7 +94,16 @@ def _listening(address: str, timeout: float = 5.0) -> None:
 
 
 class RayBackend:
-    capabilities = Capabilities(name="ray", holds_dependencies=False, assigns_gpus=True, multi_node=True, queues=True)
+    capabilities = PLUGIN.capabilities
+
+    @classmethod
+    def from_settings(cls, settings: RunSettings, engine: ContainerEngine | None) -> RayBackend:
+        """The ``ray:`` section; the nodes run their own podman (``engine`` is this machine's)."""
+        return cls(RaySettings.from_backend(settings))
+
+    def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
+        """None: the image is run on the nodes, whose engine is not asked here."""
+        return None
 
     def __init__(self, settings: RaySettings | None = None) -> None:
         self.settings = settings or RaySettings()

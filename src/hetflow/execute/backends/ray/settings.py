@@ -10,8 +10,8 @@ from typing import Any
 import yaml
 
 from hetflow.errors import UsageError
+from hetflow.execute.backends.plugin import RunSettings
 from hetflow.execute.devices.migtable import MigInstance, parse_mig_devices
-from hetflow.execute.settings import Settings
 
 NAMESPACE = "hetflow"
 
@@ -38,8 +38,8 @@ class RaySettings:
     idle_timeout: float = 300.0  # a run's actor ends after this long with no job to answer for
 
     @classmethod
-    def from_backend(cls, settings: Settings) -> RaySettings:
-        return cls.from_mapping(settings.ray, engine=settings.engine)
+    def from_backend(cls, settings: RunSettings) -> RaySettings:
+        return cls.from_mapping(settings.section("ray"), engine=settings.engine)
 
     @classmethod
     def from_mapping(cls, m: Mapping[str, str], *, engine: str = "podman") -> RaySettings:

@@ -61,11 +61,26 @@ commands), ``queue`` (squeue/scontrol/sacct parsing), ``cgroup`` (the job's cgro
 ``backend`` (submit, poll, cancel, release, checkpoint).
 """
 
-from hetflow.execute.backends.slurm.backend import SlurmBackend
-from hetflow.execute.backends.slurm.gres import gres_args, mps_count, shard_count
-from hetflow.execute.backends.slurm.queue import ACTIVE_STATES
-from hetflow.execute.backends.slurm.settings import DEFAULT_GRES_TYPES, SlurmSettings, gres_type
-from hetflow.execute.backends.slurm.translate import job_script, sbatch_args
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from hetflow.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from hetflow.execute.backends.slurm.backend import SlurmBackend
+    from hetflow.execute.backends.slurm.gres import gres_args, mps_count, shard_count
+    from hetflow.execute.backends.slurm.queue import ACTIVE_STATES
+    from hetflow.execute.backends.slurm.settings import DEFAULT_GRES_TYPES, SlurmSettings, gres_type
+    from hetflow.execute.backends.slurm.translate import job_script, sbatch_args
+
+_WHERE = {
+    "backend": ["SlurmBackend"],
+    "gres": ["gres_args", "mps_count", "shard_count"],
+    "queue": ["ACTIVE_STATES"],
+    "settings": ["DEFAULT_GRES_TYPES", "SlurmSettings", "gres_type"],
+    "translate": ["job_script", "sbatch_args"],
+}
 
 __all__ = [
     "ACTIVE_STATES",
@@ -79,3 +94,5 @@ __all__ = [
     "sbatch_args",
     "shard_count",
 ]
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

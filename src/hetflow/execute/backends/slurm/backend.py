@@ -12,18 +12,20 @@ from pathlib import Path
 from hetflow.config import find_engine, hetflow_home
 from hetflow.errors import EngineError
 from hetflow.execute.backends import common
-from hetflow.execute.backends.base import Capabilities, Job, JobState
+from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.local.criupodman import DUMP_TIMEOUT
 from hetflow.execute.backends.local.podman import CliEngine
+from hetflow.execute.backends.plugin import RunSettings
 from hetflow.execute.backends.slurm import checkpoint, jobfiles, queue
 from hetflow.execute.backends.slurm.client import SlurmClient, last_line
 from hetflow.execute.backends.slurm.gang import gang_scripts, replica_env_file
+from hetflow.execute.backends.slurm.plugin import PLUGIN
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import env_file_of, job_script, sbatch_args
 from hetflow.execute.backends.slurm.usage import read_usage, refined
 from hetflow.execute.checkpoint.criu import find_criu
-from hetflow.execute.engine import Usage, write_env_file_at
+from hetflow.execute.engine import ContainerEngine, Usage, write_env_file_at
 
 # Codes for jobs that ended with no exit code of their own, as a shell would report them.
 CANCELLED_CODE = common.TERMINATED_CODE  # scancel before the script could record anything
@@ -32,7 +34,16 @@ LOST_CODE = common.LOST_CODE
 
 
 class SlurmBackend:
-    capabilities = Capabilities(name="slurm", holds_dependencies=True, assigns_gpus=True, multi_node=True, queues=True)
+    capabilities = PLUGIN.capabilities
+
+    @classmethod
+    def from_settings(cls, settings: RunSettings, engine: ContainerEngine | None) -> SlurmBackend:
+        """The ``slurm:`` section; the nodes run their own podman (``engine`` is this machine's)."""
+        return cls(SlurmSettings.from_backend(settings))
+
+    def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
+        """None: the image is run on the nodes, whose engine is not asked here."""
+        return None
 
     def __init__(self, settings: SlurmSettings | None = None, env: Mapping[str, str] | None = None) -> None:
         self.settings = settings or SlurmSettings()

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from hetflow.errors import UsageError
 from hetflow.execute.backends.common import flag, pairs, text
+from hetflow.execute.backends.plugin import RunSettings
 from hetflow.execute.devices.migtable import MigInstance, parse_mig_devices
-from hetflow.execute.settings import Settings
 from hetflow.inventory import KNOWN_MODELS
 
 # GPU product names (what NVML reports, what a cluster file's gpu_model says) -> gres types,
@@ -66,8 +66,8 @@ class SlurmSettings:
     shards_per_gpu: int = 4
 
     @classmethod
-    def from_backend(cls, settings: Settings) -> SlurmSettings:
-        return cls.from_mapping(settings.slurm, engine=settings.engine, workdir=settings.workdir)
+    def from_backend(cls, settings: RunSettings) -> SlurmSettings:
+        return cls.from_mapping(settings.section("slurm"), engine=settings.engine, workdir=settings.workdir)
 
     @classmethod
     def from_mapping(

@@ -33,7 +33,7 @@ class Batcher:
 
     def __init__(self, launcher: Launcher, workflow: Workflow) -> None:
         self.launcher = launcher
-        self.policy = Policy(workflow, getattr(launcher.backend, "image_entrypoint", None))
+        self.policy = Policy(workflow, launcher.backend.image_entrypoint)
         self._deferred: dict[str, list[Deferred]] = {}
         self._room: dict[str, int] = {}  # items a pass may defer of each fan-out (what could start)
 

@@ -221,7 +221,7 @@ class Launcher:
             data=self.mounted(step),
             secrets=active().of(step.secrets),
         )
-        if not self.backend.capabilities.assigns_gpus:
+        if self.backend.capabilities.leases_gpus_here:
             spec = replace(spec, cpuset=near_cpus(own))
         ranks: tuple[ContainerSpec, ...] = ()
         if is_gang(step):
@@ -237,7 +237,7 @@ class Launcher:
     def _elastic_env(self, name: str, step: Step) -> dict[str, str]:
         """An elastic gang's range and torchrun's elastic variables (``gang.elastic``), on this
         machine only (a cluster runs it at max); TORCHELASTIC_RESTART_COUNT: its growths so far."""
-        if step.gang is None or step.gang.elastic is None or self.backend.capabilities.assigns_gpus:
+        if step.gang is None or step.gang.elastic is None or self.backend.capabilities.places_steps:
             return {}
         grown = sum(a.message.startswith(RESIZED) for a in self.store.attempts(self.run_id, name))
         return elastic_env(step, self.run_id, name, grown)
@@ -336,7 +336,7 @@ class Launcher:
         are placeholders (``mpilaunch.placeholder_host``) it fills in once the nodes are known.
         """
         assert step.gang is not None
-        cluster = self.backend.capabilities.assigns_gpus
+        cluster = self.backend.capabilities.places_steps
         n, per = step.replicas, variant.resources.gpus
         job = lead.name
         names = [replica_name(job, i) for i in range(n)]
