@@ -1,14 +1,23 @@
 """The contract every backend passes (after snakemake-interface-executor-plugins' shared
-tests): subclass the classes a backend can honour in a test module and provide the
-``backend`` and ``fresh_backend`` fixtures (``fail_node`` for ``NodeFailureContract``).
+tests), in parts (``tests.contract.parts.PARTS``).  A backend's test module subclasses every
+part and provides the fixtures: ``backend`` and ``fresh_backend``, and ``node_fault`` (a
+``NodeFault``) for the node-failure part.
 
-    BackendContract      every method of ``execute.backends.base.Backend``: check,
-                         image_exists, image_id, submit, poll (adoption by name), cancel,
-                         release, watch
-    OrderingContract     a backend whose engine holds the DAG's order (holds_dependencies)
-    GangContract         a gang job (``Job.ranks``): every replica runs, one name reports
-                         them, one replica failing fails the gang and stops the others
-    NodeFailureContract  a job whose node fails ends ``node_failed`` (not the step's failure)
+    base          BackendContract: every method of ``execute.backends.base.Backend``: check,
+                  image_exists, image_id, submit, poll (adoption by name), cancel, release, watch
+    ordering      OrderingContract: the engine holds the DAG's order (holds_dependencies)
+    gang          GangContract (gang_contract.py): a gang job (``Job.ranks``): every replica
+                  runs and sees its rank, one name reports them, one replica failing fails the
+                  gang and stops the others
+    node failure  NodeFailureContract (node_contract.py): a job or gang whose node goes away
+                  ends ``node_failed`` with the reason, and the next attempt runs on a node
+                  still up
+
+A backend that truly lacks a capability says so in its class: ``LACKS`` maps a part's name
+(or one test's) to the reason, and the part's tests skip saying it (``ContractPart``); a part
+whose capability the backend declares (``Capabilities``) cannot be skipped.  ``BUGS`` maps a
+test to a bug the backend still has: the test must fail (xfail, strict).  The unit test
+tests/unit/test_contract_parts.py fails when a backend's class leaves a part out.
 
 Jobs run tiny busybox containers; outputs go to a directory every node can see.  Every test
 here is honest without containers too: the fake backend (tests/unit/test_backend_fake.py)
@@ -26,6 +35,9 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import ClassVar
+
+import pytest
 
 from hetflow.execute.backends import registry
 from hetflow.execute.backends.base import (
@@ -39,7 +51,7 @@ from hetflow.execute.backends.base import (
 )
 from hetflow.execute.data import fencing
 from hetflow.execute.engine import ContainerSpec, Mount
-from hetflow.execute.gang.replicas import LABEL_RANK, LABEL_WORLD, network_name, replica_name
+from hetflow.execute.gang.replicas import LABEL_RANK, LABEL_WORLD, layout, network_name, replica_env, replica_name
 from hetflow.spec import Gang
 
 BUSYBOX = "localhost/hetflow-test/busybox:latest"
@@ -82,23 +94,31 @@ def job(
     )
 
 
-def gang_job(name: str, out: Path, scripts: Sequence[str], *, run_id: str) -> Job:
-    """A gang of ``len(scripts)`` replicas on this machine, replica ``i`` running
-    ``scripts[i]``; they share ``out`` (each writes its own files there)."""
+def gang_job(name: str, out: Path, scripts: Sequence[str], *, run_id: str, cluster: bool = False) -> Job:
+    """A gang of ``len(scripts)`` replicas, replica ``i`` running ``scripts[i]``; they share
+    ``out`` (each writes its own files there).  As the launcher makes them (``_gang_specs``):
+    on this machine (``cluster`` False) each replica gets the launch contract's variables
+    (HETFLOW_RANK, ...) on the gang's private network; for a cluster engine (it places the
+    replicas: ``Capabilities.assigns_gpus``) they are templates on the host network and the
+    backend adds each one's variables where it runs."""
     single = job(name, out, scripts[0], run_id=run_id)
     world = len(scripts)
+    gang = Gang(replicas=world)
+    names = [replica_name(name, i) for i in range(world)]
+    places = layout(names, ["local"] * world)
     ranks = tuple(
         replace(
             single.container,
-            name=replica_name(name, i),
+            name=names[i],
             command=("sh", "-c", script),
+            env=single.container.env if cluster else {**single.container.env, **replica_env(gang, places, i)},
             labels={**single.container.labels, LABEL_RANK: str(i), LABEL_WORLD: str(world)},
-            network_name=network_name(name),
+            network_name="host" if cluster else network_name(name),
             log_path=str(out / f"log-r{i}"),
         )
         for i, script in enumerate(scripts)
     )
-    return replace(single, container=ranks[0], ranks=ranks, gang=Gang(replicas=world))
+    return replace(single, container=ranks[0], ranks=ranks, gang=gang)
 
 
 def gated(script: str) -> str:
@@ -136,8 +156,39 @@ def wait_running(backend: Backend, run_id: str, name: str) -> JobState:
     return wait_until(backend, run_id, lambda st: name in st and st[name].running, f"{name} queued or running")[name]
 
 
-class BackendContract:
+class ContractPart:
+    """One part of the contract (``PART``: its name in ``tests.contract.parts.PARTS``).  A
+    backend's class may name in ``LACKS`` the parts (or single tests) it truly cannot honour,
+    with the reason, and in ``BUGS`` the tests it still fails, with the bug; a part whose
+    capability (``CAPABILITY``, a ``Capabilities`` field) the backend declares is not lacking."""
+
+    PART: ClassVar[str] = ""
+    CAPABILITY: ClassVar[str] = ""
+    LACKS: ClassVar[Mapping[str, str]] = {}
+    BUGS: ClassVar[Mapping[str, str]] = {}
+
+    @pytest.fixture(autouse=True)
+    def _honoured(self, request: pytest.FixtureRequest) -> None:
+        test = request.function.__name__
+        owner = next(c for c in type(self).__mro__ if test in vars(c))
+        part = getattr(owner, "PART", "")
+        reason = self.LACKS.get(test) or self.LACKS.get(part)
+        if reason:
+            capability = getattr(owner, "CAPABILITY", "")
+            if capability:
+                backend = request.getfixturevalue("backend")
+                assert not getattr(backend.capabilities, capability), (
+                    f"{type(self).__name__} says it lacks the {part} part, yet declares {capability}"
+                )
+            pytest.skip(f"{type(self).__name__} lacks the {part} part ({test}): {reason}")
+        if bug := self.BUGS.get(test):
+            request.applymarker(pytest.mark.xfail(strict=True, reason=bug))
+
+
+class BackendContract(ContractPart):
     """Shared tests; each makes its own run id, which keeps its jobs apart."""
+
+    PART = "base"
 
     def test_check_passes_and_images_are_known_by_identity(self, backend: Backend) -> None:
         backend.check()
@@ -263,8 +314,11 @@ def _seen(happened: Callable[[], bool], what: str) -> float:
     return time.time()
 
 
-class OrderingContract:
+class OrderingContract(ContractPart):
     """For backends whose engine holds the DAG's order (capabilities.holds_dependencies)."""
+
+    PART = "ordering"
+    CAPABILITY = "holds_dependencies"
 
     def test_dependencies_hold_when_the_engine_orders_jobs(self, backend: Backend, tmp_path: Path) -> None:
         assert backend.capabilities.holds_dependencies
@@ -374,47 +428,3 @@ class OrderingContract:
             f"submitted at {submitted})"
         )
         backend.release([first, second])
-
-
-class GangContract:
-    """For backends that start a gang (``Job.ranks``) on this machine: all replicas or none,
-    reported as the job's one name, failed whole."""
-
-    def test_every_replica_runs_and_one_name_reports_the_gang(self, backend: Backend, tmp_path: Path) -> None:
-        rid = new_run_id()
-        name, out = f"hf-{rid}-gang-1", tmp_path / "g"
-        backend.submit(gang_job(name, out, [f"echo {i} > /out/r{i}" for i in range(3)], run_id=rid))
-        states = wait_done(backend, rid, [name])
-        assert set(states) == {name}, "replicas are not jobs of their own"
-        assert states[name].exit_code == 0
-        assert [(out / f"r{i}").read_text() for i in range(3)] == ["0\n", "1\n", "2\n"]
-        backend.release([name])
-        assert name not in backend.poll(rid)
-
-    def test_a_failing_replica_fails_the_gang_and_stops_the_others(self, backend: Backend, tmp_path: Path) -> None:
-        rid = new_run_id()
-        name, out = f"hf-{rid}-gang-1", tmp_path / "g"
-        backend.submit(gang_job(name, out, [GATE, "exit 5", GATE], run_id=rid))
-        states = wait_done(backend, rid, [name])  # the gate never opens: only a stop ends 0 and 2
-        assert (states[name].exit_code, "replica 1" in states[name].reason) == (5, True), states[name]
-        backend.release([name])
-
-
-class NodeFailureContract:
-    """A backend whose engine reports a node's failure (``JobState.node_failed``): the
-    ``fail_node`` fixture takes the node the run's jobs run on down."""
-
-    def test_a_job_on_a_failed_node_ends_node_failed(
-        self, backend: Backend, fail_node: Callable[[], object], tmp_path: Path
-    ) -> None:
-        rid = new_run_id()
-        single, gang = f"hf-{rid}-one-1", f"hf-{rid}-gang-1"
-        backend.submit(job(single, tmp_path / "one", GATE, run_id=rid))
-        backend.submit(gang_job(gang, tmp_path / "g", [GATE, GATE], run_id=rid))
-        wait_running(backend, rid, single)
-        wait_running(backend, rid, gang)
-        fail_node()
-        states = wait_done(backend, rid, [single, gang])
-        for n in (single, gang):
-            assert states[n].node_failed and not states[n].dependency_failed, states[n]
-        backend.release([single, gang])

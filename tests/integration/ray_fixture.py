@@ -75,6 +75,7 @@ class RayCluster:
     client_address: str  # Ray Client: ray://127.0.0.1:PORT
     devs: Path  # DEVS/<node>/nvidiaN
     migs: Mapping[str, tuple[MigInstance, ...]] = field(default_factory=dict)  # node -> its fake MIG instances
+    nodes: Cluster | None = field(default=None, compare=False)  # the cluster itself: add_node, remove_node
 
     def settings(self) -> RaySettings:
         # stop_timeout 2: busybox `sleep` as PID 1 ignores SIGTERM, so a cancel waits it out
@@ -136,7 +137,7 @@ def _cluster(tmp_path_factory: pytest.TempPathFactory, nodes: tuple[Node, ...]) 
     except Exception as exc:  # no skip: a machine that cannot start Ray fails these tests
         pytest.fail(f"Ray could not start a {len(nodes)}-node test cluster: {type(exc).__name__}: {exc}")
     try:
-        yield RayCluster(cluster.address, f"ray://127.0.0.1:{client_port}", devs, migs)
+        yield RayCluster(cluster.address, f"ray://127.0.0.1:{client_port}", devs, migs, cluster)
     finally:
         ray.shutdown()
         cluster.shutdown()  # type: ignore[no-untyped-call]

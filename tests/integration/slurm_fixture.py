@@ -1,11 +1,16 @@
 """A local Slurm cluster for one test module: two slurmd with different fake GPUs
-(hf-a100: gpu:a100:2, hf-t4: gpu:t4:1), started once and stopped at the end.
+(hf-a100: gpu:a100:2, hf-t4: gpu:t4:1), started once and stopped at the end; a node's
+failure (``kill_slurmd``) and its return (``restart_slurmd``).
 
 No skip: where Slurm cannot start (not installed, not root), the tests fail with the reason."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import signal
+import subprocess
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -62,3 +67,31 @@ def slurm_config(tmp_path: Path, cluster: LocalSlurm, cluster_file: str, **slurm
         },
     }
     return write(tmp_path, yaml.safe_dump(settings), "config.yaml")
+
+
+def scontrol(c: LocalSlurm, *args: str, check: bool = True) -> None:
+    subprocess.run(["scontrol", *args], env={**os.environ, **c.env}, check=check, capture_output=True, timeout=30)
+
+
+def node_state(c: LocalSlurm, node: str) -> str:
+    out = subprocess.run(
+        ["sinfo", "--noheader", "-n", node, "--format=%T"], env={**os.environ, **c.env}, capture_output=True, text=True
+    )
+    return out.stdout.strip()
+
+
+def kill_slurmd(c: LocalSlurm, node: str) -> None:
+    pid = int((c.base / "run" / f"slurmd-{node}.pid").read_text().split()[0])
+    os.kill(pid, signal.SIGKILL)
+    scontrol(c, "update", f"NodeName={node}", "State=DOWN", "Reason=hetflow-test: slurmd killed")
+
+
+def restart_slurmd(c: LocalSlurm, node: str) -> None:
+    env = {**os.environ, **c.env}
+    subprocess.run(["slurmd", "-f", str(c.conf_path), "-N", node], env=env, check=True, timeout=30)
+    # ReturnToService=2 may bring it back as it registers: RESUME is then refused, harmlessly
+    scontrol(c, "update", f"NodeName={node}", "State=RESUME", check=False)
+    deadline = time.time() + 60
+    while time.time() < deadline and node_state(c, node).rstrip("*~#") not in ("idle", "mixed", "allocated"):
+        time.sleep(0.3)
+    assert node_state(c, node).rstrip("*~#") in ("idle", "mixed", "allocated"), node_state(c, node)

@@ -1,27 +1,29 @@
 """The Kubernetes backend on a real node: the control plane of kube_fixture and one real
 kubelet with containerd (demo/kube_kubelet.py), so each job is a real container of the
-busybox image; the backend contract (tests/contract/backend_contract.py) holds as for local
-podman, Slurm and Ray.  Not here: the gang contract (an Indexed Job runs one command on every
-replica, and the contract gives each replica its own; a torch gang runs on kwok nodes in
-test_run_kubernetes.py) and the node-failure contract (evictions: test_run_kubernetes.py).
-Then a workflow with data: on a hostPath work directory, on a PersistentVolumeClaim
+busybox image; the backend contract (tests/contract/parts.py) holds as for local podman,
+Slurm and Ray: the base, gang and node-failure parts (a node fails tainted NoExecute, as the
+node controller taints a NotReady one, and the pods are evicted; the taint is removed after
+the test).  Then a workflow with data: on a hostPath work directory, on a PersistentVolumeClaim
 (``claim``/``claim_root``), and run twice (the second run all from hetflow's cache)."""
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
 from kubernetes import client, watch
 
+from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.kubernetes import KubernetesBackend
-from tests.contract.backend_contract import BackendContract, job, new_run_id
+from tests.contract.backend_contract import BackendContract, OrderingContract, job, new_run_id
+from tests.contract.gang_contract import GangContract
+from tests.contract.node_contract import NodeFailureContract, NodeFault
 from tests.integration.hfkit import BUSYBOX, Hetflow, write
 from tests.integration.kube_fixture import REAL_NODE, RealKube, api_client, kube_real, wait_for
 
@@ -38,7 +40,46 @@ def fresh_backend(kube_real: RealKube) -> KubernetesBackend:
     return KubernetesBackend(kube_real.settings())
 
 
-class TestKubernetesBackend(BackendContract):
+DOWN = {"key": "hetflow-test/node-down", "effect": "NoExecute"}
+
+
+class KubeNodeFault:
+    """A node tainted NoExecute (the node controller's move once a node is NotReady past its
+    pods' tolerations): the taint-eviction controller evicts its pods (DisruptionTarget)."""
+
+    def __init__(self, kube_real: RealKube) -> None:
+        self.core = client.CoreV1Api(api_client(kube_real.cluster.kubeconfig))
+        self.down = list[str]()
+
+    def place(self, job: Job) -> Job:
+        return job  # the one real node
+
+    def fail(self, node: str) -> None:
+        self.down.append(node)
+        self.core.patch_node(node, {"spec": {"taints": [DOWN]}})
+
+    def close(self) -> None:
+        for node in self.down:
+            self.core.patch_node(node, {"spec": {"taints": None}})
+
+
+@pytest.fixture
+def node_fault(kube_real: RealKube) -> Iterator[NodeFault]:
+    fault = KubeNodeFault(kube_real)
+    try:
+        yield fault
+    finally:
+        fault.close()
+
+
+class TestKubernetesBackend(BackendContract, OrderingContract, GangContract, NodeFailureContract):
+    LACKS: ClassVar[Mapping[str, str]] = {
+        "ordering": "Kubernetes holds no DAG order: the runner creates a step's Job once its parents ended "
+        "(holds_dependencies False)",
+        "test_the_next_attempt_runs_on_a_node_still_up": "the live cluster has one real node (kube_real): none is "
+        "up for the next attempt while it is down (test_run_kubernetes runs an evicted step again on kwok's nodes)",
+    }
+
     def test_capabilities(self, backend: KubernetesBackend) -> None:
         caps = backend.capabilities
         assert (caps.name, caps.holds_dependencies, caps.assigns_gpus, caps.multi_node) == (

@@ -1,6 +1,8 @@
 """The Ray backend passes the backend contract on a 3-node Ray cluster (ray_fixture), and
 gives each container exactly the GPUs Ray assigned: fake GPUs (mknod'd device nodes), so
-these tests prove isolation and placement, not GPU computation."""
+these tests prove isolation and placement, not GPU computation.  The contract's node
+failures remove one of two spare workers the ``node_fault`` fixture adds for the test (as
+test_faults_ray does), so the module's three nodes stay as they are."""
 
 from __future__ import annotations
 
@@ -10,18 +12,23 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 import ray
+from ray.cluster_utils import Cluster
 
 from hetflow.config import engine_env
 from hetflow.errors import EngineError, UsageError
 from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.ray import RayBackend, RayNode, RaySettings, accelerator_type, task_request
 from hetflow.execute.settings import Settings
-from tests.contract.backend_contract import BackendContract, job, open_gate, wait_done
-from tests.integration.ray_fixture import RayCluster, ray_cluster
+from tests.contract.backend_contract import BackendContract, OrderingContract, job, open_gate, wait_done
+from tests.contract.gang_contract import GangContract
+from tests.contract.node_contract import NodeFailureContract, NodeFault
+from tests.integration.ray_fixture import RayCluster, _node_args, ray_cluster
 
 __all__ = ["ray_cluster"]  # the module fixture, used by the fixtures below
 
@@ -45,6 +52,42 @@ def fresh_backend(ray_cluster: RayCluster) -> RayBackend:
     return RayBackend(ray_cluster.settings())
 
 
+SPARE = "contract-spare"  # the node type of the node_fault fixture's workers
+
+
+class RayNodeFault:
+    """Two spare workers of one node type, the contract's jobs placed on them; a failed one is
+    removed (its raylet killed), as test_faults_ray removes a worker."""
+
+    def __init__(self, cluster: Cluster) -> None:
+        self.cluster = cluster
+        self.workers = {n: cluster.add_node(**_node_args(n, 3, 0, None, None, SPARE, head=False)) for n in NAMES}
+        cluster.wait_for_nodes()
+
+    def place(self, job: Job) -> Job:
+        return dataclasses.replace(job, node_class=SPARE)
+
+    def fail(self, node: str) -> None:
+        self.cluster.remove_node(self.workers.pop(node))
+
+    def close(self) -> None:
+        for worker in self.workers.values():
+            self.cluster.remove_node(worker)
+
+
+NAMES = ("spare-1", "spare-2")
+
+
+@pytest.fixture
+def node_fault(ray_cluster: RayCluster) -> Iterator[NodeFault]:
+    assert ray_cluster.nodes is not None
+    fault = RayNodeFault(ray_cluster.nodes)
+    try:
+        yield fault
+    finally:
+        fault.close()
+
+
 def rid() -> str:
     return f"r{time.time_ns() % 10**9}"
 
@@ -57,7 +100,12 @@ def seen(out: Path) -> tuple[set[str], str]:
     return set((out / "devs").read_text().split()), (out / "env").read_text().strip()
 
 
-class TestRayBackend(BackendContract):
+class TestRayBackend(BackendContract, OrderingContract, GangContract, NodeFailureContract):
+    LACKS: ClassVar[Mapping[str, str]] = {
+        "ordering": "Ray holds no DAG order: the runner submits a step once its parents ended "
+        "(holds_dependencies False)",
+    }
+
     def test_capabilities(self, backend: RayBackend) -> None:
         caps = backend.capabilities
         assert (caps.name, caps.holds_dependencies, caps.assigns_gpus, caps.multi_node) == ("ray", False, True, True)

@@ -1,11 +1,14 @@
 """The Slurm backend on a local test cluster (two slurmd, fake GPUs: mknod'd device nodes,
 so these tests prove placement and isolation, not GPU computation): the backend contract,
-GPU isolation by gres, pinning, gres types, failed dependencies, scancel, logs."""
+GPU isolation by gres, pinning, gres types, failed dependencies, scancel, logs.  The
+contract's node failures kill a node's slurmd (``slurm_fixture.kill_slurmd``), which is
+started again after each test."""
 
 from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,7 +23,9 @@ from hetflow.execute.backends.slurm import SlurmBackend, SlurmSettings, sbatch_a
 from hetflow.execute.logs import read_lines
 from hetflow.execute.settings import Settings
 from tests.contract.backend_contract import BUSYBOX, BackendContract, OrderingContract, job, wait_done
-from tests.integration.slurm_fixture import slurm_cluster
+from tests.contract.gang_contract import GangContract
+from tests.contract.node_contract import NodeFailureContract, NodeFault
+from tests.integration.slurm_fixture import kill_slurmd, restart_slurmd, slurm_cluster
 
 __all__ = ["slurm_cluster"]  # the module-scoped cluster fixture, used below
 
@@ -39,6 +44,32 @@ def backend(slurm_cluster: LocalSlurm) -> SlurmBackend:
 @pytest.fixture
 def fresh_backend(slurm_cluster: LocalSlurm) -> SlurmBackend:
     return SlurmBackend(slurm_cluster.settings())
+
+
+class SlurmNodeFault:
+    """A node's slurmd killed and the node set DOWN (what slurmctld does after SlurmdTimeout).
+    The next attempt is pinned to a node still up, as the runner moves a step off a failed
+    node: the killed slurmd's own slurmstepd may answer slurmctld once more, and
+    ReturnToService=2 then puts the node back in service without a slurmd to start a job."""
+
+    def __init__(self, cluster: LocalSlurm) -> None:
+        self.cluster, self.down = cluster, list[str]()
+
+    def place(self, job: Job) -> Job:
+        up = [n.name for n in self.cluster.nodes if n.name not in self.down]
+        return replace(job, node=up[0]) if self.down else job
+
+    def fail(self, node: str) -> None:
+        self.down.append(node)
+        kill_slurmd(self.cluster, node)
+
+
+@pytest.fixture
+def node_fault(slurm_cluster: LocalSlurm) -> Iterator[NodeFault]:
+    fault = SlurmNodeFault(slurm_cluster)
+    yield fault
+    for node in fault.down:  # slurmctld's kill then reaches the lost job's container
+        restart_slurmd(slurm_cluster, node)
 
 
 def rid() -> str:
@@ -69,7 +100,7 @@ def devs(out: Path) -> set[str]:
     return set((out / "devs").read_text().splitlines())
 
 
-class TestSlurmBackend(BackendContract, OrderingContract):
+class TestSlurmBackend(BackendContract, OrderingContract, GangContract, NodeFailureContract):
     def test_capabilities(self, backend: SlurmBackend) -> None:
         caps = backend.capabilities
         assert (caps.name, caps.holds_dependencies, caps.assigns_gpus, caps.multi_node) == ("slurm", True, True, True)

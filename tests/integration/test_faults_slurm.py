@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -28,7 +27,12 @@ from hetflow.state import Store
 from tests.contract.backend_contract import BUSYBOX, job, wait_done
 from tests.integration.hfkit import Hetflow, step_out, write
 from tests.integration.hfkit import podman as podman_names
-from tests.integration.slurm_fixture import local_cluster, slurm_config
+from tests.integration.slurm_fixture import (
+    kill_slurmd,
+    local_cluster,
+    restart_slurmd,
+    slurm_config,
+)
 
 # the runs of this module's tests (run ids), whose containers must be gone when it ends
 RUNS: list[str] = []
@@ -80,34 +84,6 @@ def step_of(data: dict[str, Any], name: str) -> dict[str, Any]:
     """Step ``name`` of ``hetflow show --json``."""
     (found,) = (s for s in data["steps"] if s["step"] == name)
     return found
-
-
-def scontrol(c: LocalSlurm, *args: str, check: bool = True) -> None:
-    subprocess.run(["scontrol", *args], env={**os.environ, **c.env}, check=check, capture_output=True, timeout=30)
-
-
-def node_state(c: LocalSlurm, node: str) -> str:
-    out = subprocess.run(
-        ["sinfo", "--noheader", "-n", node, "--format=%T"], env={**os.environ, **c.env}, capture_output=True, text=True
-    )
-    return out.stdout.strip()
-
-
-def kill_slurmd(c: LocalSlurm, node: str) -> None:
-    pid = int((c.base / "run" / f"slurmd-{node}.pid").read_text().split()[0])
-    os.kill(pid, signal.SIGKILL)
-    scontrol(c, "update", f"NodeName={node}", "State=DOWN", "Reason=hetflow-test: slurmd killed")
-
-
-def restart_slurmd(c: LocalSlurm, node: str) -> None:
-    env = {**os.environ, **c.env}
-    subprocess.run(["slurmd", "-f", str(c.conf_path), "-N", node], env=env, check=True, timeout=30)
-    # ReturnToService=2 may bring it back as it registers: RESUME is then refused, harmlessly
-    scontrol(c, "update", f"NodeName={node}", "State=RESUME", check=False)
-    deadline = time.time() + 60
-    while time.time() < deadline and node_state(c, node).rstrip("*~#") not in ("idle", "mixed", "allocated"):
-        time.sleep(0.3)
-    assert node_state(c, node).rstrip("*~#") in ("idle", "mixed", "allocated"), node_state(c, node)
 
 
 def test_a_step_whose_slurmd_is_killed_ends_as_a_node_fault_and_runs_again_elsewhere(

@@ -1,25 +1,31 @@
 """The gang launch contract (``execute.gang.replicas.LAUNCH_CONTRACT``): the environment each rank sees
-is the same for this machine, Slurm, Ray and the Kubernetes export, by one table.
+is the same for this machine, Slurm, Ray, the Kubernetes export and the live Kubernetes backend, by
+one table.
 
 Each row is a launcher, a layout (where the replicas landed) and a producer; the expected
 environment is written out here by hand, so a producer (or the definition) that drifts fails.
 Slurm's row runs the task script's own bash over the host files its tasks write; Kubernetes'
-reads the exported pods, resolving each replica's completion index."""
+reads the exported pods, and the live backend's the Indexed Job it creates, resolving each
+replica's completion index."""
 
 from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hetflow.errors import EngineError
+from hetflow.execute.backends.kubernetes import KubernetesSettings, Placement, job_objects, object_name
 from hetflow.execute.backends.ray.gangs import NODE_ENV, replica_specs
 from hetflow.execute.backends.slurm.gang import contract_script
 from hetflow.execute.engine import ContainerSpec
 from hetflow.execute.gang.replicas import layout, replica_env
 from hetflow.spec import Gang
+from tests.contract.backend_contract import gang_job
 from tests.unit.test_kubernetes import RUN, export
 
 PORT = 29400
@@ -131,30 +137,59 @@ def kubernetes(launcher: str, where: str, tmp: Path) -> list[Env]:
         return [contract_of(envs[1])] * 3
     (job,) = (o for o in objects if o["kind"] == "Job" and o["metadata"]["labels"].get("hetflow.step") == "g")
     (container,) = job["spec"]["template"]["spec"]["containers"]
-
-    def value(e: dict[str, Any], rank: int) -> str:
-        if "value" in e:
-            return str(e["value"])
-        assert e["valueFrom"] == {"fieldRef": {"fieldPath": INDEX}}, e
-        return str(rank)
-
-    return [contract_of({e["name"]: value(e, r) for e in container["env"]}) for r in range(3)]
+    return [contract_of({e["name"]: indexed(e, r) for e in container["env"]}) for r in range(3)]
 
 
-PRODUCERS: dict[str, Producer] = {"local": local, "slurm": slurm, "ray": ray, "kubernetes": kubernetes}
+LIVE_JOB = "hf-live-g-1"
+
+
+def live_job(launcher: str, tmp: Path) -> Any:
+    """The live backend's objects for a gang of 3 as the launcher hands it a cluster engine's."""
+    made = gang_job(LIVE_JOB, tmp, ["train"] * 3, run_id="live", cluster=True)
+    gang = Gang(replicas=3, launcher=launcher, port=PORT)
+    objects = job_objects(replace(made, gang=gang), KubernetesSettings.from_mapping({}), Placement())
+    (job,) = (o for o in objects if o["kind"] == "Job")
+    return job
+
+
+def kubernetes_live(launcher: str, where: str, tmp: Path) -> list[Env]:
+    """The live Kubernetes backend: the Indexed Job it creates, each index's env resolved."""
+    (container,) = live_job(launcher, tmp)["spec"]["template"]["spec"]["containers"]
+    return [contract_of({e["name"]: indexed(e, r) for e in container["env"]}) for r in range(3)]
+
+
+def indexed(e: dict[str, Any], rank: int) -> str:
+    """An env entry's value in the pod of completion index ``rank``."""
+    if "value" in e:
+        return str(e["value"])
+    assert e["valueFrom"] == {"fieldRef": {"fieldPath": INDEX}}, e
+    return str(rank)
+
+
+PRODUCERS: dict[str, Producer] = {
+    "local": local,
+    "slurm": slurm,
+    "ray": ray,
+    "kubernetes": kubernetes,
+    "kubernetes-live": kubernetes_live,
+}
 ROWS = [
     pytest.param(producer, launcher, where, id=f"{producer}-{launcher}-{where}")
     for producer in PRODUCERS
     for launcher in ("none", "torch", "mpi")
     for where in LAYOUTS
-    if producer != "kubernetes" or where == "spread"  # a pod is a node: the export has one layout
+    if not producer.startswith("kubernetes") or where == "spread"  # a pod is a node: one layout
+    if producer != "kubernetes-live" or launcher != "mpi"  # refused: the export's MPIJob runs it (below)
 ]
 
 
 @pytest.mark.parametrize(("producer", "launcher", "where"), ROWS)
 def test_every_rank_sees_the_launch_contract(producer: str, launcher: str, where: str, tmp_path: Path) -> None:
     got = PRODUCERS[producer](launcher, where, tmp_path)
-    if producer == "kubernetes":
+    if producer == "kubernetes-live":
+        name = object_name(LIVE_JOB)
+        want = expected(launcher, where, f"{name}-0.{name}")  # replica 0's pod, by the headless Service
+    elif producer == "kubernetes":
         master = f"hf-{RUN}-g-0.hf-{RUN}-g"  # replica 0's pod, by the headless Service's DNS name
         want = expected(launcher, where, master)
         if launcher == "mpi":  # mpirun -x passes the launcher's variables: only the gang-wide ones
@@ -162,3 +197,8 @@ def test_every_rank_sees_the_launch_contract(producer: str, launcher: str, where
     else:
         want = expected(launcher, where, ADDRESS["n0"])
     assert got == want
+
+
+def test_the_live_kubernetes_backend_refuses_an_mpi_gang_saying_where_it_runs(tmp_path: Path) -> None:
+    with pytest.raises(EngineError, match=r"through the MPI operator.*hetflow export kubernetes"):
+        live_job("mpi", tmp_path)

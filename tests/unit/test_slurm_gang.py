@@ -13,7 +13,7 @@ import pytest
 
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm import SlurmSettings, sbatch_args
-from hetflow.execute.backends.slurm.gang import FOLD, gang_scripts
+from hetflow.execute.backends.slurm.gang import FOLD, failed_replica, gang_scripts
 from hetflow.execute.engine import ContainerSpec, Mount
 from hetflow.execute.gang.mpilaunch import (
     MPI_MOUNT,
@@ -108,6 +108,24 @@ def test_the_gangs_exit_code(tmp_path: Path, codes: dict[int, int], lead: bool, 
     got = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True).stdout.strip()
     folded = gang_state({r: (False, c, "exited") for r, c in codes.items()}, 2, lead=lead).exit_code
     assert int(got) == folded == want
+
+
+@pytest.mark.parametrize(
+    ("codes", "want"),
+    [
+        ({0: 137, 1: 5}, "replica 1 failed (replica 1 exited 5)"),  # the backend contract's failing replica
+        ({0: 0, 1: 0}, ""),
+        ({}, ""),  # no gang: a single job leaves no replica codes
+    ],
+    ids=["replica-1-failed", "none-failed", "no-gang"],
+)
+def test_a_failed_gang_says_which_replica_failed_it(tmp_path: Path, codes: dict[int, int], want: str) -> None:
+    """On the code before, a Slurm gang whose replica 1 exited 5 ended with no reason (the
+    backend contract's gang part found it; the other backends name the replica)."""
+    for rank, code in codes.items():
+        (tmp_path / f"job.r{rank}.exit").write_text(f"{code} node\n")
+    (tmp_path / "job.exit").write_text("5 77\n")
+    assert failed_replica(tmp_path, "job") == want
 
 
 def test_the_scripts_are_bash_with_one_arm_per_replica(tmp_path: Path) -> None:

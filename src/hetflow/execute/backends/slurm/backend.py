@@ -18,7 +18,7 @@ from hetflow.execute.backends.local.podman import CliEngine
 from hetflow.execute.backends.plugin import RunSettings
 from hetflow.execute.backends.slurm import checkpoint, jobfiles, queue
 from hetflow.execute.backends.slurm.client import SlurmClient, last_line
-from hetflow.execute.backends.slurm.gang import gang_scripts, replica_env_file
+from hetflow.execute.backends.slurm.gang import failed_replica, gang_scripts, replica_env_file
 from hetflow.execute.backends.slurm.plugin import PLUGIN
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
@@ -230,6 +230,8 @@ class SlurmBackend:
             started = refined(started, start.get("started"))
             ended = refined(ended, read_usage(jobdir / f"{name}.usage").ended)
             reason = queue.end_reason(status)
+            if done != 0 and not reason:  # a gang says which replica failed it, as every backend does
+                reason = failed_replica(jobdir, name)
             return JobState(
                 name, False, done, status, node, gpus, reason, started=started, ended=ended, node_failed=lost
             )

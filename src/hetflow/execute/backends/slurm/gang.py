@@ -39,6 +39,7 @@ from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
+from hetflow.execute.backends.slurm import jobfiles
 from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
 from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.gres import gpu_vendor
@@ -47,7 +48,7 @@ from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.usage import MEASURE_END, MEASURE_START
 from hetflow.execute.engine import ContainerSpec, run_args
 from hetflow.execute.gang.mpilaunch import mpi_folder
-from hetflow.execute.gang.replicas import Quantity, render_contract
+from hetflow.execute.gang.replicas import Quantity, gang_state, render_contract
 
 BARRIER_TIMEOUT = 300  # seconds a replica waits for the others to report their node
 
@@ -242,6 +243,22 @@ def contract_script(launcher: str) -> str:
         f"{RANK_LAYOUT}contract=({words})\n"
         'contract+=(--env "HETFLOW_NODE=$node" --env "HETFLOW_SLURM_JOB=${SLURM_JOB_ID:-}")\n'
     )
+
+
+def failed_replica(jobdir: Path, name: str) -> str:
+    """Which replica failed the gang ``name``, from the codes its replicas left
+    (NAME.r<RANK>.exit), folded as the batch step folds them (``gang_state``): the reason the
+    other backends give ("replica 1 failed (replica 1 exited 5)"); "" when none failed or
+    ``name`` is no gang."""
+    codes: dict[int, tuple[bool, int | None, str]] = {}
+    for path in jobdir.glob(f"{name}.r*.exit"):
+        rank = path.name[len(name) + 2 : -len(".exit")]
+        if rank.isdigit():
+            codes[int(rank)] = (False, jobfiles.exit_code(path), "exited")
+    if not codes:
+        return ""
+    g = gang_state(codes, max(codes) + 1)
+    return f"replica {g.failed_rank} failed ({g.status})" if g.failed_rank is not None else ""
 
 
 def replica_env_file(jobdir: Path, name: str, rank: int) -> Path:
