@@ -47,19 +47,9 @@ from hetflow.execute.backends.kubernetes.inventory import Inventory
 from hetflow.execute.backends.kubernetes.logs import ANNOTATION_LOGS, INDEX, LogFollowers
 from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
 from hetflow.execute.backends.kubernetes.states import job_state, pod_state
-from hetflow.execute.backends.kubernetes.translate import (
-    ANNOTATION_JOB,
-    LABEL_JOB,
-    NETWORK_POLICY,
-    Placement,
-    allowed_nodes,
-    job_objects,
-    label_value,
-    network_policy,
-    object_name,
-    owned_by,
-)
-from hetflow.execute.engine import LABEL_RUN, Usage
+from hetflow.execute.backends.kubernetes.translate import Placement, allowed_nodes, job_objects, object_name, owned_by
+from hetflow.execute.engine import Usage
+from hetflow.kube import ANNOTATION_JOB, LABEL_JOB, LABEL_RUN, NETWORK_POLICY, label_value, network_policy
 
 # What a run needs to be allowed in its namespace (checked by ``check``, named when missing).
 NEEDED = (
@@ -393,7 +383,7 @@ class KubernetesBackend:
         return Placement(nodes=nodes, dra=dra)
 
     def _policy(self) -> None:
-        """The namespace's deny-all policy for pods without network (``translate``), once."""
+        """The namespace's deny-all policy for pods without network (``kube.network_policy``), once."""
         if self._policy_made:
             return
         api = self.api

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from hetflow.execute.backends.kubernetes.api import Forbidden
-from hetflow.execute.backends.kubernetes.translate import DRA_DRIVER, VENDOR_RESOURCE
 from hetflow.inventory import KNOWN_MODELS
+from hetflow.kube import DRA_DRIVER, VENDOR_RESOURCE
 
 if TYPE_CHECKING:
     from hetflow.execute.backends.kubernetes.api import KubeApi
