@@ -22,7 +22,7 @@ from demo.images import HWMATCH_BUILDS, build_hwmatch_images, hwmatch_gcc_args
 
 from hetflow.config import engine_env, find_engine
 from hetflow.errors import EngineError
-from hetflow.images.service import build_index_image, resolve_image
+from hetflow.images.service import ImageSource, build_index_image, resolve_image
 from hetflow.inventory import discover
 from hetflow.inventory.profiles import profile_node
 from tests.integration.hfkit import Hetflow, step_out
@@ -64,7 +64,9 @@ def pushed(tmp_path_factory: pytest.TempPathFactory, images: list[str]) -> Itera
     with start_registry(tmp_path_factory.mktemp("hwmatch")) as registry:
         for build in HWMATCH_BUILDS:
             push_image(registry, build.image, REPO, build.tag)
-        built = build_index_image(registry.ref(REPO), [b.index_entry for b in HWMATCH_BUILDS], insecure=True)
+        built = build_index_image(
+            registry.ref(REPO), [b.index_entry for b in HWMATCH_BUILDS], ImageSource(insecure=True)
+        )
         with registry.client() as client:
             digests = {b.tag: client.head_manifest(REPO, b.tag).digest for b in HWMATCH_BUILDS}
         yield registry, {**digests, "index": built.digest}
@@ -94,7 +96,7 @@ def test_each_machine_description_gets_its_build(
     pushed: tuple[Registry, dict[str, str]], hf: Hetflow, machine: str, tag: str
 ) -> None:
     registry, digests = pushed
-    result = resolve_image(registry.ref(REPO), profile_node(machine), insecure=True)
+    result = resolve_image(registry.ref(REPO), profile_node(machine), ImageSource(insecure=True))
     assert result.chosen == digests[tag], "\n".join(result.explain())
     assert result.digest == digests["index"]
     assert result.pinned == f"{registry.host}/{REPO}@{digests[tag]}"
@@ -105,7 +107,7 @@ def test_each_machine_description_gets_its_build(
 
 def test_the_pinned_v3_build_is_the_v3_binary(pushed: tuple[Registry, dict[str, str]]) -> None:
     registry, digests = pushed
-    pinned = resolve_image(registry.ref(REPO), profile_node("haswell-cpu"), insecure=True).pinned
+    pinned = resolve_image(registry.ref(REPO), profile_node("haswell-cpu"), ImageSource(insecure=True)).pinned
     assert pinned == f"{registry.host}/{REPO}@{digests['v3']}"
     podman("pull", "--quiet", "--tls-verify=false", pinned)
     # No `podman rmi` afterwards: by digest it would remove the local v3 image too
@@ -120,7 +122,7 @@ def test_hetflow_run_pins_the_workflow_to_this_machines_build(
 ) -> None:
     registry, digests = pushed
     node = discover(hf.home)
-    chosen = resolve_image(registry.ref(REPO), node, insecure=True).chosen
+    chosen = resolve_image(registry.ref(REPO), node, ImageSource(insecure=True)).chosen
     if (node.cpu.x86_64_level or 0) >= 3 and not node.gpus:
         assert chosen == digests["v3"], "an x86-64-v3 machine without a GPU must get the v3 build"
     tag = next(t for t, d in digests.items() if d == chosen)

@@ -17,7 +17,7 @@ import pytest
 from hetflow.config import engine_env, find_engine
 from hetflow.images.layout import read_layout
 from hetflow.images.oci import OCI_INDEX
-from hetflow.images.service import inspect_image, resolve_image
+from hetflow.images.service import ImageSource, inspect_image, resolve_image
 from tests.integration.registry import Registry, push_builds, require_tools, start_registry, tiny_build_image
 from tests.unit.test_images_match import card, machine
 
@@ -83,20 +83,20 @@ def test_the_index_holds_the_features(registry: Registry, app: dict[str, str]) -
 @pytest.mark.parametrize(("node_name", "build"), [(k, v[1]) for k, v in NODES.items()], ids=NODES.keys())
 def test_each_node_gets_its_build(registry: Registry, app: dict[str, str], node_name: str, build: str) -> None:
     node = NODES[node_name][0]
-    result = resolve_image(registry.ref(REPO), node, insecure=True)
+    result = resolve_image(registry.ref(REPO), node, ImageSource(insecure=True))
     assert result.chosen == app[build], "\n".join(result.explain())
     assert result.digest == app["index"]
     assert result.pinned == f"{registry.host}/{REPO}@{app[build]}"
 
 
 def test_three_nodes_three_digests(registry: Registry, app: dict[str, str]) -> None:
-    chosen = {resolve_image(registry.ref(REPO), node, insecure=True).chosen for node, _ in NODES.values()}
+    chosen = {resolve_image(registry.ref(REPO), node, ImageSource(insecure=True)).chosen for node, _ in NODES.values()}
     assert chosen == {app["generic"], app["v3"], app["gpu"]}
 
 
 def test_the_pinned_build_is_the_image_that_was_pushed(registry: Registry, app: dict[str, str]) -> None:
     """Pull what hetflow chose for the core2 node by digest and ask it which build it is."""
-    result = resolve_image(registry.ref(REPO), machine("core2"), insecure=True)
+    result = resolve_image(registry.ref(REPO), machine("core2"), ImageSource(insecure=True))
     assert result.pinned is not None
     podman("pull", "--tls-verify=false", "--quiet", result.pinned)
     try:
@@ -108,10 +108,10 @@ def test_the_pinned_build_is_the_image_that_was_pushed(registry: Registry, app: 
 
 
 def test_inspect(registry: Registry, app: dict[str, str]) -> None:
-    result = inspect_image(registry.ref(REPO), insecure=True)
+    result = inspect_image(registry.ref(REPO), ImageSource(insecure=True))
     assert result.is_index and result.digest == app["index"]
     assert [e.requirements for e in result.entries] == [["generic"], ["x86-64-v3"], ["gpu:sm_80", "cuda>=12.2"]]
-    single = inspect_image(registry.ref(REPO, "v3"), insecure=True)
+    single = inspect_image(registry.ref(REPO, "v3"), ImageSource(insecure=True))
     assert not single.is_index and single.digest == app["v3"] and single.note and "not an index" in single.note
 
 
@@ -163,7 +163,9 @@ def test_a_podman_built_manifest_list(registry: Registry, app: dict[str, str]) -
             ["x86-64-v3"],
             ["gpu:sm_80", "cuda>=12.2"],
         ]
-        chosen = {build: resolve_image(target, node, insecure=True).chosen for node, build in NODES.values()}
+        chosen = {
+            build: resolve_image(target, node, ImageSource(insecure=True)).chosen for node, build in NODES.values()
+        }
         pushed = [m["digest"] for m in raw["manifests"]]  # type: ignore[attr-defined]
         assert chosen == dict(zip(BUILDS, pushed, strict=True))
     finally:

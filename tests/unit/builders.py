@@ -15,11 +15,12 @@ from pathlib import Path
 
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.local.fakeengine import FakeEngine
-from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_STEP, ContainerEngine, ContainerSpec
+from hetflow.execute.engine import ContainerEngine, ContainerSpec
 from hetflow.execute.run.options import ProcessSeams, RunOptions
 from hetflow.execute.run.runner import Runner, RunnerConfig
 from hetflow.execute.submit.record import create_run
 from hetflow.inventory.models import Cpu, Gpu, GpuSharing, Node
+from hetflow.kube import LABEL_ATTEMPT, LABEL_STEP
 from hetflow.spec import GpuRequest
 from hetflow.spec.loader import LoadedWorkflow, parse_workflow
 from hetflow.state.models import RunRecord, StepRecord

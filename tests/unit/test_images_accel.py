@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from hetflow.images import FakeRegistry, Requirements, build_index_image, parse_requirements, resolve
+from hetflow.images import FakeRegistry, ImageSource, Requirements, build_index_image, parse_requirements, resolve
 from hetflow.images.gpumatch import check_rocm, parse_gfx, rocm_distance
 from hetflow.images.match import annotations_for, features_for
 from hetflow.inventory import Gpu, GpuVendorName, Node
@@ -145,7 +145,9 @@ def test_build_index_writes_a_gfx90a_entry() -> None:
     for tag in ("generic", "rocm"):
         registry.add_image("hf/app", tag, env={"BUILD": tag})
     build_index_image(
-        "registry.test/hf/app:latest", ["generic", "rocm=gpu:gfx90a,rocm>=6.2"], transport=registry.transport()
+        "registry.test/hf/app:latest",
+        ["generic", "rocm=gpu:gfx90a,rocm>=6.2"],
+        ImageSource(transport=registry.transport()),
     )
     body, _ = registry.manifests[registry.tags[("hf/app", "latest")]]
     rocm = json.loads(body)["manifests"][1]

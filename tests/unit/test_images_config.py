@@ -11,7 +11,15 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from hetflow.images import OCI_CONFIG, OCI_MANIFEST, BadDocumentError, RegistryError, build_index_image, inspect_image
+from hetflow.images import (
+    OCI_CONFIG,
+    OCI_MANIFEST,
+    BadDocumentError,
+    ImageSource,
+    RegistryError,
+    build_index_image,
+    inspect_image,
+)
 
 REPO = "lab/app"
 CAP = 4 * 1024 * 1024
@@ -63,7 +71,7 @@ def test_an_endless_config_blob_is_refused_at_the_cap_naming_the_blob_its_size_a
     endless = _Endless()
     transport, _ = _registry(endless)
     with pytest.raises(RegistryError) as caught:
-        inspect_image(f"r.test/{REPO}:v1", transport=transport)
+        inspect_image(f"r.test/{REPO}:v1", ImageSource(transport=transport))
     message = str(caught.value)
     assert "config blob sha256:" in message and f"r.test/{REPO}:v1" in message
     assert f"says is {len(CONFIG)} bytes" in message and f"more than {CAP} bytes" in message
@@ -73,23 +81,23 @@ def test_an_endless_config_blob_is_refused_at_the_cap_naming_the_blob_its_size_a
 def test_a_config_its_manifest_says_is_over_the_cap_is_refused_before_a_byte_is_read() -> None:
     transport, asked = _registry(CONFIG, declared=5 * 1024**3)
     with pytest.raises(RegistryError, match=f"is {5 * 1024**3} bytes, its manifest says; refused: .* {CAP} bytes"):
-        inspect_image(f"r.test/{REPO}:v1", transport=transport)
+        inspect_image(f"r.test/{REPO}:v1", ImageSource(transport=transport))
     assert not [path for path in asked if "/blobs/" in path]
 
 
 def test_build_index_caps_the_configs_it_reads_too() -> None:
     transport, _ = _registry(_Endless())
     with pytest.raises(RegistryError, match=f"more than {CAP} bytes for the config blob"):
-        build_index_image(f"r.test/{REPO}:all", ["v1"], transport=transport)
+        build_index_image(f"r.test/{REPO}:all", ["v1"], ImageSource(transport=transport))
 
 
 def test_a_config_that_is_json_but_not_an_object_is_a_bad_document() -> None:
     transport, _ = _registry(b"[1, 2]")
     with pytest.raises(BadDocumentError, match="is a JSON list, not an object"):
-        inspect_image(f"r.test/{REPO}:v1", transport=transport)
+        inspect_image(f"r.test/{REPO}:v1", ImageSource(transport=transport))
 
 
 def test_a_config_under_the_cap_is_read() -> None:
     transport, _ = _registry(CONFIG)
-    result = inspect_image(f"r.test/{REPO}:v1", transport=transport)
+    result = inspect_image(f"r.test/{REPO}:v1", ImageSource(transport=transport))
     assert [e.platform for e in result.entries] == ["linux/amd64"]

@@ -16,6 +16,7 @@ from hetflow.images import (
     BadDocumentError,
     FakeRegistry,
     ImageError,
+    ImageSource,
     LocalImage,
     NotFoundError,
     Platform,
@@ -47,7 +48,9 @@ def registry_with_builds(auth: str = "none") -> tuple[FakeRegistry, dict[str, st
     registry = FakeRegistry(auth=auth, users={"ci": "secret"})  # type: ignore[arg-type]
     digests = {build: registry.add_image(REPO, build, env={"BUILD": build}).digest for build in BUILDS}
     build_index_image(
-        REF, [f"{b}={f}" for b, f in BUILDS.items()], transport=registry.transport(), username="ci", password="secret"
+        REF,
+        [f"{b}={f}" for b, f in BUILDS.items()],
+        ImageSource(transport=registry.transport(), username="ci", password="secret"),
     )
     return registry, digests
 
@@ -160,7 +163,7 @@ NODES = {
 @pytest.mark.parametrize(("node", "build"), NODES.values(), ids=NODES.keys())
 def test_resolve_image_picks_a_build_per_node(node: object, build: str) -> None:
     registry, digests = registry_with_builds(auth="bearer")
-    result = resolve_image(REF, node, transport=registry.transport(), username="ci", password="secret")  # type: ignore[arg-type]
+    result = resolve_image(REF, node, ImageSource(transport=registry.transport(), username="ci", password="secret"))  # type: ignore[arg-type]
     assert result.chosen == digests[build]
     assert result.pinned == f"registry.test/{REPO}@{digests[build]}"
     assert result.is_index and result.source == "registry" and result.digest == registry.tags[(REPO, "latest")]
@@ -173,7 +176,7 @@ def test_resolve_image_picks_a_build_per_node(node: object, build: str) -> None:
 def test_resolve_image_with_nothing_fitting_raises_only_when_asked() -> None:
     registry, _ = registry_with_builds()
     arm = machine("neoverse_n1", arch="aarch64")
-    result = resolve_image(REF, arm, transport=registry.transport())
+    result = resolve_image(REF, arm, ImageSource(transport=registry.transport()))
     assert result.chosen is None and result.pinned is None
     assert all("amd64 build; node is arm64" in v.reasons for v in result.verdicts)
     with pytest.raises(NoFitError, match=r"no build of registry\.test/hf/app:latest fits node neoverse_n1") as info:
@@ -183,7 +186,7 @@ def test_resolve_image_with_nothing_fitting_raises_only_when_asked() -> None:
 
 def test_inspect_image_lists_builds_and_their_needs() -> None:
     registry, digests = registry_with_builds()
-    result = inspect_image(REF, transport=registry.transport())
+    result = inspect_image(REF, ImageSource(transport=registry.transport()))
     assert result.is_index and result.note is None
     assert [(e.digest, e.requirements) for e in result.entries] == [
         (digests["generic"], ["generic"]),
@@ -196,21 +199,21 @@ def test_inspect_image_lists_builds_and_their_needs() -> None:
 def test_a_single_manifest_is_not_an_index_but_still_checked() -> None:
     registry = FakeRegistry()
     single = registry.add_image(REPO, "arm", architecture="arm64")
-    inspected = inspect_image(f"registry.test/{REPO}:arm", transport=registry.transport())
+    inspected = inspect_image(f"registry.test/{REPO}:arm", ImageSource(transport=registry.transport()))
     assert not inspected.is_index and inspected.note and inspected.note.startswith("not an index")
     assert [e.platform for e in inspected.entries] == ["linux/arm64"]
     on_arm = resolve_image(
-        f"registry.test/{REPO}:arm", machine("neoverse_n1", arch="aarch64"), transport=registry.transport()
+        f"registry.test/{REPO}:arm", machine("neoverse_n1", arch="aarch64"), ImageSource(transport=registry.transport())
     )
     assert on_arm.chosen == single.digest and on_arm.note == inspected.note
-    on_x86 = resolve_image(f"registry.test/{REPO}:arm", machine("haswell"), transport=registry.transport())
+    on_x86 = resolve_image(f"registry.test/{REPO}:arm", machine("haswell"), ImageSource(transport=registry.transport()))
     assert on_x86.chosen is None and on_x86.verdicts[0].reasons == ["arm64 build; node is amd64"]
 
 
 def test_unknown_image_is_named() -> None:
     registry, _ = registry_with_builds()
     with pytest.raises(NotFoundError, match="manifest hf/nothing:latest not found"):
-        inspect_image("registry.test/hf/nothing", transport=registry.transport())
+        inspect_image("registry.test/hf/nothing", ImageSource(transport=registry.transport()))
 
 
 # --- local storage --------------------------------------------------------------------------------
@@ -256,17 +259,17 @@ def local_store() -> FakeLocal:
 
 def test_local_manifest_list() -> None:
     local = local_store()
-    gpu_node = resolve_image("localhost/t/list:1", machine("haswell", card("8.0")), local=local)
-    cpu_node = resolve_image("localhost/t/list:1", machine("haswell"), local=local)
+    gpu_node = resolve_image("localhost/t/list:1", machine("haswell", card("8.0")), ImageSource(local=local))
+    cpu_node = resolve_image("localhost/t/list:1", machine("haswell"), ImageSource(local=local))
     assert gpu_node.chosen == "sha256:" + "3" * 64 and cpu_node.chosen == "sha256:" + "1" * 64
     assert gpu_node.source == "local" and gpu_node.is_index and gpu_node.pinned == "localhost/t/list@sha256:" + "3" * 64
 
 
 def test_local_plain_image_is_its_own_answer() -> None:
-    result = resolve_image("localhost/t/img", machine("haswell"), local=local_store())
+    result = resolve_image("localhost/t/img", machine("haswell"), ImageSource(local=local_store()))
     assert result.chosen == "sha256:" + "2" * 64 and result.image_id == "f" * 64
     assert result.pinned == "localhost/t/img:latest" and result.note and "not an index" in result.note
-    inspected = inspect_image("localhost/t/img", local=local_store())
+    inspected = inspect_image("localhost/t/img", ImageSource(local=local_store()))
     assert not inspected.is_index and inspected.image_id == "f" * 64
 
 
@@ -274,14 +277,14 @@ def test_missing_local_image_says_what_to_do() -> None:
     with pytest.raises(
         NotFoundError, match="no image localhost/t/none:latest in local podman storage; `podman images`"
     ):
-        inspect_image("localhost/t/none", local=local_store())
+        inspect_image("localhost/t/none", ImageSource(local=local_store()))
 
 
 def test_results_render() -> None:
     registry, _ = registry_with_builds()
     console = Console(record=True, width=200)
-    console.print(resolve_image(REF, machine("core2"), transport=registry.transport()).render())
-    console.print(inspect_image(REF, transport=registry.transport()).render())
+    console.print(resolve_image(REF, machine("core2"), ImageSource(transport=registry.transport())).render())
+    console.print(inspect_image(REF, ImageSource(transport=registry.transport())).render())
     text = console.export_text()
     assert "chosen" in text and "x86-64-v3 build needs AVX2, FMA and BMI2" in text and "gpu:sm_80, cuda>=12.2" in text
 

@@ -274,7 +274,7 @@ def test_an_evicted_pod_is_a_node_fault_even_before_its_job_fails() -> None:
 
 
 def test_pods_without_network_are_selected_by_the_namespaces_one_deny_all_policy() -> None:
-    from hetflow.execute.backends.kubernetes.translate import network_policy
+    from hetflow.kube import network_policy
 
     policy = network_policy()
     selector = policy["spec"]["podSelector"]["matchLabels"]

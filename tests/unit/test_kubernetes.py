@@ -28,7 +28,7 @@ from hetflow.export.kubernetes import (
     to_yaml,
     validate_objects,
 )
-from hetflow.export.kubernetes._common import DNS_LABEL_RE
+from hetflow.kube import DNS_LABEL_RE
 from hetflow.plan.build import build_instance
 from hetflow.plan.instance import Plan
 from hetflow.plan.search.heuristic import plan_heuristic
@@ -580,7 +580,8 @@ def test_network_policy_denies_steps_without_network() -> None:
     objects = export("quiet:\n  image: busybox\nloud:\n  image: busybox\n  network: true\n")
     (policy,) = [o for o in objects if o["kind"] == "NetworkPolicy"]
     assert policy["spec"] == {
-        "podSelector": {"matchLabels": {"hetflow.run": RUN, "hetflow.network": "none"}},
+        # the namespace's one policy, the live backend's too (``kube.network_policy``)
+        "podSelector": {"matchLabels": {"app.kubernetes.io/managed-by": "hetflow", "hetflow.network": "none"}},
         "policyTypes": ["Ingress", "Egress"],
     }
     labels = {

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hetflow.images.fake import FakeRegistry
-from hetflow.images.service import build_index_image, resolve_image
+from hetflow.images.service import ImageSource, build_index_image, resolve_image
 from hetflow.inventory.models import Node
 from hetflow.plan.build import build_instance
 from hetflow.plan.images import class_node, image_check
@@ -51,11 +51,11 @@ def resolver() -> object:
     registry = FakeRegistry()
     for build in ("v3", "gpu"):
         registry.add_image(REPO, build, env={"BUILD": build})
-    build_index_image(REF, ["v3=x86-64-v3"], transport=registry.transport())
-    build_index_image(GPU_REF, ["gpu=gpu:sm_80,cuda>=12.2"], transport=registry.transport())
+    build_index_image(REF, ["v3=x86-64-v3"], ImageSource(transport=registry.transport()))
+    build_index_image(GPU_REF, ["gpu=gpu:sm_80,cuda>=12.2"], ImageSource(transport=registry.transport()))
 
     def resolve(image: str, node: Node) -> object:
-        return resolve_image(image, node, transport=registry.transport())
+        return resolve_image(image, node, ImageSource(transport=registry.transport()))
 
     return resolve
 

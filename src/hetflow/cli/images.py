@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -11,6 +12,9 @@ from hetflow.cli.common import console, print_json
 from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
 from hetflow.inventory import Node, discover, node_fields
+
+if TYPE_CHECKING:
+    from hetflow.images import ImageSource
 
 images_app = typer.Typer(
     help="Hardware-matched images: which build of an image index fits a node.", no_args_is_help=True
@@ -29,13 +33,17 @@ def register(app: typer.Typer) -> None:
     app.add_typer(images_app, name="images")
 
 
-def _insecure(ref: str, tls_verify: bool | None) -> bool:
-    from hetflow.images import parse_reference
+def _source(ref: str, tls_verify: bool | None, username: str | None, password: str | None) -> ImageSource:
+    """The flags as one ``ImageSource``: TLS unless --tls-verify=false or a local or loopback
+    reference, and the credentials."""
+    from hetflow.images import ImageSource, parse_reference
 
     if tls_verify is not None:
-        return not tls_verify
-    parsed = parse_reference(ref)
-    return parsed.local or parsed.is_loopback
+        insecure = not tls_verify
+    else:
+        parsed = parse_reference(ref)
+        insecure = parsed.local or parsed.is_loopback
+    return ImageSource(insecure=insecure, username=username, password=password)
 
 
 def load_node(spec: str | None) -> Node:
@@ -74,7 +82,7 @@ def inspect_cmd(
     """List an image index's builds and what each needs."""
     from hetflow.images import inspect_image
 
-    result = inspect_image(image, insecure=_insecure(image, tls_verify), username=username, password=password)
+    result = inspect_image(image, _source(image, tls_verify, username, password))
     if json_out:
         print_json(result.to_json())
     else:
@@ -96,9 +104,7 @@ def resolve_cmd(
 
     if here and node is not None:
         raise UsageError("give --node or --here, not both")
-    result = resolve_image(
-        image, load_node(node), insecure=_insecure(image, tls_verify), username=username, password=password
-    )
+    result = resolve_image(image, load_node(node), _source(image, tls_verify, username, password))
     if json_out:
         print_json(result.to_json())
     else:
@@ -121,9 +127,7 @@ def build_index_cmd(
     """Assemble an index from per-build tags of the same repository, with their requirements."""
     from hetflow.images import build_index_image
 
-    built = build_index_image(
-        target, builds, insecure=_insecure(target, tls_verify), username=username, password=password
-    )
+    built = build_index_image(target, builds, _source(target, tls_verify, username, password))
     if json_out:
         print_json(
             {

@@ -55,9 +55,6 @@ if TYPE_CHECKING:
     from hetflow.execute.devices.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
     from hetflow.execute.doctor import Finding, diagnose, repair, tidy
     from hetflow.execute.engine import (
-        LABEL_ATTEMPT,
-        LABEL_RUN,
-        LABEL_STEP,
         ContainerEngine,
         ContainerSpec,
         ContainerState,
@@ -103,9 +100,6 @@ _WHERE = {
     "run.launch.container": ["build_spec", "container_env", "input_mounts"],
     "run.dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
     "engine": [
-        "LABEL_ATTEMPT",
-        "LABEL_RUN",
-        "LABEL_STEP",
         "ContainerEngine",
         "ContainerSpec",
         "ContainerState",
@@ -156,9 +150,6 @@ __all__ = [
     "DEFAULT_GRACE",
     "DISCARDED_WORDS",
     "DRIVER_DIR",
-    "LABEL_ATTEMPT",
-    "LABEL_RUN",
-    "LABEL_STEP",
     "LAUNCH_CONTRACT",
     "NOTIFY_FAILED",
     "SECRETS_FILE_ENV",

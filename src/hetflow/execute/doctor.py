@@ -31,8 +31,9 @@ from hetflow.errors import StateError
 from hetflow.execute.backends.local.orphans import Monitor, monitors, reap
 from hetflow.execute.data.cache import partial_copies
 from hetflow.execute.data.publishjournal import committed, journals, leftovers, settle_run
-from hetflow.execute.engine import LABEL_RUN, ContainerState
+from hetflow.execute.engine import ContainerState
 from hetflow.execute.gang.replicas import network_name, replica_of
+from hetflow.kube import LABEL_RUN
 from hetflow.state import (
     LAUNCHING,
     RUN_FAILED,

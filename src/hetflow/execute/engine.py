@@ -23,9 +23,6 @@ from typing import Any, Protocol, runtime_checkable
 
 from hetflow.errors import EngineError
 
-LABEL_RUN = "hetflow.run"
-LABEL_STEP = "hetflow.step"
-LABEL_ATTEMPT = "hetflow.attempt"
 CGROUP_PARENT = "hetflow"  # top cgroup of every attempt's parent cgroup (backends.local.cgroups)
 
 

@@ -13,6 +13,7 @@
                  Bearer-token and Basic auth, every download checked against its digest
     layout       read_layout(dir): OCI image layout directories
     index_build  build_index: per-build tags -> one index with platform.features
+    source       ImageSource: how images are reached (TLS, credentials, transport, local storage)
     service      inspect_image, resolve_image, build_index_image: what the CLI calls
     localimages  LocalImages, the seam to podman's local storage (PodmanImages the real one)
     errors       ImageError and its subclasses (all HetflowError)
@@ -83,6 +84,7 @@ if TYPE_CHECKING:
         inspect_image,
         resolve_image,
     )
+    from hetflow.images.source import ImageSource
 
 _WHERE = {
     "client": ["Challenge", "RegistryClient", "parse_challenge"],
@@ -100,6 +102,7 @@ _WHERE = {
     "index_build": ["build_index", "parse_build_entry"],
     "layout": ["read_layout", "write_layout"],
     "localimages": ["LocalImage", "LocalImages", "PodmanImages"],
+    "source": ["ImageSource"],
     "match": [
         "ANNOTATION_GPU_GFX",
         "ANNOTATION_GPU_INTEL",
@@ -153,6 +156,7 @@ __all__ = [
     "FakeRegistry",
     "ImageError",
     "ImageReference",
+    "ImageSource",
     "Index",
     "LocalImage",
     "LocalImages",

@@ -1,19 +1,16 @@
 """What the ``hetflow images`` commands call: inspect an image, resolve it for a node,
 build an index.  Each returns a JSON-able result (``to_json``) with a rich rendering.
 
-References are read with ``hetflow.images.reference``: ``localhost/NAME`` is podman's
-local storage (a manifest list there is read with ``podman manifest inspect``, a plain
-image with ``podman image inspect``); anything else is a registry, read over the
-distribution API (plain http for a loopback registry when ``insecure``).  An image
-that is not an index is one build: it is still checked against the node (its
-os/architecture), and its result says "not an index".
+Each takes an ``ImageSource`` (``source``): how the image is reached, a registry's TLS and
+credentials or local podman storage, one value its caller builds once.  An image that is
+not an index is one build: it is still checked against the node (its os/architecture), and
+its result says "not an index".
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 from rich.console import Group, RenderableType
@@ -21,31 +18,18 @@ from rich.table import Table
 from rich.text import Text
 
 from hetflow.errors import NoFitError
-from hetflow.images.config import read_config
-from hetflow.images.errors import BadDocumentError, NotFoundError
+from hetflow.images.errors import BadDocumentError
 from hetflow.images.index_build import BuildSpec, BuiltIndex, build_index, parse_build_entry
 from hetflow.images.localimages import LocalImage, LocalImages, PodmanImages
 from hetflow.images.match import requirements_of, resolve
-from hetflow.images.oci import (
-    ACCEPT_ANY_MANIFEST,
-    Descriptor,
-    Index,
-    Platform,
-    is_index,
-    parse_index,
-    parse_manifest,
-    platform_string,
-)
-from hetflow.images.reference import ImageReference, parse_reference
+from hetflow.images.oci import Descriptor, platform_string
+from hetflow.images.reference import parse_reference
+from hetflow.images.source import ImageSource, local_name
 from hetflow.inventory import Node
-
-if TYPE_CHECKING:  # the registry client (and httpx) load only when a registry is asked
-    import httpx
-
-    from hetflow.images.client import RegistryClient
 
 __all__ = [
     "EntryInfo",
+    "ImageSource",
     "InspectResult",
     "LocalImage",
     "LocalImages",
@@ -200,114 +184,12 @@ def _short(digest: str) -> str:
     return f"{algorithm}:{encoded[:12]}" if encoded else digest
 
 
-# --- reading an image --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class _Read:
-    """What one image reference is: an index, or a single build dressed as a one-entry index."""
-
-    ref: ImageReference
-    source: str
-    digest: str | None
-    media_type: str
-    index: Index
-    is_index: bool
-    image_id: str | None = None
-
-
-def _client(
-    ref: ImageReference,
-    *,
-    insecure: bool,
-    username: str | None,
-    password: str | None,
-    token: str | None,
-    transport: httpx.BaseTransport | None,
-) -> RegistryClient:
-    from hetflow.images.client import RegistryClient
-
-    return RegistryClient(
-        ref.base_url(insecure=insecure),
-        username=username,
-        password=password,
-        token=token,
-        transport=transport,
-        verify=not insecure,
-    )
-
-
-def _read_registry(ref: ImageReference, client: RegistryClient) -> _Read:
-    body, media_type, digest = client.get_manifest(ref.repository, ref.ref, accept=ACCEPT_ANY_MANIFEST)
-    if is_index(media_type):
-        index = parse_index(body, what=f"index {ref}")
-        return _Read(ref, "registry", digest, media_type, index, True)
-    manifest = parse_manifest(body, what=f"manifest {ref}")
-    config = read_config(client, ref.repository, manifest.config, str(ref))  # capped, as manifests
-    platform = Platform(
-        architecture=str(config.get("architecture") or "amd64"),
-        os=str(config.get("os") or "linux"),
-        variant=config.get("variant") or None,
-    )
-    single = Descriptor(mediaType=media_type, digest=digest, size=len(body), platform=platform)
-    return _Read(ref, "registry", digest, media_type, Index(manifests=[single]), False)
-
-
-def _local_name(ref: ImageReference) -> str:
-    return str(ref) if ref.tag or ref.digest else f"{ref.name}:latest"  # podman's default tag
-
-
-def _read_local(ref: ImageReference, local: LocalImages) -> _Read:
-    name = _local_name(ref)
-    raw = local.manifest_list(name)
-    if raw is not None:
-        index = parse_index(raw, what=f"local manifest list {name}")
-        return _Read(ref, "local", None, index.media_type or "", index, True)
-    image = local.image(name)
-    if image is None:
-        raise NotFoundError(
-            f"no image {name} in local podman storage; `podman images` lists what is there "
-            "(build or pull it first, or name a registry image instead)"
-        )
-    platform = Platform(architecture=image.architecture, os=image.os, variant=image.variant)
-    single = Descriptor(mediaType="", digest=image.digest or f"sha256:{image.id}", size=image.size, platform=platform)
-    return _Read(ref, "local", image.digest or None, "", Index(manifests=[single]), False, image_id=image.id)
-
-
-def _read(
-    text: str,
-    *,
-    insecure: bool,
-    username: str | None,
-    password: str | None,
-    token: str | None,
-    transport: httpx.BaseTransport | None,
-    local: LocalImages | None,
-) -> _Read:
-    ref = parse_reference(text)
-    if ref.local:
-        return _read_local(ref, local or PodmanImages.default())
-    with _client(ref, insecure=insecure, username=username, password=password, token=token, transport=transport) as c:
-        return _read_registry(ref, c)
-
-
 # --- the service -------------------------------------------------------------------------------
 
 
-def inspect_image(
-    ref: str,
-    *,
-    insecure: bool = False,
-    username: str | None = None,
-    password: str | None = None,
-    token: str | None = None,
-    transport: httpx.BaseTransport | None = None,
-    local: LocalImages | None = None,
-) -> InspectResult:
-    """The builds of image ``ref`` and what each needs."""
-    read = _read(
-        ref, insecure=insecure, username=username, password=password, token=token, transport=transport, local=local
-    )
+def inspect_image(ref: str, source: ImageSource = ImageSource()) -> InspectResult:
+    """The builds of image ``ref`` (read from ``source``) and what each needs."""
+    read = source.read(ref)
     return InspectResult(
         reference=str(read.ref),
         source=read.source,
@@ -320,21 +202,10 @@ def inspect_image(
     )
 
 
-def resolve_image(
-    ref: str,
-    node: Node,
-    *,
-    insecure: bool = False,
-    username: str | None = None,
-    password: str | None = None,
-    token: str | None = None,
-    transport: httpx.BaseTransport | None = None,
-    local: LocalImages | None = None,
-) -> ResolveResult:
-    """The build of ``ref`` that ``node`` should run, and why (see ``match.resolve``)."""
-    read = _read(
-        ref, insecure=insecure, username=username, password=password, token=token, transport=transport, local=local
-    )
+def resolve_image(ref: str, node: Node, source: ImageSource = ImageSource()) -> ResolveResult:
+    """The build of ``ref`` (read from ``source``) that ``node`` should run, and why (see
+    ``match.resolve``)."""
+    read = source.read(ref)
     resolution = resolve(read.index, node)
     chosen = resolution.chosen
     verdicts = [
@@ -353,7 +224,7 @@ def resolve_image(
     if chosen is not None:
         pinned = f"{read.ref.name}@{chosen.digest}" if chosen.digest.startswith("sha256:") else str(read.ref)
         if read.source == "local" and not read.is_index:
-            pinned = _local_name(read.ref)  # a local image is run by its name
+            pinned = local_name(read.ref)  # a local image is run by its name
     return ResolveResult(
         reference=str(read.ref),
         node=node.name,
@@ -372,17 +243,13 @@ def resolve_image(
 def build_index_image(
     ref: str,
     entries: Sequence[str | tuple[str, BuildSpec]],
+    source: ImageSource = ImageSource(),
     *,
-    insecure: bool = False,
-    username: str | None = None,
-    password: str | None = None,
-    token: str | None = None,
-    transport: httpx.BaseTransport | None = None,
     annotations: Mapping[str, str] | None = None,
     variant: bool = True,
 ) -> BuiltIndex:
     """``hetflow images build-index REGISTRY/REPO:TAG TAG=FEATURES...``: assemble the
-    per-build tags of REPO into one index and push it as TAG."""
+    per-build tags of REPO (in the registry ``source`` reaches) into one index and push it as TAG."""
     target = parse_reference(ref)
     if target.local:
         raise BadDocumentError(
@@ -391,9 +258,7 @@ def build_index_image(
     if target.digest:
         raise BadDocumentError(f"{ref}: the index is pushed under a tag; leave the @digest out")
     parsed: list[tuple[str, BuildSpec]] = [parse_build_entry(e) if isinstance(e, str) else e for e in entries]
-    with _client(
-        target, insecure=insecure, username=username, password=password, token=token, transport=transport
-    ) as client:
+    with source.client(target) as client:
         return build_index(
             client,
             target.repository,

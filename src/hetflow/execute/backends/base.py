@@ -61,6 +61,9 @@ class Job:
     memory: int  # bytes
     gpus: int = 0
     gpu_model: str | None = None  # a plan's GPU model (Slurm gres type, Ray custom resource)
+    # The planned class's GPU vendor (None: a class without GPUs, or not known): whose device
+    # plugin a ``vendor: any`` request asks (Kubernetes ``amd.com/gpu``), whose taint a pod tolerates.
+    gpu_vendor: str | None = None
     node: str | None = None  # the plan pins this node (Slurm --nodelist, Ray NodeAffinity)
     node_class: str | None = None  # the plan's node type (Slurm constraint, Ray custom resource)
     depends_on: tuple[str, ...] = ()  # names of jobs that must succeed first (holds_dependencies)

@@ -33,7 +33,8 @@ from pathlib import Path
 
 from hetflow.execute.backends.base import JobState
 from hetflow.execute.data.paths import RunPaths, container_name
-from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_STEP, ContainerSpec, Mount
+from hetflow.execute.engine import ContainerSpec, Mount
+from hetflow.kube import LABEL_ATTEMPT, LABEL_STEP
 from hetflow.spec import AUTO_BATCH, AUTO_MAX_ESTIMATE, AUTO_MIN_ITEMS, Batch, Step, Workflow, fanout_parent
 from hetflow.state import Store
 

@@ -56,6 +56,7 @@ class Where:
 
     node: str  # what the step and attempt records name: this machine, or the planned class
     gpu_model: str | None = None
+    gpu_vendor: str | None = None  # the planned class's GPUs' vendor (None: it has none)
     pinned_node: str | None = None
     node_class: str | None = None
     nodes: int = 1  # a gang: how many nodes the plan spreads its replicas over
@@ -189,6 +190,7 @@ class ClusterDispatch:
         # node class -> GPU model (the engine's GPU type), and -> the one node a class of one
         # names (the engine's node list: a cluster file lists Slurm nodes or Ray nodes by name)
         self.gpu_models = {c.name: c.gpu_model for c in classes if c.gpus}
+        self.gpu_vendors = {c.name: c.gpu_vendor for c in classes if c.gpus}
         self.pinned_nodes = {c.name: c.name for c in classes if c.count == 1}
         self.sharing = {c.name: c.gpu_sharing for c in classes if c.gpus}
 
@@ -259,6 +261,7 @@ class ClusterDispatch:
         return Where(
             node=cname,
             gpu_model=self.gpu_models.get(cname),
+            gpu_vendor=self.gpu_vendors.get(cname),
             pinned_node=pinned,
             # a pinned node says it all; otherwise the engine picks among the class's nodes
             node_class=None if pinned else cname,

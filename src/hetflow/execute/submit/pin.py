@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hetflow.errors import NoFitError
-from hetflow.images import NotFoundError, ResolveResult, parse_reference, resolve_image
+from hetflow.images import ImageSource, NotFoundError, ResolveResult, parse_reference, resolve_image
 from hetflow.inventory import Node
 from hetflow.spec import Step, Workflow
 
@@ -30,8 +30,9 @@ class PinResult:
 
 
 def default_resolver(image: str, node: Node) -> ResolveResult:
+    """``image``'s build for ``node``: over TLS, unless the image is local or its registry loopback."""
     ref = parse_reference(image)
-    return resolve_image(image, node, insecure=ref.local or ref.is_loopback)
+    return resolve_image(image, node, ImageSource(insecure=ref.local or ref.is_loopback))
 
 
 def pin_images(workflow: Workflow, node: Node, resolver: Resolver = default_resolver) -> PinResult:

@@ -10,8 +10,9 @@ What is created, in this order::
     PersistentVolumeClaim  workdir_claim (ReadWriteMany), unless claim_size=None
     ServiceAccount, Role, RoleBinding  hf-RUN: the driver may list the run's Jobs
                            and patch (un-suspend) exactly those Jobs, nothing else
-    NetworkPolicy          hf-RUN-no-network: no ingress or egress for steps without
-                           ``network: true`` (needs a CNI that enforces policies)
+    NetworkPolicy          hetflow-no-network: no ingress or egress for steps without
+                           ``network: true`` (needs a CNI that enforces policies); the
+                           namespace's one, the live backend's too (``hetflow.kube``)
     Job hf-RUN-STEP        one per planned step, created suspended
     Job hf-RUN             the driver: releases each step when its parents succeeded
 
@@ -73,7 +74,9 @@ step Jobs and run-wide objects), ``_placement`` (node affinity from the planned 
 ``_driver`` (the driver Job, its RBAC and its sh script), ``_render`` (``to_yaml``),
 ``_validate`` (``validate_objects``; imports the ``kubernetes`` client only when called),
 ``_gang`` (gang steps: Indexed Job, Service, MPIJob, spread and the rank variables),
-``_common`` (labels, names, the run's context, pod security and volumes).  The MPIJob
+``_common`` (the run's context and volumes).  Kubernetes' vocabulary (label keys, resource
+names, pod security, the Job name rule, a gang's values, the NetworkPolicy) is
+``hetflow.kube``'s, shared with the live backend, so a step's pod is the same either way.  The MPIJob
 schema (``mpijob-v2beta1.schema.yaml``) is package data, vendored from mpi-operator.
 """
 

@@ -1,5 +1,7 @@
 """A step's accelerator request as Kubernetes device-plugin resources and the node labels
-the GPU labellers publish (pure functions over ``spec`` and ``plan`` values).
+the GPU labellers publish (pure functions over ``spec`` and ``plan`` values); the names and
+the limits are ``hetflow.kube``'s, shared with the live backend, the node affinity is the
+export's own (the live backend pins the planned class's nodes by hostname).
 
 Resources (container limits; extended resources are limits only):
 
@@ -32,45 +34,26 @@ from __future__ import annotations
 
 import re
 
-from hetflow.export.kubernetes._common import GFD_PRODUCT, GPU_RESOURCE, Obj, label_value
+from hetflow.export.kubernetes._common import Obj
+from hetflow.kube import (
+    AMD_FAMILY,
+    AMD_PRODUCT,
+    GFD_MIG_STRATEGY,
+    GFD_PRODUCT,
+    GFD_REPLICAS,
+    GFD_SHARING,
+    INTEL_GPU,
+    INTEL_PRODUCT,
+    label_value,
+    planned_vendor,
+)
 from hetflow.plan import MachineClass
 from hetflow.spec import GpuRequest
-
-AMD_RESOURCE = "amd.com/gpu"
-INTEL_RESOURCE = "gpu.intel.com/i915"
-MIG_RESOURCE = "nvidia.com/mig-"  # + profile, e.g. nvidia.com/mig-1g.10gb (mixed strategy)
-SHARED_RESOURCE = "nvidia.com/gpu.shared"  # time-slicing with renameByDefault: true
-GFD_SHARING = "nvidia.com/gpu.sharing-strategy"
-GFD_REPLICAS = "nvidia.com/gpu.replicas"
-GFD_MIG_STRATEGY = "nvidia.com/mig.strategy"
-AMD_FAMILY = "amd.com/gpu.family"
-AMD_PRODUCT = "amd.com/gpu.product-name"
-INTEL_GPU = "intel.feature.node.kubernetes.io/gpu"
-INTEL_PRODUCT = "gpu.intel.com/product"
-VENDOR_RESOURCE = {"nvidia": GPU_RESOURCE, "amd": AMD_RESOURCE, "intel": INTEL_RESOURCE}
-
-
-def vendor_of(req: GpuRequest, cls: MachineClass) -> str:
-    """Whose GPUs the step gets: its own vendor, or for ``any`` the planned class's."""
-    return cls.gpu_vendor if req.vendor == "any" else req.vendor
-
-
-def gpu_limits(req: GpuRequest, cls: MachineClass, *, shared_resource: bool = False) -> dict[str, str]:
-    """The container's device-plugin limits for ``req`` on the planned class."""
-    if not req.any:
-        return {}
-    vendor = vendor_of(req, cls)
-    if req.kind == "mig":
-        return {f"{MIG_RESOURCE}{req.mig}": "1"}
-    if req.kind == "share":
-        name = SHARED_RESOURCE if vendor == "nvidia" and shared_resource else VENDOR_RESOURCE[vendor]
-        return {name: "1"}  # one replica (NVIDIA) or one device (AMD/Intel plugins do not slice)
-    return {VENDOR_RESOURCE[vendor]: str(req.count)}
 
 
 def gpu_expressions(req: GpuRequest, cls: MachineClass) -> list[Obj]:
     """Node requirements for a GPU step on the planned class: product, sharing, MIG layout."""
-    vendor = vendor_of(req, cls) if req.any else cls.gpu_vendor
+    vendor = planned_vendor(req, cls.gpu_vendor) if req.any else cls.gpu_vendor
     if vendor == "amd":
         out: list[Obj] = [{"key": AMD_FAMILY, "operator": "Exists"}]
         if cls.gpu_model:
@@ -114,10 +97,3 @@ def intel_product(model: str) -> str:
     """The Intel NFD rule's product value (Max_1550, Flex_170), or '' for another model."""
     m = re.search(r"\b(Max|Flex)\s+(\d+)", model, re.IGNORECASE)
     return f"{m.group(1).capitalize()}_{m.group(2)}" if m else ""
-
-
-def tolerated(req: GpuRequest, cls: MachineClass) -> str:
-    """The resource name GPU nodes of the class are commonly tainted with (key of the toleration)."""
-    if req.kind == "mig":
-        return GPU_RESOURCE
-    return VENDOR_RESOURCE.get(vendor_of(req, cls) if req.any else cls.gpu_vendor, GPU_RESOURCE)

@@ -1,41 +1,23 @@
-"""What the exporter's modules share: object labels and names, the run's context, and the
-security settings and volumes every pod of a run gets."""
+"""What the exporter's modules share: the run's context, the volumes every pod of a run
+gets, NFD's CPU labels; Kubernetes' own names come from ``hetflow.kube``."""
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetflow.execute import LABEL_RUN, RunPaths
+from hetflow.execute import RunPaths
+from hetflow.kube import LABEL_ROLE, LABEL_RUN, LABEL_WORKFLOW, MANAGED_BY
 from hetflow.spec import Workflow
 
 Obj = dict[str, Any]
 ImageFor = Callable[[str, str], str]  # (image as written, node class) -> reference to run
 
-LABEL_WORKFLOW = "hetflow.workflow"
-LABEL_VARIANT = "hetflow.variant"
-LABEL_CLASS = "hetflow.node-class"
-LABEL_ROLE = "hetflow.role"  # step | driver
-LABEL_NETWORK = "hetflow.network"  # none | allowed: what the NetworkPolicy selects on
-ANNOTATION_PLAN = "hetflow.plan"
-ANNOTATION_REASONS = "hetflow.reasons"
-ANNOTATION_IMAGE = "hetflow.image"  # the image as written, when it runs pinned
-MANAGED_BY = {"app.kubernetes.io/managed-by": "hetflow"}
-
-# The NVIDIA device plugin's resource, and GPU Feature Discovery's labels (GFD README,
-# "Generated Labels"): the product name with blanks as dashes, memory in MiB, and the
-# compute capability split in two integers.  Under time-slicing with renameByDefault
-# the product gets a "-SHARED" suffix, so both spellings are accepted.
-GPU_RESOURCE = "nvidia.com/gpu"
-GFD_PRODUCT = "nvidia.com/gpu.product"
-GFD_MEMORY = "nvidia.com/gpu.memory"
-GFD_CC_MAJOR = "nvidia.com/gpu.compute.major"
-GFD_CC_MINOR = "nvidia.com/gpu.compute.minor"
-ARCH_LABEL = "kubernetes.io/arch"  # well-known label, GOARCH spelling
+# Label keys, resource names, GPU labellers' labels, pod security and the name rule are
+# Kubernetes' vocabulary, shared with the live backend: ``hetflow.kube``.
 NFD_CPUID = "feature.node.kubernetes.io/cpu-cpuid."
 
 # archspec feature (Linux /proc/cpuinfo spelling) -> the cpuid flag name NFD publishes
@@ -64,14 +46,6 @@ TMP_SIZE = "256Mi"  # as the local runner's tmpfs (engine.ContainerSpec.tmpfs_si
 STAGING_ATTEMPT = 1  # Job retries reuse one staging directory; each pod empties it first
 DRIVER_FAILED_EXIT = 3  # the driver's "a step failed" exit: fails its Job at once
 RUN_ID_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,18}[a-z0-9])?\Z")
-DNS_LABEL_RE = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
-DNS_SUBDOMAIN_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?\Z")
-LABEL_VALUE_RE = re.compile(r"^(([A-Za-z0-9][A-Za-z0-9_.-]{0,61})?[A-Za-z0-9])?\Z")
-LABEL_NAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?\Z")
-# An extended resource's name: a domain prefix and a name (rdma/hca, nvidia.com/gpu).
-RESOURCE_NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?/[A-Za-z0-9]([A-Za-z0-9_.-]{0,61}[A-Za-z0-9])?\Z")
-# resource.Quantity's grammar (k8s.io/apimachinery/pkg/api/resource/quantity.go)
-QUANTITY_RE = re.compile(r"^[+-]?(\d+(\.\d*)?|\.\d+)(([KMGTPE]i)|[numkMGTPE]|([eE][+-]?\d+))?\Z")
 
 
 @dataclass(frozen=True)
@@ -107,46 +81,6 @@ class Context:
 
     def run_labels(self, role: str) -> dict[str, str]:
         return {LABEL_RUN: self.run_id, LABEL_WORKFLOW: self.workflow.name, LABEL_ROLE: role}
-
-
-def job_name(run_id: str, step: str, suffix: int = 0) -> str:
-    """``hf-RUN-STEP``; a step name that is not a DNS label as it stands ('_', too long)
-    gets a hash of the original, so two names never meet.  ``suffix``: characters to leave
-    free for what is appended to the name (an Indexed Job's pods are JOB-INDEX)."""
-    plain = f"hf-{run_id}-{step}"
-    if DNS_LABEL_RE.match(plain) and len(plain) + suffix <= 63:
-        return plain
-    digest = hashlib.sha256(step.encode()).hexdigest()[:6]
-    room = 63 - suffix - len(f"hf-{run_id}--{digest}")
-    return f"hf-{run_id}-{step.replace('_', '-')[:room].strip('-')}-{digest}"
-
-
-def label_value(text: str) -> str:
-    """``text`` as a label value: other characters become '-', at most 63, alphanumeric ends."""
-    value = re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:63]
-    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
-
-
-def pod_security(ctx: Context) -> Obj:
-    out: Obj = {"runAsUser": ctx.uid, "runAsGroup": ctx.gid}
-    if ctx.uid != 0:
-        out["runAsNonRoot"] = True
-    # Makes a fresh block-backed volume writable by the submitter's group; ignored by
-    # volumes that do not support ownership management (NFS).  OnRootMismatch skips the
-    # recursive chown when the root already fits.
-    out["fsGroup"] = ctx.gid
-    out["fsGroupChangePolicy"] = "OnRootMismatch"
-    out["seccompProfile"] = {"type": "RuntimeDefault"}
-    return out
-
-
-def container_security() -> Obj:
-    return {
-        "allowPrivilegeEscalation": False,
-        "capabilities": {"drop": ["ALL"]},
-        "privileged": False,
-        "readOnlyRootFilesystem": True,
-    }
 
 
 def small_resources() -> Obj:

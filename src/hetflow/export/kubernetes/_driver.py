@@ -9,16 +9,14 @@ from collections.abc import Collection, Mapping, Sequence
 
 from hetflow.export.kubernetes._common import (
     DRIVER_FAILED_EXIT,
-    MANAGED_BY,
     STAGING_ATTEMPT,
     WORK_MOUNT,
     Context,
     Obj,
-    container_security,
-    pod_security,
     run_volumes,
     small_resources,
 )
+from hetflow.kube import MANAGED_BY, container_security, pod_security
 from hetflow.spec import Workflow
 
 
@@ -113,7 +111,7 @@ def driver_job(
                     "serviceAccountName": ctx.driver,
                     "restartPolicy": "Never",
                     "enableServiceLinks": False,
-                    "securityContext": pod_security(ctx),
+                    "securityContext": pod_security(ctx.uid, ctx.gid),
                     "containers": [container],
                     "volumes": run_volumes(ctx),
                 },

@@ -13,21 +13,23 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping
 
-from hetflow.execute import LABEL_RUN, LABEL_STEP, Quantity, render_contract
-from hetflow.export.kubernetes._common import (
+from hetflow.execute import render_contract
+from hetflow.export.kubernetes._common import Context, Obj, small_resources
+from hetflow.kube import (
+    ANNOTATION_GPU_LINK,
+    HOSTNAME_LABEL,
     LABEL_NETWORK,
+    LABEL_REPLICA,
+    LABEL_RUN,
+    LABEL_STEP,
     MANAGED_BY,
-    Context,
-    Obj,
     container_security,
-    small_resources,
+    headless_service,
+    indexed,
+    rank_values,
 )
 from hetflow.spec import GANG_ENV, Step
 
-HOSTNAME_LABEL = "kubernetes.io/hostname"  # well-known node label
-INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"  # the Indexed Job's pod index
-ANNOTATION_GPU_LINK = "hetflow.io/gpu-link"
-LABEL_REPLICA = "hetflow.replica"  # an MPIJob's pods: launcher | worker
 # The resource Mellanox/NVIDIA k8s-rdma-shared-dev-plugin advertises in its default
 # configuration (resourcePrefix "rdma", resourceName "hca_shared_devices_a"); a cluster
 # that names its RDMA resource otherwise passes --rdma-resource.
@@ -144,22 +146,10 @@ def _indexed(ctx: Context, name: str, step: Step, job: Obj) -> list[Obj]:
     job_name = job["metadata"]["name"]
     service = job_name  # the pods' subdomain; a Job name is a DNS-1035 label ("hf-...")
     spec = job["spec"]
-    spec["completionMode"] = "Indexed"
-    spec["completions"] = gang.replicas
-    spec["parallelism"] = gang.replicas
+    spec |= indexed(gang.replicas)
     pod: Obj = spec["template"]["spec"]
     pod["subdomain"] = service  # each pod resolves as JOB-INDEX.SERVICE
-    index: Obj = {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}}
-    pod_values: dict[Quantity, Obj] = {
-        "rank": index,
-        "world": {"value": str(gang.replicas)},
-        "node_rank": index,  # one replica per pod: torchrun's node is the pod
-        "local_rank": {"value": "0"},
-        "local_size": {"value": "1"},
-        "master_addr": {"value": f"{job_name}-0.{service}"},
-        "port": {"value": str(gang.port)},
-    }
-    values = render_contract(gang.launcher, pod_values)
+    values = render_contract(gang.launcher, rank_values(job_name, gang.replicas, gang.port))
     for c in pod["containers"]:
         _env(c, values)
     # Replicas share one staging directory; only replica 0 empties it (the others would
@@ -168,19 +158,7 @@ def _indexed(ctx: Context, name: str, step: Step, job: Obj) -> list[Obj]:
         if c["name"] == "clean":
             c["command"][2] = f'[ "$JOB_COMPLETION_INDEX" != 0 ] || {{ {c["command"][2]}; }}'
     _spread(ctx, name, step, pod)
-    svc: Obj = {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": ctx.meta(service, dict(job["metadata"]["labels"])),
-        "spec": {
-            "clusterIP": "None",  # headless: DNS names for the pods, no virtual IP
-            "selector": _selector(ctx, name),
-            # Rank 0's name resolves before its pod is Ready: the others rendezvous early.
-            "publishNotReadyAddresses": True,
-            "ports": [{"name": "gang", "port": gang.port, "targetPort": gang.port, "protocol": "TCP"}],
-        },
-    }
-    return [svc, job]
+    return [headless_service(ctx.meta(service, dict(job["metadata"]["labels"])), _selector(ctx, name), gang.port), job]
 
 
 def _mpi_job(ctx: Context, name: str, step: Step, job: Obj) -> Obj:

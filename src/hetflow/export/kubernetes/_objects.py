@@ -8,35 +8,40 @@ import posixpath
 from collections.abc import Iterable, Mapping
 
 from hetflow.errors import HetflowError
-from hetflow.execute import LABEL_RUN, LABEL_STEP, container_env, input_mounts
-from hetflow.export.kubernetes._accel import gpu_limits, tolerated
+from hetflow.execute import container_env, input_mounts
 from hetflow.export.kubernetes._common import (
-    ANNOTATION_IMAGE,
-    ANNOTATION_PLAN,
-    ANNOTATION_REASONS,
     DEFAULT_TOOLS_IMAGE,
-    DNS_LABEL_RE,
-    LABEL_CLASS,
-    LABEL_NETWORK,
-    LABEL_VARIANT,
-    MANAGED_BY,
-    QUANTITY_RE,
-    RESOURCE_NAME_RE,
     RUN_ID_RE,
     STAGING_ATTEMPT,
     Context,
     ImageFor,
     Obj,
-    container_security,
-    job_name,
-    label_value,
-    pod_security,
     run_volumes,
     small_resources,
 )
 from hetflow.export.kubernetes._driver import driver_access, driver_job
 from hetflow.export.kubernetes._gang import DEFAULT_RDMA_RESOURCE, gang_objects
 from hetflow.export.kubernetes._placement import node_affinity, plan_note, reasons
+from hetflow.kube import (
+    ANNOTATION_IMAGE,
+    ANNOTATION_PLAN,
+    ANNOTATION_REASONS,
+    DNS_LABEL_RE,
+    LABEL_CLASS,
+    LABEL_NETWORK,
+    LABEL_STEP,
+    LABEL_VARIANT,
+    MANAGED_BY,
+    QUANTITY_RE,
+    RESOURCE_NAME_RE,
+    container_security,
+    gpu_limits,
+    gpu_toleration,
+    job_name,
+    label_value,
+    network_policy,
+    pod_security,
+)
 from hetflow.plan import Cluster, MachineClass, Placement, Plan, Resolver, class_node
 from hetflow.spec import Step, Variant, Workflow, edges_of, topo_order
 
@@ -89,7 +94,7 @@ def export_kubernetes(
     order = [s for s in topo_order(edges) if s in plan.placements]
     _check_plan(workflow, plan, classes)
     ctx = Context(workflow, run_id, namespace, uid, gid, workdir_claim, tools_image)
-    jobs = {name: job_name(run_id, name, _name_room(workflow.steps[name])) for name in order}
+    jobs = {name: job_name(f"hf-{run_id}-{name}") for name in order}
     mpi = {name for name in order if (g := workflow.steps[name].gang) is not None and g.launcher == "mpi"}
     step_jobs: list[Obj] = []
     for name in order:
@@ -105,18 +110,11 @@ def export_kubernetes(
         objects.append(_claim(ctx, claim_size, storage_class))
     objects += driver_access(ctx, sorted(j for n, j in jobs.items() if n not in mpi), sorted(jobs[n] for n in mpi))
     if any(not workflow.steps[name].network for name in order):
-        objects.append(_network_policy(ctx))
+        objects.append(network_policy(ctx.namespace))  # the namespace's one (``kube.network_policy``)
     objects += step_jobs
     parents = {name: [p for p in edges[name] if p in jobs] for name in order}
     objects.append(driver_job(ctx, order, jobs, parents, skipped, poll_seconds, mpi))
     return objects
-
-
-def _name_room(step: Step) -> int:
-    """Characters an Indexed Job's pod names add to the Job's: '-' and the largest index."""
-    if step.gang is None or step.gang.launcher == "mpi":
-        return 0
-    return 1 + len(str(step.gang.replicas - 1))
 
 
 def pinned_image_for(classes: Iterable[MachineClass], resolver: Resolver) -> ImageFor:
@@ -184,7 +182,7 @@ def _step_job(
         "restartPolicy": "Never",  # a retry is a new pod of the Job (backoffLimit), as an attempt
         "automountServiceAccountToken": False,  # a step has no business with the API
         "enableServiceLinks": False,  # the environment is exactly the step's
-        "securityContext": pod_security(ctx),
+        "securityContext": pod_security(ctx.uid, ctx.gid),
         "initContainers": [_clean_container(ctx, name)],
         "containers": [_step_container(ctx, name, step, variant, image, cls)],
         "volumes": run_volumes(ctx),
@@ -193,12 +191,8 @@ def _step_job(
     if variant.node_selector:
         pod["nodeSelector"] = dict(sorted(variant.node_selector.items()))
     if cls.gpus:
-        # GPU nodes are commonly tainted nvidia.com/gpu:NoSchedule (GKE, AKS, the GPU
-        # operator's guides); the plan put this step on one, so it tolerates that.
-        # AMD and Intel GPU nodes likewise by their plugin's resource name.
-        pod["tolerations"] = [
-            {"key": tolerated(variant.gpu_request, cls), "operator": "Exists", "effect": "NoSchedule"}
-        ]
+        # the plan put this step on a GPU class, whose nodes are commonly tainted (``kube.gpu_toleration``)
+        pod["tolerations"] = [gpu_toleration(variant.gpu_request, cls.gpu_vendor)]
     pod_labels = {**labels, LABEL_NETWORK: "allowed" if step.network else "none"}
     return {
         "apiVersion": "batch/v1",
@@ -220,7 +214,7 @@ def _step_container(ctx: Context, name: str, step: Step, variant: Variant, image
     requests = {"cpu": _cpu_quantity(res.cpus), "memory": _memory_quantity(res.memory)}
     limits = dict(requests)  # as the local runner's --cpus/--memory: a hard cap
     gpu_env: dict[str, str] = {"HETFLOW_RUN_ID": ctx.run_id, "HETFLOW_STEP": name}
-    gpus = gpu_limits(variant.gpu_request, cls)  # nvidia.com/gpu, mig-<profile>, amd.com/gpu, ... (_accel)
+    gpus = gpu_limits(variant.gpu_request, cls.gpu_vendor)  # nvidia.com/gpu, mig-<profile>, amd.com/gpu, ...
     limits |= gpus
     if not any(k.startswith("nvidia.com/") for k in gpus):  # the device plugin sets NVIDIA_VISIBLE_DEVICES
         # As gpu.py does for CPU steps: a CUDA base image's NVIDIA_VISIBLE_DEVICES=all
@@ -289,17 +283,3 @@ def _claim(ctx: Context, size: str, storage_class: str | None) -> Obj:
     if storage_class is not None:
         spec["storageClassName"] = storage_class
     return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": ctx.meta(ctx.claim), "spec": spec}
-
-
-def _network_policy(ctx: Context) -> Obj:
-    """Selected pods get no traffic in or out: a policy of each type with no rules
-    (Kubernetes docs, "Default deny all ingress and all egress traffic")."""
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": ctx.meta(f"{ctx.driver}-no-network", ctx.run_labels("step")),
-        "spec": {
-            "podSelector": {"matchLabels": {LABEL_RUN: ctx.run_id, LABEL_NETWORK: "none"}},
-            "policyTypes": ["Ingress", "Egress"],
-        },
-    }

@@ -8,18 +8,8 @@ import math
 import archspec.cpu
 
 from hetflow.export.kubernetes._accel import gpu_expressions
-from hetflow.export.kubernetes._common import (
-    ARCH_LABEL,
-    GFD_CC_MAJOR,
-    GFD_CC_MINOR,
-    GFD_MEMORY,
-    GFD_PRODUCT,
-    GOARCH,
-    NFD_CPUID,
-    NFD_FLAGS,
-    Obj,
-    label_value,
-)
+from hetflow.export.kubernetes._common import GOARCH, NFD_CPUID, NFD_FLAGS, Obj
+from hetflow.kube import ARCH_LABEL, GFD_CC_MAJOR, GFD_CC_MINOR, GFD_MEMORY, GFD_PRODUCT, label_value
 from hetflow.plan import DEFAULT_ESTIMATE, MachineClass, Placement, Plan, first_class_rejection
 from hetflow.spec import Step, Variant
 

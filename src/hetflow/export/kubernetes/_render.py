@@ -7,8 +7,7 @@ from typing import Any
 
 import yaml
 
-from hetflow.execute import LABEL_RUN
-from hetflow.export.kubernetes._common import LABEL_ROLE, LABEL_WORKFLOW
+from hetflow.kube import LABEL_ROLE, LABEL_RUN, LABEL_WORKFLOW, NETWORK_POLICY
 
 
 class _Dumper(yaml.SafeDumper):
@@ -49,10 +48,17 @@ def _usage(objects: Sequence[Mapping[str, Any]]) -> str:
     meta = driver["metadata"]
     run, name = meta["labels"][LABEL_RUN], meta["name"]
     ns = f" -n {meta['namespace']}" if "namespace" in meta else ""
+    shared = ""
+    if any(o.get("kind") == "NetworkPolicy" and o["metadata"]["name"] == NETWORK_POLICY for o in objects):
+        shared = (
+            f"#          NetworkPolicy {NETWORK_POLICY} is the namespace's, shared by every run (and the\n"
+            "#          live backend): from the second run on, kubectl says it AlreadyExists\n"
+        )
     return (
         f"# hetflow run {run} of workflow {meta['labels'][LABEL_WORKFLOW]}, exported for Kubernetes.\n"
         f"# Start:   kubectl create{ns} -f FILE   (create, not apply: a second apply would suspend\n"
         "#          the Jobs the driver has released)\n"
+        f"{shared}"
         f"# Wait:    kubectl wait{ns} --for=condition=complete job/{name} --timeout=24h\n"
         f"# Follow:  kubectl logs{ns} -f job/{name}; a step: kubectl logs{ns} job/{name}-STEP\n"
         f"# Remove:  kubectl delete{ns} {_kinds(objects)} -l {LABEL_RUN}={run}\n"

@@ -16,8 +16,8 @@ from typing import Any
 import yaml
 
 from hetflow.errors import HetflowError
-from hetflow.export.kubernetes._common import DNS_LABEL_RE, DNS_SUBDOMAIN_RE, LABEL_NAME_RE, LABEL_VALUE_RE, QUANTITY_RE
 from hetflow.export.kubernetes._gang import MPI_API
+from hetflow.kube import DNS_LABEL_RE, DNS_SUBDOMAIN_RE, LABEL_NAME_RE, LABEL_VALUE_RE, QUANTITY_RE
 
 KINDS: Mapping[tuple[str, str], str] = {
     ("v1", "PersistentVolumeClaim"): "V1PersistentVolumeClaim",

@@ -48,20 +48,10 @@ from hetflow.execute.backends.kubernetes.logs import ANNOTATION_LOGS, INDEX, Log
 from hetflow.execute.backends.kubernetes.plugin import PLUGIN
 from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
 from hetflow.execute.backends.kubernetes.states import job_state, pod_state
-from hetflow.execute.backends.kubernetes.translate import (
-    ANNOTATION_JOB,
-    LABEL_JOB,
-    NETWORK_POLICY,
-    Placement,
-    allowed_nodes,
-    job_objects,
-    label_value,
-    network_policy,
-    object_name,
-    owned_by,
-)
+from hetflow.execute.backends.kubernetes.translate import Placement, allowed_nodes, job_objects, object_name, owned_by
 from hetflow.execute.backends.plugin import RunSettings
-from hetflow.execute.engine import LABEL_RUN, ContainerEngine, Usage
+from hetflow.execute.engine import ContainerEngine, Usage
+from hetflow.kube import ANNOTATION_JOB, LABEL_JOB, LABEL_RUN, NETWORK_POLICY, label_value, network_policy
 
 # What a run needs to be allowed in its namespace (checked by ``check``, named when missing).
 NEEDED = (
@@ -402,7 +392,7 @@ class KubernetesBackend:
         return Placement(nodes=nodes, dra=dra)
 
     def _policy(self) -> None:
-        """The namespace's deny-all policy for pods without network (``translate``), once."""
+        """The namespace's deny-all policy for pods without network (``kube.network_policy``), once."""
         if self._policy_made:
             return
         api = self.api

@@ -21,13 +21,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from hetflow.kube import GPU_RESOURCES
+
 Obj = Mapping[str, Any]
 Device = tuple[str, str, str]  # (driver, pool, device): one allocated device, as a claim names it
 
 CLAIM = "gpus"  # the pod's name for its GPU claim (``translate``)
 ANNOTATION_DRA = "hetflow.io/dra-devices"  # on a pod template: "DRIVER=COUNT", per replica
 DRA_PREFIX = "dra/"  # admission's room key for a driver's devices: dra/gpu.nvidia.com
-GPU_RESOURCES = ("nvidia.com/gpu", "nvidia.com/mig-", "amd.com/gpu", "gpu.intel.com/")
 
 
 def dra_request(meta: Obj) -> dict[str, float]:

@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 from hetflow.execute.backends.kubernetes.api import Forbidden, KubeApi
 from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
-from hetflow.execute.backends.kubernetes.translate import DRA_DRIVER, VENDOR_RESOURCE
 from hetflow.inventory import KNOWN_MODELS
+from hetflow.kube import DRA_DRIVER, VENDOR_RESOURCE
 
 if TYPE_CHECKING:
     from hetflow.execute.backends.plugin import RunSettings

@@ -28,12 +28,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from hetflow.errors import EngineError
+from hetflow.kube import INDEX_ANNOTATION
 
 if TYPE_CHECKING:
     from hetflow.execute.backends.kubernetes.api import KubeApi
 
 ANNOTATION_LOGS = "hetflow.logs"
-INDEX = "batch.kubernetes.io/job-completion-index"
+INDEX = INDEX_ANNOTATION  # a gang's pods: their rank
 
 
 def cri_line(line: str) -> str:

@@ -1,6 +1,8 @@
 """A step attempt in Kubernetes' terms (pure functions, no client import): the Job, its pod
 template, the DRA ResourceClaimTemplate of a GPU step, a gang's Indexed Job and headless
-Service, and the run's deny-all NetworkPolicy.
+Service.  Kubernetes' vocabulary (labels, resource names, the security contexts, the Job name
+rule, a gang's values, the namespace's deny-all NetworkPolicy) is ``hetflow.kube``'s, which
+the exporter builds its pods from too.
 
 The pod is the local runner's container (``engine.run_args``) in the API's words: the
 submitter's UID:GID (``runAsUser``/``runAsGroup``), every capability dropped, no privilege
@@ -13,15 +15,15 @@ preemption: the ``DisruptionTarget`` condition) fails the Job through a ``podFai
 rule, which ``states`` reads as a node fault rather than the step's failure.
 
 GPUs, by what the API server serves (``gpu_api``): device-plugin resources
-(``nvidia.com/gpu``, ``nvidia.com/mig-<profile>``, ``amd.com/gpu``, ``gpu.intel.com/i915``)
-with the plan's node affinity; or, for whole NVIDIA GPUs, a DRA ResourceClaimTemplate
-(resource.k8s.io/v1) whose CEL selectors say what the plan chose: the product name and the
-device memory the step needs (attributes of NVIDIA's DRA driver, ``gpu.nvidia.com``).
+(``nvidia.com/gpu``, ``nvidia.com/mig-<profile>``, ``amd.com/gpu``, ``gpu.intel.com/i915``;
+``vendor: any`` asks the planned class's vendor's, ``Job.gpu_vendor``) with the plan's node
+affinity; or, for whole NVIDIA GPUs, a DRA ResourceClaimTemplate (resource.k8s.io/v1) whose
+CEL selectors say what the plan chose: the product name and the device memory the step needs
+(attributes of NVIDIA's DRA driver, ``gpu.nvidia.com``).
 """
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -33,23 +35,33 @@ from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.kubernetes.devices import ANNOTATION_DRA, CLAIM
 from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
-from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP, ContainerSpec
-from hetflow.execute.gang.replicas import Quantity, render_contract
-from hetflow.spec import GANG_ENV
+from hetflow.execute.engine import ContainerSpec
+from hetflow.execute.gang.replicas import render_contract
+from hetflow.kube import (
+    ANNOTATION_JOB,
+    DRA_DRIVER,
+    HOSTNAME_LABEL,
+    LABEL_ATTEMPT,
+    LABEL_JOB,
+    LABEL_NETWORK,
+    LABEL_RUN,
+    LABEL_STEP,
+    MANAGED_BY,
+    container_security,
+    gpu_limits,
+    gpu_toleration,
+    headless_service,
+    indexed,
+    job_name,
+    label_value,
+    planned_vendor,
+    pod_security,
+    rank_values,
+)
+from hetflow.spec import GANG_ENV, GpuRequest
 
 Obj = dict[str, Any]
-LABEL_JOB = "hetflow.job"
-LABEL_NETWORK = "hetflow.network"  # none | allowed: what the run's NetworkPolicy selects on
-NETWORK_POLICY = "hetflow-no-network"
-ANNOTATION_JOB = "hetflow.job-name"  # the attempt's full name when the object's is shortened
-MANAGED_BY = {"app.kubernetes.io/managed-by": "hetflow"}
-HOSTNAME = "kubernetes.io/hostname"
-VENDOR_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu", "intel": "gpu.intel.com/i915"}
-MIG_RESOURCE = "nvidia.com/mig-"
-DRA_DRIVER = "gpu.nvidia.com"  # NVIDIA's DRA driver: the attribute and capacity domain
-INDEX = "batch.kubernetes.io/job-completion-index"  # the Job controller's annotation on each pod
-NAME_MAX = 56  # an Indexed Job's pods are NAME-INDEX and their hostname must stay a DNS label
-_DNS = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?\Z")
+object_name = job_name  # an attempt's name (hf-RUN-STEP-ATTEMPT) as its Job's: ``kube.job_name``'s rule
 
 
 @dataclass(frozen=True)
@@ -59,21 +71,6 @@ class Placement:
 
     nodes: tuple[str, ...] = ()
     dra: bool = False  # GPUs through a ResourceClaim (the API serves resource.k8s.io/v1)
-
-
-def object_name(job_name: str) -> str:
-    """``job_name`` (hf-RUN-STEP-ATTEMPT) as a Job name: a DNS label of at most ``NAME_MAX``
-    characters; a name that is not one as it stands gets a hash of itself, so two never meet."""
-    if _DNS.match(job_name) and len(job_name) <= NAME_MAX:
-        return job_name
-    digest = hashlib.sha256(job_name.encode()).hexdigest()[:8]
-    plain = re.sub(r"[^a-z0-9-]+", "-", job_name.lower())[: NAME_MAX - 9].strip("-")
-    return f"{plain}-{digest}"
-
-
-def label_value(text: str) -> str:
-    value = re.sub(r"[^A-Za-z0-9_.-]", "-", text)[:63]
-    return re.sub(r"^[^A-Za-z0-9]+|[^A-Za-z0-9]+$", "", value)
 
 
 def job_labels(job: Job, settings: KubernetesSettings) -> dict[str, str]:
@@ -112,17 +109,10 @@ def job_objects(job: Job, settings: KubernetesSettings, where: Placement) -> lis
     if job.gang is not None and job.ranks:
         replicas = len(job.ranks)
         # created suspended: no pod, nothing held, until ``admission`` sees room for every replica
-        spec |= {"completionMode": "Indexed", "completions": replicas, "parallelism": replicas, "suspend": True}
+        spec |= {**indexed(replicas), "suspend": True}
         pod["spec"]["subdomain"] = name
         _gang_env(pod["spec"]["containers"][0], job, name)
-        out.append(
-            {
-                "apiVersion": "v1",
-                "kind": "Service",
-                "metadata": dict(meta),
-                "spec": {"clusterIP": "None", "selector": {LABEL_JOB: name}, "publishNotReadyAddresses": True},
-            }
-        )
+        out.append(headless_service(dict(meta), {LABEL_JOB: name}, job.gang.port))
     out.append({"apiVersion": "batch/v1", "kind": "Job", "metadata": meta, "spec": spec})
     return out
 
@@ -137,34 +127,9 @@ def _gang_env(container: Obj, job: Job, name: str) -> None:
             f"step {job.step}: an mpi gang runs on Kubernetes through the MPI operator, not as an Indexed Job: "
             "use 'hetflow export kubernetes' (an MPIJob) or launcher: torch"
         )
-    index: Obj = {"valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX}']"}}}
-    values: dict[Quantity, Obj] = {
-        "rank": index,
-        "world": {"value": str(len(job.ranks))},
-        "node_rank": index,
-        "local_rank": {"value": "0"},
-        "local_size": {"value": "1"},
-        "master_addr": {"value": f"{name}-0.{name}"},
-        "port": {"value": str(gang.port)},
-    }
-    contract = render_contract(gang.launcher, values)
+    contract = render_contract(gang.launcher, rank_values(name, len(job.ranks), gang.port))
     kept = [e for e in container["env"] if e["name"] not in contract and e["name"] not in GANG_ENV]
     container["env"] = sorted([*kept, *({"name": k, **v} for k, v in contract.items())], key=lambda e: e["name"])
-
-
-def network_policy() -> Obj:
-    """No ingress or egress for hetflow's pods without ``network: true`` (a CNI that enforces
-    NetworkPolicy makes it so; ``--network none`` on one machine): one policy per namespace,
-    selecting by label, so no run leaves one behind."""
-    return {
-        "apiVersion": "networking.k8s.io/v1",
-        "kind": "NetworkPolicy",
-        "metadata": {"name": NETWORK_POLICY, "labels": dict(MANAGED_BY)},
-        "spec": {
-            "podSelector": {"matchLabels": {**MANAGED_BY, LABEL_NETWORK: "none"}},
-            "policyTypes": ["Ingress", "Egress"],
-        },
-    }
 
 
 def _pod(job: Job, settings: KubernetesSettings, where: Placement, labels: Mapping[str, str]) -> Obj:
@@ -179,12 +144,7 @@ def _pod(job: Job, settings: KubernetesSettings, where: Placement, labels: Mappi
         "args": list(spec.command),
         "env": [{"name": k, "value": v} for k, v in sorted(spec.env.items())],
         "resources": _resources(job, where),
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "privileged": False,
-            "readOnlyRootFilesystem": True,
-        },
+        "securityContext": container_security(),
         "volumeMounts": mounts,
     }
     if spec.secrets:
@@ -192,26 +152,23 @@ def _pod(job: Job, settings: KubernetesSettings, where: Placement, labels: Mappi
             f"step {job.step}: secrets are not passed to Kubernetes pods yet; put them in a Secret the pod mounts, "
             "or run the step with --backend local"
         )
-    security: Obj = {"runAsUser": int(uid), "runAsGroup": int(gid or uid), "seccompProfile": {"type": "RuntimeDefault"}}
-    if int(uid) != 0:
-        security["runAsNonRoot"] = True
     pod_spec: Obj = {
         "restartPolicy": "Never",
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
         "terminationGracePeriodSeconds": settings.stop_timeout if spec.stop_grace is None else spec.stop_grace,
-        "securityContext": security,
+        "securityContext": pod_security(int(uid), int(gid or uid)),
         "containers": [container],
         "volumes": volumes,
     }
     if where.nodes:
-        term = {"matchExpressions": [{"key": HOSTNAME, "operator": "In", "values": sorted(where.nodes)}]}
+        term = {"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": sorted(where.nodes)}]}
         pod_spec["affinity"] = {
             "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
         }
-    if _gpu_count(job) or job.gpus:
-        # GPU nodes are commonly tainted with their resource's name (NVIDIA's and AMD's guides)
-        pod_spec["tolerations"] = [{"key": k, "operator": "Exists", "effect": "NoSchedule"} for k in _gpu_limits(job)]
+    if job.gpu_vendor is not None or _request(job).any:
+        # the planned class has GPUs: its nodes are commonly tainted (``kube.gpu_toleration``)
+        pod_spec["tolerations"] = [gpu_toleration(_request(job), job.gpu_vendor)]
     network = "allowed" if spec.network else "none"
     return {"metadata": {"labels": {**labels, LABEL_NETWORK: network}}, "spec": pod_spec}
 
@@ -257,26 +214,20 @@ def _resources(job: Job, where: Placement) -> Obj:
     return {"requests": dict(amounts), "limits": dict(amounts)}
 
 
+def _request(job: Job) -> GpuRequest:
+    """The attempt's accelerator request; without one, ``gpus`` whole NVIDIA GPUs (``Job``)."""
+    return job.gpu_request if job.gpu_request is not None else GpuRequest(count=job.gpus)
+
+
 def _gpu_limits(job: Job) -> dict[str, str]:
-    req = job.gpu_request
-    if req is None:
-        return {VENDOR_RESOURCE["nvidia"]: str(job.gpus)} if job.gpus else {}
-    if not req.any:
-        return {}
-    vendor = "nvidia" if req.vendor == "any" else req.vendor
-    if req.kind == "mig":
-        return {f"{MIG_RESOURCE}{req.mig}": "1"}
-    if req.kind == "share":
-        return {VENDOR_RESOURCE[vendor]: "1"}  # one time-slicing replica (NVIDIA), one device otherwise
-    return {VENDOR_RESOURCE[vendor]: str(req.count)}
+    """The device-plugin limits, the planned class's vendor's for ``vendor: any`` (``kube.gpu_limits``)."""
+    return gpu_limits(_request(job), job.gpu_vendor)
 
 
 def _gpu_count(job: Job) -> int:
     """Whole NVIDIA GPUs the attempt asks for (what a DRA claim carries); 0 for anything else."""
-    req = job.gpu_request
-    if req is None:
-        return job.gpus
-    return req.count if req.kind == "whole" and req.vendor in ("nvidia", "any") else 0
+    req = _request(job)
+    return req.count if req.kind == "whole" and planned_vendor(req, job.gpu_vendor) == "nvidia" else 0
 
 
 def cel_selectors(model: str | None, memory: int) -> list[str]:
@@ -325,7 +276,7 @@ def allowed_nodes(pod_spec: Mapping[str, Any]) -> tuple[str, ...]:
     terms = affinity.get("requiredDuringSchedulingIgnoredDuringExecution", {}).get("nodeSelectorTerms") or ()
     for term in terms:
         for e in term.get("matchExpressions") or ():
-            if e.get("key") == HOSTNAME and e.get("operator") == "In":
+            if e.get("key") == HOSTNAME_LABEL and e.get("operator") == "In":
                 return tuple(e.get("values") or ())
     return ()
 

@@ -19,7 +19,7 @@ from hetflow.execute.backends.local.engines import make_engine
 from hetflow.execute.backends.local.plugin import PLUGIN
 from hetflow.execute.backends.local.podman import CliEngine
 from hetflow.execute.backends.plugin import RunSettings
-from hetflow.execute.engine import LABEL_RUN, NEVER_STARTED, UNKNOWN, ContainerEngine, Networks, Usage
+from hetflow.execute.engine import NEVER_STARTED, UNKNOWN, ContainerEngine, Networks, Usage
 from hetflow.execute.gang.replicas import (
     LABEL_LAUNCHER,
     LABEL_WORLD,
@@ -28,6 +28,7 @@ from hetflow.execute.gang.replicas import (
     replica_name,
     replica_of,
 )
+from hetflow.kube import LABEL_RUN
 
 
 class LocalBackend:

@@ -9,7 +9,8 @@ from pathlib import Path
 from hetflow.config import find_engine
 from hetflow.errors import EngineError
 from hetflow.execute.backends.local.podman import CliEngine
-from hetflow.execute.engine import LABEL_RUN, ContainerSpec, ContainerState, cri_lines
+from hetflow.execute.engine import ContainerSpec, ContainerState, cri_lines
+from hetflow.kube import LABEL_RUN
 
 
 class DockerEngine(CliEngine):

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hetflow.errors import EngineError
-from hetflow.execute.engine import LABEL_RUN, UNKNOWN, ContainerSpec, ContainerState, Usage
+from hetflow.execute.engine import UNKNOWN, ContainerSpec, ContainerState, Usage
+from hetflow.kube import LABEL_RUN
 
 
 @dataclass

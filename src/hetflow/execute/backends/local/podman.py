@@ -27,7 +27,6 @@ from hetflow.execute.backends.local.exits import Batches, ExitWatch
 from hetflow.execute.backends.local.ociruntime import RuntimeChoice, check_setting, engine_choice, which_on
 from hetflow.execute.engine import (
     ENV_FILE_WAIT,
-    LABEL_RUN,
     NEVER_STARTED,
     UNKNOWN,
     ContainerSpec,
@@ -40,6 +39,7 @@ from hetflow.execute.engine import (
     usage_from_inspect,
     write_env_file,
 )
+from hetflow.kube import LABEL_RUN
 
 ENV_FILE_FIRST_ASK = 0.3  # seconds: an attached run creates its container in about this (2 cores, podman 4.3)
 STOP_SEEN = 10.0  # seconds a stop waits for the watch to learn the exits of what it stopped

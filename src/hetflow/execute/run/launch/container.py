@@ -11,7 +11,8 @@ from hetflow.execute.checkpoint.app import app_checkpoint_env, app_checkpoint_mo
 from hetflow.execute.data.inputs import DIR, S3, DataManifest
 from hetflow.execute.data.paths import RunPaths, container_name
 from hetflow.execute.devices.gpu import GpuAccess
-from hetflow.execute.engine import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP, ContainerSpec, Mount
+from hetflow.execute.engine import ContainerSpec, Mount
+from hetflow.kube import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP
 from hetflow.spec import DATA_PREFIX, RESERVED_ENV, Step, Variant
 
 

@@ -304,6 +304,7 @@ class Launcher:
             memory=res.memory,
             gpus=res.gpus,
             gpu_model=where.gpu_model,
+            gpu_vendor=where.gpu_vendor,
             node=where.pinned_node,
             node_class=where.node_class,
             depends_on=tuple(active[d].container for d in step.dependencies() if d in active) if holds else (),
