@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.execute import settings
+from hetflow.execute.backends import registry
 from tests.contract import backend_contract, gang_contract, node_contract
 from tests.contract.parts import BACKENDS, PARTS
 
@@ -80,7 +80,7 @@ def test_every_contract_class_is_a_part_and_every_backend_has_a_row() -> None:
         if c.__module__ == module.__name__ and any(n.startswith("test_") for n in vars(c))
     }
     assert made == {c.__name__ for c in PARTS.values()}, "a contract class that is not in PARTS runs nowhere"
-    assert set(BACKENDS) == {*settings.BACKENDS, "fake"}, "every backend a run can name has a row"
+    assert set(BACKENDS) == {*registry.names(), "fake"}, "every backend the registry lists has a row"
 
 
 def test_the_table_fails_a_backend_that_leaves_a_part_out() -> None:
