@@ -100,8 +100,8 @@ gpu-kit: install
 	PY=$(PY) tools/gpu-kit/build gpu-kit
 
 lint: install
-	$(VENV)/bin/ruff check src tests bench demo tools/gpu-check tools/gpu_check tools/archtree.py
-	$(VENV)/bin/ruff format --check src tests bench demo tools/gpu-check tools/gpu_check tools/archtree.py
+	$(VENV)/bin/ruff check src tests bench demo tools/gpu-check tools/gpu_check tools/archtree.py tools/rooms.py tools/rooms_table.py
+	$(VENV)/bin/ruff format --check src tests bench demo tools/gpu-check tools/gpu_check tools/archtree.py tools/rooms.py tools/rooms_table.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
