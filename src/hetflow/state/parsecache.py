@@ -29,7 +29,7 @@ if TYPE_CHECKING:
 
 PARSE_CACHE_MIN_BYTES = 256 * 1024  # about 1,000 steps: below that, parsing is quicker than the cache
 PARSE_CACHE_MIN_STEPS = 1000  # a smaller file whose fan-outs expand to this many steps is kept too
-NO_PARSE_CACHE_ENV = "HETFLOW_NO_PARSE_CACHE"  # set (to anything): always parse (bench/loader.py's cold figures)
+NO_PARSE_CACHE_ENV = "HETFLOW_NO_PARSE_CACHE"  # set (to anything): always parse (bench/local/loader.py's cold figures)
 _KEEP = 32
 
 
@@ -64,11 +64,14 @@ def load_workflow_cached(
 
 @functools.cache
 def _spec_digest() -> str:
-    """The spec package's own source: a parse kept by another hetflow is not reused."""
+    """The spec package's own source, its sub-packages' too: a parse kept by another hetflow
+    is not reused."""
     import hetflow.spec
 
     h = hashlib.sha256()
-    for f in sorted(Path(hetflow.spec.__file__).parent.glob("*.py")):
+    folder = Path(hetflow.spec.__file__).parent
+    for f in sorted(folder.rglob("*.py")):
+        h.update(f.relative_to(folder).as_posix().encode())
         h.update(f.read_bytes())
     return h.hexdigest()
 
