@@ -18,7 +18,7 @@ PYTEST_WORKERS ?= 3
 # container names; netavark sets them up with iptables (without it every container on such a
 # network fails: "netavark: No such file or directory"); openssh-client: ssh-keygen makes
 # each MPI gang's keys.  haproxy: the HTTP front the registry proxy and the dashboard run
-# behind (hetflow.front); slowhttptest and wrk: its attack tests and bench.registry's rows.
+# behind (hetflow.front); slowhttptest and wrk: its attack tests and bench.proxy.registry's rows.
 deps:  ## system packages: podman + runc (see src/hetflow/share/containers.conf), busybox, debootstrap
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
@@ -92,7 +92,7 @@ criu:
 	tools/build-criu $(VENV)
 
 demo-kubernetes: install images kube  ## a local Kubernetes control plane: kwok GPU nodes planned on, then circuit as real pods on a kubelet
-	$(PY) -m demo.kube_demo
+	$(PY) -m demo.kube.demo
 
 # The real-GPU acceptance kit (README "On a real GPU"): what a bare GPU machine lacks for
 # tools/gpu-check, in ./gpu-kit (git-ignored, under 64 MiB), verified by `tools/gpu-check --dry-run`.
@@ -140,20 +140,20 @@ race: install images
 
 bench: install images kube criu
 	$(PY) -m pip install -q -e '.[bench]'
-	$(PY) -m bench.overhead
-	$(PY) -m bench.planner
-	$(PY) -m bench.virtual
-	$(PY) -m bench.slurm
-	$(PY) -m bench.ray
-	$(PY) -m bench.kubernetes
-	$(PY) -m bench.kube_hetflow
-	$(PY) -m bench.loader
-	$(PY) -m bench.scale
-	$(PY) -m bench.throughput
-	$(PY) -m bench.gang
-	$(PY) -m bench.sharing
+	$(PY) -m bench.local.overhead
+	$(PY) -m bench.planning.planner
+	$(PY) -m bench.planning.virtual
+	$(PY) -m bench.engines.slurm
+	$(PY) -m bench.engines.ray
+	$(PY) -m bench.engines.kubernetes
+	$(PY) -m bench.engines.kube_hetflow
+	$(PY) -m bench.local.loader
+	$(PY) -m bench.local.scale
+	$(PY) -m bench.local.throughput
+	$(PY) -m bench.planning.gang
+	$(PY) -m bench.planning.sharing
 	$(PY) -m bench.ui
-	$(PY) -m bench.checkpoint
+	$(PY) -m bench.local.checkpoint
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache gpu-kit

@@ -49,7 +49,7 @@ def _cluster_file(names: list[str], cores: int) -> str:
 
 @contextmanager
 def _slurm(work: Path) -> Iterator[dict[str, Any]]:
-    from demo.slurm_cluster import start_cluster
+    from demo.slurm.cluster import start_cluster
 
     base = Path(tempfile.mkdtemp(prefix="hfslurm-", dir="/tmp"))  # short: slurmd's sockets live here
     cluster = start_cluster(base)

@@ -97,11 +97,11 @@ STAYS: dict[str, str] = {
     f"{SRC}/plan": "build cost explanation gpuspec instance profile stored",
     f"{SRC}/cli": "main common flags helptext shell ui",
     f"{SRC}/inventory": "models cpu probe profiles sharing",
-    f"{SRC}/images": "errors oci reference service layout localimages",
+    f"{SRC}/images": "errors oci reference service layout localimages source",
     f"{SRC}/execute/run": "attempts batching conditions engineview executor lostattempts notify options retries runner",
     f"{SRC}/execute/data": "cache diskfull fanlist fanout fencing inputs outputs paths watch",
-    f"{SRC}/execute/backends/slurm": "backend checkpoint client gang gres jobfiles queue settings translate",
-    "bench": "gitanchor ui",
+    f"{SRC}/execute/backends/slurm": "backend checkpoint client gang gres jobfiles plugin queue settings translate",
+    "bench": "gitanchor ui registry_candidates registry_candidate_servers",
     "demo": "clusters hwmatch hwmatch_services hwmatch_steps ui",
 }
 

@@ -46,7 +46,7 @@ def find_engine(env: Mapping[str, str] | None = None) -> str:
     """The container engine binary: ``$HETFLOW_ENGINE``, else podman, else docker.
 
     ``HETFLOW_ENGINE`` may name podman, docker, a path to either, or a wrapper command that
-    takes their arguments (bench/overhead.py's recorder); a runtime hetflow does not drive
+    takes their arguments (bench/local/overhead.py's recorder); a runtime hetflow does not drive
     (``UNDRIVEN_ENGINES``: apptainer, ...) is refused naming the variable."""
     env = os.environ if env is None else env
     wanted = env.get("HETFLOW_ENGINE")

@@ -11,7 +11,7 @@ exits non-zero without a traceback.  Anything else escaping is a bug.
     ├── StateError         the state store is unreadable, or a run/step id is unknown
     └── UsageError         a bad command-line value (a malformed -p, an unknown step)
 
-"Does not fit" during placement is a value (see ``plan.choose``), not an exception;
+"Does not fit" during placement is a value (see ``plan.onemachine.choose``), not an exception;
 ``NoFitError`` is raised only where the caller has to give up.
 """
 

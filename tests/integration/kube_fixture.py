@@ -1,4 +1,4 @@
-"""A local Kubernetes cluster for one test module (demo/kube_cluster.py): a real control plane
+"""A local Kubernetes cluster for one test module (demo/kube/cluster.py): a real control plane
 built from Go modules, kwok playing the nodes (two CPU nodes, an A100 and a T4 node through the
 device plugin's nvidia.com/gpu with GFD labels, an H100 node through DRA), started once and
 stopped at the end.
@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from demo.kube_cluster import DEFAULT_NODES, LocalKube, start_cluster
-from demo.kube_kubelet import RealNode, start_node
-from demo.kube_objects import KwokNode
+from demo.kube.cluster import DEFAULT_NODES, LocalKube, start_cluster
+from demo.kube.kubelet import RealNode, start_node
+from demo.kube.objects import KwokNode
 from kubernetes import client, config
 
 from hetflow.execute.backends.kubernetes import KubernetesSettings
@@ -68,7 +68,7 @@ def wait_for(what: str, probe: Callable[[], T | None], timeout: float = 60) -> T
 
 @dataclass(frozen=True)
 class RealKube:
-    """The control plane with one real node (containerd and a kubelet: demo/kube_kubelet.py)
+    """The control plane with one real node (containerd and a kubelet: demo/kube/kubelet.py)
     and no kwok node, so every pod runs as a real container here."""
 
     cluster: LocalKube

@@ -36,12 +36,12 @@ from typing import Any
 import pytest
 import ray
 from demo.images import build_tiny_image
-from demo.slurm_cluster import FakeNode, make_drm_gpus
+from demo.slurm.cluster import FakeNode, make_drm_gpus
 from ray.cluster_utils import Cluster
 
 from hetflow.execute.backends.ray import NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RaySettings
 from hetflow.execute.devices.migtable import MigInstance, mig_instances
-from hetflow.inventory.fakegpus import make_fake_gpus
+from hetflow.inventory.fakes.gpus import make_fake_gpus
 from tests.contract.backend_contract import BUSYBOX
 from tests.integration.hfkit import free_port
 
@@ -119,7 +119,7 @@ def _cluster(tmp_path_factory: pytest.TempPathFactory, nodes: tuple[Node, ...]) 
     migs: dict[str, tuple[MigInstance, ...]] = {}
     for name, _, gpus, model, _, _ in nodes:
         (devs / name).mkdir()
-        if gpus and model and model.startswith("amd:"):  # render nodes and kfd (demo.slurm_cluster)
+        if gpus and model and model.startswith("amd:"):  # render nodes and kfd (demo.slurm.cluster)
             make_drm_gpus(FakeNode(name, drm=f"{model[4:]}:{gpus}", drm_vendor="amd"), devs / name)
         elif gpus:
             made, _ = make_fake_gpus(FAKE_SPECS.get(name, f"{model}:{gpus}"), devs / name)

@@ -15,7 +15,7 @@ Each build is a busybox image (``demo.images.build_tiny_image``) whose env says
 which build it is (``BUILD=v3``), so ``podman run IMAGE sh -c 'echo $BUILD'`` shows
 which one a runtime pulled.  The builds are pushed with ``podman push
 --tls-verify=false`` under their own tags (``hf/app:v3``) and assembled into an OCI
-index by ``hetflow.images.index_build.build_index``, pushed as ``hf/app:latest``.
+index by ``hetflow.images.distribution.index_build.build_index``, pushed as ``hf/app:latest``.
 
 Tests that need these tools call ``require_tools()`` first: it skips when
 docker-registry or podman is missing (``apt-get install -y docker-registry podman``).
@@ -38,8 +38,8 @@ from demo.images import build_tiny_image
 
 from hetflow.config import engine_env, find_engine
 from hetflow.images import Requirements, parse_requirements
-from hetflow.images.client import RegistryClient
-from hetflow.images.index_build import build_index
+from hetflow.images.distribution.client import RegistryClient
+from hetflow.images.distribution.index_build import build_index
 from tests.integration.hfkit import free_port
 
 __all__ = ["Registry", "push_builds", "require_tools", "start_registry", "tiny_build_image"]

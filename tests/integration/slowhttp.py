@@ -1,5 +1,5 @@
 """Debian's slowhttptest against a service on loopback, and what another client sees meanwhile
-(the tests in test_slow_clients.py and ``python -m bench.registry --only-slow-clients``).
+(the tests in test_slow_clients.py and ``python -m bench.proxy.registry --only-slow-clients``).
 
     with slow_attack(Attack("headers", 1100, 40), url) as attack:   # slowhttptest in the background
         wait_for(lambda: held(port) >= 50, 60, "the attack on")      # its connections are on the service

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from demo.slurm_cluster import DEFAULT_NODES, FakeNode, LocalSlurm, start_cluster
+from demo.slurm.cluster import DEFAULT_NODES, FakeNode, LocalSlurm, start_cluster
 
 from hetflow.errors import EngineError
 from tests.integration.hfkit import write
@@ -29,7 +29,7 @@ def local_cluster(
     nodes: Sequence[FakeNode] = DEFAULT_NODES, prefix: str = "hfslurm-", *, cgroups: bool = False
 ) -> Iterator[LocalSlurm]:
     """A local Slurm cluster of ``nodes`` in a fresh folder, stopped and removed after;
-    ``cgroups``: with Slurm's cgroup plugins (``demo.slurm_cluster.slurm_conf``)."""
+    ``cgroups``: with Slurm's cgroup plugins (``demo.slurm.cluster.slurm_conf``)."""
     # A short folder: slurmd's step sockets live under it (Unix sockets: 108 bytes).
     base = session_folder(prefix)  # its slurmstepd, which slurmd gives no environment, are the session's
     try:

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from demo.slurm_cluster import CLUSTER_FILE as CLUSTER
-from demo.slurm_cluster import LocalSlurm
+from demo.slurm.cluster import CLUSTER_FILE as CLUSTER
+from demo.slurm.cluster import LocalSlurm
 
 from tests.integration.hfkit import BUSYBOX, Hetflow, write
 from tests.integration.slurm_fixture import slurm_cluster, slurm_config  # noqa: F401  (module fixture)

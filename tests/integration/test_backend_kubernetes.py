@@ -1,5 +1,5 @@
 """The Kubernetes backend on a real node: the control plane of kube_fixture and one real
-kubelet with containerd (demo/kube_kubelet.py), so each job is a real container of the
+kubelet with containerd (demo/kube/kubelet.py), so each job is a real container of the
 busybox image; the backend contract (tests/contract/parts.py) holds as for local podman,
 Slurm and Ray: the base, gang and node-failure parts (a node fails tainted NoExecute, as the
 node controller taints a NotReady one, and the pods are evicted; the taint is removed after

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from demo.images import build_tiny_image
-from demo.slurm_cluster import LocalSlurm
+from demo.slurm.cluster import LocalSlurm
 
 from hetflow.config import engine_env
 from hetflow.execute import criu_support

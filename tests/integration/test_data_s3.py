@@ -151,7 +151,7 @@ def test_s3_an_object_written_after_the_check_fails_the_publish_on_real_s3(
     tmp_path: Path, s3: Any, endpoint: str, existing: bool
 ) -> None:
     from hetflow.execute.data.inputs import s3_filesystem
-    from hetflow.execute.data.publish import PublishError, Publishing
+    from hetflow.execute.data.publishing.publish import PublishError, Publishing
     from hetflow.spec import Publish, Step
     from hetflow.state import Store
 

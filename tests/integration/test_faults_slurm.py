@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from demo.images import build_tiny_image
-from demo.slurm_cluster import LocalSlurm
+from demo.slurm.cluster import LocalSlurm
 
 from hetflow.config import engine_env
 from hetflow.execute.backends.slurm import SlurmBackend

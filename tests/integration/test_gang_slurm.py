@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 from demo.images import MPI_IMAGE
-from demo.slurm_cluster import FakeNode, LocalSlurm
+from demo.slurm.cluster import FakeNode, LocalSlurm
 
 from tests.integration.hfkit import Hetflow, step_out, write
 from tests.integration.slurm_fixture import local_cluster, slurm_config

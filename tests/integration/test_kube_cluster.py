@@ -1,4 +1,4 @@
-"""The local Kubernetes test cluster itself (demo/kube_cluster.py), checked with the official
+"""The local Kubernetes test cluster itself (demo/kube/cluster.py), checked with the official
 Python client: nodes and their capacity, the real kube-scheduler placing device-plugin and DRA
 GPU requests, the test convention's outcomes played by kwok's stages, pod logs served through
 the API server, and RBAC refusing the restricted identity."""
@@ -10,8 +10,8 @@ import json
 from typing import Any
 
 import pytest
-from demo.kube_cluster import DEFAULT_NODES, LocalKube
-from demo.kube_objects import KwokNode
+from demo.kube.cluster import DEFAULT_NODES, LocalKube
+from demo.kube.objects import KwokNode
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 

@@ -1,5 +1,5 @@
-"""A real node: containerd and a kubelet (demo/kube_kubelet.py) join the test control plane
-(demo/kube_cluster.py, without kwok nodes: kube_fixture.real_kube) and run a pod of hetflow's
+"""A real node: containerd and a kubelet (demo/kube/kubelet.py) join the test control plane
+(demo/kube/cluster.py, without kwok nodes: kube_fixture.real_kube) and run a pod of hetflow's
 busybox image as a real container, with the hardening hetflow's steps get.  No skip: where the
 node cannot start, the test fails with why."""
 

@@ -19,7 +19,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from demo.slurm_cluster import DEFAULT_NODES, start_cluster
+from demo.slurm.cluster import DEFAULT_NODES, start_cluster
 from tests.leftovers import session_folder
 
 

@@ -144,7 +144,7 @@ def test_what_a_killed_publish_left_is_removed_by_resume_and_doctor(hf: Hetflow,
 KILLED_MIDWAY = """
 import os, signal, sys
 from pathlib import Path
-from hetflow.execute.data.publish import Publishing
+from hetflow.execute.data.publishing.publish import Publishing
 from hetflow.spec import Publish, Step
 from hetflow.state import Store
 

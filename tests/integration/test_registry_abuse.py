@@ -1,7 +1,7 @@
 """The proxy under abuse on loopback (issue 23): stalled readers, many idle clients, one
 client hogging connections, huge bodies, a full disk.  Each test asserts that other
 clients keep being served (each request within a generous 10 s) and that the proxy's
-memory (RSS of its own process, ``hetflow.registry.fakeproxy``) stays under a bound.
+memory (RSS of its own process, ``hetflow.registry.fakes.fakeproxy``) stays under a bound.
 Everything runs on 127.0.0.x, bounded in count, and stops by itself."""
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class Proxy:
 def fake_proxy(tmp_path: Path, *args: str) -> Iterator[Proxy]:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hetflow.registry.fakeproxy", str(tmp_path / "state"), *args],
+        [sys.executable, "-m", "hetflow.registry.fakes.fakeproxy", str(tmp_path / "state"), *args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,

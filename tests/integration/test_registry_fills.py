@@ -1,6 +1,6 @@
-"""Upstream fills cannot starve clients (issue 38): a proxy process (``hetflow.registry.fakeproxy
+"""Upstream fills cannot starve clients (issue 38): a proxy process (``hetflow.registry.fakes.fakeproxy
 --trickle``) in front of a real loopback upstream that sends chosen blobs one byte a second
-(``hetflow.registry.trickle``).  Before, 34 pulls of such blobs took the 32 threads every
+(``hetflow.registry.fakes.trickle``).  Before, 34 pulls of such blobs took the 32 threads every
 blob read shared: each cached blob then timed out, and stayed so after the clients left (a
 fill went on for up to an hour).  The latency bound is held against an anchor measured in
 the same test with no fill running, so a loaded machine does not make it flaky."""

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.cli.registry import login_command
+from hetflow.cli.oci.registry import login_command
 from hetflow.config import engine_env, find_engine
 from hetflow.inventory.profiles import profile_node
 from hetflow.registry import RunningProxy, start_in_thread

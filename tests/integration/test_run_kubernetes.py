@@ -2,7 +2,7 @@
 controller, the real kube-scheduler; tests/integration/kube_fixture.py) whose nodes are kwok's:
 simulated nodes with device-plugin GPUs (GFD labels) and DRA GPUs (a ResourceSlice).  kwok
 starts no container: a pod's outcome is the test convention's stage, chosen by the step's name
-(demo/kube_objects.py: default succeeds, ``fails`` exits 3, ``flaky`` fails its first attempt,
+(demo/kube/objects.py: default succeeds, ``fails`` exits 3, ``flaky`` fails its first attempt,
 ``oom`` is OOMKilled, ``holds`` runs until deleted), so these workflows declare no outputs.
 Real containers through Kubernetes: tests/integration/test_kube_kubelet.py."""
 
@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from demo.kube_cluster import LocalKube
+from demo.kube.cluster import LocalKube
 from kubernetes import client, watch
 
 from tests.integration.hfkit import BUSYBOX, Hetflow, free_port, write

@@ -10,8 +10,8 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from demo.slurm_cluster import CLUSTER_FILE as CLUSTER
-from demo.slurm_cluster import LocalSlurm
+from demo.slurm.cluster import CLUSTER_FILE as CLUSTER
+from demo.slurm.cluster import LocalSlurm
 
 from tests.integration.hfkit import BUSYBOX, Hetflow, write
 from tests.integration.racechain import REPEATS, SLURM_POLL, run_chain

@@ -61,10 +61,10 @@ class Target:
 
 @contextmanager
 def registry_target(tmp_path: Path) -> Iterator[Target]:
-    """The proxy (``hetflow.registry.fakeproxy``, its own process) with a 1 KiB and a 1 MiB
+    """The proxy (``hetflow.registry.fakes.fakeproxy``, its own process) with a 1 KiB and a 1 MiB
     cached blob, every limit at its default."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    argv = [sys.executable, "-m", "hetflow.registry.fakeproxy", str(tmp_path / "state")]
+    argv = [sys.executable, "-m", "hetflow.registry.fakes.fakeproxy", str(tmp_path / "state")]
     argv += ["--blob=small=1024", f"--blob=big={1024 * 1024}"]
     proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
     try:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from demo.images import build_tiny_image
-from demo.slurm_cluster import FakeNode, LocalSlurm
+from demo.slurm.cluster import FakeNode, LocalSlurm
 
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm import SlurmBackend

@@ -1,6 +1,6 @@
 """Slurm's limits and kill reach the step's container, on a local test cluster of its own
 with Slurm's cgroup plugins (proctrack/cgroup, task/cgroup, cgroup.conf ConstrainRAMSpace:
-``demo.slurm_cluster.slurm_conf(cgroups=True)``; this machine has cgroup v1).  The job
+``demo.slurm.cluster.slurm_conf(cgroups=True)``; this machine has cgroup v1).  The job
 script starts the container with ``--cgroup-parent`` = the job's cgroup
 (``backends.slurm.cgroup``), so the job's memory limit holds it and scancel's kill, which
 proctrack/cgroup sends to every process of the job's cgroup, reaches it."""
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from demo.images import build_tiny_image
-from demo.slurm_cluster import FakeNode, LocalSlurm
+from demo.slurm.cluster import FakeNode, LocalSlurm
 
 from hetflow.config import engine_env
 from hetflow.execute.backends.slurm import SlurmBackend

@@ -22,7 +22,7 @@ from hetflow.execute.submit.record import create_run
 from hetflow.inventory.models import Cpu, Gpu, GpuSharing, Node
 from hetflow.kube import LABEL_ATTEMPT, LABEL_STEP
 from hetflow.spec import GpuRequest
-from hetflow.spec.loader import LoadedWorkflow, parse_workflow
+from hetflow.spec.load.loader import LoadedWorkflow, parse_workflow
 from hetflow.state.models import RunRecord, StepRecord
 from hetflow.state.store import Store
 

@@ -28,6 +28,8 @@ import pytest
 
 from hetflow.execute.backends.kubernetes.admission import place
 from hetflow.inventory import GpuSharing
+from hetflow.plan.checking.simulator import simulate
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task
 from hetflow.plan.model.fit import (
@@ -53,8 +55,6 @@ from hetflow.plan.model.machine import Machine
 from hetflow.plan.search.compiled import timeslice_runtime
 from hetflow.plan.search.timeline import GpuSlot, MachineTimeline
 from hetflow.plan.sharing.tenancy import Tenant, admits
-from hetflow.plan.simulator import simulate
-from hetflow.plan.validate import check_plan
 
 GIB = 1 << 30
 SOLO = 100.0

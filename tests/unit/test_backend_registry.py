@@ -122,11 +122,11 @@ ENGINES = ("slurm", "ray", "kubernetes")  # as a word in any string; "local" (a 
 # (module, the def or assignment it is in) -> what may be said there (a part of the string)
 ALLOWED = {
     # the Kubernetes exporter's command (export/kubernetes), a stage of its own, not the backend
-    ("cli/plan.py", "export_kubernetes_cmd"): "",
+    ("cli/planning/plan.py", "export_kubernetes_cmd"): "",
     # help text: the engines' own default grace, and a profile named after what it sets
-    ("cli/runs.py", "GRACE_HELP"): "Slurm KillWait",
-    ("cli/runs.py", "stop"): "Slurm: the cluster's KillWait",
-    ("cli/runs.py", "run"): "--profile slurm,gpu",
+    ("cli/run/runs.py", "GRACE_HELP"): "Slurm KillWait",
+    ("cli/run/runs.py", "stop"): "Slurm: the cluster's KillWait",
+    ("cli/run/runs.py", "run"): "--profile slurm,gpu",
     # this machine's container engine (podman or docker), which previews and runs here use
     ("execute/submit/session.py", "<module>"): "hetflow.execute.backends.local.engines",
     ("execute/submit/preview.py", "<module>"): "hetflow.execute.backends.local.engines",

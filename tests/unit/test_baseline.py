@@ -15,11 +15,11 @@ from hetflow.plan.baselines.firstfit import greedy_first_fit
 from hetflow.plan.baselines.kubesched import kube_scheduler
 from hetflow.plan.bounds.lower import critical_path, gpu_bound, lower_bound, work_bound
 from hetflow.plan.build import build_instance
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Plan, Task
 from hetflow.plan.search.heuristic import plan_heuristic
 from hetflow.plan.sizing.cluster import load_cluster
-from hetflow.plan.validate import check_plan
-from hetflow.spec.wfcommons import workflow_from_wfcommons
+from hetflow.spec.load.wfcommons import workflow_from_wfcommons
 from tests.unit.builders import GIB
 
 ROOT = Path(__file__).resolve().parents[2]

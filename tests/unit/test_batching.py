@@ -210,7 +210,7 @@ def test_free_cores_count_a_batch_once_and_do_not_drift_below_a_share() -> None:
     from typing import Any, cast
 
     from hetflow.execute.run.attempts import Active
-    from hetflow.execute.run.dispatch import LocalDispatch
+    from hetflow.execute.run.dispatching.dispatch import LocalDispatch
     from hetflow.inventory import Cpu, Node
 
     node = Node(

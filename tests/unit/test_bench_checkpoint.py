@@ -1,12 +1,12 @@
-"""bench.checkpoint's pure parts (no containers): the workload's state record, the container
+"""bench.local.checkpoint's pure parts (no containers): the workload's state record, the container
 arguments (hetflow's flags plus --passwd=false), and the tables on made-up figures."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from bench.checkpoint import RECORD, container_args, read_state, reset_state
-from bench.checkpoint_report import render
+from bench.local.checkpoint import RECORD, container_args, read_state, reset_state
+from bench.local.checkpoint_report import render
 
 
 def test_state_record_is_read_and_reset_in_place(tmp_path: Path) -> None:

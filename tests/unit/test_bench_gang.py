@@ -1,11 +1,11 @@
-"""bench.gang on tiny fixed cases: the anchors do what the benchmark says they do.
+"""bench.planning.gang on tiny fixed cases: the anchors do what the benchmark says they do.
 
 No GPU involved: NVLink and RDMA are class attributes, and every time is the gang model's."""
 
 from __future__ import annotations
 
 import pytest
-from bench.gang import (
+from bench.planning.gang import (
     GangJob,
     aware_and_blind,
     gang_instance,
@@ -14,9 +14,9 @@ from bench.gang import (
     retime,
     score,
 )
-from bench.gang_online import simulate_online
+from bench.planning.gang_online import simulate_online
 
-from hetflow.plan.gangs import NVLINK_BW, gang_runtime
+from hetflow.plan.feasible.gangs import NVLINK_BW, gang_runtime
 from hetflow.plan.instance import MachineClass
 from hetflow.plan.search.heuristic import plan_heuristic
 

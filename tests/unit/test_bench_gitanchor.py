@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 from bench.gitanchor import AnchorUnavailable, archived, old_package, rewritten
-from bench.loader import PREVIOUS, PREVIOUS_MODULES, generate
+from bench.local.loader import PREVIOUS, PREVIOUS_MODULES, generate
 
 from hetflow.spec import load_workflow
 
@@ -47,7 +47,7 @@ def test_the_anchor_loads_what_todays_loader_loads_and_leaves_nothing_behind(tmp
 
 
 def test_an_import_of_a_module_not_taken_is_refused() -> None:
-    text = "from hetflow.spec.models import Workflow\nfrom hetflow.spec.units import parse_memory\n"
+    text = "from hetflow.spec.models import Workflow\nfrom hetflow.spec.fields.units import parse_memory\n"
     with pytest.raises(AnchorUnavailable, match="not taken"):
         rewritten(text, "hetflow.spec", "anchor", ("models",))
 
@@ -79,6 +79,10 @@ def test_no_git_or_no_commit_says_what_to_do(
 
 def test_bench_loader_says_so_and_exits_when_the_anchor_is_not_there(tmp_path: Path) -> None:
     env = {"PATH": str(tmp_path), "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}", "HETFLOW_HOME": str(tmp_path / "home")}
-    r = subprocess.run([sys.executable, "-m", "bench.loader", "--steps", "10"], capture_output=True, text=True, env=env)
-    assert r.returncode == 1 and r.stderr.startswith("bench.loader: the anchor is src/hetflow/spec/checks.py"), r.stderr
+    r = subprocess.run(
+        [sys.executable, "-m", "bench.local.loader", "--steps", "10"], capture_output=True, text=True, env=env
+    )
+    assert r.returncode == 1 and r.stderr.startswith("bench.local.loader: the anchor is src/hetflow/spec/checks.py"), (
+        r.stderr
+    )
     assert "install git" in r.stderr

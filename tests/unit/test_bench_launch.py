@@ -1,4 +1,4 @@
-"""bench.launch's replay of hetflow's recorded podman arguments: the same step under another
+"""bench.local.launch's replay of hetflow's recorded podman arguments: the same step under another
 OCI runtime, the global options kept, run attached and removed (``--rm``)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 
 import pytest
-from bench.launch import loop_command, run_at
+from bench.local.launch import loop_command, run_at
 
 RECORDED = ["--hooks-dir", "/s/hooks.d", "--runtime", "runc", "run", "--sig-proxy=false", "--name", "n1", "img", "true"]
 

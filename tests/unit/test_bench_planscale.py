@@ -1,4 +1,4 @@
-"""bench.planscale's figures on a small generated workflow: every planner's plan is checked
+"""bench.planning.planscale's figures on a small generated workflow: every planner's plan is checked
 (``check_plan``) and the dict the throughput table reads has its keys.  Nothing is timed
 against a threshold."""
 
@@ -9,8 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.loader import generate
-from bench.planscale import ROOT, _one_run, plan_figures
+from bench.local.loader import generate
+from bench.planning.planscale import ROOT, _one_run, plan_figures
 
 
 def test_plan_figures_on_a_small_workflow(tmp_path: Path) -> None:

@@ -1,13 +1,13 @@
-"""bench.throughput's table on made-up measurements (no containers): ratios, PASS/FAIL against
-the issue's targets, and rows for the parts not measured yet; bench.snakepeer's pure helpers."""
+"""bench.local.throughput's table on made-up measurements (no containers): ratios, PASS/FAIL against
+the issue's targets, and rows for the parts not measured yet; bench.peers.snakepeer's pure helpers."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
 
-from bench.snakepeer import BUSYBOX, item_command, peak_overlap, retarget
-from bench.throughput import Row, build_rows, optional, render, specs
+from bench.local.throughput import Row, build_rows, optional, render, specs
+from bench.peers.snakepeer import BUSYBOX, item_command, peak_overlap, retarget
 
 
 def table(measured: Mapping[str, float | str]) -> dict[tuple[str, str], Row]:
@@ -74,10 +74,10 @@ def test_a_fan_out_short_of_ten_times_today_fails() -> None:
 
 def test_what_is_not_measured_says_why_and_neither_passes_nor_fails() -> None:
     missing = {k: v for k, v in FAST.items() if not k.startswith(("plan.", "fanout.batched", "batch."))}
-    missing["cached.rerun"] = "not measured: no bench.cachedrerun.cached_rerun yet"
+    missing["cached.rerun"] = "not measured: no bench.local.cachedrerun.cached_rerun yet"
     rows = table(missing)
     row = rows[("cached rerun of 10,000 steps", "dry run of the file")]
-    assert (row.hetflow, row.verdict) == ("not measured: no bench.cachedrerun.cached_rerun yet", "n/m")
+    assert (row.hetflow, row.verdict) == ("not measured: no bench.local.cachedrerun.cached_rerun yet", "n/m")
     assert rows[("plan 10,000 x 256, plan only", "plain HEFT")].verdict == "n/m"
     assert rows[("2,000 items + gather, batch 50", "hetflow unbatched")].verdict == "n/m"
     assert rows[("40 wide, no batching", "Snakemake")].verdict == "PASS"  # the rest still judged
@@ -117,7 +117,7 @@ def test_retarget_makes_item_k_from_item_0(tmp_path: Path) -> None:
 def test_a_part_not_written_yet_is_not_measured_and_one_that_exists_is_called() -> None:
     absent = optional("bench.no_such_part", "measure", lambda fn: {"k": 1.0}, ["k", "j"])
     assert absent == {"k": "not measured: no bench.no_such_part.measure yet", "j": absent["k"]}
-    no_function = optional("bench.snakepeer", "no_such_function", lambda fn: {"k": 1.0}, ["k"])
-    assert no_function == {"k": "not measured: no bench.snakepeer.no_such_function yet"}
-    called = optional("bench.snakepeer", "peak_overlap", lambda fn: {"k": float(fn([(0, 1), (0, 2)]))}, ["k"])  # type: ignore[arg-type]
+    no_function = optional("bench.peers.snakepeer", "no_such_function", lambda fn: {"k": 1.0}, ["k"])
+    assert no_function == {"k": "not measured: no bench.peers.snakepeer.no_such_function yet"}
+    called = optional("bench.peers.snakepeer", "peak_overlap", lambda fn: {"k": float(fn([(0, 1), (0, 2)]))}, ["k"])  # type: ignore[arg-type]
     assert called == {"k": 2.0}

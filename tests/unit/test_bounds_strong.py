@@ -17,9 +17,9 @@ from hetflow.plan.baselines.kubesched import kube_scheduler
 from hetflow.plan.bounds import lpbound
 from hetflow.plan.bounds.lower import lower_bound
 from hetflow.plan.bounds.lpbound import lp_bound
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Plan, Task
 from hetflow.plan.search.heuristic import heft, plan_heuristic
-from hetflow.plan.validate import check_plan
 from tests.unit.builders import GIB
 from tests.unit.test_baseline import gpu_heavy_instances
 from tests.unit.test_planner_builders import instances

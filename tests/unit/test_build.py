@@ -338,7 +338,7 @@ def test_one_task_per_machine_and_bandwidth_pass_through() -> None:
 
 def test_node_selector_is_a_hard_filter_with_its_reason() -> None:
     from hetflow.plan.instance import MachineClass
-    from hetflow.spec.loader import parse_workflow
+    from hetflow.spec.load.loader import parse_workflow
 
     text = """apiVersion: hetflow/v1
 name: sel

@@ -14,7 +14,7 @@ import pytest
 from hetflow.execute.data.cache import ResultCache
 from hetflow.execute.data.fencing import NOBODY, Fenced, check, grant, holder
 from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.run.dispatch import Decision
+from hetflow.execute.run.dispatching.dispatch import Decision
 from hetflow.execute.run.options import ProcessSeams, RunOptions
 from hetflow.execute.run.runner import Runner
 from hetflow.execute.submit.record import create_run

@@ -40,7 +40,7 @@ def test_the_store_reading_commands_load_no_execute_stage(argv: list[str], tmp_p
     module-level import of the dry run's table once made `ps` load the execute stage, the
     image resolver and httpx (0.22 s -> 0.45 s a call), which every poll of a script pays.
     Nor pydantic: typer's coercion of a flag left out, and the spec models for a fan-out
-    item's name, once loaded it (``hetflow.cli.flags``, ``hetflow.spec.naming``)."""
+    item's name, once loaded it (``hetflow.cli.flags``, ``hetflow.spec.fields.naming``)."""
     code = (
         "import sys\n"
         "from hetflow.cli.main import main\n"

@@ -10,9 +10,9 @@ from hypothesis import given, settings
 from hetflow.plan.baselines.backfill import slurm_backfill
 from hetflow.plan.baselines.firstfit import greedy_first_fit
 from hetflow.plan.baselines.kubesched import balanced_allocation, kube_scheduler, least_allocated
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Plan, Task
 from hetflow.plan.model.machine import Machine
-from hetflow.plan.validate import check_plan
 from tests.unit.builders import GIB
 from tests.unit.test_baseline import small_instances
 

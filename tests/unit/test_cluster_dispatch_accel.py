@@ -4,7 +4,7 @@ a whole GPU."""
 
 from __future__ import annotations
 
-from hetflow.execute.run.dispatch import ClusterDispatch
+from hetflow.execute.run.dispatching.dispatch import ClusterDispatch
 from hetflow.execute.run.launch.launcher import engine_request
 from hetflow.inventory import GpuSharing
 from hetflow.plan.instance import MachineClass, Placement

@@ -11,10 +11,10 @@ import pytest
 from hetflow.errors import NoFitError, SpecError
 from hetflow.inventory import Gpu
 from hetflow.plan.build import build_instance
-from hetflow.plan.filters import class_rejections, qualifying_gpus
+from hetflow.plan.checking.validate import check_plan
+from hetflow.plan.feasible.filters import class_rejections, qualifying_gpus
 from hetflow.plan.search.heuristic import plan_heuristic
 from hetflow.plan.sizing.cluster import node_class, parse_cluster
-from hetflow.plan.validate import check_plan
 from hetflow.spec import GpuConstraint, Resources, Variant, parse_workflow
 from tests.unit.builders import GIB, gpu, node
 
@@ -214,7 +214,7 @@ def test_a_vendor_step_gets_only_its_vendors_gpu_on_a_mixed_machine() -> None:
 
 
 def test_this_machine_says_which_vendor_or_mig_profile_it_lacks() -> None:
-    from hetflow.plan.filters import Capacity, check
+    from hetflow.plan.feasible.filters import Capacity, check
 
     n = node(cpus=8, gpus=(gpu(0),))
     st = check(variant(gpus=1, gpu_vendor="amd"), Capacity.of(n), where="this machine", now=False)

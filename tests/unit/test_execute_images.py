@@ -13,7 +13,7 @@ from hetflow.execute.submit.pin import pin_images
 from hetflow.images.errors import NotFoundError
 from hetflow.images.service import ResolveResult
 from hetflow.inventory.models import Cpu, Node
-from hetflow.spec.loader import parse_workflow
+from hetflow.spec.load.loader import parse_workflow
 
 NODE = Node(
     name="n1",

@@ -16,8 +16,8 @@ from hetflow.front import Answers, FrontLimits, render
 from hetflow.front.haproxy import bufsize
 from hetflow.front.process import front_maxconn
 from hetflow.registry import Limits
-from hetflow.registry.serving import answers as registry_answers
-from hetflow.registry.serving import front_limits
+from hetflow.registry.server.serving import answers as registry_answers
+from hetflow.registry.server.serving import front_limits
 from hetflow.ui.serving import ANSWERS as UI_ANSWERS
 from hetflow.ui.serving import LIMITS as UI_LIMITS
 

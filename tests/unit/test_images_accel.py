@@ -8,8 +8,8 @@ import json
 import pytest
 
 from hetflow.images import FakeRegistry, ImageSource, Requirements, build_index_image, parse_requirements, resolve
-from hetflow.images.gpumatch import check_rocm, parse_gfx, rocm_distance
-from hetflow.images.match import annotations_for, features_for
+from hetflow.images.matching.gpumatch import check_rocm, parse_gfx, rocm_distance
+from hetflow.images.matching.match import annotations_for, features_for
 from hetflow.inventory import Gpu, GpuVendorName, Node
 from tests.unit.test_images_match import card, entry, index, machine, name_of, verdict
 

@@ -24,7 +24,7 @@ from hetflow.images import (
     parse_challenge,
     parse_manifest,
 )
-from hetflow.images.fake import TOKEN_REALM
+from hetflow.images.distribution.fake import TOKEN_REALM
 
 REPO = "team/app"
 

@@ -24,7 +24,7 @@ from hetflow.images import (
     requirements_of,
     resolve,
 )
-from hetflow.images.match import annotations_for, check, features_for
+from hetflow.images.matching.match import annotations_for, check, features_for
 from hetflow.inventory import Cpu, Gpu, Node
 
 # --- builders ---------------------------------------------------------------------------

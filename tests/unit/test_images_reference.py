@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from hetflow.images import BadReferenceError, ImageReference, parse_reference
-from hetflow.spec.imageref import ReferenceSyntaxError
+from hetflow.spec.fields.imageref import ReferenceSyntaxError
 
 D = "sha256:" + "0123456789abcdef" * 4
 

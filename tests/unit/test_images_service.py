@@ -31,7 +31,7 @@ from hetflow.images import (
     parse_requirements,
     resolve_image,
 )
-from hetflow.images.index_build import ANNOTATION_SOURCE
+from hetflow.images.distribution.index_build import ANNOTATION_SOURCE
 from tests.unit.test_images_match import card, machine
 
 REPO = "hf/app"
@@ -299,7 +299,7 @@ def test_resolving_loads_the_registry_client_only_when_a_registry_is_asked() -> 
     code = (
         "import sys\n"
         "from hetflow.images import NotFoundError, ResolveResult, parse_reference, resolve_image\n"
-        "print('httpx' in sys.modules, 'hetflow.images.client' in sys.modules)\n"
+        "print('httpx' in sys.modules, 'hetflow.images.distribution.client' in sys.modules)\n"
         "from hetflow.images import RegistryClient\n"
         "print('httpx' in sys.modules)\n"
     )

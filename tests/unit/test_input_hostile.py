@@ -12,7 +12,7 @@ import pytest
 from hetflow.cli.main import main
 from hetflow.errors import SpecError
 from hetflow.spec import load_workflow
-from hetflow.spec.yamlfile import MAX_BYTES, compose_yaml
+from hetflow.spec.source.yamlfile import MAX_BYTES, compose_yaml
 
 GOOD = """apiVersion: hetflow/v1
 name: ok

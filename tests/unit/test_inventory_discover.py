@@ -11,7 +11,7 @@ import pytest
 
 from hetflow.errors import InventoryError
 from hetflow.inventory import discover
-from hetflow.inventory.fakenvml import FakeNvml, FakeNvmlDevice, MissingNvml
+from hetflow.inventory.fakes.nvml import FakeNvml, FakeNvmlDevice, MissingNvml
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="fake GPUs mknod device nodes")
 

@@ -12,7 +12,7 @@ import pytest
 
 from hetflow.errors import InventoryError
 from hetflow.inventory import KNOWN_MODELS, make_fake_gpus, parse_fake_spec
-from hetflow.inventory.fakegpus import (
+from hetflow.inventory.fakes.gpus import (
     MAX_FAKE_GPUS,
     FakeEntry,
     ensure_device_node,

@@ -12,9 +12,9 @@ import pytest
 
 from hetflow.errors import InventoryError
 from hetflow.inventory import GpuSharing, discover, make_fake_gpus
-from hetflow.inventory.fakedevnodes import DRM_MAJOR, KFD_MAJOR, NVIDIA_CAPS_MAJOR
-from hetflow.inventory.fakegpus import parse_fake_entries
-from hetflow.inventory.nvmlmig import mig_cap_minors
+from hetflow.inventory.fakes.devnodes import DRM_MAJOR, KFD_MAJOR, NVIDIA_CAPS_MAJOR
+from hetflow.inventory.fakes.gpus import parse_fake_entries
+from hetflow.inventory.gpus.nvmlmig import mig_cap_minors
 from hetflow.inventory.sharing import parse_gpu_sharing
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="fake GPUs mknod device nodes")

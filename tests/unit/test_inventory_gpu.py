@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from hetflow.inventory import Gpu
-from hetflow.inventory.fakenvml import FakeNvml, FakeNvmlDevice, MissingNvml
-from hetflow.inventory.nvml import cuda_version, probe_nvml
-from hetflow.inventory.procfs import (
+from hetflow.inventory.fakes.nvml import FakeNvml, FakeNvmlDevice, MissingNvml
+from hetflow.inventory.gpus.nvml import cuda_version, probe_nvml
+from hetflow.inventory.gpus.procfs import (
     compute_capability_for,
     parse_driver_version,
     probe_procfs,

@@ -9,8 +9,8 @@ import pynvml
 import pytest
 
 from hetflow.inventory import Cpu, Gpu, GpuLink, Node, profile_node
-from hetflow.inventory.fakenvml import FakeNvml, FakeNvmlDevice
-from hetflow.inventory.nvml import cpulist, probe_nvml, probe_nvml_topology, sysfs_pci_name
+from hetflow.inventory.fakes.nvml import FakeNvml, FakeNvmlDevice
+from hetflow.inventory.gpus.nvml import cpulist, probe_nvml, probe_nvml_topology, sysfs_pci_name
 
 BUS = ["00000000:07:00.0", "00000000:0F:00.0", "00000000:47:00.0", "00000000:4E:00.0"]
 SWITCH = "00000000:C4:00.0"

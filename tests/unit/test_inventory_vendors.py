@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from hetflow.inventory import discover
-from hetflow.inventory.amd import amdsmi_names, gfx_target, probe_amd, rocm_version
-from hetflow.inventory.fakenvml import FakeMigDevice, FakeNvml, FakeNvmlDevice, MissingNvml
-from hetflow.inventory.intel import intel_family, probe_intel
-from hetflow.inventory.nvml import probe_nvml
+from hetflow.inventory.fakes.nvml import FakeMigDevice, FakeNvml, FakeNvmlDevice, MissingNvml
+from hetflow.inventory.gpus.amd import amdsmi_names, gfx_target, probe_amd, rocm_version
+from hetflow.inventory.gpus.intel import intel_family, probe_intel
+from hetflow.inventory.gpus.nvml import probe_nvml
 
 GIB = 1024**3
 

@@ -21,7 +21,7 @@ from hetflow.execute.backends.kubernetes import KubernetesBackend, KubernetesSet
 from hetflow.execute.backends.kubernetes.api import NotFound
 from hetflow.execute.engine import ContainerSpec
 from hetflow.execute.gang.replicas import Quantity
-from hetflow.execute.run.dispatch import ClusterDispatch
+from hetflow.execute.run.dispatching.dispatch import ClusterDispatch
 from hetflow.execute.run.launch.launcher import engine_request
 from hetflow.export.kubernetes import export_kubernetes
 from hetflow.inventory import GpuSharing

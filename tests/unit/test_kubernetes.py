@@ -33,7 +33,7 @@ from hetflow.plan.build import build_instance
 from hetflow.plan.instance import Plan
 from hetflow.plan.search.heuristic import plan_heuristic
 from hetflow.plan.sizing.cluster import Cluster, load_cluster, parse_cluster
-from hetflow.spec.loader import load_workflow
+from hetflow.spec.load.loader import load_workflow
 from hetflow.spec.models import Workflow
 from tests.unit.builders import load_steps
 

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from hetflow.export.kubernetes import export_kubernetes
-from hetflow.spec.checks import edges_of
 from hetflow.spec.models import Workflow
+from hetflow.spec.validate.checks import edges_of
 from tests.unit.builders import load_steps
 from tests.unit.test_kubernetes import RUN, container, driver, example, plan_for
 

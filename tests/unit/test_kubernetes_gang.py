@@ -16,7 +16,7 @@ import yaml
 from hetflow.export.kubernetes import export_kubernetes, to_yaml, validate_objects
 from hetflow.plan.sizing.cluster import load_cluster
 from hetflow.spec import GANG_ENV
-from hetflow.spec.loader import load_workflow
+from hetflow.spec.load.loader import load_workflow
 from hetflow.spec.models import Workflow
 from tests.unit.test_kubernetes import CLUSTER, GOLDEN, RUN, UPDATE, driver, export, plan_for
 from tests.unit.test_kubernetes_driver import run_driver

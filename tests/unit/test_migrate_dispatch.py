@@ -3,7 +3,7 @@ step goes to that node's class, off the planned one; without --to, off the node 
 
 from __future__ import annotations
 
-from hetflow.execute.run.dispatch import ClusterDispatch
+from hetflow.execute.run.dispatching.dispatch import ClusterDispatch
 from hetflow.execute.run.retries import NextAttempt
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.spec import parse_workflow

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from hetflow.errors import Problem
 from hetflow.inventory.models import Gpu, Node
-from hetflow.plan.choose import Choice, GreedyChooser, feasibility_problems, variant_order
-from hetflow.plan.filters import Capacity, Status, check, gpu_qualifies, qualifying_gpus
+from hetflow.plan.feasible.filters import Capacity, Status, check, gpu_qualifies, qualifying_gpus
+from hetflow.plan.onemachine.choose import Choice, GreedyChooser, feasibility_problems, variant_order
 from hetflow.spec import GpuConstraint, Resources, Variant
 from tests.unit.builders import GIB, gpu, load_steps, node
 
@@ -436,7 +436,7 @@ REQUESTS = [
 def test_node_and_class_views_agree_on_what_fits(gpus: tuple[Gpu, ...], v: Variant) -> None:
     """The planner (a class of alike nodes) and the local preflight (this machine) run the
     same filters, so a machine and its class say the same about whether a variant fits."""
-    from hetflow.plan.filters import class_rejections
+    from hetflow.plan.feasible.filters import class_rejections
     from hetflow.plan.sizing.cluster import node_class
 
     n = node(cpus=4, memory_gib=16, gpus=gpus)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from hetflow.images.fake import FakeRegistry
+from hetflow.images.distribution.fake import FakeRegistry
 from hetflow.images.service import ImageSource, build_index_image, resolve_image
 from hetflow.inventory.models import Node
 from hetflow.plan.build import build_instance
-from hetflow.plan.images import class_node, image_check
+from hetflow.plan.feasible.images import class_node, image_check
 from hetflow.plan.instance import MachineClass
-from hetflow.spec.loader import parse_workflow
+from hetflow.spec.load.loader import parse_workflow
 
 REPO = "hf/app"
 REF = f"registry.test/{REPO}:latest"  # one index holding only a x86-64-v3 build

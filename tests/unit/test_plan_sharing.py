@@ -11,15 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetflow.plan.build import build_instance
+from hetflow.plan.checking.simulator import simulate
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.explanation import explain
 from hetflow.plan.instance import Instance, Plan
 from hetflow.plan.profile import SharedSample, learn_slowdown, with_slowdown
 from hetflow.plan.search.compiled import timeslice_runtime
 from hetflow.plan.search.heuristic import plan_heuristic
-from hetflow.plan.simulator import simulate
 from hetflow.plan.sizing.cluster import parse_cluster
 from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
-from hetflow.plan.validate import check_plan
 from hetflow.spec import parse_workflow
 
 A100 = 'model: NVIDIA A100-SXM4-80GB, count: 2, memory: 80Gi, computeCapability: "8.0"'
@@ -232,7 +232,7 @@ def test_exact_mode_plans_shares_with_the_heuristic_and_says_so() -> None:
 
 
 def test_the_sharing_bench_runs_on_a_tiny_size(capsys: pytest.CaptureFixture[str]) -> None:
-    from bench.sharing import main
+    from bench.planning.sharing import main
 
     main(["--steps", "8", "--whole", "1", "--nodes", "2"])
     out = capsys.readouterr().out

@@ -8,10 +8,10 @@ from dataclasses import replace
 import pytest
 
 from hetflow.errors import HetflowError
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.cost import plan_cost
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Placement, Plan, Task
 from hetflow.plan.search.heuristic import heft
-from hetflow.plan.validate import check_plan
 
 GIB = 1024**3
 

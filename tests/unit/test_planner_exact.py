@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given, settings
 
 from hetflow.errors import HetflowError
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.instance import Instance, MachineClass, Option, Task
 from hetflow.plan.search.heuristic import plan_heuristic
-from hetflow.plan.validate import check_plan
 from tests.unit.test_planner_builders import instances, random_layered
 from tests.unit.test_planner_heuristic import chain, dollars
 

@@ -8,12 +8,12 @@ import pytest
 
 from hetflow.errors import NoFitError
 from hetflow.plan.build import build_instance
+from hetflow.plan.checking.simulator import simulate
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.cost import plan_cost
-from hetflow.plan.gangs import NVLINK_BW, PCIE_BW, RDMA_BW, comm_time
+from hetflow.plan.feasible.gangs import NVLINK_BW, PCIE_BW, RDMA_BW, comm_time
 from hetflow.plan.instance import Instance, MachineClass, Option, Placement, Plan, Task
 from hetflow.plan.search.heuristic import plan_heuristic
-from hetflow.plan.simulator import simulate
-from hetflow.plan.validate import check_plan
 from tests.unit.builders import load_steps
 
 GIB = 1024**3

@@ -8,9 +8,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetflow.errors import HetflowError, NoFitError
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Rejection, Task
 from hetflow.plan.search.heuristic import heft, plan_heuristic
-from hetflow.plan.validate import check_plan
 from tests.unit.test_planner_builders import instances, random_layered
 
 GIB = 1024**3

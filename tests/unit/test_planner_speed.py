@@ -8,8 +8,8 @@ import time
 
 import pytest
 
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.search.heuristic import plan_heuristic
-from hetflow.plan.validate import check_plan
 from tests.unit.test_planner_builders import random_layered
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.search.heuristic import heft, plan_heuristic
-from hetflow.plan.validate import check_plan
 from tests.unit.test_planner_builders import topcuoglu
 
 

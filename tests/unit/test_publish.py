@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from hetflow.execute.data.publish import LOCK_NAME, PublishError, Publishing, decide, publish_step
+from hetflow.execute.data.publishing.publish import LOCK_NAME, PublishError, Publishing, decide, publish_step
 from hetflow.spec import Publish, Step
 from hetflow.state import PublishRecord, Store
 
@@ -332,8 +332,8 @@ def test_s3_checks_every_key_first_and_puts_back_from_kept_copies_when_one_fails
 
 
 def test_a_journal_left_by_a_killed_publish_is_undone_or_finished(tmp_path: Path) -> None:
-    from hetflow.execute.data import publishjournal
-    from hetflow.execute.data.publishrule import By, Entry
+    from hetflow.execute.data.publishing import journal as publishjournal
+    from hetflow.execute.data.publishing.rule import By, Entry
 
     store = Store(tmp_path / "home" / "state.db")
     res = tmp_path / "res"

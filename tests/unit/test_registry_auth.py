@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from hetflow.registry.auth import BadAuthorization, BearerSigner, bearer_challenge, parse_basic, parse_bearer
+from hetflow.registry.server.auth import BadAuthorization, BearerSigner, bearer_challenge, parse_basic, parse_bearer
 
 KEY = b"k" * 32
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from hetflow.images import DOCKER_MANIFEST, DOCKER_MANIFEST_LIST, OCI_INDEX, OCI_MANIFEST
-from hetflow.registry.documents import manifest_problem
+from hetflow.registry.server.documents import manifest_problem
 
 DIGEST = "sha256:" + "a" * 64
 DESC = {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": DIGEST, "size": 3}

@@ -1,4 +1,4 @@
-"""The proxy in front of a faulty upstream (``hetflow.registry.faults``): no pull ever
+"""The proxy in front of a faulty upstream (``hetflow.registry.fakes.faults``): no pull ever
 succeeds with wrong bytes, every failure is an OCI error after bounded retries, a dropped
 body resumes with Range, and concurrent pulls of one blob fetch it upstream once."""
 
@@ -17,8 +17,8 @@ import pytest
 from starlette.applications import Starlette
 
 from hetflow.registry import FakeRegistry, MachineTypeDecl, Settings, create_app
-from hetflow.registry.faults import FaultyUpstream
-from hetflow.registry.fetch import FetchStats
+from hetflow.registry.cache.fetch import FetchStats
+from hetflow.registry.fakes.faults import FaultyUpstream
 
 REPO = "lab/app"
 TYPE = "x86-64-v2"

@@ -24,10 +24,10 @@ from starlette.types import Message
 
 from hetflow.errors import UsageError
 from hetflow.registry import FakeRegistry, Limits, MachineTypeDecl, Settings, create_app, load_settings
-from hetflow.registry.fetch import BlobFetcher
-from hetflow.registry.fillwatch import FillRules, ManualClock
-from hetflow.registry.store import BlobStore
-from hetflow.registry.upstream import Upstream
+from hetflow.registry.cache.fetch import BlobFetcher
+from hetflow.registry.cache.fillwatch import FillRules, ManualClock
+from hetflow.registry.cache.store import BlobStore
+from hetflow.registry.cache.upstream import Upstream
 
 UPSTREAM = "http://upstream.test"
 REPO = "lab/app"

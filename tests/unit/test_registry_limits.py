@@ -19,10 +19,10 @@ import httpx
 import pytest
 from pydantic import ValidationError
 
-from hetflow.cli.registry import serve_cmd, token_revoke_command
+from hetflow.cli.oci.registry import serve_cmd, token_revoke_command
 from hetflow.errors import UsageError
 from hetflow.images import RegistryError
-from hetflow.images.client import RegistryClient
+from hetflow.images.distribution.client import RegistryClient
 from hetflow.inventory import Gpu, profile_node
 from hetflow.registry import (
     FakeRegistry,
@@ -35,8 +35,8 @@ from hetflow.registry import (
     secured,
     serve,
 )
+from hetflow.registry.cache.store import BlobWriter
 from hetflow.registry.settings import DEFAULT_LISTEN
-from hetflow.registry.store import BlobWriter
 from tests.unit.test_registry_proxy import REPO, AppClient, Env, _settings, _sha
 
 UPSTREAM = "http://upstream.test"
@@ -490,8 +490,8 @@ def test_revoking_a_types_tokens_stops_its_bearers_at_a_running_proxy(env: Env) 
 
 
 def test_matching_an_index_does_not_hold_up_other_requests(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    import hetflow.registry.viewcache as viewcache_module
-    from hetflow.registry.views import filter_index as real
+    import hetflow.registry.matching.viewcache as viewcache_module
+    from hetflow.registry.matching.views import filter_index as real
 
     released = threading.Event()
 

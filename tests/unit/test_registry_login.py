@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from hetflow.cli.registry import login_command, register_node
+from hetflow.cli.oci.registry import login_command, register_node
 from hetflow.errors import EngineError, UsageError
 from hetflow.images import AuthError, RegistryError
 from hetflow.inventory import profile_node

@@ -15,7 +15,7 @@ from hetflow.errors import UsageError
 from hetflow.inventory import PROFILES, Gpu, Node, profile_names, profile_node
 from hetflow.registry import MachineTypeConflict, MachineTypeDecl, MachineTypes, load_settings
 from hetflow.registry.machines import MachineTypeLimit, hardware_key, suggest_name
-from hetflow.registry.peers import holder_of, peer_uid
+from hetflow.registry.server.peers import holder_of, peer_uid
 from hetflow.registry.settings import parse_listen
 
 

@@ -1,4 +1,4 @@
-"""The proxy's OCI endpoints against a fake upstream (``hetflow.registry.fake``):
+"""The proxy's OCI endpoints against a fake upstream (``hetflow.registry.fakes.fake``):
 views per machine type, digests, auth, verification, caching and error mapping."""
 
 from __future__ import annotations

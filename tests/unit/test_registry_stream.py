@@ -1,6 +1,6 @@
 """The proxy served by uvicorn on loopback (fake upstream): what an HTTP client sees
 when a large blob turns out corrupted mid-stream, and the bearer flow as
-``hetflow.images.client.RegistryClient`` (written apart from the proxy) drives it."""
+``hetflow.images.distribution.client.RegistryClient`` (written apart from the proxy) drives it."""
 
 from __future__ import annotations
 

@@ -16,10 +16,10 @@ import pytest
 
 from hetflow.images import OCI_INDEX, OCI_MANIFEST, BadDocumentError, digest_of, parse_index, resolve
 from hetflow.inventory import profile_node
-from hetflow.registry.offload import Offload
-from hetflow.registry.store import FilteredStore, View
-from hetflow.registry.viewcache import ViewCache
-from hetflow.registry.views import REASON_CHARS, REASONS_SHOWN, Filtered, NoBuildFits, filter_index
+from hetflow.registry.cache.store import FilteredStore, View
+from hetflow.registry.matching.offload import Offload
+from hetflow.registry.matching.viewcache import ViewCache
+from hetflow.registry.matching.views import REASON_CHARS, REASONS_SHOWN, Filtered, NoBuildFits, filter_index
 
 T = TypeVar("T")
 NODE = profile_node("x86-64-v2")  # no GPU: every entry below is refused
@@ -86,7 +86,7 @@ def _answer(n: int) -> NoBuildFits:
 
 
 def test_views_are_kept_within_the_byte_budget_least_recently_asked_first_out(monkeypatch: pytest.MonkeyPatch) -> None:
-    import hetflow.registry.viewcache as module
+    import hetflow.registry.matching.viewcache as module
 
     monkeypatch.setattr(module, "filter_index", lambda body, node: _answer(len(body)))
     offload = Counting()
@@ -173,7 +173,7 @@ def test_a_big_document_runs_in_a_worker_process_and_a_small_one_here() -> None:
 
 
 def test_a_worker_error_comes_back_as_itself_and_a_dead_worker_is_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
-    import hetflow.registry.offload as module
+    import hetflow.registry.matching.offload as module
 
     monkeypatch.setattr(module, "TASKS_PER_WORKER", 2)
     offload = Offload(inline_bytes=0)

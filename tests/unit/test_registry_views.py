@@ -10,7 +10,7 @@ import pytest
 from hetflow.images import DOCKER_MANIFEST_LIST, OCI_INDEX, Descriptor, parse_index
 from hetflow.inventory import profile_node
 from hetflow.registry import FakeRegistry
-from hetflow.registry.views import Filtered, NoBuildFits, filter_index, for_runtimes
+from hetflow.registry.matching.views import Filtered, NoBuildFits, filter_index, for_runtimes
 
 BUILDS = {
     "generic": [],

@@ -111,7 +111,7 @@ def test_a_template_gives_its_retry_policy_to_the_steps_using_it() -> None:
         "apiVersion: hetflow/v1\nname: wf\ntemplates:\n  big: {retry: {count: 2, memory: x2}}\n"
         "steps:\n  a: {use: big, image: x}\n  b: {use: big, image: x, retry: {count: 1, memory: x2, cpus: x2}}\n"
     )
-    from hetflow.spec.loader import parse_workflow
+    from hetflow.spec.load.loader import parse_workflow
 
     steps = parse_workflow(text, "wf.yaml").workflow.steps
     assert steps["a"].retry_policy == Retry(count=2, memory=2.0)

@@ -22,7 +22,7 @@ from hetflow.execute.run.options import ProcessSeams, RunOptions
 from hetflow.execute.run.runner import Runner
 from hetflow.plan.instance import MachineClass, Placement
 from hetflow.report import run_json
-from hetflow.spec.checks import edges_of
+from hetflow.spec.validate.checks import edges_of
 from hetflow.state import StepRecord
 from tests.unit.builders import Outcome, World, world
 

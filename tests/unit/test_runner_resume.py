@@ -15,7 +15,7 @@ from hetflow.execute.backends.local.fakeengine import FakeEngine
 from hetflow.execute.data.outputs import damaged_outputs
 from hetflow.execute.data.paths import RunPaths, container_name
 from hetflow.execute.engine import ContainerSpec, ContainerState
-from hetflow.spec.checks import edges_of
+from hetflow.spec.validate.checks import edges_of
 from hetflow.state.models import FAILED, LAUNCHING, PENDING, RUNNING, SKIPPED, STOPPED, SUCCEEDED
 from tests.unit.builders import Crash, Outcome, World, gpu, node, world
 

@@ -9,9 +9,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from hetflow.plan.checking.simulator import simulate
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.instance import Instance, Placement, Plan
-from hetflow.plan.simulator import simulate
-from hetflow.plan.validate import check_plan
 from tests.unit.test_simulate_support import (
     GIB,
     chain_and_fork,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.cli.slowdown import read_measurements
+from hetflow.cli.planning.slowdown import read_measurements
 from hetflow.errors import UsageError
 from hetflow.execute import measured_slowdowns
 from hetflow.execute.submit.prepare import with_measured_slowdowns

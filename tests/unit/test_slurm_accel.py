@@ -15,8 +15,8 @@ import pytest
 from hetflow.errors import UsageError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm import SlurmSettings, sbatch_args
-from hetflow.execute.backends.slurm.devices import gpu_devices, mig_devices
 from hetflow.execute.backends.slurm.gres import gpu_vendor, gres_args, mps_env, share_env
+from hetflow.execute.backends.slurm.script.devices import gpu_devices, mig_devices
 from hetflow.execute.devices.migtable import MigInstance, parse_mig_devices
 from hetflow.inventory import GpuSharing
 from hetflow.spec import GpuRequest

@@ -14,10 +14,10 @@ import pytest
 from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.slurm import SlurmBackend, SlurmSettings, sbatch_args
 from hetflow.execute.backends.slurm.backend import LOST_CODE
-from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP, job_cgroup
 from hetflow.execute.backends.slurm.queue import QueueRow, parse_squeue
+from hetflow.execute.backends.slurm.script.cgroup import JOB_CGROUP, job_cgroup
+from hetflow.execute.backends.slurm.script.usage import refined
 from hetflow.execute.backends.slurm.translate import job_script
-from hetflow.execute.backends.slurm.usage import refined
 from hetflow.execute.engine import ContainerSpec
 
 RUN = "r1"

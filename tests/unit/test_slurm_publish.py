@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.execute.backends.base import DISCARDED_CODE, PUBLISH_FAILED_CODE, Publish
-from hetflow.execute.backends.slurm.publish import publish_script
+from hetflow.execute.backends.slurm.script.publish import publish_script
 from hetflow.execute.backends.slurm.settings import SlurmSettings
 from hetflow.execute.backends.slurm.translate import job_script
 from hetflow.execute.data import fencing
@@ -92,7 +92,7 @@ def test_single_and_gang_scripts_publish_last_and_parse(tmp_path: Path) -> None:
         gang_scripts(replace(gang, publish=p), SlurmSettings(), tmp_path, "conf", "hooks")[0],
     ]
     for script in scripts:
-        tail = script[script.index("hetflow.execute.backends.slurm.publish") :]
+        tail = script[script.index("hetflow.execute.backends.slurm.script.publish") :]
         assert tail.rstrip().endswith('fi\nfinish "$code"'), tail
         assert subprocess.run(["bash", "-n"], input=script, text=True, check=False).returncode == 0
 

@@ -1,4 +1,4 @@
-"""Elastic gangs in the format (``spec.elastic``): ``replicas: {min, max}``, validated with
+"""Elastic gangs in the format (``spec.fields.elastic``): ``replicas: {min, max}``, validated with
 file:line errors; every other stage still reads ``replicas`` as the size to plan for (max)."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from hetflow.errors import SpecError
 from hetflow.spec import MAX_FANOUT_ITEMS, compose_yaml, parse_workflow
-from hetflow.spec.matrix import matrix_axes
+from hetflow.spec.expansion.matrix import matrix_axes
 
 V1 = "apiVersion: hetflow/v1\nname: wf\n"
 

@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hetflow.spec.dag import children, descendants, find_cycle, topo_order
-from hetflow.spec.units import format_bytes, format_duration, parse_duration, parse_memory
+from hetflow.spec.fields.units import format_bytes, format_duration, parse_duration, parse_memory
+from hetflow.spec.validate.dag import children, descendants, find_cycle, topo_order
 
 KI, MI, GI, TI = 1024, 1024**2, 1024**3, 1024**4
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from hetflow.spec import ConditionError, evaluate, output_refs
-from hetflow.spec.loader import parse_workflow
+from hetflow.spec.load.loader import parse_workflow
 
 PARAMS = {"mode": "full", "n": 3, "quick": False, "sizes": ["m", "l"], "size": "m"}
 OUTPUTS = {"check/ok.txt": "true\n", "check/no.txt": "False", "probe/gpus.txt": " 2 \n", "probe/name": "a100\n"}

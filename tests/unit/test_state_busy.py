@@ -1,5 +1,5 @@
-"""The store's busy retry (``state.busy``) with a fake clock and sleep, and the store's
-integrity guards (``state.integrity``) on real files."""
+"""The store's busy retry (``state.guards.busy``) with a fake clock and sleep, and the store's
+integrity guards (``state.guards.integrity``) on real files."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from hetflow.errors import StateError
 from hetflow.state import NEW_STORE_ENV, Store, StoreDamaged
-from hetflow.state.busy import BusySettings, busy_message, lock_holder, retry_busy
-from hetflow.state.integrity import id_file, refuse_replacing
+from hetflow.state.guards.busy import BusySettings, busy_message, lock_holder, retry_busy
+from hetflow.state.guards.integrity import id_file, refuse_replacing
 
 LOCKED = sqlite3.OperationalError("database is locked")
 
@@ -245,7 +245,7 @@ def test_a_write_to_a_store_on_a_full_disk_is_a_store_full_error(tmp_path: Path)
 
 
 def test_a_writer_keeps_a_reserve_that_a_full_disk_can_have_back(tmp_path: Path) -> None:
-    from hetflow.state.integrity import RESERVE, reserve_file
+    from hetflow.state.guards.integrity import RESERVE, reserve_file
 
     db = tmp_path / "state.db"
     store = Store(db)

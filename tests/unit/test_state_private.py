@@ -13,7 +13,7 @@ import pytest
 from hetflow.execute import RunPaths
 from hetflow.execute.data.paths import make_run_dir
 from hetflow.state import Store
-from hetflow.state.private import make_private
+from hetflow.state.guards.private import make_private
 
 
 def mode(path: Path) -> int:

@@ -13,12 +13,12 @@ import pytest
 
 from hetflow.errors import NoFitError
 from hetflow.plan.build import build_instance
+from hetflow.plan.checking.validate import check_plan
 from hetflow.plan.instance import Instance, MachineClass, Plan, Task
 from hetflow.plan.sizing.clusterpoint import ClusterPoint
 from hetflow.plan.sizing.pareto import pareto
 from hetflow.plan.sizing.results import VirtualClusterResult
 from hetflow.plan.sizing.virtual import common_denominator, plan_virtual_cluster, restrict, search_virtual_cluster
-from hetflow.plan.validate import check_plan
 from hetflow.spec.models import Workflow
 from tests.unit.builders import load_steps
 from tests.unit.test_simulate_support import chain_and_fork, instance, list_schedule, mclass, opt, task

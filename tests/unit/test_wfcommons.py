@@ -12,10 +12,9 @@ from hetflow.errors import SpecError
 from hetflow.plan.build import build_instance
 from hetflow.plan.instance import Edge, MachineClass
 from hetflow.spec import Resources
-from hetflow.spec.loader import parse_workflow
-from hetflow.spec.models import NAME_RE
-from hetflow.spec.resources import MIN_MEMORY
-from hetflow.spec.wfcommons import (
+from hetflow.spec.fields.resources import MIN_MEMORY
+from hetflow.spec.load.loader import parse_workflow
+from hetflow.spec.load.wfcommons import (
     PLACEHOLDER_IMAGE,
     TraceTask,
     category_of,
@@ -25,6 +24,7 @@ from hetflow.spec.wfcommons import (
     step_names,
     workflow_from_wfcommons,
 )
+from hetflow.spec.models import NAME_RE
 from tests.unit.builders import GIB
 
 # The traces are the shared benchmark's (../shared beside the checkout, as in CI).

@@ -47,15 +47,15 @@ app = typer.Typer(
 # --help, no command or an unknown one loads them all.  tests/unit/test_cli_commands.py
 # checks this table against what the modules register.
 COMMANDS: dict[str, tuple[str, ...]] = {
-    "runs": ("run", "resume", "ps", "show", "stop", "_execute"),
-    "logs": ("logs",),
-    "record": ("trace", "report"),
-    "plan": ("plan", "simulate", "cluster", "profile", "import", "export"),
-    "images": ("images",),
-    "registry": ("registry",),
-    "cache": ("cache",),
-    "doctor": ("doctor",),
-    "moves": ("migrate", "drain"),
+    "run.runs": ("run", "resume", "ps", "show", "stop", "_execute"),
+    "run.logs": ("logs",),
+    "run.record": ("trace", "report"),
+    "planning.plan": ("plan", "simulate", "cluster", "profile", "import", "export"),
+    "oci.images": ("images",),
+    "oci.registry": ("registry",),
+    "run.cache": ("cache",),
+    "run.doctor": ("doctor",),
+    "run.moves": ("migrate", "drain"),
     "ui": ("ui",),
     "shell": ("completion",),
 }

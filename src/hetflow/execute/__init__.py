@@ -71,7 +71,7 @@ if TYPE_CHECKING:
     from hetflow.execute.run.control.lifecycle import pid_alive, spawn_executor, stop_run
     from hetflow.execute.run.control.moves import drain_node, migrate_step
     from hetflow.execute.run.control.stopping import DEFAULT_GRACE, grace_from_env, parse_grace
-    from hetflow.execute.run.dispatch import ClusterDispatch, Decision, Dispatch, LocalDispatch
+    from hetflow.execute.run.dispatching.dispatch import ClusterDispatch, Decision, Dispatch, LocalDispatch
     from hetflow.execute.run.executor import Ended, build_runner, drive
     from hetflow.execute.run.launch.container import build_spec, container_env, input_mounts
     from hetflow.execute.run.notify import NOTIFY_FAILED, Notifier, Notify, check_urls, payload, urls_of
@@ -98,7 +98,7 @@ _WHERE = {
     "submit.prepare": ["cluster_instance", "measured_slowdowns"],
     "submit.preview": ["Preview", "StepPreview", "check_run", "preview_run"],
     "run.launch.container": ["build_spec", "container_env", "input_mounts"],
-    "run.dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
+    "run.dispatching.dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
     "engine": [
         "ContainerEngine",
         "ContainerSpec",

@@ -30,7 +30,7 @@ from typing import Literal, Protocol
 from hetflow.errors import StateError
 from hetflow.execute.backends.local.orphans import Monitor, monitors, reap
 from hetflow.execute.data.cache import partial_copies
-from hetflow.execute.data.publishjournal import committed, journals, leftovers, settle_run
+from hetflow.execute.data.publishing.journal import committed, journals, leftovers, settle_run
 from hetflow.execute.engine import ContainerState
 from hetflow.execute.gang.replicas import network_name, replica_of
 from hetflow.kube import LABEL_RUN
@@ -187,7 +187,7 @@ def repair(
 
 
 def _publishes(store: Store, dead: Callable[[str], bool]) -> list[Finding]:
-    """Publishes a killed executor cut short (``execute.data.publishjournal``): what they left
+    """Publishes a killed executor cut short (``execute.data.publishing.journal``): what they left
     in the user's folders, undone (or finished, when their records were written) by --repair."""
     found = []
     for j in journals(store):

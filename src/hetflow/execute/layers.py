@@ -188,7 +188,7 @@ def apply_resources(
     *,
     strict: bool,
 ) -> LoadedWorkflow:
-    """The workflow with the settings' resource overrides applied (``spec.overrides``):
+    """The workflow with the settings' resource overrides applied (``spec.load.overrides``):
     ``strict`` at submit (an override naming no template or step is refused); a run read
     back by its executor or a resume applies the ones recorded with it (``Settings``)."""
     if not resources:

@@ -102,7 +102,7 @@ class Settings:
 
     @property
     def steer(self) -> Steer:
-        """The command line's say over variant choice (``plan.steer``)."""
+        """The command line's say over variant choice (``plan.onemachine.steer``)."""
         return Steer(dict(self.variants), self.prefer)
 
     def __post_init__(self) -> None:

@@ -13,7 +13,7 @@ Adding one (say ``nomad``): make a package ``export/nomad/`` whose ``__init__`` 
 public names in ``__all__`` and keeps its helpers in private ``_modules``; build the
 objects from ``hetflow.plan`` and ``hetflow.spec`` values only, and import the engine's
 client lazily (only to validate); add it to ``__all__`` below; add a ``hetflow export nomad``
-command in ``hetflow.cli.plan`` and golden-file tests like ``tests/unit/test_kubernetes.py``.
+command in ``hetflow.cli.planning.plan`` and golden-file tests like ``tests/unit/test_kubernetes.py``.
 """
 
 from hetflow.export import kubernetes

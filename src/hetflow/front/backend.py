@@ -2,7 +2,7 @@
 daemon thread.  Only the front can connect (the folder is 0700), so the addresses it sends
 (``FrontAddresses``) are the client's: the app sees the scope's ``client`` and ``server`` as
 it would on the port itself, ports included (the registry finds a local client's user by
-both ends of its connection, ``registry.peers``)."""
+both ends of its connection, ``registry.server.peers``)."""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ Why each line is there (HAProxy 2.6 configuration manual, sections named):
 * ``nbthread 1``: connections are counted in the order they came; with a thread per core a
   connection accepted on one thread could be counted after a later one's request was read
   (seen on a loaded machine: a 17th request let through past a limit of 16).  One thread
-  serves far more than the app behind it (``python -m bench.registry``'s wrk rows).
+  serves far more than the app behind it (``python -m bench.proxy.registry``'s wrk rows).
 * ``option abortonclose``: a client that goes away ends its request at the app at once (an
   event stream's slot is freed when its reader leaves, not at its next write).
 * ``server ... maxconn``: at most ``max_connections`` requests reach the app at once; the

@@ -33,7 +33,9 @@ from typing import TYPE_CHECKING
 from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from hetflow.images.client import Challenge, RegistryClient, parse_challenge
+    from hetflow.images.distribution.client import Challenge, RegistryClient, parse_challenge
+    from hetflow.images.distribution.fake import FakeRegistry
+    from hetflow.images.distribution.index_build import build_index, parse_build_entry
     from hetflow.images.errors import (
         AuthError,
         BadDocumentError,
@@ -43,12 +45,10 @@ if TYPE_CHECKING:
         NotFoundError,
         RegistryError,
     )
-    from hetflow.images.fake import FakeRegistry
-    from hetflow.images.gpumatch import ROCM_RELEASES, check_rocm, rocm_distance
-    from hetflow.images.index_build import build_index, parse_build_entry
     from hetflow.images.layout import read_layout, write_layout
     from hetflow.images.localimages import LocalImage, LocalImages, PodmanImages
-    from hetflow.images.match import (
+    from hetflow.images.matching.gpumatch import ROCM_RELEASES, check_rocm, rocm_distance
+    from hetflow.images.matching.match import (
         ANNOTATION_GPU_GFX,
         ANNOTATION_GPU_INTEL,
         ANNOTATION_ROCM,
@@ -58,6 +58,7 @@ if TYPE_CHECKING:
         requirements_of,
         resolve,
     )
+    from hetflow.images.matching.requirements import Requirements, normalize_arch
     from hetflow.images.oci import (
         ACCEPT_ANY_MANIFEST,
         DOCKER_MANIFEST,
@@ -77,7 +78,6 @@ if TYPE_CHECKING:
         sniff_media_type,
     )
     from hetflow.images.reference import ImageReference, parse_reference
-    from hetflow.images.requirements import Requirements, normalize_arch
     from hetflow.images.service import (
         ResolveResult,
         build_index_image,
@@ -87,7 +87,7 @@ if TYPE_CHECKING:
     from hetflow.images.source import ImageSource
 
 _WHERE = {
-    "client": ["Challenge", "RegistryClient", "parse_challenge"],
+    "distribution.client": ["Challenge", "RegistryClient", "parse_challenge"],
     "errors": [
         "AuthError",
         "BadDocumentError",
@@ -97,13 +97,13 @@ _WHERE = {
         "NotFoundError",
         "RegistryError",
     ],
-    "fake": ["FakeRegistry"],
-    "gpumatch": ["ROCM_RELEASES", "check_rocm", "rocm_distance"],
-    "index_build": ["build_index", "parse_build_entry"],
+    "distribution.fake": ["FakeRegistry"],
+    "matching.gpumatch": ["ROCM_RELEASES", "check_rocm", "rocm_distance"],
+    "distribution.index_build": ["build_index", "parse_build_entry"],
     "layout": ["read_layout", "write_layout"],
     "localimages": ["LocalImage", "LocalImages", "PodmanImages"],
     "source": ["ImageSource"],
-    "match": [
+    "matching.match": [
         "ANNOTATION_GPU_GFX",
         "ANNOTATION_GPU_INTEL",
         "ANNOTATION_ROCM",
@@ -132,7 +132,7 @@ _WHERE = {
         "sniff_media_type",
     ],
     "reference": ["ImageReference", "parse_reference"],
-    "requirements": ["Requirements", "normalize_arch"],
+    "matching.requirements": ["Requirements", "normalize_arch"],
     "service": ["ResolveResult", "build_index_image", "inspect_image", "resolve_image"],
 }
 

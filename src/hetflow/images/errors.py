@@ -13,7 +13,7 @@ non-zero without a traceback.
             ├── AuthError      credentials or a token were refused or are missing
             └── NotFoundError  no such repository, tag, manifest or blob
 
-"Does not fit this node" is a value (``hetflow.images.match.Verdict``), never one of these.
+"Does not fit this node" is a value (``hetflow.images.matching.match.Verdict``), never one of these.
 """
 
 from __future__ import annotations

@@ -88,7 +88,7 @@ class Platform(BaseModel):
     """The platform an index entry runs on (image-index.md, ``platform``).
 
     ``features`` is RESERVED in image-spec 1.0/1.1 and hetflow gives it meaning (see
-    ``hetflow.images.match``); ``variant`` follows containerd (``v3`` on amd64 is
+    ``hetflow.images.matching.match``); ``variant`` follows containerd (``v3`` on amd64 is
     x86-64-v3, ``v8`` on arm64 is the default)."""
 
     model_config = _MODEL

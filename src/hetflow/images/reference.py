@@ -1,4 +1,4 @@
-"""Image references: the grammar is ``hetflow.spec.imageref`` (so a workflow's ``image:``
+"""Image references: the grammar is ``hetflow.spec.fields.imageref`` (so a workflow's ``image:``
 is checked when it is validated); here a malformed one is the images package's
 ``BadReferenceError``."""
 

@@ -18,10 +18,10 @@ from rich.table import Table
 from rich.text import Text
 
 from hetflow.errors import NoFitError
+from hetflow.images.distribution.index_build import BuildSpec, BuiltIndex, build_index, parse_build_entry
 from hetflow.images.errors import BadDocumentError
-from hetflow.images.index_build import BuildSpec, BuiltIndex, build_index, parse_build_entry
 from hetflow.images.localimages import LocalImage, LocalImages, PodmanImages
-from hetflow.images.match import requirements_of, resolve
+from hetflow.images.matching.match import requirements_of, resolve
 from hetflow.images.oci import Descriptor, platform_string
 from hetflow.images.reference import parse_reference
 from hetflow.images.source import ImageSource, local_name

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from hetflow.images.config import read_config
+from hetflow.images.distribution.config import read_config
 from hetflow.images.errors import NotFoundError
 from hetflow.images.localimages import LocalImages, PodmanImages
 from hetflow.images.oci import ACCEPT_ANY_MANIFEST, Descriptor, Index, Platform, is_index, parse_index, parse_manifest
@@ -21,7 +21,7 @@ from hetflow.images.reference import ImageReference, parse_reference
 if TYPE_CHECKING:  # the registry client (and httpx) load only when a registry is asked
     import httpx
 
-    from hetflow.images.client import RegistryClient
+    from hetflow.images.distribution.client import RegistryClient
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class ImageSource:
 
     def client(self, ref: ImageReference) -> RegistryClient:
         """A registry client for ``ref``'s registry."""
-        from hetflow.images.client import RegistryClient
+        from hetflow.images.distribution.client import RegistryClient
 
         return RegistryClient(
             ref.base_url(insecure=self.insecure),

@@ -20,11 +20,18 @@ Other packages import the names below from ``hetflow.inventory`` itself.  Probin
 I/O (files, NVML, podman); everything after discovery works on the returned ``Node``.
 """
 
-from hetflow.inventory.amd import gfx_target, probe_amd
 from hetflow.inventory.cpu import x86_64_level
-from hetflow.inventory.fakegpus import make_fake_gpus, parse_fake_spec
-from hetflow.inventory.gpumodels import KNOWN_MODELS, MIG_PROFILES, GpuModel, model_by_device_id, nvidia_architecture
-from hetflow.inventory.intel import intel_family, probe_intel
+from hetflow.inventory.fakes.gpus import make_fake_gpus, parse_fake_spec
+from hetflow.inventory.gpus.amd import gfx_target, probe_amd
+from hetflow.inventory.gpus.gpumodels import (
+    KNOWN_MODELS,
+    MIG_PROFILES,
+    GpuModel,
+    model_by_device_id,
+    nvidia_architecture,
+)
+from hetflow.inventory.gpus.intel import intel_family, probe_intel
+from hetflow.inventory.gpus.nvmlusage import DeviceSample, NvmlUsage
 from hetflow.inventory.models import (
     DEFAULT_TIMESLICE_SLOWDOWN,
     Cpu,
@@ -37,7 +44,6 @@ from hetflow.inventory.models import (
     SharingMode,
     node_fields,
 )
-from hetflow.inventory.nvmlusage import DeviceSample, NvmlUsage
 from hetflow.inventory.probe import discover
 from hetflow.inventory.profiles import PROFILES, profile_names, profile_node
 from hetflow.inventory.sharing import SHARING_VAR, parse_gpu_sharing

@@ -18,13 +18,13 @@ from pathlib import Path
 
 from hetflow.config import find_engine
 from hetflow.errors import EngineError, InventoryError
-from hetflow.inventory.amd import amdsmi_names, probe_amd
 from hetflow.inventory.cpu import probe_cpu, probe_memory
-from hetflow.inventory.fakegpus import ENV_VAR, fake_links, make_fake_gpus
-from hetflow.inventory.intel import probe_intel
+from hetflow.inventory.fakes.gpus import ENV_VAR, fake_links, make_fake_gpus
+from hetflow.inventory.gpus.amd import amdsmi_names, probe_amd
+from hetflow.inventory.gpus.intel import probe_intel
+from hetflow.inventory.gpus.nvml import probe_nvml_topology
+from hetflow.inventory.gpus.procfs import DEFAULT_ROOT, probe_procfs
 from hetflow.inventory.models import Gpu, GpuLink, Node
-from hetflow.inventory.nvml import probe_nvml_topology
-from hetflow.inventory.procfs import DEFAULT_ROOT, probe_procfs
 from hetflow.inventory.sharing import SHARING_VAR, parse_gpu_sharing
 
 # Device nodes a CUDA program needs besides /dev/nvidiaN, as the NVIDIA Container

@@ -7,7 +7,7 @@ machine alike enough to run the same image builds.  Sites that have not run
 CPU feature lists come from archspec's target table (the one Spack and
 ``hetflow.inventory.cpu`` use), so a profile's flags are the ones a real CPU of that
 microarchitecture reports; GPU facts come from the fake-GPU table of
-``hetflow.inventory.fakegpus``, which records what NVML says for each model.  A profile with
+``hetflow.inventory.fakes.gpus``, which records what NVML says for each model.  A profile with
 several GPUs has a topology word of ``HETFLOW_FAKE_GPUS`` (``nvlink``, ``nvlink-pairs``,
 ``pcie``), so its GPUs get NUMA nodes, CPU affinity and links the same way fake GPUs do.
 """
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 import archspec.cpu
 
 from hetflow.inventory.cpu import x86_64_level
-from hetflow.inventory.fakegpus import FakeEntry, entry_links, entry_placements
-from hetflow.inventory.gpumodels import KNOWN_MODELS
+from hetflow.inventory.fakes.gpus import FakeEntry, entry_links, entry_placements
+from hetflow.inventory.gpus.gpumodels import KNOWN_MODELS
 from hetflow.inventory.models import Cpu, Gpu, GpuLink, Node
 
 __all__ = ["PROFILES", "Profile", "profile_names", "profile_node"]
@@ -37,11 +37,11 @@ class Profile:
     model: str
     cores: int
     memory_gib: int
-    gpu_model: str | None = None  # a key of hetflow.inventory.gpumodels.KNOWN_MODELS
+    gpu_model: str | None = None  # a key of hetflow.inventory.gpus.gpumodels.KNOWN_MODELS
     gpu_count: int = 0
     driver_version: str = "550.54.15"
     cuda_version: str = "12.4"
-    gpu_topology: str | None = None  # a word of hetflow.inventory.fakegpus.TOPOLOGIES; None: unknown
+    gpu_topology: str | None = None  # a word of hetflow.inventory.fakes.gpus.TOPOLOGIES; None: unknown
 
 
 PROFILES: dict[str, Profile] = {

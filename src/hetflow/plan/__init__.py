@@ -41,26 +41,32 @@ from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
     from hetflow.plan.build import DEFAULT_ESTIMATE, build_instance
-    from hetflow.plan.choose import GreedyChooser, PlanChooser, VariantChooser, can_run_here, feasibility_problems
+    from hetflow.plan.checking.simulator import simulate
     from hetflow.plan.cost import gpu_amount
     from hetflow.plan.explanation import explain
-    from hetflow.plan.filters import Capacity, check, first_class_rejection, vendor_ok
+    from hetflow.plan.feasible.filters import Capacity, check, first_class_rejection, vendor_ok
+    from hetflow.plan.feasible.images import Resolver, class_node, image_check
     from hetflow.plan.gpuspec import GPU_SPEEDS, GpuSpec
-    from hetflow.plan.images import Resolver, class_node, image_check
     from hetflow.plan.instance import GpuKind, Instance, MachineClass, Placement, Plan
-    from hetflow.plan.local import plan_local
     from hetflow.plan.model.fit import Demand, NodeState, fits
+    from hetflow.plan.onemachine.choose import (
+        GreedyChooser,
+        PlanChooser,
+        VariantChooser,
+        can_run_here,
+        feasibility_problems,
+    )
+    from hetflow.plan.onemachine.local import plan_local
+    from hetflow.plan.onemachine.steer import Steer, parse_steer, steer_workflow
     from hetflow.plan.profile import SharedSample, learn, learn_slowdown, profile_for, with_slowdown
     from hetflow.plan.search.compiled import timeslice_runtime
     from hetflow.plan.search.exact import plan_exact
     from hetflow.plan.search.heuristic import plan_heuristic
     from hetflow.plan.sharing.tenancy import Slot, Tenant, admits
-    from hetflow.plan.simulator import simulate
     from hetflow.plan.sizing.cluster import Cluster, load_catalog, load_cluster
     from hetflow.plan.sizing.clusterpoint import ClusterPoint
     from hetflow.plan.sizing.rightsize import OVER_ASK, Suggestion, UsageSample, suggest_sizes
     from hetflow.plan.sizing.virtual import plan_virtual_cluster
-    from hetflow.plan.steer import Steer, parse_steer, steer_workflow
     from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
 
 _WHERE: dict[str, tuple[str, ...]] = {
@@ -69,7 +75,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "admits",
         "build_instance",
     ),
-    "choose": (
+    "onemachine.choose": (
         "GpuKind",
         "GpuSpec",
         "GreedyChooser",
@@ -88,7 +94,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     "cost": ("gpu_amount",),
     "search.exact": ("plan_exact",),
     "explanation": ("explain",),
-    "filters": (
+    "feasible.filters": (
         "Capacity",
         "check",
         "first_class_rejection",
@@ -99,7 +105,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "GpuSpec",
     ),
     "search.heuristic": ("plan_heuristic",),
-    "images": (
+    "feasible.images": (
         "Resolver",
         "SharedSample",
         "class_node",
@@ -112,7 +118,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "Placement",
         "Plan",
     ),
-    "local": ("plan_local",),
+    "onemachine.local": ("plan_local",),
     "model.fit": (
         "Demand",
         "NodeState",
@@ -131,8 +137,8 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "UsageSample",
         "suggest_sizes",
     ),
-    "simulator": ("simulate",),
-    "steer": ("Steer", "parse_steer", "steer_workflow"),
+    "checking.simulator": ("simulate",),
+    "onemachine.steer": ("Steer", "parse_steer", "steer_workflow"),
     "stored": (
         "machine_class_from_dict",
         "machine_class_to_dict",

@@ -20,8 +20,8 @@ import posixpath
 from collections.abc import Callable, Mapping, Sequence
 
 from hetflow.errors import NoFitError
-from hetflow.plan.filters import class_rejections, vendor_ok
-from hetflow.plan.gangs import gang_rejections
+from hetflow.plan.feasible.filters import class_rejections, vendor_ok
+from hetflow.plan.feasible.gangs import gang_rejections
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Rejection, Task
 from hetflow.spec import GpuConstraint, Resources, Variant, Workflow, edges_of, no_cyclic_gc, topo_order
 
@@ -48,7 +48,7 @@ def build_instance(
     Every failing filter of a (variant, class) pair is recorded as a ``Rejection``.  A step
     with no option at all raises ``NoFitError`` listing every such step with every reason;
     an ``optional`` step with no option is left out (it has no dependents, see
-    ``spec.checks``) and ``instance_notes`` says so."""
+    ``spec.validate.checks``) and ``instance_notes`` says so."""
     if bandwidth <= 0:
         raise ValueError(f"bandwidth must be positive bytes/s, got {bandwidth}")
     with no_cyclic_gc():  # many small objects, no cycles: the collector would walk the heap for nothing

@@ -118,7 +118,7 @@ class Task:
     """One step to place.  ``replicas``: how many containers start together as one
     all-or-nothing gang, each with an option's resources, on machines of one class, at
     most ``per_node`` on a machine (0: as many as fit).  An option's ``runtime`` is then
-    the replicas' compute; ``plan.gangs`` adds the exchange of ``comm_bytes`` (per
+    the replicas' compute; ``plan.feasible.gangs`` adds the exchange of ``comm_bytes`` (per
     replica, a ring allreduce), slower across nodes than inside one."""
 
     name: str

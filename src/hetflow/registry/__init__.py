@@ -8,7 +8,7 @@ A client logs in with a machine type's token; a tag that names an index comes ba
 that type's view (the one build ``hetflow.images.resolve`` picks for its hardware)
 under the view's own digest; blobs and manifests pass through verified.  This package
 holds the proxy only: its commands (``hetflow registry serve/login``) are
-``hetflow.cli.registry``; hardware profiles are ``hetflow.inventory``'s.
+``hetflow.cli.oci.registry``; hardware profiles are ``hetflow.inventory``'s.
 
 Public API:
 
@@ -27,13 +27,13 @@ time and rate by ``fillwatch``'s rules) -> ``proxy`` (OCI endpoints) -> ``app`` 
 wiring, uvicorn); ``errors`` is the OCI error body, ``auth`` the Basic/Bearer parsing;
 ``faults`` wraps the fake in an upstream that corrupts and drops blob bodies, ``trickle``
 serves it on loopback sending chosen blobs a byte at a time (tests).  Benchmark:
-``python -m bench.registry``.
+``python -m bench.proxy.registry``.
 """
 
-from hetflow.registry.app import create_app
-from hetflow.registry.fake import FakeRegistry
+from hetflow.registry.fakes.fake import FakeRegistry
 from hetflow.registry.machines import MachineType, MachineTypeConflict, MachineTypes
-from hetflow.registry.serving import RunningProxy, serve, start_in_thread
+from hetflow.registry.server.app import create_app
+from hetflow.registry.server.serving import RunningProxy, serve, start_in_thread
 from hetflow.registry.settings import Limits, MachineTypeDecl, Settings, load_settings, secured
 
 __all__ = [

@@ -10,7 +10,7 @@ checks nodes of one computed class once.
 Tokens are kept as SHA-256 hashes; a token is shown once, when it is made (tokens of
 predeclared types are also written to ``tokens/<type>``, mode 0600, for the admin).  Each
 token names its holder, who registered it: ``admin`` (with the admin token), ``config`` (a
-declared type's), or on an open proxy the local user (``uid:N``, ``hetflow.registry.peers``)
+declared type's), or on an open proxy the local user (``uid:N``, ``hetflow.registry.server.peers``)
 or else the address; one such holder may have ``max_tokens_per_holder`` tokens over all types,
 so one local user cannot use up a type's tokens (issue 38).  Tokens are revoked one by one
 (by the token or its id), by holder, or all of a type.
@@ -101,7 +101,7 @@ _COUNTED = ("uid:", "address:")
 
 def hardware_key(node: Node) -> str:
     """sha256 of what tells builds apart: CPU family, microarchitecture, psABI level and
-    flags; per GPU what ``hetflow.images.match`` and ``nodecheck`` read: its vendor,
+    flags; per GPU what ``hetflow.images.matching.match`` and ``nodecheck`` read: its vendor,
     model, compute capability, architecture (AMD gfx target, Intel family), memory,
     driver, CUDA and ROCm versions and the fake flag.  Names, host names, core and
     memory counts, device paths and UUIDs are left out: two nodes that differ only

@@ -11,11 +11,7 @@ from typing import TYPE_CHECKING
 from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from hetflow.spec.batch import AUTO_BATCH, AUTO_MAX_ESTIMATE, AUTO_MIN_ITEMS, Batch
-    from hetflow.spec.checkpoint import DEFAULT_STOP_GRACE, Checkpoint
-    from hetflow.spec.checks import CHECKPOINT_ENV, GANG_ENV, RESERVED_ENV, edges_of
-    from hetflow.spec.dag import descendants, topo_order
-    from hetflow.spec.fanout import (
+    from hetflow.spec.expansion.fanout import (
         MAX_FANOUT_ITEMS,
         Source,
         expand,
@@ -23,13 +19,11 @@ if TYPE_CHECKING:
         is_fanout,
         pending_source,
     )
-    from hetflow.spec.imageref import DOCKER_HUB, ImageReference, ReferenceSyntaxError, parse_reference
-    from hetflow.spec.loader import LoadedWorkflow, expand_loaded, load_workflow, no_cyclic_gc, parse_workflow
-    from hetflow.spec.models import DataSet, Gang, Publish, Step, Variant, Workflow
-    from hetflow.spec.naming import DATA_PREFIX, FANOUT_SEP, fanout_parent
-    from hetflow.spec.overrides import RESOURCE_KINDS, Origin, ResourceOverrides, override_resources, resource_problem
-    from hetflow.spec.problems import did_you_mean, problem_from_error
-    from hetflow.spec.resources import (
+    from hetflow.spec.fields.batch import AUTO_BATCH, AUTO_MAX_ESTIMATE, AUTO_MIN_ITEMS, Batch
+    from hetflow.spec.fields.checkpoint import DEFAULT_STOP_GRACE, Checkpoint
+    from hetflow.spec.fields.imageref import DOCKER_HUB, ImageReference, ReferenceSyntaxError, parse_reference
+    from hetflow.spec.fields.naming import DATA_PREFIX, FANOUT_SEP, fanout_parent
+    from hetflow.spec.fields.resources import (
         GpuConstraint,
         GpuRequest,
         GpuVendor,
@@ -38,8 +32,8 @@ if TYPE_CHECKING:
         mig_profile,
         mig_slices,
     )
-    from hetflow.spec.retry import Backoff, Retry, parse_factor
-    from hetflow.spec.units import (
+    from hetflow.spec.fields.retry import Backoff, Retry, parse_factor
+    from hetflow.spec.fields.units import (
         cc_tuple,
         compute_capability,
         format_bytes,
@@ -47,23 +41,41 @@ if TYPE_CHECKING:
         parse_duration,
         parse_memory,
     )
-    from hetflow.spec.wfcommons import convert_wfcommons
-    from hetflow.spec.when import CONDITION_MAX_BYTES, SKIPPED_BY_CONDITION, ConditionError, evaluate, output_refs
-    from hetflow.spec.yamlfile import compose_yaml, line_of, read_yaml_text
+    from hetflow.spec.load.loader import LoadedWorkflow, expand_loaded, load_workflow, no_cyclic_gc, parse_workflow
+    from hetflow.spec.load.overrides import (
+        RESOURCE_KINDS,
+        Origin,
+        ResourceOverrides,
+        override_resources,
+        resource_problem,
+    )
+    from hetflow.spec.load.wfcommons import convert_wfcommons
+    from hetflow.spec.models import DataSet, Gang, Publish, Step, Variant, Workflow
+    from hetflow.spec.source.problems import did_you_mean, problem_from_error
+    from hetflow.spec.source.yamlfile import compose_yaml, line_of, read_yaml_text
+    from hetflow.spec.validate.checks import CHECKPOINT_ENV, GANG_ENV, RESERVED_ENV, edges_of
+    from hetflow.spec.validate.dag import descendants, topo_order
+    from hetflow.spec.validate.when import (
+        CONDITION_MAX_BYTES,
+        SKIPPED_BY_CONDITION,
+        ConditionError,
+        evaluate,
+        output_refs,
+    )
 
 _WHERE = {
-    "checks": ["CHECKPOINT_ENV", "GANG_ENV", "RESERVED_ENV", "edges_of"],
-    "dag": ["descendants", "topo_order"],
-    "imageref": ["DOCKER_HUB", "ImageReference", "ReferenceSyntaxError", "parse_reference"],
-    "fanout": ["MAX_FANOUT_ITEMS", "Source", "expand", "file_items", "is_fanout", "pending_source"],
-    "when": ["CONDITION_MAX_BYTES", "SKIPPED_BY_CONDITION", "ConditionError", "evaluate", "output_refs"],
-    "loader": ["LoadedWorkflow", "expand_loaded", "load_workflow", "no_cyclic_gc", "parse_workflow"],
-    "overrides": ["RESOURCE_KINDS", "Origin", "ResourceOverrides", "override_resources", "resource_problem"],
-    "problems": ["did_you_mean", "problem_from_error"],
-    "yamlfile": ["compose_yaml", "line_of", "read_yaml_text"],
+    "validate.checks": ["CHECKPOINT_ENV", "GANG_ENV", "RESERVED_ENV", "edges_of"],
+    "validate.dag": ["descendants", "topo_order"],
+    "fields.imageref": ["DOCKER_HUB", "ImageReference", "ReferenceSyntaxError", "parse_reference"],
+    "expansion.fanout": ["MAX_FANOUT_ITEMS", "Source", "expand", "file_items", "is_fanout", "pending_source"],
+    "validate.when": ["CONDITION_MAX_BYTES", "SKIPPED_BY_CONDITION", "ConditionError", "evaluate", "output_refs"],
+    "load.loader": ["LoadedWorkflow", "expand_loaded", "load_workflow", "no_cyclic_gc", "parse_workflow"],
+    "load.overrides": ["RESOURCE_KINDS", "Origin", "ResourceOverrides", "override_resources", "resource_problem"],
+    "source.problems": ["did_you_mean", "problem_from_error"],
+    "source.yamlfile": ["compose_yaml", "line_of", "read_yaml_text"],
     "models": ["DataSet", "Gang", "Publish", "Step", "Variant", "Workflow"],
-    "naming": ["DATA_PREFIX", "FANOUT_SEP", "fanout_parent"],
-    "resources": [
+    "fields.naming": ["DATA_PREFIX", "FANOUT_SEP", "fanout_parent"],
+    "fields.resources": [
         "GpuConstraint",
         "GpuRequest",
         "GpuVendor",
@@ -72,11 +84,18 @@ _WHERE = {
         "mig_profile",
         "mig_slices",
     ],
-    "retry": ["Backoff", "Retry", "parse_factor"],
-    "checkpoint": ["DEFAULT_STOP_GRACE", "Checkpoint"],
-    "batch": ["AUTO_BATCH", "AUTO_MAX_ESTIMATE", "AUTO_MIN_ITEMS", "Batch"],
-    "units": ["cc_tuple", "compute_capability", "format_bytes", "format_duration", "parse_duration", "parse_memory"],
-    "wfcommons": ["convert_wfcommons"],
+    "fields.retry": ["Backoff", "Retry", "parse_factor"],
+    "fields.checkpoint": ["DEFAULT_STOP_GRACE", "Checkpoint"],
+    "fields.batch": ["AUTO_BATCH", "AUTO_MAX_ESTIMATE", "AUTO_MIN_ITEMS", "Batch"],
+    "fields.units": [
+        "cc_tuple",
+        "compute_capability",
+        "format_bytes",
+        "format_duration",
+        "parse_duration",
+        "parse_memory",
+    ],
+    "load.wfcommons": ["convert_wfcommons"],
 }
 __all__ = [
     "AUTO_BATCH",

@@ -12,20 +12,20 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from hetflow.spec.batch import Batch, coerce_batch
-from hetflow.spec.checkpoint import Checkpoint, checkpoint_problem, coerce_checkpoint, coerce_grace
-from hetflow.spec.elastic import Elastic, coerce_replicas, elastic_checkpoint_problem, elastic_problem
-from hetflow.spec.imageref import parse_reference
-from hetflow.spec.naming import DATA_PREFIX
-from hetflow.spec.resources import (
+from hetflow.spec.fields.batch import Batch, coerce_batch
+from hetflow.spec.fields.checkpoint import Checkpoint, checkpoint_problem, coerce_checkpoint, coerce_grace
+from hetflow.spec.fields.elastic import Elastic, coerce_replicas, elastic_checkpoint_problem, elastic_problem
+from hetflow.spec.fields.imageref import parse_reference
+from hetflow.spec.fields.naming import DATA_PREFIX
+from hetflow.spec.fields.resources import (
     GpuConstraint,
     GpuRequest,
     Memory,
     Resources,
     SpecModel,
 )
-from hetflow.spec.retry import Retry, retry_policy
-from hetflow.spec.units import parse_duration
+from hetflow.spec.fields.retry import Retry, retry_policy
+from hetflow.spec.fields.units import parse_duration
 
 NAME_RE = re.compile(r"^[a-z0-9]([a-z0-9_-]{0,61}[a-z0-9])?\Z")
 _WHEN_OUTPUT = re.compile(r"""output\(\s*['"]([^'"]+)['"]\s*\)""")  # spec.when reads the same
@@ -118,7 +118,7 @@ class Gang(SpecModel):
     (MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, NODE_RANK),
     ``mpi`` runs the command under ``mpirun`` in replica 0 with a hostfile of the others
     (kubeflow mpi-operator's launcher/worker shape), ``none`` only HETFLOW_RANK and
-    HETFLOW_WORLD_SIZE.  ``replicas: {min, max}`` makes it elastic (``spec.elastic``).
+    HETFLOW_WORLD_SIZE.  ``replicas: {min, max}`` makes it elastic (``spec.fields.elastic``).
     ``gpu_link`` is what a replica's GPUs must share on their node (NVLink, a NUMA node, or
     anything: the default only prefers NVLink); ``network: rdma`` asks for nodes with an
     RDMA device (/dev/infiniband/*, passed to each replica)."""
@@ -195,7 +195,7 @@ class Publish(SpecModel):
     """Copy (or hard-link) a step's outputs out when it succeeds, like Nextflow's publishDir.
 
     ``mode: copy`` (the default) and ``link`` replace a different file already there only
-    when it is this workflow's own earlier result, unchanged since (``execute.data.publish``);
+    when it is this workflow's own earlier result, unchanged since (``execute.data.publishing.publish``);
     else the step fails with a message instead; ``overwrite`` says replacing is wanted."""
 
     to: str = Field(min_length=1, description="host directory (relative to the workflow file) or s3://bucket/prefix/")

@@ -30,8 +30,7 @@ from hetflow.state.events import (
     tail,
     typed,
 )
-from hetflow.state.inputrows import DATA_CHANGED, InputsSeen
-from hetflow.state.integrity import (
+from hetflow.state.guards.integrity import (
     NEW_STORE_ENV,
     StoreDamaged,
     StoreFull,
@@ -42,7 +41,7 @@ from hetflow.state.integrity import (
     megabytes,
     mount_point,
 )
-from hetflow.state.liveness import executor_gone, pid_alive, process_start
+from hetflow.state.guards.liveness import executor_gone, pid_alive, process_start
 from hetflow.state.models import (
     FAILED,
     LAUNCHING,
@@ -77,7 +76,8 @@ from hetflow.state.models import (
     UsageRow,
 )
 from hetflow.state.parsecache import NO_PARSE_CACHE_ENV, PARSE_CACHE_MIN_BYTES, load_workflow_cached
-from hetflow.state.schema import SCHEMA_VERSION
+from hetflow.state.rows.inputs import DATA_CHANGED, InputsSeen
+from hetflow.state.rows.schema import SCHEMA_VERSION
 from hetflow.state.store import Store
 
 __all__ = [

@@ -233,7 +233,7 @@ class CachedResult:
 
 @dataclass(frozen=True)
 class PublishRecord:
-    """What hetflow published at one target (``execute.data.publish``): the file a later run of
+    """What hetflow published at one target (``execute.data.publishing.publish``): the file a later run of
     the same workflow may replace, as long as its content is still ``sha256``."""
 
     target: str  # a host path (its folder resolved) or s3://bucket/key

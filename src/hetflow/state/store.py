@@ -1,7 +1,7 @@
 """SQLite state store (stdlib sqlite3, WAL), shared by every hetflow process on a host.
 
 WAL lets ``hetflow ps`` read while a run writes; ``busy_timeout`` and, past it, the retry
-around every write transaction (``state.busy``) make concurrent writers (several ``hetflow
+around every write transaction (``state.guards.busy``) make concurrent writers (several ``hetflow
 run`` at once, or a person's open ``sqlite3`` shell) wait instead of failing.  GPU leases live
 here too, so a GPU's holders (one whole, or its time-slicing / MPS tenants, or one per
 MIG instance) are the same for every process on the host.
@@ -19,11 +19,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from hetflow.errors import StateError
-from hetflow.state.attemptrows import AttemptRows
-from hetflow.state.busy import BusySettings, is_busy, retry_busy, say_on_stderr
-from hetflow.state.datarows import DataRows
-from hetflow.state.inputrows import InputRows
-from hetflow.state.integrity import (
+from hetflow.state.guards.busy import BusySettings, is_busy, retry_busy, say_on_stderr
+from hetflow.state.guards.integrity import (
     StoreDamaged,
     StoreFull,
     check_whole,
@@ -39,18 +36,21 @@ from hetflow.state.integrity import (
     release_reserve,
     write_id,
 )
-from hetflow.state.leases import Leases
+from hetflow.state.guards.private import create_private, make_private
 from hetflow.state.models import (
     STEP_TRANSITIONS,
     Event,
     RunRecord,
     StepRecord,
 )
-from hetflow.state.pages import Pages
-from hetflow.state.private import create_private, make_private
-from hetflow.state.publishrows import PublishRows
-from hetflow.state.schema import SCHEMA, SCHEMA_DATA, SCHEMA_VERSION
-from hetflow.state.slowdownrows import SlowdownRows
+from hetflow.state.rows.attempts import AttemptRows
+from hetflow.state.rows.data import DataRows
+from hetflow.state.rows.inputs import InputRows
+from hetflow.state.rows.leases import Leases
+from hetflow.state.rows.pages import Pages
+from hetflow.state.rows.published import PublishRows
+from hetflow.state.rows.schema import SCHEMA, SCHEMA_DATA, SCHEMA_VERSION
+from hetflow.state.rows.slowdowns import SlowdownRows
 
 OPEN_WAIT = 30.0  # seconds a new process waits for a store another one holds locked
 T = TypeVar("T")

@@ -1,4 +1,4 @@
-"""An elastic gang on this machine (``spec.elastic``): how large it starts, when it grows, and
+"""An elastic gang on this machine (``spec.fields.elastic``): how large it starts, when it grows, and
 what its ranks are told.  Pure: the runner's ``execute.elastic`` acts on the answers.
 
 torchrun's elastic contract (``torchrun --nnodes=MIN:MAX``, torch.distributed.elastic): the

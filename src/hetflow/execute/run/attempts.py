@@ -20,7 +20,7 @@ from hetflow.execute.data.diskfull import full_disk_reason, out_of_space, remove
 from hetflow.execute.data.fencing import Fenced
 from hetflow.execute.data.outputs import accept_outputs, missing_message, missing_outputs
 from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.data.publish import PublishError, Publishing
+from hetflow.execute.data.publishing.publish import PublishError, Publishing
 from hetflow.execute.devices.usage import AttemptGpus
 from hetflow.execute.engine import Usage
 from hetflow.execute.logs import log_tail

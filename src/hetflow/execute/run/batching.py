@@ -1,7 +1,7 @@
 """Batches: several small items of a fan-out run one after another in one container.
 
 A container's start and removal cost podman about 0.2-0.4 s; an item that echoes a line
-costs a few milliseconds.  So items of a wide fan-out (``spec.batch``) run several to a
+costs a few milliseconds.  So items of a wide fan-out (``spec.fields.batch``) run several to a
 container, as Nextflow's ``array`` and Snakemake's job groups pack tasks into one job.  A
 batch is only how items are started: each item keeps its own attempt row (whose container
 is the batch's), exit code, log, outputs, cache entry and retries.
@@ -76,7 +76,7 @@ def key(step: str, attempt: int) -> str:
 
 
 class Policy:
-    """Which steps run batched, and how many items to a container (``spec.batch``).
+    """Which steps run batched, and how many items to a container (``spec.fields.batch``).
     ``entrypoint``: the image's ENTRYPOINT, where the engine can say (None: it cannot); an
     item runs its command with none, so a step is batched by default only when its image
     has none either."""

@@ -1,4 +1,4 @@
-"""A step's ``when:`` at its turn (``spec.when``): decided once the outputs it reads exist,
+"""A step's ``when:`` at its turn (``spec.validate.when``): decided once the outputs it reads exist,
 its verdict recorded as the step's state."""
 
 from __future__ import annotations

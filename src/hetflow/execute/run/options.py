@@ -19,7 +19,7 @@ from hetflow.execute.data.cache import ResultCache
 from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.run.attempts import Attempts
 from hetflow.execute.run.control.lifecycle import pid_alive
-from hetflow.execute.run.dispatch import ClusterDispatch, Dispatch, LocalDispatch
+from hetflow.execute.run.dispatching.dispatch import ClusterDispatch, Dispatch, LocalDispatch
 from hetflow.execute.settings import RunnerConfig
 from hetflow.inventory import Node
 from hetflow.plan import GreedyChooser, MachineClass, Placement, PlanChooser, VariantChooser

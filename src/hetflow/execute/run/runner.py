@@ -31,13 +31,13 @@ from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.gang.elastic import with_replicas
 from hetflow.execute.run.attempts import Attempts
 from hetflow.execute.run.batching import is_batch
-from hetflow.execute.run.cachepass import CachePass
 from hetflow.execute.run.conditions import condition_holds
 from hetflow.execute.run.control.lifecycle import reconcile, settle_launches, stop_run
 from hetflow.execute.run.control.moves import Moves
 from hetflow.execute.run.control.stopping import clear_stop_request, stop_request, stop_requested
-from hetflow.execute.run.decisions import Decisions
-from hetflow.execute.run.growth import ElasticGangs
+from hetflow.execute.run.dispatching.cachepass import CachePass
+from hetflow.execute.run.dispatching.decisions import Decisions
+from hetflow.execute.run.dispatching.growth import ElasticGangs
 from hetflow.execute.run.launch.batch import Batcher
 from hetflow.execute.run.launch.launcher import Launcher
 from hetflow.execute.run.options import NullReporter, ProcessSeams, RunOptions, make_dispatch

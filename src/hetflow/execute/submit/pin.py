@@ -1,7 +1,7 @@
 """Pin every step's image to the build that fits this node, before anything starts.
 
 An image that is an index (a registry's, or a podman manifest list) is resolved for the
-node (``images.match``): the variant then runs the chosen build by digest, which the
+node (``images.matching.match``): the variant then runs the chosen build by digest, which the
 state store records per attempt and ``hetflow show`` prints.  A variant whose image has
 no build for the node is dropped with the reasons; a step left with no variant fails
 the run before any container starts.  A plain local image runs by name, as before.

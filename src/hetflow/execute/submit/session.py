@@ -33,7 +33,7 @@ from hetflow.execute.data.fanout import expand_at_submit, replay
 from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.data.outputs import damaged_outputs
 from hetflow.execute.data.paths import RunPaths, make_run_dir
-from hetflow.execute.data.publishjournal import settle_run
+from hetflow.execute.data.publishing.journal import settle_run
 from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.layers import apply_resources
 from hetflow.execute.secrets import activate, gather

@@ -119,7 +119,7 @@ def export_kubernetes(
 
 def pinned_image_for(classes: Iterable[MachineClass], resolver: Resolver) -> ImageFor:
     """An ``image_for`` that pins each image to the build the resolver chooses for a node
-    class (``plan.images.class_node`` stands for the class, as in planning).  An image
+    class (``plan.feasible.images.class_node`` stands for the class, as in planning).  An image
     that cannot be read from here, or has no build for the class, runs as written: the
     planner's image check already turned down classes with no build."""
     by_name = {c.name: c for c in classes}

@@ -1,5 +1,5 @@
 """What the event-driven simulations share (the baselines ``firstfit.py``, ``kubesched.py``,
-``backfill.py``, and the replay of a plan, ``plan.simulator``): machines with free resources
+``backfill.py``, and the replay of a plan, ``plan.checking.simulator``): machines with free resources
 (``model.Machine``, admitting through ``model.fits``), the DAG released step by step with its
 one data-arrival rule (``Dag.data_ready``), one event loop, and the plan they end with.
 

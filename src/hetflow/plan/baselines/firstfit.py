@@ -1,7 +1,7 @@
 """The simplest baseline a planner must beat: first fit in cluster order.
 
 It is no real scheduler's policy: kube-scheduler scores nodes (``kubesched.py``) and Slurm
-orders by priority and backfills (``backfill.py``); bench/planner.py shows all three.
+orders by priority and backfills (``backfill.py``); bench/planning/planner.py shows all three.
 An event-driven simulation with no look-ahead.  A step becomes ready when its last parent
 finishes (as Argo creates a step's pod then); the ready steps, oldest first (ties in
 topological order), each go to the FIRST machine in cluster order that fits them now,

@@ -17,7 +17,7 @@ The LP (any real plan is a feasible point of it, so its optimum is a lower bound
 
 Minimise ``T``.  A plan, read as ``x`` = the option it took (0/1), ``C`` = its finish
 times, ``T`` = its makespan, meets every row: a gang's run time is at least its option's
-(``plan.gangs`` only adds the exchange), and no machine holds more than it has at any
+(``plan.feasible.gangs`` only adds the exchange), and no machine holds more than it has at any
 instant.  So no plan beats the LP's optimum, and it is at least the critical path (with
 fastest options) and the class-by-class work bound.
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 from hetflow.errors import HetflowError, NoFitError
 from hetflow.plan.cost import placement_cost
-from hetflow.plan.filters import vendor_ok
-from hetflow.plan.gangs import comm_time, fit_per_node
+from hetflow.plan.feasible.filters import vendor_ok
+from hetflow.plan.feasible.gangs import comm_time, fit_per_node
 from hetflow.plan.instance import Instance, MachineClass, Option, Task
 from hetflow.plan.search.timeline import GpuSlot, MachineTimeline
 from hetflow.spec import mig_slices
@@ -28,7 +28,7 @@ class Choice:
     gpus: int
     cost: float  # dollars, ``plan.cost``'s model; the same on every machine of the class
     cpu_on_gpu: bool  # no GPU used, on a class that has GPUs (``gpu_policy="avoid"``)
-    # A gang (``plan.gangs``): replicas placed together, at most ``per_node`` on a machine,
+    # A gang (``plan.feasible.gangs``): replicas placed together, at most ``per_node`` on a machine,
     # running ``runtime + comm1`` on one machine and ``runtime + comm_n`` across several.
     replicas: int = 1
     per_node: int = 1

@@ -12,7 +12,7 @@ The model, per task ``t``:
   cumulative constraint each for cores, memory and GPUs;
 - the makespan ``>= E[t]``.
 
-A gang task (``replicas > 1``, ``plan.gangs``) is placed whole, on machines of one class,
+A gang task (``replicas > 1``, ``plan.feasible.gangs``) is placed whole, on machines of one class,
 in one of two modes per option: on one machine (when ``per_node`` allows it), a literal
 per machine whose interval holds ``replicas`` times the option's demands for the one-node
 run time; or spread, one literal for the option and, per machine, a presence ``y`` and a

@@ -29,7 +29,7 @@ with the longer mean run time goes first (then task order), and the rank passes 
 own.  ``"saga"``: equal priorities go in task order (topological), as anrg-saga's
 ``heft_rank_sort`` orders them, and the portfolio adds a pass with SAGA's upward rank (its
 mean transfer time over every link, a node's link to itself included), so that on SAGA's
-model hetflow's first passes reproduce SAGA's HEFT schedule.  bench/planner.py shows both.
+model hetflow's first passes reproduce SAGA's HEFT schedule.  bench/planning/planner.py shows both.
 
 All of it runs within ``effort`` schedule builds, never a clock, so the same instance and
 seed give the same plan (STYLE.md habit 1).

@@ -1,6 +1,6 @@
 """Score plugins: how a list-scheduling pass ranks one task's candidate placements.
 
-Filters (``plan.filters``) decide where a task *can* run; a score decides where it
+Filters (``plan.feasible.filters``) decide where a task *can* run; a score decides where it
 *should*, as the Kubernetes scheduler framework separates Filter from Score.  A pass
 (``plan.search.listpass.ListPass``) asks its rule's score to pick one candidate per task; most
 scores rank the candidates the filters and the GPU policy allowed by a key (lowest wins),

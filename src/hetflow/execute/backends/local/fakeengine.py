@@ -1,5 +1,5 @@
 """``FakeEngine``: an in-memory container engine for unit tests (the fake beside the
-``ContainerEngine`` seam, as ``inventory.fakegpus`` is beside the probes): ``behave(spec)``
+``ContainerEngine`` seam, as ``inventory.fakes.gpus`` is beside the probes): ``behave(spec)``
 decides each container's exit code, run time and the files it writes to /out, a given
 clock decides when it ends.  No process, no podman."""
 

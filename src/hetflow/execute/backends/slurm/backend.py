@@ -21,9 +21,9 @@ from hetflow.execute.backends.slurm.client import SlurmClient, last_line
 from hetflow.execute.backends.slurm.gang import failed_replica, gang_scripts, replica_env_file
 from hetflow.execute.backends.slurm.plugin import PLUGIN
 from hetflow.execute.backends.slurm.queue import ACTIVE_STATES, NEVER_SATISFIED, NODE_FAULTS, QueueRow
+from hetflow.execute.backends.slurm.script.usage import read_usage, refined
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
 from hetflow.execute.backends.slurm.translate import env_file_of, job_script, sbatch_args
-from hetflow.execute.backends.slurm.usage import read_usage, refined
 from hetflow.execute.checkpoint.criu import find_criu
 from hetflow.execute.engine import ContainerEngine, Usage, write_env_file_at
 

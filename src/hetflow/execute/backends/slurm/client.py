@@ -12,7 +12,7 @@ from hetflow.errors import EngineError
 from hetflow.execute.backends.slurm.queue import SQUEUE_FORMAT, TIME_FORMAT, QueueRow, engine_time, parse_squeue
 from hetflow.execute.backends.slurm.settings import SlurmSettings
 
-# What a user does when Slurm cannot be reached.  (It once named demo.slurm_cluster, a
+# What a user does when Slurm cannot be reached.  (It once named demo.slurm.cluster, a
 # developer's test cluster that is not part of the installed package.)
 HOW = (
     "point SLURM_CONF at the cluster's slurm.conf (or set slurm slurm_conf), make sure munged runs "

@@ -40,12 +40,12 @@ from pathlib import Path
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.slurm import jobfiles
-from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
-from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices
 from hetflow.execute.backends.slurm.gres import gpu_vendor
-from hetflow.execute.backends.slurm.publish import publish_script
+from hetflow.execute.backends.slurm.script.cgroup import JOB_CGROUP
+from hetflow.execute.backends.slurm.script.devices import device_dir, gpu_devices
+from hetflow.execute.backends.slurm.script.publish import publish_script
+from hetflow.execute.backends.slurm.script.usage import MEASURE_END, MEASURE_START
 from hetflow.execute.backends.slurm.settings import SlurmSettings, gres_type
-from hetflow.execute.backends.slurm.usage import MEASURE_END, MEASURE_START
 from hetflow.execute.engine import ContainerSpec, run_args
 from hetflow.execute.gang.mpilaunch import mpi_folder
 from hetflow.execute.gang.replicas import Quantity, gang_state, render_contract

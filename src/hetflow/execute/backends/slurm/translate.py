@@ -16,14 +16,14 @@ from pathlib import Path
 
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job
-from hetflow.execute.backends.slurm.cgroup import JOB_CGROUP
 from hetflow.execute.backends.slurm.checkpoint import checkpointed_end, restore_end, restore_start
-from hetflow.execute.backends.slurm.devices import device_dir, gpu_devices, mig_devices
 from hetflow.execute.backends.slurm.gang import gang_sbatch_args
 from hetflow.execute.backends.slurm.gres import gpu_vendor, gres_args, mps_env, share_env
-from hetflow.execute.backends.slurm.publish import publish_script
+from hetflow.execute.backends.slurm.script.cgroup import JOB_CGROUP
+from hetflow.execute.backends.slurm.script.devices import device_dir, gpu_devices, mig_devices
+from hetflow.execute.backends.slurm.script.publish import publish_script
+from hetflow.execute.backends.slurm.script.usage import MEASURE_END, MEASURE_START
 from hetflow.execute.backends.slurm.settings import SlurmSettings
-from hetflow.execute.backends.slurm.usage import MEASURE_END, MEASURE_START
 from hetflow.execute.engine import run_args
 
 

@@ -14,7 +14,7 @@ from hetflow.errors import HetflowError
 from hetflow.execute.backends.base import Job
 from hetflow.execute.run.attempts import Active
 from hetflow.execute.run.batching import Item, Policy, batch_name, batch_spec, same_container, write_batch
-from hetflow.execute.run.dispatch import Decision, LocalDispatch
+from hetflow.execute.run.dispatching.dispatch import Decision, LocalDispatch
 from hetflow.execute.run.launch.container import build_spec
 from hetflow.execute.run.launch.launcher import Launch, Launcher
 from hetflow.spec import Step, Workflow, fanout_parent

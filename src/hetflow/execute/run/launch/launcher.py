@@ -42,7 +42,7 @@ from hetflow.execute.gang.replicas import (
     replica_name,
 )
 from hetflow.execute.run.attempts import SUBMITTED, Active, Attempts
-from hetflow.execute.run.dispatch import Dispatch, Where
+from hetflow.execute.run.dispatching.dispatch import Dispatch, Where
 from hetflow.execute.run.launch.container import build_spec
 from hetflow.execute.secrets import active
 from hetflow.inventory import Gpu

@@ -1,0 +1,3 @@
+"""The queueing engines' overhead: Kubernetes (kubernetes, kube_hetflow), Ray (ray),
+Slurm (slurm, slurmpack).
+"""

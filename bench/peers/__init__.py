@@ -1,0 +1,1 @@
+"""hetflow against its peers on the same workloads: Snakemake (snakepeer)."""

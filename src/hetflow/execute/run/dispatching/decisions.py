@@ -1,0 +1,56 @@
+"""The dispatch's answers within one turn of the runner, for the many items of a fan-out.
+
+Each turn the schedule asks the dispatch about every ready step; with 2,000 items waiting
+for 8 slots that is 2,000 runs of the chooser's filter chain a turn, most of the runner's
+CPU (issue 26: 120 ms a turn at 2,000 items, so quadratic over a run).  Items of one fan-out
+that share what the choice reads get the same answer, and a "not now" (wait, or never fits)
+stays so for the rest of the turn: launching only takes capacity away.  So ``Decisions``
+keeps each such answer per ``shape`` until the next turn.
+
+``shape``: on this machine (``LocalDispatch``), a fan-out item's parent, its planned variant,
+and the identity of its resources, GPU ask, node selector, gang and variants objects.  An
+item copies its step's and templates only its command, env, image, inputs and outputs
+(``spec.expansion.fanout``); a settings override of one item's resources, or templated variants, give
+it objects of its own, so it is decided alone.  A retry's adjusted step is always asked anew.
+"""
+
+from __future__ import annotations
+
+from hetflow.execute.run.dispatching.dispatch import Decision, Dispatch, LocalDispatch
+from hetflow.plan import PlanChooser
+from hetflow.spec import Step, fanout_parent
+
+Shape = tuple[object, ...]
+
+
+def shape(name: str, step: Step, dispatch: Dispatch) -> Shape | None:
+    """What the dispatch's answer for ``step`` depends on, besides free capacity; None when
+    it is not one of many alike (not a fan-out item, or not this machine's dispatch)."""
+    parent = fanout_parent(name)
+    if parent is None or not isinstance(dispatch, LocalDispatch):
+        return None
+    chooser = dispatch.chooser
+    planned = chooser.variants.get(name) if isinstance(chooser, PlanChooser) else None
+    return (parent, planned, *map(id, (step.resources, step.gpu, step.node_selector, step.gang, step.variants)))
+
+
+class Decisions:
+    """``dispatch.decide``, with the "not now" answers kept per shape for the turn."""
+
+    def __init__(self, dispatch: Dispatch) -> None:
+        self.dispatch = dispatch
+        self._not_now: dict[Shape, Decision] = {}
+
+    def new_turn(self) -> None:
+        """Capacity may have come back (attempts ended): ask again."""
+        self._not_now.clear()
+
+    def decide(self, name: str, step: Step, adjusted: bool) -> Decision:
+        """The dispatch's decision; ``adjusted``: ``step`` is a retry's adjusted copy."""
+        key = None if adjusted else shape(name, step, self.dispatch)
+        if key is not None and key in self._not_now:
+            return self._not_now[key]
+        decision = self.dispatch.decide(name, step)
+        if key is not None and decision.variant is None:
+            self._not_now[key] = decision
+        return decision

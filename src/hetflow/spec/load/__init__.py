@@ -1,0 +1,4 @@
+"""Loading a workflow, in the order a file is read: YAML and pydantic (loader),
+``-p`` params and ``{{ params.NAME }}`` (params), resources given from outside (overrides),
+step templates and ``include:`` (templates); and WfCommons traces converted (wfcommons).
+"""

@@ -1,0 +1,250 @@
+"""Attempts, their outputs and the measured history, mixed into ``Store`` (one connection,
+one ``_tx``): what each attempt asked for and used, the outputs a success records in the
+same transaction as its state, and the run times and usage the planner's profile and the
+right-sizing suggestions are learned from."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
+
+from hetflow.state.models import USAGE_FIELDS, AttemptRecord, OutputRecord, UsageRow
+from hetflow.state.rows.inputs import InputsSeen
+from hetflow.state.rows.schema import SCHEMA_VERSION
+
+# What an attempt's GPUs did (``execute.devices.usage``), all nullable: unknown where not sampled.
+GPU_USAGE_COLUMNS = (
+    ("gpu_util_mean", "REAL"),
+    ("gpu_util_max", "REAL"),
+    ("gpu_memory_peak", "INTEGER"),
+    ("gpu_memory_of", "TEXT"),
+)
+
+
+class AttemptRows:
+    """Attempt, output and history rows: the methods of ``Store``."""
+
+    _db: sqlite3.Connection
+
+    if TYPE_CHECKING:
+
+        def _tx(self, immediate: bool = False) -> AbstractContextManager[sqlite3.Connection]: ...
+
+    # Schema 3's new attempt columns, all nullable: older attempts read as "unknown".
+    _USAGE_COLUMNS = (
+        ("cpus", "REAL"),
+        ("memory", "INTEGER"),
+        ("peak_memory", "INTEGER"),
+        ("cpu_seconds", "REAL"),
+        ("image_id", "TEXT"),
+        ("run_started", "REAL"),
+        ("run_ended", "REAL"),
+    )
+
+    def _add_attempt_columns(self, columns: tuple[tuple[str, str], ...], *, version: bool = False) -> None:
+        """Add the nullable ``columns`` an older store's attempts lack, keyed on their
+        presence, so a store half-upgraded by a crash finishes here; ``version``: record
+        SCHEMA_VERSION in the same transaction."""
+        have = {r["name"] for r in self._db.execute("PRAGMA table_info(attempts)")}
+        if not have or all(c in have for c, _ in columns):
+            return
+        with self._tx(immediate=True) as db:
+            have = {r["name"] for r in db.execute("PRAGMA table_info(attempts)")}  # another process may have won
+            for column, sql_type in columns:
+                if column not in have:
+                    db.execute(f"ALTER TABLE attempts ADD COLUMN {column} {sql_type}")
+            if version:
+                db.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", (str(SCHEMA_VERSION),))
+
+    def _migrate_attempt_usage(self) -> None:
+        """Schema 3: the usage columns (older attempts read as unknown)."""
+        self._add_attempt_columns(self._USAGE_COLUMNS, version=True)
+
+    def _migrate_workflow_version(self) -> None:
+        """attempts.workflow_version (nullable: older attempts read as unknown)."""
+        self._add_attempt_columns((("workflow_version", "INTEGER"),))
+
+    def _migrate_gpu_usage(self) -> None:
+        """attempts' GPU-usage columns (``execute.devices.usage``)."""
+        self._add_attempt_columns(GPU_USAGE_COLUMNS)
+
+    def _migrate_node_fault(self) -> None:
+        """attempts.node_fault (nullable; 1: lost with its node and run again outside the step's
+        retries), for old and new stores alike: the node-fault budget is counted from it."""
+        self._add_attempt_columns((("node_fault", "INTEGER"),))
+
+    def node_faults(self, run_id: str, step: str) -> int:
+        """How many of the step's attempts were lost with their node and run again outside its
+        retries (``attempts.NODE_FAULT_REQUEUES`` bounds them, across resumes)."""
+        if "node_fault" not in {r["name"] for r in self._db.execute("PRAGMA table_info(attempts)")}:
+            return 0  # a store an older hetflow wrote, opened read-only
+        row = self._db.execute(
+            "SELECT COUNT(*) FROM attempts WHERE run_id = ? AND step = ? AND node_fault = 1", (run_id, step)
+        ).fetchone()
+        return int(row[0])
+
+    # --- attempts ---------------------------------------------------------------------
+
+    def add_attempt(self, a: AttemptRecord, inputs: InputsSeen | None = None) -> None:
+        """Record the intent to launch, before the container is started; ``inputs``: its data
+        inputs as its launch found them (``attempt_inputs``), in the same transaction."""
+        with self._tx() as db:
+            if inputs is not None:
+                db.execute(
+                    "INSERT OR REPLACE INTO attempt_inputs VALUES (?, ?, ?, ?, ?)",
+                    (a.run_id, a.step, a.attempt, json.dumps(dict(inputs.digests), sort_keys=True), inputs.fingerprint),
+                )
+            db.execute(
+                "INSERT OR REPLACE INTO attempts (run_id, step, attempt, variant, node, gpus, gpu_uuids,"
+                " container, image, state, exit_code, started, ended, message, cpus, memory, workflow_version)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    a.run_id,
+                    a.step,
+                    a.attempt,
+                    a.variant,
+                    a.node,
+                    json.dumps(list(a.gpus)),
+                    json.dumps(list(a.gpu_uuids)),
+                    a.container,
+                    a.image,
+                    a.state,
+                    a.exit_code,
+                    a.started,
+                    a.ended,
+                    a.message,
+                    a.cpus,
+                    a.memory,
+                    a.workflow_version,
+                ),
+            )
+
+    def set_usage(self, run_id: str, step: str, attempt: int, **usage: float | int | str | None) -> None:
+        """Record what an attempt used (``models.USAGE_FIELDS``); None stays unknown."""
+        bad = set(usage) - set(USAGE_FIELDS)
+        if bad:
+            raise ValueError(f"not usage fields of an attempt: {sorted(bad)}")
+        if usage:
+            self.set_attempt(run_id, step, attempt, **usage)
+
+    def set_attempt(self, run_id: str, step: str, attempt: int, **fields: Any) -> None:
+        cols = ", ".join(f"{k} = ?" for k in fields)
+        with self._tx() as db:
+            db.execute(
+                f"UPDATE attempts SET {cols} WHERE run_id = ? AND step = ? AND attempt = ?",
+                (*fields.values(), run_id, step, attempt),
+            )
+
+    def attempts(self, run_id: str, step: str | None = None) -> list[AttemptRecord]:
+        sql, args = "SELECT * FROM attempts WHERE run_id = ?", [run_id]
+        if step is not None:
+            sql += " AND step = ?"
+            args.append(step)
+        rows = self._db.execute(sql + " ORDER BY step, attempt", args).fetchall()
+        return [_attempt(r) for r in rows]
+
+    # --- outputs ----------------------------------------------------------------------
+
+    def succeed_step(
+        self,
+        run_id: str,
+        step: str,
+        attempt: int,
+        outputs: list[OutputRecord],
+        ended: float,
+        exit_code: int,
+    ) -> None:
+        """Outputs, attempt and step state in one transaction: a crash leaves all or none."""
+        with self._tx(immediate=True) as db:
+            db.execute("DELETE FROM outputs WHERE run_id = ? AND step = ?", (run_id, step))
+            db.executemany(
+                "INSERT INTO outputs VALUES (?, ?, ?, ?, ?, ?)",
+                [(o.run_id, o.step, o.name, o.sha256, o.size, o.path) for o in outputs],
+            )
+            db.execute(
+                "UPDATE attempts SET state = 'succeeded', exit_code = ?, ended = ?"
+                " WHERE run_id = ? AND step = ? AND attempt = ?",
+                (exit_code, ended, run_id, step, attempt),
+            )
+            db.execute(
+                "UPDATE steps SET state = 'succeeded', exit_code = ?, ended = ? WHERE run_id = ? AND step = ?",
+                (exit_code, ended, run_id, step),
+            )
+            db.execute(
+                "INSERT INTO events (run_id, step, time, kind, message) VALUES (?, ?, ?, 'succeeded', ?)",
+                (
+                    run_id,
+                    step,
+                    ended,
+                    f"attempt {attempt} succeeded; {len(outputs)} output(s) recorded",
+                ),
+            )
+
+    def outputs(self, run_id: str, step: str | None = None) -> list[OutputRecord]:
+        sql, args = "SELECT * FROM outputs WHERE run_id = ?", [run_id]
+        if step is not None:
+            sql += " AND step = ?"
+            args.append(step)
+        return [OutputRecord(**dict(r)) for r in self._db.execute(sql + " ORDER BY step, name", args)]
+
+    # --- measured history (the planner's profile) ---------------------------------------
+
+    def history(self, workflow: str | None = None) -> list[tuple[str, str, str, str, float]]:
+        """Run times of succeeded attempts: (workflow, step, variant, node, seconds), newest
+        first.  The planner's profile is built from these (per step, variant, node class)."""
+        sql = (
+            "SELECT r.name, a.step, a.variant, a.node, a.ended - a.started FROM attempts a"
+            " JOIN runs r ON r.id = a.run_id WHERE a.state = 'succeeded' AND a.ended IS NOT NULL"
+        )
+        args: list[str] = []
+        if workflow is not None:
+            sql += " AND r.name = ?"
+            args.append(workflow)
+        rows = self._db.execute(sql + " ORDER BY a.ended DESC", args).fetchall()
+        return [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4])) for r in rows]
+
+    def usage_history(self, workflow: str | None = None) -> list[UsageRow]:
+        """Requested and used resources of succeeded attempts, newest first: what the
+        right-sizing suggestions (``plan.rightsize``) are learned from."""
+        sql = (
+            "SELECT r.name, a.step, a.variant, a.cpus, a.memory, a.peak_memory, a.cpu_seconds,"
+            " COALESCE(a.run_ended - a.run_started, a.ended - a.started) FROM attempts a"
+            " JOIN runs r ON r.id = a.run_id WHERE a.state = 'succeeded' AND a.ended IS NOT NULL"
+        )
+        args: list[str] = []
+        if workflow is not None:
+            sql += " AND r.name = ?"
+            args.append(workflow)
+        rows = self._db.execute(sql + " ORDER BY a.ended DESC", args).fetchall()
+        return [UsageRow(*tuple(r)) for r in rows]
+
+
+def _attempt(r: sqlite3.Row) -> AttemptRecord:
+    return AttemptRecord(
+        run_id=r["run_id"],
+        step=r["step"],
+        attempt=r["attempt"],
+        variant=r["variant"],
+        node=r["node"],
+        gpus=tuple(json.loads(r["gpus"])),
+        gpu_uuids=tuple(json.loads(r["gpu_uuids"])),
+        container=r["container"],
+        image=r["image"],
+        state=r["state"],
+        exit_code=r["exit_code"],
+        started=r["started"],
+        ended=r["ended"],
+        message=r["message"],
+        cpus=r["cpus"],
+        memory=r["memory"],
+        peak_memory=r["peak_memory"],
+        cpu_seconds=r["cpu_seconds"],
+        image_id=r["image_id"],
+        run_started=r["run_started"],
+        run_ended=r["run_ended"],
+        # a store an older hetflow wrote, opened read-only (not migrated); sqlite3.Row's "in" tests values
+        workflow_version=r["workflow_version"] if "workflow_version" in r.keys() else None,  # noqa: SIM118
+        **{c: r[c] for c, _ in GPU_USAGE_COLUMNS if c in r.keys()},  # noqa: SIM118
+    )
