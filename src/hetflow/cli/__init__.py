@@ -1,1 +1,11 @@
-"""Thin typer commands that call the stages."""
+"""Thin typer commands that call the stages.
+
+main        the ``hetflow`` command: registers each command module on first use (COMMANDS)
+common, flags, helptext, shell   what the commands share: consoles, the store, -p parsing,
+            help as docker and kubectl users read it, shell completion
+run/        the commands of a run: runs (run, resume, ps, show, stop), logs, record (trace,
+            report), moves (migrate, drain), doctor, cache
+planning/   plan (plan, simulate, cluster plan, profile show, import), slowdown
+oci/        images (inspect, resolve, build-index), registry (serve, login)
+ui          ``hetflow ui``: the live dashboard
+"""

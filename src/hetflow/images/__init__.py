@@ -2,17 +2,20 @@
 
     oci          OCI/Docker media types; Platform, Descriptor, Index, Manifest models
                  (unknown fields kept); parse_index, canonical_json, digest_of
-    requirements PURE: Requirements (what one build needs) and how needs are spelled
+    matching/    PURE: which build suits a node
+      requirements Requirements (what one build needs) and how needs are spelled
                  (GOARCH names, archspec targets, versions, sm_XY)
-    match        PURE: requirements_of(entry), resolve(index, node) -> Resolution with
+      match      requirements_of(entry), resolve(index, node) -> Resolution with
                  a Verdict (and its reasons) for every entry; nodecheck judges one
                  build's Requirements against a node, gpumatch the AMD/Intel/ROCm rules
     reference    parse_reference("registry:port/repo:tag@digest"); localhost/NAME is
                  podman's local storage
-    client       RegistryClient: the distribution API (manifests, blobs, tags) with
-                 Bearer-token and Basic auth, every download checked against its digest
+    distribution/ the OCI distribution API
+      client     RegistryClient: manifests, blobs, tags with Bearer-token and Basic auth,
+                 every download checked against its digest; config: an image's config blob
+      index_build build_index: per-build tags -> one index with platform.features
+      fake       FakeRegistry, the in-memory registry for tests
     layout       read_layout(dir): OCI image layout directories
-    index_build  build_index: per-build tags -> one index with platform.features
     source       ImageSource: how images are reached (TLS, credentials, transport, local storage)
     service      inspect_image, resolve_image, build_index_image: what the CLI calls
     localimages  LocalImages, the seam to podman's local storage (PodmanImages the real one)

@@ -3,18 +3,20 @@
     models     Node, Cpu, Gpu, GpuLink: frozen pydantic models, what every later stage reads
     probe      discover(home) -> Node: this machine (CPU, memory, GPUs, labels)
     cpu        /proc/cpuinfo and archspec: micro-architecture, x86-64 level, memory
-    nvml       GPUs through NVML; procfs: GPUs from /proc/driver/nvidia when NVML is absent
-    nvmlmig    MIG instances through NVML (nvidia-smi -L's MIG lines)
-    nvmlusage  what NVIDIA GPUs do now (utilisation, memory, compute processes): the executor samples it
-    amd        AMD GPUs from the KFD topology in sysfs (gfx target, render node, ROCm); amdsmi when installed
-    intel      Intel GPUs from DRM sysfs (device id -> family, memory)
     sharing    HETFLOW_GPU_SHARING: exclusive | time-slicing:N | mps:N -> GpuSharing
-    fakegpus   HETFLOW_FAKE_GPUS: made-up GPUs of every vendor, MIG layouts, for machines without any
-    fakedevnodes  the made-up GPUs' device nodes (nvidiaN, nvidia-caps, dri, kfd), made with mknod
-    fakenvml   FakeNvml: a fake pynvml, the NVML probe's seam in unit tests (import it from there:
-               it loads pynvml)
-    gpumodels  KNOWN_MODELS: the GPU model table (vendor, memory, capability/gfx/family, PCI id, MIG)
     profiles   PROFILES: named hardware descriptions (the registry's and `--node NAME`)
+    gpus/      the GPU probes, one per source:
+      nvml       GPUs through NVML; procfs: GPUs from /proc/driver/nvidia when NVML is absent
+      nvmlmig    MIG instances through NVML (nvidia-smi -L's MIG lines)
+      nvmlusage  what NVIDIA GPUs do now (utilisation, memory, compute processes): the executor samples it
+      amd        AMD GPUs from the KFD topology in sysfs (gfx target, render node, ROCm); amdsmi when installed
+      intel      Intel GPUs from DRM sysfs (device id -> family, memory)
+      gpumodels  KNOWN_MODELS: the GPU model table (vendor, memory, capability/gfx/family, PCI id, MIG)
+    fakes/     GPUs for machines without any:
+      gpus       HETFLOW_FAKE_GPUS: made-up GPUs of every vendor, MIG layouts
+      devnodes   the made-up GPUs' device nodes (nvidiaN, nvidia-caps, dri, kfd), made with mknod
+      nvml       FakeNvml: a fake pynvml, the NVML probe's seam in unit tests (import it from there:
+                 it loads pynvml)
 
 Other packages import the names below from ``hetflow.inventory`` itself.  Probing does
 I/O (files, NVML, podman); everything after discovery works on the returned ``Node``.

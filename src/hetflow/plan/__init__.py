@@ -1,8 +1,9 @@
 """Where and when: pure functions of (workflow, machines, profile, seed); no I/O.
 
 instance    the planning problem and its answer as frozen values (Instance, Plan)
-filters     one family of feasibility filters (Filter plugins over a NodeView: a
-            node class of a cluster file, or this machine, total or free now)
+feasible/   can a variant run there: filters (one family of feasibility filters, Filter
+            plugins over a NodeView: a node class of a cluster file, or this machine,
+            total or free now), images (the image-compatibility filter), gangs
 build       workflow + node classes -> Instance (filters, estimates, edge sizes)
 model/      one capacity model: fit (the one predicate, fits(NodeState, Demand) ->
             reasons, asked by the timeline, check_plan, the simulations, the local leases
@@ -23,11 +24,12 @@ sizing/     cluster and catalog files (cluster), the virtual-cluster Pareto sear
             (virtual, over clusterpoint values), the anchors its saving is quoted
             against (anchors), request right-sizing (rightsize)
 explanation why every other (variant, class) lost, as frozen values report renders
-choose      variant choice for the local runner; local: the plan for this machine;
-            gpuspec: a node type's GPUs (vendor, sharing, MIG layout, speed table)
-validate    check_plan: a plan keeps capacity, GPUs and precedence
-simulator   the discrete-event simulator; cost, gangs, gpupick, profile, images,
-            steer, stored (a Plan as JSON, kept with the run): the rest
+onemachine/ planning for the local runner: local (the plan for this machine), choose
+            (variant choice), gpupick (which free GPUs), steer (``--variant``)
+checking/   validate (check_plan: a plan keeps capacity, GPUs and precedence) and
+            simulator (the discrete-event simulator)
+gpuspec     a node type's GPUs (vendor, sharing, MIG layout, speed table); cost,
+            profile, stored (a Plan as JSON, kept with the run): the rest
 
 Names are loaded on first use (as in ``hetflow.execute``), so ``hetflow run`` does not pay
 for the cluster files, the virtual-cluster search or CP-SAT when it plans for one machine.

@@ -20,13 +20,14 @@ Public API:
     MachineTypes, MachineType, MachineTypeConflict       types and tokens on disk  (machines)
     FakeRegistry                                         fake upstream, the seam's fake  (fake)
 
-Layout: ``settings`` -> ``machines`` (who is asking) -> ``views`` (pure: which bytes)
--> ``store``/``verify`` (content addressing, digest checks) -> ``upstream`` (httpx)
--> ``fetch`` (blobs into the cache: verified, retried, single-flight, bounded in slots,
-time and rate by ``fillwatch``'s rules) -> ``proxy`` (OCI endpoints) -> ``app`` (auth,
-wiring, uvicorn); ``errors`` is the OCI error body, ``auth`` the Basic/Bearer parsing;
-``faults`` wraps the fake in an upstream that corrupts and drops blob bodies, ``trickle``
-serves it on loopback sending chosen blobs a byte at a time (tests).  Benchmark:
+Layout, bottom up: ``settings`` -> ``machines`` (who is asking); ``errors`` the OCI error
+body.  ``matching/``: ``views`` (pure: which bytes), ``viewcache``, ``offload``.  ``cache/``:
+``store``/``verify`` (content addressing, digest checks) -> ``upstream`` (httpx) -> ``fetch``
+(blobs into the cache: verified, retried, single-flight, bounded in slots, time and rate by
+``fillwatch``'s rules).  ``server/``: ``proxy`` (OCI endpoints) -> ``app`` (auth, wiring),
+``gates``, ``auth`` the Basic/Bearer parsing, ``peers``, ``documents``.  ``fakes/``: the
+fake upstream, ``faults`` (an upstream that corrupts and drops blob bodies), ``trickle``
+(chosen blobs a byte at a time on loopback), ``fakeindexes``, ``fakeproxy`` (tests).  Benchmark:
 ``python -m bench.proxy.registry``.
 """
 

@@ -1,5 +1,13 @@
 """What to run: the workflow models, YAML loading with file:line errors, DAG helpers.
 
+    models       the workflow format (``apiVersion: hetflow/v1``): the contract users write against
+    fields/      the parts a step is written with: units, resources, retry, checkpoint, batch,
+                 elastic, imageref, naming
+    source/      the file as text: yamlfile (each key's line), problems (``file:line``), templated
+    expansion/   fan-out: fanout (``foreach``, ``matrix``: one step per item), matrix
+    validate/    checks of a whole workflow: dag, checks, when
+    load/        loader (YAML + pydantic + templating), params, overrides, templates, wfcommons
+
 Names are loaded on first use (as in ``hetflow.execute``): ``hetflow ps`` reads the store and
 prints times without building the workflow models.
 """

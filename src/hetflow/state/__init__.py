@@ -1,19 +1,22 @@
 """The SQLite state store (the only module that writes SQL), the records it returns, the
 states a run and a step may take, and the run's typed event stream.
 
-    store    Store: runs, steps, attempts, outputs, events, GPU leases, stored plans
-    schema   the tables a new store is created with, and the schema versions
-    attemptrows attempts, their outputs and the measured history (mixed into Store)
-    leases   the GPU lease rows Store mixes in (whole GPUs, shares, MIG instances)
-    datarows fan-out expansions, cross-run cache entries, file hashes (mixed in too)
-    inputrows each attempt's data inputs as launched, each result's (mixed in too)
-    pages    the paged reads a dashboard makes (mixed in too; ``Store(read_only=True)``)
     models   frozen records (RunRecord, StepRecord, ...) and states with their transitions
+    store    Store: runs, steps, attempts, outputs, events, GPU leases, stored plans
+    rows/    the SQL Store mixes in, one table family each:
+      schema     the tables a new store is created with, and the schema versions
+      leases     GPU lease rows (whole GPUs, shares, MIG instances)
+      attempts   attempts, their outputs and the measured history
+      data       fan-out expansions, cross-run cache entries, file hashes
+      inputs     each attempt's data inputs as launched, each result's
+      published  what was published where;  slowdowns: measured GPU-sharing slowdowns
+      pages      the paged reads a dashboard makes (``Store(read_only=True)``)
+    guards/  what keeps the store sound:
+      busy       the retry that waits out a store another process holds locked
+      integrity  quick_check on open, the store's marker (state.db.id), full disks
+      private    state.db (and its -wal, -shm) made 0600: it holds env: values and params
+      liveness   is a running run's executor still there (pid and its start time)
     events   RunEvent values, ``record`` (write), ``follow``/``tail``/``RunWatch`` (read)
-    liveness is a running run's executor still there (pid and its start time)
-    busy     the retry that waits out a store another process holds locked
-    integrity quick_check on open, the store's marker (state.db.id), full disks
-    private  state.db (and its -wal, -shm) made 0600: it holds env: values and params
     parsecache big workflows kept parsed under HETFLOW_HOME/cache/specs (``load_workflow_cached``)
 """
 

@@ -3,6 +3,7 @@
 ``executor.drive`` builds the one ``Runner`` (the composition: its dispatch, attempts,
 launcher, cache pass, moves) and runs it.  Each turn the runner polls the engine
 (``attempts``: accept, retry with ``retries``' policy, fail), expands fan-outs, takes what the
-cache has (``cachepass``), and launches what is ready where ``dispatch`` says (``launch/``);
+cache has (``dispatching/cachepass``), and launches what is ready where ``dispatching/dispatch``
+says (``launch/``); ``dispatching/`` also keeps a turn's decisions and grows elastic gangs;
 ``control/`` stops, reconciles and moves runs and steps; ``notify`` tells a URL.
 """

@@ -55,10 +55,11 @@ per-replica files (NAME.task.sh, NAME.r<RANK>.host/.exit/.err) are in ``gang``'s
 Modules: ``settings`` (SlurmSettings, gres types), ``gres`` (a GPU request as gres: typed
 gpu, shard, mps, MIG profiles), ``translate`` (sbatch options and the
 batch script, pure), ``gang`` (a gang's allocation and scripts, pure), ``client`` (the
-commands), ``queue`` (squeue/scontrol/sacct parsing), ``cgroup`` (the job's cgroup for podman),
-``usage`` (what the container used, measured on its node), ``jobfiles`` (the files above),
-``publish`` (the outputs put in place by the job), ``checkpoint`` (CRIU dump and restore),
-``backend`` (submit, poll, cancel, release, checkpoint).
+commands), ``queue`` (squeue/scontrol/sacct parsing), ``jobfiles`` (the files above),
+``checkpoint`` (CRIU dump and restore), ``backend`` (submit, poll, cancel, release,
+checkpoint); ``script/``, the shell the job scripts are made of: ``cgroup`` (the job's cgroup
+for podman), ``devices`` (the GPUs Slurm assigned), ``usage`` (what the container used,
+measured on its node), ``publish`` (the outputs put in place by the job).
 """
 
 from __future__ import annotations
