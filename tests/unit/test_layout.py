@@ -14,7 +14,9 @@ Imports inside one package, and of the base modules hetflow.errors and hetflow.c
 are free.  Inside a package, too, a private name (``_name``) stays in its module
 (``test_no_private_names_imported_across_modules``), and modules and functions stay small
 (``test_modules_and_functions_stay_small``: 450 and 80 lines), in tools/, bench/ and demo/
-too (``test_tools_bench_and_demo_stay_small_too``).  The sources are parsed, not
+too (``test_tools_bench_and_demo_stay_small_too``), and no package holds more than a dozen
+modules at its top (``test_at_most_a_dozen_modules_at_the_top_of_a_package``: sub-packages
+named for what they hold, issue 39).  The sources are parsed, not
 imported (``__all__`` is read as a literal), so the check has no side effects and runs
 on made-up trees too (the tests at the end).
 """
@@ -352,6 +354,78 @@ def test_the_allow_list_beyond_src_names_those_trees() -> None:
 def test_finds_oversized_beyond_src(tmp_path: Path, files: dict[str, str], found: list[str]) -> None:
     root = _tree(tmp_path, files)
     assert sorted(oversized_beyond_src(root)) == found
+
+
+# --- rooms: at most a dozen modules at the top of any package (issue 39) ---------------------
+
+MAX_TOP_MODULES = 12
+TREES = ("src/hetflow", "tools", "bench", "demo")
+
+# Packages that may keep more modules at their top, as "path from the repository root" -> why
+# a room would not read better.  Empty: every package has rooms (tools/rooms.py); as with the
+# size lists, an entry now within the limit fails, so the list only shrinks.
+TOP_ALLOWED: dict[str, str] = {}
+
+
+def crowded(repo: Path) -> dict[str, int]:
+    """Every package under ``TREES`` (a tree that is a package itself included; tools/, not
+    one, only for the packages in it) with more than ``MAX_TOP_MODULES`` modules at its top,
+    ``__init__`` not counted, keyed by its path from the repository root."""
+    found: dict[str, int] = {}
+    for tree in TREES:
+        for init in sorted((repo / tree).rglob("__init__.py")):
+            package = init.parent
+            count = len([p for p in package.glob("*.py") if p.name != "__init__.py"])
+            if count > MAX_TOP_MODULES:
+                found[package.relative_to(repo).as_posix()] = count
+    return found
+
+
+FOUND_CROWDED = crowded(REPO)
+
+
+@pytest.mark.parametrize("tree", TREES)
+def test_at_most_a_dozen_modules_at_the_top_of_a_package(tree: str) -> None:
+    found = {k: v for k, v in FOUND_CROWDED.items() if k == tree or k.startswith(f"{tree}/")}
+    allowed = {k for k in TOP_ALLOWED if k == tree or k.startswith(f"{tree}/")}
+    unlisted = [f"{key}: {count} modules" for key, count in sorted(found.items()) if key not in allowed]
+    gone = sorted(allowed - set(found))
+    assert not unlisted, (
+        f"over {MAX_TOP_MODULES} modules at the top of a package: give them rooms, sub-packages named for"
+        " what they hold (tools/rooms.py moves them and rewrites every reference):\n" + "\n".join(unlisted)
+    )
+    assert not gone, "within the limit now: remove from TOP_ALLOWED:\n" + "\n".join(gone)
+
+
+def _modules(folder: str, count: int) -> dict[str, str]:
+    return {f"{folder}/m{i}.py": "" for i in range(count)}
+
+
+@pytest.mark.parametrize(
+    ("files", "found"),
+    [
+        ({"src/hetflow/a/__init__.py": "", **_modules("src/hetflow/a", 13)}, {"src/hetflow/a": 13}),
+        ({"src/hetflow/a/__init__.py": "", **_modules("src/hetflow/a", 12)}, {}),
+        (
+            {"src/hetflow/a/__init__.py": "", "src/hetflow/a/b/__init__.py": "", **_modules("src/hetflow/a/b", 13)},
+            {"src/hetflow/a/b": 13},
+        ),
+        ({"src/hetflow/a/__init__.py": "", **_modules("src/hetflow/a/data", 13)}, {}),
+        ({"bench/__init__.py": "", **_modules("bench", 14)}, {"bench": 14}),
+        ({"tools/kit/__init__.py": "", **_modules("tools/kit", 13), **_modules("tools", 20)}, {"tools/kit": 13}),
+        ({**_modules("demo", 13)}, {}),
+    ],
+    ids=["over", "at-limit", "sub-package", "plain-folder", "bench-package", "tools-scripts-free", "demo-not-package"],
+)
+def test_finds_crowded_packages(tmp_path: Path, files: dict[str, str], found: dict[str, int]) -> None:
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    assert crowded(tmp_path) == found
+
+
+def test_the_top_allow_list_names_packages() -> None:
+    assert all((REPO / key / "__init__.py").is_file() for key in TOP_ALLOWED)
 
 
 # --- the check itself, on made-up trees ----------------------------------------------------
