@@ -37,6 +37,7 @@ pytestmark = pytest.mark.integration
 
 BOUND_S = 0.100  # the p99 the other client must keep (or twice its anchor's)
 PER_ADDRESS = 128  # connections one address may hold, those still sending headers too (the default)
+ROUNDS = 3  # rounds of the other client's requests during an attack, while one misses the bound
 ATTACK_ON = 50  # attack connections on the server: it is on (the old proxy let 64 of one address in)
 # Every attack connection cut within this after the attack opened them all: the request
 # deadline (10 s) or, for a reader taking 32 bytes a second, the idle cut (30 s), with slack.
@@ -141,7 +142,7 @@ def _attacked(target: Target, mode: str) -> Outcome:
         on = lambda: held(target.port) >= ATTACK_ON or not running.running()  # noqa: E731
         wait_for(on, 60, f"slowhttptest's {attack.connections} connections reaching the server")
         at_full = held_steadily(target.port)
-        during = probe(target.base, target.path, target.headers)
+        during = _probed_during(target, before)
         # slowhttptest runs longer than this wait (its -l): none of its connections closes
         # unless the server closes it
         try:
@@ -151,6 +152,20 @@ def _attacked(target: Target, mode: str) -> Outcome:
             cut = False
     after = probe(target.base, target.path, target.headers, n=100)
     return Outcome(before, during, after, at_full, cut)
+
+
+def _probed_during(target: Target, before: Probes) -> Probes:
+    """The other client's requests while the attack holds its connections: probed again, up
+    to ROUNDS times, while a round's p99 misses the bound and none of its requests failed.  A
+    server the attack starves misses it every round (the code before: 503s, or seconds); a
+    loaded machine (the whole suite beside other work) misses it a round now and then."""
+    bound = max(BOUND_S, 2 * before.p(0.99))
+    during = probe(target.base, target.path, target.headers)
+    for _ in range(ROUNDS - 1):
+        if during.failures or during.p(0.99) <= bound:
+            break
+        during = probe(target.base, target.path, target.headers)
+    return during
 
 
 def _check(outcome: Outcome, mode: str) -> None:
