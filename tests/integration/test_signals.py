@@ -19,6 +19,12 @@ from tests.integration.hfkit import BUSYBOX, Hetflow, podman, run_containers, wr
 
 # busybox sh as a container's PID 1 ignores SIGTERM unless it traps it; these steps end on it
 SLEEPER = "trap 'exit 143' TERM; echo started; sleep {t} & wait; echo 1 > /out/done"
+# Sleeps {t} s on its first attempt only: a stop must find it running however loaded the
+# machine is (a 3 s sleeper ended on its own before a late SIGTERM reached it, and was rightly
+# kept as succeeded), and the resume after it is quick.
+FIRST_SLEEPS = (
+    "trap 'exit 143' TERM; echo started; if [ $HETFLOW_ATTEMPT = 1 ]; then sleep {t} & wait; fi; echo 1 > /out/done"
+)
 TWO = f"""apiVersion: hetflow/v1
 name: sig
 steps:
@@ -67,7 +73,7 @@ def _ended(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
 
 
 def test_sigterm_stops_the_run_and_resume_completes_it(hf: Hetflow, tmp_path: Any) -> None:
-    proc = _start(hf, _wf(tmp_path, SLEEPER.format(t=3), SLEEPER.format(t=3)), "--grace", "5s")
+    proc = _start(hf, _wf(tmp_path, FIRST_SLEEPS.format(t=120), FIRST_SLEEPS.format(t=120)), "--grace", "5s")
     run_id = _run_id(hf)
     hf.wait_for(lambda: {s["state"] for s in _steps(hf, run_id).values()} == {"running"})
     os.killpg(proc.pid, signal.SIGTERM)

@@ -30,7 +30,7 @@ import httpx
 import pytest
 
 from hetflow.state import Store
-from tests.integration.slowhttp import Attack, Probes, held, held_steadily, probe, slow_attack, wait_for
+from tests.integration.slowhttp import Attack, HeldWatch, Probes, held, probe, slow_attack, wait_for
 from tests.integration.uikit import dashboard, synthetic_run
 
 pytestmark = pytest.mark.integration
@@ -123,7 +123,7 @@ class Outcome:
     before: Probes  # the other client's requests with no attack (the anchor)
     during: Probes
     after: Probes  # the anchor again, once the attack is over
-    held: int  # attack connections the server held when the attack had opened them all
+    held: int  # the most attack connections the server held steadily while the attack ran
     cut: bool  # the server then cut every one while the attack still ran
 
     def line(self) -> str:
@@ -140,9 +140,10 @@ def _attacked(target: Target, mode: str) -> Outcome:
         # on: its connections are on the server, or it is over already (it stops once the
         # server has closed every one, as a service that answers without reading a body does)
         on = lambda: held(target.port) >= ATTACK_ON or not running.running()  # noqa: E731
-        wait_for(on, 60, f"slowhttptest's {attack.connections} connections reaching the server")
-        at_full = held_steadily(target.port)
-        during = _probed_during(target, before)
+        with HeldWatch(target.port) as watch:
+            wait_for(on, 60, f"slowhttptest's {attack.connections} connections reaching the server")
+            during = _probed_during(target, before)
+        at_full = watch.most()
         # slowhttptest runs longer than this wait (its -l): none of its connections closes
         # unless the server closes it
         try:
