@@ -43,7 +43,7 @@ SERVERS = ("front", "bare")
 def _proxy(work: Path, server: str, command: tuple[str, ...] = ()) -> Iterator[dict[str, Any]]:
     """The proxy process (front or bare) with a 1 KiB and a 1 MiB cached blob; its info.
     ``command``: another ``python -m`` module and its arguments, before the state folder
-    (``bench.registry_candidates``' other servers), printing the same JSON line."""
+    (``bench.proxy.registry_candidates``' other servers), printing the same JSON line."""
     module = "hetflow.registry.fakes.fakeproxy" if server == "front" else "bench.proxy.registry_server"
     command = command or (module, *(["bare-proxy"] if server == "bare" else []))
     argv = [sys.executable, "-m", *command, str(work / server)]
