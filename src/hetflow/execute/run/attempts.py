@@ -97,7 +97,11 @@ class Attempts:
         owner: tuple[int, int] = (0, 0),
         publisher: Publisher | None = None,
         on_success: Callable[[str, Sequence[OutputRecord]], None] | None = None,
+        cluster: bool = False,
+        limits: Callable[[str], Limits] | None = None,
     ) -> None:
+        """``cluster``: a cluster plan (a failed node class can be avoided); ``limits``: what one
+        node there holds, for a retry's growth to stop at (``retries.after_failure``)."""
         self.store, self.run_id, self.wf, self.paths = store, run_id, workflow, paths
         self.backend, self.config, self.clock = backend, config, clock
         # Retry budget counts attempts made by this executor session, so a resumed run
@@ -113,11 +117,15 @@ class Attempts:
         self._measured: queue.SimpleQueue[tuple[str, Usage]] = queue.SimpleQueue()
         # step -> what its retry policy changed for its next attempt (``nextattempt``)
         self.next: dict[str, NextAttempt] = {}
-        self.limits: Callable[[str], Limits] = lambda node: None  # what one node there holds
-        self.cluster = False  # a cluster plan: a failed node class can be avoided
+        self.limits: Callable[[str], Limits] = limits or (lambda node: None)
+        self.cluster = cluster
         self.gpus = AttemptGpus(store, run_id, here=backend.capabilities.leases_gpus_here)  # NVML sampling
         self.lost = LostAttempts(store, run_id, paths, backend, clock)  # given up: fenced; failed nodes
         self.view = EngineView(store, run_id, clock, backend.capabilities)  # what a queueing engine says
+
+    def set_workflow(self, workflow: Workflow) -> None:
+        """A fan-out expanded at run time: the run's workflow, its items added."""
+        self.wf = workflow
 
     def emit(self, event: RunEvent) -> None:
         """The runner's one way to add to the run's event stream."""
