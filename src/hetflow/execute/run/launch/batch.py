@@ -180,7 +180,7 @@ def launch_batch(lr: Launcher, chunk: Sequence[Deferred], vname: str, why: str) 
         else (),
     )
     for act in acts:
-        lr.attempts.active[act.step] = act
+        lr.attempts.hold(act)
     try:
         lr.backend.submit(job)
     except HetflowError as exc:

@@ -145,7 +145,7 @@ class Launcher:
             change=change,
         )
         job = self._job(go, spec, ranks, where)  # before this attempt is active: its parents' names
-        self.attempts.active[name] = act
+        self.attempts.hold(act)
         try:
             self._submit(job)
         except HetflowError as exc:
