@@ -16,6 +16,7 @@ from pathlib import Path
 from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.local.fakeengine import FakeEngine
 from hetflow.execute.engine import ContainerEngine, ContainerSpec
+from hetflow.execute.run.compose import compose_runner
 from hetflow.execute.run.options import ProcessSeams, RunOptions
 from hetflow.execute.run.runner import Runner, RunnerConfig
 from hetflow.execute.submit.record import create_run
@@ -206,7 +207,7 @@ class World:
     def runner(self, *, pid: int = 4242, engine: ContainerEngine | None = None) -> Runner:
         # No executor pid is alive here: a different pid after a Crash stands for the
         # restarted hetflow process, and the dead one's claim and leases are stale.
-        return Runner(
+        return compose_runner(
             store=self.store,
             engine=engine or self.engine,
             node=self.node,

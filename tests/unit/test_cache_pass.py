@@ -14,11 +14,12 @@ import pytest
 from hetflow.execute.data.cache import ResultCache
 from hetflow.execute.data.fencing import NOBODY, Fenced, check, grant, holder
 from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.run.compose import compose_runner
 from hetflow.execute.run.dispatching.dispatch import Decision
 from hetflow.execute.run.options import ProcessSeams, RunOptions
 from hetflow.execute.run.runner import Runner
 from hetflow.execute.submit.record import create_run
-from hetflow.spec import Resources, Step
+from hetflow.spec import Resources, Step, Workflow
 from hetflow.state import SUCCEEDED, CachedResult, OutputRecord
 from tests.unit.builders import Outcome, World, load_steps, world
 
@@ -46,12 +47,12 @@ class Rerun:
     runner: Runner
 
 
-def _runner(w: World, run_id: str, body: str) -> Runner:
-    return Runner(
+def _runner(w: World, run_id: str, body: str, workflow: Workflow | None = None) -> Runner:
+    return compose_runner(
         store=w.store,
         engine=w.engine,
         node=w.node,
-        workflow=load_steps(body).workflow,
+        workflow=workflow or load_steps(body).workflow,
         run=w.store.run(run_id),
         options=RunOptions(config=w.config, cache=ResultCache(w.store, w.home / "cache")),
         seams=ProcessSeams(clock=w.clock, sleep=w.clock.sleep, pid=4242, alive=lambda p: False),
@@ -201,9 +202,9 @@ def test_an_item_whose_own_resources_never_fit_is_not_taken_with_its_siblings(tm
     r = _two_runs(tmp_path, body, files={f"s.{i}": {"o.txt": b"x\n"} for i in range(3)})
     wf = r.runner.wf
     big = wf.steps["s.1"].model_copy(update={"resources": Resources(cpus=64)})
-    r.runner.wf = wf.model_copy(update={"steps": {**wf.steps, "s.1": big}})
+    runner = _runner(r.w, r.second, body, wf.model_copy(update={"steps": {**wf.steps, "s.1": big}}))
 
-    assert r.runner.execute() == "failed"
+    assert runner.execute() == "failed"
 
     steps = {s.step: s for s in r.w.store.steps(r.second)}
     assert steps["s.1"].state == "failed" and "no variant can run on this machine" in steps["s.1"].reason

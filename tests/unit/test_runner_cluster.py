@@ -18,6 +18,7 @@ from hetflow.execute.backends.local.fakeengine import FakeEngine
 from hetflow.execute.data.outputs import sha256_of
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.run.attempts import NODE_FAULT_REQUEUES
+from hetflow.execute.run.compose import compose_runner
 from hetflow.execute.run.options import ProcessSeams, RunOptions
 from hetflow.execute.run.runner import Runner
 from hetflow.plan.instance import MachineClass, Placement
@@ -126,7 +127,7 @@ def cluster_runner(
         )
         for s in ("a", "b", "c")
     }
-    return Runner(
+    return compose_runner(
         store=w.store,
         node=w.node,
         workflow=w.loaded.workflow,
@@ -375,7 +376,7 @@ def test_a_lost_attempt_that_ends_after_its_retry_was_accepted_leaves_the_steps_
         if w.step("b").state == "succeeded" and work.staging("b", 1).is_dir():
             (work.staging("b", 1) / "go").touch()
 
-    runner = Runner(
+    runner = compose_runner(
         store=w.store,
         node=w.node,
         workflow=w.loaded.workflow,

@@ -68,6 +68,7 @@ if TYPE_CHECKING:
     from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
     from hetflow.execute.logsources import LogSource, attempt_label, attempt_sources, recorded_gangs, select_steps
     from hetflow.execute.run.batching import batch_notes
+    from hetflow.execute.run.compose import compose_runner
     from hetflow.execute.run.control.lifecycle import pid_alive, spawn_executor, stop_run
     from hetflow.execute.run.control.moves import drain_node, migrate_step
     from hetflow.execute.run.control.stopping import DEFAULT_GRACE, grace_from_env, parse_grace
@@ -132,6 +133,7 @@ _WHERE = {
     "run.notify": ["NOTIFY_FAILED", "Notifier", "Notify", "check_urls", "payload", "urls_of"],
     "secrets": ["SECRETS_FILE_ENV", "Secrets", "activate", "gather_available", "mask"],
     "run.executor": ["Ended", "build_runner", "drive"],
+    "run.compose": ["compose_runner"],
     "submit.session": [
         "OpenRun",
         "edited_since",
@@ -211,6 +213,7 @@ __all__ = [
     "check_urls",
     "cluster_instance",
     "cluster_nodes",
+    "compose_runner",
     "container_env",
     "container_name",
     "create_run",

@@ -5,9 +5,10 @@ the next decision, so a run killed at any instant resumes from the store."""
 from __future__ import annotations
 
 import queue
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
 
 from hetflow.execute.backends.base import (
     PUBLISH_FAILED_CODE,
@@ -97,13 +98,18 @@ class Attempts:
         owner: tuple[int, int] = (0, 0),
         publisher: Publisher | None = None,
         on_success: Callable[[str, Sequence[OutputRecord]], None] | None = None,
+        cluster: bool = False,
+        limits: Callable[[str], Limits] | None = None,
     ) -> None:
+        """``cluster``: a cluster plan (a failed node class can be avoided); ``limits``: what one
+        node there holds, for a retry's growth to stop at (``retries.after_failure``)."""
         self.store, self.run_id, self.wf, self.paths = store, run_id, workflow, paths
         self.backend, self.config, self.clock = backend, config, clock
         # Retry budget counts attempts made by this executor session, so a resumed run
         # gets its retries again (as `snakemake --rerun-incomplete` would).
-        self.budget_start = budget_start
-        self.active: dict[str, Active] = {}
+        self.budget_start = dict(budget_start)  # its own copy: requeues add to it
+        self._active: dict[str, Active] = {}
+        self.active: Mapping[str, Active] = MappingProxyType(self._active)  # read-only, live: hold, release
         self.owner = owner
         self.publisher: Publisher = publisher or Publishing(store, run_id, workflow.name)
         self.on_success = on_success
@@ -111,13 +117,27 @@ class Attempts:
         self._remove_due: float | None = None  # when the oldest finished container must go
         self._measure: dict[str, tuple[str, int]] = {}  # container -> (step, attempt) whose usage is due
         self._measured: queue.SimpleQueue[tuple[str, Usage]] = queue.SimpleQueue()
-        # step -> what its retry policy changed for its next attempt (``nextattempt``)
-        self.next: dict[str, NextAttempt] = {}
-        self.limits: Callable[[str], Limits] = lambda node: None  # what one node there holds
-        self.cluster = False  # a cluster plan: a failed node class can be avoided
+        # step -> what its retry policy changed for its next attempt (``nextattempt``): read-only, live
+        self._next: dict[str, NextAttempt] = {}
+        self.next: Mapping[str, NextAttempt] = MappingProxyType(self._next)
+        self.limits: Callable[[str], Limits] = limits or (lambda node: None)
+        self.cluster = cluster
         self.gpus = AttemptGpus(store, run_id, here=backend.capabilities.leases_gpus_here)  # NVML sampling
         self.lost = LostAttempts(store, run_id, paths, backend, clock)  # given up: fenced; failed nodes
         self.view = EngineView(store, run_id, clock, backend.capabilities)  # what a queueing engine says
+
+    def set_workflow(self, workflow: Workflow) -> None:
+        """A fan-out expanded at run time: the run's workflow, its items added."""
+        self.wf = workflow
+
+    def hold(self, act: Active) -> None:
+        """The attempt is in flight (launched, or adopted by ``lifecycle.reconcile``) until it settles."""
+        self._active[act.step] = act
+
+    def move_next(self, step: str, to: str | None, off: str) -> None:
+        """``hetflow migrate`` moves the step's next attempt ``to`` a node, or (None) ``off`` its node."""
+        prior = self._next.get(step) or NextAttempt()
+        self._next[step] = replace(prior, move_to=to, lost_nodes=prior.lost_nodes | ({off} if not to else set()))
 
     def emit(self, event: RunEvent) -> None:
         """The runner's one way to add to the run's event stream."""
@@ -385,14 +405,14 @@ class Attempts:
             limits,
             cluster=self.cluster,
         )
-        self.next[name] = nxt
+        self._next[name] = nxt
         changed = nxt.describe()
         if changed:
             self.emit(Note(0, self.run_id, self.clock(), f"next attempt: {changed}", name, "retry"))
         return changed
 
     def release(self, act: Active) -> None:
-        self.active.pop(act.step, None)
+        self._active.pop(act.step, None)
         scrub_logs(self.paths.log(act.step, act.attempt))  # the step's secrets leave its log as ***
         if act.gpus:
             self.store.release_gpus(act.container)

@@ -9,6 +9,7 @@ import signal
 from dataclasses import dataclass
 
 from hetflow.execute.data.cache import ResultCache
+from hetflow.execute.run.compose import compose_runner
 from hetflow.execute.run.notify import start_notifier
 from hetflow.execute.run.options import Reporter, RunOptions
 from hetflow.execute.run.runner import Runner
@@ -47,7 +48,7 @@ def build_runner(
         grace=grace,
     )
     run = opened.store.run(opened.run.id)
-    return Runner(
+    return compose_runner(
         store=opened.store, node=opened.node, workflow=opened.workflow, run=run, backend=opened.backend, options=options
     )
 

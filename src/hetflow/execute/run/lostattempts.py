@@ -25,7 +25,8 @@ stays, in the shared work directory.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from types import MappingProxyType
 
 from hetflow.errors import HetflowError
 from hetflow.execute.backends.base import Backend
@@ -44,7 +45,8 @@ class LostAttempts:
     ) -> None:
         self.store, self.run_id, self.paths, self.backend, self.clock = store, run_id, paths, backend, clock
         # declared failed in this run (node -> the step first lost there): no later placement goes there
-        self.nodes: dict[str, str] = {}
+        self._nodes: dict[str, str] = {}
+        self.nodes: Mapping[str, str] = MappingProxyType(self._nodes)  # read-only, live: ``lose`` adds
         self._watched: set[tuple[str, int]] = set()  # (step, attempt) lost with its node
 
     def fence(self, step: str, attempt: int) -> None:
@@ -56,7 +58,7 @@ class LostAttempts:
         avoided by every later placement of the run, its end watched."""
         self.fence(step, attempt)
         if node:
-            self.nodes.setdefault(node, step)
+            self._nodes.setdefault(node, step)
         self._watched.add((step, attempt))
         with contextlib.suppress(HetflowError):  # the engine may not reach it yet; the fence holds
             self.backend.cancel([container], 0)

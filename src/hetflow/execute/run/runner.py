@@ -15,19 +15,15 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-from collections.abc import Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from types import FrameType
 
 from hetflow.execute.backends.base import Backend
-from hetflow.execute.backends.factory import make_backend
-from hetflow.execute.checkpoint import CheckpointImages
 from hetflow.execute.checkpoint.app import SaveRequests
 from hetflow.execute.data.fanout import expand_ready
-from hetflow.execute.data.inputs import DataManifest
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.data.watch import DataWatch
-from hetflow.execute.engine import ContainerEngine
 from hetflow.execute.gang.elastic import with_replicas
 from hetflow.execute.run.attempts import Attempts
 from hetflow.execute.run.batching import is_batch
@@ -37,10 +33,11 @@ from hetflow.execute.run.control.moves import Moves
 from hetflow.execute.run.control.stopping import clear_stop_request, stop_request, stop_requested
 from hetflow.execute.run.dispatching.cachepass import CachePass
 from hetflow.execute.run.dispatching.decisions import Decisions
+from hetflow.execute.run.dispatching.dispatch import Dispatch
 from hetflow.execute.run.dispatching.growth import ElasticGangs
 from hetflow.execute.run.launch.batch import Batcher
 from hetflow.execute.run.launch.launcher import Launcher
-from hetflow.execute.run.options import NullReporter, ProcessSeams, RunOptions, make_dispatch
+from hetflow.execute.run.options import Reporter
 from hetflow.execute.run.retries import adjusted
 from hetflow.execute.settings import RunnerConfig
 from hetflow.execute.submit.runplan import keep_data
@@ -55,20 +52,17 @@ from hetflow.spec import (
 from hetflow.state import (
     DATA_CHANGED,
     FAILED,
-    LAUNCHING,
     PENDING,
     RUN_FAILED,
     RUN_RUNNING,
     RUN_STOPPED,
     RUN_SUCCEEDED,
-    RUNNING,
     SKIPPED,
     STEP_TERMINAL,
     STOPPED,
     SUCCEEDED,
     WAITING,
     Note,
-    OutputRecord,
     RunRecord,
     RunStateChanged,
     StepRecord,
@@ -77,91 +71,84 @@ from hetflow.state import (
     process_start,
 )
 
-__all__ = ["Runner", "RunnerConfig"]
+__all__ = ["RunParts", "Runner", "RunnerConfig", "ordered", "waiter"]
+
+
+def ordered(workflow: Workflow, priority: Mapping[str, float]) -> list[str]:
+    """The order ready steps are dispatched in: the plan's ranks (``priority``), else file order."""
+    topo = topo_order(edges_of(workflow))
+    if not priority:
+        return topo
+    return sorted(topo, key=lambda n: priority.get(n, float("inf")))
+
+
+def waiter(wake: threading.Event) -> Callable[[float], None]:
+    """The runner's sleep: until the engine reports an exit (``wake``), or ``timeout``."""
+
+    def wait(timeout: float) -> None:
+        if wake.wait(timeout):
+            wake.clear()
+
+    return wait
+
+
+@dataclass(frozen=True)
+class RunParts:
+    """Everything a ``Runner`` works with, built whole by the composition root
+    (``compose.compose_runner``): the run's seams, its records and its collaborators."""
+
+    store: Store
+    node: Node
+    run: RunRecord
+    backend: Backend
+    paths: RunPaths
+    reporter: Reporter
+    config: RunnerConfig
+    clock: Callable[[], float]
+    alive: Callable[[int], bool]
+    sleep: Callable[[float], None]
+    wake: threading.Event  # set when the engine reports an exit, or a signal comes
+    pid: int
+    priority: dict[str, float]
+    order: list[str]
+    watch: DataWatch  # the run's data, looked at as steps launch and end
+    grace: int | None  # SIGINT/SIGTERM: the first stops the run (each container given ``grace``)
+    attempts: Attempts  # owns the run's mutable state: the workflow, attempts in flight, next attempts
+    dispatch: Dispatch
+    launcher: Launcher
+    moves: Moves  # periodic checkpoints, hetflow migrate
+    batcher: Batcher
+    decisions: Decisions  # the turn's answers for a fan-out's many items
+    elastic: ElasticGangs
+    cached: CachePass  # the turn's steps taken from the cross-run cache at once
+    saves: SaveRequests  # checkpoint: {mode: app, every}: SIGUSR1
 
 
 class Runner:
-    """Runs one run to its end.  Local runs pass ``engine`` (and ``options.chooser``); cluster
-    runs pass a ``backend`` that assigns GPUs, with the plan's ``options.placements`` and
-    ``options.classes`` (``runoptions``)."""
+    """Runs one run to its end, with the parts ``compose.compose_runner`` built for it (local
+    runs: an engine and the plan's variants; cluster runs: a backend that assigns GPUs, with the
+    plan's placements and machine classes)."""
 
-    def __init__(
-        self,
-        *,
-        store: Store,
-        node: Node,
-        workflow: Workflow,
-        run: RunRecord,
-        backend: Backend | None = None,
-        engine: ContainerEngine | None = None,
-        options: RunOptions = RunOptions(),
-        seams: ProcessSeams = ProcessSeams(),
-    ) -> None:
-        """``backend``: the run's (None: the local one, on ``engine``)."""
-        self.store, self.node, self.wf = store, node, workflow
-        self.backend: Backend = backend or make_backend(engine=engine)
-        self.run_id = run.id
-        self.uid, self.gid = run.uid, run.gid
-        self.paths = RunPaths(Path(run.workdir))
-        self.reporter = options.reporter or NullReporter()
-        self.config = options.config or RunnerConfig()
-        self.clock, self.alive = seams.clock, seams.alive
-        self._wake = threading.Event()
-        self.sleep = seams.sleep or self._wait
-        self.pid = seams.own_pid()
-        self.priority = dict(options.priority or {})
-        self.watch = DataWatch(options.data or DataManifest(), workflow.data, store)  # looked at as steps launch, end
-        self.cache = options.cache
-        self.order = self._ordered(workflow)
-        self.grace = options.grace  # SIGINT/SIGTERM: the first stops the run (each container given ``grace``)
+    def __init__(self, parts: RunParts) -> None:
+        """Only stores what it is given, and the loop's own state (signals, the order)."""
+        self.store, self.node, self.backend = parts.store, parts.node, parts.backend
+        self.run_id, self.uid, self.gid = parts.run.id, parts.run.uid, parts.run.gid
+        self.paths, self.reporter, self.config = parts.paths, parts.reporter, parts.config
+        self.clock, self.alive, self.sleep, self._wake = parts.clock, parts.alive, parts.sleep, parts.wake
+        self.pid, self.priority, self.order = parts.pid, parts.priority, parts.order
+        self.watch, self.grace = parts.watch, parts.grace
+        self.attempts, self.dispatch, self.launcher = parts.attempts, parts.dispatch, parts.launcher
+        self.moves, self.batcher, self.decisions = parts.moves, parts.batcher, parts.decisions
+        self.elastic, self.cached, self.saves = parts.elastic, parts.cached, parts.saves
         self.signalled: int | None = None  # the first signal's number
         self.handed_off = False  # that signal was `hetflow stop`'s: the stopper owns the containers
         self._killer: threading.Thread | None = None
         self._killed: set[str] = set()  # what the second signal's kill ended: stops, not exits
-        budget = {
-            # an attempt in flight when the last executor died belongs to this session's budget
-            s.step: s.attempts - (1 if s.state in (LAUNCHING, RUNNING) else 0)
-            for s in store.steps(run.id)
-        }
-        self.attempts = Attempts(
-            store=store,
-            run_id=run.id,
-            workflow=workflow,
-            paths=self.paths,
-            backend=self.backend,
-            config=self.config,
-            clock=self.clock,
-            budget_start=budget,
-            owner=(run.uid, run.gid),
-            on_success=self._keep_result,
-        )
-        self.dispatch = make_dispatch(store, node, self.backend, self.attempts, options, seams)
-        # what one node holds, for a retry's growth to stop at (``nextattempt.after_failure``)
-        sizes = {c.name: (float(c.cores), c.memory) for c in options.classes}
-        self.attempts.cluster = self.backend.capabilities.places_steps
-        self.attempts.limits = (
-            sizes.get if self.attempts.cluster else lambda _: (float(node.cpu.cores), node.memory_bytes)
-        )
-        self.launcher = Launcher(
-            store=store,
-            run=run,
-            workflow=workflow,
-            backend=self.backend,
-            dispatch=self.dispatch,
-            attempts=self.attempts,
-            clock=self.clock,
-            pid=self.pid,
-            watch=self.watch,
-        )
-        self.moves = Moves(self.attempts, lambda: self.wf)  # periodic checkpoints, hetflow migrate
-        self.batcher = Batcher(self.launcher, workflow)
-        self.decisions = Decisions(self.dispatch)  # the turn's answers for a fan-out's many items
-        every = self.config.grow_every
-        self.elastic = ElasticGangs(
-            dispatch=self.dispatch, attempts=self.attempts, backend=self.backend, clock=self.clock, every=every
-        )
-        self.cached = self._cache_pass()  # the turn's steps taken from the cross-run cache at once
-        self.saves = SaveRequests(self.backend, self.clock)  # checkpoint: {mode: app, every}: SIGUSR1
+
+    @property
+    def wf(self) -> Workflow:
+        """The run's workflow, as its attempts' owner holds it (fan-outs expanded so far)."""
+        return self.attempts.wf
 
     # --- the loop ---------------------------------------------------------------------
 
@@ -227,11 +214,6 @@ class Runner:
             with contextlib.suppress(StoreFull):  # the usage of a store that is full stays unknown
                 self.attempts.store_usage()
             self.reporter.close()
-
-    def _wait(self, timeout: float) -> None:
-        """Sleep until the engine reports an exit, or ``timeout``."""
-        if self._wake.wait(timeout):
-            self._wake.clear()
 
     def _next_wait(self, steps: list[StepRecord], interval: float) -> float:
         """The poll interval, shortened to the next retry's backoff deadline."""
@@ -309,12 +291,6 @@ class Runner:
         self.attempts.emit(RunStateChanged(0, self.run_id, now, msg, state))
         return state
 
-    def _ordered(self, workflow: Workflow) -> list[str]:
-        topo = topo_order(edges_of(workflow))
-        if not self.priority:
-            return topo
-        return sorted(topo, key=lambda n: self.priority.get(n, float("inf")))
-
     # --- fan-outs known at run time ------------------------------------------------------
 
     def _expand_ready(self) -> None:
@@ -324,10 +300,10 @@ class Runner:
 
     def _set_workflow(self, wf: Workflow, parent: str, items: Sequence[str]) -> None:
         self.priority.update({item: self.priority[parent] for item in items if parent in self.priority})
-        self.wf = self.attempts.wf = self.launcher.wf = wf
+        self.attempts.set_workflow(wf)  # the launcher, moves and growth read it there
         self.batcher.set_workflow(wf)
         self.dispatch.inherit(parent, items)
-        self.order = self._ordered(wf)
+        self.order = ordered(wf, self.priority)
 
     # --- dispatch ---------------------------------------------------------------------
 
@@ -392,25 +368,7 @@ class Runner:
             self._no_fit(name, decision.why)
         return False
 
-    # --- the cross-run cache ---------------------------------------------------------------
-
-    def _cache_pass(self) -> CachePass:
-        return CachePass(
-            store=self.store,
-            run_id=self.run_id,
-            cache=self.cache,
-            backend=self.backend,
-            paths=self.paths,
-            watch=self.watch,
-            attempts=self.attempts,
-            clock=self.clock,
-        )
-
-    def _keep_result(self, name: str, records: Sequence[OutputRecord]) -> None:
-        """A step succeeded: keep its result under its key for later runs (its checkpoints go)."""
-        CheckpointImages(self.paths).drop_images(name)
-        step = self.store.step(self.run_id, name)
-        self.cached.keep(self.wf, name, step.variant or "", step.attempts, records)
+    # --- what the turn's looks found ------------------------------------------------------
 
     def _data_changes(self) -> None:
         """Say what the turn's looks found changed in the run's data, and keep the data as

@@ -118,14 +118,14 @@ def reconcile(attempts: Attempts) -> None:
             # shown queued when the last executor ended: the next poll says whether it still is
             act.why, act.waiting = "", act.why.removeprefix(QUEUED_PREFIX)
         if st is not None and st.running:
-            attempts.active[s.step] = act
+            attempts.hold(act)
             attempts.watch_gpus(act)  # sampled from now on: what ran before hetflow came back is not seen
             store.set_step(run_id, s.step, state=RUNNING, event=f"adopted running container {a.container}")
             store.set_attempt(run_id, s.step, a.attempt, state=RUNNING)
         elif s.state == RUNNING and _restorable(attempts, s.step, st):
             # killed with the executor (a crash of the machine, kill -9 of everything): the
             # step's checkpoint is the work kept, so this is a lost attempt, not the step's failure
-            attempts.active[s.step] = act
+            attempts.hold(act)
             what = "disappeared" if st is None else f"was killed (exit {st.exit_code})"
             attempts.requeue(
                 act, f"{a.container} {what} while hetflow was down; its checkpoint is restored", node_fault=True
@@ -134,7 +134,7 @@ def reconcile(attempts: Attempts) -> None:
             message = f"{a.container} finished while hetflow was down (exit {st.exit_code})"
             message = f"{a.container}: {st.reason}; it runs again" if st.never_started else message
             record(store, Note(0, run_id, time.time(), message, s.step, "collected"))
-            attempts.active[s.step] = act
+            attempts.hold(act)
             attempts.settle(act, st)  # a node that failed meanwhile: run again, as in the loop
         elif s.state == LAUNCHING:
             # The intent was written but the container never started: launch the same
@@ -149,7 +149,7 @@ def reconcile(attempts: Attempts) -> None:
                 event=f"{a.container} was never started; launching it again",
             )
         else:
-            attempts.active[s.step] = act
+            attempts.hold(act)
             attempts.fail(act, None, f"container {a.container} disappeared while hetflow was down")
     leftover = sorted(set(states) - in_flight)
     if leftover:

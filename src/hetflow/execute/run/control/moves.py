@@ -16,7 +16,6 @@ import contextlib
 import json
 import time
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from hetflow.errors import HetflowError, StateError
@@ -24,7 +23,6 @@ from hetflow.execute.backends.base import Checkpoints
 from hetflow.execute.checkpoint import Checkpointer, CheckpointImages, write_json
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.run.attempts import Attempts
-from hetflow.execute.run.retries import NextAttempt
 from hetflow.spec import Checkpoint, Workflow, format_bytes
 from hetflow.state import RUN_RUNNING, RUNNING, Note, Store, executor_gone
 
@@ -114,8 +112,7 @@ class Moves:
                 raise
             saved = self.images.commit(step, act.attempt, act.container, part, took)
         if a.cluster:
-            prior = a.next.get(step) or NextAttempt()
-            a.next[step] = replace(prior, move_to=to, lost_nodes=prior.lost_nodes | ({act.node} if not to else set()))
+            a.move_next(step, to, act.node)
         where = f"to {to}" if to else "off " + act.node if a.cluster else "on this machine"
         said = f"{act.container} checkpointed ({format_bytes(saved.size)} in {took:.2f}s) and migrated {where}"
         a.requeue(act, f"migrated by hetflow migrate: {said}")

@@ -80,7 +80,7 @@ class Batcher:
             self._launch_fanout(items)
 
     def _launch_fanout(self, items: list[Deferred]) -> None:
-        wf = self.launcher.wf
+        wf = self.launcher.attempts.wf
         first = wf.steps[items[0].name]
         batch = self.policy.of(items[0].name, first)
         assert batch is not None
@@ -108,7 +108,7 @@ def _items(lr: Launcher, chunk: Sequence[Deferred], vname: str) -> tuple[list[It
     taken: list[Deferred] = []
     left: list[Deferred] = []
     for d in chunk:
-        step = lr.wf.steps[d.name]
+        step = lr.attempts.wf.steps[d.name]
         variant = step.resolved_variants()[vname]
         attempt = d.record.attempts + 1
         spec = build_spec(
@@ -143,7 +143,7 @@ def launch_batch(lr: Launcher, chunk: Sequence[Deferred], vname: str, why: str) 
     now = lr.clock()
     acts: list[Active] = []
     for d, it in zip(taken, items, strict=True):
-        step = lr.wf.steps[d.name]
+        step = lr.attempts.wf.steps[d.name]
         variant = step.resolved_variants()[vname]
         go = Launch(d.name, step, vname, variant, it.attempt, name, (), None, why, "")
         lr.record_intent(go, d.record, where, now)
@@ -162,9 +162,9 @@ def launch_batch(lr: Launcher, chunk: Sequence[Deferred], vname: str, why: str) 
                 node=where.node,
             )
         )
-    res = lr.wf.steps[first.name].resolved_variants()[vname].resources
+    res = lr.attempts.wf.steps[first.name].resolved_variants()[vname].resources
     holds = lr.backend.capabilities.holds_dependencies
-    parents = {p for d in taken for p in lr.wf.steps[d.name].dependencies()}
+    parents = {p for d in taken for p in lr.attempts.wf.steps[d.name].dependencies()}
     job = Job(
         name=name,
         run_id=lr.run_id,
@@ -180,7 +180,7 @@ def launch_batch(lr: Launcher, chunk: Sequence[Deferred], vname: str, why: str) 
         else (),
     )
     for act in acts:
-        lr.attempts.active[act.step] = act
+        lr.attempts.hold(act)
     try:
         lr.backend.submit(job)
     except HetflowError as exc:

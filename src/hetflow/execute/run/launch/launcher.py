@@ -94,7 +94,7 @@ class Launcher:
         pid: int,
         watch: DataWatch | None = None,
     ) -> None:
-        self.store, self.run_id, self.wf = store, run.id, workflow
+        self.store, self.run_id = store, run.id
         self.uid, self.gid = run.uid, run.gid
         self.paths = attempts.paths
         self.workflow_version = self.paths.workflow_version()  # what a resume's edit made it
@@ -119,7 +119,7 @@ class Launcher:
         the step as this attempt runs it (its retry policy grew its resources or chose its
         fallback variant; None: as written); ``change``: what the policy changed, in words,
         kept as the attempt's message (a failure's message comes first)."""
-        step = step or self.wf.steps[name]
+        step = step or self.attempts.wf.steps[name]  # fan-outs expanded so far
         variant = step.resolved_variants()[vname]
         attempt = s.attempts + 1
         container = container_name(self.run_id, name, attempt)
@@ -145,7 +145,7 @@ class Launcher:
             change=change,
         )
         job = self._job(go, spec, ranks, where)  # before this attempt is active: its parents' names
-        self.attempts.active[name] = act
+        self.attempts.hold(act)
         try:
             self._submit(job)
         except HetflowError as exc:
