@@ -4,6 +4,7 @@ mknod: these tests prove isolation, not GPU computation), the real CLI in subpro
 from __future__ import annotations
 
 import json
+import random
 import socket
 import subprocess
 import sys
@@ -86,10 +87,20 @@ class Hetflow:
 
 
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on now (for a server a test starts)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A TCP port on 127.0.0.1 that nothing uses now (for a server a test starts), below the
+    kernel's ephemeral range: a port the kernel handed out for binding to 0 is one it hands to
+    outgoing connections too, and with a thousand of those open (the slow-client tests) one
+    took an sshd's port between this pick and the sshd's bind."""
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    for _ in range(1000):
+        port = random.randrange(10000, max(10001, low))
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port between 10000 and {low}")
 
 
 def write(tmp_path: Path, text: str, name: str = "wf.yaml") -> str:

@@ -6,7 +6,6 @@ SSH keys and configs come from hetflow.execute.gang.mpilaunch, bind-mounted read
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import uuid
 from collections.abc import Iterator, Sequence
@@ -21,6 +20,7 @@ from hetflow.execute.gang.mpilaunch import (
     MpiPeer,
     write_mpi_files,
 )
+from tests.integration.hfkit import free_port
 
 pytestmark = pytest.mark.integration
 
@@ -112,14 +112,10 @@ def test_mpirun_allreduce_across_two_containers_on_an_internal_network(
 
 
 def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    ports: set[int] = set()
+    while len(ports) < count:
+        ports.add(free_port())
+    return sorted(ports)
 
 
 def test_mpirun_allreduce_on_the_host_network_with_two_ports_on_loopback(
