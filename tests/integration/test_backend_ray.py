@@ -79,9 +79,17 @@ NAMES = ("spare-1", "spare-2")
 
 
 @pytest.fixture
-def node_fault(ray_cluster: RayCluster) -> Iterator[NodeFault]:
+def node_fault(ray_cluster: RayCluster, backend: RayBackend) -> Iterator[NodeFault]:
     assert ray_cluster.nodes is not None
     fault = RayNodeFault(ray_cluster.nodes)
+    # The module's backend keeps the node list 5 s (a submit of 100 steps asks once): the
+    # spares joined after it last asked, so it asks again (else "no Ray node offers
+    # hetflow/node-type:contract-spare" when a test ran just before).
+    spare = f"hetflow/node-type:{SPARE}"
+    deadline = time.monotonic() + 60
+    while not any(spare in n.resources for n in backend.nodes(refresh=True)):
+        assert time.monotonic() < deadline, "the spare workers never showed in Ray's node list"
+        time.sleep(0.2)
     try:
         yield fault
     finally:
