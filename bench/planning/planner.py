@@ -1,4 +1,4 @@
-"""Planner figures on the workloads of shared/bench/README.md, each against anchors from the
+"""Planner figures on the workloads of bench/data/README.md, each against anchors from the
 same run.
 
 1. The baseline table, per instance (the Topcuoglu graph and the five WfInstances traces),
@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from bench.data import DATA
 from bench.planning.planner_saga import saga_plan
 from hetflow.plan.baselines.backfill import slurm_backfill
 from hetflow.plan.baselines.firstfit import greedy_first_fit
@@ -59,7 +60,6 @@ from hetflow.plan.sizing.cluster import load_cluster
 from hetflow.spec.load.wfcommons import workflow_from_wfcommons
 
 ROOT = Path(__file__).resolve().parents[2]
-DATA = ROOT.parent / "shared" / "bench"  # the shared benchmark beside the checkout: canonical/, wfinstances/
 HETERO16 = ROOT / "examples" / "clusters" / "hetero-16.yaml"
 TRACES = (
     "1000genome-chameleon-2ch-100k-001",

@@ -20,13 +20,13 @@ import statistics
 import time
 from pathlib import Path
 
+from bench.data import TRACES
 from hetflow.plan.sizing.cluster import load_catalog
 from hetflow.plan.sizing.clusterpoint import ClusterPoint
 from hetflow.plan.sizing.virtual import plan_virtual_cluster
 from hetflow.spec.load.wfcommons import workflow_from_wfcommons
 
 ROOT = Path(__file__).resolve().parents[2]
-TRACES = ROOT.parent / "shared" / "bench" / "wfinstances"
 NAMES = ("1000genome", "montage", "blast", "bwa", "epigenomics")
 
 

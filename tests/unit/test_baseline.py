@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from bench.data import CANONICAL, TRACES
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -150,7 +151,7 @@ def test_greedy_plans_are_valid_and_never_beat_the_lower_bound(inst: Instance) -
 @pytest.mark.parametrize("trace", ["1000genome-chameleon-2ch-100k-001", "montage-chameleon-2mass-005d-001"])
 def test_greedy_is_valid_on_real_traces(trace: str, one_task: bool) -> None:
     cluster = load_cluster(ROOT / "examples" / "clusters" / "hetero-16.yaml")
-    data = json.loads((ROOT.parent / "shared" / "bench" / "wfinstances" / f"{trace}.json").read_text())
+    data = json.loads((TRACES / f"{trace}.json").read_text())
     wf = workflow_from_wfcommons(data, gpu_variants=not one_task)
     inst = build_instance(wf, cluster.classes(), bandwidth=cluster.bandwidth_bytes, one_task_per_machine=one_task)
 
@@ -164,7 +165,7 @@ def test_greedy_is_valid_on_real_traces(trace: str, one_task: bool) -> None:
 
 
 def topcuoglu() -> Instance:
-    data = json.loads((ROOT.parent / "shared" / "bench" / "canonical" / "topcuoglu2002.json").read_text())
+    data = json.loads((CANONICAL / "topcuoglu2002.json").read_text())
     procs = data["processors"]
     tasks = [
         Task(name, tuple(Option("cpu", p, float(c), 1, 0) for p, c in zip(procs, row, strict=True)))

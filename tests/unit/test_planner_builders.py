@@ -13,12 +13,13 @@ import json
 import random
 from pathlib import Path
 
+from bench.data import CANONICAL
 from hypothesis import strategies as st
 
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Task
 
 GIB = 1024**3
-TOPCUOGLU = Path(__file__).resolve().parents[3] / "shared" / "bench" / "canonical" / "topcuoglu2002.json"
+TOPCUOGLU = CANONICAL / "topcuoglu2002.json"
 _LOCAL_TOPCUOGLU = Path(__file__).parent / "data" / "topcuoglu2002.json"
 
 # The published graph (Topcuoglu et al. 2002, Fig. 2), used when the shared file is absent.

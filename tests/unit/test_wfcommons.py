@@ -1,12 +1,12 @@
-"""WfFormat traces become hetflow workflows by the bench rules (shared/bench/README.md 2 and 3)."""
+"""WfFormat traces become hetflow workflows by the bench rules (bench/data/README.md 2 and 3)."""
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
+from bench.data import TRACES
 
 from hetflow.errors import SpecError
 from hetflow.plan.build import build_instance
@@ -27,8 +27,6 @@ from hetflow.spec.load.wfcommons import (
 from hetflow.spec.models import NAME_RE
 from tests.unit.builders import GIB
 
-# The traces are the shared benchmark's (../shared beside the checkout, as in CI).
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "bench" / "wfinstances"
 ONE = (MachineClass("m", 1, 64, 512 * GIB, gpus=1),)
 
 # --- a small hand-written trace ---------------------------------------------------------
