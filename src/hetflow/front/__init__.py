@@ -12,12 +12,13 @@ README's "The HTTP front" has the attack figures behind this choice.
     haproxy   the configuration: a pure function of the limits
     process   the HAProxy process: started on the inherited socket, ended with the service
     backend   the app under uvicorn on the Unix socket, in a thread
-    serving   Served (background: tests, bench) and serve_app (foreground, until a signal)
+    serving   Served (background: tests, bench), serve_app (foreground, until a signal) and
+              listen_socket (a service's port, bound first)
 """
 
 from hetflow.front.haproxy import render
 from hetflow.front.limits import Answers, FrontLimits
 from hetflow.front.process import find_haproxy
-from hetflow.front.serving import Served, serve_app
+from hetflow.front.serving import Served, listen_socket, serve_app
 
-__all__ = ["Answers", "FrontLimits", "Served", "find_haproxy", "render", "serve_app"]
+__all__ = ["Answers", "FrontLimits", "Served", "find_haproxy", "listen_socket", "render", "serve_app"]

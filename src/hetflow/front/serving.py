@@ -19,7 +19,28 @@ from hetflow.front.backend import Backend
 from hetflow.front.limits import Answers, FrontLimits
 from hetflow.front.process import FrontProcess
 
-__all__ = ["Served", "serve_app"]
+__all__ = ["Served", "listen_socket", "serve_app"]
+
+
+def listen_socket(host: str, port: int, *, named: str, instead: str, backlog: int) -> socket.socket:
+    """A service's listening socket, bound here so that a taken port or a bad address is a
+    clear error before the front starts on it; ``named`` is how the service's flag names the
+    address, ``instead`` what to give in its place.  proto=IPPROTO_TCP, so that the front's
+    accepted sockets are TCP ones."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    except socket.gaierror as exc:
+        raise UsageError(f"{named}: not an address this machine can bind ({exc.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}; give {instead}") from None
+    sock.listen(backlog)
+    return sock
 
 
 class Served:

@@ -41,8 +41,9 @@ from starlette.types import Receive, Scope, Send
 
 import hetflow
 from hetflow.config import SHARE
-from hetflow.errors import HetflowError, StateError, UsageError
+from hetflow.errors import HetflowError, StateError
 from hetflow.execute import stored_plan
+from hetflow.front import listen_socket
 from hetflow.inventory import discover
 from hetflow.report import timeline_svg
 from hetflow.state import Store
@@ -364,18 +365,5 @@ def run_cli(args: list[str], home: Path) -> dict[str, Any]:
 
 def bind(host: str, port: int) -> socket.socket:
     """The listening socket, bound here so that a taken port or a bad address is a clear error
-    before the HTTP front starts on it (``serving``)."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    except socket.gaierror as exc:
-        raise UsageError(f"--host {host!r}: not an address this machine can bind ({exc.strerror})") from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}; give another --port (or --port 0)") from None
-    sock.listen(128)
-    return sock
+    before the HTTP front starts on it (``serving``; ``front.listen_socket`` in the dashboard's words)."""
+    return listen_socket(host, port, named=f"--host {host!r}", instead="another --port (or --port 0)", backlog=128)

@@ -20,6 +20,7 @@ from starlette.applications import Starlette
 
 from hetflow.errors import UsageError
 from hetflow.front import Answers, FrontLimits, Served, serve_app
+from hetflow.front import listen_socket as front_socket
 from hetflow.registry.errors import ErrorCode, error_body
 from hetflow.registry.server.app import create_app
 from hetflow.registry.server.gates import API_VERSION
@@ -73,22 +74,8 @@ def answers(limits: Limits) -> Answers:
 
 
 def listen_socket(host: str, port: int) -> socket.socket:
-    """The proxy's listening socket, bound here so that a taken port or a bad address is a
-    clear error; proto=IPPROTO_TCP, so that the front's accepted sockets are TCP ones."""
-    try:
-        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
-    except socket.gaierror as exc:
-        raise UsageError(f"--listen {host}:{port}: not an address this machine can bind ({exc.strerror})") from None
-    family, kind, proto, _, address = infos[0]
-    sock = socket.socket(family, kind, proto)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind(address)
-    except OSError as exc:
-        sock.close()
-        raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}; give another --listen") from None
-    sock.listen(4096)
-    return sock
+    """The proxy's listening socket (``front.listen_socket`` in the proxy's words)."""
+    return front_socket(host, port, named=f"--listen {host}:{port}", instead="another --listen", backlog=4096)
 
 
 def serve(settings: Settings, *, log_level: str = "info") -> None:
