@@ -52,15 +52,24 @@ class Left:
     processes: dict[int, str] = field(default_factory=dict)
     containers: dict[str, str] = field(default_factory=dict)
     monitors: tuple[Monitor, ...] = ()
+    where: dict[str, str] = field(default_factory=dict)  # run id -> the test folder whose store holds it
 
     def __bool__(self) -> bool:
         return bool(self.processes or self.containers or self.monitors)
 
     def lines(self) -> list[str]:
         out = [f"process {pid}: {args}" for pid, args in sorted(self.processes.items())]
-        out += [f"container {name} ({state})" for name, state in sorted(self.containers.items())]
-        out += [f"conmon {m.pid} of {m.name}, with {len(m.below)} process(es) under it" for m in self.monitors]
+        out += [f"container {name} ({state}){self._of(name)}" for name, state in sorted(self.containers.items())]
+        for m in self.monitors:
+            below = "; ".join(f"{pid}: {_cmdline(pid)}" for pid in m.below)
+            said = f"conmon {m.pid} of {m.name}{self._of(m.name)}"
+            out.append(f"{said}, with {len(m.below)} process(es) under it: {below}")
         return out
+
+    def _of(self, name: str) -> str:
+        """Which test recorded the run of container ``name`` (its folder under the basetemp)."""
+        folder = self.where.get(_run_of(name))
+        return f" (run recorded by {folder})" if folder else ""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -108,7 +117,7 @@ def leftovers(token: str, base: Path) -> Left:
     watched = tuple(m for m in monitors() if _run_of(m.name) in runs or _under(m.log, base))
     theirs = {pid for m in watched for pid in (m.pid, *m.below)}
     processes = {pid: args for pid, args in marked(token, base).items() if pid not in theirs}
-    return Left(processes, _containers(runs), watched)
+    return Left(processes, _containers(set(runs)), watched, runs)
 
 
 def marked(token: str, base: Path | None = None, proc: Path = Path("/proc")) -> dict[int, str]:
@@ -143,9 +152,10 @@ def _mark(token: str) -> str:
     return f"-{token[:6]}-"
 
 
-def recorded_runs(base: Path) -> set[str]:
-    """The ids of the runs recorded in the stores (``state.db``) under ``base``."""
-    runs: set[str] = set()
+def recorded_runs(base: Path) -> dict[str, str]:
+    """The ids of the runs recorded in the stores (``state.db``) under ``base``, each with the
+    folder (relative to ``base``: the test's) of the store that holds it."""
+    runs: dict[str, str] = {}
     for root, dirs, files in os.walk(base):
         depth = len(Path(root).relative_to(base).parts)
         dirs[:] = [d for d in dirs if depth < STORE_DEPTH and d not in ("runs", "cache", "logs")]
@@ -153,7 +163,8 @@ def recorded_runs(base: Path) -> set[str]:
             with contextlib.suppress(sqlite3.Error):  # a test's damaged store
                 db = sqlite3.connect(f"file:{Path(root) / 'state.db'}?mode=ro", uri=True, timeout=5)
                 try:
-                    runs |= {str(r[0]) for r in db.execute("SELECT id FROM runs")}
+                    folder = str(Path(root).relative_to(base))
+                    runs |= {str(r[0]): folder for r in db.execute("SELECT id FROM runs")}
                 finally:
                     db.close()
     return runs
@@ -201,6 +212,13 @@ def end(left: Left) -> None:
 def _run_of(name: str) -> str:
     """``hf-RUN-STEP-ATTEMPT`` -> RUN; "" for another name."""
     return name.split("-", 2)[1] if name.startswith("hf-") and name.count("-") >= 2 else ""
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()[:160]
+    except OSError:
+        return "(gone)"
 
 
 def _under(path: str, base: Path) -> bool:

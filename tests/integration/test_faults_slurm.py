@@ -80,6 +80,15 @@ def leftovers(runs: list[str]) -> list[str]:
     return found
 
 
+def container_runs(name: str, timeout: float = 120) -> None:
+    """Wait until container ``name`` runs: a job Slurm calls RUNNING may not have made it yet,
+    and one its lost job script makes after the test removed it would sleep on unnoticed."""
+    deadline = time.time() + timeout
+    while not podman_names("ps", "--filter", f"name=^{name}$", "--format", "{{.Names}}"):
+        assert time.time() < deadline, f"container {name} not running after {timeout} s"
+        time.sleep(0.2)
+
+
 def step_of(data: dict[str, Any], name: str) -> dict[str, Any]:
     """Step ``name`` of ``hetflow show --json``."""
     (found,) = (s for s in data["steps"] if s["step"] == name)
@@ -98,6 +107,7 @@ def test_a_step_whose_slurmd_is_killed_ends_as_a_node_fault_and_runs_again_elsew
     while backend.poll(r)[first].status != "RUNNING":
         assert time.time() < deadline, backend.poll(r)
         time.sleep(0.2)
+    container_runs(first)  # before its slurmd dies: a container made after the test's `podman rm` outlives it
     kill_slurmd(cluster, "hf-t4")
     try:
         st = wait_done(backend, r, [first], timeout=60)[first]
@@ -337,6 +347,7 @@ def test_a_step_planned_on_a_failed_node_is_not_submitted_there_again(
     hf.wait_for(lambda: squeue_row(cluster, first)[0] == "RUNNING", timeout=120)
     assert squeue_row(cluster, first)[1] == "hf-t4"
     assert step_of(hf.show(run_id), "t")["node"] == "hf-t4"  # t is planned there too
+    container_runs(first)  # Slurm says RUNNING as the job script starts, before its `podman run`
     kill_slurmd(cluster, "hf-t4")
     try:
         # before: t's next job was pinned to hf-t4 and waited there (ReqNodeNotAvail) until it came back

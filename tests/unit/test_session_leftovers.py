@@ -60,7 +60,7 @@ def test_the_runs_are_those_recorded_under_the_basetemp(tmp_path: Path) -> None:
     db.close()
     (tmp_path / "t1").mkdir()
     (tmp_path / "t1" / "state.db").write_bytes(b"not a store")  # a test's damaged store: no runs
-    assert recorded_runs(tmp_path) == {"abcd1234"}
+    assert recorded_runs(tmp_path) == {"abcd1234": "t0/home"}  # each run with the test folder that holds it
 
 
 LEAKS = """
