@@ -90,7 +90,7 @@ def test_sigterm_stops_the_run_and_resume_completes_it(hf: Hetflow, tmp_path: An
 
 @pytest.mark.parametrize("delay", [0.0, 0.1, 0.5], ids=["at-once", "100ms", "500ms"])
 def test_sigint_after_a_step_finished_keeps_its_result(hf: Hetflow, tmp_path: Any, delay: float) -> None:
-    proc = _start(hf, _wf(tmp_path, "echo 1 > /out/done", SLEEPER.format(t=3)), HETFLOW_STOP_GRACE="5s")
+    proc = _start(hf, _wf(tmp_path, "echo 1 > /out/done", FIRST_SLEEPS.format(t=120)), HETFLOW_STOP_GRACE="5s")
     run_id = _run_id(hf)
     a = f"hf-{run_id}-a-1"
 
