@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetflow.execute.backends import Backend, make_backend
+from hetflow.execute import Backend, make_backend
 from hetflow.state import Store, TesTaskRow
 from hetflow.tes.messages import ACTIVE, State, Task, TaskLog
 from hetflow.tes.service.accept import accept

@@ -17,8 +17,7 @@ from pathlib import Path
 
 from hetflow.config import submitter
 from hetflow.errors import EngineError, HetflowError
-from hetflow.execute import ContainerSpec, RunPaths, container_name, group_records, new_run_id
-from hetflow.execute.backends import Backend, Job, JobState
+from hetflow.execute import Backend, ContainerSpec, Job, JobState, RunPaths, container_name, group_records, new_run_id
 from hetflow.kube import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP
 from hetflow.state import AttemptRecord, Store, TesTaskRow, pid_alive, process_start
 from hetflow.tes.messages import ExecutorLog, State, Task, TaskLog
