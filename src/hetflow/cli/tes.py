@@ -9,6 +9,7 @@ import typer
 
 from hetflow.cli.common import console, err
 from hetflow.config import hetflow_home
+from hetflow.execute import DEFAULT_BACKEND
 
 tes_app = typer.Typer(help="hetflow as a GA4GH Task Execution Service (TES v1.1).", no_args_is_help=True)
 token_app = typer.Typer(help="Users' bearer tokens (auth: tokens in the config).", no_args_is_help=True)
@@ -23,7 +24,7 @@ def register(app: typer.Typer) -> None:
 def serve(
     listen: str = typer.Option("127.0.0.1:8000", "--listen", metavar="HOST:PORT", help="Address to serve the API on."),
     config: Path | None = typer.Option(None, "--config", metavar="FILE", help="The service's settings (YAML)."),
-    backend: str = typer.Option("local", "--backend", help="Where executors run (local only, for now)."),
+    backend: str = typer.Option(DEFAULT_BACKEND, "--backend", help="Where executors run (this machine only, for now)."),
     file_root: list[Path] = typer.Option(
         [], "--file-root", metavar="DIR", help="file:// inputs and outputs may be under DIR (repeatable)."
     ),
@@ -33,8 +34,8 @@ def serve(
     from hetflow.tes import TesService, load_config
     from hetflow.tes import serve as serve_tes
 
-    if backend != "local":
-        raise UsageError(f"--backend {backend}: the TES service runs executors on the local backend only, for now")
+    if backend != DEFAULT_BACKEND:
+        raise UsageError(f"--backend {backend}: the TES service runs executors on {DEFAULT_BACKEND} only, for now")
     settings = load_config(config, backend=backend, file_roots=tuple(file_root))
     home = hetflow_home()
     service = TesService(settings, home)
