@@ -12,7 +12,7 @@ export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 # pytest-xdist workers for make test, unit and integration (see test:)
 PYTEST_WORKERS ?= 3
 
-.PHONY: deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit
+.PHONY: deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -111,6 +111,17 @@ unit: install
 integration: install criu
 	$(PY) -m pytest tests/integration -q -n $(PYTEST_WORKERS) --dist loadfile
 
+# The GA4GH TES compliance suite (third_party/tes/openapi-test-runner) pins pydantic 1 and an
+# old requests, so it lives in a venv of its own; tests/integration/test_tes_compliance.py
+# runs it against `hetflow tes serve` (it is skipped, saying why, where this venv is missing).
+TES_VENV := build/tes-compliance-venv
+tes-compliance-venv: $(TES_VENV)/.installed
+$(TES_VENV)/.installed: third_party/tes/openapi-test-runner/requirements.txt
+	@test -x $(TES_VENV)/bin/python || python3 -m venv $(TES_VENV)
+	$(TES_VENV)/bin/pip install -q -r third_party/tes/openapi-test-runner/requirements.txt
+	cp -r third_party/tes/openapi-test-runner $(TES_VENV)/src && $(TES_VENV)/bin/pip install -q $(TES_VENV)/src
+	touch $@
+
 # `make test` (and `make unit`) run the short fuzz (5,000 cases) and the input suite; this
 # is the long run: 12,000 generated cases, derandomized (HETFLOW_FUZZ_SEED=N for others).
 fuzz: install
@@ -121,7 +132,7 @@ fuzz: install
 # Ray or Kubernetes cluster stays with one worker): the integration tests mostly wait on
 # containers and clusters, so three share two cores well (about 12 minutes instead of 25).
 # Every test keeps its own HETFLOW_HOME and names, so workers never see each other's runs.
-test: install lint kube criu
+test: install lint kube criu tes-compliance-venv
 	$(PY) -m pytest tests -q -ra -n $(PYTEST_WORKERS) --dist loadfile
 
 # kill -9 of every hetflow process of a 200-step run at 20 seeded random points, each followed

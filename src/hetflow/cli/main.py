@@ -57,6 +57,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "run.doctor": ("doctor",),
     "run.moves": ("migrate", "drain"),
     "ui": ("ui",),
+    "tes": ("tes",),
     "shell": ("completion",),
 }
 

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
+    from hetflow.execute.backends.base import Backend, Job, JobState
     from hetflow.execute.backends.factory import make_backend
     from hetflow.execute.backends.local.engines import DockerEngine, make_engine
     from hetflow.execute.backends.local.fakeengine import FakeEngine
@@ -90,6 +91,7 @@ if TYPE_CHECKING:
     from hetflow.execute.submit.session import OpenRun, edited_since, load_recorded, open_run, resume_run, submit_run
 
 _WHERE = {
+    "backends.base": ["Backend", "Job", "JobState"],
     "backends.factory": ["make_backend"],
     "backends.registry": ["DEFAULT_BACKEND", "backend_help", "backend_plugins", "cluster_nodes"],
     "data.cache": ["Key", "ResultCache", "StepKeys", "cache_key", "input_digests"],
@@ -155,6 +157,7 @@ __all__ = [
     "LAUNCH_CONTRACT",
     "NOTIFY_FAILED",
     "SECRETS_FILE_ENV",
+    "Backend",
     "CliEngine",
     "ClusterDispatch",
     "ContainerEngine",
@@ -169,6 +172,8 @@ __all__ = [
     "FakeEngine",
     "Finding",
     "GpuAccess",
+    "Job",
+    "JobState",
     "Key",
     "LocalDispatch",
     "LogSource",

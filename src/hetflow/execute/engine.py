@@ -62,6 +62,7 @@ class ContainerSpec:
     passwd: bool = True  # podman adds the UID to /etc/passwd; false for a step CRIU may restore (podman 4.3)
     # the step's secrets, NAME -> value (also in ``env``): files /run/secrets/NAME (podman --secret); never shown
     secrets: Mapping[str, str] = field(default_factory=dict, repr=False)
+    workdir: str = ""  # the process's working folder (--workdir); "": the image's (a TES executor's workdir)
 
 
 @dataclass(frozen=True)
@@ -245,6 +246,8 @@ def run_args(
             args += ["--env", f"{k}={v}"]
     if spec.entrypoint is not None:
         args += ["--entrypoint", json.dumps(list(spec.entrypoint))]
+    if spec.workdir:
+        args += ["--workdir", spec.workdir]
     return [*args, spec.image, *spec.command]
 
 

@@ -81,6 +81,7 @@ from hetflow.state.models import (
 from hetflow.state.parsecache import NO_PARSE_CACHE_ENV, PARSE_CACHE_MIN_BYTES, load_workflow_cached
 from hetflow.state.rows.inputs import DATA_CHANGED, InputsSeen
 from hetflow.state.rows.schema import SCHEMA_VERSION
+from hetflow.state.rows.tes import TesTaskRow
 from hetflow.state.store import Store
 
 __all__ = [
@@ -130,6 +131,7 @@ __all__ = [
     "Store",
     "StoreDamaged",
     "StoreFull",
+    "TesTaskRow",
     "UsageRow",
     "disk_full_message",
     "disk_room",

@@ -51,6 +51,7 @@ from hetflow.state.rows.pages import Pages
 from hetflow.state.rows.published import PublishRows
 from hetflow.state.rows.schema import SCHEMA, SCHEMA_DATA, SCHEMA_VERSION
 from hetflow.state.rows.slowdowns import SlowdownRows
+from hetflow.state.rows.tes import TesRows
 
 OPEN_WAIT = 30.0  # seconds a new process waits for a store another one holds locked
 T = TypeVar("T")
@@ -60,7 +61,7 @@ def _now() -> float:
     return time.time()
 
 
-class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, SlowdownRows):
+class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, SlowdownRows, TesRows):
     """One connection per process; every write is its own short transaction."""
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
@@ -141,6 +142,7 @@ class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, Slowdo
         self._migrate_slowdowns()  # measured GPU-sharing slowdowns (tools/gpu-check)
         self._migrate_node_fault()  # attempts lost with their node: the budget survives resume
         self._migrate_inputs()  # what each attempt's data was at launch (issue 37)
+        self._migrate_tes()  # the TES service's tasks and tokens (issue 41)
 
     def _open_read_only(self, path: Path) -> None:
         if not path.is_file():

@@ -1,0 +1,217 @@
+"""The service: tasks accepted into the store, started by the scheduler thread in fair-share
+order (``queue.decide``), each run by a ``worker.TaskWork`` on a thread of its own; canceled;
+and, when the service starts, what a killed server left taken back.
+
+Every state lives in the store (SQLite), so a server killed with SIGKILL and started again
+loses no task and starts none twice: a task QUEUED stays queued; one that was INITIALIZING
+or RUNNING has its containers removed and runs again as a new attempt (its system log says
+so); one CANCELING ends CANCELED."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from hetflow.execute import Backend, make_backend
+from hetflow.state import Store, TesTaskRow
+from hetflow.tes.messages import ACTIVE, State, Task, TaskLog
+from hetflow.tes.service.accept import accept
+from hetflow.tes.service.config import TesConfig
+from hetflow.tes.service.queue import Decision, Queued, decide
+from hetflow.tes.service.worker import TaskWork, stamp
+
+BackendFactory = Callable[[], Backend]
+
+
+@dataclass(frozen=True)
+class Caller:
+    user: str
+    admin: bool
+
+
+@dataclass(frozen=True)
+class Page:
+    tasks: list[TesTaskRow]
+    next_token: str | None
+
+
+class TesService:
+    def __init__(self, config: TesConfig, home: Path, *, backend: BackendFactory = make_backend, gpus: int = 0) -> None:
+        self.config, self.home, self.make_backend, self.gpus = config, home, backend, gpus
+        self.store_path = home / "state.db"
+        self._local = threading.local()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._workers: dict[str, tuple[threading.Thread, threading.Event]] = {}
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @property
+    def store(self) -> Store:
+        """This thread's connection (sqlite3 connections stay on the thread that made them)."""
+        store: Store | None = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = Store(self.store_path)
+        return store
+
+    # --- the scheduler -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.recover()
+        self._thread = threading.Thread(target=self._loop, name="tes-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(1.0)
+            self._wake.clear()
+            if self._stop.is_set():
+                return
+            for d in self.explain():
+                if d.start:
+                    self._start(d.task_id)
+
+    def explain(self) -> list[Decision]:
+        store = self.store
+        running = store.tes_counts(s.value for s in ACTIVE)
+        queue = [
+            Queued(r.id, r.owner, r.gpus, r.seq) for r in store.tes_tasks(states=[State.QUEUED.value], ascending=True)
+        ]
+        free = self.config.max_running - sum(n for n, _ in running.values())
+        free_gpus = self.gpus - sum(g for _, g in running.values())
+        return decide(queue, running, self.config, free=free, free_gpus=free_gpus)
+
+    def _start(self, task_id: str) -> None:
+        row = self.store.tes_task(task_id)
+        if row is None or not self.store.claim_tes_task(
+            task_id, State.QUEUED, State.INITIALIZING, attempt=row.attempt + 1, run_id=None
+        ):
+            return
+        claimed = self.store.tes_task(task_id)
+        assert claimed is not None
+        wake = threading.Event()
+        thread = threading.Thread(target=self._work, args=(claimed, wake), name=f"tes-{task_id}", daemon=True)
+        with self._lock:
+            self._workers[task_id] = (thread, wake)
+        thread.start()
+
+    def _work(self, row: TesTaskRow, wake: threading.Event) -> None:
+        try:
+            TaskWork(self.store, self.home, row, self.make_backend(), wake).run()
+        except Exception as exc:  # a bug must not leave the task RUNNING for ever
+            self.store.set_tes_task(row.id, state=State.SYSTEM_ERROR.value)
+            self._append_system_log(row.id, f"internal error: {type(exc).__name__}: {exc}")
+        finally:
+            with self._lock:
+                self._workers.pop(row.id, None)
+            self._wake.set()
+
+    def recover(self) -> None:
+        """Take back what a stopped or killed server left: see the module docstring."""
+        store = self.store
+        for row in list(store.tes_tasks(states=[s.value for s in ACTIVE])):
+            if row.run_id:
+                backend = self.make_backend()
+                names = list(backend.poll(row.run_id))
+                if names:
+                    backend.cancel(names, grace=0)
+                    backend.release(names)
+                store.set_run(row.run_id, state="failed", message="the TES server stopped while it ran")
+            if row.state == State.CANCELING:
+                store.set_tes_task(row.id, state=State.CANCELED.value)
+                continue
+            store.set_tes_task(row.id, state=State.QUEUED.value)
+            self._append_system_log(row.id, f"the server stopped during attempt {row.attempt}; queued to run again")
+
+    def _append_system_log(self, task_id: str, line: str) -> None:
+        row = self.store.tes_task(task_id)
+        if row is None:
+            return
+        logs = json.loads(row.logs_json) or [{"logs": [], "outputs": []}]
+        logs[-1].setdefault("system_logs", []).append(line)
+        self.store.set_tes_task(task_id, logs_json=json.dumps(logs))
+
+    # --- the API's operations -------------------------------------------------------------------
+
+    def create(self, task: Task, caller: Caller) -> str:
+        """Accept ``task`` for ``caller`` (``accept.Refused`` when it cannot be); its id."""
+        accepted = accept(task, self.config)
+        task_id = secrets.token_hex(10)
+        stored = accepted.task.model_copy(update={"id": None, "state": None, "logs": None, "creation_time": stamp()})
+        self.store.add_tes_task(
+            task_id=task_id,
+            owner=caller.user,
+            name=task.name or "",
+            task_json=stored.model_dump_json(exclude_none=True),
+            tags=dict(task.tags or {}),
+            gpus=accepted.gpus,
+        )
+        if accepted.warnings:
+            log = TaskLog(system_logs=list(accepted.warnings))
+            self.store.set_tes_task(task_id, logs_json=json.dumps([log.model_dump(mode="json", exclude_none=True)]))
+        self._wake.set()
+        return task_id
+
+    def get(self, task_id: str, caller: Caller) -> TesTaskRow | None:
+        row = self.store.tes_task(task_id)
+        if row is None or not (caller.admin or row.owner == caller.user):
+            return None  # another user's task is not found, as one that does not exist
+        return row
+
+    def cancel(self, task_id: str, caller: Caller) -> bool:
+        """False when the caller has no such task; a finished task stays as it is (TES 1.1)."""
+        row = self.get(task_id, caller)
+        if row is None:
+            return False
+        if not self.store.claim_tes_task(task_id, State.QUEUED, State.CANCELED):
+            for state in (State.INITIALIZING, State.RUNNING):
+                if self.store.claim_tes_task(task_id, state, State.CANCELING):
+                    with self._lock:
+                        worker = self._workers.get(task_id)
+                    if worker is not None:
+                        worker[1].set()
+        return True
+
+    def page(
+        self,
+        caller: Caller,
+        *,
+        page_size: int,
+        token: str | None,
+        name_prefix: str = "",
+        state: str | None = None,
+        tags: list[tuple[str, str]] = (),  # type: ignore[assignment]
+    ) -> Page:
+        before = int(token) if token else None
+        rows: list[TesTaskRow] = []
+        source: Iterator[TesTaskRow] = self.store.tes_tasks(
+            owner=None if caller.admin else caller.user,
+            states=[state] if state else [],
+            name_prefix=name_prefix,
+            before_seq=before,
+        )
+        for row in source:
+            if all(row.tags.get(k) is not None and (v == "" or row.tags.get(k) == v) for k, v in tags):
+                rows.append(row)
+                if len(rows) > page_size:
+                    break
+        more = len(rows) > page_size
+        rows = rows[:page_size]
+        return Page(rows, str(rows[-1].seq) if more and rows else None)
+
+
+def as_task(row: TesTaskRow) -> Task:
+    """The stored task as the API shows it."""
+    task = Task.model_validate_json(row.task_json)
+    logs = [TaskLog.model_validate(x) for x in json.loads(row.logs_json)]
+    return task.model_copy(update={"id": row.id, "state": State(row.state), "logs": logs or None})
