@@ -91,12 +91,16 @@ STANDINS: tuple[StandIn, ...] = (
 _PRUNE = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt", "var/lib/apt/lists")
 
 
+def root_name(packages: Sequence[str]) -> str:
+    """The cache folder of a root with ``packages``: named by their hash."""
+    return f"rootfs-{SUITE}-cwl-{hashlib.sha256(' '.join(packages).encode()).hexdigest()[:12]}"
+
+
 def debootstrap_root(cache: Path, packages: Sequence[str], log: Log) -> Path:
     """A minbase bookworm root with ``packages``, made once under ``cache`` (named by the
     package list) and reused; built beside its name and renamed when complete, so an
     interrupted build never looks usable."""
-    key = hashlib.sha256(" ".join(packages).encode()).hexdigest()[:12]
-    target = cache / f"rootfs-{SUITE}-cwl-{key}"
+    target = cache / root_name(packages)
     done = target.with_name(target.name + ".ok")
     if done.is_file() and (target / "bin/sh").exists():
         log(f"rootfs: reusing {target}")
