@@ -164,7 +164,8 @@ def render(columns: Sequence[Column]) -> str:
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in [header, *rows]]
     lines.insert(1, "  ".join("-" * w for w in widths))
-    return "\n".join([*lines, "", required_line(columns)])
+    timed = [f"{c.runner} {c.seconds:.0f} s" for c in columns if c.seconds is not None]
+    return "\n".join([*lines, "", required_line(columns), *(["wall time: " + ", ".join(timed)] if timed else [])])
 
 
 def required_line(columns: Sequence[Column]) -> str:
