@@ -127,6 +127,14 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, default=REPO / "build/conformance", help="results folder")
     parser.add_argument("--no-images", dest="images", action="store_false", help="skip `make cwl-images`")
     parser.add_argument(
+        "--cwltool-arg",
+        dest="cwltool_args",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="one more argument for cwltool, e.g. --cwltool-arg=--relax-path-checks (repeatable)",
+    )
+    parser.add_argument(
         "--check", action="store_true", help="exit 1 unless hetflow passes every required test and 95%% of all"
     )
     return parser
@@ -155,7 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     columns = []
     try:
         for runner in runners:
-            columns.append(_column(runner, select, out, env, args.jobs))
+            columns.append(_column(runner, select, out, env, args.jobs, args.cwltool_args))
     except JunitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 1
@@ -178,7 +186,9 @@ def meets_the_bar(column: Column) -> bool:
     return ok
 
 
-def _column(runner: str, select: Sequence[str], out: Path, env: dict[str, str], jobs: int) -> Column:
+def _column(
+    runner: str, select: Sequence[str], out: Path, env: dict[str, str], jobs: int, cwltool_args: Sequence[str]
+) -> Column:
     if runner == "hetflow":
         tool = shutil.which(HETFLOW_RUNNER, path=env["PATH"])
         if tool is None:
@@ -190,5 +200,5 @@ def _column(runner: str, select: Sequence[str], out: Path, env: dict[str, str], 
             return Column.absent(runner, MISSING)
         shim = _shim_dir(out, env)
         own = {**env, "PATH": os.pathsep.join([str(shim), env["PATH"]])} if shim else env
-        return run_cwltest(runner, tool, ["--podman"], select, out, own, jobs)
+        return run_cwltest(runner, tool, ["--podman", *cwltool_args], select, out, own, jobs)
     raise ValueError(runner)  # main() checked the names
