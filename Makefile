@@ -12,7 +12,7 @@ export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 # pytest-xdist workers for make test, unit and integration (see test:)
 PYTEST_WORKERS ?= 3
 
-.PHONY: deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv
+.PHONY: deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv cwl-images conformance
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -108,7 +108,7 @@ lint: install
 unit: install
 	$(PY) -m pytest tests/unit -q -n $(PYTEST_WORKERS) --dist loadfile
 
-integration: install criu
+integration: install criu tes-compliance-venv
 	$(PY) -m pytest tests/integration -q -n $(PYTEST_WORKERS) --dist loadfile
 
 # The GA4GH TES compliance suite (third_party/tes/openapi-test-runner) pins pydantic 1 and an
@@ -165,6 +165,19 @@ bench: install images kube criu
 	$(PY) -m bench.planning.sharing
 	$(PY) -m bench.ui
 	$(PY) -m bench.local.checkpoint
+
+# Local stand-ins for the Docker Hub images the CWL conformance tests name (docker.io/debian:stable-slim,
+# python:3-slim, bash:4.4, alpine:latest), from Debian packages and busybox: README "CWL".
+cwl-images: install
+	$(PY) -m bench.conformance.images
+
+# The CWL v1.2 conformance suite (third_party/cwl-v1.2) through cwltest against hetflow-cwl-runner and
+# against cwltool --podman (the anchor) in the same run: a table of passed/failed/unsupported per tag,
+# and build/conformance/summary.json.  A short run: make conformance CWL_ARGS='--tags required' (or
+# '-n 1-20', '-s NAME,...'); CWL_ARGS=--check fails unless hetflow passes every required test and 95%.
+conformance: install cwl-images
+	$(PY) -m pip install -q -e '.[conformance]'
+	$(PY) -m bench.conformance --no-images $(CWL_ARGS)
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache gpu-kit

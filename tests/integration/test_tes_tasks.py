@@ -15,11 +15,11 @@ from pathlib import Path
 
 import httpx
 import pytest
+import tes  # py-tes, the GA4GH client (the test extra)
 from demo.images import build_tiny_image
 
 from tests.integration.hfkit import free_port
 
-tes = pytest.importorskip("tes")
 pytestmark = pytest.mark.integration
 ENDED = {"COMPLETE", "EXECUTOR_ERROR", "SYSTEM_ERROR", "CANCELED", "PREEMPTED"}
 
