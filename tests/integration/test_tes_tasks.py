@@ -6,11 +6,9 @@ running, then started again: no task lost, none run twice."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -18,51 +16,9 @@ import pytest
 import tes  # py-tes, the GA4GH client (the test extra)
 from demo.images import build_tiny_image
 
-from tests.integration.hfkit import free_port
+from tests.integration.teskit import ENDED, Server, until
 
 pytestmark = pytest.mark.integration
-ENDED = {"COMPLETE", "EXECUTOR_ERROR", "SYSTEM_ERROR", "CANCELED", "PREEMPTED"}
-
-
-class Server:
-    def __init__(self, home: Path, data: Path) -> None:
-        self.home, self.data = home, data
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[str] | None = None
-
-    def start(self) -> None:
-        env = {**os.environ, "HETFLOW_HOME": str(self.home)}
-        argv = [sys.executable, "-m", "hetflow.cli.main", "tes", "serve", "--listen", f"127.0.0.1:{self.port}"]
-        argv += ["--file-root", str(self.data)]
-        # its own session: a SIGKILL of the group takes HAProxy and uvicorn's thread with it
-        self.proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-                                     start_new_session=True)  # fmt: skip
-        until(self._up, "the server answers")
-
-    def _up(self) -> bool:
-        assert self.proc is not None and self.proc.poll() is None, "the server exited"
-        try:
-            return httpx.get(f"{self.url}/ga4gh/tes/v1/service-info", timeout=2).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    def kill(self) -> None:
-        assert self.proc is not None
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=60)
-
-
-def until(check: Callable[[], bool], what: str, timeout: float = 240) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
-        time.sleep(0.2)
 
 
 @pytest.fixture

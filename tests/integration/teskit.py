@@ -1,0 +1,69 @@
+"""A real ``hetflow tes serve`` in a process of its own, for the TES tests and the bench:
+started, waited for until it answers, killed with SIGKILL (its whole session: HAProxy and
+uvicorn's thread with it) or stopped."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import httpx
+
+from tests.integration.hfkit import free_port
+
+ENDED = {"COMPLETE", "EXECUTOR_ERROR", "SYSTEM_ERROR", "CANCELED", "PREEMPTED"}
+
+
+def until(check: Callable[[], bool], what: str, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(0.2)
+
+
+class Server:
+    def __init__(
+        self, home: Path, data: Path, *, config: Path | None = None, env: Mapping[str, str] | None = None
+    ) -> None:
+        self.home, self.data, self.config = home, data, config
+        self.env = {**os.environ, **(env or {}), "HETFLOW_HOME": str(home)}
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def hetflow(self, *args: str) -> subprocess.CompletedProcess[str]:
+        """``hetflow ARGS`` against this server's home."""
+        argv = [sys.executable, "-m", "hetflow.cli.main", *args]
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=120)
+
+    def start(self) -> None:
+        argv = [sys.executable, "-m", "hetflow.cli.main", "tes", "serve", "--listen", f"127.0.0.1:{self.port}"]
+        argv += ["--file-root", str(self.data)]
+        if self.config is not None:
+            argv += ["--config", str(self.config)]
+        # its own session: a SIGKILL of the group takes HAProxy and uvicorn's thread with it
+        self.proc = subprocess.Popen(argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
+                                     start_new_session=True)  # fmt: skip
+        until(self._up, "the server answers")
+
+    def _up(self) -> bool:
+        assert self.proc is not None and self.proc.poll() is None, "the server exited"
+        try:
+            return httpx.get(f"{self.url}/ga4gh/tes/v1/service-info", timeout=2).status_code == 200
+        except httpx.TransportError:
+            return False
+
+    def kill(self) -> None:
+        assert self.proc is not None
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
