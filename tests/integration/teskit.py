@@ -34,7 +34,7 @@ class Server:
         self.env = {**os.environ, **(env or {}), "HETFLOW_HOME": str(home)}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen[str] | None = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     def hetflow(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``hetflow ARGS`` against this server's home."""

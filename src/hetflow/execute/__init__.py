@@ -50,7 +50,7 @@ if TYPE_CHECKING:
     from hetflow.execute.data.cache import Key, ResultCache, StepKeys, cache_key, input_digests
     from hetflow.execute.data.fanout import expand_for_planning
     from hetflow.execute.data.fencing import DISCARDED_WORDS
-    from hetflow.execute.data.inputs import DataManifest, resolve_data
+    from hetflow.execute.data.inputs import DataManifest, ObjectStore, resolve_data, s3_filesystem
     from hetflow.execute.data.outputs import accept_outputs, damaged_outputs, missing_outputs, sha256_of
     from hetflow.execute.data.paths import RunPaths, container_name
     from hetflow.execute.devices.gpu import DRIVER_DIR, GpuAccess, cdi_device_names, driver_mounts, gpu_access
@@ -95,7 +95,7 @@ _WHERE = {
     "backends.factory": ["make_backend"],
     "backends.registry": ["DEFAULT_BACKEND", "backend_help", "backend_plugins", "cluster_nodes"],
     "data.cache": ["Key", "ResultCache", "StepKeys", "cache_key", "input_digests"],
-    "data.inputs": ["DataManifest", "resolve_data"],
+    "data.inputs": ["DataManifest", "ObjectStore", "resolve_data", "s3_filesystem"],
     "backends.local.fakeengine": ["FakeEngine"],
     "data.fanout": ["expand_for_planning"],
     "submit.prepare": ["cluster_instance", "measured_slowdowns"],
@@ -181,6 +181,7 @@ __all__ = [
     "Notifier",
     "Notify",
     "NullReporter",
+    "ObjectStore",
     "OpenRun",
     "PinResult",
     "Preview",
@@ -268,6 +269,7 @@ __all__ = [
     "resolve_data",
     "resume_run",
     "run_args",
+    "s3_filesystem",
     "select_steps",
     "sha256_of",
     "spawn_executor",

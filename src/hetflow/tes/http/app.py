@@ -90,7 +90,8 @@ class Api:
             description="hetflow's GA4GH Task Execution Service: tasks run as hetflow runs in hardened containers",
             organization=Organization(name="hetflow", url="https://github.com/hetflow"),
             version=self.version,
-            storage=[f"file://{r}" for r in self.service.config.file_roots],
+            storage=[f"file://{r}" for r in self.service.config.file_roots]
+            + (["s3://"] if self.service.config.s3 is not None else []),
             tesResources_backend_parameters=list(SUPPORTED_PARAMETERS),
         )
         return info.model_dump(mode="json", exclude_none=True)

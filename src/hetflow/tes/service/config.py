@@ -6,6 +6,7 @@ submit and how much each may run, and how many tasks run at once.
     max_running: 4                    # tasks running at once on this server (default: CPUs)
     default_limits: {max_running: 2, max_gpus: 1}
     users: {alice: {max_running: 8}}  # per user, over default_limits
+    s3: {endpoint: http://127.0.0.1:9000}  # s3:// inputs and outputs (credentials: AWS_* variables)
 """
 
 from __future__ import annotations
@@ -29,6 +30,14 @@ class Limits(BaseModel):
     max_gpus: int | None = Field(default=None, ge=0)
 
 
+class S3(BaseModel):
+    """Where s3:// URLs are read and written; credentials and region come from the usual AWS
+    variables and files (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, ~/.aws), never this file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    endpoint: str | None = Field(default=None, pattern=r"^https?://")  # None: AWS_ENDPOINT_URL, else AWS
+
+
 class _File(BaseModel):
     model_config = ConfigDict(extra="forbid")
     file_roots: list[Path] = Field(default_factory=list)
@@ -36,6 +45,7 @@ class _File(BaseModel):
     max_running: int | None = Field(default=None, ge=1)
     default_limits: Limits = Field(default_factory=Limits)
     users: dict[str, Limits] = Field(default_factory=dict)
+    s3: S3 | None = None
 
 
 @dataclass(frozen=True)
@@ -48,6 +58,7 @@ class TesConfig:
     default_limits: Limits = field(default_factory=Limits)
     users: dict[str, Limits] = field(default_factory=dict)
     backend: str = "local"
+    s3: S3 | None = None  # None: s3:// URLs end the task SYSTEM_ERROR, saying so
 
     def limits(self, user: str) -> Limits:
         own = self.users.get(user)
@@ -91,4 +102,5 @@ def load_config(path: Path | None, *, backend: str = "local", file_roots: tuple[
         default_limits=data.default_limits,
         users=dict(data.users),
         backend=backend,
+        s3=data.s3,
     )

@@ -107,7 +107,7 @@ class TesService:
 
     def _work(self, row: TesTaskRow, wake: threading.Event) -> None:
         try:
-            TaskWork(self.store, self.home, row, self.make_backend(), wake).run()
+            TaskWork(self.store, self.home, row, self.make_backend(), wake, self.config.s3).run()
         except Exception as exc:  # a bug must not leave the task RUNNING for ever
             self.store.set_tes_task(row.id, state=State.SYSTEM_ERROR.value)
             self._append_system_log(row.id, f"internal error: {type(exc).__name__}: {exc}")

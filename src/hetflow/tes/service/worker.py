@@ -17,11 +17,23 @@ from pathlib import Path
 
 from hetflow.config import submitter
 from hetflow.errors import EngineError, HetflowError
-from hetflow.execute import Backend, ContainerSpec, Job, JobState, RunPaths, container_name, group_records, new_run_id
+from hetflow.execute import (
+    Backend,
+    ContainerSpec,
+    Job,
+    JobState,
+    ObjectStore,
+    RunPaths,
+    container_name,
+    group_records,
+    new_run_id,
+    s3_filesystem,
+)
 from hetflow.kube import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP
 from hetflow.state import AttemptRecord, Store, TesTaskRow, pid_alive, process_start
 from hetflow.tes.messages import ExecutorLog, State, Task, TaskLog
 from hetflow.tes.service import staging
+from hetflow.tes.service.config import S3
 
 TAIL_BYTES = 10_000  # of stdout and stderr kept in an executor's log (TES: "a tail")
 POLL_S = 0.5  # how often a running executor is looked at when the engine cannot call back
@@ -39,8 +51,10 @@ class Canceled(Exception):
 class TaskWork:
     """Run ``row`` (claimed INITIALIZING by the caller) to its end on ``backend``."""
 
-    def __init__(self, store: Store, home: Path, row: TesTaskRow, backend: Backend, wake: threading.Event) -> None:
-        self.store, self.home, self.row, self.backend, self.wake = store, home, row, backend, wake
+    def __init__(
+        self, store: Store, home: Path, row: TesTaskRow, backend: Backend, wake: threading.Event, s3: S3 | None = None
+    ) -> None:
+        self.store, self.home, self.row, self.backend, self.wake, self.s3 = store, home, row, backend, wake, s3
         self.task = Task.model_validate_json(row.task_json)
         self.logs = [TaskLog.model_validate(x) for x in json.loads(row.logs_json)]
         self.log = TaskLog(start_time=stamp(), system_logs=[f"attempt {row.attempt}"])
@@ -55,7 +69,8 @@ class TaskWork:
             self._record_run()
             lay = staging.layout(self.task, self.workdir / "fs")
             staging.prepare(lay)
-            self._say(*staging.stage_inputs(self.task, lay))
+            fs = self._object_store()
+            self._say(*staging.stage_inputs(self.task, lay, fs))
             if not self.store.claim_tes_task(self.row.id, State.INITIALIZING, State.RUNNING):
                 raise Canceled
             for i, ex in enumerate(self.task.executors):
@@ -64,7 +79,7 @@ class TaskWork:
                     end, why = State.EXECUTOR_ERROR, f"executor {i} exited {code}"
                     break
             if end is State.COMPLETE:
-                self.log.outputs = staging.collect(self.task, lay)
+                self.log.outputs = staging.collect(self.task, lay, fs)
         except Canceled:
             end, why = State.CANCELED, "canceled"
         except staging.StagingError as exc:
@@ -72,6 +87,13 @@ class TaskWork:
         except (HetflowError, OSError) as exc:
             end, why = State.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}"
         self._finish(end, why)
+
+    def _object_store(self) -> ObjectStore | None:
+        """The S3 file system, when the server has one and the task names an s3:// URL."""
+        urls = [i.url or "" for i in self.task.inputs or []] + [o.url for o in self.task.outputs or []]
+        if self.s3 is None or not any(u.startswith("s3://") for u in urls):
+            return None
+        return s3_filesystem(self.s3.endpoint)
 
     # --- the run in hetflow's store -------------------------------------------------------
 
