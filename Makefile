@@ -12,7 +12,7 @@ export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 # pytest-xdist workers for make test, unit and integration (see test:)
 PYTEST_WORKERS ?= 3
 
-.PHONY: deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv cwl-images conformance
+.PHONY: bench-tes deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv cwl-images conformance
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -178,6 +178,11 @@ cwl-images: install
 conformance: install cwl-images
 	$(PY) -m pip install -q -e '.[conformance]'
 	$(PY) -m bench.conformance --no-images $(CWL_ARGS)
+
+# issue 41's figure: 1,000 tasks by py-tes (16 threads) through hetflow tes serve, and the same
+# containers by a 2-worker podman loop in the same run (TES_ARGS='--tasks 50' for a short run)
+bench-tes: install
+	$(PY) -m bench.tes $(TES_ARGS)
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache gpu-kit
