@@ -12,7 +12,7 @@ export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 # pytest-xdist workers for make test, unit and integration (see test:)
 PYTEST_WORKERS ?= 3
 
-.PHONY: bench-tes deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv cwl-images conformance
+.PHONY: bench-tes snakemake-tes-venv deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv cwl-images conformance
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -181,6 +181,16 @@ conformance: install cwl-images
 
 # issue 41's figure: 1,000 tasks by py-tes (16 threads) through hetflow tes serve, and the same
 # containers by a 2-worker podman loop in the same run (TES_ARGS='--tasks 50' for a short run)
+# Snakemake 9 with its TES executor plugin, in a venv of its own (the plugin pins py-tes 0.4.2,
+# which needs six beside it; hetflow's test extra has py-tes 1.x)
+SNAKE_TES_VENV := build/snakemake-tes-venv
+snakemake-tes-venv: $(SNAKE_TES_VENV)/.installed
+$(SNAKE_TES_VENV)/.installed:
+	@test -x $(SNAKE_TES_VENV)/bin/python || python3 -m venv $(SNAKE_TES_VENV)
+	$(SNAKE_TES_VENV)/bin/pip install -q snakemake==9.27.1 snakemake-executor-plugin-tes==0.1.3 py-tes==0.4.2 six \
+		snakemake-storage-plugin-s3
+	touch $@
+
 bench-tes: install
 	$(PY) -m bench.tes $(TES_ARGS)
 
