@@ -89,8 +89,11 @@ def test_cancel_and_list(server: Server) -> None:
     # py-tes 1.x has no name_prefix: the API's own filter, asked directly
     found = httpx.get(f"{server.url}/ga4gh/tes/v1/tasks", params={"name_prefix": "slee", "state": "CANCELED"}).json()
     assert [t["id"] for t in found["tasks"]] == [task_id]
-    assert not subprocess.run(["podman", "ps", "-q", "--filter", "label=hetflow.run"], capture_output=True,
-                              text=True).stdout.strip()  # fmt: skip
+    # its own containers, not the machine's: other tests run theirs beside it
+    said = [line for log in client.get_task(task_id, view="FULL").logs for line in log.system_logs or []]
+    (run_id,) = [line.split()[-1] for line in said if line.startswith("hetflow run ")]
+    listed = ["podman", "ps", "-q", "--filter", f"label=hetflow.run={run_id}"]
+    assert not subprocess.run(listed, capture_output=True, text=True).stdout.strip()
 
 
 def test_sigkill_and_restart_lose_and_repeat_nothing(server: Server) -> None:

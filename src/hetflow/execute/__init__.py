@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 from hetflow.lazy import lazy_names
 
 if TYPE_CHECKING:
-    from hetflow.execute.backends.base import Backend, Job, JobState
+    from hetflow.execute.backends.base import Backend, Job, JobState, SettlesLaunches
     from hetflow.execute.backends.factory import make_backend
     from hetflow.execute.backends.local.engines import DockerEngine, make_engine
     from hetflow.execute.backends.local.fakeengine import FakeEngine
@@ -91,7 +91,7 @@ if TYPE_CHECKING:
     from hetflow.execute.submit.session import OpenRun, edited_since, load_recorded, open_run, resume_run, submit_run
 
 _WHERE = {
-    "backends.base": ["Backend", "Job", "JobState"],
+    "backends.base": ["Backend", "Job", "JobState", "SettlesLaunches"],
     "backends.factory": ["make_backend"],
     "backends.registry": ["DEFAULT_BACKEND", "backend_help", "backend_plugins", "cluster_nodes"],
     "data.cache": ["Key", "ResultCache", "StepKeys", "cache_key", "input_digests"],
@@ -199,6 +199,7 @@ __all__ = [
     "RuntimeChoice",
     "Secrets",
     "Settings",
+    "SettlesLaunches",
     "StepKeys",
     "StepPreview",
     "Usage",

@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetflow.execute import Backend, make_backend
+from hetflow.execute import Backend, SettlesLaunches, container_name, make_backend
 from hetflow.state import Store, TesTaskRow
 from hetflow.tes.messages import ACTIVE, State, Task, TaskLog
 from hetflow.tes.service.accept import accept
@@ -122,6 +122,11 @@ class TesService:
         for row in list(store.tes_tasks(states=[s.value for s in ACTIVE])):
             if row.run_id:
                 backend = self.make_backend()
+                if isinstance(backend, SettlesLaunches):
+                    # a `podman run` the killed server started may still be making its container:
+                    # listed now it would be missed, and run (or wait in `runc init`) on its own
+                    count = len(Task.model_validate_json(row.task_json).executors)
+                    backend.settle_launches([container_name(row.run_id, f"exec-{i}", 1) for i in range(count)])
                 names = list(backend.poll(row.run_id))
                 if names:
                     backend.cancel(names, grace=0)
