@@ -15,6 +15,7 @@ from pathlib import Path
 import httpx
 
 from tests.integration.hfkit import free_port
+from tests.leftovers import recorded_runs
 
 ENDED = {"COMPLETE", "EXECUTOR_ERROR", "SYSTEM_ERROR", "CANCELED", "PREEMPTED"}
 
@@ -64,6 +65,15 @@ class Server:
         self.proc.wait()
 
     def stop(self) -> None:
+        """Stop the server, then remove what its tasks' runs left (theirs only: other tests'
+        containers run beside them)."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=60)
+        runs = recorded_runs(self.home)
+        fmt = '{{.Names}} {{index .Labels "hetflow.run"}}'  # label filters AND in podman: list, then pick
+        argv = ["podman", "ps", "-a", "--filter", "label=hetflow.run", "--format", fmt]
+        listed = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=300).stdout.split("\n")
+        theirs = [w[0] for w in (line.split() for line in listed) if len(w) == 2 and w[1] in runs]
+        if theirs:
+            subprocess.run(["podman", "rm", "-f", "--ignore", *theirs], env=self.env, capture_output=True, timeout=300)

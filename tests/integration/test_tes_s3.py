@@ -6,7 +6,6 @@ naming it; a server without ``s3:`` says so."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,7 +52,6 @@ def server(tmp_path: Path, endpoint: str, s3: Any) -> Iterator[Server]:
         yield s
     finally:
         s.stop()
-        subprocess.run(["podman", "rm", "-f", "--filter", "label=hetflow.run"], capture_output=True)
 
 
 def wait_end(client: tes.HTTPClient, task_id: str) -> tes.Task:

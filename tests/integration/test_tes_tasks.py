@@ -31,7 +31,6 @@ def server(tmp_path: Path) -> Iterator[Server]:
         yield s
     finally:
         s.stop()
-        subprocess.run(["podman", "rm", "-f", "--filter", "label=hetflow.run"], capture_output=True)
 
 
 def wait_end(client: tes.HTTPClient, task_id: str) -> tes.Task:

@@ -7,7 +7,6 @@ in the order ``hetflow tes queue --explain`` gives."""
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -39,7 +38,6 @@ def server(tmp_path: Path) -> Iterator[Server]:
         yield s
     finally:
         s.stop()
-        subprocess.run(["podman", "rm", "-f", "--filter", "label=hetflow.run"], capture_output=True)
 
 
 def token(server: Server, user: str, *more: str) -> str:
