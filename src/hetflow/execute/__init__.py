@@ -91,6 +91,7 @@ if TYPE_CHECKING:
 
 _WHERE = {
     "backends.factory": ["make_backend"],
+    "backends.base": ["Backend", "Job", "JobState"],
     "backends.registry": ["DEFAULT_BACKEND", "backend_help", "backend_plugins", "cluster_nodes"],
     "data.cache": ["Key", "ResultCache", "StepKeys", "cache_key", "input_digests"],
     "data.inputs": ["DataManifest", "resolve_data"],
@@ -155,6 +156,7 @@ __all__ = [
     "LAUNCH_CONTRACT",
     "NOTIFY_FAILED",
     "SECRETS_FILE_ENV",
+    "Backend",
     "CliEngine",
     "ClusterDispatch",
     "ContainerEngine",
@@ -169,6 +171,8 @@ __all__ = [
     "FakeEngine",
     "Finding",
     "GpuAccess",
+    "Job",
+    "JobState",
     "Key",
     "LocalDispatch",
     "LogSource",

@@ -1,0 +1,87 @@
+"""One CWL job as hetflow's container: a pure function of what cwltool worked out.
+
+cwltool's path mapper gives the mounts (``--mount=type=bind,source=...,target=...[,readonly]``
+arguments, as its docker job writes them; ``mounts_from_args`` reads them back), the job's
+command line, environment and redirections.  The container is hetflow's hardened one
+(``execute.run_args``: no capabilities, read-only root, tmpfs /tmp, the submitter's UID:GID, no
+network unless NetworkAccess asks); its working directory and stdin/stdout/stderr are set by a
+``/bin/sh`` line before the tool's own command (every image must have /bin/sh), since a backend
+runs a container detached and keeps its output as a log."""
+
+from __future__ import annotations
+
+import csv
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from hetflow.cwl.requests import JobRequest
+from hetflow.execute import ContainerSpec, Mount
+from hetflow.kube import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP
+
+LABEL_CWL = "hetflow/cwl-job"  # the CWL job's own name (step, scatter index)
+
+
+@dataclass(frozen=True)
+class Redirects:
+    workdir: str  # the container's outdir
+    stdin: str | None = None  # paths inside the container
+    stdout: str | None = None
+    stderr: str | None = None
+
+
+def mounts_from_args(args: Iterable[str]) -> list[Mount]:
+    """The ``--mount=`` arguments cwltool's docker job appends, as hetflow mounts; a later
+    mount on the same target replaces an earlier one (podman refuses two)."""
+    out: dict[str, Mount] = {}
+    for arg in args:
+        if not arg.startswith("--mount="):
+            continue
+        fields = next(csv.reader([arg[len("--mount=") :]]))
+        opts = dict(f.split("=", 1) if "=" in f else (f, "") for f in fields)
+        out[opts["target"]] = Mount(opts["source"], opts["target"], read_only="readonly" in opts)
+    return list(out.values())
+
+
+def wrapped_command(command: Sequence[str], io: Redirects) -> tuple[str, ...]:
+    """``sh -c 'cd OUTDIR && exec "$@" <IN >OUT 2>ERR' sh COMMAND...``: the tool's own
+    arguments pass untouched as "$@"."""
+    line = f"cd {shlex.quote(io.workdir)} && exec \"$@\""
+    for op, path in (("<", io.stdin), (">", io.stdout), ("2>", io.stderr)):
+        if path is not None:
+            line += f" {op} {shlex.quote(path)}"
+    return ("/bin/sh", "-c", line, "sh", *command)
+
+
+def container_spec(
+    *,
+    name: str,
+    run_id: str,
+    step: str,
+    cwl_name: str,
+    image: str,
+    command: Sequence[str],
+    io: Redirects,
+    env: Mapping[str, str],
+    mounts: Sequence[Mount],
+    request: JobRequest,
+    user: str,
+    network: bool,
+    log_path: str,
+    max_cpus: float | None = None,
+) -> ContainerSpec:
+    cpus = request.cpus if max_cpus is None else min(request.cpus, max_cpus)
+    return ContainerSpec(
+        name=name,
+        image=image,
+        command=wrapped_command(command, io),
+        user=user,
+        labels={LABEL_RUN: run_id, LABEL_STEP: step, LABEL_ATTEMPT: "1", LABEL_CWL: cwl_name[:63]},
+        env=dict(env),
+        mounts=tuple(mounts),
+        cpus=cpus,
+        memory=request.memory,
+        network=network,
+        log_path=log_path,
+        tmpfs_size=f"{request.tmpfs_mib}m",
+    )

@@ -1,0 +1,162 @@
+"""The CWL job class hetflow gives cwltool (``tool.HetflowCommandLineTool.make_job_runner``).
+
+A ``ContainerCommandLineJob`` (through cwltool's docker job, whose volume staging it keeps:
+InitialWorkDir, writable copies, created files), as cwltool's own PodmanCommandLineJob is,
+whose container runs as a hetflow ``Job`` on the session's backend instead of ``docker run``
+under cwltool.  cwltool still does everything around it: the command line, path mapping,
+InitialWorkDir, environment, and collecting outputs once the job ends.  Its ``_execute`` is
+handed a no-op in place of the container (``sh -c 'exit CODE'``) so that it records the
+container's exit code and collects outputs exactly as it would have."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from collections.abc import Callable, MutableMapping
+from typing import Any, cast
+
+import cwltool.job
+from cwltool.context import RuntimeContext
+from cwltool.docker import DockerCommandLineJob
+from cwltool.errors import UnsupportedRequirement, WorkflowException
+from cwltool.utils import CWLObjectType
+
+from hetflow.cwl.container import Redirects, container_spec, mounts_from_args
+from hetflow.cwl.launch import run_container
+from hetflow.cwl.requests import CUDA_REQUIREMENT, job_request
+from hetflow.cwl.session import Session, session_of
+from hetflow.errors import HetflowError
+
+_logger = logging.getLogger("hetflow.cwl")
+
+
+def _placed_by_hetflow(cuda_req: CWLObjectType, count: int) -> int:
+    """cwltool asks nvidia-smi on the submitting machine; hetflow places a CUDA job on a
+    node whose GPUs fit (``launch.run_container``), so the count asked is the count given."""
+    return count
+
+
+cwltool.job.cuda_check = _placed_by_hetflow  # type: ignore[assignment]  # the one seam cwltool offers
+
+
+class HetflowJob(DockerCommandLineJob):
+    session: Session
+    mounts_args: list[str]
+
+    def run(self, runtimeContext: RuntimeContext, tmpdir_lock: threading.Lock | None = None) -> None:
+        self.session = session_of(runtimeContext)
+        super().run(runtimeContext, tmpdir_lock)
+
+    def get_from_requirements(
+        self,
+        r: CWLObjectType,
+        pull_image: bool,
+        force_pull: bool,
+        tmp_outdir_prefix: str,
+        image_base_path: str | None = None,
+    ) -> str | None:
+        image = str(r.get("dockerImageId") or r.get("dockerPull") or "")
+        if image and self.session.image_exists(image):
+            return image
+        for how in ("dockerFile", "dockerLoad", "dockerImport"):
+            if how in r:
+                raise UnsupportedRequirement(f"DockerRequirement.{how}: hetflow runs only images already built")
+        if not image:
+            raise UnsupportedRequirement("DockerRequirement without dockerPull or dockerImageId")
+        raise WorkflowException(
+            f"image {image} is not on this machine and hetflow pulls from no public registry here: "
+            f"build it (or a stand-in tagged {image}) first"
+        )
+
+    def create_runtime(
+        self, env: MutableMapping[str, str], runtime_context: RuntimeContext
+    ) -> tuple[list[str], str | None]:
+        """The mounts, as cwltool's docker job makes them (its staging, copies and created
+        files), minus /tmp: hetflow's container has its own tmpfs there."""
+        runtime: list[str] = []
+        self.append_volume(runtime, os.path.realpath(self.outdir), self.builder.outdir, writable=True)
+        self.add_volumes(
+            self.pathmapper,
+            runtime,
+            any_path_okay=True,
+            secret_store=runtime_context.secret_store,
+            tmpdir_prefix=runtime_context.tmpdir_prefix,
+        )
+        if self.generatemapper is not None:
+            self.add_volumes(
+                self.generatemapper,
+                runtime,
+                any_path_okay=bool(self.builder.get_requirement("DockerRequirement")[1]),
+                secret_store=runtime_context.secret_store,
+                tmpdir_prefix=runtime_context.tmpdir_prefix,
+            )
+        self.mounts_args = runtime
+        return [], None
+
+    def _execute(
+        self,
+        runtime: list[str],
+        env: MutableMapping[str, str],
+        runtimeContext: RuntimeContext,
+        monitor_function: Callable[[Any], None] | None = None,
+    ) -> None:
+        try:
+            code = self._run_in_hetflow(runtime[-1], runtimeContext)
+        except HetflowError as err:
+            raise WorkflowException(f"[job {self.name}] {err}") from err
+        saved = (self.stdin, self.stdout, self.stderr)
+        self.stdin = self.stdout = self.stderr = None  # the container wrote them; the no-op must not truncate
+        try:
+            super()._execute(["/bin/sh", "-c", f"exit {code}", "sh"], env, runtimeContext, None)
+        finally:
+            self.stdin, self.stdout, self.stderr = saved
+
+    def _run_in_hetflow(self, image: str, ctx: RuntimeContext) -> int:
+        session = self.session
+        command = [str(a) for a in self.command_line]
+        environment = dict(self.environment)
+        if ctx.secret_store is not None:
+            command = cast(list[str], ctx.secret_store.retrieve(cast(Any, command)))
+            environment = cast(dict[str, str], ctx.secret_store.retrieve(cast(Any, environment)))
+        outdir = self.builder.outdir
+        io = Redirects(
+            workdir=outdir,
+            stdin=self.stdin,
+            stdout=None if self.stdout is None else os.path.join(outdir, self.stdout),
+            stderr=None if self.stderr is None else os.path.join(outdir, self.stderr),
+        )
+        cuda = self.builder.get_requirement(CUDA_REQUIREMENT)[0]
+        request = job_request(self.builder.resources, cuda)
+        step = session.step_name(self.name)
+        name = f"hf-{session.run_id}-{step}-1"
+        spec = container_spec(
+            name=name,
+            run_id=session.run_id,
+            step=step,
+            cwl_name=self.name,
+            image=image,
+            command=command,
+            io=io,
+            env=environment,
+            mounts=mounts_from_args(self.mounts_args),
+            request=request,
+            user=f"{session.uid}:{session.gid}",
+            network=bool(self.networkaccess),
+            log_path=str(session.workdir / "logs" / f"{step}.1.log"),
+            max_cpus=float(os.cpu_count() or 1),
+        )
+        result = run_container(session, step, spec, request, timelimit=self.timelimit)
+        for line in result.log_lines:
+            sys.stderr.write(line + "\n")
+        if result.timed_out:
+            _logger.warning("[job %s] exceeded its time limit of %s s", self.name, self.timelimit)
+        return result.exit_code
+
+
+def job_class() -> type[HetflowJob]:
+    return HetflowJob
+
+
+__all__ = ["HetflowJob", "job_class"]

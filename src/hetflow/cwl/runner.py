@@ -1,0 +1,68 @@
+"""``hetflow-cwl-runner [--outdir DIR] [--quiet] PROCESS [JOB]``: the cwl-runner interface.
+
+cwltool's own argument parser and ``main`` (every flag cwltest passes: --basedir,
+--tmp-outdir-prefix, --tmpdir-prefix, ...; the output object as JSON on stdout; exit 0, 1, or
+33 for an unsupported requirement), with hetflow's tool objects, job class and executor."""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Sequence
+
+from cwltool.argparser import arg_parser
+from cwltool.context import LoadingContext
+from cwltool.executors import MultithreadedJobExecutor
+from cwltool.main import main as cwltool_main
+
+from hetflow.config import hetflow_home
+from hetflow.cwl.session import DEFAULT_IMAGE, HetflowContext, Session
+from hetflow.cwl.tool import make_tool
+
+UNLIMITED = float(2**40)
+
+
+class HetflowExecutor(MultithreadedJobExecutor):
+    """cwltool's parallel executor, its capacity that of the machines hetflow runs on (not
+    the submitting host's): ``cores``/``ram`` bound how many jobs are in flight at once, a
+    CUDA job waits for GPUs of the inventory."""
+
+    def __init__(self, cores: float, ram_mib: float, gpus: int) -> None:
+        super().__init__()
+        self.max_cores = max(1.0, cores)
+        self.max_ram = int(ram_mib)
+        self.max_cuda = gpus
+
+
+def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -> int:
+    args = arg_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    if not args.default_container:
+        args.default_container = DEFAULT_IMAGE
+    args.podman = True
+    args.use_container = True  # every job runs in hetflow's container (README "CWL")
+    session = session or Session.open(hetflow_home() / "runs", default_image=args.default_container)
+    runtime = HetflowContext(vars(args))
+    runtime.hetflow = session
+    loading = LoadingContext(vars(args))
+    loading.construct_tool_object = make_tool
+    cores, ram, gpus = capacity(session)
+    try:
+        return cwltool_main(
+            args=args,
+            executor=HetflowExecutor(cores, ram, gpus),
+            loadingContext=loading,
+            runtimeContext=runtime,
+        )
+    finally:
+        session.close()
+
+
+def capacity(session: Session) -> tuple[float, float, int]:
+    """How many cores, MiB and GPUs the session's jobs may hold at once."""
+    import os
+
+    import psutil
+
+    cores = float(os.cpu_count() or 1)
+    ram = psutil.virtual_memory().available / 2**20
+    return cores, math.floor(ram), 0

@@ -1,0 +1,92 @@
+"""One CWL invocation's hetflow side: its run id, work directory, backend and poller.
+
+cwltool copies its RuntimeContext for every job (``RuntimeContext.copy`` is a shallow copy),
+so the session rides along as one attribute of ``HetflowContext`` and every job finds it."""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from cwltool.context import RuntimeContext
+
+from hetflow.config import submitter
+from hetflow.cwl.waiting import Waiter
+from hetflow.execute import Backend, make_backend, new_run_id
+
+# The image a CommandLineTool without a DockerRequirement runs in (README "CWL"): the
+# conformance harness's stand-in for Debian's slim image, built locally (no registry here).
+DEFAULT_IMAGE = "docker.io/debian:stable-slim"
+
+
+@dataclass
+class Session:
+    workdir: Path  # logs and records of this invocation
+    backend: Backend
+    run_id: str = field(default_factory=new_run_id)
+    default_image: str = DEFAULT_IMAGE
+    uid: int = 0
+    gid: int = 0
+    recorder: Any = None  # hetflow.cwl.record.Recorder where the run is kept in the store
+    _images: dict[str, bool] = field(default_factory=dict)
+    _names: dict[str, int] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _waiter: Waiter | None = None
+
+    @classmethod
+    def open(cls, workdir: Path, *, default_image: str = DEFAULT_IMAGE, backend: Backend | None = None) -> Session:
+        uid, gid = submitter()
+        run_id = new_run_id()
+        return cls(
+            workdir=workdir / run_id,
+            backend=backend or make_backend(),
+            run_id=run_id,
+            default_image=default_image,
+            uid=uid,
+            gid=gid,
+        )
+
+    def image_exists(self, image: str) -> bool:
+        with self._lock:
+            known = self._images.get(image)
+        if known is None:
+            known = self.backend.image_exists(image)
+            with self._lock:
+                self._images[image] = known
+        return known
+
+    def step_name(self, cwl_name: str) -> str:
+        """A unique hetflow step name for a CWL job name (``step1_2``: step1's scatter item 2):
+        lower-case letters, digits, ``-``, ``_`` and ``.``; a name seen again (a tool run twice in
+        one invocation) gets ``.N``."""
+        base = re.sub(r"[^a-z0-9_.-]+", "-", cwl_name.lower()).strip("-.") or "job"
+        with self._lock:
+            n = self._names.get(base, 0)
+            self._names[base] = n + 1
+        return base if n == 0 else f"{base}.{n}"
+
+    def waiter(self) -> Waiter:
+        with self._lock:
+            if self._waiter is None:
+                self._waiter = Waiter(self.backend, self.run_id)
+            return self._waiter
+
+    def close(self) -> None:
+        if self._waiter is not None:
+            self._waiter.close()
+
+
+class HetflowContext(RuntimeContext):
+    """cwltool's RuntimeContext with the session (copied along to every job)."""
+
+    hetflow: Session | None = None
+
+
+def session_of(ctx: RuntimeContext) -> Session:
+    session = getattr(ctx, "hetflow", None)
+    if not isinstance(session, Session):
+        raise RuntimeError("a hetflow CWL job ran without its session (HetflowContext.hetflow)")
+    return session
