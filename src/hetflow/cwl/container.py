@@ -38,7 +38,10 @@ def mounts_from_args(args: Iterable[str]) -> list[Mount]:
         if not arg.startswith("--mount="):
             continue
         fields = next(csv.reader([arg[len("--mount=") :]]))
-        opts = dict(f.split("=", 1) if "=" in f else (f, "") for f in fields)
+        opts: dict[str, str] = {}
+        for f in fields:
+            key, _, value = f.partition("=")
+            opts[key] = value
         out[opts["target"]] = Mount(opts["source"], opts["target"], read_only="readonly" in opts)
     return list(out.values())
 
@@ -46,7 +49,7 @@ def mounts_from_args(args: Iterable[str]) -> list[Mount]:
 def wrapped_command(command: Sequence[str], io: Redirects) -> tuple[str, ...]:
     """``sh -c 'cd OUTDIR && exec "$@" <IN >OUT 2>ERR' sh COMMAND...``: the tool's own
     arguments pass untouched as "$@"."""
-    line = f"cd {shlex.quote(io.workdir)} && exec \"$@\""
+    line = f'cd {shlex.quote(io.workdir)} && exec "$@"'
     for op, path in (("<", io.stdin), (">", io.stdout), ("2>", io.stderr)):
         if path is not None:
             line += f" {op} {shlex.quote(path)}"

@@ -18,10 +18,10 @@ from collections.abc import Callable, MutableMapping
 from typing import Any, cast
 
 import cwltool.job
+from cwl_utils.types import CWLObjectType
 from cwltool.context import RuntimeContext
 from cwltool.docker import DockerCommandLineJob
 from cwltool.errors import UnsupportedRequirement, WorkflowException
-from cwltool.utils import CWLObjectType
 
 from hetflow.cwl.container import Redirects, container_spec, mounts_from_args
 from hetflow.cwl.launch import run_container
@@ -32,13 +32,13 @@ from hetflow.errors import HetflowError
 _logger = logging.getLogger("hetflow.cwl")
 
 
-def _placed_by_hetflow(cuda_req: CWLObjectType, count: int) -> int:
+def _placed_by_hetflow(cuda_req: CWLObjectType, requestCount: int) -> int:
     """cwltool asks nvidia-smi on the submitting machine; hetflow places a CUDA job on a
     node whose GPUs fit (``launch.run_container``), so the count asked is the count given."""
-    return count
+    return requestCount
 
 
-cwltool.job.cuda_check = _placed_by_hetflow  # type: ignore[assignment]  # the one seam cwltool offers
+cwltool.job.cuda_check = _placed_by_hetflow  # type: ignore[attr-defined]  # the one seam cwltool offers
 
 
 class HetflowJob(DockerCommandLineJob):

@@ -7,6 +7,7 @@ cwltool's own argument parser and ``main`` (every flag cwltest passes: --basedir
 from __future__ import annotations
 
 import math
+import os
 import sys
 from collections.abc import Sequence
 
@@ -59,10 +60,6 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
 
 def capacity(session: Session) -> tuple[float, float, int]:
     """How many cores, MiB and GPUs the session's jobs may hold at once."""
-    import os
-
-    import psutil
-
     cores = float(os.cpu_count() or 1)
-    ram = psutil.virtual_memory().available / 2**20
+    ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**20
     return cores, math.floor(ram), 0

@@ -8,8 +8,8 @@ from cwltool.command_line_tool import CommandLineTool
 from cwltool.context import LoadingContext, RuntimeContext
 from cwltool.job import ContainerCommandLineJob, JobBase
 from cwltool.process import Process
-from ruamel.yaml.comments import CommentedMap
 from cwltool.workflow import default_make_tool
+from ruamel.yaml.comments import CommentedMap
 
 from hetflow.cwl.job import HetflowJob
 
