@@ -20,6 +20,11 @@ from hetflow.execute import ContainerSpec, Mount
 from hetflow.kube import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP
 
 LABEL_CWL = "hetflow/cwl-job"  # the CWL job's own name (step, scatter index)
+# Given back to a job that runs as root (hetflow run as root): what tools expect of root in
+# their own output directory (tar restores owners, cp -p keeps modes); every other capability
+# stays dropped, with no-new-privileges and the read-only root.  A job run as any other user
+# gets none.
+ROOT_CAPS = ("CHOWN", "DAC_OVERRIDE", "FOWNER")
 
 
 @dataclass(frozen=True)
@@ -87,4 +92,5 @@ def container_spec(
         network=network,
         log_path=log_path,
         tmpfs_size=f"{request.tmpfs_mib}m",
+        cap_add=ROOT_CAPS if user.split(":")[0] == "0" else (),
     )
