@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, MutableMapping
+from pathlib import Path
 from typing import Any, cast
 
 import cwltool.job
@@ -23,11 +24,13 @@ from cwltool.context import RuntimeContext
 from cwltool.docker import DockerCommandLineJob
 from cwltool.errors import UnsupportedRequirement, WorkflowException
 
+from hetflow.cwl.cache import job_key
 from hetflow.cwl.container import Redirects, container_spec, mounts_from_args
 from hetflow.cwl.launch import run_container
 from hetflow.cwl.requests import CUDA_REQUIREMENT, job_request
 from hetflow.cwl.session import Session, session_of
 from hetflow.errors import HetflowError
+from hetflow.execute import ContainerSpec, Key
 
 _logger = logging.getLogger("hetflow.cwl")
 
@@ -147,12 +150,45 @@ class HetflowJob(DockerCommandLineJob):
             log_path=str(session.workdir / "logs" / f"{step}.1.log"),
             max_cpus=float(os.cpu_count() or 1),
         )
+        key = self._cache_key(spec)
+        if key is not None and session.cache is not None:
+            scratch = session.workdir / "restore" / step
+            source = session.cache.restore(key, session.run_id, step, Path(self.outdir), scratch)
+            if source is not None:
+                if session.recorder is not None:
+                    session.recorder.cached(step, self.name, image=image, source_run=source)
+                _logger.info("[job %s] cached: its result from run %s", self.name, source)
+                return 0
+        if session.recorder is not None:
+            session.recorder.started(
+                step, self.name, container=name, image=image, cpus=spec.cpus or 1.0, memory=request.memory
+            )
         result = run_container(session, step, spec, request, timelimit=self.timelimit)
         for line in result.log_lines:
             sys.stderr.write(line + "\n")
+        why = f"exceeded its time limit of {self.timelimit} s" if result.timed_out else ""
         if result.timed_out:
-            _logger.warning("[job %s] exceeded its time limit of %s s", self.name, self.timelimit)
+            _logger.warning("[job %s] %s", self.name, why)
+        if session.recorder is not None:
+            session.recorder.ended(step, result.exit_code, why)
+        if key is not None and session.cache is not None and result.exit_code in (0, *self.successCodes):
+            session.cache.save(key, session.run_id, step, session.workflow, Path(self.outdir))
         return result.exit_code
+
+    def _cache_key(self, spec: ContainerSpec) -> Key | None:
+        """None where the image's identity is not known (then nothing is cached)."""
+        image_id = self.session.backend.image_id(spec.image)
+        if image_id is None:
+            return None
+        places = {self.builder.outdir: "$OUTDIR"}
+        return job_key(
+            image_id=image_id,
+            command=spec.command,
+            env=spec.env,
+            network=spec.network,
+            mounts=spec.mounts,
+            places=places,
+        )
 
 
 def job_class() -> type[HetflowJob]:

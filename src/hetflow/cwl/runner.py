@@ -10,6 +10,7 @@ import math
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from cwltool.argparser import arg_parser
 from cwltool.context import LoadingContext
@@ -41,20 +42,25 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
         args.default_container = DEFAULT_IMAGE
     args.podman = True
     args.use_container = True  # every job runs in hetflow's container (README "CWL")
-    session = session or Session.open(hetflow_home() / "runs", default_image=args.default_container)
+    workflow = Path(args.workflow) if args.workflow else Path("-")
+    session = session or Session.open(hetflow_home(), workflow, default_image=args.default_container)
     runtime = HetflowContext(vars(args))
     runtime.hetflow = session
     loading = LoadingContext(vars(args))
     loading.construct_tool_object = make_tool
     cores, ram, gpus = capacity(session)
+    code = 1
     try:
-        return cwltool_main(
+        code = cwltool_main(
             args=args,
             executor=HetflowExecutor(cores, ram, gpus),
             loadingContext=loading,
             runtimeContext=runtime,
         )
+        return code
     finally:
+        if session.recorder is not None:
+            session.recorder.finish(code == 0)
         session.close()
 
 

@@ -9,11 +9,13 @@ import re
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from cwltool.context import RuntimeContext
 
 from hetflow.config import submitter
+from hetflow.cwl.cache import JobCache
+from hetflow.cwl.record import Recorder
+from hetflow.cwl.storethread import StoreThread
 from hetflow.cwl.waiting import Waiter
 from hetflow.execute import Backend, make_backend, new_run_id
 
@@ -30,23 +32,41 @@ class Session:
     default_image: str = DEFAULT_IMAGE
     uid: int = 0
     gid: int = 0
-    recorder: Any = None  # hetflow.cwl.record.Recorder where the run is kept in the store
+    recorder: Recorder | None = None  # where the run is kept in the store (None: nowhere)
+    cache: JobCache | None = None  # hetflow's cross-run cache (None: --no-cache)
+    workflow: str = ""  # the CWL file's name: the cache entries' workflow
     _images: dict[str, bool] = field(default_factory=dict)
     _names: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     _waiter: Waiter | None = None
 
     @classmethod
-    def open(cls, workdir: Path, *, default_image: str = DEFAULT_IMAGE, backend: Backend | None = None) -> Session:
+    def open(
+        cls,
+        home: Path,
+        workflow: Path,
+        *,
+        default_image: str = DEFAULT_IMAGE,
+        backend: Backend | None = None,
+        cache: bool = True,
+    ) -> Session:
+        """A new run in the store under ``home`` (HETFLOW_HOME), its work directory
+        ``home/runs/RUN``."""
         uid, gid = submitter()
         run_id = new_run_id()
+        workdir = home / "runs" / run_id
+        owner = StoreThread(home / "state.db")
+        recorder = Recorder.create(owner, run_id=run_id, workflow=workflow, workdir=workdir, uid=uid, gid=gid)
         return cls(
-            workdir=workdir / run_id,
+            workdir=workdir,
             backend=backend or make_backend(),
             run_id=run_id,
             default_image=default_image,
             uid=uid,
             gid=gid,
+            recorder=recorder,
+            cache=JobCache(owner, home / "cache") if cache else None,
+            workflow=workflow.name,
         )
 
     def image_exists(self, image: str) -> bool:
@@ -77,6 +97,8 @@ class Session:
     def close(self) -> None:
         if self._waiter is not None:
             self._waiter.close()
+        if self.recorder is not None:
+            self.recorder.owner.close()
 
 
 class HetflowContext(RuntimeContext):
