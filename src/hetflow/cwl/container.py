@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from hetflow.cwl.requests import JobRequest
-from hetflow.execute import ContainerSpec, Mount
+from hetflow.execute import ContainerSpec, GpuAccess, Mount
 from hetflow.kube import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP
 
 LABEL_CWL = "hetflow/cwl-job"  # the CWL job's own name (step, scatter index)
@@ -77,16 +77,22 @@ def container_spec(
     network: bool,
     log_path: str,
     max_cpus: float | None = None,
+    access: GpuAccess | None = None,
 ) -> ContainerSpec:
+    """``access``: the devices, mounts and variables of the job's GPUs (``execute.gpu_access``)."""
     cpus = request.cpus if max_cpus is None else min(request.cpus, max_cpus)
+    access = access or GpuAccess()
     return ContainerSpec(
         name=name,
         image=image,
         command=wrapped_command(command, io),
         user=user,
         labels={LABEL_RUN: run_id, LABEL_STEP: step, LABEL_ATTEMPT: "1", LABEL_CWL: cwl_name[:63]},
-        env=dict(env),
-        mounts=tuple(mounts),
+        env={**env, **access.env},
+        mounts=(*mounts, *access.mounts),
+        devices=access.devices,
+        cdi_devices=access.cdi_devices,
+        group_add=access.groups,
         cpus=cpus,
         memory=request.memory,
         network=network,

@@ -27,12 +27,12 @@ from cwltool.errors import UnsupportedRequirement, WorkflowException
 from hetflow.cwl.cache import job_key
 from hetflow.cwl.container import Redirects, container_spec, mounts_from_args
 from hetflow.cwl.launch import run_container
-from hetflow.cwl.requests import CUDA_REQUIREMENT, job_request
+from hetflow.cwl.requests import CUDA_REQUIREMENT, JobRequest, job_request
 from hetflow.cwl.session import Session, session_of
 from hetflow.errors import HetflowError
-from hetflow.execute import ContainerSpec, Key
+from hetflow.execute import ContainerSpec, GpuAccess, Key, gpu_access
 
-_logger = logging.getLogger("hetflow.cwl")
+_logger = logging.getLogger("cwltool")  # cwltool's own logger: --quiet and --debug apply
 
 
 def _placed_by_hetflow(cuda_req: CWLObjectType, requestCount: int) -> int:
@@ -134,6 +134,33 @@ class HetflowJob(DockerCommandLineJob):
         request = job_request(self.builder.resources, cuda)
         step = session.step_name(self.name)
         name = f"hf-{session.run_id}-{step}-1"
+        access = None
+        held: set[int] = set()
+        if request.gpus:
+            choice = session.take_gpus(request)
+            if not choice.gpus:
+                raise WorkflowException(f"[job {self.name}] CUDARequirement cannot be met here: {choice.why}")
+            held = {g.index for g in choice.gpus}
+            _logger.info("[job %s] placed on %s: %s", self.name, session.node.name if session.node else "", choice.why)
+            access = gpu_access(list(choice.gpus), session.node) if session.node is not None else None
+        try:
+            return self._contained(session, step, name, image, command, io, environment, request, access, held)
+        finally:
+            session.release_gpus(held)
+
+    def _contained(
+        self,
+        session: Session,
+        step: str,
+        name: str,
+        image: str,
+        command: list[str],
+        io: Redirects,
+        environment: dict[str, str],
+        request: JobRequest,
+        access: GpuAccess | None,
+        held: set[int],
+    ) -> int:
         spec = container_spec(
             name=name,
             run_id=session.run_id,
@@ -149,8 +176,9 @@ class HetflowJob(DockerCommandLineJob):
             network=bool(self.networkaccess),
             log_path=str(session.workdir / "logs" / f"{step}.1.log"),
             max_cpus=float(os.cpu_count() or 1),
+            access=access,
         )
-        key = self._cache_key(spec)
+        key = self._cache_key(spec, environment)
         if key is not None and session.cache is not None:
             scratch = session.workdir / "restore" / step
             source = session.cache.restore(key, session.run_id, step, Path(self.outdir), scratch)
@@ -161,7 +189,14 @@ class HetflowJob(DockerCommandLineJob):
                 return 0
         if session.recorder is not None:
             session.recorder.started(
-                step, self.name, container=name, image=image, cpus=spec.cpus or 1.0, memory=request.memory
+                step,
+                self.name,
+                container=name,
+                image=image,
+                cpus=spec.cpus or 1.0,
+                memory=request.memory,
+                node=session.node.name if session.node is not None else "local",
+                gpus=tuple(sorted(held)),
             )
         result = run_container(session, step, spec, request, timelimit=self.timelimit)
         for line in result.log_lines:
@@ -175,7 +210,7 @@ class HetflowJob(DockerCommandLineJob):
             session.cache.save(key, session.run_id, step, session.workflow, Path(self.outdir))
         return result.exit_code
 
-    def _cache_key(self, spec: ContainerSpec) -> Key | None:
+    def _cache_key(self, spec: ContainerSpec, environment: dict[str, str]) -> Key | None:
         """None where the image's identity is not known (then nothing is cached)."""
         image_id = self.session.backend.image_id(spec.image)
         if image_id is None:
@@ -184,9 +219,9 @@ class HetflowJob(DockerCommandLineJob):
         return job_key(
             image_id=image_id,
             command=spec.command,
-            env=spec.env,
+            env=environment,  # cwltool's: not the GPUs' variables, which name the GPUs given this time
             network=spec.network,
-            mounts=spec.mounts,
+            mounts=mounts_from_args(self.mounts_args),
             places=places,
         )
 

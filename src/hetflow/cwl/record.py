@@ -36,8 +36,37 @@ class Recorder:
         owner.call(lambda store: _create(store, run_id, workflow, workdir, uid, gid))
         return cls(owner, run_id)
 
-    def started(self, step: str, cwl_name: str, *, container: str, image: str, cpus: float, memory: int) -> None:
-        self.owner.call(lambda store: self._started(store, step, cwl_name, container, image, cpus, memory))
+    def started(
+        self,
+        step: str,
+        cwl_name: str,
+        *,
+        container: str,
+        image: str,
+        cpus: float,
+        memory: int,
+        node: str = "local",
+        gpus: tuple[int, ...] = (),
+    ) -> None:
+        attempt = AttemptRecord(
+            run_id=self.run_id,
+            step=step,
+            attempt=1,
+            variant="cwl",
+            node=node,
+            gpus=gpus,
+            gpu_uuids=(),
+            container=container,
+            image=image,
+            state=RUNNING,
+            exit_code=None,
+            started=time.time(),
+            ended=None,
+            message="",
+            cpus=cpus,
+            memory=memory,
+        )
+        self.owner.call(lambda store: self._started(store, step, cwl_name, attempt))
 
     def cached(self, step: str, cwl_name: str, *, image: str, source_run: str) -> None:
         """A job whose result came from the cache: a step that succeeded without a container."""
@@ -57,31 +86,12 @@ class Recorder:
         )
         store.set_step(self.run_id, step, state=LAUNCHING, variant="cwl", node="local")
 
-    def _started(
-        self, store: Store, step: str, cwl_name: str, container: str, image: str, cpus: float, memory: int
-    ) -> None:
+    def _started(self, store: Store, step: str, cwl_name: str, attempt: AttemptRecord) -> None:
         self._add_step(store, step, f"CWL job {cwl_name} is step {step}")
-        store.add_attempt(
-            AttemptRecord(
-                run_id=self.run_id,
-                step=step,
-                attempt=1,
-                variant="cwl",
-                node="local",
-                gpus=(),
-                gpu_uuids=(),
-                container=container,
-                image=image,
-                state=RUNNING,
-                exit_code=None,
-                started=time.time(),
-                ended=None,
-                message="",
-                cpus=cpus,
-                memory=memory,
-            )
+        store.add_attempt(attempt)
+        store.set_step(
+            self.run_id, step, state=RUNNING, attempts=1, started=time.time(), node=attempt.node, gpus=attempt.gpus
         )
-        store.set_step(self.run_id, step, state=RUNNING, attempts=1, started=time.time())
 
     def _cached(self, store: Store, step: str, cwl_name: str, source_run: str) -> None:
         why = f"CWL job {cwl_name}: cached from run {source_run}"

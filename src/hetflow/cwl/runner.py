@@ -20,6 +20,7 @@ from cwltool.main import main as cwltool_main
 from hetflow.config import hetflow_home
 from hetflow.cwl.session import DEFAULT_IMAGE, HetflowContext, Session
 from hetflow.cwl.tool import make_tool
+from hetflow.errors import HetflowError
 
 UNLIMITED = float(2**40)
 
@@ -41,9 +42,14 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
     if not args.default_container:
         args.default_container = DEFAULT_IMAGE
     args.podman = True
+    args.enable_ext = True  # cwltool:CUDARequirement and the other cwltool extensions (README "CWL")
     args.use_container = True  # every job runs in hetflow's container (README "CWL")
     workflow = Path(args.workflow) if args.workflow else Path("-")
-    session = session or Session.open(hetflow_home(), workflow, default_image=args.default_container)
+    try:
+        session = session or Session.open(hetflow_home(), workflow, default_image=args.default_container)
+    except HetflowError as exc:  # a store that cannot be opened, no container engine: what to fix
+        print(f"hetflow-cwl-runner: {exc}", file=sys.stderr)
+        return 1
     runtime = HetflowContext(vars(args))
     runtime.hetflow = session
     loading = LoadingContext(vars(args))
@@ -68,4 +74,5 @@ def capacity(session: Session) -> tuple[float, float, int]:
     """How many cores, MiB and GPUs the session's jobs may hold at once."""
     cores = float(os.cpu_count() or 1)
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**20
-    return cores, math.floor(ram), 0
+    # at least 1: a CUDA job on a node without one reaches hetflow's placement, which says why it cannot run
+    return cores, math.floor(ram), max(1, len(session.node.gpus) if session.node is not None else 0)

@@ -14,10 +14,13 @@ from cwltool.context import RuntimeContext
 
 from hetflow.config import submitter
 from hetflow.cwl.cache import JobCache
+from hetflow.cwl.placement import GpuChoice, choose_gpus
 from hetflow.cwl.record import Recorder
+from hetflow.cwl.requests import JobRequest
 from hetflow.cwl.storethread import StoreThread
 from hetflow.cwl.waiting import Waiter
 from hetflow.execute import Backend, make_backend, new_run_id
+from hetflow.inventory import Node, discover
 
 # The image a CommandLineTool without a DockerRequirement runs in (README "CWL"): the
 # conformance harness's stand-in for Debian's slim image, built locally (no registry here).
@@ -38,7 +41,9 @@ class Session:
     _images: dict[str, bool] = field(default_factory=dict)
     _names: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    node: Node | None = None  # this machine as hetflow's inventory sees it (fake GPUs too)
     _waiter: Waiter | None = None
+    _busy_gpus: set[int] = field(default_factory=set)
 
     @classmethod
     def open(
@@ -54,6 +59,7 @@ class Session:
         ``home/runs/RUN``."""
         uid, gid = submitter()
         run_id = new_run_id()
+        node = discover(home)
         workdir = home / "runs" / run_id
         owner = StoreThread(home / "state.db")
         recorder = Recorder.create(owner, run_id=run_id, workflow=workflow, workdir=workdir, uid=uid, gid=gid)
@@ -67,6 +73,7 @@ class Session:
             recorder=recorder,
             cache=JobCache(owner, home / "cache") if cache else None,
             workflow=workflow.name,
+            node=node,
         )
 
     def image_exists(self, image: str) -> bool:
@@ -87,6 +94,19 @@ class Session:
             n = self._names.get(base, 0)
             self._names[base] = n + 1
         return base if n == 0 else f"{base}.{n}"
+
+    def take_gpus(self, request: JobRequest) -> GpuChoice:
+        """GPUs of this node for a CUDA job, held until ``release_gpus``; none, with the
+        reason, where too few qualify or are free (cwltool's executor holds a CUDA job back
+        while the node's GPUs are all taken, so a free one is there when one qualifies)."""
+        with self._lock:
+            choice = choose_gpus(self.node.gpus if self.node else (), request, self._busy_gpus)
+            self._busy_gpus.update(g.index for g in choice.gpus)
+            return choice
+
+    def release_gpus(self, indices: set[int]) -> None:
+        with self._lock:
+            self._busy_gpus -= indices
 
     def waiter(self) -> Waiter:
         with self._lock:
