@@ -24,8 +24,8 @@ from cwltool.context import RuntimeContext
 from cwltool.docker import DockerCommandLineJob
 from cwltool.errors import UnsupportedRequirement, WorkflowException
 
-from hetflow.cwl.cache import job_key
 from hetflow.cwl.container import Redirects, container_spec, mounts_from_args
+from hetflow.cwl.keep.cache import job_key
 from hetflow.cwl.launch import run_container
 from hetflow.cwl.requests import CUDA_REQUIREMENT, JobRequest, job_request
 from hetflow.cwl.session import Session, session_of

@@ -13,11 +13,11 @@ from pathlib import Path
 from cwltool.context import RuntimeContext
 
 from hetflow.config import submitter
-from hetflow.cwl.cache import JobCache
+from hetflow.cwl.keep.cache import JobCache
+from hetflow.cwl.keep.record import Recorder
+from hetflow.cwl.keep.storethread import StoreThread
 from hetflow.cwl.placement import GpuChoice, choose_gpus
-from hetflow.cwl.record import Recorder
 from hetflow.cwl.requests import JobRequest
-from hetflow.cwl.storethread import StoreThread
 from hetflow.cwl.waiting import Waiter
 from hetflow.execute import Backend, make_backend, new_run_id
 from hetflow.inventory import Node, discover

@@ -10,7 +10,7 @@ import os
 import time
 from pathlib import Path
 
-from hetflow.cwl.storethread import StoreThread
+from hetflow.cwl.keep.storethread import StoreThread
 from hetflow.state import (
     FAILED,
     LAUNCHING,

@@ -19,7 +19,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from hetflow.cwl.storethread import StoreThread
+from hetflow.cwl.keep.storethread import StoreThread
 from hetflow.execute import Key, Mount, ResultCache, sha256_of
 from hetflow.state import OutputRecord
 
