@@ -4,6 +4,6 @@ planning/   the planner, at scale, GPU sharing, virtual clusters, gangs
 local/      the local runner: launch overhead, throughput, loading, checkpoints
 engines/    Kubernetes, Ray and Slurm overhead
 proxy/      the registry proxy
-peers/      Snakemake on the same workloads
+peers/      Snakemake and cwltool on the same workloads
 gitanchor   an anchor taken from git history;  ui: how fast the dashboard draws
 """
