@@ -136,7 +136,7 @@ class HetflowJob(DockerCommandLineJob):
         name = f"hf-{session.run_id}-{step}-1"
         access = None
         held: set[int] = set()
-        if request.gpus:
+        if request.gpus and session.local:
             choice = session.take_gpus(request)
             if not choice.gpus:
                 raise WorkflowException(f"[job {self.name}] CUDARequirement cannot be met here: {choice.why}")

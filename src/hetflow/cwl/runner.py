@@ -21,6 +21,7 @@ from hetflow.config import hetflow_home
 from hetflow.cwl.session import DEFAULT_IMAGE, HetflowContext, Session
 from hetflow.cwl.tool import make_tool
 from hetflow.errors import HetflowError
+from hetflow.execute import DEFAULT_BACKEND, load_settings, make_backend
 
 UNLIMITED = float(2**40)
 
@@ -38,7 +39,15 @@ class HetflowExecutor(MultithreadedJobExecutor):
 
 
 def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -> int:
-    args = arg_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    parser = arg_parser()
+    parser.add_argument(
+        "--hetflow-backend",
+        metavar="NAME",
+        default=None,
+        help="hetflow's backend (else config.yaml or HETFLOW_BACKEND)",
+    )
+    parser.add_argument("--hetflow-no-cache", action="store_true", help="reuse no cached job result, keep none")
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
     if not args.default_container:
         args.default_container = DEFAULT_IMAGE
     args.podman = True
@@ -46,7 +55,15 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
     args.use_container = True  # every job runs in hetflow's container (README "CWL")
     workflow = Path(args.workflow) if args.workflow else Path("-")
     try:
-        session = session or Session.open(hetflow_home(), workflow, default_image=args.default_container)
+        settings = load_settings(None, hetflow_home(), os.environ, backend=args.hetflow_backend)
+        session = session or Session.open(
+            hetflow_home(),
+            workflow,
+            default_image=args.default_container,
+            backend=make_backend(settings),
+            cache=settings.cache and not args.hetflow_no_cache,
+            local=settings.backend == DEFAULT_BACKEND,
+        )
     except HetflowError as exc:  # a store that cannot be opened, no container engine: what to fix
         print(f"hetflow-cwl-runner: {exc}", file=sys.stderr)
         return 1

@@ -42,6 +42,9 @@ class Session:
     _names: dict[str, int] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     node: Node | None = None  # this machine as hetflow's inventory sees it (fake GPUs too)
+    # the backend runs jobs on this machine (local): hetflow chooses a CUDA job's GPUs here;
+    # a cluster backend is handed the job's GPU count and its scheduler places it
+    local: bool = True
     _waiter: Waiter | None = None
     _busy_gpus: set[int] = field(default_factory=set)
 
@@ -54,6 +57,7 @@ class Session:
         default_image: str = DEFAULT_IMAGE,
         backend: Backend | None = None,
         cache: bool = True,
+        local: bool = True,
     ) -> Session:
         """A new run in the store under ``home`` (HETFLOW_HOME), its work directory
         ``home/runs/RUN``."""
@@ -74,6 +78,7 @@ class Session:
             cache=JobCache(owner, home / "cache") if cache else None,
             workflow=workflow.name,
             node=node,
+            local=local,
         )
 
     def image_exists(self, image: str) -> bool:
