@@ -6,8 +6,10 @@ from __future__ import annotations
 import pytest
 
 from hetflow.cwl.container import Redirects, mounts_from_args, wrapped_command
+from hetflow.cwl.placement import choose_gpus
 from hetflow.cwl.requests import MIB, MIN_MEMORY, job_request
 from hetflow.errors import UsageError
+from hetflow.inventory import Gpu
 
 
 def test_resources_become_cores_and_memory() -> None:
@@ -59,3 +61,42 @@ def test_the_shell_line_keeps_the_tool_arguments_untouched() -> None:
     assert cmd[:2] == ("/bin/sh", "-c")
     assert cmd[2] == "cd '/out dir' && exec \"$@\" < /in/x > '/out dir/o.txt'"
     assert cmd[3:] == ("sh", "echo", "a b", "$HOME")
+
+
+def _gpu(index: int, cc: str, cuda: str | None = None, vendor: str = "nvidia") -> Gpu:
+    return Gpu(
+        index=index,
+        uuid=f"GPU-{index}",
+        model=f"model-{cc}",
+        memory_bytes=16 << 30,
+        compute_capability=cc,
+        vendor=vendor,
+        driver_version="",
+        cuda_version=cuda,
+        device_path=f"/dev/nvidia{index}",
+        minor=index,
+    )
+
+
+def test_a_cuda_job_gets_free_gpus_that_qualify() -> None:
+    req = job_request({"cores": 1, "ram": 256, "cudaDeviceCount": 1}, {"cudaComputeCapability": "7.0"})
+    gpus = [_gpu(0, "6.1"), _gpu(1, "8.0"), _gpu(2, "8.0")]
+    assert [g.index for g in choose_gpus(gpus, req).gpus] == [1]
+    assert [g.index for g in choose_gpus(gpus, req, busy={1}).gpus] == [2]
+    held = choose_gpus(gpus, req, busy={1, 2})
+    assert held.gpus == () and held.why == "0 of 2 qualifying GPUs free, 1 asked"
+
+
+def test_why_no_gpu_serves_a_cuda_job() -> None:
+    req = job_request({"cores": 1, "ram": 256}, {"cudaComputeCapability": "9.0", "cudaVersionMin": "12.2"})
+    why = choose_gpus([_gpu(0, "8.0", "12.4"), _gpu(1, "9.0", "11.8")], req).why
+    assert why == (
+        "1 GPU(s) asked, 0 qualify: GPU 0 (model-8.0) has compute capability 8.0, below 9.0; "
+        "GPU 1's driver supports CUDA 11.8, below 12.2"
+    )
+    assert choose_gpus([], req).why == "1 GPU(s) asked, 0 qualify: this node has no GPU"
+
+
+def test_an_unknown_cuda_version_is_said_not_checked() -> None:
+    req = job_request({"cores": 1, "ram": 256}, {"cudaVersionMin": "12.2"})
+    assert "CUDA version of GPU [0] not known, not checked" in choose_gpus([_gpu(0, "8.0")], req).why

@@ -44,6 +44,10 @@ def _placed_by_hetflow(cuda_req: CWLObjectType, requestCount: int) -> int:
 cwltool.job.cuda_check = _placed_by_hetflow  # type: ignore[attr-defined]  # the one seam cwltool offers
 
 
+class CannotPlace(Exception):
+    """No GPU of the node can serve the job's CUDARequirement (the message says why)."""
+
+
 class HetflowJob(DockerCommandLineJob):
     session: Session
     mounts_args: list[str]
@@ -107,8 +111,11 @@ class HetflowJob(DockerCommandLineJob):
     ) -> None:
         try:
             code = self._run_in_hetflow(runtime[-1], runtimeContext)
-        except HetflowError as err:
-            raise WorkflowException(f"[job {self.name}] {err}") from err
+        except (HetflowError, CannotPlace) as err:
+            # the job fails as a tool that exits 1 does (permanentFail), its reason said once,
+            # without the traceback cwltool prints for an exception from a job
+            _logger.error("[job %s] %s", self.name, err)
+            code = 1
         saved = (self.stdin, self.stdout, self.stderr)
         self.stdin = self.stdout = self.stderr = None  # the container wrote them; the no-op must not truncate
         try:
@@ -139,7 +146,7 @@ class HetflowJob(DockerCommandLineJob):
         if request.gpus and session.local:
             choice = session.take_gpus(request)
             if not choice.gpus:
-                raise WorkflowException(f"[job {self.name}] CUDARequirement cannot be met here: {choice.why}")
+                raise CannotPlace(f"CUDARequirement cannot be met here: {choice.why}")
             held = {g.index for g in choice.gpus}
             _logger.info("[job %s] placed on %s: %s", self.name, session.node.name if session.node else "", choice.why)
             access = gpu_access(list(choice.gpus), session.node) if session.node is not None else None
