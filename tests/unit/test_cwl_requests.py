@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hetflow.cwl.container import Redirects, mounts_from_args, wrapped_command
+from hetflow.cwl.container import Redirects, container_spec, mounts_from_args, wrapped_command
 from hetflow.cwl.placement import choose_gpus
 from hetflow.cwl.requests import MIB, MIN_MEMORY, job_request
 from hetflow.errors import UsageError
@@ -100,3 +100,25 @@ def test_why_no_gpu_serves_a_cuda_job() -> None:
 def test_an_unknown_cuda_version_is_said_not_checked() -> None:
     req = job_request({"cores": 1, "ram": 256}, {"cudaVersionMin": "12.2"})
     assert "CUDA version of GPU [0] not known, not checked" in choose_gpus([_gpu(0, "8.0")], req).why
+
+
+def test_the_image_entrypoint_runs_in_front_of_the_tool_under_the_shell_line() -> None:
+    spec = container_spec(
+        name="hf-r-s-1",
+        run_id="r",
+        step="s",
+        cwl_name="s",
+        image="docker.io/bash:4.4",
+        command=["-c", "echo moo > cow"],
+        io=Redirects("/out"),
+        env={"HOME": "/out"},
+        mounts=[],
+        request=job_request({"cores": 1, "ram": 256}, None),
+        user="1000:1000",
+        network=False,
+        log_path="/tmp/log",
+        entrypoint=["/usr/local/bin/docker-entrypoint.sh"],
+    )
+    assert spec.entrypoint == ("/bin/sh", "-c", 'cd /out && exec "$@"', "sh")
+    assert spec.command == ("/usr/local/bin/docker-entrypoint.sh", "-c", "echo moo > cow")
+    assert spec.cap_add == () and spec.network is False  # not root: no capability given back

@@ -78,14 +78,19 @@ def container_spec(
     log_path: str,
     max_cpus: float | None = None,
     access: GpuAccess | None = None,
+    entrypoint: Sequence[str] = (),
 ) -> ContainerSpec:
-    """``access``: the devices, mounts and variables of the job's GPUs (``execute.gpu_access``)."""
+    """``access``: the devices, mounts and variables of the job's GPUs (``execute.gpu_access``);
+    ``entrypoint``: the image's ENTRYPOINT, which a CWL tool's command follows (as under
+    ``docker run``): the /bin/sh line replaces it and runs it in front of the command."""
     cpus = request.cpus if max_cpus is None else min(request.cpus, max_cpus)
     access = access or GpuAccess()
+    line = wrapped_command([*entrypoint, *command], io)
     return ContainerSpec(
         name=name,
         image=image,
-        command=wrapped_command(command, io),
+        entrypoint=line[:4],  # /bin/sh -c LINE sh: in place of the image's own
+        command=line[4:],
         user=user,
         labels={LABEL_RUN: run_id, LABEL_STEP: step, LABEL_ATTEMPT: "1", LABEL_CWL: cwl_name[:63]},
         env={**env, **access.env},

@@ -184,6 +184,7 @@ class HetflowJob(DockerCommandLineJob):
             log_path=str(session.workdir / "logs" / f"{step}.1.log"),
             max_cpus=float(os.cpu_count() or 1),
             access=access,
+            entrypoint=session.image_entrypoint(image),
         )
         key = self._cache_key(spec, environment)
         if key is not None and session.cache is not None:
@@ -225,7 +226,7 @@ class HetflowJob(DockerCommandLineJob):
         places = {self.builder.outdir: "$OUTDIR"}
         return job_key(
             image_id=image_id,
-            command=spec.command,
+            command=[*(spec.entrypoint or ()), *spec.command],
             env=environment,  # cwltool's: not the GPUs' variables, which name the GPUs given this time
             network=spec.network,
             mounts=mounts_from_args(self.mounts_args),

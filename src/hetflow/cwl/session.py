@@ -40,6 +40,7 @@ class Session:
     workflow: str = ""  # the CWL file's name: the cache entries' workflow
     _images: dict[str, bool] = field(default_factory=dict)
     _names: dict[str, int] = field(default_factory=dict)
+    _entrypoints: dict[str, tuple[str, ...]] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     node: Node | None = None  # this machine as hetflow's inventory sees it (fake GPUs too)
     # the backend runs jobs on this machine (local): hetflow chooses a CUDA job's GPUs here;
@@ -88,6 +89,16 @@ class Session:
             known = self.backend.image_exists(image)
             with self._lock:
                 self._images[image] = known
+        return known
+
+    def image_entrypoint(self, image: str) -> tuple[str, ...]:
+        """The image's ENTRYPOINT, () for none or where the backend cannot say."""
+        with self._lock:
+            known = self._entrypoints.get(image)
+        if known is None:
+            known = self.backend.image_entrypoint(image) or ()
+            with self._lock:
+                self._entrypoints[image] = known
         return known
 
     def step_name(self, cwl_name: str) -> str:
