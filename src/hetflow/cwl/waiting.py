@@ -3,10 +3,15 @@ own, and a ``podman ps`` per thread per tick would cost more than the jobs."""
 
 from __future__ import annotations
 
+import logging
 import threading
+import time
 from collections.abc import Callable
 
+from hetflow.errors import HetflowError
 from hetflow.execute import Backend, JobState
+
+_logger = logging.getLogger("cwltool")
 
 POLL_SECONDS = 1.0  # the longest a finished job waits to be seen where the backend cannot wake us
 
@@ -52,7 +57,13 @@ class Waiter:
                 wanted = dict(self._waiting)
             if not wanted:
                 continue
-            states = self.backend.poll(self.run_id)
+            try:
+                states = self.backend.poll(self.run_id)
+            except HetflowError as exc:  # a slow or busy engine: ask again, never leave a waiter hanging
+                _logger.warning("polling run %s: %s", self.run_id, exc)
+                time.sleep(POLL_SECONDS)
+                self._wake.set()
+                continue
             with self._lock:
                 for name, event in wanted.items():
                     st = states.get(name)
