@@ -25,7 +25,7 @@ from cwltool.docker import DockerCommandLineJob
 from cwltool.errors import UnsupportedRequirement, WorkflowException
 
 from hetflow.cwl.container import Redirects, container_spec, mounts_from_args
-from hetflow.cwl.keep.cache import job_key
+from hetflow.cwl.keep.cache import job_key, keepable
 from hetflow.cwl.launch import run_container
 from hetflow.cwl.requests import CUDA_REQUIREMENT, JobRequest, job_request
 from hetflow.cwl.session import Session, session_of
@@ -214,7 +214,7 @@ class HetflowJob(DockerCommandLineJob):
             _logger.warning("[job %s] %s", self.name, why)
         if session.recorder is not None:
             session.recorder.ended(step, result.exit_code, why)
-        if key is not None and session.cache is not None and result.exit_code in (0, *self.successCodes):
+        if key is not None and session.cache is not None and keepable(result.exit_code, Path(self.outdir)):
             session.cache.save(key, session.run_id, step, session.workflow, Path(self.outdir))
         return result.exit_code
 

@@ -23,7 +23,7 @@ from hetflow.cwl.keep.storethread import StoreThread
 from hetflow.execute import Key, Mount, ResultCache, sha256_of
 from hetflow.state import OutputRecord
 
-KEY_VERSION = "cwl-1"
+KEY_VERSION = "cwl-2"  # cwl-1 kept jobs that ended with a non-zero success code (restored as 0)
 # cwltool stages each input in a folder of its own, /var/lib/cwl/stg<uuid4>/NAME
 STAGED = re.compile(r"stg[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 OUTDIR_NAME = "outdir"
@@ -87,5 +87,15 @@ class JobCache:
         return entry.run_id
 
     def save(self, key: Key, run_id: str, step: str, workflow: str, outdir: Path) -> None:
+        """Keep a job that ended 0 (``keepable``): files only, so one that left an empty folder
+        is not kept (the cache would give it back without)."""
         record = OutputRecord(run_id, step, OUTDIR_NAME, sha256_of(outdir), 0, str(outdir))
         self.owner.call(lambda _: self.cache.save(key, workflow=workflow, step=step, run_id=run_id, records=[record]))
+
+
+def keepable(exit_code: int, outdir: Path) -> bool:
+    """Whether a job's result can come back from the cache as it was: it ended 0 (a non-zero
+    success code is an output ``$(runtime.exitCode)`` reads) and left no empty folder."""
+    if exit_code != 0:
+        return False
+    return all(any(p.is_file() for p in d.rglob("*")) for d in outdir.rglob("*") if d.is_dir())
