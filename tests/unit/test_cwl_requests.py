@@ -3,9 +3,12 @@ arguments as hetflow mounts; the /bin/sh line that sets a job's directory and re
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hetflow.cwl.container import Redirects, container_spec, mounts_from_args, wrapped_command
+from hetflow.cwl.keep.cache import keepable
 from hetflow.cwl.placement import choose_gpus
 from hetflow.cwl.requests import MIB, MIN_MEMORY, job_request
 from hetflow.errors import UsageError
@@ -122,3 +125,14 @@ def test_the_image_entrypoint_runs_in_front_of_the_tool_under_the_shell_line() -
     assert spec.entrypoint == ("/bin/sh", "-c", 'cd /out && exec "$@"', "sh")
     assert spec.command == ("/usr/local/bin/docker-entrypoint.sh", "-c", "echo moo > cow")
     assert spec.cap_add == () and spec.network is False  # not root: no capability given back
+
+
+def test_the_cache_keeps_only_what_it_can_give_back(tmp_path: Path) -> None:
+    (tmp_path / "out.txt").write_text("x")
+    assert keepable(0, tmp_path)
+    assert not keepable(7, tmp_path)  # a success code other than 0 is an output ($(runtime.exitCode))
+    (tmp_path / "empty").mkdir()
+    assert not keepable(0, tmp_path)  # the cache holds files, not folders
+    (tmp_path / "empty" / "f").write_text("")
+    (tmp_path / "cwl.output.json").write_text("{}")
+    assert not keepable(0, tmp_path)  # it may name this run's staging paths

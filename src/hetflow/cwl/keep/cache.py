@@ -23,7 +23,7 @@ from hetflow.cwl.keep.storethread import StoreThread
 from hetflow.execute import Key, Mount, ResultCache, sha256_of
 from hetflow.state import OutputRecord
 
-KEY_VERSION = "cwl-2"  # cwl-1 kept jobs that ended with a non-zero success code (restored as 0)
+KEY_VERSION = "cwl-3"  # cwl-1 and 2 kept jobs the cache cannot give back as they were (keepable)
 # cwltool stages each input in a folder of its own, /var/lib/cwl/stg<uuid4>/NAME
 STAGED = re.compile(r"stg[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 OUTDIR_NAME = "outdir"
@@ -95,7 +95,8 @@ class JobCache:
 
 def keepable(exit_code: int, outdir: Path) -> bool:
     """Whether a job's result can come back from the cache as it was: it ended 0 (a non-zero
-    success code is an output ``$(runtime.exitCode)`` reads) and left no empty folder."""
-    if exit_code != 0:
-        return False
+    success code is an output ``$(runtime.exitCode)`` reads), wrote no ``cwl.output.json`` and
+    left no empty folder."""
+    if exit_code != 0 or (outdir / "cwl.output.json").exists():
+        return False  # cwl.output.json may name the run's own staging paths (stg<uuid>)
     return all(any(p.is_file() for p in d.rglob("*")) for d in outdir.rglob("*") if d.is_dir())
