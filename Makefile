@@ -30,7 +30,7 @@ deps:  ## system packages: podman + runc (see src/hetflow/share/containers.conf)
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q -e '.[test,cwl]'
 	@touch $@
 
 install: deps $(VENV)/.installed

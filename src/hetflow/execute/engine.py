@@ -222,7 +222,10 @@ def run_args(
         # json-file log, copied out by DockerEngine.remove before the container goes.
         args += ["--log-driver", "k8s-file", "--log-opt", f"path={spec.log_path}"]
     for m in spec.mounts:
-        args += ["-v", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]
+        if ":" in m.source or ":" in m.target:  # -v splits on colons (a CWL input named A:Gln2Cys)
+            args += ["--mount", f"type=bind,source={m.source},target={m.target}{',ro' if m.read_only else ''}"]
+        else:
+            args += ["-v", f"{m.source}:{m.target}:{'ro' if m.read_only else 'rw'}"]
     for host, inside in spec.devices:
         args += ["--device", f"{host}:{inside}"]
     for cdi in spec.cdi_devices:

@@ -26,7 +26,20 @@ def _load(workflow: Path, param: list[str], params_file: Path | None = None) -> 
     from hetflow.execute import expand_for_planning
 
     params, origins = gather_params(param, params_file)
+    if workflow.suffix == ".cwl":
+        return _load_cwl(workflow)
     return expand_for_planning(load_workflow_cached(workflow, params, origins=origins))
+
+
+def _load_cwl(workflow: Path) -> LoadedWorkflow:
+    """A CWL file as the hetflow workflow that stands for it (``hetflow.cwl.workflow_yaml``):
+    one step per CommandLineTool step, its image, cores, memory and CUDA request."""
+    from hetflow.cwl import workflow_yaml
+    from hetflow.spec import parse_workflow
+
+    if not workflow.is_file():
+        raise UsageError(f"{workflow}: no such CWL file")
+    return parse_workflow(workflow_yaml(workflow), str(workflow))
 
 
 import_app = typer.Typer(help="Convert workflows from other formats.", no_args_is_help=True)
@@ -132,7 +145,7 @@ def _solve(
 
 
 def plan_cmd(
-    workflow: Path = typer.Argument(..., help="Workflow YAML."),
+    workflow: Path = typer.Argument(..., help="Workflow YAML, or a CWL workflow or tool (FILE.cwl)."),
     cluster: Path | None = HERE_OPT,
     param: list[str] = PARAM_OPT,
     params_file: Path | None = PARAMS_FILE_OPT,
@@ -221,7 +234,7 @@ def _explain(plan: Plan, instance: Instance, steered_why: dict[str, str], workfl
 
 
 def simulate_cmd(
-    workflow: Path = typer.Argument(..., help="Workflow YAML."),
+    workflow: Path = typer.Argument(..., help="Workflow YAML, or a CWL workflow or tool (FILE.cwl)."),
     cluster: Path | None = HERE_OPT,
     param: list[str] = PARAM_OPT,
     params_file: Path | None = PARAMS_FILE_OPT,

@@ -71,7 +71,8 @@ CLUSTER_HELP = f"Cluster file to plan on ({', '.join(p.name for p in backend_plu
 
 
 def run(
-    file: Path = typer.Argument(..., help="Workflow YAML."),
+    file: Path = typer.Argument(..., help="Workflow YAML, or a CWL workflow or tool (FILE.cwl)."),
+    inputs: Path | None = typer.Argument(None, help="A CWL file's inputs (YAML or JSON)."),
     param: list[str] = typer.Option([], "-p", "--param", help="Override a param: -p NAME=VALUE."),
     detach: bool = typer.Option(False, "--detach", "-d", help="Print the run id and run in the background."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress display."),
@@ -99,6 +100,10 @@ def run(
     ),
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
+    if file.suffix == ".cwl":
+        raise typer.Exit(_run_cwl(file, inputs, quiet))
+    if inputs is not None:
+        raise UsageError(f"{inputs}: an inputs file goes with a CWL workflow (FILE.cwl), not with {file}")
     from hetflow.execute import apply_resources, load_settings, split_profiles, submit_run
     from hetflow.inventory import discover
     from hetflow.plan import parse_steer
@@ -410,3 +415,11 @@ def stop(
     backend = make_backend(Settings.from_json(record.backend_json))
     names = stop_run(store, backend, rid, grace=seconds, checkpoint=checkpoint)
     console.print(f"run {rid} stopped ({len(names)} container(s)); 'hetflow resume {rid}' continues it")
+
+
+def _run_cwl(file: Path, inputs: Path | None, quiet: bool) -> int:
+    """``hetflow run x.cwl inputs.yml``: the cwl-runner (``hetflow.cwl``), its outputs in the
+    current directory as cwltool puts them, the output object on stdout."""
+    from hetflow.cwl import main as cwl_main
+
+    return cwl_main([*(["--quiet"] if quiet else []), str(file), *([str(inputs)] if inputs is not None else [])])

@@ -1,0 +1,5 @@
+import sys
+
+from hetflow.cwl import main
+
+sys.exit(main())

@@ -1,0 +1,122 @@
+"""A CWL invocation in hetflow's store: one run, one step per CWL job (its name plus scatter
+index, as cwltool names jobs), each with its attempt, states and log, so ``hetflow ps``,
+``show`` and ``logs`` read it as any run.  Steps are added as cwltool makes jobs (a scatter's
+items are known only then), through ``Store.amend_run``."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from hetflow.cwl.keep.storethread import StoreThread
+from hetflow.state import (
+    FAILED,
+    LAUNCHING,
+    RUN_FAILED,
+    RUN_SUCCEEDED,
+    RUNNING,
+    SUCCEEDED,
+    AttemptRecord,
+    Store,
+    pid_alive,
+    process_start,
+)
+
+
+class Recorder:
+    def __init__(self, owner: StoreThread, run_id: str) -> None:
+        self.owner = owner
+        self.run_id = run_id
+
+    @classmethod
+    def create(cls, owner: StoreThread, *, run_id: str, workflow: Path, workdir: Path, uid: int, gid: int) -> Recorder:
+        workdir.mkdir(parents=True, exist_ok=True)
+        owner.call(lambda store: _create(store, run_id, workflow, workdir, uid, gid))
+        return cls(owner, run_id)
+
+    def started(
+        self,
+        step: str,
+        cwl_name: str,
+        *,
+        container: str,
+        image: str,
+        cpus: float,
+        memory: int,
+        node: str = "local",
+        gpus: tuple[int, ...] = (),
+    ) -> None:
+        attempt = AttemptRecord(
+            run_id=self.run_id,
+            step=step,
+            attempt=1,
+            variant="cwl",
+            node=node,
+            gpus=gpus,
+            gpu_uuids=(),
+            container=container,
+            image=image,
+            state=RUNNING,
+            exit_code=None,
+            started=time.time(),
+            ended=None,
+            message="",
+            cpus=cpus,
+            memory=memory,
+        )
+        self.owner.call(lambda store: self._started(store, step, cwl_name, attempt))
+
+    def cached(self, step: str, cwl_name: str, *, image: str, source_run: str) -> None:
+        """A job whose result came from the cache: a step that succeeded without a container."""
+        self.owner.call(lambda store: self._cached(store, step, cwl_name, source_run))
+
+    def ended(self, step: str, exit_code: int, message: str = "") -> None:
+        self.owner.call(lambda store: self._ended(store, step, exit_code, message))
+
+    def finish(self, succeeded: bool) -> None:
+        state = RUN_SUCCEEDED if succeeded else RUN_FAILED
+        self.owner.call(lambda store: store.set_run(self.run_id, state=state, ended=time.time()))
+
+    def _add_step(self, store: Store, step: str, why: str) -> None:
+        run = store.run(self.run_id)
+        store.amend_run(
+            self.run_id, spec_json=run.spec_json, plan_json=None, add=[step], drop=[], expansions=[], message=why
+        )
+        store.set_step(self.run_id, step, state=LAUNCHING, variant="cwl", node="local")
+
+    def _started(self, store: Store, step: str, cwl_name: str, attempt: AttemptRecord) -> None:
+        self._add_step(store, step, f"CWL job {cwl_name} is step {step}")
+        store.add_attempt(attempt)
+        store.set_step(
+            self.run_id, step, state=RUNNING, attempts=1, started=time.time(), node=attempt.node, gpus=attempt.gpus
+        )
+
+    def _cached(self, store: Store, step: str, cwl_name: str, source_run: str) -> None:
+        why = f"CWL job {cwl_name}: cached from run {source_run}"
+        self._add_step(store, step, why)
+        store.set_step(self.run_id, step, state=SUCCEEDED, event=why, ended=time.time(), reason=why)
+
+    def _ended(self, store: Store, step: str, exit_code: int, message: str) -> None:
+        state = SUCCEEDED if exit_code == 0 else FAILED
+        now = time.time()
+        store.set_attempt(self.run_id, step, 1, state=state, exit_code=exit_code, ended=now, message=message)
+        why = "exit 0" if exit_code == 0 else f"exit {exit_code}{': ' + message if message else ''}"
+        store.set_step(self.run_id, step, state=state, exit_code=exit_code, ended=now, event=why)
+
+
+def _create(store: Store, run_id: str, workflow: Path, workdir: Path, uid: int, gid: int) -> None:
+    store.create_run(
+        run_id=run_id,
+        name=workflow.stem,
+        workflow_file=str(workflow.resolve()) if workflow.exists() else str(workflow),
+        spec_json=json.dumps({"cwl": str(workflow), "steps": {}}),
+        params_json="{}",
+        uid=uid,
+        gid=gid,
+        workdir=str(workdir),
+        steps=[],
+    )
+    pid = os.getpid()
+    store.claim_run(run_id, pid, pid_alive, start=process_start(pid))

@@ -1,0 +1,53 @@
+"""One CWL job's container through hetflow's backend: submit, wait, read its log, release."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hetflow.cwl.requests import JobRequest
+from hetflow.cwl.session import Session
+from hetflow.execute import ContainerSpec, Job, read_lines
+
+TIMED_OUT_CODE = 124  # as timeout(1) says it
+
+
+@dataclass(frozen=True)
+class Result:
+    exit_code: int
+    log_lines: list[str] = field(default_factory=list)  # what the tool wrote that was not redirected
+    timed_out: bool = False
+    node: str | None = None
+
+
+def run_container(
+    session: Session, step: str, spec: ContainerSpec, request: JobRequest, *, timelimit: int | None = None
+) -> Result:
+    job = Job(
+        name=spec.name,
+        run_id=session.run_id,
+        step=step,
+        attempt=1,
+        container=spec,
+        cpus=spec.cpus or request.cpus,
+        memory=request.memory,
+        gpus=request.gpus,
+    )
+    if spec.log_path:
+        Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
+    session.backend.submit(job)
+    waiter = session.waiter()
+    state = waiter.wait(spec.name, timeout=timelimit if timelimit else None)
+    timed_out = state is None
+    if timed_out:
+        session.backend.cancel([spec.name], grace=0)
+        state = waiter.wait(spec.name)
+    code = TIMED_OUT_CODE if timed_out or state is None else state.exit_code
+    lines, _ = read_lines(Path(spec.log_path)) if spec.log_path else ([], 0)
+    session.backend.release([spec.name])
+    return Result(
+        exit_code=255 if code is None else code,
+        log_lines=[text for _, text in lines],
+        timed_out=timed_out,
+        node=None if state is None else state.node,
+    )

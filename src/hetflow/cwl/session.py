@@ -1,0 +1,150 @@
+"""One CWL invocation's hetflow side: its run id, work directory, backend and poller.
+
+cwltool copies its RuntimeContext for every job (``RuntimeContext.copy`` is a shallow copy),
+so the session rides along as one attribute of ``HetflowContext`` and every job finds it."""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cwltool.context import RuntimeContext
+
+from hetflow.config import submitter
+from hetflow.cwl.keep.cache import JobCache
+from hetflow.cwl.keep.record import Recorder
+from hetflow.cwl.keep.storethread import StoreThread
+from hetflow.cwl.placement import GpuChoice, choose_gpus
+from hetflow.cwl.requests import JobRequest
+from hetflow.cwl.waiting import Waiter
+from hetflow.execute import Backend, make_backend, new_run_id
+from hetflow.inventory import Node, discover
+
+# The image a CommandLineTool without a DockerRequirement runs in (README "CWL"): the
+# conformance harness's stand-in for Debian's slim image, built locally (no registry here).
+DEFAULT_IMAGE = "docker.io/debian:stable-slim"
+
+
+@dataclass
+class Session:
+    workdir: Path  # logs and records of this invocation
+    backend: Backend
+    run_id: str = field(default_factory=new_run_id)
+    default_image: str = DEFAULT_IMAGE
+    uid: int = 0
+    gid: int = 0
+    recorder: Recorder | None = None  # where the run is kept in the store (None: nowhere)
+    cache: JobCache | None = None  # hetflow's cross-run cache (None: --no-cache)
+    workflow: str = ""  # the CWL file's name: the cache entries' workflow
+    _images: dict[str, bool] = field(default_factory=dict)
+    _names: dict[str, int] = field(default_factory=dict)
+    _entrypoints: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    node: Node | None = None  # this machine as hetflow's inventory sees it (fake GPUs too)
+    # the backend runs jobs on this machine (local): hetflow chooses a CUDA job's GPUs here;
+    # a cluster backend is handed the job's GPU count and its scheduler places it
+    local: bool = True
+    _waiter: Waiter | None = None
+    _busy_gpus: set[int] = field(default_factory=set)
+
+    @classmethod
+    def open(
+        cls,
+        home: Path,
+        workflow: Path,
+        *,
+        default_image: str = DEFAULT_IMAGE,
+        backend: Backend | None = None,
+        cache: bool = True,
+        local: bool = True,
+    ) -> Session:
+        """A new run in the store under ``home`` (HETFLOW_HOME), its work directory
+        ``home/runs/RUN``."""
+        uid, gid = submitter()
+        run_id = new_run_id()
+        node = discover(home)
+        workdir = home / "runs" / run_id
+        owner = StoreThread(home / "state.db")
+        recorder = Recorder.create(owner, run_id=run_id, workflow=workflow, workdir=workdir, uid=uid, gid=gid)
+        return cls(
+            workdir=workdir,
+            backend=backend or make_backend(),
+            run_id=run_id,
+            default_image=default_image,
+            uid=uid,
+            gid=gid,
+            recorder=recorder,
+            cache=JobCache(owner, home / "cache") if cache else None,
+            workflow=workflow.name,
+            node=node,
+            local=local,
+        )
+
+    def image_exists(self, image: str) -> bool:
+        with self._lock:
+            known = self._images.get(image)
+        if known is None:
+            known = self.backend.image_exists(image)
+            with self._lock:
+                self._images[image] = known
+        return known
+
+    def image_entrypoint(self, image: str) -> tuple[str, ...]:
+        """The image's ENTRYPOINT, () for none or where the backend cannot say."""
+        with self._lock:
+            known = self._entrypoints.get(image)
+        if known is None:
+            known = self.backend.image_entrypoint(image) or ()
+            with self._lock:
+                self._entrypoints[image] = known
+        return known
+
+    def step_name(self, cwl_name: str) -> str:
+        """A unique hetflow step name for a CWL job name (``step1_2``: step1's scatter item 2):
+        lower-case letters, digits, ``-``, ``_`` and ``.``; a name seen again (a tool run twice in
+        one invocation) gets ``.N``."""
+        base = re.sub(r"[^a-z0-9_.-]+", "-", cwl_name.lower()).strip("-.") or "job"
+        with self._lock:
+            n = self._names.get(base, 0)
+            self._names[base] = n + 1
+        return base if n == 0 else f"{base}.{n}"
+
+    def take_gpus(self, request: JobRequest) -> GpuChoice:
+        """GPUs of this node for a CUDA job, held until ``release_gpus``; none, with the
+        reason, where too few qualify or are free (cwltool's executor holds a CUDA job back
+        while the node's GPUs are all taken, so a free one is there when one qualifies)."""
+        with self._lock:
+            choice = choose_gpus(self.node.gpus if self.node else (), request, self._busy_gpus)
+            self._busy_gpus.update(g.index for g in choice.gpus)
+            return choice
+
+    def release_gpus(self, indices: set[int]) -> None:
+        with self._lock:
+            self._busy_gpus -= indices
+
+    def waiter(self) -> Waiter:
+        with self._lock:
+            if self._waiter is None:
+                self._waiter = Waiter(self.backend, self.run_id)
+            return self._waiter
+
+    def close(self) -> None:
+        if self._waiter is not None:
+            self._waiter.close()
+        if self.recorder is not None:
+            self.recorder.owner.close()
+
+
+class HetflowContext(RuntimeContext):
+    """cwltool's RuntimeContext with the session (copied along to every job)."""
+
+    hetflow: Session | None = None
+
+
+def session_of(ctx: RuntimeContext) -> Session:
+    session = getattr(ctx, "hetflow", None)
+    if not isinstance(session, Session):
+        raise RuntimeError("a hetflow CWL job ran without its session (HetflowContext.hetflow)")
+    return session
