@@ -93,7 +93,6 @@ if TYPE_CHECKING:
 _WHERE = {
     "backends.base": ["Backend", "Job", "JobState", "SettlesLaunches"],
     "backends.factory": ["make_backend"],
-    "backends.base": ["Backend", "Job", "JobState"],
     "backends.registry": ["DEFAULT_BACKEND", "backend_help", "backend_plugins", "cluster_nodes"],
     "data.cache": ["Key", "ResultCache", "StepKeys", "cache_key", "input_digests"],
     "data.inputs": ["DataManifest", "ObjectStore", "resolve_data", "s3_filesystem"],
