@@ -31,6 +31,7 @@ def serve(
 ) -> None:
     """Serve the TES API; tasks run as hetflow runs (Ctrl-C stops it; queued tasks wait in the store)."""
     from hetflow.errors import UsageError
+    from hetflow.inventory import discover
     from hetflow.tes import TesService, load_config
     from hetflow.tes import serve as serve_tes
 
@@ -38,7 +39,7 @@ def serve(
         raise UsageError(f"--backend {backend}: the TES service runs executors on {DEFAULT_BACKEND} only, for now")
     settings = load_config(config, backend=backend, file_roots=tuple(file_root))
     home = hetflow_home()
-    service = TesService(settings, home)
+    service = TesService(settings, home, node=discover(home))
     auth = "bearer tokens" if settings.tokens else "no auth: every request is the local user"
     err.print(f"hetflow tes: http://{listen}/ga4gh/tes/v1 ({auth})", highlight=False, soft_wrap=True)
     serve_tes(service, listen, workdir=home)
@@ -50,9 +51,10 @@ def queue(
     config: Path | None = typer.Option(None, "--config", metavar="FILE", help="The service's settings (YAML)."),
 ) -> None:
     """The queued tasks in the order they would start (fair share between users, their limits)."""
+    from hetflow.inventory import discover
     from hetflow.tes import TesService, load_config
 
-    service = TesService(load_config(config), hetflow_home())
+    service = TesService(load_config(config), hetflow_home(), node=discover(hetflow_home()))
     decisions = service.explain()
     if not decisions:
         console.print("no task is queued", highlight=False)

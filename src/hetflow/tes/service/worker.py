@@ -20,15 +20,18 @@ from hetflow.errors import EngineError, HetflowError
 from hetflow.execute import (
     Backend,
     ContainerSpec,
+    GpuAccess,
     Job,
     JobState,
     ObjectStore,
     RunPaths,
     container_name,
+    gpu_access,
     group_records,
     new_run_id,
     s3_filesystem,
 )
+from hetflow.inventory import Gpu, Node
 from hetflow.kube import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP
 from hetflow.state import AttemptRecord, Store, TesTaskRow, pid_alive, process_start
 from hetflow.tes.messages import ExecutorLog, State, Task, TaskLog
@@ -62,6 +65,8 @@ class TaskWork:
         self.run_id = row.run_id or new_run_id()
         self.workdir = home / "runs" / self.run_id
         self.current: str | None = None
+        self.gpus: tuple[Gpu, ...] = ()  # leased for the whole task by the scheduler (``gpus.lease``)
+        self.node: Node | None = None  # this machine, whose GPUs those are
 
     def run(self) -> None:
         end, why = State.COMPLETE, ""
@@ -98,6 +103,8 @@ class TaskWork:
     # --- the run in hetflow's store -------------------------------------------------------
 
     def _record_run(self) -> None:
+        if self.gpus:
+            self._say("GPUs " + ", ".join(f"{g.index} ({g.model}, {g.uuid})" for g in self.gpus))
         uid, gid = submitter()
         self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         steps = {f"exec-{i}": {"image": ex.image, "command": ex.command} for i, ex in enumerate(self.task.executors)}
@@ -136,32 +143,47 @@ class TaskWork:
 
     # --- one executor ----------------------------------------------------------------------
 
-    def _execute(self, i: int, lay: staging.Layout) -> int:
+    def _job(self, i: int, lay: staging.Layout, paths: RunPaths) -> Job:
+        """Executor ``i`` as the backend runs it: a hardened container with the task's volumes
+        and, of this machine's GPUs, only the task's own (``gpu_access``, as hetflow's launch)."""
         ex = self.task.executors[i]
         step = f"exec-{i}"
         name = container_name(self.run_id, step, 1)
-        paths = RunPaths(self.workdir)
-        paths.log(step, 1).parent.mkdir(parents=True, exist_ok=True)
         res = self.task.resources
         cpus = float(res.cpu_cores) if res and res.cpu_cores else None
         memory = int(res.ram_gb * 2**30) if res and res.ram_gb else None
         uid, gid = submitter()
+        # only its own GPUs' nodes, and NVIDIA_VISIBLE_DEVICES as hetflow's launch sets it (void: none)
+        none = GpuAccess(env={"NVIDIA_VISIBLE_DEVICES": "void"})
+        access = gpu_access(self.gpus, self.node) if self.gpus and self.node is not None else none
         spec = ContainerSpec(
             name=name,
             image=ex.image,
             command=tuple(ex.command),
             user=f"{uid}:{gid}",
             labels={LABEL_RUN: self.run_id, LABEL_STEP: step, LABEL_ATTEMPT: "1"},
-            env={"HOME": "/tmp", **(ex.env or {})},
-            mounts=lay.mounts,
+            env={"HOME": "/tmp", **(ex.env or {}), **access.env},
+            mounts=(*lay.mounts, *access.mounts),
+            devices=access.devices,
+            cdi_devices=access.cdi_devices,
+            group_add=access.groups,
             cpus=cpus,
             memory=memory,
             log_path=str(paths.log(step, 1)),
             workdir=ex.workdir or "",
         )
-        job = Job(
-            name=name, run_id=self.run_id, step=step, attempt=1, container=spec, cpus=cpus or 1.0, memory=memory or 0
+        c, m = cpus or 1.0, memory or 0
+        return Job(
+            name=name, run_id=self.run_id, step=step, attempt=1, container=spec, cpus=c, memory=m, gpus=len(self.gpus)
         )
+
+    def _execute(self, i: int, lay: staging.Layout) -> int:
+        ex = self.task.executors[i]
+        step = f"exec-{i}"
+        name = container_name(self.run_id, step, 1)
+        paths = RunPaths(self.workdir)
+        paths.log(step, 1).parent.mkdir(parents=True, exist_ok=True)
+        job = self._job(i, lay, paths)
         if not self.backend.image_exists(ex.image):
             raise staging.StagingError(
                 f"executors[{i}].image {ex.image!r} is not on this machine (no registry is reachable)"
@@ -170,7 +192,20 @@ class TaskWork:
         self.store.set_step(self.run_id, step, state="launching", attempts=1, started=started, event="TES executor")
         self.store.add_attempt(
             AttemptRecord(
-                self.run_id, step, 1, "default", "local", (), (), name, ex.image, "running", None, started, None, ""
+                self.run_id,
+                step,
+                1,
+                "default",
+                "local",
+                tuple(g.index for g in self.gpus),
+                tuple(g.uuid for g in self.gpus),
+                name,
+                ex.image,
+                "running",
+                None,
+                started,
+                None,
+                "",
             )
         )
         self.current = name
