@@ -29,6 +29,7 @@ from hetflow.tes.service.queue import Decision, Queued, decide
 from hetflow.tes.service.worker import TaskWork, stamp
 
 BackendFactory = Callable[[], Backend]
+CLUSTER_GPUS = 1 << 20  # no count of its own: a cluster backend's GPU tasks wait in its queue
 
 
 @dataclass(frozen=True)
@@ -50,7 +51,8 @@ class TesService:
         """``node``: this machine's inventory, whose GPUs tasks lease (None: a machine without
         GPUs, or a cluster backend, whose engine assigns them)."""
         self.config, self.home, self.make_backend, self.node = config, home, backend, node
-        self.gpus = len(node.gpus) if node is not None else 0
+        # GPUs the scheduler counts: this machine's; a cluster's engine queues GPU jobs itself
+        self.gpus = len(node.gpus) if node is not None else (0 if config.backend == "local" else CLUSTER_GPUS)
         self.store_path = home / "state.db"
         self._local = threading.local()
         self._wake = threading.Event()

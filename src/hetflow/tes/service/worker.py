@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -37,6 +38,7 @@ from hetflow.state import AttemptRecord, Store, TesTaskRow, pid_alive, process_s
 from hetflow.tes.messages import ExecutorLog, State, Task, TaskLog
 from hetflow.tes.service import staging
 from hetflow.tes.service.config import S3
+from hetflow.tes.service.gpus import parse_ask
 
 TAIL_BYTES = 10_000  # of stdout and stderr kept in an executor's log (TES: "a tail")
 POLL_S = 0.5  # how often a running executor is looked at when the engine cannot call back
@@ -173,9 +175,13 @@ class TaskWork:
             workdir=ex.workdir or "",
         )
         c, m = cpus or 1.0, memory or 0
-        return Job(
-            name=name, run_id=self.run_id, step=step, attempt=1, container=spec, cpus=c, memory=m, gpus=len(self.gpus)
-        )
+        job = Job(name=name, run_id=self.run_id, step=step, attempt=1, container=spec, cpus=c, memory=m)
+        if self.gpus:
+            return replace(job, gpus=len(self.gpus))
+        ask = parse_ask(dict(res.backend_parameters or {})) if res is not None and self.node is None else None
+        if ask is not None:  # a cluster backend: its engine assigns them (Slurm gres of the model's type)
+            return replace(job, gpus=ask.count, gpu_model=ask.model or None)
+        return job
 
     def _execute(self, i: int, lay: staging.Layout) -> int:
         ex = self.task.executors[i]
@@ -212,7 +218,7 @@ class TaskWork:
         try:
             self.backend.submit(job)
             self.store.set_step(self.run_id, step, state="running")
-            code, reason = self._wait(name)
+            code, reason = self._wait(name, step)
         except EngineError as exc:
             code, reason = NOT_RUN_CODE, str(exc)
         finally:
@@ -240,10 +246,12 @@ class TaskWork:
         self.backend.release([name])
         return code
 
-    def _wait(self, name: str) -> tuple[int, str]:
+    def _wait(self, name: str, step: str) -> tuple[int, str]:
         while True:
             state: JobState | None = self.backend.poll(self.run_id).get(name)
             if state is not None and not state.running:
+                if state.node:  # a cluster's: the node its engine chose
+                    self._say(f"{step} ran on node {state.node} ({state.status})")
                 return (state.exit_code if state.exit_code is not None else NOT_RUN_CODE), state.reason
             if self._canceled():
                 self.backend.cancel([name], grace=0)
