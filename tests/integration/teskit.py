@@ -29,9 +29,15 @@ def until(check: Callable[[], bool], what: str, timeout: float = 240) -> None:
 
 class Server:
     def __init__(
-        self, home: Path, data: Path, *, config: Path | None = None, env: Mapping[str, str] | None = None
+        self,
+        home: Path,
+        data: Path,
+        *,
+        config: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        backend: str | None = None,
     ) -> None:
-        self.home, self.data, self.config = home, data, config
+        self.home, self.data, self.config, self.backend = home, data, config, backend
         self.env = {**os.environ, **(env or {}), "HETFLOW_HOME": str(home)}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -47,6 +53,8 @@ class Server:
         argv += ["--file-root", str(self.data)]
         if self.config is not None:
             argv += ["--config", str(self.config)]
+        if self.backend is not None:
+            argv += ["--backend", self.backend]
         # its own session: a SIGKILL of the group takes HAProxy and uvicorn's thread with it
         self.proc = subprocess.Popen(argv, env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
                                      start_new_session=True)  # fmt: skip

@@ -17,13 +17,10 @@ from urllib.parse import unquote, urlparse
 
 from hetflow.tes.messages import Task
 from hetflow.tes.service.config import TesConfig
+from hetflow.tes.service.gpus import GPU_KEYS, BadAsk, GpuAsk, parse_ask
 
 # backend_parameters this server honours (keys are case-insensitive, TES 1.1)
-GPU_COUNT = "gpu_count"  # whole GPUs, e.g. "1"
-GPU_MIN_MEMORY = "gpu_min_memory"  # e.g. "16Gi"
-GPU_COMPUTE_CAPABILITY = "gpu_compute_capability"  # minimum, e.g. "8.0"
-GPU_MODEL = "gpu_model"  # e.g. "a100"
-SUPPORTED_PARAMETERS = (GPU_COUNT, GPU_MIN_MEMORY, GPU_COMPUTE_CAPABILITY, GPU_MODEL)
+SUPPORTED_PARAMETERS = GPU_KEYS
 
 
 class Refused(ValueError):
@@ -35,6 +32,8 @@ class Accepted:
     task: Task
     warnings: tuple[str, ...]
     gpus: int
+    ask: GpuAsk | None = None
+    strict: bool = False
 
 
 def accept(task: Task, config: TesConfig) -> Accepted:
@@ -65,7 +64,7 @@ def accept(task: Task, config: TesConfig) -> Accepted:
     for i, vol in enumerate(task.volumes or []):
         container_path(vol, f"volumes[{i}]")
     resources = task.resources
-    gpus = 0
+    ask: GpuAsk | None = None
     if resources is not None and resources.backend_parameters:
         kept: dict[str, str] = {}
         for key, value in resources.backend_parameters.items():
@@ -79,18 +78,14 @@ def accept(task: Task, config: TesConfig) -> Accepted:
                 )
             else:
                 warnings.append(f"backend_parameters: {key!r} is not supported here and was ignored")
-        if GPU_COUNT in kept:
-            try:
-                gpus = int(kept[GPU_COUNT])
-            except ValueError:
-                raise Refused(
-                    f"resources.backend_parameters.gpu_count: {kept[GPU_COUNT]!r} is not a whole number"
-                ) from None
-            if gpus < 0:
-                raise Refused("resources.backend_parameters.gpu_count must be 0 or more")
+        try:
+            ask = parse_ask(kept)
+        except BadAsk as exc:
+            raise Refused(str(exc)) from None
         resources = resources.model_copy(update={"backend_parameters": kept})
         task = task.model_copy(update={"resources": resources})
-    return Accepted(task, tuple(warnings), gpus)
+    strict = bool(resources and resources.backend_parameters_strict)
+    return Accepted(task, tuple(warnings), ask.count if ask else 0, ask, strict)
 
 
 def container_path(path: str, field: str) -> str:

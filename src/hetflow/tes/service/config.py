@@ -7,6 +7,8 @@ submit and how much each may run, and how many tasks run at once.
     default_limits: {max_running: 2, max_gpus: 1}
     users: {alice: {max_running: 8}}  # per user, over default_limits
     s3: {endpoint: http://127.0.0.1:9000}  # s3:// inputs and outputs (credentials: AWS_* variables)
+    run_settings: slurm.yaml          # hetflow's settings file for the backend (as `hetflow run --config`;
+                                      # default: HETFLOW_HOME/config.yaml); relative to this file
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ class _File(BaseModel):
     default_limits: Limits = Field(default_factory=Limits)
     users: dict[str, Limits] = Field(default_factory=dict)
     s3: S3 | None = None
+    run_settings: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -59,6 +62,7 @@ class TesConfig:
     users: dict[str, Limits] = field(default_factory=dict)
     backend: str = "local"
     s3: S3 | None = None  # None: s3:// URLs end the task SYSTEM_ERROR, saying so
+    run_settings: Path | None = None  # the backend's settings file (None: hetflow's default one)
 
     def limits(self, user: str) -> Limits:
         own = self.users.get(user)
@@ -103,4 +107,12 @@ def load_config(path: Path | None, *, backend: str = "local", file_roots: tuple[
         users=dict(data.users),
         backend=backend,
         s3=data.s3,
+        run_settings=_beside(path, data.run_settings),
     )
+
+
+def _beside(config: Path | None, path: Path | None) -> Path | None:
+    """``path`` as given in ``config``: a relative one is relative to that file."""
+    if path is None or config is None or path.is_absolute():
+        return path
+    return config.parent / path

@@ -9,6 +9,7 @@ so); one CANCELING ends CANCELED."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import secrets
 import threading
@@ -16,15 +17,19 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hetflow.execute import Backend, SettlesLaunches, container_name, make_backend
+from hetflow.errors import HetflowError
+from hetflow.execute import Backend, SettlesLaunches, container_name, make_backend, new_run_id
+from hetflow.inventory import Gpu, Node
 from hetflow.state import Store, TesTaskRow
 from hetflow.tes.messages import ACTIVE, State, Task, TaskLog
-from hetflow.tes.service.accept import accept
+from hetflow.tes.service import gpus as gpu_leases
+from hetflow.tes.service.accept import Refused, accept
 from hetflow.tes.service.config import TesConfig
 from hetflow.tes.service.queue import Decision, Queued, decide
 from hetflow.tes.service.worker import TaskWork, stamp
 
 BackendFactory = Callable[[], Backend]
+CLUSTER_GPUS = 1 << 20  # no count of its own: a cluster backend's GPU tasks wait in its queue
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,14 @@ class Page:
 
 
 class TesService:
-    def __init__(self, config: TesConfig, home: Path, *, backend: BackendFactory = make_backend, gpus: int = 0) -> None:
-        self.config, self.home, self.make_backend, self.gpus = config, home, backend, gpus
+    def __init__(
+        self, config: TesConfig, home: Path, *, backend: BackendFactory = make_backend, node: Node | None = None
+    ) -> None:
+        """``node``: this machine's inventory, whose GPUs tasks lease (None: a machine without
+        GPUs, or a cluster backend, whose engine assigns them)."""
+        self.config, self.home, self.make_backend, self.node = config, home, backend, node
+        # GPUs the scheduler counts: this machine's; a cluster's engine queues GPU jobs itself
+        self.gpus = len(node.gpus) if node is not None else (0 if config.backend == "local" else CLUSTER_GPUS)
         self.store_path = home / "state.db"
         self._local = threading.local()
         self._wake = threading.Event()
@@ -92,26 +103,43 @@ class TesService:
         return decide(queue, running, self.config, free=free, free_gpus=free_gpus)
 
     def _start(self, task_id: str) -> None:
+        """Lease the task's GPUs (if it asks any and none are free it stays queued), then claim it."""
         row = self.store.tes_task(task_id)
-        if row is None or not self.store.claim_tes_task(
-            task_id, State.QUEUED, State.INITIALIZING, attempt=row.attempt + 1, run_id=None
+        if row is None or row.state != State.QUEUED:
+            return
+        run_id = new_run_id()
+        held: tuple[Gpu, ...] = ()
+        ask = gpu_leases.parse_ask(_parameters(row))
+        if ask is not None and self.node is not None:
+            got = gpu_leases.lease(self.store, self.make_backend(), self.node, ask, run_id)
+            if got is None:  # another task or hetflow run holds the GPUs it needs: it waits its turn
+                return
+            held = got
+        if not self.store.claim_tes_task(
+            task_id, State.QUEUED, State.INITIALIZING, attempt=row.attempt + 1, run_id=run_id
         ):
+            gpu_leases.release(self.store, run_id)
             return
         claimed = self.store.tes_task(task_id)
         assert claimed is not None
         wake = threading.Event()
-        thread = threading.Thread(target=self._work, args=(claimed, wake), name=f"tes-{task_id}", daemon=True)
+        args = (claimed, wake, held)
+        thread = threading.Thread(target=self._work, args=args, name=f"tes-{task_id}", daemon=True)
         with self._lock:
             self._workers[task_id] = (thread, wake)
         thread.start()
 
-    def _work(self, row: TesTaskRow, wake: threading.Event) -> None:
+    def _work(self, row: TesTaskRow, wake: threading.Event, held: tuple[Gpu, ...]) -> None:
         try:
-            TaskWork(self.store, self.home, row, self.make_backend(), wake, self.config.s3).run()
+            work = TaskWork(self.store, self.home, row, self.make_backend(), wake, self.config.s3)
+            work.gpus, work.node = held, self.node
+            work.run()
         except Exception as exc:  # a bug must not leave the task RUNNING for ever
             self.store.set_tes_task(row.id, state=State.SYSTEM_ERROR.value)
             self._append_system_log(row.id, f"internal error: {type(exc).__name__}: {exc}")
         finally:
+            if held and row.run_id:
+                gpu_leases.release(self.store, row.run_id)
             with self._lock:
                 self._workers.pop(row.id, None)
             self._wake.set()
@@ -131,7 +159,9 @@ class TesService:
                 if names:
                     backend.cancel(names, grace=0)
                     backend.release(names)
-                store.set_run(row.run_id, state="failed", message="the TES server stopped while it ran")
+                with contextlib.suppress(HetflowError):  # killed before the run was recorded
+                    store.set_run(row.run_id, state="failed", message="the TES server stopped while it ran")
+                gpu_leases.release(store, row.run_id)
             if row.state == State.CANCELING:
                 store.set_tes_task(row.id, state=State.CANCELED.value)
                 continue
@@ -151,6 +181,11 @@ class TesService:
     def create(self, task: Task, caller: Caller) -> str:
         """Accept ``task`` for ``caller`` (``accept.Refused`` when it cannot be); its id."""
         accepted = accept(task, self.config)
+        never = ""
+        if accepted.ask is not None and self.node is not None:
+            never = gpu_leases.unservable(self.node, accepted.ask)
+            if never and accepted.strict:
+                raise Refused(f"resources.backend_parameters: {never} (backend_parameters_strict is true)")
         task_id = secrets.token_hex(10)
         stored = accepted.task.model_copy(update={"id": None, "state": None, "logs": None, "creation_time": stamp()})
         self.store.add_tes_task(
@@ -161,9 +196,12 @@ class TesService:
             tags=dict(task.tags or {}),
             gpus=accepted.gpus,
         )
-        if accepted.warnings:
-            log = TaskLog(system_logs=list(accepted.warnings))
+        lines = [*accepted.warnings, *([never] if never else [])]
+        if lines:
+            log = TaskLog(system_logs=lines)
             self.store.set_tes_task(task_id, logs_json=json.dumps([log.model_dump(mode="json", exclude_none=True)]))
+        if never:  # not strict: accepted, as TES 1.1 says, and ended at once with the reason
+            self.store.claim_tes_task(task_id, State.QUEUED, State.SYSTEM_ERROR)
         self._wake.set()
         return task_id
 
@@ -213,6 +251,11 @@ class TesService:
         more = len(rows) > page_size
         rows = rows[:page_size]
         return Page(rows, str(rows[-1].seq) if more and rows else None)
+
+
+def _parameters(row: TesTaskRow) -> dict[str, str]:
+    resources = Task.model_validate_json(row.task_json).resources
+    return dict(resources.backend_parameters or {}) if resources is not None else {}
 
 
 def as_task(row: TesTaskRow) -> Task:

@@ -12,6 +12,7 @@ import os
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,20 +21,24 @@ from hetflow.errors import EngineError, HetflowError
 from hetflow.execute import (
     Backend,
     ContainerSpec,
+    GpuAccess,
     Job,
     JobState,
     ObjectStore,
     RunPaths,
     container_name,
+    gpu_access,
     group_records,
     new_run_id,
     s3_filesystem,
 )
+from hetflow.inventory import Gpu, Node
 from hetflow.kube import LABEL_ATTEMPT, LABEL_RUN, LABEL_STEP
 from hetflow.state import AttemptRecord, Store, TesTaskRow, pid_alive, process_start
 from hetflow.tes.messages import ExecutorLog, State, Task, TaskLog
 from hetflow.tes.service import staging
 from hetflow.tes.service.config import S3
+from hetflow.tes.service.gpus import parse_ask
 
 TAIL_BYTES = 10_000  # of stdout and stderr kept in an executor's log (TES: "a tail")
 POLL_S = 0.5  # how often a running executor is looked at when the engine cannot call back
@@ -62,6 +67,8 @@ class TaskWork:
         self.run_id = row.run_id or new_run_id()
         self.workdir = home / "runs" / self.run_id
         self.current: str | None = None
+        self.gpus: tuple[Gpu, ...] = ()  # leased for the whole task by the scheduler (``gpus.lease``)
+        self.node: Node | None = None  # this machine, whose GPUs those are
 
     def run(self) -> None:
         end, why = State.COMPLETE, ""
@@ -98,6 +105,8 @@ class TaskWork:
     # --- the run in hetflow's store -------------------------------------------------------
 
     def _record_run(self) -> None:
+        if self.gpus:
+            self._say("GPUs " + ", ".join(f"{g.index} ({g.model}, {g.uuid})" for g in self.gpus))
         uid, gid = submitter()
         self.workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
         steps = {f"exec-{i}": {"image": ex.image, "command": ex.command} for i, ex in enumerate(self.task.executors)}
@@ -136,32 +145,51 @@ class TaskWork:
 
     # --- one executor ----------------------------------------------------------------------
 
-    def _execute(self, i: int, lay: staging.Layout) -> int:
+    def _job(self, i: int, lay: staging.Layout, paths: RunPaths) -> Job:
+        """Executor ``i`` as the backend runs it: a hardened container with the task's volumes
+        and, of this machine's GPUs, only the task's own (``gpu_access``, as hetflow's launch)."""
         ex = self.task.executors[i]
         step = f"exec-{i}"
         name = container_name(self.run_id, step, 1)
-        paths = RunPaths(self.workdir)
-        paths.log(step, 1).parent.mkdir(parents=True, exist_ok=True)
         res = self.task.resources
         cpus = float(res.cpu_cores) if res and res.cpu_cores else None
         memory = int(res.ram_gb * 2**30) if res and res.ram_gb else None
         uid, gid = submitter()
+        # only its own GPUs' nodes, and NVIDIA_VISIBLE_DEVICES as hetflow's launch sets it (void: none)
+        none = GpuAccess(env={"NVIDIA_VISIBLE_DEVICES": "void"})
+        access = gpu_access(self.gpus, self.node) if self.gpus and self.node is not None else none
         spec = ContainerSpec(
             name=name,
             image=ex.image,
             command=tuple(ex.command),
             user=f"{uid}:{gid}",
             labels={LABEL_RUN: self.run_id, LABEL_STEP: step, LABEL_ATTEMPT: "1"},
-            env={"HOME": "/tmp", **(ex.env or {})},
-            mounts=lay.mounts,
+            env={"HOME": "/tmp", **(ex.env or {}), **access.env},
+            mounts=(*lay.mounts, *access.mounts),
+            devices=access.devices,
+            cdi_devices=access.cdi_devices,
+            group_add=access.groups,
             cpus=cpus,
             memory=memory,
             log_path=str(paths.log(step, 1)),
             workdir=ex.workdir or "",
         )
-        job = Job(
-            name=name, run_id=self.run_id, step=step, attempt=1, container=spec, cpus=cpus or 1.0, memory=memory or 0
-        )
+        c, m = cpus or 1.0, memory or 0
+        job = Job(name=name, run_id=self.run_id, step=step, attempt=1, container=spec, cpus=c, memory=m)
+        if self.gpus:
+            return replace(job, gpus=len(self.gpus))
+        ask = parse_ask(dict(res.backend_parameters or {})) if res is not None and self.node is None else None
+        if ask is not None:  # a cluster backend: its engine assigns them (Slurm gres of the model's type)
+            return replace(job, gpus=ask.count, gpu_model=ask.model or None)
+        return job
+
+    def _execute(self, i: int, lay: staging.Layout) -> int:
+        ex = self.task.executors[i]
+        step = f"exec-{i}"
+        name = container_name(self.run_id, step, 1)
+        paths = RunPaths(self.workdir)
+        paths.log(step, 1).parent.mkdir(parents=True, exist_ok=True)
+        job = self._job(i, lay, paths)
         if not self.backend.image_exists(ex.image):
             raise staging.StagingError(
                 f"executors[{i}].image {ex.image!r} is not on this machine (no registry is reachable)"
@@ -170,14 +198,27 @@ class TaskWork:
         self.store.set_step(self.run_id, step, state="launching", attempts=1, started=started, event="TES executor")
         self.store.add_attempt(
             AttemptRecord(
-                self.run_id, step, 1, "default", "local", (), (), name, ex.image, "running", None, started, None, ""
+                self.run_id,
+                step,
+                1,
+                "default",
+                "local",
+                tuple(g.index for g in self.gpus),
+                tuple(g.uuid for g in self.gpus),
+                name,
+                ex.image,
+                "running",
+                None,
+                started,
+                None,
+                "",
             )
         )
         self.current = name
         try:
             self.backend.submit(job)
             self.store.set_step(self.run_id, step, state="running")
-            code, reason = self._wait(name)
+            code, reason = self._wait(name, step)
         except EngineError as exc:
             code, reason = NOT_RUN_CODE, str(exc)
         finally:
@@ -205,10 +246,12 @@ class TaskWork:
         self.backend.release([name])
         return code
 
-    def _wait(self, name: str) -> tuple[int, str]:
+    def _wait(self, name: str, step: str) -> tuple[int, str]:
         while True:
             state: JobState | None = self.backend.poll(self.run_id).get(name)
             if state is not None and not state.running:
+                if state.node:  # a cluster's: the node its engine chose
+                    self._say(f"{step} ran on node {state.node} ({state.status})")
                 return (state.exit_code if state.exit_code is not None else NOT_RUN_CODE), state.reason
             if self._canceled():
                 self.backend.cancel([name], grace=0)
