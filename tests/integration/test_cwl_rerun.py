@@ -75,6 +75,10 @@ def test_a_rerun_after_kill_9_takes_the_finished_job_from_the_cache(tmp_path: Pa
         _wait(lambda: (home / "state.db").exists() and any(
             k.endswith("/second") and v[0] == "running" for k, v in _steps(home).items()))  # fmt: skip
         first_run = next(k.split("/")[0] for k in _steps(home))
+        # and its container runs: recorded running before its `podman run` made it, a container
+        # made after the kill and the removal below would sleep on past the test
+        running = ["podman", "ps", "-q", "--filter", f"label=hetflow.run={first_run}", "--filter", "status=running"]
+        _wait(lambda: bool(subprocess.run(running, capture_output=True, text=True, check=False).stdout.split()))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
     finally:
