@@ -78,10 +78,16 @@ class Server:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             self.proc.wait(timeout=60)
-        runs = recorded_runs(self.home)
-        fmt = '{{.Names}} {{index .Labels "hetflow.run"}}'  # label filters AND in podman: list, then pick
-        argv = ["podman", "ps", "-a", "--filter", "label=hetflow.run", "--format", fmt]
-        listed = subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=300).stdout.split("\n")
-        theirs = [w[0] for w in (line.split() for line in listed) if len(w) == 2 and w[1] in runs]
-        if theirs:
-            subprocess.run(["podman", "rm", "-f", "--ignore", *theirs], env=self.env, capture_output=True, timeout=300)
+        remove_runs(self.home, self.env)
+
+
+def remove_runs(home: Path, env: Mapping[str, str]) -> None:
+    """Remove the containers of the runs recorded under ``home`` (a stopped server's tasks
+    still running, or ended before the server could remove them), and no one else's."""
+    runs = recorded_runs(home)
+    fmt = '{{.Names}} {{index .Labels "hetflow.run"}}'  # label filters AND in podman: list, then pick
+    argv = ["podman", "ps", "-a", "--filter", "label=hetflow.run", "--format", fmt]
+    listed = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300).stdout.split("\n")
+    theirs = [w[0] for w in (line.split() for line in listed) if len(w) == 2 and w[1] in runs]
+    if theirs:
+        subprocess.run(["podman", "rm", "-f", "--ignore", *theirs], env=env, capture_output=True, timeout=300)

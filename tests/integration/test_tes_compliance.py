@@ -21,6 +21,7 @@ import pytest
 from demo.images import build_tiny_image
 
 from tests.integration.hfkit import free_port
+from tests.integration.teskit import remove_runs
 
 pytestmark = pytest.mark.integration
 
@@ -60,6 +61,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(timeout=60)
+        remove_runs(home, env)  # tasks the suite left running, or ended as the server stopped
 
 
 def test_compliance_suite_passes(server: str, tmp_path: Path) -> None:
