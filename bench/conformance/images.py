@@ -19,7 +19,6 @@ all four when built); the Debian roots are debootstrapped once into
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 import subprocess
 import sys
@@ -30,15 +29,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from demo.images.busybox import static_busybox
-from demo.images.engine import ImageEngine, Log, Podman, log_took, run_tool
-from demo.images.examples import debian_mirror
+from demo.images.engine import ImageEngine, Log, Podman, log_took
+from demo.images.examples import debootstrap_root
+from demo.images.recipes import DEBIAN_PATH, SUITE
 
 from hetflow.config import hetflow_home
-from hetflow.errors import EngineError, HetflowError
+from hetflow.errors import HetflowError
 
-SUITE = "bookworm"
 LABEL = "hetflow.cwl.standin"
-DEBIAN_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 # The bash image's docker-entrypoint.sh (docker-library/bash), which docker-run-cmd.cwl and
 # the colon tests rely on: an option as first argument means "bash with these arguments".
@@ -87,47 +85,10 @@ STANDINS: tuple[StandIn, ...] = (
     StandIn("docker.io/alpine:latest", "busybox", (), ("ENV PATH=/usr/sbin:/usr/bin:/sbin:/bin", 'CMD ["/bin/sh"]')),
 )
 
-# Not needed to run a test (docs, translations, apt's download caches).
-_PRUNE = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt", "var/lib/apt/lists")
-
 
 def root_name(packages: Sequence[str]) -> str:
     """The cache folder of a root with ``packages``: named by their hash."""
     return f"rootfs-{SUITE}-cwl-{hashlib.sha256(' '.join(packages).encode()).hexdigest()[:12]}"
-
-
-def debootstrap_root(cache: Path, packages: Sequence[str], log: Log) -> Path:
-    """A minbase bookworm root with ``packages``, made once under ``cache`` (named by the
-    package list) and reused; built beside its name and renamed when complete, so an
-    interrupted build never looks usable."""
-    target = cache / root_name(packages)
-    done = target.with_name(target.name + ".ok")
-    if done.is_file() and (target / "bin/sh").exists():
-        log(f"rootfs: reusing {target}")
-        return target
-    if os.geteuid() != 0:
-        raise EngineError(f"debootstrap needs root to build {target}; run as root")
-    mirror = debian_mirror()
-    partial = target.with_name(target.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    shutil.rmtree(target, ignore_errors=True)
-    partial.parent.mkdir(parents=True, exist_ok=True)
-    started = time.monotonic()
-    include = [f"--include={','.join(packages)}"] if packages else []
-    log(f"rootfs: debootstrap {SUITE} {' '.join(packages) or '(minbase)'} from {mirror} into {partial}")
-    run_tool(
-        ["debootstrap", "--variant=minbase", *include, SUITE, str(partial), mirror],
-        what="debootstrap of a CWL stand-in image's root",
-        hint=f"It needs `apt-get install -y debootstrap` and a reachable mirror ({mirror}, from "
-        f"/etc/apt/sources.list.d); its log is {partial}/debootstrap/debootstrap.log.",
-        timeout=1800,
-    )
-    for rel in _PRUNE:
-        shutil.rmtree(partial / rel, ignore_errors=True)
-    partial.rename(target)
-    done.write_text(f"{SUITE} {mirror} {' '.join(packages)}\n")
-    log_took(log, f"rootfs: {target} ready", started)
-    return target
 
 
 def _busybox_root(root: Path) -> None:
@@ -163,7 +124,7 @@ def _make(podman: ImageEngine, image: StandIn, digest: str, cache: Path, log: Lo
     copy reads /dev/zero or /dev/full until the disk is full; tar and podman keep them nodes."""
     changes = [*image.changes, f"LABEL {LABEL}={digest}"]
     if image.root == "debian":
-        podman.import_dir(debootstrap_root(cache, image.packages, log), image.name, changes)
+        podman.import_dir(debootstrap_root(cache / root_name(image.packages), log, image.packages), image.name, changes)
         return
     with tempfile.TemporaryDirectory(prefix="hetflow-cwl-image-") as tmp:
         root = Path(tmp)

@@ -57,12 +57,13 @@ def debian_mirror(apt_dir: Path = Path("/etc/apt")) -> str:
 _PRUNE = ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "var/cache/apt", "var/lib/apt/lists")
 
 
-def _debootstrap(target: Path, log: Log, include: Sequence[str] = ("python3-numpy",)) -> Path:
-    """Create a bookworm rootfs with ``include`` (default: NumPy) once; later calls reuse it (delete the folder
-    to start over).  It is built beside its final name and renamed when complete, so
-    an interrupted run never leaves a half rootfs that looks usable."""
+def debootstrap_root(target: Path, log: Log, include: Sequence[str] = (), ready: str = "bin/sh") -> Path:
+    """Create a minbase bookworm rootfs with ``include`` at ``target`` once; later calls reuse it
+    (``ready``, a file it must hold, is there; delete the folder to start over).  It is built
+    beside its final name and renamed when complete, so an interrupted run never leaves a half
+    rootfs that looks usable.  The example images and the CWL conformance stand-ins use it."""
     done = target.with_name(target.name + ".ok")
-    if done.is_file() and (target / "usr/bin/python3").exists():
+    if done.is_file() and (target / ready).exists():
         log(f"rootfs: reusing {target}")
         return target
     if os.geteuid() != 0:
@@ -73,10 +74,12 @@ def _debootstrap(target: Path, log: Log, include: Sequence[str] = ("python3-nump
     shutil.rmtree(target, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    log(f"rootfs: debootstrap {SUITE} from {mirror} into {partial} (about a minute)")
+    packages = ", ".join(include) or "(minbase)"
+    log(f"rootfs: debootstrap {SUITE} {packages} from {mirror} into {partial} (about a minute)")
+    extra = [f"--include={','.join(include)}"] if include else []
     run_tool(
-        ["debootstrap", "--variant=minbase", f"--include={','.join(include)}", SUITE, str(partial), mirror],
-        what=f"debootstrap of a Debian base with {', '.join(include)}",
+        ["debootstrap", "--variant=minbase", *extra, SUITE, str(partial), mirror],
+        what=f"debootstrap of a Debian base with {packages}",
         hint=f"It needs `apt-get install -y debootstrap` and a reachable mirror ({mirror}, from "
         f"/etc/apt/sources.list.d); its log is {partial}/debootstrap/debootstrap.log.",
         timeout=1800,
@@ -94,7 +97,7 @@ def _build_base(podman: ImageEngine, cache: Path, force: bool, log: Log) -> str:
     if not force and podman.exists(BASE_IMAGE):
         log(f"{BASE_IMAGE}: exists")
         return ""
-    rootfs = _debootstrap(cache / f"rootfs-{SUITE}-numpy", log)
+    rootfs = debootstrap_root(cache / f"rootfs-{SUITE}-numpy", log, ("python3-numpy",), "usr/bin/python3")
     old = podman.image_id(BASE_IMAGE)
     started = time.monotonic()
     changes = [f"ENV PATH={DEBIAN_PATH}", "ENV LANG=C.UTF-8", 'CMD ["python3"]', f"LABEL hetflow.debian.suite={SUITE}"]
@@ -111,7 +114,7 @@ def _build_mpi_base(podman: ImageEngine, cache: Path, force: bool, log: Log) -> 
     if not force and podman.label(MPI_BASE_IMAGE, "hetflow.debian.packages") == packages:
         log(f"{MPI_BASE_IMAGE}: exists")
         return ""
-    rootfs = _debootstrap(cache / f"rootfs-{SUITE}-mpi-{packages}", log, MPI_PACKAGES)
+    rootfs = debootstrap_root(cache / f"rootfs-{SUITE}-mpi-{packages}", log, MPI_PACKAGES, "usr/bin/python3")
     old = podman.image_id(MPI_BASE_IMAGE)
     started = time.monotonic()
     changes = [
