@@ -9,10 +9,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import tes
+from demo.images import build_tiny_image
 
 from tests.integration.hfkit import free_port
 from tests.leftovers import recorded_runs
@@ -91,3 +94,36 @@ def remove_runs(home: Path, env: Mapping[str, str]) -> None:
     theirs = [w[0] for w in (line.split() for line in listed) if len(w) == 2 and w[1] in runs]
     if theirs:
         subprocess.run(["podman", "rm", "-f", "--ignore", *theirs], env=env, capture_output=True, timeout=300)
+
+
+@contextmanager
+def serving(
+    tmp_path: Path,
+    *,
+    config: str | None = None,
+    env: Mapping[str, str] | None = None,
+    backend: str | None = None,
+    data: Path | None = None,
+) -> Iterator[Server]:
+    """A started server whose tasks' "alpine" is the local busybox stand-in, its file root
+    ``data`` (``tmp_path/data`` by default), ``config`` (tes.yaml's text) when given; stopped,
+    and its runs' containers removed, when the block ends."""
+    build_tiny_image("localhost/alpine:latest")
+    data = data if data is not None else tmp_path / "data"
+    data.mkdir(exist_ok=True)
+    path = None
+    if config is not None:
+        path = tmp_path / "tes.yaml"
+        path.write_text(config)
+    server = Server(tmp_path / "home", data, config=path, env=env, backend=backend)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def wait_end(client: tes.HTTPClient, task_id: str) -> tes.Task:
+    """The task, in the FULL view, once it has ended."""
+    until(lambda: client.get_task(task_id, view="MINIMAL").state in ENDED, f"task {task_id} ends")
+    return client.get_task(task_id, view="FULL")

@@ -14,9 +14,8 @@ from pathlib import Path
 import httpx
 import pytest
 import tes
-from demo.images import build_tiny_image
 
-from tests.integration.teskit import ENDED, Server, until
+from tests.integration.teskit import Server, serving, wait_end
 
 pytestmark = pytest.mark.integration
 
@@ -25,19 +24,8 @@ SHOW = "echo visible=$NVIDIA_VISIBLE_DEVICES; ls /dev | grep nvidia || true"
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    build_tiny_image("localhost/alpine:latest")
-    (tmp_path / "data").mkdir()
-    s = Server(tmp_path / "home", tmp_path / "data", env={"HETFLOW_FAKE_GPUS": "a100:1,t4:1"})
-    s.start()
-    try:
+    with serving(tmp_path, env={"HETFLOW_FAKE_GPUS": "a100:1,t4:1"}) as s:
         yield s
-    finally:
-        s.stop()
-
-
-def wait_end(client: tes.HTTPClient, task_id: str) -> tes.Task:
-    until(lambda: client.get_task(task_id, view="MINIMAL").state in ENDED, f"task {task_id} ends")
-    return client.get_task(task_id, view="FULL")
 
 
 def when(value: datetime | str) -> datetime:

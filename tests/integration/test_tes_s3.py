@@ -12,10 +12,9 @@ from typing import Any
 
 import pytest
 import tes  # py-tes, the GA4GH client (the test extra)
-from demo.images import build_tiny_image
 
 from tests.integration.s3server import CREDENTIALS, s3_server
-from tests.integration.teskit import ENDED, Server, until
+from tests.integration.teskit import Server, serving, wait_end
 
 pytestmark = pytest.mark.integration
 
@@ -35,28 +34,11 @@ def s3(endpoint: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     return boto3.client("s3", endpoint_url=endpoint)
 
 
-def serving(tmp_path: Path, config: str, env: dict[str, str]) -> Server:
-    build_tiny_image("localhost/alpine:latest")
-    (tmp_path / "data").mkdir(exist_ok=True)
-    (tmp_path / "tes.yaml").write_text(config)
-    # the endpoint comes from tes.yaml only: no AWS_ENDPOINT_URL to fall back on
-    s = Server(tmp_path / "home", tmp_path / "data", config=tmp_path / "tes.yaml", env=env)
-    s.start()
-    return s
-
-
 @pytest.fixture
 def server(tmp_path: Path, endpoint: str, s3: Any) -> Iterator[Server]:
-    s = serving(tmp_path, f"s3: {{endpoint: '{endpoint}'}}\n", CREDENTIALS)
-    try:
+    # the endpoint comes from tes.yaml only: no AWS_ENDPOINT_URL to fall back on
+    with serving(tmp_path, config=f"s3: {{endpoint: '{endpoint}'}}\n", env=CREDENTIALS) as s:
         yield s
-    finally:
-        s.stop()
-
-
-def wait_end(client: tes.HTTPClient, task_id: str) -> tes.Task:
-    until(lambda: client.get_task(task_id, view="MINIMAL").state in ENDED, f"task {task_id} ends")
-    return client.get_task(task_id, view="FULL")
 
 
 def test_s3_inputs_and_outputs(server: Server, s3: Any) -> None:
@@ -98,8 +80,7 @@ def test_s3_inputs_and_outputs(server: Server, s3: Any) -> None:
 
 
 def test_no_s3_configured_says_so(tmp_path: Path) -> None:
-    s = serving(tmp_path, "file_roots: []\n", {})
-    try:
+    with serving(tmp_path, config="file_roots: []\n", env={}) as s:
         client = tes.HTTPClient(s.url, timeout=30)
         task = tes.Task(
             executors=[tes.Executor(image="alpine", command=["true"])],
@@ -108,5 +89,3 @@ def test_no_s3_configured_says_so(tmp_path: Path) -> None:
         done = wait_end(client, client.create_task(task))
         assert done.state == "SYSTEM_ERROR"
         assert any("no S3 endpoint configured (s3: in its --config)" in line for line in done.logs[-1].system_logs)
-    finally:
-        s.stop()

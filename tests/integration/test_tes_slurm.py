@@ -11,11 +11,10 @@ from pathlib import Path
 import pytest
 import tes
 import yaml
-from demo.images import build_tiny_image
 from demo.slurm.cluster import CLUSTER_FILE, LocalSlurm
 
 from tests.integration.slurm_fixture import slurm_cluster, slurm_config  # noqa: F401  (module fixture)
-from tests.integration.teskit import ENDED, Server, until
+from tests.integration.teskit import ENDED, serving, until
 
 pytestmark = pytest.mark.integration
 
@@ -24,16 +23,12 @@ def test_a_two_executor_task_with_a_file_input_and_output_completes_on_slurm(
     tmp_path: Path,
     slurm_cluster: LocalSlurm,  # noqa: F811
 ) -> None:
-    build_tiny_image("localhost/alpine:latest")
     data = tmp_path / "data"
     data.mkdir()
     (data / "in.txt").write_text("from the host\n")
     settings = slurm_config(tmp_path, slurm_cluster, CLUSTER_FILE)
-    config = tmp_path / "tes.yaml"
-    config.write_text(yaml.safe_dump({"run_settings": settings, "max_running": 2}))
-    server = Server(tmp_path / "home", data, config=config, backend="slurm")
-    server.start()
-    try:
+    config = yaml.safe_dump({"run_settings": settings, "max_running": 2})
+    with serving(tmp_path, config=config, backend="slurm", data=data) as server:
         client = tes.HTTPClient(server.url, timeout=30)
         first, second = "tr a-z A-Z < /data/in.txt > /work/up.txt; echo one", "cat /work/up.txt; echo two"
         task = tes.Task(
@@ -56,5 +51,3 @@ def test_a_two_executor_task_with_a_file_input_and_output_completes_on_slurm(
         ran = [line for line in done.logs[-1].system_logs if " ran on node " in line]
         assert [line.split()[0] for line in ran] == ["exec-0", "exec-1"], done.logs[-1].system_logs
         assert all(line.split()[4] in {n.name for n in slurm_cluster.nodes} for line in ran), ran
-    finally:
-        server.stop()

@@ -14,28 +14,16 @@ from pathlib import Path
 import httpx
 import pytest
 import tes  # py-tes, the GA4GH client (the test extra)
-from demo.images import build_tiny_image
 
-from tests.integration.teskit import ENDED, Server, until
+from tests.integration.teskit import ENDED, Server, serving, until, wait_end
 
 pytestmark = pytest.mark.integration
 
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    build_tiny_image("localhost/alpine:latest")
-    (tmp_path / "data").mkdir()
-    s = Server(tmp_path / "home", tmp_path / "data")
-    s.start()
-    try:
+    with serving(tmp_path) as s:
         yield s
-    finally:
-        s.stop()
-
-
-def wait_end(client: tes.HTTPClient, task_id: str) -> tes.Task:
-    until(lambda: client.get_task(task_id, view="MINIMAL").state in ENDED, f"task {task_id} ends")
-    return client.get_task(task_id, view="FULL")
 
 
 def test_create_watch_outputs(server: Server) -> None:

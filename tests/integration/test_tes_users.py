@@ -13,9 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 import tes  # py-tes, the GA4GH client (the test extra)
-from demo.images import build_tiny_image
 
-from tests.integration.teskit import ENDED, Server, until
+from tests.integration.teskit import ENDED, Server, serving, until
 
 pytestmark = pytest.mark.integration
 CONFIG = """
@@ -28,16 +27,8 @@ ALICE_TASKS = 30
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[Server]:
-    build_tiny_image("localhost/alpine:latest")
-    (tmp_path / "data").mkdir()
-    config = tmp_path / "tes.yaml"
-    config.write_text(CONFIG)
-    s = Server(tmp_path / "home", tmp_path / "data", config=config)
-    s.start()
-    try:
+    with serving(tmp_path, config=CONFIG) as s:
         yield s
-    finally:
-        s.stop()
 
 
 def token(server: Server, user: str, *more: str) -> str:
