@@ -35,8 +35,8 @@ def run_container(
     )
     if spec.log_path:
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
+    waiter = session.waiter()  # watching the run before the job is in it (``waiting``)
     session.backend.submit(job)
-    waiter = session.waiter()
     state = waiter.wait(spec.name, timeout=timelimit if timelimit else None)
     timed_out = state is None
     if timed_out:

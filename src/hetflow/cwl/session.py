@@ -125,10 +125,13 @@ class Session:
             self._busy_gpus -= indices
 
     def waiter(self) -> Waiter:
+        """The run's waiter, started: call it before submitting a job (``waiting``)."""
         with self._lock:
             if self._waiter is None:
                 self._waiter = Waiter(self.backend, self.run_id)
-            return self._waiter
+            waiter = self._waiter
+        waiter.start()
+        return waiter
 
     def close(self) -> None:
         if self._waiter is not None:
