@@ -109,3 +109,26 @@ def test_sigkill_and_restart_lose_and_repeat_nothing(server: Server) -> None:
     # a task runs again only when the server died while it ran, and then says so
     again = [t for t in tasks if len(t.logs) > 1]
     assert all("queued to run again" in " ".join(t.logs[0].system_logs) for t in again)
+
+
+def test_sigterm_ends_running_tasks_containers_and_queues_them_again(server: Server) -> None:
+    """A server stopped with SIGTERM while a task runs ends that task's container before it
+    exits (none is left sleeping, nor a `podman run` still making one) and queues the task:
+    started again, the server runs it as a new attempt, whose log says why."""
+    client = tes.HTTPClient(server.url, timeout=30)
+    task_id = client.create_task(
+        tes.Task(name="long", executors=[tes.Executor(image="alpine", command=["sh", "-c", "sleep 2; echo ok"])])
+    )
+    until(lambda: client.get_task(task_id).state == "RUNNING", "the task runs")
+    said = [line for log in client.get_task(task_id, view="FULL").logs for line in log.system_logs or []]
+    (run_id,) = [line.split()[-1] for line in said if line.startswith("hetflow run ")]
+    assert server.proc is not None
+    server.proc.terminate()
+    assert server.proc.wait(timeout=120) is not None
+    listed = ["podman", "ps", "-a", "-q", "--filter", f"label=hetflow.run={run_id}"]
+    assert not subprocess.run(listed, capture_output=True, text=True).stdout.strip()
+    server.start()
+    client = tes.HTTPClient(server.url, timeout=30)
+    done = wait_end(client, task_id)
+    assert done.state == "COMPLETE" and done.logs[-1].logs[-1].stdout == "ok\n"
+    assert "the server stopped during attempt 1; queued to run again" in " ".join(done.logs[0].system_logs)

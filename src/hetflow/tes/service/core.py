@@ -77,10 +77,19 @@ class TesService:
         self._thread.start()
 
     def stop(self) -> None:
+        """Start nothing more; end every running attempt's container and queue its task to
+        run again at the next start (a server stopped by SIGTERM leaves no container behind,
+        nor a `podman run` still making one); CANCELING tasks end as they would."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
             self._thread.join()
+        with self._lock:
+            workers = list(self._workers.values())
+        for _, wake in workers:
+            wake.set()
+        for thread, _ in workers:
+            thread.join()
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -133,6 +142,7 @@ class TesService:
         try:
             work = TaskWork(self.store, self.home, row, self.make_backend(), wake, self.config.s3)
             work.gpus, work.node = held, self.node
+            work.stopping = self._stop.is_set
             work.run()
         except Exception as exc:  # a bug must not leave the task RUNNING for ever
             self.store.set_tes_task(row.id, state=State.SYSTEM_ERROR.value)

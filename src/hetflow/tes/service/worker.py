@@ -53,6 +53,10 @@ class Canceled(Exception):
     """The task was canceled while it ran."""
 
 
+class ServerStopping(Exception):
+    """The server is stopping: the attempt's container is ended, the task queued again."""
+
+
 class TaskWork:
     """Run ``row`` (claimed INITIALIZING by the caller) to its end on ``backend``."""
 
@@ -69,6 +73,7 @@ class TaskWork:
         self.current: str | None = None
         self.gpus: tuple[Gpu, ...] = ()  # leased for the whole task by the scheduler (``gpus.lease``)
         self.node: Node | None = None  # this machine, whose GPUs those are
+        self.stopping: Callable[[], bool] = lambda: False  # the server is stopping (``TesService.stop``)
 
     def run(self) -> None:
         end, why = State.COMPLETE, ""
@@ -81,6 +86,8 @@ class TaskWork:
             if not self.store.claim_tes_task(self.row.id, State.INITIALIZING, State.RUNNING):
                 raise Canceled
             for i, ex in enumerate(self.task.executors):
+                if self.stopping():
+                    raise ServerStopping
                 code = self._execute(i, lay)
                 if code != 0 and not ex.ignore_error:
                     end, why = State.EXECUTOR_ERROR, f"executor {i} exited {code}"
@@ -89,6 +96,9 @@ class TaskWork:
                 self.log.outputs = staging.collect(self.task, lay, fs)
         except Canceled:
             end, why = State.CANCELED, "canceled"
+        except ServerStopping:
+            self._requeue()
+            return
         except staging.StagingError as exc:
             end, why = State.SYSTEM_ERROR, str(exc)
         except (HetflowError, OSError) as exc:
@@ -257,6 +267,10 @@ class TaskWork:
                 self.backend.cancel([name], grace=0)
                 self.backend.release([name])
                 raise Canceled
+            if self.stopping():
+                self.backend.cancel([name], grace=0)
+                self.backend.release([name])
+                raise ServerStopping
             self.wake.wait(POLL_S)
             self.wake.clear()
 
@@ -280,6 +294,20 @@ class TaskWork:
                 lay.host(path).write_text(text, encoding="utf-8")
 
     # --- the end ---------------------------------------------------------------------------
+
+    def _requeue(self) -> None:
+        """The server stopped during this attempt: its container is gone (``_wait``), the
+        task runs again as a new attempt at the next start, as after a kill (``recover``)."""
+        self.log.end_time = stamp()
+        why = f"the server stopped during attempt {self.row.attempt}; queued to run again"
+        self.log.system_logs = [*(self.log.system_logs or []), why]
+        self._save()
+        moves = ((State.RUNNING, State.QUEUED), (State.INITIALIZING, State.QUEUED), (State.CANCELING, State.CANCELED))
+        for was, now in moves:
+            if self.store.claim_tes_task(self.row.id, was, now):
+                break
+        with contextlib.suppress(HetflowError):
+            self.store.set_run(self.run_id, state="failed", ended=time.time(), message=why)
 
     def _finish(self, end: State, why: str) -> None:
         self.log.end_time = stamp()
