@@ -236,6 +236,34 @@ def test_runs_list_filters_and_pages(driver: Any, tmp_path: Path) -> None:
         screenshot(driver, "runs-filtered")
 
 
+def test_tes_tasks_view_lists_tasks_beside_their_runs(driver: Any, tmp_path: Path) -> None:
+    """The TES tasks tab: tasks the TES server keeps in the store, with owner and state, the
+    run each became (a link to it) and the node and GPUs it ran on (a synthetic store)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    store = Store(home / "state.db")
+    try:
+        store.add_tes_task(task_id="task-q", owner="alice", name="waits", task_json="{}", tags={}, gpus=0)
+        store.add_tes_task(task_id="task-r", owner="bob", name="trains", task_json="{}", tags={}, gpus=1)
+        store.claim_tes_task("task-r", "QUEUED", "RUNNING", attempt=1, run_id="tesrun01")
+        run = {"name": "trains", "steps": ["exec-0"], "state": "running", "node": "gpu-a", "gpus": (1,)}
+        synthetic_run(store, home, "tesrun01", **run)  # type: ignore[arg-type]
+    finally:
+        store.close()
+    with dashboard(home) as ui:
+        driver.get(ui.url("#/tasks"))
+        rendered(driver, "tasks")
+        rows = "#tasks-table tbody tr[data-task-id]"
+        assert wait_until(lambda: len(driver.find_elements("css selector", rows)) == 2, 30, "two tasks")
+        assert texts(driver, "#tasks-table tbody td.owner") == ["bob", "alice"]
+        assert texts(driver, "#tasks-table tbody td.node") == ["gpu-a", "-"]
+        assert texts(driver, "#tasks-table tbody td.gpus") == ["1", "-"]
+        css(driver, "#tasks-table tbody td.run a").click()
+        rendered(driver, "run")
+        assert driver.current_url.endswith("#/runs/tesrun01")
+        screenshot(driver, "tes-tasks")
+
+
 def test_plans_view_plan_explain_and_pareto_click(driver: Any, tmp_path: Path) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.support.ui import Select

@@ -51,6 +51,7 @@ from hetflow.ui.auth import Gate, UiConfig
 from hetflow.ui.limits import Streams, client_address
 from hetflow.ui.planning import Planner
 from hetflow.ui.streams import ATTEMPT_OVER, MAX_LOG_BYTES, log_events, log_path, log_tail, run_events
+from hetflow.ui.tasks import tasks_page, tasks_query
 from hetflow.ui.views import (
     MAX_INT,
     BadRequest,
@@ -197,6 +198,11 @@ def _run_routes(config: UiConfig, reader: Reader) -> list[Route]:
         state, name, limit, offset = page_query(q.get("state"), q.get("name"), q.get("limit"), q.get("offset"))
         return runs_page(reader(), runs_read, state, name, limit, offset)
 
+    def tes_tasks(request: Request) -> dict[str, Any]:
+        q = request.query_params
+        state, limit, offset = tasks_query(q.get("state"), q.get("limit"), q.get("offset"))
+        return tasks_page(reader(), state, limit, offset)
+
     def run(request: Request) -> dict[str, Any]:
         return run_detail(reader(), request.path_params["run_id"], runs_read, show_env=config.show_env)
 
@@ -222,6 +228,7 @@ def _run_routes(config: UiConfig, reader: Reader) -> list[Route]:
     return [
         Route("/api/config", _guarded(api_config)),
         Route("/api/runs", _guarded(runs)),
+        Route("/api/tes/tasks", _guarded(tes_tasks)),
         Route("/api/runs/{run_id}", _guarded(run)),
         Route("/api/runs/{run_id}/gantt.svg", _guarded(gantt)),
         Route("/api/runs/{run_id}/steps/{step}/log", _guarded(log)),

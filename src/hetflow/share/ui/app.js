@@ -1,5 +1,5 @@
 // hetflow ui: the dashboard page. Plain JS, no build step. The contract with the server and the
-// browser tests is ui-contract (routes #/runs, #/runs/ID, #/nodes, #/plans and the DOM hooks below).
+// browser tests is ui-contract (routes #/runs, #/runs/ID, #/nodes, #/plans, #/tasks and the DOM hooks below).
 // Every string from the API goes in with textContent or setAttribute, never innerHTML.
 "use strict";
 (function () {
@@ -1095,6 +1095,65 @@
       ["step", "variant", "node", "GPUs", "start", "finish"].map((h) => el("th", { text: h })))), tbody));
   }
 
+  // =========================================================== TES tasks
+  // what `hetflow tes serve` keeps in the same store: each task beside the run it became
+  const tasksState = { state: "", offset: 0, limit: 50 };
+  function viewTasks(main) {
+    const v = newView("tasks");
+    const stateSel = el("select", { id: "tasks-filter-state" },
+      ["", "QUEUED", "INITIALIZING", "RUNNING", "COMPLETE", "EXECUTOR_ERROR", "SYSTEM_ERROR", "CANCELING", "CANCELED"]
+        .map((s) => el("option", { value: s, text: s || "any state" })));
+    stateSel.value = tasksState.state;
+    const prev = el("button", { id: "tasks-prev", type: "button", text: "‹ newer" });
+    const next = el("button", { id: "tasks-next", type: "button", text: "older ›" });
+    const info = el("span", { id: "tasks-info", class: "muted" });
+    const tbody = el("tbody");
+    const table = el("table", { id: "tasks-table" },
+      el("thead", null, el("tr", null, ["task", "name", "owner", "state", "attempt", "created", "run", "node", "GPUs"]
+        .map((h) => el("th", { text: h })))),
+      tbody);
+    clear(main);
+    main.append(el("h2", { text: "TES tasks" }), el("div", { class: "toolbar" }, stateSel, prev, next, info), table);
+    let seq = 0;
+    async function load() {
+      const my = ++seq;
+      const q = "api/tes/tasks?limit=" + tasksState.limit + "&offset=" + tasksState.offset +
+        (tasksState.state ? "&state=" + enc(tasksState.state) : "");
+      let data;
+      try {
+        data = await getJSON(q);
+      } catch (e) {
+        if (v.alive) { showError("TES tasks: " + e.message); rendered(v); }
+        return;
+      }
+      if (!v.alive || my !== seq) return;
+      clearError();
+      const frag = document.createDocumentFragment();
+      for (const t of data.tasks) {
+        const run = t.run_id ? el("a", { href: "#/runs/" + enc(t.run_id), text: t.run_id }) : el("span", { text: "-" });
+        const gpus = t.gpus && t.gpus.length ? fmtGpus(t.gpus) : (t.gpus_asked ? t.gpus_asked + " asked" : "-");
+        frag.appendChild(el("tr", { "data-task-id": t.id, "data-state": t.state },
+          el("td", { class: "id", text: t.id }), el("td", { text: dash(t.name) }), el("td", { class: "owner", text: t.owner }),
+          el("td", { class: "state", text: t.state }), el("td", { text: String(t.attempt) }),
+          el("td", { text: fmtTime(t.created) }), el("td", { class: "run" }, run),
+          el("td", { class: "node", text: dash(t.node) }), el("td", { class: "gpus", text: gpus })));
+      }
+      if (!data.tasks.length) frag.appendChild(el("tr", { class: "empty" }, el("td", { colspan: 9, class: "muted", text: "no TES tasks" })));
+      clear(tbody);
+      tbody.appendChild(frag);
+      const first = data.total ? data.offset + 1 : 0;
+      info.textContent = first + "–" + (data.offset + data.tasks.length) + " of " + data.total;
+      prev.disabled = data.offset <= 0;
+      next.disabled = data.offset + data.tasks.length >= data.total;
+      rendered(v);
+    }
+    stateSel.addEventListener("change", () => { tasksState.state = stateSel.value; tasksState.offset = 0; load(); });
+    prev.addEventListener("click", () => { tasksState.offset = Math.max(0, tasksState.offset - tasksState.limit); load(); });
+    next.addEventListener("click", () => { tasksState.offset += tasksState.limit; load(); });
+    every(v, 2000, load);
+    load();
+  }
+
   // =========================================================== router
   function route() {
     const main = $("#main");
@@ -1104,6 +1163,7 @@
       if (m) viewRun(main, decodeURIComponent(m[1]));
       else if (h === "#/nodes") viewNodes(main);
       else if (h === "#/plans") viewPlans(main);
+      else if (h === "#/tasks") viewTasks(main);
       else viewRuns(main);
     } catch (e) {
       showError("page: " + e.message);

@@ -129,6 +129,12 @@ class TesRows:
         with self._tx() as db:
             db.execute(f"UPDATE tes_tasks SET {sets} WHERE id = ?", (*fields.values(), task_id))
 
+    def tes_total(self, states: Iterable[str] = ()) -> int:
+        """How many tasks are in ``states`` (every task when none are named)."""
+        where, args = _where(None, tuple(states), "")
+        clause = " AND ".join(where) or "1"
+        return int(self._db.execute(f"SELECT COUNT(*) FROM tes_tasks WHERE {clause}", args).fetchone()[0])
+
     def tes_counts(self, states: Iterable[str]) -> dict[str, tuple[int, int]]:
         """Per owner: (tasks, GPUs) in ``states``."""
         wanted = tuple(states)
