@@ -6,6 +6,7 @@ executor reads what the first wrote, and the output comes back to the file root.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,8 @@ def test_a_two_executor_task_with_a_file_input_and_output_completes_on_slurm(
         ran = [line for line in done.logs[-1].system_logs if " ran on node " in line]
         assert [line.split()[0] for line in ran] == ["exec-0", "exec-1"], done.logs[-1].system_logs
         assert all(line.split()[4] in {n.name for n in slurm_cluster.nodes} for line in ran), ran
+        # and the run's attempts say so too (hetflow show, the dashboard's TES tasks tab)
+        (run_id,) = [line.split()[-1] for line in done.logs[-1].system_logs if line.startswith("hetflow run ")]
+        shown = json.loads(server.hetflow("show", run_id, "--json").stdout)
+        nodes = {s["step"]: s["node"] for s in shown["steps"]}
+        assert nodes == {f"exec-{i}": ran[i].split()[4] for i in range(2)}, nodes

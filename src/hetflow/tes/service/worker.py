@@ -260,8 +260,10 @@ class TaskWork:
         while True:
             state: JobState | None = self.backend.poll(self.run_id).get(name)
             if state is not None and not state.running:
-                if state.node:  # a cluster's: the node its engine chose
+                if state.node:  # a cluster's: the node its engine chose (the attempt says it: show, the dashboard)
                     self._say(f"{step} ran on node {state.node} ({state.status})")
+                    self.store.set_attempt(self.run_id, step, 1, node=state.node)
+                    self.store.set_step(self.run_id, step, node=state.node)
                 return (state.exit_code if state.exit_code is not None else NOT_RUN_CODE), state.reason
             if self._canceled():
                 self.backend.cancel([name], grace=0)
