@@ -1,12 +1,13 @@
 """A scatter of N small CWL jobs through hetflow's runner against ``cwltool --parallel
 --podman`` on the same tool, image and inputs, one after the other in one run (issue 40):
 
-    python -m bench.peers.cwlscatter [--jobs 500] [--image docker.io/debian:stable-slim]
+    python -m bench.peers.cwlscatter [--jobs 500] [--batch 50] [--image docker.io/debian:stable-slim]
 
 Each job is ``echo N`` into a file in the image given (the conformance harness's stand-in);
-hetflow runs with a fresh HETFLOW_HOME (nothing cached), then again on the same home (every
-job from the cache).  Prints one line per runner: wall seconds, jobs per second, and the
-ratio to cwltool's wall time."""
+hetflow runs with a fresh HETFLOW_HOME (nothing cached), a container per job; then with
+``--hetflow-batch N`` on another fresh home (N jobs to a container, one after another); then
+again on the first home (every job from the cache).  Prints one line per runner: wall
+seconds, jobs per second, and the ratio to cwltool's wall time."""
 
 from __future__ import annotations
 
@@ -84,6 +85,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=500)
     parser.add_argument("--image", default="docker.io/debian:stable-slim")
+    parser.add_argument("--batch", type=int, default=50, help="jobs to a container in the batched row")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cwlscatter-") as tmp:
         work = Path(tmp)
@@ -94,10 +96,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         env["PATH"] = _podman_shim(work / "shim")
         hf = [sys.executable, "-m", "hetflow.cwl", "--quiet"]
         cwltool = [str(Path(sys.executable).with_name("cwltool")), "--quiet", "--parallel", "--podman"]
+        batched = [*hf, "--hetflow-batch", str(args.batch)]
         rows = []
-        for label, base in (("hetflow", hf), ("hetflow, cached rerun", hf), ("cwltool --parallel --podman", cwltool)):
+        for label, base, home in (
+            ("hetflow", hf, "home"),
+            (f"hetflow --hetflow-batch {args.batch}", batched, "home-batched"),
+            ("hetflow, cached rerun", hf, "home"),
+            ("cwltool --parallel --podman", cwltool, "home"),
+        ):
             out = work / f"out-{len(rows)}"
-            took, n = _timed([*base, "--outdir", str(out), "wf.cwl", "job.json"], env, work)
+            took, n = _timed(
+                [*base, "--outdir", str(out), "wf.cwl", "job.json"], {**env, "HETFLOW_HOME": str(work / home)}, work
+            )
             rows.append((label, took, n))
         anchor = rows[-1][1]
         print(f"{args.jobs} jobs of echo in {args.image}, one run, {os.cpu_count()} cores")

@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable, MutableMapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -24,9 +25,10 @@ from cwltool.context import RuntimeContext
 from cwltool.docker import DockerCommandLineJob
 from cwltool.errors import UnsupportedRequirement, WorkflowException
 
+from hetflow.cwl.batch import BatchJob
 from hetflow.cwl.container import Redirects, container_spec, mounts_from_args
 from hetflow.cwl.keep.cache import job_key, keepable
-from hetflow.cwl.launch import run_container
+from hetflow.cwl.launch import Result, run_batch, run_container
 from hetflow.cwl.requests import CUDA_REQUIREMENT, JobRequest, job_request
 from hetflow.cwl.session import Session, session_of
 from hetflow.errors import HetflowError
@@ -187,6 +189,9 @@ class HetflowJob(DockerCommandLineJob):
             entrypoint=session.image_entrypoint(image),
         )
         key = self._cache_key(spec, environment)
+        pinned = session.image_id(image) if session.local else None
+        if pinned is not None:  # the image the key names, whatever the tag points at later
+            spec = replace(spec, image=pinned)
         if key is not None and session.cache is not None:
             scratch = session.workdir / "restore" / step
             source = session.cache.restore(key, session.run_id, step, Path(self.outdir), scratch)
@@ -195,18 +200,33 @@ class HetflowJob(DockerCommandLineJob):
                     session.recorder.cached(step, self.name, image=image, source_run=source)
                 _logger.info("[job %s] cached: its result from run %s", self.name, source)
                 return 0
-        if session.recorder is not None:
-            session.recorder.started(
-                step,
-                self.name,
-                container=name,
-                image=image,
-                cpus=spec.cpus or 1.0,
-                memory=request.memory,
-                node=session.node.name if session.node is not None else "local",
-                gpus=tuple(sorted(held)),
+        if session.batch > 1 and not held and not self.timelimit and access is None:
+            batched = BatchJob(
+                key=step,
+                cwl_name=self.name,
+                spec=spec,
+                workdir=io.workdir,
+                command=(*session.image_entrypoint(image), *command),
+                env={**environment},
+                stdin=io.stdin,
+                stdout=io.stdout,
+                stderr=io.stderr,
             )
-        result = run_container(session, step, spec, request, timelimit=self.timelimit)
+            got = session.batcher(lambda jobs: run_batch(session, jobs)).run(batched)
+            result = Result(got.exit_code, got.log_lines)
+        else:
+            if session.recorder is not None:
+                session.recorder.started(
+                    step,
+                    self.name,
+                    container=name,
+                    image=image,
+                    cpus=spec.cpus or 1.0,
+                    memory=request.memory,
+                    node=session.node.name if session.node is not None else "local",
+                    gpus=tuple(sorted(held)),
+                )
+            result = run_container(session, step, spec, request, timelimit=self.timelimit)
         for line in result.log_lines:
             sys.stderr.write(line + "\n")
         why = f"exceeded its time limit of {self.timelimit} s" if result.timed_out else ""
@@ -220,7 +240,7 @@ class HetflowJob(DockerCommandLineJob):
 
     def _cache_key(self, spec: ContainerSpec, environment: dict[str, str]) -> Key | None:
         """None where the image's identity is not known (then nothing is cached)."""
-        image_id = self.session.backend.image_id(spec.image)
+        image_id = self.session.image_id(spec.image)
         if image_id is None:
             return None
         places = {self.builder.outdir: "$OUTDIR"}

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hetflow.cwl.requests import JobRequest
+from hetflow.cwl.batch import BatchJob, JobResult, batch_spec, read_result, write_folder
+from hetflow.cwl.requests import MIN_MEMORY, JobRequest
 from hetflow.cwl.session import Session
 from hetflow.execute import ContainerSpec, Job, read_lines
 
@@ -51,3 +53,34 @@ def run_container(
         timed_out=timed_out,
         node=None if state is None else state.node,
     )
+
+
+def run_batch(session: Session, jobs: list[BatchJob]) -> dict[str, JobResult]:
+    """``jobs`` in one container (``batch``): each recorded as started in it, each job's own
+    exit code and output back; each job's output also in its own log, as a container's."""
+    number = session.next_batch()
+    step = f"batch{number}"
+    name = f"hf-{session.run_id}-{step}-1"
+    folder = session.workdir / "batches" / step
+    write_folder(folder, jobs)
+    spec = batch_spec(name, step, jobs, folder, str(session.workdir / "logs" / f"{step}.1.log"))
+    request = JobRequest(cpus=spec.cpus or 1.0, memory=spec.memory or MIN_MEMORY)
+    if session.recorder is not None:
+        for job in jobs:
+            cpus, memory = job.spec.cpus or 1.0, job.spec.memory or 0
+            session.recorder.started(job.key, job.cwl_name, container=name, image=spec.image, cpus=cpus, memory=memory)
+    result = run_container(session, step, spec, request)
+    out = {job.key: read_result(folder, job.key, result.exit_code) for job in jobs}
+    for job in jobs:
+        _write_log(job.spec.log_path, out[job.key].log_lines)
+    return out
+
+
+def _write_log(path: str | None, lines: list[str]) -> None:
+    """A batched job's output as podman's k8s-file log of its own container would hold it
+    (``hetflow logs RUN STEP``)."""
+    if not path:
+        return
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000+00:00", time.gmtime())
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text("".join(f"{stamp} stdout F {line}\n" for line in lines))

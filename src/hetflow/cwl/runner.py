@@ -18,6 +18,7 @@ from cwltool.executors import MultithreadedJobExecutor
 from cwltool.main import main as cwltool_main
 
 from hetflow.config import hetflow_home
+from hetflow.cwl.batch import LINGER
 from hetflow.cwl.session import DEFAULT_IMAGE, HetflowContext, Session
 from hetflow.cwl.tool import make_tool
 from hetflow.errors import HetflowError
@@ -47,7 +48,29 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
         help="hetflow's backend (else config.yaml or HETFLOW_BACKEND)",
     )
     parser.add_argument("--hetflow-no-cache", action="store_true", help="reuse no cached job result, keep none")
+    parser.add_argument(
+        "--hetflow-batch",
+        metavar="N",
+        type=int,
+        default=0,
+        help="run up to N small jobs one after another in one container (no GPU, no time limit)",
+    )
+    parser.add_argument(
+        "--hetflow-batch-linger",
+        metavar="SECONDS",
+        type=float,
+        default=LINGER,
+        help=f"how long a batch waits for one more job before it is sent (default {LINGER:g})",
+    )
     args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.hetflow_batch_linger < 0:
+        print(
+            f"hetflow-cwl-runner: --hetflow-batch-linger {args.hetflow_batch_linger}: give 0 or more", file=sys.stderr
+        )
+        return 2
+    if args.hetflow_batch < 0:
+        print(f"hetflow-cwl-runner: --hetflow-batch {args.hetflow_batch}: give 0 (no batches) or more", file=sys.stderr)
+        return 2
     if not args.default_container:
         args.default_container = DEFAULT_IMAGE
     args.podman = True
@@ -70,11 +93,14 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
     except HetflowError as exc:  # a store that cannot be opened, no container engine: what to fix
         print(f"hetflow-cwl-runner: {exc}", file=sys.stderr)
         return 1
+    session.batch, session.batch_linger = args.hetflow_batch, args.hetflow_batch_linger
     runtime = HetflowContext(vars(args))
     runtime.hetflow = session
     loading = LoadingContext(vars(args))
     loading.construct_tool_object = make_tool
     cores, ram, gpus = capacity(session)
+    if session.batch > 1:  # a batch runs its jobs one after another: as many in flight as it holds
+        cores, ram = cores * session.batch, ram * session.batch
     code = 1
     try:
         code = cwltool_main(

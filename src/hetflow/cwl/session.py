@@ -13,6 +13,7 @@ from pathlib import Path
 from cwltool.context import RuntimeContext
 
 from hetflow.config import submitter
+from hetflow.cwl.batch import LINGER, Batcher, RunBatch
 from hetflow.cwl.keep.cache import JobCache
 from hetflow.cwl.keep.record import Recorder
 from hetflow.cwl.keep.storethread import StoreThread
@@ -41,6 +42,7 @@ class Session:
     _images: dict[str, bool] = field(default_factory=dict)
     _names: dict[str, int] = field(default_factory=dict)
     _entrypoints: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    _image_ids: dict[str, str | None] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
     node: Node | None = None  # this machine as hetflow's inventory sees it (fake GPUs too)
     # the backend runs jobs on this machine (local): hetflow chooses a CUDA job's GPUs here;
@@ -48,6 +50,10 @@ class Session:
     local: bool = True
     _waiter: Waiter | None = None
     _busy_gpus: set[int] = field(default_factory=set)
+    batch: int = 0  # jobs a container may run one after another (``batch``); 0 or 1: one each
+    batch_linger: float = LINGER  # seconds a batch waits for one more job
+    _batcher: Batcher | None = None
+    _batches: int = 0
 
     @classmethod
     def open(
@@ -91,6 +97,18 @@ class Session:
                 self._images[image] = known
         return known
 
+    def image_id(self, image: str) -> str | None:
+        """The ID ``image`` names, looked up at the invocation's first job that runs it (one
+        ``podman image inspect`` an image, not one a job); None where the backend cannot say.
+        On this machine each job then runs that ID (``job.HetflowJob``), so a tag moved
+        during the run changes neither what its jobs run nor the cache keys they are kept under."""
+        with self._lock:
+            if image in self._image_ids:
+                return self._image_ids[image]
+        known = self.backend.image_id(image)
+        with self._lock:
+            return self._image_ids.setdefault(image, known)
+
     def image_entrypoint(self, image: str) -> tuple[str, ...]:
         """The image's ENTRYPOINT, () for none or where the backend cannot say."""
         with self._lock:
@@ -123,6 +141,18 @@ class Session:
     def release_gpus(self, indices: set[int]) -> None:
         with self._lock:
             self._busy_gpus -= indices
+
+    def batcher(self, run: RunBatch) -> Batcher:
+        """The invocation's batcher (``batch``), sending its batches to ``run``."""
+        with self._lock:
+            if self._batcher is None:
+                self._batcher = Batcher(self.batch, run, self.batch_linger)
+            return self._batcher
+
+    def next_batch(self) -> int:
+        with self._lock:
+            self._batches += 1
+            return self._batches
 
     def waiter(self) -> Waiter:
         """The run's waiter, started: call it before submitting a job (``waiting``)."""
