@@ -143,6 +143,8 @@ def test_batched_jobs_share_a_container_each_with_its_own_outdir_tmp_output_and_
     assert all(f"said {n}" in proc.stderr for n in (1, 2, 3))  # what a job did not redirect is shown
     containers = _containers(tmp_path / "home")
     assert len(containers) == 3 and len(set(containers.values())) == 1, containers
+    with sqlite3.connect(tmp_path / "home" / "state.db") as db:  # the image as the tool named it, not its ID
+        assert {r[0] for r in db.execute("SELECT image FROM attempts WHERE step LIKE 'each%'")} == {busybox}
 
 
 def test_a_failing_job_in_a_batch_fails_alone_with_its_exit_code(tmp_path: Path, busybox: str) -> None:

@@ -15,7 +15,7 @@ def job(key: str, *, image: str = "img", mounts: tuple[Mount, ...] = (), cpus: f
     spec = ContainerSpec(
         name=f"hf-r-{key}-1", image=image, command=("x",), user="0:0", labels={}, env={}, mounts=mounts, cpus=cpus
     )
-    return BatchJob(key=key, cwl_name=key, spec=spec, workdir=f"/out/{key}", command=("echo", key), env={})
+    return BatchJob(key=key, cwl_name=key, image=image, spec=spec, workdir=f"/out/{key}", command=("echo", key), env={})
 
 
 class Runs:
@@ -80,6 +80,7 @@ def test_the_script_quotes_env_workdir_command_and_redirections() -> None:
     j = BatchJob(
         key="s",
         cwl_name="s",
+        image="img",
         spec=job("s").spec,
         workdir="/out/dir with space",
         command=("sh", "-c", "echo '$HOME' \"x\""),

@@ -55,6 +55,7 @@ class BatchJob:
 
     key: str  # unique in the invocation: the job's hetflow step name
     cwl_name: str  # cwltool's name of the job (step, scatter index)
+    image: str  # as the tool names it (the spec's may be its pinned ID)
     spec: ContainerSpec
     workdir: str  # its output directory in the container
     command: tuple[str, ...]  # the image's ENTRYPOINT, then the tool's command line

@@ -204,6 +204,7 @@ class HetflowJob(DockerCommandLineJob):
             batched = BatchJob(
                 key=step,
                 cwl_name=self.name,
+                image=image,
                 spec=spec,
                 workdir=io.workdir,
                 command=(*session.image_entrypoint(image), *command),

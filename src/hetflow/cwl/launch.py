@@ -68,7 +68,7 @@ def run_batch(session: Session, jobs: list[BatchJob]) -> dict[str, JobResult]:
     if session.recorder is not None:
         for job in jobs:
             cpus, memory = job.spec.cpus or 1.0, job.spec.memory or 0
-            session.recorder.started(job.key, job.cwl_name, container=name, image=spec.image, cpus=cpus, memory=memory)
+            session.recorder.started(job.key, job.cwl_name, container=name, image=job.image, cpus=cpus, memory=memory)
     result = run_container(session, step, spec, request)
     out = {job.key: read_result(folder, job.key, result.exit_code) for job in jobs}
     for job in jobs:
