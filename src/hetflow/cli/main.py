@@ -59,6 +59,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "ui": ("ui",),
     "tes": ("tes",),
     "shell": ("completion",),
+    "schema": ("schema",),
 }
 
 
