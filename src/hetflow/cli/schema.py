@@ -1,6 +1,6 @@
 """``hetflow schema``: the JSON Schema of a workflow file, for editors.
 
-The schema is generated from the workflow models by tools/docref.py and shipped in the
+The schema is generated from the workflow models by ``python -m tools.docref`` and shipped in the
 package (``share/workflow.schema.json``; tests/unit/test_docs.py fails when it is stale).
 An editor with the YAML language server checks a workflow as it is typed when the file's
 first line names it: ``# yaml-language-server: $schema=PATH``."""

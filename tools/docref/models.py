@@ -1,4 +1,4 @@
-"""The file formats' reference, from the pydantic models (tools/docref.py writes the pages).
+"""The file formats' reference, from the pydantic models (``tools.docref`` writes the pages).
 
 ``model_page`` renders a model and every model under it as a table per model: the key as a
 file spells it (its alias), the type as it is written (``20s`` for a duration, ``2Gi`` for
@@ -80,7 +80,7 @@ def _keep(prop: JsonSchemaValue) -> JsonSchemaValue:
     return {k: prop[k] for k in ("title", "description", "default") if k in prop}
 
 
-def _comments(cls: type) -> dict[str, str]:
+def field_comments(cls: type) -> dict[str, str]:
     """Field name -> the comment beside it (``x: int = 1  # ...``) or in the lines just above."""
     try:
         source = textwrap.dedent(inspect.getsource(cls))
@@ -95,7 +95,7 @@ def _comments(cls: type) -> dict[str, str]:
             continue
         line = lines[node.end_lineno - 1 if node.end_lineno else node.lineno - 1]
         said = line.split("  # ", 1)[1].strip() if "  # " in line else ""
-        above = []
+        above: list[str] = []
         i = node.lineno - 2
         while not said and i >= 0 and lines[i].strip().startswith("#"):
             above.insert(0, lines[i].strip().lstrip("#").strip())
@@ -181,7 +181,7 @@ def model_page(title: str, intro: str, roots: Sequence[type[BaseModel]]) -> str:
 
 
 def _model_table(model: type[BaseModel]) -> list[str]:
-    said = _comments(model)
+    said = field_comments(model)
     out = [f"## {model.__name__}", ""]
     doc = inspect.getdoc(model)
     if doc and doc != inspect.getdoc(BaseModel):
