@@ -94,7 +94,7 @@ criu:
 demo-kubernetes: install images kube  ## a local Kubernetes control plane: kwok GPU nodes planned on, then circuit as real pods on a kubelet
 	$(PY) -m demo.kube.demo
 
-# The real-GPU acceptance kit (README "On a real GPU"): what a bare GPU machine lacks for
+# The real-GPU acceptance kit (docs/guides/real-gpu.md): what a bare GPU machine lacks for
 # tools/gpu-check, in ./gpu-kit (git-ignored, under 64 MiB), verified by `tools/gpu-check --dry-run`.
 gpu-kit: install
 	PY=$(PY) tools/gpu-kit/build gpu-kit
@@ -167,7 +167,7 @@ bench: install images kube criu
 	$(PY) -m bench.local.checkpoint
 
 # Local stand-ins for the Docker Hub images the CWL conformance tests name (docker.io/debian:stable-slim,
-# python:3-slim, bash:4.4, alpine:latest), from Debian packages and busybox: README "CWL".
+# python:3-slim, bash:4.4, alpine:latest), from Debian packages and busybox: docs/guides/cwl.md.
 cwl-images: install
 	$(PY) -m bench.conformance.images
 
