@@ -66,14 +66,20 @@ class _AsWritten(GenerateJsonSchema):
         return {"anyOf": [made, *extra(made)]} if extra else made
 
 
-def workflow_schema(root: type[BaseModel], schema_id: str) -> dict[str, Any]:
+def workflow_schema(root: type[BaseModel], title: str) -> dict[str, Any]:
     """The JSON Schema (2020-12) of a file of ``root`` as users write it."""
     schema = root.model_json_schema(schema_generator=_AsWritten)
     defs = schema.get("$defs", {})
+    for cls in _models(root):  # the source's comments where a field has no description
+        said, props = field_comments(cls), defs.get(cls.__name__, schema)["properties"]
+        for name, info in cls.model_fields.items():
+            prop = props.get(info.alias or name)
+            if prop is not None and "description" not in prop and said.get(name):
+                prop["description"] = said[name]
     for (model, field), extra in FIELD_SHORTHANDS.items():
         prop = defs[model]["properties"][field]
         defs[model]["properties"][field] = {"anyOf": [prop, extra], **_keep(prop)}
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", "$id": schema_id, **schema}
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **schema, "title": title}
 
 
 def _keep(prop: JsonSchemaValue) -> JsonSchemaValue:
