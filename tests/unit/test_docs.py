@@ -133,6 +133,20 @@ def test_every_example_workflow_validates_against_the_schema(path: Path) -> None
     assert not errors
 
 
+def test_every_workflow_the_pages_show_validates_against_the_schema() -> None:
+    """A YAML block with ``steps:`` in the site (the README's is tested below) is a workflow
+    or most of one: the name and apiVersion it leaves out are added."""
+    shown, bad = 0, []
+    for page in sorted(DOCS.rglob("*.md")):
+        for block in re.findall(r"```ya?ml\n(.*?)```", page.read_text(), re.S):
+            data = yaml.safe_load(block)
+            if isinstance(data, dict) and "steps" in data and "kind" not in data:
+                shown += 1
+                errors = _validator().iter_errors({"apiVersion": "hetflow/v1", "name": "shown", **data})
+                bad += [f"{page.relative_to(ROOT)}: {list(e.absolute_path)}: {e.message}" for e in errors]
+    assert shown >= 4 and not bad
+
+
 def test_the_schema_refuses_what_hetflow_refuses() -> None:
     good = yaml.safe_load((ROOT / "examples" / "tour" / "workflow.yaml").read_text())
     typo = {**good, "steps": {"a": {"image": "busybox", "command": ["true"], "resorces": {"cpus": 1}}}}
