@@ -19,7 +19,7 @@ import json
 import sys
 from pathlib import Path
 
-from .models import field_comments, model_page, type_text, workflow_schema
+from .models import field_comments, model_page, own_doc, type_text, workflow_schema
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -108,7 +108,7 @@ def _dataclass_table(
     title: str, cls: type, keep: set[str] | None = None, env: dict[str, str] | None = None
 ) -> list[str]:
     said = field_comments(cls)
-    out = [f"## {title}", "", inspect.getdoc(cls) or "", ""]
+    out = [f"## {title}", "", own_doc(cls), ""]
     out += ["| key | type | default | what |", "|---|---|---|---|"]
     for f in dataclasses.fields(cls):
         if keep is not None and f.name not in keep:

@@ -110,6 +110,14 @@ def field_comments(cls: type) -> dict[str, str]:
     return found
 
 
+def own_doc(cls: type) -> str:
+    """The class's own docstring: not one it inherits, nor the signature a dataclass makes up."""
+    doc = cls.__dict__.get("__doc__")
+    if not isinstance(doc, str) or doc.startswith(f"{cls.__name__}("):
+        return ""
+    return inspect.cleandoc(doc)
+
+
 def _before(meta: Sequence[Any]) -> str | None:
     for m in meta:
         if isinstance(m, BeforeValidator):
@@ -189,8 +197,8 @@ def model_page(title: str, intro: str, roots: Sequence[type[BaseModel]]) -> str:
 def _model_table(model: type[BaseModel]) -> list[str]:
     said = field_comments(model)
     out = [f"## {model.__name__}", ""]
-    doc = inspect.getdoc(model)
-    if doc and doc != inspect.getdoc(BaseModel):
+    doc = own_doc(model)
+    if doc:
         out += [doc, ""]
     out += ["| key | type | default | what |", "|---|---|---|---|"]
     for name, field in model.model_fields.items():
