@@ -12,7 +12,7 @@ export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 # pytest-xdist workers for make test, unit and integration (see test:)
 PYTEST_WORKERS ?= 3
 
-.PHONY: bench-tes snakemake-tes-venv deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv cwl-images conformance
+.PHONY: docs bench-tes snakemake-tes-venv deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv cwl-images conformance
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -30,7 +30,7 @@ deps:  ## system packages: podman + runc (see src/hetflow/share/containers.conf)
 $(VENV)/.installed: pyproject.toml
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[test,cwl]'
+	$(PY) -m pip install -q -e '.[test,cwl,docs]'
 	@touch $@
 
 install: deps $(VENV)/.installed
@@ -94,14 +94,14 @@ criu:
 demo-kubernetes: install images kube  ## a local Kubernetes control plane: kwok GPU nodes planned on, then circuit as real pods on a kubelet
 	$(PY) -m demo.kube.demo
 
-# The real-GPU acceptance kit (README "On a real GPU"): what a bare GPU machine lacks for
+# The real-GPU acceptance kit (docs/guides/real-gpu.md): what a bare GPU machine lacks for
 # tools/gpu-check, in ./gpu-kit (git-ignored, under 64 MiB), verified by `tools/gpu-check --dry-run`.
 gpu-kit: install
 	PY=$(PY) tools/gpu-kit/build gpu-kit
 
 lint: install
-	$(VENV)/bin/ruff check src tests bench demo tools/gpu-check tools/gpu_check tools/archtree.py tools/rooms.py tools/rooms_table.py
-	$(VENV)/bin/ruff format --check src tests bench demo tools/gpu-check tools/gpu_check tools/archtree.py tools/rooms.py tools/rooms_table.py
+	$(VENV)/bin/ruff check src tests bench demo tools/gpu-check tools/gpu_check tools/archtree.py tools/rooms.py tools/rooms_table.py tools/docref tools/docs_nav.py
+	$(VENV)/bin/ruff format --check src tests bench demo tools/gpu-check tools/gpu_check tools/archtree.py tools/rooms.py tools/rooms_table.py tools/docref tools/docs_nav.py
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
@@ -167,7 +167,7 @@ bench: install images kube criu
 	$(PY) -m bench.local.checkpoint
 
 # Local stand-ins for the Docker Hub images the CWL conformance tests name (docker.io/debian:stable-slim,
-# python:3-slim, bash:4.4, alpine:latest), from Debian packages and busybox: README "CWL".
+# python:3-slim, bash:4.4, alpine:latest), from Debian packages and busybox: docs/guides/cwl.md.
 cwl-images: install
 	$(PY) -m bench.conformance.images
 
@@ -193,6 +193,14 @@ $(SNAKE_TES_VENV)/.installed:
 
 bench-tes: install
 	$(PY) -m bench.tes $(TES_ARGS)
+
+# The documentation site (issue 42): the reference pages from the code (python -m tools.docref), then
+# mkdocs, strict (a warning, a broken link or anchor fails it), offline, into build/site;
+# `.venv/bin/mkdocs serve` serves it while you edit.
+docs: install
+	$(PY) -m tools.docref
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir build/site
+	@echo "the site: build/site/index.html (opens from file://, search included)"
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache gpu-kit

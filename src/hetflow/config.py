@@ -92,7 +92,7 @@ def submitter(env: Mapping[str, str] | None = None) -> tuple[int, int]:
     return os.getuid(), os.getgid()
 
 
-# Numbers hetflow reads from the environment, and what each must be (see README "Settings").
+# Numbers hetflow reads from the environment, and what each must be (see docs/reference/config.md).
 _NUMERIC_ENV = {
     "HETFLOW_POLL_INTERVAL": (0.001, 3600.0),
     "HETFLOW_RETRY_BACKOFF": (0.0, 3600.0),

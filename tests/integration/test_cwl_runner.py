@@ -82,7 +82,7 @@ def test_scatter_conditional_and_expression_in_hardened_containers(tmp_path: Pat
     texts = [Path(f["path"]).read_text() for f in out["outs"]]
     assert [t.splitlines()[0] for t in texts] == ["item 1", "item 2", "item 3"]
     # hetflow's container: every capability dropped; as root, CHOWN, DAC_OVERRIDE and FOWNER
-    # given back (bits 0, 1 and 3: README "CWL")
+    # given back (bits 0, 1 and 3: docs/guides/cwl.md)
     caps = "000000000000000b" if os.getuid() == 0 else "0000000000000000"
     assert [t.splitlines()[1].split() for t in texts] == [["CapEff:", caps]] * 3
 

@@ -2,7 +2,7 @@
 resolve for CPython 3.12 (from PyPI), the .deb files come from Debian, the image is built
 here, and the folder fits what the GPU machine's tool carries.  The carried podman, conmon
 and runc are unpacked from the kit's own .deb files, as tools/gpu-check does there, and
-start with the kit's libraries (README "On a real GPU")."""
+start with the kit's libraries (docs/guides/real-gpu.md)."""
 
 from __future__ import annotations
 

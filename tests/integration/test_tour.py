@@ -1,6 +1,7 @@
-"""The README's tour (issue 25), command by command, in the example image: validate with a
-params file, a dry run, the run (a sweep from the params file, a condition on a param and one
-on an upstream output, a secret), what `show` and `logs` say, then a profile's dry run."""
+"""The tour of docs/tutorial.md (issue 25), command by command, in the example image: validate
+with a params file, a dry run, the run (a sweep from the params file, a condition on a param
+and one on an upstream output, a secret), what `show` and `logs` say, then a profile's dry
+run.  tests/unit/test_docs.py checks that the page shows exactly these commands."""
 
 from __future__ import annotations
 

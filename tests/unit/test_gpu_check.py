@@ -3,8 +3,8 @@ its comparison of hetflow's discovery with nvidia-smi, the judging of the inject
 the slowdown fit, the report, the kit verification and its arguments.
 
 The nvidia-smi, hetflow and CUDA outputs under data/gpu-check/h100 and docs/gpu-runs are
-real: they came from the check's run on an NVIDIA H100 on 2026-11-27 (README "On a real
-GPU").  Where a test changes one, it says so."""
+real: they came from the check's run on an NVIDIA H100 on 2026-11-27 (docs/guides/
+real-gpu.md).  Where a test changes one, it says so."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Each attempt's GPU use, sampled from NVML (``execute.devices.usage``, ``inventory.gpus.nvmlusage``):
 which processes are the attempt's, how samples add up, what NVML's answers become, and the
 runner storing the figures.  No GPU here: NVML is a fake with pynvml's function names (the
-same figures came from a real H100 in tools/gpu-check's run; README "On a real GPU")."""
+same figures came from a real H100 in tools/gpu-check's run; docs/guides/real-gpu.md)."""
 
 from __future__ import annotations
 

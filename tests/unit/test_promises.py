@@ -1,4 +1,4 @@
-"""The README's "What hetflow promises" names, for each promise, the tests that hold it:
+"""The documentation site's "What hetflow promises" (docs/promises.md) names, for each promise, the tests that hold it:
 every test named there must exist, so a renamed or deleted test cannot leave a promise
 that nothing holds."""
 
@@ -12,10 +12,8 @@ FOLDERS = {"I": ROOT / "tests" / "integration", "U": ROOT / "tests" / "unit"}
 
 
 def _section() -> str:
-    text = (ROOT / "README.md").read_text()
-    start = text.index("## What hetflow promises")
-    end = text.index("\n## ", start + 1)
-    return text[start:end]
+    text = (ROOT / "docs" / "promises.md").read_text()
+    return text[text.index("# What hetflow promises") :]
 
 
 def _named(section: str) -> list[tuple[Path, str]]:
@@ -52,7 +50,7 @@ def test_every_promise_names_tests_that_exist() -> None:
         for path, name in named
         if not path.is_file() or not re.search(rf"^\s*def {re.escape(name)}\(", path.read_text(), re.M)
     ]
-    assert not missing, f"the README promises tests that do not exist: {missing}"
+    assert not missing, f"docs/promises.md promises tests that do not exist: {missing}"
 
 
 def test_every_promise_row_names_at_least_one_test() -> None:

@@ -1,4 +1,4 @@
-"""hetflow on a real GPU: the acceptance check (README "On a real GPU").
+"""hetflow on a real GPU: the acceptance check (docs/guides/real-gpu.md).
 
 There, as root, from the folder `make gpu-kit` made (carried to a bare GPU machine):
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-TITLE = 'hetflow on a real GPU: the acceptance check (README "On a real GPU").'  # --help's first line
+TITLE = "hetflow on a real GPU: the acceptance check (docs/guides/real-gpu.md)."  # --help's first line
 PARTS = ("discovery", "injection", "sharing", "leases", "gang")
 KIT_LIMIT = 64 << 20  # what the GPU machine's tool carries
 DEFAULT_SLOWDOWN = 0.966  # hetflow's model default (inventory.DEFAULT_TIMESLICE_SLOWDOWN)

@@ -1,7 +1,7 @@
 """A PyTorch-style training loop that keeps its own checkpoints (hetflow's ``checkpoint: {mode: app}``).
 
 Logistic regression on a synthetic, seeded data set, trained by minibatch SGD in NumPy.  The
-contract it follows (README, "Checkpoints"):
+contract it follows (docs/guides/checkpoints.md):
 
 - state goes to ``$HETFLOW_CHECKPOINT_DIR/last.npz`` every ``--save-every`` iterations, as
   ``torch.save`` of a dict would: {iteration, weights, RNG state, loss}; written to a temporary

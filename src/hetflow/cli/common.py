@@ -40,7 +40,7 @@ def parse_params(items: Iterable[str]) -> dict[str, str]:
     return out
 
 
-PARAMS_FILE_HELP = "Params from a YAML or JSON mapping, NAME: VALUE; -p wins over it (README: Profiles and params)."
+PARAMS_FILE_HELP = "Params from a YAML or JSON mapping, NAME: VALUE; -p wins over it (docs/guides/profiles.md)."
 
 
 def gather_params(

@@ -59,6 +59,7 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "ui": ("ui",),
     "tes": ("tes",),
     "shell": ("completion",),
+    "schema": ("schema",),
 }
 
 
@@ -240,7 +241,7 @@ def _cluster_nodes(backend: str, config: Path | None, *, json_out: bool) -> None
     console.print(f"{len(found)} Ready node(s) in {len(members)} node type(s)", highlight=False)
 
 
-BAD_INPUT = HetflowError.exit_code  # 2, as for every HetflowError (README "Exit status")
+BAD_INPUT = HetflowError.exit_code  # 2, as for every HetflowError (docs/getting-started.md: exit status)
 INTERNAL = 70  # EX_SOFTWARE (sysexits.h): a bug in hetflow, never the user's input
 
 

@@ -74,11 +74,11 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
     if not args.default_container:
         args.default_container = DEFAULT_IMAGE
     args.podman = True
-    args.enable_ext = True  # cwltool:CUDARequirement and the other cwltool extensions (README "CWL")
+    args.enable_ext = True  # cwltool:CUDARequirement and the other cwltool extensions (docs/guides/cwl.md)
     # file names as the spec allows them (item #1.txt): hetflow passes arguments as argv and
     # quotes the one shell line it writes, so cwltool's strict name check guards nothing here
     args.relax_path_checks = True
-    args.use_container = True  # every job runs in hetflow's container (README "CWL")
+    args.use_container = True  # every job runs in hetflow's container (docs/guides/cwl.md)
     workflow = Path(args.workflow) if args.workflow else Path("-")
     try:
         settings = load_settings(None, hetflow_home(), os.environ, backend=args.hetflow_backend)

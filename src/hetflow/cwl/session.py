@@ -23,7 +23,7 @@ from hetflow.cwl.waiting import Waiter
 from hetflow.execute import Backend, make_backend, new_run_id
 from hetflow.inventory import Node, discover
 
-# The image a CommandLineTool without a DockerRequirement runs in (README "CWL"): the
+# The image a CommandLineTool without a DockerRequirement runs in (docs/guides/cwl.md): the
 # conformance harness's stand-in for Debian's slim image, built locally (no registry here).
 DEFAULT_IMAGE = "docker.io/debian:stable-slim"
 

@@ -6,7 +6,7 @@ clear error), then hand the socket to HAProxy, which enforces what a hardened we
 gives and hetflow's own code did not: a deadline for a whole request (headers and body), a
 cut for a client idle or not reading, keep-alive timeouts, and limits per client address
 that count every connection, those still sending headers too (``FrontLimits``).  The
-README's "The HTTP front" has the attack figures behind this choice.
+docs/guides/images.md, "The HTTP front", has the attack figures behind this choice.
 
     limits    FrontLimits (what is enforced) and Answers (the service's words for the front's refusals)
     haproxy   the configuration: a pure function of the limits

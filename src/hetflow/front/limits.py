@@ -2,7 +2,7 @@
 own refusals.
 
 Each limit is the counterpart of a protection a hardened web server gives (the figures and
-the choice are in the README, "The HTTP front"):
+the choice are in docs/guides/images.md, "The HTTP front"):
 
     request_timeout_s         a whole request, headers and body, must arrive within it: a
                               header-read deadline and a minimum request rate in one (Go's

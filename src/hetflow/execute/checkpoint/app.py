@@ -1,7 +1,7 @@
 """Application checkpoints (``checkpoint: {mode: app}``): the folder a step saves its own
 state in, and the SIGUSR1 that asks it to save, every ``checkpoint.every`` seconds.
 
-The contract (README, "Checkpoints"), the one Slurm requeue and Kubernetes preemption users
+The contract (docs/guides/checkpoints.md), the one Slurm requeue and Kubernetes preemption users
 know: every attempt of the step sees ``RunPaths.app_checkpoint(step)`` read-write at
 ``TARGET`` and ``$HETFLOW_CHECKPOINT_DIR`` naming it.  It is the same folder for every
 attempt, resume and retry (never cleared), under the run's work directory, which a cluster

@@ -17,7 +17,7 @@ from hetflow.execute.backends.slurm.settings import SlurmSettings
 HOW = (
     "point SLURM_CONF at the cluster's slurm.conf (or set slurm slurm_conf), make sure munged runs "
     "(systemctl start munge) with the cluster's key, and that slurmctld answers `scontrol ping`; "
-    "README 'Beyond one machine: Slurm, Ray, Kubernetes' says what hetflow needs of the cluster"
+    "docs/guides/clusters.md says what hetflow needs of the cluster"
 )
 
 
