@@ -201,20 +201,7 @@ class HetflowJob(DockerCommandLineJob):
                 _logger.info("[job %s] cached: its result from run %s", self.name, source)
                 return 0
         if session.batch > 1 and not held and not self.timelimit and access is None:
-            batched = BatchJob(
-                key=step,
-                cwl_name=self.name,
-                image=image,
-                spec=spec,
-                workdir=io.workdir,
-                command=(*session.image_entrypoint(image), *command),
-                env={**environment},
-                stdin=io.stdin,
-                stdout=io.stdout,
-                stderr=io.stderr,
-            )
-            got = session.batcher(lambda jobs: run_batch(session, jobs)).run(batched)
-            result = Result(got.exit_code, got.log_lines)
+            result = self._batched(session, step, image, spec, command, io, environment)
         else:
             if session.recorder is not None:
                 session.recorder.started(
@@ -238,6 +225,32 @@ class HetflowJob(DockerCommandLineJob):
         if key is not None and session.cache is not None and keepable(result.exit_code, Path(self.outdir)):
             session.cache.save(key, session.run_id, step, session.workflow, Path(self.outdir))
         return result.exit_code
+
+    def _batched(
+        self,
+        session: Session,
+        step: str,
+        image: str,
+        spec: ContainerSpec,
+        command: list[str],
+        io: Redirects,
+        environment: dict[str, str],
+    ) -> Result:
+        """The job run in a batch with others that can share its container (``batch``)."""
+        batched = BatchJob(
+            key=step,
+            cwl_name=self.name,
+            image=image,
+            spec=spec,
+            workdir=io.workdir,
+            command=(*session.image_entrypoint(image), *command),
+            env={**environment},
+            stdin=io.stdin,
+            stdout=io.stdout,
+            stderr=io.stderr,
+        )
+        got = session.batcher(lambda jobs: run_batch(session, jobs)).run(batched)
+        return Result(got.exit_code, got.log_lines)
 
     def _cache_key(self, spec: ContainerSpec, environment: dict[str, str]) -> Key | None:
         """None where the image's identity is not known (then nothing is cached)."""
