@@ -94,6 +94,12 @@ def snakemake(workflow: Path, tes_url: str, endpoint: str, image: str) -> subpro
     return subprocess.run(argv, cwd=workflow, env=env, capture_output=True, text=True, timeout=900)
 
 
+def failure(task: tes.Task) -> str:
+    """The end of the task's last executor's stderr (Snakemake's own log in the container)."""
+    logs = task.logs[-1].logs if task.logs else None
+    return (logs[-1].stderr or "")[-2000:] if logs else ""
+
+
 def run_workflow(tmp_path: Path, endpoint: str, s3: Any, config: str, backend: str | None = None) -> list[tes.Task]:
     """The Snakefile run by Snakemake against a server with ``config`` on ``backend``: it ends
     0, the gathered file in S3 is right, and each of its tasks is a hetflow run that succeeded;
@@ -105,10 +111,12 @@ def run_workflow(tmp_path: Path, endpoint: str, s3: Any, config: str, backend: s
     (workflow / "Snakefile").write_text(SNAKEFILE)
     with serving(tmp_path, config=config, env=CREDENTIALS, backend=backend) as server:
         done = snakemake(workflow, f"{server.url}/ga4gh/tes", endpoint, image)
-        assert done.returncode == 0, done.stderr[-6000:]
         client = tes.HTTPClient(server.url, timeout=30)
         tasks = [client.get_task(t.id, view="FULL") for t in client.list_tasks(view="MINIMAL").tasks]
         listed = server.hetflow("ps", "--all", "--json")
+    # Snakemake says only "command exited with non-zero exit code": the failed tasks' logs say why
+    failed = [(t.name, t.state, t.logs and t.logs[-1].system_logs, failure(t)) for t in tasks if t.state != "COMPLETE"]
+    assert done.returncode == 0, (done.stderr[-3000:], failed)
 
     body = s3.get_object(Bucket="snk", Key="wf/results/gathered.txt")["Body"].read()
     assert body == b"".join(f"item {i}\n".encode() for i in ITEMS)
