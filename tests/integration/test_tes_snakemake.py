@@ -32,10 +32,16 @@ from tests.integration.s3server import CREDENTIALS, container_reachable_address,
 from tests.integration.slurm_fixture import slurm_cluster, slurm_config  # noqa: F401  (module fixture)
 from tests.integration.teskit import serving
 
-pytestmark = pytest.mark.integration
-
 VENV = Path(__file__).resolve().parents[2] / "build" / "snakemake-tes-venv"
 SNAKEMAKE = VENV / "bin" / "snakemake"
+pytestmark = [
+    pytest.mark.integration,
+    # a skip before any fixture (the Slurm cluster's is the module's, made first)
+    pytest.mark.skipif(
+        not SNAKEMAKE.is_file(),
+        reason=f"no {SNAKEMAKE}: run `make snakemake-tes-venv` (Snakemake 9.27.1 + snakemake-executor-plugin-tes)",
+    ),
+]
 ITEMS = ("a", "b", "c")
 
 SNAKEFILE = f"""\
@@ -57,8 +63,6 @@ rule gather:
 
 @pytest.fixture
 def endpoint(tmp_path: Path) -> Iterator[str]:
-    if not SNAKEMAKE.is_file():
-        pytest.skip(f"no {SNAKEMAKE}: run `make snakemake-tes-venv` (Snakemake 9.27.1 + snakemake-executor-plugin-tes)")
     address = container_reachable_address()
     if address is None:
         pytest.skip("this machine has no outward IPv4 address for the tasks' containers to reach the S3 server on")
