@@ -132,7 +132,7 @@ fuzz: install
 # Ray or Kubernetes cluster stays with one worker): the integration tests mostly wait on
 # containers and clusters, so three share two cores well (about 12 minutes instead of 25).
 # Every test keeps its own HETFLOW_HOME and names, so workers never see each other's runs.
-test: install lint kube criu tes-compliance-venv
+test: install lint kube criu tes-compliance-venv snakemake-tes-venv
 	$(PY) -m pytest tests -q -ra -n $(PYTEST_WORKERS) --dist loadfile
 
 # kill -9 of every hetflow process of a 200-step run at 20 seeded random points, each followed
@@ -179,18 +179,21 @@ conformance: install cwl-images
 	$(PY) -m pip install -q -e '.[conformance]'
 	$(PY) -m bench.conformance --no-images $(CWL_ARGS)
 
-# issue 41's figure: 1,000 tasks by py-tes (16 threads) through hetflow tes serve, and the same
-# containers by a 2-worker podman loop in the same run (TES_ARGS='--tasks 50' for a short run)
-# Snakemake 9 with its TES executor plugin, in a venv of its own (the plugin pins py-tes 0.4.2,
-# which needs six beside it; hetflow's test extra has py-tes 1.x)
+# Snakemake 9 through `hetflow tes serve` (tests/integration/test_tes_snakemake.py,
+# docs/guides/tes-snakemake.md): Snakemake and its TES executor plugin in a venv of their own (the
+# plugin pins py-tes 0.4.2, which needs six beside it; hetflow's test extra has py-tes 1.x), and the
+# image its tasks run in (Snakemake + the S3 storage plugin on the Debian base; built once per machine).
 SNAKE_TES_VENV := build/snakemake-tes-venv
-snakemake-tes-venv: $(SNAKE_TES_VENV)/.installed
+snakemake-tes-venv: $(SNAKE_TES_VENV)/.installed install
+	$(PY) -m demo.images --snakemake
 $(SNAKE_TES_VENV)/.installed:
 	@test -x $(SNAKE_TES_VENV)/bin/python || python3 -m venv $(SNAKE_TES_VENV)
 	$(SNAKE_TES_VENV)/bin/pip install -q snakemake==9.27.1 snakemake-executor-plugin-tes==0.1.3 py-tes==0.4.2 six \
-		snakemake-storage-plugin-s3
+		snakemake-storage-plugin-s3==0.3.6
 	touch $@
 
+# issue 41's figure: 1,000 tasks by py-tes (16 threads) through hetflow tes serve, and the same
+# containers by a 2-worker podman loop in the same run (TES_ARGS='--tasks 50' for a short run)
 bench-tes: install
 	$(PY) -m bench.tes $(TES_ARGS)
 

@@ -10,6 +10,8 @@ them, when its ``hetflow.examples.hash`` label matches the files) unless ``force
     base:bookworm   debootstrap --variant=minbase --include=python3-numpy  (cached rootfs)
       numpy:latest  + COPY examples/meanpool/app -> /app/meanpool, circuit/app -> /app/circuit
         cupy:latest + CuPy 13 and CUDA 12.4 runtime, NVRTC and cuFFT from PyPI wheels
+      snakemake:9.27.1 + Snakemake and its S3 storage plugin (the TES tasks of
+                      snakemake-executor-plugin-tes; ``build_snakemake_image``)
 
 Every failure a user can cause (no debootstrap, an unreachable mirror, pip failing)
 is an ``EngineError`` that names the command and what to install or change.
@@ -31,7 +33,7 @@ from demo.images.busybox import (
     hwmatch_import_changes,
 )
 from demo.images.engine import ImageEngine
-from demo.images.examples import build_examples, build_mpi_image
+from demo.images.examples import build_base_image, build_examples, build_mpi_image
 from demo.images.recipes import (
     BASE_IMAGE,
     CUDA_STACK,
@@ -49,6 +51,7 @@ from demo.images.recipes import (
     numpy_containerfile,
     tiny_import_changes,
 )
+from demo.images.snakemake import SNAKEMAKE_IMAGE, build_snakemake_image
 from hetflow.errors import HetflowError
 
 __all__ = [
@@ -61,13 +64,16 @@ __all__ = [
     "MPI_IMAGE",
     "MPI_PACKAGES",
     "NUMPY_IMAGE",
+    "SNAKEMAKE_IMAGE",
     "TINY_IMAGE",
     "CudaStack",
     "HwBuild",
     "ImageEngine",
+    "build_base_image",
     "build_examples",
     "build_hwmatch_images",
     "build_mpi_image",
+    "build_snakemake_image",
     "build_tiny_image",
     "content_hash",
     "cupy_containerfile",
@@ -81,7 +87,8 @@ __all__ = [
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m demo.images [--dir examples] [--force] [--no-gpu] [--no-mpi]``: what ``make images`` runs."""
+    """``python -m demo.images [--dir examples] [--force] [--no-gpu] [--no-mpi] [--snakemake]``: what
+    ``make images`` runs (``--snakemake``: only the Snakemake image, ``make snakemake-tes-venv``)."""
     import argparse
 
     parser = argparse.ArgumentParser(
@@ -91,11 +98,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--force", action="store_true", help="rebuild even when the images exist")
     parser.add_argument("--no-gpu", dest="gpu", action="store_false", help="skip the CuPy (GPU) image")
     parser.add_argument("--no-mpi", dest="mpi", action="store_false", help="skip the MPI (gang) image")
+    parser.add_argument("--snakemake", action="store_true", help="only the Snakemake image of TES tasks")
     args = parser.parse_args(argv)
+
+    def log(message: str) -> None:
+        print(message, file=sys.stderr, flush=True)
+
     try:
-        built = build_examples(
-            args.dir, force=args.force, gpu=args.gpu, mpi=args.mpi, log=lambda m: print(m, file=sys.stderr, flush=True)
-        )
+        if args.snakemake:
+            built = [build_snakemake_image(force=args.force, log=log)]
+        else:
+            built = build_examples(args.dir, force=args.force, gpu=args.gpu, mpi=args.mpi, log=log)
     except HetflowError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -313,6 +313,14 @@ def build_examples(
     return names
 
 
+def build_base_image(*, force: bool = False, log: Log = print) -> str:
+    """Only the Debian base (Python 3.11, NumPy): what the Snakemake image is built on."""
+    old = _build_base(Podman.default(), hetflow_home() / "cache", force, log)
+    if old:
+        Podman.default().drop(old)
+    return BASE_IMAGE
+
+
 def build_mpi_image(examples_dir: Path, *, force: bool = False, log: Log = print) -> str:
     """Only the MPI image (and its base): what the MPI integration tests need."""
     podman = Podman.default()

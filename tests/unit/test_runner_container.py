@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -303,3 +304,13 @@ def test_without_cdi_real_gpus_get_device_nodes_and_the_driver(tmp_path: Path) -
     assert access.env["LD_LIBRARY_PATH"] == "/usr/local/nvidia/lib64"
     assert access.env["PATH"].startswith("/usr/local/nvidia/bin:")
     assert access.env["CUDA_VISIBLE_DEVICES"] == "0"  # host GPU 1 is CUDA device 0 inside
+
+
+def test_a_bind_at_tmp_replaces_the_tmpfs(tmp_path: Path) -> None:
+    # a TES task whose workdir is /tmp binds its own folder there; podman refuses two mounts at /tmp
+    spec = pool_spec(tmp_path, ())
+    own = run_args(replace(spec, mounts=(Mount(str(tmp_path), "/tmp", read_only=False),)))
+
+    assert adjacent(own, "-v", f"{tmp_path}:/tmp:rw")
+    assert not any(a.startswith("/tmp:") for a in own)
+    assert adjacent(run_args(spec), "--tmpfs", "/tmp:rw,nosuid,nodev,size=256m,mode=1777")

@@ -28,3 +28,13 @@ def test_bad_s3_settings_name_the_field(tmp_path: Path, text: str, where: str) -
     path.write_text(text)
     with pytest.raises(UsageError, match=rf"tes.yaml: {where}: "):
         load_config(path)
+
+
+def test_task_network_is_off_unless_the_config_allows_it(tmp_path: Path) -> None:
+    assert load_config(None).task_network is False
+    path = tmp_path / "tes.yaml"
+    path.write_text("task_network: true\n")
+    assert load_config(path).task_network is True
+    path.write_text("task_network: maybe\n")
+    with pytest.raises(UsageError, match=r"tes.yaml: task_network: "):
+        load_config(path)

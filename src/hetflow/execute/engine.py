@@ -172,6 +172,10 @@ def drop_env_file(path: Path | None) -> None:
         shutil.rmtree(path.parent, ignore_errors=True)
 
 
+def _tmp(size: str) -> str:
+    return f"/tmp:rw,nosuid,nodev,size={size},mode=1777"
+
+
 def run_args(
     spec: ContainerSpec, *, engine: str = "podman", attached: bool = False, env_file: Path | None = None
 ) -> list[str]:
@@ -192,8 +196,8 @@ def run_args(
         "--security-opt",
         "no-new-privileges",
         "--read-only",
-        "--tmpfs",
-        f"/tmp:rw,nosuid,nodev,size={spec.tmpfs_size},mode=1777",
+        # a bind at /tmp itself (a TES task's workdir /tmp) is its /tmp: podman refuses two at one place
+        *([] if any(m.target.rstrip("/") == "/tmp" for m in spec.mounts) else ["--tmpfs", _tmp(spec.tmpfs_size)]),
         *(a for t in spec.tmpfs for a in ("--tmpfs", t)),
         *(f"--cap-add={c}" for c in spec.cap_add),
         "--network",

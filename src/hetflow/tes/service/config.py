@@ -7,6 +7,8 @@ submit and how much each may run, and how many tasks run at once.
     default_limits: {max_running: 2, max_gpus: 1}
     users: {alice: {max_running: 8}}  # per user, over default_limits
     s3: {endpoint: http://127.0.0.1:9000}  # s3:// inputs and outputs (credentials: AWS_* variables)
+    task_network: true                # executors' containers get podman's bridge network (outbound
+                                      # access, e.g. to an S3 endpoint); default false: no network
     run_settings: slurm.yaml          # hetflow's settings file for the backend (as `hetflow run --config`;
                                       # default: HETFLOW_HOME/config.yaml); relative to this file
 """
@@ -48,6 +50,7 @@ class _File(BaseModel):
     default_limits: Limits = Field(default_factory=Limits)
     users: dict[str, Limits] = Field(default_factory=dict)
     s3: S3 | None = None
+    task_network: bool = False
     run_settings: Path | None = None
 
 
@@ -63,6 +66,7 @@ class TesConfig:
     backend: str = "local"
     s3: S3 | None = None  # None: s3:// URLs end the task SYSTEM_ERROR, saying so
     run_settings: Path | None = None  # the backend's settings file (None: hetflow's default one)
+    task_network: bool = False  # executors get a network (podman's bridge, as a step's ``network: true``)
 
     def limits(self, user: str) -> Limits:
         own = self.users.get(user)
@@ -107,6 +111,7 @@ def load_config(path: Path | None, *, backend: str = "local", file_roots: tuple[
         users=dict(data.users),
         backend=backend,
         s3=data.s3,
+        task_network=data.task_network,
         run_settings=_beside(path, data.run_settings),
     )
 

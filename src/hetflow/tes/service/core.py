@@ -140,7 +140,9 @@ class TesService:
 
     def _work(self, row: TesTaskRow, wake: threading.Event, held: tuple[Gpu, ...]) -> None:
         try:
-            work = TaskWork(self.store, self.home, row, self.make_backend(), wake, self.config.s3)
+            work = TaskWork(
+                self.store, self.home, row, self.make_backend(), wake, self.config.s3, network=self.config.task_network
+            )
             work.gpus, work.node = held, self.node
             work.stopping = self._stop.is_set
             work.run()

@@ -61,9 +61,18 @@ class TaskWork:
     """Run ``row`` (claimed INITIALIZING by the caller) to its end on ``backend``."""
 
     def __init__(
-        self, store: Store, home: Path, row: TesTaskRow, backend: Backend, wake: threading.Event, s3: S3 | None = None
+        self,
+        store: Store,
+        home: Path,
+        row: TesTaskRow,
+        backend: Backend,
+        wake: threading.Event,
+        s3: S3 | None = None,
+        *,
+        network: bool = False,
     ) -> None:
         self.store, self.home, self.row, self.backend, self.wake, self.s3 = store, home, row, backend, wake, s3
+        self.network = network  # the executors' containers get podman's bridge network (tes.yaml task_network)
         self.task = Task.model_validate_json(row.task_json)
         self.logs = [TaskLog.model_validate(x) for x in json.loads(row.logs_json)]
         self.log = TaskLog(start_time=stamp(), system_logs=[f"attempt {row.attempt}"])
@@ -181,6 +190,7 @@ class TaskWork:
             group_add=access.groups,
             cpus=cpus,
             memory=memory,
+            network=self.network,
             log_path=str(paths.log(step, 1)),
             workdir=ex.workdir or "",
         )
