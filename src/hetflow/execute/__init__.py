@@ -65,7 +65,7 @@ if TYPE_CHECKING:
         run_args,
     )
     from hetflow.execute.gang.replicas import LAUNCH_CONTRACT, Quantity, RankVariable, render_contract
-    from hetflow.execute.layers import apply_resources, layer_params, read_params_file, split_profiles
+    from hetflow.execute.layers import apply_resources, layer_params, param_sources, read_params_file, split_profiles
     from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
     from hetflow.execute.logsources import LogSource, attempt_label, attempt_sources, recorded_gangs, select_steps
     from hetflow.execute.run.batching import batch_notes
@@ -144,7 +144,7 @@ _WHERE = {
         "resume_run",
         "submit_run",
     ],
-    "layers": ["apply_resources", "layer_params", "read_params_file", "split_profiles"],
+    "layers": ["apply_resources", "layer_params", "param_sources", "read_params_file", "split_profiles"],
     "settings": ["RunnerConfig", "Settings", "load_settings"],
     "run.control.stopping": ["DEFAULT_GRACE", "grace_from_env", "parse_grace"],
     "submit.record": ["create_run", "new_run_id", "preflight"],
@@ -253,6 +253,7 @@ __all__ = [
     "missing_outputs",
     "new_run_id",
     "open_run",
+    "param_sources",
     "parse_grace",
     "parse_line",
     "payload",

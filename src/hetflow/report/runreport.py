@@ -21,9 +21,10 @@ from html import escape
 from hetflow.plan import OVER_ASK, Instance, Placement, Plan
 from hetflow.report.actual import actual_schedule
 from hetflow.report.gantt import gantt_svg
+from hetflow.report.runs import param_text
 from hetflow.report.trace import DEFAULT_TRACE_FIELDS, cached_steps, cell, trace_rows
 from hetflow.spec import format_bytes, format_duration
-from hetflow.state import SUCCEEDED, AttemptRecord, RunRecord, StepRecord
+from hetflow.state import SUCCEEDED, AttemptRecord, ParamRecord, RunRecord, StepRecord
 
 _CSS = """
 body { font-family: Helvetica, Arial, sans-serif; margin: 20px; color: #111; }
@@ -118,6 +119,15 @@ def _summary(run: RunRecord, steps: list[StepRecord], attempts: list[AttemptReco
     return f'<dl class="summary">{rows}</dl>'
 
 
+def _params(params: Sequence[ParamRecord]) -> str:
+    """The params section: name, value, where it was written; nothing for a run without params."""
+    if not params:
+        return ""
+    rows = "".join(f"<tr>{_cell(p.name)}{_cell(param_text(p.value))}{_cell(p.source)}</tr>" for p in params)
+    head = "<tr><th>param</th><th>value</th><th>from</th></tr>"
+    return f'<section id="params"><h2>Params</h2><table><thead>{head}</thead><tbody>{rows}</tbody></table></section>\n'
+
+
 def _meter(used: float | None, asked: float | None) -> str:
     if used is None or not asked:
         return ""
@@ -191,9 +201,11 @@ def run_report_html(
     attempts: list[AttemptRecord],
     planned: Plan | None,
     items: Mapping[str, str] | None = None,
+    params: Sequence[ParamRecord] = (),
 ) -> str:
     """The whole page for one run; ``planned`` is the plan stored with it, if any; ``items``:
-    fan-out items' values by step (``report.items.item_labels``), shown beside their names."""
+    fan-out items' values by step (``report.items.item_labels``), shown beside their names;
+    ``params``: its effective params and where each came from (``Store.run_params``)."""
     by_step: dict[str, list[AttemptRecord]] = {}
     for a in attempts:
         by_step.setdefault(a.step, []).append(a)
@@ -219,6 +231,7 @@ def run_report_html(
         f"<title>{escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
         f"<h1>{escape(title)}</h1>\n"
         f'<section id="summary"><h2>Summary</h2>{_summary(run, steps, attempts, planned)}</section>\n'
+        f"{_params(params)}"
         f'<section id="timeline" class="timeline"><h2>Timeline</h2><p class="note">{plan_note}</p>\n'
         f"{timeline_html}</section>\n"
         f'<section id="resources"><h2>Resources: asked and used</h2>'

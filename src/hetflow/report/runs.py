@@ -14,7 +14,7 @@ from rich.text import Text
 from hetflow.report.items import item_label
 from hetflow.report.tables import BIG, PlainTable, plain_table
 from hetflow.spec import format_duration
-from hetflow.state import QUEUED, AttemptRecord, RunRecord, StepRecord
+from hetflow.state import QUEUED, AttemptRecord, ParamRecord, RunRecord, StepRecord
 
 STATE_STYLE = {
     "pending": "dim",
@@ -117,6 +117,7 @@ def run_json(
         "pid": run.pid,
         "executor_gone": executor_gone,  # state says running, yet no executor can progress it
         "user": f"{run.uid}:{run.gid}",
+        "user_name": user_name(run.uid),  # as ps shows it (the uid where this machine has no such user)
         "workdir": run.workdir,
         "message": run.message,
         "steps_done": done,
@@ -141,6 +142,30 @@ def run_json(
             for s in steps
         ],
     }
+
+
+def params_json(params: Sequence[ParamRecord]) -> dict[str, dict[str, Any]]:
+    """``show --json``'s "params": {name: {"value": ..., "from": ...}} (``ParamRecord.source``)."""
+    return {p.name: {"value": p.value, "from": p.source} for p in params}
+
+
+def param_text(value: object) -> str:
+    """A param's value as written in YAML: ``true``, ``0.1``, ``[a, b]``, a string as it is."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ", ".join(map(param_text, value)) + "]"
+    return str(value)
+
+
+def params_table(params: Sequence[ParamRecord]) -> Table:
+    """``show``'s params: name, effective value, and where it was written."""
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("PARAM", "VALUE", "FROM"):
+        t.add_column(col, overflow="fold")
+    for p in params:
+        t.add_row(Text(p.name), Text(param_text(p.value)), Text(p.source))  # Text: '[a, b]' is no markup
+    return t
 
 
 def ps_table(runs: list[tuple[RunRecord, list[StepRecord]]], gone: frozenset[str] = frozenset()) -> Table:
@@ -170,6 +195,11 @@ def user_name(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
+
+
+def user_text(run: RunRecord) -> str:
+    """Who submitted the run, as ``show`` says it: the name ``ps`` shows and the ids, ``root (0:0)``."""
+    return f"{user_name(run.uid)} ({run.uid}:{run.gid})"
 
 
 def versions_text(attempts: list[AttemptRecord]) -> str | None:

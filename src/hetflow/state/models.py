@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 # Run states.  A run is "running" while an executor owns it (its pid is recorded).
 RUN_PENDING, RUN_RUNNING, RUN_SUCCEEDED, RUN_FAILED, RUN_STOPPED = (
@@ -91,6 +93,24 @@ class StepRecord:
         return QUEUED if self.state == RUNNING and self.reason.startswith(QUEUED_PREFIX) else self.state
 
 
+def step_record(r: Any) -> StepRecord:
+    """A ``steps`` row (``sqlite3.Row``) as a record."""
+    return StepRecord(
+        run_id=r["run_id"],
+        step=r["step"],
+        state=r["state"],
+        variant=r["variant"],
+        node=r["node"],
+        gpus=() if r["gpus"] == "[]" else tuple(json.loads(r["gpus"])),  # most steps: no GPU, no parse
+        attempts=r["attempts"],
+        exit_code=r["exit_code"],
+        started=r["started"],
+        ended=r["ended"],
+        reason=r["reason"],
+        not_before=r["not_before"],
+    )
+
+
 @dataclass(frozen=True)
 class AttemptRecord:
     run_id: str
@@ -155,6 +175,17 @@ class UsageRow:
     peak_memory: int | None  # used, bytes
     cpu_seconds: float | None  # used
     seconds: float | None  # how long it ran
+
+
+@dataclass(frozen=True)
+class ParamRecord:
+    """One effective param of a run and where its value came from (``Store.run_params``):
+    "workflow FILE:LINE" (its default), "config FILE:LINE", "profile 'NAME' FILE:LINE",
+    "params-file FILE:LINE", "-p", or "-" where the run was recorded without sources."""
+
+    name: str
+    value: object
+    source: str
 
 
 @dataclass(frozen=True)

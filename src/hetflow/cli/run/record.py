@@ -60,7 +60,9 @@ def report(
     store = open_store()
     rid = store.resolve_run_id(run_id)
     labels = item_labels(store.expansions(rid))
-    page = run_report_html(store.run(rid), store.steps(rid), store.attempts(rid), stored_plan(store, rid), labels)
+    page = run_report_html(
+        store.run(rid), store.steps(rid), store.attempts(rid), stored_plan(store, rid), labels, store.run_params(rid)
+    )
     try:
         output.write_text(page, encoding="utf-8")
     except OSError as exc:
