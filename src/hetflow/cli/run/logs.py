@@ -33,7 +33,7 @@ def logs(
         "--rank",
         min=0,
         metavar="N",
-        help="One replica of a gang step (default: every replica, lines prefixed [rankN]:; an mpi gang's rank 0).",
+        help="One replica of a gang step (default: every replica, lines prefixed \\[rankN]:; an mpi gang's rank 0).",
     ),
 ) -> None:
     """Print the output of a run's containers: a step's, a fan-out's items', a gang's ranks'."""
