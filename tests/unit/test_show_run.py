@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 from hetflow.execute import create_run, layer_params, load_settings, param_sources, read_params_file
 from hetflow.report import run_report_html
 from hetflow.spec import parse_workflow
-from hetflow.state import Store
+from hetflow.state import AttemptRecord, Store
 
 WORKFLOW = """\
 apiVersion: hetflow/v1
@@ -100,3 +100,49 @@ def test_show_names_the_user_as_ps_does_and_gives_the_ids(tmp_path: Path, uid: i
     )  # fmt: skip
     assert "user root (0:0)" in _cli(tmp_path, "show", "r1")
     assert json.loads(_cli(tmp_path, "show", "r1", "--json"))["user_name"] == "root"
+
+
+def _running_local(tmp_path: Path, node: str) -> Store:
+    store = Store(tmp_path / "state.db")
+    store.create_run(
+        run_id="r1", name="w", workflow_file="wf.yaml", spec_json="{}", params_json="{}",
+        uid=0, gid=0, workdir=str(tmp_path), steps=["a"], backend="local",
+    )  # fmt: skip
+    store.set_run("r1", state="running")
+    store.set_step("r1", "a", state="launching")
+    store.set_step("r1", "a", state="running", node=node)
+    return store
+
+
+def test_drain_of_the_only_local_node_says_nothing_moved_and_fails(tmp_path: Path) -> None:
+    """A local run has no other node: its checkpoint would come back on the same machine, and
+    `drain` once said "migrated on this machine" and exited 0 though the node still held it."""
+    _running_local(tmp_path, "box")
+    from hetflow.cli.main import app, register_commands
+
+    register_commands(["drain"])
+    out = CliRunner().invoke(app, ["drain", "box"], env={"HETFLOW_HOME": str(tmp_path)})
+    assert out.exit_code == 1, out.output
+    assert "uses this machine only" in out.output and "nothing moved off box" in out.output
+    listed = CliRunner().invoke(app, ["drain", "box", "--json"], env={"HETFLOW_HOME": str(tmp_path)})
+    assert json.loads(listed.stdout)[0]["moved"] is False
+
+
+def _attempt(step: str, attempt: int, **kw: object) -> AttemptRecord:
+    base: dict[str, object] = dict(
+        run_id="r1", step=step, attempt=attempt, variant="default", node="n1", gpus=(), gpu_uuids=(),
+        container=f"hf-r1-{step}-{attempt}", image="busybox", state="failed", exit_code=None,
+        started=100.0 * attempt, ended=100.0 * attempt + 10, message="",
+    )  # fmt: skip
+    return AttemptRecord(**{**base, **kw})  # type: ignore[arg-type]
+
+
+def test_trace_shows_an_attempt_lost_with_its_node_as_lost(tmp_path: Path) -> None:
+    store = _running_local(tmp_path, "n1")
+    store.add_attempt(_attempt("a", 1))
+    store.set_attempt("r1", "a", 1, node_fault=1, message="NODE_FAIL on n1: the node failed")
+    store.add_attempt(_attempt("a", 2, state="succeeded", exit_code=0))
+    rows = json.loads(_cli(tmp_path, "trace", "r1", "--json"))
+    assert [(r["attempt"], r["status"]) for r in rows] == [(1, "lost"), (2, "succeeded")]
+    history = json.loads(_cli(tmp_path, "show", "r1", "--json"))["steps"][0]["attempt_history"]
+    assert [(h["state"], h["lost"]) for h in history] == [("failed", True), ("succeeded", False)]

@@ -67,6 +67,7 @@ def attempt_json(a: AttemptRecord) -> dict[str, Any]:
         "container": a.container,
         "image": a.image,
         "state": a.state,
+        "lost": a.lost,  # lost with its node (state "failed"; trace shows "lost")
         "exit_code": a.exit_code,
         "started": a.started,
         "ended": a.ended,

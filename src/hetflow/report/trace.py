@@ -102,7 +102,7 @@ def trace_rows(attempts: Sequence[AttemptRecord], cached: Sequence[StepRecord] =
                 "variant": a.variant,
                 "node": a.node,
                 "gpus": list(a.gpus),
-                "status": a.state,
+                "status": a.shown_state,  # "lost" for one lost with its node, as the docs call it
                 "exit": a.exit_code,
                 "submit": a.started,
                 "start": start,

@@ -147,6 +147,14 @@ class AttemptRecord:
     gpu_util_max: float | None = None
     gpu_memory_peak: int | None = None
     gpu_memory_of: str | None = None
+    # lost with its node (Slurm NODE_FAIL, a removed Ray node) and run again outside the step's
+    # retries (attempts.node_fault): its state is "failed", people are shown it as "lost"
+    lost: bool = False
+
+    @property
+    def shown_state(self) -> str:
+        """The state as ``trace`` and ``show`` print it: a failed attempt lost with its node is "lost"."""
+        return "lost" if self.lost and self.state == FAILED else self.state
 
 
 # The measured columns of an attempt, which Store.set_usage writes.

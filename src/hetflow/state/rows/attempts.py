@@ -247,4 +247,5 @@ def _attempt(r: sqlite3.Row) -> AttemptRecord:
         # a store an older hetflow wrote, opened read-only (not migrated); sqlite3.Row's "in" tests values
         workflow_version=r["workflow_version"] if "workflow_version" in r.keys() else None,  # noqa: SIM118
         **{c: r[c] for c, _ in GPU_USAGE_COLUMNS if c in r.keys()},  # noqa: SIM118
+        lost=bool(r["node_fault"]) if "node_fault" in r.keys() else False,  # noqa: SIM118
     )
