@@ -10,10 +10,21 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from hetflow.execute import create_run, layer_params, load_settings, param_sources, read_params_file
+from hetflow.execute import (
+    cached_origin,
+    create_run,
+    layer_params,
+    load_settings,
+    param_sources,
+    read_params_file,
+)
+from hetflow.execute.data.cache import ResultCache
+from hetflow.execute.run.compose import compose_runner
+from hetflow.execute.run.options import ProcessSeams, RunOptions
 from hetflow.report import run_report_html
 from hetflow.spec import parse_workflow
 from hetflow.state import AttemptRecord, Store
+from tests.unit.builders import Outcome, World, load_steps, world
 
 WORKFLOW = """\
 apiVersion: hetflow/v1
@@ -146,3 +157,44 @@ def test_trace_shows_an_attempt_lost_with_its_node_as_lost(tmp_path: Path) -> No
     assert [(r["attempt"], r["status"]) for r in rows] == [(1, "lost"), (2, "succeeded")]
     history = json.loads(_cli(tmp_path, "show", "r1", "--json"))["steps"][0]["attempt_history"]
     assert [(h["state"], h["lost"]) for h in history] == [("failed", True), ("succeeded", False)]
+
+
+ONE = "a: {image: img, command: [w], outputs: [o.txt]}\n"
+
+
+def _runs_from_the_cache(tmp_path: Path, n: int) -> tuple[World, list[str]]:
+    """``n`` runs of ONE: the first runs step a (its log says "made by the first run"),
+    each later one takes it from the cache (of the run before: a chain)."""
+    w = world(tmp_path, ONE, outcomes={"a": [Outcome(files={"o.txt": b"x\n"}, log=("made by the first run",))]})
+    w.engine.images.add("img")
+    ids = [w.run.id]
+    for i in range(n):
+        if i:
+            ids.append(create_run(w.store, load_steps(ONE), w.home, os.getuid(), os.getgid()).id)
+        runner = compose_runner(
+            store=w.store, engine=w.engine, node=w.node, workflow=load_steps(ONE).workflow,
+            run=w.store.run(ids[-1]), options=RunOptions(config=w.config, cache=ResultCache(w.store, w.home / "cache")),
+            seams=ProcessSeams(clock=w.clock, sleep=w.clock.sleep, pid=4242, alive=lambda p: False),
+        )  # fmt: skip
+        assert runner.execute() == "succeeded"
+    return w, ids
+
+
+def test_logs_of_a_step_taken_from_the_cache_name_its_run_and_print_its_log(tmp_path: Path) -> None:
+    w, (first, second) = _runs_from_the_cache(tmp_path, 2)
+    assert w.store.step(second, "a").attempts == 0  # taken from the cache: no container ran in the second run
+    from hetflow.cli.main import app, register_commands
+
+    register_commands(["logs"])
+    out = CliRunner().invoke(app, ["logs", second, "a"], env={"HETFLOW_HOME": str(w.home)})
+    assert out.exit_code == 0, out.output
+    assert out.stdout == "made by the first run\n"
+    assert f"its result came from run {first} (attempt 1)" in out.stderr
+
+
+def test_logs_follow_a_chain_of_cached_results_to_the_run_that_made_it(tmp_path: Path) -> None:
+    w, (first, _second, third) = _runs_from_the_cache(tmp_path, 3)
+    origin = cached_origin(w.store, third, "a")
+    assert origin is not None and origin.run_id == first and origin.attempt is not None
+    assert cached_origin(w.store, first, "a") is None
+

@@ -67,7 +67,15 @@ if TYPE_CHECKING:
     from hetflow.execute.gang.replicas import LAUNCH_CONTRACT, Quantity, RankVariable, render_contract
     from hetflow.execute.layers import apply_resources, layer_params, param_sources, read_params_file, split_profiles
     from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
-    from hetflow.execute.logsources import LogSource, attempt_label, attempt_sources, recorded_gangs, select_steps
+    from hetflow.execute.logsources import (
+        CachedOrigin,
+        LogSource,
+        attempt_label,
+        attempt_sources,
+        cached_origin,
+        recorded_gangs,
+        select_steps,
+    )
     from hetflow.execute.run.batching import batch_notes
     from hetflow.execute.run.compose import compose_runner
     from hetflow.execute.run.control.lifecycle import pid_alive, spawn_executor, stop_run
@@ -121,7 +129,15 @@ _WHERE = {
     "run.control.lifecycle": ["pid_alive", "spawn_executor", "stop_run"],
     "submit.reset": ["reset_for_resume"],
     "logs": ["Records", "group_records", "log_tail", "parse_line", "read_lines"],
-    "logsources": ["LogSource", "attempt_label", "attempt_sources", "recorded_gangs", "select_steps"],
+    "logsources": [
+        "CachedOrigin",
+        "LogSource",
+        "attempt_label",
+        "attempt_sources",
+        "cached_origin",
+        "recorded_gangs",
+        "select_steps",
+    ],
     "data.fencing": ["DISCARDED_WORDS"],
     "data.outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
     "data.paths": ["RunPaths", "container_name"],
@@ -158,6 +174,7 @@ __all__ = [
     "NOTIFY_FAILED",
     "SECRETS_FILE_ENV",
     "Backend",
+    "CachedOrigin",
     "CliEngine",
     "ClusterDispatch",
     "ContainerEngine",
@@ -215,6 +232,7 @@ __all__ = [
     "build_runner",
     "build_spec",
     "cache_key",
+    "cached_origin",
     "cdi_device_names",
     "check_run",
     "check_urls",

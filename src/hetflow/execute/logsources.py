@@ -17,11 +17,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from hetflow.errors import UsageError
+from hetflow.errors import StateError, UsageError
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.run.control.stopping import recorded_steps
 from hetflow.spec import Gang, did_you_mean, fanout_parent
-from hetflow.state import AttemptRecord, RunRecord
+from hetflow.state import SUCCEEDED, AttemptRecord, RunRecord, Store
 
 
 @dataclass(frozen=True)
@@ -80,6 +80,41 @@ def attempt_sources(
     if gang is None or gang.launcher == "mpi":
         return [LogSource(paths.rank_log(a.step, a.attempt, 0), label)]
     return [LogSource(paths.rank_log(a.step, a.attempt, r), f"{label}[rank{r}]: ") for r in range(gang.replicas)]
+
+
+CACHED_FROM = "cached: from run "  # how a step taken from the cache gives its reason (``dispatching.cachepass``)
+
+
+@dataclass(frozen=True)
+class CachedOrigin:
+    """Where a step taken from the cross-run cache got its result: the run whose attempt made
+    it (followed through runs that took it from the cache in turn), and that attempt; or why
+    its log cannot be shown (``missing``)."""
+
+    run: RunRecord | None
+    attempt: AttemptRecord | None
+    run_id: str
+    missing: str = ""
+
+
+def cached_origin(store: Store, run_id: str, step: str) -> CachedOrigin | None:
+    """The origin of ``step`` of ``run_id`` when it was taken from the cache, else None."""
+    reason, seen = store.step(run_id, step).reason, {run_id}
+    while reason.startswith(CACHED_FROM):
+        src = reason[len(CACHED_FROM) :].split()[0]
+        try:
+            record, reason = store.run(src), store.step(src, step).reason
+        except StateError:
+            return CachedOrigin(None, None, src, f"run {src} (or its step {step!r}) is no longer in the store")
+        if src in seen:
+            break
+        seen.add(src)
+        if not reason.startswith(CACHED_FROM):
+            done = [a for a in store.attempts(src, step) if a.state == SUCCEEDED]
+            if not done:
+                return CachedOrigin(record, None, src, f"run {src} has no succeeded attempt of {step!r}")
+            return CachedOrigin(record, done[-1], src)
+    return None
 
 
 def attempt_label(a: AttemptRecord, *, group: bool, whole: bool) -> str:
