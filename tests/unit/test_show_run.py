@@ -198,3 +198,19 @@ def test_logs_follow_a_chain_of_cached_results_to_the_run_that_made_it(tmp_path:
     assert origin is not None and origin.run_id == first and origin.attempt is not None
     assert cached_origin(w.store, first, "a") is None
 
+
+def test_a_retried_step_shows_its_accepted_attempts_own_start_and_elapsed(tmp_path: Path) -> None:
+    """STARTED/ELAPSED spanned attempt 1's start to the end (8.8 s shown for a 1.1 s step),
+    and the live lines printed attempt 1's start on attempt 2: the step's start is now its
+    current attempt's."""
+    w = world(tmp_path, "flaky:\n  image: x\n  retries: 1\n", outcomes={"flaky": [Outcome(3, 5.0), Outcome(0, 1.1)]})
+    assert w.execute() == "succeeded"
+    first, second = w.store.attempts(w.run.id, "flaky")
+    step = w.step("flaky")
+    assert step.started == second.started and step.started is not None and first.started < step.started
+    assert second.ended is not None and first.ended is not None
+    own = second.ended - step.started  # the fake engine's end is seen at the next poll (1 s)
+    assert step.ended is not None and step.ended - step.started == own < 5.0
+    history = json.loads(_cli(w.home, "show", w.run.id, "--json"))["steps"][0]["attempt_history"]
+    assert [h["elapsed"] for h in history] == [first.ended - first.started, own]
+    assert f"{own:.1f}s" in _cli(w.home, "show", w.run.id).split("flaky", 1)[1].splitlines()[0]

@@ -81,6 +81,8 @@ def attempt_json(a: AttemptRecord) -> dict[str, Any]:
         # "started" above is when it was handed to the engine
         "run_started": a.run_started,
         "run_ended": a.run_ended,
+        # its own seconds: the container's run where the engine said, else handed over to ended
+        "elapsed": _span(a.run_started, a.run_ended) if a.run_ended is not None else _span(a.started, a.ended),
         # what its GPUs did, sampled from NVML (percent; bytes; "process" when the
         # memory is the attempt's own, "device" when it is all that was on its GPUs)
         "gpu_util_mean": a.gpu_util_mean,
@@ -91,6 +93,10 @@ def attempt_json(a: AttemptRecord) -> dict[str, Any]:
         # None: recorded by a hetflow that did not track it
         "workflow_version": a.workflow_version,
     }
+
+
+def _span(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else max(0.0, end - start)
 
 
 def run_json(

@@ -52,7 +52,7 @@ class EngineView:
     def note_times(self, act: InFlight, st: JobState) -> None:
         """A queueing engine's own start and end of the job (Slurm's StartTime/EndTime, a Ray
         task's): the start is the attempt's run_started (its ``started`` stays the submission,
-        the trace's submit) and the step's first start (``show``'s STARTED), the end its ended."""
+        the trace's submit) and the step's start (``show``'s STARTED: this attempt's), the end its ended."""
         if not self.queues:
             return  # this machine's engine starts the container when asked: the launch is its start
         if st.ended is not None and not st.running:
