@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import io
 import json
 import os
 from pathlib import Path
@@ -11,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from hetflow.execute import (
+    attempt_label,
     cached_origin,
     create_run,
     layer_params,
@@ -21,10 +24,12 @@ from hetflow.execute import (
 from hetflow.execute.data.cache import ResultCache
 from hetflow.execute.run.compose import compose_runner
 from hetflow.execute.run.options import ProcessSeams, RunOptions
-from hetflow.report import run_report_html
+from hetflow.plan import feasibility_problems
+from hetflow.report import run_report_html, step_items
+from hetflow.report.progress import PlainReporter
 from hetflow.spec import parse_workflow
 from hetflow.state import AttemptRecord, Store
-from tests.unit.builders import Outcome, World, load_steps, world
+from tests.unit.builders import Outcome, World, load_steps, node, world
 
 WORKFLOW = """\
 apiVersion: hetflow/v1
@@ -214,3 +219,67 @@ def test_a_retried_step_shows_its_accepted_attempts_own_start_and_elapsed(tmp_pa
     history = json.loads(_cli(w.home, "show", w.run.id, "--json"))["steps"][0]["attempt_history"]
     assert [h["elapsed"] for h in history] == [first.ended - first.started, own]
     assert f"{own:.1f}s" in _cli(w.home, "show", w.run.id).split("flaky", 1)[1].splitlines()[0]
+
+
+@pytest.mark.parametrize(
+    ("step", "attempt", "item", "group", "whole", "label"),
+    [
+        ("merge", 1, None, False, True, "merge #1 | "),
+        ("qc.0", 1, {"sample": "a"}, False, True, "qc[0 sample=a] #1 | "),
+        ("qc.0", 1, {"sample": "a"}, True, False, "qc[0 sample=a] | "),
+        ("qc.0", 2, {"sample": "a"}, True, False, "qc[0 sample=a] #2 | "),
+        ("count.3", 1, 3, True, False, "count[3] | "),  # a range: the value is the index
+        ("count.3", 1, None, True, False, "count[3] | "),  # values not recorded
+        ("qc.1", 1, {"x": "y" * 60}, True, False, f"qc[1 x={'y' * 37}…] | "),
+        ("merge", 1, None, False, False, ""),
+    ],
+    ids=["step", "item-mixed", "item-in-group", "item-retried", "range", "unknown", "long", "one-attempt"],
+)
+def test_log_prefixes_say_item_and_attempt_apart(
+    step: str, attempt: int, item: object, group: bool, whole: bool, label: str
+) -> None:
+    """`merge.1 |` was attempt 1 while `qc.0 |` was item 0."""
+    assert attempt_label(_attempt(step, attempt), group=group, whole=whole, item=item) == label
+
+
+FAN = "qc: {image: img, command: [w], foreach: [{sample: a}, {sample: b}]}\n"
+
+
+def _fan_out_run(tmp_path: Path) -> World:
+    """A run of FAN recorded with its items, as ``hetflow run`` records them, and run."""
+    w = world(tmp_path, FAN, outcomes={f"qc.{i}": [Outcome(log=(f"item {i}",))] for i in range(2)})
+    w.engine.images.add("img")
+    loaded = load_steps(FAN)
+    run = create_run(
+        w.store, loaded, w.home, os.getuid(), os.getgid(),
+        expansions=[(n, json.dumps(list(items))) for n, items in loaded.fanouts.items()],
+    )  # fmt: skip
+    w = dataclasses.replace(w, run=run)
+    assert w.execute() == "succeeded"
+    return w
+
+
+def test_logs_trace_and_the_live_lines_carry_each_items_values(tmp_path: Path) -> None:
+    w = _fan_out_run(tmp_path)
+    rid = w.run.id
+    assert _cli(w.home, "logs", rid).splitlines() == ["qc[0 sample=a] #1 | item 0", "qc[1 sample=b] #1 | item 1"]
+    assert _cli(w.home, "logs", rid, "qc").splitlines() == ["qc[0 sample=a] | item 0", "qc[1 sample=b] | item 1"]
+    rows = json.loads(_cli(w.home, "trace", rid, "--json"))
+    assert [(r["step"], r["item"]) for r in rows] == [("qc.0", {"sample": "a"}), ("qc.1", {"sample": "b"})]
+    tsv = [line.split("\t") for line in _cli(w.home, "trace", rid).splitlines()]
+    assert [r[tsv[0].index("item")] for r in tsv[1:]] == ["sample=a", "sample=b"]
+    out = io.StringIO()
+    PlainReporter(out, items=lambda run_id: step_items(w.store.expansions(run_id))).update(
+        w.store.run(rid), w.store.steps(rid)
+    )
+    assert [line.split(" ", 2)[2] for line in out.getvalue().splitlines()] == [
+        "qc[0 sample=a]: succeeded",
+        "qc[1 sample=b]: succeeded",
+    ]
+
+
+def test_validate_notes_name_an_items_values(tmp_path: Path) -> None:
+    loaded = load_steps("qc: {image: img, resources: {cpus: 500}, optional: true, foreach: [{sample: a}]}\n")
+    notes = [p.message for p in feasibility_problems(loaded, node())]
+    assert notes and notes[0].startswith("step 'qc.0' [sample=a] asks for 500 CPUs")
+

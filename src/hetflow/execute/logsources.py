@@ -2,7 +2,8 @@
 
 A name is a step, or a fan-out group (``count`` for its items ``count.0``, ``count.1``, ...:
 every item, each line prefixed with the item's name, as ``kubectl logs -l ... --prefix``
-names the pod).  A gang step's replicas each have a log (``RunPaths.rank_log``); unless
+names the pod, with its values: ``count[2 sample=a] | ``).  A gang step's replicas each have
+a log (``RunPaths.rank_log``); unless
 ``--rank`` picks one, every replica's lines are shown, prefixed ``[rank1]:`` as torchrun
 prefixes a worker's lines (torch.distributed.elastic ``--log-line-prefix-template``
 default).  An ``mpi`` gang shows rank 0 only by default: ``mpirun`` in replica 0 gathers
@@ -20,7 +21,7 @@ from pydantic import ValidationError
 from hetflow.errors import StateError, UsageError
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.run.control.stopping import recorded_steps
-from hetflow.spec import Gang, did_you_mean, fanout_parent
+from hetflow.spec import Gang, did_you_mean, fanout_parent, step_label
 from hetflow.state import SUCCEEDED, AttemptRecord, RunRecord, Store
 
 
@@ -117,12 +118,15 @@ def cached_origin(store: Store, run_id: str, step: str) -> CachedOrigin | None:
     return None
 
 
-def attempt_label(a: AttemptRecord, *, group: bool, whole: bool) -> str:
-    """``count.3 | `` for a group's item (``count.3#2 | `` for its second attempt),
-    ``STEP.ATTEMPT | `` where attempts of one or many steps mix, else nothing."""
+def attempt_label(a: AttemptRecord, *, group: bool, whole: bool, item: object = None) -> str:
+    """``count[3 sample=a] | `` for a group's item (``count[3 sample=a] #2 | `` for its second
+    attempt), ``STEP #ATTEMPT | `` where attempts of one or many steps mix, else nothing; the
+    item's index and values (``item``, its recorded values) and the attempt apart, as
+    ``spec.step_label`` names them: ``merge.1`` once read as item 1 of merge."""
+    name = step_label(a.step, item)
     if group:
-        return f"{a.step}{'' if a.attempt == 1 else f'#{a.attempt}'} | "
-    return f"{a.step}.{a.attempt} | " if whole else ""
+        return f"{name}{'' if a.attempt == 1 else f' #{a.attempt}'} | "
+    return f"{name} #{a.attempt} | " if whole else ""
 
 
 def _item_index(name: str) -> int:

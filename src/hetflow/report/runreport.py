@@ -165,8 +165,8 @@ def _resources(uses: list[StepUse], items: Mapping[str, str]) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def _trace(attempts: list[AttemptRecord], steps: list[StepRecord]) -> str:
-    rows = trace_rows(attempts, cached_steps(steps))
+def _trace(attempts: list[AttemptRecord], steps: list[StepRecord], items: Mapping[str, str]) -> str:
+    rows = trace_rows(attempts, cached_steps(steps), items)
     head = "".join(f"<th>{escape(f)}</th>" for f in DEFAULT_TRACE_FIELDS)
     body = []
     for r in rows:
@@ -237,6 +237,6 @@ def run_report_html(
         f'<section id="resources"><h2>Resources: asked and used</h2>'
         f'<p class="note">Peak memory is the attempt\'s cgroup peak; cores used are CPU time over run time. '
         f"{escape(measure_note)}</p>{_resources(uses, items or {})}</section>\n"
-        f'<section id="trace"><h2>Trace</h2>{_trace(attempts, steps)}</section>\n'
+        f'<section id="trace"><h2>Trace</h2>{_trace(attempts, steps, items or {})}</section>\n'
         "</body>\n</html>\n"
     )

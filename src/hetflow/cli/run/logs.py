@@ -51,6 +51,7 @@ def logs(
         recorded_gangs,
         select_steps,
     )
+    from hetflow.report import step_items
 
     store = open_store()
     rid = store.resolve_run_id(run_id)
@@ -70,18 +71,20 @@ def logs(
                 wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
         order = {name: i for i, name in enumerate(wanted)}  # a group's items in index order: count.2 before count.10
         shown = [a for a in store.attempts(rid, None if group else step) if a.step in order]
+        items = step_items(store.expansions(rid))  # fan-out items' values, for their lines' prefixes
         if group:
             shown.sort(key=lambda a: (order[a.step], a.attempt))
         for a in shown:
             if attempt is not None and a.attempt != attempt:
                 continue
-            label = attempt_label(a, group=group, whole=step is None or (attempt is None and not group))
+            whole = step is None or (attempt is None and not group)
+            label = attempt_label(a, group=group, whole=whole, item=items.get(a.step))
             strict = step is not None and not group and not follow  # a missing replica is an error
             _print_sources(attempt_sources(paths, a, gangs, rank=rank, label=label), a, rank, offsets, strict=strict)
         for name in wanted:
             if name not in from_cache and (origin := cached_origin(store, rid, name)) is not None:
                 from_cache.add(name)
-                _print_cached(name, origin, rank=rank, label=step is None or group)
+                _print_cached(name, origin, rank=rank, label=step is None or group, item=items.get(name))
         if not follow or last:
             break
         watch.poll()
@@ -102,7 +105,7 @@ def logs(
         time.sleep(0 if last else 0.5)
 
 
-def _print_cached(step: str, origin: CachedOrigin, *, rank: int | None, label: bool) -> None:
+def _print_cached(step: str, origin: CachedOrigin, *, rank: int | None, label: bool, item: object) -> None:
     """A step taken from the cache ran no container in this run: name the run its result
     came from and print that run's log of it (its accepted attempt's)."""
     from hetflow.execute import RunPaths, attempt_label, attempt_sources, recorded_gangs
@@ -117,7 +120,7 @@ def _print_cached(step: str, origin: CachedOrigin, *, rank: int | None, label: b
         file=sys.stderr,
         flush=True,
     )
-    prefix = attempt_label(a, group=False, whole=label)
+    prefix = attempt_label(a, group=False, whole=label, item=item)
     paths, gangs = RunPaths(Path(origin.run.workdir)), recorded_gangs(origin.run)
     _print_sources(attempt_sources(paths, a, gangs, rank=rank, label=prefix), a, rank, {}, strict=False)
 

@@ -298,7 +298,8 @@ def _execute(opened: OpenRun, *, quiet: bool, out: Console, grace: int | None) -
     from hetflow.execute import drive
     from hetflow.report import make_reporter  # rich's live display: only a run draws it
 
-    ended = drive(opened, make_reporter(out, quiet), _say, banner=not quiet, grace=grace)
+    reporter = make_reporter(out, quiet, items=lambda rid: step_items(opened.store.expansions(rid)))
+    ended = drive(opened, reporter, _say, banner=not quiet, grace=grace)
     if not ended.interrupted:
         _summary(opened.store, opened.run.id, out)
     return ended
@@ -307,7 +308,7 @@ def _execute(opened: OpenRun, *, quiet: bool, out: Console, grace: int | None) -
 def _summary(store: Store, run_id: str, out: Console) -> None:
     record = store.run(run_id)
     steps = store.steps(run_id)
-    out.print(steps_table(steps))
+    out.print(steps_table(steps, items=item_labels(store.expansions(run_id)) or None))
     took = (record.ended or time.time()) - (record.started or record.created)
     color = "green" if record.state == RUN_SUCCEEDED else "red"
     out.print(f"run {record.id} [{color}]{record.state}[/] in {took:.1f}s: {record.message}")
