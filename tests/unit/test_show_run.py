@@ -8,6 +8,7 @@ import io
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
@@ -21,15 +22,24 @@ from hetflow.execute import (
     param_sources,
     read_params_file,
 )
+from hetflow.execute.backends.base import JobState
+from hetflow.execute.backends.kubernetes import KubernetesBackend, KubernetesSettings
+from hetflow.execute.backends.ray.keeper import task_id
+from hetflow.execute.backends.slurm import SlurmBackend, SlurmSettings
 from hetflow.execute.data.cache import ResultCache
 from hetflow.execute.run.compose import compose_runner
 from hetflow.execute.run.options import ProcessSeams, RunOptions
+from hetflow.kube import ANNOTATION_JOB
 from hetflow.plan import feasibility_problems
+from hetflow.plan.instance import Placement
 from hetflow.report import run_report_html, step_items
 from hetflow.report.progress import PlainReporter
 from hetflow.spec import parse_workflow
 from hetflow.state import AttemptRecord, Store
 from tests.unit.builders import Outcome, World, load_steps, node, world
+from tests.unit.test_runner_cluster import QueueBackend, cluster_runner
+from tests.unit.test_slurm_faults import FakeClient as SlurmFake
+from tests.unit.test_slurm_faults import row as slurm_row
 
 WORKFLOW = """\
 apiVersion: hetflow/v1
@@ -283,3 +293,61 @@ def test_validate_notes_name_an_items_values(tmp_path: Path) -> None:
     notes = [p.message for p in feasibility_problems(loaded, node())]
     assert notes and notes[0].startswith("step 'qc.0' [sample=a] asks for 500 CPUs")
 
+
+# --- engine job ids (issue 42): each backend's poll names its job as the engine does ---------
+
+
+def test_slurm_poll_gives_each_job_its_slurm_job_id(tmp_path: Path) -> None:
+    b = SlurmBackend(SlurmSettings(workdir=str(tmp_path)), env={})
+    b.client = SlurmFake(rows=[slurm_row("RUNNING", job_id="4242")])  # type: ignore[assignment]
+    (b.jobdir("r1")).mkdir(parents=True)
+    (b.jobdir("r1") / "hf-r1-s-1.jobid").write_text("4242\n")
+    assert b.poll("r1")["hf-r1-s-1"].native_id == "4242"
+
+
+def test_a_ray_job_is_named_by_its_task_id() -> None:
+    import ray
+
+    ref = ray.ObjectRef.from_random()
+    assert task_id(ref) == ref.task_id().hex() and task_id(object()) == ""
+
+
+class _JobsApi:
+    """A namespace holding one finished Job whose name Kubernetes shortened (the hetflow name
+    is in its annotation)."""
+
+    namespace = "ns1"
+
+    def ns(self, resource: str, group: str = "") -> str:
+        return f"/namespaces/{self.namespace}/{resource}"
+
+    def items(self, path: str, **params: Any) -> list[dict[str, Any]]:
+        if not path.endswith("/jobs"):
+            return []
+        meta = {"name": "hf-r1-s-1-x7k2", "annotations": {ANNOTATION_JOB: "hf-r1-s-1"}, "labels": {}}
+        return [{"metadata": meta, "spec": {}, "status": {"conditions": [{"type": "Complete", "status": "True"}]}}]
+
+
+def test_a_kubernetes_job_is_named_by_its_jobs_name() -> None:
+    states = KubernetesBackend(KubernetesSettings(), api=_JobsApi()).poll("r1")  # type: ignore[arg-type]
+    assert states["hf-r1-s-1"].native_id == "hf-r1-s-1-x7k2"
+
+
+@dataclasses.dataclass
+class _NamingBackend(QueueBackend):
+    """The queueing fake whose engine numbers its jobs, as Slurm does."""
+
+    def poll(self, run_id: str) -> dict[str, JobState]:
+        return {n: dataclasses.replace(s, native_id=f"9{s.name[-1]}") for n, s in super().poll(run_id).items()}
+
+
+def test_each_attempts_engine_id_is_recorded_and_shown_by_show_json_and_trace(tmp_path: Path) -> None:
+    w = world(tmp_path, "a: {image: x, retries: 1}\n", outcomes={"a": [Outcome(1), Outcome(0)]})
+    backend = _NamingBackend(w.engine)
+    placed = {"a": Placement("a", "default", "cpu.std-0", "cpu.std", 0.0, 1.0, 1.0, 0)}
+    assert cluster_runner(w, backend, placed).execute() == "succeeded"
+    assert [a.native_id for a in w.store.attempts(w.run.id, "a")] == ["91", "92"]
+    history = json.loads(_cli(w.home, "show", w.run.id, "--json"))["steps"][0]["attempt_history"]
+    assert [h["native_id"] for h in history] == ["91", "92"]
+    tsv = [line.split("\t") for line in _cli(w.home, "trace", w.run.id).splitlines()]
+    assert [r[tsv[0].index("native_id")] for r in tsv[1:]] == ["91", "92"]

@@ -65,6 +65,7 @@ def attempt_json(a: AttemptRecord) -> dict[str, Any]:
         "gpus": list(a.gpus),
         "gpu_uuids": list(a.gpu_uuids),
         "container": a.container,
+        "native_id": a.native_id,  # the engine's own id: Slurm job id, Ray task id, Kubernetes Job
         "image": a.image,
         "state": a.state,
         "lost": a.lost,  # lost with its node (state "failed"; trace shows "lost")

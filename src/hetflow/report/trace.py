@@ -47,6 +47,7 @@ TRACE_FIELDS: tuple[str, ...] = (
     "gpu_mem_peak",
     "cpus",
     "memory",
+    "native_id",  # the engine's id of the job (Slurm job id, Ray task id, Kubernetes Job name)
     "image",
     "image_id",
     "container",
@@ -135,6 +136,7 @@ def trace_rows(
                 "image": a.image,
                 "image_id": a.image_id,
                 "container": a.container,
+                "native_id": a.native_id,
             }
         )
     rows.sort(key=lambda r: (r["submit"] is None, r["submit"] or 0.0, r["step"], r["attempt"]))

@@ -150,6 +150,9 @@ class AttemptRecord:
     # lost with its node (Slurm NODE_FAIL, a removed Ray node) and run again outside the step's
     # retries (attempts.node_fault): its state is "failed", people are shown it as "lost"
     lost: bool = False
+    # the engine's own id of its job (Slurm job id, Ray task id, Kubernetes Job name), as the
+    # engine's poll gave it (``JobState.native_id``); None: this machine's podman, or not said yet
+    native_id: str | None = None
 
     @property
     def shown_state(self) -> str:
