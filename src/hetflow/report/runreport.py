@@ -12,18 +12,19 @@ flagged; the trace table (``report.trace``).
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from html import escape
 
-from hetflow.plan import OVER_ASK, Instance, Placement, Plan
-from hetflow.report.actual import actual_schedule
+from hetflow.plan import DEFAULT_ESTIMATE, OVER_ASK, Instance, Placement, Plan
+from hetflow.report.actual import actual_schedule, bar_resources
 from hetflow.report.gantt import gantt_svg
 from hetflow.report.runs import param_text
 from hetflow.report.trace import DEFAULT_TRACE_FIELDS, cached_steps, cell, trace_rows
-from hetflow.spec import format_bytes, format_duration
+from hetflow.spec import fanout_parent, format_bytes, format_duration
 from hetflow.state import SUCCEEDED, AttemptRecord, ParamRecord, RunRecord, StepRecord
 
 _CSS = """
@@ -71,15 +72,39 @@ def step_use(step: str, attempts: Sequence[AttemptRecord]) -> StepUse:
     return StepUse(step, len(attempts), a.cpus, a.memory, a.peak_memory, a.cpu_seconds, cores, over_memory, over_cpus)
 
 
+def plan_scale(run: RunRecord, attempts: list[AttemptRecord], planned: Plan | None) -> float | None:
+    """The factor the plan's lanes are drawn at, where every planned step's length was the
+    planner's default (no ``estimate:``, ``plan.DEFAULT_ESTIMATE`` s each) and the plan is longer
+    than the run: 60 s bars set a 128 s axis for a 7.6 s run, the run a sliver at its left.
+    Scaled to the run's length they still show the plan's order and overlap; None: as planned."""
+    if planned is None or not planned.placements:
+        return None
+    steps = json.loads(run.spec_json or "{}").get("steps") or {}
+    guessed = set()
+    for name, step in steps.items():
+        variants = step.get("variants") or {}
+        estimates = [v.get("estimate") for v in variants.values()] if variants else [step.get("estimate")]
+        if all(e is None for e in estimates):
+            guessed.add(name)
+    if not all(t in guessed or fanout_parent(t) in guessed for t in planned.placements):
+        return None
+    ran = actual_schedule(run, attempts)[0].makespan
+    return ran / planned.makespan if 0 < ran < planned.makespan else None
+
+
 def timeline(run: RunRecord, attempts: list[AttemptRecord], planned: Plan | None) -> Plan:
     """The plan's placements (lanes ``plan: MACHINE``) and the attempts that ran (lanes
-    ``run: NODE``) as one Plan, so one chart draws both on one time axis from the run's start."""
+    ``run: NODE``) as one Plan, so one chart draws both on one time axis from the run's start
+    (the plan's scaled by ``plan_scale`` where its lengths were all the default's)."""
     actual, _ = actual_schedule(run, attempts)
     placements: dict[str, Placement] = {}
     if planned is not None:
+        k = plan_scale(run, attempts, planned) or 1.0
         for name, p in planned.placements.items():
             label = f"{name} (plan)"
-            placements[label] = replace(p, task=label, machine=f"plan: {p.machine}")
+            placements[label] = replace(
+                p, task=label, machine=f"plan: {p.machine}", start=p.start * k, finish=p.finish * k
+            )
     for name, p in actual.placements.items():
         placements[name] = replace(p, machine=f"run: {p.machine_class}")
     # The chart's title states the actual makespan; the planned one is in the summary.
@@ -192,7 +217,12 @@ def timeline_svg(run: RunRecord, attempts: list[AttemptRecord], planned: Plan | 
     chart = timeline(run, attempts, planned)
     if not chart.placements:
         return ""
-    return gantt_svg(chart, Instance(tasks=(), edges=(), classes=()), title=f"{run.name}: plan and run (actual)")
+    return gantt_svg(
+        chart,
+        Instance(tasks=(), edges=(), classes=()),
+        title=f"{run.name}: plan and run (actual)",
+        resources=bar_resources(attempts),
+    )
 
 
 def run_report_html(
@@ -219,6 +249,13 @@ def run_report_html(
         if planned is not None
         else "The run has no stored plan (greedy dispatch): only what ran is drawn."
     )
+    scale = plan_scale(run, attempts, planned)
+    if scale is not None and planned is not None:
+        plan_note += (
+            f" No step has an <code>estimate:</code>, so the planner took {DEFAULT_ESTIMATE:g} s for each"
+            f" (a {escape(format_duration(planned.makespan))} plan): its lanes are drawn scaled to the run's"
+            f" length (&#215;{scale:.3g}), to show its order and overlap, not its times."
+        )
     unmeasured = sum(1 for a in attempts if a.peak_memory is None)
     measure_note = (
         f"{unmeasured} attempt(s) without measurements (the backend cannot measure, or the attempt never ran)."
