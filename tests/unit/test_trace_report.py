@@ -360,8 +360,11 @@ def test_a_plan_of_default_estimates_is_drawn_at_the_runs_length(estimate: str, 
 
 def test_a_run_bar_says_what_its_attempt_asked_and_used() -> None:
     """They said "0 cores, 0 B"."""
-    page = report([OVER, attempt("quiet", cpus=2.0, memory=GI)])
+    short = {"cpu_seconds": 2.3, "peak_memory": 4 * MI, "run_started": T0, "run_ended": T0 + 0.1}
+    brief = attempt("brief", cpus=1.0, memory=GI, **short)
+    page = report([OVER, attempt("quiet", cpus=2.0, memory=GI), brief])
     titles = "".join(page.split("<title>")[i].split("</title>")[0] for i in range(1, page.count("<title>") + 1))
     assert "asked 8 cores, 4.0 GiB; used 0.50 cores, peak 300.0 MiB" in titles
     assert "asked 2 cores, 1.0 GiB; used not measured" in titles
+    assert "asked 1 cores, 1.0 GiB; used peak 4.0 MiB" in titles  # 0.1 s: its CPU time is podman's start-up
     assert "0 cores, 0 B" not in titles

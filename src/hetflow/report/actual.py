@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from hetflow.plan import Instance, MachineClass, Placement, Plan
+from hetflow.report.trace import PCT_MIN_REALTIME
 from hetflow.spec import format_bytes
 from hetflow.state import AttemptRecord, RunRecord
 
@@ -52,7 +53,9 @@ def bar_resources(attempts: list[AttemptRecord]) -> dict[str, str]:
             f"asked {a.cpus:g} cores, {format_bytes(a.memory or 0)}" if a.cpus is not None else "asked: not recorded"
         )
         realtime = a.run_ended - a.run_started if a.run_ended is not None and a.run_started is not None else None
-        cores = f"{a.cpu_seconds / realtime:.2f} cores" if a.cpu_seconds is not None and realtime else None
+        # under PCT_MIN_REALTIME the cgroup's CPU time is mostly the runtime's start-up (trace's %cpu)
+        measurable = a.cpu_seconds is not None and realtime is not None and realtime >= PCT_MIN_REALTIME
+        cores = f"{(a.cpu_seconds or 0.0) / (realtime or 1.0):.2f} cores" if measurable else None
         peak = f"peak {format_bytes(a.peak_memory)}" if a.peak_memory is not None else None
         used = ", ".join(x for x in (cores, peak) if x) or "not measured"
         out[bar_label(a)] = f"{asked}; used {used}"
