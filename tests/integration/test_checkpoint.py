@@ -132,10 +132,14 @@ def test_migrate_moves_a_running_step_without_losing_work(hf: Hetflow, tmp_path:
     assert missing.returncode == 2 and "step 'nosuch' is not running (not a step of this run)" in missing.stderr
     hf.wait_for(lambda: len(_ticks(hf, run_id, 2)) >= 2, timeout=120)
     node = hf.show(run_id)["steps"][0]["node"]
-    drained = json.loads(hf("drain", node, "--json").stdout)  # every step with a checkpoint moves off it
-    assert [(d["run"], d["step"]) for d in drained] == [(run_id, "count")]
-    assert f"hf-{run_id}-count-2 checkpointed" in drained[0]["message"]
-    drained_at = max(_ticks(hf, run_id, 2))
+    # a local run has no other node: drain moves nothing and says so (issue 42: it restored the
+    # step on the same machine, said "migrated" and exited 0, the node no emptier)
+    drained = hf("drain", node, "--json", check=False)
+    assert drained.returncode == 1 and f"nothing moved off {node}" in drained.stderr
+    assert [(d["run"], d["step"], d["moved"]) for d in json.loads(drained.stdout)] == [(run_id, "count", False)]
+    said = hf("migrate", run_id, "count")  # the second move: dumped and restored on this machine again
+    assert f"hf-{run_id}-count-2 checkpointed" in said.stdout
+    drained_at = max(_ticks(hf, run_id, 2))  # where the second migrate dumped it
     hf.wait_for(lambda: hf.step_states(run_id)["count"] == "succeeded", timeout=120)
     restored = _ticks(hf, run_id, 2)
     assert restored[0] == moved_at + 1  # dumped as it stopped: nothing redone

@@ -44,11 +44,13 @@ def run(tmp_path_factory: pytest.TempPathFactory, busybox: str) -> tuple[Hetflow
     [
         (
             ["count"],
-            ["count.0 | item 0 says hi", "count.1 | item 1 says hi", "count.2 | item 2 says hi"],
-            ["count.0 | item 0 warns", "count.1 | item 1 warns", "count.2 | item 2 warns"],
+            # item and attempt apart (issue 42: "count.1" read as attempt 1 of count); a range's
+            # value is its index, so only the index shows
+            ["count[0] | item 0 says hi", "count[1] | item 1 says hi", "count[2] | item 2 says hi"],
+            ["count[0] | item 0 warns", "count[1] | item 1 warns", "count[2] | item 2 warns"],
         ),
-        (["count.1"], ["count.1.1 | item 1 says hi"], ["count.1.1 | item 1 warns"]),
-        (["pair"], ["pair.1 | [rank0]: replica 0 of 2", "pair.1 | [rank1]: replica 1 of 2"], []),
+        (["count.1"], ["count[1] #1 | item 1 says hi"], ["count[1] #1 | item 1 warns"]),
+        (["pair"], ["pair #1 | [rank0]: replica 0 of 2", "pair #1 | [rank1]: replica 1 of 2"], []),
         (["pair", "--rank", "1", "--attempt", "1"], ["replica 1 of 2"], []),
     ],
     ids=["fan-out", "one-item", "gang", "gang-rank"],
@@ -111,4 +113,4 @@ def test_following_a_fan_out_before_its_list_is_known_shows_its_items(hf: Hetflo
     assert "greet" in hf.step_states(rid)  # still one step: its list comes from 'names', sleeping
     proc = hf("logs", "-f", rid, "greet", timeout=60)
     # the items run side by side: a follower shows each line as it comes, in either order
-    assert sorted(proc.stdout.splitlines()) == ["greet.0 | hello a", "greet.1 | hello b"]
+    assert sorted(proc.stdout.splitlines()) == ["greet[0 a] | hello a", "greet[1 b] | hello b"]  # with its values

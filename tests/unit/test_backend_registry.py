@@ -234,4 +234,4 @@ def test_the_run_asks_capabilities_what_they_mean() -> None:
     """``assigns_gpus`` once stood for "a cluster" at six sites; each now asks what it means
     (``places_steps``, ``leases_gpus_here``) and ``image_entrypoint`` is a method of every
     backend.  Only the engine view reads ``assigns_gpus``: the GPUs an engine says it picked."""
-    assert switches(SRC) == ["execute/run/engineview.py:39", "execute/run/engineview.py:72"]
+    assert switches(SRC) == ["execute/run/engineview.py:39", "execute/run/engineview.py:81"]

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import typer
+from rich.markup import RE_TAGS
 from typer.testing import CliRunner
 
 from hetflow.cli.main import app, register_commands
@@ -62,6 +63,25 @@ def test_help_shows_no_parser_tags(command: str) -> None:
     assert result.exit_code == 0, result.output
     assert "Usage:" in result.output
     assert not TAG.findall(result.output), result.output
+
+
+def _help_texts(command: str) -> list[str]:
+    cmd = typer.main.get_command(app)
+    for name in command.split():
+        cmd = cmd.commands[name]  # type: ignore[attr-defined]
+    return [cmd.help or "", *(getattr(p, "help", None) or "" for p in cmd.params)]
+
+
+@pytest.mark.parametrize("command", COMMAND_LINES, ids=[c or "hetflow" for c in COMMAND_LINES])
+def test_help_keeps_its_square_brackets(command: str) -> None:
+    """rich reads ``[rankN]`` as a style tag and drops it (`logs --help` said "lines prefixed :;"):
+    every bracketed text rich would eat is escaped ``\\[rankN]``, and shows as written."""
+    result = CliRunner().invoke(app, [*command.split(), "--help"], terminal_width=200)
+    shown = " ".join(result.output.replace("│", " ").split())
+    for text in _help_texts(command):
+        for tag in RE_TAGS.finditer(text):
+            assert len(tag.group(2)) % 2 == 1, f"{command} --help: escape {tag.group(0)!r} (rich eats it)"
+            assert tag.group(0).lstrip("\\") in shown
 
 
 @pytest.mark.parametrize(

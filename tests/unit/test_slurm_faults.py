@@ -141,7 +141,8 @@ def test_a_job_submitted_but_never_recorded_is_found_by_its_name(tmp_path: Path)
     (``lifecycle.reconcile``) instead of submitting the attempt again."""
     client = FakeClient(rows=[row("RUNNING", job_id="9"), parse_squeue(f"8|{NAME}|RUNNING|None|n2|(null)|x")[0]])
     states = backend(tmp_path, client, jobid=None).poll(RUN)
-    assert states == {NAME: JobState(NAME, True, None, "RUNNING", "n1", (), "")}  # not job 8: another run's
+    # not job 8: another run's
+    assert states == {NAME: JobState(NAME, True, None, "RUNNING", "n1", (), "", native_id="9")}
 
 
 def test_slurm_never_requeues_an_attempt_itself(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from hetflow.report import (
     trace_rows,
     trace_tsv,
 )
+from hetflow.report.runreport import timeline
 from hetflow.report.trace import cell
 from hetflow.state import AttemptRecord, RunRecord, StepRecord
 
@@ -327,3 +328,43 @@ def test_the_actual_schedule_draws_an_attempt_from_when_it_ran(run_started: floa
     the run's lane shows it from its run, not its wait in the queue."""
     plan, _ = actual_schedule(run_record(), [attempt("a", run_started=run_started, ended=T0 + 3)])
     assert (plan.placements["a"].start, plan.placements["a"].finish) == (start, 3.0)
+
+
+# --- the timeline when the plan's lengths were guesses (issue 42) -------------------------------
+
+DEFAULTS = Plan(
+    placements={
+        "greedy": Placement("greedy", "default", "vm-0", "vm", 0.0, 60.0, 8.0, 4 * GI),
+        "fair": Placement("fair", "default", "vm-0", "vm", 60.0, 120.0, 1.0, 512 * MI),
+    },
+    makespan=120.0,
+    cost=0.0,
+    algorithm="heuristic",
+)
+
+
+@pytest.mark.parametrize(
+    ("estimate", "fair_ends"),
+    [("null", 3.0), ("60", 120.0)],
+    ids=["no-estimates-scaled-to-the-run", "estimates-drawn-as-planned"],
+)
+def test_a_plan_of_default_estimates_is_drawn_at_the_runs_length(estimate: str, fair_ends: float) -> None:
+    """60 s default bars set a 128 s axis for a 7.6 s run, its bars a sliver at the left."""
+    spec = f'{{"steps": {{"greedy": {{"estimate": {estimate}}}, "fair": {{"estimate": {estimate}}}}}}}'
+    run = run_record(spec_json=spec)
+    chart = timeline(run, [OVER, FAIR], DEFAULTS)
+    assert chart.placements["fair (plan)"].finish == pytest.approx(fair_ends)  # the run's bars end at 3 s
+    text = "".join(Page(run_report_html(run, [], [OVER, FAIR], DEFAULTS)).text)
+    assert ("drawn scaled to the run's length" in text) == (estimate == "null")
+
+
+def test_a_run_bar_says_what_its_attempt_asked_and_used() -> None:
+    """They said "0 cores, 0 B"."""
+    short = {"cpu_seconds": 2.3, "peak_memory": 4 * MI, "run_started": T0, "run_ended": T0 + 0.1}
+    brief = attempt("brief", cpus=1.0, memory=GI, **short)
+    page = report([OVER, attempt("quiet", cpus=2.0, memory=GI), brief])
+    titles = "".join(page.split("<title>")[i].split("</title>")[0] for i in range(1, page.count("<title>") + 1))
+    assert "asked 8 cores, 4.0 GiB; used 0.50 cores, peak 300.0 MiB" in titles
+    assert "asked 2 cores, 1.0 GiB; used not measured" in titles
+    assert "asked 1 cores, 1.0 GiB; used peak 4.0 MiB" in titles  # 0.1 s: its CPU time is podman's start-up
+    assert "0 cores, 0 B" not in titles

@@ -65,9 +65,17 @@ if TYPE_CHECKING:
         run_args,
     )
     from hetflow.execute.gang.replicas import LAUNCH_CONTRACT, Quantity, RankVariable, render_contract
-    from hetflow.execute.layers import apply_resources, layer_params, read_params_file, split_profiles
+    from hetflow.execute.layers import apply_resources, layer_params, param_sources, read_params_file, split_profiles
     from hetflow.execute.logs import Records, group_records, log_tail, parse_line, read_lines
-    from hetflow.execute.logsources import LogSource, attempt_label, attempt_sources, recorded_gangs, select_steps
+    from hetflow.execute.logsources import (
+        CachedOrigin,
+        LogSource,
+        attempt_label,
+        attempt_sources,
+        cached_origin,
+        recorded_gangs,
+        select_steps,
+    )
     from hetflow.execute.run.batching import batch_notes
     from hetflow.execute.run.compose import compose_runner
     from hetflow.execute.run.control.lifecycle import pid_alive, spawn_executor, stop_run
@@ -121,7 +129,15 @@ _WHERE = {
     "run.control.lifecycle": ["pid_alive", "spawn_executor", "stop_run"],
     "submit.reset": ["reset_for_resume"],
     "logs": ["Records", "group_records", "log_tail", "parse_line", "read_lines"],
-    "logsources": ["LogSource", "attempt_label", "attempt_sources", "recorded_gangs", "select_steps"],
+    "logsources": [
+        "CachedOrigin",
+        "LogSource",
+        "attempt_label",
+        "attempt_sources",
+        "cached_origin",
+        "recorded_gangs",
+        "select_steps",
+    ],
     "data.fencing": ["DISCARDED_WORDS"],
     "data.outputs": ["accept_outputs", "damaged_outputs", "missing_outputs", "sha256_of"],
     "data.paths": ["RunPaths", "container_name"],
@@ -144,7 +160,7 @@ _WHERE = {
         "resume_run",
         "submit_run",
     ],
-    "layers": ["apply_resources", "layer_params", "read_params_file", "split_profiles"],
+    "layers": ["apply_resources", "layer_params", "param_sources", "read_params_file", "split_profiles"],
     "settings": ["RunnerConfig", "Settings", "load_settings"],
     "run.control.stopping": ["DEFAULT_GRACE", "grace_from_env", "parse_grace"],
     "submit.record": ["create_run", "new_run_id", "preflight"],
@@ -158,6 +174,7 @@ __all__ = [
     "NOTIFY_FAILED",
     "SECRETS_FILE_ENV",
     "Backend",
+    "CachedOrigin",
     "CliEngine",
     "ClusterDispatch",
     "ContainerEngine",
@@ -215,6 +232,7 @@ __all__ = [
     "build_runner",
     "build_spec",
     "cache_key",
+    "cached_origin",
     "cdi_device_names",
     "check_run",
     "check_urls",
@@ -253,6 +271,7 @@ __all__ = [
     "missing_outputs",
     "new_run_id",
     "open_run",
+    "param_sources",
     "parse_grace",
     "parse_line",
     "payload",

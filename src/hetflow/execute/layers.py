@@ -181,6 +181,24 @@ def layer_params(
     return params, origins
 
 
+def param_sources(params: Mapping[str, object], origins: Mapping[str, Origin]) -> dict[str, str]:
+    """Where each of the ``params`` given over the workflow's defaults (``layer_params``'
+    output) was written, as ``show`` names it: "-p", "params-file FILE:LINE", "config
+    FILE:LINE" (the settings file's top level, ``optional``) or "profile 'NAME' FILE:LINE"."""
+    out: dict[str, str] = {}
+    for name in params:
+        origin = origins.get(name)
+        if origin is None or not origin.file:
+            out[name] = "-p"
+            continue
+        where = f"{origin.file}:{origin.line}"
+        if origin.part:
+            out[name] = f"{origin.part} {where}"
+        else:
+            out[name] = f"config {where}" if origin.optional else f"params-file {where}"
+    return out
+
+
 def apply_resources(
     loaded: LoadedWorkflow,
     resources: ResourceOverrides,

@@ -2,7 +2,8 @@
 
 A name is a step, or a fan-out group (``count`` for its items ``count.0``, ``count.1``, ...:
 every item, each line prefixed with the item's name, as ``kubectl logs -l ... --prefix``
-names the pod).  A gang step's replicas each have a log (``RunPaths.rank_log``); unless
+names the pod, with its values: ``count[2 sample=a] | ``).  A gang step's replicas each have
+a log (``RunPaths.rank_log``); unless
 ``--rank`` picks one, every replica's lines are shown, prefixed ``[rank1]:`` as torchrun
 prefixes a worker's lines (torch.distributed.elastic ``--log-line-prefix-template``
 default).  An ``mpi`` gang shows rank 0 only by default: ``mpirun`` in replica 0 gathers
@@ -17,11 +18,11 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from hetflow.errors import UsageError
+from hetflow.errors import StateError, UsageError
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.run.control.stopping import recorded_steps
-from hetflow.spec import Gang, did_you_mean, fanout_parent
-from hetflow.state import AttemptRecord, RunRecord
+from hetflow.spec import Gang, did_you_mean, fanout_parent, step_label
+from hetflow.state import SUCCEEDED, AttemptRecord, RunRecord, Store
 
 
 @dataclass(frozen=True)
@@ -82,12 +83,50 @@ def attempt_sources(
     return [LogSource(paths.rank_log(a.step, a.attempt, r), f"{label}[rank{r}]: ") for r in range(gang.replicas)]
 
 
-def attempt_label(a: AttemptRecord, *, group: bool, whole: bool) -> str:
-    """``count.3 | `` for a group's item (``count.3#2 | `` for its second attempt),
-    ``STEP.ATTEMPT | `` where attempts of one or many steps mix, else nothing."""
+CACHED_FROM = "cached: from run "  # how a step taken from the cache gives its reason (``dispatching.cachepass``)
+
+
+@dataclass(frozen=True)
+class CachedOrigin:
+    """Where a step taken from the cross-run cache got its result: the run whose attempt made
+    it (followed through runs that took it from the cache in turn), and that attempt; or why
+    its log cannot be shown (``missing``)."""
+
+    run: RunRecord | None
+    attempt: AttemptRecord | None
+    run_id: str
+    missing: str = ""
+
+
+def cached_origin(store: Store, run_id: str, step: str) -> CachedOrigin | None:
+    """The origin of ``step`` of ``run_id`` when it was taken from the cache, else None."""
+    reason, seen = store.step(run_id, step).reason, {run_id}
+    while reason.startswith(CACHED_FROM):
+        src = reason[len(CACHED_FROM) :].split()[0]
+        try:
+            record, reason = store.run(src), store.step(src, step).reason
+        except StateError:
+            return CachedOrigin(None, None, src, f"run {src} (or its step {step!r}) is no longer in the store")
+        if src in seen:
+            break
+        seen.add(src)
+        if not reason.startswith(CACHED_FROM):
+            done = [a for a in store.attempts(src, step) if a.state == SUCCEEDED]
+            if not done:
+                return CachedOrigin(record, None, src, f"run {src} has no succeeded attempt of {step!r}")
+            return CachedOrigin(record, done[-1], src)
+    return None
+
+
+def attempt_label(a: AttemptRecord, *, group: bool, whole: bool, item: object = None) -> str:
+    """``count[3 sample=a] | `` for a group's item (``count[3 sample=a] #2 | `` for its second
+    attempt), ``STEP #ATTEMPT | `` where attempts of one or many steps mix, else nothing; the
+    item's index and values (``item``, its recorded values) and the attempt apart, as
+    ``spec.step_label`` names them: ``merge.1`` once read as item 1 of merge."""
+    name = step_label(a.step, item)
     if group:
-        return f"{a.step}{'' if a.attempt == 1 else f'#{a.attempt}'} | "
-    return f"{a.step}.{a.attempt} | " if whole else ""
+        return f"{name}{'' if a.attempt == 1 else f' #{a.attempt}'} | "
+    return f"{name} #{a.attempt} | " if whole else ""
 
 
 def _item_index(name: str) -> int:

@@ -20,7 +20,17 @@ if TYPE_CHECKING:
     from hetflow.report.preview import preview_table
     from hetflow.report.progress import make_reporter
     from hetflow.report.runreport import run_report_html, timeline_svg
-    from hetflow.report.runs import ps_table, run_json, run_state_text, steps_table, versions_text
+    from hetflow.report.runs import (
+        param_text,
+        params_json,
+        params_table,
+        ps_table,
+        run_json,
+        run_state_text,
+        steps_table,
+        user_text,
+        versions_text,
+    )
     from hetflow.report.trace import (
         DEFAULT_TRACE_FIELDS,
         TRACE_FIELDS,
@@ -40,7 +50,17 @@ _WHERE = {
     "preview": ["preview_table"],
     "progress": ["make_reporter"],
     "runreport": ["run_report_html", "timeline_svg"],
-    "runs": ["ps_table", "run_json", "run_state_text", "steps_table", "versions_text"],
+    "runs": [
+        "param_text",
+        "params_json",
+        "params_table",
+        "ps_table",
+        "run_json",
+        "run_state_text",
+        "steps_table",
+        "user_text",
+        "versions_text",
+    ],
     "trace": [
         "DEFAULT_TRACE_FIELDS",
         "TRACE_FIELDS",
@@ -63,6 +83,9 @@ __all__ = [
     "item_labels",
     "make_reporter",
     "node_to_json",
+    "param_text",
+    "params_json",
+    "params_table",
     "plan_json",
     "plan_table",
     "preview_table",
@@ -78,6 +101,7 @@ __all__ = [
     "trace_json",
     "trace_rows",
     "trace_tsv",
+    "user_text",
     "versions_text",
     "write_gantt",
 ]

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from hetflow.plan import Instance, MachineClass, Placement, Plan
+from hetflow.report.trace import PCT_MIN_REALTIME
+from hetflow.spec import format_bytes
 from hetflow.state import AttemptRecord, RunRecord
 
 
@@ -18,7 +20,7 @@ def actual_schedule(run: RunRecord, attempts: list[AttemptRecord]) -> tuple[Plan
         # from when it ran, not when it was handed over: a cluster engine queues its jobs
         begun = a.run_started if a.run_started is not None else a.started
         end = a.ended if a.ended is not None else (run.ended or begun)
-        label = a.step if a.state == "succeeded" else f"{a.step}#{a.attempt} ({a.state})"
+        label = bar_label(a)
         placements[label] = Placement(
             task=label,
             variant=a.variant,
@@ -26,8 +28,8 @@ def actual_schedule(run: RunRecord, attempts: list[AttemptRecord]) -> tuple[Plan
             machine_class=a.node,
             start=begun - t0,
             finish=end - t0,
-            cores=0.0,
-            memory=0,
+            cores=a.cpus or 0.0,  # what it asked (the hover of the report's timeline says what it used)
+            memory=a.memory or 0,
             gpus=a.gpus,
         )
         nodes[a.node] = max(nodes.get(a.node, 0), max(a.gpus, default=-1) + 1)
@@ -35,3 +37,26 @@ def actual_schedule(run: RunRecord, attempts: list[AttemptRecord]) -> tuple[Plan
     classes = tuple(MachineClass(name=n, count=1, cores=1, memory=0, gpus=g) for n, g in sorted(nodes.items()))
     plan = Plan(placements=placements, makespan=makespan, cost=0.0, algorithm=f"run {run.id} of {run.name}")
     return plan, Instance(tasks=(), edges=(), classes=classes)
+
+
+def bar_label(a: AttemptRecord) -> str:
+    """An attempt's bar: the step where it succeeded, else ``step#2 (failed)``."""
+    return a.step if a.state == "succeeded" else f"{a.step}#{a.attempt} ({a.shown_state})"
+
+
+def bar_resources(attempts: list[AttemptRecord]) -> dict[str, str]:
+    """What each attempt's bar says of resources: what it asked and what it used (its peak
+    memory, its CPU time over its run time), "not measured" where the engine could not say."""
+    out = {}
+    for a in attempts:
+        asked = (
+            f"asked {a.cpus:g} cores, {format_bytes(a.memory or 0)}" if a.cpus is not None else "asked: not recorded"
+        )
+        realtime = a.run_ended - a.run_started if a.run_ended is not None and a.run_started is not None else None
+        # under PCT_MIN_REALTIME the cgroup's CPU time is mostly the runtime's start-up (trace's %cpu)
+        measurable = a.cpu_seconds is not None and realtime is not None and realtime >= PCT_MIN_REALTIME
+        cores = f"{(a.cpu_seconds or 0.0) / (realtime or 1.0):.2f} cores" if measurable else None
+        peak = f"peak {format_bytes(a.peak_memory)}" if a.peak_memory is not None else None
+        used = ", ".join(x for x in (cores, peak) if x) or "not measured"
+        out[bar_label(a)] = f"{asked}; used {used}"
+    return out

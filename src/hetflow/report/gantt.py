@@ -14,8 +14,8 @@ both draw from it.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -77,6 +77,9 @@ class Layout:
     ticks: tuple[tuple[float, str], ...]  # (seconds, label)
     title: str
     legend_y: float
+    # task -> what its hover says of resources in place of the placement's cores and memory
+    # (a run's bar: what the attempt asked and used, ``runreport.timeline``)
+    resources: Mapping[str, str] = field(default_factory=dict)
 
 
 def variant_colors(variants: Sequence[str]) -> dict[str, str]:
@@ -149,8 +152,16 @@ def _pack(placements: list[Placement]) -> dict[str, int]:
     return rows
 
 
-def gantt_layout(plan: Plan, instance: Instance, *, title: str = "", width: float = 1200.0) -> Layout:
-    """Lanes, bars, colors and ticks in SVG pixels (y downwards); time 0 at ``left``."""
+def gantt_layout(
+    plan: Plan,
+    instance: Instance,
+    *,
+    title: str = "",
+    width: float = 1200.0,
+    resources: Mapping[str, str] | None = None,
+) -> Layout:
+    """Lanes, bars, colors and ticks in SVG pixels (y downwards); time 0 at ``left``.
+    ``resources``: a task's hover text about resources, where the placement's says too little."""
     keys = _lane_keys(plan, instance)
     members: dict[tuple[str, int | None], list[Placement]] = {k: [] for k in keys}
     for p in plan.placements.values():
@@ -181,7 +192,8 @@ def gantt_layout(plan: Plan, instance: Instance, *, title: str = "", width: floa
     legend_rows = -(-len(colors) // 6) if colors else 0
     height = legend_y + legend_rows * 20 + 8
     ticks = time_ticks(span)
-    return Layout(width, height, left, scale, span, tuple(lanes), tuple(bars), colors, ticks, full, legend_y)
+    lay = Layout(width, height, left, scale, span, tuple(lanes), tuple(bars), colors, ticks, full, legend_y)
+    return replace(lay, resources=dict(resources or {}))
 
 
 def _lane_label(key: tuple[str, int | None]) -> str:
@@ -189,12 +201,12 @@ def _lane_label(key: tuple[str, int | None]) -> str:
     return machine if gpu is None else f"{machine} / GPU {gpu}"
 
 
-def _hover(p: Placement) -> str:
+def _hover(p: Placement, resources: str | None = None) -> str:
     where = p.machine + (f" / GPU {','.join(map(str, p.gpus))}" if p.gpus else "")
     return (
         f"{p.task} ({p.variant}) on {where}\n"
         f"{format_duration(p.start)} to {format_duration(p.finish)} ({format_duration(p.finish - p.start)})\n"
-        f"{p.cores:g} cores, {format_bytes(p.memory)}"
+        + (resources or f"{p.cores:g} cores, {format_bytes(p.memory)}")
     )
 
 
@@ -238,11 +250,12 @@ def _svg_from_layout(lay: Layout) -> str:
         p = b.placement
         fill = lay.colors[p.variant]
         cls = "bar" if b.primary else "bar-more"
+        hover = escape(_hover(p, lay.resources.get(p.task)))
         out.append(f'<g class="task" data-task={quoteattr(p.task)}>')
         out.append(
             f'<rect class="{cls}" data-task={quoteattr(p.task)} data-variant={quoteattr(p.variant)} '
             f'x="{b.x:.4f}" y="{b.y:.2f}" width="{max(b.width, 0.5):.4f}" height="{ROW_H - 2:.2f}" '
-            f'fill="{fill}" stroke="#fff" stroke-width="1"><title>{escape(_hover(p))}</title></rect>'
+            f'fill="{fill}" stroke="#fff" stroke-width="1"><title>{hover}</title></rect>'
         )
         if len(p.task) * CHAR_W + 6 <= b.width:
             out.append(
@@ -268,9 +281,9 @@ def _svg_from_layout(lay: Layout) -> str:
     return "\n".join(out) + "\n"
 
 
-def gantt_svg(plan: Plan, instance: Instance, *, title: str = "") -> str:
+def gantt_svg(plan: Plan, instance: Instance, *, title: str = "", resources: Mapping[str, str] | None = None) -> str:
     """The plan as a standalone SVG document (makespan and cost in the title)."""
-    return _svg_from_layout(gantt_layout(plan, instance, title=title))
+    return _svg_from_layout(gantt_layout(plan, instance, title=title, resources=resources))
 
 
 def gantt_html(plan: Plan, instance: Instance, *, title: str = "") -> str:

@@ -5,12 +5,10 @@ the item's step in ``show``, ``--json``, the report and the dashboard, e.g. ``tr
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from hetflow.spec import FANOUT_SEP
-
-_FILE_ITEM = {"name", "stem", "rel", "path"}  # ``{files: ...}`` items: the name says enough
+from hetflow.spec import FANOUT_SEP, item_text
 
 
 def step_items(expansions: Sequence[tuple[str, str]]) -> dict[str, Any]:
@@ -24,16 +22,8 @@ def step_items(expansions: Sequence[tuple[str, str]]) -> dict[str, Any]:
 
 def item_label(item: Any) -> str:
     """``[lr=0.01,bs=32]`` for a mapping, ``[a.txt]`` for a file item, ``[0.1]`` for a value."""
-    if isinstance(item, Mapping):
-        if set(item) == _FILE_ITEM:
-            return f"[{item['rel']}]"
-        return "[" + ",".join(f"{k}={_value(v)}" for k, v in item.items()) + "]"
-    return f"[{_value(item)}]"
+    return f"[{item_text(item)}]"
 
 
 def item_labels(expansions: Sequence[tuple[str, str]]) -> dict[str, str]:
     return {step: item_label(item) for step, item in step_items(expansions).items()}
-
-
-def _value(v: Any) -> str:
-    return str(v).lower() if isinstance(v, bool) else str(v)

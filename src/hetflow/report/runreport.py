@@ -12,18 +12,20 @@ flagged; the trace table (``report.trace``).
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from html import escape
 
-from hetflow.plan import OVER_ASK, Instance, Placement, Plan
-from hetflow.report.actual import actual_schedule
+from hetflow.plan import DEFAULT_ESTIMATE, OVER_ASK, Instance, Placement, Plan
+from hetflow.report.actual import actual_schedule, bar_resources
 from hetflow.report.gantt import gantt_svg
+from hetflow.report.runs import param_text
 from hetflow.report.trace import DEFAULT_TRACE_FIELDS, cached_steps, cell, trace_rows
-from hetflow.spec import format_bytes, format_duration
-from hetflow.state import SUCCEEDED, AttemptRecord, RunRecord, StepRecord
+from hetflow.spec import fanout_parent, format_bytes, format_duration
+from hetflow.state import SUCCEEDED, AttemptRecord, ParamRecord, RunRecord, StepRecord
 
 _CSS = """
 body { font-family: Helvetica, Arial, sans-serif; margin: 20px; color: #111; }
@@ -70,15 +72,39 @@ def step_use(step: str, attempts: Sequence[AttemptRecord]) -> StepUse:
     return StepUse(step, len(attempts), a.cpus, a.memory, a.peak_memory, a.cpu_seconds, cores, over_memory, over_cpus)
 
 
+def plan_scale(run: RunRecord, attempts: list[AttemptRecord], planned: Plan | None) -> float | None:
+    """The factor the plan's lanes are drawn at, where every planned step's length was the
+    planner's default (no ``estimate:``, ``plan.DEFAULT_ESTIMATE`` s each) and the plan is longer
+    than the run: 60 s bars set a 128 s axis for a 7.6 s run, the run a sliver at its left.
+    Scaled to the run's length they still show the plan's order and overlap; None: as planned."""
+    if planned is None or not planned.placements:
+        return None
+    steps = json.loads(run.spec_json or "{}").get("steps") or {}
+    guessed = set()
+    for name, step in steps.items():
+        variants = step.get("variants") or {}
+        estimates = [v.get("estimate") for v in variants.values()] if variants else [step.get("estimate")]
+        if all(e is None for e in estimates):
+            guessed.add(name)
+    if not all(t in guessed or fanout_parent(t) in guessed for t in planned.placements):
+        return None
+    ran = actual_schedule(run, attempts)[0].makespan
+    return ran / planned.makespan if 0 < ran < planned.makespan else None
+
+
 def timeline(run: RunRecord, attempts: list[AttemptRecord], planned: Plan | None) -> Plan:
     """The plan's placements (lanes ``plan: MACHINE``) and the attempts that ran (lanes
-    ``run: NODE``) as one Plan, so one chart draws both on one time axis from the run's start."""
+    ``run: NODE``) as one Plan, so one chart draws both on one time axis from the run's start
+    (the plan's scaled by ``plan_scale`` where its lengths were all the default's)."""
     actual, _ = actual_schedule(run, attempts)
     placements: dict[str, Placement] = {}
     if planned is not None:
+        k = plan_scale(run, attempts, planned) or 1.0
         for name, p in planned.placements.items():
             label = f"{name} (plan)"
-            placements[label] = replace(p, task=label, machine=f"plan: {p.machine}")
+            placements[label] = replace(
+                p, task=label, machine=f"plan: {p.machine}", start=p.start * k, finish=p.finish * k
+            )
     for name, p in actual.placements.items():
         placements[name] = replace(p, machine=f"run: {p.machine_class}")
     # The chart's title states the actual makespan; the planned one is in the summary.
@@ -118,6 +144,15 @@ def _summary(run: RunRecord, steps: list[StepRecord], attempts: list[AttemptReco
     return f'<dl class="summary">{rows}</dl>'
 
 
+def _params(params: Sequence[ParamRecord]) -> str:
+    """The params section: name, value, where it was written; nothing for a run without params."""
+    if not params:
+        return ""
+    rows = "".join(f"<tr>{_cell(p.name)}{_cell(param_text(p.value))}{_cell(p.source)}</tr>" for p in params)
+    head = "<tr><th>param</th><th>value</th><th>from</th></tr>"
+    return f'<section id="params"><h2>Params</h2><table><thead>{head}</thead><tbody>{rows}</tbody></table></section>\n'
+
+
 def _meter(used: float | None, asked: float | None) -> str:
     if used is None or not asked:
         return ""
@@ -155,8 +190,8 @@ def _resources(uses: list[StepUse], items: Mapping[str, str]) -> str:
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
 
 
-def _trace(attempts: list[AttemptRecord], steps: list[StepRecord]) -> str:
-    rows = trace_rows(attempts, cached_steps(steps))
+def _trace(attempts: list[AttemptRecord], steps: list[StepRecord], items: Mapping[str, str]) -> str:
+    rows = trace_rows(attempts, cached_steps(steps), items)
     head = "".join(f"<th>{escape(f)}</th>" for f in DEFAULT_TRACE_FIELDS)
     body = []
     for r in rows:
@@ -182,7 +217,12 @@ def timeline_svg(run: RunRecord, attempts: list[AttemptRecord], planned: Plan | 
     chart = timeline(run, attempts, planned)
     if not chart.placements:
         return ""
-    return gantt_svg(chart, Instance(tasks=(), edges=(), classes=()), title=f"{run.name}: plan and run (actual)")
+    return gantt_svg(
+        chart,
+        Instance(tasks=(), edges=(), classes=()),
+        title=f"{run.name}: plan and run (actual)",
+        resources=bar_resources(attempts),
+    )
 
 
 def run_report_html(
@@ -191,9 +231,11 @@ def run_report_html(
     attempts: list[AttemptRecord],
     planned: Plan | None,
     items: Mapping[str, str] | None = None,
+    params: Sequence[ParamRecord] = (),
 ) -> str:
     """The whole page for one run; ``planned`` is the plan stored with it, if any; ``items``:
-    fan-out items' values by step (``report.items.item_labels``), shown beside their names."""
+    fan-out items' values by step (``report.items.item_labels``), shown beside their names;
+    ``params``: its effective params and where each came from (``Store.run_params``)."""
     by_step: dict[str, list[AttemptRecord]] = {}
     for a in attempts:
         by_step.setdefault(a.step, []).append(a)
@@ -207,6 +249,13 @@ def run_report_html(
         if planned is not None
         else "The run has no stored plan (greedy dispatch): only what ran is drawn."
     )
+    scale = plan_scale(run, attempts, planned)
+    if scale is not None and planned is not None:
+        plan_note += (
+            f" No step has an <code>estimate:</code>, so the planner took {DEFAULT_ESTIMATE:g} s for each"
+            f" (a {escape(format_duration(planned.makespan))} plan): its lanes are drawn scaled to the run's"
+            f" length (&#215;{scale:.3g}), to show its order and overlap, not its times."
+        )
     unmeasured = sum(1 for a in attempts if a.peak_memory is None)
     measure_note = (
         f"{unmeasured} attempt(s) without measurements (the backend cannot measure, or the attempt never ran)."
@@ -219,11 +268,12 @@ def run_report_html(
         f"<title>{escape(title)}</title>\n<style>{_CSS}</style>\n</head>\n<body>\n"
         f"<h1>{escape(title)}</h1>\n"
         f'<section id="summary"><h2>Summary</h2>{_summary(run, steps, attempts, planned)}</section>\n'
+        f"{_params(params)}"
         f'<section id="timeline" class="timeline"><h2>Timeline</h2><p class="note">{plan_note}</p>\n'
         f"{timeline_html}</section>\n"
         f'<section id="resources"><h2>Resources: asked and used</h2>'
         f'<p class="note">Peak memory is the attempt\'s cgroup peak; cores used are CPU time over run time. '
         f"{escape(measure_note)}</p>{_resources(uses, items or {})}</section>\n"
-        f'<section id="trace"><h2>Trace</h2>{_trace(attempts, steps)}</section>\n'
+        f'<section id="trace"><h2>Trace</h2>{_trace(attempts, steps, items or {})}</section>\n'
         "</body>\n</html>\n"
     )

@@ -14,7 +14,7 @@ from rich.text import Text
 from hetflow.report.items import item_label
 from hetflow.report.tables import BIG, PlainTable, plain_table
 from hetflow.spec import format_duration
-from hetflow.state import QUEUED, AttemptRecord, RunRecord, StepRecord
+from hetflow.state import QUEUED, AttemptRecord, ParamRecord, RunRecord, StepRecord
 
 STATE_STYLE = {
     "pending": "dim",
@@ -65,8 +65,10 @@ def attempt_json(a: AttemptRecord) -> dict[str, Any]:
         "gpus": list(a.gpus),
         "gpu_uuids": list(a.gpu_uuids),
         "container": a.container,
+        "native_id": a.native_id,  # the engine's own id: Slurm job id, Ray task id, Kubernetes Job
         "image": a.image,
         "state": a.state,
+        "lost": a.lost,  # lost with its node (state "failed"; trace shows "lost")
         "exit_code": a.exit_code,
         "started": a.started,
         "ended": a.ended,
@@ -80,6 +82,8 @@ def attempt_json(a: AttemptRecord) -> dict[str, Any]:
         # "started" above is when it was handed to the engine
         "run_started": a.run_started,
         "run_ended": a.run_ended,
+        # its own seconds: the container's run where the engine said, else handed over to ended
+        "elapsed": _span(a.run_started, a.run_ended) if a.run_ended is not None else _span(a.started, a.ended),
         # what its GPUs did, sampled from NVML (percent; bytes; "process" when the
         # memory is the attempt's own, "device" when it is all that was on its GPUs)
         "gpu_util_mean": a.gpu_util_mean,
@@ -90,6 +94,10 @@ def attempt_json(a: AttemptRecord) -> dict[str, Any]:
         # None: recorded by a hetflow that did not track it
         "workflow_version": a.workflow_version,
     }
+
+
+def _span(start: float | None, end: float | None) -> float | None:
+    return None if start is None or end is None else max(0.0, end - start)
 
 
 def run_json(
@@ -117,6 +125,7 @@ def run_json(
         "pid": run.pid,
         "executor_gone": executor_gone,  # state says running, yet no executor can progress it
         "user": f"{run.uid}:{run.gid}",
+        "user_name": user_name(run.uid),  # as ps shows it (the uid where this machine has no such user)
         "workdir": run.workdir,
         "message": run.message,
         "steps_done": done,
@@ -141,6 +150,30 @@ def run_json(
             for s in steps
         ],
     }
+
+
+def params_json(params: Sequence[ParamRecord]) -> dict[str, dict[str, Any]]:
+    """``show --json``'s "params": {name: {"value": ..., "from": ...}} (``ParamRecord.source``)."""
+    return {p.name: {"value": p.value, "from": p.source} for p in params}
+
+
+def param_text(value: object) -> str:
+    """A param's value as written in YAML: ``true``, ``0.1``, ``[a, b]``, a string as it is."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, list):
+        return "[" + ", ".join(map(param_text, value)) + "]"
+    return str(value)
+
+
+def params_table(params: Sequence[ParamRecord]) -> Table:
+    """``show``'s params: name, effective value, and where it was written."""
+    t = Table(box=None, header_style="bold", pad_edge=False)
+    for col in ("PARAM", "VALUE", "FROM"):
+        t.add_column(col, overflow="fold")
+    for p in params:
+        t.add_row(Text(p.name), Text(param_text(p.value)), Text(p.source))  # Text: '[a, b]' is no markup
+    return t
 
 
 def ps_table(runs: list[tuple[RunRecord, list[StepRecord]]], gone: frozenset[str] = frozenset()) -> Table:
@@ -170,6 +203,11 @@ def user_name(uid: int) -> str:
         return pwd.getpwuid(uid).pw_name
     except KeyError:
         return str(uid)
+
+
+def user_text(run: RunRecord) -> str:
+    """Who submitted the run, as ``show`` says it: the name ``ps`` shows and the ids, ``root (0:0)``."""
+    return f"{user_name(run.uid)} ({run.uid}:{run.gid})"
 
 
 def versions_text(attempts: list[AttemptRecord]) -> str | None:

@@ -16,17 +16,18 @@ held (``execute.devices.usage``; ``-`` where not sampled).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
 from hetflow.errors import UsageError
-from hetflow.spec import format_bytes, format_duration
+from hetflow.spec import format_bytes, format_duration, item_text
 from hetflow.state import SUCCEEDED, AttemptRecord, StepRecord
 
 TRACE_FIELDS: tuple[str, ...] = (
     "task_id",
     "step",
+    "item",  # a fan-out item's values (JSON: as recorded; TSV: sample=a,lane=1); null/- for a step
     "attempt",
     "variant",
     "node",
@@ -46,6 +47,7 @@ TRACE_FIELDS: tuple[str, ...] = (
     "gpu_mem_peak",
     "cpus",
     "memory",
+    "native_id",  # the engine's id of the job (Slurm job id, Ray task id, Kubernetes Job name)
     "image",
     "image_id",
     "container",
@@ -77,15 +79,28 @@ def cached_steps(steps: Sequence[StepRecord]) -> list[StepRecord]:
     return [s for s in steps if s.state == SUCCEEDED and s.attempts == 0 and s.reason.startswith("cached:")]
 
 
-def trace_rows(attempts: Sequence[AttemptRecord], cached: Sequence[StepRecord] = ()) -> list[dict[str, Any]]:
+def trace_rows(
+    attempts: Sequence[AttemptRecord], cached: Sequence[StepRecord] = (), items: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Raw values per attempt, in submit order; task_id numbers the attempts from 1.  A step
     taken from the cache is a row of its own with status ``cached`` and attempt 0, as
-    Nextflow's trace lists CACHED tasks."""
+    Nextflow's trace lists CACHED tasks.  ``items``: fan-out items' values by step
+    (``report.items.step_items``), each row's ``item``."""
+    items = items or {}
     ordered = sorted(attempts, key=lambda a: (a.started is None, a.started or 0.0, a.step, a.attempt))
     rows: list[dict[str, Any]] = []
     for s in cached:
         row: dict[str, Any] = dict.fromkeys(TRACE_FIELDS)
-        row.update(step=s.step, attempt=0, variant=s.variant, node=s.node, gpus=[], status=CACHED, exit=0)
+        row.update(
+            step=s.step,
+            item=items.get(s.step),
+            attempt=0,
+            variant=s.variant,
+            node=s.node,
+            gpus=[],
+            status=CACHED,
+            exit=0,
+        )
         row.update(submit=s.started, start=s.started, end=s.ended, duration=0.0, realtime=0.0)
         rows.append(row)
     for a in ordered:
@@ -98,11 +113,12 @@ def trace_rows(attempts: Sequence[AttemptRecord], cached: Sequence[StepRecord] =
             {
                 "task_id": 0,
                 "step": a.step,
+                "item": items.get(a.step),
                 "attempt": a.attempt,
                 "variant": a.variant,
                 "node": a.node,
                 "gpus": list(a.gpus),
-                "status": a.state,
+                "status": a.shown_state,  # "lost" for one lost with its node, as the docs call it
                 "exit": a.exit_code,
                 "submit": a.started,
                 "start": start,
@@ -120,6 +136,7 @@ def trace_rows(attempts: Sequence[AttemptRecord], cached: Sequence[StepRecord] =
                 "image": a.image,
                 "image_id": a.image_id,
                 "container": a.container,
+                "native_id": a.native_id,
             }
         )
     rows.sort(key=lambda r: (r["submit"] is None, r["submit"] or 0.0, r["step"], r["attempt"]))
@@ -148,6 +165,8 @@ def cell(field: str, value: Any) -> str:
         return f"{float(value):g}"
     if field == "gpus":
         return ",".join(map(str, value)) or "-"
+    if field == "item":
+        value = item_text(value)
     # Tabs and newlines would break the table's columns.
     return " ".join(str(value).split())
 

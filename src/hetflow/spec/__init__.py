@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from hetflow.spec.fields.batch import AUTO_BATCH, AUTO_MAX_ESTIMATE, AUTO_MIN_ITEMS, Batch
     from hetflow.spec.fields.checkpoint import DEFAULT_STOP_GRACE, Checkpoint
     from hetflow.spec.fields.imageref import DOCKER_HUB, ImageReference, ReferenceSyntaxError, parse_reference
-    from hetflow.spec.fields.naming import DATA_PREFIX, FANOUT_SEP, fanout_parent
+    from hetflow.spec.fields.naming import DATA_PREFIX, FANOUT_SEP, fanout_parent, item_text, step_label
     from hetflow.spec.fields.resources import (
         GpuConstraint,
         GpuRequest,
@@ -82,7 +82,7 @@ _WHERE = {
     "source.problems": ["did_you_mean", "problem_from_error"],
     "source.yamlfile": ["compose_yaml", "line_of", "read_yaml_text"],
     "models": ["DataSet", "Gang", "Publish", "Step", "Variant", "Workflow"],
-    "fields.naming": ["DATA_PREFIX", "FANOUT_SEP", "fanout_parent"],
+    "fields.naming": ["DATA_PREFIX", "FANOUT_SEP", "fanout_parent", "item_text", "step_label"],
     "fields.resources": [
         "GpuConstraint",
         "GpuRequest",
@@ -156,6 +156,7 @@ __all__ = [
     "format_bytes",
     "format_duration",
     "is_fanout",
+    "item_text",
     "line_of",
     "load_workflow",
     "mig_memory_gb",
@@ -173,6 +174,7 @@ __all__ = [
     "problem_from_error",
     "read_yaml_text",
     "resource_problem",
+    "step_label",
     "topo_order",
 ]
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 # Run states.  A run is "running" while an executor owns it (its pid is recorded).
 RUN_PENDING, RUN_RUNNING, RUN_SUCCEEDED, RUN_FAILED, RUN_STOPPED = (
@@ -91,6 +93,24 @@ class StepRecord:
         return QUEUED if self.state == RUNNING and self.reason.startswith(QUEUED_PREFIX) else self.state
 
 
+def step_record(r: Any) -> StepRecord:
+    """A ``steps`` row (``sqlite3.Row``) as a record."""
+    return StepRecord(
+        run_id=r["run_id"],
+        step=r["step"],
+        state=r["state"],
+        variant=r["variant"],
+        node=r["node"],
+        gpus=() if r["gpus"] == "[]" else tuple(json.loads(r["gpus"])),  # most steps: no GPU, no parse
+        attempts=r["attempts"],
+        exit_code=r["exit_code"],
+        started=r["started"],
+        ended=r["ended"],
+        reason=r["reason"],
+        not_before=r["not_before"],
+    )
+
+
 @dataclass(frozen=True)
 class AttemptRecord:
     run_id: str
@@ -127,6 +147,17 @@ class AttemptRecord:
     gpu_util_max: float | None = None
     gpu_memory_peak: int | None = None
     gpu_memory_of: str | None = None
+    # lost with its node (Slurm NODE_FAIL, a removed Ray node) and run again outside the step's
+    # retries (attempts.node_fault): its state is "failed", people are shown it as "lost"
+    lost: bool = False
+    # the engine's own id of its job (Slurm job id, Ray task id, Kubernetes Job name), as the
+    # engine's poll gave it (``JobState.native_id``); None: this machine's podman, or not said yet
+    native_id: str | None = None
+
+    @property
+    def shown_state(self) -> str:
+        """The state as ``trace`` and ``show`` print it: a failed attempt lost with its node is "lost"."""
+        return "lost" if self.lost and self.state == FAILED else self.state
 
 
 # The measured columns of an attempt, which Store.set_usage writes.
@@ -155,6 +186,17 @@ class UsageRow:
     peak_memory: int | None  # used, bytes
     cpu_seconds: float | None  # used
     seconds: float | None  # how long it ran
+
+
+@dataclass(frozen=True)
+class ParamRecord:
+    """One effective param of a run and where its value came from (``Store.run_params``):
+    "workflow FILE:LINE" (its default), "config FILE:LINE", "profile 'NAME' FILE:LINE",
+    "params-file FILE:LINE", "-p", or "-" where the run was recorded without sources."""
+
+    name: str
+    value: object
+    source: str
 
 
 @dataclass(frozen=True)

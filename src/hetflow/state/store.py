@@ -42,12 +42,14 @@ from hetflow.state.models import (
     Event,
     RunRecord,
     StepRecord,
+    step_record,
 )
 from hetflow.state.rows.attempts import AttemptRows
 from hetflow.state.rows.data import DataRows
 from hetflow.state.rows.inputs import InputRows
 from hetflow.state.rows.leases import Leases
 from hetflow.state.rows.pages import Pages
+from hetflow.state.rows.params import ParamRows
 from hetflow.state.rows.published import PublishRows
 from hetflow.state.rows.schema import SCHEMA, SCHEMA_DATA, SCHEMA_VERSION
 from hetflow.state.rows.slowdowns import SlowdownRows
@@ -61,7 +63,7 @@ def _now() -> float:
     return time.time()
 
 
-class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, SlowdownRows, TesRows):
+class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, SlowdownRows, TesRows, ParamRows):
     """One connection per process; every write is its own short transaction."""
 
     def __init__(self, path: Path, *, read_only: bool = False) -> None:
@@ -143,6 +145,7 @@ class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, Slowdo
         self._migrate_node_fault()  # attempts lost with their node: the budget survives resume
         self._migrate_inputs()  # what each attempt's data was at launch (issue 37)
         self._migrate_tes()  # the TES service's tasks and tokens (issue 41)
+        self._migrate_params()  # each run's effective params and their sources (issue 42)
 
     def _open_read_only(self, path: Path) -> None:
         if not path.is_file():
@@ -346,7 +349,7 @@ class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, Slowdo
 
     def steps(self, run_id: str) -> list[StepRecord]:
         rows = self._db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY ord", (run_id,)).fetchall()
-        return [_step(r) for r in rows]
+        return [step_record(r) for r in rows]
 
     def progress_counts(self, run_id: str) -> tuple[int, int]:
         """(steps, succeeded steps) of the run: a cheap sign that something became ready."""
@@ -359,7 +362,7 @@ class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, Slowdo
         row = self._db.execute("SELECT * FROM steps WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
         if row is None:
             raise StateError(f"run {run_id} has no step {step!r}")
-        return _step(row)
+        return step_record(row)
 
     def set_step(self, run_id: str, step: str, *, event: str | None = None, **fields: Any) -> None:
         """Update a step; a state change must be an allowed transition (models.STEP_TRANSITIONS)."""
@@ -430,20 +433,3 @@ class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, Slowdo
             "SELECT * FROM events WHERE run_id = ? AND id > ? ORDER BY id", (run_id, after)
         ).fetchall()
         return [Event(**dict(r)) for r in rows]
-
-
-def _step(r: sqlite3.Row) -> StepRecord:
-    return StepRecord(
-        run_id=r["run_id"],
-        step=r["step"],
-        state=r["state"],
-        variant=r["variant"],
-        node=r["node"],
-        gpus=() if r["gpus"] == "[]" else tuple(json.loads(r["gpus"])),  # most steps: no GPU, no parse
-        attempts=r["attempts"],
-        exit_code=r["exit_code"],
-        started=r["started"],
-        ended=r["ended"],
-        reason=r["reason"],
-        not_before=r["not_before"],
-    )

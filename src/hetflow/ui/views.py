@@ -16,7 +16,7 @@ from hetflow.errors import HetflowError
 from hetflow.execute import RunPlan, load_recorded
 from hetflow.inventory import Node
 from hetflow.plan import MachineClass
-from hetflow.report import node_to_json, run_json, step_items
+from hetflow.report import node_to_json, params_json, run_json, step_items
 from hetflow.spec import edges_of, fanout_parent
 from hetflow.state import RUN_TERMINAL, SUCCEEDED, Lease, RunRecord, Store, executor_gone
 
@@ -185,6 +185,7 @@ def run_detail(store: Store, run_id: str, cache: RunCache, *, show_env: bool = F
         record, steps, attempts, executor_gone=executor_gone(record), items=step_items(store.expansions(rid))
     )
     data["outputs"] = [o.__dict__ for o in store.outputs(rid)]
+    data["params"] = params_json(store.run_params(rid))
     data["backend"] = record.backend
     data["duration"] = _duration(record)
     data["cost"] = cache.cost(store, rid)

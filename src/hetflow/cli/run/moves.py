@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 
-from hetflow.cli.common import console, open_store, print_json
+from hetflow.cli.common import console, err, open_store, print_json
 from hetflow.cli.shell import complete_runs
 
 
@@ -37,14 +37,18 @@ def drain(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Move every running step with a CRIU checkpoint off NODE (as `hetflow migrate` does);
-    steps without one are left to finish there."""
+    steps without one are left to finish there (exit 1 when steps are there and none moved)."""
     from hetflow.execute import drain_node
 
     found = drain_node(open_store(), node)
     if json_out:
-        print_json([{"run": r, "step": s, "message": m} for r, s, m in found])
-        return
-    if not found:
-        console.print(f"no running step of any run is on {node}", highlight=False)
-    for r, s, m in found:
-        console.print(f"run {r} step {s}: {m}", highlight=False)
+        print_json([{"run": r, "step": s, "message": m, "moved": moved} for r, s, m, moved in found])
+    else:
+        if not found:
+            console.print(f"no running step of any run is on {node}", highlight=False)
+        for r, s, m, _moved in found:
+            console.print(f"run {r} step {s}: {m}", highlight=False)
+    if found and not any(moved for *_, moved in found):
+        # steps are still there: a script that drains before maintenance must not go on
+        err.print(f"nothing moved off {node}: {len(found)} running step(s) are still on it", highlight=False)
+        raise typer.Exit(1)

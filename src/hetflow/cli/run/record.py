@@ -16,6 +16,7 @@ from hetflow.report import (
     check_trace_fields,
     item_labels,
     run_report_html,
+    step_items,
     trace_json,
     trace_rows,
     trace_tsv,
@@ -38,7 +39,7 @@ def trace(
     chosen = check_trace_fields(fields)
     store = open_store()
     rid = store.resolve_run_id(run_id)
-    rows = trace_rows(store.attempts(rid), cached_steps(store.steps(rid)))
+    rows = trace_rows(store.attempts(rid), cached_steps(store.steps(rid)), step_items(store.expansions(rid)))
     if json_out:
         print_json(trace_json(rows, chosen if fields else TRACE_FIELDS))
     else:
@@ -60,7 +61,9 @@ def report(
     store = open_store()
     rid = store.resolve_run_id(run_id)
     labels = item_labels(store.expansions(rid))
-    page = run_report_html(store.run(rid), store.steps(rid), store.attempts(rid), stored_plan(store, rid), labels)
+    page = run_report_html(
+        store.run(rid), store.steps(rid), store.attempts(rid), stored_plan(store, rid), labels, store.run_params(rid)
+    )
     try:
         output.write_text(page, encoding="utf-8")
     except OSError as exc:

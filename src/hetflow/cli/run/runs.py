@@ -28,11 +28,14 @@ from hetflow.errors import UsageError
 from hetflow.execute import backend_help, backend_plugins
 from hetflow.report import (
     item_labels,
+    params_json,
+    params_table,
     ps_table,
     run_json,
     run_state_text,
     step_items,
     steps_table,
+    user_text,
     versions_text,
 )
 from hetflow.state import DATA_CHANGED, RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, Store, executor_gone
@@ -104,7 +107,7 @@ def run(
         raise typer.Exit(_run_cwl(file, inputs, quiet))
     if inputs is not None:
         raise UsageError(f"{inputs}: an inputs file goes with a CWL workflow (FILE.cwl), not with {file}")
-    from hetflow.execute import apply_resources, load_settings, split_profiles, submit_run
+    from hetflow.execute import apply_resources, load_settings, param_sources, split_profiles, submit_run
     from hetflow.inventory import discover
     from hetflow.plan import parse_steer
     from hetflow.state import load_workflow_cached
@@ -131,7 +134,16 @@ def run(
         return
     uid, gid = submitter()
     opened = submit_run(
-        store, loaded, settings, node, home=hetflow_home(), uid=uid, gid=gid, say=_say, problems=print_problems
+        store,
+        loaded,
+        settings,
+        node,
+        home=hetflow_home(),
+        uid=uid,
+        gid=gid,
+        say=_say,
+        problems=print_problems,
+        param_sources=param_sources(params, origins),
     )
     _go(opened, detach=detach, quiet=quiet, grace=seconds)
 
@@ -286,7 +298,8 @@ def _execute(opened: OpenRun, *, quiet: bool, out: Console, grace: int | None) -
     from hetflow.execute import drive
     from hetflow.report import make_reporter  # rich's live display: only a run draws it
 
-    ended = drive(opened, make_reporter(out, quiet), _say, banner=not quiet, grace=grace)
+    reporter = make_reporter(out, quiet, items=lambda rid: step_items(opened.store.expansions(rid)))
+    ended = drive(opened, reporter, _say, banner=not quiet, grace=grace)
     if not ended.interrupted:
         _summary(opened.store, opened.run.id, out)
     return ended
@@ -295,7 +308,7 @@ def _execute(opened: OpenRun, *, quiet: bool, out: Console, grace: int | None) -
 def _summary(store: Store, run_id: str, out: Console) -> None:
     record = store.run(run_id)
     steps = store.steps(run_id)
-    out.print(steps_table(steps))
+    out.print(steps_table(steps, items=item_labels(store.expansions(run_id)) or None))
     took = (record.ended or time.time()) - (record.started or record.created)
     color = "green" if record.state == RUN_SUCCEEDED else "red"
     out.print(f"run {record.id} [{color}]{record.state}[/] in {took:.1f}s: {record.message}")
@@ -363,16 +376,20 @@ def show(
         data["outputs"] = [o.__dict__ for o in store.outputs(rid)]
         data["checkpoints"] = [c.__dict__ for c in kept_checkpoints(record.workdir)]
         data["data_changes"] = _data_notes(store, rid)
+        data["params"] = params_json(store.run_params(rid))
         print_json(data)
         return
     console.print(
         f"run {record.id}  {record.name}  [bold]{run_state_text(record, executor_gone(record))}[/]"
-        f"  user {record.uid}:{record.gid}",
+        f"  user {user_text(record)}",
         highlight=False,
     )
     console.print(f"workflow {record.workflow_file}\nworkdir  {record.workdir}", highlight=False)
     if record.message:
         console.print(record.message, highlight=False)
+    params = store.run_params(rid)
+    if params:
+        console.print(params_table(params))
     attempts = store.attempts(rid)
     images = {a.step: a.image for a in attempts}  # the last attempt's image, pinned by digest
     console.print(steps_table(steps, images=images, items=item_labels(store.expansions(rid))))

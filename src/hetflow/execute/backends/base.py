@@ -122,6 +122,9 @@ class JobState:
     # ended yet, or the engine does not say (then the executor's clock is used).
     started: float | None = None
     ended: float | None = None
+    # The engine's own id of the job, as its tools name it (Nextflow's trace calls it native_id):
+    # Slurm's job id (squeue, sacct), the Ray task's id, the Kubernetes Job's name; "" unknown.
+    native_id: str = ""
 
 
 class Backend(Protocol):

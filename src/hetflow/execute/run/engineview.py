@@ -37,9 +37,11 @@ class EngineView:
         self.store, self.run_id, self.clock = store, run_id, clock
         self.queues = capabilities.queues  # the engine starts a job when it decides, not when asked
         self.assigns_gpus = capabilities.assigns_gpus  # and picks its GPUs (else hetflow leased them)
+        self._ids: dict[tuple[str, int], str] = {}  # (step, attempt) -> the engine's id written
 
     def saw(self, act: InFlight, st: JobState) -> None:
         """The attempt's job as the engine's poll gave it (before it is settled, if it ended)."""
+        self.note_id(act, st)
         self.note_times(act, st)
         self.note_gpus(act, st)
         if st.running and st.reason != act.waiting:
@@ -49,10 +51,17 @@ class EngineView:
             act.waiting = ""
             self.store.set_step(self.run_id, act.step, reason=act.why)
 
+    def note_id(self, act: InFlight, st: JobState) -> None:
+        """The engine's own id of the attempt's job (Slurm's job id, ...), written once."""
+        key = (act.step, act.attempt)
+        if st.native_id and self._ids.get(key) != st.native_id:
+            self._ids[key] = st.native_id
+            self.store.set_attempt(self.run_id, act.step, act.attempt, native_id=st.native_id)
+
     def note_times(self, act: InFlight, st: JobState) -> None:
         """A queueing engine's own start and end of the job (Slurm's StartTime/EndTime, a Ray
         task's): the start is the attempt's run_started (its ``started`` stays the submission,
-        the trace's submit) and the step's first start (``show``'s STARTED), the end its ended."""
+        the trace's submit) and the step's start (``show``'s STARTED: this attempt's), the end its ended."""
         if not self.queues:
             return  # this machine's engine starts the container when asked: the launch is its start
         if st.ended is not None and not st.running:

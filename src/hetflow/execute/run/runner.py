@@ -278,12 +278,15 @@ class Runner:
         return self.store.run(self.run_id).state == RUN_STOPPED
 
     def _finish(self, steps: list[StepRecord]) -> str:
-        failed = [s.step for s in steps if s.state in (FAILED, STOPPED)]
         excused = [s for s in steps if self.wf.steps[s.step].optional or s.reason.startswith(SKIPPED_BY_CONDITION)]
-        skipped_req = [s.step for s in steps if s.state == SKIPPED and s not in excused]  # not by its when: either
-        if failed or skipped_req:
+        # each counted under its own state: a step skipped because one before it failed never ran
+        parts = [
+            (word, [s.step for s in steps if s.state == state and (state != SKIPPED or s not in excused)])
+            for word, state in (("failed", FAILED), ("stopped", STOPPED), ("skipped", SKIPPED))
+        ]
+        if any(names for _, names in parts):
             state = RUN_FAILED
-            msg = "failed: " + ", ".join(failed + skipped_req)
+            msg = "; ".join(f"{word}: {', '.join(names)}" for word, names in parts if names)
         else:
             state, msg = RUN_SUCCEEDED, "all steps succeeded"
         now = self.clock()

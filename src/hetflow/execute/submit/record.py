@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 
 from hetflow.errors import Problem, SpecError
@@ -94,11 +94,13 @@ def create_run(
     plan_json: str | None = None,
     workdir: Path | None = None,
     expansions: Sequence[tuple[str, str]] = (),
+    param_sources: Mapping[str, str] | None = None,
 ) -> RunRecord:
     """Record a new run (with the plan it follows, ``runplan.RunPlan`` as JSON, and the
     fan-outs expanded at submit); its work directory is ``workdir`` (its last part is the run
     id), or a new one under ``runs_dir`` (a shared directory for multi-node backends) or
-    ``home/runs``."""
+    ``home/runs``.  ``param_sources``: where each param given over the workflow's default was
+    written (``execute.layers.param_sources``); the others are the workflow file's."""
     errors = [p for p in loaded.notes if p.severity == "error"]
     if errors:
         raise SpecError(errors)
@@ -123,4 +125,7 @@ def create_run(
         plan_json=plan_json,
         expansions=expansions,
     )
+    given = param_sources or {}
+    sources = {n: given.get(n) or f"workflow {loaded.file}:{loaded.line('params', n)}" for n in loaded.params}
+    store.record_params(run_id, loaded.params, sources)
     return store.run(run_id)

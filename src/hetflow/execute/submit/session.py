@@ -105,6 +105,7 @@ def submit_run(
     backend: Backend | None = None,
     resolver: Resolver = default_resolver,
     s3: Callable[[str | None], ObjectStore] = s3_filesystem,
+    param_sources: Mapping[str, str] | None = None,
 ) -> OpenRun:
     """Check, pin and plan ``loaded`` once, then record the run with its plan.  Whatever can
     be refused is refused here, before the run is recorded.  ``engine``, ``backend`` and
@@ -140,6 +141,7 @@ def submit_run(
         workdir=workdir,
         plan_json=plan.to_json(),
         expansions=expansions,
+        param_sources=param_sources,
     )
     return OpenRun(store, record, loaded.workflow, plan, settings, node, backend, engine)
 

@@ -16,7 +16,7 @@ from hetflow.inventory import Gpu, Node
 from hetflow.plan.feasible.filters import Capacity, Status, check, qualifying_gpus, vendor_ok
 from hetflow.plan.onemachine.gpupick import pick_gpus
 from hetflow.plan.sharing.tenancy import Slot, Tenant, mig_slot, share_slot
-from hetflow.spec import LoadedWorkflow, Step, Variant
+from hetflow.spec import LoadedWorkflow, Step, Variant, fanout_parent, item_text
 
 
 @dataclass(frozen=True)
@@ -298,7 +298,7 @@ def feasibility_problems(loaded: LoadedWorkflow, node: Node) -> list[Problem]:
         for vname, status in bad.items():
             if status.ok:
                 continue
-            label = f"step {sname!r}" + (f" variant {vname!r}" if step.variants else "")
+            label = f"step {sname!r}{_item_values(loaded, sname)}" + (f" variant {vname!r}" if step.variants else "")
             loc = ("steps", sname, "variants", vname, "resources") if step.variants else ("steps", sname, "resources")
             if fitting:
                 sev, tail = "note", f"; variant {fitting[0]!r} will be used here"
@@ -310,3 +310,12 @@ def feasibility_problems(loaded: LoadedWorkflow, node: Node) -> list[Problem]:
                 sev, tail = "error", "; lower the request or run on a machine that has it"
             problems.append(Problem(file, loaded.line(*loc), f"{label} {status.reason}{tail}", sev))
     return problems
+
+
+def _item_values(loaded: LoadedWorkflow, name: str) -> str:
+    """`` [sample=a]`` for an item of a fan-out whose list the file gave (its values, as
+    ``show``'s ITEM column writes them), else nothing: ``qc.0`` alone says only its index."""
+    parent = fanout_parent(name)
+    items = loaded.fanouts.get(parent) if parent is not None else None
+    index = int(name.rpartition(".")[2]) if items is not None else -1
+    return f" [{item_text(items[index])}]" if items is not None and 0 <= index < len(items) else ""

@@ -421,7 +421,7 @@
         (g.vertices.length < run.steps.length ? " (fan-outs of more than " + (GROUP_MIN - 1) + " items grouped)" : "") +
         (how === "layered" ? "; large graph: simple layered layout (longest path), not dagre" : "; layout by dagre") +
         " in " + Math.round(dagMs) + " ms" + (run.graph && run.graph.note ? " — " + run.graph.note : ""));
-      root.append(el("h3", { text: "Graph" }), legend, el("div", { id: "dag-wrap" }, dag), note);
+      root.append(paramsTable(run.params), el("h3", { text: "Graph" }), legend, el("div", { id: "dag-wrap" }, dag), note);
       // steps + panel
       const tbody = el("tbody");
       const frag = document.createDocumentFragment();
@@ -448,6 +448,18 @@
       });
     }
 
+    function paramsTable(params) {
+      // the run's effective params and where each was written (show's "params" table)
+      const names = Object.keys(params || {});
+      if (!names.length) return el("div", { id: "run-params" });
+      const fmt = (v) => (typeof v === "string" ? v : JSON.stringify(v));
+      return el("div", { id: "run-params" }, el("h3", { text: "Params" }),
+        el("table", { id: "params-table" },
+          el("thead", null, el("tr", null, ["param", "value", "from"].map((h) => el("th", { text: h })))),
+          el("tbody", null, names.map((n) => el("tr", { "data-param": n },
+            el("td", { text: n }), el("td", { text: fmt(params[n].value) }), el("td", { text: params[n].from }))))));
+    }
+
     function updateSummary() {
       const st = $("#run-state");
       if (!st) return;
@@ -463,7 +475,7 @@
         item("state", run.state), item("progress", done + "/" + total + " (" + Math.round(100 * done / Math.max(1, total)) + "%)"),
         item("steps", countsText(counts) || "-"),
         item("started", fmtTime(run.started || run.created)), item("duration", fmtDur(run.duration)),
-        item("cost (planned)", fmtCost(run.cost)), item("backend", dash(run.backend)), item("user", dash(run.user)),
+        item("cost (planned)", fmtCost(run.cost)), item("backend", dash(run.backend)), item("user", run.user_name ? run.user_name + " (" + run.user + ")" : dash(run.user)),
         item("workflow", dash(run.workflow)), item("message", dash(run.message)),
       ]);
     }

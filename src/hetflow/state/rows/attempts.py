@@ -72,8 +72,9 @@ class AttemptRows:
 
     def _migrate_node_fault(self) -> None:
         """attempts.node_fault (nullable; 1: lost with its node and run again outside the step's
-        retries), for old and new stores alike: the node-fault budget is counted from it."""
-        self._add_attempt_columns((("node_fault", "INTEGER"),))
+        retries), for old and new stores alike: the node-fault budget is counted from it; and
+        attempts.native_id (nullable), the engine's own id of the attempt's job (issue 42)."""
+        self._add_attempt_columns((("node_fault", "INTEGER"), ("native_id", "TEXT")))
 
     def node_faults(self, run_id: str, step: str) -> int:
         """How many of the step's attempts were lost with their node and run again outside its
@@ -247,4 +248,6 @@ def _attempt(r: sqlite3.Row) -> AttemptRecord:
         # a store an older hetflow wrote, opened read-only (not migrated); sqlite3.Row's "in" tests values
         workflow_version=r["workflow_version"] if "workflow_version" in r.keys() else None,  # noqa: SIM118
         **{c: r[c] for c, _ in GPU_USAGE_COLUMNS if c in r.keys()},  # noqa: SIM118
+        lost=bool(r["node_fault"]) if "node_fault" in r.keys() else False,  # noqa: SIM118
+        native_id=r["native_id"] if "native_id" in r.keys() else None,  # noqa: SIM118
     )

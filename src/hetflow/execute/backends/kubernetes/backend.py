@@ -216,7 +216,7 @@ class KubernetesBackend:
                 pending = self._pending_reason(meta["name"])
             else:
                 pending = ""
-            out[full] = job_state(full, j, mine, pending)
+            out[full] = replace(job_state(full, j, mine, pending), native_id=meta["name"])  # kubectl get job NAME
             if gpus := self._gpus_of(mine):
                 out[full] = replace(out[full], gpus=gpus)
             self._seen[full], self._meta[full] = mine, meta

@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import ray
@@ -129,9 +129,9 @@ class RunKeeper:
             for name, e in self.jobs.items():
                 if e.result is None and e.ref in ready and not self._dumping(e):
                     e.result = self._finished(name, e)
-                out[name] = e.result or self._live(name, e)
+                out[name] = replace(e.result or self._live(name, e), native_id=task_id(e.ref))
             for name, g in self.gangs.items():
-                out[name] = g.state(ready, self._name)
+                out[name] = replace(g.state(ready, self._name), native_id=",".join(map(task_id, g.refs)))
             return out
 
     def dump_target(self, name: str, stopping: bool) -> tuple[str, str] | None:
@@ -226,3 +226,11 @@ class RunKeeper:
 
 
 KeeperActor = ray.remote(num_cpus=0, max_restarts=0)(RunKeeper)
+
+
+def task_id(ref: Any) -> str:
+    """The Ray task's id (``ray list tasks``, the dashboard) of the ObjectRef it returns."""
+    try:
+        return str(ref.task_id().hex())
+    except AttributeError:  # a stand-in ref (tests' fakes) has none
+        return ""

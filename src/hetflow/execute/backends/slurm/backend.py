@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from hetflow.config import find_engine, hetflow_home
@@ -189,7 +190,7 @@ class SlurmBackend:
         for name in sorted((set(rows) | jobfiles.submitted(jobdir)) - self._released):
             row = rows.get(name)
             job_id = row.job_id if row else (jobfiles.read(jobdir / f"{name}.jobid") or "")
-            out[name] = self._state(name, job_id, row, jobdir, names_by_id)
+            out[name] = replace(self._state(name, job_id, row, jobdir, names_by_id), native_id=job_id)
         return out
 
     def _state(self, name: str, job_id: str, row: QueueRow | None, jobdir: Path, names: Mapping[str, str]) -> JobState:

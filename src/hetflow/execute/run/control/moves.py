@@ -23,6 +23,7 @@ from hetflow.execute.backends.base import Checkpoints
 from hetflow.execute.checkpoint import Checkpointer, CheckpointImages, write_json
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.run.attempts import Attempts
+from hetflow.execute.settings import Settings
 from hetflow.spec import Checkpoint, Workflow, format_bytes
 from hetflow.state import RUN_RUNNING, RUNNING, Note, Store, executor_gone
 
@@ -147,17 +148,23 @@ def migrate_step(store: Store, run_id: str, step: str, to: str | None, *, wait: 
     raise StateError(f"run {run_id}'s executor did not answer within {wait:.0f}s; the request stays for it")
 
 
-def drain_node(store: Store, node: str, *, wait: float = 600) -> list[tuple[str, str, str]]:
+def drain_node(store: Store, node: str, *, wait: float = 600) -> list[tuple[str, str, str, bool]]:
     """``hetflow drain NODE``: every running step on ``node`` (of every running run) with a
-    CRIU checkpoint migrated off it; (run, step, what happened) for every step found there."""
+    CRIU checkpoint migrated off it; (run, step, what happened, whether it moved off) for
+    every step found there.  A run on this machine only (a local run) has nowhere to move a
+    step to: its checkpoint would be restored on the same node, so it is left and said so."""
     found = []
     for run in store.runs(include_ended=False):
+        here = Settings.from_json(run.backend_json).leases_here
         for s in store.steps(run.id):
             if s.node != node or s.state != RUNNING:
                 continue
+            if here:
+                said = f"left to finish there: run {run.id} uses this machine only, there is no other node to move to"
+                found.append((run.id, s.step, said, False))
+                continue
             try:
-                said = migrate_step(store, run.id, s.step, None, wait=wait)
+                found.append((run.id, s.step, migrate_step(store, run.id, s.step, None, wait=wait), True))
             except StateError as exc:
-                said = f"left to finish there: {exc}"
-            found.append((run.id, s.step, said))
+                found.append((run.id, s.step, f"left to finish there: {exc}", False))
     return found

@@ -281,8 +281,9 @@ class Launcher:
             node=where.node,
             gpus=list(indices),
             attempts=go.attempt,
-            # a queueing engine's job starts when the engine says (EngineView.note_times), not now
-            started=s.started if self.backend.capabilities.queues else (s.started or now),
+            # this attempt's start (show's ELAPSED); a queued job's when its engine says (EngineView)
+            started=None if self.backend.capabilities.queues else now,
+            ended=None,
             reason=go.why,
             not_before=None,
             event=f"attempt {go.attempt}: variant {go.vname}, GPUs {gpu_text}, container {go.container} ({go.why})",
