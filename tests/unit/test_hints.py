@@ -1,5 +1,5 @@
 """Hints on a final failure (issue 42), each kind once a run: an OOM kill with plain
-``retries:`` suggests ``retry: {memory: x2}``; a failing GPU variant suggests ``fallback:``.
+``retries:`` suggests ``retry: {count: N, memory: x2}``; a failing GPU variant suggests ``fallback:``.
 The runner tests use the fakes at the engine seam (FakeEngine, a fake clock, fake GPUs:
 ``tests.unit.builders.world``); the container's exit code is what the fake says.  And a
 token-looking value in ``env:`` gets one validate note that says ``use secrets:``."""
@@ -15,7 +15,7 @@ from hetflow.spec.validate.envsecrets import looks_like_credential
 from hetflow.state.models import FAILED
 from tests.unit.builders import Outcome, World, gpu, load_steps, node, world
 
-MEMORY_HINT = "`retry: {memory: x2}` on the step asks twice the memory"
+MEMORY_HINT = "`retry: {count: 1, memory: x2}` in place of `retries: 1` asks twice the memory"
 
 
 def _reasons(w: World) -> dict[str, str]:
@@ -65,15 +65,16 @@ def test_a_failing_gpu_variant_suggests_fallback_once(tmp_path: Path) -> None:
 
     steps = {s.step: s for s in w.store.steps(w.run.id)}
     assert {s.variant for s in steps.values()} == {"gpu"} and {s.state for s in steps.values()} == {FAILED}
-    hint = "hint: the GPU variant 'gpu' failed; `retry: {fallback: [gpu, cpu]}` on the step runs variant 'cpu'"
+    hint = "hint: the GPU variant 'gpu' failed; `retry: {count: 1, fallback: [gpu, cpu]}` in place of `retries: 1`"
     assert sorted(hint in s.reason for s in steps.values()) == [False, True], [s.reason for s in steps.values()]
 
 
 @pytest.mark.parametrize(
     ("retry", "said"),
     [
-        ("retries: 1", "`retry: {fallback: [gpu, cpu]}`"),
-        ("", "`retry: {count: 1, fallback: [gpu, cpu]}`"),  # no retries: fallback needs one
+        ("retries: 2", "`retry: {count: 2, fallback: [gpu, cpu]}` in place of `retries: 2` runs variant 'cpu'"),
+        ("", "`retry: {count: 1, fallback: [gpu, cpu]}` on the step"),  # no retries: fallback needs one
+        ("retry: {count: 1, backoff: 5s}", "`fallback: [gpu, cpu]` added to the step's `retry:`"),
         ("retry: {count: 1, fallback: [cpu]}", None),  # the policy falls back already
     ],
 )

@@ -201,12 +201,12 @@ def _hints(step: Step, variant: str, exit_code: int | None) -> list[tuple[str, s
     policy = step.retry_policy
     out = []
     if exit_code == OOM_EXIT and policy.memory is None:
+        plain = " (plain `retries:` retries with the same memory)" if step.retry is None and policy.count else ""
         out.append(
             (
                 OOM,
-                "exit 137 is an out-of-memory kill (or a stop); if it ran out of memory, `retry: {memory: x2}` on"
-                " the step asks twice the memory after each out-of-memory kill"
-                + (" (plain `retries:` retries with the same memory)" if policy.count else ""),
+                f"exit 137 is an out-of-memory kill (or a stop); if it ran out of memory, {_with(step, 'memory: x2')}"
+                f" asks twice the memory after each out-of-memory kill{plain}",
             )
         )
     variants = step.resolved_variants()
@@ -218,12 +218,16 @@ def _hints(step: Step, variant: str, exit_code: int | None) -> list[tuple[str, s
         and cpu
         and policy.next_variant(variant, tuple(variants)) is None
     ):
-        count = "" if policy.count else "count: 1, "
-        out.append(
-            (
-                FALLBACK,
-                f"the GPU variant {variant!r} failed; `retry: {{{count}fallback: [{variant}, {cpu[0]}]}}` on the step"
-                f" runs variant {cpu[0]!r} after it fails",
-            )
-        )
+        fallback = _with(step, f"fallback: [{variant}, {cpu[0]}]")
+        out.append((FALLBACK, f"the GPU variant {variant!r} failed; {fallback} runs variant {cpu[0]!r} after it fails"))
     return out
+
+
+def _with(step: Step, part: str) -> str:
+    """Where to write ``part`` of a ``retry:`` policy on ``step``, in words (``retries: N``
+    and ``retry:`` cannot both be set; a policy acts only with a retry to act on)."""
+    if step.retry is not None:
+        return f"`{part}` added to the step's `retry:`" + ("" if step.retry.count else " (with a `count:`)")
+    if step.retries:
+        return f"`retry: {{count: {step.retries}, {part}}}` in place of `retries: {step.retries}`"
+    return f"`retry: {{count: 1, {part}}}` on the step"
