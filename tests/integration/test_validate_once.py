@@ -72,3 +72,12 @@ def test_validate_json_lists_them_in_the_file_order(hf: Hetflow, tmp_path: Path)
     assert out["valid"] is False
     assert [(p["line"], p["severity"]) for p in out["problems"]] == [(line, sev) for line, sev, _ in EXPECTED]
     assert out["steps"] == 3  # prep, ghost and big parsed and were checked on this machine
+
+
+def test_a_file_that_cannot_be_read_is_still_one_json_answer(hf: Hetflow, tmp_path: Path) -> None:
+    proc = hf("validate", "--json", str(tmp_path / "gone.yaml"), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    out = json.loads(proc.stdout)
+    assert out["valid"] is False and [p["message"] for p in out["problems"]] == [
+        "no such file; give the path of a workflow YAML"
+    ]

@@ -175,8 +175,11 @@ def _every_problem(
     problems: list[Problem] = []
     try:
         loaded: LoadedWorkflow | None = load_workflow_cached(file, params, origins=origins)
-    except SpecError:
-        loaded, problems = salvage_workflow(file, params, origins)
+    except SpecError as exc:
+        try:
+            loaded, problems = salvage_workflow(file, params, origins)
+        except SpecError:  # the file cannot be read again (gone, not text): what the load said
+            loaded, problems = None, exc.problems
     if loaded is not None:
         try:
             loaded = apply_resources(loaded, settings.resources, settings.resource_origins, strict=True)
