@@ -80,8 +80,9 @@ def test_dry_run_predicts_the_cache_and_records_nothing(hf: Hetflow, tmp_path: P
         "render": "skipped",
     }
     why = {s["step"]: s["why"] for s in first["steps"]}
-    assert why["total"] == "its input comes from 'count.0', which runs"
-    assert why["drystamp"] == "cache: false"
+    # the cache's reason, then the variant's in the run's words (issue 42: --no-cache hid it)
+    assert why["total"] == "its input comes from 'count.0', which runs; default: planned (est. 60s)"
+    assert why["drystamp"] == "cache: false; default: planned (est. 60s)"
     assert why["render"].startswith("optional step: no variant fits this machine")
     runs = sum(s["estimate"] for s in first["steps"] if s["status"] == "runs")
     assert first["totals"] == {"runs": 4, "cached": 0, "skipped": 1, "steps": 5, "run_seconds": runs}
@@ -106,7 +107,8 @@ def test_dry_run_predicts_the_cache_and_records_nothing(hf: Hetflow, tmp_path: P
     edited = _preview(hf, wf, "-p", "greeting=hi")
     assert _status(edited) == {**_status(again), "count.1": "runs", "total": "runs"}
     nocache = _preview(hf, wf, "--no-cache")
-    assert {s["why"] for s in nocache["steps"] if s["status"] == "runs"} == {"--no-cache"}
+    whys = [s["why"] for s in nocache["steps"] if s["status"] == "runs"]
+    assert whys and all(w.startswith("--no-cache; default: planned (est. ") for w in whys), whys
     assert [r["id"] for r in json.loads(hf("ps", "--all", "--json").stdout)] == [run_id]
 
 

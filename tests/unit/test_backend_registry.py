@@ -127,9 +127,10 @@ ALLOWED = {
     ("cli/run/runs.py", "GRACE_HELP"): "Slurm KillWait",
     ("cli/run/runs.py", "stop"): "Slurm: the cluster's KillWait",
     ("cli/run/runs.py", "run"): "--profile slurm,gpu",
-    # this machine's container engine (podman or docker), which previews and runs here use
+    # this machine's container engine (podman or docker), which previews, validate and runs here use
     ("execute/submit/session.py", "<module>"): "hetflow.execute.backends.local.engines",
     ("execute/submit/preview.py", "<module>"): "hetflow.execute.backends.local.engines",
+    ("execute/submit/checkrun.py", "<module>"): "hetflow.execute.backends.local.engines",
 }
 
 

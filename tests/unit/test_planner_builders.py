@@ -1,6 +1,6 @@
 """Builders of planning instances for the planner tests, and tests of the builders.
 
-- ``topcuoglu()``: the 10-task graph of the HEFT paper, from the shared benchmark file.
+- ``topcuoglu()``: the 10-task graph of the HEFT paper, from bench/data (carried in the repository).
 - ``random_layered(n, machines, seed)``: a layered random DAG on a cluster shaped like
   ``hetero-16`` (bench/README.md) scaled to ``machines``, with GPU variants for a fifth of
   the tasks; multi-resource unless ``one_task_per_machine``.
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import random
-from pathlib import Path
 
 from bench.data import CANONICAL
 from hypothesis import strategies as st
@@ -20,35 +19,12 @@ from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Task
 
 GIB = 1024**3
 TOPCUOGLU = CANONICAL / "topcuoglu2002.json"
-_LOCAL_TOPCUOGLU = Path(__file__).parent / "data" / "topcuoglu2002.json"
-
-# The published graph (Topcuoglu et al. 2002, Fig. 2), used when the shared file is absent.
-_TOPCUOGLU_COST = {
-    "n1": [14, 16, 9],
-    "n2": [13, 19, 18],
-    "n3": [11, 13, 19],
-    "n4": [13, 8, 17],
-    "n5": [12, 13, 10],
-    "n6": [13, 16, 9],
-    "n7": [7, 15, 11],
-    "n8": [5, 11, 14],
-    "n9": [18, 12, 20],
-    "n10": [21, 7, 16],
-}
-_TOPCUOGLU_EDGES = [
-    ["n1", "n2", 18], ["n1", "n3", 12], ["n1", "n4", 9], ["n1", "n5", 11], ["n1", "n6", 14],
-    ["n2", "n8", 19], ["n2", "n9", 16], ["n3", "n7", 23], ["n4", "n8", 27], ["n4", "n9", 23],
-    ["n5", "n9", 13], ["n6", "n8", 15], ["n7", "n10", 17], ["n8", "n10", 11], ["n9", "n10", 13],
-]  # fmt: skip
 
 
 def topcuoglu() -> Instance:
     """3 classes P1..P3 of one machine each; bytes = the edge's cost; bandwidth 1."""
-    if TOPCUOGLU.exists():
-        data = json.loads(TOPCUOGLU.read_text())
-        procs, cost, edges = data["processors"], data["cost"], data["edges"]
-    else:
-        procs, cost, edges = ["P1", "P2", "P3"], _TOPCUOGLU_COST, _TOPCUOGLU_EDGES
+    data = json.loads(TOPCUOGLU.read_text())
+    procs, cost, edges = data["processors"], data["cost"], data["edges"]
     classes = tuple(MachineClass(p, count=1, cores=1, memory=GIB) for p in procs)
     tasks = tuple(
         Task(name, tuple(Option("cpu", p, float(c), cores=1, memory=GIB) for p, c in zip(procs, row, strict=True)))

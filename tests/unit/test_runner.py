@@ -258,7 +258,9 @@ FAILURES = [
         "a:\n  image: x\n",
         Outcome(137, 1),
         137,
-        "exited with code 137 (killed (SIGKILL: out of memory, or stopped))",
+        "exited with code 137 (killed (SIGKILL: out of memory, or stopped)); hint: exit 137 is an out-of-memory"
+        " kill (or a stop); if it ran out of memory, `retry: {count: 1, memory: x2}` on the step asks twice the"
+        " memory after each out-of-memory kill",
         id="oom-killed",
     ),
     pytest.param(

@@ -31,7 +31,11 @@ from hetflow.errors import EngineError, HetflowError, SpecError, UsageError
 from hetflow.execute import DEFAULT_BACKEND, backend_plugins
 
 if TYPE_CHECKING:
-    from hetflow.execute import RuntimeChoice
+    from collections.abc import Mapping
+
+    from hetflow.errors import Problem
+    from hetflow.execute import RuntimeChoice, Settings
+    from hetflow.spec import LoadedWorkflow, Origin
 
 plain_help()
 flags_without_pydantic()
@@ -116,10 +120,8 @@ def validate(
     offline: bool = typer.Option(False, "--offline", help="Ask no registry and no S3 endpoint (said in a note)."),
 ) -> None:
     """Check a workflow: everything `hetflow run` would refuse on this machine, all at once."""
-    from hetflow.execute import apply_resources, check_run, load_settings, split_profiles
-    from hetflow.inventory import discover
+    from hetflow.execute import load_settings, split_profiles
     from hetflow.spec import pending_source
-    from hetflow.state import load_workflow_cached
 
     # the params and resources a run would take from the settings file; validate checks on
     # this machine (check_run), so the file's backend (and the cluster it needs) is not asked for
@@ -127,20 +129,18 @@ def validate(
         config, hetflow_home(), os.environ, backend=DEFAULT_BACKEND, profiles=split_profiles(profile)
     )
     pending: dict[str, str] = {}
-    steps = 0
     try:
         params, origins = gather_params(param, params_file, settings.params, settings.param_origins)
-        loaded = load_workflow_cached(file, params, origins=origins)
-        loaded = apply_resources(loaded, settings.resources, settings.resource_origins, strict=True)
-        problems = check_run(open_store(), loaded, discover(hetflow_home()), offline=offline)
-        steps = len(loaded.workflow.steps)
-        for name, step in loaded.workflow.steps.items():
-            src = pending_source(step)
-            if src is not None:
-                when = "when a run is submitted" if src.step is None else f"when step {src.step!r} has succeeded"
-                pending[name] = f"one step per {src.kind[:-1]} of {src.ref}, known {when}"
     except SpecError as exc:
-        problems = exc.problems
+        loaded, problems = None, exc.problems
+    else:
+        loaded, problems = _every_problem(file, params, origins, settings, offline=offline)
+    steps = len(loaded.workflow.steps) if loaded is not None else 0
+    for name, step in loaded.workflow.steps.items() if loaded is not None else ():
+        src = pending_source(step)
+        if src is not None:
+            when = "when a run is submitted" if src.step is None else f"when step {src.step!r} has succeeded"
+            pending[name] = f"one step per {src.kind[:-1]} of {src.ref}, known {when}"
     errors = [p for p in problems if p.severity == "error"]
     if json_out:
         print_json(
@@ -160,6 +160,35 @@ def validate(
             notes = f", {len(problems)} note(s)" if problems else ""
             console.print(f"[green]{file}: valid[/] ({steps} step(s){notes})")
     raise typer.Exit(BAD_INPUT if errors else 0)
+
+
+def _every_problem(
+    file: Path, params: Mapping[str, object], origins: Mapping[str, Origin], settings: Settings, *, offline: bool
+) -> tuple[LoadedWorkflow | None, list[Problem]]:
+    """validate's one pass: a file that loads gets the run-time checks; one that does not is
+    loaded again part by part (``salvage_workflow``), its schema and reference problems
+    reported and the run-time checks run on its sound steps; all in the file's order."""
+    from hetflow.execute import apply_resources, check_run
+    from hetflow.inventory import discover
+    from hetflow.spec import salvage_workflow
+    from hetflow.state import load_workflow_cached
+
+    problems: list[Problem] = []
+    try:
+        loaded: LoadedWorkflow | None = load_workflow_cached(file, params, origins=origins)
+    except SpecError as exc:
+        try:
+            loaded, problems = salvage_workflow(file, params, origins)
+        except SpecError:  # the file cannot be read again (gone, not text): what the load said
+            loaded, problems = None, exc.problems
+    if loaded is not None:
+        try:
+            loaded = apply_resources(loaded, settings.resources, settings.resource_origins, strict=True)
+            problems += [p for p in check_run(open_store(), loaded, discover(hetflow_home()), offline=offline)]
+        except SpecError as exc:
+            problems += exc.problems
+    unique = list(dict.fromkeys(problems))
+    return loaded, sorted(unique, key=lambda p: (p.file != str(file), p.file, p.line))  # in the file's order
 
 
 # the backends whose engine lists its nodes (``BackendPlugin.nodes``), from the registry

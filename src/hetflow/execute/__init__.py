@@ -6,8 +6,8 @@ The package has rooms, one per stage of a run's life; a module at the top is sha
                 run``, ``resume`` and the detached executor do), prepare (pin images and plan,
                 once per run), pin (each step's image build for its node), record (the run
                 written to the store), runplan (the RunPlan stored with it), preview (the dry
-                run), amend and rehash (what ``resume`` finds changed), reset (a run made
-                ready to resume)
+                run), checkrun (validate's run-time checks), amend and rehash (what ``resume``
+                finds changed), reset (a run made ready to resume)
     run/        a run goes: runner (the loop: dispatch ready steps, poll, finalize, retry,
                 persist), options (what a Runner is given), dispatch (LocalDispatch or
                 ClusterDispatch), attempts, retries, cachepass, decisions, lostattempts,
@@ -89,9 +89,10 @@ if TYPE_CHECKING:
     from hetflow.execute.run.runner import Runner
     from hetflow.execute.secrets import SECRETS_FILE_ENV, Secrets, activate, gather_available, mask
     from hetflow.execute.settings import RunnerConfig, Settings, load_settings
+    from hetflow.execute.submit.checkrun import check_run
     from hetflow.execute.submit.pin import PinResult, default_resolver, pin_images
     from hetflow.execute.submit.prepare import cluster_instance, measured_slowdowns
-    from hetflow.execute.submit.preview import Preview, StepPreview, check_run, preview_run
+    from hetflow.execute.submit.preview import Preview, StepPreview, preview_run
     from hetflow.execute.submit.record import create_run, new_run_id, preflight
     from hetflow.execute.submit.rehash import rehash_for_resume
     from hetflow.execute.submit.reset import reset_for_resume
@@ -107,7 +108,8 @@ _WHERE = {
     "backends.local.fakeengine": ["FakeEngine"],
     "data.fanout": ["expand_for_planning"],
     "submit.prepare": ["cluster_instance", "measured_slowdowns"],
-    "submit.preview": ["Preview", "StepPreview", "check_run", "preview_run"],
+    "submit.preview": ["Preview", "StepPreview", "preview_run"],
+    "submit.checkrun": ["check_run"],
     "run.launch.container": ["build_spec", "container_env", "input_mounts"],
     "run.dispatching.dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
     "engine": [

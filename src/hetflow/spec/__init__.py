@@ -6,7 +6,8 @@
     source/      the file as text: yamlfile (each key's line), problems (``file:line``), templated
     expansion/   fan-out: fanout (``foreach``, ``matrix``: one step per item), matrix
     validate/    checks of a whole workflow: dag, checks, when
-    load/        loader (YAML + pydantic + templating), params, overrides, templates, wfcommons
+    load/        loader (YAML + pydantic + templating), params, overrides, templates, wfcommons,
+                 salvage (every problem in one pass, for validate)
 
 Names are loaded on first use (as in ``hetflow.execute``): ``hetflow ps`` reads the store and
 prints times without building the workflow models.
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
         override_resources,
         resource_problem,
     )
+    from hetflow.spec.load.salvage import salvage_workflow
     from hetflow.spec.load.wfcommons import convert_wfcommons
     from hetflow.spec.models import DataSet, Gang, Publish, Step, Variant, Workflow
     from hetflow.spec.source.problems import did_you_mean, problem_from_error
@@ -104,6 +106,7 @@ _WHERE = {
         "parse_memory",
     ],
     "load.wfcommons": ["convert_wfcommons"],
+    "load.salvage": ["salvage_workflow"],
 }
 __all__ = [
     "AUTO_BATCH",
@@ -174,7 +177,11 @@ __all__ = [
     "problem_from_error",
     "read_yaml_text",
     "resource_problem",
+<<<<<<< HEAD
     "step_label",
+=======
+    "salvage_workflow",
+>>>>>>> newcomer
     "topo_order",
 ]
 

@@ -28,7 +28,7 @@ from hetflow.execute.logs import log_tail
 from hetflow.execute.run.batching import is_batch, note_start, refine
 from hetflow.execute.run.engineview import EngineView
 from hetflow.execute.run.lostattempts import LostAttempts
-from hetflow.execute.run.retries import OOM_EXIT, Failure, Limits, NextAttempt, after_failure, exit_reason
+from hetflow.execute.run.retries import OOM_EXIT, Failure, Hints, Limits, NextAttempt, after_failure, exit_reason
 from hetflow.execute.secrets import scrub_logs
 from hetflow.execute.settings import RunnerConfig
 from hetflow.spec import Retry, Step, Workflow
@@ -111,6 +111,7 @@ class Attempts:
         self._active: dict[str, Active] = {}
         self.active: Mapping[str, Active] = MappingProxyType(self._active)  # read-only, live: hold, release
         self.owner = owner
+        self.hints = Hints()  # advice on a final failure, each kind once a run
         self.publisher: Publisher = publisher or Publishing(store, run_id, workflow.name)
         self.on_success = on_success
         self._to_remove: list[str] = []
@@ -330,6 +331,7 @@ class Attempts:
                 + (f"; {changed}" if changed else ""),
             )
         else:
+            detail += self.hints.on_final_failure(self.wf.steps[act.step], act.variant, exit_code)
             self.store.set_step(
                 self.run_id,
                 act.step,

@@ -5,6 +5,7 @@
 - ``cpus: xF``: every retry asks F times the CPUs (capped likewise).
 - ``fallback``: the next attempt runs the next variant of the list.
 - ``avoid_failed_node``: the next attempt avoids the node class the failed one ran on.
+- ``Hints``: on a final failure, the policy that could have avoided it (said once per run).
 - whatever the policy, no attempt of the run is pinned to a node that died under one of its
   attempts (``execute.lostattempts``, read by ``ClusterDispatch``): it goes to another node
   class that fits, or says why none does.
@@ -171,3 +172,62 @@ def exit_reason(code: int) -> str:
         143: "terminated (SIGTERM)",
     }
     return f"exited with code {code}" + (f" ({hints[code]})" if code in hints else "")
+
+
+# --- hints: advice on a step's final failure that its ``retry:`` policy could have avoided
+# (issue 42), each kind said once per run (the first step it fits; a hundred failed items say
+# it once): ``oom``, exit 137 with no ``memory:`` in the policy (a retry of the same memory
+# fails the same way); ``fallback``, a GPU variant failed and a variant without a GPU is left
+# that no ``fallback:`` reaches.  ``attempts.Attempts.fail`` adds them to the step's reason.
+
+OOM, FALLBACK = "oom", "fallback"
+
+
+@dataclass
+class Hints:
+    """What a run has advised so far (each kind once)."""
+
+    said: set[str] = field(default_factory=set)
+
+    def on_final_failure(self, step: Step, variant: str, exit_code: int | None) -> str:
+        """The hints for a step whose attempts are all spent, each kind not said before
+        ('' when none), as ``; hint: ...`` for its reason."""
+        found = [(k, text) for k, text in _hints(step, variant, exit_code) if k not in self.said]
+        self.said |= {k for k, _ in found}
+        return "".join(f"; hint: {text}" for _, text in found)
+
+
+def _hints(step: Step, variant: str, exit_code: int | None) -> list[tuple[str, str]]:
+    policy = step.retry_policy
+    out = []
+    if exit_code == OOM_EXIT and policy.memory is None:
+        plain = " (plain `retries:` retries with the same memory)" if step.retry is None and policy.count else ""
+        out.append(
+            (
+                OOM,
+                f"exit 137 is an out-of-memory kill (or a stop); if it ran out of memory, {_with(step, 'memory: x2')}"
+                f" asks twice the memory after each out-of-memory kill{plain}",
+            )
+        )
+    variants = step.resolved_variants()
+    failed = variants.get(variant)
+    cpu = [n for n, v in variants.items() if not v.resources.uses_gpu]
+    if (
+        failed is not None
+        and failed.resources.uses_gpu
+        and cpu
+        and policy.next_variant(variant, tuple(variants)) is None
+    ):
+        fallback = _with(step, f"fallback: [{variant}, {cpu[0]}]")
+        out.append((FALLBACK, f"the GPU variant {variant!r} failed; {fallback} runs variant {cpu[0]!r} after it fails"))
+    return out
+
+
+def _with(step: Step, part: str) -> str:
+    """Where to write ``part`` of a ``retry:`` policy on ``step``, in words (``retries: N``
+    and ``retry:`` cannot both be set; a policy acts only with a retry to act on)."""
+    if step.retry is not None:
+        return f"`{part}` added to the step's `retry:`" + ("" if step.retry.count else " (with a `count:`)")
+    if step.retries:
+        return f"`retry: {{count: {step.retries}, {part}}}` in place of `retries: {step.retries}`"
+    return f"`retry: {{count: 1, {part}}}` on the step"

@@ -7,5 +7,6 @@ machine's builds (``pin``) -> the checks that refuse a run (``record.preflight``
 local/cluster difference is named once, in ``session``: a local run pins and plans on this
 machine; a cluster run asks its backend and plans on the cluster file.  ``open_run`` reads a
 recorded run back; ``resume_run`` applies an edited workflow file (``amend``) and the data as it
-is now (``rehash``) first.  ``preview`` is the dry run: the same pipeline, nothing recorded.
+is now (``rehash``) first.  ``preview`` is the dry run: the same pipeline, nothing recorded;
+``checkrun`` is validate's: every refusal of that pipeline at once.
 """

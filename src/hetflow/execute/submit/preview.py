@@ -11,12 +11,16 @@ order, is told apart as the runner would at its turn:
   key);
 - **runs**: no entry, or the key cannot be known before the run: an input comes from a
   step that runs, S3 data is hashed only once downloaded, the image is not here yet,
-  ``cache: false`` or ``--no-cache``;
+  ``cache: false`` or ``--no-cache``; then why its variant was chosen, in the run's words;
 - **skipped**: an optional step no variant of which fits (with why), and what needs it.
 
+Refused as the run refuses: a missing secret (``session.use_secrets``, the same message).
 A cached step's outputs stand in for its content when its dependants' keys are computed,
-as they do at run time.  What only the run can know is said as such, never guessed: the
-items of a fan-out over an upstream step's output, GPUs a greedy run takes when free.
+as they do at run time; where a path inside one is read (a fan-out over it, an input of a
+file in its folder), its outputs are restored from the cache into a temporary folder, so a
+fan-out over a cached step's output is expanded and its items told apart as the run will.
+What only the run can know is said as such, never guessed: the items of a fan-out over the
+output of a step that runs, GPUs a greedy run takes when free.
 """
 
 from __future__ import annotations
@@ -24,16 +28,16 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
-import os
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hetflow.errors import HetflowError, NoFitError, Problem, SpecError
+from hetflow.errors import HetflowError, SpecError
 from hetflow.execute.backends.local.engines import make_engine
 from hetflow.execute.data.cache import ResultCache, StepKeys
-from hetflow.execute.data.fanout import expand_at_submit
+from hetflow.execute.data.fanout import expand_at_submit, read_items
 from hetflow.execute.data.inputs import (
     S3,
     DataFile,
@@ -44,13 +48,13 @@ from hetflow.execute.data.inputs import (
     resolve_data,
     s3_filesystem,
 )
-from hetflow.execute.secrets import active, gather_available
+from hetflow.execute.secrets import active
 from hetflow.execute.settings import Settings
 from hetflow.execute.submit.pin import Resolver, default_resolver, pin_images
 from hetflow.execute.submit.prepare import plan_on_cluster, plan_on_node
 from hetflow.execute.submit.record import preflight
 from hetflow.execute.submit.runplan import RunPlan
-from hetflow.images import NotFoundError, ResolveResult, parse_reference
+from hetflow.execute.submit.session import use_secrets
 from hetflow.inventory import Node
 from hetflow.plan import can_run_here
 from hetflow.spec import (
@@ -60,6 +64,8 @@ from hetflow.spec import (
     Step,
     edges_of,
     evaluate,
+    expand,
+    fanout_parent,
     output_refs,
     pending_source,
     topo_order,
@@ -127,8 +133,9 @@ def preview_run(
 ) -> Preview:
     """What ``hetflow run`` with these settings would do now; SpecError (every problem at
     once) where it would refuse the run.  ``engine``: the local container engine (default:
-    the real one)."""
-    manifest = _listed(resolve_data(loaded, memo=store, s3=s3))
+    the real one).  A missing secret is refused first, as ``hetflow run`` refuses it."""
+    use_secrets(loaded.workflow, settings)
+    manifest = listed(resolve_data(loaded, memo=store, s3=s3))
     loaded, _ = expand_at_submit(loaded, manifest)
     s3_sets = {name for name, ds in manifest.sets.items() if ds.kind == S3}
     if settings.leases_here:
@@ -147,8 +154,9 @@ def preview_run(
         notes, pulls = tuple(str(p) for p in loaded.notes), ()
         local_id = _unknown  # the image a cluster node runs is known there, at run time
     cache = ResultCache(store, cache_root) if settings.cache else None
-    walk = _Walk(loaded, plan, node, settings, manifest, s3_sets, cache, local_id)
-    steps = tuple(walk.step(name) for name in topo_order(edges_of(loaded.workflow)))
+    with tempfile.TemporaryDirectory(prefix="hetflow-dry-run-") as restored:
+        walk = _Walk(loaded, plan, node, settings, manifest, s3_sets, cache, local_id, Path(restored))
+        steps = walk.all()
     makespan = plan.plan.makespan if plan.plan is not None else None
     return Preview(loaded.workflow.name, settings.backend, steps, pulls, notes, makespan)
 
@@ -157,7 +165,7 @@ def _unknown(_image: str) -> str | None:
     return None
 
 
-def _listed(data: DataPlan) -> DataManifest:
+def listed(data: DataPlan) -> DataManifest:
     """The workflow data as a run would see it, without downloading: host data hashed, S3
     objects listed (their content unknown: hashed once downloaded)."""
     sets: dict[str, DataSetFiles] = dict(data.host)
@@ -180,6 +188,7 @@ class _Walk:
         s3_sets: set[str],
         cache: ResultCache | None,
         image_id: Callable[[str], str | None],
+        restored: Path,
     ) -> None:
         self.wf = loaded.workflow
         self.plan, self.node, self.settings = plan, node, settings
@@ -187,6 +196,45 @@ class _Walk:
         self.status: dict[str, str] = {}
         self.reasons: dict[str, str] = {}
         self.outputs: dict[str, list[OutputRecord]] = {}  # a cached step's outputs, from its entry
+        self.entries: dict[str, Any] = {}  # a cached step's cache entry
+        self.restored = restored  # cached steps' outputs put back where the run would read them
+
+    def all(self) -> tuple[StepPreview, ...]:
+        """Every step in the DAG's order; a fan-out over a cached step's output is expanded
+        from that output, as the run will expand it, and its items told apart one by one."""
+        order, out, i = topo_order(edges_of(self.wf)), [], 0
+        while i < len(order):
+            items = self._cached_items(order[i])
+            if items is not None:
+                self.wf, _ = expand(self.wf, {order[i]: items}, self.wf.name, lambda _loc: 0)
+                done = set(order[:i])
+                order = order[:i] + [n for n in topo_order(edges_of(self.wf)) if n not in done]
+                continue
+            out.append(self.step(order[i]))
+            i += 1
+        return tuple(out)
+
+    def _cached_items(self, name: str) -> list[Any] | None:
+        """The items of a fan-out over a cached step's output, read from the cache as the run
+        reads them from the restored output; None for any other step or an unreadable list."""
+        src = pending_source(self.wf.steps[name])
+        if src is None or src.step is None or self.status.get(src.step) != CACHED:
+            return None
+        try:
+            return read_items(src, self._out_dir(src.step))
+        except (OSError, HetflowError):
+            return None
+
+    def _out_dir(self, step: str) -> Path:
+        """A cached step's outputs, restored from the cache once (a path inside a directory
+        output is then hashed as the run hashes it); a nonexistent folder for any other."""
+        target = self.restored / step
+        entry = self.entries.get(step)
+        if entry is None or self.cache is None:
+            return _nowhere(step)
+        if not target.exists() and self.cache.restore(entry, "dry-run", step, target, touch=False) is None:
+            return _nowhere(step)
+        return target
 
     def step(self, name: str) -> StepPreview:
         step = self.wf.steps[name]
@@ -198,7 +246,19 @@ class _Walk:
         if step.when is not None and output_refs(step.when):
             parents = sorted({r.split("/", 1)[0] for r in output_refs(step.when)})
             why = f"if when: {step.when} (decided once {', '.join(map(repr, parents))} succeeded); {why}"
+        if status == RUNS and (chosen := self._variant_why(name, vname)):
+            why = f"{why}; {chosen}"
         return self._say(name, status, vname, where, gpus, estimate, why, key, run)
+
+    def _variant_why(self, name: str, vname: str) -> str:
+        """Why the variant that runs was chosen, in the run's words (``choose.Planned``):
+        the plan's reason, or the first variant that fits when no plan chose one."""
+        reason = self.plan.reasons.get(name) or self.plan.reasons.get(fanout_parent(name) or "")
+        if reason:
+            return f"{vname}: planned ({reason})"
+        if not vname or len(self.wf.steps[name].resolved_variants()) < 2:
+            return ""
+        return f"{vname}: the first variant that fits {'here' if self.settings.leases_here else 'a node'}"
 
     def _condition_false(self, step: Step) -> str:
         """The reason a step's params-only ``when:`` skips it ('' when it holds or reads an
@@ -214,7 +274,9 @@ class _Walk:
 
     def _placed(self, name: str, step: Step) -> tuple[str, str, tuple[int, ...], float | None]:
         """The plan's variant, place, GPUs and time for the step."""
-        placement = self.plan.plan.placements.get(name) if self.plan.plan is not None else None
+        placements = self.plan.plan.placements if self.plan.plan is not None else {}
+        # an item of a fan-out expanded here runs as its step was planned
+        placement = placements.get(name) or placements.get(fanout_parent(name) or "")
         if placement is not None:
             where = self.node.name if self.settings.leases_here else placement.machine_class
             return placement.variant, where, placement.gpus, placement.finish - placement.start
@@ -269,7 +331,7 @@ class _Walk:
         keys = StepKeys(
             identity=lambda _image: identity,
             outputs_of=lambda p: self.outputs.get(p, []),
-            out_dir=_nowhere,
+            out_dir=self._out_dir,
             data=self.manifest,
             secrets_root=self.cache.root.parent,
         )
@@ -280,6 +342,7 @@ class _Walk:
         if entry is None:
             return RUNS, f"not in the cache (key {key.digest[:12]})", key.digest, ""
         self.outputs[name] = _records(entry.outputs_json, name)
+        self.entries[name] = entry
         return CACHED, f"cached: from run {entry.run_id} (key {key.digest[:12]})", key.digest, entry.run_id
 
 
@@ -297,133 +360,3 @@ def _records(outputs_json: str, step: str) -> list[OutputRecord]:
     """A cache entry's outputs as the records a run would store once it took them."""
     out: list[Mapping[str, Any]] = json.loads(outputs_json)
     return [OutputRecord("", step, o["name"], o["sha256"], o["size"], "") for o in out]
-
-
-def check_run(
-    store: Store,
-    loaded: LoadedWorkflow,
-    node: Node,
-    *,
-    offline: bool = False,
-    engine: Any = None,
-    resolver: Resolver = default_resolver,
-    s3: Callable[[str | None], ObjectStore] = s3_filesystem,
-) -> list[Problem]:
-    """``hetflow validate``: everything ``hetflow run`` would refuse on this machine, all at
-    once (a run stops at the first stage that fails): the workflow's notes, data paths and
-    globs, S3 prefixes, fan-outs over data, images (present here, or resolvable to a build for
-    this machine), and whether a variant of every step fits.  ``offline``: nothing is asked of
-    the network (S3, registries); what is left unchecked is said in a note."""
-    problems: list[Problem] = list(loaded.notes)
-    unchecked: list[str] = []
-    if offline:
-        unchecked += [f"data {n!r} ({ds.url})" for n, ds in loaded.workflow.data.items() if ds.is_s3]
-        loaded = dataclasses.replace(loaded, workflow=_without_s3(loaded))
-    try:
-        manifest = _listed(resolve_data(loaded, memo=store, s3=s3))
-        loaded, _ = expand_at_submit(loaded, manifest)
-    except SpecError as exc:
-        problems += exc.problems
-    except HetflowError as exc:  # a fan-out over data that cannot be read
-        problems.append(Problem(loaded.file, 1, str(exc)))
-    try:
-        engine = engine or make_engine()
-    except HetflowError as exc:
-        unchecked.append(f"images (no container engine: {exc})")
-        engine = None
-    if engine is not None:
-        images = _ImageCheck(loaded, offline, resolver)
-        try:
-            pinned = pin_images(loaded.workflow, node, images.resolve)
-            loaded, pulls = dataclasses.replace(loaded, workflow=pinned.workflow), pinned.pulls
-        except NoFitError as exc:
-            problems.append(Problem(loaded.file, 1, str(exc)))
-            pulls = []
-        problems += images.problems
-        unchecked += images.unchecked
-        pulls = [*pulls, *images.left]
-    else:
-        pulls = []
-    problems += preflight(loaded, node, engine, pulled=pulls) + _secrets_unset(loaded)
-    if unchecked:
-        what = "; ".join(unchecked)
-        problems.append(Problem(loaded.file, 1, f"not checked {'offline' if offline else 'here'}: {what}", "note"))
-    return sorted(_unique(problems), key=lambda p: (p.file, p.line))  # in the file's order
-
-
-def _secrets_unset(loaded: LoadedWorkflow) -> list[Problem]:
-    """A note for each secret this environment (or HETFLOW_SECRETS_FILE) lacks: run refuses it
-    unless it is given then (a check in CI has no values, so not an error)."""
-    steps = loaded.workflow.steps
-    have = gather_available({n for s in steps.values() for n in s.secrets}, os.environ).values
-    return [
-        Problem(
-            loaded.file,
-            loaded.line("steps", name, "secrets"),
-            f"step {name!r}: secret {secret!r} is not set here; hetflow run needs it in its environment or in"
-            " --secrets-file FILE",
-            "note",
-        )
-        for name, step in steps.items()
-        for secret in step.secrets
-        if secret not in have
-    ]
-
-
-def _without_s3(loaded: LoadedWorkflow) -> Any:
-    data = {n: ds for n, ds in loaded.workflow.data.items() if not ds.is_s3}
-    return loaded.workflow.model_copy(update={"data": data})
-
-
-def _unique(problems: list[Problem]) -> list[Problem]:
-    """Each problem once (the notes of loading come back from preflight's feasibility)."""
-    seen: set[tuple[str, int, str, str]] = set()
-    out = []
-    for p in problems:
-        key = (p.file, p.line, p.message, p.severity)
-        if key not in seen:
-            seen.add(key)
-            out.append(p)
-    return out
-
-
-class _ImageCheck:
-    """A resolver for ``pin_images`` that records a registry's refusal as the image's problem
-    (with the line of its first use) and goes on, so every image is reported in one pass."""
-
-    def __init__(self, loaded: LoadedWorkflow, offline: bool, resolver: Resolver) -> None:
-        self.loaded, self.offline, self.resolver = loaded, offline, resolver
-        self.problems: list[Problem] = []
-        self.unchecked: list[str] = []
-        self.left: list[str] = []  # registry images left as written: not the local store's to hold
-
-    def resolve(self, image: str, node: Node) -> ResolveResult | None:
-        """The image's builds, or None (left as written) where its registry is not asked
-        (offline) or refused (the problem is recorded)."""
-        if self.offline and not parse_reference(image).local:
-            self.unchecked.append(f"image {image} (a registry)")
-            self.left.append(image)
-            return None
-        try:
-            return self.resolver(image, node)
-        except NotFoundError:
-            if parse_reference(image).local:
-                raise  # pin_images leaves a missing local image to preflight, which names its line
-            self._refused(image, f"image {image!r} was not found in its registry; check the name and tag")
-        except HetflowError as exc:
-            self._refused(image, f"image {image!r}: {exc}")
-        self.left.append(image)
-        return None
-
-    def _refused(self, image: str, message: str) -> None:
-        self.problems.append(Problem(self.loaded.file, _image_line(self.loaded, image), message))
-
-
-def _image_line(loaded: LoadedWorkflow, image: str) -> int:
-    """The line of the first step (or variant) that names ``image``."""
-    for sname, step in loaded.workflow.steps.items():
-        for vname, v in step.resolved_variants().items():
-            if v.image == image:
-                loc = ("steps", sname, "variants", vname, "image") if step.variants else ("steps", sname, "image")
-                return loaded.line(*loc)
-    return 1

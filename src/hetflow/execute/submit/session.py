@@ -114,7 +114,7 @@ def submit_run(
     Workflow data is resolved first (host files hashed, S3 listed, then downloaded into the
     run's directory) and fan-outs over it expanded, so the plan sees every item.  A step's
     secrets are looked up first (``execute.secrets``): a missing one is refused here."""
-    _use_secrets(loaded.workflow, settings)
+    use_secrets(loaded.workflow, settings)
     data = resolve_data(loaded, memo=store, s3=s3)
     run_id = new_run_id()
     workdir = (Path(settings.workdir) if settings.workdir else home / "runs") / run_id
@@ -220,11 +220,11 @@ def open_run(
         backend.check()
         plan = RunPlan.from_json(text) if text is not None else plan_on_cluster(store, loaded, settings)
     workflow = apply_images(loaded.workflow, plan.images)
-    _use_secrets(workflow, settings, resume=True)
+    use_secrets(workflow, settings, resume=True)
     return OpenRun(store, record, workflow, plan, settings, node, backend, engine)
 
 
-def _use_secrets(workflow: Workflow, settings: Settings, *, resume: bool = False) -> None:
+def use_secrets(workflow: Workflow, settings: Settings, *, resume: bool = False) -> None:
     """This process's values of the workflow's secrets (from its environment and secrets
     file), or UsageError naming each one missing.  They are never recorded, so every process
     that executes the run (a detached executor, a resume) looks them up again."""
@@ -268,7 +268,7 @@ def resume_run(
             + ("" if doing == "stopped" else f", or 'hetflow stop {run_id}' stops it")
         )
     # before anything is reset: a resume without its secrets changes nothing
-    _use_secrets(load_recorded(store, run_id).workflow, Settings.from_json(record.backend_json), resume=True)
+    use_secrets(load_recorded(store, run_id).workflow, Settings.from_json(record.backend_json), resume=True)
     settle_run(store, run_id)  # a publish the killed executor cut short: finished or undone first
     amendment = Amendment()
     if Settings.from_json(record.backend_json).leases_here:

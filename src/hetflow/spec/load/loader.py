@@ -110,22 +110,58 @@ def _parse(
     includes: dict[str, str],
     origins: Mapping[str, Origin],
 ) -> LoadedWorkflow:
+    data, lines, problems, templated = prepare(text, file, overrides, base, includes, origins)
+    if data is None or not templated:
+        raise SpecError(problems)
+    built = build(data, file, lines, base)
+    problems += built.problems
+    if built.workflow is None or any(p.severity == "error" for p in problems):
+        raise SpecError(problems)
+    wf = built.workflow
+    return LoadedWorkflow(wf, file, text, built.lines, dict(wf.params), tuple(problems), includes, built.fanouts)
+
+
+def prepare(
+    text: str,
+    file: str,
+    overrides: Mapping[str, object] | None,
+    base: Path,
+    includes: dict[str, str],
+    origins: Mapping[str, Origin],
+) -> tuple[dict[str, Any] | None, dict[Loc, int], list[Problem], bool]:
+    """The file's YAML as data with each key's line, ``-p`` overrides and templates applied
+    (None where the YAML cannot be read as a workflow mapping), the problems found, and
+    whether every template applied (the models' errors would repeat a failed one's)."""
     data, lines, problems = compose_yaml(text, file)
     if problems:
-        raise SpecError(problems)
+        return None, lines, problems, False
     if not isinstance(data, dict):
-        raise SpecError([Problem(file, 1, "a workflow is a YAML mapping with apiVersion, name and steps")])
+        return None, lines, [Problem(file, 1, "a workflow is a YAML mapping with apiVersion, name and steps")], False
     problems = apply_overrides(data, overrides or {}, file, lines, origins)
     template_problems = apply_templates(data, file, lines, base, compose_yaml, includes)
-    if template_problems:
-        raise SpecError(problems + template_problems)
+    return data, lines, problems + template_problems, not template_problems
+
+
+@dataclass(frozen=True)
+class Built:
+    """What ``build`` made of prepared data: the workflow (None where the models refused it:
+    its problems say why), its lines (fan-out items' added) and fan-out items, every problem."""
+
+    workflow: Workflow | None
+    lines: dict[Loc, int]
+    problems: list[Problem]
+    fanouts: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+
+
+def build(data: Mapping[str, Any], file: str, lines: Mapping[Loc, int], base: Path) -> Built:
+    """The models' validation, then params, publish, static fan-outs and the whole-workflow
+    checks; nothing raises (``lines`` is copied, not changed)."""
+    lines = dict(lines)
     try:
         wf = Workflow.model_validate(data)
     except ValidationError as exc:
-        problems += [problem_from_error(err, file, lines) for err in exc.errors()]
-        raise SpecError(problems) from None
-    wf, template_problems = render_params(wf, file, lines)
-    problems += template_problems
+        return Built(None, lines, [problem_from_error(err, file, lines) for err in exc.errors()])
+    wf, problems = render_params(wf, file, lines)
     wf, publish_problems = _workflow_publish(wf, file, lines)
     problems += publish_problems
     wf, fanout_problems, fanouts = expand_static(wf, file, lambda loc: line_of(lines, loc))
@@ -135,9 +171,7 @@ def _parse(
     wf = absolute_paths(wf, base)
     problems += check_workflow(wf, file, lambda loc: line_of(lines, loc))
     problems = list(dict.fromkeys(problems))  # a fan-out's items repeat their step's problems
-    if any(p.severity == "error" for p in problems):
-        raise SpecError(problems)
-    return LoadedWorkflow(wf, file, text, dict(lines), dict(wf.params), tuple(problems), includes, fanouts)
+    return Built(wf, lines, problems, fanouts)
 
 
 def expand_loaded(loaded: LoadedWorkflow, known: Mapping[str, Sequence[Any]]) -> LoadedWorkflow:

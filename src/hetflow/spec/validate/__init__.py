@@ -1,3 +1,4 @@
 """Checks of a whole workflow that no single model can make: the DAG (dag),
-data paths, names and env (checks), and ``when:`` conditions (when).
+data paths, names and env (checks), ``when:`` conditions (when), and a credential written
+into ``env:`` instead of ``secrets:`` (envsecrets).
 """

@@ -13,6 +13,7 @@ from hetflow.spec.fields.imageref import ReferenceSyntaxError, parse_reference
 from hetflow.spec.fields.naming import DATA_PREFIX, fanout_parent
 from hetflow.spec.models import ENV_NAME, Workflow, target_problem
 from hetflow.spec.validate.dag import children, find_cycle
+from hetflow.spec.validate.envsecrets import env_credential_note
 from hetflow.spec.validate.when import when_problems
 
 LineOf = Callable[[tuple[str | int, ...]], int]
@@ -68,6 +69,7 @@ def check_workflow(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
     problems += _check_gang(wf, file, line_of)
     problems += _check_images(wf, file, line_of)
     problems += when_problems(wf, file, line_of)
+    problems += env_credential_note(wf, file, line_of)
     return problems
 
 
