@@ -177,11 +177,8 @@ __all__ = [
     "problem_from_error",
     "read_yaml_text",
     "resource_problem",
-<<<<<<< HEAD
-    "step_label",
-=======
     "salvage_workflow",
->>>>>>> newcomer
+    "step_label",
     "topo_order",
 ]
 
