@@ -203,7 +203,8 @@ class HetflowJob(DockerCommandLineJob):
                 image=image,
                 cpus=spec.cpus or 1.0,
                 memory=request.memory,
-                node=session.node.name if session.node is not None else "local",
+                # a cluster's scheduler places it: its node is known when it ends (``ended``)
+                node=session.node.name if session.node is not None and session.local else "",
                 gpus=tuple(sorted(held)),
             )
         result = run_container(session, step, spec, request, timelimit=self.timelimit)
@@ -213,7 +214,7 @@ class HetflowJob(DockerCommandLineJob):
         if result.timed_out:
             _logger.warning("[job %s] %s", self.name, why)
         if session.recorder is not None:
-            session.recorder.ended(step, result.exit_code, why)
+            session.recorder.ended(step, result.exit_code, why, node=result.node, gpus=result.gpus)
         if key is not None and session.cache is not None and keepable(result.exit_code, Path(self.outdir)):
             session.cache.save(key, session.run_id, step, session.workflow, Path(self.outdir))
         return result.exit_code

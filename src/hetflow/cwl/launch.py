@@ -17,7 +17,8 @@ class Result:
     exit_code: int
     log_lines: list[str] = field(default_factory=list)  # what the tool wrote that was not redirected
     timed_out: bool = False
-    node: str | None = None
+    node: str | None = None  # where the backend ran it, when it says
+    gpus: tuple[int | str, ...] = ()  # the GPUs the backend gave it, when it says
 
 
 def run_container(
@@ -50,4 +51,5 @@ def run_container(
         log_lines=[text for _, text in lines],
         timed_out=timed_out,
         node=None if state is None else state.node,
+        gpus=() if state is None else state.gpus,
     )

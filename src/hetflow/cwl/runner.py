@@ -24,6 +24,9 @@ from hetflow.errors import HetflowError
 from hetflow.execute import DEFAULT_BACKEND, load_settings, make_backend
 
 UNLIMITED = float(2**40)
+# Jobs in flight at once on a cluster backend (its scheduler queues the rest): cwltool's task
+# queue starts one thread per core it is given, so the bound is a thread count, not the cluster's
+CLUSTER_JOBS = 64
 
 
 class HetflowExecutor(MultithreadedJobExecutor):
@@ -47,7 +50,14 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
         help="hetflow's backend (else config.yaml or HETFLOW_BACKEND)",
     )
     parser.add_argument("--hetflow-no-cache", action="store_true", help="reuse no cached job result, keep none")
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    parser.add_argument(
+        "--hetflow-config",
+        metavar="FILE",
+        default=None,
+        help="hetflow's settings file (default $HETFLOW_HOME/config.yaml)",
+    )
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     if not args.default_container:
         args.default_container = DEFAULT_IMAGE
     args.podman = True
@@ -58,14 +68,16 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
     args.use_container = True  # every job runs in hetflow's container (README "CWL")
     workflow = Path(args.workflow) if args.workflow else Path("-")
     try:
-        settings = load_settings(None, hetflow_home(), os.environ, backend=args.hetflow_backend)
+        config = Path(args.hetflow_config) if args.hetflow_config else None
+        settings = load_settings(config, hetflow_home(), os.environ, backend=args.hetflow_backend)
         session = session or Session.open(
             hetflow_home(),
             workflow,
             default_image=args.default_container,
             backend=make_backend(settings),
             cache=settings.cache and not args.hetflow_no_cache,
-            local=settings.backend == DEFAULT_BACKEND,
+            settings=settings,
+            argv=argv,
         )
     except HetflowError as exc:  # a store that cannot be opened, no container engine: what to fix
         print(f"hetflow-cwl-runner: {exc}", file=sys.stderr)
@@ -91,7 +103,10 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
 
 
 def capacity(session: Session) -> tuple[float, float, int]:
-    """How many cores, MiB and GPUs the session's jobs may hold at once."""
+    """How many cores, MiB and GPUs the session's jobs may hold at once: this machine's for
+    the local backend; a cluster's scheduler queues what does not fit, so no bound there."""
+    if not session.local:
+        return float(CLUSTER_JOBS), UNLIMITED, CLUSTER_JOBS
     cores = float(os.cpu_count() or 1)
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**20
     # at least 1: a CUDA job on a node without one reaches hetflow's placement, which says why it cannot run

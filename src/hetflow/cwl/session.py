@@ -5,8 +5,10 @@ so the session rides along as one attribute of ``HetflowContext`` and every job 
 
 from __future__ import annotations
 
+import os
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,12 +16,12 @@ from cwltool.context import RuntimeContext
 
 from hetflow.config import submitter
 from hetflow.cwl.keep.cache import JobCache
-from hetflow.cwl.keep.record import Recorder
+from hetflow.cwl.keep.record import Invocation, Recorder
 from hetflow.cwl.keep.storethread import StoreThread
 from hetflow.cwl.placement import GpuChoice, choose_gpus
 from hetflow.cwl.requests import JobRequest
 from hetflow.cwl.waiting import Waiter
-from hetflow.execute import Backend, make_backend, new_run_id
+from hetflow.execute import DEFAULT_BACKEND, Backend, Settings, make_backend, new_run_id
 from hetflow.inventory import Node, discover
 
 # The image a CommandLineTool without a DockerRequirement runs in (README "CWL"): the
@@ -58,16 +60,19 @@ class Session:
         default_image: str = DEFAULT_IMAGE,
         backend: Backend | None = None,
         cache: bool = True,
-        local: bool = True,
+        settings: Settings | None = None,
+        argv: Sequence[str] = (),
     ) -> Session:
         """A new run in the store under ``home`` (HETFLOW_HOME), its work directory
-        ``home/runs/RUN``."""
+        ``home/runs/RUN``; ``settings`` (its backend's) and the runner's ``argv`` are kept with it."""
         uid, gid = submitter()
         run_id = new_run_id()
         node = discover(home)
         workdir = home / "runs" / run_id
         owner = StoreThread(home / "state.db")
-        recorder = Recorder.create(owner, run_id=run_id, workflow=workflow, workdir=workdir, uid=uid, gid=gid)
+        settings = settings or Settings()
+        what = Invocation(workflow, tuple(argv), os.getcwd(), settings)
+        recorder = Recorder.create(owner, run_id=run_id, what=what, workdir=workdir, uid=uid, gid=gid)
         return cls(
             workdir=workdir,
             backend=backend or make_backend(),
@@ -79,7 +84,7 @@ class Session:
             cache=JobCache(owner, home / "cache") if cache else None,
             workflow=workflow.name,
             node=node,
-            local=local,
+            local=settings.backend == DEFAULT_BACKEND,
         )
 
     def image_exists(self, image: str) -> bool:

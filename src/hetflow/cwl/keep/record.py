@@ -8,9 +8,11 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from hetflow.cwl.keep.storethread import StoreThread
+from hetflow.execute import Settings
 from hetflow.state import (
     FAILED,
     LAUNCHING,
@@ -25,15 +27,28 @@ from hetflow.state import (
 )
 
 
+@dataclass(frozen=True)
+class Invocation:
+    """What a CWL run was asked to do, kept with it (``hetflow resume`` runs it again): the
+    file, the runner's arguments and folder, the settings."""
+
+    workflow: Path
+    argv: tuple[str, ...]
+    cwd: str
+    settings: Settings
+
+
 class Recorder:
     def __init__(self, owner: StoreThread, run_id: str) -> None:
         self.owner = owner
         self.run_id = run_id
 
     @classmethod
-    def create(cls, owner: StoreThread, *, run_id: str, workflow: Path, workdir: Path, uid: int, gid: int) -> Recorder:
+    def create(
+        cls, owner: StoreThread, *, run_id: str, what: Invocation, workdir: Path, uid: int, gid: int
+    ) -> Recorder:
         workdir.mkdir(parents=True, exist_ok=True)
-        owner.call(lambda store: _create(store, run_id, workflow, workdir, uid, gid))
+        owner.call(lambda store: _create(store, run_id, what, workdir, uid, gid))
         return cls(owner, run_id)
 
     def started(
@@ -72,8 +87,12 @@ class Recorder:
         """A job whose result came from the cache: a step that succeeded without a container."""
         self.owner.call(lambda store: self._cached(store, step, cwl_name, source_run))
 
-    def ended(self, step: str, exit_code: int, message: str = "") -> None:
-        self.owner.call(lambda store: self._ended(store, step, exit_code, message))
+    def ended(
+        self, step: str, exit_code: int, message: str = "", *, node: str | None = None, gpus: tuple[int | str, ...] = ()
+    ) -> None:
+        """``node``, ``gpus``: where a cluster's scheduler ran it and what it gave (None, ():
+        as recorded at the start)."""
+        self.owner.call(lambda store: self._ended(store, step, exit_code, message, node, gpus))
 
     def finish(self, succeeded: bool) -> None:
         state = RUN_SUCCEEDED if succeeded else RUN_FAILED
@@ -98,25 +117,34 @@ class Recorder:
         self._add_step(store, step, why)
         store.set_step(self.run_id, step, state=SUCCEEDED, event=why, ended=time.time(), reason=why)
 
-    def _ended(self, store: Store, step: str, exit_code: int, message: str) -> None:
+    def _ended(
+        self, store: Store, step: str, exit_code: int, message: str, node: str | None, gpus: tuple[int | str, ...]
+    ) -> None:
         state = SUCCEEDED if exit_code == 0 else FAILED
         now = time.time()
-        store.set_attempt(self.run_id, step, 1, state=state, exit_code=exit_code, ended=now, message=message)
+        where: dict[str, object] = {"node": node} if node else {}
+        if gpus:
+            where["gpus"] = gpus
+        columns = {**where, **({"gpus": json.dumps(list(gpus))} if gpus else {})}  # the attempt's row holds JSON
+        store.set_attempt(self.run_id, step, 1, state=state, exit_code=exit_code, ended=now, message=message, **columns)
         why = "exit 0" if exit_code == 0 else f"exit {exit_code}{': ' + message if message else ''}"
-        store.set_step(self.run_id, step, state=state, exit_code=exit_code, ended=now, event=why)
+        store.set_step(self.run_id, step, state=state, exit_code=exit_code, ended=now, event=why, **where)
 
 
-def _create(store: Store, run_id: str, workflow: Path, workdir: Path, uid: int, gid: int) -> None:
+def _create(store: Store, run_id: str, what: Invocation, workdir: Path, uid: int, gid: int) -> None:
+    workflow = what.workflow
     store.create_run(
         run_id=run_id,
         name=workflow.stem,
         workflow_file=str(workflow.resolve()) if workflow.exists() else str(workflow),
-        spec_json=json.dumps({"cwl": str(workflow), "steps": {}}),
+        spec_json=json.dumps({"cwl": str(workflow), "steps": {}, "argv": list(what.argv), "cwd": what.cwd}),
         params_json="{}",
         uid=uid,
         gid=gid,
         workdir=str(workdir),
         steps=[],
+        backend=what.settings.backend,
+        backend_json=what.settings.to_json(),
     )
     pid = os.getpid()
     store.claim_run(run_id, pid, pid_alive, start=process_start(pid))
