@@ -21,7 +21,7 @@ from hetflow.config import hetflow_home
 from hetflow.cwl.session import DEFAULT_IMAGE, HetflowContext, Session
 from hetflow.cwl.tool import make_tool
 from hetflow.errors import HetflowError
-from hetflow.execute import DEFAULT_BACKEND, load_settings, make_backend
+from hetflow.execute import load_settings, make_backend
 
 UNLIMITED = float(2**40)
 # Jobs in flight at once on a cluster backend (its scheduler queues the rest): cwltool's task
