@@ -140,7 +140,8 @@ class HetflowJob(DockerCommandLineJob):
         cuda = self.builder.get_requirement(CUDA_REQUIREMENT)[0]
         request = job_request(self.builder.resources, cuda)
         step = session.step_name(self.name)
-        name = f"hf-{session.run_id}-{step}-1"
+        attempt = session.recorder.next_attempt(step) if session.recorder is not None else 1
+        name = f"hf-{session.run_id}-{step}-{attempt}"
         access = None
         held: set[int] = set()
         if request.gpus and session.local:
@@ -151,15 +152,15 @@ class HetflowJob(DockerCommandLineJob):
             _logger.info("[job %s] placed on %s: %s", self.name, session.node.name if session.node else "", choice.why)
             access = gpu_access(list(choice.gpus), session.node) if session.node is not None else None
         try:
-            return self._contained(session, step, name, image, command, io, environment, request, access, held)
+            where = (step, attempt, name)
+            return self._contained(session, where, image, command, io, environment, request, access, held)
         finally:
             session.release_gpus(held)
 
     def _contained(
         self,
         session: Session,
-        step: str,
-        name: str,
+        where: tuple[str, int, str],  # step, attempt, container name
         image: str,
         command: list[str],
         io: Redirects,
@@ -168,10 +169,12 @@ class HetflowJob(DockerCommandLineJob):
         access: GpuAccess | None,
         held: set[int],
     ) -> int:
+        step, attempt, name = where
         spec = container_spec(
             name=name,
             run_id=session.run_id,
             step=step,
+            attempt=attempt,
             cwl_name=self.name,
             image=image,
             command=command,
@@ -181,7 +184,7 @@ class HetflowJob(DockerCommandLineJob):
             request=request,
             user=f"{session.uid}:{session.gid}",
             network=bool(self.networkaccess),
-            log_path=str(session.workdir / "logs" / f"{step}.1.log"),
+            log_path=str(session.workdir / "logs" / f"{step}.{attempt}.log"),
             max_cpus=float(os.cpu_count() or 1),
             access=access,
             entrypoint=session.image_entrypoint(image),
@@ -207,7 +210,7 @@ class HetflowJob(DockerCommandLineJob):
                 node=session.node.name if session.node is not None and session.local else "",
                 gpus=tuple(sorted(held)),
             )
-        result = run_container(session, step, spec, request, timelimit=self.timelimit)
+        result = run_container(session, step, spec, request, timelimit=self.timelimit, attempt=attempt)
         for line in result.log_lines:
             sys.stderr.write(line + "\n")
         why = f"exceeded its time limit of {self.timelimit} s" if result.timed_out else ""

@@ -22,13 +22,19 @@ class Result:
 
 
 def run_container(
-    session: Session, step: str, spec: ContainerSpec, request: JobRequest, *, timelimit: int | None = None
+    session: Session,
+    step: str,
+    spec: ContainerSpec,
+    request: JobRequest,
+    *,
+    timelimit: int | None = None,
+    attempt: int = 1,
 ) -> Result:
     job = Job(
         name=spec.name,
         run_id=session.run_id,
         step=step,
-        attempt=1,
+        attempt=attempt,
         container=spec,
         cpus=spec.cpus or request.cpus,
         memory=request.memory,

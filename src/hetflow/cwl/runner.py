@@ -21,7 +21,7 @@ from hetflow.config import hetflow_home
 from hetflow.cwl.session import DEFAULT_IMAGE, HetflowContext, Session
 from hetflow.cwl.tool import make_tool
 from hetflow.errors import HetflowError
-from hetflow.execute import load_settings, make_backend
+from hetflow.execute import Settings, load_settings, make_backend
 
 UNLIMITED = float(2**40)
 # Jobs in flight at once on a cluster backend (its scheduler queues the rest): cwltool's task
@@ -41,7 +41,11 @@ class HetflowExecutor(MultithreadedJobExecutor):
         self.max_cuda = gpus
 
 
-def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, *, session: Session | None = None, resume: tuple[str, Settings] | None = None
+) -> int:
+    """``resume``: run the recorded run of that id again, with its recorded settings
+    (``control.resume``), instead of a new one."""
     parser = arg_parser()
     parser.add_argument(
         "--hetflow-backend",
@@ -69,7 +73,10 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
     workflow = Path(args.workflow) if args.workflow else Path("-")
     try:
         config = Path(args.hetflow_config) if args.hetflow_config else None
-        settings = load_settings(config, hetflow_home(), os.environ, backend=args.hetflow_backend)
+        if resume is not None:
+            settings = resume[1]
+        else:
+            settings = load_settings(config, hetflow_home(), os.environ, backend=args.hetflow_backend)
         session = session or Session.open(
             hetflow_home(),
             workflow,
@@ -78,6 +85,7 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
             cache=settings.cache and not args.hetflow_no_cache,
             settings=settings,
             argv=argv,
+            resume=resume[0] if resume is not None else None,
         )
     except HetflowError as exc:  # a store that cannot be opened, no container engine: what to fix
         print(f"hetflow-cwl-runner: {exc}", file=sys.stderr)

@@ -62,17 +62,26 @@ class Session:
         cache: bool = True,
         settings: Settings | None = None,
         argv: Sequence[str] = (),
+        resume: str | None = None,
     ) -> Session:
         """A new run in the store under ``home`` (HETFLOW_HOME), its work directory
-        ``home/runs/RUN``; ``settings`` (its backend's) and the runner's ``argv`` are kept with it."""
+        ``home/runs/RUN``; ``settings`` (its backend's) and the runner's ``argv`` are kept with it.
+        ``resume``: the run of that id again instead (``cwl.control``)."""
         uid, gid = submitter()
-        run_id = new_run_id()
+        run_id = resume or new_run_id()
         node = discover(home)
         workdir = home / "runs" / run_id
         owner = StoreThread(home / "state.db")
         settings = settings or Settings()
         what = Invocation(workflow, tuple(argv), os.getcwd(), settings)
-        recorder = Recorder.create(owner, run_id=run_id, what=what, workdir=workdir, uid=uid, gid=gid)
+        try:
+            if resume:
+                recorder = Recorder.reopen(owner, run_id)
+            else:
+                recorder = Recorder.create(owner, run_id=run_id, what=what, workdir=workdir, uid=uid, gid=gid)
+        except BaseException:
+            owner.close()
+            raise
         return cls(
             workdir=workdir,
             backend=backend or make_backend(),

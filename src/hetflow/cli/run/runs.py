@@ -159,6 +159,11 @@ def resume(
     _secrets_file(secrets_file)
     store = open_store()
     record = store.run(store.resolve_run_id(run_id))
+    from hetflow.cwl import cwl_invocation, resume_cwl_run
+
+    if cwl_invocation(record) is not None:  # the cwl-runner again, as the same run (``hetflow.cwl.control``)
+        flags = [f for f, given in (("--detach", detach), ("--step", step), ("--grace", grace)) if given]
+        raise typer.Exit(resume_cwl_run(store, record, quiet=quiet, refused=flags))
     if record.state == RUN_SUCCEEDED:
         console.print(f"run {record.id} already succeeded; nothing to resume", highlight=False)
         _tidy(store, record.id)
@@ -412,8 +417,13 @@ def stop(
     if record.state in RUN_TERMINAL and record.state != RUN_RUNNING:
         console.print(f"run {rid} is already {record.state}")
         return
+    from hetflow.cwl import cwl_invocation, stop_cwl_run
+
     backend = make_backend(Settings.from_json(record.backend_json))
-    names = stop_run(store, backend, rid, grace=seconds, checkpoint=checkpoint)
+    if cwl_invocation(record) is not None:  # its runner ended, then its containers (``hetflow.cwl.control``)
+        names = stop_cwl_run(store, backend, record, seconds, checkpoint=checkpoint)
+    else:
+        names = stop_run(store, backend, rid, grace=seconds, checkpoint=checkpoint)
     console.print(f"run {rid} stopped ({len(names)} container(s)); 'hetflow resume {rid}' continues it")
 
 

@@ -16,9 +16,12 @@ from hetflow.execute import Settings
 from hetflow.state import (
     FAILED,
     LAUNCHING,
+    PENDING,
     RUN_FAILED,
     RUN_SUCCEEDED,
     RUNNING,
+    SKIPPED,
+    STOPPED,
     SUCCEEDED,
     AttemptRecord,
     Store,
@@ -42,6 +45,22 @@ class Recorder:
     def __init__(self, owner: StoreThread, run_id: str) -> None:
         self.owner = owner
         self.run_id = run_id
+        self._attempts: dict[str, int] = {}  # step -> the attempt this invocation runs
+
+    @classmethod
+    def reopen(cls, owner: StoreThread, run_id: str) -> Recorder:
+        """The run ``run_id`` again (``hetflow resume``): this process is its executor now;
+        its steps are taken up as cwltool makes their jobs again (``_add_step``)."""
+        pid = os.getpid()
+        owner.call(lambda store: store.claim_run(run_id, pid, pid_alive, start=process_start(pid)))
+        owner.call(lambda store: store.set_run(run_id, message=""))
+        return cls(owner, run_id)
+
+    def next_attempt(self, step: str) -> int:
+        """The attempt a job of ``step`` runs as: 1, or one after those a resumed run recorded."""
+        done = self.owner.call(lambda store: len(store.attempts(self.run_id, step)))
+        self._attempts[step] = done + 1
+        return done + 1
 
     @classmethod
     def create(
@@ -66,7 +85,7 @@ class Recorder:
         attempt = AttemptRecord(
             run_id=self.run_id,
             step=step,
-            attempt=1,
+            attempt=self._attempts.get(step, 1),
             variant="cwl",
             node=node,
             gpus=gpus,
@@ -99,17 +118,28 @@ class Recorder:
         self.owner.call(lambda store: store.set_run(self.run_id, state=state, ended=time.time()))
 
     def _add_step(self, store: Store, step: str, why: str) -> None:
-        run = store.run(self.run_id)
-        store.amend_run(
-            self.run_id, spec_json=run.spec_json, plan_json=None, add=[step], drop=[], expansions=[], message=why
-        )
+        """The step, new (added to the run) or one a resumed run had (pending again)."""
+        known = {s.step: s.state for s in store.steps(self.run_id)}
+        if step not in known:
+            run = store.run(self.run_id)
+            store.amend_run(
+                self.run_id, spec_json=run.spec_json, plan_json=None, add=[step], drop=[], expansions=[], message=why
+            )
+        elif known[step] in (SUCCEEDED, FAILED, STOPPED, SKIPPED):
+            store.set_step(self.run_id, step, state=PENDING, event=f"resumed: {why}")
         store.set_step(self.run_id, step, state=LAUNCHING, variant="cwl", node="local")
 
     def _started(self, store: Store, step: str, cwl_name: str, attempt: AttemptRecord) -> None:
         self._add_step(store, step, f"CWL job {cwl_name} is step {step}")
         store.add_attempt(attempt)
         store.set_step(
-            self.run_id, step, state=RUNNING, attempts=1, started=time.time(), node=attempt.node, gpus=attempt.gpus
+            self.run_id,
+            step,
+            state=RUNNING,
+            attempts=attempt.attempt,
+            started=time.time(),
+            node=attempt.node,
+            gpus=attempt.gpus,
         )
 
     def _cached(self, store: Store, step: str, cwl_name: str, source_run: str) -> None:
