@@ -34,10 +34,11 @@ outputs:
 HINT = f"class: Workflow\nhints:\n  DockerRequirement: {{dockerPull: {BUSYBOX}}}\n"
 
 
-def write_workflow(folder: Path, n: int = 7) -> Path:
-    """wf.cwl (prep, a CPU job; train, a CUDA job), its tools and inputs.yml in ``folder``."""
+def write_workflow(folder: Path, n: int = 7, cc: str = "7.0") -> Path:
+    """wf.cwl (prep, a CPU job; train, a CUDA job needing compute capability ``cc``), its
+    tools and inputs.yml in ``folder``."""
     (folder / "prep.cwl").write_text(PREP)
-    (folder / "train.cwl").write_text(TRAIN)
+    (folder / "train.cwl").write_text(TRAIN.replace('cudaComputeCapability: "7.0"', f'cudaComputeCapability: "{cc}"'))
     (folder / "wf.cwl").write_text(WORKFLOW.replace("class: Workflow\n", HINT))
     (folder / "inputs.yml").write_text(f"n: {n}\n")
     return folder / "wf.cwl"

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.hfkit import BUSYBOX, Hetflow
+from tests.integration.cwlkit import HINT
+from tests.integration.hfkit import Hetflow
 from tests.integration.test_cwl_rerun import WORKFLOW
 
 pytestmark = pytest.mark.integration
@@ -33,11 +34,7 @@ def _running(run_id: str) -> list[str]:
 def started(hf: Hetflow, tmp_path: Path, busybox: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """``hetflow run wf.cwl job.json`` in the background (in tmp_path, where its outputs go),
     once its ``second`` job's container runs; killed and its containers removed after."""
-    (tmp_path / "wf.cwl").write_text(
-        WORKFLOW.replace(
-            "class: Workflow\n", f"class: Workflow\nhints:\n  DockerRequirement: {{dockerPull: {BUSYBOX}}}\n"
-        )
-    )
+    (tmp_path / "wf.cwl").write_text(WORKFLOW.replace("class: Workflow\n", HINT))
     (tmp_path / "job.json").write_text(json.dumps({"wait": "300"}))
     cmd = [sys.executable, "-m", "hetflow.cli.main", "run", "-q", "wf.cwl", "job.json"]
     proc = subprocess.Popen(cmd, env=hf.env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

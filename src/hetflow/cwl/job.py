@@ -27,6 +27,7 @@ from cwltool.errors import UnsupportedRequirement, WorkflowException
 from hetflow.cwl.container import Redirects, container_spec, mounts_from_args
 from hetflow.cwl.keep.cache import job_key, keepable
 from hetflow.cwl.launch import run_container
+from hetflow.cwl.placement import place_of
 from hetflow.cwl.requests import CUDA_REQUIREMENT, JobRequest, job_request
 from hetflow.cwl.session import Session, session_of
 from hetflow.errors import HetflowError
@@ -210,7 +211,10 @@ class HetflowJob(DockerCommandLineJob):
                 node=session.node.name if session.node is not None and session.local else "",
                 gpus=tuple(sorted(held)),
             )
-        result = run_container(session, step, spec, request, timelimit=self.timelimit, attempt=attempt)
+        place = place_of(session.places, self.name) if session.places else None
+        if place is not None:
+            _logger.info("[job %s] %s", self.name, place.why)
+        result = run_container(session, step, spec, request, timelimit=self.timelimit, attempt=attempt, place=place)
         for line in result.log_lines:
             sys.stderr.write(line + "\n")
         why = f"exceeded its time limit of {self.timelimit} s" if result.timed_out else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hetflow.cwl.placement import ClusterPlace
 from hetflow.cwl.requests import JobRequest
 from hetflow.cwl.session import Session
 from hetflow.execute import ContainerSpec, Job, read_lines
@@ -29,7 +30,9 @@ def run_container(
     *,
     timelimit: int | None = None,
     attempt: int = 1,
+    place: ClusterPlace | None = None,
 ) -> Result:
+    """``place``: where a cluster's plan puts it (its scheduler is asked for that node or class)."""
     job = Job(
         name=spec.name,
         run_id=session.run_id,
@@ -39,6 +42,9 @@ def run_container(
         cpus=spec.cpus or request.cpus,
         memory=request.memory,
         gpus=request.gpus,
+        node=place.node if place else None,
+        node_class=place.node_class if place else None,
+        gpu_model=place.gpu_model if place else None,
     )
     if spec.log_path:
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)

@@ -18,10 +18,10 @@ from hetflow.config import submitter
 from hetflow.cwl.keep.cache import JobCache
 from hetflow.cwl.keep.record import Invocation, Recorder
 from hetflow.cwl.keep.storethread import StoreThread
-from hetflow.cwl.placement import GpuChoice, choose_gpus
+from hetflow.cwl.placement import ClusterPlace, GpuChoice, choose_gpus, cluster_places
 from hetflow.cwl.requests import JobRequest
 from hetflow.cwl.waiting import Waiter
-from hetflow.execute import DEFAULT_BACKEND, Backend, Settings, make_backend, new_run_id
+from hetflow.execute import DEFAULT_BACKEND, Backend, Settings, make_backend, new_run_id, plan_on_cluster
 from hetflow.inventory import Node, discover
 
 # The image a CommandLineTool without a DockerRequirement runs in (README "CWL"): the
@@ -50,6 +50,8 @@ class Session:
     local: bool = True
     _waiter: Waiter | None = None
     _busy_gpus: set[int] = field(default_factory=set)
+    # on a cluster backend with a cluster file: each planned step's place (``placement``)
+    places: dict[str, ClusterPlace] = field(default_factory=dict)
 
     @classmethod
     def open(
@@ -79,6 +81,8 @@ class Session:
                 recorder = Recorder.reopen(owner, run_id)
             else:
                 recorder = Recorder.create(owner, run_id=run_id, what=what, workdir=workdir, uid=uid, gid=gid)
+            local = settings.backend == DEFAULT_BACKEND
+            places = {} if local or settings.cluster is None else _plan(owner, workflow, settings, default_image)
         except BaseException:
             owner.close()
             raise
@@ -93,7 +97,8 @@ class Session:
             cache=JobCache(owner, home / "cache") if cache else None,
             workflow=workflow.name,
             node=node,
-            local=settings.backend == DEFAULT_BACKEND,
+            local=local,
+            places=places,
         )
 
     def image_exists(self, image: str) -> bool:
@@ -152,6 +157,17 @@ class Session:
             self._waiter.close()
         if self.recorder is not None:
             self.recorder.owner.close()
+
+
+def _plan(owner: StoreThread, workflow: Path, settings: Settings, image: str) -> dict[str, ClusterPlace]:
+    """The CWL file planned on the settings' cluster file as ``hetflow plan x.cwl --cluster``
+    plans it (``static``), history winning over estimates as for any run."""
+    from hetflow.cwl.static import workflow_yaml  # static names this module's DEFAULT_IMAGE
+    from hetflow.spec import parse_workflow
+
+    loaded = parse_workflow(workflow_yaml(workflow, image), str(workflow))
+    planned = owner.call(lambda store: plan_on_cluster(store, loaded, settings))
+    return cluster_places(planned.plan.placements if planned.plan else {}, planned.classes)
 
 
 class HetflowContext(RuntimeContext):

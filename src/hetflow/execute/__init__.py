@@ -82,7 +82,7 @@ if TYPE_CHECKING:
     from hetflow.execute.secrets import SECRETS_FILE_ENV, Secrets, activate, gather_available, mask
     from hetflow.execute.settings import RunnerConfig, Settings, load_settings
     from hetflow.execute.submit.pin import PinResult, default_resolver, pin_images
-    from hetflow.execute.submit.prepare import cluster_instance, measured_slowdowns
+    from hetflow.execute.submit.prepare import cluster_instance, measured_slowdowns, plan_on_cluster
     from hetflow.execute.submit.preview import Preview, StepPreview, check_run, preview_run
     from hetflow.execute.submit.record import create_run, new_run_id, preflight
     from hetflow.execute.submit.rehash import rehash_for_resume
@@ -98,7 +98,7 @@ _WHERE = {
     "data.inputs": ["DataManifest", "ObjectStore", "resolve_data", "s3_filesystem"],
     "backends.local.fakeengine": ["FakeEngine"],
     "data.fanout": ["expand_for_planning"],
-    "submit.prepare": ["cluster_instance", "measured_slowdowns"],
+    "submit.prepare": ["cluster_instance", "measured_slowdowns", "plan_on_cluster"],
     "submit.preview": ["Preview", "StepPreview", "check_run", "preview_run"],
     "run.launch.container": ["build_spec", "container_env", "input_mounts"],
     "run.dispatching.dispatch": ["ClusterDispatch", "Decision", "Dispatch", "LocalDispatch"],
@@ -258,6 +258,7 @@ __all__ = [
     "payload",
     "pid_alive",
     "pin_images",
+    "plan_on_cluster",
     "preflight",
     "preview_run",
     "read_lines",
