@@ -54,6 +54,7 @@ def main(
         help="hetflow's backend (else config.yaml or HETFLOW_BACKEND)",
     )
     parser.add_argument("--hetflow-no-cache", action="store_true", help="reuse no cached job result, keep none")
+    parser.add_argument("--hetflow-cluster", metavar="FILE", default=None, help="the cluster file to plan on")
     parser.add_argument(
         "--hetflow-config",
         metavar="FILE",
@@ -76,7 +77,8 @@ def main(
         if resume is not None:
             settings = resume[1]
         else:
-            settings = load_settings(config, hetflow_home(), os.environ, backend=args.hetflow_backend)
+            cluster = Path(args.hetflow_cluster) if args.hetflow_cluster else None
+            settings = load_settings(config, hetflow_home(), os.environ, backend=args.hetflow_backend, cluster=cluster)
         session = session or Session.open(
             hetflow_home(),
             workflow,

@@ -22,6 +22,7 @@ from hetflow.cli.common import (
     print_json,
     print_problems,
 )
+from hetflow.cli.run.cwlrun import run_cwl
 from hetflow.cli.shell import complete_runs
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
@@ -101,7 +102,9 @@ def run(
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
     if file.suffix == ".cwl":
-        raise typer.Exit(_run_cwl(file, inputs, quiet, backend=backend, config=config, no_cache=no_cache))
+        raise typer.Exit(
+            run_cwl(file, inputs, quiet, backend=backend, config=config, no_cache=no_cache, cluster=cluster)
+        )
     if inputs is not None:
         raise UsageError(f"{inputs}: an inputs file goes with a CWL workflow (FILE.cwl), not with {file}")
     from hetflow.execute import apply_resources, load_settings, split_profiles, submit_run
@@ -425,19 +428,3 @@ def stop(
     else:
         names = stop_run(store, backend, rid, grace=seconds, checkpoint=checkpoint)
     console.print(f"run {rid} stopped ({len(names)} container(s)); 'hetflow resume {rid}' continues it")
-
-
-def _run_cwl(
-    file: Path, inputs: Path | None, quiet: bool, *, backend: str | None, config: Path | None, no_cache: bool
-) -> int:
-    """``hetflow run x.cwl inputs.yml``: the cwl-runner (``hetflow.cwl``), its outputs in the
-    current directory as cwltool puts them, the output object on stdout; ``--backend``,
-    ``--config`` and ``--no-cache`` as for a hetflow workflow."""
-    from hetflow.cwl import main as cwl_main
-
-    flags = [*(["--quiet"] if quiet else []), *(["--hetflow-no-cache"] if no_cache else [])]
-    flags += [
-        *(["--hetflow-backend", backend] if backend else []),
-        *(["--hetflow-config", str(config)] if config else []),
-    ]
-    return cwl_main([*flags, str(file), *([str(inputs)] if inputs is not None else [])])
