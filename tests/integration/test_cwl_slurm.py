@@ -87,3 +87,18 @@ def _slurm_jobs(cluster: LocalSlurm, run_id: str, state: str) -> list[str]:
     return sorted(
         n for n, st in (line.split() for line in out.splitlines()) if n.startswith(f"hf-{run_id}-") and st == state
     )
+
+
+def test_a_cuda_job_no_node_can_serve_is_refused_before_the_run_starts(
+    hf: Hetflow,
+    tmp_path: Path,
+    slurm_cluster: LocalSlurm,  # noqa: F811
+) -> None:
+    """Compute capability 9.0: neither the A100 (8.0) nor the T4 (7.5) qualifies; the plan says
+    so, nothing is submitted and no run is left in the store."""
+    config = slurm_config(tmp_path, slurm_cluster, CLUSTER_FILE)
+    workflow = write_workflow(tmp_path, cc="9.0")
+    proc = hetflow(tmp_path, hf.env, "run", "-q", "--config", config, str(workflow), str(tmp_path / "inputs.yml"))
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert "train" in proc.stderr and "9.0" in proc.stderr, proc.stderr
+    assert json.loads(hf("ps", "--all", "--json").stdout) == []

@@ -77,12 +77,13 @@ class Session:
         settings = settings or Settings()
         what = Invocation(workflow, tuple(argv), os.getcwd(), settings)
         try:
+            # planned first: a workflow that cannot be placed leaves no run behind
+            local = settings.backend == DEFAULT_BACKEND
+            places = {} if local or settings.cluster is None else _plan(owner, workflow, settings, default_image)
             if resume:
                 recorder = Recorder.reopen(owner, run_id)
             else:
                 recorder = Recorder.create(owner, run_id=run_id, what=what, workdir=workdir, uid=uid, gid=gid)
-            local = settings.backend == DEFAULT_BACKEND
-            places = {} if local or settings.cluster is None else _plan(owner, workflow, settings, default_image)
         except BaseException:
             owner.close()
             raise
