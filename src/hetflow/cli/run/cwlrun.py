@@ -4,6 +4,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hetflow.errors import UsageError
+
+
+def refuse_for_cwl(file: Path, **given: object) -> None:
+    """The ``hetflow run`` flags given (truthy) that a CWL file's run does not take, refused by name."""
+    named = [f"--{name.replace('_', '-')}" for name, value in given.items() if value]
+    if named:
+        raise UsageError(
+            f"{file}: {', '.join(named)} {'does' if len(named) == 1 else 'do'} not apply to a CWL run; "
+            "it takes --backend, --config, --cluster, --no-cache and -q (docs/guides/cwl-clusters.md)"
+        )
+
 
 def run_cwl(
     file: Path,

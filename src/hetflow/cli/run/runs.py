@@ -22,7 +22,7 @@ from hetflow.cli.common import (
     print_json,
     print_problems,
 )
-from hetflow.cli.run.cwlrun import run_cwl
+from hetflow.cli.run.cwlrun import refuse_for_cwl, run_cwl
 from hetflow.cli.shell import complete_runs
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
@@ -102,6 +102,10 @@ def run(
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
     if file.suffix == ".cwl":
+        refuse_for_cwl(
+            file, detach=detach, param=param, profile=profile, params_file=params_file, variant=variant, prefer=prefer,
+            grace=grace, dry_run=dry_run, json=json_out, secrets_file=secrets_file, notify=notify,
+        )  # fmt: skip
         raise typer.Exit(
             run_cwl(file, inputs, quiet, backend=backend, config=config, no_cache=no_cache, cluster=cluster)
         )
