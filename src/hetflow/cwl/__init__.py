@@ -17,10 +17,27 @@ each job's container.  Its rooms, read top to bottom:
                 storethread (the store's own thread)
     placement   which GPUs of the node a CUDA job gets, and why not
     static      a CWL file as a hetflow workflow, for ``hetflow plan x.cwl --explain``
+    control     ``hetflow stop`` and ``resume`` of a CWL run: its runner ended, run again
 """
 
-from hetflow.cwl.requests import JobRequest, job_request
-from hetflow.cwl.runner import main
-from hetflow.cwl.static import workflow_yaml
+from typing import TYPE_CHECKING
 
-__all__ = ["JobRequest", "job_request", "main", "workflow_yaml"]
+from hetflow.lazy import lazy_names
+
+if TYPE_CHECKING:
+    from hetflow.cwl.control import cwl_invocation, resume_cwl_run, stop_cwl_run
+    from hetflow.cwl.requests import JobRequest, job_request
+    from hetflow.cwl.runner import main
+    from hetflow.cwl.static import workflow_yaml
+
+# loaded on first use: telling a CWL run from another (``hetflow stop``) loads no cwltool
+_WHERE = {
+    "control": ["cwl_invocation", "resume_cwl_run", "stop_cwl_run"],
+    "requests": ["JobRequest", "job_request"],
+    "runner": ["main"],
+    "static": ["workflow_yaml"],
+}
+
+__all__ = ["JobRequest", "cwl_invocation", "job_request", "main", "resume_cwl_run", "stop_cwl_run", "workflow_yaml"]
+
+__getattr__, __dir__ = lazy_names(__name__, _WHERE, __all__)

@@ -66,6 +66,7 @@ def container_spec(
     name: str,
     run_id: str,
     step: str,
+    attempt: int = 1,
     cwl_name: str,
     image: str,
     command: Sequence[str],
@@ -92,7 +93,7 @@ def container_spec(
         entrypoint=line[:4],  # /bin/sh -c LINE sh: in place of the image's own
         command=line[4:],
         user=user,
-        labels={LABEL_RUN: run_id, LABEL_STEP: step, LABEL_ATTEMPT: "1", LABEL_CWL: cwl_name[:63]},
+        labels={LABEL_RUN: run_id, LABEL_STEP: step, LABEL_ATTEMPT: str(attempt), LABEL_CWL: cwl_name[:63]},
         env={**env, **access.env},
         mounts=(*mounts, *access.mounts),
         devices=access.devices,

@@ -29,6 +29,7 @@ from hetflow.cwl.batch import BatchJob
 from hetflow.cwl.container import Redirects, container_spec, mounts_from_args
 from hetflow.cwl.keep.cache import job_key, keepable
 from hetflow.cwl.launch import Result, run_batch, run_container
+from hetflow.cwl.placement import ClusterPlace, place_of
 from hetflow.cwl.requests import CUDA_REQUIREMENT, JobRequest, job_request
 from hetflow.cwl.session import Session, session_of
 from hetflow.errors import HetflowError
@@ -142,7 +143,8 @@ class HetflowJob(DockerCommandLineJob):
         cuda = self.builder.get_requirement(CUDA_REQUIREMENT)[0]
         request = job_request(self.builder.resources, cuda)
         step = session.step_name(self.name)
-        name = f"hf-{session.run_id}-{step}-1"
+        attempt = session.recorder.next_attempt(step) if session.recorder is not None else 1
+        name = f"hf-{session.run_id}-{step}-{attempt}"
         access = None
         held: set[int] = set()
         if request.gpus and session.local:
@@ -153,15 +155,15 @@ class HetflowJob(DockerCommandLineJob):
             _logger.info("[job %s] placed on %s: %s", self.name, session.node.name if session.node else "", choice.why)
             access = gpu_access(list(choice.gpus), session.node) if session.node is not None else None
         try:
-            return self._contained(session, step, name, image, command, io, environment, request, access, held)
+            where = (step, attempt, name)
+            return self._contained(session, where, image, command, io, environment, request, access, held)
         finally:
             session.release_gpus(held)
 
     def _contained(
         self,
         session: Session,
-        step: str,
-        name: str,
+        where: tuple[str, int, str],  # step, attempt, container name
         image: str,
         command: list[str],
         io: Redirects,
@@ -170,10 +172,12 @@ class HetflowJob(DockerCommandLineJob):
         access: GpuAccess | None,
         held: set[int],
     ) -> int:
+        step, attempt, name = where
         spec = container_spec(
             name=name,
             run_id=session.run_id,
             step=step,
+            attempt=attempt,
             cwl_name=self.name,
             image=image,
             command=command,
@@ -183,7 +187,7 @@ class HetflowJob(DockerCommandLineJob):
             request=request,
             user=f"{session.uid}:{session.gid}",
             network=bool(self.networkaccess),
-            log_path=str(session.workdir / "logs" / f"{step}.1.log"),
+            log_path=str(session.workdir / "logs" / f"{step}.{attempt}.log"),
             max_cpus=float(os.cpu_count() or 1),
             access=access,
             entrypoint=session.image_entrypoint(image),
@@ -200,31 +204,49 @@ class HetflowJob(DockerCommandLineJob):
                     session.recorder.cached(step, self.name, image=image, source_run=source)
                 _logger.info("[job %s] cached: its result from run %s", self.name, source)
                 return 0
-        if session.batch > 1 and not held and not self.timelimit and access is None:
+        place = place_of(session.places, self.name) if session.places else None
+        if session.batch > 1 and not held and not self.timelimit and access is None and place is None:
             result = self._batched(session, step, image, spec, command, io, environment)
         else:
-            if session.recorder is not None:
-                session.recorder.started(
-                    step,
-                    self.name,
-                    container=name,
-                    image=image,
-                    cpus=spec.cpus or 1.0,
-                    memory=request.memory,
-                    node=session.node.name if session.node is not None else "local",
-                    gpus=tuple(sorted(held)),
-                )
-            result = run_container(session, step, spec, request, timelimit=self.timelimit)
+            result = self._alone(session, (step, attempt, name), image, spec, request, held, place)
         for line in result.log_lines:
             sys.stderr.write(line + "\n")
         why = f"exceeded its time limit of {self.timelimit} s" if result.timed_out else ""
         if result.timed_out:
             _logger.warning("[job %s] %s", self.name, why)
         if session.recorder is not None:
-            session.recorder.ended(step, result.exit_code, why)
+            session.recorder.ended(step, result.exit_code, why, node=result.node, gpus=result.gpus)
         if key is not None and session.cache is not None and keepable(result.exit_code, Path(self.outdir)):
             session.cache.save(key, session.run_id, step, session.workflow, Path(self.outdir))
         return result.exit_code
+
+    def _alone(
+        self,
+        session: Session,
+        where: tuple[str, int, str],  # step, attempt, container name
+        image: str,
+        spec: ContainerSpec,
+        request: JobRequest,
+        held: set[int],
+        place: ClusterPlace | None,
+    ) -> Result:
+        """The job in a container of its own (on a cluster: where its plan put it)."""
+        step, attempt, name = where
+        if session.recorder is not None:
+            session.recorder.started(
+                step,
+                self.name,
+                container=name,
+                image=image,
+                cpus=spec.cpus or 1.0,
+                memory=request.memory,
+                # a cluster's scheduler places it: its node is known when it ends (``ended``)
+                node=session.node.name if session.node is not None and session.local else "",
+                gpus=tuple(sorted(held)),
+            )
+        if place is not None:
+            _logger.info("[job %s] %s", self.name, place.why)
+        return run_container(session, step, spec, request, timelimit=self.timelimit, attempt=attempt, place=place)
 
     def _batched(
         self,

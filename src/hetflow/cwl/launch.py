@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hetflow.cwl.batch import BatchJob, JobResult, batch_spec, read_result, write_folder
+from hetflow.cwl.placement import ClusterPlace
 from hetflow.cwl.requests import MIN_MEMORY, JobRequest
 from hetflow.cwl.session import Session
 from hetflow.execute import ContainerSpec, Job, read_lines
@@ -19,21 +20,33 @@ class Result:
     exit_code: int
     log_lines: list[str] = field(default_factory=list)  # what the tool wrote that was not redirected
     timed_out: bool = False
-    node: str | None = None
+    node: str | None = None  # where the backend ran it, when it says
+    gpus: tuple[int | str, ...] = ()  # the GPUs the backend gave it, when it says
 
 
 def run_container(
-    session: Session, step: str, spec: ContainerSpec, request: JobRequest, *, timelimit: int | None = None
+    session: Session,
+    step: str,
+    spec: ContainerSpec,
+    request: JobRequest,
+    *,
+    timelimit: int | None = None,
+    attempt: int = 1,
+    place: ClusterPlace | None = None,
 ) -> Result:
+    """``place``: where a cluster's plan puts it (its scheduler is asked for that node or class)."""
     job = Job(
         name=spec.name,
         run_id=session.run_id,
         step=step,
-        attempt=1,
+        attempt=attempt,
         container=spec,
         cpus=spec.cpus or request.cpus,
         memory=request.memory,
         gpus=request.gpus,
+        node=place.node if place else None,
+        node_class=place.node_class if place else None,
+        gpu_model=place.gpu_model if place else None,
     )
     if spec.log_path:
         Path(spec.log_path).parent.mkdir(parents=True, exist_ok=True)
@@ -52,6 +65,7 @@ def run_container(
         log_lines=[text for _, text in lines],
         timed_out=timed_out,
         node=None if state is None else state.node,
+        gpus=() if state is None else state.gpus,
     )
 
 

@@ -1,14 +1,17 @@
 """Which of a node's GPUs a CUDA job gets (cwltool:CUDARequirement): a pure choice, with the
 reason for every GPU left out, so a job that cannot run says why instead of failing inside
-its container."""
+its container.  On a cluster backend with a cluster file, where the plan puts each CWL step
+(``cluster_places``): the node or node class and GPU model its Job asks the scheduler for."""
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import re
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 from hetflow.cwl.requests import JobRequest
 from hetflow.inventory import Gpu
+from hetflow.plan import MachineClass, Placement
 
 
 @dataclass(frozen=True)
@@ -49,3 +52,41 @@ def choose_gpus(gpus: Sequence[Gpu], request: JobRequest, busy: Collection[int] 
         return GpuChoice((), f"{len(free)} of {len(fit)} qualifying GPUs free, {request.gpus} asked")
     said = "; ".join(problems) if problems else "this node has no GPU"
     return GpuChoice((), f"{request.gpus} GPU(s) asked, {len(fit)} qualify: {said}")
+
+
+@dataclass(frozen=True)
+class ClusterPlace:
+    """Where the plan puts a CWL step on a cluster backend, in ``Job``'s words."""
+
+    node_class: str | None  # None where the class has one node: ``node`` pins it
+    node: str | None
+    gpu_model: str | None  # the class's GPU model (Slurm's gres type), for a GPU step
+    why: str
+
+
+def cluster_places(steps: Mapping[str, Placement], classes: Sequence[MachineClass]) -> dict[str, ClusterPlace]:
+    """Each planned step's place (``execute.plan_on_cluster``'s placements on the cluster file's
+    classes), as hetflow's executor sends a step there: a class of one node is that node."""
+    by_name = {c.name: c for c in classes}
+    out: dict[str, ClusterPlace] = {}
+    for step, p in steps.items():
+        cls = by_name.get(p.machine_class)
+        pinned = cls is not None and cls.count == 1
+        out[step] = ClusterPlace(
+            node_class=None if pinned else p.machine_class,
+            node=p.machine_class if pinned else None,
+            gpu_model=(cls.gpu_model or None) if cls is not None and cls.gpus and p.gpus else None,
+            why=f"planned on {p.machine_class}",
+        )
+    return out
+
+
+def place_of(places: Mapping[str, ClusterPlace], cwl_name: str) -> ClusterPlace | None:
+    """The plan's place for a CWL job: its step's (the job's name is the step's, a scatter's
+    item ``step_N`` and a subworkflow's step ``sub/step`` by their last name); None where no
+    planned step, or more than one, has that name."""
+    for name in (cwl_name, re.sub(r"_\d+$", "", cwl_name)):
+        found = [place for step, place in places.items() if step.rsplit("/", 1)[-1] == name]
+        if len(found) == 1:
+            return found[0]
+    return None

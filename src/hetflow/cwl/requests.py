@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 from hetflow.errors import UsageError
 
+# The image a CommandLineTool without a DockerRequirement runs in (docs/guides/cwl.md): the
+# conformance harness's stand-in for Debian's slim image, built locally (no registry here).
+DEFAULT_IMAGE = "docker.io/debian:stable-slim"
 CUDA_REQUIREMENT = "http://commonwl.org/cwltool#CUDARequirement"
 MIB = 2**20
 # podman refuses a memory limit under 6 MiB; a CWL ``ramMin: 1`` is a request, not a cage

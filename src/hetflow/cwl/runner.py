@@ -19,12 +19,17 @@ from cwltool.main import main as cwltool_main
 
 from hetflow.config import hetflow_home
 from hetflow.cwl.batch import LINGER
-from hetflow.cwl.session import DEFAULT_IMAGE, HetflowContext, Session
+from hetflow.cwl.requests import DEFAULT_IMAGE
+from hetflow.cwl.session import HetflowContext, Session
 from hetflow.cwl.tool import make_tool
 from hetflow.errors import HetflowError
-from hetflow.execute import DEFAULT_BACKEND, load_settings, make_backend
+from hetflow.execute import Settings, load_settings, make_backend
 
 UNLIMITED = float(2**40)
+MAX_BATCHED_IN_FLIGHT = 512  # cwltool starts a thread per job in flight
+# Jobs in flight at once on a cluster backend (its scheduler queues the rest): cwltool's task
+# queue starts one thread per core it is given, so the bound is a thread count, not the cluster's
+CLUSTER_JOBS = 64
 
 
 class HetflowExecutor(MultithreadedJobExecutor):
@@ -39,7 +44,11 @@ class HetflowExecutor(MultithreadedJobExecutor):
         self.max_cuda = gpus
 
 
-def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -> int:
+def main(
+    argv: Sequence[str] | None = None, *, session: Session | None = None, resume: tuple[str, Settings] | None = None
+) -> int:
+    """``resume``: run the recorded run of that id again, with its recorded settings
+    (``control.resume``), instead of a new one."""
     parser = arg_parser()
     parser.add_argument(
         "--hetflow-backend",
@@ -62,7 +71,15 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
         default=LINGER,
         help=f"how long a batch waits for one more job before it is sent (default {LINGER:g})",
     )
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    parser.add_argument("--hetflow-cluster", metavar="FILE", default=None, help="the cluster file to plan on")
+    parser.add_argument(
+        "--hetflow-config",
+        metavar="FILE",
+        default=None,
+        help="hetflow's settings file (default $HETFLOW_HOME/config.yaml)",
+    )
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(argv)
     if args.hetflow_batch_linger < 0:
         print(
             f"hetflow-cwl-runner: --hetflow-batch-linger {args.hetflow_batch_linger}: give 0 or more", file=sys.stderr
@@ -81,14 +98,21 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
     args.use_container = True  # every job runs in hetflow's container (docs/guides/cwl.md)
     workflow = Path(args.workflow) if args.workflow else Path("-")
     try:
-        settings = load_settings(None, hetflow_home(), os.environ, backend=args.hetflow_backend)
+        config = Path(args.hetflow_config) if args.hetflow_config else None
+        if resume is not None:
+            settings = resume[1]
+        else:
+            cluster = Path(args.hetflow_cluster) if args.hetflow_cluster else None
+            settings = load_settings(config, hetflow_home(), os.environ, backend=args.hetflow_backend, cluster=cluster)
         session = session or Session.open(
             hetflow_home(),
             workflow,
             default_image=args.default_container,
             backend=make_backend(settings),
             cache=settings.cache and not args.hetflow_no_cache,
-            local=settings.backend == DEFAULT_BACKEND,
+            settings=settings,
+            argv=argv,
+            resume=resume[0] if resume is not None else None,
         )
     except HetflowError as exc:  # a store that cannot be opened, no container engine: what to fix
         print(f"hetflow-cwl-runner: {exc}", file=sys.stderr)
@@ -100,7 +124,7 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
     loading.construct_tool_object = make_tool
     cores, ram, gpus = capacity(session)
     if session.batch > 1:  # a batch runs its jobs one after another: as many in flight as it holds
-        cores, ram = cores * session.batch, ram * session.batch
+        cores, ram = max(cores, min(cores * session.batch, MAX_BATCHED_IN_FLIGHT)), ram * session.batch
     code = 1
     try:
         code = cwltool_main(
@@ -117,7 +141,10 @@ def main(argv: Sequence[str] | None = None, *, session: Session | None = None) -
 
 
 def capacity(session: Session) -> tuple[float, float, int]:
-    """How many cores, MiB and GPUs the session's jobs may hold at once."""
+    """How many cores, MiB and GPUs the session's jobs may hold at once: this machine's for
+    the local backend; a cluster's scheduler queues what does not fit, so no bound there."""
+    if not session.local:
+        return float(CLUSTER_JOBS), UNLIMITED, CLUSTER_JOBS
     cores = float(os.cpu_count() or 1)
     ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES") / 2**20
     # at least 1: a CUDA job on a node without one reaches hetflow's placement, which says why it cannot run

@@ -5,8 +5,10 @@ so the session rides along as one attribute of ``HetflowContext`` and every job 
 
 from __future__ import annotations
 
+import os
 import re
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,17 +17,13 @@ from cwltool.context import RuntimeContext
 from hetflow.config import submitter
 from hetflow.cwl.batch import LINGER, Batcher, RunBatch
 from hetflow.cwl.keep.cache import JobCache
-from hetflow.cwl.keep.record import Recorder
+from hetflow.cwl.keep.record import Invocation, Recorder
 from hetflow.cwl.keep.storethread import StoreThread
-from hetflow.cwl.placement import GpuChoice, choose_gpus
-from hetflow.cwl.requests import JobRequest
+from hetflow.cwl.placement import ClusterPlace, GpuChoice, choose_gpus, cluster_places
+from hetflow.cwl.requests import DEFAULT_IMAGE, JobRequest
 from hetflow.cwl.waiting import Waiter
-from hetflow.execute import Backend, make_backend, new_run_id
+from hetflow.execute import DEFAULT_BACKEND, Backend, Settings, make_backend, new_run_id, plan_on_cluster
 from hetflow.inventory import Node, discover
-
-# The image a CommandLineTool without a DockerRequirement runs in (docs/guides/cwl.md): the
-# conformance harness's stand-in for Debian's slim image, built locally (no registry here).
-DEFAULT_IMAGE = "docker.io/debian:stable-slim"
 
 
 @dataclass
@@ -54,6 +52,8 @@ class Session:
     batch_linger: float = LINGER  # seconds a batch waits for one more job
     _batcher: Batcher | None = None
     _batches: int = 0
+    # on a cluster backend with a cluster file: each planned step's place (``placement``)
+    places: dict[str, ClusterPlace] = field(default_factory=dict)
 
     @classmethod
     def open(
@@ -64,16 +64,31 @@ class Session:
         default_image: str = DEFAULT_IMAGE,
         backend: Backend | None = None,
         cache: bool = True,
-        local: bool = True,
+        settings: Settings | None = None,
+        argv: Sequence[str] = (),
+        resume: str | None = None,
     ) -> Session:
         """A new run in the store under ``home`` (HETFLOW_HOME), its work directory
-        ``home/runs/RUN``."""
+        ``home/runs/RUN``; ``settings`` (its backend's) and the runner's ``argv`` are kept with it.
+        ``resume``: the run of that id again instead (``cwl.control``)."""
         uid, gid = submitter()
-        run_id = new_run_id()
+        run_id = resume or new_run_id()
         node = discover(home)
         workdir = home / "runs" / run_id
         owner = StoreThread(home / "state.db")
-        recorder = Recorder.create(owner, run_id=run_id, workflow=workflow, workdir=workdir, uid=uid, gid=gid)
+        settings = settings or Settings()
+        what = Invocation(workflow, tuple(argv), os.getcwd(), settings)
+        try:
+            # planned first: a workflow that cannot be placed leaves no run behind
+            local = settings.backend == DEFAULT_BACKEND
+            places = {} if local or settings.cluster is None else _plan(owner, workflow, settings, default_image)
+            if resume:
+                recorder = Recorder.reopen(owner, run_id)
+            else:
+                recorder = Recorder.create(owner, run_id=run_id, what=what, workdir=workdir, uid=uid, gid=gid)
+        except BaseException:
+            owner.close()
+            raise
         return cls(
             workdir=workdir,
             backend=backend or make_backend(),
@@ -86,6 +101,7 @@ class Session:
             workflow=workflow.name,
             node=node,
             local=local,
+            places=places,
         )
 
     def image_exists(self, image: str) -> bool:
@@ -150,8 +166,12 @@ class Session:
             return self._batcher
 
     def next_batch(self) -> int:
+        """A batch number no invocation of this run used (a resumed run's earlier batches
+        keep their folders: a new batch must not find their jobs' exit codes)."""
         with self._lock:
             self._batches += 1
+            while (self.workdir / "batches" / f"batch{self._batches}").exists():
+                self._batches += 1
             return self._batches
 
     def waiter(self) -> Waiter:
@@ -168,6 +188,17 @@ class Session:
             self._waiter.close()
         if self.recorder is not None:
             self.recorder.owner.close()
+
+
+def _plan(owner: StoreThread, workflow: Path, settings: Settings, image: str) -> dict[str, ClusterPlace]:
+    """The CWL file planned on the settings' cluster file as ``hetflow plan x.cwl --cluster``
+    plans it (``static``), history winning over estimates as for any run."""
+    from hetflow.cwl.static import workflow_yaml  # cwltool's loader: imported only to plan
+    from hetflow.spec import parse_workflow
+
+    loaded = parse_workflow(workflow_yaml(workflow, image), str(workflow))
+    planned = owner.call(lambda store: plan_on_cluster(store, loaded, settings))
+    return cluster_places(planned.plan.placements if planned.plan else {}, planned.classes)
 
 
 class HetflowContext(RuntimeContext):

@@ -22,8 +22,7 @@ from cwltool.main import setup_schema
 from cwltool.process import Process, shortname
 from cwltool.workflow import Workflow
 
-from hetflow.cwl.requests import CUDA_REQUIREMENT, MIB
-from hetflow.cwl.session import DEFAULT_IMAGE
+from hetflow.cwl.requests import CUDA_REQUIREMENT, DEFAULT_IMAGE, MIB
 
 DEFAULTS = {"coresMin": 1, "ramMin": 256}
 

@@ -91,7 +91,7 @@ if TYPE_CHECKING:
     from hetflow.execute.settings import RunnerConfig, Settings, load_settings
     from hetflow.execute.submit.checkrun import check_run
     from hetflow.execute.submit.pin import PinResult, default_resolver, pin_images
-    from hetflow.execute.submit.prepare import cluster_instance, measured_slowdowns
+    from hetflow.execute.submit.prepare import cluster_instance, measured_slowdowns, plan_on_cluster
     from hetflow.execute.submit.preview import Preview, StepPreview, preview_run
     from hetflow.execute.submit.record import create_run, new_run_id, preflight
     from hetflow.execute.submit.rehash import rehash_for_resume
@@ -107,7 +107,7 @@ _WHERE = {
     "data.inputs": ["DataManifest", "ObjectStore", "resolve_data", "s3_filesystem"],
     "backends.local.fakeengine": ["FakeEngine"],
     "data.fanout": ["expand_for_planning"],
-    "submit.prepare": ["cluster_instance", "measured_slowdowns"],
+    "submit.prepare": ["cluster_instance", "measured_slowdowns", "plan_on_cluster"],
     "submit.preview": ["Preview", "StepPreview", "preview_run"],
     "submit.checkrun": ["check_run"],
     "run.launch.container": ["build_spec", "container_env", "input_mounts"],
@@ -279,6 +279,7 @@ __all__ = [
     "payload",
     "pid_alive",
     "pin_images",
+    "plan_on_cluster",
     "preflight",
     "preview_run",
     "read_lines",

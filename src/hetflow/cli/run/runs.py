@@ -22,6 +22,7 @@ from hetflow.cli.common import (
     print_json,
     print_problems,
 )
+from hetflow.cli.run.cwlrun import refuse_for_cwl, run_cwl
 from hetflow.cli.shell import complete_runs
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
@@ -104,7 +105,13 @@ def run(
 ) -> None:
     """Run a workflow: on this machine, or planned on a cluster and handed to Slurm or Ray."""
     if file.suffix == ".cwl":
-        raise typer.Exit(_run_cwl(file, inputs, quiet))
+        refuse_for_cwl(
+            file, detach=detach, param=param, profile=profile, params_file=params_file, variant=variant, prefer=prefer,
+            grace=grace, dry_run=dry_run, json=json_out, secrets_file=secrets_file, notify=notify,
+        )  # fmt: skip
+        raise typer.Exit(
+            run_cwl(file, inputs, quiet, backend=backend, config=config, no_cache=no_cache, cluster=cluster)
+        )
     if inputs is not None:
         raise UsageError(f"{inputs}: an inputs file goes with a CWL workflow (FILE.cwl), not with {file}")
     from hetflow.execute import apply_resources, load_settings, param_sources, split_profiles, submit_run
@@ -171,6 +178,11 @@ def resume(
     _secrets_file(secrets_file)
     store = open_store()
     record = store.run(store.resolve_run_id(run_id))
+    from hetflow.cwl import cwl_invocation, resume_cwl_run
+
+    if cwl_invocation(record) is not None:  # the cwl-runner again, as the same run (``hetflow.cwl.control``)
+        flags = [f for f, given in (("--detach", detach), ("--step", step), ("--grace", grace)) if given]
+        raise typer.Exit(resume_cwl_run(store, record, quiet=quiet, refused=flags))
     if record.state == RUN_SUCCEEDED:
         console.print(f"run {record.id} already succeeded; nothing to resume", highlight=False)
         _tidy(store, record.id)
@@ -429,14 +441,11 @@ def stop(
     if record.state in RUN_TERMINAL and record.state != RUN_RUNNING:
         console.print(f"run {rid} is already {record.state}")
         return
+    from hetflow.cwl import cwl_invocation, stop_cwl_run
+
     backend = make_backend(Settings.from_json(record.backend_json))
-    names = stop_run(store, backend, rid, grace=seconds, checkpoint=checkpoint)
+    if cwl_invocation(record) is not None:  # its runner ended, then its containers (``hetflow.cwl.control``)
+        names = stop_cwl_run(store, backend, record, seconds, checkpoint=checkpoint)
+    else:
+        names = stop_run(store, backend, rid, grace=seconds, checkpoint=checkpoint)
     console.print(f"run {rid} stopped ({len(names)} container(s)); 'hetflow resume {rid}' continues it")
-
-
-def _run_cwl(file: Path, inputs: Path | None, quiet: bool) -> int:
-    """``hetflow run x.cwl inputs.yml``: the cwl-runner (``hetflow.cwl``), its outputs in the
-    current directory as cwltool puts them, the output object on stdout."""
-    from hetflow.cwl import main as cwl_main
-
-    return cwl_main([*(["--quiet"] if quiet else []), str(file), *([str(inputs)] if inputs is not None else [])])
