@@ -1,4 +1,4 @@
-"""CWL batches (``hetflow.cwl.batch``) at the seam: which jobs share a container, when a batch
+"""CWL batches (``hetflow.cwl.containers.batch``) at the seam: which jobs share a container, when a batch
 is sent, what each job's script says, and each job's own result (the container is a fake
 here: ``run`` is a function; tests/integration/test_cwl_runner.py runs real batches)."""
 
@@ -7,7 +7,16 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from hetflow.cwl.batch import MOUNT, Batcher, BatchJob, JobResult, batch_spec, job_script, read_result, write_folder
+from hetflow.cwl.containers.batch import (
+    MOUNT,
+    Batcher,
+    BatchJob,
+    JobResult,
+    batch_spec,
+    job_script,
+    read_result,
+    write_folder,
+)
 from hetflow.execute import ContainerSpec, Mount
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.cwl.container import Redirects, container_spec, mounts_from_args, wrapped_command
+from hetflow.cwl.containers.container import Redirects, container_spec, mounts_from_args, wrapped_command
 from hetflow.cwl.keep.cache import keepable
 from hetflow.cwl.placement import choose_gpus
 from hetflow.cwl.requests import MIB, MIN_MEMORY, job_request

@@ -1,4 +1,4 @@
-"""The CWL runner watches its run before it submits a job (``hetflow.cwl.waiting``).
+"""The CWL runner watches its run before it submits a job (``hetflow.cwl.containers.waiting``).
 
 podman's exit watch follows only containers started while it exists, plus those it lists
 once as it begins; CI saw a scatter job submitted before the watch began, whose container

@@ -25,8 +25,8 @@ from cwltool.context import RuntimeContext
 from cwltool.docker import DockerCommandLineJob
 from cwltool.errors import UnsupportedRequirement, WorkflowException
 
-from hetflow.cwl.batch import BatchJob
-from hetflow.cwl.container import Redirects, container_spec, mounts_from_args
+from hetflow.cwl.containers.batch import BatchJob
+from hetflow.cwl.containers.container import Redirects, container_spec, mounts_from_args
 from hetflow.cwl.keep.cache import job_key, keepable
 from hetflow.cwl.launch import Result, run_batch, run_container
 from hetflow.cwl.placement import ClusterPlace, place_of

@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hetflow.cwl.batch import BatchJob, JobResult, batch_spec, read_result, write_folder
+from hetflow.cwl.containers.batch import BatchJob, JobResult, batch_spec, read_result, write_folder
 from hetflow.cwl.placement import ClusterPlace
 from hetflow.cwl.requests import MIN_MEMORY, JobRequest
 from hetflow.cwl.session import Session

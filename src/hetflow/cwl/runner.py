@@ -6,6 +6,7 @@ cwltool's own argument parser and ``main`` (every flag cwltest passes: --basedir
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import sys
@@ -18,7 +19,7 @@ from cwltool.executors import MultithreadedJobExecutor
 from cwltool.main import main as cwltool_main
 
 from hetflow.config import hetflow_home
-from hetflow.cwl.batch import LINGER
+from hetflow.cwl.containers.batch import LINGER
 from hetflow.cwl.requests import DEFAULT_IMAGE
 from hetflow.cwl.session import HetflowContext, Session
 from hetflow.cwl.tool import make_tool
@@ -44,11 +45,8 @@ class HetflowExecutor(MultithreadedJobExecutor):
         self.max_cuda = gpus
 
 
-def main(
-    argv: Sequence[str] | None = None, *, session: Session | None = None, resume: tuple[str, Settings] | None = None
-) -> int:
-    """``resume``: run the recorded run of that id again, with its recorded settings
-    (``control.resume``), instead of a new one."""
+def _parser() -> argparse.ArgumentParser:
+    """cwltool's own argument parser with hetflow's flags (``--hetflow-*``)."""
     parser = arg_parser()
     parser.add_argument(
         "--hetflow-backend",
@@ -78,6 +76,15 @@ def main(
         default=None,
         help="hetflow's settings file (default $HETFLOW_HOME/config.yaml)",
     )
+    return parser
+
+
+def main(
+    argv: Sequence[str] | None = None, *, session: Session | None = None, resume: tuple[str, Settings] | None = None
+) -> int:
+    """``resume``: run the recorded run of that id again, with its recorded settings
+    (``control.resume``), instead of a new one."""
+    parser = _parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
     if args.hetflow_batch_linger < 0:

@@ -15,13 +15,13 @@ from pathlib import Path
 from cwltool.context import RuntimeContext
 
 from hetflow.config import submitter
-from hetflow.cwl.batch import LINGER, Batcher, RunBatch
+from hetflow.cwl.containers.batch import LINGER, Batcher, RunBatch
+from hetflow.cwl.containers.waiting import Waiter
 from hetflow.cwl.keep.cache import JobCache
 from hetflow.cwl.keep.record import Invocation, Recorder
 from hetflow.cwl.keep.storethread import StoreThread
 from hetflow.cwl.placement import ClusterPlace, GpuChoice, choose_gpus, cluster_places
 from hetflow.cwl.requests import DEFAULT_IMAGE, JobRequest
-from hetflow.cwl.waiting import Waiter
 from hetflow.execute import DEFAULT_BACKEND, Backend, Settings, make_backend, new_run_id, plan_on_cluster
 from hetflow.inventory import Node, discover
 

@@ -23,6 +23,7 @@ from hetflow.cli.common import (
     print_problems,
 )
 from hetflow.cli.run.cwlrun import refuse_for_cwl, run_cwl
+from hetflow.cli.run.options import grace_option, secrets_file_option
 from hetflow.cli.shell import complete_runs
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
@@ -120,7 +121,7 @@ def run(
     from hetflow.state import load_workflow_cached
 
     steer = parse_steer(variant, prefer)
-    seconds = _grace(grace)  # a bad one is refused before the run is recorded
+    seconds = grace_option(grace)  # a bad one is refused before the run is recorded
     settings = load_settings(
         config, hetflow_home(), os.environ, backend=backend, cluster=cluster, profiles=split_profiles(profile)
     )
@@ -133,7 +134,7 @@ def run(
     params, origins = gather_params(param, params_file, settings.params, settings.param_origins)
     loaded = load_workflow_cached(file, params, origins=origins)
     loaded = apply_resources(loaded, settings.resources, settings.resource_origins, strict=True)
-    _secrets_file(secrets_file)
+    secrets_file_option(secrets_file)
     store, node = open_store(), discover(hetflow_home())
     if dry_run:
         known_secrets(loaded.workflow)  # a step with secrets is looked up in the cache by their digests
@@ -174,8 +175,8 @@ def resume(
     from hetflow.execute import edited_since, load_recorded, rehash_for_resume, resume_run
     from hetflow.inventory import discover
 
-    seconds = _grace(grace)
-    _secrets_file(secrets_file)
+    seconds = grace_option(grace)
+    secrets_file_option(secrets_file)
     store = open_store()
     record = store.run(store.resolve_run_id(run_id))
     from hetflow.cwl import cwl_invocation, resume_cwl_run
@@ -261,24 +262,6 @@ def _notify_urls(settings: Settings, given: list[str]) -> tuple[str, ...]:
     except (TypeError, ValueError):
         raise UsageError("notify: in the settings file is a URL or a list of URLs") from None
     return tuple(dict.fromkeys([*configured, *check_urls(given)]))
-
-
-def _secrets_file(path: Path | None) -> None:
-    """--secrets-file: where this process (and a detached executor it starts, which inherits
-    its environment) reads step secrets; the path is passed on, never the values."""
-    from hetflow.execute import SECRETS_FILE_ENV
-
-    if path is not None:
-        if not path.is_file():
-            raise UsageError(f"--secrets-file {path}: no such file (it holds NAME=VALUE lines)")
-        os.environ[SECRETS_FILE_ENV] = str(path.resolve())
-
-
-def _grace(option: str | None) -> int | None:
-    """The grace of a stop the executor makes on a signal: --grace, else HETFLOW_STOP_GRACE."""
-    from hetflow.execute import grace_from_env, parse_grace
-
-    return parse_grace(option) if option is not None else grace_from_env(os.environ)
 
 
 def _say(text: str) -> None:
