@@ -66,12 +66,15 @@ def register_commands(argv: list[str]) -> None:
     first = next((a for a in argv if not a.startswith("-")), None)
     if first is None and argv and argv[0] in VERSION_FLAGS:
         return  # `hetflow --version` needs no command
+    if first in OWN_COMMANDS:
+        return  # validate and nodes are main's own: no other module is needed
     wanted = [module for module, names in COMMANDS.items() if first in names]
     for module in wanted or COMMANDS:
         importlib.import_module(f"hetflow.cli.{module}").register(app)
 
 
 VERSION_FLAGS = ("--version", "-V")
+OWN_COMMANDS = ("validate", "nodes")  # registered below, in this module
 
 
 def _version(value: bool) -> None:

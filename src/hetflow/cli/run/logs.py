@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from pathlib import Path
 
 import typer
 
-from hetflow.cli.common import known_secrets, open_store
+from hetflow.cli.common import open_store
 from hetflow.cli.shell import complete_runs, complete_steps
-from hetflow.errors import HetflowError, UsageError
+from hetflow.errors import UsageError
 from hetflow.state import RUN_TERMINAL, RunWatch, executor_gone
 
 
@@ -39,11 +40,13 @@ def logs(
     """Print the output of a run's containers: a step's, a fan-out's items', a gang's ranks'."""
     from hetflow.execute import (
         RunPaths,
+        activate,
         attempt_label,
         attempt_sources,
-        load_recorded,
+        gather_available,
         read_lines,
         recorded_gangs,
+        recorded_secrets,
         select_steps,
     )
 
@@ -51,8 +54,9 @@ def logs(
     rid = store.resolve_run_id(run_id)
     record = store.run(rid)
     wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
-    with contextlib.suppress(HetflowError):  # the run's file gone: its ended attempts' logs are masked already
-        known_secrets(load_recorded(store, rid).workflow)
+    # the secrets' names from the workflow recorded with the run (not its file, which may be
+    # gone, nor the spec's models: `logs` loads no pydantic); ended attempts' logs are masked already
+    activate(gather_available(recorded_secrets(record.spec_json), os.environ))
     gangs = recorded_gangs(record)
     paths = RunPaths(Path(record.workdir))
     offsets: dict[Path, int] = {}
