@@ -25,7 +25,7 @@ from hetflow.cli.common import (
 )
 from hetflow.cli.flags import install as flags_without_pydantic
 from hetflow.cli.helptext import plain_help
-from hetflow.cli.shell import completion_words
+from hetflow.cli.shell import completion_words, first_word_request
 from hetflow.config import check_environment, hetflow_home
 from hetflow.errors import EngineError, HetflowError, SpecError, UsageError
 from hetflow.execute import DEFAULT_BACKEND, backend_plugins
@@ -60,6 +60,20 @@ COMMANDS: dict[str, tuple[str, ...]] = {
     "tes": ("tes",),
     "shell": ("completion",),
 }
+
+
+def _complete_first_word(words: list[str]) -> bool:
+    """``hetflow <TAB>`` in bash: the command names from the tables above, without loading every
+    command module (typer's answer for bash is the names alone, one a line; zsh and fish show
+    each command's help too, so they take typer's way)."""
+    names = [n for n in (*OWN_COMMANDS, *(n for ns in COMMANDS.values() for n in ns)) if not n.startswith("_")]
+    first = first_word_request(os.environ, words)
+    if first is None:
+        return False
+    matches = [n for n in names if n.startswith(first)]
+    if matches:
+        sys.stdout.write("\n".join(matches))
+    return True
 
 
 def register_commands(argv: list[str]) -> None:
@@ -255,6 +269,8 @@ def main(argv: list[str] | None = None) -> None:
             raise UsageError("an argument holds a NUL byte; remove it")
         check_environment()
         words = completion_words(os.environ)  # a shell asking for completions, which names no command in args
+        if words is not None and _complete_first_word(words):
+            return
         register_commands(args if words is None else words)
         app(args=args, prog_name="hetflow")
     except SpecError as exc:

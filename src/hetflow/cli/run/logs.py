@@ -40,13 +40,10 @@ def logs(
     """Print the output of a run's containers: a step's, a fan-out's items', a gang's ranks'."""
     from hetflow.execute import (
         RunPaths,
-        activate,
         attempt_label,
         attempt_sources,
-        gather_available,
         read_lines,
         recorded_gangs,
-        recorded_secrets,
         select_steps,
     )
 
@@ -54,9 +51,7 @@ def logs(
     rid = store.resolve_run_id(run_id)
     record = store.run(rid)
     wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
-    # the secrets' names from the workflow recorded with the run (not its file, which may be
-    # gone, nor the spec's models: `logs` loads no pydantic); ended attempts' logs are masked already
-    activate(gather_available(recorded_secrets(record.spec_json), os.environ))
+    _mask_secrets(record.spec_json)
     gangs = recorded_gangs(record)
     paths = RunPaths(Path(record.workdir))
     offsets: dict[Path, int] = {}
@@ -102,3 +97,11 @@ def logs(
             )
             raise typer.Exit(1)
         time.sleep(0 if last else 0.5)
+
+
+def _mask_secrets(spec_json: str) -> None:
+    """Mask what this process knows of the run's secrets (their names as recorded with the run:
+    not its file, which may be gone, nor the spec's models; ended attempts' logs are masked already)."""
+    from hetflow.execute import activate, gather_available, recorded_secrets
+
+    activate(gather_available(recorded_secrets(spec_json), os.environ))
