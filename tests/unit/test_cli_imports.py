@@ -41,11 +41,11 @@ HEAVY = (
     "cwltool",
     "rich.traceback",
 )
-# never needed by validate, plan or a dry run on this machine
+# never needed by validate, plan or a dry run on this machine (a dry run posts no notification)
 NEVER = ("hetflow.cwl", "hetflow.ui", "hetflow.tes", "hetflow.report.runreport", "starlette", "uvicorn",
-         "ortools", "cwltool", "rich.traceback")  # fmt: skip
+         "ortools", "cwltool", "rich.traceback", "httpx")  # fmt: skip
 # nodes describes this machine (the inventory's models are pydantic): no planner, no images
-NODES = (*NEVER, "hetflow.plan", "hetflow.execute.submit", "hetflow.images", "httpx")
+NODES = (*NEVER, "hetflow.plan", "hetflow.execute.submit", "hetflow.images")
 
 RUN = "r0002imports"
 WORKFLOW = """apiVersion: hetflow/v1
