@@ -1,6 +1,6 @@
 """How fast the everyday commands answer (issue 43): a 20-step workflow, a store of 1,000 runs.
 
-    python -m bench.cli [--repeat 5] [--runs 1000] [--only validate,ps,...]
+    python -m bench.cli [--repeat 5] [--runs 1000] [--only validate,ps,...] [--baseline DIR]
 
 A tmp HETFLOW_HOME gets a store of ``--runs`` finished runs of 20 steps each, recorded
 through the Store API (``tests.integration.uikit.synthetic_run``: each step taken through its
@@ -15,8 +15,13 @@ the target (0.3 s; 0.15 s for a TAB completion) and the ratio to it.
 The anchors, timed the same way in the same run: ``podman ps`` and ``git status`` (of this
 checkout), commands a user types as often.  The warm-up run fills what hetflow caches (probe
 results, the parsed workflow), as a user's second command finds it; the first command of a
-fresh machine pays the probes once.  Completion uses the protocol the script of
-``hetflow completion bash`` uses (``_HETFLOW_COMPLETE=complete_bash COMP_WORDS COMP_CWORD``).
+fresh machine pays the probes once (the probe cache is the run's own: ``XDG_CACHE_HOME`` in
+the tmp folder).  Completion uses the protocol the script of ``hetflow completion bash``
+uses (``_HETFLOW_COMPLETE=complete_bash COMP_WORDS COMP_CWORD``).
+
+``--baseline DIR``: another checkout of hetflow (``git worktree add DIR COMMIT``, or ``git
+archive COMMIT | tar -x -C DIR``) timed the same way on the same store, each command's
+baseline runs just before this checkout's: a before/after table from one run.
 """
 
 from __future__ import annotations
@@ -94,6 +99,11 @@ def timed(argv: list[str], env: dict[str, str], repeat: int, cwd: Path) -> tuple
     return statistics.median(times), rc
 
 
+def tree_env(env: dict[str, str], root: Path) -> dict[str, str]:
+    """``env`` running the hetflow of checkout ``root``."""
+    return env | {"PYTHONPATH": f"{root / 'src'}:{ROOT}"}
+
+
 def commands(wf: Path, run: str) -> list[tuple[str, list[str], dict[str, str]]]:
     """(label, hetflow arguments, extra environment) for each timed command."""
 
@@ -127,6 +137,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--only", default="", help="comma-separated label prefixes to time (default: all)")
+    ap.add_argument("--baseline", type=Path, default=None, help="another checkout, timed beside this one")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="hetflow-bench-cli-") as tmp:
         home = Path(tmp) / "home"
@@ -136,17 +147,20 @@ def main() -> None:
         t = time.perf_counter()
         run = fill(home, args.runs)
         print(f"store: {args.runs} runs of {STEPS} steps recorded in {time.perf_counter() - t:.1f}s", flush=True)
-        env = os.environ | {"HETFLOW_HOME": str(home), "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
+        env = os.environ | {"HETFLOW_HOME": str(home), "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
         env.pop("_HETFLOW_COMPLETE", None)
         hetflow = [sys.executable, "-m", "hetflow.cli.main"]
-        rows: list[tuple[str, float, float, int]] = []
+        rows: list[tuple[str, float, float, int, float | None]] = []
         only = [p for p in args.only.split(",") if p]
         for label, argv, extra in commands(wf, run):
             if only and not any(label.startswith(p) for p in only):
                 continue
-            seconds, rc = timed([*hetflow, *argv], env | extra, args.repeat, Path(tmp))
-            rows.append((label, seconds, TAB_TARGET_S if label.startswith("TAB") else TARGET_S, rc))
-            print(f"  {label}: {seconds:.3f}s", flush=True)
+            before = None
+            if args.baseline is not None:
+                before = timed([*hetflow, *argv], tree_env(env, args.baseline) | extra, args.repeat, Path(tmp))[0]
+            seconds, rc = timed([*hetflow, *argv], tree_env(env, ROOT) | extra, args.repeat, Path(tmp))
+            rows.append((label, seconds, TAB_TARGET_S if label.startswith("TAB") else TARGET_S, rc, before))
+            print(f"  {label}: {seconds:.3f}s" + ("" if before is None else f" (baseline {before:.3f}s)"), flush=True)
         anchors = [
             ("podman ps (anchor)", timed(["podman", "ps"], env, args.repeat, Path(tmp))[0]),
             ("git status (anchor)", timed(["git", "status", "--short"], env, args.repeat, ROOT)[0]),
@@ -155,10 +169,12 @@ def main() -> None:
     print(
         f"\nmedian of {args.repeat} runs each (subprocess wall); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
-    print(f"{'command':30} {'median':>8} {'target':>7} {'ratio':>6}  ok  exit")
-    for label, seconds, target, rc in rows:
+    base = "" if args.baseline is None else f" {'baseline':>9} {'speed-up':>8}"
+    print(f"{'command':30}{base} {'median':>8} {'target':>7} {'ratio':>6}  ok  exit")
+    for label, seconds, target, rc, before in rows:
         ok = "yes" if seconds < target else "NO"
-        print(f"{label:30} {seconds:7.3f}s {target:6.2f}s {seconds / target:6.2f}  {ok:3} {rc}")
+        was = "" if before is None else f" {before:8.3f}s {before / seconds:7.1f}x"
+        print(f"{label:30}{was} {seconds:7.3f}s {target:6.2f}s {seconds / target:6.2f}  {ok:3} {rc}")
     for label, seconds in anchors:
         print(f"{label:30} {seconds:7.3f}s")
 
