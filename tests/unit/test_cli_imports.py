@@ -78,7 +78,7 @@ CASES: list[tuple[str, list[str], dict[str, str], tuple[str, ...], tuple[int, ..
     ("logs-no-such-step", ["logs", RUN, "nope"], {}, ("hetflow.execute.submit", "hetflow.plan", "httpx"), (2,)),
     ("trace", ["trace", RUN], {}, HEAVY, (0,)),
     ("cache-ls", ["cache", "ls"], {}, HEAVY, (0,)),
-    ("tab-first-word", [], tab("hetflow "), HEAVY, (0,)),
+    ("tab-first-word", [], tab("hetflow "), (*HEAVY, "typer", "rich", "hetflow.state", "hetflow.execute"), (0,)),
     ("tab-run-ids", [], tab("hetflow logs r"), HEAVY, (0,)),
     ("tab-steps", [], tab(f"hetflow logs {RUN} "), HEAVY, (0,)),
     ("nodes", ["nodes"], {}, NODES, (0,)),

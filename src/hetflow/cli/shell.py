@@ -16,9 +16,8 @@ typer's instruction is ``complete_bash``; click 8 spells it ``bash_complete`` (c
 
 from __future__ import annotations
 
-import re
 import shlex
-from collections.abc import Mapping, MutableMapping
+from collections.abc import MutableMapping
 from typing import TYPE_CHECKING
 
 import typer
@@ -68,19 +67,6 @@ def completion_words(environ: MutableMapping[str, str]) -> list[str] | None:
     except ValueError:  # an open quote, mid-word
         words = typed.split()
     return words[1:]
-
-
-def first_word_request(environ: Mapping[str, str], words: list[str]) -> str | None:
-    """The part of the command's name typed so far when bash asks to complete the first word
-    after ``hetflow`` (``words``: ``completion_words``' answer); None for any other request, or
-    a word that is not plain letters, digits and dashes (an option, a quote: typer answers)."""
-    if environ.get(COMPLETE_VAR) != "complete_bash" or environ.get("COMP_CWORD") != "1" or len(words) > 1:
-        return None
-    typed = words[0] if words else ""
-    return typed if _PLAIN.fullmatch(typed) else None
-
-
-_PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*|")
 
 
 def complete_runs(incomplete: str) -> list[tuple[str, str]]:
