@@ -12,6 +12,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from hetflow.config import check_environment
@@ -45,7 +46,7 @@ COMPLETE_VAR = "_HETFLOW_COMPLETE"  # as hetflow.cli.shell's
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*|")
 
 
-def first_word_completion(environ: os._Environ[str] | dict[str, str]) -> list[str] | None:
+def first_word_completion(environ: Mapping[str, str]) -> list[str] | None:
     """``hetflow <TAB>`` in bash: the visible command names starting with what is typed, from
     ``COMMANDS`` (typer's bash answer is the names alone, one a line); None for any other
     request (a later word, an option, a quote, zsh or fish, which show each command's help:
