@@ -10,7 +10,9 @@ workflow is a chain of 20 busybox steps (``localhost/hetflow-test/busybox:latest
 ``make images``/the tests build).  Each command runs as ``python -m hetflow.cli.main ...`` in a
 fresh subprocess (what a shell's ``hetflow`` pays: interpreter start, imports, probes, the
 store), ``--repeat`` times after one untimed warm-up; the table shows the median wall time,
-the target (0.3 s; 0.15 s for a TAB completion) and the ratio to it.
+the target (0.3 s; 0.15 s for a TAB completion) and the ratio to it, and the median CPU
+time (user + system, the command's and its children's: on a busy machine the wall time grows
+with the others' work, the CPU time much less).
 
 The anchors, timed the same way in the same run: ``podman ps`` and ``git status`` (of this
 checkout), commands a user types as often.  The warm-up run fills what hetflow caches (probe
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -88,15 +91,20 @@ def fill(home: Path, runs: int) -> str:
     return last
 
 
-def timed(argv: list[str], env: dict[str, str], repeat: int, cwd: Path) -> tuple[float, int]:
-    """The median wall seconds of ``repeat`` runs (after one warm-up) and the last exit status."""
+def timed(argv: list[str], env: dict[str, str], repeat: int, cwd: Path) -> tuple[float, int, float]:
+    """The median wall seconds of ``repeat`` runs (after one warm-up), the last exit status,
+    and the median CPU seconds (user + system of the command and what it ran, such as podman:
+    what a busy machine's other work does not add to, as it adds to the wall time)."""
     rc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True).returncode
-    times = []
+    times, cpus = [], []
     for _ in range(repeat):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         t = time.perf_counter()
         rc = subprocess.run(argv, env=env, cwd=cwd, capture_output=True).returncode
         times.append(time.perf_counter() - t)
-    return statistics.median(times), rc
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpus.append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)
+    return statistics.median(times), rc, statistics.median(cpus)
 
 
 def tree_env(env: dict[str, str], root: Path) -> dict[str, str]:
@@ -150,33 +158,36 @@ def main() -> None:
         env = os.environ | {"HETFLOW_HOME": str(home), "XDG_CACHE_HOME": str(Path(tmp) / "cache")}
         env.pop("_HETFLOW_COMPLETE", None)
         hetflow = [sys.executable, "-m", "hetflow.cli.main"]
-        rows: list[tuple[str, float, float, int, float | None]] = []
+        rows: list[tuple[str, float, float, int, float, tuple[float, float] | None]] = []
         only = [p for p in args.only.split(",") if p]
         for label, argv, extra in commands(wf, run):
             if only and not any(label.startswith(p) for p in only):
                 continue
             before = None
             if args.baseline is not None:
-                before = timed([*hetflow, *argv], tree_env(env, args.baseline) | extra, args.repeat, Path(tmp))[0]
-            seconds, rc = timed([*hetflow, *argv], tree_env(env, ROOT) | extra, args.repeat, Path(tmp))
-            rows.append((label, seconds, TAB_TARGET_S if label.startswith("TAB") else TARGET_S, rc, before))
-            print(f"  {label}: {seconds:.3f}s" + ("" if before is None else f" (baseline {before:.3f}s)"), flush=True)
+                wall, _, cpu = timed([*hetflow, *argv], tree_env(env, args.baseline) | extra, args.repeat, Path(tmp))
+                before = (wall, cpu)
+            seconds, rc, cpu = timed([*hetflow, *argv], tree_env(env, ROOT) | extra, args.repeat, Path(tmp))
+            rows.append((label, seconds, TAB_TARGET_S if label.startswith("TAB") else TARGET_S, rc, cpu, before))
+            was = "" if before is None else f" (baseline {before[0]:.3f}s, cpu {before[1]:.3f}s)"
+            print(f"  {label}: {seconds:.3f}s, cpu {cpu:.3f}s{was}", flush=True)
         anchors = [
-            ("podman ps (anchor)", timed(["podman", "ps"], env, args.repeat, Path(tmp))[0]),
-            ("git status (anchor)", timed(["git", "status", "--short"], env, args.repeat, ROOT)[0]),
+            ("podman ps (anchor)", timed(["podman", "ps"], env, args.repeat, Path(tmp))),
+            ("git status (anchor)", timed(["git", "status", "--short"], env, args.repeat, ROOT)),
         ]
     load = os.getloadavg()
     print(
         f"\nmedian of {args.repeat} runs each (subprocess wall); load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
     )
-    base = "" if args.baseline is None else f" {'baseline':>9} {'speed-up':>8}"
-    print(f"{'command':30}{base} {'median':>8} {'target':>7} {'ratio':>6}  ok  exit")
-    for label, seconds, target, rc, before in rows:
+    base = "" if args.baseline is None else f" {'baseline':>9} {'(cpu)':>7} {'speed-up':>8}"
+    print(f"{'command':30}{base} {'median':>8} {'(cpu)':>7} {'target':>7} {'ratio':>6}  ok  exit")
+    for label, seconds, target, rc, cpu, before in rows:
         ok = "yes" if seconds < target else "NO"
-        was = "" if before is None else f" {before:8.3f}s {before / seconds:7.1f}x"
-        print(f"{label:30}{was} {seconds:7.3f}s {target:6.2f}s {seconds / target:6.2f}  {ok:3} {rc}")
-    for label, seconds in anchors:
-        print(f"{label:30} {seconds:7.3f}s")
+        was = "" if before is None else f" {before[0]:8.3f}s {before[1]:6.3f}s {before[0] / seconds:7.1f}x"
+        print(f"{label:30}{was} {seconds:7.3f}s {cpu:6.3f}s {target:6.2f}s {seconds / target:6.2f}  {ok:3} {rc}")
+    pad = " " * (len(base))
+    for label, (seconds, _, cpu) in anchors:
+        print(f"{label:30}{pad} {seconds:7.3f}s {cpu:6.3f}s")
 
 
 if __name__ == "__main__":
