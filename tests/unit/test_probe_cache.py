@@ -104,14 +104,16 @@ def test_a_store_made_before_the_runs_indexes_gets_them_on_open(tmp_path: Path) 
     db = tmp_path / "state.db"
     Store(db).close()
     raw = sqlite3.connect(db)
-    raw.execute("DROP INDEX runs_created")
-    raw.execute("DROP INDEX runs_state")
+    for index in ("runs_created", "runs_state", "runs_name"):
+        raw.execute(f"DROP INDEX {index}")
     raw.commit()
     raw.close()
     Store(db).close()
     raw = sqlite3.connect(db)
     names = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     plan = " ".join(r[3] for r in raw.execute("EXPLAIN QUERY PLAN SELECT * FROM runs ORDER BY created DESC LIMIT 5"))
+    by_name = " ".join(r[3] for r in raw.execute("EXPLAIN QUERY PLAN SELECT id FROM runs WHERE name = 'w'"))
     raw.close()
-    assert {"runs_created", "runs_state"} <= names
+    assert {"runs_created", "runs_state", "runs_name"} <= names
     assert "runs_created" in plan  # ps reads newest first without sorting the table
+    assert "runs_name" in by_name  # a workflow's history is found by its name

@@ -59,8 +59,8 @@ def damaged_message(db: Path, detail: str) -> str:
 
 
 def quick_check(db: sqlite3.Connection) -> list[str]:
-    """SQLite's quick_check findings; empty when the store is whole."""
-    rows = [str(r[0]) for r in db.execute("PRAGMA quick_check").fetchall()]
+    """SQLite's quick_check findings, each on one line; empty when the store is whole."""
+    rows = [" ".join(str(r[0]).split()) for r in db.execute("PRAGMA quick_check").fetchall()]
     return [] if rows == ["ok"] else rows
 
 

@@ -25,7 +25,8 @@ class Pages:
 
     def _migrate_indexes(self) -> None:
         """The runs' indexes, created once in a store made before them (a write on that open only)."""
-        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'index' AND name = 'runs_state'").fetchone():
+        have = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        if not {"runs_created", "runs_state", "runs_name"} <= have:
             with self._tx(immediate=True) as db:
                 for statement in filter(str.strip, RUN_INDEXES.split(";")):
                     db.execute(statement)

@@ -18,11 +18,13 @@ from hetflow.state.rows.leases import LEASES_TABLE
 #    several (time-slicing / MPS tenants, MIG instances): keyed (gpu_uuid, container); see
 #    _migrate_leases.
 SCHEMA_VERSION = 4  # see the history above; a table or column added where missing keeps it
-# (still 4: an index added where missing, ``Store._migrate_indexes``) `ps` and `resolve_run_id`
-# read runs newest first: without an index, every call sorted the whole table (issue 43)
+# (still 4: indexes added where missing, ``Pages._migrate_indexes``) `ps` and `resolve_run_id`
+# read runs newest first: without an index, every call sorted the whole table; `plan` and `run`
+# read one workflow's past attempts (``history``, ``usage_history``): by name, not a scan (issue 43)
 RUN_INDEXES = """
 CREATE INDEX IF NOT EXISTS runs_created ON runs (created);
 CREATE INDEX IF NOT EXISTS runs_state ON runs (state, created);
+CREATE INDEX IF NOT EXISTS runs_name ON runs (name);
 """
 SCHEMA = (
     """
