@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import typer
 
+from hetflow.cli.commands import BAD_INPUT, COMMANDS, OWN_COMMANDS, VERSION_FLAGS
 from hetflow.cli.common import (
     PARAMS_FILE_HELP,
     console,
@@ -23,7 +24,6 @@ from hetflow.cli.common import (
 )
 from hetflow.cli.flags import install as flags_without_pydantic
 from hetflow.cli.helptext import plain_help
-from hetflow.cli.main import BAD_INPUT, COMMANDS, OWN_COMMANDS, VERSION_FLAGS
 from hetflow.config import hetflow_home
 from hetflow.errors import EngineError, SpecError, UsageError
 from hetflow.execute import DEFAULT_BACKEND, backend_plugins

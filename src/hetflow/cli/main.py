@@ -15,32 +15,11 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
+from hetflow.cli.commands import BAD_INPUT, COMMANDS, OWN_COMMANDS, VERSION_FLAGS
 from hetflow.config import check_environment
 from hetflow.errors import HetflowError, SpecError, UsageError
 
-# The command modules and the commands each registers: a command line loads only the module
-# its command is in (`hetflow ps` needs none of the planner, the registry or the images);
-# --help, no command or an unknown one loads them all.  tests/unit/test_cli_commands.py
-# checks this table against what the modules register.
-COMMANDS: dict[str, tuple[str, ...]] = {
-    "run.runs": ("run", "resume", "ps", "show", "stop", "_execute"),
-    "run.logs": ("logs",),
-    "run.record": ("trace", "report"),
-    "planning.plan": ("plan", "simulate", "cluster", "profile", "import", "export"),
-    "oci.images": ("images",),
-    "oci.registry": ("registry",),
-    "run.cache": ("cache",),
-    "run.doctor": ("doctor",),
-    "run.moves": ("migrate", "drain"),
-    "ui": ("ui",),
-    "tes": ("tes",),
-    "shell": ("completion",),
-}
-
-
-VERSION_FLAGS = ("--version", "-V")
-OWN_COMMANDS = ("validate", "nodes")  # hetflow.cli.app's own
-BAD_INPUT = HetflowError.exit_code  # 2, as for every HetflowError (README "Exit status")
+__all__ = ["BAD_INPUT", "COMMANDS", "INTERNAL", "OWN_COMMANDS", "VERSION_FLAGS", "first_word_completion", "main"]
 INTERNAL = 70  # EX_SOFTWARE (sysexits.h): a bug in hetflow, never the user's input
 COMPLETE_VAR = "_HETFLOW_COMPLETE"  # as hetflow.cli.shell's
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_-]*|")
