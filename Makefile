@@ -12,7 +12,7 @@ export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 # pytest-xdist workers for make test, unit and integration (see test:)
 PYTEST_WORKERS ?= 3
 
-.PHONY: docs bench-tes snakemake-tes-venv deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv cwl-images conformance
+.PHONY: docs bench-cli test-quick bench-tes snakemake-tes-venv deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv cwl-images conformance
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -135,6 +135,16 @@ fuzz: install
 test: install lint kube criu tes-compliance-venv snakemake-tes-venv
 	$(PY) -m pytest tests -q -ra -n $(PYTEST_WORKERS) --dist loadfile
 
+# The quick check before a push (issue 43): the unit suite, the local backend's whole contract
+# (real podman containers) and one smoke test of each cluster backend (a job submitted to the
+# local Slurm, Ray and Kubernetes clusters runs and reports its exit code).
+QUICK_TESTS := tests/unit tests/integration/test_backend_local.py \
+	tests/integration/test_backend_slurm.py::TestSlurmBackend::test_submit_runs_and_reports_exit_code \
+	tests/integration/test_backend_ray.py::TestRayBackend::test_submit_runs_and_reports_exit_code \
+	tests/integration/test_backend_kubernetes.py::TestKubernetesBackend::test_submit_runs_and_reports_exit_code
+test-quick: install kube
+	time $(PY) -m pytest $(QUICK_TESTS) -q -ra -n $(PYTEST_WORKERS) --dist loadfile
+
 # kill -9 of every hetflow process of a 200-step run at 20 seeded random points, each followed
 # by resume (`make test` runs the short 30-step, 4-kill version); HETFLOW_CHAOS_SEED=N repeats one.
 chaos: install images
@@ -204,6 +214,12 @@ docs: install
 	$(PY) -m tools.docref
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict --site-dir build/site
 	@echo "the site: build/site/index.html (opens from file://, search included)"
+
+# issue 43's figures: validate, plan, run --dry-run, ps, show, logs, trace, cache ls, nodes and
+# TAB completion on a 20-step workflow and a store of 1,000 runs (median of 5 subprocess runs
+# each, beside podman ps and git status in the same run); CLI_ARGS='--repeat 3 --runs 200' is shorter
+bench-cli: install images
+	$(PY) -m bench.cli $(CLI_ARGS)
 
 clean:
 	rm -rf $(VENV) .hetflow .pytest_cache .mypy_cache .ruff_cache gpu-kit

@@ -6,15 +6,20 @@ plain string; so every command imported pydantic and built adapters: about a thi
 second of a `hetflow ps` or `show RUN`, which read the store and print JSON.  ``install``
 changes two things, neither of which changes a value: a parameter typed ``bool`` or ``str``
 (no custom parser or click type) gets typer's pass-through coercion, which returns a value
-of that type unchanged; any other parameter builds its adapter only when a value that is not
-None comes (None is answered as typer's ``RuntimeParam.coerce`` answers it, before any
-adapter).  Where typer is laid out otherwise (another version), nothing is changed.
+of that type unchanged; a ``list[str]`` one (``-p``, ``--variant``) gets the list of the
+strings given, as its adapter makes (``_StrList``); a plain ``Path`` one gets ``Path(value)``,
+which is what pydantic's ``TypeAdapter(Path)`` makes of a string, then typer's own path checks
+(``_PlainPath``: exists, file_okay, resolve_path...); any other parameter builds its adapter
+only when a value that is not None comes (None is answered as typer's ``RuntimeParam.coerce``
+answers it, before any adapter).  Where typer is laid out otherwise (another version),
+nothing is changed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, get_args, get_origin
 
 
 class _Deferred:
@@ -29,13 +34,44 @@ class _Deferred:
         return self.build().coerce(value, param=param, ctx=ctx)
 
 
+class _StrList(_Deferred):
+    """A ``list[str]`` parameter: the strings given, in a list (its adapter's answer)."""
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
+            return list(value)
+        return super().coerce(value, param, ctx)
+
+
+class _PlainPath(_Deferred):
+    """A ``Path`` parameter: ``Path(value)``, then typer's checks of the options it was given."""
+
+    def __init__(self, build: Callable[[], Any], check: Callable[..., Any], info: Any) -> None:
+        super().__init__(build)
+        self.check, self.info = check, info
+
+    def coerce(self, value: Any, param: Any, ctx: Any) -> Any:
+        if isinstance(value, str):
+            return self.check(Path(value), self.info, path_type=Path, param=param, ctx=ctx)
+        return super().coerce(value, param, ctx)
+
+
+def _no_parser(kind: Any, info: Any) -> bool:
+    return (
+        getattr(kind, "file_annotation", None) is None
+        and getattr(info, "parser", None) is None
+        and getattr(info, "click_type", None) is None
+    )
+
+
 def install() -> None:
     """Patch typer's coercion (once) as the module docstring says."""
     try:
-        from typer import _coercion, core
+        from typer import _coercion, _param_types, core
     except ImportError:  # another typer: its own ways
         return
     passthrough = getattr(_coercion, "PassThroughRuntimeParam", None)
+    check_path = getattr(_param_types, "coerce_cli_path", None)
     parameter: Any = getattr(core, "_TyperParameter", None)
     original = getattr(parameter, "get_runtime_param", None)
     if passthrough is None or original is None or getattr(original, "hetflow_patched", False):
@@ -46,16 +82,19 @@ def install() -> None:
             return original(self)
         kind: Any = getattr(self, "type_descriptor", None)
         info = getattr(kind, "parameter_info", None)
-        plain = (
-            kind is not None
-            and kind.annotation in (bool, str)
-            and getattr(kind, "file_annotation", None) is None
-            and getattr(info, "parser", None) is None
-            and getattr(info, "click_type", None) is None
-        )
-        if plain:
-            self._runtime_param = passthrough(annotation=kind.annotation, parameter_info=info)
+        annotation = getattr(kind, "annotation", None)
+        if kind is not None and annotation in (bool, str) and _no_parser(kind, info):
+            self._runtime_param = passthrough(annotation=annotation, parameter_info=info)
             return self._runtime_param
+        if (
+            kind is not None
+            and get_origin(annotation) is list
+            and get_args(annotation) == (str,)
+            and _no_parser(kind, info)
+        ):
+            return _StrList(lambda: original(self))
+        if annotation is Path and check_path is not None and _no_parser(kind, info):
+            return _PlainPath(lambda: original(self), check_path, info)
         return _Deferred(lambda: original(self))
 
     get_runtime_param.hetflow_patched = True  # type: ignore[attr-defined]

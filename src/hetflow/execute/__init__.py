@@ -80,6 +80,7 @@ if TYPE_CHECKING:
     from hetflow.execute.run.compose import compose_runner
     from hetflow.execute.run.control.lifecycle import pid_alive, spawn_executor, stop_run
     from hetflow.execute.run.control.moves import drain_node, migrate_step
+    from hetflow.execute.run.control.recorded import recorded_secrets
     from hetflow.execute.run.control.stopping import DEFAULT_GRACE, grace_from_env, parse_grace
     from hetflow.execute.run.dispatching.dispatch import ClusterDispatch, Decision, Dispatch, LocalDispatch
     from hetflow.execute.run.executor import Ended, build_runner, drive
@@ -165,6 +166,7 @@ _WHERE = {
     "layers": ["apply_resources", "layer_params", "param_sources", "read_params_file", "split_profiles"],
     "settings": ["RunnerConfig", "Settings", "load_settings"],
     "run.control.stopping": ["DEFAULT_GRACE", "grace_from_env", "parse_grace"],
+    "run.control.recorded": ["recorded_secrets"],
     "submit.record": ["create_run", "new_run_id", "preflight"],
 }
 __all__ = [
@@ -285,6 +287,7 @@ __all__ = [
     "read_lines",
     "read_params_file",
     "recorded_gangs",
+    "recorded_secrets",
     "rehash_for_resume",
     "render_contract",
     "repair",

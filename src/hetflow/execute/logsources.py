@@ -16,12 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from hetflow.errors import StateError, UsageError
 from hetflow.execute.data.paths import RunPaths
-from hetflow.execute.run.control.stopping import recorded_steps
-from hetflow.spec import Gang, did_you_mean, fanout_parent, step_label
+from hetflow.execute.run.control.recorded import recorded_steps
+from hetflow.spec import fanout_parent, step_label
 from hetflow.state import SUCCEEDED, AttemptRecord, RunRecord, Store
 
 
@@ -48,6 +46,8 @@ def select_steps(run_id: str, names: Sequence[str], name: str | None) -> tuple[l
     items = [n for n in names if fanout_parent(n) == name]
     if items:
         return sorted(items, key=_item_index), True
+    from hetflow.spec import did_you_mean  # with the spec's models: only when the name is wrong
+
     known = sorted({fanout_parent(n) or n for n in names})
     raise UsageError(f"run {run_id} has no step {name!r}{did_you_mean(name, known)}; its steps: {_summary(names)}")
 
@@ -57,9 +57,15 @@ def recorded_gangs(record: RunRecord) -> dict[str, GangShape]:
     record cannot be read (logs then show rank 0).  Only each step's ``gang`` is read back:
     the whole dump does not validate again (a default such as ``gpu_vendor: nvidia`` is
     written out, and a step that asks for no GPU refuses it)."""
+    steps = {name: step["gang"] for name, step in recorded_steps(record.spec_json).items() if step.get("gang")}
+    if not steps:
+        return {}  # no gang: the spec's models (pydantic) are not loaded
+    from pydantic import ValidationError
+
+    from hetflow.spec import Gang
+
     try:
-        steps = recorded_steps(record.spec_json)
-        gangs = {name: Gang.model_validate(step["gang"]) for name, step in steps.items() if step.get("gang")}
+        gangs = {name: Gang.model_validate(gang) for name, gang in steps.items()}
     except ValidationError:
         return {}
     return {name: GangShape(g.replicas, g.launcher) for name, g in gangs.items() if g.replicas > 1}

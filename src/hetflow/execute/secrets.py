@@ -29,9 +29,12 @@ import secrets as _random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hetflow.errors import UsageError
-from hetflow.spec import Workflow
+
+if TYPE_CHECKING:
+    from hetflow.spec import Workflow
 
 SECRETS_FILE_ENV = "HETFLOW_SECRETS_FILE"
 MASK = "***"

@@ -146,6 +146,7 @@ class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, Slowdo
         self._migrate_inputs()  # what each attempt's data was at launch (issue 37)
         self._migrate_tes()  # the TES service's tasks and tokens (issue 41)
         self._migrate_params()  # each run's effective params and their sources (issue 42)
+        self._migrate_indexes()  # runs newest first without a sort (issue 43)
 
     def _open_read_only(self, path: Path) -> None:
         if not path.is_file():

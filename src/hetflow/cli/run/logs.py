@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -10,9 +11,9 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from hetflow.cli.common import known_secrets, open_store
+from hetflow.cli.common import open_store
 from hetflow.cli.shell import complete_runs, complete_steps
-from hetflow.errors import HetflowError, UsageError
+from hetflow.errors import UsageError
 from hetflow.state import RUN_TERMINAL, RunWatch, executor_gone
 
 if TYPE_CHECKING:
@@ -47,7 +48,6 @@ def logs(
         attempt_label,
         attempt_sources,
         cached_origin,
-        load_recorded,
         recorded_gangs,
         select_steps,
     )
@@ -57,8 +57,7 @@ def logs(
     rid = store.resolve_run_id(run_id)
     record = store.run(rid)
     wanted, group = select_steps(rid, [s.step for s in store.steps(rid)], step)
-    with contextlib.suppress(HetflowError):  # the run's file gone: its ended attempts' logs are masked already
-        known_secrets(load_recorded(store, rid).workflow)
+    _mask_secrets(record.spec_json)
     gangs = recorded_gangs(record)
     paths = RunPaths(Path(record.workdir))
     offsets: dict[Path, int] = {}
@@ -139,3 +138,11 @@ def _print_sources(
         lines, offsets[source.path] = read_lines(source.path, offsets.get(source.path, 0))
         for stream, text in lines:
             print(source.prefix + text, file=sys.stderr if stream == "stderr" else sys.stdout, flush=True)
+
+
+def _mask_secrets(spec_json: str) -> None:
+    """Mask what this process knows of the run's secrets (their names as recorded with the run:
+    not its file, which may be gone, nor the spec's models; ended attempts' logs are masked already)."""
+    from hetflow.execute import activate, gather_available, recorded_secrets
+
+    activate(gather_available(recorded_secrets(spec_json), os.environ))

@@ -10,17 +10,10 @@ import typer
 
 from hetflow.cli.common import err, open_store, print_json
 from hetflow.errors import UsageError
-from hetflow.report import (
-    TRACE_FIELDS,
-    cached_steps,
-    check_trace_fields,
-    item_labels,
-    run_report_html,
-    step_items,
-    trace_json,
-    trace_rows,
-    trace_tsv,
-)
+from hetflow.report import TRACE_FIELDS, cached_steps, check_trace_fields, step_items, trace_json, trace_rows, trace_tsv
+
+# The report's page (``report.runreport``: the planner's instance, the inventory's models, the
+# Gantt chart) is imported in ``report`` only: `hetflow trace` reads the store and prints.
 
 
 def register(app: typer.Typer) -> None:
@@ -57,6 +50,7 @@ def report(
     if not output.parent.is_dir():
         raise UsageError(f"-o {output}: the directory {output.parent} does not exist; create it or write elsewhere")
     from hetflow.execute import stored_plan
+    from hetflow.report import item_labels, run_report_html
 
     store = open_store()
     rid = store.resolve_run_id(run_id)

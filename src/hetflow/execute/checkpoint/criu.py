@@ -9,6 +9,7 @@ hetflow runs as root (CRIU needs it; rootless podman cannot checkpoint).  The an
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
@@ -17,6 +18,8 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+
+from hetflow.probecache import remembered, stamp
 
 CRIU_ENV = "HETFLOW_CRIU"
 BUILT = Path(sys.prefix) / "libexec" / "hetflow" / "criu"
@@ -69,6 +72,16 @@ def criu_support(env: Mapping[str, str] | None = None, *, engine: str = "podman"
 def _check(path: str, euid: int) -> CriuSupport:
     if euid != 0:
         return CriuSupport(False, path, "", "CRIU needs root (rootless podman cannot checkpoint); run hetflow as root")
+    # kept between commands (``hetflow.probecache``) while the binary and the kernel are the same
+    key = f"{stamp([path])}\0{os.uname().release}\0{os.uname().version}"
+    answer = remembered("criu", key, lambda: dataclasses.asdict(_run_check(path)))
+    try:
+        return CriuSupport(**answer)
+    except TypeError:  # written by another hetflow
+        return _run_check(path)
+
+
+def _run_check(path: str) -> CriuSupport:
     try:
         version = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=10).stdout
         check = subprocess.run([path, "check"], capture_output=True, text=True, timeout=30)

@@ -38,13 +38,16 @@ import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from hetflow.execute.data.inputs import DataManifest, sha256_file
 from hetflow.execute.data.outputs import sha256_of
 from hetflow.execute.secrets import secret_digests
-from hetflow.spec import DATA_PREFIX, Step, Variant, Workflow, fanout_parent
+from hetflow.spec import DATA_PREFIX, fanout_parent
 from hetflow.state import CacheEntry, OutputRecord, Store
+
+if TYPE_CHECKING:  # the spec's models and the data manifest: `hetflow cache ls` needs neither
+    from hetflow.execute.data.inputs import DataManifest
+    from hetflow.spec import Step, Variant, Workflow
 
 KEY_VERSION = 1
 SMALL = 1 << 20  # bytes: an object up to this size is read once on restore (verified, then written)
@@ -233,7 +236,7 @@ class ResultCache:
             )
             entries = []
             for rel, p in files:
-                sha = sha256_file(p)
+                sha = _sha256_file(p)
                 self._keep(p, sha)
                 n = p.stat().st_size
                 size += n
@@ -403,3 +406,9 @@ def partial_copies(root: Path) -> list[tuple[Path, int]]:
             if m is not None:
                 found.append((p, int(m.group(2))))
     return found
+
+
+def _sha256_file(path: Path) -> str:
+    from hetflow.execute.data.inputs import sha256_file  # globbing, S3: loaded when a result is kept
+
+    return sha256_file(path)

@@ -30,8 +30,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import httpx
-
 from hetflow.errors import UsageError
 from hetflow.execute.secrets import mask
 from hetflow.state import (
@@ -80,6 +78,8 @@ def start_notifier(store_path: Path, run_id: str, urls: str | Sequence[str]) -> 
 
 
 def httpx_post(url: str, payload: Mapping[str, Any], timeout: float) -> int:
+    import httpx  # here, not at the top: `hetflow run --dry-run` checks URLs and posts nothing
+
     return httpx.post(url, json=dict(payload), timeout=timeout, follow_redirects=False).status_code
 
 
@@ -213,6 +213,8 @@ class Notifier:
 
     def try_post(self, url: str, body: Mapping[str, Any]) -> str | None:
         """None once delivered (a 2xx), else why the last try failed."""
+        import httpx
+
         why = ""
         for n in range(self.notify.tries):
             if n:

@@ -1,19 +1,35 @@
 """The reads a dashboard makes of the store, mixed into ``Store`` (one connection): a page
 of runs with how many match, every listed run's step counts in one query, a run's last
-event id.  Reads only: ``Store(path, read_only=True)`` serves them."""
+event id.  Reads only: ``Store(path, read_only=True)`` serves them; the runs' indexes they
+(and `hetflow ps`) read through are made here (``_migrate_indexes``)."""
 
 from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING
 
 from hetflow.state.models import RunRecord
+from hetflow.state.rows.schema import RUN_INDEXES
 
 
 class Pages:
     """The paged reads of ``Store``."""
 
     _db: sqlite3.Connection
+
+    if TYPE_CHECKING:
+
+        def _tx(self, immediate: bool = False) -> AbstractContextManager[sqlite3.Connection]: ...
+
+    def _migrate_indexes(self) -> None:
+        """The runs' indexes, created once in a store made before them (a write on that open only)."""
+        have = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        if not {"runs_created", "runs_state", "runs_name"} <= have:
+            with self._tx(immediate=True) as db:
+                for statement in filter(str.strip, RUN_INDEXES.split(";")):
+                    db.execute(statement)
 
     def runs_page(
         self, *, state: str | None = None, name: str | None = None, limit: int = 50, offset: int = 0

@@ -18,6 +18,14 @@ from hetflow.state.rows.leases import LEASES_TABLE
 #    several (time-slicing / MPS tenants, MIG instances): keyed (gpu_uuid, container); see
 #    _migrate_leases.
 SCHEMA_VERSION = 4  # see the history above; a table or column added where missing keeps it
+# (still 4: indexes added where missing, ``Pages._migrate_indexes``) `ps` and `resolve_run_id`
+# read runs newest first: without an index, every call sorted the whole table; `plan` and `run`
+# read one workflow's past attempts (``history``, ``usage_history``): by name, not a scan (issue 43)
+RUN_INDEXES = """
+CREATE INDEX IF NOT EXISTS runs_created ON runs (created);
+CREATE INDEX IF NOT EXISTS runs_state ON runs (state, created);
+CREATE INDEX IF NOT EXISTS runs_name ON runs (name);
+"""
 SCHEMA = (
     """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -47,6 +55,9 @@ CREATE TABLE IF NOT EXISTS events (
   id INTEGER PRIMARY KEY AUTOINCREMENT, run_id TEXT NOT NULL, step TEXT, time REAL NOT NULL,
   kind TEXT NOT NULL, message TEXT NOT NULL, data TEXT NOT NULL DEFAULT '{}');
 CREATE INDEX IF NOT EXISTS events_run ON events (run_id, id);
+"""
+    + RUN_INDEXES
+    + """
 CREATE TABLE IF NOT EXISTS run_plans (run_id TEXT PRIMARY KEY REFERENCES runs(id), plan_json TEXT NOT NULL);
 """
     + LEASES_TABLE

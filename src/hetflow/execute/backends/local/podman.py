@@ -24,6 +24,7 @@ from hetflow.config import SHARE, engine_env, find_engine
 from hetflow.errors import EngineError
 from hetflow.execute.backends.local import cgroups, orphans
 from hetflow.execute.backends.local.exits import Batches, ExitWatch
+from hetflow.execute.backends.local.imagefacts import ImageFacts
 from hetflow.execute.backends.local.ociruntime import RuntimeChoice, check_setting, engine_choice, which_on
 from hetflow.execute.engine import (
     ENV_FILE_WAIT,
@@ -55,7 +56,7 @@ class _Removal:
     network: str = ""
 
 
-class CliEngine:
+class CliEngine(ImageFacts):
     """podman (or docker) through its CLI, with hetflow's containers.conf.
 
     ``--hooks-dir`` points podman at an empty directory so an installed NVIDIA OCI hook
@@ -121,9 +122,6 @@ class CliEngine:
             pid = ((self._inspect_entry(name) or {}).get("State") or {}).get("ConmonPid")
             watch.follow(name, labels, int(pid) if pid else None)
 
-    def image_exists(self, image: str) -> bool:
-        return self._run(["image", "exists", image], check=False).returncode == 0
-
     def create_network(self, name: str, *, internal: bool, labels: Mapping[str, str]) -> None:
         if self._run(["network", "inspect", name], check=False).returncode == 0:
             return
@@ -140,12 +138,6 @@ class CliEngine:
 
     def _remove_network_now(self, name: str) -> None:
         self._run(["network", "rm", "-f", name], check=False)
-
-    def image_id(self, image: str) -> str | None:
-        """The ID of the image the name points at now (None when there is none)."""
-        proc = self._run(["image", "inspect", "--format", "{{.Id}}", image], check=False)
-        text = proc.stdout.strip()
-        return text if proc.returncode == 0 and text else None
 
     def image_entrypoint(self, image: str) -> tuple[str, ...] | None:
         """The image's ENTRYPOINT (() when it has none; None when there is no such image)."""

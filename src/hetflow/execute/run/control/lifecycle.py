@@ -20,12 +20,12 @@ from hetflow.execute.gang.elastic import RESIZED
 from hetflow.execute.gang.replicas import REPLICA_MISSING, replica_name
 from hetflow.execute.run.attempts import NODE_FAULT_REQUEUES, Active, Attempts
 from hetflow.execute.run.batching import is_batch, refine
+from hetflow.execute.run.control.recorded import recorded_steps
 from hetflow.execute.run.control.stopping import (
     StopRequest,
     by_grace,
     cancel_by_grace,
     executor_stops,
-    recorded_steps,
     step_graces,
 )
 from hetflow.spec import fanout_parent, format_bytes

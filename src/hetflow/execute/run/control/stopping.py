@@ -30,11 +30,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from hetflow.errors import UsageError
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.data.paths import RunPaths
+from hetflow.execute.run.control.recorded import recorded_steps
 from hetflow.spec import fanout_parent
 from hetflow.state import LAUNCHING, RUN_RUNNING, RUNNING, STOPPED, RunRecord, Store
 
@@ -154,18 +154,6 @@ def executor_stops(
 def clear_stop_request(paths: RunPaths) -> None:
     with contextlib.suppress(OSError):
         paths.stop_request.unlink(missing_ok=True)
-
-
-def recorded_steps(spec_json: str) -> dict[str, dict[str, Any]]:
-    """The steps of the workflow recorded with a run, as plain JSON by name ({} where it cannot
-    be read): what a stop, a resume and ``hetflow logs`` read back field by field (the whole
-    dump does not validate again: a default such as ``gpu_vendor: nvidia`` is written out, and
-    a step that asks for no GPU refuses it)."""
-    try:
-        steps = json.loads(spec_json).get("steps", {})
-    except (ValueError, AttributeError):
-        return {}
-    return {n: s for n, s in steps.items() if isinstance(s, dict)} if isinstance(steps, dict) else {}
 
 
 def step_graces(spec_json: str) -> dict[str, int]:
