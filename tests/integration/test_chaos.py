@@ -143,8 +143,9 @@ def test_kill9_at_random_points_then_resume_loses_nothing_and_runs_nothing_twice
     # executions, counted from inside the containers (see the module docstring)
     logs = hf("logs", run_id).stdout
     # a gang's every replica prints them, each line prefixed [rankN]: (hetflow logs): rank 0 counts
-    done = Counter(m[0] for m in re.findall(r"^\S+ \| (?:\[rank0\]: )?DONE (\S+) (\d+)$", logs, re.M))
-    execs = Counter((m[0], m[1]) for m in re.findall(r"^\S+ \| (?:\[rank0\]: )?EXEC (\S+) (\d+)$", logs, re.M))
+    # each line prefixed by its step, item and attempt ("s3 #1 | ", "fan[2] #1 | ")
+    done = Counter(m[0] for m in re.findall(r"^[^|\n]+ \| (?:\[rank0\]: )?DONE (\S+) (\d+)$", logs, re.M))
+    execs = Counter((m[0], m[1]) for m in re.findall(r"^[^|\n]+ \| (?:\[rank0\]: )?EXEC (\S+) (\d+)$", logs, re.M))
     twice = sorted(n for n in names if done[n] > 1)
     relaunched = sorted(f"{n}.{a}" for (n, a), c in execs.items() if c > 1)
     missing_done = sorted(n for n in names if done[n] == 0)

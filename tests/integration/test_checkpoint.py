@@ -62,7 +62,7 @@ def test_killed_with_the_executor_resumes_from_its_last_checkpoint(hf: Hetflow, 
     assert restored[0] <= killed_at + 1 and restored[-1] == TICKS
     assert restored == list(range(restored[0], TICKS + 1))
     attempts = json.loads(hf("trace", run_id, "--json").stdout)
-    assert [(a["attempt"], a["status"]) for a in attempts] == [(1, "failed"), (2, "succeeded")]
+    assert [(a["attempt"], a["status"]) for a in attempts] == [(1, "lost"), (2, "succeeded")]
     out = hf.home / "runs" / run_id / "steps" / "count" / "out" / "n"
     assert out.read_text().strip() == str(TICKS)
     # the step succeeded: its images are gone, the small records stay

@@ -95,7 +95,7 @@ def test_a_step_whose_node_dies_continues_on_the_other_node_from_its_checkpoint(
         assert restored == list(range(restored[0], TICKS + 1))
         assert (step_out(hf, run_id, "count") / "n").read_text().strip() == str(TICKS)
         attempts = json.loads(hf("trace", run_id, "--json").stdout)
-        assert [(a["attempt"], a["status"]) for a in attempts] == [(1, "failed"), (2, "succeeded")]
+        assert [(a["attempt"], a["status"]) for a in attempts] == [(1, "lost"), (2, "succeeded")]
         assert (run_dir / "checkpoints" / "count" / "restored-2.json").is_file()
         assert squeue_row(cluster, f"hf-{run_id}-count-2") == ("COMPLETED", other)
     finally:

@@ -36,7 +36,7 @@ def test_trace_shows_peak_memory_and_cpu_time_and_report_writes_one_page(hf: Het
     assert 0 < hog["realtime"] <= hog["duration"]
 
     tsv = hf("trace", run_id).stdout.splitlines()
-    assert tsv[0].startswith("task_id\tstep\tattempt") and len(tsv) == 2
+    assert tsv[0].startswith("task_id\tstep\titem\tattempt") and len(tsv) == 2
     assert "MiB" in tsv[1].split("\t")[tsv[0].split("\t").index("peak_rss")]
 
     out = tmp_path / "report.html"

@@ -39,6 +39,7 @@ GETS = [
     ("/static/vendor/dagre.min.js", "javascript"),
     ("/api/config", "json"),
     ("/api/runs?limit=5", "json"),
+    ("/api/tes/tasks?limit=5", "json"),
     (f"/api/runs/{RUN}", "json"),
     (f"/api/runs/{RUN}/events?after=0", "text/event-stream"),
     (f"/api/runs/{RUN}/gantt.svg", "image/svg+xml"),

@@ -167,10 +167,17 @@ class TesService:
                     # listed now it would be missed, and run (or wait in `runc init`) on its own
                     count = len(Task.model_validate_json(row.task_json).executors)
                     backend.settle_launches([container_name(row.run_id, f"exec-{i}", 1) for i in range(count)])
-                names = list(backend.poll(row.run_id))
-                if names:
-                    backend.cancel(names, grace=0)
-                    backend.release(names)
+                # watched as a resumed run's are: the monitor of a container its killed `podman
+                # run` made but never started is ended (`podman rm` would leave it waiting)
+                unwatch = backend.watch(row.run_id, lambda: None) if isinstance(backend, SettlesLaunches) else None
+                try:
+                    names = list(backend.poll(row.run_id))
+                    if names:
+                        backend.cancel(names, grace=0)
+                        backend.release(names)
+                finally:
+                    if unwatch is not None:
+                        unwatch()
                 with contextlib.suppress(HetflowError):  # killed before the run was recorded
                     store.set_run(row.run_id, state="failed", message="the TES server stopped while it ran")
                 gpu_leases.release(store, row.run_id)
