@@ -254,8 +254,10 @@ def test_nodes_alike_form_one_type_and_gpus_come_from_gfd_labels_or_resource_sli
         ({"nodes": 3}, "unknown key"),
         ({"claim": "w"}, "claim needs claim_root"),
         ({"stop_timeout": "soon"}, "stop_timeout='soon' is not whole seconds"),
+        ({"submit_threads": "many"}, "submit_threads='many' is not a whole number of threads"),
+        ({"submit_threads": 0}, "submit_threads=0: give 1 or more"),
     ],
-    ids=["pull-policy", "unknown", "claim-root", "timeout"],
+    ids=["pull-policy", "unknown", "claim-root", "timeout", "threads-word", "threads-none"],
 )
 def test_bad_settings_are_named(given: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError, match=message):

@@ -4,7 +4,9 @@ controller runs them, and hetflow reads what happened from the API.
 
 - ``submit`` creates the attempt's objects (``translate``): the Job first, then what it owns
   (a DRA ResourceClaimTemplate, a gang's Service) with an ownerReference to it, so deleting
-  the Job deletes them.  An object that exists already is adopted (a resumed executor).
+  the Job deletes them.  An object that exists already is adopted (a resumed executor).  The
+  creates run on a pool of client threads (``creations``) and ``submit`` returns at once:
+  ``poll`` says an attempt still being created is pending, and one the API refused failed.
 - ``poll`` lists the run's Jobs and pods by label (``hetflow.run``) and reads each attempt's
   state (``states``); ``watch`` keeps two API watches (pods, Jobs) and wakes the runner on
   every change, so the runner polls only when something happened.
@@ -34,6 +36,7 @@ from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.common import TERMINATED_CODE, host_image_id
 from hetflow.execute.backends.kubernetes.admission import fits, free_room, template_requests
 from hetflow.execute.backends.kubernetes.api import Conflict, Forbidden, KubeApi, NotFound
+from hetflow.execute.backends.kubernetes.creations import Creations
 from hetflow.execute.backends.kubernetes.devices import (
     ANNOTATION_DRA,
     Device,
@@ -102,6 +105,8 @@ class KubernetesBackend:
         self._logs = LogFollowers()
         self._watching = 0
         self._images: set[str] = set()
+        self._wakes: list[Callable[[], None]] = []  # the runners watching (``watch``)
+        self._creations = Creations(self.settings.submit_threads, lambda: [w() for w in list(self._wakes)])
 
     @property
     def api(self) -> KubeApi:
@@ -177,13 +182,23 @@ class KubernetesBackend:
         return host_image_id(image, engine_env())
 
     def submit(self, job: Job) -> None:
-        api = self.api
+        """The objects are made here (a bad job raises now); the API is asked on a client thread."""
+        api = self.api  # made here, on one thread, for the client threads
         objects = job_objects(job, self.settings, self._placement(job))
         kube_job = objects[-1]
         logs = [r.log_path or "" for r in (job.ranks or (job.container,))]
         kube_job["metadata"]["annotations"][ANNOTATION_LOGS] = json.dumps(logs)
         if not job.container.network:
             self._policy()
+        self._creations.start(job.name, lambda: self._create(api, objects))
+
+    def created(self, names: Iterable[str]) -> None:
+        """Wait until the creations of ``names`` are over (what ``submit`` handed to its threads)."""
+        self._creations.wait(names)
+
+    def _create(self, api: KubeApi, objects: list[dict[str, Any]]) -> None:
+        """The Job, then what it owns (on a client thread: ``KubeApi`` keeps a client per thread)."""
+        kube_job = objects[-1]
         try:
             created = api.create(self._jobs, kube_job)
         except Conflict:  # submitted before (a resumed executor): adopt it
@@ -196,6 +211,7 @@ class KubernetesBackend:
     def poll(self, run_id: str) -> dict[str, JobState]:
         api = self.api
         selector = f"{LABEL_RUN}={label_value(run_id)}"
+        creating = self._creations.before_lists()  # before the lists: one created meanwhile is not lost
         jobs = api.items(self._jobs, labelSelector=selector)
         pods = api.items(api.ns("pods"), labelSelector=selector)
         by_job: dict[str, list[Any]] = {}
@@ -222,6 +238,7 @@ class KubernetesBackend:
             self._seen[full], self._meta[full] = mine, meta
             if self._watching:
                 self._logs.follow(api, meta, mine)
+        out.update(self._creations.states(creating, set(out)))  # refused, or not listed yet
         for name, state in self._gone.items():
             if name.startswith(f"hf-{run_id}-"):
                 out.setdefault(name, state)
@@ -309,6 +326,7 @@ class KubernetesBackend:
         SIGTERM; None: the pods' terminationGracePeriodSeconds) and wait for the pods to go."""
         api = self.api
         names = list(names)
+        self._creations.settle(names)  # nothing is created after its Job is deleted
         for name in names:  # readers of their logs, started before the pods go
             self._logs.follow(api, self._meta.get(name, {}), self._seen.get(name, []))
         for name in names:
@@ -333,6 +351,7 @@ class KubernetesBackend:
         """Delete finished Jobs, each pod's log read first (``LogFollowers.read_before``)."""
         api = self.api
         names = list(names)
+        self._creations.settle(names)
         self._logs.read_before(api, {object_name(n): (self._meta.get(n, {}), self._seen.get(n, [])) for n in names})
         for name in names:
             self._gone.pop(name, None)
@@ -359,10 +378,12 @@ class KubernetesBackend:
         for t in threads:
             t.start()
         self._watching += 1
+        self._wakes.append(wake)
 
         def close() -> None:
             stop.set()
             self._watching -= 1
+            self._wakes.remove(wake)
             self._logs.close()
 
         return close
