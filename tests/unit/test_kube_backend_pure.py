@@ -307,8 +307,7 @@ def test_a_pod_not_yet_started_always_says_why(p: dict[str, Any], reason: str) -
 def test_a_gang_let_go_whose_pods_are_not_made_yet_keeps_its_room() -> None:
     """The admission race seen in the suite: gang A un-suspended at one poll, its pods not made
     yet at the next; its room must still count, or gang B is admitted over it."""
-    from hetflow.execute.backends.kubernetes.admission import fits, free_room
-    from hetflow.execute.backends.kubernetes.backend import starting
+    from hetflow.execute.backends.kubernetes.admission import fits, free_room, starting
 
     gpu_pod = {"containers": [{"resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "1"}}}]}
 

@@ -44,6 +44,8 @@ class FakeKube:
         self.entered = threading.Semaphore(0)  # released by each Job create as it begins
         self.in_flight = self.most = 0
         self.log: list[str] = []  # "create NAME" / "delete NAME", in order
+        self.delete_gate = threading.Event()  # deletes wait on it (a test may make it ``gate``)
+        self.delete_gate.set()
 
     def ns(self, resource: str, group: str = "") -> str:
         return f"/{group}/namespaces/{self.namespace}/{resource}"
@@ -83,6 +85,7 @@ class FakeKube:
             return [o for (r, _), o in self.objects.items() if r == resource]
 
     def delete(self, path: str, **params: Any) -> None:
+        assert self.delete_gate.wait(WAIT), "the test never opened the gate"
         *_, resource, name = path.split("/")
         with self.lock:
             gone = self.objects.pop((resource, name), None)
@@ -150,7 +153,25 @@ def test_a_refused_create_is_the_attempts_failure_with_the_apis_message_and_wake
     assert (st.running, st.exit_code, st.refused, st.reason) == (False, None, True, message)
     assert backend.poll(RUN)[job("a").name].refused  # said until the runner releases it
     backend.release([job("a").name])
+    backend.released()
     assert backend.poll(RUN) == {} and api.objects == {}
+
+
+def test_a_release_deletes_off_the_callers_thread_and_a_watchs_close_waits_for_it(api: FakeKube) -> None:
+    backend = backend_on(api)
+    jobs = [job(f"s{i}") for i in range(3)]
+    for j in jobs:
+        backend.submit(j)
+    backend.created([j.name for j in jobs])
+    close = backend.watch(RUN, lambda: None)
+    assert close is not None
+    api.gate.clear()  # the deletes wait too
+    api.delete_gate = api.gate
+    backend.release([j.name for j in jobs])  # returns with the deletes held
+    assert len(api.objects) == 3
+    api.gate.set()
+    close()
+    assert api.objects == {}
 
 
 def test_a_cancel_during_a_creation_waits_for_it_and_leaves_nothing(api: FakeKube) -> None:

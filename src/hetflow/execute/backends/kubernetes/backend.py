@@ -34,7 +34,7 @@ from hetflow.config import engine_env
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.common import TERMINATED_CODE, host_image_id
-from hetflow.execute.backends.kubernetes.admission import fits, free_room, template_requests
+from hetflow.execute.backends.kubernetes.admission import fits, free_room, starting, template_requests
 from hetflow.execute.backends.kubernetes.api import Conflict, Forbidden, KubeApi, NotFound
 from hetflow.execute.backends.kubernetes.creations import Creations
 from hetflow.execute.backends.kubernetes.devices import (
@@ -221,6 +221,7 @@ class KubernetesBackend:
         admitted = self._admit(held, starting(jobs, by_job)) if held else set()
         waiting = {j["metadata"]["name"] for j in held}
         out: dict[str, JobState] = {}
+        failed_creates: dict[str, str] | None = None  # read once a Job without a pod asks
         for j in jobs:
             meta = j["metadata"]
             full = meta.get("annotations", {}).get(ANNOTATION_JOB, meta["name"])
@@ -229,7 +230,8 @@ class KubernetesBackend:
                 n = j["spec"].get("completions", 1)
                 pending = f"waiting for room for all {n} replicas at once (a gang is admitted all or nothing)"
             elif not mine and not j.get("status", {}).get("conditions"):
-                pending = self._pending_reason(meta["name"])
+                failed_creates = self._failed_creates() if failed_creates is None else failed_creates
+                pending = failed_creates.get(meta["name"], "")
             else:
                 pending = ""
             out[full] = job_state(full, j, mine, pending)
@@ -310,16 +312,15 @@ class KubernetesBackend:
             self._slices = (time.monotonic(), devices)
         return devices
 
-    def _pending_reason(self, name: str) -> str:
-        """Why a Job has no pod yet, in Kubernetes' words (a quota: FailedCreate)."""
+    def _failed_creates(self) -> dict[str, str]:
+        """Why Jobs have no pod yet, in Kubernetes' words (a quota: FailedCreate), by Job name:
+        one list of the namespace's such events (a list per Job, in turn, took 7 of a hundred
+        steps' 24 seconds: issue 43)."""
         try:
-            events = self.api.items(
-                self.api.ns("events"), fieldSelector=f"involvedObject.name={name},involvedObject.kind=Job"
-            )
+            events = self.api.items(self.api.ns("events"), fieldSelector="involvedObject.kind=Job,reason=FailedCreate")
         except EngineError:
-            return ""
-        failed = [e for e in events if e.get("reason") == "FailedCreate"]
-        return str(failed[-1].get("message", "")) if failed else ""
+            return {}
+        return {str(e.get("involvedObject", {}).get("name")): str(e.get("message", "")) for e in events}
 
     def cancel(self, names: Iterable[str], grace: int | None = None) -> None:
         """Delete the Jobs (foreground: their pods first, each given ``grace`` seconds after
@@ -348,17 +349,27 @@ class KubernetesBackend:
         self._logs.finish(wanted)  # what they wrote until they went
 
     def release(self, names: Iterable[str]) -> None:
-        """Delete finished Jobs, each pod's log read first (``LogFollowers.read_before``)."""
+        """Delete finished Jobs, each pod's log read first (``LogFollowers.read_before``), off
+        the caller's thread (``Creations.later``; ``released`` waits)."""
         api = self.api
         names = list(names)
         self._creations.settle(names)
-        self._logs.read_before(api, {object_name(n): (self._meta.get(n, {}), self._seen.get(n, [])) for n in names})
+        jobs = {object_name(n): (self._meta.get(n, {}), self._seen.get(n, [])) for n in names}
         for name in names:
             self._gone.pop(name, None)
             self._meta.pop(name, None)
             for p in self._seen.pop(name, []):
                 self._gpus.pop(p["metadata"]["name"], None)
-            api.delete(f"{self._jobs}/{object_name(name)}", propagationPolicy="Foreground")
+
+        def delete() -> None:
+            self._logs.read_before(api, jobs)
+            self._creations.each(lambda job: api.delete(f"{self._jobs}/{job}", propagationPolicy="Foreground"), jobs)
+
+        self._creations.later(delete)
+
+    def released(self) -> None:
+        """Wait until the Jobs released so far are deleted."""
+        self._creations.drain()
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         """Watch the run's pods and Jobs; each change wakes the runner."""
@@ -384,6 +395,7 @@ class KubernetesBackend:
             stop.set()
             self._watching -= 1
             self._wakes.remove(wake)
+            self._creations.drain()  # the run's releases: none left behind
             self._logs.close()
 
         return close
@@ -428,19 +440,3 @@ class KubernetesBackend:
             except (NotFound, Forbidden):
                 raise Forbidden(f"cannot create NetworkPolicy {NETWORK_POLICY}") from None
         self._policy_made = True
-
-
-def starting(jobs: list[dict[str, Any]], pods: dict[str, list[Any]]) -> list[tuple[dict[str, Any], int]]:
-    """Jobs running (not suspended, not ended, not going) with fewer pods than completions, and how
-    many pods each still lacks."""
-    out = []
-    for j in jobs:
-        spec, status = j.get("spec", {}), j.get("status", {})
-        conditions = status.get("conditions") or ()
-        ended = any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed") for c in conditions)
-        if spec.get("suspend") or ended or j["metadata"].get("deletionTimestamp"):
-            continue
-        missing = int(spec.get("completions", 1)) - len(pods.get(j["metadata"]["name"], []))
-        if missing > 0:
-            out.append((j, missing))
-    return out

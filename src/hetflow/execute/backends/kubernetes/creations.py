@@ -15,6 +15,11 @@ that ends between the two is never taken for a job that vanished.
 
 ``settle`` is asked by ``cancel`` and ``release`` before they delete: a creation not begun is
 withdrawn, one under way is waited for, so nothing is created after its Job was deleted.
+``release`` is handed to one thread of its own (``later``): its pods' logs read, then its Jobs
+deleted on the client threads (``each``), while the runner goes on (the reads wait up to 2 s for
+log streams kwok leaves open: 10 of a hundred steps' 18 seconds on the runner's thread); a
+watch's close waits for them (``drain``), and an interpreter's exit does (``concurrent.futures``
+joins its threads once their work is done).
 """
 
 from __future__ import annotations
@@ -23,12 +28,14 @@ import threading
 from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
+from typing import TypeVar
 
 from hetflow.errors import HetflowError
 from hetflow.execute.backends.base import JobState
 
 CREATING = "Creating: its Job is being created through the API"
 REFUSED = "Refused"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -47,14 +54,44 @@ class Creations:
         self._pool: ThreadPoolExecutor | None = None  # started by the first ``start``
         self._lock = threading.Lock()
         self._work: dict[str, Future[None]] = {}
+        self._releaser: ThreadPoolExecutor | None = None
+        self._after: list[Future[None]] = []  # handed to ``later``, not yet seen over
 
     def start(self, name: str, create: Callable[[], None]) -> None:
         """Run ``create`` (the attempt's API calls) on a pool thread; it raises HetflowError
         with the API's message when the API refuses."""
+        pool = self._threads_pool()
         with self._lock:
-            if self._pool is None:
-                self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="kube-create")
-            self._work[name] = self._pool.submit(self._run, create)
+            self._work[name] = pool.submit(self._run, create)
+
+    def each(self, work: Callable[[T], object], items: Iterable[T]) -> None:
+        """``work(item)`` for every item on the same threads, waited for (a release's deletes:
+        one after another they took a tenth of a second each); the first error is raised."""
+        list(self._threads_pool().map(work, items))
+
+    def later(self, work: Callable[[], None]) -> None:
+        """``work`` on one thread of its own, after what was handed before; an error one raised
+        is raised here, by the next (as a release that raised on the caller's thread was)."""
+        with self._lock:
+            self._releaser = self._releaser or ThreadPoolExecutor(1, thread_name_prefix="kube-release")
+            over = [f for f in self._after if f.done()]
+            self._after = [f for f in self._after if not f.done()]
+            self._after.append(self._releaser.submit(work))
+        for f in over:
+            if (error := f.exception()) is not None:
+                raise error
+
+    def drain(self) -> None:
+        """Wait for what was handed to ``later`` so far."""
+        with self._lock:
+            after = list(self._after)
+        wait(after)
+
+    def _threads_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            with self._lock:
+                self._pool = self._pool or ThreadPoolExecutor(self._threads, thread_name_prefix="kube-client")
+        return self._pool
 
     def _run(self, create: Callable[[], None]) -> None:
         try:
