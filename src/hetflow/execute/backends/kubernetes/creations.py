@@ -67,7 +67,14 @@ class Creations:
     def each(self, work: Callable[[T], object], items: Iterable[T]) -> None:
         """``work(item)`` for every item on the same threads, waited for (a release's deletes:
         one after another they took a tenth of a second each); the first error is raised."""
-        list(self._threads_pool().map(work, items))
+        pool, futures = self._threads_pool(), []
+        for item in items:
+            try:
+                futures.append(pool.submit(work, item))
+            except RuntimeError:  # the interpreter exits (it waits for ``later``'s thread): here, then
+                work(item)
+        for f in futures:
+            f.result()
 
     def later(self, work: Callable[[], None]) -> None:
         """``work`` on one thread of its own, after what was handed before; an error one raised
