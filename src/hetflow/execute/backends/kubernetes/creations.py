@@ -15,7 +15,7 @@ that ends between the two is never taken for a job that vanished.
 
 ``settle`` is asked by ``cancel`` and ``release`` before they delete: a creation not begun is
 withdrawn, one under way is waited for, so nothing is created after its Job was deleted.
-``release`` is handed to one thread of its own (``later``): its pods' logs read, then its Jobs
+``release`` is handed to threads of their own (``later``): its pods' logs read, then its Jobs
 deleted on the client threads (``each``), while the runner goes on (the reads wait up to 2 s for
 log streams kwok leaves open: 10 of a hundred steps' 18 seconds on the runner's thread); a
 watch's close waits for them (``drain``), and an interpreter's exit does (``concurrent.futures``
@@ -77,10 +77,11 @@ class Creations:
             f.result()
 
     def later(self, work: Callable[[], None]) -> None:
-        """``work`` on one thread of its own, after what was handed before; an error one raised
+        """``work`` on threads of their own, beside what was handed before (a release's wait for
+        its logs does not hold the next one's back: 2 s each on kwok); an error one raised
         is raised here, by the next (as a release that raised on the caller's thread was)."""
         with self._lock:
-            self._releaser = self._releaser or ThreadPoolExecutor(1, thread_name_prefix="kube-release")
+            self._releaser = self._releaser or ThreadPoolExecutor(self._threads, thread_name_prefix="kube-release")
             over = [f for f in self._after if f.done()]
             self._after = [f for f in self._after if not f.done()]
             self._after.append(self._releaser.submit(work))
