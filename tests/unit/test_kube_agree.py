@@ -123,7 +123,9 @@ def both_ways(case: Case, gang: str = "") -> tuple[list[Obj], list[Obj]]:
               ranks=(spec,) * replicas, gang=step.gang, gpu_request=engine_request(variant, where),
               gpu_sharing=where.gpu_sharing)  # fmt: skip
     api = RecordingApi()
-    KubernetesBackend(KubernetesSettings(gpu_api="device-plugin"), api=api).submit(job)  # type: ignore[arg-type]
+    backend = KubernetesBackend(KubernetesSettings(gpu_api="device-plugin"), api=api)  # type: ignore[arg-type]
+    backend.submit(job)
+    backend.created([job.name])  # its creates run on the backend's client threads
     return exported, api.created
 
 

@@ -254,8 +254,10 @@ def test_nodes_alike_form_one_type_and_gpus_come_from_gfd_labels_or_resource_sli
         ({"nodes": 3}, "unknown key"),
         ({"claim": "w"}, "claim needs claim_root"),
         ({"stop_timeout": "soon"}, "stop_timeout='soon' is not whole seconds"),
+        ({"submit_threads": "many"}, "submit_threads='many' is not a whole number of threads"),
+        ({"submit_threads": 0}, "submit_threads=0: give 1 or more"),
     ],
-    ids=["pull-policy", "unknown", "claim-root", "timeout"],
+    ids=["pull-policy", "unknown", "claim-root", "timeout", "threads-word", "threads-none"],
 )
 def test_bad_settings_are_named(given: dict[str, object], message: str) -> None:
     with pytest.raises(UsageError, match=message):
@@ -305,8 +307,7 @@ def test_a_pod_not_yet_started_always_says_why(p: dict[str, Any], reason: str) -
 def test_a_gang_let_go_whose_pods_are_not_made_yet_keeps_its_room() -> None:
     """The admission race seen in the suite: gang A un-suspended at one poll, its pods not made
     yet at the next; its room must still count, or gang B is admitted over it."""
-    from hetflow.execute.backends.kubernetes.admission import fits, free_room
-    from hetflow.execute.backends.kubernetes.backend import starting
+    from hetflow.execute.backends.kubernetes.admission import fits, free_room, starting
 
     gpu_pod = {"containers": [{"resources": {"requests": {"nvidia.com/gpu": "1", "cpu": "1"}}}]}
 

@@ -117,6 +117,9 @@ class JobState:
     # The job's container was made but never started (its ``podman run`` killed mid-create): not
     # the step's failure; hetflow runs it again as a new attempt, outside the step's retries.
     never_started: bool = False
+    # The engine refused the job when it was created, after ``submit`` had returned (Kubernetes
+    # creates on client threads): the attempt fails with ``reason`` as a ``submit`` that raised.
+    refused: bool = False
     # When the engine started and ended the job (epoch seconds), from its own record (Slurm's
     # StartTime/EndTime, the Ray task's start and end on its node); None: not started or
     # ended yet, or the engine does not say (then the executor's clock is used).
@@ -146,7 +149,8 @@ class Backend(Protocol):
         step's result is then not cached)."""
 
     def submit(self, job: Job) -> None:
-        """Start or queue the job; HetflowError when the engine refuses it."""
+        """Start or queue the job; HetflowError when the engine refuses it (or, where the
+        engine is asked after this returns, a later ``poll``'s state with ``refused``)."""
 
     def poll(self, run_id: str) -> dict[str, JobState]:
         """Every job of the run the engine knows, by name (adoption after a crash)."""

@@ -163,7 +163,9 @@ class Attempts:
     def settle(self, act: Active, st: JobState) -> None:
         """The engine says the attempt's job is over: requeue it when that was not the
         step's doing (a parent failed, the node failed), else accept or fail it."""
-        if st.dependency_failed or st.checkpointed or st.never_started or (act.resize and st.exit_code != 0):
+        if st.refused:  # as when ``submit`` raised (``Launcher.launch``): the engine's words, no exit code
+            self.fail(act, None, st.reason)
+        elif st.dependency_failed or st.checkpointed or st.never_started or (act.resize and st.exit_code != 0):
             self.requeue(act, act.resize or st.reason or "a dependency failed")
         elif st.node_failed and self.store.node_faults(self.run_id, act.step) < NODE_FAULT_REQUEUES:
             # counted from the recorded attempts (attempts.node_fault), so a resume does not restart it

@@ -115,3 +115,19 @@ def _demand(need: Mapping[str, float]) -> Demand:
 def _take(free: dict[str, float], need: Mapping[str, float]) -> None:
     for k, v in need.items():
         free[k] = free.get(k, 0.0) - v
+
+
+def starting(jobs: list[dict[str, Any]], pods: dict[str, list[Any]]) -> list[tuple[dict[str, Any], int]]:
+    """Jobs running (not suspended, not ended, not going) with fewer pods than completions, and how
+    many pods each still lacks."""
+    out = []
+    for j in jobs:
+        spec, status = j.get("spec", {}), j.get("status", {})
+        conditions = status.get("conditions") or ()
+        ended = any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed") for c in conditions)
+        if spec.get("suspend") or ended or j["metadata"].get("deletionTimestamp"):
+            continue
+        missing = int(spec.get("completions", 1)) - len(pods.get(j["metadata"]["name"], []))
+        if missing > 0:
+            out.append((j, missing))
+    return out

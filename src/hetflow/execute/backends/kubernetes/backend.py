@@ -4,7 +4,9 @@ controller runs them, and hetflow reads what happened from the API.
 
 - ``submit`` creates the attempt's objects (``translate``): the Job first, then what it owns
   (a DRA ResourceClaimTemplate, a gang's Service) with an ownerReference to it, so deleting
-  the Job deletes them.  An object that exists already is adopted (a resumed executor).
+  the Job deletes them.  An object that exists already is adopted (a resumed executor).  The
+  creates run on a pool of client threads (``creations``) and ``submit`` returns at once:
+  ``poll`` says an attempt still being created is pending, and one the API refused failed.
 - ``poll`` lists the run's Jobs and pods by label (``hetflow.run``) and reads each attempt's
   state (``states``); ``watch`` keeps two API watches (pods, Jobs) and wakes the runner on
   every change, so the runner polls only when something happened.
@@ -32,8 +34,9 @@ from hetflow.config import engine_env
 from hetflow.errors import EngineError
 from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.common import TERMINATED_CODE, host_image_id
-from hetflow.execute.backends.kubernetes.admission import fits, free_room, template_requests
+from hetflow.execute.backends.kubernetes.admission import fits, free_room, starting, template_requests
 from hetflow.execute.backends.kubernetes.api import Conflict, Forbidden, KubeApi, NotFound
+from hetflow.execute.backends.kubernetes.creations import Creations
 from hetflow.execute.backends.kubernetes.devices import (
     ANNOTATION_DRA,
     Device,
@@ -102,6 +105,8 @@ class KubernetesBackend:
         self._logs = LogFollowers()
         self._watching = 0
         self._images: set[str] = set()
+        self._wakes: list[Callable[[], None]] = []  # the runners watching (``watch``)
+        self._creations = Creations(self.settings.submit_threads, lambda: [w() for w in list(self._wakes)])
 
     @property
     def api(self) -> KubeApi:
@@ -177,13 +182,23 @@ class KubernetesBackend:
         return host_image_id(image, engine_env())
 
     def submit(self, job: Job) -> None:
-        api = self.api
+        """The objects are made here (a bad job raises now); the API is asked on a client thread."""
+        api = self.api  # made here, on one thread, for the client threads
         objects = job_objects(job, self.settings, self._placement(job))
         kube_job = objects[-1]
         logs = [r.log_path or "" for r in (job.ranks or (job.container,))]
         kube_job["metadata"]["annotations"][ANNOTATION_LOGS] = json.dumps(logs)
         if not job.container.network:
             self._policy()
+        self._creations.start(job.name, lambda: self._create(api, objects))
+
+    def created(self, names: Iterable[str]) -> None:
+        """Wait until the creations of ``names`` are over (what ``submit`` handed to its threads)."""
+        self._creations.wait(names)
+
+    def _create(self, api: KubeApi, objects: list[dict[str, Any]]) -> None:
+        """The Job, then what it owns (on a client thread: ``KubeApi`` keeps a client per thread)."""
+        kube_job = objects[-1]
         try:
             created = api.create(self._jobs, kube_job)
         except Conflict:  # submitted before (a resumed executor): adopt it
@@ -196,6 +211,7 @@ class KubernetesBackend:
     def poll(self, run_id: str) -> dict[str, JobState]:
         api = self.api
         selector = f"{LABEL_RUN}={label_value(run_id)}"
+        creating = self._creations.before_lists()  # before the lists: one created meanwhile is not lost
         jobs = api.items(self._jobs, labelSelector=selector)
         pods = api.items(api.ns("pods"), labelSelector=selector)
         by_job: dict[str, list[Any]] = {}
@@ -205,6 +221,7 @@ class KubernetesBackend:
         admitted = self._admit(held, starting(jobs, by_job)) if held else set()
         waiting = {j["metadata"]["name"] for j in held}
         out: dict[str, JobState] = {}
+        failed_creates: dict[str, str] | None = None  # read once a Job without a pod asks
         for j in jobs:
             meta = j["metadata"]
             full = meta.get("annotations", {}).get(ANNOTATION_JOB, meta["name"])
@@ -213,7 +230,8 @@ class KubernetesBackend:
                 n = j["spec"].get("completions", 1)
                 pending = f"waiting for room for all {n} replicas at once (a gang is admitted all or nothing)"
             elif not mine and not j.get("status", {}).get("conditions"):
-                pending = self._pending_reason(meta["name"])
+                failed_creates = self._failed_creates() if failed_creates is None else failed_creates
+                pending = failed_creates.get(meta["name"], "")
             else:
                 pending = ""
             out[full] = replace(job_state(full, j, mine, pending), native_id=meta["name"])  # kubectl get job NAME
@@ -222,6 +240,7 @@ class KubernetesBackend:
             self._seen[full], self._meta[full] = mine, meta
             if self._watching:
                 self._logs.follow(api, meta, mine)
+        out.update(self._creations.states(creating, set(out)))  # refused, or not listed yet
         for name, state in self._gone.items():
             if name.startswith(f"hf-{run_id}-"):
                 out.setdefault(name, state)
@@ -293,22 +312,22 @@ class KubernetesBackend:
             self._slices = (time.monotonic(), devices)
         return devices
 
-    def _pending_reason(self, name: str) -> str:
-        """Why a Job has no pod yet, in Kubernetes' words (a quota: FailedCreate)."""
+    def _failed_creates(self) -> dict[str, str]:
+        """Why Jobs have no pod yet, in Kubernetes' words (a quota: FailedCreate), by Job name:
+        one list of the namespace's such events (a list per Job, in turn, took 7 of a hundred
+        steps' 24 seconds: issue 43)."""
         try:
-            events = self.api.items(
-                self.api.ns("events"), fieldSelector=f"involvedObject.name={name},involvedObject.kind=Job"
-            )
+            events = self.api.items(self.api.ns("events"), fieldSelector="involvedObject.kind=Job,reason=FailedCreate")
         except EngineError:
-            return ""
-        failed = [e for e in events if e.get("reason") == "FailedCreate"]
-        return str(failed[-1].get("message", "")) if failed else ""
+            return {}
+        return {str(e.get("involvedObject", {}).get("name")): str(e.get("message", "")) for e in events}
 
     def cancel(self, names: Iterable[str], grace: int | None = None) -> None:
         """Delete the Jobs (foreground: their pods first, each given ``grace`` seconds after
         SIGTERM; None: the pods' terminationGracePeriodSeconds) and wait for the pods to go."""
         api = self.api
         names = list(names)
+        self._creations.settle(names)  # nothing is created after its Job is deleted
         for name in names:  # readers of their logs, started before the pods go
             self._logs.follow(api, self._meta.get(name, {}), self._seen.get(name, []))
         for name in names:
@@ -330,16 +349,27 @@ class KubernetesBackend:
         self._logs.finish(wanted)  # what they wrote until they went
 
     def release(self, names: Iterable[str]) -> None:
-        """Delete finished Jobs, each pod's log read first (``LogFollowers.read_before``)."""
+        """Delete finished Jobs, each pod's log read first (``LogFollowers.read_before``), off
+        the caller's thread (``Creations.later``; ``released`` waits)."""
         api = self.api
         names = list(names)
-        self._logs.read_before(api, {object_name(n): (self._meta.get(n, {}), self._seen.get(n, [])) for n in names})
+        self._creations.settle(names)
+        jobs = {object_name(n): (self._meta.get(n, {}), self._seen.get(n, [])) for n in names}
         for name in names:
             self._gone.pop(name, None)
             self._meta.pop(name, None)
             for p in self._seen.pop(name, []):
                 self._gpus.pop(p["metadata"]["name"], None)
-            api.delete(f"{self._jobs}/{object_name(name)}", propagationPolicy="Foreground")
+
+        def delete() -> None:
+            self._logs.read_before(api, jobs)
+            self._creations.each(lambda job: api.delete(f"{self._jobs}/{job}", propagationPolicy="Foreground"), jobs)
+
+        self._creations.later(delete)
+
+    def released(self) -> None:
+        """Wait until the Jobs released so far are deleted."""
+        self._creations.drain()
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         """Watch the run's pods and Jobs; each change wakes the runner."""
@@ -359,10 +389,13 @@ class KubernetesBackend:
         for t in threads:
             t.start()
         self._watching += 1
+        self._wakes.append(wake)
 
         def close() -> None:
             stop.set()
             self._watching -= 1
+            self._wakes.remove(wake)
+            self._creations.drain()  # the run's releases: none left behind
             self._logs.close()
 
         return close
@@ -407,19 +440,3 @@ class KubernetesBackend:
             except (NotFound, Forbidden):
                 raise Forbidden(f"cannot create NetworkPolicy {NETWORK_POLICY}") from None
         self._policy_made = True
-
-
-def starting(jobs: list[dict[str, Any]], pods: dict[str, list[Any]]) -> list[tuple[dict[str, Any], int]]:
-    """Jobs running (not suspended, not ended, not going) with fewer pods than completions, and how
-    many pods each still lacks."""
-    out = []
-    for j in jobs:
-        spec, status = j.get("spec", {}), j.get("status", {})
-        conditions = status.get("conditions") or ()
-        ended = any(c.get("status") == "True" and c.get("type") in ("Complete", "Failed") for c in conditions)
-        if spec.get("suspend") or ended or j["metadata"].get("deletionTimestamp"):
-            continue
-        missing = int(spec.get("completions", 1)) - len(pods.get(j["metadata"]["name"], []))
-        if missing > 0:
-            out.append((j, missing))
-    return out

@@ -70,13 +70,13 @@ class LogFollowers:
             index = int(meta.get("annotations", {}).get(INDEX, 0))
             if not started or index >= len(paths) or not paths[index]:
                 continue
-            with self._lock:
+            with self._lock:  # started before another thread's ``finish`` can see (and join) it
                 if meta["name"] in self._started or meta["name"] in self._read:
                     continue
                 args = (api, meta["name"], Path(paths[index]), not ended)
                 t = threading.Thread(target=self._copy, args=args, daemon=True)
+                t.start()
                 self._started[meta["name"]] = (t, not ended)
-            t.start()
 
     def _copy(self, api: KubeApi, pod: str, path: Path, follow: bool) -> None:
         """Write the pod's log to ``path``; ``follow``: while it runs (a kubelet ends the

@@ -13,6 +13,7 @@ file's ``kubernetes:`` section (YAML values, or strings from HETFLOW_* variables
       gpu_api: auto                  # device-plugin | dra | auto (dra where the API serves it)
       device_class: gpu.nvidia.com   # the DRA DeviceClass of NVIDIA GPUs
       stop_timeout: 10               # terminationGracePeriodSeconds: SIGTERM, then SIGKILL
+      submit_threads: 16             # attempts' objects created at once (``creations``)
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class KubernetesSettings:
     gpu_api: str = "auto"
     device_class: str = DEFAULT_DEVICE_CLASS
     stop_timeout: int = 10
+    submit_threads: int = 16
     labels: Mapping[str, str] = field(default_factory=dict)  # more labels on every pod (a site's policy)
 
     @classmethod
@@ -68,13 +70,14 @@ class KubernetesSettings:
         for key in ("namespace", "device_class"):
             if text(m, key):
                 kw[key] = text(m, key)
-        if text(m, "stop_timeout") is not None:
-            try:
-                kw["stop_timeout"] = int(str(text(m, "stop_timeout")))
-            except ValueError:
-                raise UsageError(
-                    f"kubernetes settings: stop_timeout={m['stop_timeout']!r} is not whole seconds"
-                ) from None
+        for key, what in (("stop_timeout", "whole seconds"), ("submit_threads", "a whole number of threads")):
+            if text(m, key) is not None:
+                try:
+                    kw[key] = int(str(text(m, key)))
+                except ValueError:
+                    raise UsageError(f"kubernetes settings: {key}={m[key]!r} is not {what}") from None
+        if int(str(kw.get("submit_threads", 1))) < 1:
+            raise UsageError(f"kubernetes settings: submit_threads={m['submit_threads']!r}: give 1 or more")
         if m.get("labels"):
             kw["labels"] = pairs(m["labels"])
         if kw.get("claim") and not kw.get("claim_root"):
