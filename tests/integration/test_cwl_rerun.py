@@ -103,3 +103,18 @@ def test_a_rerun_after_kill_9_takes_the_finished_job_from_the_cache(tmp_path: Pa
     second_run = next(k.split("/")[0] for k in steps if not k.startswith(first_run))
     assert steps[f"{second_run}/first"] == ("succeeded", f"CWL job first: cached from run {first_run}")
     assert steps[f"{second_run}/second"][0] == "succeeded"
+
+
+def test_a_job_that_updates_its_input_in_place_is_never_taken_from_the_cache(tmp_path: Path) -> None:
+    """InplaceUpdateRequirement (the conformance suite's inp_update_wf): step2 adds one to the
+    file step1 wrote, in place; run twice on one store, step2 must run again, or step3 and
+    step4 read 3 instead of 4 (a rerun from the cache gave 3 and 3)."""
+    suite = ROOT / "third_party" / "cwl-v1.2" / "tests"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HETFLOW_")}
+    env.update(PYTHONPATH=f"{ROOT / 'src'}:{ROOT}", HETFLOW_HOME=str(tmp_path / "home"))
+    for n in (1, 2):
+        cmd = [sys.executable, "-m", "hetflow.cwl", "--quiet", "--outdir", str(tmp_path / f"out{n}")]
+        cmd += [str(suite / "inp_update_wf.cwl"), str(suite / "empty.json")]
+        proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=240, check=False)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout) == {"a": 4, "b": 4}, (n, proc.stdout)

@@ -275,7 +275,11 @@ class HetflowJob(DockerCommandLineJob):
         return Result(got.exit_code, got.log_lines)
 
     def _cache_key(self, spec: ContainerSpec, environment: dict[str, str]) -> Key | None:
-        """None where the image's identity is not known (then nothing is cached)."""
+        """None where the image's identity is not known, or where the job changes its inputs
+        in place (InplaceUpdateRequirement: a result restored from the cache would leave them
+        unchanged, and the steps after it would read the old content): then nothing is cached."""
+        if self.inplace_update:
+            return None
         image_id = self.session.image_id(spec.image)
         if image_id is None:
             return None
