@@ -17,6 +17,7 @@ from hetflow.cwl.containers.batch import (
     read_result,
     write_folder,
 )
+from hetflow.cwl.containers.container import Redirects
 from hetflow.execute import ContainerSpec, Mount
 
 
@@ -24,7 +25,9 @@ def job(key: str, *, image: str = "img", mounts: tuple[Mount, ...] = (), cpus: f
     spec = ContainerSpec(
         name=f"hf-r-{key}-1", image=image, command=("x",), user="0:0", labels={}, env={}, mounts=mounts, cpus=cpus
     )
-    return BatchJob(key=key, cwl_name=key, image=image, spec=spec, workdir=f"/out/{key}", command=("echo", key), env={})
+    return BatchJob(
+        key=key, cwl_name=key, image=image, spec=spec, io=Redirects(f"/out/{key}"), command=("echo", key), env={}
+    )
 
 
 class Runs:
@@ -91,11 +94,9 @@ def test_the_script_quotes_env_workdir_command_and_redirections() -> None:
         cwl_name="s",
         image="img",
         spec=job("s").spec,
-        workdir="/out/dir with space",
+        io=Redirects("/out/dir with space", stdin="/in/f", stdout="o.txt"),
         command=("sh", "-c", "echo '$HOME' \"x\""),
         env={"HOME": "/out/dir with space", "V": "a'b"},
-        stdin="/in/f",
-        stdout="o.txt",
     )
     assert job_script(j).splitlines() == [
         "export HOME='/out/dir with space'",

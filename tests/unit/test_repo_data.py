@@ -25,9 +25,7 @@ PARENT_CHAIN = re.compile(r"Path\(__file__\)(?:\.resolve\(\))?((?:\.parent(?!s))
 def _texts() -> list[tuple[Path, str]]:
     files = [ROOT / "Makefile"]
     for top in SCANNED:
-        files += [
-            p for p in (ROOT / top).rglob("*") if p.suffix in {".py", ".sh", ".yaml", ".toml"} or p.name == "build"
-        ]
+        files += [p for p in (ROOT / top).rglob("*") if p.suffix in SUFFIXES or p.name == "build"]
     return [(p, p.read_text(errors="replace")) for p in files if p.is_file() and p != Path(__file__).resolve()]
 
 

@@ -264,12 +264,9 @@ class HetflowJob(DockerCommandLineJob):
             cwl_name=self.name,
             image=image,
             spec=spec,
-            workdir=io.workdir,
+            io=io,
             command=(*session.image_entrypoint(image), *command),
             env={**environment},
-            stdin=io.stdin,
-            stdout=io.stdout,
-            stderr=io.stderr,
         )
         got = session.batcher(lambda jobs: run_batch(session, jobs)).run(batched)
         return Result(got.exit_code, got.log_lines)

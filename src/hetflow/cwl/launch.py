@@ -10,7 +10,7 @@ from hetflow.cwl.containers.batch import BatchJob, JobResult, batch_spec, read_r
 from hetflow.cwl.placement import ClusterPlace
 from hetflow.cwl.requests import MIN_MEMORY, JobRequest
 from hetflow.cwl.session import Session
-from hetflow.execute import ContainerSpec, Job, read_lines
+from hetflow.execute import ContainerSpec, Job, cri_lines, read_lines
 
 TIMED_OUT_CODE = 124  # as timeout(1) says it
 
@@ -97,4 +97,4 @@ def _write_log(path: str | None, lines: list[str]) -> None:
         return
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000+00:00", time.gmtime())
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text("".join(f"{stamp} stdout F {line}\n" for line in lines))
+    Path(path).write_text(cri_lines("".join(f"{stamp} {line}\n" for line in lines), "stdout"))

@@ -8,9 +8,10 @@ from __future__ import annotations
 import os
 import re
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from cwltool.context import RuntimeContext
 
@@ -24,6 +25,8 @@ from hetflow.cwl.placement import ClusterPlace, GpuChoice, choose_gpus, cluster_
 from hetflow.cwl.requests import DEFAULT_IMAGE, JobRequest
 from hetflow.execute import DEFAULT_BACKEND, Backend, Settings, make_backend, new_run_id, plan_on_cluster
 from hetflow.inventory import Node, discover
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -105,35 +108,28 @@ class Session:
         )
 
     def image_exists(self, image: str) -> bool:
-        with self._lock:
-            known = self._images.get(image)
-        if known is None:
-            known = self.backend.image_exists(image)
-            with self._lock:
-                self._images[image] = known
-        return known
+        return self._once(self._images, image, self.backend.image_exists)
 
     def image_id(self, image: str) -> str | None:
         """The ID ``image`` names, looked up at the invocation's first job that runs it (one
         ``podman image inspect`` an image, not one a job); None where the backend cannot say.
         On this machine each job then runs that ID (``job.HetflowJob``), so a tag moved
         during the run changes neither what its jobs run nor the cache keys they are kept under."""
-        with self._lock:
-            if image in self._image_ids:
-                return self._image_ids[image]
-        known = self.backend.image_id(image)
-        with self._lock:
-            return self._image_ids.setdefault(image, known)
+        return self._once(self._image_ids, image, self.backend.image_id)
 
     def image_entrypoint(self, image: str) -> tuple[str, ...]:
         """The image's ENTRYPOINT, () for none or where the backend cannot say."""
+        return self._once(self._entrypoints, image, lambda i: self.backend.image_entrypoint(i) or ())
+
+    def _once(self, known: dict[str, T], image: str, ask: Callable[[str], T]) -> T:
+        """What the backend says of ``image``, asked once an invocation (the first answer kept,
+        an unknown one too); the backend is asked outside the lock."""
         with self._lock:
-            known = self._entrypoints.get(image)
-        if known is None:
-            known = self.backend.image_entrypoint(image) or ()
-            with self._lock:
-                self._entrypoints[image] = known
-        return known
+            if image in known:
+                return known[image]
+        answer = ask(image)
+        with self._lock:
+            return known.setdefault(image, answer)
 
     def step_name(self, cwl_name: str) -> str:
         """A unique hetflow step name for a CWL job name (``step1_2``: step1's scatter item 2):

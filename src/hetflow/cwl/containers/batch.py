@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from hetflow.cwl.containers.container import Redirects, redirections
 from hetflow.execute import ContainerSpec, Mount
 from hetflow.kube import LABEL_STEP
 
@@ -57,12 +58,9 @@ class BatchJob:
     cwl_name: str  # cwltool's name of the job (step, scatter index)
     image: str  # as the tool names it (the spec's may be its pinned ID)
     spec: ContainerSpec
-    workdir: str  # its output directory in the container
+    io: Redirects  # its output directory in the container and the tool's redirections
     command: tuple[str, ...]  # the image's ENTRYPOINT, then the tool's command line
     env: Mapping[str, str]
-    stdin: str | None = None
-    stdout: str | None = None
-    stderr: str | None = None
 
 
 @dataclass(frozen=True)
@@ -80,12 +78,8 @@ def job_script(job: BatchJob) -> str:
     """``jobs/KEY.sh``: the job's environment exported, its directory, its command with the
     tool's redirections (what the tool does not redirect goes to the batch's ``log/KEY``)."""
     lines = [f"export {k}={shlex.quote(v)}" for k, v in sorted(job.env.items())]
-    lines.append(f"cd {shlex.quote(job.workdir)} || exit 1")
-    line = "exec " + " ".join(shlex.quote(a) for a in job.command)
-    for op, path in (("<", job.stdin), (">", job.stdout), ("2>", job.stderr)):
-        if path is not None:
-            line += f" {op} {shlex.quote(path)}"
-    lines.append(line)
+    lines.append(f"cd {shlex.quote(job.io.workdir)} || exit 1")
+    lines.append("exec " + " ".join(shlex.quote(a) for a in job.command) + redirections(job.io))
     return "\n".join(lines) + "\n"
 
 

@@ -51,13 +51,16 @@ def mounts_from_args(args: Iterable[str]) -> list[Mount]:
     return list(out.values())
 
 
+def redirections(io: Redirects) -> str:
+    """`` <IN >OUT 2>ERR`` for a shell line, each quoted; "" for none."""
+    pairs = (("<", io.stdin), (">", io.stdout), ("2>", io.stderr))
+    return "".join(f" {op} {shlex.quote(path)}" for op, path in pairs if path is not None)
+
+
 def wrapped_command(command: Sequence[str], io: Redirects) -> tuple[str, ...]:
     """``sh -c 'cd OUTDIR && exec "$@" <IN >OUT 2>ERR' sh COMMAND...``: the tool's own
     arguments pass untouched as "$@"."""
-    line = f'cd {shlex.quote(io.workdir)} && exec "$@"'
-    for op, path in (("<", io.stdin), (">", io.stdout), ("2>", io.stderr)):
-        if path is not None:
-            line += f" {op} {shlex.quote(path)}"
+    line = f'cd {shlex.quote(io.workdir)} && exec "$@"' + redirections(io)
     return ("/bin/sh", "-c", line, "sh", *command)
 
 

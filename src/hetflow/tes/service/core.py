@@ -26,7 +26,7 @@ from hetflow.tes.service import gpus as gpu_leases
 from hetflow.tes.service.accept import Refused, accept
 from hetflow.tes.service.config import TesConfig
 from hetflow.tes.service.queue import Decision, Queued, decide
-from hetflow.tes.service.worker import TaskWork, stamp
+from hetflow.tes.service.worker import TaskWork, requeued, stamp
 
 BackendFactory = Callable[[], Backend]
 CLUSTER_GPUS = 1 << 20  # no count of its own: a cluster backend's GPU tasks wait in its queue
@@ -185,7 +185,7 @@ class TesService:
                 store.set_tes_task(row.id, state=State.CANCELED.value)
                 continue
             store.set_tes_task(row.id, state=State.QUEUED.value)
-            self._append_system_log(row.id, f"the server stopped during attempt {row.attempt}; queued to run again")
+            self._append_system_log(row.id, requeued(row.attempt))
 
     def _append_system_log(self, task_id: str, line: str) -> None:
         row = self.store.tes_task(task_id)

@@ -53,6 +53,11 @@ class Canceled(Exception):
     """The task was canceled while it ran."""
 
 
+def requeued(attempt: int) -> str:
+    """The system log line of a task the server stopped during (killed, or stopped with it)."""
+    return f"the server stopped during attempt {attempt}; queued to run again"
+
+
 class ServerStopping(Exception):
     """The server is stopping: the attempt's container is ended, the task queued again."""
 
@@ -311,7 +316,7 @@ class TaskWork:
         """The server stopped during this attempt: its container is gone (``_wait``), the
         task runs again as a new attempt at the next start, as after a kill (``recover``)."""
         self.log.end_time = stamp()
-        why = f"the server stopped during attempt {self.row.attempt}; queued to run again"
+        why = requeued(self.row.attempt)
         self.log.system_logs = [*(self.log.system_logs or []), why]
         self._save()
         moves = ((State.RUNNING, State.QUEUED), (State.INITIALIZING, State.QUEUED), (State.CANCELING, State.CANCELED))
