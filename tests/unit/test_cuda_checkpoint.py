@@ -8,8 +8,6 @@ run against a real driver: the GPU kit's ``checkpoint`` part does that."""
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -27,18 +25,13 @@ from hetflow.execute.checkpoint.cudadriver import (
     uuid_bytes,
 )
 from hetflow.execute.checkpoint.cudaprocs import CudaProcesses, cuda_pids, gpu_pairs
+from tests.unit.fakecuda import HAVE_CC, build_fake_libcuda
 
-SOURCE = Path(__file__).with_name("fakecuda.c")
 OLD = "GPU-00112233-4455-6677-8899-aabbccddeeff"
 NEW = "GPU-ffeeddcc-bbaa-9988-7766-554433221100"
 
-pytestmark = pytest.mark.skipif(shutil.which("cc") is None, reason="needs a C compiler for the fake libcuda")
-
-
-def build(tmp: Path, *flags: str) -> Path:
-    lib = tmp / "libcuda-fake.so"
-    subprocess.run(["cc", "-shared", "-fPIC", "-o", str(lib), str(SOURCE), *flags], check=True)
-    return lib
+pytestmark = pytest.mark.skipif(not HAVE_CC, reason="needs a C compiler for the fake libcuda")
+build = build_fake_libcuda
 
 
 @pytest.fixture
