@@ -6,8 +6,8 @@ host without an NVIDIA driver, are dumped and restored exactly as before (the dr
 never loaded).  Around a dump: ``cudaprocs.CudaProcesses.around_dump`` (lock, checkpoint;
 restore and unlock after a periodic dump).  Before a restore: the GPUs the image was dumped
 with (``HETFLOW_GPU_UUIDS`` in its OCI spec) against the new attempt's, refused when their
-models differ (``gpu_pairs``) or when another GPU is wanted of a driver whose restore cannot
-remap (the ``gpuPairs`` of cuCheckpointProcessRestore came with CUDA 13.0's driver, 580).
+models differ (``gpu_pairs``) and, for now, whenever they are other GPUs: the driver can remap
+(``gpuPairs``, CUDA 13.0), the container's device nodes do not follow yet.
 After it: each process the driver has checkpointed restored onto the new GPUs and unlocked
 (CRIU's CUDA plugin likewise asks each restored process, ``cuda-checkpoint --get-restore-tid``).
 """
@@ -30,8 +30,6 @@ from hetflow.execute.checkpoint.cudaprocs import (
     gpu_pairs,
 )
 from hetflow.execute.checkpoint.freeze import CGROUP_ROOT
-
-REMAP_CUDA = 13000  # cuDriverGetVersion of the first driver whose restore takes gpuPairs
 
 
 def image_gpus(oci_spec: object) -> str:
@@ -102,13 +100,15 @@ class CudaSteps:
             return None
         if not new:
             raise EngineError("GPU restore refused: the checkpoint holds CUDA state and the new attempt has no GPU")
-        models = self._models()
-        pairs = gpu_pairs(old, new, models.get)
-        moved = any(p.old != p.new for p in pairs)
-        if moved and self.processes.driver.version < REMAP_CUDA:
+        pairs = gpu_pairs(old, new, self._models().get)
+        if any(p.old != p.new for p in pairs):
+            # The driver could remap (``Pair``, from CUDA 13.0), but the container could not
+            # follow: its OCI spec, its device cgroup and the /dev that CRIU restores hold the
+            # old GPU's /dev/nvidiaN (a GPU keeps its host name inside: devices.gpu).
             raise EngineError(
-                f"GPU restore refused: the checkpoint was taken on {old}, the new attempt has {new}, and this "
-                "driver restores CUDA state only onto the same GPU (another GPU needs driver 580, CUDA 13.0)"
+                f"GPU restore refused: the checkpoint was taken on {old}, the new attempt has {new}; hetflow "
+                "restores CUDA state only onto the GPU it was taken on (moving the container's /dev/nvidiaN "
+                "to another GPU is not done yet)"
             )
         return pairs
 
