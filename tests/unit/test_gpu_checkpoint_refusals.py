@@ -14,7 +14,7 @@ from rich.console import Console
 
 from hetflow.errors import SpecError
 from hetflow.execute.checkpoint.gpus import gpu_checkpoint_support
-from hetflow.execute.submit.record import checkpoint_problems
+from hetflow.execute.submit.record import checkpoint_problems, cluster_checkpoint_problems
 from hetflow.inventory import Node, discover
 from hetflow.inventory.fakes.nvml import FakeNvml, FakeNvmlDevice
 from hetflow.report import render_node
@@ -103,3 +103,11 @@ def test_a_gang_with_checkpoint_is_refused_use_mode_app() -> None:
     text = wf("gpus: 1", "    gang: {replicas: 2, launcher: torch}\n")
     with pytest.raises(SpecError, match=r"a gang's replicas talk to each other; write checkpoint: \{mode: app\}"):
         parse_workflow(text, "wf.yaml")
+
+
+def test_a_gpu_step_with_checkpoint_on_a_cluster_backend_is_refused() -> None:
+    loaded = parse_workflow(wf("gpus: 1"), "wf.yaml")
+    (p,) = cluster_checkpoint_problems(loaded, "slurm")
+    assert p.line == 12 and "GPU checkpoints are taken by the local backend only, not by slurm" in p.message
+    app = parse_workflow(wf("gpus: 1").replace("{every: 5s}", "{mode: app}"), "wf.yaml")
+    assert cluster_checkpoint_problems(app, "slurm") == []

@@ -94,6 +94,24 @@ def _gpu_checkpoint_problems(loaded: LoadedWorkflow, steps: Sequence[str], node:
     return problems
 
 
+def cluster_checkpoint_problems(loaded: LoadedWorkflow, backend: str) -> list[Problem]:
+    """GPU steps with ``checkpoint:`` (CRIU) on a cluster backend: their CUDA state is
+    checkpointed by the local backend only, and CRIU alone cannot dump a process holding a GPU."""
+    problems = []
+    for name, step in loaded.workflow.steps.items():
+        c = step.checkpoint
+        if c is not None and c.transparent and any(v.gpu_request.any for v in step.resolved_variants().values()):
+            problems.append(
+                Problem(
+                    loaded.file,
+                    loaded.line("steps", name, "checkpoint"),
+                    f"step {name!r}: GPU checkpoints are taken by the local backend only, not by {backend}; "
+                    "write checkpoint: {mode: app} (the step saves its own state under $HETFLOW_CHECKPOINT_DIR)",
+                )
+            )
+    return problems
+
+
 def new_run_id() -> str:
     """8 hex digits, like a short docker id; runs are also found by unique prefix."""
     return secrets.token_hex(4)
