@@ -481,3 +481,11 @@ def test_the_checkpoint_table_gives_size_per_gib_of_gpu_state() -> None:
     text = gc.checkpoint_table([row], "NVIDIA H100 80GB HBM3", "580.159.04", "2026-12-08")
     assert "| NVIDIA H100 80GB HBM3 | 580.159.04 | 2026-12-08 | kill -9 + resume | 1.23 | 1536 | 1536 | 2.50 |" in text
     assert gc.steps_of("step 3 t=1\nnoise\nstep 4 t=2") == [3, 4]
+
+
+def test_step_lines_read_the_log_prefixes_old_and_new() -> None:
+    old = "gpu.1 | a\ncpu.1 | b\ntenant.0.1 | c"
+    new = "gpu #1 | a\ncpu #1 | b\ntenant[0] | c\ntenant[1] | d\ntenant[0 x=1] #2 | e\ngpu #2 |"
+    assert gc.step_lines(old, "gpu") == "a" and gc.step_lines(old, "tenant.0") == "c"
+    assert gc.step_lines(new, "gpu") == "a\n" and gc.step_lines(new, "cpu") == "b"
+    assert gc.step_lines(new, "tenant.0") == "c\ne" and gc.step_lines(new, "tenant.1") == "d"

@@ -161,11 +161,24 @@ def _meta(m: Machine, rid: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-def _wait(what: str, ok: Callable[[], bool], timeout: float = 180) -> None:
+def _notes(m: Machine, rid: str) -> list[str]:
+    """The run's events (hetflow's store, through the kit's hetflow): its notes say why a dump failed."""
+    code = (
+        "import json; from pathlib import Path; from hetflow.state import Store; "
+        f"print(json.dumps([e.message for e in Store(Path({str(m.home)!r}) / 'state.db').events({rid!r})]))"
+    )
+    return list(json.loads(m.python(code)))
+
+
+def _wait(m: Machine, rid: str, what: str, ok: Callable[[], bool], timeout: float = 180) -> None:
+    """Until ``ok``; a CheckError with the run's last notes when the step ended first or time ran out."""
     deadline = time.monotonic() + timeout
     while not ok():
-        if time.monotonic() > deadline:
-            raise CheckError(f"waited {timeout:.0f} s for {what}")
+        shown = json.loads(m.hetflow("show", rid, "--json"))
+        state = {s["step"]: s["state"] for s in shown["steps"]}.get("gpu")
+        if state in ("succeeded", "failed", "skipped", "stopped") or time.monotonic() > deadline:
+            said = " / ".join(_notes(m, rid)[-6:])
+            raise CheckError(f"{what} never came (step {state}); the run said: {said[-900:]}")
         time.sleep(0.5)
 
 
@@ -182,15 +195,11 @@ def _resume_and_judge(m: Machine, rid: str, how: str, reference: str) -> Judged:
     shown = json.loads(m.hetflow("show", rid, "--json"))
     m.save(f"checkpoint-{rid}-show.json", json.dumps(shown, indent=1))
     states = {s["step"]: s["state"] for s in shown["steps"]}
-    attempts = {
-        a: step_lines(m.hetflow("logs", rid, "gpu", "--attempt", str(a), check=False), "gpu") for a in (1, 2, 3)
-    }
-    attempts = {a: t for a, t in attempts.items() if t.strip()}
-    notes = m.python(
-        "import json, sys; from pathlib import Path; from hetflow.state import Store; "
-        f"print(json.dumps([e.message for e in Store(Path({str(m.home)!r}) / 'state.db').events({rid!r})]))"
-    )
-    restored = "\n".join(x for x in json.loads(notes) if "restored from attempt" in x)
+    # one attempt's lines come without a prefix; an attempt that did not run prints no step
+    attempts = {a: m.hetflow("logs", rid, "gpu", "--attempt", str(a), check=False) for a in (1, 2, 3)}
+    attempts = {a: t for a, t in attempts.items() if steps_of(t) or result_of(t)}
+    notes = _notes(m, rid)
+    restored = "\n".join(x for x in notes if "restored from attempt" in x)
     wrong, seen = judge_resumed(how, reference, attempts, states, restored)
     meta = _meta(m, rid) or {}
     took = RESTORED_RE.search(restored)
@@ -200,20 +209,31 @@ def _resume_and_judge(m: Machine, rid: str, how: str, reference: str) -> Judged:
         "state_mib": MIB,
         "restore_s": float(took.group(2)) if took else 0.0,
     }
-    return wrong, {**seen, "checkpoint": meta, "restored": restored}, row if meta and took else {}
+    seen.update(checkpoint=meta, restored=restored, notes=notes[-12:])
+    return wrong, seen, row if meta and took else {}
 
 
 def _killed(m: Machine, wf: Path, reference: str) -> Judged:
-    rid = m.hetflow("run", "-d", "--no-cache", "every.yaml", cwd=wf).strip().splitlines()[-1]
-    _wait("a checkpoint after step 40", lambda: _meta(m, rid) is not None and _progress(m, rid) >= 40)
+    m.hetflow("run", "-d", "--no-cache", "every.yaml", cwd=wf)
+    rid = _last_run(m)
+    _wait(m, rid, "a checkpoint after step 40", lambda: _meta(m, rid) is not None and _progress(m, rid) >= 40)
     os.kill(int(json.loads(m.hetflow("show", rid, "--json"))["pid"]), signal.SIGKILL)
     sh(["podman", "kill", f"hf-{rid}-gpu-1"], env=m.env(), check=False)
-    _wait("the killed container to go", lambda: f"hf-{rid}-gpu-1" not in sh(["podman", "ps"], env=m.env()))
+    _gone(f"hf-{rid}-gpu-1", m)
     return _resume_and_judge(m, rid, "kill -9 + resume", reference)
 
 
+def _gone(name: str, m: Machine, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while name in sh(["podman", "ps", "--format", "{{.Names}}"], env=m.env()):
+        if time.monotonic() > deadline:
+            raise CheckError(f"{name} still runs {timeout:.0f} s after podman kill")
+        time.sleep(0.5)
+
+
 def _stopped(m: Machine, wf: Path, reference: str) -> Judged:
-    rid = m.hetflow("run", "-d", "--no-cache", "stop.yaml", cwd=wf).strip().splitlines()[-1]
-    _wait("step 40", lambda: _progress(m, rid) >= 40)
+    m.hetflow("run", "-d", "--no-cache", "stop.yaml", cwd=wf)
+    rid = _last_run(m)
+    _wait(m, rid, "step 40", lambda: _progress(m, rid) >= 40)
     m.hetflow("stop", "--checkpoint", rid, timeout=300)
     return _resume_and_judge(m, rid, "stop --checkpoint + resume", reference)
