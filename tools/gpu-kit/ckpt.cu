@@ -38,7 +38,7 @@ __global__ void fold(const unsigned long long *x, size_t n, unsigned long long *
   __syncthreads();
   if (threadIdx.x == 0) {
     unsigned long long t = 0;
-    for (int k = 0; k < blockDim.x; ++k) t += part[k];
+    for (unsigned k = 0; k < blockDim.x; ++k) t += part[k];
     atomicAdd(out, t);
   }
 }

@@ -161,19 +161,16 @@ class Launcher:
         if r is None:
             self.backend.submit(job)
             return
-        images = CheckpointImages(self.paths)
-        start = time.monotonic()
+        images, start = CheckpointImages(self.paths), time.monotonic()  # a restore's seconds: the GPU kit reports them
         try:
             self.backend.submit(job)
         except HetflowError as exc:
             self._note(job.step, f"{exc}; attempt {job.attempt} starts from zero", "checkpoint")
             self.backend.submit(replace(job, restore=None))
             return
-        took = time.monotonic() - start  # the restore, as long as the step waited for it (the GPU kit reports it)
         images.note_restored(job.step, job.attempt, r)
-        when = time.strftime("%H:%M:%S", time.localtime(r.taken))
-        said = f"{job.name} restored from attempt {r.from_attempt}'s checkpoint of {when} in {took:.2f}s"
-        self._note(job.step, said, "restored")
+        when = f"{time.strftime('%H:%M:%S', time.localtime(r.taken))} in {time.monotonic() - start:.2f}s"
+        self._note(job.step, f"{job.name} restored from attempt {r.from_attempt}'s checkpoint of {when}", "restored")
 
     def _restore_point(self, go: Launch) -> Restore | None:
         """The checkpoint a new attempt starts from: the newest of an earlier attempt of a step
