@@ -96,7 +96,7 @@ demo-kubernetes: install images kube  ## a local Kubernetes control plane: kwok 
 
 # The real-GPU acceptance kit (docs/guides/real-gpu.md): what a bare GPU machine lacks for
 # tools/gpu-check, in ./gpu-kit (git-ignored, under 64 MiB), verified by `tools/gpu-check --dry-run`.
-gpu-kit: install
+gpu-kit: install criu
 	PY=$(PY) tools/gpu-kit/build gpu-kit
 
 lint: install

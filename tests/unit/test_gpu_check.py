@@ -234,6 +234,11 @@ def make_kit(root: Path) -> Path:
     shutil.copytree(ROOT / "tools" / "gpu_check", kit / "gpu_check", ignore=shutil.ignore_patterns("__pycache__"))
     (kit / "check.cu").write_text("int main() { return 0; }\n")
     (kit / "sms.cu").write_text("int main() { return 0; }\n")
+    (kit / "ckpt.cu").write_text("int main() { return 0; }\n")
+    (kit / "criu" / "lib").mkdir(parents=True)
+    (kit / "criu" / "criu").write_bytes(b"\x7fELF")
+    for lib in gc.CRIU_LIBS:
+        (kit / "criu" / "lib" / lib).write_bytes(b"\x7fELF")
     gc.write_manifest(kit)
     return kit
 
@@ -278,6 +283,14 @@ def _change(kit: Path, what: str) -> str:
         (kit / "gpu_check" / "leases.py").unlink()
         gc.write_manifest(kit)
         return "gpu_check/leases.py is missing"
+    if what == "no-criu-lib":
+        (kit / "criu" / "lib" / "libprotobuf-c.so.1").unlink()
+        gc.write_manifest(kit)
+        return "criu/lib/libprotobuf-c.so.1 is missing (CRIU needs it)"
+    if what == "no-criu":
+        (kit / "criu" / "criu").unlink()
+        gc.write_manifest(kit)
+        return "criu/criu is missing: `make criu` builds CRIU 4.1.1"
     if what == "not-oci":
         with tarfile.open(kit / "image.oci.tar", "w") as t:
             t.add(kit / "check.cu", arcname="rootfs.tar")
@@ -287,7 +300,8 @@ def _change(kit: Path, what: str) -> str:
 
 
 @pytest.mark.parametrize(
-    "what", ["tampered", "dependency", "ray", "cp311", "podman", "too-big", "not-oci", "no-module"]
+    "what",
+    ["tampered", "dependency", "ray", "cp311", "podman", "too-big", "not-oci", "no-module", "no-criu", "no-criu-lib"],
 )
 def test_what_is_wrong_with_a_kit_is_named(tmp_path: Path, what: str) -> None:
     kit = make_kit(tmp_path)
@@ -426,3 +440,52 @@ def test_the_h100s_mps_tenants_were_mps_clients() -> None:
     clients = gc.mps_clients((run / "leases-mps-control.log").read_text())
     wrong, seen = gc.judge_leases("mps", logs, tenants(), clients, full_sms=132)
     assert wrong == [] and seen["sms"] == {"tenant.0": "66/66", "tenant.1": "66/66"}
+
+
+REF = "00c0ffee00c0ffee"
+
+
+def _attempts(first: int, result: str = REF) -> dict[int, str]:
+    one = "\n".join(f"step {i} t=1700000000" for i in range(1, 60))
+    two = "\n".join(f"step {i} t=1700000100" for i in range(first, 241)) + f"\nresult {result}"
+    return {1: one, 2: two}
+
+
+RESTORED = "hf-r-gpu-2 restored from attempt 1's checkpoint of 12:00:05 in 3.21s"
+
+
+@pytest.mark.parametrize(
+    ("attempts", "states", "restored", "said"),
+    [
+        (_attempts(48), {"gpu": "succeeded"}, RESTORED, ""),
+        (_attempts(1), {"gpu": "succeeded"}, RESTORED, "attempt 2 started from step 1, not from the checkpoint"),
+        (_attempts(48, "00000000deadbeef"), {"gpu": "succeeded"}, RESTORED, "differs from the uninterrupted run's"),
+        (_attempts(48), {"gpu": "succeeded"}, "", "attempt 2 was not restored from a checkpoint (no note)"),
+        (_attempts(48), {"gpu": "failed"}, RESTORED, "the step did not succeed after resume"),
+        ({1: "step 1 t=1"}, {"gpu": "failed"}, "", "no second attempt ran"),
+    ],
+    ids=["continued", "from-zero", "state-lost", "not-restored", "failed", "one-attempt"],
+)
+def test_a_run_resumed_from_a_gpu_checkpoint_is_judged(
+    attempts: dict[int, str], states: dict[str, str], restored: str, said: str
+) -> None:
+    wrong, seen = gc.judge_resumed("kill -9 + resume", REF, attempts, states, restored)
+    if not said:
+        assert wrong == [] and seen["resumed_at_step"] == 48 and seen["result"] == REF
+        return
+    assert any(said in w for w in wrong), wrong
+
+
+def test_the_checkpoint_table_gives_size_per_gib_of_gpu_state() -> None:
+    row = {"how": "kill -9 + resume", "dump_s": 1.234, "size": 1536 << 20, "state_mib": 1024, "restore_s": 2.5}
+    text = gc.checkpoint_table([row], "NVIDIA H100 80GB HBM3", "580.159.04", "2026-12-08")
+    assert "| NVIDIA H100 80GB HBM3 | 580.159.04 | 2026-12-08 | kill -9 + resume | 1.23 | 1536 | 1536 | 2.50 |" in text
+    assert gc.steps_of("step 3 t=1\nnoise\nstep 4 t=2") == [3, 4]
+
+
+def test_step_lines_read_the_log_prefixes_old_and_new() -> None:
+    old = "gpu.1 | a\ncpu.1 | b\ntenant.0.1 | c"
+    new = "gpu #1 | a\ncpu #1 | b\ntenant[0] | c\ntenant[1] | d\ntenant[0 x=1] #2 | e\ngpu #2 |"
+    assert gc.step_lines(old, "gpu") == "a" and gc.step_lines(old, "tenant.0") == "c"
+    assert gc.step_lines(new, "gpu") == "a\n" and gc.step_lines(new, "cpu") == "b"
+    assert gc.step_lines(new, "tenant.0") == "c\ne" and gc.step_lines(new, "tenant.1") == "d"

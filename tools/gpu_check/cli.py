@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from .checkpoint import part_checkpoint
 from .common import PARTS, TITLE, WORK, Part
 from .discovery import part_discovery
 from .gang import part_gang
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
             "sharing": part_sharing,
             "leases": part_leases,
             "gang": part_gang,
+            "checkpoint": part_checkpoint,
         }
         for name in parts:
             p = timed(Part(name), makers[name](m, report))

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 TITLE = "hetflow on a real GPU: the acceptance check (docs/guides/real-gpu.md)."  # --help's first line
-PARTS = ("discovery", "injection", "sharing", "leases", "gang")
+PARTS = ("discovery", "injection", "sharing", "leases", "gang", "checkpoint")
 KIT_LIMIT = 64 << 20  # what the GPU machine's tool carries
 DEFAULT_SLOWDOWN = 0.966  # hetflow's model default (inventory.DEFAULT_TIMESLICE_SLOWDOWN)
 IMAGE = "localhost/hetflow-kit/minimal:1"

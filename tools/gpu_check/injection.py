@@ -39,8 +39,13 @@ CONTROL = {"nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset"}
 
 
 def step_lines(log: str, step: str) -> str:
-    """One step's lines of `hetflow logs` output, without their "STEP.ATTEMPT | " prefix."""
-    pat = re.compile(rf"^{re.escape(step)}\.\d+ \| ?(.*)$")
+    """One step's lines of `hetflow logs` output, without their prefix: "STEP #ATTEMPT | ", or
+    "PARENT[INDEX VALUES] | " (and " #ATTEMPT" after the ]) for item PARENT.INDEX of a fan-out,
+    as hetflow writes them since 2026-12-07; "STEP.ATTEMPT | " as it wrote them before."""
+    parent, _, index = step.rpartition(".")
+    item = rf"{re.escape(parent)}\[{re.escape(index)}(?: [^\]]*)?\]" if parent and index.isdigit() else None
+    forms = [rf"{re.escape(step)}\.\d+", rf"{re.escape(step)} #\d+", *([rf"{item}(?: #\d+)?"] if item else [])]
+    pat = re.compile(rf"^(?:{'|'.join(forms)}) \| ?(.*)$")
     return "\n".join(m.group(1) for ln in log.splitlines() if (m := pat.match(ln)))
 
 

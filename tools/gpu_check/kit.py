@@ -105,10 +105,25 @@ def verify_kit(kit: Path) -> list[str]:
                 problems.append("image.oci.tar is not an OCI archive (no index.json / oci-layout)")
         except tarfile.TarError as exc:
             problems.append(f"image.oci.tar cannot be read: {exc}")
-    for f in ("gpu-check", "check.cu", "sms.cu"):
+    for f in ("gpu-check", "check.cu", "sms.cu", "ckpt.cu"):
         if not (kit / f).is_file():
             problems.append(f"{f} is missing")
+    problems += _criu_problems(kit)
     for module in sorted(p.name for p in Path(__file__).parent.glob("*.py")):  # the check's own, beside gpu-check
         if not (kit / "gpu_check" / module).is_file():
             problems.append(f"gpu_check/{module} is missing")
     return problems
+
+
+# What CRIU 4.1.1 (``make criu``) links beyond glibc, as ``ldd`` names them on Debian 12:
+# the checkpoint part runs it with these beside it (tools/gpu-kit/build carries them).
+CRIU_LIBS = ("libprotobuf-c.so.1", "libnl-3.so.200", "libnet.so.1", "libnftables.so.1", "libgnutls.so.30")
+
+
+def _criu_problems(kit: Path) -> list[str]:
+    """The carried CRIU (the checkpoint part): kit/criu/criu and the libraries it needs."""
+    criu = kit / "criu"
+    if not (criu / "criu").is_file():
+        return ["criu/criu is missing: `make criu` builds CRIU 4.1.1 and `make gpu-kit` carries it"]
+    libs = {p.name for p in (criu / "lib").glob("*.so*")}
+    return [f"criu/lib/{lib} is missing (CRIU needs it)" for lib in CRIU_LIBS if lib not in libs]

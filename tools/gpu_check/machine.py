@@ -47,7 +47,6 @@ class Machine:
         self.root = WORK / "root"
         self.bin = WORK / "bin"
         self.home = WORK / "home"
-        self.prog = WORK / "check"
         self.podman_error = ""
 
     def save(self, name: str, text: str) -> None:
@@ -94,13 +93,28 @@ class Machine:
     def python(self, code: str, timeout: float = 60) -> str:
         return sh([sys.executable, "-c", code], timeout=timeout, env=self.env())
 
-    def build_program(self) -> Path:
-        if self.prog.is_file():
-            return self.prog
+    def build_program(self, source: str = "check.cu", name: str = "check") -> Path:
+        out = WORK / name
+        if out.is_file():
+            return out
         nvcc = shutil.which("nvcc") or "/usr/local/cuda/bin/nvcc"
         # -cudart static: the container then needs only the driver's libcuda and a libc
-        sh([nvcc, "-O2", "-cudart", "static", "-o", str(self.prog), str(self.kit / "check.cu")], timeout=180)
-        return self.prog
+        sh([nvcc, "-O2", "-cudart", "static", "-o", str(out), str(self.kit / source)], timeout=180)
+        return out
+
+    def criu(self) -> Path:
+        """The carried CRIU 4.1.1 (kit/criu: the binary and the libraries a bare machine
+        lacks), behind a wrapper called ``criu`` that finds them: hetflow is given its path
+        (HETFLOW_CRIU) and puts its folder first on PATH for podman's runc."""
+        home, wrapper = WORK / "criu", WORK / "criu-bin" / "criu"
+        if wrapper.is_file():
+            return wrapper
+        shutil.copytree(self.kit / "criu", home, dirs_exist_ok=True)
+        (home / "criu").chmod(0o755)
+        wrapper.parent.mkdir(parents=True, exist_ok=True)
+        wrapper.write_text(f'#!/bin/sh\nLD_LIBRARY_PATH={home}/lib exec {home}/criu "$@"\n')
+        wrapper.chmod(0o755)
+        return wrapper
 
     def build_sms(self) -> Path:
         """``sms``: the SMs the CUDA driver lets this process use (tools/gpu-kit/sms.cu)."""

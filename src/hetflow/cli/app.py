@@ -194,10 +194,13 @@ def nodes(
     node = discover(hetflow_home())
     runtime = _container_runtime()
     if runtime is not None:
-        from hetflow.execute import criu_support
+        from hetflow.execute import criu_support, gpu_checkpoint_support
 
         support = criu_support(engine=node.container_engine or "podman").describe()
-        node = node.model_copy(update={"container_runtime": runtime.describe(), "checkpoints": support})
+        gpus = gpu_checkpoint_support(node).describe() if node.gpus else None
+        node = node.model_copy(
+            update={"container_runtime": runtime.describe(), "checkpoints": support, "gpu_checkpoints": gpus}
+        )
     if json_out:
         print_json([node_to_json(node)])
     else:

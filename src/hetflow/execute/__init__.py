@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     from hetflow.execute.backends.local.ociruntime import RuntimeChoice
     from hetflow.execute.backends.local.podman import CliEngine
     from hetflow.execute.backends.registry import DEFAULT_BACKEND, backend_help, backend_plugins, cluster_nodes
-    from hetflow.execute.checkpoint import CriuSupport, criu_support, kept_checkpoints
+    from hetflow.execute.checkpoint import CriuSupport, criu_support, gpu_checkpoint_support, kept_checkpoints
     from hetflow.execute.data.cache import Key, ResultCache, StepKeys, cache_key, input_digests
     from hetflow.execute.data.fanout import expand_for_planning
     from hetflow.execute.data.fencing import DISCARDED_WORDS
@@ -146,7 +146,7 @@ _WHERE = {
     "data.paths": ["RunPaths", "container_name"],
     "run.runner": ["Runner"],
     "run.batching": ["batch_notes"],
-    "checkpoint": ["CriuSupport", "criu_support", "kept_checkpoints"],
+    "checkpoint": ["CriuSupport", "criu_support", "gpu_checkpoint_support", "kept_checkpoints"],
     "run.control.moves": ["drain_node", "migrate_step"],
     "run.options": ["NullReporter", "ProcessSeams", "Reporter", "RunOptions"],
     "submit.rehash": ["rehash_for_resume"],
@@ -258,6 +258,7 @@ __all__ = [
     "expand_for_planning",
     "gather_available",
     "gpu_access",
+    "gpu_checkpoint_support",
     "grace_from_env",
     "group_records",
     "input_digests",

@@ -201,6 +201,10 @@ class Node(BaseModel):
     checkpoints: str | None = Field(
         default=None, description="whether CRIU checkpoints work here, with which CRIU, or why not (execute.checkpoint)"
     )
+    gpu_checkpoints: str | None = Field(
+        default=None,
+        description="whether GPU steps' CUDA state can be checkpointed here, or why not (execute.checkpoint)",
+    )
     labels: dict[str, str] = Field(default_factory=dict, description="from HETFLOW_NODE_LABELS=k=v,k2=v2")
     gpu_links: tuple[GpuLink, ...] = Field(
         default=(), description="how each pair of GPUs is connected (nvidia-smi topo -m); missing pairs unknown"

@@ -62,6 +62,7 @@ def _summary(node: Node) -> Table:
         ("Container engine", node.container_engine or "none found"),
         *([("Container runtime", node.container_runtime)] if node.container_runtime else []),
         *([("Checkpoints", node.checkpoints)] if node.checkpoints else []),
+        *([("GPU checkpoints", node.gpu_checkpoints)] if node.gpu_checkpoints else []),
         ("GPU source", node.gpu_source),
         ("GPU sharing", sharing_text(node)),
     ]

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hetflow.errors import Problem, SpecError
 from hetflow.execute.backends.registry import DEFAULT_BACKEND
-from hetflow.execute.checkpoint import criu_support
+from hetflow.execute.checkpoint import GpuCheckpointSupport, criu_support, gpu_checkpoint_support, gpu_step_problem
 from hetflow.execute.data.paths import RunPaths, make_run_dir
 from hetflow.execute.engine import ContainerEngine
 from hetflow.inventory import Node
@@ -28,7 +28,7 @@ def preflight(
     problems = feasibility_problems(loaded, node)
     if engine is None:
         return problems
-    problems += checkpoint_problems(loaded, engine.name)
+    problems += checkpoint_problems(loaded, engine.name, node)
     total = Capacity.of(node)
     seen: dict[str, bool] = {}
     missing: dict[str, list[tuple[str, int]]] = {}  # image -> (who, line), in file order
@@ -56,24 +56,60 @@ def preflight(
     return problems
 
 
-def checkpoint_problems(loaded: LoadedWorkflow, engine: str) -> list[Problem]:
-    """``checkpoint:`` (CRIU) on a machine where podman cannot checkpoint: refused before
-    anything runs, with the reason (``hetflow nodes`` says it too) and the alternative."""
+def checkpoint_problems(loaded: LoadedWorkflow, engine: str, node: Node | None = None) -> list[Problem]:
+    """``checkpoint:`` (CRIU) on a machine where podman cannot checkpoint, or on a GPU step
+    whose CUDA state cannot be checkpointed on ``node``: refused before anything runs, with
+    the reason (``hetflow nodes`` says it too) and the alternative."""
     steps = [n for n, s in loaded.workflow.steps.items() if s.checkpoint is not None and s.checkpoint.transparent]
     if not steps:
         return []
     support = criu_support(engine=engine)
-    if support.ok:
-        return []
-    more = f" (and {len(steps) - 1} more step(s))" if len(steps) > 1 else ""
-    return [
-        Problem(
-            loaded.file,
-            loaded.line("steps", steps[0], "checkpoint"),
-            f"step {steps[0]!r}{more}: checkpoint: CRIU checkpoints do not work here: {support.reason}; "
-            "or write checkpoint: {mode: app} (the step saves its own state under $HETFLOW_CHECKPOINT_DIR)",
-        )
-    ]
+    if not support.ok:
+        more = f" (and {len(steps) - 1} more step(s))" if len(steps) > 1 else ""
+        return [
+            Problem(
+                loaded.file,
+                loaded.line("steps", steps[0], "checkpoint"),
+                f"step {steps[0]!r}{more}: checkpoint: CRIU checkpoints do not work here: {support.reason}; "
+                "or write checkpoint: {mode: app} (the step saves its own state under $HETFLOW_CHECKPOINT_DIR)",
+            )
+        ]
+    return _gpu_checkpoint_problems(loaded, steps, node) if node is not None else []
+
+
+def _gpu_checkpoint_problems(loaded: LoadedWorkflow, steps: Sequence[str], node: Node) -> list[Problem]:
+    """Each GPU step among ``steps`` whose CUDA state cannot be checkpointed (the driver is
+    asked once, and only when a GPU step has ``checkpoint:``)."""
+    problems: list[Problem] = []
+    support: GpuCheckpointSupport | None = None
+    for name in steps:
+        step = loaded.workflow.steps[name]
+        requests = [v.gpu_request for v in step.resolved_variants().values()]
+        if not any(r.any for r in requests):
+            continue
+        support = support or gpu_checkpoint_support(node)
+        why = gpu_step_problem(requests, node, support, gang=step.gang is not None)
+        if why:
+            problems.append(Problem(loaded.file, loaded.line("steps", name, "checkpoint"), f"step {name!r}: {why}"))
+    return problems
+
+
+def cluster_checkpoint_problems(loaded: LoadedWorkflow, backend: str) -> list[Problem]:
+    """GPU steps with ``checkpoint:`` (CRIU) on a cluster backend: their CUDA state is
+    checkpointed by the local backend only, and CRIU alone cannot dump a process holding a GPU."""
+    problems = []
+    for name, step in loaded.workflow.steps.items():
+        c = step.checkpoint
+        if c is not None and c.transparent and any(v.gpu_request.any for v in step.resolved_variants().values()):
+            problems.append(
+                Problem(
+                    loaded.file,
+                    loaded.line("steps", name, "checkpoint"),
+                    f"step {name!r}: GPU checkpoints are taken by the local backend only, not by {backend}; "
+                    "write checkpoint: {mode: app} (the step saves its own state under $HETFLOW_CHECKPOINT_DIR)",
+                )
+            )
+    return problems
 
 
 def new_run_id() -> str:

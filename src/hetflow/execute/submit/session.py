@@ -41,7 +41,7 @@ from hetflow.execute.settings import Settings
 from hetflow.execute.submit.amend import Amendment, compare
 from hetflow.execute.submit.pin import Resolver, default_resolver
 from hetflow.execute.submit.prepare import Puller, Say, ensure_pulled, pin, plan_on_cluster, plan_on_node
-from hetflow.execute.submit.record import create_run, new_run_id, preflight
+from hetflow.execute.submit.record import cluster_checkpoint_problems, create_run, new_run_id, preflight
 from hetflow.execute.submit.rehash import rehash_for_resume
 from hetflow.execute.submit.reset import reset_for_resume
 from hetflow.execute.submit.runplan import RunPlan, apply_images, images_of
@@ -167,6 +167,8 @@ def _check_and_plan(
         plan = plan_on_node(store, loaded, node, pulls, steer=settings.steer)
         backend = make_backend(settings, engine=engine)
     else:
+        if refused := cluster_checkpoint_problems(loaded, settings.backend):
+            raise SpecError(refused)
         backend = backend or make_backend(settings)
         backend.check()
         plan = plan_on_cluster(store, loaded, settings, resolver)  # refuses before anything is recorded

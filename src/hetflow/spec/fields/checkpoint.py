@@ -9,9 +9,10 @@ crash of hetflow, a lost node or a move to another node.
 
 ``mode: criu`` (the default) is transparent: the container's processes are dumped with CRIU
 (``podman container checkpoint``) and a later attempt is restored from the last good image
-instead of starting from zero.  CRIU cannot dump a container with a network namespace that
-talks to others (``network: true``), nor a gang's replicas that talk to each other, nor GPU
-memory: those steps use ``mode: app``, the contract Slurm requeue and Kubernetes preemption
+instead of starting from zero (a GPU step's CUDA state is checkpointed through the driver
+around it, where the driver can: ``execute.checkpoint.gpus``).  CRIU cannot dump a container
+with a network namespace that talks to others (``network: true``), nor a gang's replicas that
+talk to each other: those steps use ``mode: app``, the contract Slurm requeue and Kubernetes preemption
 users know: the step writes its state under ``HETFLOW_CHECKPOINT_DIR`` (kept across attempts,
 resumes and migrations), receives SIGTERM ``stop_grace`` before any stop, preemption or
 migration, and resumes from the latest state it finds there.
@@ -39,7 +40,8 @@ class Checkpoint(BaseModel):
 
     every: float | None = Field(default=None, description="checkpoint this often while running (10m, 30s)")
     mode: CheckpointMode = Field(
-        default="criu", description="criu: transparent (CPU steps); app: the step saves itself"
+        default="criu",
+        description="criu: transparent (CPU steps; GPU steps where the CUDA driver can); app: the step saves itself",
     )
 
     @model_validator(mode="before")

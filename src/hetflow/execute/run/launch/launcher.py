@@ -161,7 +161,7 @@ class Launcher:
         if r is None:
             self.backend.submit(job)
             return
-        images = CheckpointImages(self.paths)
+        images, start = CheckpointImages(self.paths), time.monotonic()  # a restore's seconds: the GPU kit reports them
         try:
             self.backend.submit(job)
         except HetflowError as exc:
@@ -169,7 +169,7 @@ class Launcher:
             self.backend.submit(replace(job, restore=None))
             return
         images.note_restored(job.step, job.attempt, r)
-        when = time.strftime("%H:%M:%S", time.localtime(r.taken))
+        when = f"{time.strftime('%H:%M:%S', time.localtime(r.taken))} in {time.monotonic() - start:.2f}s"
         self._note(job.step, f"{job.name} restored from attempt {r.from_attempt}'s checkpoint of {when}", "restored")
 
     def _restore_point(self, go: Launch) -> Restore | None:
