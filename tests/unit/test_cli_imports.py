@@ -44,6 +44,10 @@ HEAVY = (
 # never needed by validate, plan or a dry run on this machine (a dry run posts no notification)
 NEVER = ("hetflow.cwl", "hetflow.ui", "hetflow.tes", "hetflow.report.runreport", "starlette", "uvicorn",
          "ortools", "cwltool", "rich.traceback", "httpx")  # fmt: skip
+# validate checks what a run would refuse (data, images, fit): the planner's search, the plan
+# and the dry run's walk are not among its checks
+VALIDATE = (*NEVER, "hetflow.execute.submit.prepare", "hetflow.execute.submit.preview",
+            "hetflow.execute.submit.session", "hetflow.execute.submit.runplan", "hetflow.plan.search")  # fmt: skip
 # nodes describes this machine (the inventory's models are pydantic): no planner, no images
 NODES = (*NEVER, "hetflow.plan", "hetflow.execute.submit", "hetflow.images")
 
@@ -82,7 +86,7 @@ CASES: list[tuple[str, list[str], dict[str, str], tuple[str, ...], tuple[int, ..
     ("tab-run-ids", [], tab("hetflow logs r"), HEAVY, (0,)),
     ("tab-steps", [], tab(f"hetflow logs {RUN} "), HEAVY, (0,)),
     ("nodes", ["nodes"], {}, NODES, (0,)),
-    ("validate", ["validate", "WORKFLOW"], {}, NEVER, (0, 2)),
+    ("validate", ["validate", "WORKFLOW"], {}, VALIDATE, (0, 2)),
     ("plan", ["plan", "WORKFLOW"], {}, NEVER, (0, 2)),
     ("dry-run", ["run", "--dry-run", "WORKFLOW"], {}, NEVER, (0, 2)),
 ]

@@ -227,3 +227,20 @@ def test_parse_driver_version(text: str, version: str | None) -> None:
 )
 def test_compute_capability_for_known_models(model: str, capability: str) -> None:
     assert compute_capability_for(model) == capability
+
+
+def test_without_the_nvml_library_pynvml_is_not_imported_and_nvml_is_not_usable() -> None:
+    """``load_pynvml`` looks for the library pynvml would load before importing pynvml
+    (issue 43: a machine without NVIDIA's driver skips its import); NVML is then not usable,
+    as pynvml's own ``nvmlInit`` would have said."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import hetflow.inventory.gpus.nvml as nvml\n"
+        "nvml.NVML_LIBRARY = 'libhetflow-no-such-nvml.so.1'\n"
+        "print(nvml.load_pynvml() is None, 'pynvml' in sys.modules, nvml.probe_nvml() is None)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["True", "False", "True"]

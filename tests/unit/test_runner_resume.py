@@ -116,6 +116,24 @@ def test_a_gang_network_left_without_its_containers_is_removed_and_one_in_flight
     )
 
 
+def test_the_first_executor_of_a_run_lists_no_networks_and_the_next_one_does(tmp_path: Path) -> None:
+    """No executor ran a new run before, so none left a gang network: its first executor does
+    not ask the engine for them (``podman network ls``: issue 43); one after a crash does."""
+    w = world(tmp_path, "a:\n  image: x\n  outputs: [m]\n", outcomes={"a": [Outcome(0, 10, files={"m": b"m"})]})
+    listed: list[int] = []
+    run_networks = w.engine.run_networks
+
+    def listing() -> dict[str, str]:
+        listed.append(1)
+        return run_networks()
+
+    w.engine.run_networks = listing  # type: ignore[method-assign]
+    crash_at(w, 1004.0)
+    assert listed == []
+    assert w.execute(pid=4343) == "succeeded"
+    assert listed == [1]
+
+
 COLLECTED = [
     pytest.param([Outcome(0, 5, files={"m": b"ok"})], [(1, SUCCEEDED, 0)], 0, id="exit-0-outputs-accepted"),
     pytest.param(

@@ -292,3 +292,39 @@ def test_an_engine_that_cannot_measure_leaves_usage_unknown(tmp_path: Path) -> N
     (a,) = w.store.attempts(w.run.id)
     assert (a.peak_memory, a.cpu_seconds, a.image_id, a.run_started) == (None, None, None, None)
     assert (a.cpus, a.memory) == (2.0, 1 << 30)  # the request is always known
+
+
+def test_usage_history_keeps_the_newest_few_of_each_step_as_the_whole_history_orders_them(tmp_path: Path) -> None:
+    """``usage_history(newest=N)`` (what ``plan``'s right-sizing reads) is the whole history
+    with each (workflow, step, variant) cut to its first N rows, in the same order: the
+    suggestions learned from it are the same.  Ties in ``ended`` included."""
+    from hetflow.plan import SIZING_KEEP, UsageSample, suggest_sizes
+    from tests.integration.uikit import synthetic_run
+
+    store = Store(tmp_path / "state.db")
+    try:
+        for n in range(9):
+            for wf in ("w", "v"):
+                run = f"r{n}{wf}"
+                synthetic_run(store, tmp_path, run, name=wf, steps=["a", "b"], created=1000.0 + 10 * (n % 4))
+                for step, peak in (("a", 10 << 20), ("b", (n + 1) << 20)):
+                    ended = 2000.0 + (n % 3)  # three runs share each ended time
+                    store.set_attempt(run, step, 1, cpus=8.0, memory=4 << 30, peak_memory=peak, ended=ended)
+        whole = store.usage_history("w")
+        kept = store.usage_history("w", newest=SIZING_KEEP)
+        for everything in (False, True):
+            if everything:
+                whole, kept = store.usage_history(), store.usage_history(newest=SIZING_KEEP)
+            seen: dict[tuple[str, str, str], int] = {}
+            first = []
+            for row in whole:
+                key = (row.workflow, row.step, row.variant)
+                seen[key] = seen.get(key, 0) + 1
+                if seen[key] <= SIZING_KEEP:
+                    first.append(row)
+            assert kept == first
+            assert len(kept) == SIZING_KEEP * len(seen) < len(whole)
+            learned = [suggest_sizes(UsageSample(**r.__dict__) for r in rows) for rows in (whole, kept)]
+            assert learned[0] == learned[1] != []
+    finally:
+        store.close()

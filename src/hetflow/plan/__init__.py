@@ -67,7 +67,7 @@ if TYPE_CHECKING:
     from hetflow.plan.sharing.tenancy import Slot, Tenant, admits
     from hetflow.plan.sizing.cluster import Cluster, load_catalog, load_cluster
     from hetflow.plan.sizing.clusterpoint import ClusterPoint
-    from hetflow.plan.sizing.rightsize import OVER_ASK, Suggestion, UsageSample, suggest_sizes
+    from hetflow.plan.sizing.rightsize import OVER_ASK, SIZING_KEEP, Suggestion, UsageSample, suggest_sizes
     from hetflow.plan.sizing.virtual import plan_virtual_cluster
     from hetflow.plan.stored import machine_class_from_dict, machine_class_to_dict, plan_from_dict, plan_to_dict
 
@@ -135,6 +135,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
     ),
     "sizing.rightsize": (
         "OVER_ASK",
+        "SIZING_KEEP",
         "Suggestion",
         "UsageSample",
         "suggest_sizes",
@@ -158,6 +159,7 @@ __all__ = [
     "DEFAULT_ESTIMATE",
     "GPU_SPEEDS",
     "OVER_ASK",
+    "SIZING_KEEP",
     "Capacity",
     "Cluster",
     "ClusterPoint",

@@ -12,7 +12,16 @@ from hetflow.cli.common import PARAMS_FILE_HELP, console, err, gather_params, op
 from hetflow.cli.planning.slowdown import profile_slowdown
 from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
-from hetflow.plan import Cluster, Instance, Plan, Suggestion, UsageSample, learn, suggest_sizes
+from hetflow.plan import (
+    SIZING_KEEP,
+    Cluster,
+    Instance,
+    Plan,
+    Suggestion,
+    UsageSample,
+    learn,
+    suggest_sizes,
+)
 from hetflow.report import explain_step, plan_json, plan_table
 from hetflow.spec import LoadedWorkflow, Workflow, parse_duration
 from hetflow.state import load_workflow_cached
@@ -90,7 +99,7 @@ def _money(value: str | None) -> float | None:
 
 def _suggestions(workflow: str | None) -> list[Suggestion]:
     """Right-sizing notes from the recorded use of past runs (notes only: requests stay)."""
-    rows = open_store().usage_history(workflow)
+    rows = open_store().usage_history(workflow, newest=SIZING_KEEP)
     return suggest_sizes(UsageSample(**r.__dict__) for r in rows)
 
 

@@ -308,6 +308,15 @@ class DataPlan:
             sets[name] = fetch_s3(name, loaded.workflow.data[name], listing, self.filesystems[name], into / name, where)
         return DataManifest({n: sets[n] for n in loaded.workflow.data})
 
+    def listed(self) -> DataManifest:
+        """The workflow data as a run would see it, without downloading: host data hashed, S3
+        objects listed (their content unknown: hashed once downloaded)."""
+        sets: dict[str, DataSetFiles] = dict(self.host)
+        for name, listing in self.s3.items():
+            files = tuple(DataFile(rel, "", "", size, url) for rel, url, size in listing)
+            sets[name] = DataSetFiles(name, S3, "", files)
+        return DataManifest(sets)
+
 
 def resolve_data(
     loaded: LoadedWorkflow,

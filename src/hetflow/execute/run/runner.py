@@ -19,6 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
+from hetflow.errors import StateError
 from hetflow.execute.backends.base import Backend
 from hetflow.execute.checkpoint.app import SaveRequests
 from hetflow.execute.data.fanout import expand_ready
@@ -154,6 +155,7 @@ class Runner:
 
     def execute(self) -> str:
         """Run to the end; returns the run's final state."""
+        first = self._never_claimed()
         self.store.claim_run(self.run_id, self.pid, self.alive, start=process_start(self.pid))
         self.store.adopt_leases(self.run_id, self.pid)
         self.attempts.emit(
@@ -164,7 +166,7 @@ class Runner:
         interval = self.config.poll_interval if stop_watch is None else max(0.5, self.config.poll_interval)
         clear_stop_request(self.paths)  # one left by a stopper whose executor had gone already
         self.watch.new_turn()  # a look that checks an exit is never older than the exit
-        reconcile(self.attempts)
+        reconcile(self.attempts, first=first)
         try:
             while True:
                 if self.signalled is not None:
@@ -214,6 +216,15 @@ class Runner:
             with contextlib.suppress(StoreFull):  # the usage of a store that is full stays unknown
                 self.attempts.store_usage()
             self.reporter.close()
+
+    def _never_claimed(self) -> bool:
+        """No executor ran this run before (a claim gives the run its start): nothing of it
+        can be left behind for ``reconcile`` to find.  False when unsure (no such run:
+        ``claim_run`` says so)."""
+        try:
+            return self.store.run(self.run_id).started is None
+        except StateError:
+            return False
 
     def _next_wait(self, steps: list[StepRecord], interval: float) -> float:
         """The poll interval, shortened to the next retry's backoff deadline."""

@@ -14,7 +14,6 @@ from hetflow.execute.data.fanout import expand_at_submit
 from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.secrets import gather_available
 from hetflow.execute.submit.pin import Resolver, default_resolver, pin_images
-from hetflow.execute.submit.preview import listed
 from hetflow.execute.submit.record import preflight
 from hetflow.images import NotFoundError, ResolveResult, parse_reference
 from hetflow.inventory import Node
@@ -43,7 +42,7 @@ def check_run(
         unchecked += [f"data {n!r} ({ds.url})" for n, ds in loaded.workflow.data.items() if ds.is_s3]
         loaded = dataclasses.replace(loaded, workflow=_without_s3(loaded))
     try:
-        manifest = listed(resolve_data(loaded, memo=store, s3=s3))
+        manifest = resolve_data(loaded, memo=store, s3=s3).listed()
         loaded, _ = expand_at_submit(loaded, manifest)
     except SpecError as exc:
         problems += exc.problems

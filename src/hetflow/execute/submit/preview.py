@@ -40,10 +40,7 @@ from hetflow.execute.data.cache import ResultCache, StepKeys
 from hetflow.execute.data.fanout import expand_at_submit, read_items
 from hetflow.execute.data.inputs import (
     S3,
-    DataFile,
     DataManifest,
-    DataPlan,
-    DataSetFiles,
     ObjectStore,
     resolve_data,
     s3_filesystem,
@@ -135,7 +132,7 @@ def preview_run(
     once) where it would refuse the run.  ``engine``: the local container engine (default:
     the real one).  A missing secret is refused first, as ``hetflow run`` refuses it."""
     use_secrets(loaded.workflow, settings)
-    manifest = listed(resolve_data(loaded, memo=store, s3=s3))
+    manifest = resolve_data(loaded, memo=store, s3=s3).listed()
     loaded, _ = expand_at_submit(loaded, manifest)
     s3_sets = {name for name, ds in manifest.sets.items() if ds.kind == S3}
     if settings.leases_here:
@@ -163,16 +160,6 @@ def preview_run(
 
 def _unknown(_image: str) -> str | None:
     return None
-
-
-def listed(data: DataPlan) -> DataManifest:
-    """The workflow data as a run would see it, without downloading: host data hashed, S3
-    objects listed (their content unknown: hashed once downloaded)."""
-    sets: dict[str, DataSetFiles] = dict(data.host)
-    for name, listing in data.s3.items():
-        files = tuple(DataFile(rel, "", "", size, url) for rel, url, size in listing)
-        sets[name] = DataSetFiles(name, S3, "", files)
-    return DataManifest(sets)
 
 
 class _Walk:

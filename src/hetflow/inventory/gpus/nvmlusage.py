@@ -18,7 +18,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from hetflow.inventory.gpus.nvml import load_pynvml
+from hetflow.inventory.gpus.nvml import NVML_LIBRARY, load_pynvml
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,7 @@ class NvmlUsage:
     def __init__(self, nvml: Any = None) -> None:
         api = load_pynvml() if nvml is None else nvml
         if api is None:
-            raise OSError("pynvml (nvidia-ml-py) cannot be imported")
+            raise OSError(f"pynvml (nvidia-ml-py) cannot be imported, or NVML's {NVML_LIBRARY} is not there")
         api.nvmlInit()  # raises pynvml's NVMLError (an Exception) where there is no driver
         self._nvml = api
         self._handles: dict[str, Any] = {}

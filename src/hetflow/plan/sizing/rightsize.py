@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 OVER_ASK = 4.0  # asked / used at which a request is flagged (the run report uses it too)
 HEADROOM = 1.5  # suggest this much above the most ever used
-KEEP = 5  # recent successful attempts per (workflow, step, variant)
+SIZING_KEEP = 5  # recent successful attempts per (workflow, step, variant) (Store.usage_history(newest=...))
 _MI, _GI = 1 << 20, 1 << 30
 
 
@@ -81,7 +81,7 @@ def suggest_sizes(samples: Iterable[UsageSample], *, factor: float = OVER_ASK) -
     recent: dict[tuple[str, str, str], list[UsageSample]] = {}
     for s in samples:
         kept = recent.setdefault((s.workflow, s.step, s.variant), [])
-        if len(kept) < KEEP:
+        if len(kept) < SIZING_KEEP:
             kept.append(s)
     out: list[Suggestion] = []
     for (wf, step, variant), kept in sorted(recent.items()):

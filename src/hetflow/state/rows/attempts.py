@@ -206,20 +206,29 @@ class AttemptRows:
         rows = self._db.execute(sql + " ORDER BY a.ended DESC", args).fetchall()
         return [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4])) for r in rows]
 
-    def usage_history(self, workflow: str | None = None) -> list[UsageRow]:
+    def usage_history(self, workflow: str | None = None, newest: int | None = None) -> list[UsageRow]:
         """Requested and used resources of succeeded attempts, newest first: what the
-        right-sizing suggestions (``plan.rightsize``) are learned from."""
-        sql = (
-            "SELECT r.name, a.step, a.variant, a.cpus, a.memory, a.peak_memory, a.cpu_seconds,"
-            " COALESCE(a.run_ended - a.run_started, a.ended - a.started) FROM attempts a"
-            " JOIN runs r ON r.id = a.run_id WHERE a.state = 'succeeded' AND a.ended IS NOT NULL"
+        right-sizing suggestions (``plan.rightsize``) are learned from.  ``newest``: only that
+        many of each (workflow, step, variant), the newest (what right-sizing keeps), chosen
+        by SQLite (issue 43: ``plan`` of a workflow with 1,000 past runs made 20,000 rows into
+        objects to keep 100).  Ties in ``ended``: the later run id, step, attempt first."""
+        cols = (
+            "r.name, a.step, a.variant, a.cpus, a.memory, a.peak_memory, a.cpu_seconds,"
+            " COALESCE(a.run_ended - a.run_started, a.ended - a.started)"
         )
-        args: list[str] = []
-        if workflow is not None:
-            sql += " AND r.name = ?"
-            args.append(workflow)
-        rows = self._db.execute(sql + " ORDER BY a.ended DESC", args).fetchall()
-        return [UsageRow(*tuple(r)) for r in rows]
+        where = "a.state = 'succeeded' AND a.ended IS NOT NULL" + ("" if workflow is None else " AND r.name = ?")
+        args: list[object] = [] if workflow is None else [workflow]
+        order = "a.ended DESC, a.run_id DESC, a.step DESC, a.attempt DESC"
+        sql = f"SELECT {cols} FROM attempts a JOIN runs r ON r.id = a.run_id WHERE {where} ORDER BY {order}"
+        if newest is None:
+            return [UsageRow(*r) for r in self._db.execute(sql, args)]
+        ranked = (
+            f"SELECT {cols}, a.ended AS o1, a.run_id AS o2, a.step AS o3, a.attempt AS o4,"
+            f" ROW_NUMBER() OVER (PARTITION BY r.name, a.step, a.variant ORDER BY {order}) AS k"
+            f" FROM attempts a JOIN runs r ON r.id = a.run_id WHERE {where}"
+        )
+        sql = f"SELECT * FROM ({ranked}) WHERE k <= ? ORDER BY o1 DESC, o2 DESC, o3 DESC, o4 DESC"
+        return [UsageRow(*tuple(r)[:8]) for r in self._db.execute(sql, [*args, newest])]
 
 
 def _attempt(r: sqlite3.Row) -> AttemptRecord:

@@ -87,10 +87,12 @@ def settle_launches(attempts: Attempts) -> None:
         record(store, Note(0, run_id, time.time(), message, None, "collected"))
 
 
-def reconcile(attempts: Attempts) -> None:
+def reconcile(attempts: Attempts, *, first: bool = False) -> None:
     """Before the first dispatch of an executor: adopt the run's attempts left in flight,
     and remove containers the last executor left behind once their results were stored
-    (it removes them in batches, after the fact)."""
+    (it removes them in batches, after the fact).  ``first``: no executor ran the run
+    before, so none left a gang network (listing them, ``podman network ls``, is skipped:
+    issue 43, a re-run whose steps all come from the cache)."""
     store, run_id, wf = attempts.store, attempts.run_id, attempts.wf
     states = attempts.backend.poll(run_id)
     in_flight: set[str] = set()
@@ -156,7 +158,8 @@ def reconcile(attempts: Attempts) -> None:
         attempts.backend.release(leftover)
         message = f"removed {len(leftover)} finished container(s) the last executor left: {', '.join(leftover[:5])}"
         record(store, Note(0, run_id, time.time(), message + (" ..." if len(leftover) > 5 else ""), None, "collected"))
-    _drop_stale_networks(attempts, in_flight)
+    if not first:
+        _drop_stale_networks(attempts, in_flight)
 
 
 def _restorable(attempts: Attempts, step: str, st: JobState | None) -> bool:
