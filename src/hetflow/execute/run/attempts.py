@@ -4,6 +4,8 @@ the next decision, so a run killed at any instant resumes from the store."""
 
 from __future__ import annotations
 
+import contextlib
+
 import queue
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -149,16 +151,20 @@ class Attempts:
         if not self.active:
             return
         states = self.backend.poll(self.run_id)
-        for act in list(self.active.values()):
-            st = refine(self.paths, states, act.step, act.attempt, act.container)
-            if st is None:
-                self.fail(act, None, f"container {act.container} disappeared")
-                continue
-            self.view.saw(act, st)  # its times, GPUs and wait, as the engine says
-            if is_batch(act.container) and not st.running:  # its own start and end, not its batch's
-                act.ended = note_start(self.store, self.run_id, act.step, act.attempt, st)
-            if not st.running:
-                self.settle(act, st)
+        acts = list(self.active.values())
+        batched = any(is_batch(a.container) for a in acts)
+        # a pass that settles a batch's items records them in one commit, not a few each
+        with self.store.transaction() if batched else contextlib.nullcontext():
+            for act in acts:
+                st = refine(self.paths, states, act.step, act.attempt, act.container)
+                if st is None:
+                    self.fail(act, None, f"container {act.container} disappeared")
+                    continue
+                self.view.saw(act, st)  # its times, GPUs and wait, as the engine says
+                if is_batch(act.container) and not st.running:  # its own start and end, not its batch's
+                    act.ended = note_start(self.store, self.run_id, act.step, act.attempt, st)
+                if not st.running:
+                    self.settle(act, st)
 
     def settle(self, act: Active, st: JobState) -> None:
         """The engine says the attempt's job is over: requeue it when that was not the

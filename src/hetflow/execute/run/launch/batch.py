@@ -142,26 +142,27 @@ def launch_batch(lr: Launcher, chunk: Sequence[Deferred], vname: str, why: str) 
     where = lr.dispatch.where(first.name)
     now = lr.clock()
     acts: list[Active] = []
-    for d, it in zip(taken, items, strict=True):
-        step = lr.attempts.wf.steps[d.name]
-        variant = step.resolved_variants()[vname]
-        go = Launch(d.name, step, vname, variant, it.attempt, name, (), None, why, "")
-        lr.record_intent(go, d.record, where, now)
-        res = variant.resources
-        acts.append(
-            Active(
-                d.name,
-                it.attempt,
-                name,
-                res.cpus,
-                res.memory,
-                (),
-                measured=True,
-                why=why,
-                variant=vname,
-                node=where.node,
+    with lr.store.transaction():  # the batch's intents in one commit, made before the engine is asked
+        for d, it in zip(taken, items, strict=True):
+            step = lr.attempts.wf.steps[d.name]
+            variant = step.resolved_variants()[vname]
+            go = Launch(d.name, step, vname, variant, it.attempt, name, (), None, why, "")
+            lr.record_intent(go, d.record, where, now)
+            res = variant.resources
+            acts.append(
+                Active(
+                    d.name,
+                    it.attempt,
+                    name,
+                    res.cpus,
+                    res.memory,
+                    (),
+                    measured=True,
+                    why=why,
+                    variant=vname,
+                    node=where.node,
+                )
             )
-        )
     res = lr.attempts.wf.steps[first.name].resolved_variants()[vname].resources
     holds = lr.backend.capabilities.holds_dependencies
     parents = {p for d in taken for p in lr.attempts.wf.steps[d.name].dependencies()}
@@ -187,6 +188,7 @@ def launch_batch(lr: Launcher, chunk: Sequence[Deferred], vname: str, why: str) 
         for act in acts:
             lr.attempts.fail(act, None, str(exc))
         return left
-    for act in acts:
-        lr.submitted(act, now)
+    with lr.store.transaction():
+        for act in acts:
+            lr.submitted(act, now)
     return left
