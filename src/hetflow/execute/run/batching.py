@@ -191,21 +191,16 @@ def batch_spec(first: ContainerSpec, name: str, folder: Path, step: str) -> Cont
     )
 
 
+def shape(s: ContainerSpec) -> ContainerSpec:
+    """An item's container less what items of one batch may differ in: their command,
+    environment, /out, log and name (``same_container``; a batch's first item's, made once)."""
+    mounts = tuple(m for m in s.mounts if m.target != "/out")
+    return replace(s, name="", command=(), env={}, labels={}, log_path=None, mounts=mounts)
+
+
 def same_container(a: ContainerSpec, b: ContainerSpec) -> bool:
     """Whether two items can share a container: all but their command, environment, /out,
     log and name alike."""
-
-    def shape(s: ContainerSpec) -> ContainerSpec:
-        return replace(
-            s,
-            name="",
-            command=(),
-            env={},
-            labels={},
-            log_path=None,
-            mounts=tuple(m for m in s.mounts if m.target != "/out"),
-        )
-
     return shape(a) == shape(b)
 
 

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from hetflow.errors import HetflowError
 from hetflow.execute.backends.base import Job
+from hetflow.execute.engine import ContainerSpec
 from hetflow.execute.run.attempts import Active
-from hetflow.execute.run.batching import Item, Policy, batch_name, batch_spec, same_container, write_batch
+from hetflow.execute.run.batching import Item, Policy, batch_name, batch_spec, shape, write_batch
 from hetflow.execute.run.dispatching.dispatch import Decision, LocalDispatch
 from hetflow.execute.run.launch.container import build_spec
 from hetflow.execute.run.launch.launcher import Launch, Launcher
@@ -107,6 +108,7 @@ def _items(lr: Launcher, chunk: Sequence[Deferred], vname: str) -> tuple[list[It
     items: list[Item] = []
     taken: list[Deferred] = []
     left: list[Deferred] = []
+    first: ContainerSpec | None = None
     for d in chunk:
         step = lr.attempts.wf.steps[d.name]
         variant = step.resolved_variants()[vname]
@@ -123,7 +125,9 @@ def _items(lr: Launcher, chunk: Sequence[Deferred], vname: str) -> tuple[list[It
             access=lr.dispatch.access(variant, (), None),
             data=lr.mounted(step),
         )
-        if items and not same_container(items[0].spec, spec):
+        if first is None:
+            first = shape(spec)  # what the others must match, made once
+        elif shape(spec) != first:
             left.append(d)
             continue
         items.append(Item(d.name, attempt, spec))
