@@ -11,6 +11,8 @@ import pytest
 
 from hetflow.errors import SpecError
 from hetflow.execute.backends.base import JobState
+from hetflow.execute.data.fencing import Fenced, grant
+from hetflow.execute.data.outputs import accept_outputs
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.engine import ContainerSpec, Mount, run_args
 from hetflow.execute.run.batching import (
@@ -21,11 +23,13 @@ from hetflow.execute.run.batching import (
     batch_notes,
     batch_spec,
     collect,
+    held_outputs,
     is_batch,
     item_script,
     item_state,
     refine,
     same_container,
+    stage,
     write_batch,
 )
 from hetflow.spec import AUTO_BATCH, Batch, Workflow, parse_workflow
@@ -162,10 +166,11 @@ def test_item_state_from_its_files(tmp_path: Path) -> None:
     (folder / "rc" / "w.0.1").write_text("0\n")
     st = item_state(paths, "w.0", 1, name, running)
     assert st is not None and (st.running, st.exit_code, st.node) == (False, 0, "n1") and st.ended is not None
-    assert (paths.staging("w.0", 1) / "o.txt").read_text() == "0"  # collected
+    # it exited 0: its outputs wait in the batch's folder, to be renamed into place from there
+    assert held_outputs(paths, name, "w.0", 1) == folder / "out" / "w.0.1" and not paths.staging("w.0", 1).exists()
     assert not paths.log("w.0", 1).is_symlink() and "zero" in paths.log("w.0", 1).read_text()
-    collect(paths, folder, "w.0", 1)  # again, after a crash: nothing to do, nothing lost
-    assert (paths.staging("w.0", 1) / "o.txt").read_text() == "0"
+    collect(paths, name, "w.0", 1, 0)  # again, after a crash: nothing to do, nothing lost
+    assert (folder / "out" / "w.0.1" / "o.txt").read_text() == "0" and "zero" in paths.log("w.0", 1).read_text()
     # the batch died while w.1 ran (OOM): w.1 failed with its code; w.2 never began: requeued
     (folder / "start" / "w.1.1").touch()
     dead = JobState(name, False, 137, "exited", reason="OOMKilled")
@@ -176,6 +181,37 @@ def test_item_state_from_its_files(tmp_path: Path) -> None:
     assert never is not None and never.dependency_failed and never.exit_code is None
     assert item_state(paths, "w.2", 1, name, None) is None  # no batch, never began: a launch to redo
     assert refine(paths, {"hf-r1-x-1": running}, "x", 1, "hf-r1-x-1") == running  # not a batch: as is
+
+
+def test_a_failed_items_outputs_go_to_its_staging_folder_once(tmp_path: Path) -> None:
+    paths, folder = _laid_out(tmp_path)
+    name = "hf-r1-w.0-1-batch"
+    (folder / "start" / "w.1.1").touch()
+    (folder / "out" / "w.1.1").mkdir()
+    (folder / "out" / "w.1.1" / "part.txt").write_text("half")
+    (folder / "rc" / "w.1.1").write_text("3\n")
+    st = item_state(paths, "w.1", 1, name, JobState(name, True, None, "running"))
+    assert st is not None and st.exit_code == 3
+    assert (paths.staging("w.1", 1) / "part.txt").read_text() == "half"  # where any failed attempt's are
+    assert held_outputs(paths, name, "w.1", 1) is None
+    stage(paths, name, "w.1", 1)  # again (``Attempts.fail``): nothing to do, nothing lost
+    assert (paths.staging("w.1", 1) / "part.txt").read_text() == "half"
+
+
+def test_an_item_refused_its_rename_is_staged_with_the_fencing_mark(tmp_path: Path) -> None:
+    paths, folder = _laid_out(tmp_path)
+    name = "hf-r1-w.0-1-batch"
+    (folder / "out" / "w.0.1").mkdir()
+    (folder / "out" / "w.0.1" / "o.txt").write_text("0")
+    held = held_outputs(paths, name, "w.0", 1)
+    assert held is not None
+    grant(paths.step_out("w.0"), 2)  # attempt 2 holds the step now
+    with pytest.raises(Fenced):
+        accept_outputs("r1", "w.0", held, paths.step_out("w.0"), ["o.txt"], attempt=1, tidy=False)
+    stage(paths, name, "w.0", 1)  # as Attempts.fail does
+    assert (paths.staging("w.0", 1) / "o.txt").read_text() == "0"
+    assert "discarded" in (paths.staging("w.0", 1).parent / "discarded").read_text()
+    assert not paths.step_out("w.0").exists() and not (folder / "out" / "discarded").exists()
 
 
 def test_entry_runs_each_item_once_in_order_and_skips_those_done(tmp_path: Path) -> None:

@@ -532,3 +532,27 @@ def test_a_store_locked_for_good_says_so(tmp_path: Path, monkeypatch: pytest.Mon
     monkeypatch.setattr(store_module, "OPEN_WAIT", 0.2)
     with pytest.raises(StateError, match=r"stayed locked for 0.2 s; is another hetflow stuck\?"):
         Store(tmp_path / "state.db")
+
+
+# --- one commit for many writes ----------------------------------------------------------
+
+
+def test_a_transaction_commits_its_writes_at_once_and_each_failed_write_alone(store: Store, tmp_path: Path) -> None:
+    new_run(store)
+    reader = Store(tmp_path / "home" / "state.db", read_only=True)
+    with store.transaction():
+        store.set_step("r1", "a", state=LAUNCHING, attempts=1)
+        with pytest.raises(StateError):
+            store.set_step("r1", "a", state=PENDING)  # not allowed from LAUNCHING: that write alone undone
+        with pytest.raises(StateError):
+            store.set_step("r1", "nope", state=LAUNCHING)
+        store.set_step("r1", "b", state=LAUNCHING, attempts=1)
+        assert reader.step("r1", "a").state == PENDING  # nothing committed yet
+    assert (store.step("r1", "a").state, store.step("r1", "b").state) == (LAUNCHING, LAUNCHING)
+    assert reader.step("r1", "b").state == LAUNCHING
+    with pytest.raises(RuntimeError), store.transaction():
+        store.set_step("r1", "a", state=RUNNING)
+        raise RuntimeError("the batch failed")
+    assert store.step("r1", "a").state == LAUNCHING  # the whole transaction undone
+    store.set_step("r1", "a", state=RUNNING)  # and the store writes on as before
+    assert reader.step("r1", "a").state == RUNNING

@@ -14,7 +14,7 @@ import json
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -209,19 +209,25 @@ class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, Slowdo
         (``busy.retry_busy``) around BEGIN and COMMIT waits out any lock, however long held.
         A full disk or a damaged page fails with a StateError that says so."""
         del immediate
+        nested = self._db.in_transaction  # inside ``transaction``: a savepoint, committed with it
         begun = False
         try:
-            self._retry(lambda: self._db.execute("BEGIN IMMEDIATE"))
+            self._retry(lambda: self._db.execute("SAVEPOINT w" if nested else "BEGIN IMMEDIATE"))
             begun = True
             yield self._db
-            self._retry(lambda: self._db.execute("COMMIT"))
+            self._retry(lambda: self._db.execute("RELEASE w" if nested else "COMMIT"))
         except BaseException as exc:
             if begun and self._db.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
-                    self._db.execute("ROLLBACK")
+                    for sql in ("ROLLBACK TO w", "RELEASE w") if nested else ("ROLLBACK",):
+                        self._db.execute(sql)
             if isinstance(exc, sqlite3.DatabaseError):
                 raise self._store_error(exc) from None
             raise
+
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        """The writes inside as one commit (a batch's items); each stays whole (a savepoint)."""
+        return self._tx()
 
     def release_reserve(self) -> bool:
         """The store's disk is full: give back the reserve (``integrity.RESERVE``) so that what

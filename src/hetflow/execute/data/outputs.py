@@ -38,14 +38,15 @@ def missing_outputs(out_dir: Path, declared: Sequence[str]) -> list[str]:
 
 
 def accept_outputs(
-    run_id: str, step: str, staging: Path, final: Path, declared: Sequence[str], *, attempt: int
+    run_id: str, step: str, staging: Path, final: Path, declared: Sequence[str], *, attempt: int, tidy: bool = True
 ) -> list[OutputRecord]:
     """Hash the declared outputs in ``staging`` and rename the directory to ``final``.
 
     The rename is atomic on one file system: readers see the old outputs or the new
     ones, never half of them.  An old ``final`` is moved aside first and removed after.
     Only while the step's fencing token names ``attempt`` (``fencing``: checked under the
-    step's lock, with the rename); ``fencing.Fenced`` when it names another."""
+    step's lock, with the rename); ``fencing.Fenced`` when it names another.  ``tidy``:
+    ``staging``'s folder is the attempt's own, removed once empty (a batch's is not)."""
     records = [
         OutputRecord(run_id, step, o, sha256_of(staging / o), _size(staging / o), str(final / o)) for o in declared
     ]
@@ -53,11 +54,11 @@ def accept_outputs(
         return records
     with fencing.locked(final):
         fencing.check(final, staging, attempt)
-        move_into_place(staging, final)
+        move_into_place(staging, final, tidy=tidy)
     return records
 
 
-def move_into_place(staging: Path, final: Path) -> None:
+def move_into_place(staging: Path, final: Path, *, tidy: bool = True) -> None:
     """Rename ``staging`` to ``final``: an old ``final`` is moved aside first and removed
     after (the Slurm job script does the same in shell: ``backends.slurm.publish``)."""
     final.parent.mkdir(parents=True, exist_ok=True)
@@ -67,8 +68,9 @@ def move_into_place(staging: Path, final: Path) -> None:
         os.replace(final, trash)
     os.replace(staging, final)
     shutil.rmtree(trash, ignore_errors=True)
-    with contextlib.suppress(OSError):  # the attempt's now-empty directory
-        staging.parent.rmdir()
+    if tidy:
+        with contextlib.suppress(OSError):  # the attempt's now-empty directory
+            staging.parent.rmdir()
 
 
 def missing_message(missing: Sequence[str]) -> str:

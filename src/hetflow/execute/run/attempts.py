@@ -4,19 +4,14 @@ the next decision, so a run killed at any instant resumes from the store."""
 
 from __future__ import annotations
 
+import contextlib
 import queue
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 
-from hetflow.execute.backends.base import (
-    PUBLISH_FAILED_CODE,
-    Backend,
-    JobState,
-    MeasuresOnRelease,
-    MeasuresUsage,
-)
+from hetflow.execute.backends.base import PUBLISH_FAILED_CODE, Backend, JobState, MeasuresOnRelease, MeasuresUsage
 from hetflow.execute.data.diskfull import full_disk_reason, out_of_space, remove_partial
 from hetflow.execute.data.fencing import Fenced
 from hetflow.execute.data.outputs import accept_outputs, missing_message, missing_outputs
@@ -25,7 +20,7 @@ from hetflow.execute.data.publishing.publish import PublishError, Publishing
 from hetflow.execute.devices.usage import AttemptGpus
 from hetflow.execute.engine import Usage
 from hetflow.execute.logs import log_tail
-from hetflow.execute.run.batching import is_batch, note_start, refine
+from hetflow.execute.run.batching import held_outputs, is_batch, note_start, refine, stage
 from hetflow.execute.run.engineview import EngineView
 from hetflow.execute.run.lostattempts import LostAttempts
 from hetflow.execute.run.retries import OOM_EXIT, Failure, Hints, Limits, NextAttempt, after_failure, exit_reason
@@ -149,16 +144,18 @@ class Attempts:
         if not self.active:
             return
         states = self.backend.poll(self.run_id)
-        for act in list(self.active.values()):
-            st = refine(self.paths, states, act.step, act.attempt, act.container)
-            if st is None:
-                self.fail(act, None, f"container {act.container} disappeared")
-                continue
-            self.view.saw(act, st)  # its times, GPUs and wait, as the engine says
-            if is_batch(act.container) and not st.running:  # its own start and end, not its batch's
-                act.ended = note_start(self.store, self.run_id, act.step, act.attempt, st)
-            if not st.running:
-                self.settle(act, st)
+        acts = list(self.active.values())  # a pass that settles a batch's items records them in one commit:
+        with self.store.transaction() if any(is_batch(a.container) for a in acts) else contextlib.nullcontext():
+            for act in acts:
+                st = refine(self.paths, states, act.step, act.attempt, act.container)
+                if st is None:
+                    self.fail(act, None, f"container {act.container} disappeared")
+                    continue
+                self.view.saw(act, st)  # its times, GPUs and wait, as the engine says
+                if is_batch(act.container) and not st.running:  # its own start and end, not its batch's
+                    act.ended = note_start(self.store, self.run_id, act.step, act.attempt, st)
+                if not st.running:
+                    self.settle(act, st)
 
     def settle(self, act: Active, st: JobState) -> None:
         """The engine says the attempt's job is over: requeue it when that was not the
@@ -244,7 +241,10 @@ class Attempts:
             self.fail(act, exit_code, exit_reason(exit_code) + (f": {reason}" if reason else ""))
             return
         self.record_usage(act)
-        if not staging.exists() and final.exists():
+        held = held_outputs(self.paths, act.container, act.step, act.attempt) if is_batch(act.container) else None
+        if held is not None:  # a batch item's outputs: renamed into place from its batch's folder
+            staging = held
+        elif not staging.exists() and final.exists():
             # the job published its outputs itself (``base.Publish``), or this executor crashed
             # after the rename, before the commit: they are verified and hashed where they are
             staging = final
@@ -253,7 +253,9 @@ class Attempts:
             self.fail(act, 0, missing_message(missing))
             return
         try:
-            records = accept_outputs(self.run_id, act.step, staging, final, step.outputs, attempt=act.attempt)
+            records = accept_outputs(
+                self.run_id, act.step, staging, final, step.outputs, attempt=act.attempt, tidy=held is None
+            )
         except Fenced as exc:  # hetflow gave this attempt up meanwhile (``data.fencing``)
             self.fail(act, 0, str(exc))
             return
@@ -296,6 +298,8 @@ class Attempts:
         policy = self.wf.steps[act.step].retry_policy
         peak, oom = self._measure_now(act) if exit_code == OOM_EXIT and policy.memory else (None, None)
         self.record_usage(act)
+        if is_batch(act.container):  # a batch item's outputs, kept where a failed attempt's are
+            stage(self.paths, act.container, act.step, act.attempt)
         tail = log_tail(self.paths.log(act.step, act.attempt), 3)
         detail = f"{message}" + (f"; last output: {' | '.join(tail)}" if tail else "")
         now = self.clock()

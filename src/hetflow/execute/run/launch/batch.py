@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 from hetflow.errors import HetflowError
 from hetflow.execute.backends.base import Job
+from hetflow.execute.engine import ContainerSpec
 from hetflow.execute.run.attempts import Active
-from hetflow.execute.run.batching import Item, Policy, batch_name, batch_spec, same_container, write_batch
+from hetflow.execute.run.batching import Item, Policy, batch_name, batch_spec, shape, write_batch
 from hetflow.execute.run.dispatching.dispatch import Decision, LocalDispatch
 from hetflow.execute.run.launch.container import build_spec
 from hetflow.execute.run.launch.launcher import Launch, Launcher
@@ -107,6 +108,7 @@ def _items(lr: Launcher, chunk: Sequence[Deferred], vname: str) -> tuple[list[It
     items: list[Item] = []
     taken: list[Deferred] = []
     left: list[Deferred] = []
+    first: ContainerSpec | None = None
     for d in chunk:
         step = lr.attempts.wf.steps[d.name]
         variant = step.resolved_variants()[vname]
@@ -123,7 +125,9 @@ def _items(lr: Launcher, chunk: Sequence[Deferred], vname: str) -> tuple[list[It
             access=lr.dispatch.access(variant, (), None),
             data=lr.mounted(step),
         )
-        if items and not same_container(items[0].spec, spec):
+        if first is None:
+            first = shape(spec)  # what the others must match, made once
+        elif shape(spec) != first:
             left.append(d)
             continue
         items.append(Item(d.name, attempt, spec))
@@ -142,26 +146,27 @@ def launch_batch(lr: Launcher, chunk: Sequence[Deferred], vname: str, why: str) 
     where = lr.dispatch.where(first.name)
     now = lr.clock()
     acts: list[Active] = []
-    for d, it in zip(taken, items, strict=True):
-        step = lr.attempts.wf.steps[d.name]
-        variant = step.resolved_variants()[vname]
-        go = Launch(d.name, step, vname, variant, it.attempt, name, (), None, why, "")
-        lr.record_intent(go, d.record, where, now)
-        res = variant.resources
-        acts.append(
-            Active(
-                d.name,
-                it.attempt,
-                name,
-                res.cpus,
-                res.memory,
-                (),
-                measured=True,
-                why=why,
-                variant=vname,
-                node=where.node,
+    with lr.store.transaction():  # the batch's intents in one commit, made before the engine is asked
+        for d, it in zip(taken, items, strict=True):
+            step = lr.attempts.wf.steps[d.name]
+            variant = step.resolved_variants()[vname]
+            go = Launch(d.name, step, vname, variant, it.attempt, name, (), None, why, "")
+            lr.record_intent(go, d.record, where, now)
+            res = variant.resources
+            acts.append(
+                Active(
+                    d.name,
+                    it.attempt,
+                    name,
+                    res.cpus,
+                    res.memory,
+                    (),
+                    measured=True,
+                    why=why,
+                    variant=vname,
+                    node=where.node,
+                )
             )
-        )
     res = lr.attempts.wf.steps[first.name].resolved_variants()[vname].resources
     holds = lr.backend.capabilities.holds_dependencies
     parents = {p for d in taken for p in lr.attempts.wf.steps[d.name].dependencies()}
@@ -187,6 +192,7 @@ def launch_batch(lr: Launcher, chunk: Sequence[Deferred], vname: str, why: str) 
         for act in acts:
             lr.attempts.fail(act, None, str(exc))
         return left
-    for act in acts:
-        lr.submitted(act, now)
+    with lr.store.transaction():
+        for act in acts:
+            lr.submitted(act, now)
     return left
