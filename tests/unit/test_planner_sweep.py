@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import random
 from bisect import bisect_right
+from unittest.mock import patch
 
 import pytest
 from hypothesis import given, settings
@@ -78,10 +79,26 @@ ASKS = [(1, 1, 0), (2, 4, 1), (4, 0, 0), (3, 8, 2)]
 @settings(max_examples=60, deadline=None)
 @given(bookings)
 def test_blocked_runs_kept_booking_by_booking_are_the_runs_built_afresh(plan: list[Booking]) -> None:
-    tl = booked(plan, ASKS)
+    with patch.object(MachineTimeline, "ASKED_AGAIN", 10**9):  # never dropped: every booking grows them
+        tl = booked(plan, ASKS)
     assert tl.runs, "the asks built no run lists"
     for key, runs in list(tl.runs.items()):
         assert runs == tl.blocked(key)
+
+
+@settings(max_examples=60, deadline=None)
+@given(bookings)
+def test_blocked_runs_dropped_or_grown_are_the_runs_built_afresh(plan: list[Booking]) -> None:
+    """With the default rule a booking drops the runs of a short, much-asked timeline and
+    grows them otherwise; whatever is kept is still what a fresh walk builds."""
+    tl = booked(plan, ASKS)
+    for key, runs in list(tl.runs.items()):
+        assert runs == tl.blocked(key)
+    dropped = MachineTimeline(4, 8, 2)
+    for cores, memory, gpus in ASKS:
+        dropped.earliest_start(0.0, 1.0, cores, memory, gpus)
+    dropped.reserve(0.0, 1.0, 1, 1, 0)  # 4 demands over a 3-segment timeline: dropped
+    assert not dropped.runs
 
 
 @settings(max_examples=150, deadline=None)

@@ -141,10 +141,26 @@ def _never_here(step: Step, v: Variant, total: Capacity, node: Node) -> Status:
 
 
 def can_run_here(step: Step, v: Variant, node: Node) -> bool:
-    """Whether variant ``v`` of ``step`` can ever run on this machine (a gang's replicas together)."""
+    """Whether variant ``v`` of ``step`` can ever run on this machine (a gang's replicas together).
+
+    The answer depends on the variant's fields, the step's gang and replicas and the node
+    (all frozen): each distinct question is answered once (a dry run of 10,000 fan-out
+    items asks a handful)."""
     name = next((n for n, o in step.resolved_variants().items() if o == v), None)
+    gang = None if step.gang is None else step.gang.model_dump_json()
+    key = (id(node), name is None, step.replicas, gang, v.model_dump_json())
+    known = _RUNS_HERE.get(key)
+    if known is not None and known[0] is node:  # the node itself, held: its id is not reused
+        return known[1]
     whole = whole_gang(step).get(name, v) if name is not None else v
-    return _never_here(step, whole, Capacity.of(node), node).ok
+    ok = _never_here(step, whole, Capacity.of(node), node).ok
+    if len(_RUNS_HERE) >= 4096:
+        _RUNS_HERE.clear()
+    _RUNS_HERE[key] = (node, ok)
+    return ok
+
+
+_RUNS_HERE: dict[tuple[int, bool, int, str | None, str], tuple[Node, bool]] = {}
 
 
 def fraction_now(
@@ -291,9 +307,18 @@ def feasibility_problems(loaded: LoadedWorkflow, node: Node) -> list[Problem]:
     workflow, file = loaded.workflow, loaded.file
     problems: list[Problem] = []
     total = Capacity.of(node)
+    # A variant's verdict depends on nothing but its own fields and its step's gang: each
+    # distinct one is judged once (10,000 fan-out items ask about a handful).
+    seen: dict[tuple[str, str | None], Status] = {}
     for sname, step in workflow.steps.items():
         variants = whole_gang(step)
-        bad = {n: _never_here(step, v, total, node) for n, v in variants.items()}
+        gang = None if step.gang is None else step.gang.model_dump_json()
+        bad: dict[str, Status] = {}
+        for n, v in variants.items():
+            key = (v.model_dump_json(), gang)
+            if key not in seen:
+                seen[key] = _never_here(step, v, total, node)
+            bad[n] = seen[key]
         fitting = [n for n, s in bad.items() if s.ok]
         for vname, status in bad.items():
             if status.ok:

@@ -14,6 +14,7 @@ the file is validated (with its line) rather than by podman at run time;
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import re
 from dataclasses import dataclass, replace
@@ -108,7 +109,15 @@ def _bad(text: str, why: str) -> ReferenceSyntaxError:
 
 
 def parse_reference(text: str, *, default_registry: str = DOCKER_HUB) -> ImageReference:
-    """Parse ``text``; ReferenceSyntaxError says what is wrong and what was expected."""
+    """Parse ``text``; ReferenceSyntaxError says what is wrong and what was expected.
+
+    Each distinct text is parsed once (a 10,000-step workflow names a handful of images);
+    the reference is frozen, so sharing it is safe, and an error is raised anew each time."""
+    return _parse(text, default_registry)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str, default_registry: str) -> ImageReference:
     raw = text
     text = text.strip()
     if not text:

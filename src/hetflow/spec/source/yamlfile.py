@@ -125,6 +125,11 @@ _MERGE = "tag:yaml.org,2002:merge"
 _EMPTY = object()
 
 
+class _Everything:
+    def __contains__(self, item: object) -> bool:
+        return True
+
+
 class _Refused(Exception):
     def __init__(self, line: int, message: str) -> None:
         super().__init__(message)
@@ -170,10 +175,25 @@ class _EventBuilder:
 
     def value(self, path: Loc) -> tuple[Any, int]:
         """The next value and how many values it stands for (aliases at their full size)."""
-        ev = self.parser.get_event()
+        return self.value_of(self.parser.get_event(), path)
+
+    def value_of(self, ev: Any, path: Loc) -> tuple[Any, int]:
+        """The value that starts with event ``ev`` (already taken from the parser)."""
+        kind = type(ev)
+        if kind is _Scalar:  # the most common case first, with nothing to nest or anchor
+            line = ev.start_mark.line + 1
+            if path not in self.lines:
+                self.lines[path] = line
+            self.total += 1
+            if self.total > MAX_VALUES:
+                self.spend(0, line)
+            value = self.scalar(ev)
+            if ev.anchor:
+                self.anchors[ev.anchor] = (value, 1)
+            return value, 1
         line = ev.start_mark.line + 1
         self.lines.setdefault(path, line)
-        if isinstance(ev, yaml.AliasEvent):
+        if kind is _Alias:
             if ev.anchor not in self.anchors:
                 raise _Refused(line, f"alias *{ev.anchor} names no anchor defined before it (&{ev.anchor})")
             value, n = self.anchors[ev.anchor]
@@ -185,18 +205,15 @@ class _EventBuilder:
         self.total += 1
         if self.total > MAX_VALUES:
             self.spend(0, line)
-        if isinstance(ev, yaml.ScalarEvent):
-            value, n = self.scalar(ev), 1
+        self.depth += 1
+        if self.depth > _MAX_DEPTH:
+            raise _Refused(line, f"the YAML nests more than {_MAX_DEPTH} levels deep; flatten it")
+        if kind is _SequenceStart:
+            value, n = self.sequence(path)
         else:
-            self.depth += 1
-            if self.depth > _MAX_DEPTH:
-                raise _Refused(line, f"the YAML nests more than {_MAX_DEPTH} levels deep; flatten it")
-            if isinstance(ev, yaml.SequenceStartEvent):
-                value, n = self.sequence(path)
-            else:
-                value, n = self.mapping(path)
-            self.depth -= 1
-        if getattr(ev, "anchor", None):
+            value, n = self.mapping(path)
+        self.depth -= 1
+        if ev.anchor:
             self.anchors[ev.anchor] = (value, n)
         return value, n
 
@@ -213,6 +230,10 @@ class _EventBuilder:
             return self.scalars[key]
         except KeyError:
             pass
+        text = ev.value
+        if ev.tag is None and ev.implicit[0] and text and text[0] not in _RESOLVED_FIRST and "\x00" not in text:
+            self.scalars[key] = text  # a plain scalar no implicit tag can match: a string, as is
+            return text
         tag = self.tag_of(ev)
         node = yaml.ScalarNode(tag, ev.value, ev.start_mark, ev.end_mark, ev.style)
         try:
@@ -236,28 +257,32 @@ class _EventBuilder:
     def sequence(self, path: Loc) -> tuple[list[Any], int]:
         out: list[Any] = []
         n = 1
-        p = self.parser
-        while not p.check_event(yaml.SequenceEndEvent):
-            value, k = self.value((*path, len(out)))
+        get = self.parser.get_event
+        while True:
+            ev = get()
+            if type(ev) is _SequenceEnd:
+                return out, n
+            value, k = self.value_of(ev, (*path, len(out)))
             out.append(value)
             n += k
-        p.get_event()
-        return out, n
 
     def mapping(self, path: Loc) -> tuple[dict[Any, Any], int]:
         out: dict[Any, Any] = {}
         merges: list[tuple[Any, int]] = []
         n = 1
-        p = self.parser
-        while not p.check_event(yaml.MappingEndEvent):
-            kev = p.peek_event()
+        get = self.parser.get_event
+        lines = self.lines
+        while True:
+            kev = get()
+            kind = type(kev)
+            if kind is _MappingEnd:
+                break
             line = kev.start_mark.line + 1
-            if not isinstance(kev, yaml.ScalarEvent):
-                self.value(("?",))  # the key's own subtree
+            if kind is not _Scalar:
+                self.value_of(kev, ("?",))  # the key's own subtree
                 self.value(("?",))  # and its value
                 self.problems.append(Problem(self.file, line, "a mapping key must be a plain value"))
                 continue
-            p.get_event()
             if kev.value == "<<" and self.tag_of(kev) == _MERGE:
                 value, k = self.value((*path, "<<"))
                 merges.append((value, line))
@@ -271,11 +296,10 @@ class _EventBuilder:
             if key in out:
                 self.problems.append(Problem(self.file, line, f"duplicate key {key!r}; keep only one"))
             sub: Loc = (*path, key)
-            self.lines[sub] = line
+            lines[sub] = line
             value, k = self.value(sub)
             out[key] = value
             n += k
-        p.get_event()
         for value, line in merges:
             sources = value if isinstance(value, list) else [value]
             for src in sources:
@@ -290,3 +314,14 @@ class _EventBuilder:
 
 
 _SCALARS = (str, int, float, bool, type(None))
+# The first characters for which YAML's safe schema has an implicit tag (bool, int, float,
+# null, timestamp, merge, value): a plain scalar starting otherwise resolves to a string.
+# (Every character, so no shortcut, if a resolver for any first character or a path is added.)
+_RESOLVED_FIRST: frozenset[str] | _Everything = (
+    frozenset(_Loader.yaml_implicit_resolvers)
+    if None not in _Loader.yaml_implicit_resolvers and not _Loader.yaml_path_resolvers
+    else _Everything()
+)
+# libyaml's parser gives exactly these classes: compared with ``is``, not isinstance
+_Scalar, _Alias = yaml.ScalarEvent, yaml.AliasEvent
+_SequenceStart, _SequenceEnd, _MappingEnd = yaml.SequenceStartEvent, yaml.SequenceEndEvent, yaml.MappingEndEvent

@@ -4,6 +4,7 @@ reserved environment variables.  Each returns Problems; nothing raises."""
 from __future__ import annotations
 
 import difflib
+import functools
 import posixpath
 import re
 from collections.abc import Callable
@@ -134,6 +135,7 @@ def _check_needs(wf: Workflow, file: str, line_of: LineOf) -> list[Problem]:
     return problems
 
 
+@functools.lru_cache(maxsize=8192)  # pure; a big workflow repeats its paths (o.txt, s1/o.txt)
 def _bad_path(path: str) -> str | None:
     if not path or path.startswith("/"):
         return "must be a relative path inside /out"
@@ -257,6 +259,7 @@ def _pending_item(wf: Workflow, name: str) -> bool:
     return parent is not None and parent in wf.steps and wf.steps[parent].foreach is not None
 
 
+@functools.lru_cache(maxsize=8192)  # pure, and a big workflow asks the same few questions
 def _declares(outputs: tuple[str, ...], path: str) -> bool:
     """``path`` is a declared output, a directory holding one, or a file inside a declared directory."""
     if any("{{" in o for o in outputs):
