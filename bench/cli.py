@@ -50,6 +50,8 @@ from pathlib import Path
 
 from tests.integration.uikit import ROOT, synthetic_run
 
+from bench.speedrow import Row, emit
+
 TARGET_S = 0.3
 TAB_TARGET_S = 0.15
 CACHED_RUN_TARGET_S = 0.5
@@ -223,6 +225,9 @@ def main() -> None:
     pad = " " * (len(base))
     for label, (seconds, _, cpu) in anchors:
         print(f"{label:30}{pad} {seconds:7.3f}s {cpu:6.3f}s")
+    podman_ps = anchors[0][1][0]
+    for label, seconds, target, _rc, _cpu, _before in rows:
+        emit(Row(f"{label} under {target:g} s", seconds, "s", "podman ps", podman_ps, target, "bench.cli"))
 
 
 if __name__ == "__main__":

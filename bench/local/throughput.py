@@ -43,6 +43,8 @@ from pathlib import Path
 
 from bench.local.overhead import hetflow_cmd
 from bench.peers import snakepeer
+from bench.speedrow import Row as SpeedRow
+from bench.speedrow import emit
 
 ISSUE_FANOUT_S = 861.0  # bench.local.scale's 2,000 items + gather before issue 26 (the issue's figure)
 ISSUE_ITEMS = 2000
@@ -240,7 +242,7 @@ def batch_supported(home: Path) -> str:
     return f"not measured: this hetflow refuses batch: ({said[0][:70] if said else proc.returncode})"
 
 
-def measure_fanout(n: int, repeat: int, batch: int, home: Path, out: dict[str, Value]) -> None:
+def measure_fanout(n: int, repeat: int, batch: int, home: Path, out: dict[str, Value], one_each: bool = True) -> None:
     per_item, chunked = snakepeer.prepare("fanout", n, home, chunk=batch)
     refused = batch_supported(home)
     batched_wf = home / "fanout-batched.yaml"
@@ -251,17 +253,27 @@ def measure_fanout(n: int, repeat: int, batch: int, home: Path, out: dict[str, V
         if not refused:
             times["batched"].append(snakepeer.run_hetflow(batched_wf, home / f"hb{r}")[0])
         times["chunked"].append(snakepeer.run_snakemake(chunked, home / f"smk-chunked{r}"))
+        if not one_each:
+            continue
         took, peak = snakepeer.run_hetflow(per_item.workflow, home / f"h{r}")
         times["hetflow"].append(took)
         peaks.append(peak)
         times["snakemake"].append(snakepeer.run_snakemake(per_item, home / f"smk{r}"))
     snakepeer.cleanup([per_item, chunked])
     for k, ts in times.items():
-        out[f"fanout.{k}"] = median(ts) if ts else refused
+        out[f"fanout.{k}"] = median(ts) if ts else (refused or "not measured: --only-batched")
+    if times["batched"] and times["chunked"]:
+        target = f"{n} items, batch: {batch}, no slower than Snakemake's hand-packed rule"
+        mine, theirs = median(times["batched"]), median(times["chunked"])
+        emit(
+            SpeedRow(
+                target, mine / theirs, "x", "Snakemake, B items a container (s)", theirs, 1.0, "bench.local.throughput"
+            )
+        )
     out["batch.per_item_ms"] = 1000 * median(times["batched"]) / n if times["batched"] else refused
     print(
-        f"fan-out {n}: Snakemake --cores {per_item.at_once}; hetflow ran at most {max(peaks)} at once; runs (s): "
-        + ", ".join(f"{k} {' '.join(f'{t:.1f}' for t in ts)}" for k, ts in times.items()),
+        f"fan-out {n}: Snakemake --cores {per_item.at_once}; hetflow ran at most {max(peaks, default=0)} at once;"
+        " runs (s): " + ", ".join(f"{k} {' '.join(f'{t:.1f}' for t in ts)}" for k, ts in times.items()),
         flush=True,
     )
 
@@ -332,7 +344,14 @@ def main() -> None:
     ap.add_argument("--slurm-steps", type=int, default=10000)
     ap.add_argument("--skip", action="append", default=[], choices=["wide", "chain", "fanout", "others"])
     ap.add_argument("--quick", action="store_true", help="small sizes, one run each: a smoke test")
+    ap.add_argument(
+        "--only-batched",
+        action="store_true",
+        help="only the batched fan-out and Snakemake's hand-packed rule (bench.speed's row)",
+    )
     args = ap.parse_args()
+    if args.only_batched:
+        args.skip += ["wide", "chain", "others"]
     if args.quick:
         args.wide, args.chain, args.items, args.batch = 4, 4, 20, 5
         args.repeat = args.repeat_chain = args.repeat_fanout = 1
@@ -349,7 +368,8 @@ def main() -> None:
         if "chain" not in args.skip:
             measure_dag("chain", args.chain, args.repeat_chain, Path(tmp) / "chain", measured)
         if "fanout" not in args.skip:
-            measure_fanout(args.items, args.repeat_fanout, args.batch, Path(tmp) / "fanout", measured)
+            fanout = Path(tmp) / "fanout"
+            measure_fanout(args.items, args.repeat_fanout, args.batch, fanout, measured, not args.only_batched)
     if "others" not in args.skip:
         measured |= measure_others(args.plan_steps, args.cached_steps, args.slurm_steps, args.items)
     table = specs(args.wide, args.chain, args.items, args.batch, args.plan_steps, args.cached_steps, args.slurm_steps)

@@ -48,6 +48,8 @@ from typing import Any
 
 from bench.data import DATA
 from bench.planning.planner_saga import saga_plan
+from bench.speedrow import Row as SpeedRow
+from bench.speedrow import emit
 from hetflow.plan.baselines.backfill import slurm_backfill
 from hetflow.plan.baselines.firstfit import greedy_first_fit
 from hetflow.plan.baselines.kubesched import kube_scheduler
@@ -309,6 +311,16 @@ def scale_rows(classes: tuple[MachineClass, ...], bandwidth: float, seed: int) -
 # --- main -------------------------------------------------------------------------------
 
 
+def emit_time_ratio(rows: list[Row], what: str) -> None:
+    """issue 43's row: hetflow's planning time over plain HEFT's on the same instance, the worst case."""
+    if not rows:
+        return
+    worst = max(rows, key=lambda r: r.seconds["hetflow"] / max(r.seconds["HEFT"], 1e-6))
+    ratio = worst.seconds["hetflow"] / max(worst.seconds["HEFT"], 1e-6)
+    target = f"planner time within 5x plain HEFT's, worst of {what} ({worst.name}: {worst.seconds['hetflow']:.2f} s)"
+    emit(SpeedRow(target, ratio, "x", "plain HEFT (s)", worst.seconds["HEFT"], 5.0, "bench.planning.planner"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--no-saga", action="store_true", help="skip SAGA's schedulers (anrg-saga not needed)")
@@ -350,6 +362,7 @@ def main() -> None:
         saga_rows.append(measure_saga(short, saga_mode, args.seed, with_saga))
     print_rows(rows, "instance")
     print_gains(rows[1:], "the five traces on hetero-16")
+    emit_time_ratio(rows, "the six traces")
     print_saga(saga_rows)
     if with_saga:
         heft80 = saga_rows[0].saga["HEFT"]
@@ -376,6 +389,7 @@ def main() -> None:
             srows = scale_rows(classes, bandwidth, args.seed)
             print_rows(srows, "workflow")
             print_gains(srows, "generated workflows")
+            emit_time_ratio(srows, "the generated workflows")
     print(f"\nbench.planner ran for {time.perf_counter() - t_start:.0f} s")
 
 

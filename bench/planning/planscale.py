@@ -34,6 +34,7 @@ from typing import Any
 
 from bench.local.loader import generate, median_time
 from bench.local.scale import pct
+from bench.speedrow import Row, emit
 
 ROOT = Path(__file__).resolve().parents[2]
 HETERO16 = ROOT / "examples" / "clusters" / "hetero-16.yaml"
@@ -159,6 +160,17 @@ def main() -> None:
         )
     if not cli["show_had_a_run"]:
         print("(show read no run: the store's run could not be made; its figure is a failed lookup)")
+    emit(
+        Row(
+            f"cold hetflow plan of {got['steps']} steps under 2 s",
+            cli["plan_cold_s"],
+            "s",
+            "python -c pass",
+            start,
+            2.0,
+            "bench.planning.planscale",
+        )
+    )
 
 
 if __name__ == "__main__":
