@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from hetflow.execute.backends.base import Backend
+from hetflow.execute.backends.base import Backend, WatchesNewRuns
 from hetflow.execute.checkpoint.app import SaveRequests
 from hetflow.execute.data.fanout import expand_ready
 from hetflow.execute.data.paths import RunPaths
@@ -160,7 +160,7 @@ class Runner:
             RunStateChanged(0, self.run_id, self.clock(), f"executor {self.pid} on {self.node.name}", RUN_RUNNING)
         )
         settle_launches(self.attempts)  # before the watch lists the run's containers
-        stop_watch = self.backend.watch(self.run_id, self._wake.set)
+        stop_watch = self._watch()
         interval = self.config.poll_interval if stop_watch is None else max(0.5, self.config.poll_interval)
         clear_stop_request(self.paths)  # one left by a stopper whose executor had gone already
         self.watch.new_turn()  # a look that checks an exit is never older than the exit
@@ -214,6 +214,12 @@ class Runner:
             with contextlib.suppress(StoreFull):  # the usage of a store that is full stays unknown
                 self.attempts.store_usage()
             self.reporter.close()
+
+    def _watch(self) -> Callable[[], None] | None:
+        """The backend's watch of the run; one with no attempt stored has no job to list."""
+        if isinstance(self.backend, WatchesNewRuns) and not self.store.attempts(self.run_id):
+            return self.backend.watch_new(self.run_id, self._wake.set)
+        return self.backend.watch(self.run_id, self._wake.set)
 
     def _next_wait(self, steps: list[StepRecord], interval: float) -> float:
         """The poll interval, shortened to the next retry's backoff deadline."""

@@ -360,11 +360,11 @@ class CliEngine(ImageFacts):
         oom = True if found.oom_killed or measured.oom_kills else None
         return replace(found, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds, oom_killed=oom)
 
-    def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+    def watch(self, run_id: str, wake: Callable[[], None], *, new: bool = False) -> Callable[[], None] | None:
         """Call ``wake`` the moment a container of the run exits (``exits.ExitWatch``: each
         container's monitor followed through a pidfd), keep the run's containers known
         without ``ps``, and remove finished ones in the background; the stopper ends it
-        all, waiting for the removals."""
+        all, waiting for the removals.  ``new``: the run has launched nothing, so no ``ps``."""
         if self._watch is not None:
             return None  # one run per engine at a time; a second watcher polls
         watch = ExitWatch(
@@ -374,8 +374,9 @@ class CliEngine(ImageFacts):
             env=self._env,
             unstarted=self._unstarted,
         )
-        listed = self.states(run_id)  # a resumed run's containers
-        orphans.reap_unlisted(f"hf-{run_id}-", listed)  # monitors of ones podman lost wait for ever
+        listed = {} if new else self.states(run_id)  # a resumed run's containers
+        if not new:
+            orphans.reap_unlisted(f"hf-{run_id}-", listed)  # monitors of ones podman lost wait for ever
         for name, st in listed.items():
             entry = self._inspect_entry(name) if st.running else None
             if orphans.reap_unstarted(entry):  # settle_launches left no `podman run` to start it

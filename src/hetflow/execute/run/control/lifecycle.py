@@ -174,8 +174,9 @@ def _restorable(attempts: Attempts, step: str, st: JobState | None) -> bool:
 
 def _drop_stale_networks(attempts: Attempts, in_flight: set[str]) -> None:
     """Gang networks of this run that no attempt in flight uses (a backend that makes them:
-    ``DropsNetworks.drop_networks`` says when they are left)."""
-    if not isinstance(attempts.backend, DropsNetworks):
+    ``DropsNetworks.drop_networks`` says when they are left).  A run with no attempt stored
+    has made none (each is made after its attempt is stored): the engine is not asked."""
+    if not isinstance(attempts.backend, DropsNetworks) or not attempts.store.attempts(attempts.run_id):
         return
     stale = attempts.backend.drop_networks(attempts.run_id, in_flight)
     if stale:
