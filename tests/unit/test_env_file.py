@@ -81,10 +81,12 @@ def test_an_env_pipe_nobody_reads_is_unblocked_and_removed_when_the_run_exits(st
     assert not pipe.path.parent.exists()
 
 
-def test_a_value_an_env_pipe_cannot_carry_is_refused_naming_it_and_leaves_nothing() -> None:
+def test_a_value_an_env_pipe_cannot_carry_is_refused_naming_it_and_leaves_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from hetflow.execute.backends.local.envpipe import EnvPipe
 
-    before = set(Path(tempfile.gettempdir()).glob("hetflow-env-*"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # /tmp is shared with other hetflows
     with pytest.raises(EngineError, match="env BAD"):
         EnvPipe({"OK": "1", "BAD": "two\nlines"})
-    assert set(Path(tempfile.gettempdir()).glob("hetflow-env-*")) == before
+    assert list(tmp_path.iterdir()) == []
