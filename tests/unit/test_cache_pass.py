@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -220,9 +221,9 @@ def test_items_waiting_for_capacity_are_asked_about_once_a_turn(tmp_path: Path) 
     asked: list[str] = []
     decide = runner.dispatch.decide
 
-    def counting(name: str, step: Step) -> Decision:
+    def counting(name: str, step: Step, view: Any = None) -> Decision:
         asked.append(name)
-        return decide(name, step)
+        return decide(name, step, view)
 
     runner.dispatch.decide = counting  # type: ignore[method-assign]
     runner.decisions.dispatch = runner.dispatch

@@ -199,6 +199,16 @@ class DropsNetworks(Protocol):
 
 
 @runtime_checkable
+class WatchesNewRuns(Protocol):
+    """A backend whose ``watch`` first lists the run's jobs (local podman: ``ps``), which a
+    run that has launched nothing yet skips: each attempt is stored before it is launched,
+    so a run with no attempt stored has no job anywhere."""
+
+    def watch_new(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """``watch`` for a run with no job yet: nothing to list or adopt."""
+
+
+@runtime_checkable
 class SettlesLaunches(Protocol):
     """A backend whose launches outlive a killed executor (local podman's attached runs, in
     sessions of their own): a resumed run waits them out before it lists its containers."""

@@ -19,8 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType
 
-from hetflow.errors import StateError
-from hetflow.execute.backends.base import Backend
+from hetflow.execute.backends.base import Backend, WatchesNewRuns
 from hetflow.execute.checkpoint.app import SaveRequests
 from hetflow.execute.data.fanout import expand_ready
 from hetflow.execute.data.paths import RunPaths
@@ -155,18 +154,17 @@ class Runner:
 
     def execute(self) -> str:
         """Run to the end; returns the run's final state."""
-        first = self._never_claimed()
         self.store.claim_run(self.run_id, self.pid, self.alive, start=process_start(self.pid))
         self.store.adopt_leases(self.run_id, self.pid)
         self.attempts.emit(
             RunStateChanged(0, self.run_id, self.clock(), f"executor {self.pid} on {self.node.name}", RUN_RUNNING)
         )
         settle_launches(self.attempts)  # before the watch lists the run's containers
-        stop_watch = self.backend.watch(self.run_id, self._wake.set)
+        stop_watch = self._watch()
         interval = self.config.poll_interval if stop_watch is None else max(0.5, self.config.poll_interval)
         clear_stop_request(self.paths)  # one left by a stopper whose executor had gone already
         self.watch.new_turn()  # a look that checks an exit is never older than the exit
-        reconcile(self.attempts, first=first)
+        reconcile(self.attempts)
         try:
             while True:
                 if self.signalled is not None:
@@ -217,14 +215,11 @@ class Runner:
                 self.attempts.store_usage()
             self.reporter.close()
 
-    def _never_claimed(self) -> bool:
-        """No executor ran this run before (a claim gives the run its start): nothing of it
-        can be left behind for ``reconcile`` to find.  False when unsure (no such run:
-        ``claim_run`` says so)."""
-        try:
-            return self.store.run(self.run_id).started is None
-        except StateError:
-            return False
+    def _watch(self) -> Callable[[], None] | None:
+        """The backend's watch of the run; one with no attempt stored has no job to list."""
+        if isinstance(self.backend, WatchesNewRuns) and not self.store.attempts(self.run_id):
+            return self.backend.watch_new(self.run_id, self._wake.set)
+        return self.backend.watch(self.run_id, self._wake.set)
 
     def _next_wait(self, steps: list[StepRecord], interval: float) -> float:
         """The poll interval, shortened to the next retry's backoff deadline."""

@@ -191,6 +191,12 @@ class LocalBackend:
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
         return self.engine.watch(run_id, wake)
 
+    def watch_new(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
+        """``watch`` of a run that has launched nothing: podman is not asked for its containers."""
+        if isinstance(self.engine, CliEngine):
+            return self.engine.watch(run_id, wake, new=True)
+        return self.engine.watch(run_id, wake)
+
     def pull(self, ref: str, *, insecure: bool = False) -> None:
         if isinstance(self.engine, CliEngine):
             self.engine.pull(ref, insecure=insecure)

@@ -87,12 +87,10 @@ def settle_launches(attempts: Attempts) -> None:
         record(store, Note(0, run_id, time.time(), message, None, "collected"))
 
 
-def reconcile(attempts: Attempts, *, first: bool = False) -> None:
+def reconcile(attempts: Attempts) -> None:
     """Before the first dispatch of an executor: adopt the run's attempts left in flight,
-    and remove containers the last executor left behind once their results were stored
-    (it removes them in batches, after the fact).  ``first``: no executor ran the run
-    before, so none left a gang network (listing them, ``podman network ls``, is skipped:
-    issue 43, a re-run whose steps all come from the cache)."""
+    and remove containers and gang networks the last executor left behind once their results
+    were stored (it removes them in batches, after the fact)."""
     store, run_id, wf = attempts.store, attempts.run_id, attempts.wf
     states = attempts.backend.poll(run_id)
     in_flight: set[str] = set()
@@ -158,8 +156,7 @@ def reconcile(attempts: Attempts, *, first: bool = False) -> None:
         attempts.backend.release(leftover)
         message = f"removed {len(leftover)} finished container(s) the last executor left: {', '.join(leftover[:5])}"
         record(store, Note(0, run_id, time.time(), message + (" ..." if len(leftover) > 5 else ""), None, "collected"))
-    if not first:
-        _drop_stale_networks(attempts, in_flight)
+    _drop_stale_networks(attempts, in_flight)
 
 
 def _restorable(attempts: Attempts, step: str, st: JobState | None) -> bool:
@@ -177,8 +174,9 @@ def _restorable(attempts: Attempts, step: str, st: JobState | None) -> bool:
 
 def _drop_stale_networks(attempts: Attempts, in_flight: set[str]) -> None:
     """Gang networks of this run that no attempt in flight uses (a backend that makes them:
-    ``DropsNetworks.drop_networks`` says when they are left)."""
-    if not isinstance(attempts.backend, DropsNetworks):
+    ``DropsNetworks.drop_networks`` says when they are left).  A run with no attempt stored
+    has made none (each is made after its attempt is stored): the engine is not asked."""
+    if not isinstance(attempts.backend, DropsNetworks) or not attempts.store.attempts(attempts.run_id):
         return
     stale = attempts.backend.drop_networks(attempts.run_id, in_flight)
     if stale:

@@ -95,11 +95,16 @@ class LocalDispatch:
         self.node, self.chooser, self.store, self.backend = node, chooser, store, backend
         self.active, self.pid, self.alive = active, pid, alive
 
-    def decide(self, name: str, step: Step) -> Decision:
-        """The choice for the step as written; an elastic gang (``spec.fields.elastic``) as many
-        replicas as fit now, from its max down to its min (the min's answer when none fit)."""
+    def view(self) -> tuple[Capacity, tuple[Tenant, ...]]:
+        """What a decision reads of the machine now: the free capacity and the GPUs' tenants."""
         live = self.live_leases()
-        free, tenants = self.free(live), tuple(map(tenant, live))
+        return self.free(live), tuple(map(tenant, live))
+
+    def decide(self, name: str, step: Step, view: tuple[Capacity, tuple[Tenant, ...]] | None = None) -> Decision:
+        """The choice for the step as written; an elastic gang (``spec.fields.elastic``) as many
+        replicas as fit now, from its max down to its min (the min's answer when none fit).
+        ``view``: the machine as ``view`` saw it a moment ago (None: looked at now)."""
+        free, tenants = view if view is not None else self.view()
         tried = sizes(step)
         for n in tried:
             choice = self.chooser.choose(with_replicas(step, n), self.node, free, name, tenants)
