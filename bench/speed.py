@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 PARTS: dict[str, list[str]] = {
     "cli": ["bench.cli", "--repeat", "5"],
-    "launch": ["bench.local.overhead", "--steps", "50", "--repeat", "3"],
+    "launch": ["bench.local.overhead", "--steps", "50", "--repeat", "3", "--skip-meanpool"],
     "planner": ["bench.planning.planner", "--no-saga"],
     "planscale": ["bench.planning.planscale", "--rounds", "3"],
     "cachedrerun": ["bench.local.cachedrerun", "--steps", "10000"],

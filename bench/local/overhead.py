@@ -46,6 +46,7 @@ from pathlib import Path
 
 from demo.images import build_tiny_image
 
+from bench.speedrow import Row, emit
 from hetflow.config import engine_env, find_engine
 from hetflow.execute.backends.local import cgroups
 
@@ -313,6 +314,18 @@ def table(title: str, rows: list[tuple[str, str, float]], anchor: str, *, per: i
         print(f"{mode:9} {name:24} {med:9.2f}{each} {min(ts):7.2f} {max(ts):7.2f} {ratio}  {len(ts)}")
 
 
+def emit_launch_rows(rows: list[tuple[str, str, float]], steps: int) -> None:
+    """issue 43's rows: unbatched per-step launch at most 1.05x the same-flags podman loop."""
+    for mode in sorted({m for m, _, _ in rows}):
+        mine = [t for m, r, t in rows if (m, r) == (mode, "hetflow")]
+        loop = [t for m, r, t in rows if (m, r) == (mode, "podman loop, same flags")]
+        if mine and loop:
+            anchor = statistics.median(loop)
+            target = f"{steps} trivial steps unbatched, {mode}, at most 1.05x the podman run loop"
+            ratio = statistics.median(mine) / anchor
+            emit(Row(target, ratio, "x", "podman loop (s)", anchor, 1.05, "bench.local.overhead"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps", type=int, default=50)
@@ -335,6 +348,7 @@ def main() -> None:
         hetflow_serial = statistics.median([t for m, r, t in rows if (m, r) == ("serial", "hetflow")])
         runc = statistics.median([t for m, r, t in rows if (m, r) == ("serial", "runc loop")])
         print(f"hetflow serial against runc alone (no engine at all): {hetflow_serial / runc:.1f}x")
+        emit_launch_rows(rows, args.steps)
         if not args.skip_meanpool:
             table(
                 f"meanpool CPU variant ({args.size}x{args.size}, {args.iterations} iterations): "
