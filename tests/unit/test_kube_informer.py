@@ -349,12 +349,13 @@ def test_why_a_job_has_no_pod_comes_from_watched_events_or_a_list_where_rbac_for
     close = watching(backend, server, wakes)
     event = {"metadata": {"name": f"{a}.1"}, "involvedObject": {"kind": "Job", "name": a}, "message": why}
     try:
+        assert backend.poll(RUN)[a].reason == "Pending: no pod made yet"  # the Job unchanged, its reason not
         if allowed:
             wakes.after(1, lambda: server.change("events", "ADDED", event))
         else:
             server.change("events", "ADDED", event)
         for _ in range(2):
             assert backend.poll(RUN)[a].reason == why
-        assert server.lists["events"] == (1 if allowed else 2)  # the watch's list, or each poll's
+        assert server.lists["events"] == (1 if allowed else 3)  # the watch's list, or each poll's
     finally:
         close()

@@ -50,7 +50,7 @@ from hetflow.execute.backends.kubernetes.inventory import Inventory
 from hetflow.execute.backends.kubernetes.logs import ANNOTATION_LOGS, INDEX, LogFollowers
 from hetflow.execute.backends.kubernetes.plugin import PLUGIN
 from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
-from hetflow.execute.backends.kubernetes.states import job_state, pod_state
+from hetflow.execute.backends.kubernetes.states import job_state, pod_state, pods_usage
 from hetflow.execute.backends.kubernetes.translate import Placement, allowed_nodes, job_objects, object_name, owned_by
 from hetflow.execute.backends.plugin import RunSettings
 from hetflow.execute.engine import ContainerEngine, Usage
@@ -97,6 +97,8 @@ class KubernetesBackend:
         self.settings = settings or KubernetesSettings()
         self._api = api
         self._gone: dict[str, JobState] = {}  # cancelled here: their Jobs are deleted
+        self._states: dict[str, tuple[Any, JobState]] = {}  # job name -> its state, by its objects' versions
+        self._followed: dict[str, Any] = {}  # job name -> the versions its pods' logs were last followed at
         self._seen: dict[str, list[Any]] = {}  # job name -> its pods when last polled (usage, logs)
         self._meta: dict[str, Any] = {}  # job name -> its Job's metadata when last polled (logs)
         self._gpus: dict[str, tuple[int | str, ...]] = {}  # pod name -> the GPUs it got
@@ -234,12 +236,17 @@ class KubernetesBackend:
                 pending = failed_creates.get(meta["name"], "")
             else:
                 pending = ""
-            out[full] = replace(job_state(full, j, mine, pending), native_id=meta["name"])  # kubectl get job NAME
+            versions = (meta.get("resourceVersion"), *(p["metadata"].get("resourceVersion") for p in mine))
+            key = None if None in versions else (pending, *versions)  # None: objects not from an API server
+            if key is None or self._states.get(full, (None,))[0] != key:  # changed since the last poll
+                self._states[full] = (key, replace(job_state(full, j, mine, pending), native_id=meta["name"]))
+            out[full] = self._states[full][1]  # native_id: kubectl get job NAME
             if gpus := self._gpus_of(mine):
                 out[full] = replace(out[full], gpus=gpus)
             self._seen[full], self._meta[full] = mine, meta
-            if self._wakes:  # a runner watches
+            if self._wakes and (key is None or self._followed.get(full) != key):  # a runner watches
                 self._logs.follow(api, meta, mine)
+                self._followed[full] = key
         out.update(self._creations.states(creating, set(out)))  # refused, or not listed yet
         for name, state in self._gone.items():
             if name.startswith(f"hf-{run_id}-"):
@@ -371,8 +378,8 @@ class KubernetesBackend:
         self._creations.settle(names)
         jobs = {object_name(n): (self._meta.get(n, {}), self._seen.get(n, [])) for n in names}
         for name in names:
-            self._gone.pop(name, None)
-            self._meta.pop(name, None)
+            for known in (self._gone, self._meta, self._states, self._followed):
+                known.pop(name, None)
             for p in self._seen.pop(name, []):
                 self._gpus.pop(p["metadata"]["name"], None)
 
@@ -407,14 +414,7 @@ class KubernetesBackend:
         return close
 
     def usage(self, name: str) -> Usage:
-        """When the attempt's container ran and whether the OOM killer ended it, from its pod's
-        status (peak memory and CPU time need the metrics API: unknown)."""
-        states = [pod_state(name, p) for p in self._seen.get(name, [])]
-        done = [s for s in states if not s.running]
-        if not done:
-            return Usage()
-        first = done[0]
-        return Usage(started=first.started, ended=first.ended, oom_killed=first.status == "OOMKilled")
+        return pods_usage(name, self._seen.get(name, []))
 
     # placement
 
