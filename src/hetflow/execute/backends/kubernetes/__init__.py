@@ -8,6 +8,7 @@ package:
     states.py     a Job and its pods -> JobState (pure)
     inventory.py  Nodes and ResourceSlices -> the planner's node types
     logs.py       pod logs followed into hetflow's log files
+    informer.py   the run's Jobs and pods kept in memory by two API watches (what ``poll`` reads)
     backend.py    KubernetesBackend: check, submit, poll, watch, cancel, release
 
 Names load on first use (``hetflow.lazy``): importing the package, or its ``plugin``,

@@ -42,7 +42,12 @@ class Conflict(EngineError):
 class KubeApi:
     """One API server, as the kubeconfig's context names it."""
 
-    def __init__(self, settings: KubernetesSettings, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        settings: KubernetesSettings,
+        env: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,  # tests: an API server in memory (httpx.MockTransport)
+    ) -> None:
         self.settings = settings
         self.namespace = settings.namespace
         path = settings.kubeconfig_path(env)
@@ -75,6 +80,8 @@ class KubeApi:
         except (ssl.SSLError, OSError) as exc:
             raise EngineError(f"kubeconfig {path}: its certificates cannot be used: {exc}") from None
         self._kw: dict[str, Any] = {"base_url": self.host, "headers": headers, "verify": tls}
+        if transport is not None:
+            self._kw["transport"] = transport
         self._local = threading.local()
 
     @property
@@ -172,14 +179,19 @@ class KubeApi:
             yield r
 
     def watch(self, path: str, handle: Callable[[str, Obj], None], stop: threading.Event, **params: Any) -> None:
-        """Call ``handle(type, object)`` for each change of the listed objects until ``stop``
-        is set; a watch the server ends (its timeout, a compaction) is started again."""
+        """Call ``handle(type, object)`` for each change of the listed objects until ``stop`` is
+        set, as client-go's reflector does: ``LOST`` then ``LIST`` (the list's response) when it
+        lists, then each event from the list's resourceVersion; a watch the server ends (its
+        timeout) is started again from the last version, a 410 Gone (an ERROR event or the
+        status) or a dropped connection lists again (``informer``); a 403 ends it (``LOST``)."""
         version: str | None = None
         while not stop.is_set():
             try:
                 if version is None:
-                    version = self.get(path, **params).get("metadata", {}).get("resourceVersion")
-                    handle("SYNC", {})
+                    handle("LOST", {})
+                    listing = self.get(path, **params)
+                    version = listing.get("metadata", {}).get("resourceVersion")
+                    handle("LIST", listing)
                 query = {**params, "watch": "true", "timeoutSeconds": 60, "resourceVersion": version}
                 with self.stream(path, **query) as r:
                     for line in r.iter_lines():
@@ -194,8 +206,12 @@ class KubeApi:
                         obj = event.get("object") or {}
                         version = obj.get("metadata", {}).get("resourceVersion", version)
                         handle(str(event.get("type")), obj)
+            except Forbidden:  # RBAC: not while the run lasts (the caller lists instead)
+                handle("LOST", {})
+                return
             except (EngineError, httpx.HTTPError, ValueError):
                 version = None
+                handle("LOST", {})
                 stop.wait(1.0)
 
 

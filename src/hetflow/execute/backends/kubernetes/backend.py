@@ -7,9 +7,9 @@ controller runs them, and hetflow reads what happened from the API.
   the Job deletes them.  An object that exists already is adopted (a resumed executor).  The
   creates run on a pool of client threads (``creations``) and ``submit`` returns at once:
   ``poll`` says an attempt still being created is pending, and one the API refused failed.
-- ``poll`` lists the run's Jobs and pods by label (``hetflow.run``) and reads each attempt's
-  state (``states``); ``watch`` keeps two API watches (pods, Jobs) and wakes the runner on
-  every change, so the runner polls only when something happened.
+- ``poll`` reads the run's Jobs and pods (label ``hetflow.run``) and each attempt's state
+  (``states``); ``watch`` keeps them in memory from API watches (``informer``; without one
+  ``poll`` lists them) and wakes the runner on every change, so it polls when something happened.
 - ``cancel`` deletes the Jobs with foreground propagation and the given grace, and waits (a
   bounded while) for their pods to go; ``release`` deletes finished Jobs the same way.
 - Logs: while a runner watches, each pod's log is followed through the API
@@ -24,9 +24,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
@@ -36,7 +35,7 @@ from hetflow.execute.backends.base import Job, JobState
 from hetflow.execute.backends.common import TERMINATED_CODE, host_image_id
 from hetflow.execute.backends.kubernetes.admission import fits, free_room, starting, template_requests
 from hetflow.execute.backends.kubernetes.api import Conflict, Forbidden, KubeApi, NotFound
-from hetflow.execute.backends.kubernetes.creations import Creations
+from hetflow.execute.backends.kubernetes.creations import Creations, Seen
 from hetflow.execute.backends.kubernetes.devices import (
     ANNOTATION_DRA,
     Device,
@@ -46,11 +45,12 @@ from hetflow.execute.backends.kubernetes.devices import (
     pod_gpus,
     slice_devices,
 )
+from hetflow.execute.backends.kubernetes.informer import Informer
 from hetflow.execute.backends.kubernetes.inventory import Inventory
 from hetflow.execute.backends.kubernetes.logs import ANNOTATION_LOGS, INDEX, LogFollowers
 from hetflow.execute.backends.kubernetes.plugin import PLUGIN
 from hetflow.execute.backends.kubernetes.settings import KubernetesSettings
-from hetflow.execute.backends.kubernetes.states import job_state, pod_state
+from hetflow.execute.backends.kubernetes.states import job_state, pod_state, pods_usage
 from hetflow.execute.backends.kubernetes.translate import Placement, allowed_nodes, job_objects, object_name, owned_by
 from hetflow.execute.backends.plugin import RunSettings
 from hetflow.execute.engine import ContainerEngine, Usage
@@ -77,6 +77,7 @@ PATHS = {  # kind -> (resource, group/version): where ``KubeApi.ns`` puts it
     "ResourceClaim": ("resourceclaims", "resource.k8s.io/v1"),
 }
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+FAILED_CREATE = {"fieldSelector": "involvedObject.kind=Job,reason=FailedCreate"}  # why a Job has no pod
 SLICES_TTL = 30.0  # seconds a read of the ResourceSlices serves a pod's device lookups
 
 
@@ -96,6 +97,8 @@ class KubernetesBackend:
         self.settings = settings or KubernetesSettings()
         self._api = api
         self._gone: dict[str, JobState] = {}  # cancelled here: their Jobs are deleted
+        self._states: dict[str, tuple[Any, JobState]] = {}  # job name -> its state, by its objects' versions
+        self._followed: dict[str, Any] = {}  # job name -> the versions its pods' logs were last followed at
         self._seen: dict[str, list[Any]] = {}  # job name -> its pods when last polled (usage, logs)
         self._meta: dict[str, Any] = {}  # job name -> its Job's metadata when last polled (logs)
         self._gpus: dict[str, tuple[int | str, ...]] = {}  # pod name -> the GPUs it got
@@ -103,9 +106,9 @@ class KubernetesBackend:
         self._policy_made = False
         self._inventory: Inventory | None = None
         self._logs = LogFollowers()
-        self._watching = 0
         self._images: set[str] = set()
         self._wakes: list[Callable[[], None]] = []  # the runners watching (``watch``)
+        self._informers: dict[str, Informer] = {}  # run id -> its Jobs and pods (``watch``)
         self._creations = Creations(self.settings.submit_threads, lambda: [w() for w in list(self._wakes)])
 
     @property
@@ -190,13 +193,13 @@ class KubernetesBackend:
         kube_job["metadata"]["annotations"][ANNOTATION_LOGS] = json.dumps(logs)
         if not job.container.network:
             self._policy()
-        self._creations.start(job.name, lambda: self._create(api, objects))
+        self._creations.start(job.name, lambda: self._create(api, objects, job.run_id))
 
     def created(self, names: Iterable[str]) -> None:
         """Wait until the creations of ``names`` are over (what ``submit`` handed to its threads)."""
         self._creations.wait(names)
 
-    def _create(self, api: KubeApi, objects: list[dict[str, Any]]) -> None:
+    def _create(self, api: KubeApi, objects: list[dict[str, Any]], run_id: str) -> None:
         """The Job, then what it owns (on a client thread: ``KubeApi`` keeps a client per thread)."""
         kube_job = objects[-1]
         try:
@@ -204,16 +207,15 @@ class KubernetesBackend:
         except Conflict:  # submitted before (a resumed executor): adopt it
             created = api.get(f"{self._jobs}/{kube_job['metadata']['name']}")
         uid, name = created["metadata"]["uid"], created["metadata"]["name"]
+        if informer := self._informers.get(run_id):
+            informer.created(name)
         for obj in objects[:-1]:
             with contextlib.suppress(Conflict):
                 api.create(api.ns(*PATHS[obj["kind"]]), owned_by(obj, uid, name))
 
     def poll(self, run_id: str) -> dict[str, JobState]:
         api = self.api
-        selector = f"{LABEL_RUN}={label_value(run_id)}"
-        creating = self._creations.before_lists()  # before the lists: one created meanwhile is not lost
-        jobs = api.items(self._jobs, labelSelector=selector)
-        pods = api.items(api.ns("pods"), labelSelector=selector)
+        jobs, pods, creating = self._objects(run_id)
         by_job: dict[str, list[Any]] = {}
         for p in pods:
             by_job.setdefault(p["metadata"].get("labels", {}).get(LABEL_JOB, ""), []).append(p)
@@ -230,21 +232,39 @@ class KubernetesBackend:
                 n = j["spec"].get("completions", 1)
                 pending = f"waiting for room for all {n} replicas at once (a gang is admitted all or nothing)"
             elif not mine and not j.get("status", {}).get("conditions"):
-                failed_creates = self._failed_creates() if failed_creates is None else failed_creates
+                failed_creates = self._failed_creates(run_id) if failed_creates is None else failed_creates
                 pending = failed_creates.get(meta["name"], "")
             else:
                 pending = ""
-            out[full] = replace(job_state(full, j, mine, pending), native_id=meta["name"])  # kubectl get job NAME
+            versions = (meta.get("resourceVersion"), *(p["metadata"].get("resourceVersion") for p in mine))
+            key = None if None in versions else (pending, *versions)  # None: objects not from an API server
+            if key is None or self._states.get(full, (None,))[0] != key:  # changed since the last poll
+                self._states[full] = (key, replace(job_state(full, j, mine, pending), native_id=meta["name"]))
+            out[full] = self._states[full][1]  # native_id: kubectl get job NAME
             if gpus := self._gpus_of(mine):
                 out[full] = replace(out[full], gpus=gpus)
             self._seen[full], self._meta[full] = mine, meta
-            if self._watching:
+            if self._wakes and (key is None or self._followed.get(full) != key):  # a runner watches
                 self._logs.follow(api, meta, mine)
+                self._followed[full] = key
         out.update(self._creations.states(creating, set(out)))  # refused, or not listed yet
         for name, state in self._gone.items():
             if name.startswith(f"hf-{run_id}-"):
                 out.setdefault(name, state)
         return out
+
+    def _objects(self, run_id: str) -> tuple[list[Any], list[Any], dict[str, Seen]]:
+        """The run's Jobs and pods (the watches' if live, else listed), and its creations as they
+        stood before: one created meanwhile is not lost, nor one whose Job the watch has not told
+        of yet (``Informer.reflects``: it is still pending, never vanished)."""
+        creating = self._creations.before_lists()
+        informer = self._informers.get(run_id)
+        if informer is not None and (view := informer.view()) is not None:
+            told = {n: replace(s, over=s.over and informer.reflects(view, object_name(n))) for n, s in creating.items()}
+            return view.jobs, view.pods, told
+        selector = f"{LABEL_RUN}={label_value(run_id)}"
+        jobs = self.api.items(self._jobs, labelSelector=selector)
+        return jobs, self.api.items(self.api.ns("pods"), labelSelector=selector), creating
 
     def _admit(self, held: list[dict[str, Any]], starting: list[tuple[dict[str, Any], int]]) -> set[str]:
         """Un-suspend the held gangs that fit now, oldest first (``admission``); their names.
@@ -312,12 +332,14 @@ class KubernetesBackend:
             self._slices = (time.monotonic(), devices)
         return devices
 
-    def _failed_creates(self) -> dict[str, str]:
+    def _failed_creates(self, run_id: str) -> dict[str, str]:
         """Why Jobs have no pod yet, in Kubernetes' words (a quota: FailedCreate), by Job name:
-        one list of the namespace's such events (a list per Job, in turn, took 7 of a hundred
-        steps' 24 seconds: issue 43)."""
+        the namespace's such events, watched (``informer``) or else listed once per poll (a
+        list per Job, in turn, took 7 of a hundred steps' 24 seconds: issue 43)."""
+        informer = self._informers.get(run_id)
+        events = informer.events() if informer is not None else None
         try:
-            events = self.api.items(self.api.ns("events"), fieldSelector="involvedObject.kind=Job,reason=FailedCreate")
+            events = self.api.items(self.api.ns("events"), **FAILED_CREATE) if events is None else events
         except EngineError:
             return {}
         return {str(e.get("involvedObject", {}).get("name")): str(e.get("message", "")) for e in events}
@@ -356,8 +378,8 @@ class KubernetesBackend:
         self._creations.settle(names)
         jobs = {object_name(n): (self._meta.get(n, {}), self._seen.get(n, [])) for n in names}
         for name in names:
-            self._gone.pop(name, None)
-            self._meta.pop(name, None)
+            for known in (self._gone, self._meta, self._states, self._followed):
+                known.pop(name, None)
             for p in self._seen.pop(name, []):
                 self._gpus.pop(p["metadata"]["name"], None)
 
@@ -372,28 +394,19 @@ class KubernetesBackend:
         self._creations.drain()
 
     def watch(self, run_id: str, wake: Callable[[], None]) -> Callable[[], None] | None:
-        """Watch the run's pods and Jobs; each change wakes the runner."""
+        """Keep the run's Jobs and pods from the API's watches (``informer``); each change wakes the runner."""
         api = self.api
-        stop = threading.Event()
-        selector = f"{LABEL_RUN}={label_value(run_id)}"
-
-        def changed(kind: str, obj: Mapping[str, Any]) -> None:
-            wake()
-
-        threads = [
-            threading.Thread(
-                target=api.watch, args=(path, changed, stop), kwargs={"labelSelector": selector}, daemon=True
-            )
-            for path in (api.ns("pods"), self._jobs)
-        ]
-        for t in threads:
-            t.start()
-        self._watching += 1
+        sel = {"labelSelector": f"{LABEL_RUN}={label_value(run_id)}"}
+        watches = {"jobs": (self._jobs, sel), "pods": (api.ns("pods"), sel)}
+        watches["events"] = (api.ns("events"), FAILED_CREATE)  # why a Job has no pod: not labelled
+        informer = self._informers[run_id] = Informer(api, watches, wake)
+        informer.start()
         self._wakes.append(wake)
 
         def close() -> None:
-            stop.set()
-            self._watching -= 1
+            informer.close()
+            if self._informers.get(run_id) is informer:
+                del self._informers[run_id]
             self._wakes.remove(wake)
             self._creations.drain()  # the run's releases: none left behind
             self._logs.close()
@@ -401,14 +414,7 @@ class KubernetesBackend:
         return close
 
     def usage(self, name: str) -> Usage:
-        """When the attempt's container ran and whether the OOM killer ended it, from its pod's
-        status (peak memory and CPU time need the metrics API: unknown)."""
-        states = [pod_state(name, p) for p in self._seen.get(name, [])]
-        done = [s for s in states if not s.running]
-        if not done:
-            return Usage()
-        first = done[0]
-        return Usage(started=first.started, ended=first.ended, oom_killed=first.status == "OOMKilled")
+        return pods_usage(name, self._seen.get(name, []))
 
     # placement
 

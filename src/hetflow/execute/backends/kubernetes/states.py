@@ -23,6 +23,7 @@ from typing import Any
 
 from hetflow.execute.backends.base import JobState
 from hetflow.execute.backends.common import KILLED_CODE, LOST_CODE
+from hetflow.execute.engine import Usage
 
 Obj = Mapping[str, Any]
 IMAGE_ERRORS = ("ErrImagePull", "ImagePullBackOff", "ErrImageNeverPull", "InvalidImageName")
@@ -164,6 +165,16 @@ def job_state(name: str, job: Obj, pods: Sequence[Obj], pending_reason: str = ""
         )
     first = running[0] if running else states[0]
     return JobState(name, running=True, exit_code=None, status="RUNNING", node=states[0].node, started=first.started)
+
+
+def pods_usage(name: str, pods: Sequence[Obj]) -> Usage:
+    """When the attempt's container ran and whether the OOM killer ended it, from its pod's
+    status (peak memory and CPU time need the metrics API: unknown)."""
+    done = [s for s in (pod_state(name, p) for p in pods) if not s.running]
+    if not done:
+        return Usage()
+    first = done[0]
+    return Usage(started=first.started, ended=first.ended, oom_killed=first.status == "OOMKilled")
 
 
 def _index(pod: Obj) -> int:
