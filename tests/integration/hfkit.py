@@ -113,10 +113,16 @@ def step_out(hf: Hetflow, run_id: str, step: str) -> Path:
     return Path(hf.show(run_id)["workdir"]) / "steps" / step / "out"
 
 
-def counter_workflow(ticks: int, checkpoint: str, *, cpus: float = 0.5, memory: str = "64Mi") -> str:
+def counter_workflow(
+    ticks: int, checkpoint: str, *, cpus: float = 0.5, memory: str = "64Mi", hold: bool = False
+) -> str:
     """The checkpoint tests' workload: one step ``count`` that counts to ``ticks``, a tick every
-    0.5 s, each printed (``tick N``) and written to /out/n, with ``checkpoint: CHECKPOINT``."""
+    0.5 s, each printed (``tick N``) and written to /out/n, with ``checkpoint: CHECKPOINT``;
+    ``hold``: after its last tick it runs on until /out/go exists (``release``), so a test that
+    moves it finds it running however loaded the machine."""
     loop = f"i=0; while [ $i -lt {ticks} ]; do i=$((i+1)); echo tick $i; echo $i > /out/n; sleep 0.5; done"
+    if hold:
+        loop += "; until [ -e /out/go ]; do sleep 0.1; done"
     return f"""apiVersion: hetflow/v1
 name: counter
 steps:
@@ -127,6 +133,20 @@ steps:
     resources: {{cpus: {cpus:g}, memory: {memory}}}
     checkpoint: {checkpoint}
 """
+
+
+def release(container: str) -> None:
+    """Let a held counter (``counter_workflow(hold=True)``) running as ``container`` end: /out/go
+    in the folder its /out is mounted from."""
+    source = podman(
+        "container",
+        "inspect",
+        "--format",
+        '{{range .Mounts}}{{if eq .Destination "/out"}}{{.Source}}{{end}}{{end}}',
+        container,
+    )
+    assert source, f"{container} has no /out mount"
+    (Path(source[0]) / "go").touch()
 
 
 def processes() -> dict[int, tuple[int, list[str]]]:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hetflow.execute import criu_support
-from tests.integration.hfkit import Hetflow, counter_workflow, podman, write
+from tests.integration.hfkit import Hetflow, counter_workflow, podman, release, write
 
 pytestmark = pytest.mark.skipif(
     not criu_support().ok, reason=f"CRIU checkpoints do not work here ({criu_support().reason}); run 'make criu'"
@@ -117,11 +117,11 @@ def test_checkpoint_is_refused_where_criu_fails(hf: Hetflow, tmp_path: Path) -> 
 
 
 def test_migrate_moves_a_running_step_without_losing_work(hf: Hetflow, tmp_path: Path) -> None:
-    # Longer than the other tests' counter: the drain must find the step still running after
-    # a migrate, a restore and two ticks, however loaded the machine (18 ticks ran out first
-    # beside a CPU hog and two other test workers).
-    ticks = 40
-    run_id = hf("run", "-d", write(tmp_path, counter_workflow(ticks, "{every: 2s}"))).stdout.strip()
+    # The counter holds after its last tick until released: the drain and the second migrate
+    # must find the step still running however loaded the machine (a counter of 18 ticks, then
+    # of 40, ran out before them beside a CPU hog and two other test workers, issue 43).
+    ticks = 24
+    run_id = hf("run", "-d", write(tmp_path, counter_workflow(ticks, "{every: 2s}", hold=True))).stdout.strip()
     hf.wait_for(lambda: len(_ticks(hf, run_id, 1)) >= 4, timeout=120)
     said = hf("migrate", run_id, "count")
     assert f"hf-{run_id}-count-1 checkpointed" in said.stdout and "migrated on this machine" in said.stdout
@@ -140,6 +140,9 @@ def test_migrate_moves_a_running_step_without_losing_work(hf: Hetflow, tmp_path:
     said = hf("migrate", run_id, "count")  # the second move: dumped and restored on this machine again
     assert f"hf-{run_id}-count-2 checkpointed" in said.stdout
     drained_at = max(_ticks(hf, run_id, 2))  # where the second migrate dumped it
+    third = f"hf-{run_id}-count-3"
+    hf.wait_for(lambda: third in podman("ps", "--format", "{{.Names}}"), timeout=120)
+    release(third)
     hf.wait_for(lambda: hf.step_states(run_id)["count"] == "succeeded", timeout=120)
     restored = _ticks(hf, run_id, 2)
     assert restored[0] == moved_at + 1  # dumped as it stopped: nothing redone
