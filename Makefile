@@ -12,7 +12,7 @@ export HETFLOW_HOME ?= $(CURDIR)/.hetflow
 # pytest-xdist workers for make test, unit and integration (see test:)
 PYTEST_WORKERS ?= 3
 
-.PHONY: docs bench-cli test-quick test-durations bench-tes snakemake-tes-venv deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv cwl-images conformance
+.PHONY: docs bench-cli test-quick bench-tes snakemake-tes-venv deps install kube criu demo demo-slurm demo-ray demo-kubernetes test lint unit integration chaos race fuzz bench images clean ui-vendor gpu-kit tes-compliance-venv cwl-images conformance
 
 # netavark + aardvark-dns: gang networks (podman network create --internal) with DNS for
 # container names; netavark sets them up with iptables (without it every container on such a
@@ -136,16 +136,8 @@ fuzz: install
 # Ray or Kubernetes cluster stays with one worker): the integration tests mostly wait on
 # containers and clusters, so three share two cores well (about 12 minutes instead of 25).
 # Every test keeps its own HETFLOW_HOME and names, so workers never see each other's runs.
-# The files are handed out longest first (tests/ordering.py, from tests/durations.json; make
-# test-durations writes that table again from a full run's per-test times).
 test: install lint kube criu tes-compliance-venv snakemake-tes-venv
 	$(PY) -m pytest tests -q -ra -n $(PYTEST_WORKERS) --dist loadfile
-
-# A full run with per-test times (build/junit.xml), then tests/durations.json from them: the
-# order make test hands the files out in (longest first; a new file goes by its folder's median).
-test-durations: install
-	$(PY) -m pytest tests -q -n $(PYTEST_WORKERS) --dist loadfile --junitxml=build/junit.xml || true
-	$(PY) -m tests.ordering build/junit.xml
 
 # The quick check before a push (issue 43): the unit suite, the local backend's whole contract
 # (real podman containers) and one smoke test of each cluster backend (a job submitted to the
