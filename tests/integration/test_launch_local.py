@@ -1,6 +1,6 @@
 """What a local run asks podman (issue 43: a step costs what a shell loop of ``podman run``
-does): a new run lists nothing before its first step, and a step's environment reaches its
-container through a pipe, with no ``podman container exists`` asked to know when it may go."""
+does): a new run lists nothing before its first step (no ``podman ps``, no ``podman network
+ls``), and a step's environment file is gone once the run ends."""
 
 from __future__ import annotations
 
@@ -50,8 +50,11 @@ def test_a_new_runs_steps_are_podman_runs_and_their_env_leaves_nothing(tmp_path:
     asked = [command(line) for line in lines]
     runs = [line for line in lines if f" run --sig-proxy=false --name hf-{run_id}-" in line]
     assert len(runs) == 3 and len([a for a in asked if a[0] == "run"]) == 3  # attached, one a step
-    # nothing listed (a new run has no container), nothing asked per step but its run; what
-    # is left is the removals (with the usage read first) and image checks (kept between runs)
-    assert {a[0] for a in asked} <= {"run", "inspect", "rm", "image", "manifest"}, asked
+    # nothing listed (a new run has no container); per step its run and the env file's
+    # ``container exists`` (the file goes once podman has made the container: a FIFO tried
+    # instead left a killed executor's podman run blocked on it for ever); then the removals
+    # (with the usage read first) and image checks (kept between runs)
+    assert {a[0] for a in asked} <= {"run", "inspect", "rm", "image", "manifest", "container"}, asked
+    assert [a for a in asked if a[0] == "container" and a[1] != "exists"] == [], asked
     assert list(private_tmp.glob("hetflow-env-*")) == []  # no env file, nor its folder, is left
     assert run_containers(run_id) == []

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import stat
-import tempfile
-from pathlib import Path
 
 import pytest
 
@@ -50,43 +48,3 @@ def test_a_ray_tasks_podman_run_reads_the_env_from_a_file_not_its_argv() -> None
     finally:
         drop_env_file(env_file)
     assert not env_file.parent.exists()
-
-
-def test_an_attached_runs_env_comes_through_a_private_pipe_read_once_then_gone() -> None:
-    """The local runner's ``--env-file`` is a FIFO (0600, in a 0700 folder) that the reader
-    (podman, as it parses its arguments) reads once; then it is gone, with nobody asking
-    podman whether the container exists yet."""
-    from hetflow.execute.backends.local.envpipe import EnvPipe
-
-    env = {"SECRET": "xyz", "EQ": "a=b"}
-    pipe = EnvPipe(env, "c")
-    assert stat.S_ISFIFO(pipe.path.stat().st_mode) and stat.S_IMODE(pipe.path.stat().st_mode) == 0o600
-    assert stat.S_IMODE(pipe.path.parent.stat().st_mode) == 0o700
-    pipe.start()
-    assert pipe.path.read_text().splitlines() == ["EQ=a=b", "SECRET=xyz"]  # what podman's parser reads
-    pipe.abandon()  # the run exited: the writer has finished by now, the folder gone
-    assert not pipe.path.parent.exists()
-
-
-@pytest.mark.parametrize("started", [True, False], ids=["waiting-writer", "never-started"])
-def test_an_env_pipe_nobody_reads_is_unblocked_and_removed_when_the_run_exits(started: bool) -> None:
-    """podman refused an argument before it opened the env file: the writer waiting for a
-    reader is released (its bytes drained, none left anywhere) and the FIFO goes."""
-    from hetflow.execute.backends.local.envpipe import EnvPipe
-
-    pipe = EnvPipe({"BIG": "v" * 50_000, "MORE": "w" * 50_000}, "c")  # over a pipe's 64 KiB buffer
-    if started:
-        pipe.start()
-    pipe.abandon()
-    assert not pipe.path.parent.exists()
-
-
-def test_a_value_an_env_pipe_cannot_carry_is_refused_naming_it_and_leaves_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    from hetflow.execute.backends.local.envpipe import EnvPipe
-
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # /tmp is shared with other hetflows
-    with pytest.raises(EngineError, match="env BAD"):
-        EnvPipe({"OK": "1", "BAD": "two\nlines"})
-    assert list(tmp_path.iterdir()) == []

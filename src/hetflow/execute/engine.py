@@ -149,22 +149,17 @@ def write_env_file(env: Mapping[str, str]) -> Path:
 def write_env_file_at(path: Path, env: Mapping[str, str]) -> Path:
     """``env`` as an ``--env-file`` at ``path`` (created mode 0600, replacing an older one):
     what a cluster job reads on its node (Slurm: beside its job script)."""
-    check_env_values(env)
-    path.unlink(missing_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.writelines(f"{k}={v}\n" for k, v in sorted(env.items()))
-    return path
-
-
-def check_env_values(env: Mapping[str, str]) -> None:
-    """Refuse, naming the variable, a value an ``--env-file`` line cannot carry."""
     for k, v in env.items():
         if any(c in v for c in "\n\r\0") or len(k) + len(v) + 1 > ENV_FILE_MAX:
             raise EngineError(
                 f"env {k}: a value with a line break or over {ENV_FILE_MAX} bytes cannot be passed to the "
                 "container without showing it on a command line; put it in a file under the step's data instead"
             )
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.writelines(f"{k}={v}\n" for k, v in sorted(env.items()))
+    return path
 
 
 def secret_name(container: str, name: str) -> str:

@@ -161,21 +161,12 @@ class ExitWatch:
         threading.Thread(target=self._follow, args=(name, monitor_pid), name=f"exit-{name}", daemon=True).start()
 
     def attach(
-        self,
-        name: str,
-        labels: Mapping[str, str],
-        argv: list[str],
-        *,
-        engine: str,
-        cwd: str | None = None,
-        on_exit: Callable[[], None] | None = None,
+        self, name: str, labels: Mapping[str, str], argv: list[str], *, engine: str, cwd: str | None = None
     ) -> None:
         """Start the container with an attached ``run`` (``argv``), which exits with the
         container's code; learn its exit from that.  ``cwd``: where the engine runs (conmon
         writes a file named ``oom`` into its working directory when the OOM killer strikes,
-        so that should be the attempt's own folder, not wherever hetflow was started).
-        ``on_exit`` is called once the run has exited, or could not be started, before its
-        exit is recorded (``envpipe.EnvPipe.abandon``)."""
+        so that should be the attempt's own folder, not wherever hetflow was started)."""
         with self._lock:
             self._labels[name] = dict(labels)
             self._exited.pop(name, None)
@@ -190,14 +181,12 @@ class ExitWatch:
                 start_new_session=True,  # a Ctrl-C to hetflow is not one to its containers
             )
         except OSError as exc:
-            if on_exit is not None:
-                on_exit()
             self._record(name, ERROR_CODE, f"{engine} could not start {name}: {exc}")
             return
         with self._lock:
             self._waiters.add(proc)
         threading.Thread(
-            target=self._follow_attached, args=(name, proc, engine, on_exit), name=f"run-{name}", daemon=True
+            target=self._follow_attached, args=(name, proc, engine), name=f"run-{name}", daemon=True
         ).start()
 
     def known_exit(self, name: str, labels: Mapping[str, str], status: str, exit_code: int | None) -> None:
@@ -218,9 +207,7 @@ class ExitWatch:
 
     # --- followers -----------------------------------------------------------------------
 
-    def _follow_attached(
-        self, name: str, proc: subprocess.Popen[bytes], engine: str, on_exit: Callable[[], None] | None
-    ) -> None:
+    def _follow_attached(self, name: str, proc: subprocess.Popen[bytes], engine: str) -> None:
         tail = b""
         assert proc.stderr is not None
         fd = proc.stderr.fileno()
@@ -228,8 +215,6 @@ class ExitWatch:
             tail = (tail + chunk)[-TAIL:]
         proc.stderr.close()
         code = proc.wait()
-        if on_exit is not None:
-            on_exit()
         with self._lock:
             self._waiters.discard(proc)
         if self._closed:

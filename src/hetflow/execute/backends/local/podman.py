@@ -23,7 +23,6 @@ from typing import Any
 from hetflow.config import SHARE, engine_env, find_engine
 from hetflow.errors import EngineError
 from hetflow.execute.backends.local import cgroups, orphans
-from hetflow.execute.backends.local.envpipe import EnvPipe
 from hetflow.execute.backends.local.exits import Batches, ExitWatch
 from hetflow.execute.backends.local.imagefacts import ImageFacts
 from hetflow.execute.backends.local.ociruntime import RuntimeChoice, check_setting, engine_choice, which_on
@@ -171,14 +170,32 @@ class CliEngine(ImageFacts):
             spec = replace(spec, cgroup_parent=cgroups.parent_path(spec.name))
         watch = self._watching(spec.labels.get(LABEL_RUN))
         secrets = self._create_secrets(spec)
-        if watch is not None and self.name == "podman":
-            self._start_attached(spec, watch, secrets)
-            return
         try:
             env_file = write_env_file(spec.env) if spec.env else None
         except BaseException:
             self._drop_secrets(secrets)
             raise
+        if watch is not None and self.name == "podman":
+            # as a shell loop of `podman run` would: the run stays attached and its exit is
+            # the container's (no `wait` after it); a refusal comes back the same way
+            attached = [self.binary, *self._global, *run_args(spec, engine=self.name, attached=True, env_file=env_file)]
+            cwd = os.path.dirname(spec.log_path) if spec.log_path else None
+            try:
+                watch.attach(
+                    spec.name, spec.labels, attached, engine=self.name, cwd=cwd if cwd and os.path.isdir(cwd) else None
+                )
+            except BaseException:
+                drop_env_file(env_file)
+                self._drop_secrets(secrets)
+                raise
+            if env_file is not None or secrets:
+                threading.Thread(
+                    target=self._drop_once_created,
+                    args=(watch, spec.name, env_file, secrets),
+                    name=f"env-{spec.name}",
+                    daemon=True,
+                ).start()
+            return
         try:
             proc = self._run(run_args(spec, engine=self.name, env_file=env_file), check=False)
         finally:
@@ -194,47 +211,19 @@ class CliEngine(ImageFacts):
         if watch is not None:
             watch.follow(spec.name, spec.labels, None)  # docker: its own `wait`
 
-    def _start_attached(self, spec: ContainerSpec, watch: ExitWatch, secrets: list[str]) -> None:
-        """As a shell loop of `podman run` would: the run stays attached and its exit is the
-        container's (no `wait` after it); a refusal comes back the same way.  The step's
-        environment goes through a pipe (``envpipe``), gone once podman has read it."""
-        pipe: EnvPipe | None = None
-        args = run_args(spec, engine=self.name, attached=True)
-        cwd = os.path.dirname(spec.log_path) if spec.log_path else None
-        try:
-            if spec.env:
-                pipe = EnvPipe(spec.env, spec.name)
-                args = run_args(spec, engine=self.name, attached=True, env_file=pipe.path)
-                pipe.start()
-            watch.attach(
-                spec.name,
-                spec.labels,
-                [self.binary, *self._global, *args],
-                engine=self.name,
-                cwd=cwd if cwd and os.path.isdir(cwd) else None,
-                on_exit=pipe.abandon if pipe is not None else None,
-            )
-        except BaseException:
-            if pipe is not None:
-                pipe.abandon()
-            self._drop_secrets(secrets)
-            raise
-        if secrets:
-            drop = threading.Thread(target=self._drop_once_created, args=(watch, spec.name, secrets), daemon=True)
-            drop.start()
-
-    def _drop_once_created(self, watch: ExitWatch, name: str, secrets: list[str]) -> None:
-        """Remove an attached run's podman secrets once its container exists: podman copies
-        each into the container's storage as it creates the container, so they are held for
-        that moment only."""
+    def _drop_once_created(self, watch: ExitWatch, name: str, env_file: Path | None, secrets: list[str]) -> None:
+        """Remove an attached run's env file (and its podman secrets) once its container
+        exists: podman reads the file, and copies each secret into the container's storage,
+        before it creates the container, so they are on disk for that moment only."""
         deadline = time.monotonic() + ENV_FILE_WAIT
         # each question is a podman process that takes podman's lock: ask first once podman
         # has usually created the container, not at once (three questions a step slowed starts)
         time.sleep(ENV_FILE_FIRST_ASK)
-        while time.monotonic() < deadline and not watch.exited(name):
+        while time.monotonic() < deadline and (env_file is None or env_file.exists()) and not watch.exited(name):
             if self._run(["container", "exists", name], check=False, timeout=30).returncode == 0:
                 break
             time.sleep(0.1)
+        drop_env_file(env_file)
         self._drop_secrets(secrets)
 
     def _create_secrets(self, spec: ContainerSpec) -> list[str]:
