@@ -86,7 +86,8 @@ def table(rows: list[Row], markdown: bool) -> list[str]:
     if markdown:
         out = ["| target | hetflow | anchor (same run) | limit | met |", "|---|---|---|---|---|"]
         for row in rows:
-            anchor = "" if row.anchor is None else f"{row.anchor_name}: {row.anchor:.3f} s"
+            unit = "" if "(s)" in row.anchor_name else " s"
+            anchor = "" if row.anchor is None else f"{row.anchor_name}: {row.anchor:.3f}{unit}"
             out.append(
                 f"| {row.target} | {row.figure:.3f} {row.unit} | {anchor} | "
                 f"{row.limit:g} {row.unit} | {'yes' if row.met else 'no'} |"
