@@ -217,7 +217,7 @@ class Runner:
 
     def _watch(self) -> Callable[[], None] | None:
         """The backend's watch of the run; one with no attempt stored has no job to list."""
-        if isinstance(self.backend, WatchesNewRuns) and not self.store.attempts(self.run_id):
+        if isinstance(self.backend, WatchesNewRuns) and not self.store.has_attempts(self.run_id):
             return self.backend.watch_new(self.run_id, self._wake.set)
         return self.backend.watch(self.run_id, self._wake.set)
 

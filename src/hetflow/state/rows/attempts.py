@@ -146,6 +146,10 @@ class AttemptRows:
         rows = self._db.execute(sql + " ORDER BY step, attempt", args).fetchall()
         return [_attempt(r) for r in rows]
 
+    def has_attempts(self, run_id: str) -> bool:
+        """Whether any attempt of the run is stored (one indexed row read, not every row)."""
+        return self._db.execute("SELECT 1 FROM attempts WHERE run_id = ? LIMIT 1", (run_id,)).fetchone() is not None
+
     # --- outputs ----------------------------------------------------------------------
 
     def succeed_step(

@@ -176,7 +176,7 @@ def _drop_stale_networks(attempts: Attempts, in_flight: set[str]) -> None:
     """Gang networks of this run that no attempt in flight uses (a backend that makes them:
     ``DropsNetworks.drop_networks`` says when they are left).  A run with no attempt stored
     has made none (each is made after its attempt is stored): the engine is not asked."""
-    if not isinstance(attempts.backend, DropsNetworks) or not attempts.store.attempts(attempts.run_id):
+    if not isinstance(attempts.backend, DropsNetworks) or not attempts.store.has_attempts(attempts.run_id):
         return
     stale = attempts.backend.drop_networks(attempts.run_id, in_flight)
     if stale:
