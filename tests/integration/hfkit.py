@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -147,6 +148,28 @@ def release(container: str) -> None:
     )
     assert source, f"{container} has no /out mount"
     (Path(source[0]) / "go").touch()
+
+
+def remove_lost(*names: str, timeout: float = 90) -> None:
+    """Remove the containers ``names`` of attempts lost with their node, once nothing can still
+    create them: the lost attempt's ``podman run`` (or its Slurm job script) outlives its worker
+    on this one machine and, on a loaded one, may create its container after a first
+    ``podman rm``, leaving it running past the test (CI saw it). Waits until no process names
+    one of them and no such container exists."""
+    from hetflow.config import engine_env
+
+    said = [re.compile(rf"(^|[/=]){re.escape(n)}($|[./])") for n in names]
+    deadline = time.monotonic() + timeout
+    while True:
+        subprocess.run(["podman", "rm", "-f", "--ignore", *names], env=engine_env(), capture_output=True)
+        busy = [
+            " ".join(argv)[:160] for _, argv in processes().values() if any(p.search(w) for w in argv for p in said)
+        ]
+        there = podman("ps", "-a", "--format", "{{.Names}}")
+        if not busy and not set(names) & set(there):
+            return
+        assert time.monotonic() < deadline, f"the lost attempts {names} are still there: {busy}"
+        time.sleep(0.5)
 
 
 def processes() -> dict[int, tuple[int, list[str]]]:

@@ -27,7 +27,7 @@ from hetflow.execute.backends.slurm import SlurmBackend
 from hetflow.execute.checkpoint import Restore
 from hetflow.execute.data.paths import RunPaths
 from tests.contract.backend_contract import job, wait_done
-from tests.integration.hfkit import BUSYBOX, Hetflow, counter_workflow, step_out, write
+from tests.integration.hfkit import BUSYBOX, Hetflow, counter_workflow, remove_lost, step_out, write
 from tests.integration.slurm_fixture import local_cluster, slurm_config
 from tests.integration.test_faults_slurm import CLUSTER, kill_slurmd, restart_slurmd, squeue_row
 
@@ -100,7 +100,7 @@ def test_a_step_whose_node_dies_continues_on_the_other_node_from_its_checkpoint(
         assert squeue_row(cluster, f"hf-{run_id}-count-2") == ("COMPLETED", other)
     finally:
         restart_slurmd(cluster, lost)
-        subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+        remove_lost(first)
 
 
 def test_stop_checkpoint_dumps_on_the_node_and_resume_restores(

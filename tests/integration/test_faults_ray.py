@@ -33,7 +33,7 @@ from hetflow.execute.gang.replicas import replica_name
 from hetflow.spec import Gang
 from hetflow.state import Store
 from tests.contract.backend_contract import BUSYBOX, job, wait_done
-from tests.integration.hfkit import Hetflow, counter_workflow, step_out, write
+from tests.integration.hfkit import Hetflow, counter_workflow, remove_lost, step_out, write
 from tests.integration.hfkit import podman as podman_names
 from tests.integration.ray_fixture import _node_args
 
@@ -83,7 +83,7 @@ def test_a_step_whose_worker_node_is_removed_ends_as_a_node_fault_and_runs_again
         workers["fault-w2"] = spare
         backend.release([first, second])
         # the lost attempt's container, which outlived its Ray worker on this one machine
-        subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+        remove_lost(first)
     assert not (tmp_path / "1" / "o").exists()
 
 
@@ -136,7 +136,7 @@ def test_a_retry_after_its_pinned_node_died_runs_on_the_other_node(
         said = [e.message for e in Store(hf.home / "state.db", read_only=True).events(run_id) if e.step == "s"]
         assert any(f"on {other} (moved: node {lost} failed under it)" in m for m in said), said
     finally:
-        subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+        remove_lost(first)
 
 
 GANG_NODES = (("fault-g1", 2, 0, None, None, "fault-g"), ("fault-g2", 2, 0, None, None, "fault-g"))
@@ -432,6 +432,6 @@ def test_a_step_planned_on_a_removed_node_runs_on_another_and_the_lost_attempt_n
         assert out.read_text() == "s from attempt 2\n" and sha256_of(out) == recorded.sha256
         assert (step_out(hf, run_id, "t") / "o").read_text() == "s from attempt 2\n"
     finally:
-        subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+        remove_lost(first)
         if (layout := cgroups.detect()) is not None:
             cgroups.remove(layout, first)  # its task never measured it: the node went

@@ -25,7 +25,7 @@ from hetflow.execute.gang.replicas import replica_name
 from hetflow.spec import Gang
 from hetflow.state import Store
 from tests.contract.backend_contract import BUSYBOX, job, wait_done
-from tests.integration.hfkit import Hetflow, step_out, write
+from tests.integration.hfkit import Hetflow, remove_lost, step_out, write
 from tests.integration.hfkit import podman as podman_names
 from tests.integration.slurm_fixture import (
     kill_slurmd,
@@ -124,7 +124,7 @@ def test_a_step_whose_slurmd_is_killed_ends_as_a_node_fault_and_runs_again_elsew
     finally:
         restart_slurmd(cluster, "hf-t4")
         # the lost attempt's container, which outlived its slurmd on this one machine
-        subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+        remove_lost(first)
     assert not (tmp_path / "1" / "o").exists()
 
 
@@ -184,7 +184,7 @@ def test_a_retry_after_its_pinned_node_died_runs_on_the_other_node(
         assert any(f"on {other} (moved: node {lost} failed under it)" in m for m in said), said
     finally:
         restart_slurmd(cluster, lost)
-        subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+        remove_lost(first)
 
 
 def test_a_gang_whose_node_dies_ends_whole_as_a_node_fault(cluster: LocalSlurm, tmp_path: Path) -> None:
@@ -361,4 +361,4 @@ def test_a_step_planned_on_a_failed_node_is_not_submitted_there_again(
         assert any("on hf-a100 (moved: node hf-t4 failed" in m for m in said), said
     finally:
         restart_slurmd(cluster, "hf-t4")
-        subprocess.run(["podman", "rm", "-f", "--ignore", first], env=engine_env(), capture_output=True)
+        remove_lost(first)

@@ -75,6 +75,8 @@ class CliEngine(ImageFacts):
         if self.name == "podman":
             check_setting(self._env, which_on(self._env))  # HETFLOW_OCI_RUNTIME naming nothing: refused now
         self._runtime: RuntimeChoice | None = None  # chosen at the first start (``runtime``)
+        self._drops: list[threading.Thread] = []  # attached runs' env files and secrets to drop
+        self._closing = threading.Event()  # set while the watch ends: drop them now
 
     def _run(
         self,
@@ -189,12 +191,14 @@ class CliEngine(ImageFacts):
                 self._drop_secrets(secrets)
                 raise
             if env_file is not None or secrets:
-                threading.Thread(
+                dropper = threading.Thread(
                     target=self._drop_once_created,
                     args=(watch, spec.name, env_file, secrets),
                     name=f"env-{spec.name}",
                     daemon=True,
-                ).start()
+                )
+                self._drops = [*(t for t in self._drops if t.is_alive()), dropper]
+                dropper.start()
             return
         try:
             proc = self._run(run_args(spec, engine=self.name, env_file=env_file), check=False)
@@ -218,11 +222,12 @@ class CliEngine(ImageFacts):
         deadline = time.monotonic() + ENV_FILE_WAIT
         # each question is a podman process that takes podman's lock: ask first once podman
         # has usually created the container, not at once (three questions a step slowed starts)
-        time.sleep(ENV_FILE_FIRST_ASK)
+        (closing := self._closing).wait(ENV_FILE_FIRST_ASK)
         while time.monotonic() < deadline and (env_file is None or env_file.exists()) and not watch.exited(name):
             if self._run(["container", "exists", name], check=False, timeout=30).returncode == 0:
                 break
-            time.sleep(0.1)
+            if closing.wait(0.1):
+                break  # the watch is ending (``watch``'s stopper): what it launched has run
         drop_env_file(env_file)
         self._drop_secrets(secrets)
 
@@ -379,6 +384,12 @@ class CliEngine(ImageFacts):
         self._later = Batches(f"remove-{run_id}", self._removals)
 
         def stop() -> None:
+            # env files (values) and secrets go before hetflow does: quick steps end sooner
+            # than a dropper's first question (a daemon thread dies with hetflow)
+            self._closing.set()
+            for dropper in self._drops:
+                dropper.join(timeout=ENV_FILE_WAIT)
+            self._drops, self._closing = [], threading.Event()
             watch.close()
             later, self._later = self._later, None
             if later is not None:
