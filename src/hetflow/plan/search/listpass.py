@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from hetflow.errors import HetflowError
 from hetflow.plan.search.compiled import Choice, Compiled
+from hetflow.plan.search.ready import ReadyTimes
 from hetflow.plan.search.score import Candidate, Rule, score_for
 from hetflow.plan.search.sweep import Tails, plain, sweep
 from hetflow.plan.search.timeline import MachineTimeline
@@ -220,6 +221,7 @@ class ListPass:
         self.spent = 0.0
         self.cheapest_left = sum(self.min_cost)
         self.weight_left = sum(rule.weight)
+        self.ready = ReadyTimes(problem.children)  # kept as parents are placed: no rescans
 
     def run(self) -> Schedule:
         problem = self.problem
@@ -248,6 +250,7 @@ class ListPass:
         self.finish[t] = finish
         self.machine[t] = m
         self.choice[t] = ch
+        self.ready.placed(t, m, finish)
         c = ch.cls
         self.tails.booking(c, None if ch.gang else m)
         if ch.gang:
@@ -278,6 +281,7 @@ class ListPass:
         self.tails.booking(ch.cls, None)
         self.done[t] = False
         self.choice[t] = None
+        self.ready.undo()
         self.spent -= ch.cost
         self.cheapest_left += self.min_cost[t]
         if self.rule.weight:
@@ -308,6 +312,7 @@ class ListPass:
             return cand[0]
         child = max(children, key=lambda e: (self.priority[e[0]], -e[0]))[0]
         idle_before = self.next_idle[cand[5].cls]
+        self.ready.mark()
         self.place(t, cand)
         try:
             return self.earliest(child)[0]
@@ -339,28 +344,7 @@ class ListPass:
         """When the inputs of ``t`` can be on a machine that holds none of its parents, and on
         each machine that holds some (those inputs need no transfer).  Unplaced parents are
         ignored (the lookahead asks about a child before its other parents are placed)."""
-        machine, finish, done = self.machine, self.finish, self.done
-        remote = 0.0
-        local: dict[int, float] = {}  # machine -> latest parent finish there
-        via: dict[int, float] = {}  # machine -> latest arrival elsewhere from a parent there
-        for p, comm in self.problem.parents[t]:
-            if not done[p]:
-                continue
-            m, f = machine[p], finish[p]
-            if f > local.get(m, -1.0):
-                local[m] = f
-            v = f + comm
-            if v > via.get(m, -1.0):
-                via[m] = v
-            if v > remote:
-                remote = v
-        if len(via) <= 1:
-            return remote, {m: f for m, f in local.items()}
-        # The arrival from the other machines is the largest ``via`` except the machine's own.
-        ranked = sorted(via.items(), key=lambda kv: -kv[1])
-        (m1, v1), (_m2, v2) = ranked[0], ranked[1]
-        near = {m: max(f, v2 if m == m1 else v1) for m, f in local.items()}
-        return remote, {m: r for m, r in sorted(near.items())}
+        return self.ready.of(t)
 
     def scan(self, ch: Choice, remote: float, near: dict[int, float], best: Candidate | None) -> Candidate | None:
         """The best of ``best`` and ``ch`` on each machine of its class.
