@@ -17,8 +17,10 @@ import fcntl
 import os
 import select
 import shutil
+import signal
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
@@ -36,6 +38,10 @@ from hetflow.execute.devices.migtable import MigInstance
 from hetflow.execute.engine import ContainerSpec, Usage, drop_env_file, run_args, write_env_file
 
 CANCELLED_CODE = 137  # what `podman stop` gives a container that ignores SIGTERM
+# seconds after which a cancel not yet followed by its task's end is sent again: one that came
+# before the task had started its code could be lost (the job then ran to its end); the task
+# holds a cancel it already obeys (``cancels_held``), so one more is harmless
+RECANCEL = 5.0
 
 
 def foreground_argv(spec: ContainerSpec, env_file: Path | None = None) -> list[str]:
@@ -70,8 +76,9 @@ def run_container(
         ran = _foreground(binary, spec, stop_timeout, env)
     used = Usage(started=started, ended=time.time())
     if spec.cgroup_parent and layout is not None:
-        measured = cgroups.read_usage(layout, spec.name)
-        cgroups.remove(layout, spec.name)
+        with cancels_held():  # ended: a cancel sent again now changes nothing
+            measured = cgroups.read_usage(layout, spec.name)
+            cgroups.remove(layout, spec.name)
         oom = True if measured.oom_kills else None
         used = replace(used, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds, oom_killed=oom)
     return (*ran, used)
@@ -81,13 +88,16 @@ def _foreground(binary: str, spec: ContainerSpec, stop_timeout: int, env: Mappin
     """``podman run`` in the foreground: (exit code, status, reason)."""
     env_file = write_env_file(spec.env) if spec.env else None  # 0600 in a private folder on this node
     argv = [binary, *foreground_argv(spec, env_file)[1:]]
-    proc: subprocess.Popen[bytes] | None = None
     with tempfile.TemporaryFile() as err, _dropped(env_file):
-        try:
+        with cancels_held() as cancelled:  # a cancel inside Popen would leave its podman run unowned
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err, env=env)
+        try:
+            if cancelled:
+                raise KeyboardInterrupt
             code, status = _wait(proc), "EXITED"
         except KeyboardInterrupt:
-            code, status = _stop(binary, spec.name, proc, stop_timeout, env), "CANCELLED"
+            with cancels_held():  # a cancel sent again (Ray retries it) must not cut the stop short
+                code, status = _stop(binary, spec.name, proc, stop_timeout, env), "CANCELLED"
         err.seek(0)
         lines = err.read().decode(errors="replace").strip().splitlines()
     return code, status, lines[-1] if lines and code in (125, 126, 127) else ""
@@ -101,23 +111,28 @@ def _restored(
     try:
         why = restore_container(binary, spec, r, env)
     except KeyboardInterrupt:  # cancelled while restoring: whatever was restored goes
-        remove(binary, spec.name, env)
+        with cancels_held():
+            remove(binary, spec.name, env)
         return CANCELLED_CODE, "CANCELLED", "cancelled while it was being restored"
     if why:
         note_in_log(spec.log_path, f"hetflow: {why}; this attempt starts from zero")
         return None
-    proc: subprocess.Popen[bytes] | None = None
     status = "EXITED"
     with tempfile.TemporaryFile() as out:
-        try:
+        with cancels_held() as cancelled:
             proc = subprocess.Popen([binary, "wait", spec.name], stdin=subprocess.DEVNULL, stdout=out, env=env)
+        try:
+            if cancelled:
+                raise KeyboardInterrupt
             _wait(proc)
         except KeyboardInterrupt:
-            _stop(binary, spec.name, proc, stop_timeout, env)
+            with cancels_held():
+                _stop(binary, spec.name, proc, stop_timeout, env)
             status = "CANCELLED"
         out.seek(0)
         said = out.read().decode(errors="replace").split()
-    remove(binary, spec.name, env)  # restored with autoremove off (``KEEP_EXITED``): its code was read
+    with cancels_held():
+        remove(binary, spec.name, env)  # restored with autoremove off (``KEEP_EXITED``): its code was read
     if said and said[-1].lstrip("-").isdigit():
         return int(said[-1]), status, ""
     if status == "CANCELLED":
@@ -154,11 +169,32 @@ def _wait(proc: subprocess.Popen[bytes]) -> int:
             os.close(pidfd)
 
 
-def _stop(binary: str, name: str, proc: subprocess.Popen[bytes] | None, timeout: int, env: Mapping[str, str]) -> int:
+@contextlib.contextmanager
+def cancels_held() -> Iterator[list[bool]]:
+    """Ray's cancel held back while the block runs: noted in the list it yields, not raised.
+    The cancel is a simulated SIGINT (``_thread.interrupt_main``) that raises KeyboardInterrupt
+    at any line of the task's main thread: inside ``Popen`` it left the ``podman run`` it had
+    started unowned (the container ran on, never stopped), and a second one (Ray sends the
+    cancel again when its first reply comes late, as on a loaded machine) inside the stop cut
+    ``podman stop`` short and ended the task while its container ran on (a step that saves on
+    SIGTERM was reported stopped before it had saved).  Off the main thread nothing is held
+    (no cancel is delivered there)."""
+    came: list[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield came
+        return
+    before = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, lambda *_: came.append(True))
+    try:
+        yield came
+    finally:
+        signal.signal(signal.SIGINT, before if before is not None else signal.default_int_handler)
+
+
+def _stop(binary: str, name: str, proc: subprocess.Popen[bytes], timeout: int, env: Mapping[str, str]) -> int:
+    """Stop the container until its ``podman run`` (or ``podman wait``) returns: it may not have
+    existed at the first stop.  Run with cancels held (``cancels_held``)."""
     stop = [binary, "stop", "--ignore", "-t", str(timeout), name]
-    if proc is None:  # interrupted inside Popen: stop whatever may have started, once
-        subprocess.run(stop, env=env, capture_output=True, check=False)
-        return CANCELLED_CODE
     while proc.poll() is None:
         subprocess.run(stop, env=env, capture_output=True, check=False)
         try:
