@@ -560,3 +560,24 @@ def test_chosen_fits_and_nothing_fitting_is_more_specific(features: list[str], a
     assert chosen is next(v for v in fitting if v.specificity == best)  # first of the best
     if any(f == "" and a == "amd64" for f, a in zip(features, archs, strict=False)):
         assert result.chosen is not None  # a generic amd64 build always fits these nodes
+
+
+def test_entries_alike_but_for_what_is_not_read_are_judged_alike_and_the_rest_apart() -> None:
+    # resolve judges each platform once: a title or a date changes nothing, a read
+    # annotation (sm, CUDA), a feature or a variant does.
+    node = machine("haswell", card("8.0", "12.2"))
+    sm = "org.hetflow.gpu.sm"
+    entries = [
+        entry("t1", "gpu:sm_80", annotations={"org.opencontainers.image.title": "one", sm: "80"}),
+        entry("t2", "gpu:sm_80", annotations={"org.opencontainers.image.title": "two", sm: "80"}),
+        entry("s9", "gpu:sm_80", annotations={"org.opencontainers.image.title": "one", sm: "90"}),
+        entry("c9", "gpu:sm_80,cuda>=12.4", annotations={sm: "80"}),
+        entry("v4", "gpu:sm_80", variant="v4", annotations={sm: "80"}),
+        entry("ok", "gpu:sm_80", variant="v3", annotations={sm: "80"}),
+    ]
+    result = resolve(index(*entries), node)
+    for desc, got in zip(entries, result.verdicts, strict=True):
+        alone = check(desc, node)
+        assert (got.ok, got.reasons, got.specificity) == (alone.ok, alone.reasons, alone.specificity), name_of(desc)
+    assert [v.ok for v in result.verdicts] == [True, True, False, False, False, True]
+    assert name_of(result.chosen) == "ok"
