@@ -355,8 +355,11 @@ class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, Slowdo
 
     # --- steps ------------------------------------------------------------------------
 
-    def steps(self, run_id: str) -> list[StepRecord]:
-        cur = self._db.execute(f"SELECT {STEP_COLUMNS} FROM steps WHERE run_id = ? ORDER BY ord", (run_id,))
+    def steps(self, run_id: str, states: Sequence[str] = ()) -> list[StepRecord]:
+        """The run's steps in order; with ``states``, only those in one of them (filtered by SQLite)."""
+        only = f" AND state IN ({', '.join('?' * len(states))})" if states else ""
+        sql = f"SELECT {STEP_COLUMNS} FROM steps WHERE run_id = ?{only} ORDER BY ord"
+        cur = self._db.execute(sql, (run_id, *states))
         cur.row_factory = None  # tuples: ``step_record`` reads by position
         return [step_record(r) for r in cur.fetchall()]
 
