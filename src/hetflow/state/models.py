@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -93,22 +94,17 @@ class StepRecord:
         return QUEUED if self.state == RUNNING and self.reason.startswith(QUEUED_PREFIX) else self.state
 
 
-def step_record(r: Any) -> StepRecord:
-    """A ``steps`` row (``sqlite3.Row``) as a record."""
+# The columns ``step_record`` reads, in its order: a plain tuple per row costs a third of a
+# ``sqlite3.Row`` read by name (a cached rerun of 10,000 steps reads them all a few times).
+STEP_COLUMNS = "run_id, step, state, variant, node, gpus, attempts, exit_code, started, ended, reason, not_before"
+
+
+def step_record(r: Sequence[Any]) -> StepRecord:
+    """A ``steps`` row selected as ``STEP_COLUMNS`` (a tuple: no row factory) as a record."""
+    gpus = r[5]
     return StepRecord(
-        run_id=r["run_id"],
-        step=r["step"],
-        state=r["state"],
-        variant=r["variant"],
-        node=r["node"],
-        gpus=() if r["gpus"] == "[]" else tuple(json.loads(r["gpus"])),  # most steps: no GPU, no parse
-        attempts=r["attempts"],
-        exit_code=r["exit_code"],
-        started=r["started"],
-        ended=r["ended"],
-        reason=r["reason"],
-        not_before=r["not_before"],
-    )
+        r[0], r[1], r[2], r[3], r[4], () if gpus == "[]" else tuple(json.loads(gpus)), *r[6:12]
+    )  # most steps: no GPU, no parse
 
 
 @dataclass(frozen=True)

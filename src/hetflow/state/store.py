@@ -38,6 +38,7 @@ from hetflow.state.guards.integrity import (
 )
 from hetflow.state.guards.private import create_private, make_private
 from hetflow.state.models import (
+    STEP_COLUMNS,
     STEP_TRANSITIONS,
     Event,
     RunRecord,
@@ -354,9 +355,13 @@ class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, Slowdo
 
     # --- steps ------------------------------------------------------------------------
 
-    def steps(self, run_id: str) -> list[StepRecord]:
-        rows = self._db.execute("SELECT * FROM steps WHERE run_id = ? ORDER BY ord", (run_id,)).fetchall()
-        return [step_record(r) for r in rows]
+    def steps(self, run_id: str, states: Sequence[str] = ()) -> list[StepRecord]:
+        """The run's steps in order; with ``states``, only those in one of them (filtered by SQLite)."""
+        only = f" AND state IN ({', '.join('?' * len(states))})" if states else ""
+        sql = f"SELECT {STEP_COLUMNS} FROM steps WHERE run_id = ?{only} ORDER BY ord"
+        cur = self._db.execute(sql, (run_id, *states))
+        cur.row_factory = None  # tuples: ``step_record`` reads by position
+        return [step_record(r) for r in cur.fetchall()]
 
     def progress_counts(self, run_id: str) -> tuple[int, int]:
         """(steps, succeeded steps) of the run: a cheap sign that something became ready."""
@@ -366,7 +371,9 @@ class Store(AttemptRows, Leases, Pages, DataRows, InputRows, PublishRows, Slowdo
         return int(row[0]), int(row[1])
 
     def step(self, run_id: str, step: str) -> StepRecord:
-        row = self._db.execute("SELECT * FROM steps WHERE run_id = ? AND step = ?", (run_id, step)).fetchone()
+        cur = self._db.execute(f"SELECT {STEP_COLUMNS} FROM steps WHERE run_id = ? AND step = ?", (run_id, step))
+        cur.row_factory = None
+        row = cur.fetchone()
         if row is None:
             raise StateError(f"run {run_id} has no step {step!r}")
         return step_record(row)

@@ -219,6 +219,12 @@ class ResultCache:
         self.store, self.root = store, root
         self.objects = root / "objects"
         self._objects = os.fspath(self.objects)
+        # Small objects verified by this process: sha -> (the file's identity then, its bytes),
+        # so that a rerun restoring one object for many steps reads and hashes it once; a
+        # later restore checks the identity (``_unchanged``) and writes the bytes it verified.
+        self._sound: dict[str, tuple[tuple[int, int, int, int], bytes]] = {}
+        self._sound_bytes = 0
+        self._manifests: dict[str, Any] = {}  # outputs_json -> its parsed manifest (read-only)
 
     def object_path(self, sha256: str) -> Path:
         return self.objects / sha256[:2] / sha256
@@ -284,7 +290,11 @@ class ResultCache:
         use itself (``Store.cache_steps``, many at once).  Paths are strings here: a cached
         rerun restores thousands of entries, and pathlib's objects cost more than the system
         calls."""
-        manifest = json.loads(entry.outputs_json)
+        manifest = self._manifests.get(entry.outputs_json)
+        if manifest is None:
+            manifest = json.loads(entry.outputs_json)
+            if len(self._manifests) < _KEPT_MANIFESTS:
+                self._manifests[entry.outputs_json] = manifest
         small: dict[str, bytes] = {}  # a small object's bytes, read once: verified, then written
         for out in manifest:
             for _rel, sha, size in out["files"]:
@@ -335,8 +345,17 @@ class ResultCache:
     def _verify(self, sha: str, size: int) -> tuple[bool, bytes | None]:
         """Whether the object is a file of ``size`` bytes whose sha256 is ``sha``; with its
         bytes when it is small (``SMALL``), so that placing it reads it no second time."""
+        path = self._object(sha)
+        known = self._sound.get(sha)
+        if known is not None and len(known[1]) == size:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return False, None
+            if stat.S_ISREG(st.st_mode) and _identity(st) == known[0]:
+                return True, known[1]  # the same file, untouched since its bytes were verified
         try:
-            fd = os.open(self._object(sha), os.O_RDONLY)
+            fd = os.open(path, os.O_RDONLY)
         except OSError:
             return False, None
         with os.fdopen(fd, "rb") as f:
@@ -345,7 +364,11 @@ class ResultCache:
                 return False, None
             if size <= SMALL:
                 data = os.read(fd, size + 1)  # one read: a regular file gives what it has
-                return len(data) == size and hashlib.sha256(data).hexdigest() == sha, data
+                sound = len(data) == size and hashlib.sha256(data).hexdigest() == sha
+                if sound and self._sound_bytes + size <= _KEPT_BYTES:
+                    self._sound[sha] = (_identity(st), data)
+                    self._sound_bytes += size
+                return sound, data
             h = hashlib.sha256()
             for chunk in iter(lambda: f.read(1 << 20), b""):
                 h.update(chunk)
@@ -406,6 +429,16 @@ def partial_copies(root: Path) -> list[tuple[Path, int]]:
             if m is not None:
                 found.append((p, int(m.group(2))))
     return found
+
+
+_KEPT_BYTES = 64 << 20  # small objects' verified bytes a process keeps (``ResultCache._sound``)
+_KEPT_MANIFESTS = 100_000
+
+
+def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
+    """What changes when a file is replaced, written or chmod-ed: inode, size, mtime, ctime
+    (the ctime no user can set back)."""
+    return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 
 def _sha256_file(path: Path) -> str:

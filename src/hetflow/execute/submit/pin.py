@@ -83,6 +83,8 @@ def pin_images(workflow: Workflow, node: Node, resolver: Resolver = default_reso
 def _with_images(step: Step, images: dict[str, str]) -> Step:
     """The step with each kept variant's image pinned and the other variants dropped."""
     if step.variants is None:
-        return step.model_copy(update={"image": images["default"]})
+        return step if images["default"] == step.image else step.model_copy(update={"image": images["default"]})
+    if images.keys() == step.variants.keys() and all(images[n] == v.image for n, v in step.variants.items()):
+        return step  # nothing pinned or dropped (a local image): the same step, its resolved variants kept
     variants = {n: v.model_copy(update={"image": images[n]}) for n, v in step.variants.items() if n in images}
     return step.model_copy(update={"variants": variants})

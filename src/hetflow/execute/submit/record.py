@@ -34,6 +34,8 @@ def preflight(
     missing: dict[str, list[tuple[str, int]]] = {}  # image -> (who, line), in file order
     for sname, step in loaded.workflow.steps.items():
         for vname, v in step.resolved_variants().items():
+            if seen.get(v.image):
+                continue  # the image is there: nothing to say, whether the variant fits or not
             if not check(v, total, where="this machine", now=False, labels=node.labels).ok:
                 continue
             if v.image not in seen:

@@ -68,8 +68,8 @@ def settle_launches(attempts: Attempts) -> None:
         return
     names: list[str] = []
     gangs: list[str] = []
-    for s in store.steps(run_id):
-        history = store.attempts(run_id, s.step) if s.state in (LAUNCHING, RUNNING) else []
+    for s in store.steps(run_id, (LAUNCHING, RUNNING)):
+        history = store.attempts(run_id, s.step)
         if history:
             c = history[-1].container
             n = attempts.wf.steps[s.step].replicas if s.step in attempts.wf.steps else 1
@@ -94,9 +94,7 @@ def reconcile(attempts: Attempts) -> None:
     store, run_id, wf = attempts.store, attempts.run_id, attempts.wf
     states = attempts.backend.poll(run_id)
     in_flight: set[str] = set()
-    for s in store.steps(run_id):
-        if s.state not in (LAUNCHING, RUNNING):
-            continue
+    for s in store.steps(run_id, (LAUNCHING, RUNNING)):
         history = store.attempts(run_id, s.step)
         if not history:
             store.set_step(run_id, s.step, state=WAITING, not_before=None)

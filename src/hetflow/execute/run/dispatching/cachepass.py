@@ -42,6 +42,7 @@ from hetflow.state import (
     SUCCEEDED,
     WAITING,
     CachedResult,
+    CacheEntry,
     InputsSeen,
     Note,
     OutputRecord,
@@ -80,6 +81,9 @@ class CachePass:
         self._image_ids: dict[str, str | None] = {}
         self._taken: dict[str, list[OutputRecord]] = {}  # outputs of the steps taken, not yet in the store
         self._pending: list[CachedResult] = []
+        # Entries found in this pass, by key: a fan-out's items share a few keys (one entry
+        # read per key, not per item); an entry found damaged is forgotten with the store's row.
+        self._found: dict[str, CacheEntry] = {}
 
     # --- keys ---------------------------------------------------------------------------
 
@@ -150,6 +154,7 @@ class CachePass:
         if not open_ or not self._changed():
             return 0  # every step looked up, taken or ended already: the store is not read
         steps = {s.step: s for s in self.store.steps(self.run_id)}
+        self._found.clear()  # what another process dropped since the last pass is not found again
         now = self.clock()
         taken = 0
         decided: dict[Shape, str | None] = {}
@@ -222,15 +227,17 @@ class CachePass:
         key = self.key(wf, name, vname)
         if key is None or self.cache is None:
             return None
-        entry = self.cache.lookup(key)
+        entry = self._found.get(key.digest) or self.cache.lookup(key)
         if entry is None:
             self._missed[name] = (vname, self.generation)
             return None
+        self._found[key.digest] = entry
         out = self.paths.step_out(name)
         if out.parent.joinpath(FENCE).exists():
             grant(out, NOBODY)  # the cache's result goes in: no attempt of the step may write it now
         records = self.cache.restore(entry, self.run_id, name, out, touch=False)
         if records is None:
+            self._found.pop(key.digest, None)
             self.attempts.emit(
                 Note(0, self.run_id, self.clock(), f"cache entry {key.digest[:12]} was damaged; running", name, "cache")
             )
@@ -254,6 +261,7 @@ class CachePass:
         (most are taken by the turn's ``run`` already; this is for the steps it leaves)."""
         if self.known_miss(name, vname):
             return False
+        self._found.clear()
         taken = self.take(wf, name, vname) is not None
         self.flush()
         return taken
