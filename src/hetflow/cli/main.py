@@ -52,8 +52,6 @@ def main(argv: list[str] | None = None) -> None:
         sys.stdout.write("\n".join(names))
         return
     with importing():
-        from rich.markup import escape
-
         from hetflow.cli.common import err, print_problems
         from hetflow.cli.shell import completion_words
 
@@ -71,6 +69,8 @@ def main(argv: list[str] | None = None) -> None:
         print_problems(exc.problems)
         sys.exit(exc.exit_code)
     except HetflowError as exc:
+        from rich.markup import escape
+
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
@@ -78,6 +78,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # the last guard: a user never sees a traceback
         if os.environ.get("HETFLOW_DEBUG"):
             raise
+        from rich.markup import escape
+
         err.print(
             f"[red]internal error:[/] {escape(type(exc).__name__)}: {escape(str(exc)[:300])} "
             "(a bug in hetflow: please report it; HETFLOW_DEBUG=1 shows the traceback)",
