@@ -19,6 +19,7 @@ from hetflow.cli.commands import BAD_INPUT, COMMANDS, OWN_COMMANDS, VERSION_FLAG
 from hetflow.config import check_environment
 from hetflow.errors import HetflowError, SpecError, UsageError
 from hetflow.lazy import importing
+from hetflow.probecache import PydanticPluginTable
 
 __all__ = ["BAD_INPUT", "COMMANDS", "INTERNAL", "OWN_COMMANDS", "VERSION_FLAGS", "first_word_completion", "main"]
 INTERNAL = 70  # EX_SOFTWARE (sysexits.h): a bug in hetflow, never the user's input
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> None:
         from hetflow.cli.common import err, print_problems
         from hetflow.cli.shell import completion_words
 
+    PydanticPluginTable.install()
     try:
         if any("\x00" in a for a in args):
             raise UsageError("an argument holds a NUL byte; remove it")
