@@ -83,8 +83,10 @@ CASES: list[tuple[str, list[str], dict[str, str], tuple[str, ...], tuple[int, ..
     ("trace", ["trace", RUN], {}, HEAVY, (0,)),
     ("cache-ls", ["cache", "ls"], {}, HEAVY, (0,)),
     ("tab-first-word", [], tab("hetflow "), (*HEAVY, "typer", "rich", "hetflow.state", "hetflow.execute"), (0,)),
-    ("tab-run-ids", [], tab("hetflow logs r"), HEAVY, (0,)),
-    ("tab-steps", [], tab(f"hetflow logs {RUN} "), HEAVY, (0,)),
+    # a TAB prints no rich text (the consoles are made on first use); an option's name needs no store
+    ("tab-run-ids", [], tab("hetflow logs r"), (*HEAVY, "rich"), (0,)),
+    ("tab-steps", [], tab(f"hetflow logs {RUN} "), (*HEAVY, "rich"), (0,)),
+    ("tab-run-options", [], tab("hetflow run --"), (*HEAVY, "rich", "hetflow.state"), (0,)),
     ("nodes", ["nodes"], {}, NODES, (0,)),
     ("validate", ["validate", "WORKFLOW"], {}, VALIDATE, (0, 2)),
     ("plan", ["plan", "WORKFLOW"], {}, NEVER, (0, 2)),

@@ -3,14 +3,19 @@ objective, its limits and its GPU policy."""
 
 from __future__ import annotations
 
+from unittest import mock
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hetflow.errors import HetflowError, NoFitError
 from hetflow.plan.checking.validate import check_plan
-from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Rejection, Task
+from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Plan, Rejection, Task
+from hetflow.plan.search import heuristic
+from hetflow.plan.search.compiled import Compiled
 from hetflow.plan.search.heuristic import heft, plan_heuristic
+from hetflow.plan.search.ranks import lower_bounds
 from tests.unit.test_planner_builders import instances, random_layered
 
 GIB = 1024**3
@@ -223,3 +228,35 @@ def test_a_cycle_is_an_error() -> None:
 def test_empty_instance() -> None:
     plan = plan_heuristic(Instance((), (), (CPU_NODE,)))
     assert (plan.placements, plan.makespan, plan.cost) == ({}, 0.0, 0.0)
+
+
+# --- a first plan at its lower bounds ---------------------------------------------------------
+
+
+def _full_search(inst: Instance, **kw: object) -> Plan:
+    """``plan_heuristic`` with the lower-bound shortcut off (bounds no plan can meet)."""
+    with mock.patch.object(heuristic, "lower_bounds", lambda _problem: (-1.0, -1.0)):
+        return plan_heuristic(inst, **kw)  # type: ignore[arg-type]
+
+
+@FAST
+@given(inst=instances(), seed=st.integers(0, 3), objective=st.sampled_from(["makespan", "cost"]))
+def test_lower_bounds_bound_and_the_shortcut_returns_the_full_searchs_plan(
+    inst: Instance, seed: int, objective: str
+) -> None:
+    least_makespan, least_cost = lower_bounds(Compiled(inst))
+    plan = plan_heuristic(inst, seed=seed, objective=objective)
+    assert plan.makespan >= least_makespan - 1e-9 and plan.cost >= least_cost - 1e-9
+    assert plan == _full_search(inst, seed=seed, objective=objective)
+
+
+def test_a_chain_on_one_machine_skips_the_search() -> None:
+    """Every pass places a chain the same way: the first plan is at both bounds, the same
+    plan the search would return, found without it."""
+    tasks = tuple(Task(f"s{i}", (Option("default", "cpu", 1.0 + i / 10, 1, GIB),)) for i in range(20))
+    edges = tuple(Edge(f"s{i}", f"s{i + 1}", 0.0) for i in range(19))
+    inst = Instance(tasks, edges, (CPU_NODE,))
+    with mock.patch.object(heuristic.Search, "portfolio", side_effect=AssertionError("searched")):
+        plan = plan_heuristic(inst)
+    assert plan == _full_search(inst)
+    assert plan.makespan == pytest.approx(sum(1.0 + i / 10 for i in range(20)))

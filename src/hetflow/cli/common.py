@@ -1,4 +1,8 @@
-"""What the commands share: consoles, the store, parsing -p, printing problems."""
+"""What the commands share: consoles, the store, parsing -p, printing problems.
+
+The consoles are made on first use (``LazyConsole``), and the store's module imported when it
+is opened: a shell's TAB, answered by typer from the command tree, imports neither rich nor
+the store (``hetflow logs RUN <TAB>`` only the store)."""
 
 from __future__ import annotations
 
@@ -7,24 +11,42 @@ import os
 import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-from rich.console import Console
-from rich.markup import escape
+from typing import TYPE_CHECKING, Any, cast
 
 from hetflow.config import hetflow_home
 from hetflow.errors import Problem, UsageError
-from hetflow.state import Store
 
 if TYPE_CHECKING:
-    from hetflow.spec import Origin, Workflow
+    from rich.console import Console
 
-# Off a terminal rich would wrap tables at 80 columns; logs and pipes read better unwrapped.
-console = Console(width=None if sys.stdout.isatty() else 200)
-err = Console(stderr=True, width=None if sys.stderr.isatty() else 200)
+    from hetflow.spec import Origin, Workflow
+    from hetflow.state import Store
+
+
+class LazyConsole:
+    """A rich ``Console`` made at its first use (rich's import is a fifth of a TAB's time)."""
+
+    def __init__(self, *, stderr: bool) -> None:
+        self._stderr = stderr
+        self._console: Console | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            # Off a terminal rich would wrap tables at 80 columns; logs and pipes read better unwrapped.
+            tty = (sys.stderr if self._stderr else sys.stdout).isatty()
+            self._console = Console(stderr=self._stderr, width=None if tty else 200)
+        return getattr(self._console, name)
+
+
+console = cast("Console", LazyConsole(stderr=False))
+err = cast("Console", LazyConsole(stderr=True))
 
 
 def open_store() -> Store:
+    from hetflow.state import Store
+
     return Store(hetflow_home() / "state.db")
 
 
@@ -62,6 +84,8 @@ MAX_NOTES = 20  # every error is printed; of the notes (a big fan-out repeats on
 
 
 def print_problems(problems: Iterable[Problem]) -> None:
+    from rich.markup import escape
+
     notes = 0
     for p in problems:
         if p.severity != "error":

@@ -18,6 +18,8 @@ from typing import Any
 from hetflow.cli.commands import BAD_INPUT, COMMANDS, OWN_COMMANDS, VERSION_FLAGS
 from hetflow.config import check_environment
 from hetflow.errors import HetflowError, SpecError, UsageError
+from hetflow.lazy import importing
+from hetflow.probecache import PydanticPluginTable
 
 __all__ = ["BAD_INPUT", "COMMANDS", "INTERNAL", "OWN_COMMANDS", "VERSION_FLAGS", "first_word_completion", "main"]
 INTERNAL = 70  # EX_SOFTWARE (sysexits.h): a bug in hetflow, never the user's input
@@ -50,24 +52,27 @@ def main(argv: list[str] | None = None) -> None:
     if names is not None:
         sys.stdout.write("\n".join(names))
         return
-    from rich.markup import escape
+    with importing():
+        from hetflow.cli.common import err, print_problems
+        from hetflow.cli.shell import completion_words
 
-    from hetflow.cli.common import err, print_problems
-    from hetflow.cli.shell import completion_words
-
+    PydanticPluginTable.install()
     try:
         if any("\x00" in a for a in args):
             raise UsageError("an argument holds a NUL byte; remove it")
         check_environment()
         words = completion_words(os.environ)  # a shell asking for completions, which names no command in args
-        from hetflow.cli.app import app, register_commands
+        with importing():  # typer, rich, the store and the command's module
+            from hetflow.cli.app import app, register_commands
 
-        register_commands(args if words is None else words)
+            register_commands(args if words is None else words)
         app(args=args, prog_name="hetflow")
     except SpecError as exc:
         print_problems(exc.problems)
         sys.exit(exc.exit_code)
     except HetflowError as exc:
+        from rich.markup import escape
+
         err.print(f"[red]error:[/] {escape(str(exc))}", highlight=False)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
@@ -75,6 +80,8 @@ def main(argv: list[str] | None = None) -> None:
     except Exception as exc:  # the last guard: a user never sees a traceback
         if os.environ.get("HETFLOW_DEBUG"):
             raise
+        from rich.markup import escape
+
         err.print(
             f"[red]internal error:[/] {escape(type(exc).__name__)}: {escape(str(exc)[:300])} "
             "(a bug in hetflow: please report it; HETFLOW_DEBUG=1 shows the traceback)",

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
-from rich.console import Console
 
 from hetflow.cli.common import (
     PARAMS_FILE_HELP,
@@ -28,24 +27,14 @@ from hetflow.cli.shell import complete_runs
 from hetflow.config import hetflow_home, submitter
 from hetflow.errors import UsageError
 from hetflow.execute import backend_help, backend_plugins
-from hetflow.report import (
-    item_labels,
-    params_json,
-    params_table,
-    ps_table,
-    run_json,
-    run_state_text,
-    step_items,
-    steps_table,
-    user_text,
-    versions_text,
-)
-from hetflow.state import DATA_CHANGED, RUN_RUNNING, RUN_SUCCEEDED, RUN_TERMINAL, Store, executor_gone
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from hetflow.execute import Ended, OpenRun, Settings
     from hetflow.inventory import Node
     from hetflow.spec import LoadedWorkflow
+    from hetflow.state import Store
 
 # The execute stage, the hardware probes and the loader are imported where a command needs
 # them: `hetflow ps`, `show` and `logs` read the store only and should answer at once.
@@ -174,6 +163,7 @@ def resume(
     for the steps that run again)."""
     from hetflow.execute import edited_since, load_recorded, rehash_for_resume, resume_run
     from hetflow.inventory import discover
+    from hetflow.state import RUN_SUCCEEDED
 
     seconds = grace_option(grace)
     secrets_file_option(secrets_file)
@@ -291,7 +281,7 @@ def _execute(opened: OpenRun, *, quiet: bool, out: Console, grace: int | None) -
     """Drive the run; SIGINT or SIGTERM stops it (``drive``) and the command exits as a
     shell's does, 128 + the signal's number."""
     from hetflow.execute import drive
-    from hetflow.report import make_reporter  # rich's live display: only a run draws it
+    from hetflow.report import make_reporter, step_items  # make_reporter: rich's live display, only a run draws it
 
     reporter = make_reporter(out, quiet, items=lambda rid: step_items(opened.store.expansions(rid)))
     ended = drive(opened, reporter, _say, banner=not quiet, grace=grace)
@@ -301,6 +291,9 @@ def _execute(opened: OpenRun, *, quiet: bool, out: Console, grace: int | None) -
 
 
 def _summary(store: Store, run_id: str, out: Console) -> None:
+    from hetflow.report import item_labels, steps_table
+    from hetflow.state import RUN_SUCCEEDED
+
     record = store.run(run_id)
     steps = store.steps(run_id)
     out.print(steps_table(steps, items=item_labels(store.expansions(run_id)) or None))
@@ -317,11 +310,15 @@ def _summary(store: Store, run_id: str, out: Console) -> None:
 
 def _data_notes(store: Store, run_id: str) -> list[str]:
     """What the run found changed in its data while it ran (``execute.data.watch``)."""
+    from hetflow.state import DATA_CHANGED
+
     return [e.message for e in store.events(run_id) if e.kind == DATA_CHANGED]
 
 
 def execute_detached(run_id: str) -> None:
     """(internal) The executor of a detached run."""
+    from rich.console import Console
+
     from hetflow.execute import grace_from_env, open_run
     from hetflow.inventory import discover
 
@@ -337,6 +334,9 @@ def ps(
     json_out: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """List runs (running ones; --all for every run)."""
+    from hetflow.report import ps_table, run_json
+    from hetflow.state import executor_gone
+
     store = open_store()
     records = store.runs(include_ended=all_runs)
     rows = [(r, store.steps(r.id)) for r in records]
@@ -356,6 +356,18 @@ def show(
 ) -> None:
     """Every step of a run: state, variant, node, GPUs, attempts, exit code, times, why."""
     from hetflow.execute import DISCARDED_WORDS, kept_checkpoints
+    from hetflow.report import (
+        item_labels,
+        params_json,
+        params_table,
+        run_json,
+        run_state_text,
+        step_items,
+        steps_table,
+        user_text,
+        versions_text,
+    )  # fmt: skip
+    from hetflow.state import executor_gone
 
     store = open_store()
     rid = store.resolve_run_id(run_id)
@@ -416,6 +428,7 @@ def stop(
 ) -> None:
     """Stop a run: end its executor, stop its containers (SIGTERM, SIGKILL after the grace), mark it stopped."""
     from hetflow.execute import Settings, make_backend, parse_grace, stop_run
+    from hetflow.state import RUN_RUNNING, RUN_TERMINAL
 
     seconds = parse_grace(grace) if grace is not None else None
     store = open_store()

@@ -48,6 +48,7 @@ from hetflow.plan.search.ranks import (
     critical_path,
     downward_rank,
     latest_finish,
+    lower_bounds,
     mean_runtime,
     optimistic_cost,
     rounded,
@@ -119,8 +120,12 @@ def plan_heuristic(
         problem = Compiled(instance)
         goal = Goal(objective, deadline, budget)
         search = Search(problem, goal, seed, gpu_policy == "avoid", effort, saga=tie_break == "saga")
-        search.portfolio()
-        search.local_search()
+        # a first plan at both lower bounds has the least key there is: as ``offer`` keeps a plan
+        # only if strictly better, the portfolio and the local search would return it unchanged
+        least_makespan, least_cost = lower_bounds(problem)
+        if _tidy(search.best.makespan) > _tidy(least_makespan) or _tidy(search.best.cost) > _tidy(least_cost):
+            search.portfolio()
+            search.local_search()
         plan = to_plan(problem, search.best, algorithm="heuristic", objective=objective)
     return _with_notes(plan, goal)
 

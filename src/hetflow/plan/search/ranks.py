@@ -16,6 +16,14 @@ def topological(problem: Compiled) -> list[int]:
     return problem.order()
 
 
+def lower_bounds(problem: Compiled) -> tuple[float, float]:
+    """No schedule's makespan is below the longest chain of the tasks' fastest options with no
+    transfer time (every start is at 0 or after its parents' finish), nor its cost below the
+    sum of their cheapest options."""
+    fastest = [min(ch.runtime for ch in chs) for chs in problem.choices]
+    return max(upward_rank(problem, fastest, comm_scale=0.0), default=0.0), sum(problem.min_cost)
+
+
 def mean_runtime(problem: Compiled) -> list[float]:
     return [sum(ch.runtime for ch in chs) / len(chs) for chs in problem.choices]
 
