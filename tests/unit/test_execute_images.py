@@ -84,3 +84,27 @@ def test_missing_local_image_is_left_for_preflight(tmp_path: Path) -> None:
 """)
     pin = pin_images(parse_workflow(text, "w.yaml").workflow, NODE, resolver)
     assert pin.workflow.steps["s"].image == "localhost/not/built:1" and pin.pulls == []
+
+
+def test_a_step_nothing_is_pinned_in_stays_the_same_step_and_a_pinned_one_changes() -> None:
+    text = wf("""  local:
+    image: localhost/not/built:1
+  two:
+    variants:
+      a: {image: localhost/not/built:1}
+      b: {image: localhost/not/built:2}
+  remote:
+    variants:
+      a: {image: localhost/not/built:1}
+      b: {image: "reg.test:5000/app:latest"}
+""")
+    loaded = parse_workflow(text, "w.yaml").workflow
+    pin = pin_images(loaded, NODE, resolver)
+    assert pin.workflow.steps["local"] is loaded.steps["local"]
+    assert pin.workflow.steps["two"] is loaded.steps["two"]
+    remote = pin.workflow.steps["remote"]
+    assert remote is not loaded.steps["remote"]
+    assert {n: v.image for n, v in remote.resolved_variants().items()} == {
+        "a": "localhost/not/built:1",
+        "b": f"reg.test:5000/app@{DIGEST}",
+    }

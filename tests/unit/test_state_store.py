@@ -131,6 +131,22 @@ def test_set_step_round_trips_every_field_and_records_the_event(store: Store) ->
     assert [(e.kind, e.step, e.message) for e in store.events("r1")][-1] == (LAUNCHING, "a", "attempt 1")
 
 
+def test_steps_in_some_states_are_those_alone_in_file_order(store: Store) -> None:
+    new_run(store, steps=("a", "b", "c", "d"))
+    store.set_step("r1", "d", state=LAUNCHING, gpus=[1], attempts=1)
+    store.set_step("r1", "b", state=LAUNCHING, attempts=1)
+    store.set_step("r1", "b", state=RUNNING)
+
+    assert store.steps("r1", (LAUNCHING, RUNNING)) == [store.step("r1", "b"), store.step("r1", "d")]
+    assert [(s.step, s.state, s.gpus) for s in store.steps("r1", (LAUNCHING, RUNNING))] == [
+        ("b", RUNNING, ()),
+        ("d", LAUNCHING, (1,)),
+    ]
+    assert [s.step for s in store.steps("r1", (PENDING,))] == ["a", "c"]
+    assert store.steps("r1", (SUCCEEDED,)) == []
+    assert [s.step for s in store.steps("r1")] == ["a", "b", "c", "d"]
+
+
 def test_attempts_round_trip_and_set_attempt_updates_one(store: Store) -> None:
     new_run(store)
     store.add_attempt(attempt(n=1))

@@ -35,6 +35,7 @@ import os
 import re
 import shutil
 import stat
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -365,7 +366,7 @@ class ResultCache:
             if size <= SMALL:
                 data = os.read(fd, size + 1)  # one read: a regular file gives what it has
                 sound = len(data) == size and hashlib.sha256(data).hexdigest() == sha
-                if sound and self._sound_bytes + size <= _KEPT_BYTES:
+                if sound and self._sound_bytes + size <= _KEPT_BYTES and st.st_ctime_ns < _now_ns() - _RACY_NS:
                     self._sound[sha] = (_identity(st), data)
                     self._sound_bytes += size
                 return sound, data
@@ -431,13 +432,15 @@ def partial_copies(root: Path) -> list[tuple[Path, int]]:
     return found
 
 
-_KEPT_BYTES = 64 << 20  # small objects' verified bytes a process keeps (``ResultCache._sound``)
-_KEPT_MANIFESTS = 100_000
+_KEPT_BYTES, _KEPT_MANIFESTS = 64 << 20, 100_000  # verified small objects' bytes, manifests a process keeps
+# An object changed within a timestamp tick of its verification can keep its ctime (git's
+# "racily clean" files): one changed this recently is verified again each time.
+_RACY_NS = 2_000_000_000
+_now_ns = time.time_ns
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:
-    """What changes when a file is replaced, written or chmod-ed: inode, size, mtime, ctime
-    (the ctime no user can set back)."""
+    """What changes when a file is replaced, written or chmod-ed (no user sets a ctime back)."""
     return st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns
 
 

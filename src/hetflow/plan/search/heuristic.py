@@ -246,21 +246,25 @@ class Search:
             rules += [(rule, self.rank) for rule in self.budget_rules()]
             if goal.objective != "cost":
                 rules.append((Rule("cheapest", avoid), self.rank))
-        rules += [(Rule("eft", avoid), r) for r in ranks[1:]]
-        table = optimistic_cost(problem)
-        oct_rank = [sum(row[ch.cls] for ch in chs) / len(chs) for row, chs in zip(table, problem.choices, strict=True)]
-        rules.append((Rule("peft", avoid, optimistic=tuple(table)), rounded(oct_rank)))
-        rules.append((Rule("peft", avoid, optimistic=tuple(table)), self.rank))
-        if problem.n * problem.m <= _LOOKAHEAD_LIMIT:
-            rules += [(Rule("lookahead", avoid), r) for r in ranks[:2]]
+        self.run_rules([*rules, *((Rule("eft", avoid), r) for r in ranks[1:])])
+        if self.left >= _PASS_UNITS:  # PEFT's table (a pass's worth of work) only for a pass that runs
+            table = optimistic_cost(problem)
+            oct_rank = [sum(r[ch.cls] for ch in chs) / len(chs) for r, chs in zip(table, problem.choices, strict=True)]
+            rules = [(Rule("peft", avoid, optimistic=tuple(table)), p) for p in (rounded(oct_rank), self.rank)]
+            if problem.n * problem.m <= _LOOKAHEAD_LIMIT:
+                rules += [(Rule("lookahead", avoid), r) for r in ranks[:2]]
+            self.run_rules(rules)
+        # Three quarters of what is left: passes whose priorities are nudged; the local search
+        # gets the rest.
+        self.nudged(3 * self.left // (4 * _PASS_UNITS))
+
+    def run_rules(self, rules: list[tuple[Rule, list[float]]]) -> None:
+        """A pass per rule, in order, each that the effort left affords; the best rule kept."""
         for rule, priority in rules:
             if self.left < (_LOOKAHEAD_UNITS if rule.kind == "lookahead" else _PASS_UNITS):
                 continue
             if self.offer(self.run_pass(rule, priority)):
                 self.best_rule = rule
-        # Three quarters of what is left: passes whose priorities are nudged; the local search
-        # gets the rest.
-        self.nudged(3 * self.left // (4 * _PASS_UNITS))
 
     def nudged(self, passes: int) -> None:
         """Passes with the best pass's rule and priorities nudged, in turn at random (by up to
