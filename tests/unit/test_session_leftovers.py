@@ -4,6 +4,7 @@ fails the session, named, and is ended; what runs beside it is never counted."""
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import sqlite3
 import subprocess
@@ -67,12 +68,14 @@ LEAKS = """
 import subprocess
 
 def test_leaks_a_daemon():
-    subprocess.Popen(["sleep", "1234"], start_new_session=True)  # detached, never ended
+    subprocess.Popen(["sleep", "{seconds}"], start_new_session=True)  # detached, never ended
 """
 
 
 def test_a_session_that_leaves_a_process_running_fails_naming_it_and_ends_it(tmp_path: Path) -> None:
-    (tmp_path / "test_leak.py").write_text(LEAKS)
+    # its own length of sleep: another session's leak (a run killed mid-test) is not this one's
+    seconds = f"1234.{secrets.randbelow(10**6):06d}"
+    (tmp_path / "test_leak.py").write_text(LEAKS.format(seconds=seconds))
     proc = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "tests.leftovers", "-p", "no:cacheprovider", "--rootdir",
          str(tmp_path), "-c", os.devnull, str(tmp_path / "test_leak.py")],
@@ -81,9 +84,9 @@ def test_a_session_that_leaves_a_process_running_fails_naming_it_and_ends_it(tmp
     )  # fmt: skip
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0, out
-    assert "the test session left these running" in out and "sleep 1234" in out, out
+    assert "the test session left these running" in out and f"sleep {seconds}" in out, out
     assert "they were ended once named" in out
-    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep 1234"]
+    assert not [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == f"sleep {seconds}"]
 
 
 def _cmdline(p: Path) -> str:
