@@ -4,12 +4,17 @@ mknod: these tests prove isolation, not GPU computation), the real CLI in subpro
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from demo.images import build_mpi_image, build_tiny_image
 
 from tests.integration.hfkit import BUSYBOX, HOSTILE, Hetflow
+
+if TYPE_CHECKING:
+    from tests.integration.ray_fixture import RayCluster
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +32,15 @@ def hostile() -> str:
 def mpi_image() -> str:
     """The gang examples' image (Open MPI, mpi4py, sshd, examples/gang/app), built once."""
     return build_mpi_image(Path(__file__).resolve().parents[2] / "examples", log=lambda _: None)
+
+
+@pytest.fixture(scope="session")
+def ray_main_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
+    """The Ray cluster that the modules of ``ray_fixture.ray_cluster`` share, one per test
+    process; Ray is imported only by the processes that run one of them."""
+    from tests.integration.ray_fixture import main_cluster
+
+    yield from main_cluster(tmp_path_factory)
 
 
 @pytest.fixture
