@@ -14,7 +14,7 @@ from demo.images import build_mpi_image, build_tiny_image
 from tests.integration.hfkit import BUSYBOX, HOSTILE, Hetflow
 
 if TYPE_CHECKING:
-    from tests.integration.ray_fixture import RayCluster
+    from tests.integration.ray_fixture import SharedCluster
 
 
 @pytest.fixture(scope="session")
@@ -34,13 +34,31 @@ def mpi_image() -> str:
     return build_mpi_image(Path(__file__).resolve().parents[2] / "examples", log=lambda _: None)
 
 
-@pytest.fixture(scope="session")
-def ray_main_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    """The Ray cluster that the modules of ``ray_fixture.ray_cluster`` share, one per test
-    process; Ray is imported only by the processes that run one of them."""
-    from tests.integration.ray_fixture import main_cluster
+_RAY_SHARED: list[SharedCluster] = []  # this process's shared Ray cluster, if a module asked for one
 
-    yield from main_cluster(tmp_path_factory)
+
+@pytest.fixture(scope="session")
+def ray_main_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedCluster]:
+    """The Ray cluster that the modules of ``ray_fixture.ray_cluster`` share (``SharedCluster``);
+    Ray is imported only by the processes that run one of them."""
+    from tests.integration.ray_fixture import SharedCluster
+
+    shared = SharedCluster(tmp_path_factory)
+    _RAY_SHARED.append(shared)
+    try:
+        yield shared
+    finally:
+        _RAY_SHARED.remove(shared)
+        shared.close()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A module that does not use the shared Ray cluster (its module does not import
+    ``ray_cluster``) shuts it down before its first test."""
+    if _RAY_SHARED and not hasattr(getattr(item, "module", None), "ray_cluster"):
+        for shared in _RAY_SHARED:
+            shared.close()
 
 
 @pytest.fixture

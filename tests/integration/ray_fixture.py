@@ -25,13 +25,15 @@ To Ray a GPU is a number; the device nodes are mknod'd fakes (make_fake_gpus), o
 per node (``DEVS/{node}``), so a container gets real character devices and these tests
 prove isolation, not GPU computation.
 
-Starting a cluster takes 10-25 s on a loaded machine, so ``ray_cluster``'s is started once per
-test process (``ray_main_cluster``, session scope: under ``--dist loadfile`` once per xdist
-worker that gets one of its modules) and shared by the modules that use it; each such module
-connects this process's one Ray driver to it (``connect``) and at its end ends the run actors
-it left (``end_run_actors``: their placement groups and tasks go with them), so the next module
-finds the cluster as a new one.  The gang and accelerator layouts, and test_faults_ray's
-cluster (its tests add and remove nodes), stay one per module.  No node starts the dashboard
+Starting a cluster takes 10-25 s on a loaded machine, so ``ray_cluster``'s is shared by the
+modules that use it one after another in a test process (``SharedCluster``; ``pytest
+tests/integration/test_*ray*.py`` starts it once): each such module connects this process's one
+Ray driver to it (``connect``) and at its end ends the run actors it left (``end_run_actors``:
+their placement groups and tasks go with them), so the next module finds it as a new one.  A
+module that does not use it shuts it down first (under ``--dist loadfile`` an xdist worker's
+next file is rarely another Ray one, and an idle cluster would go on costing CPU).  The gang
+and accelerator layouts, and test_faults_ray's cluster (its tests add and remove nodes), stay
+one per module.  No node starts the dashboard
 or a log monitor: nothing here reads them (drivers connect with ``log_to_driver=False``), and
 they were ~40% of a cluster's start.
 """
@@ -116,19 +118,36 @@ def _node_args(
     return args
 
 
-def main_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    """``NODES``: conftest's session fixture ``ray_main_cluster`` (one per test process: a session
-    fixture imported into several modules would be started once per module)."""
-    yield from _cluster(tmp_path_factory, NODES)
+class SharedCluster:
+    """``NODES``, started when a module asks for it and kept for the next one of this test
+    process; closed (``close``) when a module that does not use it comes, or at the session's
+    end (conftest's session fixture ``ray_main_cluster`` holds it and its hook closes it)."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.factory = tmp_path_factory
+        self._running: Generator[RayCluster, None, None] | None = None
+        self.cluster: RayCluster | None = None
+
+    def get(self) -> RayCluster:
+        if self.cluster is None:
+            self._running = _cluster(self.factory, NODES)
+            self.cluster = next(self._running)
+        return self.cluster
+
+    def close(self) -> None:
+        running, self._running, self.cluster = self._running, None, None
+        if running is not None:
+            running.close()  # _cluster's finally: the driver, then the cluster
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(ray_main_cluster: RayCluster) -> Iterator[RayCluster]:
+def ray_cluster(ray_main_cluster: SharedCluster) -> Iterator[RayCluster]:
     """The process's ``NODES`` cluster, this module's driver connected to it; the run actors
     the module left are ended with it."""
-    connect(ray_main_cluster.address)
+    cluster = ray_main_cluster.get()
+    connect(cluster.address)
     try:
-        yield ray_main_cluster
+        yield cluster
     finally:
         end_run_actors()
 
