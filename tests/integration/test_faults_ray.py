@@ -69,6 +69,7 @@ def test_a_step_whose_worker_node_is_removed_ends_as_a_node_fault_and_runs_again
         assert time.time() < deadline, st
         time.sleep(0.2)
     assert st.node == "fault-w1"
+    running(first)
     spare = c.add_node(**_node_args(*SPARE, head=False))  # where the next attempt can go
     c.wait_for_nodes()
     try:
@@ -85,6 +86,18 @@ def test_a_step_whose_worker_node_is_removed_ends_as_a_node_fault_and_runs_again
         # the lost attempt's container, which outlived its Ray worker on this one machine
         remove_lost(first)
     assert not (tmp_path / "1" / "o").exists()
+
+
+def running(name: str) -> None:
+    """Wait until the job's container runs (Ray says RUNNING as the task starts, before podman):
+    a node removed while its podman run was still creating the container killed podman run
+    there and left the container's ``runc init`` waiting for a start that never came, which
+    ``podman rm -f`` could not remove (seen on a loaded machine)."""
+    filt = f"name=^{name}$"
+    deadline = time.time() + 240
+    while not podman_names("ps", "--filter", filt, "--format", "{{.Names}}"):
+        assert time.time() < deadline, f"{name}'s container never ran"
+        time.sleep(0.2)
 
 
 PINNED = (("fault-p1", 2, 0, None, None, "fault-p"), ("fault-p2", 2, 0, None, None, "fault-p"))
@@ -122,6 +135,7 @@ def test_a_retry_after_its_pinned_node_died_runs_on_the_other_node(
     first = f"hf-{run_id}-s-1"
     backend = RayBackend(RaySettings(address=c.address, stop_timeout=2))
     hf.wait_for(lambda: (st := backend.poll(run_id).get(first)) is not None and st.status == "RUNNING", timeout=120)
+    running(first)
     lost = backend.poll(run_id)[first].node
     assert lost in ("fault-p1", "fault-p2")
     other = ({"fault-p1", "fault-p2"} - {lost}).pop()
