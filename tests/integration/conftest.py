@@ -4,12 +4,17 @@ mknod: these tests prove isolation, not GPU computation), the real CLI in subpro
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from demo.images import build_mpi_image, build_tiny_image
 
 from tests.integration.hfkit import BUSYBOX, HOSTILE, Hetflow
+
+if TYPE_CHECKING:
+    from tests.integration.ray_fixture import SharedCluster
 
 
 @pytest.fixture(scope="session")
@@ -27,6 +32,33 @@ def hostile() -> str:
 def mpi_image() -> str:
     """The gang examples' image (Open MPI, mpi4py, sshd, examples/gang/app), built once."""
     return build_mpi_image(Path(__file__).resolve().parents[2] / "examples", log=lambda _: None)
+
+
+_RAY_SHARED: list[SharedCluster] = []  # this process's shared Ray cluster, if a module asked for one
+
+
+@pytest.fixture(scope="session")
+def ray_main_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SharedCluster]:
+    """The Ray cluster that the modules of ``ray_fixture.ray_cluster`` share (``SharedCluster``);
+    Ray is imported only by the processes that run one of them."""
+    from tests.integration.ray_fixture import SharedCluster
+
+    shared = SharedCluster(tmp_path_factory)
+    _RAY_SHARED.append(shared)
+    try:
+        yield shared
+    finally:
+        _RAY_SHARED.remove(shared)
+        shared.close()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A module that does not use the shared Ray cluster (its module does not import
+    ``ray_cluster``) shuts it down before its first test."""
+    if _RAY_SHARED and not hasattr(getattr(item, "module", None), "ray_cluster"):
+        for shared in _RAY_SHARED:
+            shared.close()
 
 
 @pytest.fixture

@@ -23,12 +23,25 @@ several nodes of ONE type (the planner places a gang on one node type):
 
 To Ray a GPU is a number; the device nodes are mknod'd fakes (make_fake_gpus), one folder
 per node (``DEVS/{node}``), so a container gets real character devices and these tests
-prove isolation, not GPU computation.  Starting Ray takes seconds: one cluster per module.
+prove isolation, not GPU computation.
+
+Starting a cluster takes 10-25 s on a loaded machine, so ``ray_cluster``'s is shared by the
+modules that use it one after another in a test process (``SharedCluster``; ``pytest
+tests/integration/test_*ray*.py`` starts it once): each such module connects this process's one
+Ray driver to it (``connect``) and at its end ends the run actors it left (``end_run_actors``:
+their placement groups and tasks go with them), so the next module finds it as a new one.  A
+module that does not use it shuts it down first (under ``--dist loadfile`` an xdist worker's
+next file is rarely another Ray one, and an idle cluster would go on costing CPU).  The gang
+and accelerator layouts, and test_faults_ray's cluster (its tests add and remove nodes), stay
+one per module.  No node starts the dashboard
+or a log monitor: nothing here reads them (drivers connect with ``log_to_driver=False``), and
+they were ~40% of a cluster's start.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import contextlib
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,12 +51,15 @@ import ray
 from demo.images import build_tiny_image
 from demo.slurm.cluster import FakeNode, make_drm_gpus
 from ray.cluster_utils import Cluster
+from ray.exceptions import RayError
 
 from hetflow.execute.backends.ray import NODE_LABEL, NODE_RESOURCE, NODE_TYPE_RESOURCE, RaySettings
+from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.devices.migtable import MigInstance, mig_instances
 from hetflow.inventory.fakes.gpus import make_fake_gpus
+from hetflow.state import Store
 from tests.contract.backend_contract import BUSYBOX
-from tests.integration.hfkit import free_port
+from tests.integration.hfkit import Hetflow, free_port
 
 # (name, CPUs, fake GPUs, GPU model for make_fake_gpus, Ray accelerator type, node type)
 NODES = (
@@ -67,6 +83,9 @@ EXTRA_RESOURCES = {"acc-a100": {"mig-1g.10gb": 2.0}, "acc-amd": {"gpu_vendor:amd
 # mode with the two 1g.10gb instances it declares (their nvidia-caps nodes; to Ray still 1 GPU)
 FAKE_SPECS = {"acc-a100": "a100-80g:1:mig=1g.10gb+1g.10gb"}
 Node = tuple[str, int, int, str | None, str | None, str]
+# Ray's services these tests never use (the head's dashboard is turned off in _node_args)
+QUIET = {"include_log_monitor": False}
+NAMESPACE = "hetflow-tests"  # the test process's driver's (the backend's run actors: "hetflow")
 
 
 @dataclass(frozen=True)
@@ -90,30 +109,112 @@ def _node_args(
     resources = {NODE_TYPE_RESOURCE + ntype: 1.0, **EXTRA_RESOURCES.get(name, {})}
     if accel:
         resources[f"accelerator_type:{accel}"] = float(gpus)
-    args: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus, "resources": resources}
+    args: dict[str, Any] = {"num_cpus": cpus, "num_gpus": gpus, "resources": resources, **QUIET}
     if head:
         resources[NODE_RESOURCE + name] = 1.0
+        args["include_dashboard"] = False
     else:
         args["labels"] = {NODE_LABEL: name}
     return args
 
 
+class SharedCluster:
+    """``NODES``, started when a module asks for it and kept for the next one of this test
+    process; closed (``close``) when a module that does not use it comes, or at the session's
+    end (conftest's session fixture ``ray_main_cluster`` holds it and its hook closes it)."""
+
+    def __init__(self, tmp_path_factory: pytest.TempPathFactory) -> None:
+        self.factory = tmp_path_factory
+        self._running: Generator[RayCluster, None, None] | None = None
+        self.cluster: RayCluster | None = None
+
+    def get(self) -> RayCluster:
+        if self.cluster is None:
+            self._running = _cluster(self.factory, NODES)
+            self.cluster = next(self._running)
+        return self.cluster
+
+    def close(self) -> None:
+        running, self._running, self.cluster = self._running, None, None
+        if running is not None:
+            running.close()  # _cluster's finally: the driver, then the cluster
+
+
 @pytest.fixture(scope="module")
-def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    yield from _cluster(tmp_path_factory, NODES)
+def ray_cluster(ray_main_cluster: SharedCluster) -> Iterator[RayCluster]:
+    """The process's ``NODES`` cluster, this module's driver connected to it; the run actors
+    the module left are ended with it."""
+    cluster = ray_main_cluster.get()
+    connect(cluster.address)
+    try:
+        yield cluster
+    finally:
+        end_run_actors()
 
 
 @pytest.fixture(scope="module")
 def ray_acc_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    yield from _cluster(tmp_path_factory, ACC_NODES)
+    yield from _connected(_cluster(tmp_path_factory, ACC_NODES))
 
 
 @pytest.fixture(scope="module")
 def ray_gang_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster]:
-    yield from _cluster(tmp_path_factory, GANG_NODES)
+    yield from _connected(_cluster(tmp_path_factory, GANG_NODES))
 
 
-def _cluster(tmp_path_factory: pytest.TempPathFactory, nodes: tuple[Node, ...]) -> Iterator[RayCluster]:
+def connect(address: str, namespace: str = NAMESPACE) -> None:
+    """This process's one Ray driver, connected to the cluster at ``address`` (Ray allows one
+    connection per process: another module's is closed first)."""
+    if ray.is_initialized():
+        ctx = ray.get_runtime_context()
+        if ctx.gcs_address == address and ctx.namespace == namespace:
+            return
+        ray.shutdown()
+    ray.init(address=address, namespace=namespace, log_to_driver=False)
+
+
+def end_run_actors() -> None:
+    """End the backend's run actors left on the connected cluster (each a worker process that
+    would linger for its idle timeout); their tasks and placement groups end with them."""
+    if not ray.is_initialized():
+        return
+    for actor in ray.util.list_named_actors(all_namespaces=True):
+        if actor["namespace"] == "hetflow" and actor["name"].startswith("run-"):
+            with contextlib.suppress(ValueError, RayError):  # it ended meanwhile
+                ray.kill(ray.get_actor(actor["name"], namespace="hetflow"), no_restart=True)
+
+
+def run_state(hf: Hetflow, run_id: str) -> str:
+    """The run's state as ``hetflow show`` gives it (its row in the store), read in this process:
+    a wait that polls it starts no CLI process (one every 0.1 s was most of a core while waiting)."""
+    return Store(hf.home / "state.db", read_only=True).run(run_id).state
+
+
+def step_log(hf: Hetflow, run_id: str, step: str, attempt: int = 1) -> str:
+    """The attempt's log as the step writes it (what ``hetflow logs`` shows), "" before it has one;
+    read in this process, for the same reason as ``run_state``."""
+    workdir = Store(hf.home / "state.db", read_only=True).run(run_id).workdir
+    try:
+        return RunPaths(Path(workdir)).log(step, attempt).read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+def _connected(clusters: Generator[RayCluster, None, None]) -> Iterator[RayCluster]:
+    """A module's own cluster (``_cluster``), this process's driver connected to it while it lives."""
+    with contextlib.closing(clusters):  # closed: the cluster is shut down
+        cluster = next(clusters)
+        try:
+            connect(cluster.address)
+        except Exception as exc:  # no skip: a machine that cannot start Ray fails these tests
+            pytest.fail(f"could not connect to the Ray test cluster at {cluster.address}: {exc}")
+        try:
+            yield cluster
+        finally:
+            ray.shutdown()
+
+
+def _cluster(tmp_path_factory: pytest.TempPathFactory, nodes: tuple[Node, ...]) -> Generator[RayCluster, None, None]:
     build_tiny_image(BUSYBOX)
     devs = tmp_path_factory.mktemp("raydevs")
     migs: dict[str, tuple[MigInstance, ...]] = {}
@@ -133,11 +234,11 @@ def _cluster(tmp_path_factory: pytest.TempPathFactory, nodes: tuple[Node, ...]) 
         for node in others:
             cluster.add_node(**_node_args(*node, head=False))
         cluster.wait_for_nodes()
-        ray.init(address=cluster.address, namespace="hetflow-tests", log_to_driver=False)
     except Exception as exc:  # no skip: a machine that cannot start Ray fails these tests
         pytest.fail(f"Ray could not start a {len(nodes)}-node test cluster: {type(exc).__name__}: {exc}")
     try:
         yield RayCluster(cluster.address, f"ray://127.0.0.1:{client_port}", devs, migs, cluster)
     finally:
-        ray.shutdown()
+        if ray.is_initialized():
+            ray.shutdown()  # a driver still connected (to this cluster or another) goes first
         cluster.shutdown()  # type: ignore[no-untyped-call]

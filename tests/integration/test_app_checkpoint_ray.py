@@ -9,7 +9,7 @@ from pathlib import Path
 import yaml
 
 from tests.integration.hfkit import Hetflow, write
-from tests.integration.ray_fixture import RayCluster, ray_cluster  # noqa: F401  (module fixture)
+from tests.integration.ray_fixture import RayCluster, ray_cluster, step_log  # noqa: F401  (module fixture)
 from tests.integration.test_app_checkpoint_slurm import SAVES
 from tests.integration.test_run_ray import CLUSTER
 
@@ -27,7 +27,7 @@ def test_a_stopped_ray_step_saves_on_sigterm_and_its_resume_finds_it(
     }
     config = write(tmp_path, yaml.safe_dump(settings), "config.yaml")
     run_id = hf("run", "--detach", "--config", config, write(tmp_path, SAVES)).stdout.strip()
-    hf.wait_for(lambda: "started" in hf("logs", run_id, "train", check=False).stdout, timeout=180)
+    hf.wait_for(lambda: "started" in step_log(hf, run_id, "train"), timeout=180)
 
     hf("stop", run_id)
 

@@ -22,10 +22,19 @@ from ray.cluster_utils import Cluster
 
 from hetflow.config import engine_env
 from hetflow.errors import EngineError, UsageError
-from hetflow.execute.backends.base import Job, JobState
+from hetflow.execute.backends.base import Job
 from hetflow.execute.backends.ray import RayBackend, RayNode, RaySettings, accelerator_type, task_request
 from hetflow.execute.settings import Settings
-from tests.contract.backend_contract import BackendContract, OrderingContract, job, open_gate, wait_done
+from tests.contract.backend_contract import (
+    GATE,
+    BackendContract,
+    OrderingContract,
+    gated,
+    job,
+    open_gate,
+    wait_done,
+    wait_until,
+)
 from tests.contract.gang_contract import GangContract
 from tests.contract.node_contract import NodeFailureContract, NodeFault
 from tests.integration.ray_fixture import RayCluster, _node_args, ray_cluster
@@ -121,16 +130,11 @@ class TestRayBackend(BackendContract, OrderingContract, GangContract, NodeFailur
     def test_two_one_gpu_jobs_on_the_a100_node_see_disjoint_gpus(self, backend: RayBackend, tmp_path: Path) -> None:
         r = rid()
         names = [f"hf-{r}-g{i}-1" for i in range(2)]
-        for i, name in enumerate(names):
-            backend.submit(ray_job(name, tmp_path / f"g{i}", f"sleep 2; {SEE}", r, gpus=1, gpu_model=A100))
-        both_running: dict[str, JobState] = {}
-        deadline = time.time() + 60
-        while not both_running and time.time() < deadline:
-            states = backend.poll(r)
-            if all(n in states and states[n].status == "RUNNING" for n in names):
-                both_running = states
-            time.sleep(0.2)
-        assert both_running, f"the two 1-GPU jobs never ran at the same time: {backend.poll(r)}"
+        for i, name in enumerate(names):  # gated: each holds its GPU until both have run (not for 2 s)
+            backend.submit(ray_job(name, tmp_path / f"g{i}", gated(SEE), r, gpus=1, gpu_model=A100))
+        wait_until(backend, r, lambda st: all(n in st and st[n].status == "RUNNING" for n in names), "both running")
+        for i in range(2):
+            open_gate(tmp_path / f"g{i}")
         states = wait_done(backend, r, names)
         assert all(states[n].exit_code == 0 and states[n].node == "gpu-a100" for n in names), states
         (d0, env0), (d1, env1) = seen(tmp_path / "g0"), seen(tmp_path / "g1")
@@ -191,12 +195,10 @@ class TestRayBackend(BackendContract, OrderingContract, GangContract, NodeFailur
     def test_a_pending_job_says_what_it_waits_for(self, backend: RayBackend, tmp_path: Path) -> None:
         r = rid()
         hold, wait = f"hf-{r}-hold-1", f"hf-{r}-wait-1"
-        backend.submit(ray_job(hold, tmp_path / "h", "sleep 30", r, gpus=1, gpu_model=T4))
+        # gated, not `sleep 30`: a stop held up past 30 s (podman's lock, on a loaded machine) let it end 0
+        backend.submit(ray_job(hold, tmp_path / "h", GATE, r, gpus=1, gpu_model=T4))
         backend.submit(ray_job(wait, tmp_path / "w", "true", r, gpus=1, gpu_model=T4))
-        deadline = time.time() + 30
-        while backend.poll(r).get(hold, JobState(hold, True, None, "PENDING")).status != "RUNNING":
-            assert time.time() < deadline
-            time.sleep(0.2)
+        wait_until(backend, r, lambda st: hold in st and st[hold].status == "RUNNING", f"{hold} running")
         st = backend.poll(r)[wait]
         assert (st.running, st.status) == (True, "PENDING") and "1 GPU, accelerator_type:T4" in st.reason
         backend.cancel([hold, wait])
@@ -224,7 +226,8 @@ class TestRayBackend(BackendContract, OrderingContract, GangContract, NodeFailur
             b.submit(job({name!r}, Path({str(tmp_path)!r}), gated("echo done > /out/x"), run_id={r!r}))
             print("result:", b.poll({r!r})[{name!r}].status)
         """)
-        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+        # a bound for a hung child only: a Ray client's start took over 60 s on a loaded machine
+        proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, check=False)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert result(proc.stdout) in (["PENDING"], ["RUNNING"]), proc.stdout
         st = backend.poll(r)[name]

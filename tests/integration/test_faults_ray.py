@@ -35,7 +35,7 @@ from hetflow.state import Store
 from tests.contract.backend_contract import BUSYBOX, job, wait_done
 from tests.integration.hfkit import Hetflow, counter_workflow, remove_lost, step_out, write
 from tests.integration.hfkit import podman as podman_names
-from tests.integration.ray_fixture import _node_args
+from tests.integration.ray_fixture import _node_args, connect, run_state, step_log
 
 NODES = (("fault-head", 2, 0, None, None, "fault-head"), ("fault-w1", 2, 0, None, None, "fault-w"))
 SPARE = ("fault-w2", 2, 0, None, None, "fault-w")
@@ -48,7 +48,7 @@ def cluster() -> Iterator[tuple[Cluster, dict[str, Any]]]:
     c = Cluster(initialize_head=True, head_node_args=_node_args(*head, head=True))
     workers = {worker[0]: c.add_node(**_node_args(*worker, head=False))}
     c.wait_for_nodes()
-    ray.init(address=c.address, namespace="hetflow-fault-tests", log_to_driver=False)
+    connect(c.address, namespace="hetflow-fault-tests")  # a driver of another module's cluster is closed first
     try:
         yield c, workers
     finally:
@@ -69,6 +69,7 @@ def test_a_step_whose_worker_node_is_removed_ends_as_a_node_fault_and_runs_again
         assert time.time() < deadline, st
         time.sleep(0.2)
     assert st.node == "fault-w1"
+    running(first)
     spare = c.add_node(**_node_args(*SPARE, head=False))  # where the next attempt can go
     c.wait_for_nodes()
     try:
@@ -85,6 +86,18 @@ def test_a_step_whose_worker_node_is_removed_ends_as_a_node_fault_and_runs_again
         # the lost attempt's container, which outlived its Ray worker on this one machine
         remove_lost(first)
     assert not (tmp_path / "1" / "o").exists()
+
+
+def running(name: str) -> None:
+    """Wait until the job's container runs (Ray says RUNNING as the task starts, before podman):
+    a node removed while its podman run was still creating the container killed podman run
+    there and left the container's ``runc init`` waiting for a start that never came, which
+    ``podman rm -f`` could not remove (seen on a loaded machine)."""
+    filt = f"name=^{name}$"
+    deadline = time.time() + 240
+    while not podman_names("ps", "--filter", filt, "--format", "{{.Names}}"):
+        assert time.time() < deadline, f"{name}'s container never ran"
+        time.sleep(0.2)
 
 
 PINNED = (("fault-p1", 2, 0, None, None, "fault-p"), ("fault-p2", 2, 0, None, None, "fault-p"))
@@ -122,12 +135,13 @@ def test_a_retry_after_its_pinned_node_died_runs_on_the_other_node(
     first = f"hf-{run_id}-s-1"
     backend = RayBackend(RaySettings(address=c.address, stop_timeout=2))
     hf.wait_for(lambda: (st := backend.poll(run_id).get(first)) is not None and st.status == "RUNNING", timeout=120)
+    running(first)
     lost = backend.poll(run_id)[first].node
     assert lost in ("fault-p1", "fault-p2")
     other = ({"fault-p1", "fault-p2"} - {lost}).pop()
     try:
         c.remove_node(workers.pop(lost))
-        hf.wait_for(lambda: hf.show(run_id)["state"] in ("succeeded", "failed"), timeout=120)
+        hf.wait_for(lambda: run_state(hf, run_id) in ("succeeded", "failed"), timeout=120)
         data = hf.show(run_id)
         assert data["state"] == "succeeded", data
         (step,) = data["steps"]
@@ -226,7 +240,7 @@ def test_a_checkpointed_step_whose_node_is_removed_continues_on_another_from_its
         other = ({"fault-c1", "fault-c2"} - {lost}).pop()
         c.remove_node(workers.pop(lost))
         at_removal = kept()  # the attempt is gone: no checkpoint after this one
-        hf.wait_for(lambda: hf.show(run_id)["state"] in ("succeeded", "failed"), timeout=180)
+        hf.wait_for(lambda: run_state(hf, run_id) in ("succeeded", "failed"), timeout=180)
         data = hf.show(run_id)
         assert data["state"] == "succeeded", data
         (step,) = data["steps"]
@@ -350,13 +364,13 @@ def test_migrate_to_the_other_node_restores_the_step_there(
         return [int(line.rsplit(" ", 1)[1]) for line in logs.splitlines() if "tick " in line]
 
     try:
-        hf.wait_for(lambda: len(ticks(1)) >= 4, timeout=120)
+        hf.wait_for(lambda: step_log(hf, run_id, "count").count("tick ") >= 4, timeout=120)
         ran = RayBackend(RaySettings(address=c.address)).poll(run_id)[first].node
         other = ({"fault-m1", "fault-m2"} - {ran}).pop()
         said = hf("migrate", run_id, "count", "--to", other).stdout
         assert f"{first} checkpointed" in said and f"migrated to {other}" in said
         moved_at = max(ticks(1))
-        hf.wait_for(lambda: hf.show(run_id)["state"] in ("succeeded", "failed"), timeout=180)
+        hf.wait_for(lambda: run_state(hf, run_id) in ("succeeded", "failed"), timeout=180)
         (step,) = hf.show(run_id)["steps"]
         assert (step["state"], step["node"], step["attempts"]) == ("succeeded", other, 2), step
         assert ticks(2) == list(range(moved_at + 1, TICKS + 1))
@@ -416,7 +430,7 @@ def test_a_step_planned_on_a_removed_node_runs_on_another_and_the_lost_attempt_n
     staging = Path(hf.show(run_id)["workdir"]) / "attempts" / "s" / "1" / "out"
     try:
         c.remove_node(workers.pop(lost))
-        hf.wait_for(lambda: hf.show(run_id)["state"] in ("succeeded", "failed"), timeout=180)
+        hf.wait_for(lambda: run_state(hf, run_id) in ("succeeded", "failed"), timeout=180)
         data = hf.show(run_id)
         assert data["state"] == "succeeded", data
         t = next(s for s in data["steps"] if s["step"] == "t")

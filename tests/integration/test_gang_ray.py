@@ -256,7 +256,7 @@ def test_a_gang_outlives_the_driver_that_submitted_it(tmp_path: Path, ray_gang_c
         b.submit(busybox_gang({r!r}, "orphan", Path({str(tmp_path)!r}), "sleep 3; echo $HETFLOW_RANK > /out/x", gpus=1))
         print("result:", b.poll({r!r})[{f"hf-{r}-orphan-1"!r}].status)
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=240, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "result: PENDING" in proc.stdout or "result: RUNNING" in proc.stdout, proc.stdout
     backend, name = RayBackend(ray_gang_cluster.settings()), f"hf-{r}-orphan-1"

@@ -17,7 +17,7 @@ from hetflow.execute.backends.ray import RayBackend
 from hetflow.state import Store
 from tests.integration.hfkit import BUSYBOX, Hetflow, write
 from tests.integration.racechain import RAY_POLL, REPEATS, run_chain
-from tests.integration.ray_fixture import RayCluster, ray_cluster  # noqa: F401  (module fixture)
+from tests.integration.ray_fixture import RayCluster, ray_cluster, step_log  # noqa: F401  (module fixture)
 from tests.integration.test_data_fanout import check_cluster_fan
 from tests.integration.test_run_slurm import MIB, PACKED, USAGE, WORKFLOW
 
@@ -173,7 +173,7 @@ def test_stop_settles_the_tasks_that_ended_before_or_during_it(
     def ready() -> bool:
         t = tasks()
         quick_done = "quick" in t and not t["quick"].running and t["quick"].exit_code == 0
-        return quick_done and "up" in hf("logs", run_id, "saves", check=False).stdout and "holds" in t
+        return quick_done and "up" in step_log(hf, run_id, "saves") and "holds" in t
 
     hf.wait_for(ready, timeout=240)
     assert {s["step"]: s["state"] for s in hf.show(run_id)["steps"]}["quick"] == "running"  # not collected yet

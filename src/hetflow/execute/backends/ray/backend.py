@@ -66,6 +66,7 @@ from hetflow.execute.backends.ray.translate import MARKER, RayNode, node_name, t
 from hetflow.execute.engine import ContainerEngine, Usage
 
 HEAD_RESOURCE = "node:__internal_head__"
+STOP_MARGIN = 60.0  # seconds past the grace that ``cancel`` waits, at most, for the jobs to end
 
 
 def _listening(address: str, timeout: float = 5.0) -> None:
@@ -299,12 +300,14 @@ class RayBackend:
         does for the local backend, so that a poll right after sees their exit codes.
         ``grace`` is not passed on: each task stops its container with the stop timeout
         it was submitted with (the step's ``stop_grace``, else ``RaySettings.stop_timeout``);
-        it only makes the wait longer."""
+        it only makes the wait longer.  The wait ends when they have ended; its bound leaves a
+        minute over the grace (15 s can be exceeded on a loaded machine, where podman stop may wait
+        for podman's lock: the stop then returned while the step was still saving on SIGTERM)."""
         self._connect()
         groups = self._keepers_for(names)
         for run_id, group in groups.items():
             self._call(run_id, "cancel", group)
-        deadline = time.monotonic() + max(self.settings.stop_timeout, grace or 0) + 15
+        deadline = time.monotonic() + max(self.settings.stop_timeout, grace or 0) + STOP_MARGIN
         for run_id, group in groups.items():
             while time.monotonic() < deadline:
                 states = self._call(run_id, "states") or {}
