@@ -15,10 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hetflow.execute.backends.ray import keeper as ray_keeper
 from hetflow.execute.backends.ray.container import _foreground, cancels_held
-from hetflow.execute.backends.ray.translate import TaskRequest
-from hetflow.execute.engine import Usage
 from tests.contract.backend_contract import job
 
 
@@ -70,23 +67,3 @@ def test_cancels_held_notes_a_cancel_and_lets_the_next_one_through() -> None:
     with pytest.raises(KeyboardInterrupt):  # the task's own handler is back
         _thread.interrupt_main()
         sum(range(10_000))
-
-
-def test_a_cancel_not_followed_by_the_tasks_end_is_sent_again(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The run's keeper sends a job's cancel again while its task has not ended (a cancel Ray
-    lost left a cancelled job running to its end), and no more once it has: Ray's calls are
-    the seam (``RECANCEL`` -1: again at every poll)."""
-    ref, sent, ended = object(), [], []
-    monkeypatch.setattr(ray_keeper, "RECANCEL", -1.0)
-    monkeypatch.setattr(ray_keeper.ray, "cancel", sent.append)
-    monkeypatch.setattr(ray_keeper.ray, "wait", lambda refs, **_: ([r for r in refs if ended], refs))
-    monkeypatch.setattr(ray_keeper.ray, "get", lambda r: (137, "CANCELLED", "", Usage()))
-    keeper = ray_keeper.RunKeeper("r", idle_timeout=3600)
-    keeper.jobs["hf-r-s-1"] = ray_keeper._Entry(ref, TaskRequest(num_cpus=1, num_gpus=0, memory=0, resources={}))
-    keeper.cancel(["hf-r-s-1"])
-    assert sent == [ref]
-    assert keeper.states()["hf-r-s-1"].running and sent == [ref, ref]
-    ended.append(True)
-    assert keeper.states()["hf-r-s-1"].status == "CANCELLED" and sent == [ref, ref]
-    keeper.states()
-    assert sent == [ref, ref]

@@ -38,10 +38,6 @@ from hetflow.execute.devices.migtable import MigInstance
 from hetflow.execute.engine import ContainerSpec, Usage, drop_env_file, run_args, write_env_file
 
 CANCELLED_CODE = 137  # what `podman stop` gives a container that ignores SIGTERM
-# seconds after which a cancel not yet followed by its task's end is sent again: one that came
-# before the task had started its code could be lost (the job then ran to its end); the task
-# holds a cancel it already obeys (``cancels_held``), so one more is harmless
-RECANCEL = 5.0
 
 
 def foreground_argv(spec: ContainerSpec, env_file: Path | None = None) -> list[str]:
@@ -76,9 +72,8 @@ def run_container(
         ran = _foreground(binary, spec, stop_timeout, env)
     used = Usage(started=started, ended=time.time())
     if spec.cgroup_parent and layout is not None:
-        with cancels_held():  # ended: a cancel sent again now changes nothing
-            measured = cgroups.read_usage(layout, spec.name)
-            cgroups.remove(layout, spec.name)
+        measured = cgroups.read_usage(layout, spec.name)
+        cgroups.remove(layout, spec.name)
         oom = True if measured.oom_kills else None
         used = replace(used, peak_memory=measured.peak_memory, cpu_seconds=measured.cpu_seconds, oom_killed=oom)
     return (*ran, used)

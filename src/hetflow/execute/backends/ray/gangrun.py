@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import contextlib
 import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -38,7 +37,7 @@ from ray.util.placement_group import placement_group, placement_group_table, rem
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from hetflow.execute.backends.base import JobState
-from hetflow.execute.backends.ray.container import CANCELLED_CODE, RECANCEL, ray_nodes, step_task
+from hetflow.execute.backends.ray.container import CANCELLED_CODE, ray_nodes, step_task
 from hetflow.execute.backends.ray.gangs import (
     GangRequest,
     bundle_nodes,
@@ -81,7 +80,6 @@ class GangRun:
         self.used: dict[int, Usage] = {}  # what each ended replica's container used (its task measured it)
         self.cancelled = False
         self.stopping = False
-        self.stop_sent = 0.0  # monotonic: when the replicas' cancels were last sent (``RECANCEL``)
         self.removed = False
         self.result: JobState | None = None
 
@@ -148,8 +146,6 @@ class GangRun:
                     ref, self.node_ids[i] if i < len(self.node_ids) else None
                 )
                 self.done[i] = (code, status, reason)
-        if self.stopping:
-            self.stop()  # sent again to the replicas still running, ``RECANCEL`` s after the last
         replicas = {
             i: (False, *self.done[i][:2]) if i in self.done else (True, None, "RUNNING") for i in range(len(self.refs))
         }
@@ -199,12 +195,10 @@ class GangRun:
     # stopping
 
     def stop(self) -> None:
-        """Cancel the replicas still running: the task stops its container.  Sent again
-        ``RECANCEL`` s later to a replica that has not ended (a cancel may be lost)."""
-        now = time.monotonic()
-        if self.stopping and now - self.stop_sent < RECANCEL:
+        """Cancel the replicas still running (once): the task stops its container."""
+        if self.stopping:
             return
-        self.stopping, self.stop_sent = True, now
+        self.stopping = True
         for i, ref in enumerate(self.refs):
             if i not in self.done:
                 ray.cancel(ref)  # force=False: KeyboardInterrupt in the task, which stops the container

@@ -16,7 +16,7 @@ from ray.exceptions import NodeDiedError, RayError, TaskCancelledError
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from hetflow.execute.backends.base import JobState
-from hetflow.execute.backends.ray.container import CANCELLED_CODE, RECANCEL, ray_nodes, step_task
+from hetflow.execute.backends.ray.container import CANCELLED_CODE, ray_nodes, step_task
 from hetflow.execute.backends.ray.gangrun import GangRun
 from hetflow.execute.backends.ray.gangs import GangRequest
 from hetflow.execute.backends.ray.restore import DUMP_TIMEOUT
@@ -35,7 +35,6 @@ class _Entry:
     node_id: str | None = None
     gpus: tuple[int, ...] = ()
     cancelled: bool = False
-    cancel_sent: float = 0.0  # monotonic: when ray.cancel was last sent (``RECANCEL``)
     result: JobState | None = None
     started: float | None = None  # when Ray started the task (its node's clock)
     usage: Usage | None = None  # what its container used, as the task measured it
@@ -126,7 +125,6 @@ class RunKeeper:
             waiting = [e.ref for e in self.jobs.values() if e.result is None]
             waiting += [r for g in self.gangs.values() if g.result is None for r in g.refs]
             ready = set(ray.wait(waiting, num_returns=len(waiting), timeout=0)[0]) if waiting else set()
-            self._cancel_again(ready)
             out = {}
             for name, e in self.jobs.items():
                 if e.result is None and e.ref in ready and not self._dumping(e):
@@ -135,14 +133,6 @@ class RunKeeper:
             for name, g in self.gangs.items():
                 out[name] = replace(g.state(ready, self._name), native_id=",".join(map(task_id, g.refs)))
             return out
-
-    def _cancel_again(self, ready: set[Any]) -> None:
-        """Send again the cancel of a job whose task has not ended ``RECANCEL`` s after it."""
-        now = time.monotonic()
-        for e in self.jobs.values():
-            if e.cancelled and e.result is None and e.ref not in ready and now - e.cancel_sent > RECANCEL:
-                e.cancel_sent = now
-                ray.cancel(e.ref)
 
     def dump_target(self, name: str, stopping: bool) -> tuple[str, str] | None:
         """(Ray node id, hetflow name) of the node the job's task runs on, where its container
@@ -216,7 +206,7 @@ class RunKeeper:
             for name in names:
                 e = self.jobs.get(name)
                 if e is not None and e.result is None and not e.cancelled:
-                    e.cancelled, e.cancel_sent = True, time.monotonic()
+                    e.cancelled = True
                     ray.cancel(e.ref)  # force=False: KeyboardInterrupt in the task, which stops the container
                 g = self.gangs.get(name)
                 if g is not None and g.result is None and not g.cancelled:
