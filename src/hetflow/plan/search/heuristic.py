@@ -3,8 +3,8 @@
 ``heft(instance)`` is the algorithm of Topcuoglu, Hariri and Wu (IEEE TPDS 13(3), 2002):
 tasks by decreasing upward rank (mean run time over the task's options, full transfer time
 on every edge), each placed where it finishes first, inserted into the earliest gap that
-holds it for its whole run time.  Here "where" is a variant *and* a machine, and a machine
-holds several tasks at once when their cores, memory and GPUs fit (``timeline.py``, ``listpass.py``).
+holds it for its whole run time.  Here "where" is a variant *and* a machine, holding several
+tasks at once when their cores, memory and GPUs fit (``timeline.py``, ``listpass.py``).
 
 ``plan_heuristic`` keeps the best of:
 
@@ -29,10 +29,9 @@ with the longer mean run time goes first (then task order), and the rank passes 
 own.  ``"saga"``: equal priorities go in task order (topological), as anrg-saga's
 ``heft_rank_sort`` orders them, and the portfolio adds a pass with SAGA's upward rank (its
 mean transfer time over every link, a node's link to itself included), so that on SAGA's
-model hetflow's first passes reproduce SAGA's HEFT schedule.  bench/planning/planner.py shows both.
-
-All of it runs within ``effort`` schedule builds, never a clock, so the same instance and
-seed give the same plan (STYLE.md habit 1).
+model hetflow's first passes reproduce SAGA's HEFT schedule (bench/planning/planner.py shows
+both).  All of it runs within ``effort`` schedule builds, never a clock, so the same instance
+and seed give the same plan (STYLE.md habit 1).
 """
 
 from __future__ import annotations
