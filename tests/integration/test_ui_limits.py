@@ -54,8 +54,7 @@ steps:
 def test_the_processes_the_action_buttons_start_do_not_inherit_the_token(hf: Hetflow, tmp_path: Path) -> None:
     # Before issue 38: `hetflow resume --detach` started by the Resume button, and the run's
     # executor it leaves running, carried HETFLOW_UI_TOKEN in their environment.
-    hf("run", write(tmp_path, LONG), "--detach")
-    run_id = hf.last_run()
+    run_id = hf("run", write(tmp_path, LONG), "--detach").stdout.strip()  # a detached run prints its id
     try:
         env = {**hf.env, "HETFLOW_UI_TOKEN": TOKEN}
         with dashboard(hf.home, "--actions", env=env) as ui:
@@ -66,7 +65,7 @@ def test_the_processes_the_action_buttons_start_do_not_inherit_the_token(hf: Het
             assert stopped.status_code == 200, stopped.text
             resumed = httpx.post(f"{ui.base}/api/runs/{run_id}/resume", headers=headers, timeout=120)
             assert resumed.status_code == 200, resumed.text
-            hf.wait_for(lambda: hf.show(run_id)["state"] == "running" and bool(hf.show(run_id)["pid"]), 120)
+            hf.wait_for(lambda: (shown := hf.show(run_id))["state"] == "running" and bool(shown["pid"]), 120)
             executor = int(hf.show(run_id)["pid"])
             env_seen = _environ(executor)
             assert env_seen.get("HETFLOW_HOME") == str(hf.home)  # it is the resumed run's executor
@@ -189,8 +188,7 @@ steps:
 def test_a_steps_unfinished_last_line_is_shown(hf: Hetflow, tmp_path: Path) -> None:
     # Before issue 38: output with no newline yet (one long line, a progress bar) left the
     # log empty until the line ended, which it may never do.
-    hf("run", write(tmp_path, PROGRESS), "--detach")
-    run_id = hf.last_run()
+    run_id = hf("run", write(tmp_path, PROGRESS), "--detach").stdout.strip()  # a detached run prints its id
     try:
         log = Path(hf.show(run_id)["workdir"]) / "logs" / "bar.1.log"
         hf.wait_for(lambda: log.exists() and b" P progress 45%" in log.read_bytes(), 120)
@@ -243,8 +241,7 @@ def test_the_page_shows_an_unfinished_line_and_replaces_it_as_it_grows(hf: Hetfl
     why = browser_missing()
     if why:
         pytest.skip(why)
-    hf("run", write(tmp_path, GROWING), "--detach")
-    run_id = hf.last_run()
+    run_id = hf("run", write(tmp_path, GROWING), "--detach").stdout.strip()  # a detached run prints its id
     out = Path(hf.show(run_id)["workdir"]) / "attempts" / "bar" / "1" / "out"
     driver = chromium()
     try:
