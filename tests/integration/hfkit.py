@@ -110,8 +110,15 @@ def write(tmp_path: Path, text: str, name: str = "wf.yaml") -> str:
     return str(p)
 
 
+# A run's folder never moves: asked of `hetflow show` once per run (test_chaos looked up 30 steps'
+# outputs with 30 `hetflow show` commands of one run).
+_WORKDIRS: dict[tuple[Path, str], Path] = {}
+
+
 def step_out(hf: Hetflow, run_id: str, step: str) -> Path:
-    return Path(hf.show(run_id)["workdir"]) / "steps" / step / "out"
+    if (workdir := _WORKDIRS.get((hf.home, run_id))) is None:
+        workdir = _WORKDIRS[hf.home, run_id] = Path(hf.show(run_id)["workdir"])
+    return workdir / "steps" / step / "out"
 
 
 def counter_workflow(

@@ -55,8 +55,10 @@ def _start(hf: Hetflow, wf: str, *args: str, **env: str) -> subprocess.Popen[str
 
 
 def _run_id(hf: Hetflow) -> str:
-    hf.wait_for(lambda: bool(json.loads(hf("ps", "--all", "--json").stdout)))
-    return hf.last_run()
+    """The run's id, from the first ``hetflow ps`` that lists it (not one more ps after it)."""
+    listed: list[dict[str, Any]] = []
+    hf.wait_for(lambda: bool(listed.extend(json.loads(hf("ps", "--all", "--json").stdout)) or listed))
+    return str(listed[0]["id"])
 
 
 def _steps(hf: Hetflow, run_id: str) -> dict[str, dict[str, Any]]:

@@ -54,8 +54,7 @@ steps:
 def test_the_processes_the_action_buttons_start_do_not_inherit_the_token(hf: Hetflow, tmp_path: Path) -> None:
     # Before issue 38: `hetflow resume --detach` started by the Resume button, and the run's
     # executor it leaves running, carried HETFLOW_UI_TOKEN in their environment.
-    hf("run", write(tmp_path, LONG), "--detach")
-    run_id = hf.last_run()
+    run_id = hf("run", write(tmp_path, LONG), "--detach").stdout.strip()  # a detached run prints its id
     try:
         env = {**hf.env, "HETFLOW_UI_TOKEN": TOKEN}
         with dashboard(hf.home, "--actions", env=env) as ui:
@@ -66,7 +65,7 @@ def test_the_processes_the_action_buttons_start_do_not_inherit_the_token(hf: Het
             assert stopped.status_code == 200, stopped.text
             resumed = httpx.post(f"{ui.base}/api/runs/{run_id}/resume", headers=headers, timeout=120)
             assert resumed.status_code == 200, resumed.text
-            hf.wait_for(lambda: hf.show(run_id)["state"] == "running" and bool(hf.show(run_id)["pid"]), 120)
+            hf.wait_for(lambda: (shown := hf.show(run_id))["state"] == "running" and bool(shown["pid"]), 120)
             executor = int(hf.show(run_id)["pid"])
             env_seen = _environ(executor)
             assert env_seen.get("HETFLOW_HOME") == str(hf.home)  # it is the resumed run's executor
@@ -189,8 +188,7 @@ steps:
 def test_a_steps_unfinished_last_line_is_shown(hf: Hetflow, tmp_path: Path) -> None:
     # Before issue 38: output with no newline yet (one long line, a progress bar) left the
     # log empty until the line ended, which it may never do.
-    hf("run", write(tmp_path, PROGRESS), "--detach")
-    run_id = hf.last_run()
+    run_id = hf("run", write(tmp_path, PROGRESS), "--detach").stdout.strip()  # a detached run prints its id
     try:
         log = Path(hf.show(run_id)["workdir"]) / "logs" / "bar.1.log"
         hf.wait_for(lambda: log.exists() and b" P progress 45%" in log.read_bytes(), 120)
@@ -243,8 +241,7 @@ def test_the_page_shows_an_unfinished_line_and_replaces_it_as_it_grows(hf: Hetfl
     why = browser_missing()
     if why:
         pytest.skip(why)
-    hf("run", write(tmp_path, GROWING), "--detach")
-    run_id = hf.last_run()
+    run_id = hf("run", write(tmp_path, GROWING), "--detach").stdout.strip()  # a detached run prints its id
     out = Path(hf.show(run_id)["workdir"]) / "attempts" / "bar" / "1" / "out"
     driver = chromium()
     try:
@@ -274,12 +271,12 @@ def test_the_page_shows_an_unfinished_line_and_replaces_it_as_it_grows(hf: Hetfl
         hf("stop", run_id, "--grace", "0", check=False)
 
 
-def _raw(ui: Dashboard, path: str, headers: list[bytes]) -> tuple[int, bytes]:
-    """GET ``path`` with header lines as given (bytes: httpx refuses non-ASCII)."""
+def _raw(ui: Dashboard, path: str, headers: list[bytes], source: str = "127.0.0.1") -> tuple[int, bytes]:
+    """GET ``path`` from ``source`` with header lines as given (bytes: httpx refuses non-ASCII)."""
     host, port = ui.base.removeprefix("http://").split(":")
     request = f"GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n".encode()
     request += b"".join(h + b"\r\n" for h in headers) + b"\r\n"
-    with socket.create_connection((host, int(port)), timeout=30) as s:
+    with socket.create_connection((host, int(port)), timeout=30, source_address=(source, 0)) as s:
         s.sendall(request)
         answer = b""
         while chunk := s.recv(65536):
@@ -288,22 +285,34 @@ def _raw(ui: Dashboard, path: str, headers: list[bytes]) -> tuple[int, bytes]:
     return int(head.split(b" ", 2)[1]), body
 
 
+@pytest.fixture(scope="module")
+def token_ui(home: Path) -> Iterator[Dashboard]:
+    """One dashboard with ``--token`` for the malformed-authorization cases: each case asks
+    from an address of its own, so no case's wrong token counts against another's."""
+    with dashboard(home, "--token", TOKEN) as ui:
+        yield ui
+
+
 @pytest.mark.parametrize(
-    ("path", "header", "named"),
+    ("path", "header", "named", "source"),
     [
-        ("/api/config", b"Authorization: Bearer \xff\xfe", "the token is wrong"),
-        ("/api/config", b"Authorization: Basic \xfc\xfc", "not 'Bearer TOKEN'"),
-        ("/api/config", b"Authorization: Basic " + base64.b64encode(b"u:" + TOKEN.encode()), "not 'Bearer TOKEN'"),
-        ("/api/config", b"Authorization: \xff", "not 'Bearer TOKEN'"),
-        ("/api/config?token=%FF%FE", b"X-Nothing: 1", "the token is wrong"),
-        ("/api/runs/live0001/events", b"Authorization: Bearer", "the token is wrong"),
+        ("/api/config", b"Authorization: Bearer \xff\xfe", "the token is wrong", "127.0.0.21"),
+        ("/api/config", b"Authorization: Basic \xfc\xfc", "not 'Bearer TOKEN'", "127.0.0.22"),
+        (
+            "/api/config",
+            b"Authorization: Basic " + base64.b64encode(b"u:" + TOKEN.encode()),
+            "not 'Bearer TOKEN'",
+            "127.0.0.23",
+        ),
+        ("/api/config", b"Authorization: \xff", "not 'Bearer TOKEN'", "127.0.0.24"),
+        ("/api/config?token=%FF%FE", b"X-Nothing: 1", "the token is wrong", "127.0.0.25"),
+        ("/api/runs/live0001/events", b"Authorization: Bearer", "the token is wrong", "127.0.0.26"),
     ],
     ids=["non-ascii-bearer", "non-ascii-basic", "basic", "no-scheme", "non-utf8-query", "empty-bearer"],
 )
 def test_every_malformed_authorization_is_a_401_naming_what_is_wrong(
-    home: Path, path: str, header: bytes, named: str
+    token_ui: Dashboard, path: str, header: bytes, named: str, source: str
 ) -> None:
-    with dashboard(home, "--token", TOKEN) as ui:
-        status, body = _raw(ui, path, [header])
-        assert status == 401, (status, body)
-        assert named in json.loads(body)["error"], body
+    status, body = _raw(token_ui, path, [header], source)
+    assert status == 401, (status, body)
+    assert named in json.loads(body)["error"], body
