@@ -6,10 +6,8 @@ it touches (``hetflow run`` on one machine does not load the cluster files' mode
 virtual-cluster search or CP-SAT).  Type checkers see the names through each package's
 ``if TYPE_CHECKING:`` imports.
 
-An import runs with Python's cycle collector paused (``importing``): a module makes
-thousands of objects (classes, functions, pydantic schemas) that live as long as the process,
-and the collector walked the growing heap again and again for nothing (a tenth of the CPU
-time of ``hetflow validate`` or ``plan``).
+An import runs with Python's cycle collector paused (``no_cyclic_gc``): a module makes
+thousands of objects (classes, functions, pydantic schemas) that live as long as the process.
 """
 
 from __future__ import annotations
@@ -23,19 +21,26 @@ from typing import Any
 
 
 @contextlib.contextmanager
-def importing() -> Iterator[None]:
-    """The cycle collector paused while modules are imported, resumed after as it was; what
-    was made meanwhile is moved to the oldest generation (``gc.freeze`` then ``gc.unfreeze``,
-    a splice of lists: no traversal), where it stays collectable by the full collections, as
-    any long-lived object (``hetflow.spec``'s ``no_cyclic_gc`` does the same for a parse)."""
+def no_cyclic_gc() -> Iterator[None]:
+    """Python's cycle collector paused for the block, resumed after as it was: an import, or
+    a parse (``hetflow.spec``; a kept parse unpickled), or a planner's passes allocate many
+    objects and free almost none (a 10,000-step file: a million), so the collector would walk
+    the growing heap again and again for nothing (40% of loading that file, a tenth of
+    ``hetflow validate``'s or ``plan``'s CPU time in their imports).
+
+    On the way out every tracked object is moved to the oldest generation (``gc.freeze``
+    then ``gc.unfreeze``, a splice of lists, no traversal): left in the youngest, the
+    objects made meanwhile were all walked by the first young collection after it (a quarter
+    of a second for that file), only to be moved there anyway; they stay collectable by the
+    full collections, as any long-lived object."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
+        gc.freeze()
+        gc.unfreeze()
         if was:
-            gc.freeze()
-            gc.unfreeze()
             gc.enable()
 
 
@@ -52,7 +57,7 @@ def lazy_names(
         module = module_of.get(name)
         if module is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        with importing():
+        with no_cyclic_gc():
             value = getattr(importlib.import_module(f"{package}.{module}"), name)
         namespace[name] = value
         return value

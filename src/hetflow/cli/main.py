@@ -18,7 +18,7 @@ from typing import Any
 from hetflow.cli.commands import BAD_INPUT, COMMANDS, OWN_COMMANDS, VERSION_FLAGS
 from hetflow.config import check_environment
 from hetflow.errors import HetflowError, SpecError, UsageError
-from hetflow.lazy import importing
+from hetflow.lazy import no_cyclic_gc
 from hetflow.probecache import PydanticPluginTable
 
 __all__ = ["BAD_INPUT", "COMMANDS", "INTERNAL", "OWN_COMMANDS", "VERSION_FLAGS", "first_word_completion", "main"]
@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> None:
     if names is not None:
         sys.stdout.write("\n".join(names))
         return
-    with importing():
+    with no_cyclic_gc():
         from hetflow.cli.common import err, print_problems
         from hetflow.cli.shell import completion_words
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
             raise UsageError("an argument holds a NUL byte; remove it")
         check_environment()
         words = completion_words(os.environ)  # a shell asking for completions, which names no command in args
-        with importing():  # typer, rich, the store and the command's module
+        with no_cyclic_gc():  # typer, rich, the store and the command's module
             from hetflow.cli.app import app, register_commands
 
             register_commands(args if words is None else words)

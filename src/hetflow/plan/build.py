@@ -20,10 +20,11 @@ import posixpath
 from collections.abc import Callable, Mapping, Sequence
 
 from hetflow.errors import NoFitError
+from hetflow.lazy import no_cyclic_gc
 from hetflow.plan.feasible.filters import class_rejections, vendor_ok
 from hetflow.plan.feasible.gangs import gang_rejections
 from hetflow.plan.instance import Edge, Instance, MachineClass, Option, Rejection, Task
-from hetflow.spec import GpuConstraint, Resources, Variant, Workflow, edges_of, no_cyclic_gc, topo_order
+from hetflow.spec import GpuConstraint, Resources, Variant, Workflow, edges_of, topo_order
 
 DEFAULT_ESTIMATE = 60.0  # seconds, for a variant with no estimate and no profile
 

@@ -50,7 +50,7 @@ if TYPE_CHECKING:
         parse_duration,
         parse_memory,
     )
-    from hetflow.spec.load.loader import LoadedWorkflow, expand_loaded, load_workflow, no_cyclic_gc, parse_workflow
+    from hetflow.spec.load.loader import LoadedWorkflow, expand_loaded, load_workflow, parse_workflow
     from hetflow.spec.load.overrides import (
         RESOURCE_KINDS,
         Origin,
@@ -79,7 +79,7 @@ _WHERE = {
     "fields.imageref": ["DOCKER_HUB", "ImageReference", "ReferenceSyntaxError", "parse_reference"],
     "expansion.fanout": ["MAX_FANOUT_ITEMS", "Source", "expand", "file_items", "is_fanout", "pending_source"],
     "validate.when": ["CONDITION_MAX_BYTES", "SKIPPED_BY_CONDITION", "ConditionError", "evaluate", "output_refs"],
-    "load.loader": ["LoadedWorkflow", "expand_loaded", "load_workflow", "no_cyclic_gc", "parse_workflow"],
+    "load.loader": ["LoadedWorkflow", "expand_loaded", "load_workflow", "parse_workflow"],
     "load.overrides": ["RESOURCE_KINDS", "Origin", "ResourceOverrides", "override_resources", "resource_problem"],
     "source.problems": ["did_you_mean", "problem_from_error"],
     "source.yamlfile": ["compose_yaml", "line_of", "read_yaml_text"],
@@ -165,7 +165,6 @@ __all__ = [
     "mig_memory_gb",
     "mig_profile",
     "mig_slices",
-    "no_cyclic_gc",
     "output_refs",
     "override_resources",
     "parse_duration",

@@ -90,7 +90,8 @@ def _load_kept(
     parse that is then kept if the text is ``big`` or it has ``PARSE_CACHE_MIN_STEPS`` steps
     (a small file without a kept copy costs a hash of its text and a failed open).  Anything
     wrong with the kept copy means a parse; a failed parse is never kept."""
-    from hetflow.spec import LoadedWorkflow, no_cyclic_gc, parse_workflow
+    from hetflow.lazy import no_cyclic_gc
+    from hetflow.spec import LoadedWorkflow, parse_workflow
 
     key = hashlib.sha256(
         json.dumps(

@@ -40,6 +40,7 @@ import random
 from dataclasses import dataclass
 
 from hetflow.errors import HetflowError
+from hetflow.lazy import no_cyclic_gc
 from hetflow.plan.instance import Instance, Plan
 from hetflow.plan.search.compiled import Choice, Compiled
 from hetflow.plan.search.listpass import ListPass, Schedule, build_fixed
@@ -56,7 +57,6 @@ from hetflow.plan.search.ranks import (
     upward_rank,
 )
 from hetflow.plan.search.score import Rule
-from hetflow.spec import no_cyclic_gc
 
 OBJECTIVES = ("makespan", "cost")
 GPU_POLICIES = ("avoid", "allow")

@@ -13,10 +13,8 @@ Line numbers come from the YAML node tree, so pydantic's error locations
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import gc
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +22,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from hetflow.errors import Problem, SpecError
+from hetflow.lazy import no_cyclic_gc
 from hetflow.spec.expansion.fanout import expand, expand_static
 from hetflow.spec.fields.naming import fanout_parent
 from hetflow.spec.load.overrides import Origin
@@ -85,29 +84,6 @@ def parse_workflow(
     ``origins``: where each override was written (``spec.load.overrides.Origin``; default ``-p``)."""
     with no_cyclic_gc():
         return _parse(text, file, overrides, base or Path.cwd(), dict(includes or {}), origins or {})
-
-
-@contextlib.contextmanager
-def no_cyclic_gc() -> Iterator[None]:
-    """Parsing allocates hundreds of thousands of small objects and frees almost none, so
-    Python's cycle collector would walk the growing heap again and again for nothing (it
-    took 40% of loading a 10,000-step file); it is paused while a file is read (or a kept
-    parse unpickled: ``hetflow.state.parsecache``) and resumed after, as it was.
-
-    On the way out every tracked object is moved to the oldest generation (``gc.freeze``
-    then ``gc.unfreeze``, a splice of lists, no traversal): left in the youngest, the
-    objects made meanwhile (a million for 10,000 steps) were all walked by the first young
-    collection after it (a quarter of a second), only to be moved there anyway; they stay
-    collectable by the full collections, as any long-lived object."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.freeze()
-        gc.unfreeze()
-        if was:
-            gc.enable()
 
 
 def _parse(

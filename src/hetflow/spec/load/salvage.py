@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from hetflow.errors import Problem
+from hetflow.lazy import no_cyclic_gc
 from hetflow.spec.fields.naming import DATA_PREFIX
-from hetflow.spec.load.loader import LoadedWorkflow, build, no_cyclic_gc, prepare
+from hetflow.spec.load.loader import LoadedWorkflow, build, prepare
 from hetflow.spec.load.overrides import Origin
 from hetflow.spec.source.yamlfile import Loc, read_yaml_text
 
