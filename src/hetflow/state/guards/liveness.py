@@ -5,7 +5,8 @@ the end; a ``kill -9`` leaves the row saying so for good.  The pid alone does no
 killed executor may linger as a zombie, and its pid may be handed to another process.  The
 claim therefore records the process's start time too (``/proc/PID/stat`` field 22,
 ``starttime``, clock ticks since boot: proc(5)), and the executor counts as gone when the pid
-is dead, a zombie, or a process that started at another time."""
+is dead, a zombie, a process already dying of SIGKILL, or a process that started at another
+time."""
 
 from __future__ import annotations
 
@@ -39,9 +40,33 @@ def process_start(pid: int, proc: Path = PROC) -> int | None:
         return None
 
 
+PF_EXITING = 0x4  # include/linux/sched.h: the process is in do_exit
+SIGKILL_BIT = 1 << (9 - 1)  # bit of SIGKILL in /proc/PID/status's SigPnd/ShdPnd masks
+
+
+def _kill_pending(pid: int, proc: Path) -> bool:
+    """Whether SIGKILL is queued for ``pid`` (proc(5): SigPnd, ShdPnd): ``kill -9`` returns
+    before its target is gone, and on a loaded machine a large process takes a while to die."""
+    try:
+        status = (proc / str(pid) / "status").read_text()
+    except OSError:
+        return False
+    for line in status.splitlines():
+        key, _, value = line.partition(":")
+        if key in ("SigPnd", "ShdPnd"):
+            try:
+                if int(value.strip(), 16) & SIGKILL_BIT:
+                    return True
+            except ValueError:
+                continue
+    return False
+
+
 def pid_alive(pid: int, proc: Path = PROC) -> bool:
-    """Whether ``pid`` runs.  A zombie does not: a killed executor whose parent is gone
-    stays a zombie where nothing reaps it (PID 1 of a container), yet answers kill(0)."""
+    """Whether ``pid`` runs on.  A zombie does not: a killed executor whose parent is gone
+    stays a zombie where nothing reaps it (PID 1 of a container), yet answers kill(0).  Nor
+    does a process already dying (PF_EXITING) or with SIGKILL queued: ``kill -9 PID; hetflow
+    resume RUN`` must not be refused because the kernel has not finished the kill yet."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -51,7 +76,14 @@ def pid_alive(pid: int, proc: Path = PROC) -> bool:
     fields = _stat_fields(pid, proc)
     if fields is None:
         return True  # no /proc to ask: trust kill(0)
-    return bool(fields) and fields[0] not in ("Z", "X")
+    if not fields or fields[0] in ("Z", "X"):
+        return False
+    try:
+        if len(fields) > 6 and int(fields[6]) & PF_EXITING:  # field 9, flags
+            return False
+    except ValueError:
+        pass
+    return not _kill_pending(pid, proc)
 
 
 def executor_gone(
