@@ -15,17 +15,28 @@ log gone and wrote that over the one read ("the API server gave no log ... not f
 5 runs of a 10-item fan-out on a real kubelet).  A read that gets nothing leaves a file
 written before as it is; a pod whose node serves no log leaves the API's reason as the
 file's one line.
+
+The stream of a pod followed while it ran may stay open after its container ended (kwok's
+does; a kubelet's until its next look at the container, up to 5 s): a release then reads the
+ended pod's log whole (``follow=false``: all of it, at once) into a file that replaces the
+follower's, rather than waiting for the stream's end (2 s of each hundred-step run's end on
+kwok: issue 43).  Only where that read fails does it wait for the stream, as before.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+
+import httpx
 
 from hetflow.errors import EngineError
 from hetflow.kube import INDEX_ANNOTATION
@@ -48,13 +59,26 @@ def cri_line(line: str) -> str:
 
 
 READ_WAIT = 120.0  # seconds a release waits for the reads of its ended pods' logs (a loaded API server)
-FOLLOW_WAIT = 2.0  # and for the streams of pods followed while running (kwok's stay open after the exit)
+FOLLOW_WAIT = 2.0  # and for a stream followed while running whose pod's log cannot be read whole
+
+
+@dataclass
+class _Reader:
+    """A pod's reader: ``following`` it began while the pod ran; ``ended``: a poll has seen the
+    pod end since (its log can then be read whole, over what the follower wrote)."""
+
+    thread: threading.Thread
+    following: bool
+    api: KubeApi
+    path: Path
+    ended: bool = False
 
 
 class LogFollowers:
     def __init__(self) -> None:
-        self._started: dict[str, tuple[threading.Thread, bool]] = {}  # pod name -> (its reader, following)
+        self._started: dict[str, _Reader] = {}  # pod name -> its reader
         self._read: set[str] = set()  # pods whose log was read to its end: never read again
+        self._replaced: set[str] = set()  # pods whose log was read whole over their follower's file
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
@@ -71,12 +95,15 @@ class LogFollowers:
             if not started or index >= len(paths) or not paths[index]:
                 continue
             with self._lock:  # started before another thread's ``finish`` can see (and join) it
-                if meta["name"] in self._started or meta["name"] in self._read:
+                if (known := self._started.get(meta["name"])) is not None:
+                    known.ended = known.ended or ended
+                    continue
+                if meta["name"] in self._read:
                     continue
                 args = (api, meta["name"], Path(paths[index]), not ended)
                 t = threading.Thread(target=self._copy, args=args, daemon=True)
                 t.start()
-                self._started[meta["name"]] = (t, not ended)
+                self._started[meta["name"]] = _Reader(t, not ended, api, Path(paths[index]), ended)
 
     def _copy(self, api: KubeApi, pod: str, path: Path, follow: bool) -> None:
         """Write the pod's log to ``path``; ``follow``: while it runs (a kubelet ends the
@@ -87,15 +114,19 @@ class LogFollowers:
         try:
             params = {"container": "step", "follow": "true" if follow else "false", "timestamps": "true"}
             with api.stream(f"{api.ns('pods')}/{pod}/log", **params) as r:
-                out = path.open("w", encoding="utf-8")
+                with self._lock:  # never over a whole read (``_read_whole``)
+                    if pod in self._replaced:
+                        return
+                    out = path.open("w", encoding="utf-8")
                 for line in r.iter_lines():
                     out.write(cri_line(line))
                     out.flush()
                     if self._stop.is_set():
                         return
         except EngineError as exc:
-            if out is None and (not path.exists() or path.stat().st_size == 0):
-                path.write_text(cri_line(f"[hetflow: the API server gave no log for pod {pod}: {exc}]"))
+            with self._lock:
+                if out is None and pod not in self._replaced and (not path.exists() or path.stat().st_size == 0):
+                    path.write_text(cri_line(f"[hetflow: the API server gave no log for pod {pod}: {exc}]"))
         except Exception as exc:  # a stream cut by the server: keep what came
             if out is not None:
                 out.write(cri_line(f"[hetflow: the log stream of pod {pod} ended: {type(exc).__name__}]"))
@@ -119,12 +150,33 @@ class LogFollowers:
         prefixes = tuple(f"{job}-" for job in jobs)
         with self._lock:
             mine = [name for name in self._started if name.startswith(prefixes)]
-            readers = [(name, *self._started.pop(name)) for name in mine]
+            readers = [(name, self._started.pop(name)) for name in mine]
             self._read.update(mine)
         start = time.monotonic()
-        for _, t, following in readers:
-            limit = FOLLOW_WAIT if following else READ_WAIT
-            t.join(timeout=max(0.0, start + limit - time.monotonic()))
+        for name, r in readers:
+            if r.following and r.ended and r.thread.is_alive() and self._read_whole(r.api, name, r.path):
+                continue
+            limit = FOLLOW_WAIT if r.following else READ_WAIT
+            r.thread.join(timeout=max(0.0, start + limit - time.monotonic()))
+
+    def _read_whole(self, api: KubeApi, pod: str, path: Path) -> bool:
+        """The ended pod's log read whole (``follow=false``) into a file that then replaces its
+        follower's (which writes on into the file it opened, no longer the log's); False where
+        the API gives none (the follower's file stays)."""
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                params = {"container": "step", "follow": "false", "timestamps": "true"}
+                with api.stream(f"{api.ns('pods')}/{pod}/log", **params) as r:
+                    for line in r.iter_lines():
+                        out.write(cri_line(line))
+            with self._lock:
+                self._replaced.add(pod)
+                os.replace(tmp, path)
+            return True
+        except (EngineError, httpx.HTTPError, OSError):  # refused or cut: the follower's file is the log
+            os.unlink(tmp)
+            return False
 
     def close(self) -> None:
         self._stop.set()
