@@ -245,7 +245,7 @@ class KubernetesBackend:
                 out[full] = replace(out[full], gpus=gpus)
             self._seen[full], self._meta[full] = mine, meta
             if self._wakes and (key is None or self._followed.get(full) != key):  # a runner watches
-                self._logs.follow(api, meta, mine)
+                self._logs.follow(api, meta, mine, soon=True)
                 self._followed[full] = key
         out.update(self._creations.states(creating, set(out)))  # refused, or not listed yet
         for name, state in self._gone.items():

@@ -60,6 +60,7 @@ def cri_line(line: str) -> str:
 
 READ_WAIT = 120.0  # seconds a release waits for the reads of its ended pods' logs (a loaded API server)
 FOLLOW_WAIT = 2.0  # and for a stream followed while running whose pod's log cannot be read whole
+FOLLOW_AFTER = 1.0  # seconds a pod a poll saw running runs before it is followed (one ended by then: read once)
 
 
 @dataclass
@@ -75,16 +76,23 @@ class _Reader:
 
 
 class LogFollowers:
-    def __init__(self) -> None:
+    def __init__(self, follow_after: float = FOLLOW_AFTER) -> None:
+        self._follow_after = follow_after
+        self._soon: dict[str, threading.Timer] = {}  # pod name -> what starts following it (``follow``'s ``soon``)
         self._started: dict[str, _Reader] = {}  # pod name -> its reader
         self._read: set[str] = set()  # pods whose log was read to its end: never read again
         self._replaced: set[str] = set()  # pods whose log was read whole over their follower's file
         self._stop = threading.Event()
         self._lock = threading.Lock()
 
-    def follow(self, api: KubeApi, job_meta: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]) -> None:
+    def follow(
+        self, api: KubeApi, job_meta: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], *, soon: bool = False
+    ) -> None:
         """Start a reader for each pod whose container has started (running: followed; ended:
-        read once) and that has none, nor was read."""
+        read once) and that has none, nor was read.  ``soon`` (a poll's): a running pod is
+        followed once it has run ``follow_after`` seconds more, from its log's start; one that
+        ends before is read once, whole, as the poll that sees it end asks (a hundred pods of a
+        second each were a hundred streams and a hundred reads: issue 43)."""
         paths = json.loads(job_meta.get("annotations", {}).get(ANNOTATION_LOGS, "[]") or "[]")
         for pod in pods:
             meta, status = pod["metadata"], pod.get("status", {})
@@ -94,16 +102,35 @@ class LogFollowers:
             index = int(meta.get("annotations", {}).get(INDEX, 0))
             if not started or index >= len(paths) or not paths[index]:
                 continue
+            name, path = meta["name"], Path(paths[index])
             with self._lock:  # started before another thread's ``finish`` can see (and join) it
-                if (known := self._started.get(meta["name"])) is not None:
+                if (known := self._started.get(name)) is not None:
                     known.ended = known.ended or ended
                     continue
-                if meta["name"] in self._read:
+                if name in self._read:
                     continue
-                args = (api, meta["name"], Path(paths[index]), not ended)
-                t = threading.Thread(target=self._copy, args=args, daemon=True)
-                t.start()
-                self._started[meta["name"]] = _Reader(t, not ended, api, Path(paths[index]), ended)
+                if soon and not ended:
+                    if name not in self._soon:
+                        due = self._soon[name] = threading.Timer(self._follow_after, self._due, (api, name, path))
+                        due.daemon = True
+                        due.start()
+                    continue
+                if (timer := self._soon.pop(name, None)) is not None:
+                    timer.cancel()
+                self._start(api, name, path, ended)
+
+    def _start(self, api: KubeApi, name: str, path: Path, ended: bool) -> None:
+        """A reader for pod ``name`` (its lock held): following it unless it has ``ended``."""
+        t = threading.Thread(target=self._copy, args=(api, name, path, not ended), daemon=True)
+        t.start()
+        self._started[name] = _Reader(t, not ended, api, path, ended)
+
+    def _due(self, api: KubeApi, name: str, path: Path) -> None:
+        """A pod a poll saw running has run ``follow_after`` seconds more: follow it, unless a
+        reader was started meanwhile or its Job's readers were waited for."""
+        with self._lock:
+            if self._soon.pop(name, None) is not None and name not in self._started and name not in self._read:
+                self._start(api, name, path, False)
 
     def _copy(self, api: KubeApi, pod: str, path: Path, follow: bool) -> None:
         """Write the pod's log to ``path``; ``follow``: while it runs (a kubelet ends the
@@ -149,6 +176,8 @@ class LogFollowers:
         """Wait for the readers of the Jobs' pods (see ``read_before``); they are not read again."""
         prefixes = tuple(f"{job}-" for job in jobs)
         with self._lock:
+            for name in [name for name in self._soon if name.startswith(prefixes)]:
+                self._soon.pop(name).cancel()  # ``read_before`` and ``cancel`` started their readers
             mine = [name for name in self._started if name.startswith(prefixes)]
             readers = [(name, self._started.pop(name)) for name in mine]
             self._read.update(mine)
@@ -180,3 +209,7 @@ class LogFollowers:
 
     def close(self) -> None:
         self._stop.set()
+        with self._lock:
+            for timer in self._soon.values():
+                timer.cancel()
+            self._soon.clear()
