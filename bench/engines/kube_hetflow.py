@@ -106,6 +106,40 @@ def _drained(cluster: LocalKube, limit: float = 300) -> None:
     raise EngineError(f"Jobs or pods still left after {limit:.0f} s")
 
 
+QUIET = 2.0  # seconds without a write to pods, Jobs or events: the controllers are done with the last phase
+WRITES = ("POST", "PUT", "PATCH", "DELETE")
+
+
+def _writes(http: Any) -> float:
+    """The API server's count of writes to pods, Jobs and events so far (its /metrics)."""
+    total = 0.0
+    for line in http.get("/metrics").text.splitlines():
+        written = line.startswith("apiserver_request_total{") and any(f'verb="{v}"' in line for v in WRITES)
+        if written and any(f'resource="{r}"' in line for r in ("pods", "jobs", "events")):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def _settled(cluster: LocalKube, limit: float = 300) -> None:
+    """Wait until the controllers have finished the phase before: no write to pods, Jobs or
+    events for QUIET seconds.  No Job or pod left is not enough: the job controller then still
+    sends the last phase's events and finalizer patches, through a client limited to 20
+    requests/s with a burst of 30, so a phase that began at once began without the burst that
+    the first one (a fresh cluster) had: a second or more of a hundred steps' ten, which the
+    second anchor and hetflow paid and the first anchor did not."""
+    deadline = time.monotonic() + limit
+    with _client(cluster) as http:
+        last, since = _writes(http), time.monotonic()
+        while time.monotonic() < deadline:
+            time.sleep(0.25)
+            now = _writes(http)
+            if now != last:
+                last, since = now, time.monotonic()
+            elif time.monotonic() - since >= QUIET:
+                return
+    raise EngineError(f"the controllers still write after {limit:.0f} s")
+
+
 def through_hetflow(cluster: LocalKube, steps: int, home: Path) -> tuple[float, str]:
     """Seconds of ``hetflow run --backend kubernetes`` of ``steps`` independent trivial steps, and
     its last line."""
@@ -141,10 +175,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         try:
             (base / "home").mkdir()
+            _settled(cluster)  # each phase begins on a cluster done with the one before, the first too
             first = direct(cluster, args.steps)  # anchor, hetflow, anchor: a warming cluster favours neither
             _drained(cluster)
+            _settled(cluster)
             took, said = through_hetflow(cluster, args.steps, base / "home")
             _drained(cluster)
+            _settled(cluster)
             second = direct(cluster, args.steps)
         finally:
             stop_cluster(base / "c")
@@ -156,6 +193,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(
         f"{args.steps} trivial steps on {args.nodes} kwok nodes (pods succeed 0.3 s after they run),"
         " one cluster, one run; each phase starts once the one before has no Job or pod left"
+        f" and the controllers have not written for {QUIET:.0f} s"
     )
     print(f"{'':40} {'seconds':>8} {'per step':>9}")
     anchor = (first + second) / 2

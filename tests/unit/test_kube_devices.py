@@ -167,3 +167,100 @@ def test_a_read_refused_leaves_the_log_read_before(tmp_path: Path) -> None:
     ended = {"metadata": {"name": "hf-r-s-1-abcde"}, "status": {"containerStatuses": [{"state": {"terminated": {}}}]}}
     LogFollowers().read_before(api, {"hf-r-s-1": (meta, [ended])})  # type: ignore[arg-type]
     assert log.read_text() == "2026-11-27T08:00:00Z stdout F read before\n"
+
+
+class OpenStream(FakeLogs):
+    """A node whose followed log streams stay open after the container ends (kwok's; a
+    kubelet's until its next look): ``follow=true`` gives the first line, then waits for
+    ``cut``; a whole read (``follow=false``) gives every line."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cut = threading.Event()
+        self.first = threading.Event()
+        self.followed = threading.Event()  # the follower left its stream: it wrote all it had
+
+    @contextmanager
+    def stream(self, path: str, **params: Any) -> Iterator[Any]:
+        pod, follow = path.split("/")[-2], params.get("follow") == "true"
+        with self.lock:
+            self.reads.append(f"{pod} {'follow' if follow else 'whole'}")
+        first, cut = self.first, self.cut
+
+        class Lines:
+            def iter_lines(self) -> Iterator[str]:
+                yield "2026-11-27T08:00:00Z line 1"
+                if follow:
+                    first.set()
+                    cut.wait()
+                    yield "2026-11-27T08:00:09Z written after the whole read"
+                else:
+                    yield "2026-11-27T08:00:01Z line 2"
+
+        yield Lines()
+        if follow:
+            self.followed.set()
+
+
+def test_an_ended_pods_stream_left_open_is_read_whole_not_waited_for(tmp_path: Path) -> None:
+    """issue 43: a release waited 2 s for each stream a node left open after its pod ended
+    (every hundred-step run's end on kwok); the ended pod's log is read whole instead, and
+    the follower, once its stream ends, writes nothing over it."""
+    api = OpenStream()
+    log = tmp_path / "log"
+    meta = {"annotations": {ANNOTATION_LOGS: f'["{log}"]'}}
+    pod: dict[str, Any] = {"metadata": {"name": "hf-r-s-1-abcde"}}
+    running = {**pod, "status": {"containerStatuses": [{"state": {"running": {}}}]}}
+    ended = {**pod, "status": {"containerStatuses": [{"state": {"terminated": {}}}]}}
+    followers = LogFollowers()
+    followers.follow(api, meta, [running])  # type: ignore[arg-type]
+    assert api.first.wait(30)
+    followers.read_before(api, {"hf-r-s-1": (meta, [ended])})  # type: ignore[arg-type]
+    whole = "2026-11-27T08:00:00Z stdout F line 1\n2026-11-27T08:00:01Z stdout F line 2\n"
+    assert log.read_text() == whole and not api.cut.is_set()  # before the stream ended
+    assert api.reads == ["hf-r-s-1-abcde follow", "hf-r-s-1-abcde whole"]
+    api.cut.set()
+    assert api.followed.wait(30)
+    assert log.read_text() == whole and [p.name for p in tmp_path.iterdir()] == ["log"]
+
+
+def _pod(state: str) -> dict[str, Any]:
+    return {"metadata": {"name": "hf-r-s-1-abcde"}, "status": {"containerStatuses": [{"state": {state: {}}}]}}
+
+
+def test_a_pod_a_poll_saw_running_that_ends_soon_is_read_once_whole_never_followed(tmp_path: Path) -> None:
+    """issue 43: each pod a poll saw running was followed (a stream, a thread, a connection held
+    open on kwok) and then read again; one that ends within ``follow_after`` is read once."""
+    api = OpenStream()
+    log = tmp_path / "log"
+    meta = {"annotations": {ANNOTATION_LOGS: f'["{log}"]'}}
+    followers = LogFollowers(follow_after=3600)  # never due in this test
+    followers.follow(api, meta, [_pod("running")], soon=True)  # type: ignore[arg-type]
+    assert api.reads == []
+    followers.follow(api, meta, [_pod("terminated")], soon=True)  # type: ignore[arg-type]
+    followers.read_before(api, {"hf-r-s-1": (meta, [_pod("terminated")])})  # type: ignore[arg-type]
+    assert api.reads == ["hf-r-s-1-abcde whole"]
+    assert log.read_text() == "2026-11-27T08:00:00Z stdout F line 1\n2026-11-27T08:00:01Z stdout F line 2\n"
+
+
+def test_a_pod_that_runs_on_is_followed_once_due_and_a_cancel_does_not_wait_for_it(tmp_path: Path) -> None:
+    """A pod still running once ``follow_after`` has passed is followed (from its log's start),
+    once; a cancel (``follow`` without ``soon``) starts its reader at once."""
+    api = OpenStream()
+    log = tmp_path / "log"
+    meta = {"annotations": {ANNOTATION_LOGS: f'["{log}"]'}}
+    followers = LogFollowers(follow_after=0.0)
+    followers.follow(api, meta, [_pod("running")], soon=True)  # type: ignore[arg-type]
+    assert api.first.wait(30)
+    followers.follow(api, meta, [_pod("running")], soon=True)  # type: ignore[arg-type]
+    assert api.reads == ["hf-r-s-1-abcde follow"]
+    api.cut.set()
+    assert api.followed.wait(30)
+    later = LogFollowers(follow_after=3600)
+    cancelled = tmp_path / "cancelled"
+    other = {"annotations": {ANNOTATION_LOGS: f'["{cancelled}"]'}}
+    later.follow(api, other, [_pod("running")], soon=True)  # type: ignore[arg-type]
+    later.follow(api, other, [_pod("running")])  # type: ignore[arg-type]
+    later.finish(["hf-r-s-1"])
+    assert "line 1" in cancelled.read_text()
+    later.close()

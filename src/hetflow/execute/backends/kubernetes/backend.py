@@ -77,6 +77,7 @@ PATHS = {  # kind -> (resource, group/version): where ``KubeApi.ns`` puts it
     "ResourceClaim": ("resourceclaims", "resource.k8s.io/v1"),
 }
 SLICES = "/apis/resource.k8s.io/v1/resourceslices"
+REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
 FAILED_CREATE = {"fieldSelector": "involvedObject.kind=Job,reason=FailedCreate"}  # why a Job has no pod
 SLICES_TTL = 30.0  # seconds a read of the ResourceSlices serves a pod's device lookups
 
@@ -130,27 +131,26 @@ class KubernetesBackend:
     # the contract
 
     def check(self) -> None:
-        """The API server answers, the namespace exists, and RBAC lets this user do what a run does."""
+        """The API server answers, the namespace exists, and RBAC lets this user do what a run does
+        (asked at once on the client threads; the first refused in NEEDED's order is named)."""
         api = self.api
         api.get("/version")
-        for verb, group, resource in NEEDED:
+
+        def review(need: tuple[str, str, str]) -> None:
+            verb, group, resource = need
             kind, _, sub = resource.partition("/")
             attrs = {"namespace": api.namespace, "verb": verb, "group": group, "resource": kind, "subresource": sub}
-            review = api.create(
-                "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
-                {
-                    "apiVersion": "authorization.k8s.io/v1",
-                    "kind": "SelfSubjectAccessReview",
-                    "spec": {"resourceAttributes": attrs},
-                },
-            )
-            if not review.get("status", {}).get("allowed"):
+            ssar = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview"}
+            answer = api.create(REVIEWS, {**ssar, "spec": {"resourceAttributes": attrs}})
+            if not answer.get("status", {}).get("allowed"):
                 full = f"{resource}.{group}" if group else resource
                 raise EngineError(
                     f"Kubernetes RBAC does not let the kubeconfig's user {verb} {full} in namespace {api.namespace}: "
                     f"grant it with a Role and RoleBinding (kubectl create role hetflow --verb={verb} "
                     f"--resource={full} -n {api.namespace}; then a rolebinding to the user)"
                 )
+
+        self._creations.each(review, NEEDED)
         with contextlib.suppress(Forbidden):  # a user of one namespace may not read namespaces
             api.get(f"/api/v1/namespaces/{api.namespace}")
         try:
@@ -245,7 +245,7 @@ class KubernetesBackend:
                 out[full] = replace(out[full], gpus=gpus)
             self._seen[full], self._meta[full] = mine, meta
             if self._wakes and (key is None or self._followed.get(full) != key):  # a runner watches
-                self._logs.follow(api, meta, mine)
+                self._logs.follow(api, meta, mine, soon=True)
                 self._followed[full] = key
         out.update(self._creations.states(creating, set(out)))  # refused, or not listed yet
         for name, state in self._gone.items():
