@@ -1,20 +1,27 @@
-"""Compiled dataclass methods kept between commands (issue 43).
+"""What Python compiles at every command, compiled once and kept between commands (issue 43).
 
-``@dataclass`` writes each class's ``__init__``, ``__repr__``, ``__eq__`` (and a frozen
-class's ``__setattr__``/``__delattr__``, ``__hash__``) as source text and compiles it with
-``exec`` when the class is made: about 800 compiles for the 160 dataclasses a ``hetflow
-validate`` imports, a quarter of its time.  The text of each is the same at every command,
-so ``kept_dataclass_code`` compiles it once: for the block it runs (``hetflow.cli.main``'s
-command), the ``exec`` that the stdlib's ``dataclasses`` module calls is one that looks the
-text up in a file of code objects (``$XDG_CACHE_HOME/hetflow/dataclass-code-MAGIC.marshal``,
-the interpreter's bytecode magic in the name, as a ``.pyc`` has it) and compiles only what
-the file lacks; a command that compiled anything writes the file again (whole or not at
-all).  The text is the key, so a changed class compiles its new text; what runs is the code
-Python would compile from that text (flags and file name the same).  The classes made are
-the same classes: only the compile is skipped.
+Two compiles are the same at every command, and a ``hetflow validate`` paid a third of
+its time for them:
 
-The file holds a SHA-256 of its contents, read before anything is unmarshalled (a torn or
-damaged file is ignored, as a probe cache is).  ``HETFLOW_PROBE_CACHE=0`` turns it off.
+- ``@dataclass`` writes each class's ``__init__``, ``__repr__``, ``__eq__`` (and a frozen
+  class's ``__setattr__``/``__delattr__``, ``__hash__``) as source text and compiles it with
+  ``exec`` when the class is made: about 800 compiles for the 160 dataclasses a ``validate``
+  imports, a quarter of its time.  ``DataclassCode`` is the ``exec`` the stdlib's
+  ``dataclasses`` module calls for the block: the text's code object from the file, compiled
+  only where the file lacks it (flags and file name as ``exec`` compiles them).
+- ``re.compile`` parses each pattern and translates it to the regex engine's code in
+  Python (``re._parser``, ``re._compiler``): about 120 patterns (yaml's, rich's, email's,
+  hetflow's), 5-8% of a command.  ``RegexCode`` keeps that translation (the engine's code
+  list, flags, groups) per pattern and flags, and makes the pattern from it with the same
+  call the stdlib ends with (``_sre.compile``): the same object (``==`` to the stdlib's).
+
+For the block ``kept_compiles`` runs (``hetflow.cli.main``'s command), each looks its key
+up in a file under the probe cache's folder (``$XDG_CACHE_HOME/hetflow/NAME-MAGIC.marshal``,
+the interpreter's bytecode magic in the name, as a ``.pyc`` has it), and a command that
+compiled anything new writes its file again (whole or not at all).  The key is the source
+text (the pattern and flags), so a changed class or pattern compiles anew.  A file holds a
+SHA-256 of its contents, checked before anything is unmarshalled: a torn or damaged file is
+ignored, as a probe cache is.  ``HETFLOW_PROBE_CACHE=0`` turns both off.
 """
 
 from __future__ import annotations
@@ -25,44 +32,36 @@ import hashlib
 import importlib.util
 import marshal
 import os
-from collections.abc import Iterator, Mapping
+import re
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import CodeType
 from typing import Any
 
 from hetflow.probecache import OFF_ENV, cache_dir
 
-KEEP = 4096  # texts kept in the file: past that, only the last command's are written
+KEEP = 4096  # entries kept in a file: past that, only the last command's are written
 _DIGEST = 32  # sha256's bytes, at the file's start
+_re_compiler: Any = getattr(re, "_compiler", None)  # the stdlib's, where this Python has it
+_re_parser: Any = getattr(re, "_parser", None)
 
 
-class DataclassCode:
-    """``exec`` for ``dataclasses``: a text's compiled code from ``kept``, else compiled now."""
+class KeptFile:
+    """One file of compiled things: ``kept`` (read), ``used`` (by this command), saved
+    again when this command made one the file lacked."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, valid: Callable[[Any, Any], bool]) -> None:
         self.path = path
-        self.kept = read_code(path)
-        self.used: dict[str, CodeType] = {}
-        self.compiled = 0
-
-    def exec(self, source: Any, globals: Any = None, locals: Any = None) -> None:
-        if not isinstance(source, str):  # only dataclasses calls it, with text: anything else as exec does
-            exec(source, globals, locals)
-            return
-        code = self.kept.get(source)
-        if code is None:
-            code = compile(source, "<string>", "exec", dont_inherit=True)  # as exec compiles dataclasses' text
-            self.compiled += 1
-        self.used[source] = code
-        exec(code, globals, locals)
+        self.kept = read_kept(path, valid)
+        self.used: dict[Any, Any] = {}
+        self.made = 0
 
     def save(self) -> None:
-        """Write the file again when this command compiled a text it lacked."""
-        if not self.compiled:
+        if not self.made:
             return
-        codes = self.kept | self.used if len(self.kept) + len(self.used) <= KEEP else self.used
+        kept = self.kept | self.used if len(self.kept) + len(self.used) <= KEEP else self.used
         try:
-            body = marshal.dumps(codes)
+            body = marshal.dumps(kept)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             part = self.path.with_name(f"{self.path.name}.{os.getpid()}")
             part.write_bytes(hashlib.sha256(body).digest() + body)
@@ -71,12 +70,67 @@ class DataclassCode:
             pass
 
 
-def code_path(env: Mapping[str, str] | None = None) -> Path:
-    return cache_dir(env) / f"dataclass-code-{importlib.util.MAGIC_NUMBER.hex()}.marshal"
+class DataclassCode(KeptFile):
+    """``exec`` for ``dataclasses``: a text's compiled code from the file, else compiled now."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, lambda k, v: isinstance(k, str) and isinstance(v, CodeType))
+
+    def exec(self, source: Any, globals: Any = None, locals: Any = None) -> None:
+        if not isinstance(source, str):  # only dataclasses calls it, with text: anything else as exec does
+            exec(source, globals, locals)
+            return
+        code = self.kept.get(source)
+        if code is None:
+            code = compile(source, "<string>", "exec", dont_inherit=True)  # as exec compiles dataclasses' text
+            self.made += 1
+        self.used[source] = code
+        exec(code, globals, locals)
 
 
-def read_code(path: Path) -> dict[str, CodeType]:
-    """The file's texts and code objects; {} when it is absent, damaged or not ours."""
+class RegexCode(KeptFile):
+    """``re._compiler.compile`` with the translation of each str or bytes pattern kept."""
+
+    def __init__(self, path: Path, stdlib: Callable[..., Any]) -> None:
+        super().__init__(path, lambda k, v: isinstance(k, tuple) and isinstance(v, tuple) and len(v) == 5)
+        self.stdlib = stdlib
+
+    def compile(self, p: Any, flags: int = 0) -> Any:
+        if not isinstance(p, (str, bytes)) or flags & _re_compiler.SRE_FLAG_DEBUG:
+            return self.stdlib(p, flags)  # a parsed pattern (re.Scanner's) or debug output: the stdlib's
+        key = (p, int(flags))
+        made = self.kept.get(key)
+        if made is None:
+            made = translate(p, int(flags))
+            self.made += 1
+        self.used[key] = made
+        return _re_compiler._sre.compile(p, *made)
+
+
+def translate(pattern: str | bytes, flags: int) -> tuple[int, list[int], int, dict[str, int], tuple[Any, ...]]:
+    """What ``re._compiler.compile`` hands ``_sre.compile`` after the pattern: the flags, the
+    engine's code, the groups, the group names both ways (as ints, lists, dicts: marshal's)."""
+    parsed = _re_parser.parse(pattern, flags)
+    code = _re_compiler._code(parsed, flags)
+    groupindex = dict(parsed.state.groupdict)
+    indexgroup: list[str | None] = [None] * parsed.state.groups
+    for name, index in groupindex.items():
+        indexgroup[index] = name
+    return (
+        int(flags | parsed.state.flags),
+        [int(c) for c in code],
+        parsed.state.groups - 1,
+        groupindex,
+        tuple(indexgroup),
+    )
+
+
+def kept_path(name: str, env: Mapping[str, str] | None = None) -> Path:
+    return cache_dir(env) / f"{name}-{importlib.util.MAGIC_NUMBER.hex()}.marshal"
+
+
+def read_kept(path: Path, valid: Callable[[Any, Any], bool]) -> dict[Any, Any]:
+    """The file's entries that ``valid`` accepts; {} when it is absent, damaged or not ours."""
     try:
         data = path.read_bytes()
     except OSError:
@@ -85,26 +139,47 @@ def read_code(path: Path) -> dict[str, CodeType]:
     if len(digest) != _DIGEST or hashlib.sha256(body).digest() != digest:
         return {}
     try:
-        codes = marshal.loads(body)
+        kept = marshal.loads(body)
     except (EOFError, ValueError, TypeError):
         return {}
-    if not isinstance(codes, dict):
+    if not isinstance(kept, dict):
         return {}
-    return {k: v for k, v in codes.items() if isinstance(k, str) and isinstance(v, CodeType)}
+    return {k: v for k, v in kept.items() if valid(k, v)}
+
+
+def _regex_hook_fits() -> bool:
+    """This Python's ``re`` has the internals ``RegexCode`` calls (3.11 to 3.13 do)."""
+    return all(
+        hasattr(m, a)
+        for m, a in (
+            (_re_compiler, "compile"),
+            (_re_compiler, "_code"),
+            (_re_compiler, "_sre"),
+            (_re_compiler, "SRE_FLAG_DEBUG"),
+            (_re_parser, "parse"),
+        )
+    )
 
 
 @contextlib.contextmanager
-def kept_dataclass_code(env: Mapping[str, str] | None = None) -> Iterator[DataclassCode | None]:
-    """For the block, the dataclasses made compile their methods through the kept file
-    (``DataclassCode``); the stdlib's ``exec`` again after it.  Nested or turned off: as is."""
+def kept_compiles(env: Mapping[str, str] | None = None) -> Iterator[tuple[DataclassCode, RegexCode | None] | None]:
+    """For the block, dataclasses' methods and regular expressions compile through their
+    kept files (``DataclassCode``, ``RegexCode``); the stdlib's own again after it, and
+    each file saved.  Nested or turned off: as is."""
     env = os.environ if env is None else env
     if env.get(OFF_ENV, "1") in ("0", "no", "false") or "exec" in vars(dataclasses):
         yield None
         return
-    code = DataclassCode(code_path(env))
+    code = DataclassCode(kept_path("dataclass-code", env))
+    regex = RegexCode(kept_path("regex-code", env), _re_compiler.compile) if _regex_hook_fits() else None
     dataclasses.exec = code.exec  # type: ignore[attr-defined]  # found before the builtin by _create_fn
+    if regex is not None:
+        _re_compiler.compile = regex.compile
     try:
-        yield code
+        yield code, regex
     finally:
         del dataclasses.exec  # type: ignore[attr-defined]
+        if regex is not None:
+            _re_compiler.compile = regex.stdlib
+            regex.save()
         code.save()

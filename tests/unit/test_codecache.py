@@ -1,14 +1,39 @@
-"""Dataclass methods compiled once and kept between commands (issue 43: ``hetflow.codecache``)."""
+"""Dataclass methods and regular expressions compiled once and kept between commands
+(issue 43: ``hetflow.codecache``)."""
 
 from __future__ import annotations
 
 import dataclasses
+import re
+import sys
 from dataclasses import FrozenInstanceError, dataclass, field
 from pathlib import Path
 
 import pytest
 
-from hetflow.codecache import code_path, kept_dataclass_code, read_code
+from hetflow.codecache import DataclassCode, kept_compiles, kept_path, read_kept
+
+# varied patterns: groups named and not, flags inline and passed, bytes, classes, look-arounds,
+# repeats, backreferences, unicode (a big charset), alternations
+PATTERNS: list[tuple[str | bytes, int]] = [
+    (r"(?P<name>[a-z][a-z0-9-]*)(?::(?P<tag>[\w.-]+))?(?:@(sha256:[0-9a-f]{64}))?$", 0),
+    (r"(?i)^\s*(\d+(?:\.\d+)?)\s*(ki|mi|gi|k|m|g)?b?\s*$", 0),
+    (rb"^[\x00-\x1f]+|(?<=a)b(?!c)", 0),
+    (r"(a|bc)+?\1{2,5}", re.IGNORECASE | re.MULTILINE),
+    ("[\u0080-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]", 0),
+    (r"^(?:[a-z0-9]([-a-z0-9]*[a-z0-9])?\.)*[a-z0-9]([-a-z0-9]*[a-z0-9])?$", re.ASCII),
+    (r"\$\{\{\s*(params|steps)\.([A-Za-z_][\w-]*)\s*\}\}", re.VERBOSE),
+]
+SAMPLES: list[str] = [
+    "busybox:1.36@sha256:" + "a" * 64,
+    " 64 Mi ",
+    "ab",
+    "abcbcbcbc",
+    "é",
+    "a.b-c",
+    "${{ params.x }}",
+    "",
+]
 
 
 def make_classes() -> tuple[type, type]:
@@ -38,43 +63,63 @@ def check(point: type, job: type) -> None:
         point()  # x is required
 
 
-def test_second_command_compiles_nothing_and_makes_the_same_classes(tmp_path: Path) -> None:
+def compile_all() -> list[re.Pattern[str] | re.Pattern[bytes]]:
+    re.purge()  # re's own in-process cache would answer without compiling
+    return [re.compile(p, f) for p, f in PATTERNS]
+
+
+def test_second_command_compiles_nothing_and_makes_the_same_classes_and_patterns(tmp_path: Path) -> None:
     env = {"XDG_CACHE_HOME": str(tmp_path)}
-    plain = make_classes()
-    with kept_dataclass_code(env) as first:
-        assert first is not None
+    plain, plain_patterns = make_classes(), compile_all()
+    with kept_compiles(env) as first:
+        assert first is not None and first[1] is not None
         check(*make_classes())
-    assert first.compiled > 0 and code_path(env).is_file()
-    assert "exec" not in vars(dataclasses)  # the stdlib's own exec again after the block
-    with kept_dataclass_code(env) as second:
-        assert second is not None
+        assert compile_all() == plain_patterns  # Pattern ==: same pattern, flags and engine code
+    assert first[0].made > 0 and first[1].made >= len(PATTERNS)
+    assert kept_path("dataclass-code", env).is_file() and kept_path("regex-code", env).is_file()
+    assert (
+        "exec" not in vars(dataclasses) and sys.modules["re._compiler"].compile is first[1].stdlib
+    )  # the stdlib's again
+    with kept_compiles(env) as second:
+        assert second is not None and second[1] is not None
         kept = make_classes()
         check(*kept)
-    assert second.compiled == 0 and second.used
+        patterns = compile_all()
+    assert second[0].made == 0 and second[0].used
+    assert second[1].made == 0 and len(second[1].used) >= len(PATTERNS)
     check(*plain)
     for made, base in zip(kept, plain, strict=True):
         assert [f.name for f in dataclasses.fields(made)] == [f.name for f in dataclasses.fields(base)]
         assert made.__init__.__code__.co_code == base.__init__.__code__.co_code  # type: ignore[misc]
+    assert patterns == plain_patterns
+    for got, want in zip(patterns, plain_patterns, strict=True):
+        assert (got.flags, got.groups, got.groupindex) == (want.flags, want.groups, want.groupindex)
+        for text in SAMPLES:
+            subject: str | bytes = text.encode() if isinstance(want.pattern, bytes) else text
+            g, w = got.search(subject), want.search(subject)  # type: ignore[arg-type]
+            assert (g and (g.span(), g.groups())) == (w and (w.span(), w.groups()))
 
 
 def test_a_damaged_file_is_ignored_and_written_again(tmp_path: Path) -> None:
     env = {"XDG_CACHE_HOME": str(tmp_path)}
-    path = code_path(env)
+    path = kept_path("dataclass-code", env)
     path.parent.mkdir(parents=True)
     path.write_bytes(b"\0" * 40 + b"not marshal")
-    assert read_code(path) == {}
-    with kept_dataclass_code(env) as code:
+    valid = DataclassCode(path).kept
+    assert valid == {}
+    with kept_compiles(env) as made:
         check(*make_classes())
-    assert code is not None and code.compiled > 0
-    assert len(read_code(path)) == len(code.used)
+    assert made is not None and made[0].made > 0
+    assert len(read_kept(path, lambda k, v: True)) == len(made[0].used)
     data = path.read_bytes()
     path.write_bytes(data[:-5])  # torn: the digest no longer matches
-    assert read_code(path) == {}
+    assert read_kept(path, lambda k, v: True) == {}
 
 
 def test_turned_off_with_the_probe_cache(tmp_path: Path) -> None:
     env = {"XDG_CACHE_HOME": str(tmp_path), "HETFLOW_PROBE_CACHE": "0"}
-    with kept_dataclass_code(env) as code:
-        assert code is None
+    with kept_compiles(env) as made:
+        assert made is None
         check(*make_classes())
-    assert not code_path(env).exists()
+        compile_all()
+    assert not kept_path("dataclass-code", env).exists() and not kept_path("regex-code", env).exists()

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hetflow.cli.commands import BAD_INPUT, COMMANDS, OWN_COMMANDS, VERSION_FLAGS
-from hetflow.codecache import kept_dataclass_code
+from hetflow.codecache import kept_compiles
 from hetflow.config import check_environment
 from hetflow.errors import HetflowError, SpecError, UsageError
 from hetflow.lazy import no_cyclic_gc
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> None:
     if names is not None:
         sys.stdout.write("\n".join(names))
         return
-    with kept_dataclass_code():  # the dataclasses the command imports, their methods compiled once
+    with kept_compiles():  # dataclass methods and regular expressions, compiled once and kept
         _run(args)
 
 
