@@ -24,9 +24,10 @@ class Pages:
         def _tx(self, immediate: bool = False) -> AbstractContextManager[sqlite3.Connection]: ...
 
     def _migrate_indexes(self) -> None:
-        """The runs' indexes, created once in a store made before them (a write on that open only)."""
+        """The runs' (and attempts') indexes, created once in a store made before them (a write on
+        that open only)."""
         have = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        if not {"runs_created", "runs_state", "runs_name"} <= have:
+        if not {"runs_created", "runs_state", "runs_name", "attempts_history"} <= have:
             with self._tx(immediate=True) as db:
                 for statement in filter(str.strip, RUN_INDEXES.split(";")):
                     db.execute(statement)
