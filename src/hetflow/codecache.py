@@ -12,8 +12,9 @@ its time for them:
 - ``re.compile`` parses each pattern and translates it to the regex engine's code in
   Python (``re._parser``, ``re._compiler``): about 120 patterns (yaml's, rich's, email's,
   hetflow's), 5-8% of a command.  ``RegexCode`` keeps that translation (the engine's code
-  list, flags, groups) per pattern and flags, and makes the pattern from it with the same
-  call the stdlib ends with (``_sre.compile``): the same object (``==`` to the stdlib's).
+  list, flags, groups) per pattern and flags, from the second command that compiles it on,
+  and makes the pattern from it with the same call the stdlib ends with (``_sre.compile``):
+  the same object (``==`` to the stdlib's).
 
 For the block ``kept_compiles`` runs (``hetflow.cli.main``'s command), each looks its key
 up in a file under the probe cache's folder (``$XDG_CACHE_HOME/hetflow/NAME-MAGIC.marshal``,
@@ -89,22 +90,37 @@ class DataclassCode(KeptFile):
 
 
 class RegexCode(KeptFile):
-    """``re._compiler.compile`` with the translation of each str or bytes pattern kept."""
+    """``re._compiler.compile`` with the translation of each str or bytes pattern kept, once
+    a second command has compiled it: some patterns are made new at every run (tokenize's,
+    from a set of string prefixes, whose order changes with the hash seed), so a pattern
+    first seen is only noted, by a digest, in a small file of its own (``seen``)."""
 
-    def __init__(self, path: Path, stdlib: Callable[..., Any]) -> None:
+    def __init__(self, path: Path, stdlib: Callable[..., Any], seen: Path) -> None:
         super().__init__(path, lambda k, v: isinstance(k, tuple) and isinstance(v, tuple) and len(v) == 5)
         self.stdlib = stdlib
+        self.seen = KeptFile(seen, lambda k, v: isinstance(k, bytes) and v is True)
 
     def compile(self, p: Any, flags: int = 0) -> Any:
         if not isinstance(p, (str, bytes)) or flags & _re_compiler.SRE_FLAG_DEBUG:
             return self.stdlib(p, flags)  # a parsed pattern (re.Scanner's) or debug output: the stdlib's
         key = (p, int(flags))
         made = self.kept.get(key)
-        if made is None:
-            made = translate(p, int(flags))
+        if made is not None:
+            self.used[key] = made
+            return _re_compiler._sre.compile(p, *made)
+        made = translate(p, int(flags))
+        digest = hashlib.blake2b(repr(key).encode(), digest_size=12).digest()
+        if digest in self.seen.kept:  # a second command compiles it: kept from now on
+            self.used[key] = made
             self.made += 1
-        self.used[key] = made
+        else:
+            self.seen.used[digest] = True
+            self.seen.made += 1
         return _re_compiler._sre.compile(p, *made)
+
+    def save(self) -> None:
+        super().save()
+        self.seen.save()
 
 
 def translate(pattern: str | bytes, flags: int) -> tuple[int, list[int], int, dict[str, int], tuple[Any, ...]]:
@@ -171,7 +187,9 @@ def kept_compiles(env: Mapping[str, str] | None = None) -> Iterator[tuple[Datacl
         yield None
         return
     code = DataclassCode(kept_path("dataclass-code", env))
-    regex = RegexCode(kept_path("regex-code", env), _re_compiler.compile) if _regex_hook_fits() else None
+    regex = None
+    if _regex_hook_fits():
+        regex = RegexCode(kept_path("regex-code", env), _re_compiler.compile, kept_path("regex-seen", env))
     dataclasses.exec = code.exec  # type: ignore[attr-defined]  # found before the builtin by _create_fn
     if regex is not None:
         _re_compiler.compile = regex.compile

@@ -71,6 +71,11 @@ def compile_all() -> list[re.Pattern[str] | re.Pattern[bytes]]:
 def test_second_command_compiles_nothing_and_makes_the_same_classes_and_patterns(tmp_path: Path) -> None:
     env = {"XDG_CACHE_HOME": str(tmp_path)}
     plain, plain_patterns = make_classes(), compile_all()
+    with kept_compiles(env) as noted:  # a pattern first seen is noted (a digest), not kept
+        assert noted is not None and noted[1] is not None
+        assert compile_all() == plain_patterns
+    assert noted[1].made == 0 and noted[1].seen.made >= len(PATTERNS)
+    assert not kept_path("regex-code", env).exists() and kept_path("regex-seen", env).is_file()
     with kept_compiles(env) as first:
         assert first is not None and first[1] is not None
         check(*make_classes())
@@ -86,7 +91,7 @@ def test_second_command_compiles_nothing_and_makes_the_same_classes_and_patterns
         check(*kept)
         patterns = compile_all()
     assert second[0].made == 0 and second[0].used
-    assert second[1].made == 0 and len(second[1].used) >= len(PATTERNS)
+    assert second[1].made == 0 and second[1].seen.made == 0 and len(second[1].used) >= len(PATTERNS)
     check(*plain)
     for made, base in zip(kept, plain, strict=True):
         assert [f.name for f in dataclasses.fields(made)] == [f.name for f in dataclasses.fields(base)]
@@ -98,6 +103,18 @@ def test_second_command_compiles_nothing_and_makes_the_same_classes_and_patterns
             subject: str | bytes = text.encode() if isinstance(want.pattern, bytes) else text
             g, w = got.search(subject), want.search(subject)  # type: ignore[arg-type]
             assert (g and (g.span(), g.groups())) == (w and (w.span(), w.groups()))
+
+
+def test_a_pattern_made_anew_at_every_command_is_never_kept(tmp_path: Path) -> None:
+    """tokenize's pattern differs with the hash seed: each command notes its own, none is kept."""
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    for n in range(3):
+        with kept_compiles(env) as made:
+            assert made is not None and made[1] is not None
+            re.purge()
+            re.compile("|".join(f"p{(n + i) % 3}" for i in range(3)) + f"|x{n}")
+        assert made[1].made == 0 and made[1].seen.made == 1
+    assert read_kept(kept_path("regex-code", env), lambda k, v: True) == {}
 
 
 def test_a_damaged_file_is_ignored_and_written_again(tmp_path: Path) -> None:
