@@ -45,6 +45,7 @@ KEEP = 4096  # entries kept in a file: past that, only the last command's are wr
 _DIGEST = 32  # sha256's bytes, at the file's start
 _re_compiler: Any = getattr(re, "_compiler", None)  # the stdlib's, where this Python has it
 _re_parser: Any = getattr(re, "_parser", None)
+_COMMAND = re.compile(r"[a-z][a-z0-9-]{0,23}")  # a command's name, as a file name's part
 
 
 class KeptFile:
@@ -178,18 +179,23 @@ def _regex_hook_fits() -> bool:
 
 
 @contextlib.contextmanager
-def kept_compiles(env: Mapping[str, str] | None = None) -> Iterator[tuple[DataclassCode, RegexCode | None] | None]:
+def kept_compiles(
+    env: Mapping[str, str] | None = None, command: str = ""
+) -> Iterator[tuple[DataclassCode, RegexCode | None] | None]:
     """For the block, dataclasses' methods and regular expressions compile through their
     kept files (``DataclassCode``, ``RegexCode``); the stdlib's own again after it, and
-    each file saved.  Nested or turned off: as is."""
+    each file saved.  Nested or turned off: as is.  ``command`` (the command's first word:
+    ``validate``, ``ps``) has files of its own, so that each reads only what it makes."""
     env = os.environ if env is None else env
+    part = f"-{command}" if _COMMAND.fullmatch(command) else "-other" if command else ""
     if env.get(OFF_ENV, "1") in ("0", "no", "false") or "exec" in vars(dataclasses):
         yield None
         return
-    code = DataclassCode(kept_path("dataclass-code", env))
+    code = DataclassCode(kept_path(f"dataclass-code{part}", env))
     regex = None
     if _regex_hook_fits():
-        regex = RegexCode(kept_path("regex-code", env), _re_compiler.compile, kept_path("regex-seen", env))
+        made, seen = kept_path(f"regex-code{part}", env), kept_path(f"regex-seen{part}", env)
+        regex = RegexCode(made, _re_compiler.compile, seen)
     dataclasses.exec = code.exec  # type: ignore[attr-defined]  # found before the builtin by _create_fn
     if regex is not None:
         _re_compiler.compile = regex.compile

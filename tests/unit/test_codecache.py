@@ -140,3 +140,16 @@ def test_turned_off_with_the_probe_cache(tmp_path: Path) -> None:
         check(*make_classes())
         compile_all()
     assert not kept_path("dataclass-code", env).exists() and not kept_path("regex-code", env).exists()
+
+
+def test_each_command_has_files_of_its_own(tmp_path: Path) -> None:
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    compiled = []
+    for command in ("ps", "validate", "../x", "ps"):
+        with kept_compiles(env, command=command) as made:
+            assert made is not None
+            make_classes()
+        compiled.append(made[0].made)
+    assert compiled[0] == compiled[1] == compiled[2] > 0 and compiled[3] == 0  # ps read its own file
+    names = sorted(p.name.rsplit("-", 1)[0] for p in (tmp_path / "hetflow").glob("dataclass-code-*"))
+    assert names == ["dataclass-code-other", "dataclass-code-ps", "dataclass-code-validate"]

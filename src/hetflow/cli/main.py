@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> None:
     if names is not None:
         sys.stdout.write("\n".join(names))
         return
-    with kept_compiles():  # dataclass methods and regular expressions, compiled once and kept
+    command = next((a for a in args if not a.startswith("-")), "")
+    with kept_compiles(command=command):  # dataclass methods and regular expressions, compiled once and kept
         _run(args)
 
 
