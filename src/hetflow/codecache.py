@@ -22,7 +22,8 @@ the interpreter's bytecode magic in the name, as a ``.pyc`` has it), and a comma
 compiled anything new writes its file again (whole or not at all).  The key is the source
 text (the pattern and flags), so a changed class or pattern compiles anew.  A file holds a
 SHA-256 of its contents, checked before anything is unmarshalled: a torn or damaged file is
-ignored, as a probe cache is.  ``HETFLOW_PROBE_CACHE=0`` turns both off.
+ignored, as a probe cache is; so is one that is not the user's own (code objects are run).
+``HETFLOW_PROBE_CACHE=0`` turns both off.
 """
 
 from __future__ import annotations
@@ -66,7 +67,9 @@ class KeptFile:
             body = marshal.dumps(kept)
             self.path.parent.mkdir(parents=True, exist_ok=True)
             part = self.path.with_name(f"{self.path.name}.{os.getpid()}")
-            part.write_bytes(hashlib.sha256(body).digest() + body)
+            fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # code: the owner's only
+            with os.fdopen(fd, "wb") as f:
+                f.write(hashlib.sha256(body).digest() + body)
             part.replace(self.path)  # whole or not at all: two hetflows may write at once
         except (OSError, ValueError):
             pass
@@ -147,9 +150,15 @@ def kept_path(name: str, env: Mapping[str, str] | None = None) -> Path:
 
 
 def read_kept(path: Path, valid: Callable[[Any, Any], bool]) -> dict[Any, Any]:
-    """The file's entries that ``valid`` accepts; {} when it is absent, damaged or not ours."""
+    """The file's entries that ``valid`` accepts; {} when it is absent, damaged or not ours:
+    a file another user owns, or one others may write (``$XDG_CACHE_HOME`` in a shared
+    folder), is not run."""
     try:
-        data = path.read_bytes()
+        with path.open("rb") as f:
+            st = os.fstat(f.fileno())
+            if st.st_uid != os.geteuid() or st.st_mode & 0o022:
+                return {}
+            data = f.read()
     except OSError:
         return {}
     digest, body = data[:_DIGEST], data[_DIGEST:]

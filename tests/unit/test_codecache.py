@@ -133,6 +133,19 @@ def test_a_damaged_file_is_ignored_and_written_again(tmp_path: Path) -> None:
     assert read_kept(path, lambda k, v: True) == {}
 
 
+def test_a_file_others_may_write_is_not_run(tmp_path: Path) -> None:
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    with kept_compiles(env):
+        make_classes()
+    path = kept_path("dataclass-code", env)
+    assert path.stat().st_mode & 0o077 == 0 and read_kept(path, lambda k, v: True)
+    path.chmod(0o664)
+    assert read_kept(path, lambda k, v: True) == {}
+    with kept_compiles(env) as made:
+        make_classes()
+    assert made is not None and made[0].made > 0  # compiled as if there were no file
+
+
 def test_turned_off_with_the_probe_cache(tmp_path: Path) -> None:
     env = {"XDG_CACHE_HOME": str(tmp_path), "HETFLOW_PROBE_CACHE": "0"}
     with kept_compiles(env) as made:
