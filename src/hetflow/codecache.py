@@ -1,6 +1,6 @@
 """What Python compiles at every command, compiled once and kept between commands (issue 43).
 
-Two compiles are the same at every command, and a ``hetflow validate`` paid a third of
+Three compiles are the same at every command, and a ``hetflow validate`` paid a third of
 its time for them:
 
 - ``@dataclass`` writes each class's ``__init__``, ``__repr__``, ``__eq__`` (and a frozen
@@ -9,6 +9,9 @@ its time for them:
   imports, a quarter of its time.  ``DataclassCode`` is the ``exec`` the stdlib's
   ``dataclasses`` module calls for the block: the text's code object from the file, compiled
   only where the file lacks it (flags and file name as ``exec`` compiles them).
+- ``typing.ForwardRef`` compiles each string annotation it is made from (``ForwardRefCode``;
+  pydantic makes them for its models' fields, hetflow's modules use ``from __future__ import
+  annotations``): some 900 small compiles, about 15 ms of the models' imports.
 - ``re.compile`` parses each pattern and translates it to the regex engine's code in
   Python (``re._parser``, ``re._compiler``): about 120 patterns (yaml's, rich's, email's,
   hetflow's), 5-8% of a command.  ``RegexCode`` keeps that translation (the engine's code
@@ -23,7 +26,7 @@ compiled anything new writes its file again (whole or not at all).  The key is t
 text (the pattern and flags), so a changed class or pattern compiles anew.  A file holds a
 SHA-256 of its contents, checked before anything is unmarshalled: a torn or damaged file is
 ignored, as a probe cache is; so is one that is not the user's own (code objects are run).
-``HETFLOW_PROBE_CACHE=0`` turns both off.
+``HETFLOW_PROBE_CACHE=0`` turns them off.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import importlib.util
 import marshal
 import os
 import re
+import typing
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from types import CodeType
@@ -91,6 +95,25 @@ class DataclassCode(KeptFile):
             self.made += 1
         self.used[source] = code
         exec(code, globals, locals)
+
+
+class ForwardRefCode(KeptFile):
+    """``compile`` for ``typing``, whose ``ForwardRef`` compiles each string annotation it is
+    made from (pydantic's models make one per field, typing's generics per string argument:
+    about 900 compiles in ``hetflow nodes``)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path, lambda k, v: isinstance(k, str) and isinstance(v, CodeType))
+
+    def compile(self, source: Any, filename: Any, mode: Any, *args: Any, **kwargs: Any) -> Any:
+        if args or kwargs or filename != "<string>" or mode != "eval" or not isinstance(source, str):
+            return compile(source, filename, mode, *args, **kwargs)  # not ForwardRef's call: as compile does
+        code = self.kept.get(source)
+        if code is None:
+            code = compile(source, "<string>", "eval", dont_inherit=True)  # typing has no __future__ flags
+            self.made += 1
+        self.used[source] = code
+        return code
 
 
 class RegexCode(KeptFile):
@@ -190,28 +213,34 @@ def _regex_hook_fits() -> bool:
 @contextlib.contextmanager
 def kept_compiles(
     env: Mapping[str, str] | None = None, command: str = ""
-) -> Iterator[tuple[DataclassCode, RegexCode | None] | None]:
-    """For the block, dataclasses' methods and regular expressions compile through their
-    kept files (``DataclassCode``, ``RegexCode``); the stdlib's own again after it, and
+) -> Iterator[tuple[DataclassCode, RegexCode | None, ForwardRefCode] | None]:
+    """For the block, dataclasses' methods, typing's forward references and regular
+    expressions compile through their kept files (``DataclassCode``, ``ForwardRefCode``,
+    ``RegexCode``); the stdlib's own again after it, and
     each file saved.  Nested or turned off: as is.  ``command`` (the command's first word:
     ``validate``, ``ps``) has files of its own, so that each reads only what it makes."""
     env = os.environ if env is None else env
     part = f"-{command}" if _COMMAND.fullmatch(command) else "-other" if command else ""
-    if env.get(OFF_ENV, "1") in ("0", "no", "false") or "exec" in vars(dataclasses):
+    hooked = "exec" in vars(dataclasses) or "compile" in vars(typing)
+    if env.get(OFF_ENV, "1") in ("0", "no", "false") or hooked:
         yield None
         return
     code = DataclassCode(kept_path(f"dataclass-code{part}", env))
+    forward = ForwardRefCode(kept_path(f"typing-code{part}", env))
     regex = None
     if _regex_hook_fits():
         made, seen = kept_path(f"regex-code{part}", env), kept_path(f"regex-seen{part}", env)
         regex = RegexCode(made, _re_compiler.compile, seen)
     dataclasses.exec = code.exec  # type: ignore[attr-defined]  # found before the builtin by _create_fn
+    typing.compile = forward.compile  # type: ignore[attr-defined]  # found before the builtin by ForwardRef
     if regex is not None:
         _re_compiler.compile = regex.compile
     try:
-        yield code, regex
+        yield code, regex, forward
     finally:
         del dataclasses.exec  # type: ignore[attr-defined]
+        del typing.compile  # type: ignore[attr-defined]
+        forward.save()
         if regex is not None:
             _re_compiler.compile = regex.stdlib
             regex.save()

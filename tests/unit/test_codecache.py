@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import re
 import sys
+import typing
 from dataclasses import FrozenInstanceError, dataclass, field
 from pathlib import Path
 
@@ -103,6 +104,20 @@ def test_second_command_compiles_nothing_and_makes_the_same_classes_and_patterns
             subject: str | bytes = text.encode() if isinstance(want.pattern, bytes) else text
             g, w = got.search(subject), want.search(subject)  # type: ignore[arg-type]
             assert (g and (g.span(), g.groups())) == (w and (w.span(), w.groups()))
+
+
+def test_forward_references_compile_once_to_the_same_code(tmp_path: Path) -> None:
+    env = {"XDG_CACHE_HOME": str(tmp_path)}
+    texts = ["dict[str, list[int]]", "Path | None", "*Ts", "tuple[int, ...]"]
+    plain = [typing.ForwardRef(t).__forward_code__ for t in texts]
+    for n in range(2):
+        with kept_compiles(env) as made:
+            assert made is not None
+            refs = [typing.ForwardRef(t) for t in texts]
+            assert typing.get_type_hints(make_classes()[1]) == {"name": str, "deps": list[str]}
+        assert made[2].made >= (len(texts) if n == 0 else 0) and (n == 0 or made[2].made == 0)
+        assert [r.__forward_code__ for r in refs] == plain  # code objects compare by their contents
+        assert "compile" not in vars(typing)  # the builtin again after the block
 
 
 def test_a_pattern_made_anew_at_every_command_is_never_kept(tmp_path: Path) -> None:
