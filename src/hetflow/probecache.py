@@ -13,18 +13,19 @@ as before).  A cache that cannot be read or written costs a probe, nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
 import os
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from importlib.machinery import ModuleSpec
-    from types import ModuleType
 
 OFF_ENV = "HETFLOW_PROBE_CACHE"
 KEEP = 64  # keys per file: a machine's few binaries and images, each in its few states
@@ -160,9 +161,48 @@ class PydanticPluginTable:
         run = spec.loader.exec_module
 
         def exec_module(module: ModuleType) -> None:
-            run(module)
-            if getattr(module, "_plugins", False) is None and not pydantic_plugins():
+            none = not pydantic_plugins()
+            with metadata_on_first_use() if none else contextlib.nullcontext():
+                run(module)
+            if getattr(module, "_plugins", False) is None and none:
                 setattr(module, "_plugins", {})  # noqa: B010 -- what pydantic's own look-up leaves when it finds none
 
         spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
+
+
+METADATA = "importlib.metadata"
+
+
+@contextlib.contextmanager
+def metadata_on_first_use() -> Iterator[None]:
+    """For the block (pydantic's plugin loader being imported), ``importlib.metadata`` is a
+    stand-in whose names import the real module when first called or read: the loader's
+    ``from importlib.metadata import entry_points`` gets a function that does, and with the
+    table filled (no plugin) it is never called, so no command pays for importing the real
+    module (email, zipfile, csv: 10-20 ms of ``validate``).  Nothing changes where it was
+    already imported."""
+    if METADATA in sys.modules:
+        yield
+        return
+    stand_in = ModuleType(METADATA)
+
+    def real() -> ModuleType:
+        return importlib.import_module(METADATA)  # the stand-in is gone by the time this runs
+
+    def entry_points(**params: Any) -> Any:
+        return real().entry_points(**params)
+
+    def other(name: str) -> Any:
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(real(), name)
+
+    stand_in.entry_points = entry_points  # type: ignore[attr-defined]
+    stand_in.__getattr__ = other  # type: ignore[method-assign]
+    sys.modules[METADATA] = stand_in
+    try:
+        yield
+    finally:
+        if sys.modules.get(METADATA) is stand_in:
+            del sys.modules[METADATA]

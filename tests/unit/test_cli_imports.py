@@ -165,3 +165,22 @@ def _typer_first_words(env: dict[str, str]) -> set[str]:
     )
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
     return set(out.split())
+
+
+@pytest.mark.parametrize("argv", [["validate", "WORKFLOW"], ["nodes"]], ids=["validate", "nodes"])
+def test_pydantics_plugin_look_up_imports_no_package_metadata_once_kept(
+    home: Path, tmp_path: Path, argv: list[str]
+) -> None:
+    """pydantic's plugin loader imports importlib.metadata (email, zipfile, csv: 10-20 ms)
+    to find the plugins the probe cache already says are none (``hetflow.probecache``): the
+    command's second run, the answer kept, does not import it."""
+    argv = [str(home / "chain.yaml") if a == "WORKFLOW" else a for a in argv]
+    env = {**os.environ, "HETFLOW_HOME": str(home), "XDG_CACHE_HOME": str(tmp_path)}
+    env.pop("HETFLOW_PROBE_CACHE", None)
+    seen = []
+    for _ in range(2):
+        done = subprocess.run([sys.executable, "-c", CODE, json.dumps(argv)], capture_output=True, text=True, env=env)
+        report = json.loads(done.stdout.strip().splitlines()[-1])
+        assert report["exit"] in (0, 2), done.stderr[-2000:]
+        seen.append("importlib.metadata" in report["modules"])
+    assert seen == [True, False]  # the first run probes, the second reads the answer

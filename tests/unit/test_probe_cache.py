@@ -104,7 +104,7 @@ def test_a_store_made_before_the_runs_indexes_gets_them_on_open(tmp_path: Path) 
     db = tmp_path / "state.db"
     Store(db).close()
     raw = sqlite3.connect(db)
-    for index in ("runs_created", "runs_state", "runs_name"):
+    for index in ("runs_created", "runs_state", "runs_name", "attempts_history"):
         raw.execute(f"DROP INDEX {index}")
     raw.commit()
     raw.close()
@@ -113,7 +113,15 @@ def test_a_store_made_before_the_runs_indexes_gets_them_on_open(tmp_path: Path) 
     names = {r[0] for r in raw.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     plan = " ".join(r[3] for r in raw.execute("EXPLAIN QUERY PLAN SELECT * FROM runs ORDER BY created DESC LIMIT 5"))
     by_name = " ".join(r[3] for r in raw.execute("EXPLAIN QUERY PLAN SELECT id FROM runs WHERE name = 'w'"))
+    newest = " ".join(
+        r[3]
+        for r in raw.execute(
+            "EXPLAIN QUERY PLAN SELECT ended FROM attempts WHERE step = 'a' AND variant = 'v' AND node = 'n'"
+            " ORDER BY ended DESC, run_id DESC, attempt DESC LIMIT 5"
+        )
+    )
     raw.close()
-    assert {"runs_created", "runs_state", "runs_name"} <= names
+    assert {"runs_created", "runs_state", "runs_name", "attempts_history"} <= names
+    assert "attempts_history" in newest and "TEMP B-TREE" not in newest  # a key's newest, read backwards
     assert "runs_created" in plan  # ps reads newest first without sorting the table
     assert "runs_name" in by_name  # a workflow's history is found by its name

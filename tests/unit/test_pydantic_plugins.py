@@ -23,10 +23,14 @@ class M(BaseModel):
     x: int
 
 M(x=1)
+metadata = "importlib.metadata" in sys.modules
 import pydantic.plugin._loader as loader
 seen = sys.modules.get("fakeplugin")
-print(json.dumps({"table": None if loader._plugins is None else sorted(loader._plugins),
-                  "called": getattr(seen, "CALLED", [])}))
+table = None if loader._plugins is None else sorted(loader._plugins)
+loader._plugins = None  # pydantic's own look-up, through what its loader imported
+loader.get_plugins()
+again = sorted(loader._plugins)
+print(json.dumps({"table": table, "called": getattr(seen, "CALLED", []), "metadata": metadata, "again": again}))
 """
 
 PLUGIN = """
@@ -63,10 +67,11 @@ def _install_plugin(site: Path) -> None:
 def test_no_plugin_installed_fills_pydantics_table_from_the_cache(tmp_path: Path) -> None:
     site, cache = tmp_path / "site", tmp_path / "cache"
     site.mkdir()
-    assert _run(site, cache) == {"table": [], "called": []}
+    assert _run(site, cache) == {"table": [], "called": [], "metadata": True, "again": []}  # probed
     kept = json.loads((cache / "hetflow" / "pydantic-plugins.json").read_text())
     assert list(kept.values()) == [[]]
-    assert _run(site, cache) == {"table": [], "called": []}  # answered from the cache
+    # answered from the cache: importlib.metadata (10-20 ms) not imported until pydantic calls it
+    assert _run(site, cache) == {"table": [], "called": [], "metadata": False, "again": []}
 
 
 def test_a_plugin_installed_after_the_answer_was_kept_is_loaded(tmp_path: Path) -> None:
@@ -77,11 +82,26 @@ def test_a_plugin_installed_after_the_answer_was_kept_is_loaded(tmp_path: Path) 
     got = _run(site, cache)
     assert got["table"] == ["fakeplugin:plugin"]
     assert got["called"] == ["M"]
+    assert got["again"] == ["fakeplugin:plugin"]
+
+
+def test_pydantics_own_look_up_goes_through_the_stand_in_to_the_real_module(tmp_path: Path) -> None:
+    """The kept answer says none (here: edited so, the key kept): pydantic's table is filled
+    without importlib.metadata; when pydantic looks up its plugins itself after all, the
+    ``entry_points`` its loader imported imports the real module and finds the plugin."""
+    site, cache = tmp_path / "site", tmp_path / "cache"
+    site.mkdir()
+    _install_plugin(site)
+    assert _run(site, cache)["table"] == ["fakeplugin:plugin"]
+    path = cache / "hetflow" / "pydantic-plugins.json"
+    path.write_text(json.dumps({key: [] for key in json.loads(path.read_text())}))
+    assert _run(site, cache) == {"table": [], "called": [], "metadata": False, "again": ["fakeplugin:plugin"]}
 
 
 def test_without_the_probe_cache_pydantic_still_finds_its_plugins(tmp_path: Path) -> None:
     site, cache = tmp_path / "site", tmp_path / "cache"
     site.mkdir()
     _install_plugin(site)
-    assert _run(site, cache, HETFLOW_PROBE_CACHE="0") == {"table": ["fakeplugin:plugin"], "called": ["M"]}
+    got = _run(site, cache, HETFLOW_PROBE_CACHE="0")
+    assert (got["table"], got["called"], got["again"]) == (["fakeplugin:plugin"], ["M"], ["fakeplugin:plugin"])
     assert not (cache / "hetflow" / "pydantic-plugins.json").exists()

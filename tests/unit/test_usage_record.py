@@ -328,3 +328,38 @@ def test_usage_history_keeps_the_newest_few_of_each_step_as_the_whole_history_or
             assert learned[0] == learned[1] != []
     finally:
         store.close()
+
+
+def test_history_keeps_the_newest_few_of_each_key_as_the_whole_history_orders_them(tmp_path: Path) -> None:
+    """``history(workflow, newest=N)`` (what the planner's profile reads, through the
+    ``attempts_history`` index) is, for each (step, variant, node), the whole history's
+    first N rows of it in the same order: the profile learned from it is the same.  Ties in
+    ``ended`` included; another workflow's attempts with the same keys are not counted."""
+    from hetflow.plan import PROFILE_KEEP, learn
+    from tests.integration.uikit import synthetic_run
+
+    store = Store(tmp_path / "state.db")
+    try:
+        for n in range(15):
+            for wf in ("w", "v"):
+                run = f"r{n}{wf}"
+                node = "big" if n % 2 else "small"
+                synthetic_run(store, tmp_path, run, name=wf, steps=["a", "b"], created=1000.0 + n, node=node)
+                for step in ("a", "b"):
+                    started = 1000.0 + n * (3 if step == "a" else 1)
+                    store.set_attempt(run, step, 1, started=started, ended=2000.0 + (n % 3))  # 3 runs per ended
+        whole = store.history("w")
+        kept = store.history("w", newest=PROFILE_KEEP)
+        first: dict[tuple[str, ...], list[tuple[str, str, str, str, float]]] = {}
+        for row in whole:
+            first.setdefault(row[:4], [])
+            if len(first[row[:4]]) < PROFILE_KEEP:
+                first[row[:4]].append(row)
+        by_key: dict[tuple[str, ...], list[tuple[str, str, str, str, float]]] = {}
+        for row in kept:
+            by_key.setdefault(row[:4], []).append(row)
+        assert by_key == first and len(first) == 4  # a and b, on big and small
+        assert len(kept) < len(whole) and {r[0] for r in kept} == {"w"}
+        assert learn(kept) == learn(whole) != []
+    finally:
+        store.close()

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hetflow.cli.commands import BAD_INPUT, COMMANDS, OWN_COMMANDS, VERSION_FLAGS
+from hetflow.codecache import kept_compiles
 from hetflow.config import check_environment
 from hetflow.errors import HetflowError, SpecError, UsageError
 from hetflow.lazy import no_cyclic_gc
@@ -52,6 +53,12 @@ def main(argv: list[str] | None = None) -> None:
     if names is not None:
         sys.stdout.write("\n".join(names))
         return
+    command = next((a for a in args if not a.startswith("-")), "")
+    with kept_compiles(command=command):  # dataclass methods and regular expressions, compiled once and kept
+        _run(args)
+
+
+def _run(args: list[str]) -> None:
     with no_cyclic_gc():
         from hetflow.cli.common import err, print_problems
         from hetflow.cli.shell import completion_words

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
     )
     from hetflow.plan.onemachine.local import plan_local
     from hetflow.plan.onemachine.steer import Steer, parse_steer, steer_workflow
-    from hetflow.plan.profile import SharedSample, learn, learn_slowdown, profile_for, with_slowdown
+    from hetflow.plan.profile import PROFILE_KEEP, SharedSample, learn, learn_slowdown, profile_for, with_slowdown
     from hetflow.plan.search.compiled import timeslice_runtime
     from hetflow.plan.search.exact import plan_exact
     from hetflow.plan.search.heuristic import plan_heuristic
@@ -127,6 +127,7 @@ _WHERE: dict[str, tuple[str, ...]] = {
         "fits",
     ),
     "profile": (
+        "PROFILE_KEEP",
         "SharedSample",
         "learn",
         "learn_slowdown",
@@ -159,6 +160,7 @@ __all__ = [
     "DEFAULT_ESTIMATE",
     "GPU_SPEEDS",
     "OVER_ASK",
+    "PROFILE_KEEP",
     "SIZING_KEEP",
     "Capacity",
     "Cluster",

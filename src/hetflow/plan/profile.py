@@ -13,6 +13,7 @@ from hetflow.plan.instance import MachineClass
 
 Key = tuple[str, str, str]  # (step, variant, node class)
 KEEP = 5  # recent attempts per key
+PROFILE_KEEP = KEEP  # what ``learn`` keeps: ``Store.history(workflow, newest=PROFILE_KEEP)`` reads no more
 
 
 @dataclass(frozen=True)

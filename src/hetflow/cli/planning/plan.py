@@ -13,6 +13,7 @@ from hetflow.cli.planning.slowdown import profile_slowdown
 from hetflow.config import hetflow_home
 from hetflow.errors import UsageError
 from hetflow.plan import (
+    PROFILE_KEEP,
     SIZING_KEEP,
     Cluster,
     Instance,
@@ -309,7 +310,7 @@ def profile_show(
 ) -> None:
     """Run times learned per (step, variant, node class); they win over written estimates.
     Also says which steps ask far more memory or CPUs than they used (right-sizing)."""
-    entries = learn(open_store().history(workflow))
+    entries = learn(open_store().history(workflow, newest=PROFILE_KEEP))
     if json_out:
         print_json([e.__dict__ for e in entries])
         return

@@ -20,6 +20,7 @@ from hetflow.execute.submit.runplan import CLUSTER, GREEDY, LOCAL, PLANNED, RunP
 from hetflow.images import parse_reference
 from hetflow.inventory import Node
 from hetflow.plan import (
+    PROFILE_KEEP,
     Cluster,
     Instance,
     MachineClass,
@@ -79,7 +80,7 @@ def ensure_pulled(refs: list[str] | tuple[str, ...], engine: Puller) -> None:
 
 def _profile(store: Store, name: str) -> Mapping[tuple[str, str, str], float]:
     """Measured run times of this workflow's past steps: history wins over estimates."""
-    return profile_for(learn(store.history(name)), name)
+    return profile_for(learn(store.history(name, newest=PROFILE_KEEP)), name)
 
 
 def measured_slowdowns(store: Store) -> dict[str, float]:

@@ -196,9 +196,13 @@ class AttemptRows:
 
     # --- measured history (the planner's profile) ---------------------------------------
 
-    def history(self, workflow: str | None = None) -> list[tuple[str, str, str, str, float]]:
+    def history(self, workflow: str | None = None, newest: int | None = None) -> list[tuple[str, str, str, str, float]]:
         """Run times of succeeded attempts: (workflow, step, variant, node, seconds), newest
-        first.  The planner's profile is built from these (per step, variant, node class)."""
+        first.  The planner's profile is built from these (per step, variant, node class).
+        ``newest`` (with a ``workflow``): only that many of each (step, variant, node), the
+        newest (what the profile keeps), each key's read backwards along the
+        ``attempts_history`` index (issue 43: ``plan`` of a workflow with 1,000 past runs
+        made 20,000 rows into tuples to keep 100; SQLite's window functions sort them all)."""
         sql = (
             "SELECT r.name, a.step, a.variant, a.node, a.ended - a.started FROM attempts a"
             " JOIN runs r ON r.id = a.run_id WHERE a.state = 'succeeded' AND a.ended IS NOT NULL"
@@ -207,15 +211,59 @@ class AttemptRows:
         if workflow is not None:
             sql += " AND r.name = ?"
             args.append(workflow)
-        rows = self._db.execute(sql + " ORDER BY a.ended DESC", args).fetchall()
+            if newest is not None:
+                return self._newest_history(workflow, newest)
+        rows = self._db.execute(sql + f" ORDER BY {_NEWEST_FIRST}", args).fetchall()
         return [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4])) for r in rows]
+
+    def _newest_history(self, workflow: str, newest: int) -> list[tuple[str, str, str, str, float]]:
+        """``history(workflow, newest)``: the keys, then each key's newest rows."""
+        join = (
+            "FROM attempts a JOIN runs r ON r.id = a.run_id"
+            " WHERE a.state = 'succeeded' AND a.ended IS NOT NULL AND r.name = ?"
+        )
+        keys = self._db.execute(f"SELECT DISTINCT a.step, a.variant, a.node {join}", [workflow]).fetchall()
+        per_key = (
+            f"SELECT a.ended - a.started, a.ended, a.run_id, a.attempt {join}"
+            f" AND a.step = ? AND a.variant = ? AND a.node = ? ORDER BY {_NEWEST_FIRST} LIMIT ?"
+        )
+        found: list[tuple[tuple[float, str, int], tuple[str, str, str, str, float]]] = []
+        for step, variant, node in keys:
+            for seconds, ended, run_id, attempt in self._db.execute(per_key, [workflow, step, variant, node, newest]):
+                row = (workflow, str(step), str(variant), str(node), float(seconds))
+                found.append(((float(ended), str(run_id), int(attempt)), row))
+        found.sort(key=lambda f: f[0], reverse=True)  # newest first, as the whole history is
+        return [row for _, row in found]
+
+    def _newest_usage(self, workflow: str, newest: int, cols: str) -> list[UsageRow]:
+        """``usage_history(workflow, newest)`` along the ``attempts_history`` index: each
+        (step, variant, node)'s newest rows, then each (step, variant)'s newest of those (its
+        newest are among its nodes' newest), in the whole history's order."""
+        join = (
+            "FROM attempts a JOIN runs r ON r.id = a.run_id"
+            " WHERE a.state = 'succeeded' AND a.ended IS NOT NULL AND r.name = ?"
+        )
+        keys = self._db.execute(f"SELECT DISTINCT a.step, a.variant, a.node {join}", [workflow]).fetchall()
+        per_key = (
+            f"SELECT {cols}, a.ended, a.run_id, a.step, a.attempt {join}"
+            f" AND a.step = ? AND a.variant = ? AND a.node = ? ORDER BY {_NEWEST_FIRST} LIMIT ?"
+        )
+        by_step: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+        for step, variant, node in keys:
+            rows = self._db.execute(per_key, [workflow, step, variant, node, newest]).fetchall()
+            by_step.setdefault((step, variant), []).extend(tuple(r) for r in rows)
+        kept = [r for rows in by_step.values() for r in sorted(rows, key=_usage_key, reverse=True)[:newest]]
+        kept.sort(key=_usage_key, reverse=True)
+        return [UsageRow(*r[:8]) for r in kept]
 
     def usage_history(self, workflow: str | None = None, newest: int | None = None) -> list[UsageRow]:
         """Requested and used resources of succeeded attempts, newest first: what the
         right-sizing suggestions (``plan.rightsize``) are learned from.  ``newest``: only that
-        many of each (workflow, step, variant), the newest (what right-sizing keeps), chosen
-        by SQLite (issue 43: ``plan`` of a workflow with 1,000 past runs made 20,000 rows into
-        objects to keep 100).  Ties in ``ended``: the later run id, step, attempt first."""
+        many of each (workflow, step, variant), the newest (what right-sizing keeps): for one
+        workflow, read along the ``attempts_history`` index; for all, chosen by a window
+        (issue 43: ``plan`` of a workflow with 1,000 past runs made 20,000 rows into objects
+        to keep 100; the window sorted them all, 48 ms).  Ties in ``ended``: the later run id,
+        step, attempt first."""
         cols = (
             "r.name, a.step, a.variant, a.cpus, a.memory, a.peak_memory, a.cpu_seconds,"
             " COALESCE(a.run_ended - a.run_started, a.ended - a.started)"
@@ -226,6 +274,8 @@ class AttemptRows:
         sql = f"SELECT {cols} FROM attempts a JOIN runs r ON r.id = a.run_id WHERE {where} ORDER BY {order}"
         if newest is None:
             return [UsageRow(*r) for r in self._db.execute(sql, args)]
+        if workflow is not None:
+            return self._newest_usage(workflow, newest, cols)
         ranked = (
             f"SELECT {cols}, a.ended AS o1, a.run_id AS o2, a.step AS o3, a.attempt AS o4,"
             f" ROW_NUMBER() OVER (PARTITION BY r.name, a.step, a.variant ORDER BY {order}) AS k"
@@ -233,6 +283,16 @@ class AttemptRows:
         )
         sql = f"SELECT * FROM ({ranked}) WHERE k <= ? ORDER BY o1 DESC, o2 DESC, o3 DESC, o4 DESC"
         return [UsageRow(*tuple(r)[:8]) for r in self._db.execute(sql, [*args, newest])]
+
+
+# the history's order: ties in ``ended``, the later run, the later attempt first
+# (``attempts_history`` holds a key's attempts in this order: a key's newest are its last)
+_NEWEST_FIRST = "a.ended DESC, a.run_id DESC, a.attempt DESC"
+
+
+def _usage_key(row: tuple[Any, ...]) -> tuple[float, str, str, int]:
+    """A usage row's place in the history (its trailing ended, run id, step, attempt)."""
+    return (float(row[8]), str(row[9]), str(row[10]), int(row[11]))
 
 
 def _attempt(r: sqlite3.Row) -> AttemptRecord:

@@ -24,11 +24,14 @@ class Pages:
         def _tx(self, immediate: bool = False) -> AbstractContextManager[sqlite3.Connection]: ...
 
     def _migrate_indexes(self) -> None:
-        """The runs' indexes, created once in a store made before them (a write on that open only)."""
-        have = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        if not {"runs_created", "runs_state", "runs_name"} <= have:
+        """The runs' (and attempts') indexes, created once in a store made before them (a write
+        on that open only); a store with no attempts table (schema 1) gets the runs' alone."""
+        have = {r[0] for r in self._db.execute("SELECT name FROM sqlite_master WHERE type IN ('index', 'table')")}
+        statements = [s for s in filter(str.strip, RUN_INDEXES.split(";"))]
+        wanted = [s for s in statements if " ON attempts " not in s or "attempts" in have]
+        if not {s.split(" IF NOT EXISTS ")[1].split()[0] for s in wanted} <= have:
             with self._tx(immediate=True) as db:
-                for statement in filter(str.strip, RUN_INDEXES.split(";")):
+                for statement in wanted:
                     db.execute(statement)
 
     def runs_page(

@@ -20,11 +20,13 @@ from hetflow.state.rows.leases import LEASES_TABLE
 SCHEMA_VERSION = 4  # see the history above; a table or column added where missing keeps it
 # (still 4: indexes added where missing, ``Pages._migrate_indexes``) `ps` and `resolve_run_id`
 # read runs newest first: without an index, every call sorted the whole table; `plan` and `run`
-# read one workflow's past attempts (``history``, ``usage_history``): by name, not a scan (issue 43)
+# read one workflow's past attempts (``history``, ``usage_history``): by name, not a scan; the
+# profile reads each (step, variant, node)'s newest attempts backwards (``attempts_history``)
 RUN_INDEXES = """
 CREATE INDEX IF NOT EXISTS runs_created ON runs (created);
 CREATE INDEX IF NOT EXISTS runs_state ON runs (state, created);
 CREATE INDEX IF NOT EXISTS runs_name ON runs (name);
+CREATE INDEX IF NOT EXISTS attempts_history ON attempts (step, variant, node, ended, run_id, attempt);
 """
 SCHEMA = (
     """
