@@ -48,18 +48,13 @@ def print_table(out: Console, table: Any) -> None:
     """``out.print(table)``; a ``PlainTable`` for a console that writes no styles (not a
     terminal, no colour, not recording) is written as its text instead, which is what rich
     writes when every line is printable ASCII within the console's width (nothing to crop or
-    measure): 10,000 rows without rich's segments (issue 43: a tenth of a second)."""
-    if (
-        isinstance(table, PlainTable)
-        and not out.is_terminal
-        and out.color_system is None
-        and not out.record
-        and all(len(line) <= out.width and line.isascii() and line.isprintable() for line in table.lines)
-        and len(table.header) <= out.width
-        and table.header.isascii()
-        and table.header.isprintable()
-    ):
-        out.file.write(table.plain + "\n")
-        out.file.flush()
-        return
+    measure): 10,000 rows without rich's segments (issue 43: 25-30 ms of CPU)."""
+    if isinstance(table, PlainTable) and not out.is_terminal and out.color_system is None and not out.record:
+        width = out.width  # a property rich works out on each read
+        text = table.plain
+        lines = [table.header, *table.lines]
+        if text.isascii() and all(len(line) <= width and line.isprintable() for line in lines):
+            out.file.write(text + "\n")
+            out.file.flush()
+            return
     out.print(table)
