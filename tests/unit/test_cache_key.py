@@ -116,3 +116,25 @@ def test_prune_drops_old_entries_and_their_objects(tmp_path: Path) -> None:
     assert cache.prune(older_than=0.0) == (0, 0)  # used after time 0: kept
     dropped, freed = cache.prune(older_than=None)
     assert (dropped, freed) == (1, 3) and cache.disk_usage() == 0
+
+
+def test_a_key_given_again_is_the_key_of_its_own_document() -> None:
+    """Keys are kept by their parts (a fan-out's items repeat a few): whatever order they are
+    asked in, each key is the sha256 of its own document, with its own command."""
+    import hashlib
+    import json
+
+    commands = [("sh", "-c", f"echo {i % 3}") for i in range(9)]
+    for command in commands:
+        got = cache_key(
+            workflow="wf",
+            step_name="s",
+            step=STEP,
+            variant_name="default",
+            variant=VARIANT.model_copy(update={"command": command}),
+            image_identity="sha256:aaa",
+            inputs={"a": "h1"},
+        )
+        assert hashlib.sha256(got.text.encode()).hexdigest() == got.digest
+        assert json.loads(got.text)["command"] == list(command)
+    assert len({key(variant=VARIANT.model_copy(update={"command": c})) for c in commands}) == 3

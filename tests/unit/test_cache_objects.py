@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from hetflow.execute.data import cache as cache_module
-from hetflow.execute.data.cache import Key, ResultCache, clone_or_copy
+from hetflow.execute.data.cache import ResultCache, clone_or_copy
+from hetflow.execute.data.cachekey import Key
 from hetflow.state import CacheEntry, OutputRecord, Store
 
 
@@ -121,3 +122,24 @@ def test_an_object_changed_in_place_right_after_its_check_is_checked_again(tmp_p
     os.chmod(obj, 0o644)
     obj.write_text("two\n")  # same size, same inode, likely the same tick
     assert cache.restore(entry, "run-3", "s", tmp_path / "run-3" / "out") is None
+
+
+@pytest.mark.parametrize("name", ["o.txt", "sub/o.txt", "./o.txt", "sub//o.txt"])
+def test_a_restore_into_a_folder_given_as_text_records_the_paths_pathlib_would(tmp_path: Path, name: str) -> None:
+    """The cache pass gives the step's folder as a string (no pathlib objects for 10,000
+    steps): the records' paths are what ``Path(folder) / name`` spells, whatever the name."""
+    store = Store(tmp_path / "home" / "state.db")
+    cache = ResultCache(store, tmp_path / "home" / "cache")
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "o.txt").write_text("one\n")
+    sha = hashlib.sha256(b"one\n").hexdigest()
+    record = OutputRecord("run-1", "s", name, sha, 4, str(tmp_path / "src" / "o.txt"))
+    cache.save(Key("n" * 64, "{}"), workflow="wf", step="s", run_id="run-1", records=[record])
+    entry = cache.lookup(Key("n" * 64, "{}"))
+    assert entry is not None
+    as_path = cache.restore(entry, "run-2", "s", tmp_path / "run-2" / "out")
+    as_text = cache.restore(entry, "run-3", "s", str(tmp_path / "run-3" / "out"))
+    assert as_path is not None and as_text is not None
+    assert [r.path for r in as_path] == [str(tmp_path / "run-2" / "out" / name)]
+    assert [r.path for r in as_text] == [str(tmp_path / "run-3" / "out" / name)]
+    assert Path(as_text[0].path).read_text() == "one\n"

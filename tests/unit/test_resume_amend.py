@@ -15,7 +15,7 @@ from typing import cast
 import pytest
 
 from hetflow.errors import StateError
-from hetflow.execute.data.cache import Key, cache_key
+from hetflow.execute.data.cachekey import Key, cache_key
 from hetflow.execute.submit.amend import ADDED, CHANGED, DOWNSTREAM, EDITED, KEPT, REMOVED, Change, compare, key_parts
 from hetflow.execute.submit.record import create_run
 from hetflow.execute.submit.session import LocalEngine, edited_since, load_recorded, resume_run

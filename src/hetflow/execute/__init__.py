@@ -47,7 +47,8 @@ if TYPE_CHECKING:
     from hetflow.execute.backends.local.podman import CliEngine
     from hetflow.execute.backends.registry import DEFAULT_BACKEND, backend_help, backend_plugins, cluster_nodes
     from hetflow.execute.checkpoint import CriuSupport, criu_support, gpu_checkpoint_support, kept_checkpoints
-    from hetflow.execute.data.cache import Key, ResultCache, StepKeys, cache_key, input_digests
+    from hetflow.execute.data.cache import ResultCache
+    from hetflow.execute.data.cachekey import Key, StepKeys, cache_key, input_digests
     from hetflow.execute.data.fanout import expand_for_planning
     from hetflow.execute.data.fencing import DISCARDED_WORDS
     from hetflow.execute.data.inputs import DataManifest, ObjectStore, resolve_data, s3_filesystem
@@ -104,7 +105,8 @@ _WHERE = {
     "backends.base": ["Backend", "Job", "JobState", "SettlesLaunches"],
     "backends.factory": ["make_backend"],
     "backends.registry": ["DEFAULT_BACKEND", "backend_help", "backend_plugins", "cluster_nodes"],
-    "data.cache": ["Key", "ResultCache", "StepKeys", "cache_key", "input_digests"],
+    "data.cache": ["ResultCache"],
+    "data.cachekey": ["Key", "StepKeys", "cache_key", "input_digests"],
     "data.inputs": ["DataManifest", "ObjectStore", "resolve_data", "s3_filesystem"],
     "backends.local.fakeengine": ["FakeEngine"],
     "data.fanout": ["expand_for_planning"],

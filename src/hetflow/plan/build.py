@@ -65,24 +65,28 @@ def _build(
     image_check: ImageCheck | None,
 ) -> Instance:
     deps = edges_of(workflow)
-    # (resources, GPU constraint, image, labels) -> class -> why not: many steps ask alike,
-    # and hashing a variant's request once per variant (not per class) matters at 10,000 steps
-    cache: dict[Request, dict[str, Found]] = {}
-    # (request, estimate, variant name, class) -> (run time from the estimate, its options):
-    # alike steps get equal options, built once
-    made: dict[tuple[Request, float | None, str, str], tuple[float, list[Option]]] = {}
+    # each distinct request (resources, GPU constraint, image, labels) numbered: many steps ask
+    # alike, and a lookup by (number, class) hashes an int, not the request's models again
+    # (pydantic's hash and == are Python code: 50,000 calls at 10,000 steps)
+    requests: dict[Request, int] = {}
+    # per request's number: class -> why not
+    refused: list[dict[str, Found]] = []
+    # (request's number, estimate, variant name, class) -> (run time from the estimate, its
+    # options): alike steps get equal options, built once
+    made: dict[tuple[int, float | None, str, str], tuple[float, list[Option]]] = {}
 
-    def rejections_of(v: Variant, key: Request) -> dict[str, Found]:
-        per_class = cache.get(key)
-        if per_class is None:
+    def number_of(v: Variant, key: Request) -> int:
+        number = requests.get(key)
+        if number is None:
             per_class = {}
             for c in classes:
                 found = [(st.code, st.reason) for st in class_rejections(v, c)]
                 if image_check is not None and (why := image_check(v.image, c)):
                     found.append(("image", why))
                 per_class[c.name] = tuple(found)
-            cache[key] = per_class
-        return per_class
+            number = requests[key] = len(refused)
+            refused.append(per_class)
+        return number
 
     tasks: list[Task] = []
     unfit: list[str] = []
@@ -92,7 +96,8 @@ def _build(
         rejected: list[Rejection] = []
         for vname, v in step.resolved_variants().items():
             key = (v.resources, v.gpu, v.image, tuple(sorted(v.node_selector.items())))
-            per_class = rejections_of(v, key)
+            number = number_of(v, key)
+            per_class = refused[number]
             for c in classes:
                 found = per_class[c.name]
                 res = v.resources
@@ -104,10 +109,10 @@ def _build(
                 if found:
                     rejected += [Rejection(vname, c.name, code, reason) for code, reason in found]
                     continue
-                got = made.get((key, v.estimate, vname, c.name))
+                got = made.get((number, v.estimate, vname, c.name))
                 if got is None:
                     estimate = _scaled_estimate(v, c)
-                    got = made[(key, v.estimate, vname, c.name)] = (estimate, gpu_options(v, c, vname, estimate))
+                    got = made[(number, v.estimate, vname, c.name)] = (estimate, gpu_options(v, c, vname, estimate))
                 measured = profile.get((name, vname, c.name))
                 options += got[1] if measured is None else gpu_options(v, c, vname, measured)
         if options and step.gang is not None:

@@ -31,6 +31,7 @@ if TYPE_CHECKING:
         user_text,
         versions_text,
     )
+    from hetflow.report.tables import print_table
     from hetflow.report.trace import (
         DEFAULT_TRACE_FIELDS,
         TRACE_FIELDS,
@@ -61,6 +62,7 @@ _WHERE = {
         "user_text",
         "versions_text",
     ],
+    "tables": ["print_table"],
     "trace": [
         "DEFAULT_TRACE_FIELDS",
         "TRACE_FIELDS",
@@ -89,6 +91,7 @@ __all__ = [
     "plan_json",
     "plan_table",
     "preview_table",
+    "print_table",
     "ps_table",
     "render_node",
     "render_topology",

@@ -91,7 +91,10 @@ class PlainReporter:
         self.items = _ItemCache(items)
 
     def update(self, run: RunRecord, steps: list[StepRecord]) -> None:
+        """A line per step changed since the last update, written together (one write and one
+        flush: a cached rerun of 10,000 steps changes them all in one update)."""
         values = self.items.of(run, steps)
+        lines: list[str] = []
         for s in steps:
             # queued -> running is a change worth a line, and so is what a queued job waits for
             # (Slurm's Reason: Dependency, Priority, Resources; Ray's), not each parent that ended
@@ -110,11 +113,10 @@ class PlainReporter:
             elif s.reason and s.state in ("waiting", "failed", "skipped"):
                 extra = f" ({s.reason})"
             # an item by its index and values (qc[0 sample=a]), as the log prefixes name it
-            print(
-                f"{stamp} {run.id} {step_label(s.step, values.get(s.step))}: {s.shown_state}{extra}",
-                file=self.out,
-                flush=True,
-            )
+            lines.append(f"{stamp} {run.id} {step_label(s.step, values.get(s.step))}: {s.shown_state}{extra}\n")
+        if lines:
+            self.out.write("".join(lines))
+            self.out.flush()
 
     def close(self) -> None:
         pass

@@ -23,7 +23,7 @@ from hetflow.plan import (
     learn,
     suggest_sizes,
 )
-from hetflow.report import explain_step, plan_json, plan_table
+from hetflow.report import explain_step, plan_json, plan_table, print_table
 from hetflow.spec import LoadedWorkflow, Workflow, parse_duration
 from hetflow.state import load_workflow_cached
 
@@ -210,7 +210,7 @@ def plan_cmd(
         data["steered"] = steered_why
         print_json(data)
         return
-    console.print(plan_table(plan))
+    print_table(console, plan_table(plan))
     opt = " (proven optimal)" if plan.optimal else ""
     console.print(
         f"makespan {plan.makespan:.1f}s{opt}, cost ${plan.cost:.4f}, {plan.algorithm}, planned in {took:.2f}s"

@@ -291,12 +291,12 @@ def _execute(opened: OpenRun, *, quiet: bool, out: Console, grace: int | None) -
 
 
 def _summary(store: Store, run_id: str, out: Console) -> None:
-    from hetflow.report import item_labels, steps_table
+    from hetflow.report import item_labels, print_table, steps_table
     from hetflow.state import RUN_SUCCEEDED
 
     record = store.run(run_id)
     steps = store.steps(run_id)
-    out.print(steps_table(steps, items=item_labels(store.expansions(run_id)) or None))
+    print_table(out, steps_table(steps, items=item_labels(store.expansions(run_id)) or None))
     took = (record.ended or time.time()) - (record.started or record.created)
     color = "green" if record.state == RUN_SUCCEEDED else "red"
     out.print(f"run {record.id} [{color}]{record.state}[/] in {took:.1f}s: {record.message}")

@@ -36,21 +36,14 @@ import re
 import shutil
 import stat
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from hetflow.execute.data.outputs import sha256_of
-from hetflow.execute.secrets import secret_digests
-from hetflow.spec import DATA_PREFIX, fanout_parent
+from hetflow.execute.data.cachekey import Key
 from hetflow.state import CacheEntry, OutputRecord, Store
 
-if TYPE_CHECKING:  # the spec's models and the data manifest: `hetflow cache ls` needs neither
-    from hetflow.execute.data.inputs import DataManifest
-    from hetflow.spec import Step, Variant, Workflow
-
-KEY_VERSION = 1
 SMALL = 1 << 20  # bytes: an object up to this size is read once on restore (verified, then written)
 FICLONE = 0x40049409  # linux/fs.h: _IOW(0x94, 9, int), the ioctl behind `cp --reflink`
 PARTIAL_SUFFIX = ".tmp"  # an object being copied in is ``.SHA.tmpPID`` until it is whole
@@ -79,129 +72,6 @@ def _new_folder(path: str) -> bool:
     except FileNotFoundError:
         os.makedirs(path)
     return True
-
-
-@dataclass(frozen=True)
-class Key:
-    digest: str
-    text: str  # the canonical JSON hashed (shown by `hetflow cache show`)
-
-
-def cache_key(
-    *,
-    workflow: str,
-    step_name: str,
-    step: Step,
-    variant_name: str,
-    variant: Variant,
-    image_identity: str,
-    inputs: Mapping[str, str],
-    secrets: Mapping[str, str] | None = None,
-) -> Key:
-    """The key of one step's result (see the module's docstring for what is in it).
-    ``secrets``: NAME -> salted digest of its value (``execute.secrets``), never the value;
-    absent for a step without secrets, so keys made before secrets existed still match.
-    A fan-out's item (``X.3``) is keyed by its step (``X``), not its index: a file added to a
-    data set shifts the indexes but leaves the other items' results reusable."""
-    doc: dict[str, Any] = {
-        "version": KEY_VERSION,
-        "workflow": workflow,
-        "step": fanout_parent(step_name) or step_name,
-        "image": image_identity,
-        "variant": variant_name,
-        "command": list(variant.command),
-        "env": dict(sorted(variant.env.items())),
-        "network": step.network,
-        "outputs": sorted(step.outputs),
-        "inputs": dict(sorted(inputs.items())),
-    }
-    if secrets:
-        doc["secrets"] = dict(sorted(secrets.items()))
-    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
-    return Key(hashlib.sha256(text.encode()).hexdigest(), text)
-
-
-def input_digests(
-    step: Step,
-    outputs_of: Callable[[str], Sequence[OutputRecord]],
-    out_dir: Callable[[str], Path],
-    data: DataManifest,
-    seen: Mapping[str, str] | None = None,
-) -> dict[str, str] | None:
-    """input key -> content digest; None when one cannot be known (the step is not cached).
-    ``seen``: data reference -> the digest an attempt's launch found (``watch.Look``), which
-    wins over the manifest's."""
-    digests: dict[str, str] = {}
-    for key, ref in step.inputs.items():
-        if ref.startswith(DATA_PREFIX):
-            if seen is not None and ref in seen:
-                digests[key] = "data:" + seen[ref]
-                continue
-            try:
-                digests[key] = "data:" + data.digest(ref)
-            except KeyError:
-                return None
-            continue
-        parent, _, rel = ref.partition("/")
-        records = {r.name: r for r in outputs_of(parent)}
-        if rel in records:
-            digests[key] = records[rel].sha256
-            continue
-        inside = [r for r in records.values() if rel.startswith(r.name.rstrip("/") + "/")]
-        holds = sorted((n, r.sha256) for n, r in records.items() if n.startswith(rel.rstrip("/") + "/"))
-        if inside:
-            path = out_dir(parent) / rel
-            if not path.exists():
-                return None
-            digests[key] = sha256_of(path)
-        elif holds:
-            digests[key] = hashlib.sha256(json.dumps(holds).encode()).hexdigest()
-        else:
-            return None
-    return digests
-
-
-@dataclass(frozen=True)
-class StepKeys:
-    """The one way a step's cache key is computed, by the runner's cache pass, the dry run
-    and resume alike: each gives how it knows an image's identity, an upstream step's recorded
-    outputs, where they lie, the run's data and where the secrets' salt is.
-
-    ``identity(image)``: the image's content identity, None when unknown (the step is then not
-    cached); ``refs_when_unknown``: an input whose content cannot be known is keyed by its
-    reference instead of making the key unknown (resume compares two definitions that way)."""
-
-    identity: Callable[[str], str | None]
-    outputs_of: Callable[[str], Sequence[OutputRecord]]
-    out_dir: Callable[[str], Path]
-    data: DataManifest
-    secrets_root: Path
-    refs_when_unknown: bool = False
-
-    def __call__(self, wf: Workflow, name: str, vname: str, seen: Mapping[str, str] | None = None) -> Key | None:
-        """The key of ``name`` run as variant ``vname`` of ``wf``; None when it is not cached
-        (the variant does not exist, an image or input cannot be known).  ``seen``: the data
-        digests its attempt's launch found (``input_digests``)."""
-        step = wf.steps[name]
-        variant = step.resolved_variants().get(vname)
-        if variant is None:
-            return None
-        identity = self.identity(variant.image)
-        inputs = input_digests(step, self.outputs_of, self.out_dir, self.data, seen)
-        if inputs is None and self.refs_when_unknown:
-            inputs = dict(step.inputs)
-        if identity is None or inputs is None:
-            return None
-        return cache_key(
-            workflow=wf.name,
-            step_name=name,
-            step=step,
-            variant_name=vname,
-            variant=variant,
-            image_identity=identity,
-            inputs=inputs,
-            secrets=secret_digests(step.secrets, self.secrets_root),
-        )
 
 
 # --- the store of results -----------------------------------------------------------------
@@ -284,7 +154,7 @@ class ResultCache:
         return self.store.cache_entry(key.digest)
 
     def restore(
-        self, entry: CacheEntry, run_id: str, step: str, final: Path, touch: bool = True
+        self, entry: CacheEntry, run_id: str, step: str, final: Path | str, touch: bool = True
     ) -> list[OutputRecord] | None:
         """Put the entry's outputs in ``final`` (verified first); None, and the entry dropped,
         when an object is gone or changed.  ``touch`` False: the caller records the entry's
@@ -325,9 +195,8 @@ class ResultCache:
                 if "/" in rel:
                     os.makedirs(os.path.dirname(dest), exist_ok=True)
                 self._place(self._object(sha), dest, small.get(sha))
-            records.append(
-                OutputRecord(run_id, step, out["name"], out["sha256"], out["size"], str(final / out["name"]))
-            )
+            path = _child(done, out["name"])
+            records.append(OutputRecord(run_id, step, out["name"], out["sha256"], out["size"], path))
         if not fresh:
             if os.path.lexists(done):
                 shutil.rmtree(trash, ignore_errors=True)
@@ -437,6 +306,15 @@ _KEPT_BYTES, _KEPT_MANIFESTS = 64 << 20, 100_000  # verified small objects' byte
 # "racily clean" files): one changed this recently is verified again each time.
 _RACY_NS = 2_000_000_000
 _now_ns = time.time_ns
+
+
+def _child(folder: str, name: str) -> str:
+    """``str(Path(folder) / name)`` without pathlib's objects: a plain join where pathlib
+    would only join (no empty or '.' part in ``name`` for it to drop)."""
+    parts = name.split("/")
+    if "" in parts or "." in parts:
+        return str(Path(folder) / name)
+    return f"{folder}/{name}" if folder != "/" else f"/{name}"
 
 
 def _identity(st: os.stat_result) -> tuple[int, int, int, int]:

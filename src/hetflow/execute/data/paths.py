@@ -81,6 +81,13 @@ class RunPaths:
     def step_out(self, step: str) -> Path:
         return self.workdir / "steps" / step / "out"
 
+    def step_out_text(self, step: str) -> str:
+        """``step_out`` as a string, joined without pathlib's objects (a cached rerun asks
+        10,000 times): a step's name is one plain path part (``NAME_RE``, items ``NAME.N``)."""
+        if "/" in step or step in ("", ".", ".."):
+            return str(self.step_out(step))
+        return f"{os.fspath(self.workdir)}/steps/{step}/out"
+
     def staging(self, step: str, attempt: int) -> Path:
         return self.workdir / "attempts" / step / str(attempt) / "out"
 

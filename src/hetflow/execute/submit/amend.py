@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hetflow.execute.data.cache import Key
+from hetflow.execute.data.cachekey import Key
 from hetflow.spec import DATA_PREFIX, Step, Workflow, descendants, edges_of
 from hetflow.state import SUCCEEDED, InputsSeen, StepRecord
 

@@ -36,7 +36,8 @@ from typing import Any
 
 from hetflow.errors import HetflowError, SpecError
 from hetflow.execute.backends.local.engines import make_engine
-from hetflow.execute.data.cache import ResultCache, StepKeys
+from hetflow.execute.data.cache import ResultCache
+from hetflow.execute.data.cachekey import StepKeys
 from hetflow.execute.data.fanout import expand_at_submit, read_items
 from hetflow.execute.data.inputs import (
     S3,

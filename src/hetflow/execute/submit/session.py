@@ -28,7 +28,7 @@ from hetflow.execute.backends.base import Backend
 from hetflow.execute.backends.factory import make_backend
 from hetflow.execute.backends.local.engines import make_engine
 from hetflow.execute.backends.registry import DEFAULT_BACKEND
-from hetflow.execute.data.cache import StepKeys
+from hetflow.execute.data.cachekey import StepKeys
 from hetflow.execute.data.fanout import expand_at_submit, replay
 from hetflow.execute.data.inputs import ObjectStore, resolve_data, s3_filesystem
 from hetflow.execute.data.outputs import damaged_outputs

@@ -43,7 +43,7 @@ from hetflow.errors import HetflowError
 from hetflow.lazy import no_cyclic_gc
 from hetflow.plan.instance import Instance, Plan
 from hetflow.plan.search.compiled import Choice, Compiled
-from hetflow.plan.search.listpass import ListPass, Schedule, build_fixed
+from hetflow.plan.search.listpass import ListPass, Schedule, build_fixed, pass_key
 from hetflow.plan.search.ranks import (
     critical_path,
     downward_rank,
@@ -55,6 +55,7 @@ from hetflow.plan.search.ranks import (
     to_plan,
     topological,
     upward_rank,
+    with_notes,
 )
 from hetflow.plan.search.score import Rule
 
@@ -126,7 +127,7 @@ def plan_heuristic(
             search.portfolio()
             search.local_search()
         plan = to_plan(problem, search.best, algorithm="heuristic", objective=objective)
-    return _with_notes(plan, goal)
+    return with_notes(plan, goal.deadline, goal.budget)
 
 
 def default_effort(tasks: int, probes: int) -> int:
@@ -201,6 +202,8 @@ class Search:
         first = ListPass(problem, self.best_rule, self.rank, self.pass_order)
         self.best: Schedule = first.run()
         self.best_key = goal.key(self.best)
+        # the portfolio's passes by ``pass_key``: a pass that would repeat one gives its schedule
+        self.passes = {pass_key(self.best_rule, self.rank, self.pass_order): self.best}
         if effort is None:
             self.left = default_effort(problem.n, first.probes)
         self.left -= _PASS_UNITS
@@ -258,11 +261,20 @@ class Search:
         self.nudged(3 * self.left // (4 * _PASS_UNITS))
 
     def run_rules(self, rules: list[tuple[Rule, list[float]]]) -> None:
-        """A pass per rule, in order, each that the effort left affords; the best rule kept."""
+        """A pass per rule, in order, each that the effort left affords; the best rule kept.
+        A pass whose rule and task order are a pass's before (``pass_key``) builds the same
+        schedule: it is not built again, and counts against the effort all the same."""
         for rule, priority in rules:
-            if self.left < (_LOOKAHEAD_UNITS if rule.kind == "lookahead" else _PASS_UNITS):
+            units = _LOOKAHEAD_UNITS if rule.kind == "lookahead" else _PASS_UNITS
+            if self.left < units:
                 continue
-            if self.offer(self.run_pass(rule, priority)):
+            key = pass_key(rule, priority, self.pass_order)
+            if key in self.passes:
+                self.left -= units
+                s = self.passes[key]
+            else:
+                s = self.passes[key] = self.run_pass(rule, priority)
+            if self.offer(s):
                 self.best_rule = rule
 
     def nudged(self, passes: int) -> None:
@@ -431,20 +443,3 @@ class Search:
                 choice[t], machine[t] = self.rng.choice(options)
         self.left -= 1
         return build_fixed(self.problem, s.start_order(self.tiebreak), choice, machine)
-
-
-def _with_notes(plan: Plan, goal: Goal) -> Plan:
-    notes = list(plan.notes)
-    if goal.deadline is not None and plan.makespan > goal.deadline * (1 + 1e-12):
-        notes.append(
-            f"deadline not met: the best plan found takes {plan.makespan:g} s, over the deadline of "
-            f"{goal.deadline:g} s; allow more time or add machines"
-        )
-    if goal.budget is not None and plan.cost > goal.budget * (1 + 1e-12):
-        notes.append(
-            f"budget not met: the plan found closest to it costs ${plan.cost:.4f}, over the budget of "
-            f"${goal.budget:.4f}; raise the budget or use cheaper nodes"
-        )
-    if not notes:
-        return plan
-    return Plan(plan.placements, plan.makespan, plan.cost, plan.algorithm, plan.objective, plan.optimal, tuple(notes))

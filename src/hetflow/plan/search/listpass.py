@@ -13,6 +13,7 @@ import heapq
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 
 from hetflow.errors import HetflowError
 from hetflow.plan.search.compiled import Choice, Compiled
@@ -50,6 +51,18 @@ class Schedule:
     def start_order(self, tiebreak: list[int]) -> list[int]:
         """Tasks by start time (ties by ``tiebreak``): a topological order that rebuilds this schedule."""
         return sorted(range(len(self.start)), key=lambda t: (self.start[t], tiebreak[t]))
+
+
+def pass_key(rule: Rule, priority: Sequence[float], tiebreak: Sequence[int] | None) -> tuple[object, ...]:
+    """What decides a ``ListPass``'s schedule on a problem: its rule and the order its
+    priorities put the tasks in (the heap's: priority, ``tiebreak``, index), with their ties.
+    A pass compares priorities only with each other (the heap; the lookahead's critical
+    child), so two passes of equal keys build the same schedule (issue 43: a 10,000-step
+    workflow's mean-transfer ranks order its tasks as the upward ranks do)."""
+    tb = range(len(priority)) if tiebreak is None else tiebreak
+    order = sorted(range(len(priority)), key=lambda t: (-priority[t], tb[t], t))
+    ties = bytes(priority[a] == priority[b] for a, b in pairwise(order))
+    return (rule, tuple(order), ties)
 
 
 def build_fixed(problem: Compiled, order: list[int], choice: list[Choice], machine: list[int]) -> Schedule:

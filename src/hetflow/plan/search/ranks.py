@@ -139,3 +139,21 @@ def to_plan(problem: Compiled, s: Schedule, *, algorithm: str, objective: str) -
         )
     makespan = max((p.finish for p in placements.values()), default=0.0)
     return Plan(placements, makespan, plan_cost(problem.instance, placements), algorithm, objective)
+
+
+def with_notes(plan: Plan, deadline: float | None, budget: float | None) -> Plan:
+    """The plan with a note where it misses the deadline or the budget it was asked to keep."""
+    notes = list(plan.notes)
+    if deadline is not None and plan.makespan > deadline * (1 + 1e-12):
+        notes.append(
+            f"deadline not met: the best plan found takes {plan.makespan:g} s, over the deadline of "
+            f"{deadline:g} s; allow more time or add machines"
+        )
+    if budget is not None and plan.cost > budget * (1 + 1e-12):
+        notes.append(
+            f"budget not met: the plan found closest to it costs ${plan.cost:.4f}, over the budget of "
+            f"${budget:.4f}; raise the budget or use cheaper nodes"
+        )
+    if not notes:
+        return plan
+    return Plan(plan.placements, plan.makespan, plan.cost, plan.algorithm, plan.objective, plan.optimal, tuple(notes))

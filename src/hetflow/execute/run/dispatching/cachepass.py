@@ -22,10 +22,13 @@ the last pass), so a run that misses pays no second walk of its steps a turn.
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Callable, Collection, Mapping, Sequence
+from pathlib import Path
 
 from hetflow.execute.backends.base import Backend
-from hetflow.execute.data.cache import Key, ResultCache, StepKeys
+from hetflow.execute.data.cache import ResultCache
+from hetflow.execute.data.cachekey import Key, StepKeys
 from hetflow.execute.data.fencing import FENCE, NOBODY, grant
 from hetflow.execute.data.paths import RunPaths
 from hetflow.execute.data.watch import DataWatch, data_refs
@@ -232,9 +235,9 @@ class CachePass:
             self._missed[name] = (vname, self.generation)
             return None
         self._found[key.digest] = entry
-        out = self.paths.step_out(name)
-        if out.parent.joinpath(FENCE).exists():
-            grant(out, NOBODY)  # the cache's result goes in: no attempt of the step may write it now
+        out = self.paths.step_out_text(name)  # a string: pathlib's objects cost more than the calls
+        if os.path.exists(os.path.join(os.path.dirname(out), FENCE)):
+            grant(Path(out), NOBODY)  # the cache's result goes in: no attempt of the step may write it now
         records = self.cache.restore(entry, self.run_id, name, out, touch=False)
         if records is None:
             self._found.pop(key.digest, None)
@@ -245,7 +248,7 @@ class CachePass:
             return None
         if wf.steps[name].publish:
             self.flush()  # the store's events stay in the order they happened
-            if not self.attempts.publish(name, out):
+            if not self.attempts.publish(name, Path(out)):
                 return FAILED
         why = f"cached: from run {entry.run_id} (key {key.digest[:12]})"
         look = self.watch.look(wf.steps[name])
