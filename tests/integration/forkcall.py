@@ -18,7 +18,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 
 from tests.integration.forkserver import MODULE, READY, import_keys
 
@@ -146,17 +146,42 @@ def call(path: str, args: list[str], env: Mapping[str, str], timeout: float) -> 
             if word:
                 raise RuntimeError(f"the harness's fork server refused {cmd}: {word} {pid}")
             return None  # no command started: the server had stopped
-        outputs, finished = _read_all((out_r, err_r), timeout)
-        if not finished:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(int(pid), signal.SIGKILL)
-        word, _, status = answers.readline().decode().partition(" ")
+        with _handle(int(pid)) as kill:
+            try:
+                outputs, finished = _read_all((out_r, err_r), timeout)
+            except BaseException:  # as subprocess.run: an interrupted caller kills its command
+                kill()
+                raise
+            if not finished:
+                kill()
+            word, _, status = answers.readline().decode().partition(" ")
     out, err = (_text(b) for b in outputs)
     if not finished:
         raise subprocess.TimeoutExpired(cmd, timeout, output=out, stderr=err)
     if word != "exit":
         raise RuntimeError(f"the harness's fork server lost {cmd} (pid {pid})")
     return subprocess.CompletedProcess(cmd, os.waitstatus_to_exitcode(int(status)), out, err)
+
+
+@contextlib.contextmanager
+def _handle(pid: int) -> Iterator[Callable[[], None]]:
+    """A way to SIGKILL the command ``pid`` that cannot reach another process given its PID
+    once the server has reaped it (a pidfd, taken while it runs)."""
+    try:
+        pidfd: int | None = os.pidfd_open(pid)
+    except ProcessLookupError:
+        pidfd = None  # ended and reaped already: nothing to kill
+
+    def kill() -> None:
+        if pidfd is not None:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+
+    try:
+        yield kill
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
 
 
 def _umask() -> int:
