@@ -15,7 +15,7 @@ import pytest
 
 from tests.integration import forkcall
 from tests.integration.forkcall import OFF_ENV, Servers
-from tests.integration.forkserver import IMPORT_KEYS, MODULE
+from tests.integration.forkserver import DEEP, IMPORT_KEYS, MODULE
 
 ROOT = Path(__file__).resolve().parents[2]
 BAD = "apiVersion: hetflow/v1\nname: bad\nsteps:\n  a: {image: x, command: [true], resources: {cpus: -1}}\n"
@@ -60,6 +60,12 @@ def test_the_preload_reads_no_variable_the_servers_are_not_keyed_on_and_leaves_n
     assert "HOME" in read  # the audit sees what imports read (sysconfig's user base)
     assert read - IMPORT_KEYS <= {k for k in read if k.startswith("PYTHON")}
     assert [line for line in lines if ":" in line] == []  # no thread started, no cache of hetflow's filled
+
+
+def test_every_module_the_server_preloads_is_there() -> None:
+    code = f"import importlib\nfor name in {list(DEEP)!r}:\n    importlib.import_module(name)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=False)
+    assert proc.returncode == 0, f"a module of forkserver.DEEP is gone (renamed?): update DEEP\n{proc.stderr}"
 
 
 @pytest.mark.parametrize(
