@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 
+from tests.integration import forkserver
 from tests.integration.forkserver import MODULE, READY, import_keys
 
 OFF_ENV = "HFTEST_FORKSERVER"  # 0: every command a real subprocess, as before
@@ -103,21 +104,28 @@ def _has_stdin() -> bool:
 def _start(path: str, env: Mapping[str, str]) -> tuple[subprocess.Popen[bytes], str] | None:
     """A server at ``path`` started with ``env``, once it has imported the preload; None (and the
     reason on stderr) where it could not start: its caller then runs real subprocesses."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.forkserver", path],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env={**env, "PYTHONPATH": os.pathsep.join(p for p in (env.get("PYTHONPATH"), root) if p)},
-        cwd=root,
-    )
+    # Started as a script with the command's environment, so that its sys.path is a command's
+    # (the child puts its working folder first, as `python -m` does); what it says goes to PATH.log.
+    with open(f"{path}.log", "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, forkserver.__file__, path],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=log,
+            env=env,
+        )
     assert proc.stdout is not None
     ready = proc.stdout.readline()
     proc.stdout.close()
     if ready != READY:
         proc.kill()
         proc.wait()
-        print(f"the harness's fork server did not start (exit {proc.returncode}): real subprocesses", file=sys.stderr)
+        with open(f"{path}.log", errors="replace") as log:
+            said = log.read()[-2000:]
+        print(
+            f"the harness's fork server did not start (exit {proc.returncode}): real subprocesses\n{said}",
+            file=sys.stderr,
+        )
         return None
     return proc, path
 

@@ -251,9 +251,8 @@ def child(request: Mapping[str, Any], fds: list[int]) -> None:
     os.umask(request["umask"])
     sys.path[0] = os.getcwd()  # `python -m` puts the working folder first
     tempfile.tempdir = None  # TMPDIR is read at first use, as in a new process
-    for signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
-        signal.signal(signum, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    # Signal handlers and mask are the server's: Python's own, as a new process has them (the
+    # preload sets none: the audit says so).
     _new_stdio()
     sys.orig_argv = [sys.executable, "-m", MODULE, *request["argv"]]
     sys.argv = [MODULE, *request["argv"]]  # run_module puts the module's file first
@@ -353,18 +352,29 @@ def filled_caches(package: str) -> list[str]:
     for name, module in list(sys.modules.items()):
         if name == package or name.startswith(f"{package}."):
             for attr, value in vars(module).items():
-                if isinstance(value, functools._lru_cache_wrapper) and value.cache_info().currsize:
+                own = str(getattr(value, "__module__", "")).startswith(package)  # not the stdlib's urlsplit
+                if isinstance(value, functools._lru_cache_wrapper) and own and value.cache_info().currsize:
                     found.append(f"{name}.{attr}")
     return found
 
 
+def signals_changed(before: Mapping[int, Any]) -> list[int]:
+    """The signals whose handler is not the one in ``before``."""
+    return [n for n, handler in before.items() if signal.getsignal(n) != handler]
+
+
 def main(argv: list[str]) -> None:
+    sys.path[0] = os.getcwd()  # as `python -m hetflow.cli.main` has it: not this script's folder
     if argv[:1] == ["--audit"]:
+        handlers: dict[int, Any] = {
+            n: signal.getsignal(n) for n in signal.valid_signals() if n not in (signal.SIGKILL, signal.SIGSTOP)
+        }
         with reads_of_environ() as read:
             preload()
         print("\n".join(sorted(read)))
         print("\n".join(f"thread:{t.name}" for t in threading.enumerate() if t is not threading.main_thread()))
         print("\n".join(f"cache:{name}" for name in filled_caches("hetflow")))
+        print("\n".join(f"signal:{signal.Signals(n).name}" for n in signals_changed(handlers)))
         return
     server = Server(argv[0])
     preload()
