@@ -11,10 +11,20 @@ from typing import TYPE_CHECKING
 import pytest
 from demo.images import build_mpi_image, build_tiny_image
 
-from tests.integration.hfkit import BUSYBOX, HOSTILE, Hetflow
+from tests.integration.hfkit import BUSYBOX, HOSTILE, SERVERS, Hetflow
 
 if TYPE_CHECKING:
     from tests.integration.ray_fixture import SharedCluster
+
+
+@pytest.fixture(scope="session", autouse=True)
+def command_servers() -> Iterator[None]:
+    """The harness's fork servers (``hfkit.SERVERS``), ended before the session's check that
+    nothing is left running (``tests.leftovers``, set up before this and so torn down after)."""
+    try:
+        yield
+    finally:
+        SERVERS.close()
 
 
 @pytest.fixture(scope="session")

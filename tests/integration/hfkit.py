@@ -15,8 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.integration.forkcall import Servers
+
 BUSYBOX = "localhost/hetflow-test/busybox:latest"
 HOSTILE = "localhost/hetflow-test/hostile:latest"
+# The commands' fork servers (tests.integration.forkserver): HFTEST_FORKSERVER=0 runs each command
+# as a real subprocess; the integration conftest ends them with the session.
+SERVERS = Servers()
 
 
 def podman(*args: str) -> list[str]:
@@ -45,11 +50,12 @@ class Hetflow:
     def __call__(
         self, *args: str, check: bool = True, extra_env: dict[str, str] | None = None, timeout: float = 120
     ) -> subprocess.CompletedProcess[str]:
-        proc = subprocess.run(
+        env = {**self.env, **(extra_env or {})}
+        proc = SERVERS.run(list(args), env, timeout) or subprocess.run(
             [sys.executable, "-m", "hetflow.cli.main", *args],
             capture_output=True,
             text=True,
-            env={**self.env, **(extra_env or {})},
+            env=env,
             timeout=timeout,
             check=False,
         )

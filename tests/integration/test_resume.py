@@ -7,7 +7,7 @@ import os
 import signal
 from pathlib import Path
 
-from tests.integration.hfkit import BUSYBOX, Hetflow, run_containers, step_out, write
+from tests.integration.hfkit import BUSYBOX, Hetflow, podman, run_containers, step_out, write
 
 
 def _chain(n: int, sleep: float, slow: dict[int, float] | None = None) -> str:
@@ -27,12 +27,23 @@ def _step_states(hf: Hetflow, run_id: str) -> dict[str, str]:
     return {s["step"]: s["state"] for s in hf.show(run_id)["steps"]}
 
 
+def _started(hf: Hetflow, run_id: str, step: str) -> bool:
+    """The step is running and its container has started: a step is "running" from its attached
+    `podman run`'s launch, and an executor killed before podman has started the container may take
+    the start with it (a fast poll on a loaded machine killed it there)."""
+    if _step_states(hf, run_id)[step] != "running":
+        return False
+    name = f"hf-{run_id}-{step}-1"
+    started = ("--filter", "status=running", "--filter", "status=exited")  # either, not "created"
+    return podman("ps", "-a", "--filter", f"name=^{name}$", *started, "--format", "{{.Names}}") == [name]
+
+
 def test_kill9_then_resume_adopts_running_container_and_runs_nothing_twice(hf: Hetflow, tmp_path: Path) -> None:
     # s1 runs long enough to outlive the kill and the resume's start-up, even on a loaded machine
     proc = hf.popen("run", write(tmp_path, _chain(4, 0.5, slow={1: 8.0})), "-q")
     hf.wait_for(lambda: (hf.home / "state.db").exists() and bool(json.loads(hf("ps", "--json").stdout)))
     run_id = hf.last_run()
-    hf.wait_for(lambda: _step_states(hf, run_id)["s1"] == "running")
+    hf.wait_for(lambda: _started(hf, run_id, "s1"))
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     # the executor is gone; its container goes on without it (s0's, finished, waits for its
@@ -55,7 +66,7 @@ def test_kill9_then_container_finishes_while_down_exit_code_collected(hf: Hetflo
     proc = hf.popen("run", write(tmp_path, _chain(2, 0.5, slow={0: 3.0})), "-q")
     hf.wait_for(lambda: (hf.home / "state.db").exists() and bool(json.loads(hf("ps", "--json").stdout)))
     run_id = hf.last_run()
-    hf.wait_for(lambda: _step_states(hf, run_id)["s0"] == "running")
+    hf.wait_for(lambda: _started(hf, run_id, "s0"))
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     hf.wait_for(
