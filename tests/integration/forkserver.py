@@ -305,9 +305,11 @@ def _exit_code(value: object) -> int:
 
 
 def _finish() -> int:
-    """What Python does at its end: wait for the threads, run atexit, flush (120 if that fails)."""
+    """What Python does at its end: wait for the threads, run atexit, close what finalization
+    would close, flush (120 if that fails)."""
     threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
+    _close_sqlite()
     failed = 0
     for stream in (sys.stdout, sys.stderr):
         try:
@@ -315,6 +317,21 @@ def _finish() -> int:
         except (OSError, ValueError):
             failed = 120
     return failed
+
+
+def _close_sqlite() -> None:
+    """Close the SQLite connections still open, as a real process's finalization does when it
+    frees them: the last connection's close checkpoints the store's WAL into state.db and
+    removes the WAL, which a test that damages state.db's pages relies on (without it the
+    store's pages live in the WAL and the damage is shadowed: test_store_faults)."""
+    import gc
+    import sqlite3
+
+    gc.collect()
+    for obj in gc.get_objects():
+        if isinstance(obj, sqlite3.Connection):
+            with contextlib.suppress(Exception):
+                obj.close()
 
 
 # ---------------------------------------------------------------------------- the audit

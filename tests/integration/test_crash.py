@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from hetflow.execute import pid_alive
 from hetflow.execute.backends.local.orphans import launchers
 from tests.integration.hfkit import BUSYBOX, Hetflow, monitor_trees, podman, processes, write
 
@@ -125,6 +126,7 @@ def test_a_container_that_never_started_is_run_again_not_failed(
     runtime.chmod(0o755)
     run_id = hf("run", "-d", write(tmp_path, ONE), extra_env={"HETFLOW_OCI_RUNTIME": str(runtime)}).stdout.strip()
     hf.wait_for(lambda: (tmp_path / "created").exists(), timeout=120)
+    executor = hf.show(run_id)["pid"]
     name = f"hf-{run_id}-a-1"
     clients = launchers("podman", [name])
     assert list(clients.values()) == [name]
@@ -139,6 +141,9 @@ def test_a_container_that_never_started_is_run_again_not_failed(
         hf("resume", "-q", run_id, check=False, timeout=180)
     else:
         hf.wait_for(lambda: hf.show(run_id)["state"] != "running", timeout=120)
+        # the run is recorded ended before its executor removes the containers: nothing may be
+        # left once the executor itself has ended
+        hf.wait_for(lambda: not pid_alive(executor), timeout=120)
 
     data = hf.show(run_id)
     [a] = data["steps"]

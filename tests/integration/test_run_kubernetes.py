@@ -62,8 +62,13 @@ def pods_seen(
     cluster: LocalKube, events: list[tuple[str, str, bool]] | None = None
 ) -> Iterator[dict[str, dict[str, Any]]]:
     """Every hetflow pod of the namespace as last seen while the block runs (the backend deletes
-    a finished attempt's Job and pods once its result is stored), by pod name."""
+    a finished attempt's Job and pods once its result is stored), by pod name.  The watch is
+    fenced at both ends by a marker pod of its own (never scheduled): the block starts once the
+    watch has seen the marker created, and ends once it has seen it deleted, so no pod event of
+    the block is missed however late the watch's thread runs (a watch delivers in order)."""
     seen: dict[str, dict[str, Any]] = {}
+    marker = f"hf-fence-{os.urandom(4).hex()}"
+    marks: list[str] = []
     core = core_api(cluster)
     w = watch.Watch()
 
@@ -72,6 +77,9 @@ def pods_seen(
         with contextlib.suppress(Exception):  # w.stop() ends the stream; a closed connection too
             for event in stream:
                 pod = event["object"].to_dict()
+                if pod["metadata"]["name"] == marker:
+                    marks.append(event["type"])
+                    continue
                 seen[pod["metadata"]["name"]] = pod
                 if events is not None:  # (step, pod, holding its resources) in the API's order
                     ended = pod["status"]["phase"] in ("Succeeded", "Failed") or event["type"] == "DELETED"
@@ -81,9 +89,18 @@ def pods_seen(
 
     thread = threading.Thread(target=follow, daemon=True)
     thread.start()
+    body = {
+        "metadata": {"name": marker, "labels": {"app.kubernetes.io/managed-by": "hetflow"}},
+        "spec": {"containers": [{"name": "c", "image": BUSYBOX}], "nodeSelector": {"hetflow.test/none": "x"}},
+    }
+    core.create_namespaced_pod(NAMESPACE, body)
     try:
+        wait_for("the pod watch sees its start marker", lambda: "ADDED" in marks or None, timeout=60)
         yield seen
     finally:
+        with contextlib.suppress(Exception):
+            core.delete_namespaced_pod(marker, NAMESPACE, grace_period_seconds=0)
+            wait_for("the pod watch sees its end marker", lambda: "DELETED" in marks or None, timeout=60)
         w.stop()
 
 
