@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterator
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any
 
@@ -216,20 +217,28 @@ class AttemptRows:
         rows = self._db.execute(sql + f" ORDER BY {_NEWEST_FIRST}", args).fetchall()
         return [(str(r[0]), str(r[1]), str(r[2]), str(r[3]), float(r[4])) for r in rows]
 
-    def _newest_history(self, workflow: str, newest: int) -> list[tuple[str, str, str, str, float]]:
-        """``history(workflow, newest)``: the keys, then each key's newest rows."""
+    def _newest_per_key(
+        self, workflow: str, newest: int, cols: str
+    ) -> Iterator[tuple[tuple[str, str, str], list[Any]]]:
+        """Each (step, variant, node) of ``workflow``'s succeeded attempts with its ``newest``
+        rows of ``cols``, newest first, read backwards along the ``attempts_history`` index."""
         join = (
             "FROM attempts a JOIN runs r ON r.id = a.run_id"
             " WHERE a.state = 'succeeded' AND a.ended IS NOT NULL AND r.name = ?"
         )
         keys = self._db.execute(f"SELECT DISTINCT a.step, a.variant, a.node {join}", [workflow]).fetchall()
         per_key = (
-            f"SELECT a.ended - a.started, a.ended, a.run_id, a.attempt {join}"
-            f" AND a.step = ? AND a.variant = ? AND a.node = ? ORDER BY {_NEWEST_FIRST} LIMIT ?"
+            f"SELECT {cols} {join} AND a.step = ? AND a.variant = ? AND a.node = ? ORDER BY {_NEWEST_FIRST} LIMIT ?"
         )
-        found: list[tuple[tuple[float, str, int], tuple[str, str, str, str, float]]] = []
         for step, variant, node in keys:
-            for seconds, ended, run_id, attempt in self._db.execute(per_key, [workflow, step, variant, node, newest]):
+            yield (step, variant, node), self._db.execute(per_key, [workflow, step, variant, node, newest]).fetchall()
+
+    def _newest_history(self, workflow: str, newest: int) -> list[tuple[str, str, str, str, float]]:
+        """``history(workflow, newest)``: the keys, then each key's newest rows."""
+        cols = "a.ended - a.started, a.ended, a.run_id, a.attempt"
+        found: list[tuple[tuple[float, str, int], tuple[str, str, str, str, float]]] = []
+        for (step, variant, node), rows in self._newest_per_key(workflow, newest, cols):
+            for seconds, ended, run_id, attempt in rows:
                 row = (workflow, str(step), str(variant), str(node), float(seconds))
                 found.append(((float(ended), str(run_id), int(attempt)), row))
         found.sort(key=lambda f: f[0], reverse=True)  # newest first, as the whole history is
@@ -239,18 +248,10 @@ class AttemptRows:
         """``usage_history(workflow, newest)`` along the ``attempts_history`` index: each
         (step, variant, node)'s newest rows, then each (step, variant)'s newest of those (its
         newest are among its nodes' newest), in the whole history's order."""
-        join = (
-            "FROM attempts a JOIN runs r ON r.id = a.run_id"
-            " WHERE a.state = 'succeeded' AND a.ended IS NOT NULL AND r.name = ?"
-        )
-        keys = self._db.execute(f"SELECT DISTINCT a.step, a.variant, a.node {join}", [workflow]).fetchall()
-        per_key = (
-            f"SELECT {cols}, a.ended, a.run_id, a.step, a.attempt {join}"
-            f" AND a.step = ? AND a.variant = ? AND a.node = ? ORDER BY {_NEWEST_FIRST} LIMIT ?"
-        )
         by_step: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
-        for step, variant, node in keys:
-            rows = self._db.execute(per_key, [workflow, step, variant, node, newest]).fetchall()
+        for (step, variant, _), rows in self._newest_per_key(
+            workflow, newest, f"{cols}, a.ended, a.run_id, a.step, a.attempt"
+        ):
             by_step.setdefault((step, variant), []).extend(tuple(r) for r in rows)
         kept = [r for rows in by_step.values() for r in sorted(rows, key=_usage_key, reverse=True)[:newest]]
         kept.sort(key=_usage_key, reverse=True)
