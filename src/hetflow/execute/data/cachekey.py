@@ -76,8 +76,8 @@ def cache_key(
         "outputs": list(parts[7]),
         "inputs": dict(parts[8]),
     }
-    if secrets:
-        doc["secrets"] = dict(sorted(secrets.items()))
+    if parts[9] is not None:
+        doc["secrets"] = dict(parts[9])
     text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
     key = Key(hashlib.sha256(text.encode()).hexdigest(), text)
     if len(_KEYS) < _KEPT_KEYS:
